@@ -1,0 +1,309 @@
+//! The agent file: what an agent is made of. Parsing is pure (text in, spec out); the shell reads
+//! the file and builds the tools.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::engine::Limits;
+
+/// How an agent works.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Plan a data-flow graph of tool calls, execute it in waves, review, answer.
+    Plan,
+    /// Reason, call tools, observe, repeat.
+    #[default]
+    React,
+    /// A state machine of steps, each with its own tools.
+    Workflow,
+}
+
+/// A parsed agent file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub mode: Mode,
+    /// `provider:model` or a mapping (`provider`, `name`, `base_url`, `api_key_env`, `script`, ...).
+    #[serde(default)]
+    pub model: Option<Value>,
+    /// System instructions (a minijinja template).
+    #[serde(default)]
+    pub instructions: Option<String>,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub secrets: BTreeMap<String, Value>,
+    /// Tool declarations, checked one by one into [`ToolDecl`]s.
+    #[serde(default)]
+    pub tools: Vec<Value>,
+    /// Only these tools are offered to and callable by the model (all when absent).
+    #[serde(default)]
+    pub allowed_tools: Option<Vec<String>>,
+    /// Wait for a person to approve each plan before it runs (plan mode).
+    #[serde(default)]
+    pub approve_plans: bool,
+    /// Skills: named instructions the planner may select.
+    #[serde(default)]
+    pub skills: Vec<Value>,
+    /// Workflow steps (workflow mode).
+    #[serde(default)]
+    pub steps: Vec<Value>,
+}
+
+/// A local command tool: JSON arguments on stdin, a JSON result on stdout.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandToolDecl {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub category: Option<String>,
+    /// The program and its arguments; never run through a shell.
+    pub command: Vec<String>,
+    #[serde(default = "any_object")]
+    pub input_schema: Value,
+    #[serde(default)]
+    pub idempotent: bool,
+    #[serde(default)]
+    pub parallel: bool,
+    #[serde(default)]
+    pub requires_approval: bool,
+    /// `30s`, `500ms`, `2m`, or a number of seconds. Default 60 s.
+    #[serde(default)]
+    pub timeout: Option<Value>,
+    /// Environment given to the command (the rest of weft's environment is not passed on, except
+    /// `PATH`, `HOME`, `LANG` and `TMPDIR`).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory, relative to the agent file. Default: the agent file's directory.
+    #[serde(default)]
+    pub cwd: Option<String>,
+}
+
+/// A built-in tool, optionally renamed or re-described.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuiltinToolDecl {
+    pub builtin: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub category: Option<String>,
+    #[serde(default)]
+    pub requires_approval: bool,
+    /// Tool-specific settings (e.g. a workspace directory, an allow-list of hosts).
+    #[serde(default)]
+    pub config: Value,
+}
+
+/// One tool declaration of the agent file.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolDecl {
+    Command(CommandToolDecl),
+    Builtin(BuiltinToolDecl),
+    /// A kind this build knows by name but whose declaration is handled elsewhere
+    /// (`http`, `mcp`, `agent`): kept raw for the tool crate.
+    Other {
+        kind: &'static str,
+        raw: Value,
+    },
+}
+
+fn any_object() -> Value {
+    serde_json::json!({"type": "object"})
+}
+
+/// An error in an agent file, naming the file and the place in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentError {
+    pub file: String,
+    pub message: String,
+}
+
+impl fmt::Display for AgentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "agent file {}: {}", self.file, self.message)
+    }
+}
+
+impl std::error::Error for AgentError {}
+
+impl AgentSpec {
+    /// Parses an agent file (YAML or JSON). `file` names it in errors.
+    pub fn parse(file: &str, text: &str) -> Result<Self, AgentError> {
+        let err = |message: String| AgentError {
+            file: file.to_owned(),
+            message,
+        };
+        let spec: AgentSpec = serde_yaml_ng::from_str(text).map_err(|e| err(format!("{e}")))?;
+        if spec.name.trim().is_empty() {
+            return Err(err("`name` is empty; give the agent a name".into()));
+        }
+        if spec.limits.max_parallel == 0 || spec.limits.max_step_attempts == 0 {
+            return Err(err(
+                "`limits`: max_parallel and max_step_attempts must be at least 1".into(),
+            ));
+        }
+        spec.tool_decls().map_err(err)?;
+        Ok(spec)
+    }
+
+    /// The tool declarations, each checked; errors name the entry (`tools[2]`).
+    pub fn tool_decls(&self) -> Result<Vec<ToolDecl>, String> {
+        let mut out = Vec::with_capacity(self.tools.len());
+        for (i, raw) in self.tools.iter().enumerate() {
+            out.push(parse_tool_decl(raw).map_err(|e| format!("tools[{i}]: {e}"))?);
+        }
+        Ok(out)
+    }
+}
+
+fn parse_tool_decl(raw: &Value) -> Result<ToolDecl, String> {
+    let Value::Object(map) = raw else {
+        return Err(
+            "a tool is a mapping with `command`, `builtin`, `http`, `mcp` or `agent`".into(),
+        );
+    };
+    let label = map
+        .get("name")
+        .and_then(Value::as_str)
+        .map(|n| format!(" (`{n}`)"))
+        .unwrap_or_default();
+    let decode = |e: serde_json::Error| format!("{label} {e}").trim().to_owned();
+    if map.contains_key("command") {
+        return serde_json::from_value(raw.clone())
+            .map(ToolDecl::Command)
+            .map_err(decode);
+    }
+    if map.contains_key("builtin") {
+        return serde_json::from_value(raw.clone())
+            .map(ToolDecl::Builtin)
+            .map_err(decode);
+    }
+    for kind in ["http", "mcp", "agent"] {
+        if map.contains_key(kind) {
+            return Ok(ToolDecl::Other {
+                kind,
+                raw: raw.clone(),
+            });
+        }
+    }
+    let keys: Vec<&str> = map.keys().map(String::as_str).collect();
+    Err(format!(
+        "{label} has none of `command`, `builtin`, `http`, `mcp`, `agent` (keys: {})",
+        keys.join(", ")
+    )
+    .trim()
+    .to_owned())
+}
+
+/// Parses a duration: `500ms`, `30s`, `2m`, `1h`, `7d`, or a bare number of seconds.
+pub fn parse_duration(v: &Value) -> Result<std::time::Duration, String> {
+    use std::time::Duration;
+    match v {
+        Value::Number(n) => n
+            .as_f64()
+            .filter(|f| f.is_finite() && *f >= 0.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| format!("{n} is not a duration")),
+        Value::String(s) => parse_duration_str(s),
+        other => Err(format!("{other} is not a duration; write e.g. \"30s\"")),
+    }
+}
+
+/// Parses `500ms`, `30s`, `2m`, `1h`, `7d`, or a bare number of seconds.
+pub fn parse_duration_str(s: &str) -> Result<std::time::Duration, String> {
+    use std::time::Duration;
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration; write e.g. 500ms, 30s, 2m, 1h or 7d"))?;
+    let secs = match unit.trim() {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        "d" => n * 86400.0,
+        _ => return Err(format!("`{s}` has an unknown unit; use ms, s, m, h or d")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("`{s}` is not a duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_yaml_with_tools() {
+        let spec = AgentSpec::parse(
+            "a.yaml",
+            "name: a\nmode: plan\nlimits: { max_parallel: 2 }\ntools:\n  - builtin: echo\n  - name: t\n    command: [\"python3\", \"t.py\"]\n    idempotent: true\n",
+        );
+        let spec = spec.map_err(|e| e.to_string());
+        assert!(spec.is_ok(), "{spec:?}");
+        let spec = spec.unwrap_or_else(|_| unreachable_spec());
+        assert_eq!(spec.mode, Mode::Plan);
+        assert_eq!(spec.limits.max_parallel, 2);
+        assert_eq!(spec.limits.max_step_attempts, 3);
+        let decls = spec.tool_decls().unwrap_or_default();
+        assert!(
+            matches!(&decls[1], ToolDecl::Command(c) if c.idempotent && c.command[0] == "python3")
+        );
+    }
+
+    fn unreachable_spec() -> AgentSpec {
+        AgentSpec::parse("x", "name: x").unwrap_or_else(|_| AgentSpec {
+            name: String::new(),
+            description: None,
+            mode: Mode::React,
+            model: None,
+            instructions: None,
+            limits: Limits::default(),
+            secrets: BTreeMap::new(),
+            tools: vec![],
+            allowed_tools: None,
+            approve_plans: false,
+            skills: vec![],
+            steps: vec![],
+        })
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_tool() {
+        let e = AgentSpec::parse("b.yaml", "name: b\ntools:\n  - name: t\n    comand: [x]\n").err();
+        let text = e.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            text.contains("b.yaml") && text.contains("tools[0]") && text.contains("`t`"),
+            "{text}"
+        );
+        let e = AgentSpec::parse("c.yaml", "name: c\nlimitz: {}\n").err();
+        let text = e.map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("c.yaml") && text.contains("limitz"), "{text}");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_str("500ms").map(|d| d.as_millis()), Ok(500));
+        assert_eq!(parse_duration_str("2m").map(|d| d.as_secs()), Ok(120));
+        assert_eq!(parse_duration_str("7d").map(|d| d.as_secs()), Ok(604_800));
+        assert!(parse_duration_str("5 parsecs").is_err());
+    }
+}

@@ -1,0 +1,539 @@
+//! The plan engine's decisions: which steps run next, what a tool's outcome means for its step,
+//! and when a run is over. Pure: the shell performs what `decide` asks and reports outcomes.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::event::{Event, RunStatus, ToolError, ToolOutcome};
+use crate::path;
+use crate::plan::{Plan, PlanStep, RefRoot, Reference};
+use crate::state::{PlanRun, State, StepStatus};
+use crate::tool::ToolCatalog;
+
+/// Bounds on a run. Every loop in weft is bounded by one of these.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Attempts per step, the first included.
+    pub max_step_attempts: u32,
+    /// Steps running at once in one wave.
+    pub max_parallel: usize,
+    /// Waves per run.
+    pub max_waves: u32,
+    /// Replans per run (plan mode).
+    pub max_replans: u32,
+    /// Response resolution rounds (plan mode).
+    pub max_response_rounds: u32,
+    /// Model turns per run (ReAct mode).
+    pub max_iterations: u32,
+    /// Backoff before the second attempt; doubles for each further attempt.
+    pub retry_backoff_ms: u64,
+    /// Upper bound of one backoff.
+    pub retry_backoff_max_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_step_attempts: 3,
+            max_parallel: 4,
+            max_waves: 100,
+            max_replans: 3,
+            max_response_rounds: 2,
+            max_iterations: 25,
+            retry_backoff_ms: 200,
+            retry_backoff_max_ms: 10_000,
+        }
+    }
+}
+
+impl Limits {
+    /// The delay before attempt `next_attempt` (2, 3, ...).
+    pub fn backoff_ms(&self, next_attempt: u32) -> u64 {
+        let exp = next_attempt.saturating_sub(2).min(20);
+        self.retry_backoff_ms
+            .saturating_mul(1u64 << exp)
+            .min(self.retry_backoff_max_ms)
+    }
+}
+
+/// A tool call the shell must perform.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Invocation {
+    pub call_id: String,
+    pub step: Option<String>,
+    pub tool: String,
+    pub args: Value,
+    pub attempt: u32,
+    pub idempotency_key: String,
+    /// Wait this long before running (a retry's backoff).
+    pub delay_ms: u64,
+}
+
+/// What must happen next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Next {
+    /// Record these events (pure transitions: skips, wave bookkeeping, the end of the run).
+    Record(Vec<Event>),
+    /// Record these events (durably), then start these calls.
+    Start {
+        events: Vec<Event>,
+        calls: Vec<Invocation>,
+    },
+    /// Calls are in flight: wait for an outcome and report it with [`tool_finished`].
+    Wait,
+    /// Nothing more to do.
+    Done,
+}
+
+/// Fills in each step's `_parallel` from its tool when the plan leaves it out, so the recorded
+/// plan is self-contained.
+pub fn normalize(plan: &mut Plan, tools: &dyn ToolCatalog) {
+    for s in &mut plan.steps {
+        if s.parallel.is_none() {
+            let p = s
+                .tool
+                .as_deref()
+                .and_then(|t| tools.tool_info(t))
+                .is_some_and(|t| t.parallel);
+            s.parallel = Some(p);
+        }
+    }
+}
+
+/// How a candidate step stands once its dependencies are terminal.
+enum Readiness {
+    Blocked,
+    Skip(String),
+    Fail(ToolError),
+    Run(Value),
+}
+
+fn resolve_ref(state: &State, run: &PlanRun, r: &Reference) -> Result<Value, String> {
+    let found = match &r.root {
+        RefRoot::Input => path::get(&state.input, &r.path),
+        RefRoot::State => path::get(&state.data, &r.path),
+        RefRoot::Step(id) => run
+            .step(id)
+            .and_then(|(_, s)| s.output.as_ref())
+            .and_then(|o| path::get(o, &r.path)),
+    };
+    found.cloned().ok_or_else(|| format!("{r} was not written"))
+}
+
+/// Resolves every reference inside an argument value.
+fn resolve_value(state: &State, run: &PlanRun, v: &Value) -> Result<Value, String> {
+    if let Some(r) = Reference::from_arg(v) {
+        let r = r?;
+        return resolve_ref(state, run, &r);
+    }
+    match v {
+        Value::Object(m) => {
+            let mut out = Map::with_capacity(m.len());
+            for (k, x) in m {
+                out.insert(k.clone(), resolve_value(state, run, x)?);
+            }
+            Ok(Value::Object(out))
+        }
+        Value::Array(a) => a
+            .iter()
+            .map(|x| resolve_value(state, run, x))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array),
+        other => Ok(other.clone()),
+    }
+}
+
+/// The context a `_when` condition sees: the input, the State object and the steps it names.
+fn condition_context(state: &State, run: &PlanRun, step: &PlanStep) -> Value {
+    let mut steps = Map::new();
+    if let Some(c) = &step.when {
+        for r in &c.reads {
+            if let RefRoot::Step(id) = &r.root
+                && let Some((_, s)) = run.step(id)
+                && let Some(o) = &s.output
+            {
+                steps.insert(id.clone(), o.clone());
+            }
+        }
+    }
+    serde_json::json!({"input": state.input, "state": state.data, "steps": steps})
+}
+
+fn readiness(state: &State, run: &PlanRun, i: usize) -> Readiness {
+    for &d in &run.graph.deps[i] {
+        let ds = &run.steps[d];
+        if ds.status == StepStatus::Failed && !ds.handled {
+            return Readiness::Blocked;
+        }
+    }
+    let step = &run.plan.steps[i];
+    for r in step.reads() {
+        if r.root == RefRoot::Input {
+            continue;
+        }
+        if let Some(c) = &step.when
+            && c.reads.contains(&r)
+        {
+            continue;
+        }
+        if resolve_ref(state, run, &r).is_err() {
+            return Readiness::Skip(format!("{r} was not written"));
+        }
+    }
+    if let Some(c) = &step.when {
+        match c.eval(&condition_context(state, run, step)) {
+            Ok(true) => {}
+            Ok(false) => return Readiness::Skip(format!("condition `{}` is false", c.source)),
+            Err(e) => return Readiness::Fail(ToolError::new("condition", e)),
+        }
+    }
+    match resolve_value(state, run, &Value::Object(step.args.clone())) {
+        Ok(args) => Readiness::Run(args),
+        Err(e) => Readiness::Fail(ToolError::new("invalid_arguments", e)),
+    }
+}
+
+/// Picks the wave from the runnable steps (in plan order): a step that is not parallel runs
+/// alone; otherwise every runnable parallel step, up to `max_parallel`.
+pub fn select_wave(runnable: &[usize], plan: &Plan, max_parallel: usize) -> Vec<usize> {
+    let Some(&first) = runnable.first() else {
+        return Vec::new();
+    };
+    if plan.steps[first].parallel != Some(true) {
+        return vec![first];
+    }
+    runnable
+        .iter()
+        .copied()
+        .filter(|&i| plan.steps[i].parallel == Some(true))
+        .take(max_parallel.max(1))
+        .collect()
+}
+
+fn invocation(
+    state: &State,
+    step: &PlanStep,
+    attempt: u32,
+    args: Value,
+    delay_ms: u64,
+) -> Invocation {
+    Invocation {
+        call_id: format!("{}#{}", step.id, attempt),
+        step: Some(step.id.clone()),
+        tool: step.tool.clone().unwrap_or_default(),
+        args,
+        attempt,
+        idempotency_key: format!("{}:{}:{}", state.session_id, step.id, attempt),
+        delay_ms,
+    }
+}
+
+fn start_events(inv: &Invocation) -> [Event; 2] {
+    [
+        Event::StepStarted {
+            step: inv.step.clone().unwrap_or_default(),
+            attempt: inv.attempt,
+        },
+        Event::ToolCallStarted {
+            call_id: inv.call_id.clone(),
+            step: inv.step.clone(),
+            tool: inv.tool.clone(),
+            args: inv.args.clone(),
+            attempt: inv.attempt,
+            idempotency_key: inv.idempotency_key.clone(),
+        },
+    ]
+}
+
+/// Decides the next move of a plan run (no model involved).
+pub fn decide(state: &State, limits: &Limits) -> Next {
+    if state.status.is_terminal() {
+        return Next::Done;
+    }
+    let Some(run) = &state.plan else {
+        return Next::Record(vec![Event::RunFinished {
+            status: RunStatus::Failed,
+            error: Some("no plan to run".into()),
+        }]);
+    };
+    // Retries that are due.
+    if !run.retrying.is_empty() {
+        let mut events = Vec::new();
+        let mut calls = Vec::new();
+        for &i in &run.retrying {
+            let step = &run.plan.steps[i];
+            let r = &run.steps[i];
+            match resolve_value(state, run, &Value::Object(step.args.clone())) {
+                Ok(args) => {
+                    let inv = invocation(
+                        state,
+                        step,
+                        r.attempts + 1,
+                        args,
+                        r.retry_in_ms.unwrap_or(0),
+                    );
+                    events.extend(start_events(&inv));
+                    calls.push(inv);
+                }
+                Err(e) => events.push(Event::StepFailed {
+                    step: step.id.clone(),
+                    error: ToolError::new("invalid_arguments", e),
+                    handled: false,
+                }),
+            }
+        }
+        return Next::Start { events, calls };
+    }
+    if !state.open_calls.is_empty() {
+        return Next::Wait;
+    }
+    if let Some(wave) = state.open_wave {
+        return Next::Record(vec![Event::WaveFinished { wave }]);
+    }
+    // Candidates are looked at in plan order, only as far as the next wave needs.
+    let mut settle = Vec::new();
+    let mut runnable = Vec::new();
+    let mut args_of = std::collections::HashMap::new();
+    let quota = limits.max_parallel.max(1);
+    for &i in &run.candidates {
+        let step = &run.plan.steps[i];
+        match readiness(state, run, i) {
+            Readiness::Blocked => {}
+            Readiness::Skip(reason) => settle.push(Event::StepSkipped {
+                step: step.id.clone(),
+                reason,
+            }),
+            Readiness::Fail(error) => settle.push(Event::StepFailed {
+                step: step.id.clone(),
+                handled: step.output.as_ref().is_some_and(|o| o.err.is_some()),
+                error,
+            }),
+            Readiness::Run(args) => {
+                let parallel = |k: usize| run.plan.steps[k].parallel == Some(true);
+                if runnable.is_empty() || (parallel(runnable[0]) && parallel(i)) {
+                    runnable.push(i);
+                    args_of.insert(i, args);
+                }
+                let wave_full = !parallel(runnable[0]) || runnable.len() >= quota;
+                if settle.is_empty() && wave_full {
+                    break;
+                }
+            }
+        }
+    }
+    if !settle.is_empty() {
+        return Next::Record(settle);
+    }
+    if !runnable.is_empty() {
+        if state.waves >= limits.max_waves {
+            return finish(
+                state,
+                run,
+                Some(format!(
+                    "reached max_waves ({}) with steps still to run",
+                    limits.max_waves
+                )),
+            );
+        }
+        let wave = select_wave(&runnable, &run.plan, limits.max_parallel);
+        let n = state.waves + 1;
+        let mut events = vec![Event::WaveStarted {
+            wave: n,
+            steps: wave.iter().map(|&i| run.plan.steps[i].id.clone()).collect(),
+        }];
+        let mut calls = Vec::with_capacity(wave.len());
+        for i in wave {
+            let args = args_of.remove(&i).unwrap_or(Value::Null);
+            let inv = invocation(state, &run.plan.steps[i], 1, args, 0);
+            events.extend(start_events(&inv));
+            calls.push(inv);
+        }
+        return Next::Start { events, calls };
+    }
+    finish(state, run, None)
+}
+
+/// Ends the run: every step still pending is skipped with the reason, then the run finishes.
+fn finish(_state: &State, run: &PlanRun, error: Option<String>) -> Next {
+    let mut events = Vec::new();
+    for (i, r) in run.steps.iter().enumerate() {
+        if r.status == StepStatus::Pending || r.status == StepStatus::WaitingForUser {
+            let reason = blocked_reason(run, i).unwrap_or_else(|| {
+                error
+                    .clone()
+                    .unwrap_or_else(|| "the run ended before it could run".into())
+            });
+            events.push(Event::StepSkipped {
+                step: run.plan.steps[i].id.clone(),
+                reason,
+            });
+        }
+    }
+    let failed: Vec<&str> = run
+        .steps
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.status == StepStatus::Failed && !r.handled)
+        .map(|(i, _)| run.plan.steps[i].id.as_str())
+        .collect();
+    let (status, error) = match (error, failed.is_empty()) {
+        (Some(e), _) => (RunStatus::Failed, Some(e)),
+        (None, true) => (RunStatus::Completed, None),
+        (None, false) => (
+            RunStatus::Failed,
+            Some(format!("step(s) failed: {}", failed.join(", "))),
+        ),
+    };
+    events.push(Event::RunFinished { status, error });
+    Next::Record(events)
+}
+
+fn blocked_reason(run: &PlanRun, i: usize) -> Option<String> {
+    let deps = &run.graph.deps[i];
+    if let Some(&d) = deps
+        .iter()
+        .find(|&&d| run.steps[d].status == StepStatus::Failed && !run.steps[d].handled)
+    {
+        return Some(format!("blocked: step `{}` failed", run.plan.steps[d].id));
+    }
+    deps.iter()
+        .find(|&&d| !run.steps[d].status.is_terminal())
+        .map(|&d| format!("blocked: step `{}` could not run", run.plan.steps[d].id))
+}
+
+/// Turns a tool call's outcome into events: the call finished, and the step completed, will be
+/// retried, or failed.
+pub fn tool_finished(
+    state: &State,
+    limits: &Limits,
+    call_id: &str,
+    outcome: ToolOutcome,
+    duration_ms: u64,
+) -> Vec<Event> {
+    let step_id = state.open_calls.get(call_id).and_then(|c| c.step.clone());
+    let mut events = vec![Event::ToolCallFinished {
+        call_id: call_id.to_owned(),
+        outcome: outcome.clone(),
+        duration_ms,
+    }];
+    let (Some(step_id), Some(run)) = (step_id, &state.plan) else {
+        return events;
+    };
+    let Some((i, r)) = run.step(&step_id) else {
+        return events;
+    };
+    match outcome {
+        ToolOutcome::Ok { output } => events.push(Event::StepCompleted {
+            step: step_id,
+            output,
+        }),
+        ToolOutcome::Error { error } => {
+            if error.retryable && r.attempts < limits.max_step_attempts {
+                events.push(Event::StepRetrying {
+                    step: step_id,
+                    attempt: r.attempts,
+                    delay_ms: limits.backoff_ms(r.attempts + 1),
+                    error,
+                });
+            } else {
+                let handled = run.plan.steps[i]
+                    .output
+                    .as_ref()
+                    .is_some_and(|o| o.err.is_some());
+                events.push(Event::StepFailed {
+                    step: step_id,
+                    error,
+                    handled,
+                });
+            }
+        }
+    }
+    events
+}
+
+/// One wave of a dry run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DryWave {
+    pub wave: u32,
+    pub steps: Vec<DryStep>,
+}
+
+/// A step as a dry run shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DryStep {
+    pub id: String,
+    pub tool: String,
+    pub parallel: bool,
+    /// Why the step may be skipped at run time (its condition, or data that may not be written).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conditional: Option<String>,
+}
+
+/// The waves a plan would run in if every step completed, without running anything. Steps are
+/// marked conditional when they have a `_when`, read an error path, or read data that only a
+/// conditional step writes.
+pub fn dry_run(plan: &Plan, limits: &Limits) -> Vec<DryWave> {
+    let run = PlanRun::new_for_dry_run(plan.clone());
+    let n = plan.steps.len();
+    let mut conditional: Vec<Option<String>> = vec![None; n];
+    let err_writers: Vec<&[String]> = plan
+        .steps
+        .iter()
+        .filter_map(|s| s.output.as_ref().and_then(|o| o.err.as_deref()))
+        .collect();
+    let mut open: Vec<usize> = run.graph.deps.iter().map(Vec::len).collect();
+    let mut ready: std::collections::BTreeSet<usize> = (0..n).filter(|&i| open[i] == 0).collect();
+    let mut waves = Vec::new();
+    let mut wave_no = 0;
+    while !ready.is_empty() {
+        let list: Vec<usize> = ready.iter().copied().collect();
+        let chosen = select_wave(&list, plan, limits.max_parallel);
+        wave_no += 1;
+        let mut steps = Vec::new();
+        for &i in &chosen {
+            ready.remove(&i);
+            let s = &plan.steps[i];
+            let mut why = s.when.as_ref().map(|c| format!("when {}", c.source));
+            if why.is_none() {
+                why = s.reads().iter().find_map(|r| {
+                    (r.root == RefRoot::State
+                        && err_writers.iter().any(|e| path::overlaps(e, &r.path)))
+                    .then(|| format!("runs only if {r} is written (an error path)"))
+                });
+            }
+            if why.is_none() {
+                why = run.graph.deps[i]
+                    .iter()
+                    .find(|&&d| conditional[d].is_some())
+                    .map(|&d| format!("after conditional step `{}`", plan.steps[d].id));
+            }
+            conditional[i].clone_from(&why);
+            steps.push(DryStep {
+                id: s.id.clone(),
+                tool: s.tool.clone().unwrap_or_else(|| "(step executor)".into()),
+                parallel: s.parallel == Some(true),
+                conditional: why,
+            });
+            for &d in &run.graph.dependants[i] {
+                open[d] -= 1;
+                if open[d] == 0 {
+                    ready.insert(d);
+                }
+            }
+        }
+        waves.push(DryWave {
+            wave: wave_no,
+            steps,
+        });
+    }
+    waves
+}
+
+impl PlanRun {
+    fn new_for_dry_run(plan: Plan) -> Self {
+        let mut s = State::new();
+        s.apply(&Event::PlanAccepted { plan });
+        s.plan.unwrap_or_default()
+    }
+}

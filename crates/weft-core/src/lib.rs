@@ -1,0 +1,19 @@
+//! weft's pure core: events, the state they fold into, plans as data-flow graphs of tool calls,
+//! their validation, and the decisions of the engine. Nothing here does I/O or reads a clock:
+//! the shell (`weft-runtime`) performs effects and reports their outcomes as events.
+
+pub mod agent;
+pub mod engine;
+pub mod event;
+pub mod graph;
+pub mod model;
+pub mod path;
+pub mod plan;
+pub mod state;
+pub mod tool;
+
+pub use engine::{Invocation, Limits, Next};
+pub use event::{EVENT_VERSION, Envelope, Event, RunStatus, SessionStatus, ToolError, ToolOutcome};
+pub use plan::{Plan, PlanProblem, PlanStep};
+pub use state::{State, StepStatus};
+pub use tool::{ToolCatalog, ToolInfo};

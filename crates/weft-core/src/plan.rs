@@ -1,0 +1,695 @@
+//! Plans: data-flow graphs of tool calls.
+//!
+//! A plan is an array of calls (or `{"steps": [...]}` / `{"calls": [...]}`). Keys starting with `_`
+//! are meta fields; every other key is an argument. An argument whose whole string value is
+//! `†input.x`, `†state.a.b` or `†steps.<id>[.field]` (or an object `{"$ref": "state.a.b"}`) is a
+//! reference, resolved when the step runs. Edges are data: a step that reads `state.a` depends on
+//! every step whose `_outputPath` writes `state.a`, a path under it, or a path above it.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use crate::path;
+
+/// The marker that starts a reference in a string argument.
+pub const REF_MARK: char = '†';
+
+/// Meta fields a call may carry.
+pub const META_FIELDS: &[&str] = &[
+    "_tool",
+    "_id",
+    "_description",
+    "_category",
+    "_outputPath",
+    "_dependsOn",
+    "_parallel",
+    "_when",
+];
+
+/// What a reference points into.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RefRoot {
+    /// The run's input (`†input.x`).
+    Input,
+    /// The shared State object (`†state.a.b`).
+    State,
+    /// The whole output of a step (`†steps.<id>`).
+    Step(String),
+}
+
+/// A parsed reference: a root and a path below it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Reference {
+    pub root: RefRoot,
+    pub path: Vec<String>,
+}
+
+impl Reference {
+    /// Parses the part after the marker, e.g. `state.a.b`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let (head, rest) = match text.split_once('.') {
+            Some((h, r)) => (h, Some(r)),
+            None => (text, None),
+        };
+        let rest_path = |r: Option<&str>| -> Result<Vec<String>, String> {
+            match r {
+                None => Ok(Vec::new()),
+                Some(r) => path::parse(r).ok_or_else(|| {
+                    format!("`{text}` has an empty or blank path segment; write it as root.a.b")
+                }),
+            }
+        };
+        match head {
+            "input" => Ok(Self {
+                root: RefRoot::Input,
+                path: rest_path(rest)?,
+            }),
+            "state" => {
+                let path = rest_path(rest)?;
+                if path.is_empty() {
+                    return Err(format!(
+                        "`{text}` names the whole State object; reference a path inside it, e.g. state.result"
+                    ));
+                }
+                Ok(Self {
+                    root: RefRoot::State,
+                    path,
+                })
+            }
+            "steps" => {
+                let Some(rest) = rest else {
+                    return Err(format!("`{text}` names no step; write steps.<id>"));
+                };
+                let mut segs = rest.split('.');
+                let id = segs.next().unwrap_or_default().to_owned();
+                if id.is_empty() {
+                    return Err(format!("`{text}` names no step; write steps.<id>"));
+                }
+                let remainder: Vec<&str> = segs.collect();
+                let path = if remainder.is_empty() {
+                    Vec::new()
+                } else {
+                    rest_path(Some(&remainder.join(".")))?
+                };
+                Ok(Self {
+                    root: RefRoot::Step(id),
+                    path,
+                })
+            }
+            other => Err(format!(
+                "`{text}` starts with `{other}`; a reference starts with input., state. or steps."
+            )),
+        }
+    }
+
+    /// True if this reference can be read from a string argument (`†state.x`).
+    pub fn from_arg(value: &Value) -> Option<Result<Self, String>> {
+        match value {
+            Value::String(s) => s.strip_prefix(REF_MARK).map(Self::parse),
+            Value::Object(map) if map.len() == 1 => match map.get("$ref") {
+                Some(Value::String(s)) => Some(Self::parse(s.strip_prefix(REF_MARK).unwrap_or(s))),
+                Some(_) => Some(Err(
+                    "`$ref` must be a string such as \"state.a.b\"".to_owned()
+                )),
+                None => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Reference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.root {
+            RefRoot::Input => write!(f, "{REF_MARK}input")?,
+            RefRoot::State => write!(f, "{REF_MARK}state")?,
+            RefRoot::Step(id) => write!(f, "{REF_MARK}steps.{id}")?,
+        }
+        for seg in &self.path {
+            write!(f, ".{seg}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a step's result goes: the output on success, the error object on failure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutputPath {
+    pub ok: Vec<String>,
+    pub err: Option<Vec<String>>,
+}
+
+impl OutputPath {
+    fn parse(text: &str) -> Result<Self, String> {
+        let parse_one = |part: &str| -> Result<Vec<String>, String> {
+            let part = part.trim();
+            let body = part.strip_prefix(REF_MARK).unwrap_or(part);
+            let r = Reference::parse(body)?;
+            if r.root != RefRoot::State {
+                return Err(format!(
+                    "`{part}` is not a State path; outputs go to †state.<path>"
+                ));
+            }
+            Ok(r.path)
+        };
+        let mut parts = text.split("||");
+        let ok = parse_one(parts.next().unwrap_or_default())?;
+        let err = parts.next().map(parse_one).transpose()?;
+        if parts.next().is_some() {
+            return Err("at most two paths: \"†state.ok || †state.error\"".to_owned());
+        }
+        Ok(Self { ok, err })
+    }
+
+    fn render(&self) -> String {
+        let one = |p: &[String]| format!("{REF_MARK}state.{}", p.join("."));
+        match &self.err {
+            Some(e) => format!("{} || {}", one(&self.ok), one(e)),
+            None => one(&self.ok),
+        }
+    }
+}
+
+/// A `_when` condition: a minijinja expression over `input`, `state` and `steps`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Condition {
+    /// The expression as written in the plan.
+    pub source: String,
+    /// The paths it reads (for dependencies).
+    pub reads: Vec<Reference>,
+}
+
+impl Condition {
+    fn parse(text: &str) -> Result<Self, String> {
+        let expr = text.replace(REF_MARK, "");
+        let env = minijinja::Environment::new();
+        let compiled = env
+            .compile_expression(&expr)
+            .map_err(|e| format!("`{text}` is not a valid condition: {e}"))?;
+        let mut reads = Vec::new();
+        let mut names: Vec<String> = compiled.undeclared_variables(true).into_iter().collect();
+        names.sort();
+        for name in names {
+            let r = Reference::parse(&name).map_err(|_| {
+                format!(
+                    "`{text}` uses `{name}`; a condition may only read input.*, state.* and steps.*"
+                )
+            })?;
+            reads.push(r);
+        }
+        Ok(Self {
+            source: text.to_owned(),
+            reads,
+        })
+    }
+
+    /// Evaluates the condition against a context of `input`, `state` and `steps`.
+    pub fn eval(&self, ctx: &Value) -> Result<bool, String> {
+        let expr = self.source.replace(REF_MARK, "");
+        let env = minijinja::Environment::new();
+        let compiled = env
+            .compile_expression(&expr)
+            .map_err(|e| format!("condition `{}`: {e}", self.source))?;
+        let v = compiled
+            .eval(ctx)
+            .map_err(|e| format!("condition `{}`: {e}", self.source))?;
+        Ok(v.is_true())
+    }
+}
+
+/// One call of a plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanStep {
+    pub id: String,
+    /// The tool to call. `None` for a step the step executor carries out (plan mode).
+    pub tool: Option<String>,
+    pub description: Option<String>,
+    pub category: Option<String>,
+    /// Arguments as written, references included.
+    pub args: Map<String, Value>,
+    pub output: Option<OutputPath>,
+    pub depends_on: Vec<String>,
+    /// `_parallel` as written; `None` falls back to the tool's own `parallel` flag.
+    pub parallel: Option<bool>,
+    pub when: Option<Condition>,
+}
+
+impl PlanStep {
+    /// Every reference in the arguments, with the argument path it sits at.
+    pub fn arg_refs(&self) -> Vec<(String, Result<Reference, String>)> {
+        let mut out = Vec::new();
+        for (k, v) in &self.args {
+            collect_refs(k.clone(), v, &mut out);
+        }
+        out
+    }
+
+    /// Every well-formed reference this step reads (arguments and condition).
+    pub fn reads(&self) -> Vec<Reference> {
+        let mut v: Vec<Reference> = self
+            .arg_refs()
+            .into_iter()
+            .filter_map(|(_, r)| r.ok())
+            .collect();
+        if let Some(c) = &self.when {
+            v.extend(c.reads.iter().cloned());
+        }
+        v
+    }
+
+    /// The State paths this step may write.
+    pub fn writes(&self) -> Vec<&[String]> {
+        match &self.output {
+            Some(o) => {
+                let mut v = vec![o.ok.as_slice()];
+                if let Some(e) = &o.err {
+                    v.push(e.as_slice());
+                }
+                v
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The call in the seed's form.
+    pub fn to_call(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("_id".into(), Value::String(self.id.clone()));
+        if let Some(t) = &self.tool {
+            m.insert("_tool".into(), Value::String(t.clone()));
+        }
+        if let Some(d) = &self.description {
+            m.insert("_description".into(), Value::String(d.clone()));
+        }
+        if let Some(c) = &self.category {
+            m.insert("_category".into(), Value::String(c.clone()));
+        }
+        for (k, v) in &self.args {
+            m.insert(k.clone(), v.clone());
+        }
+        if let Some(o) = &self.output {
+            m.insert("_outputPath".into(), Value::String(o.render()));
+        }
+        if !self.depends_on.is_empty() {
+            m.insert(
+                "_dependsOn".into(),
+                Value::Array(self.depends_on.iter().cloned().map(Value::String).collect()),
+            );
+        }
+        if let Some(p) = self.parallel {
+            m.insert("_parallel".into(), Value::Bool(p));
+        }
+        if let Some(w) = &self.when {
+            m.insert("_when".into(), Value::String(w.source.clone()));
+        }
+        Value::Object(m)
+    }
+}
+
+fn collect_refs(at: String, v: &Value, out: &mut Vec<(String, Result<Reference, String>)>) {
+    if let Some(r) = Reference::from_arg(v) {
+        out.push((at, r));
+        return;
+    }
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m {
+                collect_refs(format!("{at}.{k}"), v, out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                collect_refs(format!("{at}[{i}]"), v, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A plan: its steps in the order written.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Plan {
+    pub steps: Vec<PlanStep>,
+}
+
+/// One problem found in a plan, naming the step and field it concerns.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanProblem {
+    /// The step id (or `#n` for a call whose id could not be read).
+    pub step: Option<String>,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl PlanProblem {
+    pub fn new(step: Option<&str>, field: Option<&str>, message: impl Into<String>) -> Self {
+        Self {
+            step: step.map(str::to_owned),
+            field: field.map(str::to_owned),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for PlanProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.step, &self.field) {
+            (Some(s), Some(fl)) => write!(f, "step `{s}`, field `{fl}`: {}", self.message),
+            (Some(s), None) => write!(f, "step `{s}`: {}", self.message),
+            (None, Some(fl)) => write!(f, "field `{fl}`: {}", self.message),
+            (None, None) => write!(f, "{}", self.message),
+        }
+    }
+}
+
+impl Plan {
+    /// Parses a plan from JSON text, reporting every problem found in its shape.
+    pub fn parse_str(text: &str) -> Result<Self, Vec<PlanProblem>> {
+        let value: Value = serde_json::from_str(text).map_err(|e| {
+            vec![PlanProblem::new(
+                None,
+                None,
+                format!(
+                    "not valid JSON ({e}); a plan is a JSON array of calls or {{\"steps\": [...]}}"
+                ),
+            )]
+        })?;
+        Self::from_value(&value)
+    }
+
+    /// Parses a plan from a JSON value, reporting every problem found in its shape.
+    pub fn from_value(value: &Value) -> Result<Self, Vec<PlanProblem>> {
+        let calls = match value {
+            Value::Array(a) => a,
+            Value::Object(m) => match m.get("steps").or_else(|| m.get("calls")) {
+                Some(Value::Array(a)) => a,
+                _ => {
+                    return Err(vec![PlanProblem::new(
+                        None,
+                        None,
+                        "a plan is a JSON array of calls, or an object with a `steps` array",
+                    )]);
+                }
+            },
+            _ => {
+                return Err(vec![PlanProblem::new(
+                    None,
+                    None,
+                    "a plan is a JSON array of calls, or an object with a `steps` array",
+                )]);
+            }
+        };
+        let mut problems = Vec::new();
+        let mut steps = Vec::with_capacity(calls.len());
+        for (i, call) in calls.iter().enumerate() {
+            match parse_call(i, call) {
+                Ok(s) => steps.push(s),
+                Err(mut p) => problems.append(&mut p),
+            }
+        }
+        if problems.is_empty() {
+            Ok(Self { steps })
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// The plan in the seed's form (an array of calls).
+    pub fn to_value(&self) -> Value {
+        Value::Array(self.steps.iter().map(PlanStep::to_call).collect())
+    }
+
+    /// Step index by id (the first one, if ids repeat).
+    pub fn index(&self) -> HashMap<&str, usize> {
+        let mut m = HashMap::with_capacity(self.steps.len());
+        for (i, s) in self.steps.iter().enumerate() {
+            m.entry(s.id.as_str()).or_insert(i);
+        }
+        m
+    }
+}
+
+impl Serialize for Plan {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_value().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Plan {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        Plan::from_value(&v).map_err(|ps| {
+            let msgs: Vec<String> = ps.iter().map(ToString::to_string).collect();
+            serde::de::Error::custom(msgs.join("; "))
+        })
+    }
+}
+
+fn is_valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+fn parse_call(i: usize, call: &Value) -> Result<PlanStep, Vec<PlanProblem>> {
+    let label = format!("#{}", i + 1);
+    let Value::Object(map) = call else {
+        return Err(vec![PlanProblem::new(
+            Some(&label),
+            None,
+            "a call must be a JSON object with `_tool` and its arguments",
+        )]);
+    };
+    let mut problems = Vec::new();
+    let id = match map.get("_id") {
+        None => format!("s{}", i + 1),
+        Some(Value::String(s)) if is_valid_id(s) => s.clone(),
+        Some(other) => {
+            problems.push(PlanProblem::new(
+                Some(&label),
+                Some("_id"),
+                format!("{other} is not a valid id; use letters, digits, `_` and `-`"),
+            ));
+            label.clone()
+        }
+    };
+    let sid = Some(id.as_str());
+    let str_field = |name: &str, problems: &mut Vec<PlanProblem>| -> Option<String> {
+        match map.get(name) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                problems.push(PlanProblem::new(
+                    sid,
+                    Some(name),
+                    format!("must be a string, found {other}"),
+                ));
+                None
+            }
+        }
+    };
+    let tool = str_field("_tool", &mut problems);
+    let description = str_field("_description", &mut problems);
+    let category = str_field("_category", &mut problems);
+    if tool.as_deref() == Some("") {
+        problems.push(PlanProblem::new(
+            sid,
+            Some("_tool"),
+            "is empty; name a tool",
+        ));
+    }
+    if tool.is_none() && description.is_none() {
+        problems.push(PlanProblem::new(
+            sid,
+            Some("_tool"),
+            "is missing; a call names its `_tool` (or, in an agent's plan, carries a `_description` for the step executor)",
+        ));
+    }
+    let output = match str_field("_outputPath", &mut problems) {
+        None => None,
+        Some(s) => match OutputPath::parse(&s) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                problems.push(PlanProblem::new(sid, Some("_outputPath"), e));
+                None
+            }
+        },
+    };
+    let depends_on = match map.get("_dependsOn") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => {
+            let mut v = Vec::new();
+            for x in a {
+                match x {
+                    Value::String(s) => v.push(s.clone()),
+                    other => problems.push(PlanProblem::new(
+                        sid,
+                        Some("_dependsOn"),
+                        format!("{other} is not a step id; list ids as strings"),
+                    )),
+                }
+            }
+            v
+        }
+        Some(other) => {
+            problems.push(PlanProblem::new(
+                sid,
+                Some("_dependsOn"),
+                format!("{other} is neither a step id nor a list of ids"),
+            ));
+            Vec::new()
+        }
+    };
+    let parallel = match map.get("_parallel") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(other) => {
+            problems.push(PlanProblem::new(
+                sid,
+                Some("_parallel"),
+                format!("must be true or false, found {other}"),
+            ));
+            None
+        }
+    };
+    let when = match str_field("_when", &mut problems) {
+        None => None,
+        Some(s) => match Condition::parse(&s) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                problems.push(PlanProblem::new(sid, Some("_when"), e));
+                None
+            }
+        },
+    };
+    let mut args = Map::new();
+    for (k, v) in map {
+        if k.starts_with('_') {
+            if !META_FIELDS.contains(&k.as_str()) {
+                problems.push(PlanProblem::new(
+                    sid,
+                    Some(k),
+                    format!(
+                        "unknown meta field; known ones are {}",
+                        META_FIELDS.join(", ")
+                    ),
+                ));
+            }
+        } else {
+            args.insert(k.clone(), v.clone());
+        }
+    }
+    let step = PlanStep {
+        id: id.clone(),
+        tool,
+        description,
+        category,
+        args,
+        output,
+        depends_on,
+        parallel,
+        when,
+    };
+    for (at, r) in step.arg_refs() {
+        if let Err(e) = r {
+            problems.push(PlanProblem::new(
+                Some(&id),
+                Some(&at),
+                format!("malformed reference: {e}"),
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(step)
+    } else {
+        Err(problems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_the_seed_profile_plan() {
+        let plan = Plan::from_value(&json!([
+            {"_tool": "fetchUserProfile", "userName": "Alice", "_outputPath": "†state.userProfileData"},
+            {"_tool": "summarizeProfile", "profile": "†state.userProfileData", "_outputPath": "†state.profileSummary"}
+        ]))
+        .map_err(|p| format!("{p:?}"));
+        let plan = plan.unwrap_or_default();
+        assert_eq!(plan.steps.len(), 2);
+        assert_eq!(plan.steps[0].id, "s1");
+        assert_eq!(
+            plan.steps[1].reads()[0].to_string(),
+            "†state.userProfileData"
+        );
+        assert_eq!(
+            plan.steps[0].output.as_ref().map(|o| o.ok.clone()),
+            Some(vec!["userProfileData".to_owned()])
+        );
+    }
+
+    #[test]
+    fn parses_error_paths_and_ascii_refs() {
+        let plan = Plan::from_value(&json!({"steps": [
+            {"_tool": "pay", "amount": {"$ref": "input.amount"}, "_outputPath": "†state.receipt || †state.error"}
+        ]}))
+        .unwrap_or_default();
+        let o = plan.steps[0].output.clone();
+        assert_eq!(o.and_then(|o| o.err), Some(vec!["error".to_owned()]));
+        assert_eq!(plan.steps[0].reads()[0].root, RefRoot::Input);
+    }
+
+    #[test]
+    fn reports_malformed_meta_and_refs() {
+        let err = Plan::from_value(&json!([
+            {"_tool": "x", "a": "†stat.foo", "_parallel": "yes", "_bogus": 1, "_outputPath": "†input.x"}
+        ]))
+        .err()
+        .unwrap_or_default();
+        let text: Vec<String> = err.iter().map(ToString::to_string).collect();
+        assert!(
+            text.iter()
+                .any(|t| t.contains("field `a`") && t.contains("malformed reference")),
+            "{text:?}"
+        );
+        assert!(text.iter().any(|t| t.contains("`_parallel`")), "{text:?}");
+        assert!(text.iter().any(|t| t.contains("`_bogus`")), "{text:?}");
+        assert!(text.iter().any(|t| t.contains("`_outputPath`")), "{text:?}");
+    }
+
+    #[test]
+    fn condition_reads_paths() {
+        let c = Condition::parse("state.weather.sunny and not input.indoors");
+        let c = c.unwrap_or_else(|e| Condition {
+            source: e,
+            reads: vec![],
+        });
+        let names: Vec<String> = c.reads.iter().map(ToString::to_string).collect();
+        assert_eq!(names, vec!["†input.indoors", "†state.weather.sunny"]);
+        assert_eq!(
+            c.eval(&json!({"state": {"weather": {"sunny": true}}, "input": {"indoors": false}})),
+            Ok(true)
+        );
+        assert!(Condition::parse("os.system").is_err());
+    }
+
+    #[test]
+    fn round_trips_through_serde() {
+        let plan = Plan::from_value(&json!([
+            {"_id": "a", "_tool": "t", "x": "†input.x", "_outputPath": "†state.r || †state.e", "_when": "input.go", "_parallel": true, "_dependsOn": []}
+        ]))
+        .unwrap_or_default();
+        let text = serde_json::to_string(&plan).unwrap_or_default();
+        let back: Plan = serde_json::from_str(&text).unwrap_or_default();
+        assert_eq!(plan, back);
+    }
+}

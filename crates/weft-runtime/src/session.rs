@@ -1,0 +1,63 @@
+//! A live session: its state, and the one way to change it (`commit`).
+
+use std::sync::Arc;
+
+use weft_core::{EVENT_VERSION, Envelope, Event, State};
+use weft_store::Store;
+
+use crate::{RuntimeError, now_ms};
+
+/// Sees every event after it is stored.
+pub type Observer = Arc<dyn Fn(&Envelope) + Send + Sync>;
+
+/// A session being driven by this process.
+pub struct Session<'s, S: Store> {
+    store: &'s S,
+    pub id: String,
+    pub state: State,
+    observers: Vec<Observer>,
+}
+
+impl<'s, S: Store> Session<'s, S> {
+    pub fn new(store: &'s S, id: String, state: State, observers: Vec<Observer>) -> Self {
+        Self {
+            store,
+            id,
+            state,
+            observers,
+        }
+    }
+
+    /// Stores a batch of events atomically, then applies and publishes them. Nothing is applied
+    /// unless the store accepted the whole batch.
+    pub async fn commit(&mut self, events: Vec<Event>) -> Result<(), RuntimeError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let ts = now_ms();
+        let base = self.state.seq;
+        let status = self.state.status_after(&events);
+        let envelopes: Vec<Envelope> = events
+            .into_iter()
+            .enumerate()
+            .map(|(k, event)| Envelope {
+                seq: base + 1 + k as u64,
+                ts,
+                v: EVENT_VERSION,
+                event,
+            })
+            .collect();
+        self.store
+            .append(&self.id, base, &envelopes, status, ts)
+            .await?;
+        for e in &envelopes {
+            self.state.apply(&e.event);
+        }
+        for e in &envelopes {
+            for o in &self.observers {
+                o(e);
+            }
+        }
+        Ok(())
+    }
+}

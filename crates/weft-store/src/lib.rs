@@ -1,0 +1,125 @@
+//! Session stores. A session is a row of metadata and an append-only log of events; the log is
+//! the checkpoint. Appends carry the sequence number the writer expects to follow, so two
+//! writers of one session cannot interleave: one wins, the other gets [`StoreError::Conflict`].
+
+mod memory;
+
+use std::future::Future;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use weft_core::{Envelope, SessionStatus};
+
+pub use memory::MemoryStore;
+
+/// A session to create.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NewSession {
+    pub id: String,
+    pub user_id: Option<String>,
+    pub agent: String,
+    /// An outside reference, e.g. a chat id.
+    pub reference_id: Option<String>,
+    pub metadata: Value,
+    /// The session this one was forked from or runs under (a sub-agent's parent).
+    pub parent_id: Option<String>,
+}
+
+/// A stored session's metadata.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub id: String,
+    pub user_id: Option<String>,
+    pub agent: String,
+    pub reference_id: Option<String>,
+    pub metadata: Value,
+    pub parent_id: Option<String>,
+    pub status: SessionStatus,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    pub updated_at: i64,
+    /// The sequence number of the last event.
+    pub last_seq: u64,
+}
+
+/// Which sessions to list.
+#[derive(Clone, Debug, Default)]
+pub struct ListFilter {
+    pub user_id: Option<String>,
+    pub status: Option<SessionStatus>,
+    pub limit: Option<usize>,
+}
+
+/// Store failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(
+        "session {session} was changed by another writer (expected to append after event {expected}, but the log ends at {actual}); reload the session and try again"
+    )]
+    Conflict {
+        session: String,
+        expected: u64,
+        actual: u64,
+    },
+    #[error("no session {0}; `weft sessions list` shows the sessions there are")]
+    NotFound(String),
+    #[error("session {0} already exists")]
+    Exists(String),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("{0}")]
+    Backend(String),
+}
+
+/// Where sessions live.
+pub trait Store: Send + Sync + 'static {
+    /// Creates a session with no events.
+    fn create(
+        &self,
+        s: NewSession,
+        now: i64,
+    ) -> impl Future<Output = Result<SessionRecord, StoreError>> + Send;
+    /// Appends a batch atomically. `expected_seq` is the last sequence number the writer has
+    /// seen; the batch's events must be numbered from `expected_seq + 1`. `status` is the
+    /// session's status after the batch.
+    fn append(
+        &self,
+        id: &str,
+        expected_seq: u64,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// A session's metadata and its whole log.
+    fn load(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<(SessionRecord, Vec<Envelope>), StoreError>> + Send;
+    /// The events after `after_seq`.
+    fn events_after(
+        &self,
+        id: &str,
+        after_seq: u64,
+    ) -> impl Future<Output = Result<Vec<Envelope>, StoreError>> + Send;
+    /// Sessions, newest first.
+    fn list(
+        &self,
+        filter: &ListFilter,
+    ) -> impl Future<Output = Result<Vec<SessionRecord>, StoreError>> + Send;
+    /// Deletes sessions last updated before `before` (Unix ms); returns how many.
+    fn prune(&self, before: i64) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+/// Checks that a batch is numbered to follow `expected_seq`.
+pub fn check_batch(id: &str, expected_seq: u64, events: &[Envelope]) -> Result<(), StoreError> {
+    for (k, e) in events.iter().enumerate() {
+        let want = expected_seq + 1 + k as u64;
+        if e.seq != want {
+            return Err(StoreError::Corrupt(format!(
+                "session {id}: event numbered {} where {want} was expected",
+                e.seq
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,274 @@
+//! Local command tools: the arguments as JSON on stdin, a JSON result on stdout. No shell.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use weft_core::agent::{CommandToolDecl, parse_duration};
+use weft_core::{ToolError, ToolInfo};
+
+use crate::{Tool, ToolContext};
+
+/// Output beyond this is cut off and the call fails as `invalid_output`.
+const MAX_OUTPUT: usize = 16 * 1024 * 1024;
+/// How much of stderr is kept in an error.
+const MAX_STDERR: usize = 8 * 1024;
+/// Variables passed on from weft's own environment.
+const PASSED_ENV: &[&str] = &["PATH", "HOME", "LANG", "TMPDIR", "SYSTEMROOT"];
+
+/// A tool that runs a local executable.
+#[derive(Debug, Clone)]
+pub struct CommandTool {
+    info: ToolInfo,
+    program: String,
+    args: Vec<String>,
+    env: BTreeMap<String, String>,
+    cwd: PathBuf,
+    timeout: Duration,
+}
+
+impl CommandTool {
+    /// Builds the tool from its declaration; relative paths are taken from `base_dir`.
+    pub fn from_decl(decl: CommandToolDecl, base_dir: &Path) -> Result<Self, String> {
+        let Some((program, args)) = decl.command.split_first() else {
+            return Err(format!(
+                "`{}`: `command` is empty; give the program and its arguments as a list",
+                decl.name
+            ));
+        };
+        let timeout = match &decl.timeout {
+            None => Duration::from_secs(60),
+            Some(v) => parse_duration(v).map_err(|e| format!("`{}`: timeout: {e}", decl.name))?,
+        };
+        let cwd = match &decl.cwd {
+            Some(c) => base_dir.join(c),
+            None => base_dir.to_path_buf(),
+        };
+        Ok(Self {
+            info: ToolInfo {
+                name: decl.name,
+                description: decl.description,
+                category: decl.category,
+                input_schema: decl.input_schema,
+                idempotent: decl.idempotent,
+                parallel: decl.parallel,
+                requires_approval: decl.requires_approval,
+                source: "command".into(),
+            },
+            program: program.clone(),
+            args: args.to_vec(),
+            env: decl.env,
+            cwd,
+            timeout,
+        })
+    }
+
+    async fn run(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+        let mut cmd = tokio::process::Command::new(&self.program);
+        cmd.args(&self.args)
+            .current_dir(&self.cwd)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for k in PASSED_ENV {
+            if let Ok(v) = std::env::var(k) {
+                cmd.env(k, v);
+            }
+        }
+        cmd.envs(&self.env)
+            .env("WEFT_SESSION_ID", &ctx.session_id)
+            .env("WEFT_CALL_ID", &ctx.call_id)
+            .env("WEFT_IDEMPOTENCY_KEY", &ctx.idempotency_key)
+            .env("WEFT_ATTEMPT", ctx.attempt.to_string());
+        if let Some(step) = &ctx.step {
+            cmd.env("WEFT_STEP_ID", step);
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            ToolError::new(
+                "spawn",
+                format!(
+                    "could not start `{}` (in {}): {e}",
+                    self.program,
+                    self.cwd.display()
+                ),
+            )
+        })?;
+        let input = serde_json::to_vec(&args).unwrap_or_default();
+        let mut stdin = child.stdin.take();
+        let mut stdout = child.stdout.take();
+        let mut stderr = child.stderr.take();
+        let write = async {
+            if let Some(s) = stdin.as_mut() {
+                // A tool may exit without reading its input; that is not an error by itself.
+                let _ = s.write_all(&input).await;
+                let _ = s.shutdown().await;
+            }
+            drop(stdin.take());
+        };
+        let read_out = async {
+            let mut buf = Vec::new();
+            if let Some(s) = stdout.as_mut() {
+                let _ = s.take(MAX_OUTPUT as u64 + 1).read_to_end(&mut buf).await;
+            }
+            buf
+        };
+        let read_err = async {
+            let mut buf = Vec::new();
+            if let Some(s) = stderr.as_mut() {
+                let _ = s.take(MAX_OUTPUT as u64).read_to_end(&mut buf).await;
+            }
+            buf
+        };
+        let all = async {
+            let ((), out, err) = tokio::join!(write, read_out, read_err);
+            let status = child.wait().await;
+            (out, err, status)
+        };
+        let (out, err, status) = match tokio::time::timeout(self.timeout, all).await {
+            Ok(r) => r,
+            Err(_) => {
+                return Err(ToolError::new(
+                    "timeout",
+                    format!(
+                        "`{}` did not finish within {:?}; it was killed",
+                        self.info.name, self.timeout
+                    ),
+                ));
+            }
+        };
+        let stderr_text = tail(&err);
+        let status = status
+            .map_err(|e| ToolError::new("io", format!("waiting for `{}`: {e}", self.program)))?;
+        if !status.success() {
+            return Err(ToolError::new(
+                "exit_status",
+                match stderr_text.lines().rev().find(|l| !l.trim().is_empty()) {
+                    Some(last) => {
+                        format!("`{}` exited with {status}: {}", self.info.name, last.trim())
+                    }
+                    None => format!("`{}` exited with {status}", self.info.name),
+                },
+            )
+            .with_detail(
+                json!({"exit_code": status.code(), "stderr": stderr_text, "stdout": tail(&out)}),
+            ));
+        }
+        if out.len() > MAX_OUTPUT {
+            return Err(ToolError::new(
+                "invalid_output",
+                format!("`{}` wrote more than {MAX_OUTPUT} bytes", self.info.name),
+            ));
+        }
+        serde_json::from_slice(&out).map_err(|e| {
+            ToolError::new(
+                "invalid_output",
+                format!(
+                    "`{}` did not print one JSON value on stdout: {e}",
+                    self.info.name
+                ),
+            )
+            .with_detail(json!({"stdout": tail(&out), "stderr": stderr_text}))
+        })
+    }
+}
+
+fn tail(bytes: &[u8]) -> String {
+    let start = bytes.len().saturating_sub(MAX_STDERR);
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
+
+impl Tool for CommandTool {
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+        self.run(args, ctx).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(cmd: &[&str], timeout: &str) -> CommandTool {
+        let decl = CommandToolDecl {
+            name: "t".into(),
+            description: String::new(),
+            category: None,
+            command: cmd.iter().map(|s| (*s).to_owned()).collect(),
+            input_schema: json!({}),
+            idempotent: false,
+            parallel: false,
+            requires_approval: false,
+            timeout: Some(json!(timeout)),
+            env: BTreeMap::new(),
+            cwd: None,
+        };
+        CommandTool::from_decl(decl, Path::new(".")).expect("valid declaration")
+    }
+
+    #[tokio::test]
+    async fn reads_stdin_and_returns_stdout_json() {
+        let t = tool(
+            &[
+                "python3",
+                "-c",
+                "import json,sys; a=json.load(sys.stdin); print(json.dumps({'n': a['n']+1}))",
+            ],
+            "10s",
+        );
+        assert_eq!(
+            t.call(json!({"n": 1}), ToolContext::default()).await.ok(),
+            Some(json!({"n": 2}))
+        );
+    }
+
+    #[tokio::test]
+    async fn non_zero_exit_keeps_stderr() {
+        let t = tool(
+            &[
+                "python3",
+                "-c",
+                "import sys; sys.stderr.write('boom'); sys.exit(3)",
+            ],
+            "10s",
+        );
+        let e = t.call(json!({}), ToolContext::default()).await.err();
+        let e = e.map(|e| {
+            (
+                e.kind,
+                e.detail["stderr"].clone(),
+                e.detail["exit_code"].clone(),
+            )
+        });
+        assert_eq!(e, Some(("exit_status".to_owned(), json!("boom"), json!(3))));
+    }
+
+    #[tokio::test]
+    async fn invalid_json_is_an_error() {
+        let t = tool(&["python3", "-c", "print('not json')"], "10s");
+        let e = t.call(json!({}), ToolContext::default()).await.err();
+        assert_eq!(e.map(|e| e.kind), Some("invalid_output".to_owned()));
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_command() {
+        let t = tool(&["sleep", "5"], "200ms");
+        let start = std::time::Instant::now();
+        let e = t.call(json!({}), ToolContext::default()).await.err();
+        assert_eq!(e.map(|e| e.kind), Some("timeout".to_owned()));
+        assert!(start.elapsed() < Duration::from_secs(4));
+    }
+
+    #[tokio::test]
+    async fn missing_program_is_a_spawn_error() {
+        let t = tool(&["/no/such/program"], "1s");
+        let e = t.call(json!({}), ToolContext::default()).await.err();
+        assert_eq!(e.map(|e| e.kind), Some("spawn".to_owned()));
+    }
+}

@@ -1,0 +1,55 @@
+//! The `weft` command-line tool.
+
+mod load;
+mod plan_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// weft: a durable agent runtime. Plans data-flow graphs of tool calls, runs them in parallel
+/// waves, checkpoints every step, and streams a typed event for everything it does.
+#[derive(Debug, Parser)]
+#[command(name = "weft", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate, dry-run or execute a plan with no model involved.
+    #[command(subcommand)]
+    Plan(plan_cmd::PlanCommand),
+}
+
+/// Exit codes: 0 success, 1 the run failed, 2 bad input (a file, a plan, an argument), 3 the
+/// session waits for a person.
+pub const EXIT_FAILED: u8 = 1;
+pub const EXIT_USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: could not start the async runtime: {e}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    let result = rt.block_on(async {
+        match cli.command {
+            Command::Plan(c) => plan_cmd::run(c).await,
+        }
+    });
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}

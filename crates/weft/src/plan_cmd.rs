@@ -1,0 +1,197 @@
+//! `weft plan`: check, dry-run and run plans without a model.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use weft_core::engine::dry_run;
+use weft_core::{Plan, SessionStatus};
+use weft_runtime::Runtime;
+use weft_store::MemoryStore;
+
+use crate::{EXIT_FAILED, EXIT_USAGE, load};
+
+#[derive(Debug, Subcommand)]
+pub enum PlanCommand {
+    /// Validate a plan: exit 0, or exit 2 with every problem listed.
+    Check(PlanArgs),
+    /// Show the waves a plan would run in, without running any tool.
+    DryRun(PlanArgs),
+    /// Execute a plan; print the final State object as JSON. Exit 1 if a step failed.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The plan file (a JSON array of calls, or {"steps": [...]}).
+    pub plan: PathBuf,
+    /// The agent file that declares the tools.
+    #[arg(long)]
+    pub agent: PathBuf,
+    /// The run's input: JSON text, or @FILE.
+    #[arg(long)]
+    pub input: Option<String>,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Override the agent's max_parallel.
+    #[arg(long)]
+    pub max_parallel: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub plan: PlanArgs,
+    /// Print every event as a JSON line on stderr.
+    #[arg(long)]
+    pub events: bool,
+    /// Override the agent's max_waves.
+    #[arg(long)]
+    pub max_waves: Option<u32>,
+}
+
+fn read_plan(
+    path: &std::path::Path,
+) -> Result<std::result::Result<Plan, Vec<weft_core::PlanProblem>>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read plan file {}", path.display()))?;
+    Ok(Plan::parse_str(&text))
+}
+
+fn report(path: &std::path::Path, problems: &[weft_core::PlanProblem]) -> u8 {
+    eprintln!("plan {} has {} problem(s):", path.display(), problems.len());
+    for p in problems {
+        eprintln!("  - {p}");
+    }
+    EXIT_USAGE
+}
+
+pub async fn run(cmd: PlanCommand) -> Result<u8> {
+    match cmd {
+        PlanCommand::Check(a) => check(&a, false).await,
+        PlanCommand::DryRun(a) => check(&a, true).await,
+        PlanCommand::Run(a) => execute(a).await,
+    }
+}
+
+async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
+    let agent = load::agent(&a.agent)?;
+    let input = a
+        .input
+        .as_deref()
+        .map(|i| load::input(Some(i)))
+        .transpose()?;
+    let mut plan = match read_plan(&a.plan)? {
+        Ok(p) => p,
+        Err(problems) => return Ok(report(&a.plan, &problems)),
+    };
+    let mut limits = agent.spec.limits.clone();
+    if let Some(p) = a.max_parallel {
+        limits.max_parallel = p.max(1);
+    }
+    let rt = Runtime::new(
+        Arc::new(MemoryStore::new()),
+        Arc::new(agent.tools),
+        limits.clone(),
+    );
+    let problems = rt.check_plan(&plan, input.as_ref());
+    if !problems.is_empty() {
+        if a.json {
+            println!("{}", serde_json::json!({"ok": false, "problems": problems}));
+        }
+        return Ok(report(&a.plan, &problems));
+    }
+    weft_core::engine::normalize(&mut plan, rt.tools.as_ref());
+    let waves = dry_run(&plan, &limits);
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({"ok": true, "steps": plan.steps.len(), "waves": waves})
+        )?;
+        return Ok(0);
+    }
+    if !show_waves {
+        writeln!(
+            out,
+            "plan {} is valid: {} step(s) in {} wave(s)",
+            a.plan.display(),
+            plan.steps.len(),
+            waves.len()
+        )?;
+        return Ok(0);
+    }
+    for w in &waves {
+        let parallel = w.steps.len() > 1;
+        writeln!(
+            out,
+            "wave {}{}:",
+            w.wave,
+            if parallel { " (parallel)" } else { "" }
+        )?;
+        for s in &w.steps {
+            match &s.conditional {
+                Some(c) => writeln!(out, "  {} {}  [conditional: {c}]", s.id, s.tool)?,
+                None => writeln!(out, "  {} {}", s.id, s.tool)?,
+            }
+        }
+    }
+    Ok(0)
+}
+
+async fn execute(a: RunArgs) -> Result<u8> {
+    let agent = load::agent(&a.plan.agent)?;
+    let input = load::input(a.plan.input.as_deref())?;
+    let plan = match read_plan(&a.plan.plan)? {
+        Ok(p) => p,
+        Err(problems) => return Ok(report(&a.plan.plan, &problems)),
+    };
+    let mut limits = agent.spec.limits.clone();
+    if let Some(p) = a.plan.max_parallel {
+        limits.max_parallel = p.max(1);
+    }
+    if let Some(w) = a.max_waves {
+        limits.max_waves = w;
+    }
+    let mut rt = Runtime::new(Arc::new(MemoryStore::new()), Arc::new(agent.tools), limits);
+    if a.events {
+        rt = rt.observe(Arc::new(|e| {
+            if let Ok(line) = serde_json::to_string(e) {
+                let mut err = std::io::stderr().lock();
+                let _ = writeln!(err, "{line}");
+            }
+        }));
+    }
+    let problems = rt.check_plan(&plan, Some(&input));
+    if !problems.is_empty() {
+        return Ok(report(&a.plan.plan, &problems));
+    }
+    let session = rt.run_plan(&agent.spec.name, plan, input).await?;
+    let state = &session.state;
+    println!("{}", serde_json::to_string_pretty(&state.data)?);
+    if state.status == SessionStatus::Completed {
+        return Ok(0);
+    }
+    if let Some(run) = &state.plan {
+        for (s, r) in run.plan.steps.iter().zip(&run.steps) {
+            if let Some(e) = r
+                .error
+                .as_ref()
+                .filter(|_| r.status == weft_core::StepStatus::Failed && !r.handled)
+            {
+                eprintln!("step `{}` failed: {e}", s.id);
+                if !e.detail.is_null() {
+                    eprintln!("  detail: {}", e.detail);
+                }
+            }
+        }
+    }
+    if let Some(e) = &state.error {
+        eprintln!("run failed: {e}");
+    }
+    Ok(EXIT_FAILED)
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Small command tools for weft's examples: JSON arguments on stdin, one JSON value on stdout.
+
+Usage: demo_tools.py OPERATION   (the agent file passes the operation as an argument)
+"""
+import json
+import os
+import sys
+
+
+def billing_history(a):
+    return {"customerId": a["customerId"], "orders": 5, "lastChargeback": "2025-09-10"}
+
+
+def issue_refund(a):
+    return {"confirmationId": f"refund_{a['customerId']}_{int(a['amount'] * 100)}",
+            "message": "The refund has been processed successfully."}
+
+
+def escalate(a):
+    return {"ticket": "esc_1", "note": a.get("reason", "")}
+
+
+def weather(a):
+    sunny = a["city"].lower() in {"lisbon", "seville", "athens", "nice"}
+    return {"city": a["city"], "sunny": sunny, "tempC": 24 if sunny else 12}
+
+
+def find_park(a):
+    return f"A walk in the park in {a['city']}"
+
+
+def find_movie(a):
+    return f"A film at the cinema in {a['city']}"
+
+
+def present(a):
+    return {"suggestion": a["suggestion"]}
+
+
+def process_payment(a):
+    if a["amount"] > 100 or a.get("card") == "declined":
+        sys.stderr.write("card_declined: Your card was declined.\n")
+        sys.exit(2)
+    return {"receiptId": "rcpt_42", "amount": a["amount"]}
+
+
+def confirm_order(a):
+    return {"confirmed": True, "receipt": a["receipt"]["receiptId"]}
+
+
+def report_failure(a):
+    return {"status": "Failed", "reported": a["error"].get("message", "")}
+
+
+def detect_language(a):
+    words = a["text"].lower().split()
+    if any(w in {"bonjour", "le", "monde"} for w in words):
+        return "fr"
+    if any(w in {"hola", "mundo"} for w in words):
+        return "es"
+    return "en"
+
+
+def is_english(a):
+    return a["language"] == "en"
+
+
+def translate(a):
+    if a["isEnglish"]:
+        return a["text"]
+    table = {"bonjour": "hello", "le": "the", "monde": "world", "hola": "hello", "mundo": "world"}
+    return " ".join(table.get(w.lower(), w) for w in a["text"].split()).capitalize()
+
+
+def append_log(a):
+    """Appends a line to a file (a side effect that is visible from outside)."""
+    with open(a["file"], "a", encoding="utf-8") as f:
+        f.write(a["line"] + "\n")
+    return {"written": a["line"]}
+
+
+OPS = {
+    "billing": billing_history, "refund": issue_refund, "escalate": escalate,
+    "weather": weather, "park": find_park, "movie": find_movie, "present": present,
+    "pay": process_payment, "confirm": confirm_order, "report": report_failure,
+    "detect": detect_language, "is_english": is_english, "translate": translate,
+    "append": append_log,
+}
+
+if __name__ == "__main__":
+    op = sys.argv[1] if len(sys.argv) > 1 else ""
+    if op not in OPS:
+        sys.stderr.write(f"unknown operation {op!r}; known: {', '.join(sorted(OPS))}\n")
+        sys.exit(64)
+    args = json.load(sys.stdin)
+    json.dump(OPS[op](args), sys.stdout)
