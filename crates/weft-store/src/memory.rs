@@ -7,10 +7,12 @@ use weft_core::{Envelope, SessionStatus};
 
 use crate::{ListFilter, NewSession, SessionRecord, Store, StoreError, check_batch};
 
+type Sessions = HashMap<String, (SessionRecord, Vec<Envelope>)>;
+
 /// Sessions in memory; lost when the process ends.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    sessions: Mutex<HashMap<String, (SessionRecord, Vec<Envelope>)>>,
+    sessions: Mutex<Sessions>,
 }
 
 impl MemoryStore {
@@ -18,12 +20,7 @@ impl MemoryStore {
         Self::default()
     }
 
-    fn lock(
-        &self,
-    ) -> Result<
-        std::sync::MutexGuard<'_, HashMap<String, (SessionRecord, Vec<Envelope>)>>,
-        StoreError,
-    > {
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Sessions>, StoreError> {
         self.sessions
             .lock()
             .map_err(|_| StoreError::Backend("the in-memory store was poisoned by a panic".into()))

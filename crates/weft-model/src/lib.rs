@@ -1,0 +1,165 @@
+//! weft's models. The [`Model`] trait takes a [`ModelRequest`] (messages, tools, an optional
+//! reply schema) and returns a [`ModelReply`] (text, tool calls, usage), streaming text deltas
+//! to an optional sink. Providers: a scripted model for tests and demos, OpenAI-compatible chat
+//! completions and Anthropic Messages.
+
+mod scripted;
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde_json::Value;
+pub use weft_core::model::{Message, ModelReply, ModelRequest, Purpose, ToolCall, ToolDef, Usage};
+
+pub use scripted::{ScriptedModel, ScriptedReply};
+
+/// Receives text deltas as the model generates them.
+pub type DeltaSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Model failures. Each keeps what the provider said, so a person can see why.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The agent file's model settings are wrong (unknown provider, missing key, bad file).
+    #[error("model configuration: {0}")]
+    Config(String),
+    /// The provider answered with an HTTP error.
+    #[error("{provider} returned HTTP {status}: {body}")]
+    Http {
+        provider: String,
+        status: u16,
+        body: String,
+        /// Seconds the provider asked to wait (`Retry-After`).
+        retry_after: Option<f64>,
+    },
+    /// The prompt is longer than the model's context window.
+    #[error("{provider}: the request exceeds the model's context length: {body}")]
+    ContextLength { provider: String, body: String },
+    #[error("{provider}: timed out after {seconds:.1} s ({phase})")]
+    Timeout {
+        provider: String,
+        phase: String,
+        seconds: f64,
+    },
+    #[error("{provider}: connection failed: {message}")]
+    Transport { provider: String, message: String },
+    /// The stream ended before the reply was complete.
+    #[error("{provider}: the stream was cut mid-reply: {message}")]
+    StreamCut { provider: String, message: String },
+    /// The provider's reply could not be read.
+    #[error("{provider}: malformed reply: {message}; body: {body}")]
+    Malformed {
+        provider: String,
+        message: String,
+        body: String,
+    },
+    /// A scripted model has no reply left for this call.
+    #[error(
+        "the script {script} has no reply left for a `{purpose}` call (call #{index}); add one"
+    )]
+    ScriptExhausted {
+        script: String,
+        purpose: String,
+        index: u32,
+    },
+    /// A scripted reply does not fit the call.
+    #[error("the script {script}: {message}")]
+    ScriptMismatch { script: String, message: String },
+    #[error("the model call was cancelled")]
+    Cancelled,
+}
+
+impl ModelError {
+    /// Whether trying the same call again may succeed (rate limits, server errors, cuts).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Http { status, .. } => *status == 429 || *status == 408 || *status >= 500,
+            Self::Timeout { .. } | Self::Transport { .. } | Self::StreamCut { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// A language model.
+pub trait Model: Send + Sync + 'static {
+    /// `provider:model`, for events and usage.
+    fn name(&self) -> &str;
+    /// One call. Text deltas go to `deltas` as they arrive, when given.
+    fn complete(
+        &self,
+        req: &ModelRequest,
+        deltas: Option<DeltaSink>,
+    ) -> impl Future<Output = Result<ModelReply, ModelError>> + Send;
+}
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The object-safe form of [`Model`], for choosing a provider at run time.
+pub trait DynModel: Send + Sync {
+    fn name(&self) -> &str;
+    fn complete_boxed<'a>(
+        &'a self,
+        req: &'a ModelRequest,
+        deltas: Option<DeltaSink>,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>>;
+}
+
+impl<M: Model> DynModel for M {
+    fn name(&self) -> &str {
+        Model::name(self)
+    }
+    fn complete_boxed<'a>(
+        &'a self,
+        req: &'a ModelRequest,
+        deltas: Option<DeltaSink>,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(self.complete(req, deltas))
+    }
+}
+
+/// A model chosen at run time.
+pub type SharedModel = Arc<dyn DynModel>;
+
+/// Builds the model an agent file's `model` field names. `base_dir` is the agent file's
+/// directory (scripts are found relative to it).
+///
+/// Forms: `scripted:PATH`, or a mapping `{provider: scripted, script: PATH}`.
+pub fn from_spec(spec: &Value, base_dir: &Path) -> Result<SharedModel, ModelError> {
+    let (provider, rest, map) = match spec {
+        Value::String(s) => match s.split_once(':') {
+            Some((p, r)) => (p.to_owned(), r.to_owned(), None),
+            None => {
+                return Err(ModelError::Config(format!(
+                    "`model: {s}` names no provider; write provider:model, e.g. openai:gpt-4o-mini or scripted:script.yaml"
+                )));
+            }
+        },
+        Value::Object(m) => {
+            let provider = m
+                .get("provider")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let name = m
+                .get("name")
+                .or_else(|| m.get("script"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            (provider, name, Some(m))
+        }
+        other => {
+            return Err(ModelError::Config(format!(
+                "`model` must be a string or a mapping, found {other}"
+            )));
+        }
+    };
+    let _ = map;
+    match provider.as_str() {
+        "scripted" => Ok(Arc::new(ScriptedModel::from_file(&base_dir.join(&rest))?)),
+        other => Err(ModelError::Config(format!(
+            "unknown model provider `{other}`; known: scripted, openai, anthropic"
+        ))),
+    }
+}

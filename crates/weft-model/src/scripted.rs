@@ -1,0 +1,393 @@
+//! A scripted model: replies read from a file, for tests and demos.
+//!
+//! A script is either a list of replies served in order (the session's n-th model call gets the
+//! n-th reply), or a mapping from purpose (`plan`, `execute`, `review`, `respond`,
+//! `response_review`, `react`, `workflow`) to a list (the n-th call of that purpose gets the n-th
+//! reply of its list). Because the position comes from the session's own count of calls, a
+//! session resumed in a new process continues the script where it stopped.
+//!
+//! A reply has one of `text`, `json` (sent as JSON text) or `tool_calls`, and may carry
+//! `purpose` (in a list: the call must have this purpose, or the script fails loudly),
+//! `delay_ms` (think time), `usage` and `repeat` (the reply stands for that many calls).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::{DeltaSink, Model, ModelError, ModelReply, ModelRequest, Purpose, ToolCall, Usage};
+
+/// A tool call in a script.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedCall {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: Value,
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+/// One scripted reply.
+#[derive(Clone, Debug, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedReply {
+    #[serde(default)]
+    pub purpose: Option<Purpose>,
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub json: Option<Value>,
+    #[serde(default)]
+    pub tool_calls: Vec<ScriptedCall>,
+    #[serde(default)]
+    pub delay_ms: u64,
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    #[serde(default)]
+    pub repeat: Option<u32>,
+}
+
+impl ScriptedReply {
+    pub fn text(t: impl Into<String>) -> Self {
+        Self {
+            text: Some(t.into()),
+            ..Self::default()
+        }
+    }
+
+    pub fn json(v: Value) -> Self {
+        Self {
+            json: Some(v),
+            ..Self::default()
+        }
+    }
+
+    pub fn tool_call(name: impl Into<String>, arguments: Value) -> Self {
+        Self {
+            tool_calls: vec![ScriptedCall {
+                name: name.into(),
+                arguments,
+                id: None,
+            }],
+            ..Self::default()
+        }
+    }
+
+    #[must_use]
+    pub fn for_purpose(mut self, p: Purpose) -> Self {
+        self.purpose = Some(p);
+        self
+    }
+
+    #[must_use]
+    pub fn delayed(mut self, ms: u64) -> Self {
+        self.delay_ms = ms;
+        self
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ScriptFile {
+    List(Vec<ScriptedReply>),
+    Wrapped { replies: Vec<ScriptedReply> },
+    Keyed(HashMap<Purpose, Vec<ScriptedReply>>),
+}
+
+/// A model that answers from a script.
+#[derive(Debug, Clone)]
+pub struct ScriptedModel {
+    name: String,
+    /// Where the script came from, for errors.
+    origin: String,
+    flat: Vec<ScriptedReply>,
+    keyed: HashMap<Purpose, Vec<ScriptedReply>>,
+}
+
+fn expand(replies: Vec<ScriptedReply>) -> Vec<ScriptedReply> {
+    let mut out = Vec::with_capacity(replies.len());
+    for r in replies {
+        let n = r.repeat.unwrap_or(1);
+        for _ in 0..n {
+            out.push(ScriptedReply {
+                repeat: None,
+                ..r.clone()
+            });
+        }
+    }
+    out
+}
+
+impl ScriptedModel {
+    /// Replies served in order.
+    pub fn new(origin: impl Into<String>, replies: Vec<ScriptedReply>) -> Self {
+        let origin = origin.into();
+        Self {
+            name: format!("scripted:{origin}"),
+            origin,
+            flat: expand(replies),
+            keyed: HashMap::new(),
+        }
+    }
+
+    /// Replies per purpose.
+    pub fn keyed(origin: impl Into<String>, replies: HashMap<Purpose, Vec<ScriptedReply>>) -> Self {
+        let origin = origin.into();
+        Self {
+            name: format!("scripted:{origin}"),
+            origin,
+            flat: Vec::new(),
+            keyed: replies.into_iter().map(|(k, v)| (k, expand(v))).collect(),
+        }
+    }
+
+    /// Reads a script file (YAML or JSON).
+    pub fn from_file(path: &Path) -> Result<Self, ModelError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ModelError::Config(format!("cannot read the script {origin}: {e}")))?;
+        Self::parse(&origin, &text)
+    }
+
+    /// Parses a script (YAML or JSON). `origin` names it in errors.
+    pub fn parse(origin: &str, text: &str) -> Result<Self, ModelError> {
+        let file: ScriptFile = serde_yaml_ng::from_str(text).map_err(|e| {
+            ModelError::Config(format!(
+                "the script {origin} is not a list of replies or a mapping from purpose to replies: {e}"
+            ))
+        })?;
+        let model = match file {
+            ScriptFile::List(l) | ScriptFile::Wrapped { replies: l } => Self::new(origin, l),
+            ScriptFile::Keyed(k) => Self::keyed(origin, k),
+        };
+        for (i, r) in model
+            .flat
+            .iter()
+            .chain(model.keyed.values().flatten())
+            .enumerate()
+        {
+            let kinds = usize::from(r.text.is_some())
+                + usize::from(r.json.is_some())
+                + usize::from(!r.tool_calls.is_empty());
+            if kinds > 1 && !(r.text.is_some() && !r.tool_calls.is_empty() && r.json.is_none()) {
+                return Err(ModelError::Config(format!(
+                    "the script {origin}: reply #{} has both `json` and another kind; give one of text, json, tool_calls",
+                    i + 1
+                )));
+            }
+        }
+        Ok(model)
+    }
+
+    fn pick(&self, req: &ModelRequest) -> Result<&ScriptedReply, ModelError> {
+        if self.keyed.is_empty() {
+            let reply = self.flat.get(req.call_index as usize).ok_or_else(|| {
+                ModelError::ScriptExhausted {
+                    script: self.origin.clone(),
+                    purpose: req.purpose.as_str().to_owned(),
+                    index: req.call_index + 1,
+                }
+            })?;
+            if let Some(p) = reply.purpose
+                && p != req.purpose
+            {
+                return Err(ModelError::ScriptMismatch {
+                    script: self.origin.clone(),
+                    message: format!(
+                        "reply #{} is for a `{}` call, but call #{} is a `{}` call",
+                        req.call_index + 1,
+                        p.as_str(),
+                        req.call_index + 1,
+                        req.purpose.as_str()
+                    ),
+                });
+            }
+            return Ok(reply);
+        }
+        self.keyed
+            .get(&req.purpose)
+            .and_then(|l| l.get(req.purpose_index as usize))
+            .ok_or_else(|| ModelError::ScriptExhausted {
+                script: self.origin.clone(),
+                purpose: req.purpose.as_str().to_owned(),
+                index: req.purpose_index + 1,
+            })
+    }
+}
+
+/// A rough token count for scripted usage: one token per four bytes.
+fn estimate_tokens(text: &str) -> u64 {
+    (text.len() as u64).div_ceil(4)
+}
+
+impl Model for ScriptedModel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn complete(
+        &self,
+        req: &ModelRequest,
+        deltas: Option<DeltaSink>,
+    ) -> Result<ModelReply, ModelError> {
+        let reply = self.pick(req)?;
+        if reply.delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(reply.delay_ms)).await;
+        }
+        let content = match (&reply.text, &reply.json) {
+            (Some(t), _) => t.clone(),
+            (None, Some(j)) => serde_json::to_string(j).unwrap_or_default(),
+            (None, None) => String::new(),
+        };
+        if req.response_schema.is_some() && !reply.tool_calls.is_empty() && content.is_empty() {
+            return Err(ModelError::ScriptMismatch {
+                script: self.origin.clone(),
+                message: format!(
+                    "call #{} (`{}`) expects a structured reply, but the script gives tool calls",
+                    req.call_index + 1,
+                    req.purpose.as_str()
+                ),
+            });
+        }
+        if let Some(sink) = &deltas
+            && !content.is_empty()
+        {
+            let mut start = 0;
+            for (i, c) in content.char_indices() {
+                if c == ' ' && i > start {
+                    sink(&content[start..i]);
+                    start = i;
+                }
+            }
+            sink(&content[start..]);
+        }
+        let tool_calls = reply
+            .tool_calls
+            .iter()
+            .enumerate()
+            .map(|(k, c)| ToolCall {
+                id: c
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| format!("call_{}_{}", req.call_index + 1, k + 1)),
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+            })
+            .collect();
+        let usage = reply.usage.clone().unwrap_or_else(|| {
+            let prompt: u64 = req
+                .messages
+                .iter()
+                .map(|m| estimate_tokens(&serde_json::to_string(m).unwrap_or_default()))
+                .sum();
+            Usage {
+                input_tokens: prompt,
+                output_tokens: estimate_tokens(&content) + reply.tool_calls.len() as u64 * 10,
+                ..Usage::default()
+            }
+        });
+        Ok(ModelReply {
+            content,
+            tool_calls,
+            usage,
+            model: self.name.clone(),
+            finish_reason: Some(
+                if reply.tool_calls.is_empty() {
+                    "stop"
+                } else {
+                    "tool_calls"
+                }
+                .into(),
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn req(purpose: Purpose, call_index: u32, purpose_index: u32) -> ModelRequest {
+        ModelRequest {
+            purpose,
+            call_index,
+            purpose_index,
+            messages: vec![crate::Message::User {
+                content: "hi".into(),
+            }],
+            tools: vec![],
+            response_schema: None,
+            max_tokens: None,
+            temperature: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn flat_scripts_serve_in_order_and_fail_loudly_when_exhausted() {
+        let m = ScriptedModel::parse(
+            "s.yaml",
+            "- text: one\n- tool_calls: [{name: echo, arguments: {a: 1}}]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            m.complete(&req(Purpose::React, 0, 0), None)
+                .await
+                .unwrap()
+                .content,
+            "one"
+        );
+        let r = m.complete(&req(Purpose::React, 1, 1), None).await.unwrap();
+        assert_eq!(r.tool_calls[0].name, "echo");
+        assert_eq!(r.tool_calls[0].arguments, json!({"a": 1}));
+        let e = m
+            .complete(&req(Purpose::React, 2, 2), None)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("no reply left"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn keyed_scripts_serve_by_purpose_and_check_purposes() {
+        let m = ScriptedModel::parse(
+            "k.yaml",
+            "plan:\n  - json: {direct_response: hi}\nreview:\n  - text: ok\n",
+        )
+        .unwrap();
+        let r = m.complete(&req(Purpose::Plan, 5, 0), None).await.unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(&r.content).unwrap(),
+            json!({"direct_response": "hi"})
+        );
+        assert!(
+            m.complete(&req(Purpose::Respond, 6, 0), None)
+                .await
+                .is_err()
+        );
+        let flat = ScriptedModel::parse("f.yaml", "- {purpose: plan, text: x}\n").unwrap();
+        let e = flat
+            .complete(&req(Purpose::Review, 0, 0), None)
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("`plan`") && e.to_string().contains("`review`"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn repeat_and_deltas() {
+        let m = ScriptedModel::parse("r.yaml", "- {text: \"a b c\", repeat: 2}\n").unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let s2 = seen.clone();
+        let sink: DeltaSink = std::sync::Arc::new(move |d: &str| s2.lock().unwrap().push_str(d));
+        m.complete(&req(Purpose::React, 1, 1), Some(sink))
+            .await
+            .unwrap();
+        assert_eq!(seen.lock().unwrap().as_str(), "a b c");
+        assert!(m.complete(&req(Purpose::React, 2, 2), None).await.is_err());
+    }
+}
