@@ -50,6 +50,9 @@ pub struct AgentSpec {
     /// Wait for a person to approve each plan before it runs (plan mode).
     #[serde(default)]
     pub approve_plans: bool,
+    /// A reviewer checks each answer before it is given (plan mode; default true).
+    #[serde(default)]
+    pub review_responses: Option<bool>,
     /// Skills: named instructions the planner may select.
     #[serde(default)]
     pub skills: Vec<Value>,
@@ -281,6 +284,7 @@ mod tests {
             tools: vec![],
             allowed_tools: None,
             approve_plans: false,
+            review_responses: None,
             skills: vec![],
             steps: vec![],
         })

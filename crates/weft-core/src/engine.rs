@@ -26,6 +26,8 @@ pub struct Limits {
     pub max_response_rounds: u32,
     /// Model turns per run (ReAct mode).
     pub max_iterations: u32,
+    /// Unusable replies (or failed model calls) in a row before the run gives up.
+    pub max_model_retries: u32,
     /// Backoff before the second attempt; doubles for each further attempt.
     pub retry_backoff_ms: u64,
     /// Upper bound of one backoff.
@@ -41,6 +43,7 @@ impl Default for Limits {
             max_replans: 3,
             max_response_rounds: 2,
             max_iterations: 25,
+            max_model_retries: 3,
             retry_backoff_ms: 200,
             retry_backoff_max_ms: 10_000,
         }
@@ -82,6 +85,8 @@ pub enum Next {
     },
     /// Calls are in flight: wait for an outcome and report it with [`tool_finished`].
     Wait,
+    /// A step without a literal tool call needs the step executor (agent plan mode).
+    CallExecutor { step: String },
     /// Nothing more to do.
     Done,
 }
@@ -248,6 +253,13 @@ fn start_events(inv: &Invocation) -> [Event; 2] {
 
 /// Decides the next move of a plan run (no model involved).
 pub fn decide(state: &State, limits: &Limits) -> Next {
+    decide_execution(state, limits, false)
+}
+
+/// Decides the next move of plan execution. In an agent (`agent`), steps without a literal
+/// tool call go to the step executor, and the end of execution hands over to the response
+/// instead of ending the run.
+pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
     if state.status.is_terminal() {
         return Next::Done;
     }
@@ -255,6 +267,7 @@ pub fn decide(state: &State, limits: &Limits) -> Next {
         return Next::Record(vec![Event::RunFinished {
             status: RunStatus::Failed,
             error: Some("no plan to run".into()),
+            answer: None,
         }]);
     };
     // Retries that are due.
@@ -287,6 +300,37 @@ pub fn decide(state: &State, limits: &Limits) -> Next {
     }
     if !state.open_calls.is_empty() {
         return Next::Wait;
+    }
+    if agent {
+        for id in &state.wave_steps {
+            let Some((i, r)) = run.step(id) else { continue };
+            let step = &run.plan.steps[i];
+            if r.status != StepStatus::Running || step.tool.is_some() {
+                continue;
+            }
+            if let Some((tool, args)) = &r.next_call {
+                let n = u32::try_from(r.signatures.len())
+                    .unwrap_or(u32::MAX)
+                    .saturating_add(1);
+                let inv = Invocation {
+                    call_id: format!("{}#{n}", step.id),
+                    step: Some(step.id.clone()),
+                    tool: tool.clone(),
+                    args: args.clone(),
+                    attempt: n,
+                    idempotency_key: format!("{}:{}:{n}", state.session_id, step.id),
+                    delay_ms: 0,
+                };
+                let [_, started] = start_events(&inv);
+                return Next::Start {
+                    events: vec![started],
+                    calls: vec![inv],
+                };
+            }
+            return Next::CallExecutor {
+                step: step.id.clone(),
+            };
+        }
     }
     if let Some(wave) = state.open_wave {
         return Next::Record(vec![Event::WaveFinished { wave }]);
@@ -334,6 +378,7 @@ pub fn decide(state: &State, limits: &Limits) -> Next {
                     "reached max_waves ({}) with steps still to run",
                     limits.max_waves
                 )),
+                agent,
             );
         }
         let wave = select_wave(&runnable, &run.plan, limits.max_parallel);
@@ -344,18 +389,27 @@ pub fn decide(state: &State, limits: &Limits) -> Next {
         }];
         let mut calls = Vec::with_capacity(wave.len());
         for i in wave {
+            let step = &run.plan.steps[i];
+            if step.tool.is_none() {
+                events.push(Event::StepStarted {
+                    step: step.id.clone(),
+                    attempt: 1,
+                });
+                continue;
+            }
             let args = args_of.remove(&i).unwrap_or(Value::Null);
-            let inv = invocation(state, &run.plan.steps[i], 1, args, 0);
+            let inv = invocation(state, step, 1, args, 0);
             events.extend(start_events(&inv));
             calls.push(inv);
         }
         return Next::Start { events, calls };
     }
-    finish(state, run, None)
+    finish(state, run, None, agent)
 }
 
-/// Ends the run: every step still pending is skipped with the reason, then the run finishes.
-fn finish(_state: &State, run: &PlanRun, error: Option<String>) -> Next {
+/// Ends execution: every step still pending is skipped with the reason. A plan run then
+/// finishes; an agent goes on to its response.
+fn finish(_state: &State, run: &PlanRun, error: Option<String>, agent: bool) -> Next {
     let mut events = Vec::new();
     for (i, r) in run.steps.iter().enumerate() {
         if r.status == StepStatus::Pending || r.status == StepStatus::WaitingForUser {
@@ -377,6 +431,14 @@ fn finish(_state: &State, run: &PlanRun, error: Option<String>) -> Next {
         .filter(|(_, r)| r.status == StepStatus::Failed && !r.handled)
         .map(|(i, _)| run.plan.steps[i].id.as_str())
         .collect();
+    if agent {
+        let reason = error.unwrap_or_else(|| match failed.is_empty() {
+            true => "every step has finished".to_owned(),
+            false => format!("no step can run any more; failed: {}", failed.join(", ")),
+        });
+        events.push(Event::ExecutionFinished { reason });
+        return Next::Record(events);
+    }
     let (status, error) = match (error, failed.is_empty()) {
         (Some(e), _) => (RunStatus::Failed, Some(e)),
         (None, true) => (RunStatus::Completed, None),
@@ -385,7 +447,11 @@ fn finish(_state: &State, run: &PlanRun, error: Option<String>) -> Next {
             Some(format!("step(s) failed: {}", failed.join(", "))),
         ),
     };
-    events.push(Event::RunFinished { status, error });
+    events.push(Event::RunFinished {
+        status,
+        error,
+        answer: None,
+    });
     Next::Record(events)
 }
 
@@ -423,11 +489,23 @@ pub fn tool_finished(
     let Some((i, r)) = run.step(&step_id) else {
         return events;
     };
+    let executor_step = run.plan.steps[i].tool.is_none();
     match outcome {
         ToolOutcome::Ok { output } => events.push(Event::StepCompleted {
             step: step_id,
+            summary: Some(summarize(&output)),
             output,
         }),
+        ToolOutcome::Error { error } if executor_step => {
+            // The error goes back to the step executor, which may try something else.
+            if r.failures + 1 >= limits.max_step_attempts {
+                events.push(Event::StepFailed {
+                    step: step_id,
+                    error,
+                    handled: false,
+                });
+            }
+        }
         ToolOutcome::Error { error } => {
             if error.retryable && r.attempts < limits.max_step_attempts {
                 events.push(Event::StepRetrying {
@@ -536,4 +614,14 @@ impl PlanRun {
         s.apply(&Event::PlanAccepted { plan });
         s.plan.unwrap_or_default()
     }
+}
+
+/// A short account of a result for people: the text, or compact JSON, cut at 200 characters.
+pub fn summarize(v: &Value) -> String {
+    let text = crate::state::value_text(v);
+    if text.chars().count() <= 200 {
+        return text;
+    }
+    let cut: String = text.chars().take(200).collect();
+    format!("{cut}…")
 }

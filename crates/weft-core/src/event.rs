@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::plan::Plan;
+use crate::agent::Mode;
+use crate::model::{Message, ModelReply, Purpose};
+use crate::plan::{Plan, PlanProblem};
 
 /// The version of the event schema written by this build. Readers accept this version and
 /// older ones; a log written by a newer build is refused with a clear error.
@@ -134,7 +136,81 @@ pub enum Event {
         agent: String,
         #[serde(default)]
         input: Value,
+        /// The agent's mode; absent for a bare plan run (`weft plan run`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<Mode>,
     },
+    /// A person gave the agent a task (a new turn of the session).
+    TurnStarted {
+        task: String,
+        #[serde(default, skip_serializing_if = "Value::is_null")]
+        input: Value,
+    },
+    /// A model answered. `step` is set for a step executor's call.
+    ModelReplied {
+        purpose: Purpose,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<String>,
+        reply: ModelReply,
+    },
+    /// A model's reply could not be used; the reason is fed back on the next call.
+    ModelReplyRejected {
+        purpose: Purpose,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<String>,
+        reason: String,
+    },
+    /// A model call failed (after the provider's own retries).
+    ModelFailed {
+        purpose: Purpose,
+        error: String,
+        retryable: bool,
+    },
+    /// The planner's plan was invalid; the problems go back to the planner.
+    PlanRejected { problems: Vec<PlanProblem> },
+    /// A replan: the pending steps are replaced by these. Completed and failed steps stay.
+    PlanRevised { plan: Plan, reason: String },
+    /// What the step executor decided for a step (for people; the raw reply is in
+    /// `model_replied`).
+    StepAction {
+        step: String,
+        action: String,
+        #[serde(default, skip_serializing_if = "Value::is_null")]
+        detail: Value,
+    },
+    /// A tool call was refused without running: a repeat of the same call in a step, a tool
+    /// the agent may not use, or arguments that do not fit.
+    ToolCallBlocked {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+        tool: String,
+        args: Value,
+        reason: String,
+    },
+    /// The review after a wave.
+    ReviewDecided {
+        decision: ReviewDecision,
+        #[serde(default)]
+        reason: String,
+    },
+    /// A draft of the final answer.
+    AnswerDrafted { text: String, round: u32 },
+    /// The reviewer's verdict on the draft.
+    ResponseReviewed {
+        verdict: ResponseVerdict,
+        #[serde(default)]
+        feedback: String,
+    },
+    /// The session waits for a person.
+    WaitingForUser { request: InputRequest },
+    /// A person answered the session's request.
+    UserReplied { text: String },
+    /// Conversation messages carried into this session (a fork or an import).
+    MessagesImported { messages: Vec<Message> },
+    /// A piece of the answer as the model generates it. Published live, never stored.
+    TextDelta { text: String },
     /// A plan was accepted for execution (validated, tool flags filled in).
     PlanAccepted { plan: Plan },
     /// A wave of ready steps begins.
@@ -166,7 +242,14 @@ pub enum Event {
         delay_ms: u64,
     },
     /// A step completed; its output went to its `_outputPath`.
-    StepCompleted { step: String, output: Value },
+    StepCompleted {
+        step: String,
+        /// The raw result, for the model and for references.
+        output: Value,
+        /// A short account for people.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        summary: Option<String>,
+    },
     /// A step failed for good. `handled`: the error went to the step's error path.
     StepFailed {
         step: String,
@@ -178,12 +261,63 @@ pub enum Event {
     StepSkipped { step: String, reason: String },
     /// A wave ended (every step in it reached an outcome).
     WaveFinished { wave: u32 },
+    /// No step of the plan can run any more; the agent goes on to its answer.
+    ExecutionFinished { reason: String },
     /// The run ended.
     RunFinished {
         status: RunStatus,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// The answer given to the person.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<String>,
     },
+}
+
+/// What the review after a wave decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ReviewDecision {
+    Continue,
+    Replan,
+    FinalResponse,
+    AskUser,
+    CannotComplete,
+}
+
+/// What the response reviewer decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ResponseVerdict {
+    Accept,
+    Refine,
+    AskUser,
+    CannotComplete,
+}
+
+/// What a waiting session asks of a person.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InputRequest {
+    /// `missing_input`, `question`, `plan_approval` or `tool_approval`.
+    pub kind: String,
+    /// The question shown to the person.
+    pub question: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// Required arguments the call lacks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+    /// The call as far as it is known (tool and arguments).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub partial_call: Value,
+    /// The plan awaiting approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Plan>,
+    /// The model's tool call this request belongs to (ReAct `ask_user`, approvals).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
 }
 
 impl Event {
@@ -191,6 +325,21 @@ impl Event {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::SessionStarted { .. } => "session_started",
+            Self::TurnStarted { .. } => "turn_started",
+            Self::ModelReplied { .. } => "model_replied",
+            Self::ModelReplyRejected { .. } => "model_reply_rejected",
+            Self::ModelFailed { .. } => "model_failed",
+            Self::PlanRejected { .. } => "plan_rejected",
+            Self::PlanRevised { .. } => "plan_revised",
+            Self::StepAction { .. } => "step_action",
+            Self::ToolCallBlocked { .. } => "tool_call_blocked",
+            Self::ReviewDecided { .. } => "review_decided",
+            Self::AnswerDrafted { .. } => "answer_drafted",
+            Self::ResponseReviewed { .. } => "response_reviewed",
+            Self::WaitingForUser { .. } => "waiting_for_user",
+            Self::UserReplied { .. } => "user_replied",
+            Self::MessagesImported { .. } => "messages_imported",
+            Self::TextDelta { .. } => "text_delta",
             Self::PlanAccepted { .. } => "plan_accepted",
             Self::WaveStarted { .. } => "wave_started",
             Self::StepStarted { .. } => "step_started",
@@ -201,6 +350,7 @@ impl Event {
             Self::StepFailed { .. } => "step_failed",
             Self::StepSkipped { .. } => "step_skipped",
             Self::WaveFinished { .. } => "wave_finished",
+            Self::ExecutionFinished { .. } => "execution_finished",
             Self::RunFinished { .. } => "run_finished",
         }
     }

@@ -3,12 +3,14 @@
 //! the shell (`weft-runtime`) performs effects and reports their outcomes as events.
 
 pub mod agent;
+pub mod agent_loop;
 pub mod engine;
 pub mod event;
 pub mod graph;
 pub mod model;
 pub mod path;
 pub mod plan;
+pub mod prompts;
 pub mod state;
 pub mod tool;
 

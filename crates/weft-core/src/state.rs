@@ -6,10 +6,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::event::{Event, RunStatus, SessionStatus, ToolError};
+use crate::agent::Mode;
+use crate::event::{
+    Event, InputRequest, ResponseVerdict, ReviewDecision, RunStatus, SessionStatus, ToolError,
+    ToolOutcome,
+};
 use crate::graph::Graph;
+use crate::model::{Message, Purpose, Usage};
 use crate::path;
-use crate::plan::Plan;
+use crate::plan::{Plan, PlanProblem};
 
 /// A step's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -50,6 +55,18 @@ pub struct StepRun {
     /// The tool call in flight.
     #[serde(skip)]
     pub call: Option<String>,
+    /// The step's own log (executor decisions, tool results, a person's answers).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub log: Vec<Value>,
+    /// Signatures of the tool calls made in this step (repeats are blocked).
+    #[serde(skip)]
+    pub signatures: Vec<String>,
+    /// Failed actions of a step-executor step (bad replies, tool errors, blocked calls).
+    #[serde(skip)]
+    pub failures: u32,
+    /// The tool call the step executor chose, not yet started.
+    #[serde(skip)]
+    pub next_call: Option<(String, Value)>,
 }
 
 /// A plan being executed.
@@ -68,6 +85,34 @@ pub struct PlanRun {
 }
 
 impl PlanRun {
+    /// Replaces the steps that have not run (pending or waiting) by `new`. Completed, failed and
+    /// skipped steps stay as they are; the new steps may depend on them.
+    fn revise(&mut self, new: &Plan) {
+        let mut steps = Vec::new();
+        let mut runs = Vec::new();
+        for (s, r) in self.plan.steps.iter().zip(&self.steps) {
+            if r.status.is_terminal() || r.status == StepStatus::Running {
+                steps.push(s.clone());
+                runs.push(r.clone());
+            }
+        }
+        steps.extend(new.steps.iter().cloned());
+        runs.resize(steps.len(), StepRun::default());
+        let mut next = Self::new(Plan { steps });
+        next.steps = runs;
+        next.candidates.clear();
+        for i in 0..next.steps.len() {
+            next.open_deps[i] = next.graph.deps[i]
+                .iter()
+                .filter(|&&d| !next.steps[d].status.is_terminal())
+                .count();
+            if next.open_deps[i] == 0 && next.steps[i].status == StepStatus::Pending {
+                next.candidates.insert(i);
+            }
+        }
+        *self = next;
+    }
+
     fn new(plan: Plan) -> Self {
         let graph = Graph::build(&plan);
         let n = plan.steps.len();
@@ -158,9 +203,89 @@ pub struct State {
     pub open_wave: Option<u32>,
     /// Waves started so far.
     pub waves: u32,
+    /// The steps of the wave in progress.
+    pub wave_steps: Vec<String>,
     pub open_calls: BTreeMap<String, OpenCall>,
     pub tool_invocations: u64,
     pub error: Option<String>,
+
+    // The agent loop.
+    /// The agent's mode; `None` for a bare plan run.
+    pub mode: Option<Mode>,
+    pub phase: Phase,
+    /// Turns started (tasks given).
+    pub turn: u32,
+    /// The current task.
+    pub task: Option<String>,
+    /// The conversation (ReAct) across turns.
+    pub history: Vec<Message>,
+    /// Earlier turns' tasks and answers (the memory a later turn sees).
+    pub memory: Vec<(String, Option<String>)>,
+    pub model_calls: u32,
+    pub purpose_calls: BTreeMap<Purpose, u32>,
+    pub usage: Usage,
+    /// Invalid plans in the current planning round.
+    pub plan_attempts: u32,
+    pub last_problems: Vec<PlanProblem>,
+    pub replans: u32,
+    pub replan_reason: Option<String>,
+    /// Model turns in the current ReAct turn.
+    pub iterations: u32,
+    /// Consecutive unusable replies and model failures.
+    pub rejections: u32,
+    pub model_failures: u32,
+    /// Feedback for the next model call (why the last reply was refused).
+    pub feedback: Option<String>,
+    pub waiting: Option<InputRequest>,
+    /// The phase to return to when the person answers.
+    pub resume_phase: Phase,
+    /// Answers of a person in this turn (the review and resolver see them).
+    pub user_inputs: Vec<String>,
+    pub reviews: Vec<(ReviewDecision, String)>,
+    pub drafts: Vec<String>,
+    pub response_feedback: Option<String>,
+    pub answer: Option<String>,
+    /// Tool calls of the model waiting for a person's approval (ReAct).
+    pub approved_calls: Vec<String>,
+}
+
+/// A tool call's signature: its name and canonical arguments (object keys sorted).
+pub fn call_signature(tool: &str, args: &Value) -> String {
+    fn canon(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let sorted: BTreeMap<&String, Value> =
+                    m.iter().map(|(k, v)| (k, canon(v))).collect();
+                serde_json::to_value(sorted).unwrap_or(Value::Null)
+            }
+            Value::Array(a) => Value::Array(a.iter().map(canon).collect()),
+            other => other.clone(),
+        }
+    }
+    format!("{tool}:{}", canon(args))
+}
+
+/// A value as text for a model: strings as they are, everything else as JSON.
+pub fn value_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Where the agent loop stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    #[default]
+    Idle,
+    Planning,
+    Executing,
+    Reviewing,
+    Responding,
+    ReviewingResponse,
+    React,
+    Finished,
 }
 
 impl State {
@@ -185,7 +310,12 @@ impl State {
         let mut status = self.status;
         for e in events {
             match e {
-                Event::SessionStarted { .. } => status = SessionStatus::Running,
+                Event::SessionStarted { .. }
+                | Event::TurnStarted { .. }
+                | Event::UserReplied { .. } => {
+                    status = SessionStatus::Running;
+                }
+                Event::WaitingForUser { .. } => status = SessionStatus::WaitingForUser,
                 Event::RunFinished { status: s, .. } => {
                     status = match s {
                         RunStatus::Completed => SessionStatus::Completed,
@@ -206,18 +336,262 @@ impl State {
                 session_id,
                 agent,
                 input,
+                mode,
             } => {
                 self.session_id.clone_from(session_id);
                 self.agent.clone_from(agent);
                 self.input = input.clone();
                 self.status = SessionStatus::Running;
+                self.mode = *mode;
+            }
+            Event::TurnStarted { task, input } => {
+                if let Some(prev) = self.task.take() {
+                    self.memory.push((prev, self.answer.take()));
+                }
+                self.task = Some(task.clone());
+                if !input.is_null() {
+                    self.input = input.clone();
+                }
+                self.turn += 1;
+                self.status = SessionStatus::Running;
+                self.error = None;
+                self.answer = None;
+                self.plan = None;
+                self.open_wave = None;
+                self.waves = 0;
+                self.plan_attempts = 0;
+                self.last_problems.clear();
+                self.replans = 0;
+                self.replan_reason = None;
+                self.iterations = 0;
+                self.rejections = 0;
+                self.model_failures = 0;
+                self.feedback = None;
+                self.waiting = None;
+                self.user_inputs.clear();
+                self.reviews.clear();
+                self.drafts.clear();
+                self.response_feedback = None;
+                self.phase = match self.mode {
+                    Some(Mode::Plan) => Phase::Planning,
+                    _ => Phase::React,
+                };
+                if self.phase == Phase::React {
+                    self.history.push(Message::User {
+                        content: task.clone(),
+                    });
+                }
+            }
+            Event::ModelReplied {
+                purpose,
+                reply,
+                step,
+            } => {
+                self.usage.add(&reply.usage);
+                self.model_calls += 1;
+                *self.purpose_calls.entry(*purpose).or_default() += 1;
+                self.model_failures = 0;
+                if *purpose == Purpose::React || *purpose == Purpose::Workflow {
+                    self.iterations += 1;
+                    self.history.push(Message::Assistant {
+                        content: reply.content.clone(),
+                        tool_calls: reply.tool_calls.clone(),
+                    });
+                }
+                if let (Some(step), Some(p)) = (step, &mut self.plan)
+                    && let Some(&i) = p.index.get(step)
+                {
+                    p.steps[i]
+                        .log
+                        .push(serde_json::json!({"executor": reply.content, "tool_calls": reply.tool_calls}));
+                }
+            }
+            Event::ModelReplyRejected {
+                reason,
+                step,
+                purpose,
+            } => {
+                self.rejections += 1;
+                self.feedback = Some(reason.clone());
+                if let (Some(step), Some(p)) = (step, &mut self.plan)
+                    && let Some(&i) = p.index.get(step)
+                {
+                    p.steps[i].failures += 1;
+                    p.steps[i].log.push(serde_json::json!({"rejected": reason}));
+                }
+                if *purpose == Purpose::React {
+                    self.history.push(Message::User {
+                        content: format!("[weft] Your last reply could not be used: {reason}"),
+                    });
+                }
+            }
+            Event::ModelFailed { error, .. } => {
+                self.model_failures += 1;
+                self.error = Some(error.clone());
+            }
+            Event::PlanRejected { problems } => {
+                self.plan_attempts += 1;
+                self.last_problems.clone_from(problems);
+                let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                self.feedback = Some(text.join("\n"));
+            }
+            Event::PlanRevised { plan, reason } => {
+                match &mut self.plan {
+                    Some(p) => p.revise(plan),
+                    None => self.plan = Some(PlanRun::new(plan.clone())),
+                }
+                self.replans += 1;
+                self.replan_reason = Some(reason.clone());
+                self.phase = Phase::Executing;
+                self.feedback = None;
+                self.plan_attempts = 0;
+                self.rejections = 0;
+            }
+            Event::StepAction {
+                step,
+                action,
+                detail,
+            } => {
+                if let Some(p) = &mut self.plan
+                    && let Some(&i) = p.index.get(step)
+                {
+                    if action == "USE_TOOL"
+                        && let Some(tool) = detail.get("tool").and_then(Value::as_str)
+                    {
+                        let args = detail.get("arguments").cloned().unwrap_or(Value::Null);
+                        p.steps[i].next_call = Some((tool.to_owned(), args));
+                    }
+                    p.steps[i]
+                        .log
+                        .push(serde_json::json!({"action": action, "detail": detail}));
+                }
+                self.rejections = 0;
+            }
+            Event::ToolCallBlocked {
+                step,
+                tool,
+                args,
+                reason,
+                call_id,
+            } => {
+                if let (Some(step), Some(p)) = (step, &mut self.plan)
+                    && let Some(&i) = p.index.get(step)
+                {
+                    p.steps[i].failures += 1;
+                    p.steps[i]
+                        .log
+                        .push(serde_json::json!({"blocked": {"tool": tool, "args": args, "reason": reason}}));
+                }
+                if let Some(id) = call_id {
+                    self.history.push(Message::Tool {
+                        call_id: id.clone(),
+                        name: tool.clone(),
+                        content: format!("refused: {reason}"),
+                        is_error: true,
+                    });
+                }
+            }
+            Event::ReviewDecided { decision, reason } => {
+                self.reviews.push((*decision, reason.clone()));
+                self.rejections = 0;
+                self.phase = match decision {
+                    ReviewDecision::Continue => Phase::Executing,
+                    ReviewDecision::Replan => {
+                        self.replan_reason = Some(reason.clone());
+                        Phase::Planning
+                    }
+                    ReviewDecision::FinalResponse | ReviewDecision::CannotComplete => {
+                        Phase::Responding
+                    }
+                    ReviewDecision::AskUser => Phase::Reviewing,
+                };
+            }
+            Event::AnswerDrafted { text, .. } => {
+                self.drafts.push(text.clone());
+                self.rejections = 0;
+                self.phase = Phase::ReviewingResponse;
+            }
+            Event::ResponseReviewed { verdict, feedback } => {
+                self.rejections = 0;
+                if matches!(verdict, ResponseVerdict::Refine | ResponseVerdict::AskUser) {
+                    self.response_feedback = Some(feedback.clone());
+                    self.phase = Phase::Responding;
+                }
+            }
+            Event::WaitingForUser { request } => {
+                self.status = SessionStatus::WaitingForUser;
+                self.resume_phase = self.phase;
+                if let (Some(step), Some(p)) = (&request.step, &mut self.plan)
+                    && let Some(&i) = p.index.get(step)
+                {
+                    p.steps[i].status = StepStatus::WaitingForUser;
+                    p.candidates.remove(&i);
+                    // The step ran alone in its wave (or had not started): the wave is over.
+                    self.open_wave = None;
+                }
+                self.waiting = Some(request.clone());
+            }
+            Event::UserReplied { text } => {
+                self.status = SessionStatus::Running;
+                self.user_inputs.push(text.clone());
+                if let Some(req) = self.waiting.take() {
+                    if let (Some(step), Some(p)) = (&req.step, &mut self.plan)
+                        && let Some(&i) = p.index.get(step)
+                    {
+                        let r = &mut p.steps[i];
+                        r.status = StepStatus::Pending;
+                        r.log.push(
+                            serde_json::json!({"user_input": text, "question": req.question}),
+                        );
+                        r.failures = 0;
+                        if p.open_deps[i] == 0 {
+                            p.candidates.insert(i);
+                        }
+                    }
+                    if req.kind == "question"
+                        && let Some(id) = &req.call_id
+                    {
+                        self.history.push(Message::Tool {
+                            call_id: id.clone(),
+                            name: req.tool.clone().unwrap_or_else(|| "ask_user".into()),
+                            content: serde_json::json!({"answer": text}).to_string(),
+                            is_error: false,
+                        });
+                    }
+                    if req.kind == "tool_approval"
+                        && let Some(id) = &req.call_id
+                    {
+                        self.approved_calls.push(format!("{id}={text}"));
+                    }
+                } else if self.mode == Some(Mode::React) {
+                    self.history.push(Message::User {
+                        content: text.clone(),
+                    });
+                }
+                self.phase = self.resume_phase;
+            }
+            Event::MessagesImported { messages } => {
+                self.history.extend(messages.iter().cloned());
+            }
+            Event::TextDelta { .. } => {
+                // Never stored: it does not count as a position in the log.
+                self.seq -= 1;
             }
             Event::PlanAccepted { plan } => {
                 self.plan = Some(PlanRun::new(plan.clone()));
+                self.feedback = None;
+                self.rejections = 0;
+                if self.mode == Some(Mode::Plan) {
+                    self.phase = Phase::Executing;
+                }
             }
-            Event::WaveStarted { wave, .. } => {
+            Event::WaveStarted { wave, steps } => {
                 self.open_wave = Some(*wave);
                 self.waves = *wave;
+                self.wave_steps.clone_from(steps);
+            }
+            Event::ExecutionFinished { .. } => {
+                self.phase = Phase::Responding;
             }
             Event::StepStarted { step, attempt } => {
                 if let Some(p) = &mut self.plan
@@ -240,6 +614,12 @@ impl State {
                 idempotency_key,
             } => {
                 self.tool_invocations += 1;
+                if let (Some(step), Some(p)) = (step, &mut self.plan)
+                    && let Some(&i) = p.index.get(step)
+                {
+                    p.steps[i].signatures.push(call_signature(tool, args));
+                    p.steps[i].next_call = None;
+                }
                 self.open_calls.insert(
                     call_id.clone(),
                     OpenCall {
@@ -256,12 +636,37 @@ impl State {
                     p.steps[i].call = Some(call_id.clone());
                 }
             }
-            Event::ToolCallFinished { call_id, .. } => {
-                if let Some(c) = self.open_calls.remove(call_id)
-                    && let (Some(p), Some(step)) = (&mut self.plan, c.step)
-                    && let Some(&i) = p.index.get(&step)
-                {
-                    p.steps[i].call = None;
+            Event::ToolCallFinished {
+                call_id, outcome, ..
+            } => {
+                let Some(c) = self.open_calls.remove(call_id) else {
+                    return;
+                };
+                match (&mut self.plan, &c.step) {
+                    (Some(p), Some(step)) => {
+                        if let Some(&i) = p.index.get(step) {
+                            let r = &mut p.steps[i];
+                            r.call = None;
+                            if p.plan.steps[i].tool.is_none() {
+                                r.log.push(serde_json::json!({"tool": c.tool, "args": c.args, "result": outcome}));
+                                if matches!(outcome, ToolOutcome::Error { .. }) {
+                                    r.failures += 1;
+                                }
+                            }
+                        }
+                    }
+                    _ => {
+                        let (content, is_error) = match outcome {
+                            ToolOutcome::Ok { output } => (value_text(output), false),
+                            ToolOutcome::Error { error } => (error.to_value().to_string(), true),
+                        };
+                        self.history.push(Message::Tool {
+                            call_id: call_id.clone(),
+                            name: c.tool.clone(),
+                            content,
+                            is_error,
+                        });
+                    }
                 }
             }
             Event::StepRetrying {
@@ -278,7 +683,7 @@ impl State {
                     p.retrying.insert(i);
                 }
             }
-            Event::StepCompleted { step, output } => {
+            Event::StepCompleted { step, output, .. } => {
                 if let Some(p) = &mut self.plan
                     && let Some(&i) = p.index.get(step)
                 {
@@ -325,13 +730,22 @@ impl State {
             }
             Event::WaveFinished { .. } => {
                 self.open_wave = None;
+                if self.mode == Some(Mode::Plan) {
+                    self.phase = Phase::Reviewing;
+                }
             }
-            Event::RunFinished { status, error } => {
+            Event::RunFinished {
+                status,
+                error,
+                answer,
+            } => {
                 self.status = match status {
                     RunStatus::Completed => SessionStatus::Completed,
                     RunStatus::Failed => SessionStatus::Failed,
                 };
                 self.error.clone_from(error);
+                self.answer.clone_from(answer);
+                self.phase = Phase::Finished;
             }
         }
     }

@@ -2,10 +2,11 @@
 //! outcomes into events, appends them to the store atomically, applies them to the state and
 //! publishes them to observers. It holds no engine logic of its own.
 
+mod agent;
 mod session;
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use tokio::task::JoinSet;
@@ -13,8 +14,9 @@ use weft_core::engine::{self, Invocation, Next};
 use weft_core::graph::{ValidateOptions, validate};
 use weft_core::{Event, Limits, Plan, PlanProblem, State, ToolOutcome};
 use weft_store::{NewSession, Store, StoreError};
-use weft_tools::{Registry, ToolContext};
+use weft_tools::Registry;
 
+pub use agent::{Agent, SessionInfo};
 pub use session::{Observer, Session};
 
 /// Runtime failures (a failed step is not one: it is an outcome recorded in the session).
@@ -24,6 +26,8 @@ pub enum RuntimeError {
     Store(#[from] StoreError),
     #[error("the plan is invalid:\n{}", .0.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
     InvalidPlan(Vec<PlanProblem>),
+    #[error("{0}")]
+    Config(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -114,6 +118,7 @@ impl<S: Store> Runtime<S> {
                     session_id: id,
                     agent: agent.to_owned(),
                     input,
+                    mode: None,
                 },
                 Event::PlanAccepted { plan },
             ])
@@ -162,6 +167,11 @@ impl<S: Store> Runtime<S> {
                     session.commit(events).await?;
                 }
                 Next::Done => return Ok(()),
+                Next::CallExecutor { step } => {
+                    return Err(RuntimeError::Internal(format!(
+                        "step `{step}` needs the step executor, which a plan run without a model does not have"
+                    )));
+                }
             }
         }
     }
@@ -172,22 +182,6 @@ impl<S: Store> Runtime<S> {
         state: &State,
         call: Invocation,
     ) {
-        let tools = Arc::clone(&self.tools);
-        let ctx = ToolContext {
-            session_id: state.session_id.clone(),
-            step: call.step.clone(),
-            call_id: call.call_id.clone(),
-            idempotency_key: call.idempotency_key.clone(),
-            attempt: call.attempt,
-        };
-        set.spawn(async move {
-            if call.delay_ms > 0 {
-                tokio::time::sleep(std::time::Duration::from_millis(call.delay_ms)).await;
-            }
-            let start = Instant::now();
-            let outcome = tools.invoke(&call.tool, call.args, ctx).await;
-            let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-            (call.call_id, outcome, ms)
-        });
+        agent::spawn_call(&self.tools, set, state, call);
     }
 }

@@ -2,6 +2,7 @@
 
 mod load;
 mod plan_cmd;
+mod run_cmd;
 
 use std::process::ExitCode;
 
@@ -21,6 +22,9 @@ enum Command {
     /// Validate, dry-run or execute a plan with no model involved.
     #[command(subcommand)]
     Plan(plan_cmd::PlanCommand),
+    /// Give an agent a task, or answer a session that waits (--session). Exit 0 answered,
+    /// 1 could not complete, 3 waiting for your answer.
+    Run(run_cmd::RunArgs),
 }
 
 /// Exit codes: 0 success, 1 the run failed, 2 bad input (a file, a plan, an argument), 3 the
@@ -43,6 +47,9 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         match cli.command {
             Command::Plan(c) => plan_cmd::run(c).await,
+            Command::Run(a) => {
+                run_cmd::run(std::sync::Arc::new(weft_store::MemoryStore::new()), a).await
+            }
         }
     });
     match result {

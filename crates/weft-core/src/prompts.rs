@@ -1,0 +1,492 @@
+//! Prompt building: pure functions from the state to a model request.
+
+use serde_json::{Value, json};
+
+use crate::agent_loop::AgentConfig;
+use crate::model::{Message, ModelRequest, Purpose, ToolDef};
+use crate::state::{PlanRun, State, StepStatus, value_text};
+use crate::tool::ToolInfo;
+
+fn request(state: &State, purpose: Purpose, messages: Vec<Message>) -> ModelRequest {
+    ModelRequest {
+        purpose,
+        call_index: state.model_calls,
+        purpose_index: state.purpose_calls.get(&purpose).copied().unwrap_or(0),
+        messages,
+        tools: Vec::new(),
+        response_schema: None,
+        max_tokens: None,
+        temperature: None,
+    }
+}
+
+fn system(cfg: &AgentConfig, role: &str) -> Message {
+    let mut text = String::new();
+    if !cfg.instructions.trim().is_empty() {
+        text.push_str(cfg.instructions.trim());
+        text.push_str("\n\n");
+    }
+    text.push_str(role);
+    Message::System { content: text }
+}
+
+/// The tool catalogue as the planner sees it: name, one line, category. Never full schemas.
+fn tool_metadata(tools: &[ToolInfo]) -> String {
+    let mut out = String::new();
+    for t in tools {
+        out.push_str(&format!(
+            "- {} [{}]: {}\n",
+            t.name,
+            t.category.as_deref().unwrap_or("general"),
+            t.one_line()
+        ));
+    }
+    out
+}
+
+fn memory_block(state: &State) -> String {
+    if state.memory.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("Earlier in this conversation:\n");
+    for (task, answer) in &state.memory {
+        out.push_str(&format!(
+            "- user: {task}\n  answer: {}\n",
+            answer.as_deref().unwrap_or("(none)")
+        ));
+    }
+    out.push('\n');
+    out
+}
+
+fn skills_block(cfg: &AgentConfig, full: bool) -> String {
+    if cfg.skills.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("Skills:\n");
+    for s in &cfg.skills {
+        if full {
+            out.push_str(&format!(
+                "- {}: {}\n  instructions: {}\n",
+                s.name, s.description, s.instructions
+            ));
+        } else {
+            out.push_str(&format!("- {}: {}\n", s.name, s.description));
+        }
+    }
+    out.push('\n');
+    out
+}
+
+/// The plan with statuses and what each finished step produced (for reviews and answers).
+fn plan_report(run: &PlanRun) -> Value {
+    let steps: Vec<Value> = run
+        .plan
+        .steps
+        .iter()
+        .zip(&run.steps)
+        .map(|(s, r)| {
+            let mut v = json!({
+                "id": s.id,
+                "status": r.status,
+            });
+            if let Some(t) = &s.tool {
+                v["tool"] = json!(t);
+            }
+            if let Some(d) = &s.description {
+                v["description"] = json!(d);
+            }
+            if let Some(o) = &r.output {
+                v["output"] = o.clone();
+            }
+            if let Some(e) = &r.error {
+                v["error"] = json!(e.message);
+            }
+            if let Some(reason) = &r.reason {
+                v["reason"] = json!(reason);
+            }
+            v
+        })
+        .collect();
+    Value::Array(steps)
+}
+
+fn user_inputs_block(state: &State) -> String {
+    if state.user_inputs.is_empty() {
+        return String::new();
+    }
+    format!("The user's answers so far: {}\n", json!(state.user_inputs))
+}
+
+fn feedback_block(state: &State) -> String {
+    match &state.feedback {
+        Some(f) => format!(
+            "\nYour previous reply could not be used:\n{f}\nAnswer again, following the format exactly.\n"
+        ),
+        None => String::new(),
+    }
+}
+
+pub const PLANNER_ROLE: &str = "You are the planner of an agent runtime. Decide whether the task needs tool calls. \
+Reply with JSON only, in one of two forms:\n\
+{\"direct_response\": \"<the answer>\"} when no tool is needed, or\n\
+{\"plan\": [<calls>]} where each call is an object with \"_id\" (short unique id), either \"_tool\" (a tool name from the list, \
+with its arguments as the other keys) or \"_description\" (a small step for the step executor) and optionally \"_category\", \
+\"_outputPath\" (\"†state.name\" to store the result), \"_dependsOn\" (ids), \"_parallel\" (true if it may run beside others), \
+\"_when\" (a condition such as \"state.weather.sunny\"). An argument whose value is \"†input.x\", \"†state.a.b\" or \"†steps.<id>\" \
+is filled from the input, the state or a step's output when the step runs. The plan must be acyclic.";
+
+pub fn planner_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "direct_response": {"type": "string"},
+            "plan": {"type": "array", "items": {"type": "object"}}
+        }
+    })
+}
+
+/// The planner's request: task, memory, skills and lightweight tool metadata.
+pub fn planner(state: &State, cfg: &AgentConfig) -> ModelRequest {
+    let mut body = String::new();
+    body.push_str(&memory_block(state));
+    body.push_str(&skills_block(cfg, false));
+    body.push_str("Tools (name [category]: what it does):\n");
+    body.push_str(&tool_metadata(&cfg.tools));
+    if state.input.as_object().is_some_and(|m| !m.is_empty()) {
+        body.push_str(&format!(
+            "\nInput (reference as †input.<key>): {}\n",
+            state.input
+        ));
+    }
+    if let Some(run) = &state.plan {
+        body.push_str(&format!(
+            "\nThis is a replan. Completed and failed steps are immutable; give only the new steps, which may depend on them.\nReason: {}\nCurrent plan: {}\nState: {}\n",
+            state.replan_reason.as_deref().unwrap_or("the review asked for it"),
+            plan_report(run),
+            state.data
+        ));
+    }
+    body.push_str(&user_inputs_block(state));
+    body.push_str(&format!(
+        "\nTask: {}\n",
+        state.task.as_deref().unwrap_or_default()
+    ));
+    body.push_str(&feedback_block(state));
+    let mut req = request(
+        state,
+        Purpose::Plan,
+        vec![system(cfg, PLANNER_ROLE), Message::User { content: body }],
+    );
+    req.response_schema = Some(planner_schema());
+    req
+}
+
+pub const EXECUTOR_ROLE: &str = "You are the step executor of an agent runtime. Carry out the current step only. \
+Reply with JSON only, one of:\n\
+{\"action\": \"USE_TOOL\", \"tool\": \"<name>\", \"arguments\": {...}}\n\
+{\"action\": \"REQUEST_TOOL_INPUT\", \"tool\": \"<name>\", \"arguments\": {<what you know>}, \"missing\": [\"<argument>\"], \"question\": \"<question for the user>\"}\n\
+{\"action\": \"DIRECT_RESPONSE\", \"response\": \"<the step's result>\"}\n\
+{\"action\": \"DESIGN_INSTRUCTIONS\", \"instructions\": \"<instructions from a skill>\"}\n\
+Never invent a required argument: ask for it with REQUEST_TOOL_INPUT. Do not repeat a call already made in this step.";
+
+pub fn executor_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": ["USE_TOOL", "REQUEST_TOOL_INPUT", "DIRECT_RESPONSE", "DESIGN_INSTRUCTIONS"]},
+            "tool": {"type": "string"},
+            "arguments": {"type": "object"},
+            "missing": {"type": "array", "items": {"type": "string"}},
+            "question": {"type": "string"},
+            "response": {"type": "string"},
+            "instructions": {"type": "string"}
+        },
+        "required": ["action"]
+    })
+}
+
+/// The tools the executor of a step sees in full: those of the step's category (all allowed
+/// tools when the step names none or no tool has that category).
+pub fn step_tools<'a>(cfg: &'a AgentConfig, category: Option<&str>) -> Vec<&'a ToolInfo> {
+    let of_category: Vec<&ToolInfo> = match category {
+        Some(c) => cfg
+            .tools
+            .iter()
+            .filter(|t| t.category.as_deref() == Some(c))
+            .collect(),
+        None => Vec::new(),
+    };
+    if of_category.is_empty() {
+        cfg.tools.iter().collect()
+    } else {
+        of_category
+    }
+}
+
+/// The step executor's request: task, step, dependency outputs, the step's log and the full
+/// schemas of the tools in its category (deferred loading).
+pub fn executor(state: &State, cfg: &AgentConfig, step_id: &str) -> ModelRequest {
+    let mut body = String::new();
+    body.push_str(&format!(
+        "Task: {}\n",
+        state.task.as_deref().unwrap_or_default()
+    ));
+    if let Some(run) = &state.plan
+        && let Some((i, r)) = run.step(step_id)
+    {
+        let step = &run.plan.steps[i];
+        body.push_str(&format!(
+            "Current step `{}`: {}\n",
+            step.id,
+            step.description.as_deref().unwrap_or_default()
+        ));
+        let deps: Vec<Value> = run.graph.deps[i]
+            .iter()
+            .filter(|&&d| run.steps[d].status == StepStatus::Completed)
+            .map(|&d| json!({"step": run.plan.steps[d].id, "output": run.steps[d].output}))
+            .collect();
+        if !deps.is_empty() {
+            body.push_str(&format!(
+                "Outputs of the steps it depends on: {}\n",
+                Value::Array(deps)
+            ));
+        }
+        if !r.log.is_empty() {
+            body.push_str(&format!(
+                "This step's log so far: {}\n",
+                Value::Array(r.log.clone())
+            ));
+        }
+        let tools: Vec<Value> = step_tools(cfg, step.category.as_deref())
+            .into_iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
+            .collect();
+        body.push_str(&format!("Tools for this step: {}\n", Value::Array(tools)));
+    }
+    if state.input.as_object().is_some_and(|m| !m.is_empty()) {
+        body.push_str(&format!("Input: {}\n", state.input));
+    }
+    body.push_str(&skills_block(cfg, true));
+    body.push_str(&feedback_block(state));
+    let mut req = request(
+        state,
+        Purpose::Execute,
+        vec![system(cfg, EXECUTOR_ROLE), Message::User { content: body }],
+    );
+    req.response_schema = Some(executor_schema());
+    req
+}
+
+pub const REVIEW_ROLE: &str = "You review the progress of a plan after a wave of steps. Reply with JSON only: \
+{\"decision\": \"CONTINUE\" | \"REPLAN\" | \"FINAL_RESPONSE\" | \"ASK_USER\" | \"CANNOT_COMPLETE\", \"reason\": \"...\", \"question\": \"<for ASK_USER>\"}. \
+CONTINUE when runnable pending steps remain and still make sense; REPLAN when results change what should happen next; \
+FINAL_RESPONSE when the evidence suffices to answer; ASK_USER when only the user can unblock the task; \
+CANNOT_COMPLETE when the task cannot be done with the tools and evidence available.";
+
+pub fn review_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "decision": {"type": "string", "enum": ["CONTINUE", "REPLAN", "FINAL_RESPONSE", "ASK_USER", "CANNOT_COMPLETE"]},
+            "reason": {"type": "string"},
+            "question": {"type": "string"}
+        },
+        "required": ["decision"]
+    })
+}
+
+pub fn review(state: &State, cfg: &AgentConfig) -> ModelRequest {
+    let mut body = format!("Task: {}\n", state.task.as_deref().unwrap_or_default());
+    if let Some(run) = &state.plan {
+        body.push_str(&format!("Plan and results: {}\n", plan_report(run)));
+    }
+    body.push_str(&format!("State: {}\n", state.data));
+    body.push_str(&format!(
+        "Replans so far: {} of {}\n",
+        state.replans, cfg.limits.max_replans
+    ));
+    body.push_str(&user_inputs_block(state));
+    body.push_str(&feedback_block(state));
+    let mut req = request(
+        state,
+        Purpose::Review,
+        vec![system(cfg, REVIEW_ROLE), Message::User { content: body }],
+    );
+    req.response_schema = Some(review_schema());
+    req
+}
+
+pub const RESPOND_ROLE: &str = "Write the final answer to the user's task from the evidence gathered. \
+Ground every statement in the completed steps' results; mention failed or missing work only when it changes the answer. \
+Reply with the answer text only.";
+
+pub fn respond(state: &State, cfg: &AgentConfig) -> ModelRequest {
+    let mut body = memory_block(state);
+    body.push_str(&format!(
+        "Task: {}\n",
+        state.task.as_deref().unwrap_or_default()
+    ));
+    if let Some(run) = &state.plan {
+        body.push_str(&format!("Plan and results: {}\n", plan_report(run)));
+    }
+    body.push_str(&format!("State: {}\n", state.data));
+    body.push_str(&user_inputs_block(state));
+    if let Some((_, reason)) = state.reviews.last() {
+        body.push_str(&format!("Last review: {reason}\n"));
+    }
+    if let (Some(draft), Some(fb)) = (state.drafts.last(), &state.response_feedback) {
+        body.push_str(&format!(
+            "Your previous draft: {draft}\nThe reviewer asked you to refine it: {fb}\n"
+        ));
+    }
+    body.push_str(&feedback_block(state));
+    request(
+        state,
+        Purpose::Respond,
+        vec![system(cfg, RESPOND_ROLE), Message::User { content: body }],
+    )
+}
+
+pub const RESPONSE_REVIEW_ROLE: &str = "You review a draft answer before it goes to the user. Reply with JSON only: \
+{\"verdict\": \"ACCEPT\" | \"REFINE\" | \"ASK_USER\" | \"CANNOT_COMPLETE\", \"feedback\": \"<what to change, or the question for the user>\"}.";
+
+pub fn response_review_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "verdict": {"type": "string", "enum": ["ACCEPT", "REFINE", "ASK_USER", "CANNOT_COMPLETE"]},
+            "feedback": {"type": "string"}
+        },
+        "required": ["verdict"]
+    })
+}
+
+pub fn response_review(state: &State, cfg: &AgentConfig) -> ModelRequest {
+    let mut body = format!("Task: {}\n", state.task.as_deref().unwrap_or_default());
+    if let Some(run) = &state.plan {
+        body.push_str(&format!("Plan and results: {}\n", plan_report(run)));
+    }
+    body.push_str(&format!(
+        "Draft answer: {}\n",
+        state.drafts.last().map(String::as_str).unwrap_or_default()
+    ));
+    body.push_str(&feedback_block(state));
+    let mut req = request(
+        state,
+        Purpose::ResponseReview,
+        vec![
+            system(cfg, RESPONSE_REVIEW_ROLE),
+            Message::User { content: body },
+        ],
+    );
+    req.response_schema = Some(response_review_schema());
+    req
+}
+
+pub const REACT_ROLE: &str = "Use the tools when they help; you may call several at once. When you have the answer, reply with it as text.";
+
+/// The ReAct request: the conversation so far, with every tool call paired with a result (a
+/// call left without one, e.g. by a crash, is given an `interrupted` result here).
+pub fn react(state: &State, cfg: &AgentConfig) -> ModelRequest {
+    let mut messages = vec![system(cfg, REACT_ROLE)];
+    messages.extend(repair_history(&state.history));
+    let mut req = request(state, Purpose::React, messages);
+    req.tools = cfg
+        .tools
+        .iter()
+        .map(|t| ToolDef {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            parameters: t.input_schema.clone(),
+        })
+        .collect();
+    req
+}
+
+/// Pairs every assistant tool call with a tool result: a missing result becomes an
+/// `interrupted` error result placed right after the assistant message's other results.
+pub fn repair_history(history: &[Message]) -> Vec<Message> {
+    let mut out = Vec::with_capacity(history.len());
+    let mut i = 0;
+    while i < history.len() {
+        let m = &history[i];
+        out.push(m.clone());
+        i += 1;
+        if let Message::Assistant { tool_calls, .. } = m
+            && !tool_calls.is_empty()
+        {
+            let mut seen = std::collections::HashSet::new();
+            while i < history.len() {
+                if let Message::Tool { call_id, .. } = &history[i] {
+                    seen.insert(call_id.clone());
+                    out.push(history[i].clone());
+                    i += 1;
+                } else {
+                    break;
+                }
+            }
+            for c in tool_calls {
+                if !seen.contains(&c.id) {
+                    out.push(Message::Tool {
+                        call_id: c.id.clone(),
+                        name: c.name.clone(),
+                        content: json!({"error": "interrupted", "message": "the call did not complete (the run was interrupted)"}).to_string(),
+                        is_error: true,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A tool result as text for the model.
+pub fn result_text(v: &Value) -> String {
+    value_text(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ToolCall;
+
+    #[test]
+    fn repair_adds_interrupted_results_for_calls_without_one() {
+        let history = vec![
+            Message::User {
+                content: "go".into(),
+            },
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![
+                    ToolCall {
+                        id: "a".into(),
+                        name: "t".into(),
+                        arguments: json!({}),
+                    },
+                    ToolCall {
+                        id: "b".into(),
+                        name: "t".into(),
+                        arguments: json!({}),
+                    },
+                ],
+            },
+            Message::Tool {
+                call_id: "a".into(),
+                name: "t".into(),
+                content: "1".into(),
+                is_error: false,
+            },
+            Message::User {
+                content: "next".into(),
+            },
+        ];
+        let fixed = repair_history(&history);
+        assert_eq!(fixed.len(), 5);
+        assert!(
+            matches!(&fixed[3], Message::Tool { call_id, is_error: true, .. } if call_id == "b")
+        );
+        assert!(matches!(&fixed[4], Message::User { .. }));
+    }
+}

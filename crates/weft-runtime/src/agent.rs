@@ -1,0 +1,341 @@
+//! Driving agent sessions: the plan-and-execute and ReAct loops of `weft_core::agent_loop`,
+//! with a model and tools.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+use tokio::task::JoinSet;
+use weft_core::agent::AgentSpec;
+use weft_core::agent_loop::{self, AgentConfig, AgentNext, Skill};
+use weft_core::engine::{self, Invocation};
+use weft_core::{EVENT_VERSION, Envelope, Event, RunStatus, State, ToolOutcome};
+use weft_model::{DeltaSink, Purpose, SharedModel};
+use weft_store::{NewSession, Store};
+use weft_tools::{Registry, ToolContext};
+
+use crate::{Observer, Runtime, RuntimeError, Session, new_session_id, now_ms};
+
+/// An agent ready to run: its configuration, model and tools.
+#[derive(Clone)]
+pub struct Agent {
+    pub name: String,
+    pub config: AgentConfig,
+    pub model: SharedModel,
+    pub tools: Arc<Registry>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("name", &self.name)
+            .field("mode", &self.config.mode)
+            .finish()
+    }
+}
+
+impl Agent {
+    /// Builds an agent from its file's spec, tools and model. `metadata` and `input` are
+    /// available to the instructions template as `session.metadata` and `input`.
+    pub fn new(
+        spec: &AgentSpec,
+        tools: Arc<Registry>,
+        model: SharedModel,
+        metadata: &Value,
+        input: &Value,
+    ) -> Result<Self, RuntimeError> {
+        let instructions = match &spec.instructions {
+            None => String::new(),
+            Some(t) => {
+                let env = minijinja::Environment::new();
+                env.render_str(t, minijinja::context! { session => minijinja::context!{ metadata => metadata }, input => input })
+                    .map_err(|e| RuntimeError::Config(format!("agent `{}`: `instructions` template: {e:#}", spec.name)))?
+            }
+        };
+        let mut skills = Vec::new();
+        for (i, s) in spec.skills.iter().enumerate() {
+            let skill: Skill = serde_json::from_value(s.clone()).map_err(|e| {
+                RuntimeError::Config(format!("agent `{}`: skills[{i}]: {e}", spec.name))
+            })?;
+            skills.push(skill);
+        }
+        let offered = tools
+            .infos()
+            .filter(|t| {
+                spec.allowed_tools
+                    .as_ref()
+                    .is_none_or(|a| a.iter().any(|n| n == &t.name))
+            })
+            .cloned()
+            .collect();
+        Ok(Self {
+            name: spec.name.clone(),
+            config: AgentConfig {
+                mode: spec.mode,
+                limits: spec.limits.clone(),
+                instructions,
+                tools: offered,
+                skills,
+                approve_plans: spec.approve_plans,
+                review_responses: spec.review_responses.unwrap_or(true),
+            },
+            model,
+            tools,
+        })
+    }
+
+    /// Builds the model an agent file names (relative paths from `base_dir`).
+    pub fn model_from_spec(spec: &AgentSpec, base_dir: &Path) -> Result<SharedModel, RuntimeError> {
+        let Some(m) = &spec.model else {
+            return Err(RuntimeError::Config(format!(
+                "agent `{}` has no `model`; set e.g. `model: openai:gpt-4o-mini` or `model: scripted:script.yaml`",
+                spec.name
+            )));
+        };
+        weft_model::from_spec(m, base_dir)
+            .map_err(|e| RuntimeError::Config(format!("agent `{}`: {e}", spec.name)))
+    }
+}
+
+/// Who starts a session and what it is about.
+#[derive(Clone, Debug, Default)]
+pub struct SessionInfo {
+    pub user_id: Option<String>,
+    pub reference_id: Option<String>,
+    pub metadata: Value,
+    pub parent_id: Option<String>,
+}
+
+fn delta_sink(observers: &[Observer]) -> Option<DeltaSink> {
+    if observers.is_empty() {
+        return None;
+    }
+    let observers = observers.to_vec();
+    Some(Arc::new(move |text: &str| {
+        let e = Envelope {
+            seq: 0,
+            ts: now_ms(),
+            v: EVENT_VERSION,
+            event: Event::TextDelta {
+                text: text.to_owned(),
+            },
+        };
+        for o in &observers {
+            o(&e);
+        }
+    }))
+}
+
+impl<S: Store> Runtime<S> {
+    /// Creates a session for an agent (no turn yet).
+    pub async fn create_session(
+        &self,
+        agent: &Agent,
+        info: SessionInfo,
+        input: Value,
+    ) -> Result<Session<'_, S>, RuntimeError> {
+        let id = new_session_id();
+        self.store
+            .create(
+                NewSession {
+                    id: id.clone(),
+                    user_id: info.user_id,
+                    agent: agent.name.clone(),
+                    reference_id: info.reference_id,
+                    metadata: info.metadata,
+                    parent_id: info.parent_id,
+                },
+                now_ms(),
+            )
+            .await?;
+        let mut session = Session::new(
+            self.store.as_ref(),
+            id.clone(),
+            State::new(),
+            self.observers.clone(),
+        );
+        session
+            .commit(vec![Event::SessionStarted {
+                session_id: id,
+                agent: agent.name.clone(),
+                input,
+                mode: Some(agent.config.mode),
+            }])
+            .await?;
+        Ok(session)
+    }
+
+    /// Loads a session: its state is the fold of its stored events.
+    pub async fn load_session(&self, id: &str) -> Result<Session<'_, S>, RuntimeError> {
+        let (_, events) = self.store.load(id).await?;
+        let mut state = State::new();
+        for e in &events {
+            state.apply(&e.event);
+        }
+        Ok(Session::new(
+            self.store.as_ref(),
+            id.to_owned(),
+            state,
+            self.observers.clone(),
+        ))
+    }
+
+    /// Gives the session a new task and runs it until it answers, fails or waits.
+    pub async fn run_task(
+        &self,
+        agent: &Agent,
+        session: &mut Session<'_, S>,
+        task: &str,
+        input: Value,
+    ) -> Result<(), RuntimeError> {
+        session.commit(agent_loop::start_turn(task, input)).await?;
+        self.drive_agent(agent, session).await
+    }
+
+    /// Continues a session that waits for a person with their answer.
+    pub async fn reply(
+        &self,
+        agent: &Agent,
+        session: &mut Session<'_, S>,
+        text: &str,
+    ) -> Result<(), RuntimeError> {
+        let events = agent_loop::user_replied(&session.state, &agent.config, text);
+        session.commit(events).await?;
+        self.drive_agent(agent, session).await
+    }
+
+    /// Drives an agent session until it is done or waits. An unexpected error is saved in the
+    /// session (as failed, with the error) before it is returned.
+    pub async fn drive_agent(
+        &self,
+        agent: &Agent,
+        session: &mut Session<'_, S>,
+    ) -> Result<(), RuntimeError> {
+        match self.drive_agent_inner(agent, session).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if !session.state.status.is_terminal() && !matches!(e, RuntimeError::Store(_)) {
+                    let _ = session
+                        .commit(vec![Event::RunFinished {
+                            status: RunStatus::Failed,
+                            error: Some(format!("internal error: {e}")),
+                            answer: None,
+                        }])
+                        .await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn drive_agent_inner(
+        &self,
+        agent: &Agent,
+        session: &mut Session<'_, S>,
+    ) -> Result<(), RuntimeError> {
+        let mut inflight: JoinSet<(String, ToolOutcome, u64)> = JoinSet::new();
+        loop {
+            match agent_loop::decide(&session.state, &agent.config) {
+                AgentNext::Record(events) => session.commit(events).await?,
+                AgentNext::CallModel { request, step } => {
+                    let purpose = request.purpose;
+                    let stream = matches!(purpose, Purpose::React | Purpose::Respond);
+                    let deltas = if stream {
+                        delta_sink(&self.observers)
+                    } else {
+                        None
+                    };
+                    let events = match agent.model.complete_boxed(&request, deltas).await {
+                        Ok(reply) => agent_loop::model_replied(
+                            &session.state,
+                            &agent.config,
+                            purpose,
+                            step.as_deref(),
+                            reply,
+                        ),
+                        Err(e) => agent_loop::model_failed(
+                            &session.state,
+                            &agent.config,
+                            purpose,
+                            e.to_string(),
+                            e.is_retryable(),
+                        ),
+                    };
+                    session.commit(events).await?;
+                }
+                AgentNext::Start { events, calls } => {
+                    session.commit(events).await?;
+                    for call in calls {
+                        spawn_call(&agent.tools, &mut inflight, &session.state, call);
+                    }
+                }
+                AgentNext::Wait => {
+                    let Some(first) = inflight.join_next().await else {
+                        return Err(RuntimeError::Internal(
+                            "the agent waits for tool calls but none is running in this process"
+                                .into(),
+                        ));
+                    };
+                    let mut done = vec![first];
+                    while let Some(more) = inflight.try_join_next() {
+                        done.push(more);
+                    }
+                    let mut events = Vec::new();
+                    for joined in done {
+                        let (call_id, outcome, ms) = joined.map_err(|e| {
+                            RuntimeError::Internal(format!("a tool task failed: {e}"))
+                        })?;
+                        events.extend(engine::tool_finished(
+                            &session.state,
+                            &agent.config.limits,
+                            &call_id,
+                            outcome,
+                            ms,
+                        ));
+                    }
+                    session.commit(events).await?;
+                }
+                AgentNext::Done => return Ok(()),
+            }
+        }
+    }
+
+    /// Starts a session for `agent` and runs `task` in it.
+    pub async fn run_agent(
+        &self,
+        agent: &Agent,
+        info: SessionInfo,
+        task: &str,
+        input: Value,
+    ) -> Result<Session<'_, S>, RuntimeError> {
+        let mut session = self.create_session(agent, info, input.clone()).await?;
+        self.run_task(agent, &mut session, task, input).await?;
+        Ok(session)
+    }
+}
+
+pub(crate) fn spawn_call(
+    tools: &Arc<Registry>,
+    set: &mut JoinSet<(String, ToolOutcome, u64)>,
+    state: &State,
+    call: Invocation,
+) {
+    let tools = Arc::clone(tools);
+    let ctx = ToolContext {
+        session_id: state.session_id.clone(),
+        step: call.step.clone(),
+        call_id: call.call_id.clone(),
+        idempotency_key: call.idempotency_key.clone(),
+        attempt: call.attempt,
+    };
+    set.spawn(async move {
+        if call.delay_ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(call.delay_ms)).await;
+        }
+        let start = Instant::now();
+        let outcome = tools.invoke(&call.tool, call.args, ctx).await;
+        let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        (call.call_id, outcome, ms)
+    });
+}

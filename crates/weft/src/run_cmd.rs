@@ -1,0 +1,257 @@
+//! `weft run`: give an agent a task (or answer a waiting session) and show what it does.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Result, anyhow};
+use clap::Args;
+use serde_json::Value;
+use weft_core::{Envelope, Event, SessionStatus, ToolOutcome};
+use weft_runtime::{Agent, Observer, Runtime, SessionInfo};
+use weft_store::Store;
+
+use crate::{EXIT_FAILED, load};
+
+/// Exit code: the session waits for a person.
+pub const EXIT_WAITING: u8 = 3;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The agent file (YAML or JSON).
+    pub agent: PathBuf,
+    /// The task; with --session, the answer to the session's question (or a new task).
+    pub task: String,
+    /// Continue this session.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// The run's input: JSON text, or @FILE.
+    #[arg(long)]
+    pub input: Option<String>,
+    /// Print every event as a JSON line on stderr.
+    #[arg(long)]
+    pub events: bool,
+    /// The user the session belongs to.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// An outside reference for the session (e.g. a chat id).
+    #[arg(long)]
+    pub reference: Option<String>,
+    /// Session metadata as a JSON object (the instructions see it as session.metadata).
+    #[arg(long)]
+    pub metadata: Option<String>,
+}
+
+/// A live view of a run on a terminal: plan, steps, tool calls, the answer as it streams.
+fn live_view(streamed: Arc<Mutex<bool>>) -> Observer {
+    Arc::new(move |e: &Envelope| {
+        let mut err = std::io::stderr().lock();
+        let line = match &e.event {
+            Event::TurnStarted { task, .. } => Some(format!("▶ {task}")),
+            Event::PlanAccepted { plan } | Event::PlanRevised { plan, .. } => {
+                let mut s = String::from(if matches!(e.event, Event::PlanRevised { .. }) {
+                    "↻ new plan:"
+                } else {
+                    "plan:"
+                });
+                for st in &plan.steps {
+                    let what = st
+                        .tool
+                        .clone()
+                        .or_else(|| st.description.clone())
+                        .unwrap_or_default();
+                    s.push_str(&format!("\n  · {} {}", st.id, what));
+                }
+                Some(s)
+            }
+            Event::WaveStarted { wave, steps } => {
+                Some(format!("wave {wave}: {}", steps.join(", ")))
+            }
+            Event::ToolCallStarted {
+                tool, args, step, ..
+            } => {
+                let mut a = args.to_string();
+                if a.chars().count() > 80 {
+                    a = a.chars().take(80).collect::<String>() + "…";
+                }
+                Some(format!(
+                    "  → {}{tool} {a}",
+                    step.as_ref().map(|s| format!("[{s}] ")).unwrap_or_default()
+                ))
+            }
+            Event::ToolCallFinished {
+                outcome,
+                duration_ms,
+                call_id,
+            } => Some(match outcome {
+                ToolOutcome::Ok { .. } => format!("  ✓ {call_id} ({duration_ms} ms)"),
+                ToolOutcome::Error { error } => format!("  ✗ {call_id}: {}", error.message),
+            }),
+            Event::ToolCallBlocked { tool, reason, .. } => Some(format!("  ⊘ {tool}: {reason}")),
+            Event::StepCompleted { step, summary, .. } => Some(format!(
+                "  ✓ step {step}{}",
+                summary
+                    .as_ref()
+                    .map(|s| format!(": {s}"))
+                    .unwrap_or_default()
+            )),
+            Event::StepFailed {
+                step,
+                error,
+                handled,
+            } => Some(format!(
+                "  ✗ step {step}{}: {}",
+                if *handled { " (handled)" } else { "" },
+                error.message
+            )),
+            Event::StepSkipped { step, reason } => {
+                Some(format!("  – step {step} skipped: {reason}"))
+            }
+            Event::StepRetrying { step, delay_ms, .. } => {
+                Some(format!("  ↻ step {step} retries in {delay_ms} ms"))
+            }
+            Event::ReviewDecided { decision, reason } => {
+                Some(format!("review: {decision:?} {reason}"))
+            }
+            Event::PlanRejected { problems } => Some(format!(
+                "plan rejected ({} problem(s)), asking again",
+                problems.len()
+            )),
+            Event::ModelReplyRejected { reason, .. } => Some(format!("reply rejected: {reason}")),
+            Event::ModelFailed { error, .. } => Some(format!("model error: {error}")),
+            Event::TextDelta { text } => {
+                if let Ok(mut s) = streamed.lock() {
+                    *s = true;
+                }
+                let mut out = std::io::stdout().lock();
+                let _ = write!(out, "{text}");
+                let _ = out.flush();
+                None
+            }
+            _ => None,
+        };
+        if let Some(l) = line {
+            let _ = writeln!(err, "{l}");
+        }
+    })
+}
+
+fn json_lines() -> Observer {
+    Arc::new(|e: &Envelope| {
+        if let Ok(line) = serde_json::to_string(e) {
+            let _ = writeln!(std::io::stderr().lock(), "{line}");
+        }
+    })
+}
+
+pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
+    let loaded = load::agent(&args.agent)?;
+    let input = load::input(args.input.as_deref())?;
+    let metadata: Value = match &args.metadata {
+        None => Value::Object(serde_json::Map::new()),
+        Some(m) => {
+            serde_json::from_str(m).map_err(|e| anyhow!("--metadata is not valid JSON: {e}"))?
+        }
+    };
+    let base = args
+        .agent
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let model = Agent::model_from_spec(&loaded.spec, base)?;
+    let tools = Arc::new(loaded.tools);
+    let agent = Agent::new(&loaded.spec, tools.clone(), model, &metadata, &input)?;
+    let interactive = std::io::stdout().is_terminal() && !args.events;
+    let streamed = Arc::new(Mutex::new(false));
+    let mut rt = Runtime::new(store, tools, loaded.spec.limits.clone());
+    if args.events {
+        rt = rt.observe(json_lines());
+    } else if interactive {
+        rt = rt.observe(live_view(streamed.clone()));
+    }
+    let session = match &args.session {
+        None => {
+            let info = SessionInfo {
+                user_id: args.user.clone(),
+                reference_id: args.reference.clone(),
+                metadata,
+                parent_id: None,
+            };
+            rt.run_agent(&agent, info, &args.task, input).await?
+        }
+        Some(id) => {
+            let mut session = rt.load_session(id).await?;
+            if session.state.agent != agent.name {
+                return Err(anyhow!(
+                    "session {id} belongs to agent `{}`, not `{}`",
+                    session.state.agent,
+                    agent.name
+                ));
+            }
+            if session.state.status == SessionStatus::WaitingForUser {
+                rt.reply(&agent, &mut session, &args.task).await?;
+            } else {
+                rt.run_task(&agent, &mut session, &args.task, input).await?;
+            }
+            session
+        }
+    };
+    let st = &session.state;
+    let streamed = streamed.lock().map(|s| *s).unwrap_or(false);
+    let mut err = std::io::stderr().lock();
+    let usage = &st.usage;
+    let cost = usage
+        .cost_usd
+        .map(|c| format!(", ${c:.4}"))
+        .unwrap_or_default();
+    let summary = format!(
+        "usage: {} input + {} output tokens{cost} · {} tool call(s) · session {}",
+        usage.input_tokens, usage.output_tokens, st.tool_invocations, session.id
+    );
+    match st.status {
+        SessionStatus::Completed => {
+            let answer = st.answer.clone().unwrap_or_default();
+            if interactive && streamed {
+                // The answer streamed as drafts; show the final one whole.
+                println!();
+                writeln!(err, "answer:")?;
+            }
+            println!("{answer}");
+            writeln!(err, "{summary}")?;
+            Ok(0)
+        }
+        SessionStatus::WaitingForUser => {
+            let q = st
+                .waiting
+                .as_ref()
+                .map(|w| w.question.clone())
+                .unwrap_or_default();
+            println!("{q}");
+            writeln!(
+                err,
+                "waiting for your answer (session {}); continue with:",
+                session.id
+            )?;
+            writeln!(
+                err,
+                "  weft run {} --session {} \"<answer>\"",
+                args.agent.display(),
+                session.id
+            )?;
+            writeln!(err, "{summary}")?;
+            Ok(EXIT_WAITING)
+        }
+        SessionStatus::Failed | SessionStatus::Running => {
+            if let Some(a) = &st.answer {
+                println!("{a}");
+            }
+            writeln!(
+                err,
+                "could not complete: {}",
+                st.error.as_deref().unwrap_or("unknown reason")
+            )?;
+            writeln!(err, "{summary}")?;
+            Ok(EXIT_FAILED)
+        }
+    }
+}
