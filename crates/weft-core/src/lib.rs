@@ -11,6 +11,7 @@ pub mod model;
 pub mod path;
 pub mod plan;
 pub mod prompts;
+pub mod recovery;
 pub mod state;
 pub mod tool;
 

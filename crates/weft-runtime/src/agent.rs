@@ -101,6 +101,8 @@ impl Agent {
 /// Who starts a session and what it is about.
 #[derive(Clone, Debug, Default)]
 pub struct SessionInfo {
+    /// The new session's id (a time-ordered UUID when absent).
+    pub id: Option<String>,
     pub user_id: Option<String>,
     pub reference_id: Option<String>,
     pub metadata: Value,
@@ -135,7 +137,7 @@ impl<S: Store> Runtime<S> {
         info: SessionInfo,
         input: Value,
     ) -> Result<Session<'_, S>, RuntimeError> {
-        let id = new_session_id();
+        let id = info.id.unwrap_or_else(new_session_id);
         self.store
             .create(
                 NewSession {
@@ -212,7 +214,33 @@ impl<S: Store> Runtime<S> {
         agent: &Agent,
         session: &mut Session<'_, S>,
     ) -> Result<(), RuntimeError> {
-        match self.drive_agent_inner(agent, session).await {
+        self.drive_agent_with(agent, session, Vec::new()).await
+    }
+
+    /// Continues a session whose process stopped while it was running: calls that were in
+    /// flight are re-run (idempotent tools) or recorded with an unknown outcome (the others),
+    /// then the agent goes on.
+    pub async fn resume_agent(
+        &self,
+        agent: &Agent,
+        session: &mut Session<'_, S>,
+    ) -> Result<(), RuntimeError> {
+        let rec = weft_core::recovery::recover(
+            &session.state,
+            agent.tools.as_ref(),
+            &agent.config.limits,
+        );
+        session.commit(rec.events).await?;
+        self.drive_agent_with(agent, session, rec.rerun).await
+    }
+
+    async fn drive_agent_with(
+        &self,
+        agent: &Agent,
+        session: &mut Session<'_, S>,
+        rerun: Vec<Invocation>,
+    ) -> Result<(), RuntimeError> {
+        match self.drive_agent_inner(agent, session, rerun).await {
             Ok(()) => Ok(()),
             Err(e) => {
                 if !session.state.status.is_terminal() && !matches!(e, RuntimeError::Store(_)) {
@@ -233,8 +261,12 @@ impl<S: Store> Runtime<S> {
         &self,
         agent: &Agent,
         session: &mut Session<'_, S>,
+        rerun: Vec<Invocation>,
     ) -> Result<(), RuntimeError> {
         let mut inflight: JoinSet<(String, ToolOutcome, u64)> = JoinSet::new();
+        for call in rerun {
+            spawn_call(&agent.tools, &mut inflight, &session.state, call);
+        }
         loop {
             match agent_loop::decide(&session.state, &agent.config) {
                 AgentNext::Record(events) => session.commit(events).await?,

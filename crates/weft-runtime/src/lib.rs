@@ -87,21 +87,36 @@ impl<S: Store> Runtime<S> {
     pub async fn run_plan(
         &self,
         agent: &str,
+        plan: Plan,
+        input: Value,
+    ) -> Result<Session<'_, S>, RuntimeError> {
+        self.run_plan_in(agent, plan, input, SessionInfo::default())
+            .await
+    }
+
+    /// Like [`Runtime::run_plan`], with the new session's id and metadata.
+    pub async fn run_plan_in(
+        &self,
+        agent: &str,
         mut plan: Plan,
         input: Value,
+        info: SessionInfo,
     ) -> Result<Session<'_, S>, RuntimeError> {
         let problems = self.check_plan(&plan, Some(&input));
         if !problems.is_empty() {
             return Err(RuntimeError::InvalidPlan(problems));
         }
         engine::normalize(&mut plan, self.tools.as_ref());
-        let id = new_session_id();
+        let id = info.id.unwrap_or_else(new_session_id);
         self.store
             .create(
                 NewSession {
                     id: id.clone(),
                     agent: agent.to_owned(),
-                    ..NewSession::default()
+                    user_id: info.user_id,
+                    reference_id: info.reference_id,
+                    metadata: info.metadata,
+                    parent_id: info.parent_id,
                 },
                 now_ms(),
             )
@@ -127,9 +142,27 @@ impl<S: Store> Runtime<S> {
         Ok(session)
     }
 
+    /// Continues a plan run whose process stopped (see [`Runtime::resume_agent`]).
+    pub async fn resume_plan(&self, session: &mut Session<'_, S>) -> Result<(), RuntimeError> {
+        let rec = weft_core::recovery::recover(&session.state, self.tools.as_ref(), &self.limits);
+        session.commit(rec.events).await?;
+        self.drive_plan_with(session, rec.rerun).await
+    }
+
     /// Drives a plan session until the engine says it is done.
     pub async fn drive_plan(&self, session: &mut Session<'_, S>) -> Result<(), RuntimeError> {
+        self.drive_plan_with(session, Vec::new()).await
+    }
+
+    async fn drive_plan_with(
+        &self,
+        session: &mut Session<'_, S>,
+        rerun: Vec<Invocation>,
+    ) -> Result<(), RuntimeError> {
         let mut inflight: JoinSet<(String, ToolOutcome, u64)> = JoinSet::new();
+        for call in rerun {
+            self.spawn_call(&mut inflight, &session.state, call);
+        }
         loop {
             match engine::decide(&session.state, &self.limits) {
                 Next::Record(events) => session.commit(events).await?,

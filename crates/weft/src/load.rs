@@ -48,3 +48,11 @@ pub fn input(arg: Option<&str>) -> Result<Value> {
     }
     Ok(v)
 }
+
+/// A path made absolute (for recording where an agent file is).
+pub fn absolute(p: &Path) -> String {
+    std::path::absolute(p)
+        .unwrap_or_else(|_| p.to_path_buf())
+        .display()
+        .to_string()
+}

@@ -3,6 +3,8 @@
 mod load;
 mod plan_cmd;
 mod run_cmd;
+mod sessions_cmd;
+mod store;
 
 use std::process::ExitCode;
 
@@ -13,6 +15,9 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "weft", version, about, long_about = None, propagate_version = true)]
 struct Cli {
+    /// Where sessions are stored: a SQLite file (default .weft/weft.db) or a postgres:// URL.
+    #[arg(long, global = true, env = "WEFT_DB")]
+    db: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -25,6 +30,11 @@ enum Command {
     /// Give an agent a task, or answer a session that waits (--session). Exit 0 answered,
     /// 1 could not complete, 3 waiting for your answer.
     Run(run_cmd::RunArgs),
+    /// Continue a session whose process stopped while it was running.
+    Resume(sessions_cmd::ResumeArgs),
+    /// List, inspect, follow, fork and prune sessions.
+    #[command(subcommand)]
+    Sessions(sessions_cmd::SessionsCommand),
 }
 
 /// Exit codes: 0 success, 1 the run failed, 2 bad input (a file, a plan, an argument), 3 the
@@ -45,11 +55,15 @@ fn main() -> ExitCode {
         }
     };
     let result = rt.block_on(async {
+        let store = match store::open(cli.db.as_deref()).await {
+            Ok(s) => s,
+            Err(e) => return Err(e),
+        };
         match cli.command {
-            Command::Plan(c) => plan_cmd::run(c).await,
-            Command::Run(a) => {
-                run_cmd::run(std::sync::Arc::new(weft_store::MemoryStore::new()), a).await
-            }
+            Command::Plan(c) => plan_cmd::run(store, c).await,
+            Command::Run(a) => run_cmd::run(store, a).await,
+            Command::Resume(a) => sessions_cmd::resume(store, a).await,
+            Command::Sessions(c) => sessions_cmd::run(store, c).await,
         }
     });
     match result {

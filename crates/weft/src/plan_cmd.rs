@@ -51,6 +51,9 @@ pub struct RunArgs {
     /// Override the agent's max_waves.
     #[arg(long)]
     pub max_waves: Option<u32>,
+    /// The id of the new session (default: a new time-ordered UUID).
+    #[arg(long)]
+    pub id: Option<String>,
 }
 
 fn read_plan(
@@ -69,11 +72,11 @@ fn report(path: &std::path::Path, problems: &[weft_core::PlanProblem]) -> u8 {
     EXIT_USAGE
 }
 
-pub async fn run(cmd: PlanCommand) -> Result<u8> {
+pub async fn run<S: weft_store::Store>(store: Arc<S>, cmd: PlanCommand) -> Result<u8> {
     match cmd {
         PlanCommand::Check(a) => check(&a, false).await,
         PlanCommand::DryRun(a) => check(&a, true).await,
-        PlanCommand::Run(a) => execute(a).await,
+        PlanCommand::Run(a) => execute(store, a).await,
     }
 }
 
@@ -143,7 +146,7 @@ async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
     Ok(0)
 }
 
-async fn execute(a: RunArgs) -> Result<u8> {
+async fn execute<S: weft_store::Store>(store: Arc<S>, a: RunArgs) -> Result<u8> {
     let agent = load::agent(&a.plan.agent)?;
     let input = load::input(a.plan.input.as_deref())?;
     let plan = match read_plan(&a.plan.plan)? {
@@ -157,7 +160,7 @@ async fn execute(a: RunArgs) -> Result<u8> {
     if let Some(w) = a.max_waves {
         limits.max_waves = w;
     }
-    let mut rt = Runtime::new(Arc::new(MemoryStore::new()), Arc::new(agent.tools), limits);
+    let mut rt = Runtime::new(store, Arc::new(agent.tools), limits);
     if a.events {
         rt = rt.observe(Arc::new(|e| {
             if let Ok(line) = serde_json::to_string(e) {
@@ -170,7 +173,12 @@ async fn execute(a: RunArgs) -> Result<u8> {
     if !problems.is_empty() {
         return Ok(report(&a.plan.plan, &problems));
     }
-    let session = rt.run_plan(&agent.spec.name, plan, input).await?;
+    let info = weft_runtime::SessionInfo {
+        id: a.id.clone(),
+        metadata: serde_json::json!({"weft_agent_file": load::absolute(&a.plan.agent)}),
+        ..weft_runtime::SessionInfo::default()
+    };
+    let session = rt.run_plan_in(&agent.spec.name, plan, input, info).await?;
     let state = &session.state;
     println!("{}", serde_json::to_string_pretty(&state.data)?);
     if state.status == SessionStatus::Completed {

@@ -40,6 +40,9 @@ pub struct RunArgs {
     /// Session metadata as a JSON object (the instructions see it as session.metadata).
     #[arg(long)]
     pub metadata: Option<String>,
+    /// The id of the new session (default: a new time-ordered UUID).
+    #[arg(long)]
+    pub id: Option<String>,
 }
 
 /// A live view of a run on a terminal: plan, steps, tool calls, the answer as it streams.
@@ -136,7 +139,7 @@ fn live_view(streamed: Arc<Mutex<bool>>) -> Observer {
     })
 }
 
-fn json_lines() -> Observer {
+pub fn json_lines() -> Observer {
     Arc::new(|e: &Envelope| {
         if let Ok(line) = serde_json::to_string(e) {
             let _ = writeln!(std::io::stderr().lock(), "{line}");
@@ -172,6 +175,7 @@ pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
     let session = match &args.session {
         None => {
             let info = SessionInfo {
+                id: args.id.clone(),
                 user_id: args.user.clone(),
                 reference_id: args.reference.clone(),
                 metadata,
@@ -196,8 +200,23 @@ pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
             session
         }
     };
-    let st = &session.state;
     let streamed = streamed.lock().map(|s| *s).unwrap_or(false);
+    report(
+        &session.state,
+        &session.id,
+        &args.agent,
+        interactive && streamed,
+    )
+}
+
+/// Prints a session's outcome: the answer on stdout, usage on stderr; the question and how to
+/// answer when it waits. Returns the exit code.
+pub fn report(
+    st: &weft_core::State,
+    id: &str,
+    agent: &std::path::Path,
+    streamed: bool,
+) -> Result<u8> {
     let mut err = std::io::stderr().lock();
     let usage = &st.usage;
     let cost = usage
@@ -205,13 +224,13 @@ pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
         .map(|c| format!(", ${c:.4}"))
         .unwrap_or_default();
     let summary = format!(
-        "usage: {} input + {} output tokens{cost} · {} tool call(s) · session {}",
-        usage.input_tokens, usage.output_tokens, st.tool_invocations, session.id
+        "usage: {} input + {} output tokens{cost} · {} tool call(s) · session {id}",
+        usage.input_tokens, usage.output_tokens, st.tool_invocations
     );
     match st.status {
         SessionStatus::Completed => {
             let answer = st.answer.clone().unwrap_or_default();
-            if interactive && streamed {
+            if streamed {
                 // The answer streamed as drafts; show the final one whole.
                 println!();
                 writeln!(err, "answer:")?;
@@ -229,14 +248,12 @@ pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
             println!("{q}");
             writeln!(
                 err,
-                "waiting for your answer (session {}); continue with:",
-                session.id
+                "waiting for your answer (session {id}); continue with:"
             )?;
             writeln!(
                 err,
-                "  weft run {} --session {} \"<answer>\"",
-                args.agent.display(),
-                session.id
+                "  weft run {} --session {id} \"<answer>\"",
+                agent.display()
             )?;
             writeln!(err, "{summary}")?;
             Ok(EXIT_WAITING)

@@ -1,0 +1,383 @@
+//! `weft sessions` and `weft resume`: list, inspect, follow, fork, prune and resume sessions.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Result, anyhow};
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use weft_core::agent::parse_duration_str;
+use weft_core::{EVENT_VERSION, Envelope, Event, SessionStatus, State};
+use weft_runtime::{Agent, Runtime, now_ms};
+use weft_store::{ListFilter, NewSession, Store};
+
+use crate::{load, run_cmd};
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// List sessions, newest first.
+    List {
+        #[arg(long)]
+        user: Option<String>,
+        /// running, waiting_for_user, completed or failed.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Print JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a session: task, plan with statuses, answer, usage.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a session's events as JSON lines.
+    Events {
+        id: String,
+        /// Keep printing new events until the session completes, fails or waits.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Start a new session from a session's state at event SEQ (the original is untouched).
+    Fork {
+        id: String,
+        #[arg(long)]
+        at: u64,
+    },
+    /// Delete sessions not updated for DURATION (e.g. 30d, 12h).
+    Prune {
+        #[arg(long)]
+        older_than: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The session to continue.
+    pub id: String,
+    /// The agent file (default: the one the session was started with).
+    #[arg(long)]
+    pub agent: Option<PathBuf>,
+    /// Print every event as a JSON line on stderr.
+    #[arg(long)]
+    pub events: bool,
+}
+
+fn fmt_time(ms: i64) -> String {
+    let secs = ms / 1000;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since the epoch (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
+    let mut out = std::io::stdout().lock();
+    match cmd {
+        SessionsCommand::List {
+            user,
+            status,
+            limit,
+            json,
+        } => {
+            let status = match status {
+                None => None,
+                Some(s) => Some(SessionStatus::parse(&s).ok_or_else(|| {
+                    anyhow!("--status {s}: use running, waiting_for_user, completed or failed")
+                })?),
+            };
+            let rows = store
+                .list(&ListFilter {
+                    user_id: user,
+                    status,
+                    limit: Some(limit),
+                })
+                .await?;
+            if json {
+                for r in &rows {
+                    writeln!(out, "{}", serde_json::to_string(r)?)?;
+                }
+                return Ok(0);
+            }
+            if rows.is_empty() {
+                writeln!(std::io::stderr(), "no sessions")?;
+                return Ok(0);
+            }
+            writeln!(
+                out,
+                "{:<36}  {:<18}  {:<16}  {:<12}  {:<20}  events",
+                "id", "agent", "status", "user", "updated"
+            )?;
+            for r in rows {
+                writeln!(
+                    out,
+                    "{:<36}  {:<18}  {:<16}  {:<12}  {:<20}  {}",
+                    r.id,
+                    r.agent,
+                    r.status.as_str(),
+                    r.user_id.as_deref().unwrap_or("-"),
+                    fmt_time(r.updated_at),
+                    r.last_seq
+                )?;
+            }
+            Ok(0)
+        }
+        SessionsCommand::Show { id, json } => {
+            let (rec, events) = store.load(&id).await?;
+            let state = State::fold(events.iter().map(|e| &e.event));
+            let view = json!({
+                "id": rec.id,
+                "agent": rec.agent,
+                "status": rec.status.as_str(),
+                "user_id": rec.user_id,
+                "reference_id": rec.reference_id,
+                "parent_id": rec.parent_id,
+                "created_at": fmt_time(rec.created_at),
+                "updated_at": fmt_time(rec.updated_at),
+                "events": rec.last_seq,
+                "task": state.task,
+                "plan": state.plan.as_ref().map(|p| p.view()),
+                "state": state.data,
+                "answer": state.answer,
+                "waiting": state.waiting,
+                "error": state.error,
+                "usage": state.usage,
+                "model_calls": state.model_calls,
+                "tool_calls": state.tool_invocations,
+            });
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&view)?)?;
+                return Ok(0);
+            }
+            writeln!(
+                out,
+                "session  {}  ({}, agent {})",
+                rec.id,
+                rec.status.as_str(),
+                rec.agent
+            )?;
+            if let Some(p) = &rec.parent_id {
+                writeln!(out, "parent   {p}")?;
+            }
+            writeln!(
+                out,
+                "created  {}   updated {}   events {}",
+                fmt_time(rec.created_at),
+                fmt_time(rec.updated_at),
+                rec.last_seq
+            )?;
+            if let Some(t) = &state.task {
+                writeln!(out, "task     {t}")?;
+            }
+            if let Some(run) = &state.plan {
+                writeln!(out, "plan")?;
+                for (s, r) in run.plan.steps.iter().zip(&run.steps) {
+                    let what = s
+                        .tool
+                        .clone()
+                        .or_else(|| s.description.clone())
+                        .unwrap_or_default();
+                    let status = serde_json::to_value(r.status)?
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    let extra = r
+                        .reason
+                        .clone()
+                        .or_else(|| r.error.as_ref().map(|e| e.message.clone()))
+                        .map(|x| format!("  ({x})"))
+                        .unwrap_or_default();
+                    writeln!(out, "  {:<16} {:<12} {what}{extra}", s.id, status)?;
+                }
+            }
+            if let Some(w) = &state.waiting {
+                writeln!(out, "waiting  {}", w.question)?;
+            }
+            if let Some(a) = &state.answer {
+                writeln!(out, "answer   {a}")?;
+            }
+            if let Some(e) = &state.error {
+                writeln!(out, "error    {e}")?;
+            }
+            let u = &state.usage;
+            let cost = u.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
+            writeln!(
+                out,
+                "usage    {} input + {} output tokens{cost}, {} model call(s), {} tool call(s)",
+                u.input_tokens, u.output_tokens, state.model_calls, state.tool_invocations
+            )?;
+            Ok(0)
+        }
+        SessionsCommand::Events { id, follow } => {
+            let mut after = 0;
+            loop {
+                let events = store.events_after(&id, after).await?;
+                for e in &events {
+                    writeln!(out, "{}", serde_json::to_string(e)?)?;
+                    after = e.seq;
+                }
+                out.flush()?;
+                if !follow {
+                    return Ok(0);
+                }
+                let (rec, _) = store.load(&id).await?;
+                let done = rec.status != SessionStatus::Running && rec.last_seq <= after;
+                if done {
+                    return Ok(0);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        SessionsCommand::Fork { id, at } => {
+            let (rec, events) = store.load(&id).await?;
+            if at == 0 || at > rec.last_seq {
+                return Err(anyhow!(
+                    "--at {at}: session {id} has events 1 to {}",
+                    rec.last_seq
+                ));
+            }
+            let new_id = weft_runtime::new_session_id();
+            let now = now_ms();
+            let mut meta = rec.metadata.clone();
+            if let Value::Object(m) = &mut meta {
+                m.insert("forked_from".into(), json!({"session": id, "at": at}));
+            }
+            store
+                .create(
+                    NewSession {
+                        id: new_id.clone(),
+                        user_id: rec.user_id.clone(),
+                        agent: rec.agent.clone(),
+                        reference_id: rec.reference_id.clone(),
+                        metadata: meta,
+                        parent_id: Some(id.clone()),
+                    },
+                    now,
+                )
+                .await?;
+            let mut copied: Vec<Envelope> =
+                events.into_iter().take_while(|e| e.seq <= at).collect();
+            for e in &mut copied {
+                if let Event::SessionStarted { session_id, .. } = &mut e.event {
+                    session_id.clone_from(&new_id);
+                }
+            }
+            let mut state = State::fold(copied.iter().map(|e| &e.event));
+            // Calls in flight at the fork point belong to the original: interrupt them here.
+            let fix =
+                weft_core::recovery::interrupt_open_calls(&state, &weft_core::Limits::default());
+            let base = copied.len() as u64;
+            for (k, event) in fix.into_iter().enumerate() {
+                state.apply(&event);
+                copied.push(Envelope {
+                    seq: base + 1 + k as u64,
+                    ts: now,
+                    v: EVENT_VERSION,
+                    event,
+                });
+            }
+            store.append(&new_id, 0, &copied, state.status, now).await?;
+            writeln!(out, "{new_id}")?;
+            writeln!(
+                std::io::stderr(),
+                "forked {id} at event {at} into {new_id} ({}); continue it with `weft resume {new_id}` or `weft run AGENT --session {new_id} ...`",
+                state.status.as_str()
+            )?;
+            Ok(0)
+        }
+        SessionsCommand::Prune { older_than } => {
+            let d = parse_duration_str(&older_than).map_err(|e| anyhow!("--older-than: {e}"))?;
+            let cutoff = now_ms() - i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+            let n = store.prune(cutoff).await?;
+            writeln!(
+                out,
+                "pruned {n} session(s) not updated since {}",
+                fmt_time(cutoff)
+            )?;
+            Ok(0)
+        }
+    }
+}
+
+/// The agent file a session was started with (recorded in its metadata).
+pub fn agent_file_of(metadata: &Value) -> Option<PathBuf> {
+    metadata
+        .get("weft_agent_file")
+        .and_then(Value::as_str)
+        .map(PathBuf::from)
+}
+
+pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
+    let (rec, events) = store.load(&args.id).await?;
+    let path = match args.agent.clone().or_else(|| agent_file_of(&rec.metadata)) {
+        Some(p) => p,
+        None => {
+            return Err(anyhow!(
+                "session {} does not record its agent file; pass --agent FILE",
+                args.id
+            ));
+        }
+    };
+    match rec.status {
+        SessionStatus::Running => {}
+        SessionStatus::WaitingForUser => {
+            return Err(anyhow!(
+                "session {} waits for an answer; give it with `weft run {} --session {} \"<answer>\"`",
+                args.id,
+                path.display(),
+                args.id
+            ));
+        }
+        s => {
+            return Err(anyhow!(
+                "session {} has {}; there is nothing to resume",
+                args.id,
+                s.as_str()
+            ));
+        }
+    }
+    let loaded = load::agent(&path)?;
+    let tools = Arc::new(loaded.tools);
+    let state = State::fold(events.iter().map(|e| &e.event));
+    let mut rt = Runtime::new(store, tools.clone(), loaded.spec.limits.clone());
+    if args.events {
+        rt = rt.observe(run_cmd::json_lines());
+    }
+    let mut session = rt.load_session(&args.id).await?;
+    if state.mode.is_none() {
+        rt.resume_plan(&mut session).await?;
+        println!("{}", serde_json::to_string_pretty(&session.state.data)?);
+        return Ok(if session.state.status == SessionStatus::Completed {
+            0
+        } else {
+            crate::EXIT_FAILED
+        });
+    }
+    let base = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let model = Agent::model_from_spec(&loaded.spec, base)?;
+    let agent = Agent::new(&loaded.spec, tools, model, &rec.metadata, &state.input)?;
+    rt.resume_agent(&agent, &mut session).await?;
+    run_cmd::report(&session.state, &session.id, &path, false)
+}
