@@ -137,8 +137,22 @@ impl<S: Store> Runtime<S> {
         info: SessionInfo,
         input: Value,
     ) -> Result<Session<'_, S>, RuntimeError> {
+        self.create_session_with(agent, info, input, Vec::new()).await
+    }
+
+    /// Creates a session and records its start together with `first` events, in one batch. A
+    /// session with this id that exists but has no events (its creator died before recording
+    /// anything) is taken over.
+    async fn create_session_with(
+        &self,
+        agent: &Agent,
+        info: SessionInfo,
+        input: Value,
+        first: Vec<Event>,
+    ) -> Result<Session<'_, S>, RuntimeError> {
         let id = info.id.unwrap_or_else(new_session_id);
-        self.store
+        let created = self
+            .store
             .create(
                 NewSession {
                     id: id.clone(),
@@ -150,21 +164,31 @@ impl<S: Store> Runtime<S> {
                 },
                 now_ms(),
             )
-            .await?;
+            .await;
+        match created {
+            Ok(_) => {}
+            Err(weft_store::StoreError::Exists(_)) => {
+                let (rec, _) = self.store.load(&id).await?;
+                if rec.last_seq != 0 {
+                    return Err(RuntimeError::Store(weft_store::StoreError::Exists(id)));
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
         let mut session = Session::new(
             self.store.as_ref(),
             id.clone(),
             State::new(),
             self.observers.clone(),
         );
-        session
-            .commit(vec![Event::SessionStarted {
-                session_id: id,
-                agent: agent.name.clone(),
-                input,
-                mode: Some(agent.config.mode),
-            }])
-            .await?;
+        let mut events = vec![Event::SessionStarted {
+            session_id: id,
+            agent: agent.name.clone(),
+            input,
+            mode: Some(agent.config.mode),
+        }];
+        events.extend(first);
+        session.commit(events).await?;
         Ok(session)
     }
 
@@ -341,8 +365,9 @@ impl<S: Store> Runtime<S> {
         task: &str,
         input: Value,
     ) -> Result<Session<'_, S>, RuntimeError> {
-        let mut session = self.create_session(agent, info, input.clone()).await?;
-        self.run_task(agent, &mut session, task, input).await?;
+        let first = agent_loop::start_turn(task, input.clone());
+        let mut session = self.create_session_with(agent, info, input, first).await?;
+        self.drive_agent(agent, &mut session).await?;
         Ok(session)
     }
 }

@@ -108,7 +108,8 @@ impl<S: Store> Runtime<S> {
         }
         engine::normalize(&mut plan, self.tools.as_ref());
         let id = info.id.unwrap_or_else(new_session_id);
-        self.store
+        let created = self
+            .store
             .create(
                 NewSession {
                     id: id.clone(),
@@ -120,7 +121,13 @@ impl<S: Store> Runtime<S> {
                 },
                 now_ms(),
             )
-            .await?;
+            .await;
+        match created {
+            Ok(_) => {}
+            // A session that exists with no events (its creator died first) is taken over.
+            Err(StoreError::Exists(_)) if self.store.load(&id).await?.0.last_seq == 0 => {}
+            Err(e) => return Err(e.into()),
+        }
         let mut session = Session::new(
             self.store.as_ref(),
             id.clone(),
