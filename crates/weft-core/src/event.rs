@@ -139,6 +139,9 @@ pub enum Event {
         /// The agent's mode; absent for a bare plan run (`weft plan run`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mode: Option<Mode>,
+        /// The session this one runs under (a sub-agent's parent) or was forked from.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_id: Option<String>,
     },
     /// A person gave the agent a task (a new turn of the session).
     TurnStarted {

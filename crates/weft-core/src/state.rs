@@ -337,6 +337,7 @@ impl State {
                 agent,
                 input,
                 mode,
+                ..
             } => {
                 self.session_id.clone_from(session_id);
                 self.agent.clone_from(agent);

@@ -137,7 +137,8 @@ impl<S: Store> Runtime<S> {
         info: SessionInfo,
         input: Value,
     ) -> Result<Session<'_, S>, RuntimeError> {
-        self.create_session_with(agent, info, input, Vec::new()).await
+        self.create_session_with(agent, info, input, Vec::new())
+            .await
     }
 
     /// Creates a session and records its start together with `first` events, in one batch. A
@@ -151,6 +152,7 @@ impl<S: Store> Runtime<S> {
         first: Vec<Event>,
     ) -> Result<Session<'_, S>, RuntimeError> {
         let id = info.id.unwrap_or_else(new_session_id);
+        let parent_id = info.parent_id.clone();
         let created = self
             .store
             .create(
@@ -175,17 +177,13 @@ impl<S: Store> Runtime<S> {
             }
             Err(e) => return Err(e.into()),
         }
-        let mut session = Session::new(
-            self.store.as_ref(),
-            id.clone(),
-            State::new(),
-            self.observers.clone(),
-        );
+        let mut session = self.session(id.clone(), State::new());
         let mut events = vec![Event::SessionStarted {
             session_id: id,
             agent: agent.name.clone(),
             input,
             mode: Some(agent.config.mode),
+            parent_id,
         }];
         events.extend(first);
         session.commit(events).await?;
@@ -199,12 +197,7 @@ impl<S: Store> Runtime<S> {
         for e in &events {
             state.apply(&e.event);
         }
-        Ok(Session::new(
-            self.store.as_ref(),
-            id.to_owned(),
-            state,
-            self.observers.clone(),
-        ))
+        Ok(self.session(id.to_owned(), state))
     }
 
     /// Gives the session a new task and runs it until it answers, fails or waits.

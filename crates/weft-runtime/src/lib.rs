@@ -17,7 +17,7 @@ use weft_store::{NewSession, Store, StoreError};
 use weft_tools::Registry;
 
 pub use agent::{Agent, SessionInfo};
-pub use session::{Observer, Session};
+pub use session::{Observer, Redact, Session};
 
 /// Runtime failures (a failed step is not one: it is an outcome recorded in the session).
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +51,8 @@ pub struct Runtime<S: Store> {
     pub tools: Arc<Registry>,
     pub limits: Limits,
     pub observers: Vec<Observer>,
+    /// Applied to every event before it is stored or shown (secrets).
+    pub redact: Option<Redact>,
 }
 
 impl<S: Store> Runtime<S> {
@@ -60,6 +62,7 @@ impl<S: Store> Runtime<S> {
             tools,
             limits,
             observers: Vec::new(),
+            redact: None,
         }
     }
 
@@ -68,6 +71,12 @@ impl<S: Store> Runtime<S> {
     pub fn observe(mut self, o: Observer) -> Self {
         self.observers.push(o);
         self
+    }
+
+    /// A handle on a session of this runtime's store, with its observers and redaction.
+    pub fn session(&self, id: String, state: State) -> Session<'_, S> {
+        Session::new(self.store.as_ref(), id, state, self.observers.clone())
+            .with_redactor(self.redact.clone())
     }
 
     /// Validates a plan against the registry (and the input, when given).
@@ -108,6 +117,7 @@ impl<S: Store> Runtime<S> {
         }
         engine::normalize(&mut plan, self.tools.as_ref());
         let id = info.id.unwrap_or_else(new_session_id);
+        let parent_id = info.parent_id.clone();
         let created = self
             .store
             .create(
@@ -128,12 +138,7 @@ impl<S: Store> Runtime<S> {
             Err(StoreError::Exists(_)) if self.store.load(&id).await?.0.last_seq == 0 => {}
             Err(e) => return Err(e.into()),
         }
-        let mut session = Session::new(
-            self.store.as_ref(),
-            id.clone(),
-            State::new(),
-            self.observers.clone(),
-        );
+        let mut session = self.session(id.clone(), State::new());
         session
             .commit(vec![
                 Event::SessionStarted {
@@ -141,6 +146,7 @@ impl<S: Store> Runtime<S> {
                     agent: agent.to_owned(),
                     input,
                     mode: None,
+                    parent_id,
                 },
                 Event::PlanAccepted { plan },
             ])

@@ -10,12 +10,17 @@ use crate::{RuntimeError, now_ms};
 /// Sees every event after it is stored.
 pub type Observer = Arc<dyn Fn(&Envelope) + Send + Sync>;
 
+/// Rewrites an event (as JSON) before it is stored or shown: secret values become
+/// `[secret:NAME]`.
+pub type Redact = Arc<dyn Fn(&mut serde_json::Value) + Send + Sync>;
+
 /// A session being driven by this process.
 pub struct Session<'s, S: Store> {
     store: &'s S,
     pub id: String,
     pub state: State,
     observers: Vec<Observer>,
+    redact: Option<Redact>,
 }
 
 impl<'s, S: Store> Session<'s, S> {
@@ -25,7 +30,32 @@ impl<'s, S: Store> Session<'s, S> {
             id,
             state,
             observers,
+            redact: None,
         }
+    }
+
+    /// Redacts every event before it is stored, applied or published.
+    #[must_use]
+    pub fn with_redactor(mut self, redact: Option<Redact>) -> Self {
+        self.redact = redact;
+        self
+    }
+
+    fn redacted(&self, events: Vec<Event>) -> Result<Vec<Event>, RuntimeError> {
+        let Some(r) = &self.redact else {
+            return Ok(events);
+        };
+        events
+            .into_iter()
+            .map(|e| {
+                let mut v = serde_json::to_value(&e)
+                    .map_err(|err| RuntimeError::Internal(format!("encoding an event: {err}")))?;
+                r(&mut v);
+                serde_json::from_value(v).map_err(|err| {
+                    RuntimeError::Internal(format!("an event did not survive redaction: {err}"))
+                })
+            })
+            .collect()
     }
 
     /// Stores a batch of events atomically, then applies and publishes them. Nothing is applied
@@ -34,6 +64,7 @@ impl<'s, S: Store> Session<'s, S> {
         if events.is_empty() {
             return Ok(());
         }
+        let events = self.redacted(events)?;
         let ts = now_ms();
         let base = self.state.seq;
         let status = self.state.status_after(&events);

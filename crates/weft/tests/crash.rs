@@ -14,7 +14,14 @@ use serde_json::Value;
 const RUNS: usize = 100;
 
 /// Steps: (id, idempotent). s3 and s4 run in parallel.
-const STEPS: &[(&str, bool)] = &[("s1", true), ("s2", false), ("s3", true), ("s4", true), ("s5", false), ("s6", true)];
+const STEPS: &[(&str, bool)] = &[
+    ("s1", true),
+    ("s2", false),
+    ("s3", true),
+    ("s4", true),
+    ("s5", false),
+    ("s6", true),
+];
 
 fn weft() -> Command {
     Command::new(env!("CARGO_BIN_EXE_weft"))
@@ -109,7 +116,12 @@ fn run_or_kill(mut child: Child, kill_after: Option<Duration>) -> Option<i32> {
 }
 
 fn session_status(db: &Path, dir: &Path, id: &str) -> Option<Value> {
-    let out = weft().args(["sessions", "show", id, "--json", "--db"]).arg(db).current_dir(dir).output().unwrap();
+    let out = weft()
+        .args(["sessions", "show", id, "--json", "--db"])
+        .arg(db)
+        .current_dir(dir)
+        .output()
+        .unwrap();
     if !out.status.success() {
         return None;
     }
@@ -133,8 +145,13 @@ fn sigkill_at_random_points_never_loses_or_repeats_work() {
         while exit.is_none() {
             attempts += 1;
             assert!(attempts < 50, "run {run}: no progress after 50 processes");
-            let kill_after = if rng.below(5) == 0 { None } else { Some(Duration::from_millis(rng.below(350))) };
-            let exists = session_status(&db, dir, &id).is_some_and(|v| v["events"].as_u64().unwrap_or(0) > 0);
+            let kill_after = if rng.below(5) == 0 {
+                None
+            } else {
+                Some(Duration::from_millis(rng.below(350)))
+            };
+            let exists = session_status(&db, dir, &id)
+                .is_some_and(|v| v["events"].as_u64().unwrap_or(0) > 0);
             let child = if exists {
                 spawn(&["resume", &id], &db, dir)
             } else {
@@ -149,7 +166,10 @@ fn sigkill_at_random_points_never_loses_or_repeats_work() {
                 && code == 2
             {
                 let s = session_status(&db, dir, &id).expect("the session exists");
-                assert_ne!(s["status"], "running", "run {run}: resume refused a running session: {s}");
+                assert_ne!(
+                    s["status"], "running",
+                    "run {run}: resume refused a running session: {s}"
+                );
             }
         }
         let show = session_status(&db, dir, &id).expect("the session exists");
@@ -160,7 +180,12 @@ fn sigkill_at_random_points_never_loses_or_repeats_work() {
             *lines.entry(l).or_default() += 1;
         }
         // The events: each step completes at most once; an unknown outcome is explicit.
-        let out = weft().args(["sessions", "events", &id, "--db"]).arg(&db).current_dir(dir).output().unwrap();
+        let out = weft()
+            .args(["sessions", "events", &id, "--db"])
+            .arg(&db)
+            .current_dir(dir)
+            .output()
+            .unwrap();
         let events: Vec<Value> = String::from_utf8(out.stdout)
             .unwrap()
             .lines()
@@ -170,7 +195,11 @@ fn sigkill_at_random_points_never_loses_or_repeats_work() {
         let mut unknown: Vec<String> = Vec::new();
         for e in &events {
             match e["type"].as_str() {
-                Some("step_completed") => *completed.entry(e["step"].as_str().unwrap().to_owned()).or_default() += 1,
+                Some("step_completed") => {
+                    *completed
+                        .entry(e["step"].as_str().unwrap().to_owned())
+                        .or_default() += 1
+                }
                 Some("step_failed") if e["error"]["kind"] == "unknown_outcome" => {
                     unknown.push(e["step"].as_str().unwrap().to_owned());
                 }
@@ -178,23 +207,45 @@ fn sigkill_at_random_points_never_loses_or_repeats_work() {
             }
         }
         let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
-        assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "run {run}: the log has gaps");
+        assert!(
+            seqs.windows(2).all(|w| w[1] == w[0] + 1),
+            "run {run}: the log has gaps"
+        );
         let plan = show["plan"].as_array().expect("a plan");
         for (step, idempotent) in STEPS {
             let n_done = completed.get(*step).copied().unwrap_or(0);
-            assert!(n_done <= 1, "run {run}: step {step} completed {n_done} times");
+            assert!(
+                n_done <= 1,
+                "run {run}: step {step} completed {n_done} times"
+            );
             let ran = lines.get(step).copied().unwrap_or(0);
-            let status = plan.iter().find(|s| s["_id"] == *step).map(|s| s["status"].clone()).unwrap();
+            let status = plan
+                .iter()
+                .find(|s| s["_id"] == *step)
+                .map(|s| s["status"].clone())
+                .unwrap();
             if !idempotent {
-                assert!(ran <= 1, "run {run}: non-idempotent step {step} ran {ran} times");
+                assert!(
+                    ran <= 1,
+                    "run {run}: non-idempotent step {step} ran {ran} times"
+                );
             }
             if n_done == 1 {
-                assert_eq!(status, "COMPLETED", "run {run}: step {step} completed but shows {status}");
+                assert_eq!(
+                    status, "COMPLETED",
+                    "run {run}: step {step} completed but shows {status}"
+                );
                 assert!(ran >= 1, "run {run}: step {step} completed without running");
             }
             if unknown.iter().any(|u| u == step) {
-                assert_eq!(status, "FAILED", "run {run}: {step} had an unknown outcome but shows {status}");
-                assert!(!idempotent, "run {run}: idempotent step {step} was given an unknown outcome");
+                assert_eq!(
+                    status, "FAILED",
+                    "run {run}: {step} had an unknown outcome but shows {status}"
+                );
+                assert!(
+                    !idempotent,
+                    "run {run}: idempotent step {step} was given an unknown outcome"
+                );
             }
             if status != "COMPLETED" {
                 // Not completed: either its own outcome is unknown, or it was blocked by one.
