@@ -277,8 +277,14 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
             let mut copied: Vec<Envelope> =
                 events.into_iter().take_while(|e| e.seq <= at).collect();
             for e in &mut copied {
-                if let Event::SessionStarted { session_id, .. } = &mut e.event {
+                if let Event::SessionStarted {
+                    session_id,
+                    parent_id,
+                    ..
+                } = &mut e.event
+                {
                     session_id.clone_from(&new_id);
+                    *parent_id = Some(id.clone());
                 }
             }
             let mut state = State::fold(copied.iter().map(|e| &e.event));
