@@ -113,9 +113,13 @@ fn live_view(streamed: Arc<Mutex<bool>>) -> Observer {
             Event::StepRetrying { step, delay_ms, .. } => {
                 Some(format!("  ↻ step {step} retries in {delay_ms} ms"))
             }
-            Event::ReviewDecided { decision, reason } => {
-                Some(format!("review: {decision:?} {reason}"))
-            }
+            Event::ReviewDecided { decision, reason } => Some(format!(
+                "review: {} {reason}",
+                serde_json::to_value(decision)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            )),
             Event::PlanRejected { problems } => Some(format!(
                 "plan rejected ({} problem(s)), asking again",
                 problems.len()
@@ -231,11 +235,11 @@ pub fn report(
         SessionStatus::Completed => {
             let answer = st.answer.clone().unwrap_or_default();
             if streamed {
-                // The answer streamed as drafts; show the final one whole.
+                // The answer was shown as it streamed (its last draft is the answer).
                 println!();
-                writeln!(err, "answer:")?;
+            } else {
+                println!("{answer}");
             }
-            println!("{answer}");
             writeln!(err, "{summary}")?;
             Ok(0)
         }
