@@ -55,9 +55,15 @@ fn main() -> ExitCode {
         }
     };
     let result = rt.block_on(async {
-        let store = match store::open(cli.db.as_deref()).await {
-            Ok(s) => s,
-            Err(e) => return Err(e),
+        let read_only = matches!(cli.command, Command::Sessions(_) | Command::Resume(_));
+        let needs_store = !matches!(
+            cli.command,
+            Command::Plan(plan_cmd::PlanCommand::Check(_) | plan_cmd::PlanCommand::DryRun(_))
+        );
+        let store = if needs_store {
+            store::open(cli.db.as_deref(), read_only).await?
+        } else {
+            std::sync::Arc::new(weft_store::AnyStore::Memory(weft_store::MemoryStore::new()))
         };
         match cli.command {
             Command::Plan(c) => plan_cmd::run(store, c).await,
