@@ -154,12 +154,20 @@ pub fn json_lines() -> Observer {
 pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
     let loaded = load::agent(&args.agent)?;
     let input = load::input(args.input.as_deref())?;
-    let metadata: Value = match &args.metadata {
+    let mut metadata: Value = match &args.metadata {
         None => Value::Object(serde_json::Map::new()),
         Some(m) => {
             serde_json::from_str(m).map_err(|e| anyhow!("--metadata is not valid JSON: {e}"))?
         }
     };
+    let Value::Object(meta) = &mut metadata else {
+        return Err(anyhow!("--metadata must be a JSON object"));
+    };
+    // Recorded so that `weft resume ID` knows the agent.
+    meta.insert(
+        "weft_agent_file".into(),
+        Value::String(load::absolute(&args.agent)),
+    );
     let base = args
         .agent
         .parent()

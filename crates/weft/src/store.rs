@@ -20,5 +20,7 @@ pub async fn open(db: Option<&str>, existing: bool) -> Result<Arc<CliStore>> {
     } else {
         AnyStore::open(spec).await
     };
-    Ok(Arc::new(store.with_context(|| format!("cannot open the session store `{spec}`"))?))
+    Ok(Arc::new(store.with_context(|| {
+        format!("cannot open the session store `{spec}`")
+    })?))
 }
