@@ -352,3 +352,302 @@ fn contains_ref(v: &Value) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::tool::ToolInfo;
+
+    fn plan(v: Value) -> Plan {
+        Plan::from_value(&v).unwrap_or_else(|p| panic!("plan does not parse: {p:?}"))
+    }
+
+    fn tool(name: &str, schema: Value) -> (String, ToolInfo) {
+        (
+            name.to_owned(),
+            ToolInfo {
+                name: name.to_owned(),
+                description: String::new(),
+                category: None,
+                input_schema: schema,
+                idempotent: true,
+                parallel: true,
+                requires_approval: false,
+                source: "test".into(),
+            },
+        )
+    }
+
+    fn catalog() -> BTreeMap<String, ToolInfo> {
+        BTreeMap::from([
+            tool("t", json!({})),
+            tool(
+                "typed",
+                json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+            ),
+        ])
+    }
+
+    fn ids(p: &Plan, list: &[usize]) -> Vec<String> {
+        list.iter().map(|&i| p.steps[i].id.clone()).collect()
+    }
+
+    #[test]
+    fn data_edges_follow_overlapping_state_paths() {
+        let p = plan(json!([
+            {"_id": "whole", "_tool": "t", "_outputPath": "†state.a"},
+            {"_id": "below", "_tool": "t", "_outputPath": "†state.a.b.c"},
+            {"_id": "exact", "_tool": "t", "_outputPath": "†state.a.b"},
+            {"_id": "aside", "_tool": "t", "_outputPath": "†state.a.x"},
+            {"_id": "other", "_tool": "t", "_outputPath": "†state.ab"},
+            {"_id": "reader", "_tool": "t", "v": "†state.a.b"}
+        ]));
+        let g = Graph::build(&p);
+        assert_eq!(ids(&p, &g.deps[5]), ["whole", "below", "exact"]);
+        for i in 0..5 {
+            assert!(g.deps[i].is_empty(), "{}", p.steps[i].id);
+        }
+        assert_eq!(ids(&p, &g.dependants[0]), ["reader"]);
+        assert!(g.dependants[3].is_empty());
+        assert!(g.dependants[4].is_empty());
+    }
+
+    #[test]
+    fn explicit_step_and_condition_edges_are_deduplicated() {
+        let p = plan(json!([
+            {"_id": "a", "_tool": "t", "_outputPath": "†state.a"},
+            {"_id": "b", "_tool": "t", "_outputPath": "†state.b"},
+            {"_id": "c", "_tool": "t", "x": "†state.a", "y": "†steps.a.out", "_dependsOn": ["a", "a"],
+             "_when": "state.b.ok", "_outputPath": "†state.c"},
+            {"_id": "d", "_tool": "t", "_dependsOn": ["ghost", "d"]}
+        ]));
+        let g = Graph::build(&p);
+        assert_eq!(ids(&p, &g.deps[2]), ["a", "b"]);
+        assert_eq!(ids(&p, &g.dependants[0]), ["c"]);
+        // Unknown ids and self-edges are left to validation.
+        assert!(g.deps[3].is_empty());
+        assert_eq!(g.find_cycle(), None);
+    }
+
+    #[test]
+    fn a_step_reading_its_own_output_has_no_self_edge() {
+        let p =
+            plan(json!([{"_id": "a", "_tool": "t", "x": "†state.a", "_outputPath": "†state.a"}]));
+        let g = Graph::build(&p);
+        assert!(g.deps[0].is_empty());
+        let problems = validate(&p, &catalog(), &ValidateOptions::default());
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].message.contains("own output"));
+    }
+
+    fn assert_is_cycle(g: &Graph, cycle: &[usize]) {
+        assert!(cycle.len() >= 3, "{cycle:?}");
+        assert_eq!(cycle.first(), cycle.last());
+        for w in cycle.windows(2) {
+            assert!(
+                g.deps[w[1]].contains(&w[0]),
+                "{} does not wait for {} in {cycle:?}",
+                w[1],
+                w[0]
+            );
+        }
+    }
+
+    #[test]
+    fn find_cycle_returns_a_real_cycle_without_its_tail() {
+        let p = plan(json!([
+            {"_id": "root", "_tool": "t", "_outputPath": "†state.root"},
+            {"_id": "a", "_tool": "t", "x": "†state.c", "r": "†state.root", "_outputPath": "†state.a"},
+            {"_id": "b", "_tool": "t", "x": "†state.a", "_outputPath": "†state.b"},
+            {"_id": "c", "_tool": "t", "x": "†state.b", "_outputPath": "†state.c"},
+            {"_id": "tail", "_tool": "t", "x": "†state.c"}
+        ]));
+        let g = Graph::build(&p);
+        let cycle = g.find_cycle().unwrap_or_default();
+        assert_is_cycle(&g, &cycle);
+        let mut members = ids(&p, &cycle[..cycle.len() - 1]);
+        members.sort();
+        assert_eq!(members, ["a", "b", "c"]);
+        let problems = validate(&p, &catalog(), &ValidateOptions::default());
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].message.contains("cycle: "), "{problems:?}");
+        assert!(!problems[0].message.contains("tail"));
+    }
+
+    #[test]
+    fn find_cycle_sees_two_step_and_depends_on_cycles() {
+        let p = plan(json!([
+            {"_id": "x", "_tool": "t", "_dependsOn": "y"},
+            {"_id": "y", "_tool": "t", "_dependsOn": "x"}
+        ]));
+        let g = Graph::build(&p);
+        let cycle = g.find_cycle().unwrap_or_default();
+        assert_is_cycle(&g, &cycle);
+        assert_eq!(cycle.len(), 3);
+    }
+
+    #[test]
+    fn find_cycle_handles_a_long_chain_and_a_long_cycle() {
+        let n = 20_000;
+        let calls: Vec<Value> = (0..n)
+            .map(|i| json!({"_id": format!("s{i}"), "_tool": "t", "_dependsOn": if i == 0 { json!([]) } else { json!([format!("s{}", i - 1)]) }}))
+            .collect();
+        let mut p = plan(Value::Array(calls));
+        let g = Graph::build(&p);
+        assert_eq!(g.find_cycle(), None);
+        p.steps[0].depends_on = vec![format!("s{}", n - 1)];
+        let g = Graph::build(&p);
+        let cycle = g.find_cycle().unwrap_or_default();
+        assert_eq!(cycle.len(), n + 1);
+        assert_is_cycle(&g, &cycle);
+    }
+
+    #[test]
+    fn validate_accepts_a_good_plan() {
+        let p = plan(json!([
+            {"_id": "a", "_tool": "typed", "n": 1, "_outputPath": "†state.a"},
+            {"_id": "b", "_tool": "typed", "n": "†state.a.n", "_outputPath": "†state.b"},
+            {"_id": "c", "_tool": "t", "v": "†input.v", "w": "†steps.a", "_dependsOn": ["b"]}
+        ]));
+        let input = json!({"v": 1});
+        let opts = ValidateOptions {
+            input: Some(&input),
+            require_tools: true,
+            ..ValidateOptions::default()
+        };
+        assert_eq!(validate(&p, &catalog(), &opts), vec![]);
+    }
+
+    #[test]
+    fn validate_checks_input_only_when_it_is_known() {
+        let p = plan(json!([{"_id": "a", "_tool": "t", "v": "†input.missing.deep"}]));
+        assert!(validate(&p, &catalog(), &ValidateOptions::default()).is_empty());
+        let input = json!({"missing": {}});
+        let problems = validate(
+            &p,
+            &catalog(),
+            &ValidateOptions {
+                input: Some(&input),
+                ..ValidateOptions::default()
+            },
+        );
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].step.as_deref(), Some("a"));
+        assert_eq!(problems[0].field.as_deref(), Some("v"));
+        assert!(problems[0].message.contains("--input"));
+    }
+
+    #[test]
+    fn validate_uses_initial_state_and_known_steps() {
+        let p = plan(json!([
+            {"_id": "next", "_tool": "t", "v": "†state.done.value", "w": "†steps.old.x", "_dependsOn": ["old"]}
+        ]));
+        let bare = validate(&p, &catalog(), &ValidateOptions::default());
+        assert_eq!(bare.len(), 3, "{bare:?}");
+        let state = json!({"done": {"value": 1}});
+        let known = vec!["old".to_owned()];
+        let opts = ValidateOptions {
+            initial_state: Some(&state),
+            known_steps: &known,
+            ..ValidateOptions::default()
+        };
+        assert_eq!(validate(&p, &catalog(), &opts), vec![]);
+        // An earlier step's id cannot be reused.
+        let reuse = plan(json!([{"_id": "old", "_tool": "t"}]));
+        let problems = validate(&reuse, &catalog(), &opts);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].message.contains("immutable"));
+    }
+
+    #[test]
+    fn validate_requires_tools_only_when_asked() {
+        let p = plan(json!([{"_id": "a", "_description": "look it up"}]));
+        assert!(validate(&p, &catalog(), &ValidateOptions::default()).is_empty());
+        let problems = validate(
+            &p,
+            &catalog(),
+            &ValidateOptions {
+                require_tools: true,
+                ..ValidateOptions::default()
+            },
+        );
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].field.as_deref(), Some("_tool"));
+    }
+
+    #[test]
+    fn validate_checks_literals_but_not_references_against_the_schema() {
+        let p = plan(json!([
+            {"_id": "w", "_tool": "t", "_outputPath": "†state.w"},
+            {"_id": "ok_ref", "_tool": "typed", "n": "†state.w"},
+            {"_id": "ok_nested_ref", "_tool": "typed", "n": {"$ref": "state.w"}},
+            {"_id": "bad_type", "_tool": "typed", "n": "seven"},
+            {"_id": "missing", "_tool": "typed"}
+        ]));
+        let problems = validate(&p, &catalog(), &ValidateOptions::default());
+        let got: Vec<(String, String)> = problems
+            .iter()
+            .map(|p| {
+                (
+                    p.step.clone().unwrap_or_default(),
+                    p.field.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("bad_type".to_owned(), "n".to_owned()),
+                ("missing".to_owned(), "arguments".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn validate_reports_a_tool_with_a_broken_schema() {
+        let mut cat = catalog();
+        cat.extend([tool("broken", json!({"type": 12}))]);
+        let p = plan(json!([{"_id": "a", "_tool": "broken", "x": 1}]));
+        let problems = validate(&p, &cat, &ValidateOptions::default());
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].message.contains("not a valid JSON Schema"));
+    }
+
+    #[test]
+    fn validate_reports_steps_references() {
+        let p = plan(json!([
+            {"_id": "a", "_tool": "t", "me": "†steps.a", "who": "†steps.nobody.x"}
+        ]));
+        let problems = validate(&p, &catalog(), &ValidateOptions::default());
+        let msgs: Vec<&str> = problems.iter().map(|p| p.message.as_str()).collect();
+        assert_eq!(problems.len(), 2, "{msgs:?}");
+        assert!(msgs.iter().any(|m| m.contains("own output")));
+        assert!(msgs.iter().any(|m| m.contains("unknown step `nobody`")));
+    }
+
+    #[test]
+    fn write_index_finds_writers_above_at_and_below() {
+        let p = plan(json!([
+            {"_tool": "t", "_outputPath": "†state.a"},
+            {"_tool": "t", "_outputPath": "†state.a.b || †state.err.a"},
+            {"_tool": "t", "_outputPath": "†state.a.b.c"},
+            {"_tool": "t", "_outputPath": "†state.z"}
+        ]));
+        let w = WriteIndex::new(&p);
+        let path = |s: &str| s.split('.').map(str::to_owned).collect::<Vec<_>>();
+        let sorted = |mut v: Vec<usize>| {
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(sorted(w.writers_of(&path("a.b"))), [0, 1, 2]);
+        assert_eq!(sorted(w.writers_of(&path("a"))), [0, 1, 2]);
+        assert_eq!(sorted(w.writers_of(&path("a.b.c.d"))), [0, 1, 2]);
+        assert_eq!(sorted(w.writers_of(&path("a.q"))), [0]);
+        assert_eq!(sorted(w.writers_of(&path("err"))), [1]);
+        assert!(w.writers_of(&path("y")).is_empty());
+    }
+}

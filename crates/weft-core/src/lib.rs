@@ -15,6 +15,9 @@ pub mod recovery;
 pub mod state;
 pub mod tool;
 
+#[cfg(test)]
+mod engine_tests;
+
 pub use engine::{Invocation, Limits, Next};
 pub use event::{EVENT_VERSION, Envelope, Event, RunStatus, SessionStatus, ToolError, ToolOutcome};
 pub use plan::{Plan, PlanProblem, PlanStep};
