@@ -40,6 +40,8 @@ fn started(p: Plan, input: Value) -> State {
             session_id: "sess".into(),
             agent: "t".into(),
             input,
+            mode: None,
+            parent_id: None,
         },
         Event::PlanAccepted { plan: p },
     ])
@@ -57,6 +59,7 @@ fn drive(
     for _ in 0..10_000 {
         match decide(state, limits) {
             Next::Done => return log,
+            Next::CallExecutor { step } => panic!("a plan run has no step executor (step {step})"),
             Next::Record(events) => {
                 assert!(!events.is_empty(), "decide asked to record nothing");
                 for e in events {
@@ -140,6 +143,7 @@ fn decide_on_a_finished_session_is_done() {
     s.apply(&Event::RunFinished {
         status: RunStatus::Completed,
         error: None,
+        answer: None,
     });
     assert_eq!(decide(&s, &Limits::default()), Next::Done);
 }
@@ -150,6 +154,8 @@ fn decide_without_a_plan_fails_the_run() {
         session_id: "x".into(),
         agent: "a".into(),
         input: json!({}),
+        mode: None,
+        parent_id: None,
     }]);
     match decide(&s, &Limits::default()) {
         Next::Record(events) => assert!(matches!(
@@ -240,7 +246,8 @@ fn a_pure_run_reaches_the_expected_state() {
         log.last(),
         Some(Event::RunFinished {
             status: RunStatus::Completed,
-            error: None
+            error: None,
+            ..
         })
     ));
     // The log folds into the same state.

@@ -58,6 +58,8 @@ fn every_kind(from: u64) -> Vec<Envelope> {
             session_id: "x".into(),
             agent: "researcher".into(),
             input: json!({"q": "ünïcödé \"quoted\" \n newline"}),
+            mode: None,
+            parent_id: None,
         },
         Event::PlanAccepted { plan },
         Event::WaveStarted {
@@ -97,6 +99,7 @@ fn every_kind(from: u64) -> Vec<Envelope> {
         Event::StepCompleted {
             step: "s1".into(),
             output: json!({"hits": [1, 2, 3]}),
+            summary: Some("3 hits".into()),
         },
         Event::StepFailed {
             step: "s2".into(),
@@ -111,6 +114,7 @@ fn every_kind(from: u64) -> Vec<Envelope> {
         Event::RunFinished {
             status: RunStatus::Completed,
             error: None,
+            answer: Some("done".into()),
         },
     ];
     events
