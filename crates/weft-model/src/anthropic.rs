@@ -202,6 +202,7 @@ impl AnthropicModel {
                 ),
             });
         }
+        resp.finish()?;
         let mut tool_calls = Vec::new();
         for (_, b) in st.tools {
             let arguments = if b.json.trim().is_empty() {

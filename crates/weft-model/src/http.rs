@@ -375,6 +375,11 @@ impl Response {
         Ok(())
     }
 
+    /// Ends reading early (the reply is complete); records what was read.
+    pub(crate) fn finish(mut self) -> Result<(), ModelError> {
+        self.finish_recording(false)
+    }
+
     /// The whole body.
     pub(crate) async fn text(mut self) -> Result<String, ModelError> {
         let mut out = String::new();
@@ -382,6 +387,14 @@ impl Response {
             out.push_str(&c);
         }
         Ok(out)
+    }
+}
+
+impl Drop for Response {
+    /// A reply left unread (an error event, a dropped call) is still recorded, marked cut, so a
+    /// replay sees the same sequence of exchanges.
+    fn drop(&mut self) {
+        let _ = self.finish_recording(true);
     }
 }
 

@@ -240,6 +240,7 @@ impl OpenAiModel {
                 ),
             });
         }
+        resp.finish()?;
         let mut tool_calls = Vec::new();
         for (i, (_, c)) in acc.calls.into_iter().enumerate() {
             if c.name.is_empty() {
