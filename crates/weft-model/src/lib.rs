@@ -176,6 +176,7 @@ pub fn from_spec_with_env(
             };
             let name = m
                 .get(key)
+                .or_else(|| m.get("name"))
                 .and_then(Value::as_str)
                 .ok_or_else(|| {
                     ModelError::Config(format!(
@@ -199,7 +200,9 @@ pub fn from_spec_with_env(
     match provider.as_str() {
         "scripted" => {
             if let Some(m) = map
-                && let Some(k) = m.keys().find(|k| *k != "provider" && *k != "script")
+                && let Some(k) = m
+                    .keys()
+                    .find(|k| !["provider", "script", "name"].contains(&k.as_str()))
             {
                 return Err(ModelError::Config(format!(
                     "the `model` mapping: unknown key `{k}` for the scripted provider; known keys: provider, script"
@@ -218,5 +221,55 @@ pub fn from_spec_with_env(
         other => Err(ModelError::Config(format!(
             "unknown model provider `{other}`; known: scripted, openai, anthropic"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn env(k: &str) -> Option<String> {
+        (k == "ANTHROPIC_API_KEY").then(|| "k".to_owned())
+    }
+
+    #[test]
+    fn specs_name_their_provider_and_model() {
+        let dir = Path::new(".");
+        let m = from_spec_with_env(&json!("anthropic:claude-sonnet-4-0"), dir, &env).unwrap();
+        assert_eq!(m.name(), "anthropic:claude-sonnet-4-0");
+        let m = from_spec_with_env(
+            &json!({"provider": "anthropic", "name": "claude-haiku-4-5", "max_tokens": 512}),
+            dir,
+            &env,
+        )
+        .unwrap();
+        assert_eq!(m.name(), "anthropic:claude-haiku-4-5");
+        let e = from_spec_with_env(&json!("gemini:pro"), dir, &env)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("`gemini`"), "{e}");
+        let e = from_spec_with_env(&json!({"name": "gpt-4o"}), dir, &env)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("`provider`"), "{e}");
+        let e = from_spec_with_env(&json!({"provider": "openai"}), dir, &env)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("`name`"), "{e}");
+        let e = from_spec_with_env(
+            &json!({"provider": "scripted", "script": "s.yaml", "stream": true}),
+            dir,
+            &env,
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("`stream`"), "{e}");
+        let e = from_spec_with_env(&json!("openai:gpt-4o"), dir, &|k| {
+            (k == "WEFT_CASSETTE").then(|| "tape:x".to_owned())
+        })
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("WEFT_CASSETTE"), "{e}");
     }
 }
