@@ -3,7 +3,13 @@
 //! to an optional sink. Providers: a scripted model for tests and demos, OpenAI-compatible chat
 //! completions and Anthropic Messages.
 
+mod anthropic;
+mod cassette;
+mod config;
+mod http;
+mod openai;
 mod scripted;
+mod structured;
 
 use std::future::Future;
 use std::path::Path;
@@ -13,6 +19,10 @@ use std::sync::Arc;
 use serde_json::Value;
 pub use weft_core::model::{Message, ModelReply, ModelRequest, Purpose, ToolCall, ToolDef, Usage};
 
+pub use anthropic::{AnthropicModel, DEFAULT_MAX_TOKENS};
+pub use cassette::{Cassette, CassetteFile, CassetteMode, Exchange};
+pub use config::{Prices, ProviderConfig, ProviderKind, StructuredMode, builtin_prices};
+pub use openai::OpenAiModel;
 pub use scripted::{ScriptedModel, ScriptedReply};
 
 /// Receives text deltas as the model generates them.
@@ -122,10 +132,23 @@ impl<M: Model> DynModel for M {
 pub type SharedModel = Arc<dyn DynModel>;
 
 /// Builds the model an agent file's `model` field names. `base_dir` is the agent file's
-/// directory (scripts are found relative to it).
+/// directory (scripts are found relative to it). Keys, base URLs and `WEFT_CASSETTE` come from
+/// the process environment.
 ///
-/// Forms: `scripted:PATH`, or a mapping `{provider: scripted, script: PATH}`.
+/// Forms: `scripted:PATH`, `openai:MODEL`, `anthropic:MODEL`, or a mapping
+/// `{provider: scripted, script: PATH}` / `{provider: openai|anthropic, name: MODEL, base_url,
+/// api_key_env, system_role, stream, timeout, connect_timeout, max_retries, max_tokens, prices,
+/// strict, structured_output}`.
 pub fn from_spec(spec: &Value, base_dir: &Path) -> Result<SharedModel, ModelError> {
+    from_spec_with_env(spec, base_dir, &|k| std::env::var(k).ok())
+}
+
+/// [`from_spec`] with the environment given as a lookup function.
+pub fn from_spec_with_env(
+    spec: &Value,
+    base_dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<SharedModel, ModelError> {
     let (provider, rest, map) = match spec {
         Value::String(s) => match s.split_once(':') {
             Some((p, r)) => (p.to_owned(), r.to_owned(), None),
@@ -139,13 +162,27 @@ pub fn from_spec(spec: &Value, base_dir: &Path) -> Result<SharedModel, ModelErro
             let provider = m
                 .get("provider")
                 .and_then(Value::as_str)
-                .unwrap_or_default()
+                .ok_or_else(|| {
+                    ModelError::Config(
+                        "the `model` mapping needs `provider` (openai, anthropic or scripted)"
+                            .into(),
+                    )
+                })?
                 .to_owned();
+            let key = if provider == "scripted" {
+                "script"
+            } else {
+                "name"
+            };
             let name = m
-                .get("name")
-                .or_else(|| m.get("script"))
+                .get(key)
+                .or_else(|| m.get("name"))
                 .and_then(Value::as_str)
-                .unwrap_or_default()
+                .ok_or_else(|| {
+                    ModelError::Config(format!(
+                        "the `model` mapping with `provider: {provider}` needs `{key}`"
+                    ))
+                })?
                 .to_owned();
             (provider, name, Some(m))
         }
@@ -155,11 +192,84 @@ pub fn from_spec(spec: &Value, base_dir: &Path) -> Result<SharedModel, ModelErro
             )));
         }
     };
-    let _ = map;
+    if rest.trim().is_empty() {
+        return Err(ModelError::Config(format!(
+            "`model`: provider `{provider}` needs a model name (or script), e.g. {provider}:NAME"
+        )));
+    }
     match provider.as_str() {
-        "scripted" => Ok(Arc::new(ScriptedModel::from_file(&base_dir.join(&rest))?)),
+        "scripted" => {
+            if let Some(m) = map
+                && let Some(k) = m
+                    .keys()
+                    .find(|k| !["provider", "script", "name"].contains(&k.as_str()))
+            {
+                return Err(ModelError::Config(format!(
+                    "the `model` mapping: unknown key `{k}` for the scripted provider; known keys: provider, script"
+                )));
+            }
+            Ok(Arc::new(ScriptedModel::from_file(&base_dir.join(&rest))?))
+        }
+        "openai" => {
+            let cfg = ProviderConfig::from_spec(ProviderKind::OpenAi, &rest, map, env)?;
+            Ok(Arc::new(OpenAiModel::new(cfg)?))
+        }
+        "anthropic" => {
+            let cfg = ProviderConfig::from_spec(ProviderKind::Anthropic, &rest, map, env)?;
+            Ok(Arc::new(AnthropicModel::new(cfg)?))
+        }
         other => Err(ModelError::Config(format!(
             "unknown model provider `{other}`; known: scripted, openai, anthropic"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn env(k: &str) -> Option<String> {
+        (k == "ANTHROPIC_API_KEY").then(|| "k".to_owned())
+    }
+
+    #[test]
+    fn specs_name_their_provider_and_model() {
+        let dir = Path::new(".");
+        let m = from_spec_with_env(&json!("anthropic:claude-sonnet-4-0"), dir, &env).unwrap();
+        assert_eq!(m.name(), "anthropic:claude-sonnet-4-0");
+        let m = from_spec_with_env(
+            &json!({"provider": "anthropic", "name": "claude-haiku-4-5", "max_tokens": 512}),
+            dir,
+            &env,
+        )
+        .unwrap();
+        assert_eq!(m.name(), "anthropic:claude-haiku-4-5");
+        let e = from_spec_with_env(&json!("gemini:pro"), dir, &env)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("`gemini`"), "{e}");
+        let e = from_spec_with_env(&json!({"name": "gpt-4o"}), dir, &env)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("`provider`"), "{e}");
+        let e = from_spec_with_env(&json!({"provider": "openai"}), dir, &env)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("`name`"), "{e}");
+        let e = from_spec_with_env(
+            &json!({"provider": "scripted", "script": "s.yaml", "stream": true}),
+            dir,
+            &env,
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("`stream`"), "{e}");
+        let e = from_spec_with_env(&json!("openai:gpt-4o"), dir, &|k| {
+            (k == "WEFT_CASSETTE").then(|| "tape:x".to_owned())
+        })
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("WEFT_CASSETTE"), "{e}");
     }
 }

@@ -1,0 +1,222 @@
+//! Record and replay of HTTP exchanges with model providers.
+//!
+//! With `WEFT_CASSETTE=record:PATH` every exchange (method, URL path, request JSON without
+//! auth headers, response status, a few headers, the full response body text, SSE included) is
+//! appended to the JSON file PATH. With `WEFT_CASSETTE=replay:PATH` the exchanges are served from
+//! the file in order and no network is used, so a real run becomes a regression test.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ModelError;
+
+/// Whether exchanges are recorded or replayed, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CassetteMode {
+    Record(PathBuf),
+    Replay(PathBuf),
+}
+
+impl CassetteMode {
+    /// Parses `record:PATH` or `replay:PATH`.
+    pub fn parse(spec: &str) -> Result<Self, ModelError> {
+        match spec.split_once(':') {
+            Some(("record", p)) if !p.is_empty() => Ok(Self::Record(PathBuf::from(p))),
+            Some(("replay", p)) if !p.is_empty() => Ok(Self::Replay(PathBuf::from(p))),
+            _ => Err(ModelError::Config(format!(
+                "WEFT_CASSETTE={spec}: write record:PATH or replay:PATH"
+            ))),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Record(p) | Self::Replay(p) => p,
+        }
+    }
+}
+
+/// One recorded exchange.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Exchange {
+    pub method: String,
+    /// The URL path (`/v1/chat/completions`), without host or query.
+    pub path: String,
+    pub request: Value,
+    pub status: u16,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The response body as text, exactly as received (SSE included).
+    pub body: String,
+    /// The body ended early (the connection broke mid-reply).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut: bool,
+}
+
+/// A cassette file.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CassetteFile {
+    pub exchanges: Vec<Exchange>,
+}
+
+/// An open cassette, shared by every provider of the process that names the same file.
+#[derive(Debug)]
+pub struct Cassette {
+    mode: CassetteMode,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    file: CassetteFile,
+    next: usize,
+}
+
+fn open_cassettes() -> &'static Mutex<HashMap<CassetteMode, Arc<Cassette>>> {
+    static OPEN: OnceLock<Mutex<HashMap<CassetteMode, Arc<Cassette>>>> = OnceLock::new();
+    OPEN.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+impl std::hash::Hash for CassetteMode {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::mem::discriminant(self).hash(state);
+        self.path().hash(state);
+    }
+}
+
+impl Cassette {
+    /// Opens (once per process and mode) the cassette `mode` names. Replay reads the file now;
+    /// record starts an empty file.
+    pub fn open(mode: &CassetteMode) -> Result<Arc<Self>, ModelError> {
+        let mut open = open_cassettes()
+            .lock()
+            .map_err(|_| ModelError::Config("the cassette registry is poisoned".into()))?;
+        if let Some(c) = open.get(mode) {
+            return Ok(c.clone());
+        }
+        let file = match mode {
+            CassetteMode::Replay(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| {
+                    ModelError::Config(format!("cannot read the cassette {}: {e}", p.display()))
+                })?;
+                serde_json::from_str(&text).map_err(|e| {
+                    ModelError::Config(format!(
+                        "the cassette {} is not a recorded cassette: {e}",
+                        p.display()
+                    ))
+                })?
+            }
+            CassetteMode::Record(_) => CassetteFile::default(),
+        };
+        let c = Arc::new(Self {
+            mode: mode.clone(),
+            state: Mutex::new(State { file, next: 0 }),
+        });
+        open.insert(mode.clone(), c.clone());
+        Ok(c)
+    }
+
+    pub fn mode(&self) -> &CassetteMode {
+        &self.mode
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, State>, ModelError> {
+        self.state.lock().map_err(|_| {
+            ModelError::Config(format!(
+                "the cassette {} is poisoned",
+                self.mode.path().display()
+            ))
+        })
+    }
+
+    /// Appends an exchange and rewrites the file.
+    pub fn record(&self, exchange: Exchange) -> Result<(), ModelError> {
+        let mut st = self.lock()?;
+        st.file.exchanges.push(exchange);
+        let text = serde_json::to_string_pretty(&st.file)
+            .map_err(|e| ModelError::Config(format!("cannot encode the cassette: {e}")))?;
+        let path = self.mode.path();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| ModelError::Config(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        std::fs::write(path, text).map_err(|e| {
+            ModelError::Config(format!("cannot write the cassette {}: {e}", path.display()))
+        })
+    }
+
+    /// The next recorded exchange, which must be for `method` and `path`.
+    pub fn next(&self, method: &str, path: &str) -> Result<Exchange, ModelError> {
+        let mut st = self.lock()?;
+        let i = st.next;
+        let file = self.mode.path().display();
+        let ex = st.file.exchanges.get(i).cloned().ok_or_else(|| {
+            ModelError::Config(format!(
+                "the cassette {file} has no exchange #{} left (it holds {}); record it again",
+                i + 1,
+                st.file.exchanges.len()
+            ))
+        })?;
+        if ex.method != method || ex.path != path {
+            return Err(ModelError::Config(format!(
+                "the cassette {file}: exchange #{} was recorded for {} {}, but this call is {method} {path}; record it again",
+                i + 1,
+                ex.method,
+                ex.path
+            )));
+        }
+        st.next += 1;
+        Ok(ex)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!(
+            CassetteMode::parse("record:/tmp/a.json").unwrap(),
+            CassetteMode::Record("/tmp/a.json".into())
+        );
+        assert!(CassetteMode::parse("play:/tmp/a.json").is_err());
+        assert!(CassetteMode::parse("replay:").is_err());
+    }
+
+    #[test]
+    fn replay_serves_in_order_and_checks_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.json");
+        let rec = Cassette::open(&CassetteMode::Record(path.clone())).unwrap();
+        for n in 0..2 {
+            rec.record(Exchange {
+                method: "POST".into(),
+                path: "/v1/chat/completions".into(),
+                request: json!({"n": n}),
+                status: 200,
+                headers: BTreeMap::new(),
+                body: format!("body{n}"),
+                cut: false,
+            })
+            .unwrap();
+        }
+        let rep = Cassette::open(&CassetteMode::Replay(path)).unwrap();
+        assert_eq!(
+            rep.next("POST", "/v1/chat/completions").unwrap().body,
+            "body0"
+        );
+        let e = rep.next("POST", "/v1/messages").unwrap_err();
+        assert!(e.to_string().contains("/v1/messages"), "{e}");
+        assert_eq!(
+            rep.next("POST", "/v1/chat/completions").unwrap().body,
+            "body1"
+        );
+        assert!(rep.next("POST", "/v1/chat/completions").is_err());
+    }
+}

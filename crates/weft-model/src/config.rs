@@ -1,0 +1,413 @@
+//! Settings of the HTTP providers, read from an agent file's `model` field, and the built-in
+//! price table.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::ModelError;
+use crate::cassette::CassetteMode;
+
+/// Which wire protocol a provider speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// OpenAI-compatible chat completions (OpenAI, Ollama, vLLM, llama.cpp, LM Studio, OpenRouter).
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl ProviderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenAi => "openai",
+            Self::Anthropic => "anthropic",
+        }
+    }
+
+    fn default_key_env(self) -> &'static str {
+        match self {
+            Self::OpenAi => "OPENAI_API_KEY",
+            Self::Anthropic => "ANTHROPIC_API_KEY",
+        }
+    }
+
+    fn base_url_env(self) -> &'static str {
+        match self {
+            Self::OpenAi => "OPENAI_BASE_URL",
+            Self::Anthropic => "ANTHROPIC_BASE_URL",
+        }
+    }
+
+    fn default_base_url(self) -> &'static str {
+        match self {
+            Self::OpenAi => "https://api.openai.com/v1",
+            Self::Anthropic => "https://api.anthropic.com",
+        }
+    }
+}
+
+/// Prices in US dollars per million tokens.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prices {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+    /// Price of input tokens read from the provider's prompt cache (default: the input price).
+    pub cache_read_per_mtok: Option<f64>,
+    /// Price of input tokens written to the provider's prompt cache (default: the input price).
+    pub cache_write_per_mtok: Option<f64>,
+}
+
+impl Prices {
+    const fn new(input: f64, output: f64, cache_read: f64, cache_write: f64) -> Self {
+        Self {
+            input_per_mtok: input,
+            output_per_mtok: output,
+            cache_read_per_mtok: Some(cache_read),
+            cache_write_per_mtok: Some(cache_write),
+        }
+    }
+
+    /// The cost of a call. `input` counts all input tokens, cached ones included.
+    pub fn cost(&self, input: u64, output: u64, cache_read: u64, cache_write: u64) -> f64 {
+        let plain = input.saturating_sub(cache_read + cache_write) as f64;
+        let read = self.cache_read_per_mtok.unwrap_or(self.input_per_mtok);
+        let write = self.cache_write_per_mtok.unwrap_or(self.input_per_mtok);
+        (plain * self.input_per_mtok
+            + cache_read as f64 * read
+            + cache_write as f64 * write
+            + output as f64 * self.output_per_mtok)
+            / 1_000_000.0
+    }
+}
+
+/// Public list prices (USD per million tokens) of common models. The first entry whose pattern
+/// the model name starts with (OpenAI) or contains (Anthropic) wins, so longer names come first.
+const OPENAI_PRICES: &[(&str, Prices)] = &[
+    ("gpt-4o-mini", Prices::new(0.15, 0.60, 0.075, 0.15)),
+    ("gpt-4o", Prices::new(2.50, 10.00, 1.25, 2.50)),
+    ("gpt-4.1-nano", Prices::new(0.10, 0.40, 0.025, 0.10)),
+    ("gpt-4.1-mini", Prices::new(0.40, 1.60, 0.10, 0.40)),
+    ("gpt-4.1", Prices::new(2.00, 8.00, 0.50, 2.00)),
+    ("o4-mini", Prices::new(1.10, 4.40, 0.275, 1.10)),
+    ("o3-mini", Prices::new(1.10, 4.40, 0.55, 1.10)),
+];
+
+const ANTHROPIC_PRICES: &[(&str, Prices)] = &[
+    ("opus-4-5", Prices::new(5.0, 25.0, 0.50, 6.25)),
+    ("opus", Prices::new(15.0, 75.0, 1.50, 18.75)),
+    ("sonnet", Prices::new(3.0, 15.0, 0.30, 3.75)),
+    ("haiku-4", Prices::new(1.0, 5.0, 0.10, 1.25)),
+    ("3-5-haiku", Prices::new(0.80, 4.0, 0.08, 1.0)),
+    ("3-haiku", Prices::new(0.25, 1.25, 0.03, 0.30)),
+];
+
+/// The built-in prices of a model, when known.
+pub fn builtin_prices(kind: ProviderKind, model: &str) -> Option<Prices> {
+    let model = model.to_ascii_lowercase();
+    // OpenRouter-style names carry a vendor prefix: `openai/gpt-4o-mini`.
+    let bare = model.rsplit('/').next().unwrap_or(&model);
+    match kind {
+        ProviderKind::OpenAi => OPENAI_PRICES
+            .iter()
+            .find(|(p, _)| bare.starts_with(p))
+            .map(|(_, p)| p.clone()),
+        ProviderKind::Anthropic => ANTHROPIC_PRICES
+            .iter()
+            .find(|(p, _)| bare.contains(p))
+            .map(|(_, p)| p.clone()),
+    }
+}
+
+/// How a provider is reached and behaves.
+#[derive(Clone, Debug)]
+pub struct ProviderConfig {
+    pub kind: ProviderKind,
+    /// The model name the provider knows (`gpt-4o-mini`, `claude-sonnet-4-20250514`).
+    pub name: String,
+    /// Without a trailing slash: `https://api.openai.com/v1`, `https://api.anthropic.com`.
+    pub base_url: String,
+    pub api_key_env: String,
+    /// The key, read from `api_key_env` when the model was built.
+    pub api_key: Option<String>,
+    /// When false, system instructions go in a first user message prefixed
+    /// `[System instructions]` (for servers whose chat templates reject a system role).
+    pub system_role: bool,
+    /// Stream replies (used when the caller passes a delta sink).
+    pub stream: bool,
+    /// Limit on the whole request, body included.
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    /// How many times a rate-limited (429), failed (5xx) or unreachable call is tried again.
+    pub max_retries: u32,
+    /// The first backoff step; the n-th retry waits a random time up to `base * 2^n`
+    /// (capped at 30 s) unless the provider sent `Retry-After`.
+    pub retry_base_delay: Duration,
+    /// Default `max_tokens` (Anthropic requires one: 4096 unless set).
+    pub max_tokens: Option<u32>,
+    /// Prices; the built-in table when not given.
+    pub prices: Option<Prices>,
+    /// OpenAI-compatible: send `strict: true` with `response_format` JSON schemas.
+    pub strict_schema: bool,
+    /// OpenAI-compatible: how replies with a schema are asked for.
+    pub structured: StructuredMode,
+    /// Record or replay HTTP exchanges.
+    pub cassette: Option<CassetteMode>,
+}
+
+/// How an OpenAI-compatible provider asks for structured replies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StructuredMode {
+    /// `response_format: {type: json_schema}`, falling back to instructions when rejected.
+    JsonSchema,
+    /// Instructions in the prompt only.
+    Prompt,
+}
+
+const KNOWN_KEYS: &[&str] = &[
+    "provider",
+    "name",
+    "base_url",
+    "api_key_env",
+    "system_role",
+    "stream",
+    "timeout",
+    "connect_timeout",
+    "max_retries",
+    "max_tokens",
+    "prices",
+    "strict",
+    "structured_output",
+];
+
+impl ProviderConfig {
+    /// Defaults for `kind` and model `name`, without reading the environment.
+    pub fn new(kind: ProviderKind, name: impl Into<String>) -> Self {
+        Self {
+            kind,
+            name: name.into(),
+            base_url: kind.default_base_url().to_owned(),
+            api_key_env: kind.default_key_env().to_owned(),
+            api_key: None,
+            system_role: true,
+            stream: true,
+            timeout: Duration::from_secs(300),
+            connect_timeout: Duration::from_secs(10),
+            max_retries: 3,
+            retry_base_delay: Duration::from_millis(500),
+            max_tokens: None,
+            prices: None,
+            strict_schema: false,
+            structured: StructuredMode::JsonSchema,
+            cassette: None,
+        }
+    }
+
+    /// Reads `provider:name` or a mapping. `env` looks up environment variables (the key,
+    /// `OPENAI_BASE_URL`/`ANTHROPIC_BASE_URL`, `WEFT_CASSETTE`).
+    pub fn from_spec(
+        kind: ProviderKind,
+        name: &str,
+        map: Option<&Map<String, Value>>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ModelError> {
+        let mut c = Self::new(kind, name);
+        if let Some(url) = env(kind.base_url_env()).filter(|s| !s.is_empty()) {
+            c.base_url = url;
+        }
+        if let Some(m) = map {
+            for (k, v) in m {
+                let bad = |what: &str| {
+                    ModelError::Config(format!("model mapping: `{k}` must be {what}, found {v}"))
+                };
+                match k.as_str() {
+                    "provider" | "name" => {}
+                    "base_url" => c.base_url = v.as_str().ok_or_else(|| bad("a URL"))?.to_owned(),
+                    "api_key_env" => {
+                        c.api_key_env = v
+                            .as_str()
+                            .ok_or_else(|| bad("an environment variable name"))?
+                            .to_owned();
+                    }
+                    "system_role" => {
+                        c.system_role = v.as_bool().ok_or_else(|| bad("true or false"))?
+                    }
+                    "stream" => c.stream = v.as_bool().ok_or_else(|| bad("true or false"))?,
+                    "strict" => {
+                        c.strict_schema = v.as_bool().ok_or_else(|| bad("true or false"))?
+                    }
+                    "timeout" => {
+                        c.timeout = duration(v)
+                            .ok_or_else(|| bad("seconds, or a duration like 30s, 500ms, 2m"))?;
+                    }
+                    "connect_timeout" => {
+                        c.connect_timeout = duration(v)
+                            .ok_or_else(|| bad("seconds, or a duration like 30s, 500ms, 2m"))?;
+                    }
+                    "max_retries" => {
+                        c.max_retries = v
+                            .as_u64()
+                            .and_then(|n| u32::try_from(n).ok())
+                            .ok_or_else(|| bad("a whole number"))?;
+                    }
+                    "max_tokens" => {
+                        c.max_tokens = Some(
+                            v.as_u64()
+                                .and_then(|n| u32::try_from(n).ok())
+                                .filter(|n| *n > 0)
+                                .ok_or_else(|| bad("a positive whole number"))?,
+                        );
+                    }
+                    "structured_output" => {
+                        c.structured = match v.as_str() {
+                            Some("json_schema") => StructuredMode::JsonSchema,
+                            Some("prompt") => StructuredMode::Prompt,
+                            _ => return Err(bad("`json_schema` or `prompt`")),
+                        };
+                    }
+                    "prices" => c.prices = Some(prices(v)?),
+                    other => {
+                        return Err(ModelError::Config(format!(
+                            "model mapping: unknown key `{other}`; known keys: {}",
+                            KNOWN_KEYS.join(", ")
+                        )));
+                    }
+                }
+            }
+        }
+        while c.base_url.ends_with('/') {
+            c.base_url.pop();
+        }
+        c.api_key = env(&c.api_key_env).filter(|s| !s.is_empty());
+        if let Some(spec) = env("WEFT_CASSETTE").filter(|s| !s.is_empty()) {
+            c.cassette = Some(CassetteMode::parse(&spec)?);
+        }
+        Ok(c)
+    }
+
+    /// The prices used for cost: the configured ones, else the built-in table's.
+    pub fn effective_prices(&self) -> Option<Prices> {
+        self.prices
+            .clone()
+            .or_else(|| builtin_prices(self.kind, &self.name))
+    }
+}
+
+fn prices(v: &Value) -> Result<Prices, ModelError> {
+    let m = v.as_object().ok_or_else(|| {
+        ModelError::Config(format!(
+            "model mapping: `prices` must be a mapping with input_per_mtok and output_per_mtok, found {v}"
+        ))
+    })?;
+    let mut p = Prices {
+        input_per_mtok: f64::NAN,
+        output_per_mtok: f64::NAN,
+        cache_read_per_mtok: None,
+        cache_write_per_mtok: None,
+    };
+    for (k, x) in m {
+        let n = x.as_f64().filter(|n| *n >= 0.0).ok_or_else(|| {
+            ModelError::Config(format!(
+                "model mapping: `prices.{k}` must be a non-negative number (USD per million tokens), found {x}"
+            ))
+        })?;
+        match k.as_str() {
+            "input_per_mtok" => p.input_per_mtok = n,
+            "output_per_mtok" => p.output_per_mtok = n,
+            "cache_read_per_mtok" => p.cache_read_per_mtok = Some(n),
+            "cache_write_per_mtok" => p.cache_write_per_mtok = Some(n),
+            other => {
+                return Err(ModelError::Config(format!(
+                    "model mapping: unknown key `prices.{other}`; known keys: input_per_mtok, output_per_mtok, cache_read_per_mtok, cache_write_per_mtok"
+                )));
+            }
+        }
+    }
+    if p.input_per_mtok.is_nan() || p.output_per_mtok.is_nan() {
+        return Err(ModelError::Config(
+            "model mapping: `prices` needs both input_per_mtok and output_per_mtok".into(),
+        ));
+    }
+    Ok(p)
+}
+
+/// Seconds as a number, or a string `500ms`, `30s`, `2m`, `30`.
+fn duration(v: &Value) -> Option<Duration> {
+    if let Some(n) = v.as_f64() {
+        return (n > 0.0 && n.is_finite()).then(|| Duration::from_secs_f64(n));
+    }
+    let s = v.as_str()?.trim();
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    let n: f64 = num.trim().parse().ok()?;
+    (n > 0.0 && n.is_finite()).then(|| Duration::from_secs_f64(n * scale))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn mappings_are_read_and_unknown_keys_named() {
+        let m = json!({"provider": "openai", "name": "llama", "base_url": "http://localhost:1/v1/",
+            "system_role": false, "timeout": "2m", "connect_timeout": 3, "max_retries": 1,
+            "prices": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}});
+        let c = ProviderConfig::from_spec(ProviderKind::OpenAi, "llama", m.as_object(), &no_env)
+            .unwrap();
+        assert_eq!(c.base_url, "http://localhost:1/v1");
+        assert!(!c.system_role);
+        assert_eq!(c.timeout, Duration::from_secs(120));
+        assert_eq!(c.connect_timeout, Duration::from_secs(3));
+        assert_eq!(c.max_retries, 1);
+        assert_eq!(c.effective_prices().unwrap().output_per_mtok, 2.0);
+
+        let bad = json!({"provider": "openai", "name": "x", "temprature": 1});
+        let e = ProviderConfig::from_spec(ProviderKind::OpenAi, "x", bad.as_object(), &no_env)
+            .unwrap_err();
+        assert!(e.to_string().contains("`temprature`"), "{e}");
+        let bad = json!({"timeout": "soon"});
+        let e = ProviderConfig::from_spec(ProviderKind::OpenAi, "x", bad.as_object(), &no_env)
+            .unwrap_err();
+        assert!(e.to_string().contains("`timeout`"), "{e}");
+    }
+
+    #[test]
+    fn environment_supplies_key_and_base_url() {
+        let env = |k: &str| match k {
+            "OPENAI_API_KEY" => Some("sk-test".to_owned()),
+            "OPENAI_BASE_URL" => Some("http://127.0.0.1:9/v1".to_owned()),
+            _ => None,
+        };
+        let c = ProviderConfig::from_spec(ProviderKind::OpenAi, "gpt-4o-mini", None, &env).unwrap();
+        assert_eq!(c.api_key.as_deref(), Some("sk-test"));
+        assert_eq!(c.base_url, "http://127.0.0.1:9/v1");
+        let a = ProviderConfig::from_spec(ProviderKind::Anthropic, "claude", None, &env).unwrap();
+        assert_eq!(a.api_key, None);
+        assert_eq!(a.base_url, "https://api.anthropic.com");
+    }
+
+    #[test]
+    fn price_table_prefers_the_longest_name_and_counts_cache() {
+        let mini = builtin_prices(ProviderKind::OpenAi, "gpt-4o-mini-2024-07-18").unwrap();
+        assert_eq!(mini.input_per_mtok, 0.15);
+        let big = builtin_prices(ProviderKind::OpenAi, "openai/gpt-4o").unwrap();
+        assert_eq!(big.input_per_mtok, 2.5);
+        assert!(builtin_prices(ProviderKind::OpenAi, "smollm2").is_none());
+        let sonnet = builtin_prices(ProviderKind::Anthropic, "claude-sonnet-4-20250514").unwrap();
+        // 1M plain input, 1M output, 1M cache reads, 1M cache writes.
+        let c = sonnet.cost(3_000_000, 1_000_000, 1_000_000, 1_000_000);
+        assert!((c - (3.0 + 15.0 + 0.30 + 3.75)).abs() < 1e-9, "{c}");
+    }
+}

@@ -1,0 +1,534 @@
+//! The HTTP layer the providers share: one request with timeouts, retries with backoff that
+//! honour `Retry-After`, error classification, streamed bodies, SSE framing, and the cassette.
+//!
+//! Nothing here spawns a task: dropping a provider's future drops the request and its body,
+//! which closes the connection.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use crate::ModelError;
+use crate::cassette::{Cassette, CassetteMode, Exchange};
+use crate::config::ProviderConfig;
+
+/// Response headers kept in cassettes.
+const KEPT_HEADERS: &[&str] = &["content-type", "retry-after", "x-request-id", "request-id"];
+
+/// Longest wait honoured from a `Retry-After` header.
+const MAX_RETRY_AFTER: f64 = 300.0;
+/// Longest backoff step without `Retry-After`.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// A provider's HTTP client.
+#[derive(Debug)]
+pub(crate) struct Http {
+    provider: String,
+    client: reqwest::Client,
+    base_url: String,
+    max_retries: u32,
+    retry_base_delay: Duration,
+    connect_timeout: Duration,
+    timeout: Duration,
+    cassette: Option<Arc<Cassette>>,
+}
+
+impl Http {
+    pub(crate) fn new(cfg: &ProviderConfig) -> Result<Self, ModelError> {
+        let client = reqwest::Client::builder()
+            .timeout(cfg.timeout)
+            .connect_timeout(cfg.connect_timeout)
+            .build()
+            .map_err(|e| ModelError::Config(format!("cannot build the HTTP client: {e}")))?;
+        let cassette = cfg.cassette.as_ref().map(Cassette::open).transpose()?;
+        Ok(Self {
+            provider: cfg.kind.as_str().to_owned(),
+            client,
+            base_url: cfg.base_url.clone(),
+            max_retries: cfg.max_retries,
+            retry_base_delay: cfg.retry_base_delay,
+            connect_timeout: cfg.connect_timeout,
+            timeout: cfg.timeout,
+            cassette,
+        })
+    }
+
+    pub(crate) fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    /// Whether calls are served from a cassette (no network, no key needed).
+    pub(crate) fn replaying(&self) -> bool {
+        matches!(
+            self.cassette.as_deref().map(Cassette::mode),
+            Some(CassetteMode::Replay(_))
+        )
+    }
+
+    /// POSTs `body` to `base_url + suffix`, retrying 429, 408, 5xx and connection failures.
+    /// Returns a response with a 2xx status; any other status becomes an error with the body.
+    pub(crate) async fn post(
+        &self,
+        suffix: &str,
+        headers: &[(&str, String)],
+        body: &Value,
+    ) -> Result<Response, ModelError> {
+        let mut attempt = 0u32;
+        loop {
+            let outcome = self.post_once(suffix, headers, body).await;
+            let err = match outcome {
+                Ok(resp) if (200..300).contains(&resp.status) => return Ok(resp),
+                Ok(resp) => {
+                    let status = resp.status;
+                    let retry_after = resp.headers.get("retry-after").and_then(|v| retry_after(v));
+                    let text = resp.text().await.unwrap_or_else(|e| e.to_string());
+                    classify_status(&self.provider, status, text, retry_after)
+                }
+                Err(e) => e,
+            };
+            let retryable = match &err {
+                ModelError::Http { status, .. } => {
+                    *status == 429 || *status == 408 || *status >= 500
+                }
+                ModelError::Transport { .. } => true,
+                ModelError::Timeout { phase, .. } => phase.starts_with("connecting"),
+                _ => false,
+            };
+            if !retryable || attempt >= self.max_retries {
+                return Err(err);
+            }
+            let wait = match &err {
+                ModelError::Http {
+                    retry_after: Some(s),
+                    ..
+                } => Duration::from_secs_f64(s.clamp(0.0, MAX_RETRY_AFTER)),
+                _ => backoff(self.retry_base_delay, attempt),
+            };
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        }
+    }
+
+    async fn post_once(
+        &self,
+        suffix: &str,
+        headers: &[(&str, String)],
+        body: &Value,
+    ) -> Result<Response, ModelError> {
+        let url = format!("{}{suffix}", self.base_url);
+        let path = reqwest::Url::parse(&url)
+            .map(|u| u.path().to_owned())
+            .map_err(|e| {
+                ModelError::Config(format!("`base_url` {} is not a URL: {e}", self.base_url))
+            })?;
+        if let Some(c) = &self.cassette
+            && let CassetteMode::Replay(_) = c.mode()
+        {
+            let ex = c.next("POST", &path)?;
+            return Ok(Response {
+                provider: self.provider.clone(),
+                timeout: self.timeout,
+                status: ex.status,
+                headers: ex.headers,
+                body: Body::Replay {
+                    text: Some(ex.body),
+                    cut: ex.cut,
+                },
+                pending: Vec::new(),
+                recording: None,
+            });
+        }
+        let bytes = serde_json::to_vec(body)
+            .map_err(|e| ModelError::Config(format!("cannot encode the request: {e}")))?;
+        let mut rb = self
+            .client
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(bytes);
+        for (k, v) in headers {
+            rb = rb.header(*k, v);
+        }
+        let resp = rb
+            .send()
+            .await
+            .map_err(|e| self.transport_error(&e, &url))?;
+        let status = resp.status().as_u16();
+        let mut kept = BTreeMap::new();
+        for h in KEPT_HEADERS {
+            if let Some(v) = resp.headers().get(*h).and_then(|v| v.to_str().ok()) {
+                kept.insert((*h).to_owned(), v.to_owned());
+            }
+        }
+        let recording = self.cassette.as_ref().map(|c| {
+            (
+                c.clone(),
+                Exchange {
+                    method: "POST".into(),
+                    path,
+                    request: body.clone(),
+                    status,
+                    headers: kept.clone(),
+                    body: String::new(),
+                    cut: false,
+                },
+            )
+        });
+        Ok(Response {
+            provider: self.provider.clone(),
+            timeout: self.timeout,
+            status,
+            headers: kept,
+            body: Body::Live(resp),
+            pending: Vec::new(),
+            recording,
+        })
+    }
+
+    fn transport_error(&self, e: &reqwest::Error, url: &str) -> ModelError {
+        transport_error(&self.provider, e, url, (self.connect_timeout, self.timeout))
+    }
+}
+
+fn transport_error(
+    provider: &str,
+    e: &reqwest::Error,
+    url: &str,
+    timeouts: (Duration, Duration),
+) -> ModelError {
+    let mut message = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        src = s.source();
+    }
+    if e.is_timeout() {
+        let (phase, limit) = if e.is_connect() {
+            (format!("connecting to {url}"), timeouts.0)
+        } else {
+            (format!("waiting for {url}"), timeouts.1)
+        };
+        ModelError::Timeout {
+            provider: provider.to_owned(),
+            phase,
+            seconds: limit.as_secs_f64(),
+        }
+    } else {
+        ModelError::Transport {
+            provider: provider.to_owned(),
+            message: format!("{url}: {message}"),
+        }
+    }
+}
+
+/// A random wait in `[0, min(cap, base * 2^attempt)]` ("full jitter").
+fn backoff(base: Duration, attempt: u32) -> Duration {
+    let ceiling = base
+        .saturating_mul(2u32.saturating_pow(attempt.min(16)))
+        .min(MAX_BACKOFF);
+    ceiling.mul_f64(fastrand::f64())
+}
+
+/// Seconds from a `Retry-After` value: a number of seconds or an HTTP date.
+pub(crate) fn retry_after(v: &str) -> Option<f64> {
+    let v = v.trim();
+    if let Ok(n) = v.parse::<f64>() {
+        return (n.is_finite() && n >= 0.0).then_some(n);
+    }
+    let when = httpdate::parse_http_date(v).ok()?;
+    Some(
+        when.duration_since(SystemTime::now())
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0),
+    )
+}
+
+/// Turns a non-2xx answer into an error, spotting context-length errors.
+pub(crate) fn classify_status(
+    provider: &str,
+    status: u16,
+    body: String,
+    retry_after: Option<f64>,
+) -> ModelError {
+    let lower = body.to_ascii_lowercase();
+    if (400..500).contains(&status)
+        && [
+            "context_length_exceeded",
+            "maximum context length",
+            "prompt is too long",
+            "exceeds the available context size",
+            "context window",
+        ]
+        .iter()
+        .any(|p| lower.contains(p))
+    {
+        return ModelError::ContextLength {
+            provider: provider.to_owned(),
+            body,
+        };
+    }
+    ModelError::Http {
+        provider: provider.to_owned(),
+        status,
+        body,
+        retry_after,
+    }
+}
+
+enum Body {
+    Live(reqwest::Response),
+    Replay { text: Option<String>, cut: bool },
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Live(_) => f.write_str("Live"),
+            Self::Replay { .. } => f.write_str("Replay"),
+        }
+    }
+}
+
+/// A response whose body is read piece by piece.
+#[derive(Debug)]
+pub(crate) struct Response {
+    provider: String,
+    timeout: Duration,
+    pub(crate) status: u16,
+    pub(crate) headers: BTreeMap<String, String>,
+    body: Body,
+    /// Bytes of an incomplete UTF-8 character.
+    pending: Vec<u8>,
+    recording: Option<(Arc<Cassette>, Exchange)>,
+}
+
+impl Response {
+    /// The next piece of body text; `None` at the end. A connection that breaks gives
+    /// [`ModelError::StreamCut`] (or a timeout).
+    pub(crate) async fn chunk(&mut self) -> Result<Option<String>, ModelError> {
+        let next = match &mut self.body {
+            Body::Live(r) => match r.chunk().await {
+                Ok(Some(b)) => Ok(Some(self.decode(&b))),
+                Ok(None) => Ok(None),
+                Err(e) => Err(if e.is_timeout() {
+                    ModelError::Timeout {
+                        provider: self.provider.clone(),
+                        phase: "reading the reply".into(),
+                        seconds: self.timeout.as_secs_f64(),
+                    }
+                } else {
+                    let mut message = e.to_string();
+                    let mut src = std::error::Error::source(&e);
+                    while let Some(s) = src {
+                        message.push_str(": ");
+                        message.push_str(&s.to_string());
+                        src = s.source();
+                    }
+                    ModelError::StreamCut {
+                        provider: self.provider.clone(),
+                        message,
+                    }
+                }),
+            },
+            Body::Replay { text, cut } => match text.take() {
+                Some(t) => Ok(Some(t)),
+                None if *cut => Err(ModelError::StreamCut {
+                    provider: self.provider.clone(),
+                    message: "the recorded reply was cut".into(),
+                }),
+                None => Ok(None),
+            },
+        };
+        match &next {
+            Ok(Some(t)) => {
+                if let Some((_, ex)) = &mut self.recording {
+                    ex.body.push_str(t);
+                }
+            }
+            Ok(None) => self.finish_recording(false)?,
+            Err(_) => self.finish_recording(true)?,
+        }
+        next
+    }
+
+    fn decode(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let buf = std::mem::take(&mut self.pending);
+        match std::str::from_utf8(&buf) {
+            Ok(s) => s.to_owned(),
+            Err(e) if e.error_len().is_none() => {
+                let (good, rest) = buf.split_at(e.valid_up_to());
+                self.pending = rest.to_vec();
+                String::from_utf8_lossy(good).into_owned()
+            }
+            Err(_) => String::from_utf8_lossy(&buf).into_owned(),
+        }
+    }
+
+    fn finish_recording(&mut self, cut: bool) -> Result<(), ModelError> {
+        if let Some((c, mut ex)) = self.recording.take() {
+            ex.cut = cut;
+            c.record(ex)?;
+        }
+        Ok(())
+    }
+
+    /// Ends reading early (the reply is complete); records what was read.
+    pub(crate) fn finish(mut self) -> Result<(), ModelError> {
+        self.finish_recording(false)
+    }
+
+    /// The whole body.
+    pub(crate) async fn text(mut self) -> Result<String, ModelError> {
+        let mut out = String::new();
+        while let Some(c) = self.chunk().await? {
+            out.push_str(&c);
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Response {
+    /// A reply left unread (an error event, a dropped call) is still recorded, marked cut, so a
+    /// replay sees the same sequence of exchanges.
+    fn drop(&mut self) {
+        let _ = self.finish_recording(true);
+    }
+}
+
+/// One server-sent event.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SseEvent {
+    pub(crate) event: Option<String>,
+    pub(crate) data: String,
+}
+
+/// Splits a text stream into server-sent events.
+#[derive(Debug, Default)]
+pub(crate) struct SseParser {
+    buf: String,
+}
+
+impl SseParser {
+    /// Feeds text; returns the events it completes.
+    pub(crate) fn feed(&mut self, text: &str) -> Vec<SseEvent> {
+        self.buf
+            .push_str(&text.replace("\r\n", "\n").replace('\r', "\n"));
+        let mut out = Vec::new();
+        while let Some(end) = self.buf.find("\n\n") {
+            let block: String = self.buf.drain(..end + 2).collect();
+            if let Some(ev) = parse_block(&block) {
+                out.push(ev);
+            }
+        }
+        out
+    }
+
+    /// The last event, when the stream ended without a blank line after it.
+    pub(crate) fn finish(&mut self) -> Option<SseEvent> {
+        let block = std::mem::take(&mut self.buf);
+        parse_block(&block)
+    }
+}
+
+fn parse_block(block: &str) -> Option<SseEvent> {
+    let mut event = None;
+    let mut data: Option<String> = None;
+    for line in block.lines() {
+        if line.starts_with(':') {
+            continue;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => event = Some(value.to_owned()),
+            "data" => match &mut data {
+                Some(d) => {
+                    d.push('\n');
+                    d.push_str(value);
+                }
+                None => data = Some(value.to_owned()),
+            },
+            _ => {}
+        }
+    }
+    data.map(|data| SseEvent { event, data })
+}
+
+/// Parses a JSON body, or says it is malformed.
+pub(crate) fn parse_json(provider: &str, text: &str) -> Result<Value, ModelError> {
+    serde_json::from_str(text).map_err(|e| ModelError::Malformed {
+        provider: provider.to_owned(),
+        message: format!("the reply is not JSON: {e}"),
+        body: text.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_events_split_across_chunks() {
+        let mut p = SseParser::default();
+        assert!(p.feed("event: a\ndata: {\"x\"").is_empty());
+        let evs = p.feed(":1}\r\n\r\ndata: two\ndata: lines\n\ndata: [DONE]");
+        assert_eq!(
+            evs,
+            vec![
+                SseEvent {
+                    event: Some("a".into()),
+                    data: "{\"x\":1}".into()
+                },
+                SseEvent {
+                    event: None,
+                    data: "two\nlines".into()
+                }
+            ]
+        );
+        assert_eq!(p.finish().unwrap().data, "[DONE]");
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        assert_eq!(retry_after("2"), Some(2.0));
+        assert_eq!(retry_after("soon"), None);
+        let later = SystemTime::now() + Duration::from_secs(60);
+        let s = retry_after(&httpdate::fmt_http_date(later)).unwrap();
+        assert!((55.0..=60.0).contains(&s), "{s}");
+        assert_eq!(retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), Some(0.0));
+    }
+
+    #[test]
+    fn backoff_is_bounded() {
+        for attempt in 0..40 {
+            let d = backoff(Duration::from_millis(100), attempt);
+            assert!(d <= MAX_BACKOFF);
+            assert!(d <= Duration::from_millis(100) * 2u32.saturating_pow(attempt.min(16)));
+        }
+    }
+
+    #[test]
+    fn context_errors_are_recognised() {
+        let e = classify_status(
+            "openai",
+            400,
+            r#"{"error":{"code":"context_length_exceeded"}}"#.into(),
+            None,
+        );
+        assert!(matches!(e, ModelError::ContextLength { .. }));
+        let e = classify_status(
+            "anthropic",
+            400,
+            "prompt is too long: 250000 tokens".into(),
+            None,
+        );
+        assert!(matches!(e, ModelError::ContextLength { .. }));
+        let e = classify_status("openai", 400, "bad".into(), None);
+        assert!(matches!(e, ModelError::Http { status: 400, .. }));
+    }
+}

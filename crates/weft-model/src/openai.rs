@@ -1,0 +1,443 @@
+//! OpenAI-compatible chat completions: OpenAI, Ollama, vLLM, llama.cpp, LM Studio, OpenRouter.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::{Map, Value, json};
+
+use crate::config::{ProviderConfig, ProviderKind, StructuredMode};
+use crate::http::{Http, SseParser, classify_status, parse_json};
+use crate::structured::{self, Wire};
+use crate::{DeltaSink, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage};
+
+/// A model behind an OpenAI-compatible `/chat/completions` endpoint.
+#[derive(Debug)]
+pub struct OpenAiModel {
+    cfg: ProviderConfig,
+    label: String,
+    http: Http,
+    /// The server rejected `response_format`; ask with instructions instead.
+    schema_rejected: AtomicBool,
+}
+
+impl OpenAiModel {
+    pub fn new(cfg: ProviderConfig) -> Result<Self, ModelError> {
+        if cfg.kind != ProviderKind::OpenAi {
+            return Err(ModelError::Config(format!(
+                "OpenAiModel needs an `openai` configuration, got `{}`",
+                cfg.kind.as_str()
+            )));
+        }
+        let http = Http::new(&cfg)?;
+        Ok(Self {
+            label: format!("openai:{}", cfg.name),
+            cfg,
+            http,
+            schema_rejected: AtomicBool::new(false),
+        })
+    }
+
+    pub fn config(&self) -> &ProviderConfig {
+        &self.cfg
+    }
+
+    /// The request body for `req`. `native_schema`: send `response_format`.
+    pub fn request_body(&self, req: &ModelRequest, stream: bool, native_schema: bool) -> Value {
+        let mut messages = match (&req.response_schema, native_schema) {
+            (Some(schema), false) => structured::with_instructions(&req.messages, schema),
+            _ => req.messages.clone(),
+        };
+        if !self.cfg.system_role {
+            messages = structured::fold_system(&messages);
+        }
+        let mut body = Map::new();
+        body.insert("model".into(), json!(self.cfg.name));
+        body.insert(
+            "messages".into(),
+            Value::Array(messages.iter().map(wire_message).collect()),
+        );
+        if !req.tools.is_empty() {
+            body.insert(
+                "tools".into(),
+                Value::Array(
+                    req.tools
+                        .iter()
+                        .map(|t| {
+                            json!({"type": "function", "function": {
+                                "name": t.name, "description": t.description, "parameters": t.parameters}})
+                        })
+                        .collect(),
+                ),
+            );
+        }
+        if let Some(n) = req.max_tokens.or(self.cfg.max_tokens) {
+            body.insert("max_tokens".into(), json!(n));
+        }
+        if let Some(t) = req.temperature {
+            body.insert("temperature".into(), json!(t));
+        }
+        if let (Some(schema), true) = (&req.response_schema, native_schema) {
+            let mut js = json!({"name": "reply", "schema": schema});
+            if self.cfg.strict_schema {
+                js["strict"] = json!(true);
+            }
+            body.insert(
+                "response_format".into(),
+                json!({"type": "json_schema", "json_schema": js}),
+            );
+        }
+        if stream {
+            body.insert("stream".into(), json!(true));
+            body.insert("stream_options".into(), json!({"include_usage": true}));
+        }
+        Value::Object(body)
+    }
+
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        match &self.cfg.api_key {
+            Some(k) => vec![("authorization", format!("Bearer {k}"))],
+            None => vec![],
+        }
+    }
+
+    fn usage(&self, u: Option<&Value>) -> Usage {
+        let Some(u) = u else {
+            return Usage::default();
+        };
+        let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+        let mut usage = Usage {
+            input_tokens: n(u.get("prompt_tokens")),
+            output_tokens: n(u.get("completion_tokens")),
+            cache_read_tokens: n(u.pointer("/prompt_tokens_details/cached_tokens")),
+            ..Usage::default()
+        };
+        usage.cost_usd = self.cfg.effective_prices().map(|p| {
+            p.cost(
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                0,
+            )
+        });
+        usage
+    }
+
+    async fn send(
+        &self,
+        req: &ModelRequest,
+        deltas: Option<DeltaSink>,
+        native_schema: bool,
+    ) -> Result<ModelReply, ModelError> {
+        let stream = self.cfg.stream && deltas.is_some();
+        let body = self.request_body(req, stream, native_schema);
+        let resp = self
+            .http
+            .post("/chat/completions", &self.headers(), &body)
+            .await?;
+        match deltas {
+            Some(sink) if stream => self.read_stream(resp, sink).await,
+            _ => {
+                let text = resp.text().await?;
+                self.parse_reply(&text)
+            }
+        }
+    }
+
+    /// Reads a non-streamed reply.
+    fn parse_reply(&self, text: &str) -> Result<ModelReply, ModelError> {
+        let v = parse_json("openai", text)?;
+        let malformed = |m: &str| ModelError::Malformed {
+            provider: "openai".into(),
+            message: m.to_owned(),
+            body: text.to_owned(),
+        };
+        if let Some(err) = v.get("error") {
+            return Err(classify_status("openai", 500, err.to_string(), None));
+        }
+        let choice = v
+            .pointer("/choices/0")
+            .ok_or_else(|| malformed("the reply has no `choices[0]`"))?;
+        let msg = choice
+            .get("message")
+            .ok_or_else(|| malformed("`choices[0]` has no `message`"))?;
+        let content = msg
+            .get("content")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let mut tool_calls = Vec::new();
+        if let Some(calls) = msg.get("tool_calls").and_then(Value::as_array) {
+            for (i, c) in calls.iter().enumerate() {
+                let name = c
+                    .pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        malformed(&format!("tool call #{} has no function name", i + 1))
+                    })?;
+                let args = c
+                    .pointer("/function/arguments")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                let arguments = match args {
+                    Value::String(s) => parse_arguments(&s),
+                    Value::Null => json!({}),
+                    other => other,
+                };
+                tool_calls.push(ToolCall {
+                    id: c
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .filter(|s| !s.is_empty())
+                        .map_or_else(|| format!("call_{}", i + 1), str::to_owned),
+                    name: name.to_owned(),
+                    arguments,
+                });
+            }
+        }
+        Ok(ModelReply {
+            content,
+            tool_calls,
+            usage: self.usage(v.get("usage")),
+            model: v
+                .get("model")
+                .and_then(Value::as_str)
+                .unwrap_or(&self.cfg.name)
+                .to_owned(),
+            finish_reason: choice
+                .get("finish_reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        })
+    }
+
+    async fn read_stream(
+        &self,
+        mut resp: crate::http::Response,
+        sink: DeltaSink,
+    ) -> Result<ModelReply, ModelError> {
+        let mut parser = SseParser::default();
+        let mut acc = StreamAcc::default();
+        let mut done = false;
+        while !done {
+            let Some(chunk) = resp.chunk().await? else {
+                break;
+            };
+            for ev in parser.feed(&chunk) {
+                if self.stream_event(&ev.data, &mut acc, &sink)? {
+                    done = true;
+                }
+            }
+        }
+        if !done && let Some(ev) = parser.finish() {
+            done = self.stream_event(&ev.data, &mut acc, &sink)?;
+        }
+        if !done && acc.finish_reason.is_none() {
+            return Err(ModelError::StreamCut {
+                provider: "openai".into(),
+                message: format!(
+                    "the stream ended before the reply was finished (received {} characters of text)",
+                    acc.content.len()
+                ),
+            });
+        }
+        resp.finish()?;
+        let mut tool_calls = Vec::new();
+        for (i, (_, c)) in acc.calls.into_iter().enumerate() {
+            if c.name.is_empty() {
+                return Err(ModelError::Malformed {
+                    provider: "openai".into(),
+                    message: format!("streamed tool call #{} has no function name", i + 1),
+                    body: c.arguments,
+                });
+            }
+            tool_calls.push(ToolCall {
+                id: c.id.unwrap_or_else(|| format!("call_{}", i + 1)),
+                name: c.name,
+                arguments: parse_arguments(&c.arguments),
+            });
+        }
+        Ok(ModelReply {
+            content: acc.content,
+            tool_calls,
+            usage: self.usage(acc.usage.as_ref()),
+            model: acc.model.unwrap_or_else(|| self.cfg.name.clone()),
+            finish_reason: acc.finish_reason,
+        })
+    }
+
+    /// Applies one SSE data payload. Returns true at `[DONE]`.
+    fn stream_event(
+        &self,
+        data: &str,
+        acc: &mut StreamAcc,
+        sink: &DeltaSink,
+    ) -> Result<bool, ModelError> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            return Ok(true);
+        }
+        if data.is_empty() {
+            return Ok(false);
+        }
+        let v = parse_json("openai", data)?;
+        if let Some(err) = v.get("error") {
+            let status = err
+                .get("code")
+                .and_then(Value::as_u64)
+                .and_then(|c| u16::try_from(c).ok())
+                .unwrap_or(500);
+            return Err(classify_status("openai", status, data.to_owned(), None));
+        }
+        if let Some(m) = v.get("model").and_then(Value::as_str) {
+            acc.model.get_or_insert_with(|| m.to_owned());
+        }
+        if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+            acc.usage = Some(u.clone());
+        }
+        let Some(choice) = v.pointer("/choices/0") else {
+            return Ok(false);
+        };
+        if let Some(f) = choice.get("finish_reason").and_then(Value::as_str) {
+            acc.finish_reason = Some(f.to_owned());
+        }
+        let Some(delta) = choice.get("delta") else {
+            return Ok(false);
+        };
+        if let Some(t) = delta.get("content").and_then(Value::as_str)
+            && !t.is_empty()
+        {
+            sink(t);
+            acc.content.push_str(t);
+        }
+        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+            for (pos, c) in calls.iter().enumerate() {
+                let index = c.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
+                let slot = acc.calls.entry(index).or_default();
+                if let Some(id) = c.get("id").and_then(Value::as_str)
+                    && !id.is_empty()
+                {
+                    slot.id = Some(id.to_owned());
+                }
+                if let Some(n) = c.pointer("/function/name").and_then(Value::as_str) {
+                    slot.name.push_str(n);
+                }
+                match c.pointer("/function/arguments") {
+                    Some(Value::String(a)) => slot.arguments.push_str(a),
+                    Some(Value::Object(o)) => slot
+                        .arguments
+                        .push_str(&Value::Object(o.clone()).to_string()),
+                    _ => {}
+                }
+            }
+        }
+        Ok(false)
+    }
+}
+
+#[derive(Default)]
+struct StreamAcc {
+    content: String,
+    calls: BTreeMap<u64, PartialCall>,
+    usage: Option<Value>,
+    model: Option<String>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Default)]
+struct PartialCall {
+    id: Option<String>,
+    name: String,
+    arguments: String,
+}
+
+/// Tool-call arguments: JSON when they parse, else kept as a string for the runtime to report.
+fn parse_arguments(s: &str) -> Value {
+    if s.trim().is_empty() {
+        return json!({});
+    }
+    serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.to_owned()))
+}
+
+fn wire_message(m: &Message) -> Value {
+    match m {
+        Message::System { content } => json!({"role": "system", "content": content}),
+        Message::User { content } => json!({"role": "user", "content": content}),
+        Message::Assistant {
+            content,
+            tool_calls,
+        } => {
+            let mut o = json!({"role": "assistant", "content": content});
+            if !tool_calls.is_empty() {
+                if content.is_empty() {
+                    o["content"] = Value::Null;
+                }
+                o["tool_calls"] = Value::Array(
+                    tool_calls
+                        .iter()
+                        .map(|c| {
+                            let args = match &c.arguments {
+                                Value::String(s) => s.clone(),
+                                other => other.to_string(),
+                            };
+                            json!({"id": c.id, "type": "function",
+                                "function": {"name": c.name, "arguments": args}})
+                        })
+                        .collect(),
+                );
+            }
+            o
+        }
+        Message::Tool {
+            call_id,
+            content,
+            is_error,
+            ..
+        } => {
+            let content = if *is_error && !content.starts_with("Error") {
+                format!("Error: {content}")
+            } else {
+                content.clone()
+            };
+            json!({"role": "tool", "tool_call_id": call_id, "content": content})
+        }
+    }
+}
+
+impl Wire for OpenAiModel {
+    fn provider(&self) -> &str {
+        self.http.provider()
+    }
+
+    async fn call_once(
+        &self,
+        req: &ModelRequest,
+        deltas: Option<DeltaSink>,
+    ) -> Result<ModelReply, ModelError> {
+        let native = req.response_schema.is_some()
+            && self.cfg.structured == StructuredMode::JsonSchema
+            && !self.schema_rejected.load(Ordering::Relaxed);
+        match self.send(req, deltas.clone(), native).await {
+            Err(ModelError::Http {
+                status: 400, body, ..
+            }) if native && body.to_ascii_lowercase().contains("response_format") => {
+                self.schema_rejected.store(true, Ordering::Relaxed);
+                self.send(req, deltas, false).await
+            }
+            other => other,
+        }
+    }
+}
+
+impl Model for OpenAiModel {
+    fn name(&self) -> &str {
+        &self.label
+    }
+
+    async fn complete(
+        &self,
+        req: &ModelRequest,
+        deltas: Option<DeltaSink>,
+    ) -> Result<ModelReply, ModelError> {
+        structured::complete(self, req, deltas).await
+    }
+}

@@ -1,0 +1,103 @@
+//! Record a run against a local server, stop the server, replay it from the cassette.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{Reply, chat, config, serve, sink};
+use serde_json::json;
+use weft_model::{
+    AnthropicModel, CassetteFile, CassetteMode, Model, ModelError, OpenAiModel, ProviderKind,
+};
+
+#[tokio::test]
+async fn a_recorded_run_replays_without_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.json");
+    let completion = json!({"id": "c1", "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "recorded"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1}});
+    let server = serve(vec![
+        Reply::Full {
+            status: 429,
+            headers: vec![("retry-after", "0".into())],
+            body: "slow down".into(),
+        },
+        Reply::json(completion),
+        Reply::sse(&[
+            format!("data: {}", json!({"choices": [{"index": 0, "delta": {"content": "stre"}, "finish_reason": null}]})),
+            format!("data: {}", json!({"choices": [{"index": 0, "delta": {"content": "amed"}, "finish_reason": "stop"}]})),
+            "data: [DONE]".to_owned(),
+        ]),
+        Reply::json(json!({"type": "message", "model": "claude-sonnet-4-0",
+            "content": [{"type": "text", "text": "from claude"}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": 4, "output_tokens": 2}})),
+    ])
+    .await;
+    let url = server.url();
+    let run = |mode: CassetteMode| {
+        let url = url.clone();
+        async move {
+            let mut oc = config(ProviderKind::OpenAi, "gpt-4o-mini", &format!("{url}/v1"));
+            oc.cassette = Some(mode.clone());
+            let mut ac = config(ProviderKind::Anthropic, "claude-sonnet-4-0", &url);
+            ac.cassette = Some(mode);
+            let o = OpenAiModel::new(oc).unwrap();
+            let a = AnthropicModel::new(ac).unwrap();
+            let first = o.complete(&chat("s", "one"), None).await.unwrap();
+            let (s, got) = sink();
+            let second = o.complete(&chat("s", "two"), Some(s)).await.unwrap();
+            let third = a.complete(&chat("s", "three"), None).await.unwrap();
+            let deltas = got.lock().unwrap().clone();
+            (first, second, third, deltas)
+        }
+    };
+    let recorded = run(CassetteMode::Record(path.clone())).await;
+    assert_eq!(recorded.0.content, "recorded");
+    assert_eq!(recorded.1.content, "streamed");
+    assert_eq!(recorded.2.content, "from claude");
+    assert_eq!(server.seen().len(), 4);
+    server.stop().await;
+
+    let file: CassetteFile =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(file.exchanges.len(), 4);
+    assert_eq!(file.exchanges[0].status, 429);
+    assert_eq!(file.exchanges[0].headers["retry-after"], "0");
+    assert_eq!(file.exchanges[1].path, "/v1/chat/completions");
+    assert_eq!(file.exchanges[1].request["messages"][1]["content"], "one");
+    assert!(file.exchanges[2].body.contains("data: [DONE]"));
+    assert_eq!(file.exchanges[3].path, "/v1/messages");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(!text.contains("test-key"), "credentials are not recorded");
+
+    let replayed = run(CassetteMode::Replay(path.clone())).await;
+    assert_eq!(replayed, recorded);
+}
+
+#[tokio::test]
+async fn replay_names_a_mismatching_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.json");
+    std::fs::write(
+        &path,
+        serde_json::to_string(
+            &json!({"exchanges": [{"method": "POST", "path": "/v1/messages",
+            "request": {}, "status": 200, "headers": {}, "body": "{}"}]}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut c = config(ProviderKind::OpenAi, "m", "http://127.0.0.1:9/v1");
+    c.cassette = Some(CassetteMode::Replay(path));
+    let e = OpenAiModel::new(c)
+        .unwrap()
+        .complete(&chat("s", "x"), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ModelError::Config(_)));
+    let msg = e.to_string();
+    assert!(
+        msg.contains("/v1/messages") && msg.contains("/v1/chat/completions"),
+        "{msg}"
+    );
+}

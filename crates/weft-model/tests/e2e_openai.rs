@@ -1,0 +1,135 @@
+//! End-to-end calls against a real OpenAI-compatible server. Runs when
+//! `WEFT_TEST_OPENAI_BASE_URL` is set (`scripts/llm-server start` prints the line to export);
+//! `WEFT_TEST_OPENAI_MODEL` names the model (default `smollm2`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use weft_model::{
+    DeltaSink, Message, ModelError, ModelRequest, Purpose, SharedModel, ToolDef, from_spec_with_env,
+};
+
+fn server_model(stream: bool) -> Option<SharedModel> {
+    let Ok(url) = std::env::var("WEFT_TEST_OPENAI_BASE_URL") else {
+        eprintln!("skipped: WEFT_TEST_OPENAI_BASE_URL not set");
+        return None;
+    };
+    let name = std::env::var("WEFT_TEST_OPENAI_MODEL").unwrap_or_else(|_| "smollm2".into());
+    let spec = json!({"provider": "openai", "name": name, "base_url": url, "stream": stream,
+        "timeout": 300, "max_retries": 1});
+    Some(from_spec_with_env(&spec, std::path::Path::new("."), &|k| std::env::var(k).ok()).unwrap())
+}
+
+fn request(messages: Vec<Message>) -> ModelRequest {
+    ModelRequest {
+        purpose: Purpose::React,
+        call_index: 0,
+        purpose_index: 0,
+        messages,
+        tools: vec![],
+        response_schema: None,
+        max_tokens: Some(128),
+        temperature: Some(0.0),
+    }
+}
+
+/// A typed error a small model may cause; anything else fails the test.
+fn assert_clean_error(e: &ModelError) {
+    assert!(
+        matches!(
+            e,
+            ModelError::Malformed { .. } | ModelError::ContextLength { .. }
+        ),
+        "unexpected error from the server: {e:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_chat_call_with_a_tool_offered() {
+    for stream in [false, true] {
+        let Some(m) = server_model(stream) else {
+            return;
+        };
+        let mut req = request(vec![
+            Message::System {
+                content: "You are a helpful assistant. Use tools when they help.".into(),
+            },
+            Message::User {
+                content: "What is the weather in Paris?".into(),
+            },
+        ]);
+        req.tools = vec![ToolDef {
+            name: "get_weather".into(),
+            description: "Get the current weather for a city".into(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        }];
+        let seen = Arc::new(Mutex::new(String::new()));
+        let s2 = seen.clone();
+        let sink: DeltaSink = Arc::new(move |d: &str| s2.lock().unwrap().push_str(d));
+        let started = Instant::now();
+        match m.complete_boxed(&req, Some(sink)).await {
+            Ok(reply) => {
+                eprintln!(
+                    "stream={stream}: {:.1} s, text {:?}, tool calls {:?}, usage {:?}",
+                    started.elapsed().as_secs_f64(),
+                    reply.content,
+                    reply.tool_calls,
+                    reply.usage
+                );
+                assert!(reply.usage.input_tokens > 0, "{:?}", reply.usage);
+                assert!(reply.usage.output_tokens > 0, "{:?}", reply.usage);
+                assert!(!reply.content.is_empty() || !reply.tool_calls.is_empty());
+                for c in &reply.tool_calls {
+                    assert_eq!(c.name, "get_weather");
+                    assert!(!c.id.is_empty());
+                }
+                if stream {
+                    assert_eq!(*seen.lock().unwrap(), reply.content);
+                } else {
+                    assert!(seen.lock().unwrap().is_empty());
+                }
+            }
+            Err(e) => assert_clean_error(&e),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_structured_output_call() {
+    let Some(m) = server_model(false) else { return };
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"},
+        "country": {"type": "string"}}, "required": ["city", "country"]});
+    let mut req = request(vec![
+        Message::System {
+            content: "You extract places from text.".into(),
+        },
+        Message::User {
+            content: "I flew to Paris, France last week.".into(),
+        },
+    ]);
+    req.purpose = Purpose::Plan;
+    req.response_schema = Some(schema.clone());
+    let started = Instant::now();
+    match m.complete_boxed(&req, None).await {
+        Ok(reply) => {
+            eprintln!(
+                "structured: {:.1} s, {:?}, usage {:?}",
+                started.elapsed().as_secs_f64(),
+                reply.content,
+                reply.usage
+            );
+            let v: Value = serde_json::from_str(&reply.content).unwrap();
+            assert!(jsonschema::is_valid(&schema, &v), "{v}");
+            assert!(reply.usage.input_tokens > 0 && reply.usage.output_tokens > 0);
+        }
+        Err(e) => {
+            eprintln!(
+                "structured: clean error after {:.1} s: {e}",
+                started.elapsed().as_secs_f64()
+            );
+            assert_clean_error(&e);
+        }
+    }
+}
