@@ -4,6 +4,7 @@
 
 mod session;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -125,32 +126,50 @@ impl<S: Store> Runtime<S> {
     /// Drives a plan session until the engine says it is done.
     pub async fn drive_plan(&self, session: &mut Session<'_, S>) -> Result<(), RuntimeError> {
         let mut inflight: JoinSet<(String, ToolOutcome, u64)> = JoinSet::new();
+        // The call each task serves, so that a tool that panics fails its own call.
+        let mut task_calls: HashMap<tokio::task::Id, String> = HashMap::new();
         loop {
             match engine::decide(&session.state, &self.limits) {
                 Next::Record(events) => session.commit(events).await?,
                 Next::Start { events, calls } => {
                     session.commit(events).await?;
                     for call in calls {
-                        self.spawn_call(&mut inflight, &session.state, call);
+                        let call_id = call.call_id.clone();
+                        let id = self.spawn_call(&mut inflight, &session.state, call);
+                        task_calls.insert(id, call_id);
                     }
                 }
                 Next::Wait => {
-                    let Some(first) = inflight.join_next().await else {
+                    let Some(first) = inflight.join_next_with_id().await else {
                         return Err(RuntimeError::Internal(
                             "the engine waits for tool calls but none is running".into(),
                         ));
                     };
                     let mut done = vec![first];
-                    while let Some(more) = inflight.try_join_next() {
+                    while let Some(more) = inflight.try_join_next_with_id() {
                         done.push(more);
                     }
                     // Outcomes of different calls concern different steps, so each is judged
                     // against the same state and all are stored in one batch.
                     let mut events = Vec::new();
                     for joined in done {
-                        let (call_id, outcome, ms) = joined.map_err(|e| {
-                            RuntimeError::Internal(format!("a tool task failed: {e}"))
-                        })?;
+                        let (call_id, outcome, ms) = match joined {
+                            Ok((id, result)) => {
+                                task_calls.remove(&id);
+                                result
+                            }
+                            Err(e) => {
+                                let call_id = task_calls.remove(&e.id()).ok_or_else(|| {
+                                    RuntimeError::Internal(format!("a tool task failed: {e}"))
+                                })?;
+                                if !e.is_panic() {
+                                    return Err(RuntimeError::Internal(format!(
+                                        "tool call {call_id} was cancelled: {e}"
+                                    )));
+                                }
+                                (call_id, panicked(e.into_panic()), 0)
+                            }
+                        };
                         events.extend(engine::tool_finished(
                             &session.state,
                             &self.limits,
@@ -171,7 +190,7 @@ impl<S: Store> Runtime<S> {
         set: &mut JoinSet<(String, ToolOutcome, u64)>,
         state: &State,
         call: Invocation,
-    ) {
+    ) -> tokio::task::Id {
         let tools = Arc::clone(&self.tools);
         let ctx = ToolContext {
             session_id: state.session_id.clone(),
@@ -188,6 +207,19 @@ impl<S: Store> Runtime<S> {
             let outcome = tools.invoke(&call.tool, call.args, ctx).await;
             let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
             (call.call_id, outcome, ms)
-        });
+        })
+        .id()
+    }
+}
+
+/// The outcome of a call whose tool panicked: a failure that is not retried.
+fn panicked(payload: Box<dyn std::any::Any + Send>) -> ToolOutcome {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned());
+    ToolOutcome::Error {
+        error: weft_core::ToolError::new("panicked", format!("the tool panicked: {message}")),
     }
 }

@@ -591,3 +591,40 @@ async fn a_condition_may_read_a_step_output() {
     };
     assert!(pos("step_completed", "probe") < pos("step_started", "many"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_tool_fails_its_step_and_the_run_ends() {
+    let log = Arc::new(Log::default());
+    let reg = registry(vec![
+        Recorder::new("crashy", &log)
+            .idempotent(true)
+            .behaviour(|_, _| panic!("the tool fell over")),
+        Recorder::new("rec", &log),
+    ]);
+    let ran = run(
+        reg,
+        limits(),
+        json!([
+            {"_id": "c", "_tool": "crashy", "_outputPath": "†state.c"},
+            {"_id": "after", "_tool": "rec", "x": "†state.c"},
+            {"_id": "free", "_tool": "rec"}
+        ]),
+        json!({}),
+    )
+    .await;
+    assert_eq!(ran.state.status, SessionStatus::Failed);
+    let c = ran.step("c");
+    assert_eq!(c.status, StepStatus::Failed);
+    let err = c.error.unwrap();
+    assert_eq!(err.kind, "panicked");
+    assert!(
+        err.message.contains("the tool fell over"),
+        "{}",
+        err.message
+    );
+    assert!(!err.retryable, "a panic is not retried");
+    assert!(ran.kinds_for("step_retrying", "c").is_empty());
+    assert_eq!(ran.status_of("after"), StepStatus::Skipped);
+    assert_eq!(ran.status_of("free"), StepStatus::Completed);
+    assert!(ran.state.open_calls.is_empty());
+}
