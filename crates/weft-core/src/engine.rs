@@ -565,7 +565,19 @@ pub fn dry_run(plan: &Plan, limits: &Limits) -> Vec<DryWave> {
     let mut waves = Vec::new();
     let mut wave_no = 0;
     while !ready.is_empty() {
-        let list: Vec<usize> = ready.iter().copied().collect();
+        // Only the steps the wave can take, not every ready step: copying the whole ready set
+        // for each wave made dry runs of wide plans quadratic.
+        let parallel = |i: usize| plan.steps[i].parallel == Some(true);
+        let list: Vec<usize> = match ready.first() {
+            Some(&first) if parallel(first) => ready
+                .iter()
+                .copied()
+                .filter(|&i| parallel(i))
+                .take(limits.max_parallel.max(1))
+                .collect(),
+            Some(&first) => vec![first],
+            None => Vec::new(),
+        };
         let chosen = select_wave(&list, plan, limits.max_parallel);
         wave_no += 1;
         let mut steps = Vec::new();

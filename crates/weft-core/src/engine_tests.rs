@@ -497,3 +497,48 @@ fn dry_run_counts_every_step_once() {
         .collect();
     assert_eq!(real, dry);
 }
+
+#[test]
+fn steps_behind_an_unhandled_failure_are_not_candidates() {
+    let limits = Limits::default();
+    let mut s = started(
+        plan(json!([
+            {"_id": "a", "_tool": "seq", "_outputPath": "†state.a"},
+            {"_id": "b", "_tool": "par", "x": "†state.a"},
+            {"_id": "c", "_tool": "par", "x": "†state.a"},
+            {"_id": "d", "_tool": "seq"}
+        ])),
+        json!({}),
+    );
+    let Next::Start { events, .. } = decide(&s, &limits) else {
+        panic!("expected a to start");
+    };
+    for e in &events {
+        s.apply(e);
+    }
+    let failure = ToolOutcome::Error {
+        error: ToolError::new("boom", "no"),
+    };
+    for e in tool_finished(&s, &limits, "a#1", failure, 1) {
+        s.apply(&e);
+    }
+    let run = s.plan.as_ref().unwrap_or_else(|| unreachable!());
+    let candidates: Vec<usize> = run.candidates.iter().copied().collect();
+    assert_eq!(candidates, vec![3], "only `d` can still run");
+    let log = drive(&mut s, &limits, echo);
+    let skipped: Vec<(&str, &str)> = log
+        .iter()
+        .filter_map(|e| match e {
+            Event::StepSkipped { step, reason } => Some((step.as_str(), reason.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        skipped,
+        vec![
+            ("b", "blocked: step `a` failed"),
+            ("c", "blocked: step `a` failed")
+        ]
+    );
+    assert_eq!(status(&s, "d"), StepStatus::Completed);
+}

@@ -78,7 +78,8 @@ pub struct PlanRun {
     pub index: HashMap<String, usize>,
     /// For each step: how many of its dependencies have not reached a terminal status.
     pub open_deps: Vec<usize>,
-    /// Pending steps whose dependencies are all terminal, in plan order.
+    /// Pending steps whose dependencies are all terminal and none failed unhandled, in plan
+    /// order.
     pub candidates: BTreeSet<usize>,
     /// Steps with a retry due.
     pub retrying: BTreeSet<usize>,
@@ -146,7 +147,15 @@ impl PlanRun {
         for k in 0..self.graph.dependants[i].len() {
             let d = self.graph.dependants[i][k];
             self.open_deps[d] = self.open_deps[d].saturating_sub(1);
-            if self.open_deps[d] == 0 && self.steps[d].status == StepStatus::Pending {
+            // A step behind an unhandled failure can never run: it is left out of the
+            // candidates (the run's end skips it as blocked) so that `decide` does not look at
+            // it again for every later wave.
+            if self.open_deps[d] == 0
+                && self.steps[d].status == StepStatus::Pending
+                && !self.graph.deps[d]
+                    .iter()
+                    .any(|&j| self.steps[j].status == StepStatus::Failed && !self.steps[j].handled)
+            {
                 self.candidates.insert(d);
             }
         }

@@ -3,18 +3,17 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
 
 use serde_json::Value;
-use tokio::task::JoinSet;
 use weft_core::agent::AgentSpec;
 use weft_core::agent_loop::{self, AgentConfig, AgentNext, Skill};
 use weft_core::engine::{self, Invocation};
-use weft_core::{EVENT_VERSION, Envelope, Event, RunStatus, State, ToolOutcome};
+use weft_core::{EVENT_VERSION, Envelope, Event, RunStatus, State};
 use weft_model::{DeltaSink, Purpose, SharedModel};
 use weft_store::{NewSession, Store};
-use weft_tools::{Registry, ToolContext};
+use weft_tools::Registry;
 
+use crate::calls::Calls;
 use crate::{Observer, Runtime, RuntimeError, Session, new_session_id, now_ms};
 
 /// An agent ready to run: its configuration, model and tools.
@@ -280,9 +279,9 @@ impl<S: Store> Runtime<S> {
         session: &mut Session<'_, S>,
         rerun: Vec<Invocation>,
     ) -> Result<(), RuntimeError> {
-        let mut inflight: JoinSet<(String, ToolOutcome, u64)> = JoinSet::new();
+        let mut inflight = Calls::default();
         for call in rerun {
-            spawn_call(&agent.tools, &mut inflight, &session.state, call);
+            inflight.spawn(&agent.tools, &session.state, call);
         }
         loop {
             match agent_loop::decide(&session.state, &agent.config) {
@@ -316,25 +315,18 @@ impl<S: Store> Runtime<S> {
                 AgentNext::Start { events, calls } => {
                     session.commit(events).await?;
                     for call in calls {
-                        spawn_call(&agent.tools, &mut inflight, &session.state, call);
+                        inflight.spawn(&agent.tools, &session.state, call);
                     }
                 }
                 AgentNext::Wait => {
-                    let Some(first) = inflight.join_next().await else {
+                    let Some(done) = inflight.next_batch().await? else {
                         return Err(RuntimeError::Internal(
                             "the agent waits for tool calls but none is running in this process"
                                 .into(),
                         ));
                     };
-                    let mut done = vec![first];
-                    while let Some(more) = inflight.try_join_next() {
-                        done.push(more);
-                    }
                     let mut events = Vec::new();
-                    for joined in done {
-                        let (call_id, outcome, ms) = joined.map_err(|e| {
-                            RuntimeError::Internal(format!("a tool task failed: {e}"))
-                        })?;
+                    for (call_id, outcome, ms) in done {
                         events.extend(engine::tool_finished(
                             &session.state,
                             &agent.config.limits,
@@ -363,29 +355,4 @@ impl<S: Store> Runtime<S> {
         self.drive_agent(agent, &mut session).await?;
         Ok(session)
     }
-}
-
-pub(crate) fn spawn_call(
-    tools: &Arc<Registry>,
-    set: &mut JoinSet<(String, ToolOutcome, u64)>,
-    state: &State,
-    call: Invocation,
-) {
-    let tools = Arc::clone(tools);
-    let ctx = ToolContext {
-        session_id: state.session_id.clone(),
-        step: call.step.clone(),
-        call_id: call.call_id.clone(),
-        idempotency_key: call.idempotency_key.clone(),
-        attempt: call.attempt,
-    };
-    set.spawn(async move {
-        if call.delay_ms > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(call.delay_ms)).await;
-        }
-        let start = Instant::now();
-        let outcome = tools.invoke(&call.tool, call.args, ctx).await;
-        let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        (call.call_id, outcome, ms)
-    });
 }

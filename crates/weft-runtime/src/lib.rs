@@ -3,20 +3,21 @@
 //! publishes them to observers. It holds no engine logic of its own.
 
 mod agent;
+mod calls;
 mod session;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use tokio::task::JoinSet;
 use weft_core::engine::{self, Invocation, Next};
 use weft_core::graph::{ValidateOptions, validate};
-use weft_core::{Event, Limits, Plan, PlanProblem, State, ToolOutcome};
+use weft_core::{Event, Limits, Plan, PlanProblem, State};
 use weft_store::{NewSession, Store, StoreError};
 use weft_tools::Registry;
 
 pub use agent::{Agent, SessionInfo};
+use calls::Calls;
 pub use session::{Observer, Redact, Session};
 
 /// Runtime failures (a failed step is not one: it is an outcome recorded in the session).
@@ -172,36 +173,32 @@ impl<S: Store> Runtime<S> {
         session: &mut Session<'_, S>,
         rerun: Vec<Invocation>,
     ) -> Result<(), RuntimeError> {
-        let mut inflight: JoinSet<(String, ToolOutcome, u64)> = JoinSet::new();
+        let mut calls = Calls::default();
         for call in rerun {
-            self.spawn_call(&mut inflight, &session.state, call);
+            calls.spawn(&self.tools, &session.state, call);
         }
         loop {
             match engine::decide(&session.state, &self.limits) {
                 Next::Record(events) => session.commit(events).await?,
-                Next::Start { events, calls } => {
+                Next::Start {
+                    events,
+                    calls: starts,
+                } => {
                     session.commit(events).await?;
-                    for call in calls {
-                        self.spawn_call(&mut inflight, &session.state, call);
+                    for call in starts {
+                        calls.spawn(&self.tools, &session.state, call);
                     }
                 }
                 Next::Wait => {
-                    let Some(first) = inflight.join_next().await else {
+                    let Some(done) = calls.next_batch().await? else {
                         return Err(RuntimeError::Internal(
                             "the engine waits for tool calls but none is running".into(),
                         ));
                     };
-                    let mut done = vec![first];
-                    while let Some(more) = inflight.try_join_next() {
-                        done.push(more);
-                    }
                     // Outcomes of different calls concern different steps, so each is judged
                     // against the same state and all are stored in one batch.
                     let mut events = Vec::new();
-                    for joined in done {
-                        let (call_id, outcome, ms) = joined.map_err(|e| {
-                            RuntimeError::Internal(format!("a tool task failed: {e}"))
-                        })?;
+                    for (call_id, outcome, ms) in done {
                         events.extend(engine::tool_finished(
                             &session.state,
                             &self.limits,
@@ -220,14 +217,5 @@ impl<S: Store> Runtime<S> {
                 }
             }
         }
-    }
-
-    fn spawn_call(
-        &self,
-        set: &mut JoinSet<(String, ToolOutcome, u64)>,
-        state: &State,
-        call: Invocation,
-    ) {
-        agent::spawn_call(&self.tools, set, state, call);
     }
 }

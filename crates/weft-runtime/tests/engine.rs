@@ -534,3 +534,97 @@ async fn an_invalid_plan_is_refused_before_a_session_starts() {
         .unwrap();
     assert!(listed.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exhausted_retries_go_to_the_error_path() {
+    let log = Arc::new(Log::default());
+    let reg = registry(vec![
+        Recorder::new("down", &log)
+            .idempotent(true)
+            .behaviour(|_, ctx| Err(ToolError::new("timeout", format!("try {}", ctx.attempt)))),
+        Recorder::new("rec", &log),
+    ]);
+    let ran = run(
+        reg,
+        limits(),
+        json!([
+            {"_id": "d", "_tool": "down", "_outputPath": "†state.ok || †state.err"},
+            {"_id": "fallback", "_tool": "rec", "why": "†state.err.message", "_outputPath": "†state.fb"}
+        ]),
+        json!({}),
+    )
+    .await;
+    assert_eq!(ran.state.status, SessionStatus::Completed);
+    assert_eq!(log.calls_of("d").len(), 3);
+    assert_eq!(ran.kinds_for("step_retrying", "d").len(), 2);
+    let d = ran.step("d");
+    assert_eq!(d.status, StepStatus::Failed);
+    assert!(d.handled);
+    // The error of the last attempt is the one recorded.
+    assert_eq!(ran.state.data["err"]["message"], json!("try 3"));
+    assert_eq!(ran.state.data["fb"], json!({"why": "try 3"}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_may_read_a_step_output() {
+    let reg = registry(vec![]);
+    let ran = run(
+        reg,
+        limits(),
+        json!([
+            {"_id": "probe", "_tool": "echo", "count": "†input.count"},
+            {"_id": "many", "_tool": "echo", "_when": "steps.probe.count > 3", "_outputPath": "†state.many"},
+            {"_id": "few", "_tool": "echo", "_when": "steps.probe.count <= 3", "_outputPath": "†state.few"}
+        ]),
+        json!({"count": 5}),
+    )
+    .await;
+    assert_eq!(ran.state.status, SessionStatus::Completed);
+    assert_eq!(ran.status_of("many"), StepStatus::Completed);
+    assert_eq!(ran.status_of("few"), StepStatus::Skipped);
+    // The condition waited for the step it reads.
+    let pos = |kind: &str, step: &str| {
+        ran.events
+            .iter()
+            .position(|e| e.event.kind() == kind && common::step_of(&e.event) == Some(step))
+            .unwrap()
+    };
+    assert!(pos("step_completed", "probe") < pos("step_started", "many"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_tool_fails_its_step_and_the_run_ends() {
+    let log = Arc::new(Log::default());
+    let reg = registry(vec![
+        Recorder::new("crashy", &log)
+            .idempotent(true)
+            .behaviour(|_, _| panic!("the tool fell over")),
+        Recorder::new("rec", &log),
+    ]);
+    let ran = run(
+        reg,
+        limits(),
+        json!([
+            {"_id": "c", "_tool": "crashy", "_outputPath": "†state.c"},
+            {"_id": "after", "_tool": "rec", "x": "†state.c"},
+            {"_id": "free", "_tool": "rec"}
+        ]),
+        json!({}),
+    )
+    .await;
+    assert_eq!(ran.state.status, SessionStatus::Failed);
+    let c = ran.step("c");
+    assert_eq!(c.status, StepStatus::Failed);
+    let err = c.error.unwrap();
+    assert_eq!(err.kind, "panicked");
+    assert!(
+        err.message.contains("the tool fell over"),
+        "{}",
+        err.message
+    );
+    assert!(!err.retryable, "a panic is not retried");
+    assert!(ran.kinds_for("step_retrying", "c").is_empty());
+    assert_eq!(ran.status_of("after"), StepStatus::Skipped);
+    assert_eq!(ran.status_of("free"), StepStatus::Completed);
+    assert!(ran.state.open_calls.is_empty());
+}

@@ -1,0 +1,92 @@
+//! Tool calls in flight: spawned tasks, and their outcomes gathered in batches.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::task::JoinSet;
+use weft_core::engine::Invocation;
+use weft_core::{State, ToolError, ToolOutcome};
+use weft_tools::{Registry, ToolContext};
+
+use crate::RuntimeError;
+
+/// One finished call: its id, outcome and duration in milliseconds.
+pub(crate) type Finished = (String, ToolOutcome, u64);
+
+/// The calls this process is running.
+#[derive(Default)]
+pub(crate) struct Calls {
+    set: JoinSet<Finished>,
+    /// The call each task serves, so that a tool that panics fails its own call.
+    ids: HashMap<tokio::task::Id, String>,
+}
+
+impl Calls {
+    pub(crate) fn spawn(&mut self, tools: &Arc<Registry>, state: &State, call: Invocation) {
+        let tools = Arc::clone(tools);
+        let ctx = ToolContext {
+            session_id: state.session_id.clone(),
+            step: call.step.clone(),
+            call_id: call.call_id.clone(),
+            idempotency_key: call.idempotency_key.clone(),
+            attempt: call.attempt,
+        };
+        let call_id = call.call_id.clone();
+        let handle = self.set.spawn(async move {
+            if call.delay_ms > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(call.delay_ms)).await;
+            }
+            let start = Instant::now();
+            let outcome = tools.invoke(&call.tool, call.args, ctx).await;
+            let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+            (call.call_id, outcome, ms)
+        });
+        self.ids.insert(handle.id(), call_id);
+    }
+
+    /// Waits for at least one call to finish and returns every call finished by then.
+    /// `None` when nothing is running.
+    pub(crate) async fn next_batch(&mut self) -> Result<Option<Vec<Finished>>, RuntimeError> {
+        let Some(first) = self.set.join_next_with_id().await else {
+            return Ok(None);
+        };
+        let mut joined = vec![first];
+        while let Some(more) = self.set.try_join_next_with_id() {
+            joined.push(more);
+        }
+        let mut done = Vec::with_capacity(joined.len());
+        for j in joined {
+            match j {
+                Ok((id, result)) => {
+                    self.ids.remove(&id);
+                    done.push(result);
+                }
+                Err(e) => {
+                    let call_id = self.ids.remove(&e.id()).ok_or_else(|| {
+                        RuntimeError::Internal(format!("a tool task failed: {e}"))
+                    })?;
+                    if !e.is_panic() {
+                        return Err(RuntimeError::Internal(format!(
+                            "tool call {call_id} was cancelled: {e}"
+                        )));
+                    }
+                    done.push((call_id, panicked(e.into_panic()), 0));
+                }
+            }
+        }
+        Ok(Some(done))
+    }
+}
+
+/// The outcome of a call whose tool panicked: a failure that is not retried.
+fn panicked(payload: Box<dyn std::any::Any + Send>) -> ToolOutcome {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned());
+    ToolOutcome::Error {
+        error: ToolError::new("panicked", format!("the tool panicked: {message}")),
+    }
+}
