@@ -1443,3 +1443,351 @@ async fn observers_see_every_stored_event() {
     // CONTINUE after the last wave: nothing is left, so the run goes on to its answer.
     assert!(h.kinds(&s.id).await.contains(&"execution_finished"));
 }
+
+// More garbage: each kind, repeated, ends the run with a clear reason.
+#[tokio::test]
+async fn cyclic_plans_three_times_end_as_cannot_complete() {
+    let cyclic = json!({"plan": [
+        {"_id": "a", "_tool": "fact", "x": "†state.b", "_outputPath": "†state.a"},
+        {"_id": "b", "_tool": "fact", "x": "†state.a", "_outputPath": "†state.b"}
+    ]});
+    let h = Harness::new(
+        PLAN_AGENT,
+        vec![TestTool::returning("fact", json!(1))],
+        script(vec![(
+            Purpose::Plan,
+            vec![j(cyclic.clone()), j(cyclic.clone()), j(cyclic)],
+        )]),
+        &json!({}),
+    );
+    let s = h.run("Loop.", json!({})).await;
+    assert_eq!(s.state.status, SessionStatus::Failed);
+    let err = s.state.error.clone().unwrap_or_default();
+    assert!(
+        err.starts_with("CANNOT_COMPLETE: the planner gave no valid plan in 3 attempts"),
+        "{err}"
+    );
+    assert!(err.contains("cycle"), "{err}");
+    assert!(h.calls.all().is_empty());
+    let kinds = h.kinds(&s.id).await;
+    assert_eq!(kinds.iter().filter(|k| **k == "plan_rejected").count(), 3);
+}
+
+#[tokio::test]
+async fn executor_garbage_three_times_ends_as_cannot_complete() {
+    let h = Harness::new(
+        PLAN_AGENT,
+        vec![TestTool::returning("fact", json!(1))],
+        script(vec![
+            (
+                Purpose::Plan,
+                vec![j(
+                    json!({"plan": [{"_id": "think", "_description": "Think"}]}),
+                )],
+            ),
+            (
+                Purpose::Execute,
+                vec![
+                    t("I think so."),
+                    j(json!({"nothing": 1})),
+                    j(json!({"action": "WAVE"})),
+                ],
+            ),
+        ]),
+        &json!({}),
+    );
+    let s = h.run("Think.", json!({})).await;
+    assert_eq!(s.state.status, SessionStatus::Failed);
+    let err = s.state.error.clone().unwrap_or_default();
+    assert!(err.starts_with("CANNOT_COMPLETE"), "{err}");
+    assert!(err.contains("unknown action `WAVE`"), "{err}");
+    assert_eq!(step_status(&s.state, "think"), StepStatus::Failed);
+    let exec = h.requests.of(Purpose::Execute);
+    assert_eq!(exec.len(), 3);
+    assert!(request_text(&exec[1]).contains("not JSON"));
+    assert!(request_text(&exec[2]).contains("no `action`"));
+}
+
+#[tokio::test]
+async fn review_garbage_three_times_ends_as_cannot_complete() {
+    let h = Harness::new(
+        PLAN_AGENT,
+        vec![TestTool::returning("fact", json!({"capital": "Lisbon"}))],
+        script(vec![
+            (Purpose::Plan, vec![j(one_step_plan())]),
+            (
+                Purpose::Review,
+                vec![t("looks good"), t(""), j(json!({"decision": 7}))],
+            ),
+        ]),
+        &json!({}),
+    );
+    let s = h.run("Capital?", json!({})).await;
+    assert_eq!(s.state.status, SessionStatus::Failed);
+    let err = s.state.error.clone().unwrap_or_default();
+    assert!(err.starts_with("CANNOT_COMPLETE"), "{err}");
+    assert!(err.contains("`decision`"), "{err}");
+    assert_eq!(h.calls.count("fact"), 1);
+}
+
+#[tokio::test]
+async fn a_failing_model_ends_the_run_with_its_error() {
+    // The script has no reply for the review: the model call fails and cannot be retried.
+    let h = Harness::new(
+        PLAN_AGENT,
+        vec![TestTool::returning("fact", json!(1))],
+        script(vec![(Purpose::Plan, vec![j(one_step_plan())])]),
+        &json!({}),
+    );
+    let s = h.run("Capital?", json!({})).await;
+    assert_eq!(s.state.status, SessionStatus::Failed);
+    let err = s.state.error.clone().unwrap_or_default();
+    assert!(err.contains("the model call (review) failed"), "{err}");
+    assert!(err.contains("no reply left"), "{err}");
+    let kinds = h.kinds(&s.id).await;
+    assert!(kinds.contains(&"model_failed"));
+    assert_eq!(kinds.last(), Some(&"run_finished"));
+}
+
+// Tool approval of a literal plan step.
+fn plan_approval_tool_harness() -> Harness {
+    Harness::new(
+        PLAN_AGENT,
+        vec![TestTool::returning("transferMoney", json!({"ok": true})).requiring_approval()],
+        script(vec![
+            (
+                Purpose::Plan,
+                vec![j(
+                    json!({"plan": [{"_id": "pay", "_tool": "transferMoney", "amount": 5}]}),
+                )],
+            ),
+            (
+                Purpose::Review,
+                vec![j(json!({"decision": "FINAL_RESPONSE"}))],
+            ),
+            (Purpose::Respond, vec![t("Handled.")]),
+            (
+                Purpose::ResponseReview,
+                vec![j(json!({"verdict": "ACCEPT"}))],
+            ),
+        ]),
+        &json!({}),
+    )
+}
+
+#[tokio::test]
+async fn plan_step_with_an_approved_tool_runs_after_approval() {
+    let h = plan_approval_tool_harness();
+    let mut s = h.run("Pay 5.", json!({})).await;
+    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
+    let req = s.state.waiting.clone().unwrap();
+    assert_eq!(req.kind, "tool_approval");
+    assert_eq!(req.step.as_deref(), Some("pay"));
+    assert_eq!(step_status(&s.state, "pay"), StepStatus::WaitingForUser);
+    assert!(h.calls.all().is_empty());
+    h.reply(&mut s, "yes").await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    assert_eq!(h.calls.count("transferMoney"), 1);
+    assert_eq!(step_status(&s.state, "pay"), StepStatus::Completed);
+}
+
+#[tokio::test]
+async fn plan_step_with_a_denied_tool_fails_without_running() {
+    let h = plan_approval_tool_harness();
+    let mut s = h.run("Pay 5.", json!({})).await;
+    h.reply(&mut s, "no, too much").await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    assert_eq!(h.calls.count("transferMoney"), 0);
+    assert_eq!(step_status(&s.state, "pay"), StepStatus::Failed);
+    let err = s
+        .state
+        .plan
+        .as_ref()
+        .unwrap()
+        .step("pay")
+        .unwrap()
+        .1
+        .error
+        .clone()
+        .unwrap();
+    assert!(err.message.contains("no, too much"), "{}", err.message);
+    // The answer is written from what happened.
+    let respond = h.requests.of(Purpose::Respond);
+    assert!(request_text(&respond[0]).contains("denied"));
+}
+
+// The review asks the person, and reviews again with the answer.
+#[tokio::test]
+async fn review_asks_the_user_and_reviews_again() {
+    let h = Harness::new(
+        PLAN_AGENT,
+        vec![TestTool::returning(
+            "fact",
+            json!({"accounts": ["savings", "checking"]}),
+        )],
+        script(vec![
+            (Purpose::Plan, vec![j(one_step_plan())]),
+            (
+                Purpose::Review,
+                vec![
+                    j(
+                        json!({"decision": "ASK_USER", "reason": "two accounts", "question": "Which account?"}),
+                    ),
+                    j(json!({"decision": "FINAL_RESPONSE", "reason": "the user chose"})),
+                ],
+            ),
+            (Purpose::Respond, vec![t("Using savings.")]),
+            (
+                Purpose::ResponseReview,
+                vec![j(json!({"verdict": "ACCEPT"}))],
+            ),
+        ]),
+        &json!({}),
+    );
+    let mut s = h.run("Pick my account.", json!({})).await;
+    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
+    assert_eq!(s.state.waiting.as_ref().unwrap().question, "Which account?");
+    h.reply(&mut s, "the savings one").await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    let reviews = h.requests.of(Purpose::Review);
+    assert_eq!(reviews.len(), 2);
+    assert!(request_text(&reviews[1]).contains("the savings one"));
+    assert_eq!(h.calls.count("fact"), 1);
+}
+
+// Parallel plan steps share a wave and overlap in time.
+#[tokio::test]
+async fn parallel_plan_steps_run_in_one_wave() {
+    let tools = vec![
+        TestTool::returning("weather", json!("sunny"))
+            .sleeping(200)
+            .parallel(),
+        TestTool::returning("events", json!("concert"))
+            .sleeping(200)
+            .parallel(),
+    ];
+    let h = Harness::new(
+        PLAN_AGENT,
+        tools,
+        script(vec![
+            (
+                Purpose::Plan,
+                vec![j(json!({"plan": [
+                    {"_id": "w", "_tool": "weather", "_outputPath": "†state.weather"},
+                    {"_id": "e", "_tool": "events", "_outputPath": "†state.events"}
+                ]}))],
+            ),
+            (
+                Purpose::Review,
+                vec![j(json!({"decision": "FINAL_RESPONSE"}))],
+            ),
+            (Purpose::Respond, vec![t("Sunny, with a concert.")]),
+            (
+                Purpose::ResponseReview,
+                vec![j(json!({"verdict": "ACCEPT"}))],
+            ),
+        ]),
+        &json!({}),
+    );
+    let s = h.run("What's on today?", json!({})).await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    let all = h.calls.all();
+    assert_eq!(all.len(), 2);
+    assert!(
+        all[0].start < all[1].end && all[1].start < all[0].end,
+        "{all:?}"
+    );
+    let events = h.events(&s.id).await;
+    let waves: Vec<&Vec<String>> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::WaveStarted { steps, .. } => Some(steps),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(waves, vec![&vec!["w".to_owned(), "e".to_owned()]]);
+    assert_eq!(h.requests.of(Purpose::Review).len(), 1);
+    assert_eq!(
+        s.state.data,
+        json!({"weather": "sunny", "events": "concert"})
+    );
+}
+
+// A retryable failure of an idempotent tool is retried within the step's attempts.
+#[tokio::test]
+async fn retryable_tool_failure_is_retried() {
+    let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = n.clone();
+    let mut flaky = TestTool::new("flaky", "general", json!({"type": "object"}), move |_| {
+        if counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            Err(ToolError::new("timeout", "the service timed out"))
+        } else {
+            Ok(json!("ok"))
+        }
+    });
+    flaky = flaky.idempotent();
+    let h = Harness::new(
+        "name: test\nmode: plan\nlimits: { retry_backoff_ms: 10 }\n",
+        vec![flaky],
+        script(vec![
+            (
+                Purpose::Plan,
+                vec![j(
+                    json!({"plan": [{"_id": "f", "_tool": "flaky", "_outputPath": "†state.f"}]}),
+                )],
+            ),
+            (
+                Purpose::Review,
+                vec![j(json!({"decision": "FINAL_RESPONSE"}))],
+            ),
+            (Purpose::Respond, vec![t("ok")]),
+            (
+                Purpose::ResponseReview,
+                vec![j(json!({"verdict": "ACCEPT"}))],
+            ),
+        ]),
+        &json!({}),
+    );
+    let s = h.run("Try.", json!({})).await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    assert_eq!(h.calls.count("flaky"), 2);
+    assert_eq!(s.state.data["f"], json!("ok"));
+    let kinds = h.kinds(&s.id).await;
+    assert_eq!(
+        only(
+            &kinds,
+            &["tool_call_started", "step_retrying", "step_completed"]
+        ),
+        vec![
+            "tool_call_started",
+            "step_retrying",
+            "tool_call_started",
+            "step_completed"
+        ]
+    );
+}

@@ -110,6 +110,12 @@ impl TestTool {
     }
 
     #[must_use]
+    pub fn idempotent(mut self) -> Self {
+        self.info.idempotent = true;
+        self
+    }
+
+    #[must_use]
     pub fn requiring_approval(mut self) -> Self {
         self.info.requires_approval = true;
         self
