@@ -1791,3 +1791,148 @@ async fn retryable_tool_failure_is_retried() {
         ]
     );
 }
+
+// A replan that needs no more steps answers from what was done.
+#[tokio::test]
+async fn replan_with_a_direct_response_answers() {
+    let h = Harness::new(
+        PLAN_AGENT,
+        vec![
+            TestTool::returning("fact", json!({"capital": "Lisbon"})),
+            TestTool::returning("more", json!("unused")),
+        ],
+        script(vec![
+            (
+                Purpose::Plan,
+                vec![
+                    j(json!({"plan": [
+                        {"_id": "s1", "_tool": "fact", "_outputPath": "†state.fact"},
+                        {"_id": "s2", "_tool": "more", "_dependsOn": ["s1"]}
+                    ]})),
+                    j(json!({"direct_response": "Lisbon is the capital."})),
+                ],
+            ),
+            (
+                Purpose::Review,
+                vec![j(json!({"decision": "REPLAN", "reason": "enough already"}))],
+            ),
+            (
+                Purpose::ResponseReview,
+                vec![j(json!({"verdict": "ACCEPT"}))],
+            ),
+        ]),
+        &json!({}),
+    );
+    let s = h.run("Capital of Portugal?", json!({})).await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    assert_eq!(s.state.answer.as_deref(), Some("Lisbon is the capital."));
+    assert_eq!(h.calls.count("more"), 0);
+    assert!(h.requests.of(Purpose::Respond).is_empty());
+    assert_eq!(h.requests.of(Purpose::ResponseReview).len(), 1);
+}
+
+// A second task in the same session sees the first one's task and answer.
+#[tokio::test]
+async fn second_turn_remembers_the_first() {
+    let h = Harness::new(
+        PLAN_AGENT,
+        vec![TestTool::returning("fact", json!({"capital": "Lisbon"}))],
+        script(vec![
+            (
+                Purpose::Plan,
+                vec![
+                    j(one_step_plan()),
+                    j(json!({"direct_response": "About 550,000 people live in Lisbon."})),
+                ],
+            ),
+            (
+                Purpose::Review,
+                vec![j(json!({"decision": "FINAL_RESPONSE"}))],
+            ),
+            (Purpose::Respond, vec![t("Lisbon.")]),
+            (
+                Purpose::ResponseReview,
+                vec![j(json!({"verdict": "ACCEPT"}))],
+            ),
+        ]),
+        &json!({}),
+    );
+    let mut s = h.run("Capital of Portugal?", json!({})).await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    h.runtime
+        .run_task(&h.agent, &mut s, "How many people live there?", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    assert_eq!(
+        s.state.answer.as_deref(),
+        Some("About 550,000 people live in Lisbon.")
+    );
+    let plans = h.requests.of(Purpose::Plan);
+    assert_eq!(plans.len(), 2);
+    let second = request_text(&plans[1]);
+    assert!(
+        second.contains("Capital of Portugal?") && second.contains("Lisbon."),
+        "{second}"
+    );
+    assert_eq!(s.state.turn, 2);
+}
+
+#[tokio::test]
+async fn react_second_turn_keeps_the_conversation() {
+    let h = Harness::new(
+        REACT_AGENT,
+        vec![],
+        script(vec![(
+            Purpose::React,
+            vec![t("Hi Ada."), t("Your name is Ada.")],
+        )]),
+        &json!({}),
+    );
+    let mut s = h.run("I am Ada.", json!({})).await;
+    h.runtime
+        .run_task(&h.agent, &mut s, "What is my name?", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(s.state.answer.as_deref(), Some("Your name is Ada."));
+    let reqs = h.requests.of(Purpose::React);
+    let second = request_text(&reqs[1]);
+    assert!(
+        second.contains("I am Ada.") && second.contains("Hi Ada."),
+        "{second}"
+    );
+}
+
+// Answering a session that waits for nobody is refused; the session is left as it was.
+#[tokio::test]
+async fn reply_to_a_finished_session_is_refused() {
+    let h = tool_approval_harness();
+    let mut s = h.run("Send 5.", json!({})).await;
+    h.reply(&mut s, "approve").await;
+    assert_eq!(s.state.status, SessionStatus::Completed);
+    let before = h.events(&s.id).await.len();
+    let err = h
+        .runtime
+        .reply(&h.agent, &mut s, "approve")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not waiting"), "{err}");
+    assert_eq!(s.state.status, SessionStatus::Completed);
+    assert_eq!(h.events(&s.id).await.len(), before);
+    assert_eq!(h.calls.count("transferMoney"), 1);
+}
