@@ -1936,3 +1936,276 @@ async fn reply_to_a_finished_session_is_refused() {
     assert_eq!(h.events(&s.id).await.len(), before);
     assert_eq!(h.calls.count("transferMoney"), 1);
 }
+
+// `allowed_tools`: a registered tool outside the list can never run, whoever asks for it.
+fn restricted_tools() -> Vec<TestTool> {
+    vec![
+        TestTool::returning("getWeather", json!("sunny")),
+        TestTool::returning("deleteEverything", json!("gone")),
+    ]
+}
+
+const RESTRICTED: &str = "allowed_tools: [getWeather]\n";
+
+#[tokio::test]
+async fn allowed_tools_bound_react_calls() {
+    let h = Harness::new(
+        &format!("{REACT_AGENT}{RESTRICTED}"),
+        restricted_tools(),
+        script(vec![(
+            Purpose::React,
+            vec![
+                tool_calls(&[("deleteEverything", json!({}))]),
+                t("I may not do that."),
+            ],
+        )]),
+        &json!({}),
+    );
+    let s = h.run("Delete everything.", json!({})).await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    assert_eq!(h.calls.count("deleteEverything"), 0);
+    let reqs = h.requests.of(Purpose::React);
+    let offered: Vec<&str> = reqs[0].tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(offered, vec!["getWeather"]);
+    assert!(request_text(&reqs[1]).contains("`deleteEverything` is not a tool"));
+}
+
+#[tokio::test]
+async fn allowed_tools_bound_plans_and_the_step_executor() {
+    let h = Harness::new(
+        &format!("{PLAN_AGENT}{RESTRICTED}"),
+        restricted_tools(),
+        script(vec![
+            (
+                Purpose::Plan,
+                vec![
+                    j(json!({"plan": [{"_id": "d", "_tool": "deleteEverything"}]})),
+                    j(json!({"plan": [{"_id": "x", "_description": "Clean up"}]})),
+                ],
+            ),
+            (
+                Purpose::Execute,
+                vec![
+                    j(json!({"action": "USE_TOOL", "tool": "deleteEverything", "arguments": {}})),
+                    j(json!({"action": "DIRECT_RESPONSE", "response": "Nothing I may delete."})),
+                ],
+            ),
+            (
+                Purpose::Review,
+                vec![j(json!({"decision": "FINAL_RESPONSE"}))],
+            ),
+            (Purpose::Respond, vec![t("I cannot delete things.")]),
+            (
+                Purpose::ResponseReview,
+                vec![j(json!({"verdict": "ACCEPT"}))],
+            ),
+        ]),
+        &json!({}),
+    );
+    let s = h.run("Delete everything.", json!({})).await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    assert_eq!(h.calls.count("deleteEverything"), 0);
+    let plan_req = request_text(&h.requests.of(Purpose::Plan)[0]);
+    assert!(!plan_req.contains("deleteEverything"), "{plan_req}");
+    let events = h.events(&s.id).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::PlanRejected { problems }
+        if problems.iter().any(|p| p.message.contains("unknown tool `deleteEverything`"))))
+    );
+    assert!(events.iter().any(
+        |e| matches!(e, Event::ToolCallBlocked { tool, step: Some(_), .. }
+        if tool == "deleteEverything")
+    ));
+}
+
+// The step executor sees a tool's argument error in its log and corrects the call.
+#[tokio::test]
+async fn executor_corrects_a_call_rejected_by_the_schema() {
+    let input = json!({"customerId": "cust_123"});
+    let h = Harness::new(
+        PLAN_AGENT,
+        refund_tools(),
+        script(vec![
+            (
+                Purpose::Plan,
+                vec![j(
+                    json!({"plan": [{"_id": "refund", "_description": "Refund 20", "_category": "billing"}]}),
+                )],
+            ),
+            (
+                Purpose::Execute,
+                vec![
+                    j(
+                        json!({"action": "USE_TOOL", "tool": "issueRefund", "arguments": {"customerId": "cust_123", "amount": "twenty"}}),
+                    ),
+                    j(
+                        json!({"action": "USE_TOOL", "tool": "issueRefund", "arguments": {"customerId": "cust_123", "amount": 20}}),
+                    ),
+                ],
+            ),
+            (
+                Purpose::Review,
+                vec![j(json!({"decision": "FINAL_RESPONSE"}))],
+            ),
+            (Purpose::Respond, vec![t("Refunded 20.")]),
+            (
+                Purpose::ResponseReview,
+                vec![j(json!({"verdict": "ACCEPT"}))],
+            ),
+        ]),
+        &input,
+    );
+    let s = h.run("Refund 20.", input).await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    // The invalid call never reached the tool.
+    let refunds = h.calls.of("issueRefund");
+    assert_eq!(refunds.len(), 1);
+    assert_eq!(refunds[0].args["amount"], json!(20));
+    let exec = h.requests.of(Purpose::Execute);
+    let second = request_text(&exec[1]);
+    assert!(second.contains("invalid_arguments"), "{second}");
+}
+
+// An executor step whose tool keeps failing fails after max_step_attempts; the review sees it.
+#[tokio::test]
+async fn executor_step_fails_after_its_attempts() {
+    let tools = vec![TestTool::new(
+        "lookup",
+        "general",
+        json!({"type": "object"}),
+        |_| Err(ToolError::new("unavailable", "the directory is down")),
+    )];
+    let h = Harness::new(
+        "name: test\nmode: plan\nlimits: { max_step_attempts: 2 }\n",
+        tools,
+        script(vec![
+            (
+                Purpose::Plan,
+                vec![j(
+                    json!({"plan": [{"_id": "find", "_description": "Find the number"}]}),
+                )],
+            ),
+            (
+                Purpose::Execute,
+                vec![
+                    j(
+                        json!({"action": "USE_TOOL", "tool": "lookup", "arguments": {"name": "Ada"}}),
+                    ),
+                    j(
+                        json!({"action": "USE_TOOL", "tool": "lookup", "arguments": {"name": "Ada L."}}),
+                    ),
+                ],
+            ),
+            (
+                Purpose::Review,
+                vec![j(
+                    json!({"decision": "CANNOT_COMPLETE", "reason": "The directory is down."}),
+                )],
+            ),
+        ]),
+        &json!({}),
+    );
+    let s = h.run("Find Ada's number.", json!({})).await;
+    assert_eq!(s.state.status, SessionStatus::Failed);
+    assert_eq!(h.calls.count("lookup"), 2);
+    assert_eq!(step_status(&s.state, "find"), StepStatus::Failed);
+    assert_eq!(
+        s.state.error.as_deref(),
+        Some("CANNOT_COMPLETE: The directory is down.")
+    );
+    assert_eq!(s.state.answer.as_deref(), Some("The directory is down."));
+    let review = request_text(&h.requests.of(Purpose::Review)[0]);
+    assert!(
+        review.contains("FAILED") && review.contains("the directory is down"),
+        "{review}"
+    );
+}
+
+// The response reviewer asks the person; the answer is written again with their reply.
+#[tokio::test]
+async fn response_reviewer_asks_the_user() {
+    let h = Harness::new(
+        PLAN_AGENT,
+        vec![TestTool::returning("fact", json!({"capital": "Lisbon"}))],
+        script(vec![
+            (Purpose::Plan, vec![j(one_step_plan())]),
+            (
+                Purpose::Review,
+                vec![j(json!({"decision": "FINAL_RESPONSE"}))],
+            ),
+            (Purpose::Respond, vec![t("Lisbon."), t("Lisboa.")]),
+            (
+                Purpose::ResponseReview,
+                vec![
+                    j(json!({"verdict": "ASK_USER", "feedback": "In which language?"})),
+                    j(json!({"verdict": "ACCEPT"})),
+                ],
+            ),
+        ]),
+        &json!({}),
+    );
+    let mut s = h.run("Capital of Portugal?", json!({})).await;
+    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
+    assert_eq!(
+        s.state.waiting.as_ref().unwrap().question,
+        "In which language?"
+    );
+    h.reply(&mut s, "Portuguese").await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    assert_eq!(s.state.answer.as_deref(), Some("Lisboa."));
+    let respond = h.requests.of(Purpose::Respond);
+    assert_eq!(respond.len(), 2);
+    assert!(request_text(&respond[1]).contains("Portuguese"));
+}
+
+#[tokio::test]
+async fn response_reviewer_cannot_complete_fails_with_the_draft() {
+    let h = Harness::new(
+        PLAN_AGENT,
+        vec![TestTool::returning("fact", json!({}))],
+        script(vec![
+            (Purpose::Plan, vec![j(one_step_plan())]),
+            (
+                Purpose::Review,
+                vec![j(json!({"decision": "FINAL_RESPONSE"}))],
+            ),
+            (Purpose::Respond, vec![t("I could not find it.")]),
+            (
+                Purpose::ResponseReview,
+                vec![j(
+                    json!({"verdict": "CANNOT_COMPLETE", "feedback": "No evidence was found."}),
+                )],
+            ),
+        ]),
+        &json!({}),
+    );
+    let s = h.run("Capital of Atlantis?", json!({})).await;
+    assert_eq!(s.state.status, SessionStatus::Failed);
+    assert_eq!(
+        s.state.error.as_deref(),
+        Some("CANNOT_COMPLETE: No evidence was found.")
+    );
+    assert_eq!(s.state.answer.as_deref(), Some("I could not find it."));
+}
