@@ -2209,3 +2209,90 @@ async fn response_reviewer_cannot_complete_fails_with_the_draft() {
     );
     assert_eq!(s.state.answer.as_deref(), Some("I could not find it."));
 }
+
+// A tool error in ReAct goes back to the model as an error result.
+#[tokio::test]
+async fn react_tool_error_is_an_error_result() {
+    let h = Harness::new(
+        REACT_AGENT,
+        vec![
+            TestTool::new("getWeather", "weather", json!({"type": "object"}), |a| {
+                if a["city"] == json!("Atlantis") {
+                    Err(ToolError::new("not_found", "no such city: Atlantis"))
+                } else {
+                    Ok(json!("sunny"))
+                }
+            })
+            .parallel(),
+        ],
+        script(vec![(
+            Purpose::React,
+            vec![
+                tool_calls(&[
+                    ("getWeather", json!({"city": "Atlantis"})),
+                    ("getWeather", json!({"city": "Lisbon"})),
+                ]),
+                t("Lisbon is sunny; Atlantis does not exist."),
+            ],
+        )]),
+        &json!({}),
+    );
+    let s = h.run("Weather in Atlantis and Lisbon?", json!({})).await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    let reqs = h.requests.of(Purpose::React);
+    let results: Vec<(String, bool)> = reqs[1]
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                content, is_error, ..
+            } => Some((content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2);
+    assert!(
+        results
+            .iter()
+            .any(|(c, e)| *e && c.contains("no such city: Atlantis"))
+    );
+    assert!(results.iter().any(|(c, e)| !*e && c == "sunny"));
+}
+
+// The answer streams to observers as deltas that add up to it.
+#[tokio::test]
+async fn react_answer_streams_as_deltas() {
+    let deltas = Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = deltas.clone();
+    let mut h = Harness::new(
+        REACT_AGENT,
+        vec![],
+        script(vec![(
+            Purpose::React,
+            vec![t("The quick brown fox jumps over the lazy dog.")],
+        )]),
+        &json!({}),
+    );
+    h.runtime = Runtime::new(
+        h.store.clone(),
+        h.agent.tools.clone(),
+        h.agent.config.limits.clone(),
+    )
+    .observe(Arc::new(move |e| {
+        if let Event::TextDelta { text } = &e.event {
+            sink.lock().unwrap().push_str(text);
+        }
+    }));
+    let s = h.run("Say the pangram.", json!({})).await;
+    assert_eq!(
+        s.state.answer.as_deref(),
+        Some(deltas.lock().unwrap().as_str())
+    );
+    // Deltas are live only: none is stored.
+    assert!(!h.kinds(&s.id).await.contains(&"text_delta"));
+}

@@ -265,10 +265,13 @@ impl Harness {
 
     /// Starts a session and runs `task` until it answers, fails or waits.
     pub async fn run(&self, task: &str, input: Value) -> Session<'_, MemoryStore> {
-        self.runtime
+        let s = self
+            .runtime
             .run_agent(&self.agent, SessionInfo::default(), task, input)
             .await
-            .unwrap()
+            .unwrap();
+        self.assert_replays(&s).await;
+        s
     }
 
     /// Answers a waiting session.
@@ -277,6 +280,28 @@ impl Harness {
             .reply(&self.agent, session, text)
             .await
             .unwrap();
+        self.assert_replays(session).await;
+    }
+
+    /// The fold of the stored log is the live state: what a new process would load.
+    pub async fn assert_replays(&self, s: &Session<'_, MemoryStore>) {
+        let events = self.events(&s.id).await;
+        let folded = State::fold(events.iter());
+        let live = &s.state;
+        assert_eq!(folded.seq, live.seq);
+        assert_eq!(folded.status, live.status);
+        assert_eq!(folded.phase, live.phase);
+        assert_eq!(folded.answer, live.answer);
+        assert_eq!(folded.error, live.error);
+        assert_eq!(folded.data, live.data);
+        assert_eq!(folded.usage, live.usage);
+        assert_eq!(folded.history, live.history);
+        assert_eq!(folded.waiting, live.waiting);
+        assert_eq!(folded.tool_invocations, live.tool_invocations);
+        assert_eq!(
+            folded.plan.as_ref().map(|p| p.view()),
+            live.plan.as_ref().map(|p| p.view())
+        );
     }
 
     /// The stored events of a session.
