@@ -123,3 +123,38 @@ fn a_waiting_agent_exits_3_with_the_question_and_the_session() {
     assert!(stderr.contains(&format!("--session {id}")), "{stderr}");
     assert!(stderr.contains("0 tool call(s)"), "{stderr}");
 }
+
+#[test]
+fn an_agent_that_cannot_complete_exits_1_with_the_reason() {
+    let out = weft(&[
+        "run",
+        "crates/weft/tests/fixtures/garbage-planner.yaml",
+        "Do something.",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains("could not complete: CANNOT_COMPLETE"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("not JSON"), "{stderr}");
+}
+
+#[test]
+fn bad_input_exits_2_naming_the_problem() {
+    let out = weft(&[
+        "run",
+        "examples/refund-desk.yaml",
+        "Refund.",
+        "--input",
+        "{not json",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.contains("input"), "{stderr}");
+    let missing = weft(&["run", "examples/no-such-agent.yaml", "Hi."]);
+    let stderr = text(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.contains("no-such-agent.yaml"), "{stderr}");
+}
