@@ -2296,3 +2296,145 @@ async fn react_answer_streams_as_deltas() {
     // Deltas are live only: none is stored.
     assert!(!h.kinds(&s.id).await.contains(&"text_delta"));
 }
+
+// A plan awaiting approval is durable: a new runtime on the same store approves it.
+#[tokio::test]
+async fn plan_approval_survives_a_restart() {
+    let first = approval_harness();
+    let id = first.run("Refund c1.", json!({})).await.id;
+    let second = Harness::with_store(
+        first.store.clone(),
+        "name: test\nmode: plan\napprove_plans: true\n",
+        refund_tools(),
+        script(vec![
+            (
+                Purpose::Review,
+                vec![j(json!({"decision": "FINAL_RESPONSE"}))],
+            ),
+            (Purpose::Respond, vec![t("done")]),
+            (
+                Purpose::ResponseReview,
+                vec![j(json!({"verdict": "ACCEPT"}))],
+            ),
+        ]),
+        &json!({}),
+    );
+    let mut s = second.runtime.load_session(&id).await.unwrap();
+    assert_eq!(s.state.waiting.as_ref().unwrap().kind, "plan_approval");
+    second.reply(&mut s, "approve").await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    assert_eq!(second.calls.count("issueRefund"), 1);
+    assert_eq!(first.calls.all().len(), 0);
+    // The restarted model was never asked to plan again.
+    assert!(second.requests.of(Purpose::Plan).is_empty());
+}
+
+// One reply with a call that needs approval and one that does not: both end with a result
+// before the model is asked again, and the free call runs once.
+#[tokio::test]
+async fn react_mixed_approval_calls_each_get_one_result() {
+    let h = Harness::new(
+        REACT_AGENT,
+        vec![
+            TestTool::returning("balance", json!({"eur": 100})),
+            TestTool::returning("transferMoney", json!({"ok": true})).requiring_approval(),
+        ],
+        script(vec![(
+            Purpose::React,
+            vec![
+                tool_calls(&[
+                    ("balance", json!({})),
+                    ("transferMoney", json!({"amount": 5})),
+                ]),
+                t("Sent 5 of your 100."),
+            ],
+        )]),
+        &json!({}),
+    );
+    let mut s = h.run("Send 5 if I can afford it.", json!({})).await;
+    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
+    h.reply(&mut s, "ok").await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    assert_eq!(h.calls.count("balance"), 1);
+    assert_eq!(h.calls.count("transferMoney"), 1);
+    let reqs = h.requests.of(Purpose::React);
+    assert_eq!(reqs.len(), 2);
+    let results = reqs[1]
+        .messages
+        .iter()
+        .filter(|m| matches!(m, Message::Tool { .. }))
+        .count();
+    assert_eq!(results, 2, "{:?}", reqs[1].messages);
+}
+
+// Skills: the planner sees their names and descriptions, the step executor their instructions;
+// the instructions template sees the input.
+#[tokio::test]
+async fn skills_and_instructions_reach_the_right_calls() {
+    let yaml = "name: test\nmode: plan\n\
+instructions: \"You serve {{ input.company }}.\"\n\
+skills:\n  - name: refund-policy\n    description: How refunds are decided.\n    instructions: Refunds over 100 need a manager.\n";
+    let input = json!({"company": "Acme"});
+    let h = Harness::new(
+        yaml,
+        vec![TestTool::returning("fact", json!(1))],
+        script(vec![
+            (
+                Purpose::Plan,
+                vec![j(
+                    json!({"plan": [{"_id": "policy", "_description": "Apply the refund-policy skill"}]}),
+                )],
+            ),
+            (
+                Purpose::Execute,
+                vec![j(
+                    json!({"action": "DESIGN_INSTRUCTIONS", "instructions": "Ask a manager for refunds over 100."}),
+                )],
+            ),
+            (
+                Purpose::Review,
+                vec![j(json!({"decision": "FINAL_RESPONSE"}))],
+            ),
+            (
+                Purpose::Respond,
+                vec![t("A manager approves refunds over 100.")],
+            ),
+            (
+                Purpose::ResponseReview,
+                vec![j(json!({"verdict": "ACCEPT"}))],
+            ),
+        ]),
+        &input,
+    );
+    let s = h.run("What is the refund policy?", input).await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    let plan = request_text(&h.requests.of(Purpose::Plan)[0]);
+    assert!(plan.contains("You serve Acme."), "{plan}");
+    assert!(
+        plan.contains("refund-policy: How refunds are decided."),
+        "{plan}"
+    );
+    assert!(!plan.contains("need a manager"), "{plan}");
+    let exec = request_text(&h.requests.of(Purpose::Execute)[0]);
+    assert!(exec.contains("Refunds over 100 need a manager."), "{exec}");
+    let run = s.state.plan.as_ref().unwrap();
+    assert_eq!(
+        run.step("policy").unwrap().1.output,
+        Some(json!({"instructions": "Ask a manager for refunds over 100."}))
+    );
+}
