@@ -332,7 +332,11 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
             };
         }
     }
-    if let Some(wave) = state.open_wave {
+    // An agent reviews after each wave: steps the wave's outcomes rule out (data not written, a
+    // false condition) are settled first, so the review sees them as skipped.
+    if let Some(wave) = state.open_wave
+        && !agent
+    {
         return Next::Record(vec![Event::WaveFinished { wave }]);
     }
     // Candidates are looked at in plan order, only as far as the next wave needs.
@@ -368,6 +372,9 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
     }
     if !settle.is_empty() {
         return Next::Record(settle);
+    }
+    if let Some(wave) = state.open_wave {
+        return Next::Record(vec![Event::WaveFinished { wave }]);
     }
     if !runnable.is_empty() {
         if state.waves >= limits.max_waves {

@@ -8,7 +8,7 @@ use serde_json::Value;
 use weft_core::agent::AgentSpec;
 use weft_core::agent_loop::{self, AgentConfig, AgentNext, Skill};
 use weft_core::engine::{self, Invocation};
-use weft_core::{EVENT_VERSION, Envelope, Event, RunStatus, State};
+use weft_core::{EVENT_VERSION, Envelope, Event, RunStatus, SessionStatus, State};
 use weft_model::{DeltaSink, Purpose, SharedModel};
 use weft_store::{NewSession, Store};
 use weft_tools::Registry;
@@ -218,6 +218,14 @@ impl<S: Store> Runtime<S> {
         session: &mut Session<'_, S>,
         text: &str,
     ) -> Result<(), RuntimeError> {
+        // An answer to nothing would reopen a finished session (or one another process drives).
+        if session.state.status != SessionStatus::WaitingForUser {
+            return Err(RuntimeError::Config(format!(
+                "session {} is not waiting for an answer (it is {}); give it a new task instead",
+                session.id,
+                session.state.status.as_str()
+            )));
+        }
         let events = agent_loop::user_replied(&session.state, &agent.config, text);
         session.commit(events).await?;
         self.drive_agent(agent, session).await

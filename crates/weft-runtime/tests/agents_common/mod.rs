@@ -1,0 +1,350 @@
+//! Helpers for driving whole agents in tests: in-process tools that record their calls, a
+//! model wrapper that records every request, and a harness that wires them to a memory store.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    dead_code,
+    unreachable_pub
+)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use weft_core::agent::AgentSpec;
+use weft_core::model::{Message, ModelReply, ModelRequest, Purpose};
+use weft_core::{Event, State, ToolError, ToolInfo};
+use weft_model::{DeltaSink, Model, ModelError, ScriptedModel, ScriptedReply};
+use weft_runtime::{Agent, Runtime, Session, SessionInfo};
+use weft_store::{MemoryStore, Store};
+use weft_tools::{Registry, Tool, ToolContext};
+
+/// One call a test tool served.
+#[derive(Clone, Debug)]
+pub struct CallRecord {
+    pub tool: String,
+    pub args: Value,
+    pub start: Instant,
+    pub end: Instant,
+}
+
+/// The calls every test tool of a harness served, in the order they started.
+#[derive(Clone, Debug, Default)]
+pub struct CallLog(Arc<Mutex<Vec<CallRecord>>>);
+
+impl CallLog {
+    pub fn all(&self) -> Vec<CallRecord> {
+        self.0.lock().unwrap().clone()
+    }
+
+    pub fn of(&self, tool: &str) -> Vec<CallRecord> {
+        self.all().into_iter().filter(|c| c.tool == tool).collect()
+    }
+
+    pub fn count(&self, tool: &str) -> usize {
+        self.of(tool).len()
+    }
+}
+
+type Behavior = Arc<dyn Fn(&Value) -> Result<Value, ToolError> + Send + Sync>;
+
+/// An in-process tool whose result is computed by a closure; it records every call.
+#[derive(Clone)]
+pub struct TestTool {
+    info: ToolInfo,
+    behavior: Behavior,
+    delay_ms: u64,
+    log: CallLog,
+}
+
+impl TestTool {
+    /// A tool with this name, category and input schema.
+    pub fn new(
+        name: &str,
+        category: &str,
+        schema: Value,
+        f: impl Fn(&Value) -> Result<Value, ToolError> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            info: ToolInfo {
+                name: name.into(),
+                description: format!("The {name} test tool."),
+                category: Some(category.into()),
+                input_schema: schema,
+                idempotent: false,
+                parallel: false,
+                requires_approval: false,
+                source: "test".into(),
+            },
+            behavior: Arc::new(f),
+            delay_ms: 0,
+            log: CallLog::default(),
+        }
+    }
+
+    /// A tool that accepts any object and returns `output`.
+    pub fn returning(name: &str, output: Value) -> Self {
+        Self::new(name, "general", json!({"type": "object"}), move |_| {
+            Ok(output.clone())
+        })
+    }
+
+    #[must_use]
+    pub fn description(mut self, d: &str) -> Self {
+        self.info.description = d.into();
+        self
+    }
+
+    #[must_use]
+    pub fn sleeping(mut self, ms: u64) -> Self {
+        self.delay_ms = ms;
+        self
+    }
+
+    #[must_use]
+    pub fn parallel(mut self) -> Self {
+        self.info.parallel = true;
+        self
+    }
+
+    #[must_use]
+    pub fn idempotent(mut self) -> Self {
+        self.info.idempotent = true;
+        self
+    }
+
+    #[must_use]
+    pub fn requiring_approval(mut self) -> Self {
+        self.info.requires_approval = true;
+        self
+    }
+}
+
+impl Tool for TestTool {
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+
+    async fn call(&self, args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
+        let start = Instant::now();
+        if self.delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(self.delay_ms)).await;
+        }
+        let result = (self.behavior)(&args);
+        self.log.0.lock().unwrap().push(CallRecord {
+            tool: self.info.name.clone(),
+            args,
+            start,
+            end: Instant::now(),
+        });
+        result
+    }
+}
+
+/// The requests a model received, in order.
+#[derive(Clone, Debug, Default)]
+pub struct Requests(Arc<Mutex<Vec<ModelRequest>>>);
+
+impl Requests {
+    pub fn all(&self) -> Vec<ModelRequest> {
+        self.0.lock().unwrap().clone()
+    }
+
+    pub fn of(&self, purpose: Purpose) -> Vec<ModelRequest> {
+        self.all()
+            .into_iter()
+            .filter(|r| r.purpose == purpose)
+            .collect()
+    }
+}
+
+/// All the text of a request's messages (tool results and tool-call arguments included).
+pub fn request_text(r: &ModelRequest) -> String {
+    r.messages
+        .iter()
+        .map(|m| match m {
+            Message::System { content } | Message::User { content } => content.clone(),
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => format!("{content} {}", json!(tool_calls)),
+            Message::Tool { content, .. } => content.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A model that records each request and lets a scripted model answer it.
+pub struct RecordingModel {
+    inner: ScriptedModel,
+    requests: Requests,
+}
+
+impl Model for RecordingModel {
+    fn name(&self) -> &str {
+        Model::name(&self.inner)
+    }
+
+    async fn complete(
+        &self,
+        req: &ModelRequest,
+        deltas: Option<DeltaSink>,
+    ) -> Result<ModelReply, ModelError> {
+        self.requests.0.lock().unwrap().push(req.clone());
+        self.inner.complete(req, deltas).await
+    }
+}
+
+/// Builds a per-purpose script.
+pub fn script(parts: Vec<(Purpose, Vec<ScriptedReply>)>) -> HashMap<Purpose, Vec<ScriptedReply>> {
+    parts.into_iter().collect()
+}
+
+/// A reply of several tool calls at once.
+pub fn tool_calls(calls: &[(&str, Value)]) -> ScriptedReply {
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|(n, a)| json!({"name": n, "arguments": a}))
+        .collect();
+    serde_json::from_value(json!({ "tool_calls": calls })).unwrap()
+}
+
+/// An agent wired to a memory store, recording tools and a recording scripted model.
+pub struct Harness {
+    pub store: Arc<MemoryStore>,
+    pub runtime: Runtime<MemoryStore>,
+    pub agent: Agent,
+    pub calls: CallLog,
+    pub requests: Requests,
+}
+
+impl Harness {
+    /// `yaml` is the agent file (without tools: the test tools are offered instead).
+    pub fn new(
+        yaml: &str,
+        tools: Vec<TestTool>,
+        replies: HashMap<Purpose, Vec<ScriptedReply>>,
+        input: &Value,
+    ) -> Self {
+        Self::with_store(Arc::new(MemoryStore::new()), yaml, tools, replies, input)
+    }
+
+    /// The same, on an existing store (a new process continuing a session).
+    pub fn with_store(
+        store: Arc<MemoryStore>,
+        yaml: &str,
+        tools: Vec<TestTool>,
+        replies: HashMap<Purpose, Vec<ScriptedReply>>,
+        input: &Value,
+    ) -> Self {
+        let spec = AgentSpec::parse("test.yaml", yaml).unwrap();
+        let calls = CallLog::default();
+        let mut registry = Registry::new();
+        for mut t in tools {
+            t.log = calls.clone();
+            registry.register(t).unwrap();
+        }
+        let registry = Arc::new(registry);
+        let requests = Requests::default();
+        let model = Arc::new(RecordingModel {
+            inner: ScriptedModel::keyed("test-script", replies),
+            requests: requests.clone(),
+        });
+        let agent = Agent::new(&spec, registry.clone(), model, &json!({}), input).unwrap();
+        let runtime = Runtime::new(store.clone(), registry, spec.limits.clone());
+        Self {
+            store,
+            runtime,
+            agent,
+            calls,
+            requests,
+        }
+    }
+
+    /// Starts a session and runs `task` until it answers, fails or waits.
+    pub async fn run(&self, task: &str, input: Value) -> Session<'_, MemoryStore> {
+        let s = self
+            .runtime
+            .run_agent(&self.agent, SessionInfo::default(), task, input)
+            .await
+            .unwrap();
+        self.assert_replays(&s).await;
+        s
+    }
+
+    /// Answers a waiting session.
+    pub async fn reply(&self, session: &mut Session<'_, MemoryStore>, text: &str) {
+        self.runtime
+            .reply(&self.agent, session, text)
+            .await
+            .unwrap();
+        self.assert_replays(session).await;
+    }
+
+    /// The fold of the stored log is the live state: what a new process would load.
+    pub async fn assert_replays(&self, s: &Session<'_, MemoryStore>) {
+        let events = self.events(&s.id).await;
+        let folded = State::fold(events.iter());
+        let live = &s.state;
+        assert_eq!(folded.seq, live.seq);
+        assert_eq!(folded.status, live.status);
+        assert_eq!(folded.phase, live.phase);
+        assert_eq!(folded.answer, live.answer);
+        assert_eq!(folded.error, live.error);
+        assert_eq!(folded.data, live.data);
+        assert_eq!(folded.usage, live.usage);
+        assert_eq!(folded.history, live.history);
+        assert_eq!(folded.waiting, live.waiting);
+        assert_eq!(folded.tool_invocations, live.tool_invocations);
+        assert_eq!(
+            folded.plan.as_ref().map(|p| p.view()),
+            live.plan.as_ref().map(|p| p.view())
+        );
+    }
+
+    /// The stored events of a session.
+    pub async fn events(&self, id: &str) -> Vec<Event> {
+        let (_, envs) = self.store.load(id).await.unwrap();
+        envs.into_iter().map(|e| e.event).collect()
+    }
+
+    /// The kinds of the stored events of a session, in order.
+    pub async fn kinds(&self, id: &str) -> Vec<&'static str> {
+        self.events(id).await.iter().map(Event::kind).collect()
+    }
+}
+
+/// The kinds of `events` that are in `keep`, in order.
+pub fn only(kinds: &[&'static str], keep: &[&str]) -> Vec<&'static str> {
+    kinds.iter().copied().filter(|k| keep.contains(k)).collect()
+}
+
+/// A step's status in the state's plan.
+pub fn step_status(state: &State, id: &str) -> weft_core::StepStatus {
+    let run = state.plan.as_ref().expect("a plan");
+    run.step(id)
+        .unwrap_or_else(|| panic!("no step `{id}` in {:?}", run.view()))
+        .1
+        .status
+}
+
+/// The ids of the steps of the state's plan, in order.
+pub fn step_ids(state: &State) -> Vec<String> {
+    state
+        .plan
+        .as_ref()
+        .map(|p| p.plan.steps.iter().map(|s| s.id.clone()).collect())
+        .unwrap_or_default()
+}
+
+/// A JSON reply.
+pub fn j(v: Value) -> ScriptedReply {
+    ScriptedReply::json(v)
+}
+
+/// A text reply.
+pub fn t(s: &str) -> ScriptedReply {
+    ScriptedReply::text(s)
+}

@@ -1,0 +1,160 @@
+//! `weft run` through the binary: the answer alone on stdout, the usage on stderr, exit codes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn weft(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weft"))
+        .current_dir(root())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const REFUND_INPUT: &str = r#"{"customerId": "cust_123", "amount": 50.0}"#;
+
+#[test]
+fn refund_desk_prints_the_answer_alone() {
+    let out = weft(&[
+        "run",
+        "examples/refund-desk.yaml",
+        "I'd like a refund for my last order.",
+        "--input",
+        REFUND_INPUT,
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    assert_eq!(
+        stdout,
+        "Your refund of 50.00 has been processed. Confirmation: refund_cust_123_5000.\n"
+    );
+    let usage = stderr
+        .lines()
+        .find(|l| l.starts_with("usage: "))
+        .unwrap_or_else(|| panic!("no usage line in {stderr}"));
+    assert!(usage.contains("2 tool call(s)"), "{usage}");
+    assert!(usage.contains("input +"), "{usage}");
+}
+
+#[test]
+fn refund_desk_events_show_the_tools_results() {
+    let out = weft(&[
+        "run",
+        "examples/refund-desk.yaml",
+        "I'd like a refund for my last order.",
+        "--input",
+        REFUND_INPUT,
+        "--events",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    let events: Vec<Value> = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let refund = events
+        .iter()
+        .find(|e| e["type"] == "step_completed" && e["step"] == "refund")
+        .unwrap_or_else(|| panic!("no completed refund step in {stderr}"));
+    // The command tool computed this from the input's amount.
+    assert_eq!(
+        refund["output"]["confirmationId"],
+        Value::from("refund_cust_123_5000")
+    );
+    assert!(!events.iter().any(|e| e["tool"] == "escalateToSupervisor"));
+    assert_eq!(events.last().unwrap()["type"], "run_finished");
+    // Stored events are numbered from 1 without gaps (text deltas are live only, unnumbered).
+    let seqs: Vec<u64> = events
+        .iter()
+        .filter(|e| e["type"] != "text_delta")
+        .filter_map(|e| e["seq"].as_u64())
+        .collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+}
+
+#[test]
+fn weather_chat_answers_after_two_lookups() {
+    let out = weft(&[
+        "run",
+        "examples/weather-chat.yaml",
+        "Where is it sunnier, Lisbon or Oslo?",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    assert_eq!(
+        stdout,
+        "Lisbon is sunny at 24°C, while Oslo is cloudy at 12°C, so Lisbon is sunnier.\n"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("usage: ") && l.contains("2 tool call(s)")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_waiting_agent_exits_3_with_the_question_and_the_session() {
+    let out = weft(&[
+        "run",
+        "crates/weft/tests/fixtures/ask-amount-cli.yaml",
+        "Refund my last order.",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "stderr: {stderr}");
+    assert_eq!(stdout, "How much should be refunded?\n");
+    let id = stderr
+        .split("(session ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .unwrap_or_else(|| panic!("no session id in {stderr}"));
+    assert_eq!(id.len(), 36, "{id}");
+    assert!(stderr.contains(&format!("--session {id}")), "{stderr}");
+    assert!(stderr.contains("0 tool call(s)"), "{stderr}");
+}
+
+#[test]
+fn an_agent_that_cannot_complete_exits_1_with_the_reason() {
+    let out = weft(&[
+        "run",
+        "crates/weft/tests/fixtures/garbage-planner.yaml",
+        "Do something.",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.contains("could not complete: CANNOT_COMPLETE"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("not JSON"), "{stderr}");
+}
+
+#[test]
+fn bad_input_exits_2_naming_the_problem() {
+    let out = weft(&[
+        "run",
+        "examples/refund-desk.yaml",
+        "Refund.",
+        "--input",
+        "{not json",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.contains("input"), "{stderr}");
+    let missing = weft(&["run", "examples/no-such-agent.yaml", "Hi."]);
+    let stderr = text(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.contains("no-such-agent.yaml"), "{stderr}");
+}
