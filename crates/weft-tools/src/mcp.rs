@@ -203,6 +203,11 @@ impl McpServer {
         })
     }
 
+    /// Starting a server (a Python or Node process) may take longer than a call should.
+    fn connect_timeout(&self) -> Duration {
+        self.timeout.max(Duration::from_secs(30))
+    }
+
     fn name(&self) -> &str {
         &self.decl.name
     }
@@ -271,12 +276,12 @@ impl McpServer {
                     }
                 });
             }
-            match tokio::time::timeout(self.timeout, handler.serve(transport)).await {
+            match tokio::time::timeout(self.connect_timeout(), handler.serve(transport)).await {
                 Ok(Ok(s)) => Ok(s),
                 Ok(Err(e)) => Err(self.start_error(format!("initialization failed: {e}"))),
                 Err(_) => Err(self.start_error(format!(
                     "did not complete initialization within {:?}",
-                    self.timeout
+                    self.connect_timeout()
                 ))),
             }
         } else {
@@ -306,7 +311,7 @@ impl McpServer {
             }
             config = config.custom_headers(custom);
             let transport = StreamableHttpClientTransport::from_config(config);
-            match tokio::time::timeout(self.timeout, handler.serve(transport)).await {
+            match tokio::time::timeout(self.connect_timeout(), handler.serve(transport)).await {
                 Ok(Ok(s)) => Ok(s),
                 Ok(Err(e)) => Err(mcp_error(
                     self.name(),
@@ -316,7 +321,7 @@ impl McpServer {
                     self.name(),
                     format!(
                         "{url} did not complete initialization within {:?}",
-                        self.timeout
+                        self.connect_timeout()
                     ),
                 )),
             }
@@ -374,12 +379,15 @@ impl McpServer {
     }
 
     async fn list_with(&self, peer: &Peer<RoleClient>) -> Result<(), ToolError> {
-        let listed = tokio::time::timeout(self.timeout, peer.list_all_tools())
+        let listed = tokio::time::timeout(self.connect_timeout(), peer.list_all_tools())
             .await
             .map_err(|_| {
                 mcp_error(
                     self.name(),
-                    format!("tools/list got no answer within {:?}", self.timeout),
+                    format!(
+                        "tools/list got no answer within {:?}",
+                        self.connect_timeout()
+                    ),
                 )
             })?
             .map_err(|e| mcp_error(self.name(), format!("tools/list failed: {e}")))?;
