@@ -139,7 +139,7 @@ impl HttpTool {
     async fn run(&self, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
         let name = &self.info.name;
         let vars = Vars::new(args, self.secrets.as_ref(), self.uses_secrets)?;
-        let url = vars.render(name, "http.url", &self.url)?;
+        let url = vars.render_url(name, "http.url", &self.url)?;
         let mut req = self.client.request(self.method.clone(), &url);
         for (k, v) in &self.headers {
             req = req.header(

@@ -313,6 +313,17 @@ impl Registry {
         self.agents.iter().filter(|a| self.is_allowed(&a.name))
     }
 
+    /// The MCP servers that sent `notifications/tools/list_changed` since their tools were last
+    /// loaded. Calls already use the server's new list (a removed tool fails as
+    /// `unknown_tool`); call [`Registry::load_mcp_tools`] to offer new tools too.
+    pub fn mcp_servers_changed(&self) -> Vec<String> {
+        self.mcp
+            .iter()
+            .filter(|s| s.list_changed())
+            .map(|s| s.decl.name.clone())
+            .collect()
+    }
+
     /// The declared MCP servers' names.
     pub fn mcp_servers(&self) -> Vec<String> {
         self.mcp.iter().map(|s| s.decl.name.clone()).collect()

@@ -118,11 +118,13 @@ impl McpServerDecl {
 #[derive(Clone)]
 struct Handler {
     stale: Arc<AtomicBool>,
+    changed: Arc<AtomicBool>,
 }
 
 impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.stale.store(true, Ordering::SeqCst);
+        self.changed.store(true, Ordering::SeqCst);
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -154,6 +156,8 @@ pub(crate) struct McpServer {
     conn: tokio::sync::Mutex<Option<Conn>>,
     generation: AtomicU64,
     stale: Arc<AtomicBool>,
+    /// Set by `notifications/tools/list_changed`, cleared by [`McpServer::list`].
+    changed: Arc<AtomicBool>,
     tools: std::sync::RwLock<BTreeMap<String, RemoteTool>>,
     stderr: Arc<std::sync::Mutex<String>>,
 }
@@ -198,6 +202,7 @@ impl McpServer {
             conn: tokio::sync::Mutex::new(None),
             generation: AtomicU64::new(0),
             stale: Arc::new(AtomicBool::new(true)),
+            changed: Arc::new(AtomicBool::new(false)),
             tools: std::sync::RwLock::new(BTreeMap::new()),
             stderr: Arc::new(std::sync::Mutex::new(String::new())),
         })
@@ -220,6 +225,7 @@ impl McpServer {
         let vars = Vars::new(Value::Null, self.secrets.as_ref(), self.uses_secrets)?;
         let handler = Handler {
             stale: self.stale.clone(),
+            changed: self.changed.clone(),
         };
         let label = format!("mcp server `{}`", self.name());
         if let Some(command) = &self.decl.command {
@@ -435,6 +441,7 @@ impl McpServer {
     /// Connects (if needed) and returns the allowed tools' metadata, named for the registry.
     pub(crate) async fn list(&self) -> Result<Vec<(String, ToolInfo)>, ToolError> {
         self.stale.store(true, Ordering::SeqCst);
+        self.changed.store(false, Ordering::SeqCst);
         self.peer().await?;
         let tools = self.tools.read().map(|t| t.clone()).unwrap_or_default();
         if let Some(allow) = &self.decl.allow {
@@ -460,6 +467,11 @@ impl McpServer {
             })
             .map(|t| (t.tool.name.to_string(), self.info_for(&t.tool)))
             .collect())
+    }
+
+    /// Whether the server said its tool list changed since it was last listed for the registry.
+    pub(crate) fn list_changed(&self) -> bool {
+        self.changed.load(Ordering::SeqCst)
     }
 
     fn info_for(&self, tool: &rmcp::model::Tool) -> ToolInfo {

@@ -30,13 +30,34 @@ impl Vars {
 
     /// Renders one template string. `what` names it in errors (`url`, `headers.Authorization`).
     pub(crate) fn render(&self, tool: &str, what: &str, source: &str) -> Result<String, ToolError> {
+        self.render_with(tool, what, source, &self.args)
+    }
+
+    /// Renders a URL template: text from the arguments is percent-encoded (so `../admin` or
+    /// `a&b=c` stays one path segment or query value); secrets are inserted as they are.
+    pub(crate) fn render_url(
+        &self,
+        tool: &str,
+        what: &str,
+        source: &str,
+    ) -> Result<String, ToolError> {
+        self.render_with(tool, what, source, &encode_leaves(&self.args))
+    }
+
+    fn render_with(
+        &self,
+        tool: &str,
+        what: &str,
+        source: &str,
+        args: &Value,
+    ) -> Result<String, ToolError> {
         if !source.contains("{{") && !source.contains("{%") {
             return Ok(source.to_owned());
         }
         let mut env = minijinja::Environment::new();
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
         let ctx = minijinja::context! {
-            args => minijinja::Value::from_serialize(&self.args),
+            args => minijinja::Value::from_serialize(args),
             secrets => minijinja::Value::from_serialize(&self.secrets),
         };
         env.render_str(source, ctx).map_err(|e| {
@@ -101,6 +122,32 @@ impl Vars {
     }
 }
 
+/// Every string leaf percent-encoded (all but `A-Z a-z 0-9 - . _ ~`).
+fn encode_leaves(v: &Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(percent_encode(s)),
+        Value::Array(a) => Value::Array(a.iter().map(encode_leaves).collect()),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), encode_leaves(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+pub(crate) fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +172,11 @@ mod tests {
         assert_eq!(
             body,
             json!({"all": {"id": 7, "o": {"x": [1]}}, "o": {"x": [1]}, "s": "n=7", "n": 3})
+        );
+        let v2 = Vars::new(json!({"id": "../admin?x=1&y"}), None, false).expect("vars");
+        assert_eq!(
+            v2.render_url("t", "url", "https://x/r/{{ args.id }}").ok(),
+            Some("https://x/r/..%2Fadmin%3Fx%3D1%26y".to_owned())
         );
         let e = v.render("t", "url", "{{ args.missing }}").err();
         assert_eq!(e.map(|e| e.kind), Some("template".to_owned()));

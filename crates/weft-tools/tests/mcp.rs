@@ -236,8 +236,19 @@ async fn prefix_allow_env_and_list_refresh() {
     );
     // A tool added at run time appears once the list is loaded again.
     assert!(reg.tool_info("extra").is_none());
+    assert!(reg.mcp_servers_changed().is_empty());
     ok(call(&reg, "grow", json!({})).await);
+    let mut notified = false;
+    for _ in 0..50 {
+        if reg.mcp_servers_changed() == vec!["fx".to_owned()] {
+            notified = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(notified, "notifications/tools/list_changed was not seen");
     reg.load_mcp_tools().await.unwrap();
+    assert!(reg.mcp_servers_changed().is_empty());
     assert_eq!(
         ok(call(&reg, "extra", json!({})).await),
         json!({"result": "extra"})
@@ -355,4 +366,29 @@ async fn shutdown_stops_the_server_process() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(gone, "the server process {pid} is still running");
+}
+
+#[tokio::test]
+async fn tools_list_follows_next_cursor() {
+    let Some(py) = var("WEFT_TEST_MCP_PYTHON") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let fx = fixture();
+    let reg = load(
+        &format!("name: a\ntools:\n  - mcp: {{name: fx, command: [\"{py}\", \"{fx}\"], env: {{FX_PAGE_SIZE: \"2\"}}}}\n"),
+        dir.path(),
+    )
+    .await;
+    assert_eq!(
+        reg.tool_names(),
+        vec![
+            "fx.add", "fx.env", "fx.fail", "fx.grow", "fx.pid", "fx.sleep", "fx.stats"
+        ]
+    );
+    assert_eq!(
+        ok(call(&reg, "fx.env", json!({"name": "FX_PAGE_SIZE"})).await),
+        json!({"result": "2"})
+    );
+    reg.shutdown().await;
 }
