@@ -2,6 +2,41 @@
 //! the kinds of tools: built-ins, local commands, declarative HTTP calls, MCP servers and other
 //! agents. Secrets are resolved only when a tool runs, and the registry redacts them from
 //! everything it returns.
+//!
+//! # Declarations (the `tools:` list of an agent file)
+//!
+//! ```yaml
+//! secrets:
+//!   crm_token: {env: CRM_TOKEN}          # or {file: path/relative/to/the/agent/file}
+//! tools:
+//!   - builtin: http_get                  # config: {allow_hosts: [..], allow_private, max_bytes, timeout}
+//!   - {builtin: fs_read, config: {workspace: ws}}   # also fs_write, fs_list
+//!   - builtin: todo_write
+//!   - builtin: ask_user                  # the runtime turns calls into a wait for an answer
+//!   - name: lookup                       # a local command: JSON on stdin, JSON on stdout
+//!     command: [python3, lookup.py]
+//!     env: {TOKEN: "{{ secrets.crm_token }}"}
+//!   - name: issueRefund                  # an HTTP call
+//!     input_schema: {type: object, properties: {id: {type: string}}}
+//!     requires_approval: true
+//!     http:
+//!       method: POST
+//!       url: "https://crm.example/refunds/{{ args.id }}"   # argument text is percent-encoded
+//!       headers: {Authorization: "Bearer {{ secrets.crm_token }}"}
+//!       body: {refund: "{{ args }}"}     # a whole-string "{{ args }}"/"{{ args.x }}" inserts JSON
+//!       timeout: 10s
+//!       max_response_bytes: 1048576
+//!   - mcp: {name: time, command: [mcp-server-time], allow: [get_current_time], timeout: 30s}
+//!   - mcp: {name: fs, url: "http://127.0.0.1:8000/mcp",
+//!           headers: {Authorization: "Bearer {{ secrets.crm_token }}"}, prefix: ""}
+//!   - {agent: researcher.yaml, name: researcher, description: Finds things out.}
+//! ```
+//!
+//! MCP tools are named `prefix.tool` (the prefix defaults to the server name; `""` means
+//! none). [`Registry::from_agent`] records MCP servers without starting them; their tools are
+//! listed by [`Registry::load_mcp_tools`] or [`Registry::from_agent_async`], which start the
+//! servers. Call [`Registry::shutdown`] to stop them (dropping the last clone of the registry
+//! inside the tokio runtime stops them too).
 
 mod agent_tool;
 mod builtin;

@@ -161,8 +161,9 @@ impl Secrets {
         Ok(())
     }
 
-    /// Reads one secret's value now, and teaches the redactor the value.
-    pub fn resolve(&self, name: &str) -> Result<String, SecretsError> {
+    /// Reads one secret's value now, and teaches the redactor the value. Values stay inside
+    /// this crate: tools render them into requests, nothing hands them out.
+    pub(crate) fn resolve(&self, name: &str) -> Result<String, SecretsError> {
         let value = if let Some(v) = self.overrides.get(name) {
             v.clone()
         } else {

@@ -336,36 +336,44 @@ async fn hung_call_times_out_and_the_server_restarts() {
     reg.shutdown().await;
 }
 
+async fn wait_gone(pid: &str) -> bool {
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+    for _ in 0..50 {
+        let state = std::fs::read_to_string(proc_dir.join("stat")).unwrap_or_default();
+        // Gone, or a zombie waiting to be reaped.
+        if state.is_empty() || state.contains(") Z") {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
 #[tokio::test]
-async fn shutdown_stops_the_server_process() {
+async fn shutdown_or_drop_stops_the_server_process() {
     let Some(py) = var("WEFT_TEST_MCP_PYTHON") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let fx = fixture();
-    let reg = load(
-        &format!("name: a\ntools:\n  - mcp: {{name: fx, command: [\"{py}\", \"{fx}\"]}}\n"),
-        dir.path(),
-    )
-    .await;
-    let pid = ok(call(&reg, "fx.pid", json!({})).await)["result"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
-    assert!(proc_dir.exists());
-    reg.shutdown().await;
-    let mut gone = false;
-    for _ in 0..50 {
-        let state = std::fs::read_to_string(proc_dir.join("stat")).unwrap_or_default();
-        // Gone, or a zombie waiting to be reaped.
-        if state.is_empty() || state.contains(") Z") {
-            gone = true;
-            break;
+    let yaml = format!("name: a\ntools:\n  - mcp: {{name: fx, command: [\"{py}\", \"{fx}\"]}}\n");
+    for how in ["shutdown", "drop"] {
+        let reg = load(&yaml, dir.path()).await;
+        let pid = ok(call(&reg, "fx.pid", json!({})).await)["result"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+        if how == "shutdown" {
+            reg.shutdown().await;
+        } else {
+            drop(reg);
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            wait_gone(&pid).await,
+            "{how}: the server process {pid} is still running"
+        );
     }
-    assert!(gone, "the server process {pid} is still running");
 }
 
 #[tokio::test]
