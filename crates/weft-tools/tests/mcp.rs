@@ -185,14 +185,26 @@ async fn streamable_http_server_with_structured_output() {
     let dir = tempfile::tempdir().unwrap();
     let reg = load_with(
         &format!(
-            "name: a\nsecrets:\n  tok: {{env: WEFT_TEST_NEVER_SET_VARIABLE}}\ntools:\n  - mcp: {{name: remote, url: \"http://127.0.0.1:{}/mcp\", headers: {{Authorization: \"Bearer {{{{ secrets.tok }}}}\", X-Weft-Test: yes}}, prefix: fx, allow: [add, stats, fail]}}\n",
+            "name: a\nsecrets:\n  tok: {{env: WEFT_TEST_NEVER_SET_VARIABLE}}\ntools:\n  - mcp: {{name: remote, url: \"http://127.0.0.1:{}/mcp\", headers: {{Authorization: \"Bearer {{{{ secrets.tok }}}}\", X-Weft-Test: yes}}, prefix: fx, allow: [add, stats, fail, header]}}\n",
             server.port
         ),
         dir.path(),
         &[("tok", "http-token-value")],
     )
     .await;
-    assert_eq!(reg.tool_names(), vec!["fx.add", "fx.fail", "fx.stats"]);
+    assert_eq!(
+        reg.tool_names(),
+        vec!["fx.add", "fx.fail", "fx.header", "fx.stats"]
+    );
+    // The declared headers reach the server (the secret comes back redacted).
+    assert_eq!(
+        ok(call(&reg, "fx.header", json!({"name": "authorization"})).await),
+        json!({"result": "Bearer [secret:tok]"})
+    );
+    assert_eq!(
+        ok(call(&reg, "fx.header", json!({"name": "x-weft-test"})).await),
+        json!({"result": "yes"})
+    );
     assert_eq!(reg.tool_info("fx.add").unwrap().source, "mcp:remote");
     let out = ok(call(&reg, "fx.add", json!({"a": 2, "b": 40})).await);
     assert_eq!(out, json!({"result": "42"}));
@@ -391,7 +403,14 @@ async fn tools_list_follows_next_cursor() {
     assert_eq!(
         reg.tool_names(),
         vec![
-            "fx.add", "fx.env", "fx.fail", "fx.grow", "fx.pid", "fx.sleep", "fx.stats"
+            "fx.add",
+            "fx.env",
+            "fx.fail",
+            "fx.grow",
+            "fx.header",
+            "fx.pid",
+            "fx.sleep",
+            "fx.stats"
         ]
     );
     assert_eq!(
