@@ -45,6 +45,17 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(status: u16, body: &str) -> Self {
+        Self::start_full(status, "application/json", body, std::time::Duration::ZERO).await
+    }
+
+    /// Answers with this content type, after `delay`.
+    pub async fn start_full(
+        status: u16,
+        content_type: &str,
+        body: &str,
+        delay: std::time::Duration,
+    ) -> Self {
+        let content_type = content_type.to_owned();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -57,6 +68,7 @@ impl TestServer {
                 };
                 let seen = seen.clone();
                 let body = body.clone();
+                let content_type = content_type.clone();
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     let mut chunk = [0u8; 4096];
@@ -84,9 +96,10 @@ impl TestServer {
                     seen.lock()
                         .unwrap()
                         .push(String::from_utf8_lossy(&buf).to_string());
+                    tokio::time::sleep(delay).await;
                     let reason = if status < 300 { "OK" } else { "Error" };
                     let resp = format!(
-                        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                         body.len()
                     );
                     let _ = sock.write_all(resp.as_bytes()).await;
