@@ -435,7 +435,7 @@ impl Registry {
                 let retryable = match error.kind.as_str() {
                     "spawn" => true,
                     "invalid_arguments" | "unknown_tool" | "refused" | "ask_user"
-                    | "agent_tool" | "secret" | "template" => false,
+                    | "agent_tool" | "secret" | "template" | "tool_error" => false,
                     _ => idempotent,
                 };
                 ToolOutcome::Error {
