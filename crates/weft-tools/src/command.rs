@@ -48,6 +48,8 @@ impl CommandTool {
         };
         let cwd = match &decl.cwd {
             Some(c) => base_dir.join(c),
+            // The directory of `agent.yaml` given without a directory is "", not a valid cwd.
+            None if base_dir.as_os_str().is_empty() => PathBuf::from("."),
             None => base_dir.to_path_buf(),
         };
         Ok(Self {
@@ -299,6 +301,66 @@ mod tests {
         let e = t.call(json!({}), ToolContext::default()).await.err();
         assert_eq!(e.map(|e| e.kind), Some("timeout".to_owned()));
         assert!(start.elapsed() < Duration::from_secs(4));
+    }
+
+    #[tokio::test]
+    async fn an_empty_base_dir_means_the_current_directory() {
+        let decl = CommandToolDecl {
+            name: "t".into(),
+            description: String::new(),
+            category: None,
+            command: vec!["python3".into(), "-c".into(), "print(1)".into()],
+            input_schema: json!({}),
+            idempotent: false,
+            parallel: false,
+            requires_approval: false,
+            timeout: None,
+            env: BTreeMap::new(),
+            cwd: None,
+        };
+        let t = CommandTool::from_decl(decl, Path::new("")).expect("valid declaration");
+        assert_eq!(
+            t.call(json!({}), ToolContext::default()).await.ok(),
+            Some(json!(1))
+        );
+    }
+
+    #[tokio::test]
+    async fn env_values_render_secrets() {
+        let mut env = BTreeMap::new();
+        env.insert("TOK".to_owned(), "v={{ secrets.tok }}".to_owned());
+        let decl = CommandToolDecl {
+            name: "t".into(),
+            description: String::new(),
+            category: None,
+            command: vec![
+                "python3".into(),
+                "-c".into(),
+                "import os, json; print(json.dumps(os.environ['TOK']))".into(),
+            ],
+            input_schema: json!({}),
+            idempotent: false,
+            parallel: false,
+            requires_approval: false,
+            timeout: None,
+            env,
+            cwd: None,
+        };
+        let secrets =
+            Secrets::from_values(BTreeMap::from([("tok".to_owned(), "abcd-1234".to_owned())]));
+        let t = CommandTool::from_decl(decl.clone(), Path::new("."))
+            .and_then(|t| t.with_secrets(secrets))
+            .expect("valid declaration");
+        assert_eq!(
+            t.call(json!({}), ToolContext::default()).await.ok(),
+            Some(json!("v=abcd-1234"))
+        );
+        // A secret that is not declared is a declaration error naming it.
+        let e = CommandTool::from_decl(decl, Path::new("."))
+            .and_then(|t| t.with_secrets(Secrets::default()))
+            .err()
+            .unwrap_or_default();
+        assert!(e.contains("`tok`") && e.contains("`t`"), "{e}");
     }
 
     #[tokio::test]

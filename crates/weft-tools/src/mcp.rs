@@ -195,7 +195,11 @@ impl McpServer {
         }
         Ok(Self {
             decl,
-            base_dir: base_dir.to_path_buf(),
+            base_dir: if base_dir.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                base_dir.to_path_buf()
+            },
             timeout,
             secrets,
             uses_secrets,
