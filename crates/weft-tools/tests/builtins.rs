@@ -84,6 +84,43 @@ async fn http_get_allows_private_when_configured_and_checks_hosts() {
 }
 
 #[tokio::test]
+async fn http_get_checks_every_redirect() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = TestServer::start(200, "{\"arrived\": true}").await;
+    let hop = TestServer::redirect(&format!("http://127.0.0.1:{}/final", target.port)).await;
+    let open = registry(
+        "name: a\ntools:\n  - builtin: http_get\n    config: {allow_private: true}\n",
+        dir.path(),
+    );
+    let out = ok(call(
+        &open,
+        "http_get",
+        json!({"url": format!("http://localhost:{}/", hop.port)}),
+    )
+    .await);
+    assert_eq!(out["body"], json!({"arrived": true}));
+    assert_eq!(
+        out["url"],
+        json!(format!("http://127.0.0.1:{}/final", target.port))
+    );
+    assert_eq!(target.requests().len(), 1);
+
+    // The redirect leaves the allowed hosts: refused before the second request.
+    let hosts = registry(
+        "name: a\ntools:\n  - builtin: http_get\n    config: {allow_private: true, allow_hosts: [localhost]}\n",
+        dir.path(),
+    );
+    let e = err(call(
+        &hosts,
+        "http_get",
+        json!({"url": format!("http://localhost:{}/", hop.port)}),
+    )
+    .await);
+    assert_eq!(e.kind, "refused", "{e:?}");
+    assert_eq!(target.requests().len(), 1);
+}
+
+#[tokio::test]
 async fn workspace_tools_stay_inside() {
     let dir = tempfile::tempdir().unwrap();
     let reg = registry(

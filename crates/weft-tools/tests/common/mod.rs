@@ -48,6 +48,17 @@ impl TestServer {
         Self::start_full(status, "application/json", body, std::time::Duration::ZERO).await
     }
 
+    /// Answers with a redirect to `location`.
+    pub async fn redirect(location: &str) -> Self {
+        Self::start_full(
+            302,
+            &format!("text/plain\r\nlocation: {location}"),
+            "",
+            std::time::Duration::ZERO,
+        )
+        .await
+    }
+
     /// Answers with this content type, after `delay`.
     pub async fn start_full(
         status: u16,
