@@ -4,6 +4,10 @@ use serde_json::{Value, json};
 use weft_core::agent::BuiltinToolDecl;
 use weft_core::{ToolError, ToolInfo};
 
+use std::path::Path;
+
+use crate::fetch::HttpGet;
+use crate::workspace::{FsList, FsRead, FsWrite, Workspace};
 use crate::{Registry, Tool, ToolContext, ToolsError};
 
 /// Returns its arguments unchanged.
@@ -97,21 +101,197 @@ fn customize(mut info: ToolInfo, decl: &BuiltinToolDecl) -> ToolInfo {
     info
 }
 
-/// Registers the built-in a declaration names.
-pub(crate) fn register(reg: &mut Registry, decl: BuiltinToolDecl) -> Result<(), ToolsError> {
+/// Keeps a to-do list: each call replaces the list and returns it whole.
+#[derive(Debug, Clone)]
+pub struct TodoWrite {
+    info: ToolInfo,
+}
+
+impl Default for TodoWrite {
+    fn default() -> Self {
+        Self {
+            info: ToolInfo {
+                name: "todo_write".into(),
+                description: "Replace the to-do list with `todos` (each {content, status: pending|in_progress|completed}); returns the whole list.".into(),
+                category: Some("planning".into()),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {"todos": {"type": "array", "items": {
+                        "type": "object",
+                        "properties": {
+                            "content": {"type": "string"},
+                            "status": {"enum": ["pending", "in_progress", "completed"]}
+                        },
+                        "required": ["content", "status"]
+                    }}},
+                    "required": ["todos"]
+                }),
+                idempotent: true,
+                parallel: false,
+                requires_approval: false,
+                source: "builtin".into(),
+            },
+        }
+    }
+}
+
+impl Tool for TodoWrite {
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+    async fn call(&self, args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
+        let todos = args
+            .get("todos")
+            .and_then(Value::as_array)
+            .ok_or_else(|| ToolError::new("invalid_arguments", "`todos` must be a list"))?;
+        for (i, t) in todos.iter().enumerate() {
+            let ok = t.get("content").is_some_and(Value::is_string)
+                && matches!(
+                    t.get("status").and_then(Value::as_str),
+                    Some("pending" | "in_progress" | "completed")
+                );
+            if !ok {
+                return Err(ToolError::new(
+                    "invalid_arguments",
+                    format!(
+                        "todos[{i}] needs `content` (text) and `status` (pending, in_progress or completed)"
+                    ),
+                ));
+            }
+        }
+        let count = |s: &str| todos.iter().filter(|t| t["status"] == s).count();
+        Ok(json!({
+            "todos": todos,
+            "pending": count("pending"),
+            "in_progress": count("in_progress"),
+            "completed": count("completed"),
+        }))
+    }
+}
+
+/// The name the runtime intercepts: a call to it becomes a durable wait for a person's answer.
+pub const ASK_USER: &str = "ask_user";
+
+/// Asks the person running the agent a question. The runtime intercepts calls named
+/// [`ASK_USER`] before they run; when called directly it fails with kind `ask_user`.
+#[derive(Debug, Clone)]
+pub struct AskUser {
+    info: ToolInfo,
+}
+
+impl Default for AskUser {
+    fn default() -> Self {
+        Self {
+            info: ToolInfo {
+                name: ASK_USER.into(),
+                description: "Ask the user a question and wait for the answer (use when you cannot go on without it).".into(),
+                category: Some("interaction".into()),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {"question": {"type": "string"}},
+                    "required": ["question"]
+                }),
+                idempotent: true,
+                parallel: false,
+                requires_approval: false,
+                source: "builtin".into(),
+            },
+        }
+    }
+}
+
+impl Tool for AskUser {
+    fn info(&self) -> &ToolInfo {
+        &self.info
+    }
+    async fn call(&self, args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
+        let question = args.get("question").cloned().unwrap_or(Value::Null);
+        Err(ToolError::new(
+            "ask_user",
+            format!(
+                "`ask_user` waits for a person; the runtime answers it. Question: {}",
+                question.as_str().unwrap_or_default()
+            ),
+        )
+        .with_detail(json!({"question": question})))
+    }
+}
+
+const BUILTINS: &str = "echo, template, http_get, fs_read, fs_write, fs_list, todo_write, ask_user";
+
+fn no_config(decl: &BuiltinToolDecl) -> Result<(), ToolsError> {
+    if decl.config.is_null() || decl.config.as_object().is_some_and(|m| m.is_empty()) {
+        Ok(())
+    } else {
+        Err(ToolsError::Declaration(format!(
+            "built-in `{}` takes no config",
+            decl.builtin
+        )))
+    }
+}
+
+/// Registers the built-in a declaration names. `base_dir` is the agent file's directory.
+pub(crate) fn register(
+    reg: &mut Registry,
+    decl: BuiltinToolDecl,
+    base_dir: &Path,
+) -> Result<(), ToolsError> {
+    let bad = |m: String| ToolsError::Declaration(m);
     match decl.builtin.as_str() {
         "echo" => {
+            no_config(&decl)?;
             let mut t = Echo::default();
             t.info = customize(t.info, &decl);
             reg.register(t)
         }
         "template" => {
+            no_config(&decl)?;
             let mut t = Template::default();
             t.info = customize(t.info, &decl);
             reg.register(t)
         }
-        other => Err(ToolsError::Declaration(format!(
-            "unknown built-in `{other}`; available: echo, template"
+        "todo_write" => {
+            no_config(&decl)?;
+            let mut t = TodoWrite::default();
+            t.info = customize(t.info, &decl);
+            reg.register(t)
+        }
+        "ask_user" => {
+            no_config(&decl)?;
+            let mut t = AskUser::default();
+            // Renaming would hide it from the runtime, which looks for this name.
+            let name = t.info.name.clone();
+            t.info = customize(t.info, &decl);
+            t.info.name = name;
+            reg.register(t)
+        }
+        "http_get" => {
+            let mut t = HttpGet::from_config(&decl.config).map_err(bad)?;
+            t.info = customize(t.info, &decl);
+            reg.register(t)
+        }
+        "fs_read" | "fs_write" | "fs_list" => {
+            let ws = Workspace::from_config(&decl.config, base_dir, &decl.builtin).map_err(bad)?;
+            match decl.builtin.as_str() {
+                "fs_read" => {
+                    let mut t = FsRead::new(ws);
+                    t.info = customize(t.info, &decl);
+                    reg.register(t)
+                }
+                "fs_write" => {
+                    let mut t = FsWrite::new(ws);
+                    t.info = customize(t.info, &decl);
+                    reg.register(t)
+                }
+                _ => {
+                    let mut t = FsList::new(ws);
+                    t.info = customize(t.info, &decl);
+                    reg.register(t)
+                }
+            }
+        }
+        other => Err(bad(format!(
+            "unknown built-in `{other}`; available: {BUILTINS}"
         ))),
     }
 }

@@ -1,6 +1,6 @@
 //! Local command tools: the arguments as JSON on stdin, a JSON result on stdout. No shell.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -10,6 +10,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weft_core::agent::{CommandToolDecl, parse_duration};
 use weft_core::{ToolError, ToolInfo};
 
+use crate::render::Vars;
+use crate::secrets::{Secrets, referenced_in_str};
 use crate::{Tool, ToolContext};
 
 /// Output beyond this is cut off and the call fails as `invalid_output`.
@@ -28,6 +30,7 @@ pub struct CommandTool {
     env: BTreeMap<String, String>,
     cwd: PathBuf,
     timeout: Duration,
+    secrets: Option<Secrets>,
 }
 
 impl CommandTool {
@@ -45,6 +48,8 @@ impl CommandTool {
         };
         let cwd = match &decl.cwd {
             Some(c) => base_dir.join(c),
+            // The directory of `agent.yaml` given without a directory is "", not a valid cwd.
+            None if base_dir.as_os_str().is_empty() => PathBuf::from("."),
             None => base_dir.to_path_buf(),
         };
         Ok(Self {
@@ -63,10 +68,43 @@ impl CommandTool {
             env: decl.env,
             cwd,
             timeout,
+            secrets: None,
         })
     }
 
+    /// Lets `env` values use `{{ secrets.NAME }}` (rendered when the command runs). Every secret
+    /// referred to must be declared.
+    pub fn with_secrets(mut self, secrets: Secrets) -> Result<Self, String> {
+        let mut used = BTreeSet::new();
+        self.env
+            .values()
+            .for_each(|v| referenced_in_str(v, &mut used));
+        secrets
+            .check_declared(used, &format!("command tool `{}`", self.info.name))
+            .map_err(|e| e.to_string())?;
+        self.secrets = Some(secrets);
+        Ok(self)
+    }
+
+    fn rendered_env(&self) -> Result<BTreeMap<String, String>, ToolError> {
+        let templated = self.env.values().any(|v| v.contains("{{"));
+        if !templated {
+            return Ok(self.env.clone());
+        }
+        let vars = Vars::new(Value::Null, self.secrets.as_ref(), true)?;
+        self.env
+            .iter()
+            .map(|(k, v)| {
+                Ok((
+                    k.clone(),
+                    vars.render(&self.info.name, &format!("env.{k}"), v)?,
+                ))
+            })
+            .collect()
+    }
+
     async fn run(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+        let env = self.rendered_env()?;
         let mut cmd = tokio::process::Command::new(&self.program);
         cmd.args(&self.args)
             .current_dir(&self.cwd)
@@ -80,7 +118,7 @@ impl CommandTool {
                 cmd.env(k, v);
             }
         }
-        cmd.envs(&self.env)
+        cmd.envs(&env)
             .env("WEFT_SESSION_ID", &ctx.session_id)
             .env("WEFT_CALL_ID", &ctx.call_id)
             .env("WEFT_IDEMPOTENCY_KEY", &ctx.idempotency_key)
@@ -263,6 +301,66 @@ mod tests {
         let e = t.call(json!({}), ToolContext::default()).await.err();
         assert_eq!(e.map(|e| e.kind), Some("timeout".to_owned()));
         assert!(start.elapsed() < Duration::from_secs(4));
+    }
+
+    #[tokio::test]
+    async fn an_empty_base_dir_means_the_current_directory() {
+        let decl = CommandToolDecl {
+            name: "t".into(),
+            description: String::new(),
+            category: None,
+            command: vec!["python3".into(), "-c".into(), "print(1)".into()],
+            input_schema: json!({}),
+            idempotent: false,
+            parallel: false,
+            requires_approval: false,
+            timeout: None,
+            env: BTreeMap::new(),
+            cwd: None,
+        };
+        let t = CommandTool::from_decl(decl, Path::new("")).expect("valid declaration");
+        assert_eq!(
+            t.call(json!({}), ToolContext::default()).await.ok(),
+            Some(json!(1))
+        );
+    }
+
+    #[tokio::test]
+    async fn env_values_render_secrets() {
+        let mut env = BTreeMap::new();
+        env.insert("TOK".to_owned(), "v={{ secrets.tok }}".to_owned());
+        let decl = CommandToolDecl {
+            name: "t".into(),
+            description: String::new(),
+            category: None,
+            command: vec![
+                "python3".into(),
+                "-c".into(),
+                "import os, json; print(json.dumps(os.environ['TOK']))".into(),
+            ],
+            input_schema: json!({}),
+            idempotent: false,
+            parallel: false,
+            requires_approval: false,
+            timeout: None,
+            env,
+            cwd: None,
+        };
+        let secrets =
+            Secrets::from_values(BTreeMap::from([("tok".to_owned(), "abcd-1234".to_owned())]));
+        let t = CommandTool::from_decl(decl.clone(), Path::new("."))
+            .and_then(|t| t.with_secrets(secrets))
+            .expect("valid declaration");
+        assert_eq!(
+            t.call(json!({}), ToolContext::default()).await.ok(),
+            Some(json!("v=abcd-1234"))
+        );
+        // A secret that is not declared is a declaration error naming it.
+        let e = CommandTool::from_decl(decl, Path::new("."))
+            .and_then(|t| t.with_secrets(Secrets::default()))
+            .err()
+            .unwrap_or_default();
+        assert!(e.contains("`tok`") && e.contains("`t`"), "{e}");
     }
 
     #[tokio::test]

@@ -1,10 +1,54 @@
 //! weft's tools: the [`Tool`] trait, the [`Registry`] that validates and dispatches calls, and
-//! the first kinds of tools (built-ins and local commands).
+//! the kinds of tools: built-ins, local commands, declarative HTTP calls, MCP servers and other
+//! agents. Secrets are resolved only when a tool runs, and the registry redacts them from
+//! everything it returns.
+//!
+//! # Declarations (the `tools:` list of an agent file)
+//!
+//! ```yaml
+//! secrets:
+//!   crm_token: {env: CRM_TOKEN}          # or {file: path/relative/to/the/agent/file}
+//! tools:
+//!   - builtin: http_get                  # config: {allow_hosts: [..], allow_private, max_bytes, timeout}
+//!   - {builtin: fs_read, config: {workspace: ws}}   # also fs_write, fs_list
+//!   - builtin: todo_write
+//!   - builtin: ask_user                  # the runtime turns calls into a wait for an answer
+//!   - name: lookup                       # a local command: JSON on stdin, JSON on stdout
+//!     command: [python3, lookup.py]
+//!     env: {TOKEN: "{{ secrets.crm_token }}"}
+//!   - name: issueRefund                  # an HTTP call
+//!     input_schema: {type: object, properties: {id: {type: string}}}
+//!     requires_approval: true
+//!     http:
+//!       method: POST
+//!       url: "https://crm.example/refunds/{{ args.id }}"   # argument text is percent-encoded
+//!       headers: {Authorization: "Bearer {{ secrets.crm_token }}"}
+//!       body: {refund: "{{ args }}"}     # a whole-string "{{ args }}"/"{{ args.x }}" inserts JSON
+//!       timeout: 10s
+//!       max_response_bytes: 1048576
+//!   - mcp: {name: time, command: [mcp-server-time], allow: [get_current_time], timeout: 30s}
+//!   - mcp: {name: fs, url: "http://127.0.0.1:8000/mcp",
+//!           headers: {Authorization: "Bearer {{ secrets.crm_token }}"}, prefix: ""}
+//!   - {agent: researcher.yaml, name: researcher, description: Finds things out.}
+//! ```
+//!
+//! MCP tools are named `prefix.tool` (the prefix defaults to the server name; `""` means
+//! none). [`Registry::from_agent`] records MCP servers without starting them; their tools are
+//! listed by [`Registry::load_mcp_tools`] or [`Registry::from_agent_async`], which start the
+//! servers. Call [`Registry::shutdown`] to stop them (dropping the last clone of the registry
+//! inside the tokio runtime stops them too).
 
+mod agent_tool;
 mod builtin;
 mod command;
+mod fetch;
+mod http;
+mod mcp;
+mod render;
+mod secrets;
+mod workspace;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
@@ -14,8 +58,14 @@ use serde_json::Value;
 use weft_core::agent::{AgentSpec, ToolDecl};
 use weft_core::{ToolCatalog, ToolError, ToolInfo, ToolOutcome};
 
-pub use builtin::{Echo, Template};
+pub use agent_tool::AgentToolDecl;
+pub use builtin::{ASK_USER, AskUser, Echo, Template, TodoWrite};
 pub use command::CommandTool;
+pub use fetch::{HttpGet, is_internal};
+pub use http::HttpTool;
+pub use mcp::McpServerDecl;
+pub use secrets::{Redactor, SecretSource, Secrets, SecretsError};
+pub use workspace::{FsList, FsRead, FsWrite, Workspace};
 
 /// What a tool knows about the call it is serving.
 #[derive(Clone, Debug, Default)]
@@ -64,6 +114,10 @@ pub enum ToolsError {
     BadSchema { name: String, message: String },
     #[error("{0}")]
     Declaration(String),
+    #[error(transparent)]
+    Secrets(#[from] SecretsError),
+    #[error("{0}")]
+    Mcp(ToolError),
 }
 
 struct Entry {
@@ -71,24 +125,48 @@ struct Entry {
     validator: Option<jsonschema::Validator>,
 }
 
-/// The tools an agent has, by name. Validates every call's arguments before it runs.
+/// The tools an agent has, by name. Validates every call's arguments before it runs, refuses
+/// tools outside the allowed set, and redacts secrets from results and errors.
+///
+/// Clones share tools, MCP connections and secrets; [`Registry::restrict`] makes a clone that
+/// offers fewer tools.
 #[derive(Default, Clone)]
 pub struct Registry {
     entries: BTreeMap<String, Arc<Entry>>,
     infos: BTreeMap<String, ToolInfo>,
+    allowed: Option<Arc<BTreeSet<String>>>,
+    secrets: Secrets,
+    mcp: Vec<Arc<mcp::McpServer>>,
+    agents: Vec<AgentToolDecl>,
 }
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registry")
-            .field("tools", &self.infos.keys())
+            .field("tools", &self.tool_names())
+            .field(
+                "mcp_servers",
+                &self.mcp.iter().map(|s| &s.decl.name).collect::<Vec<_>>(),
+            )
             .finish()
     }
+}
+
+fn at(i: usize) -> impl Fn(String) -> ToolsError {
+    move |m| ToolsError::Declaration(format!("tools[{i}]: {m}"))
 }
 
 impl Registry {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty registry whose tools (and redactor) use these secrets.
+    pub fn with_secrets(secrets: Secrets) -> Self {
+        Self {
+            secrets,
+            ..Self::default()
+        }
     }
 
     /// Adds a tool. Its name must be new and its input schema valid.
@@ -120,34 +198,184 @@ impl Registry {
     }
 
     /// Builds the registry an agent file declares. `base_dir` is the agent file's directory.
+    /// Secrets come from the environment and files as declared (see [`Secrets::from_spec`]).
+    ///
+    /// MCP servers are recorded but not started, so their tools are not listed yet: call
+    /// [`Registry::load_mcp_tools`] (or build with [`Registry::from_agent_async`]).
     pub fn from_agent(spec: &AgentSpec, base_dir: &Path) -> Result<Self, ToolsError> {
-        let mut reg = Self::new();
+        let secrets = Secrets::from_spec(&spec.secrets, base_dir, BTreeMap::new())?;
+        Self::from_agent_with_secrets(spec, base_dir, secrets)
+    }
+
+    /// Like [`Registry::from_agent`], with secrets made by the caller (e.g. with session
+    /// overrides).
+    pub fn from_agent_with_secrets(
+        spec: &AgentSpec,
+        base_dir: &Path,
+        secrets: Secrets,
+    ) -> Result<Self, ToolsError> {
+        let mut reg = Self::with_secrets(secrets);
         let decls = spec.tool_decls().map_err(ToolsError::Declaration)?;
         for (i, decl) in decls.into_iter().enumerate() {
             match decl {
                 ToolDecl::Command(c) => reg.register(
                     CommandTool::from_decl(c, base_dir)
-                        .map_err(|e| ToolsError::Declaration(format!("tools[{i}]: {e}")))?,
+                        .and_then(|t| t.with_secrets(reg.secrets.clone()))
+                        .map_err(at(i))?,
                 )?,
-                ToolDecl::Builtin(b) => builtin::register(&mut reg, b).map_err(|e| match e {
-                    ToolsError::Declaration(m) => {
-                        ToolsError::Declaration(format!("tools[{i}]: {m}"))
+                ToolDecl::Builtin(b) => {
+                    builtin::register(&mut reg, b, base_dir).map_err(|e| match e {
+                        ToolsError::Declaration(m) => at(i)(m),
+                        other => other,
+                    })?
+                }
+                ToolDecl::Other { kind: "http", raw } => reg.register(
+                    HttpTool::from_decl(&raw, Some(reg.secrets.clone())).map_err(at(i))?,
+                )?,
+                ToolDecl::Other { kind: "mcp", raw } => {
+                    let decl = McpServerDecl::parse(&raw).map_err(at(i))?;
+                    if reg.mcp.iter().any(|s| s.decl.name == decl.name) {
+                        return Err(at(i)(format!(
+                            "mcp server `{}` is declared twice; server names must be unique",
+                            decl.name
+                        )));
                     }
-                    other => other,
-                })?,
+                    let server = mcp::McpServer::new(decl, base_dir, Some(reg.secrets.clone()))
+                        .map_err(at(i))?;
+                    reg.mcp.push(Arc::new(server));
+                }
+                ToolDecl::Other { kind: "agent", raw } => {
+                    let decl = AgentToolDecl::parse(&raw, base_dir).map_err(at(i))?;
+                    reg.register(agent_tool::AgentTool {
+                        info: decl.info(),
+                        path: decl.path.clone(),
+                    })?;
+                    reg.agents.push(decl);
+                }
                 ToolDecl::Other { kind, .. } => {
-                    return Err(ToolsError::Declaration(format!(
-                        "tools[{i}]: `{kind}` tools are not supported by this build of weft yet"
+                    return Err(at(i)(format!(
+                        "`{kind}` tools are not supported by this build of weft"
                     )));
                 }
             }
         }
+        if let Some(allowed) = &spec.allowed_tools {
+            reg = reg.restrict(allowed);
+        }
         Ok(reg)
     }
 
-    /// Checks arguments against the tool's input schema.
+    /// Builds the registry an agent file declares and lists the tools of its MCP servers
+    /// (starting them). `session_overrides` give secret values for this session.
+    pub async fn from_agent_async(
+        spec: &AgentSpec,
+        base_dir: &Path,
+        session_overrides: BTreeMap<String, String>,
+    ) -> Result<Self, ToolsError> {
+        let secrets = Secrets::from_spec(&spec.secrets, base_dir, session_overrides)?;
+        let mut reg = Self::from_agent_with_secrets(spec, base_dir, secrets)?;
+        if let Err(e) = reg.load_mcp_tools().await {
+            reg.shutdown().await;
+            return Err(e);
+        }
+        Ok(reg)
+    }
+
+    /// Connects to every MCP server (those not connected yet), lists its tools and registers
+    /// the allowed ones as `prefix.name` (replacing what an earlier listing registered). Errors
+    /// name the server.
+    pub async fn load_mcp_tools(&mut self) -> Result<(), ToolsError> {
+        for server in self.mcp.clone() {
+            let redactor = self.redactor();
+            let infos = server.list().await.map_err(|mut e| {
+                redactor.redact_error(&mut e);
+                ToolsError::Mcp(e)
+            })?;
+            let source = format!("mcp:{}", server.decl.name);
+            let old: Vec<String> = self
+                .infos
+                .values()
+                .filter(|i| i.source == source)
+                .map(|i| i.name.clone())
+                .collect();
+            for name in old {
+                self.entries.remove(&name);
+                self.infos.remove(&name);
+            }
+            for (remote, info) in infos {
+                self.register(mcp::McpTool {
+                    info,
+                    remote,
+                    server: server.clone(),
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops every MCP server this registry (and its clones) started.
+    pub async fn shutdown(&self) {
+        for s in &self.mcp {
+            s.shutdown().await;
+        }
+    }
+
+    /// A view that lists and runs only the named tools (and those this registry already
+    /// allows); a call to any other tool is refused with kind `refused`.
+    #[must_use]
+    pub fn restrict(&self, allowed: &[String]) -> Self {
+        let mut set: BTreeSet<String> = allowed.iter().cloned().collect();
+        if let Some(prev) = &self.allowed {
+            set.retain(|n| prev.contains(n));
+        }
+        Self {
+            allowed: Some(Arc::new(set)),
+            ..self.clone()
+        }
+    }
+
+    fn is_allowed(&self, name: &str) -> bool {
+        self.allowed.as_ref().is_none_or(|a| a.contains(name))
+    }
+
+    /// The redactor that knows every secret value this registry's tools resolved.
+    pub fn redactor(&self) -> Redactor {
+        self.secrets.redactor()
+    }
+
+    /// The agent tools declared (`- agent: file.yaml`), for the runtime to run as sub-agents.
+    pub fn agent_tools(&self) -> impl Iterator<Item = &AgentToolDecl> {
+        self.agents.iter().filter(|a| self.is_allowed(&a.name))
+    }
+
+    /// The MCP servers that sent `notifications/tools/list_changed` since their tools were last
+    /// loaded. Calls already use the server's new list (a removed tool fails as
+    /// `unknown_tool`); call [`Registry::load_mcp_tools`] to offer new tools too.
+    pub fn mcp_servers_changed(&self) -> Vec<String> {
+        self.mcp
+            .iter()
+            .filter(|s| s.list_changed())
+            .map(|s| s.decl.name.clone())
+            .collect()
+    }
+
+    /// The declared MCP servers' names.
+    pub fn mcp_servers(&self) -> Vec<String> {
+        self.mcp.iter().map(|s| s.decl.name.clone()).collect()
+    }
+
+    /// Checks that the tool is allowed and the arguments match its input schema.
     pub fn check_args(&self, name: &str, args: &Value) -> Result<(), ToolError> {
-        let Some(entry) = self.entries.get(name) else {
+        if self.entries.contains_key(name) && !self.is_allowed(name) {
+            return Err(ToolError::new(
+                "refused",
+                format!(
+                    "`{name}` is not allowed here; allowed tools: {}",
+                    self.tool_names().join(", ")
+                ),
+            ));
+        }
+        let Some(entry) = self.entries.get(name).filter(|_| self.is_allowed(name)) else {
             return Err(ToolError::new(
                 "unknown_tool",
                 format!(
@@ -182,10 +410,13 @@ impl Registry {
         Ok(())
     }
 
-    /// Runs a call: validates the arguments (a call that fails validation never runs), calls
-    /// the tool, and marks whether a failure may be retried.
+    /// Runs a call: refuses tools outside the allowed set, validates the arguments (a call that
+    /// fails validation never runs), calls the tool, redacts secrets from what it returns, and
+    /// marks whether a failure may be retried.
     pub async fn invoke(&self, name: &str, args: Value, ctx: ToolContext) -> ToolOutcome {
-        if let Err(error) = self.check_args(name, &args) {
+        let redactor = self.redactor();
+        if let Err(mut error) = self.check_args(name, &args) {
+            redactor.redact_error(&mut error);
             return ToolOutcome::Error { error };
         }
         let Some(entry) = self.entries.get(name).cloned() else {
@@ -195,11 +426,16 @@ impl Registry {
         };
         let idempotent = entry.tool.info().idempotent;
         match entry.tool.call_boxed(args, ctx).await {
-            Ok(output) => ToolOutcome::Ok { output },
-            Err(error) => {
+            Ok(mut output) => {
+                redactor.redact_value(&mut output);
+                ToolOutcome::Ok { output }
+            }
+            Err(mut error) => {
+                redactor.redact_error(&mut error);
                 let retryable = match error.kind.as_str() {
                     "spawn" => true,
-                    "invalid_arguments" | "unknown_tool" | "refused" => false,
+                    "invalid_arguments" | "unknown_tool" | "refused" | "ask_user"
+                    | "agent_tool" | "secret" | "template" | "tool_error" => false,
                     _ => idempotent,
                 };
                 ToolOutcome::Error {
@@ -209,16 +445,30 @@ impl Registry {
         }
     }
 
+    /// The metadata of every allowed tool, by name.
     pub fn infos(&self) -> impl Iterator<Item = &ToolInfo> {
-        self.infos.values()
+        self.infos.values().filter(|i| self.is_allowed(&i.name))
     }
+}
+
+/// What `weft tools list AGENT` shows: every tool of the agent file at `agent_file` (MCP
+/// servers are started to list theirs, then stopped), with name, source, description,
+/// category, flags and input schema. Secrets must resolve (as for a run).
+pub async fn list_agent_tools(
+    spec: &AgentSpec,
+    base_dir: &Path,
+) -> Result<Vec<ToolInfo>, ToolsError> {
+    let reg = Registry::from_agent_async(spec, base_dir, BTreeMap::new()).await?;
+    let infos = reg.infos().cloned().collect();
+    reg.shutdown().await;
+    Ok(infos)
 }
 
 impl ToolCatalog for Registry {
     fn tool_info(&self, name: &str) -> Option<&ToolInfo> {
-        self.infos.get(name)
+        self.infos.get(name).filter(|_| self.is_allowed(name))
     }
     fn tool_names(&self) -> Vec<String> {
-        self.infos.keys().cloned().collect()
+        self.infos().map(|i| i.name.clone()).collect()
     }
 }
