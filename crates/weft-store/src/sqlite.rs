@@ -5,11 +5,12 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::Row;
+use serde_json::Value;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
+use sqlx::{Executor, Row};
 use weft_core::{Envelope, SessionStatus};
 
 use crate::row::{self, SessionCols};
@@ -151,10 +152,9 @@ impl SqliteStore {
                     ),
                 });
             }
-            sqlx::raw_sql(
+            tx.execute(
                 "CREATE TABLE weft_schema (version INTEGER NOT NULL PRIMARY KEY, applied_at INTEGER NOT NULL)",
             )
-            .execute(&mut *tx)
             .await
             .map_err(|e| self.err(ctx, e))?;
             0
@@ -167,8 +167,7 @@ impl SqliteStore {
             });
         }
         for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
-            sqlx::raw_sql(sql)
-                .execute(&mut *tx)
+            tx.execute(*sql)
                 .await
                 .map_err(|e| self.err(&format!("cannot apply schema migration {version}"), e))?;
             sqlx::query("INSERT INTO weft_schema (version, applied_at) VALUES (?, strftime('%s','now') * 1000)")
@@ -250,37 +249,12 @@ impl SqliteStore {
 
 impl Store for SqliteStore {
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
-        let metadata = serde_json::to_string(&s.metadata).map_err(|e| {
-            StoreError::Backend(format!("session {}: cannot encode the metadata: {e}", s.id))
-        })?;
-        let res = sqlx::query(
-            "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
-             created_at, updated_at, last_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
-        )
-        .bind(&s.id)
-        .bind(&s.user_id)
-        .bind(&s.agent)
-        .bind(&s.reference_id)
-        .bind(&metadata)
-        .bind(&s.parent_id)
-        .bind(SessionStatus::Running.as_str())
-        .bind(now)
-        .bind(now)
-        .execute(&self.pool)
-        .await;
+        let metadata = encode_metadata(&s)?;
+        let res = insert_session(&s, &metadata, now, 0)
+            .execute(&self.pool)
+            .await;
         match res {
-            Ok(_) => Ok(SessionRecord {
-                id: s.id,
-                user_id: s.user_id,
-                agent: s.agent,
-                reference_id: s.reference_id,
-                metadata: s.metadata,
-                parent_id: s.parent_id,
-                status: SessionStatus::Running,
-                created_at: now,
-                updated_at: now,
-                last_seq: 0,
-            }),
+            Ok(_) => Ok(row::record(s, now, 0)),
             Err(e) if is_unique_violation(&e) => Err(StoreError::Exists(s.id)),
             Err(e) => Err(self.err(&format!("cannot create session {}", s.id), e)),
         }
@@ -428,6 +402,161 @@ impl Store for SqliteStore {
             .map_err(|e| self.err("cannot prune sessions", e))?;
         Ok(res.rows_affected())
     }
+
+    async fn fork(
+        &self,
+        from: &str,
+        at_seq: u64,
+        mut new: NewSession,
+        now: i64,
+    ) -> Result<SessionRecord, StoreError> {
+        if new.parent_id.is_none() {
+            new.parent_id = Some(from.to_owned());
+        }
+        let metadata = encode_metadata(&new)?;
+        let at = row::to_i64("sequence number", at_seq)?;
+        let ctx = || format!("cannot fork session {from} into {}", new.id);
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| self.err(&ctx(), e))?;
+        let last: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = ?")
+            .bind(from)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| self.err(&ctx(), e))?;
+        let last = last.ok_or_else(|| StoreError::NotFound(from.to_owned()))?;
+        if at > last {
+            return Err(StoreError::OutOfRange {
+                session: from.to_owned(),
+                seq: at_seq,
+                last: u64::try_from(last).unwrap_or_default(),
+            });
+        }
+        match insert_session(&new, &metadata, now, at)
+            .execute(&mut *tx)
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_unique_violation(&e) => return Err(StoreError::Exists(new.id)),
+            Err(e) => return Err(self.err(&ctx(), e)),
+        }
+        sqlx::query(
+            "INSERT INTO events (session_id, seq, ts, v, type, payload) \
+             SELECT ?, seq, ts, v, type, payload FROM events WHERE session_id = ? AND seq <= ?",
+        )
+        .bind(&new.id)
+        .bind(from)
+        .bind(at)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        sqlx::query(
+            "INSERT INTO snapshots (session_id, seq, state) \
+             SELECT ?, seq, state FROM snapshots WHERE session_id = ? AND seq <= ?",
+        )
+        .bind(&new.id)
+        .bind(from)
+        .bind(at)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
+        Ok(row::record(new, now, at_seq))
+    }
+
+    async fn save_snapshot(&self, id: &str, seq: u64, state: &Value) -> Result<(), StoreError> {
+        let text = serde_json::to_string(state).map_err(|e| {
+            StoreError::Backend(format!("session {id}: cannot encode the snapshot: {e}"))
+        })?;
+        let at = row::to_i64("sequence number", seq)?;
+        let ctx = || format!("cannot save a snapshot of session {id}");
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| self.err(&ctx(), e))?;
+        let last: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| self.err(&ctx(), e))?;
+        let last = last.ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        if at > last {
+            return Err(StoreError::OutOfRange {
+                session: id.to_owned(),
+                seq,
+                last: u64::try_from(last).unwrap_or_default(),
+            });
+        }
+        sqlx::query(
+            "INSERT INTO snapshots (session_id, seq, state) VALUES (?, ?, ?) \
+             ON CONFLICT (session_id, seq) DO UPDATE SET state = excluded.state",
+        )
+        .bind(id)
+        .bind(at)
+        .bind(&text)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
+        Ok(())
+    }
+
+    async fn latest_snapshot(&self, id: &str) -> Result<Option<(u64, Value)>, StoreError> {
+        self.get(id).await?;
+        let ctx = || format!("cannot read the snapshots of session {id}");
+        let row: Option<(i64, String)> = sqlx::query_as(
+            "SELECT seq, state FROM snapshots WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        let Some((seq, text)) = row else {
+            return Ok(None);
+        };
+        let state = serde_json::from_str(&text).map_err(|e| {
+            StoreError::Corrupt(format!(
+                "session {id}: the snapshot at event {seq} is not valid JSON: {e}"
+            ))
+        })?;
+        let seq = u64::try_from(seq).map_err(|_| {
+            StoreError::Corrupt(format!(
+                "session {id}: a snapshot has sequence number {seq}"
+            ))
+        })?;
+        Ok(Some((seq, state)))
+    }
+}
+
+fn encode_metadata(s: &NewSession) -> Result<String, StoreError> {
+    serde_json::to_string(&s.metadata).map_err(|e| {
+        StoreError::Backend(format!("session {}: cannot encode the metadata: {e}", s.id))
+    })
+}
+
+fn insert_session<'q>(
+    s: &'q NewSession,
+    metadata: &'q str,
+    now: i64,
+    last_seq: i64,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    sqlx::query(
+        "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
+         created_at, updated_at, last_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&s.id)
+    .bind(&s.user_id)
+    .bind(&s.agent)
+    .bind(&s.reference_id)
+    .bind(metadata)
+    .bind(&s.parent_id)
+    .bind(SessionStatus::Running.as_str())
+    .bind(now)
+    .bind(now)
+    .bind(last_seq)
 }
 
 /// The path in a `sqlite:` URL.

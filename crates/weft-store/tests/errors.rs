@@ -317,3 +317,37 @@ async fn postgres_newer_schema_is_refused() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_migrations_run_once_when_many_connect_at_once() {
+    let Ok(url) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
+        println!("skipped: WEFT_TEST_POSTGRES_URL not set");
+        return;
+    };
+    let schema = format!("weft_test_race_{}", std::process::id());
+    let opens: Vec<_> = (0..6)
+        .map(|_| {
+            let (url, schema) = (url.clone(), schema.clone());
+            tokio::spawn(async move { PgStore::connect_in_schema(&url, &schema).await })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for o in opens {
+        results.push(o.await.unwrap());
+    }
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let versions: Vec<i64> = sqlx::query_scalar(&format!(
+        "SELECT version FROM \"{schema}\".weft_schema ORDER BY version"
+    ))
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    sqlx::raw_sql(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    for r in results {
+        r.unwrap();
+    }
+    assert_eq!(versions, [weft_store::SCHEMA_VERSION]);
+}
