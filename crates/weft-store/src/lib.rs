@@ -1,6 +1,17 @@
 //! Session stores. A session is a row of metadata and an append-only log of events; the log is
 //! the checkpoint. Appends carry the sequence number the writer expects to follow, so two
 //! writers of one session cannot interleave: one wins, the other gets [`StoreError::Conflict`].
+//!
+//! Backends: [`SqliteStore`] (one file, the default), [`PgStore`] (a PostgreSQL URL, for many
+//! processes) and [`MemoryStore`]; [`AnyStore::open`] picks one from a `--db` string. The SQL
+//! stores share one layout (`migrations/sqlite`, `migrations/postgres`), versioned in a
+//! `weft_schema` table and brought up to date when a store is opened:
+//!
+//! - `sessions(id, user_id, agent, reference_id, metadata, parent_id, status, created_at,
+//!   updated_at, last_seq)`, indexed for listing by update time, user and status;
+//! - `events(session_id, seq, ts, v, type, payload)` keyed by `(session_id, seq)`; `payload` is
+//!   the event's JSON object without the four keys that have their own columns;
+//! - `snapshots(session_id, seq, state)`.
 
 mod any;
 mod memory;

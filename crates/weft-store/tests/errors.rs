@@ -293,7 +293,7 @@ async fn postgres_newer_schema_is_refused() {
         println!("skipped: WEFT_TEST_POSTGRES_URL not set");
         return;
     };
-    let schema = format!("weft_test_newer_{}", std::process::id());
+    let schema = unique_schema("newer");
     let st = PgStore::connect_in_schema(&url, &schema).await.unwrap();
     st.close().await;
     let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
@@ -324,7 +324,7 @@ async fn postgres_migrations_run_once_when_many_connect_at_once() {
         println!("skipped: WEFT_TEST_POSTGRES_URL not set");
         return;
     };
-    let schema = format!("weft_test_race_{}", std::process::id());
+    let schema = unique_schema("race");
     let opens: Vec<_> = (0..6)
         .map(|_| {
             let (url, schema) = (url.clone(), schema.clone());
@@ -350,4 +350,16 @@ async fn postgres_migrations_run_once_when_many_connect_at_once() {
         r.unwrap();
     }
     assert_eq!(versions, [weft_store::SCHEMA_VERSION]);
+}
+
+fn unique_schema(what: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "weft_test_{what}_{}_{}",
+        std::process::id(),
+        nanos % 1_000_000_000_000
+    )
 }

@@ -199,3 +199,33 @@ async fn processes_opening_a_new_file_at_once_all_succeed() {
         assert_eq!(st.get("one").await.unwrap().id, "one");
     }
 }
+
+/// A store dropped without closing checkpoints its write-ahead log in the background; opening
+/// the file again meanwhile must see a good database, not a "truncated" one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopening_while_the_last_store_shuts_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.db");
+    for round in 0..15u64 {
+        let st = SqliteStore::open(&path).await.unwrap();
+        let id = format!("r{round}");
+        st.create(
+            NewSession {
+                id: id.clone(),
+                agent: "a".into(),
+                ..Default::default()
+            },
+            1,
+        )
+        .await
+        .unwrap();
+        let batch: Vec<Envelope> = (0..5).flat_map(|i| iteration(i, 1 + i * 4)).collect();
+        st.append(&id, 0, &batch, SessionStatus::Running, 2)
+            .await
+            .unwrap();
+        drop(st);
+        let again = SqliteStore::open_existing(&path).await.unwrap();
+        assert_eq!(again.get(&id).await.unwrap().last_seq, 20);
+        drop(again);
+    }
+}
