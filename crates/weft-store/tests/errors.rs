@@ -363,3 +363,21 @@ fn unique_schema(what: &str) -> String {
         nanos % 1_000_000_000_000
     )
 }
+
+#[tokio::test]
+async fn a_directory_is_not_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = SqliteStore::open(dir.path()).await.unwrap_err();
+    let msg = err.to_string();
+    println!("{msg}");
+    assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
+}
+
+#[tokio::test]
+async fn memory_spec_gives_an_empty_memory_store() {
+    let st = AnyStore::open("memory:").await.unwrap();
+    assert_eq!(st.backend(), "memory");
+    assert!(st.list(&Default::default()).await.unwrap().is_empty());
+    st.create(session("m"), 1).await.unwrap();
+    assert_eq!(st.get("m").await.unwrap().id, "m");
+}
