@@ -293,7 +293,7 @@ async fn postgres_newer_schema_is_refused() {
         println!("skipped: WEFT_TEST_POSTGRES_URL not set");
         return;
     };
-    let schema = format!("weft_test_newer_{}", std::process::id());
+    let schema = unique_schema("newer");
     let st = PgStore::connect_in_schema(&url, &schema).await.unwrap();
     st.close().await;
     let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
@@ -316,4 +316,68 @@ async fn postgres_newer_schema_is_refused() {
             .contains("written by a newer weft (schema 2, this build knows 1); upgrade weft"),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_migrations_run_once_when_many_connect_at_once() {
+    let Ok(url) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
+        println!("skipped: WEFT_TEST_POSTGRES_URL not set");
+        return;
+    };
+    let schema = unique_schema("race");
+    let opens: Vec<_> = (0..6)
+        .map(|_| {
+            let (url, schema) = (url.clone(), schema.clone());
+            tokio::spawn(async move { PgStore::connect_in_schema(&url, &schema).await })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for o in opens {
+        results.push(o.await.unwrap());
+    }
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let versions: Vec<i64> = sqlx::query_scalar(&format!(
+        "SELECT version FROM \"{schema}\".weft_schema ORDER BY version"
+    ))
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    sqlx::raw_sql(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    for r in results {
+        r.unwrap();
+    }
+    assert_eq!(versions, [weft_store::SCHEMA_VERSION]);
+}
+
+fn unique_schema(what: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "weft_test_{what}_{}_{}",
+        std::process::id(),
+        nanos % 1_000_000_000_000
+    )
+}
+
+#[tokio::test]
+async fn a_directory_is_not_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = SqliteStore::open(dir.path()).await.unwrap_err();
+    let msg = err.to_string();
+    println!("{msg}");
+    assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
+}
+
+#[tokio::test]
+async fn memory_spec_gives_an_empty_memory_store() {
+    let st = AnyStore::open("memory:").await.unwrap();
+    assert_eq!(st.backend(), "memory");
+    assert!(st.list(&Default::default()).await.unwrap().is_empty());
+    st.create(session("m"), 1).await.unwrap();
+    assert_eq!(st.get("m").await.unwrap().id, "m");
 }

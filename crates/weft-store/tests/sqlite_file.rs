@@ -99,8 +99,11 @@ async fn sessions_survive_a_new_store_instance() {
         st.close().await;
     }
     // Left unchecked-pointed: the write-ahead log must be read back too.
-    let st = AnyStore::open_existing(path.to_str().unwrap())
+    // Opened from a spawned task: the opening future must be `Send`.
+    let spec = path.to_str().unwrap().to_owned();
+    let st = tokio::spawn(async move { AnyStore::open_existing(&spec).await })
         .await
+        .unwrap()
         .unwrap();
     assert_eq!(st.backend(), "sqlite");
     let (rec, back) = st.load("durable").await.unwrap();
@@ -166,4 +169,64 @@ async fn a_long_run_stays_small() {
     assert_eq!(rec.last_seq, 1600);
     assert_eq!(log.len(), 1600);
     assert_eq!(log[1599], iteration(399, 1597)[3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn processes_opening_a_new_file_at_once_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new/weft.db");
+    let opens: Vec<_> = (0..6)
+        .map(|_| {
+            let path = path.clone();
+            tokio::spawn(async move { SqliteStore::open(&path).await })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for o in opens {
+        stores.push(o.await.unwrap().unwrap());
+    }
+    stores[0]
+        .create(
+            NewSession {
+                id: "one".into(),
+                agent: "a".into(),
+                ..Default::default()
+            },
+            1,
+        )
+        .await
+        .unwrap();
+    for st in &stores {
+        assert_eq!(st.get("one").await.unwrap().id, "one");
+    }
+}
+
+/// A store dropped without closing checkpoints its write-ahead log in the background; opening
+/// the file again meanwhile must see a good database, not a "truncated" one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopening_while_the_last_store_shuts_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.db");
+    for round in 0..15u64 {
+        let st = SqliteStore::open(&path).await.unwrap();
+        let id = format!("r{round}");
+        st.create(
+            NewSession {
+                id: id.clone(),
+                agent: "a".into(),
+                ..Default::default()
+            },
+            1,
+        )
+        .await
+        .unwrap();
+        let batch: Vec<Envelope> = (0..5).flat_map(|i| iteration(i, 1 + i * 4)).collect();
+        st.append(&id, 0, &batch, SessionStatus::Running, 2)
+            .await
+            .unwrap();
+        drop(st);
+        let again = SqliteStore::open_existing(&path).await.unwrap();
+        assert_eq!(again.get(&id).await.unwrap().last_seq, 20);
+        drop(again);
+    }
 }
