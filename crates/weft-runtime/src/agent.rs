@@ -287,7 +287,7 @@ impl<S: Store> Runtime<S> {
         session: &mut Session<'_, S>,
         rerun: Vec<Invocation>,
     ) -> Result<(), RuntimeError> {
-        let mut inflight = Calls::default();
+        let mut inflight = Calls::new(self.sub_agent_runner(), self.depth);
         for call in rerun {
             inflight.spawn(&agent.tools, &session.state, call);
         }

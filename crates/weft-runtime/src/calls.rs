@@ -9,20 +9,30 @@ use weft_core::engine::Invocation;
 use weft_core::{State, ToolError, ToolOutcome};
 use weft_tools::{Registry, ToolContext};
 
-use crate::RuntimeError;
+use crate::{RuntimeError, SubAgents};
 
 /// One finished call: its id, outcome and duration in milliseconds.
 pub(crate) type Finished = (String, ToolOutcome, u64);
 
 /// The calls this process is running.
-#[derive(Default)]
 pub(crate) struct Calls {
     set: JoinSet<Finished>,
     /// The call each task serves, so that a tool that panics fails its own call.
     ids: HashMap<tokio::task::Id, String>,
+    sub_agents: Arc<dyn SubAgents>,
+    depth: u32,
 }
 
 impl Calls {
+    pub(crate) fn new(sub_agents: Arc<dyn SubAgents>, depth: u32) -> Self {
+        Self {
+            set: JoinSet::new(),
+            ids: HashMap::new(),
+            sub_agents,
+            depth,
+        }
+    }
+
     pub(crate) fn spawn(&mut self, tools: &Arc<Registry>, state: &State, call: Invocation) {
         let tools = Arc::clone(tools);
         let ctx = ToolContext {
@@ -33,12 +43,31 @@ impl Calls {
             attempt: call.attempt,
         };
         let call_id = call.call_id.clone();
+        let sub = tools.agent_tools().find(|d| d.name == call.tool).cloned();
+        let runner = Arc::clone(&self.sub_agents);
+        let depth = self.depth;
+        let parent = state.session_id.clone();
         let handle = self.set.spawn(async move {
             if call.delay_ms > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(call.delay_ms)).await;
             }
             let start = Instant::now();
-            let outcome = tools.invoke(&call.tool, call.args, ctx).await;
+            let outcome = match sub {
+                // An `agent:` tool: the child runs in its own session, linked to this one.
+                Some(decl) => match tools.check_args(&call.tool, &call.args) {
+                    Err(error) => ToolOutcome::Error { error },
+                    Ok(()) => {
+                        let task = call
+                            .args
+                            .get("task")
+                            .and_then(serde_json::Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned();
+                        runner.run(decl, task, parent, depth).await
+                    }
+                },
+                None => tools.invoke(&call.tool, call.args, ctx).await,
+            };
             let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
             (call.call_id, outcome, ms)
         });

@@ -5,6 +5,7 @@
 mod agent;
 mod calls;
 mod session;
+mod subagent;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -19,6 +20,7 @@ use weft_tools::Registry;
 pub use agent::{Agent, SessionInfo};
 use calls::Calls;
 pub use session::{Observer, Redact, Session};
+pub use subagent::{MAX_DEPTH, StoreSubAgents, SubAgents};
 
 /// Runtime failures (a failed step is not one: it is an outcome recorded in the session).
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +56,10 @@ pub struct Runtime<S: Store> {
     pub observers: Vec<Observer>,
     /// Applied to every event before it is stored or shown (secrets).
     pub redact: Option<Redact>,
+    /// Runs `agent:` tools (default: sub-agents in this runtime's store).
+    pub sub_agents: Option<Arc<dyn SubAgents>>,
+    /// How deep this runtime's sessions are nested under parents (sub-agents).
+    pub depth: u32,
 }
 
 impl<S: Store> Runtime<S> {
@@ -64,6 +70,8 @@ impl<S: Store> Runtime<S> {
             limits,
             observers: Vec::new(),
             redact: None,
+            sub_agents: None,
+            depth: 0,
         }
     }
 
@@ -72,6 +80,18 @@ impl<S: Store> Runtime<S> {
     pub fn observe(mut self, o: Observer) -> Self {
         self.observers.push(o);
         self
+    }
+
+    /// The runner of `agent:` tools.
+    pub(crate) fn sub_agent_runner(&self) -> Arc<dyn SubAgents> {
+        match &self.sub_agents {
+            Some(r) => Arc::clone(r),
+            None => Arc::new(StoreSubAgents {
+                store: Arc::clone(&self.store),
+                observers: self.observers.clone(),
+                redact: self.redact.clone(),
+            }),
+        }
     }
 
     /// A handle on a session of this runtime's store, with its observers and redaction.
@@ -173,7 +193,7 @@ impl<S: Store> Runtime<S> {
         session: &mut Session<'_, S>,
         rerun: Vec<Invocation>,
     ) -> Result<(), RuntimeError> {
-        let mut calls = Calls::default();
+        let mut calls = Calls::new(self.sub_agent_runner(), self.depth);
         for call in rerun {
             calls.spawn(&self.tools, &session.state, call);
         }

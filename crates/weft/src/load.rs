@@ -1,5 +1,6 @@
 //! Reading the files the user names, with errors that name them.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow};
@@ -13,17 +14,43 @@ pub struct LoadedAgent {
     pub tools: Registry,
 }
 
-pub fn agent(path: &Path) -> Result<LoadedAgent> {
+impl LoadedAgent {
+    /// Redacts every declared secret's value from events (as `[secret:NAME]`).
+    pub fn redactor(&self) -> weft_runtime::Redact {
+        let r = self.tools.redactor();
+        std::sync::Arc::new(move |v: &mut Value| r.redact_value(v))
+    }
+}
+
+/// Reads an agent file and builds its tools (MCP servers are started and listed). Secrets
+/// given with `--secret NAME=VALUE` override the declared sources for this run.
+pub async fn agent(path: &Path) -> Result<LoadedAgent> {
+    agent_with_secrets(path, &[]).await
+}
+
+pub async fn agent_with_secrets(path: &Path, secrets: &[String]) -> Result<LoadedAgent> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read agent file {}", path.display()))?;
     let spec = AgentSpec::parse(&path.display().to_string(), &text)?;
-    let base = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let tools = Registry::from_agent(&spec, base)
+    let base = base_dir(path);
+    let mut overrides = BTreeMap::new();
+    for s in secrets {
+        let (k, v) = s
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--secret {s}: write NAME=VALUE"))?;
+        overrides.insert(k.to_owned(), v.to_owned());
+    }
+    let tools = Registry::from_agent_async(&spec, base, overrides)
+        .await
         .map_err(|e| anyhow!("agent file {}: {e}", path.display()))?;
     Ok(LoadedAgent { spec, tools })
+}
+
+/// The directory relative paths of an agent file are taken from.
+pub fn base_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
 }
 
 /// `--input`: JSON text, or `@FILE` for a JSON file. Absent: `{}`.

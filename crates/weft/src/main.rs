@@ -5,6 +5,7 @@ mod plan_cmd;
 mod run_cmd;
 mod sessions_cmd;
 mod store;
+mod tools_cmd;
 
 use std::process::ExitCode;
 
@@ -35,6 +36,9 @@ enum Command {
     /// List, inspect, follow, fork and prune sessions.
     #[command(subcommand)]
     Sessions(sessions_cmd::SessionsCommand),
+    /// List an agent's tools with their source and schema.
+    #[command(subcommand)]
+    Tools(tools_cmd::ToolsCommand),
 }
 
 /// Exit codes: 0 success, 1 the run failed, 2 bad input (a file, a plan, an argument), 3 the
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
         let needs_store = !matches!(
             cli.command,
             Command::Plan(plan_cmd::PlanCommand::Check(_) | plan_cmd::PlanCommand::DryRun(_))
+                | Command::Tools(_)
         );
         let store = if needs_store {
             store::open(cli.db.as_deref(), read_only).await?
@@ -70,6 +75,7 @@ fn main() -> ExitCode {
             Command::Run(a) => run_cmd::run(store, a).await,
             Command::Resume(a) => sessions_cmd::resume(store, a).await,
             Command::Sessions(c) => sessions_cmd::run(store, c).await,
+            Command::Tools(c) => tools_cmd::run(c).await,
         }
     });
     match result {

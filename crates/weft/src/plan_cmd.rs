@@ -81,7 +81,7 @@ pub async fn run<S: weft_store::Store>(store: Arc<S>, cmd: PlanCommand) -> Resul
 }
 
 async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
-    let agent = load::agent(&a.agent)?;
+    let agent = load::agent(&a.agent).await?;
     let input = a
         .input
         .as_deref()
@@ -147,7 +147,7 @@ async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
 }
 
 async fn execute<S: weft_store::Store>(store: Arc<S>, a: RunArgs) -> Result<u8> {
-    let agent = load::agent(&a.plan.agent)?;
+    let agent = load::agent(&a.plan.agent).await?;
     let input = load::input(a.plan.input.as_deref())?;
     let plan = match read_plan(&a.plan.plan)? {
         Ok(p) => p,
@@ -160,7 +160,10 @@ async fn execute<S: weft_store::Store>(store: Arc<S>, a: RunArgs) -> Result<u8> 
     if let Some(w) = a.max_waves {
         limits.max_waves = w;
     }
-    let mut rt = Runtime::new(store, Arc::new(agent.tools), limits);
+    let redact = agent.redactor();
+    let tools = Arc::new(agent.tools);
+    let mut rt = Runtime::new(store, tools.clone(), limits);
+    rt.redact = Some(redact);
     if a.events {
         rt = rt.observe(Arc::new(|e| {
             if let Ok(line) = serde_json::to_string(e) {

@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// The id of the new session (default: a new time-ordered UUID).
     #[arg(long)]
     pub id: Option<String>,
+    /// A secret for this run, NAME=VALUE (overrides the agent file's source; prefer `env:`
+    /// sources, since command lines are visible to other users of the machine).
+    #[arg(long)]
+    pub secret: Vec<String>,
 }
 
 /// A live view of a run on a terminal: plan, steps, tool calls, the answer as it streams.
@@ -152,7 +156,7 @@ pub fn json_lines() -> Observer {
 }
 
 pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
-    let loaded = load::agent(&args.agent)?;
+    let loaded = load::agent_with_secrets(&args.agent, &args.secret).await?;
     let input = load::input(args.input.as_deref())?;
     let mut metadata: Value = match &args.metadata {
         None => Value::Object(serde_json::Map::new()),
@@ -174,11 +178,13 @@ pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."));
     let model = Agent::model_from_spec(&loaded.spec, base)?;
+    let redact = loaded.redactor();
     let tools = Arc::new(loaded.tools);
     let agent = Agent::new(&loaded.spec, tools.clone(), model, &metadata, &input)?;
     let interactive = std::io::stdout().is_terminal() && !args.events;
     let streamed = Arc::new(Mutex::new(false));
-    let mut rt = Runtime::new(store, tools, loaded.spec.limits.clone());
+    let mut rt = Runtime::new(store, tools.clone(), loaded.spec.limits.clone());
+    rt.redact = Some(redact);
     if args.events {
         rt = rt.observe(json_lines());
     } else if interactive {
@@ -213,12 +219,15 @@ pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
         }
     };
     let streamed = streamed.lock().map(|s| *s).unwrap_or(false);
-    report(
+    let code = report(
         &session.state,
         &session.id,
         &args.agent,
         interactive && streamed,
-    )
+    );
+    drop(session);
+    tools.shutdown().await;
+    code
 }
 
 /// Prints a session's outcome: the answer on stdout, usage on stderr; the question and how to

@@ -1,0 +1,162 @@
+//! Other agents as tools. A call of an `agent:` tool runs the child agent in a session of its
+//! own, linked to the parent session; the child's answer is the tool result.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use weft_core::agent::AgentSpec;
+use weft_core::{SessionStatus, ToolError, ToolOutcome};
+use weft_store::Store;
+use weft_tools::{AgentToolDecl, Registry};
+
+use crate::{Agent, Observer, Redact, Runtime, SessionInfo};
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Runs sub-agents for the calls that name one.
+pub trait SubAgents: Send + Sync {
+    fn run(
+        &self,
+        decl: AgentToolDecl,
+        task: String,
+        parent_session: String,
+        depth: u32,
+    ) -> BoxFuture<ToolOutcome>;
+}
+
+/// Sub-agents in the same store as their parent.
+pub struct StoreSubAgents<S: Store> {
+    pub store: Arc<S>,
+    pub observers: Vec<Observer>,
+    pub redact: Option<Redact>,
+}
+
+/// How deep sub-agents may nest (a guard against an agent that calls itself).
+pub const MAX_DEPTH: u32 = 4;
+
+fn error(kind: &str, message: impl Into<String>) -> ToolOutcome {
+    ToolOutcome::Error {
+        error: ToolError::new(kind, message),
+    }
+}
+
+impl<S: Store> SubAgents for StoreSubAgents<S> {
+    fn run(
+        &self,
+        decl: AgentToolDecl,
+        task: String,
+        parent_session: String,
+        depth: u32,
+    ) -> BoxFuture<ToolOutcome> {
+        let store = Arc::clone(&self.store);
+        let observers = self.observers.clone();
+        let redact = self.redact.clone();
+        Box::pin(async move {
+            if depth >= MAX_DEPTH {
+                return error(
+                    "agent_tool",
+                    format!(
+                        "sub-agents nest deeper than {MAX_DEPTH}; `{}` was not run",
+                        decl.name
+                    ),
+                );
+            }
+            let path = decl.path.clone();
+            let text = match std::fs::read_to_string(&path) {
+                Ok(t) => t,
+                Err(e) => {
+                    return error(
+                        "agent_tool",
+                        format!("cannot read agent file {}: {e}", path.display()),
+                    );
+                }
+            };
+            let spec = match AgentSpec::parse(&path.display().to_string(), &text) {
+                Ok(s) => s,
+                Err(e) => return error("agent_tool", e.to_string()),
+            };
+            let base = path
+                .parent()
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_default();
+            let tools = match Registry::from_agent_async(&spec, &base, BTreeMap::new()).await {
+                Ok(t) => Arc::new(t),
+                Err(e) => {
+                    return error("agent_tool", format!("agent file {}: {e}", path.display()));
+                }
+            };
+            let model = match Agent::model_from_spec(&spec, &base) {
+                Ok(m) => m,
+                Err(e) => return error("agent_tool", e.to_string()),
+            };
+            let metadata = json!({"weft_agent_file": path.display().to_string(), "parent_session": parent_session});
+            let agent = match Agent::new(
+                &spec,
+                tools.clone(),
+                model,
+                &metadata,
+                &Value::Object(serde_json::Map::new()),
+            ) {
+                Ok(a) => a,
+                Err(e) => return error("agent_tool", e.to_string()),
+            };
+            let mut rt = Runtime::new(store.clone(), tools.clone(), spec.limits.clone());
+            rt.observers = observers.clone();
+            rt.redact = redact.clone();
+            rt.sub_agents = Some(Arc::new(StoreSubAgents {
+                store,
+                observers,
+                redact,
+            }));
+            rt.depth = depth + 1;
+            let info = SessionInfo {
+                parent_id: Some(parent_session),
+                metadata,
+                ..SessionInfo::default()
+            };
+            let outcome = match rt
+                .run_agent(&agent, info, &task, Value::Object(serde_json::Map::new()))
+                .await
+            {
+                Ok(session) => {
+                    let st = &session.state;
+                    match st.status {
+                        SessionStatus::Completed => ToolOutcome::Ok {
+                            output: json!({"answer": st.answer, "session_id": session.id}),
+                        },
+                        SessionStatus::WaitingForUser => error(
+                            "agent_tool",
+                            format!(
+                                "the sub-agent `{}` (session {}) needs a person: {}",
+                                decl.name,
+                                session.id,
+                                st.waiting
+                                    .as_ref()
+                                    .map(|w| w.question.as_str())
+                                    .unwrap_or_default()
+                            ),
+                        ),
+                        _ => error(
+                            "agent_tool",
+                            format!(
+                                "the sub-agent `{}` (session {}) could not complete: {}",
+                                decl.name,
+                                session.id,
+                                st.error.as_deref().unwrap_or("unknown reason")
+                            ),
+                        ),
+                    }
+                }
+                Err(e) => error(
+                    "agent_tool",
+                    format!("the sub-agent `{}` failed: {e}", decl.name),
+                ),
+            };
+            tools.shutdown().await;
+            outcome
+        })
+    }
+}
