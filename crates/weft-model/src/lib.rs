@@ -22,7 +22,7 @@ pub use weft_core::model::{Message, ModelReply, ModelRequest, Purpose, ToolCall,
 pub use anthropic::{AnthropicModel, DEFAULT_MAX_TOKENS};
 pub use cassette::{Cassette, CassetteFile, CassetteMode, Exchange};
 pub use config::{Prices, ProviderConfig, ProviderKind, StructuredMode, builtin_prices};
-pub use openai::OpenAiModel;
+pub use openai::{OpenAiModel, SchemaWire};
 pub use scripted::{ScriptedModel, ScriptedReply};
 
 /// Receives text deltas as the model generates them.
