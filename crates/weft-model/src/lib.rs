@@ -1,7 +1,13 @@
 //! weft's models. The [`Model`] trait takes a [`ModelRequest`] (messages, tools, an optional
 //! reply schema) and returns a [`ModelReply`] (text, tool calls, usage), streaming text deltas
 //! to an optional sink. Providers: a scripted model for tests and demos, OpenAI-compatible chat
-//! completions and Anthropic Messages.
+//! completions ([`OpenAiModel`]) and Anthropic Messages ([`AnthropicModel`]), built from an agent
+//! file's `model` field by [`from_spec`].
+//!
+//! The HTTP providers retry rate limits and server errors with backoff (honouring
+//! `Retry-After`), validate structured replies against the request's schema (asking again at most
+//! twice), report token usage and cost, and can record or replay their HTTP exchanges
+//! (`WEFT_CASSETTE=record:PATH` / `replay:PATH`, see [`Cassette`]).
 
 mod anthropic;
 mod cassette;
@@ -22,7 +28,7 @@ pub use weft_core::model::{Message, ModelReply, ModelRequest, Purpose, ToolCall,
 pub use anthropic::{AnthropicModel, DEFAULT_MAX_TOKENS};
 pub use cassette::{Cassette, CassetteFile, CassetteMode, Exchange};
 pub use config::{Prices, ProviderConfig, ProviderKind, StructuredMode, builtin_prices};
-pub use openai::OpenAiModel;
+pub use openai::{OpenAiModel, SchemaWire};
 pub use scripted::{ScriptedModel, ScriptedReply};
 
 /// Receives text deltas as the model generates them.

@@ -1,7 +1,7 @@
 //! OpenAI-compatible chat completions: OpenAI, Ollama, vLLM, llama.cpp, LM Studio, OpenRouter.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use serde_json::{Map, Value, json};
 
@@ -16,8 +16,10 @@ pub struct OpenAiModel {
     cfg: ProviderConfig,
     label: String,
     http: Http,
-    /// The server rejected `response_format`; ask with instructions instead.
-    schema_rejected: AtomicBool,
+    /// How replies with a schema are asked for now: a [`SchemaWire`] as a number. It moves
+    /// down (json_schema, json_object with a schema, instructions only) when a server
+    /// rejects a form, and stays there.
+    schema_wire: AtomicU8,
 }
 
 impl OpenAiModel {
@@ -33,7 +35,7 @@ impl OpenAiModel {
             label: format!("openai:{}", cfg.name),
             cfg,
             http,
-            schema_rejected: AtomicBool::new(false),
+            schema_wire: AtomicU8::new(SchemaWire::JsonSchema as u8),
         })
     }
 
@@ -41,10 +43,13 @@ impl OpenAiModel {
         &self.cfg
     }
 
-    /// The request body for `req`. `native_schema`: send `response_format`.
-    pub fn request_body(&self, req: &ModelRequest, stream: bool, native_schema: bool) -> Value {
-        let mut messages = match (&req.response_schema, native_schema) {
-            (Some(schema), false) => structured::with_instructions(&req.messages, schema),
+    /// The request body for `req`, asking for a structured reply (when `req` has a schema) in
+    /// the form `wire`.
+    pub fn request_body(&self, req: &ModelRequest, stream: bool, wire: SchemaWire) -> Value {
+        let mut messages = match (&req.response_schema, wire) {
+            (Some(schema), SchemaWire::JsonObject | SchemaWire::Prompt) => {
+                structured::with_instructions(&req.messages, schema)
+            }
             _ => req.messages.clone(),
         };
         if !self.cfg.system_role {
@@ -76,15 +81,24 @@ impl OpenAiModel {
         if let Some(t) = req.temperature {
             body.insert("temperature".into(), json!(t));
         }
-        if let (Some(schema), true) = (&req.response_schema, native_schema) {
-            let mut js = json!({"name": "reply", "schema": schema});
-            if self.cfg.strict_schema {
-                js["strict"] = json!(true);
+        match (&req.response_schema, wire) {
+            (Some(schema), SchemaWire::JsonSchema) => {
+                let mut js = json!({"name": "reply", "schema": schema});
+                if self.cfg.strict_schema {
+                    js["strict"] = json!(true);
+                }
+                body.insert(
+                    "response_format".into(),
+                    json!({"type": "json_schema", "json_schema": js}),
+                );
             }
-            body.insert(
-                "response_format".into(),
-                json!({"type": "json_schema", "json_schema": js}),
-            );
+            (Some(schema), SchemaWire::JsonObject) => {
+                body.insert(
+                    "response_format".into(),
+                    json!({"type": "json_object", "schema": schema}),
+                );
+            }
+            _ => {}
         }
         if stream {
             body.insert("stream".into(), json!(true));
@@ -126,16 +140,19 @@ impl OpenAiModel {
         &self,
         req: &ModelRequest,
         deltas: Option<DeltaSink>,
-        native_schema: bool,
+        wire: SchemaWire,
     ) -> Result<ModelReply, ModelError> {
         let stream = self.cfg.stream && deltas.is_some();
-        let body = self.request_body(req, stream, native_schema);
+        let body = self.request_body(req, stream, wire);
         let resp = self
             .http
             .post("/chat/completions", &self.headers(), &body)
             .await?;
         match deltas {
-            Some(sink) if stream => self.read_stream(resp, sink).await,
+            Some(sink) if stream => {
+                let prompt_bytes = body.get("messages").map_or(0, |m| m.to_string().len());
+                self.read_stream(resp, sink, prompt_bytes).await
+            }
             _ => {
                 let text = resp.text().await?;
                 self.parse_reply(&text)
@@ -214,6 +231,7 @@ impl OpenAiModel {
         &self,
         mut resp: crate::http::Response,
         sink: DeltaSink,
+        prompt_bytes: usize,
     ) -> Result<ModelReply, ModelError> {
         let mut parser = SseParser::default();
         let mut acc = StreamAcc::default();
@@ -256,10 +274,25 @@ impl OpenAiModel {
                 arguments: parse_arguments(&c.arguments),
             });
         }
+        let usage = match &acc.usage {
+            Some(u) => self.usage(Some(u)),
+            // Some servers (llama-cpp-python) ignore `stream_options.include_usage`: count
+            // roughly, one token per four bytes, and leave the cost unknown.
+            None => Usage {
+                input_tokens: (prompt_bytes as u64).div_ceil(4),
+                output_tokens: (acc.content.len()
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.to_string().len())
+                        .sum::<usize>())
+                .div_ceil(4) as u64,
+                ..Usage::default()
+            },
+        };
         Ok(ModelReply {
             content: acc.content,
             tool_calls,
-            usage: self.usage(acc.usage.as_ref()),
+            usage,
             model: acc.model.unwrap_or_else(|| self.cfg.name.clone()),
             finish_reason: acc.finish_reason,
         })
@@ -413,17 +446,54 @@ impl Wire for OpenAiModel {
         req: &ModelRequest,
         deltas: Option<DeltaSink>,
     ) -> Result<ModelReply, ModelError> {
-        let native = req.response_schema.is_some()
-            && self.cfg.structured == StructuredMode::JsonSchema
-            && !self.schema_rejected.load(Ordering::Relaxed);
-        match self.send(req, deltas.clone(), native).await {
-            Err(ModelError::Http {
-                status: 400, body, ..
-            }) if native && body.to_ascii_lowercase().contains("response_format") => {
-                self.schema_rejected.store(true, Ordering::Relaxed);
-                self.send(req, deltas, false).await
+        if req.response_schema.is_none() {
+            return self.send(req, deltas, SchemaWire::Prompt).await;
+        }
+        loop {
+            let wire = match self.cfg.structured {
+                StructuredMode::Prompt => SchemaWire::Prompt,
+                StructuredMode::JsonSchema => {
+                    SchemaWire::from_u8(self.schema_wire.load(Ordering::Relaxed))
+                }
+            };
+            match self.send(req, deltas.clone(), wire).await {
+                // OpenAI answers 400; some servers (llama-cpp-python) answer 422 or 500.
+                Err(ModelError::Http { status, body, .. })
+                    if wire != SchemaWire::Prompt
+                        && matches!(status, 400 | 422 | 500)
+                        && body.to_ascii_lowercase().contains("response_format") =>
+                {
+                    // llama-cpp-python knows `json_object` with a schema (grammar-constrained).
+                    let next = if wire == SchemaWire::JsonSchema && body.contains("json_object") {
+                        SchemaWire::JsonObject
+                    } else {
+                        SchemaWire::Prompt
+                    };
+                    self.schema_wire.fetch_max(next as u8, Ordering::Relaxed);
+                }
+                other => return other,
             }
-            other => other,
+        }
+    }
+}
+
+/// How an OpenAI-compatible request asks for a structured reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchemaWire {
+    /// `response_format: {type: json_schema, json_schema: {name, schema}}`.
+    JsonSchema = 0,
+    /// `response_format: {type: json_object, schema}` plus instructions (llama-cpp-python).
+    JsonObject = 1,
+    /// Instructions in the system prompt only.
+    Prompt = 2,
+}
+
+impl SchemaWire {
+    fn from_u8(n: u8) -> Self {
+        match n {
+            0 => Self::JsonSchema,
+            1 => Self::JsonObject,
+            _ => Self::Prompt,
         }
     }
 }

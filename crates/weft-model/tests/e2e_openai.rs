@@ -133,3 +133,30 @@ async fn a_structured_output_call() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_real_run_recorded_replays_the_same() {
+    let Ok(url) = std::env::var("WEFT_TEST_OPENAI_BASE_URL") else {
+        eprintln!("skipped: WEFT_TEST_OPENAI_BASE_URL not set");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tape = dir.path().join("real.json").display().to_string();
+    let build = |mode: &str| {
+        let spec =
+            json!({"provider": "openai", "name": "smollm2", "base_url": url, "max_retries": 1});
+        let cassette = format!("{mode}:{tape}");
+        from_spec_with_env(&spec, std::path::Path::new("."), &move |k| match k {
+            "WEFT_CASSETTE" => Some(cassette.clone()),
+            _ => None,
+        })
+        .unwrap()
+    };
+    let req = request(vec![Message::User {
+        content: "Say hello in French.".into(),
+    }]);
+    let recorded = build("record").complete_boxed(&req, None).await.unwrap();
+    let replayed = build("replay").complete_boxed(&req, None).await.unwrap();
+    assert_eq!(replayed, recorded);
+    assert!(recorded.usage.input_tokens > 0);
+}

@@ -590,3 +590,65 @@ async fn from_spec_builds_a_provider_from_a_mapping() {
         .unwrap();
     assert!(e.to_string().contains("model name"), "{e}");
 }
+
+#[tokio::test]
+async fn a_stream_without_usage_gets_a_rough_count_and_no_cost() {
+    let server = serve(vec![Reply::sse(&[
+        chunk(json!({"content": "twelve chars"}), None),
+        chunk(json!({}), Some("stop")),
+        "data: [DONE]".into(),
+    ])])
+    .await;
+    let (s, _) = sink();
+    let reply = model(&server.url())
+        .complete(&chat("s", "hi"), Some(s))
+        .await
+        .unwrap();
+    assert_eq!(reply.usage.output_tokens, 3);
+    assert!(reply.usage.input_tokens > 0);
+    assert_eq!(reply.usage.cost_usd, None);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_error_about_response_format_also_falls_back() {
+    // llama-cpp-python's answer to `type: json_schema`.
+    let body = r#"{"error":{"message":"1 validation error: ('body', 'response_format', 'type') Input should be 'text' or 'json_object'","type":"internal_server_error"}}"#;
+    let server = serve(vec![
+        Reply::status(500, body),
+        Reply::json(completion(
+            json!("{\"answer\": 1}"),
+            None,
+            json!({"prompt_tokens": 5, "completion_tokens": 2}),
+        )),
+    ])
+    .await;
+    let mut cfg = config(
+        ProviderKind::OpenAi,
+        "local",
+        &format!("{}/v1", server.url()),
+    );
+    cfg.max_retries = 0;
+    let mut req = chat("s", "1?");
+    req.response_schema = Some(schema());
+    let reply = OpenAiModel::new(cfg)
+        .unwrap()
+        .complete(&req, None)
+        .await
+        .unwrap();
+    assert_eq!(reply.content, "{\"answer\": 1}");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 2);
+    // The server named `json_object`: ask with it, the schema and instructions.
+    assert_eq!(
+        seen[1].body["response_format"],
+        json!({"type": "json_object", "schema": schema()})
+    );
+    assert!(
+        seen[1].body["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("JSON Schema")
+    );
+    server.stop().await;
+}
