@@ -218,6 +218,24 @@ impl ScriptedModel {
     }
 }
 
+/// With `WEFT_SCRIPT_TRACE=FILE`, every request a scripted model receives is appended to FILE
+/// as a JSON line: what the model was shown, for tests and for debugging scripts.
+fn trace_request(req: &ModelRequest) {
+    use std::io::Write;
+    let Some(path) = std::env::var_os("WEFT_SCRIPT_TRACE") else {
+        return;
+    };
+    if let (Ok(mut f), Ok(line)) = (
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path),
+        serde_json::to_string(req),
+    ) {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
 /// A rough token count for scripted usage: one token per four bytes.
 fn estimate_tokens(text: &str) -> u64 {
     (text.len() as u64).div_ceil(4)
@@ -233,6 +251,7 @@ impl Model for ScriptedModel {
         req: &ModelRequest,
         deltas: Option<DeltaSink>,
     ) -> Result<ModelReply, ModelError> {
+        trace_request(req);
         let reply = self.pick(req)?;
         if reply.delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(reply.delay_ms)).await;

@@ -12,7 +12,9 @@ fn base_url() -> Option<String> {
     match std::env::var("WEFT_TEST_OPENAI_BASE_URL") {
         Ok(u) if !u.is_empty() => Some(u),
         _ => {
-            eprintln!("skipped: WEFT_TEST_OPENAI_BASE_URL not set (run `eval \"$(scripts/llm-server start)\"`)");
+            eprintln!(
+                "skipped: WEFT_TEST_OPENAI_BASE_URL not set (run `eval \"$(scripts/llm-server start)\"`)"
+            );
             None
         }
     }
@@ -40,34 +42,70 @@ fn run_and_check(mode: &str) {
     let dir = tmp.path();
     write_agent(dir, mode, &url);
     let out = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["run", "agent.yaml", "Repeat the word hello with the echo tool, then say done.", "--events", "--db", "weft.db"])
+        .args([
+            "run",
+            "agent.yaml",
+            "Repeat the word hello with the echo tool, then say done.",
+            "--events",
+            "--db",
+            "weft.db",
+        ])
         .current_dir(dir)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     let code = out.status.code();
-    assert!(matches!(code, Some(0 | 1)), "a terminal state (answered or could not complete), got {code:?}: {stderr}");
+    assert!(
+        matches!(code, Some(0 | 1)),
+        "a terminal state (answered or could not complete), got {code:?}: {stderr}"
+    );
     let events: Vec<Value> = stderr
         .lines()
         .filter(|l| l.starts_with('{'))
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not an event: {l}: {e}")))
         .collect();
-    let stored: Vec<&Value> = events.iter().filter(|e| e["seq"].as_u64().unwrap_or(0) > 0).collect();
-    assert_eq!(stored.first().map(|e| e["type"].clone()), Some("session_started".into()));
-    assert_eq!(stored.last().map(|e| e["type"].clone()), Some("run_finished".into()), "{stderr}");
+    let stored: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["seq"].as_u64().unwrap_or(0) > 0)
+        .collect();
+    assert_eq!(
+        stored.first().map(|e| e["type"].clone()),
+        Some("session_started".into())
+    );
+    assert_eq!(
+        stored.last().map(|e| e["type"].clone()),
+        Some("run_finished".into()),
+        "{stderr}"
+    );
     for (k, e) in stored.iter().enumerate() {
-        assert_eq!(e["seq"].as_u64(), Some(k as u64 + 1), "gapless sequence numbers");
+        assert_eq!(
+            e["seq"].as_u64(),
+            Some(k as u64 + 1),
+            "gapless sequence numbers"
+        );
         assert_eq!(e["v"], 1);
     }
-    let replies: Vec<&&Value> = stored.iter().filter(|e| e["type"] == "model_replied").collect();
+    let replies: Vec<&&Value> = stored
+        .iter()
+        .filter(|e| e["type"] == "model_replied")
+        .collect();
     assert!(!replies.is_empty(), "the model was called: {stderr}");
     for r in &replies {
-        assert!(r["reply"]["usage"]["input_tokens"].as_u64().unwrap_or(0) > 0, "usage on every reply: {r}");
+        assert!(
+            r["reply"]["usage"]["input_tokens"].as_u64().unwrap_or(0) > 0,
+            "usage on every reply: {r}"
+        );
     }
     // Every tool call that started finished, with a result the model saw.
-    let started = stored.iter().filter(|e| e["type"] == "tool_call_started").count();
-    let finished = stored.iter().filter(|e| e["type"] == "tool_call_finished").count();
+    let started = stored
+        .iter()
+        .filter(|e| e["type"] == "tool_call_started")
+        .count();
+    let finished = stored
+        .iter()
+        .filter(|e| e["type"] == "tool_call_finished")
+        .count();
     assert_eq!(started, finished);
     let id = stored[0]["session_id"].as_str().unwrap();
     let show = Command::new(env!("CARGO_BIN_EXE_weft"))
@@ -77,7 +115,10 @@ fn run_and_check(mode: &str) {
         .unwrap();
     let show: Value = serde_json::from_slice(&show.stdout).unwrap();
     assert!(show["usage"]["input_tokens"].as_u64().unwrap_or(0) > 0);
-    assert!(matches!(show["status"].as_str(), Some("completed" | "failed")), "{show}");
+    assert!(
+        matches!(show["status"].as_str(), Some("completed" | "failed")),
+        "{show}"
+    );
     eprintln!(
         "{mode}: exit {code:?}, {} events, {} model calls, {} tool calls, status {}",
         stored.len(),
