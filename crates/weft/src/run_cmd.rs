@@ -210,10 +210,16 @@ pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
                     agent.name
                 ));
             }
-            if session.state.status == SessionStatus::WaitingForUser {
-                rt.reply(&agent, &mut session, &args.task).await?;
-            } else {
-                rt.run_task(&agent, &mut session, &args.task, input).await?;
+            match session.state.status {
+                SessionStatus::WaitingForUser => rt.reply(&agent, &mut session, &args.task).await?,
+                SessionStatus::Running => {
+                    return Err(anyhow!(
+                        "session {id} is still running (or its process died); continue it with `weft resume {id}`"
+                    ));
+                }
+                SessionStatus::Completed | SessionStatus::Failed => {
+                    rt.run_task(&agent, &mut session, &args.task, input).await?;
+                }
             }
             session
         }
