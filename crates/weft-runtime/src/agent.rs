@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use weft_core::agent::AgentSpec;
 use weft_core::agent_loop::{self, AgentConfig, AgentNext, Skill};
-use weft_core::engine::{self, Invocation};
+use weft_core::engine::Invocation;
 use weft_core::{EVENT_VERSION, Envelope, Event, RunStatus, SessionStatus, State};
 use weft_model::{DeltaSink, Purpose, SharedModel};
 use weft_store::{NewSession, Store};
@@ -326,25 +326,7 @@ impl<S: Store> Runtime<S> {
                         inflight.spawn(&agent.tools, &session.state, call);
                     }
                 }
-                AgentNext::Wait => {
-                    let Some(done) = inflight.next_batch().await? else {
-                        return Err(RuntimeError::Internal(
-                            "the agent waits for tool calls but none is running in this process"
-                                .into(),
-                        ));
-                    };
-                    let mut events = Vec::new();
-                    for (call_id, outcome, ms) in done {
-                        events.extend(engine::tool_finished(
-                            &session.state,
-                            &agent.config.limits,
-                            &call_id,
-                            outcome,
-                            ms,
-                        ));
-                    }
-                    session.commit(events).await?;
-                }
+                AgentNext::Wait => inflight.settle(session, &agent.config.limits).await?,
                 AgentNext::Done => return Ok(()),
             }
         }

@@ -108,6 +108,33 @@ impl Calls {
     }
 }
 
+impl Calls {
+    /// Waits for calls to finish and records their outcomes in one batch. Outcomes of
+    /// different calls concern different steps, so each is judged against the same state.
+    pub(crate) async fn settle<S: weft_store::Store>(
+        &mut self,
+        session: &mut crate::Session<'_, S>,
+        limits: &weft_core::Limits,
+    ) -> Result<(), RuntimeError> {
+        let Some(done) = self.next_batch().await? else {
+            return Err(RuntimeError::Internal(
+                "the session waits for tool calls but none is running in this process".into(),
+            ));
+        };
+        let mut events = Vec::new();
+        for (call_id, outcome, ms) in done {
+            events.extend(weft_core::engine::tool_finished(
+                &session.state,
+                limits,
+                &call_id,
+                outcome,
+                ms,
+            ));
+        }
+        session.commit(events).await
+    }
+}
+
 /// The outcome of a call whose tool panicked: a failure that is not retried.
 fn panicked(payload: Box<dyn std::any::Any + Send>) -> ToolOutcome {
     let message = payload

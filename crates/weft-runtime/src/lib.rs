@@ -209,26 +209,7 @@ impl<S: Store> Runtime<S> {
                         calls.spawn(&self.tools, &session.state, call);
                     }
                 }
-                Next::Wait => {
-                    let Some(done) = calls.next_batch().await? else {
-                        return Err(RuntimeError::Internal(
-                            "the engine waits for tool calls but none is running".into(),
-                        ));
-                    };
-                    // Outcomes of different calls concern different steps, so each is judged
-                    // against the same state and all are stored in one batch.
-                    let mut events = Vec::new();
-                    for (call_id, outcome, ms) in done {
-                        events.extend(engine::tool_finished(
-                            &session.state,
-                            &self.limits,
-                            &call_id,
-                            outcome,
-                            ms,
-                        ));
-                    }
-                    session.commit(events).await?;
-                }
+                Next::Wait => calls.settle(session, &self.limits).await?,
                 Next::Done => return Ok(()),
                 Next::CallExecutor { step } => {
                     return Err(RuntimeError::Internal(format!(
