@@ -2,15 +2,27 @@
 //! the checkpoint. Appends carry the sequence number the writer expects to follow, so two
 //! writers of one session cannot interleave: one wins, the other gets [`StoreError::Conflict`].
 
+mod any;
 mod memory;
+mod postgres;
+mod row;
+mod sqlite;
 
 use std::future::Future;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use weft_core::{Envelope, SessionStatus};
 
+pub use any::AnyStore;
 pub use memory::MemoryStore;
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+
+/// The version of the database schema this build writes and reads. A database whose schema is
+/// newer is refused with [`StoreError::NewerSchema`].
+pub const SCHEMA_VERSION: i64 = 1;
 
 /// A session to create.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -69,6 +81,51 @@ pub enum StoreError {
     Corrupt(String),
     #[error("{0}")]
     Backend(String),
+    /// A database query failed; `context` says what was being done.
+    #[error("{context}: {source}")]
+    Sql {
+        context: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The database server could not be reached.
+    #[error(
+        "cannot connect to {target}: {source}; check that the server is running and the URL is right"
+    )]
+    Unavailable {
+        /// What was being connected to, e.g. `PostgreSQL at 127.0.0.1:5432`.
+        target: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The file is not a SQLite database, or it is damaged.
+    #[error("{} is not a weft database or is corrupt: {reason}; move it aside or pass another --db", path.display())]
+    NotADatabase { path: PathBuf, reason: String },
+    /// A database that must already exist does not.
+    #[error("no database at {}; run a session first or pass --db", .0.display())]
+    NoDatabase(PathBuf),
+    /// The database was migrated by a newer build.
+    #[error(
+        "{place} was written by a newer weft (schema {found}, this build knows {known}); upgrade weft"
+    )]
+    NewerSchema {
+        place: String,
+        found: i64,
+        known: i64,
+    },
+    /// An event in the log has a version this build cannot read.
+    #[error(
+        "session {session}: event {seq} was written by a newer weft (event version {v}, this build reads up to {known}); upgrade weft"
+    )]
+    NewerEvent {
+        session: String,
+        seq: u64,
+        v: u32,
+        known: u32,
+    },
+    /// A store specification (`--db`) that names no known store.
+    #[error("cannot use {spec:?} as a store: {reason}")]
+    BadSpec { spec: String, reason: String },
 }
 
 /// Where sessions live.
@@ -90,6 +147,8 @@ pub trait Store: Send + Sync + 'static {
         status: SessionStatus,
         now: i64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// A session's metadata.
+    fn get(&self, id: &str) -> impl Future<Output = Result<SessionRecord, StoreError>> + Send;
     /// A session's metadata and its whole log.
     fn load(
         &self,

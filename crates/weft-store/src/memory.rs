@@ -76,6 +76,13 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn get(&self, id: &str) -> Result<SessionRecord, StoreError> {
+        let map = self.lock()?;
+        map.get(id)
+            .map(|(r, _)| r.clone())
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))
+    }
+
     async fn load(&self, id: &str) -> Result<(SessionRecord, Vec<Envelope>), StoreError> {
         let map = self.lock()?;
         map.get(id)

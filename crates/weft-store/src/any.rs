@@ -1,0 +1,185 @@
+//! One store type for whichever backend a `--db` specification names.
+
+use weft_core::{Envelope, SessionStatus};
+
+use crate::{
+    ListFilter, MemoryStore, NewSession, PgStore, SessionRecord, SqliteStore, Store, StoreError,
+};
+
+/// A SQLite, PostgreSQL or in-memory store, chosen at run time.
+#[derive(Debug)]
+pub enum AnyStore {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+    Memory(MemoryStore),
+}
+
+/// What a store specification names.
+#[derive(Debug, PartialEq)]
+enum Spec<'a> {
+    Postgres(&'a str),
+    SqliteUrl(&'a str),
+    SqlitePath(&'a str),
+    Memory,
+}
+
+fn classify(spec: &str) -> Result<Spec<'_>, StoreError> {
+    let s = spec.trim();
+    if s.is_empty() {
+        return Err(StoreError::BadSpec {
+            spec: spec.to_owned(),
+            reason: "it is empty; give a file path, sqlite://PATH, postgres://... or memory:"
+                .into(),
+        });
+    }
+    let lower = s.to_ascii_lowercase();
+    Ok(
+        if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
+            Spec::Postgres(s)
+        } else if lower.starts_with("sqlite:") {
+            Spec::SqliteUrl(s)
+        } else if lower == "memory:" || lower == "memory" {
+            Spec::Memory
+        } else if let Some((scheme, _)) = s.split_once("://") {
+            return Err(StoreError::BadSpec {
+                spec: spec.to_owned(),
+                reason: format!(
+                    "weft has no {scheme:?} store; use a file path, sqlite://PATH, postgres://... or memory:"
+                ),
+            });
+        } else {
+            Spec::SqlitePath(s)
+        },
+    )
+}
+
+impl AnyStore {
+    /// Opens the store `spec` names: `postgres://...` or `postgresql://...` (PostgreSQL),
+    /// `sqlite://PATH` or a plain path (SQLite; the file is created when missing), or `memory:`.
+    pub async fn open(spec: &str) -> Result<Self, StoreError> {
+        Ok(match classify(spec)? {
+            Spec::Postgres(url) => Self::Postgres(PgStore::connect(url).await?),
+            Spec::SqliteUrl(url) => Self::Sqlite(SqliteStore::open_url(url).await?),
+            Spec::SqlitePath(path) => Self::Sqlite(SqliteStore::open(path).await?),
+            Spec::Memory => Self::Memory(MemoryStore::new()),
+        })
+    }
+
+    /// Like [`AnyStore::open`], but a SQLite file must already exist
+    /// ([`StoreError::NoDatabase`] otherwise). For commands that only read, such as listing.
+    pub async fn open_existing(spec: &str) -> Result<Self, StoreError> {
+        Ok(match classify(spec)? {
+            Spec::Postgres(url) => Self::Postgres(PgStore::connect(url).await?),
+            Spec::SqliteUrl(url) => {
+                Self::Sqlite(SqliteStore::open_existing(crate::sqlite::url_path(url)?).await?)
+            }
+            Spec::SqlitePath(path) => Self::Sqlite(SqliteStore::open_existing(path).await?),
+            Spec::Memory => Self::Memory(MemoryStore::new()),
+        })
+    }
+
+    /// The backend's name: `sqlite`, `postgres` or `memory`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Self::Sqlite(_) => "sqlite",
+            Self::Postgres(_) => "postgres",
+            Self::Memory(_) => "memory",
+        }
+    }
+}
+
+impl Store for AnyStore {
+    async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
+        match self {
+            Self::Sqlite(st) => st.create(s, now).await,
+            Self::Postgres(st) => st.create(s, now).await,
+            Self::Memory(st) => st.create(s, now).await,
+        }
+    }
+
+    async fn append(
+        &self,
+        id: &str,
+        expected_seq: u64,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        match self {
+            Self::Sqlite(st) => st.append(id, expected_seq, events, status, now).await,
+            Self::Postgres(st) => st.append(id, expected_seq, events, status, now).await,
+            Self::Memory(st) => st.append(id, expected_seq, events, status, now).await,
+        }
+    }
+
+    async fn get(&self, id: &str) -> Result<SessionRecord, StoreError> {
+        match self {
+            Self::Sqlite(st) => st.get(id).await,
+            Self::Postgres(st) => st.get(id).await,
+            Self::Memory(st) => st.get(id).await,
+        }
+    }
+
+    async fn load(&self, id: &str) -> Result<(SessionRecord, Vec<Envelope>), StoreError> {
+        match self {
+            Self::Sqlite(st) => st.load(id).await,
+            Self::Postgres(st) => st.load(id).await,
+            Self::Memory(st) => st.load(id).await,
+        }
+    }
+
+    async fn events_after(&self, id: &str, after_seq: u64) -> Result<Vec<Envelope>, StoreError> {
+        match self {
+            Self::Sqlite(st) => st.events_after(id, after_seq).await,
+            Self::Postgres(st) => st.events_after(id, after_seq).await,
+            Self::Memory(st) => st.events_after(id, after_seq).await,
+        }
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<SessionRecord>, StoreError> {
+        match self {
+            Self::Sqlite(st) => st.list(filter).await,
+            Self::Postgres(st) => st.list(filter).await,
+            Self::Memory(st) => st.list(filter).await,
+        }
+    }
+
+    async fn prune(&self, before: i64) -> Result<u64, StoreError> {
+        match self {
+            Self::Sqlite(st) => st.prune(before).await,
+            Self::Postgres(st) => st.prune(before).await,
+            Self::Memory(st) => st.prune(before).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_choose_backends_by_prefix() {
+        assert_eq!(
+            classify("postgres://u@h/db").unwrap(),
+            Spec::Postgres("postgres://u@h/db")
+        );
+        assert_eq!(
+            classify("postgresql://h/db").unwrap(),
+            Spec::Postgres("postgresql://h/db")
+        );
+        assert_eq!(
+            classify("sqlite://x.db").unwrap(),
+            Spec::SqliteUrl("sqlite://x.db")
+        );
+        assert_eq!(
+            classify(".weft/weft.db").unwrap(),
+            Spec::SqlitePath(".weft/weft.db")
+        );
+        assert_eq!(classify("memory:").unwrap(), Spec::Memory);
+        assert!(matches!(
+            classify("mysql://h/db"),
+            Err(StoreError::BadSpec { .. })
+        ));
+        assert!(matches!(classify("  "), Err(StoreError::BadSpec { .. })));
+    }
+}

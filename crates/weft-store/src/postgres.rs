@@ -1,0 +1,421 @@
+//! Sessions in PostgreSQL, for many weft processes sharing one database.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Connection, Row};
+use weft_core::{Envelope, SessionStatus};
+
+use crate::row::{self, SessionCols};
+use crate::{
+    ListFilter, NewSession, SCHEMA_VERSION, SessionRecord, Store, StoreError, check_batch,
+};
+
+/// The schema migrations, in order: (version, SQL).
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../migrations/postgres/0001_init.sql"))];
+
+/// How long to wait for the server to answer before giving up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The advisory lock held while migrating, so that processes starting together do not race.
+const MIGRATION_LOCK: i64 = 0x7765_6674_5f6d_6967; // "weft_mig"
+
+const SESSION_COLS: &str = "id, user_id, agent, reference_id, metadata, parent_id, status, \
+                            created_at, updated_at, last_seq";
+
+/// A store in a PostgreSQL database.
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    pool: PgPool,
+    /// `PostgreSQL at host:port`, for messages.
+    target: String,
+}
+
+impl PgStore {
+    /// Connects to `postgres://...` and brings the schema up to date. Fails after about five
+    /// seconds when the server does not answer.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(parse(url)?).await
+    }
+
+    /// Like [`PgStore::connect`], but keeps weft's tables in `schema` (created when missing),
+    /// e.g. to give each tenant or test its own tables in one database. `schema` must be letters,
+    /// digits and underscores.
+    pub async fn connect_in_schema(url: &str, schema: &str) -> Result<Self, StoreError> {
+        if schema.is_empty()
+            || !schema
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(StoreError::BadSpec {
+                spec: schema.to_owned(),
+                reason: "a schema name must be letters, digits and underscores".into(),
+            });
+        }
+        let opts = parse(url)?;
+        let target = target(&opts);
+        let mut conn = open_conn(&opts, &target).await?;
+        sqlx::raw_sql(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+            .execute(&mut conn)
+            .await
+            .map_err(|e| StoreError::Sql {
+                context: format!("cannot create the schema {schema} ({target})"),
+                source: e,
+            })?;
+        let _ = conn.close().await;
+        Self::connect_with(opts.options([("search_path", schema)])).await
+    }
+
+    /// Connects with options built by the caller.
+    pub async fn connect_with(opts: PgConnectOptions) -> Result<Self, StoreError> {
+        let target = target(&opts);
+        let mut conn = open_conn(&opts, &target).await?;
+        migrate(&mut conn, &target).await?;
+        let _ = conn.close().await;
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(CONNECT_TIMEOUT)
+            .connect_lazy_with(opts);
+        Ok(Self { pool, target })
+    }
+
+    /// Closes every connection; later calls fail.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    fn err(&self, context: &str, e: sqlx::Error) -> StoreError {
+        match e {
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
+                StoreError::Unavailable {
+                    target: self.target.clone(),
+                    source: e,
+                }
+            }
+            e => StoreError::Sql {
+                context: format!("{context} ({})", self.target),
+                source: e,
+            },
+        }
+    }
+
+    fn session(&self, r: &PgRow) -> Result<SessionRecord, StoreError> {
+        let ctx = "cannot read a session row";
+        SessionCols {
+            id: r.try_get(0).map_err(|e| self.err(ctx, e))?,
+            user_id: r.try_get(1).map_err(|e| self.err(ctx, e))?,
+            agent: r.try_get(2).map_err(|e| self.err(ctx, e))?,
+            reference_id: r.try_get(3).map_err(|e| self.err(ctx, e))?,
+            metadata: r.try_get::<Value, _>(4).map_err(|e| self.err(ctx, e))?,
+            parent_id: r.try_get(5).map_err(|e| self.err(ctx, e))?,
+            status: r.try_get(6).map_err(|e| self.err(ctx, e))?,
+            created_at: r.try_get(7).map_err(|e| self.err(ctx, e))?,
+            updated_at: r.try_get(8).map_err(|e| self.err(ctx, e))?,
+            last_seq: r.try_get(9).map_err(|e| self.err(ctx, e))?,
+        }
+        .into_record()
+    }
+
+    async fn read_events(
+        &self,
+        id: &str,
+        after: u64,
+        last: u64,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let ctx = || format!("cannot read the events of session {id}");
+        let rows = sqlx::query(
+            "SELECT seq, ts, v, type, payload FROM events \
+             WHERE session_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq",
+        )
+        .bind(id)
+        .bind(row::to_i64("sequence number", after)?)
+        .bind(row::to_i64("sequence number", last)?)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        let mut log = Vec::with_capacity(rows.len());
+        for r in rows {
+            let seq: i64 = r.try_get(0).map_err(|e| self.err(&ctx(), e))?;
+            let ts: i64 = r.try_get(1).map_err(|e| self.err(&ctx(), e))?;
+            let v: i32 = r.try_get(2).map_err(|e| self.err(&ctx(), e))?;
+            let kind: String = r.try_get(3).map_err(|e| self.err(&ctx(), e))?;
+            let payload: Value = r.try_get(4).map_err(|e| self.err(&ctx(), e))?;
+            log.push(row::decode(id, seq, ts, i64::from(v), &kind, payload)?);
+        }
+        row::check_contiguous(id, after, last, &log)?;
+        Ok(log)
+    }
+}
+
+impl Store for PgStore {
+    async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
+        let res = sqlx::query(
+            "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
+             created_at, updated_at, last_seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, 0)",
+        )
+        .bind(&s.id)
+        .bind(&s.user_id)
+        .bind(&s.agent)
+        .bind(&s.reference_id)
+        .bind(&s.metadata)
+        .bind(&s.parent_id)
+        .bind(SessionStatus::Running.as_str())
+        .bind(now)
+        .execute(&self.pool)
+        .await;
+        match res {
+            Ok(_) => Ok(SessionRecord {
+                id: s.id,
+                user_id: s.user_id,
+                agent: s.agent,
+                reference_id: s.reference_id,
+                metadata: s.metadata,
+                parent_id: s.parent_id,
+                status: SessionStatus::Running,
+                created_at: now,
+                updated_at: now,
+                last_seq: 0,
+            }),
+            Err(e) if is_unique_violation(&e) => Err(StoreError::Exists(s.id)),
+            Err(e) => Err(self.err(&format!("cannot create session {}", s.id), e)),
+        }
+    }
+
+    async fn append(
+        &self,
+        id: &str,
+        expected_seq: u64,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        check_batch(id, expected_seq, events)?;
+        let mut seqs = Vec::with_capacity(events.len());
+        let mut tss = Vec::with_capacity(events.len());
+        let mut vs = Vec::with_capacity(events.len());
+        let mut kinds = Vec::with_capacity(events.len());
+        let mut payloads = Vec::with_capacity(events.len());
+        for e in events {
+            let r = row::encode(id, e)?;
+            seqs.push(r.seq);
+            tss.push(r.ts);
+            vs.push(r.v);
+            kinds.push(r.kind);
+            payloads.push(r.payload);
+        }
+        let expected = row::to_i64("sequence number", expected_seq)?;
+        let last = row::to_i64("sequence number", expected_seq + events.len() as u64)?;
+        let ctx = || format!("cannot append to session {id}");
+        let mut tx = self.pool.begin().await.map_err(|e| self.err(&ctx(), e))?;
+        let updated = sqlx::query(
+            "UPDATE sessions SET last_seq = $1, status = $2, updated_at = $3 \
+             WHERE id = $4 AND last_seq = $5",
+        )
+        .bind(last)
+        .bind(status.as_str())
+        .bind(now)
+        .bind(id)
+        .bind(expected)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        if updated.rows_affected() == 0 {
+            let actual: Option<i64> =
+                sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(|e| self.err(&ctx(), e))?;
+            return Err(match actual {
+                None => StoreError::NotFound(id.to_owned()),
+                Some(a) => StoreError::Conflict {
+                    session: id.to_owned(),
+                    expected: expected_seq,
+                    actual: u64::try_from(a).unwrap_or_default(),
+                },
+            });
+        }
+        if !events.is_empty() {
+            sqlx::query(
+                "INSERT INTO events (session_id, seq, ts, v, type, payload) \
+                 SELECT $1, u.seq, u.ts, u.v, u.type, u.payload::jsonb \
+                 FROM UNNEST($2::int8[], $3::int8[], $4::int4[], $5::text[], $6::text[]) \
+                 AS u(seq, ts, v, type, payload)",
+            )
+            .bind(id)
+            .bind(&seqs)
+            .bind(&tss)
+            .bind(&vs)
+            .bind(&kinds)
+            .bind(&payloads)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| {
+                if is_unique_violation(&e) {
+                    StoreError::Conflict {
+                        session: id.to_owned(),
+                        expected: expected_seq,
+                        actual: expected_seq + events.len() as u64,
+                    }
+                } else {
+                    self.err(&ctx(), e)
+                }
+            })?;
+        }
+        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
+        Ok(())
+    }
+
+    async fn get(&self, id: &str) -> Result<SessionRecord, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {SESSION_COLS} FROM sessions WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.err(&format!("cannot read session {id}"), e))?;
+        match row {
+            Some(r) => self.session(&r),
+            None => Err(StoreError::NotFound(id.to_owned())),
+        }
+    }
+
+    async fn load(&self, id: &str) -> Result<(SessionRecord, Vec<Envelope>), StoreError> {
+        let rec = self.get(id).await?;
+        let log = self.read_events(id, 0, rec.last_seq).await?;
+        Ok((rec, log))
+    }
+
+    async fn events_after(&self, id: &str, after_seq: u64) -> Result<Vec<Envelope>, StoreError> {
+        let rec = self.get(id).await?;
+        if after_seq >= rec.last_seq {
+            return Ok(Vec::new());
+        }
+        self.read_events(id, after_seq, rec.last_seq).await
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<SessionRecord>, StoreError> {
+        let mut sql = format!("SELECT {SESSION_COLS} FROM sessions");
+        let mut conds = Vec::new();
+        if filter.user_id.is_some() {
+            conds.push(format!("user_id = ${}", conds.len() + 1));
+        }
+        if filter.status.is_some() {
+            conds.push(format!("status = ${}", conds.len() + 1));
+        }
+        if !conds.is_empty() {
+            sql.push_str(" WHERE ");
+            sql.push_str(&conds.join(" AND "));
+        }
+        sql.push_str(&format!(
+            " ORDER BY updated_at DESC, id DESC LIMIT ${}",
+            conds.len() + 1
+        ));
+        let mut q = sqlx::query(&sql);
+        if let Some(u) = &filter.user_id {
+            q = q.bind(u);
+        }
+        if let Some(s) = filter.status {
+            q = q.bind(s.as_str());
+        }
+        let limit: Option<i64> = filter.limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let rows = q
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.err("cannot list sessions", e))?;
+        rows.iter().map(|r| self.session(r)).collect()
+    }
+
+    async fn prune(&self, before: i64) -> Result<u64, StoreError> {
+        let res = sqlx::query("DELETE FROM sessions WHERE updated_at < $1")
+            .bind(before)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.err("cannot prune sessions", e))?;
+        Ok(res.rows_affected())
+    }
+}
+
+fn parse(url: &str) -> Result<PgConnectOptions, StoreError> {
+    PgConnectOptions::from_str(url).map_err(|e| StoreError::BadSpec {
+        spec: url.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+fn target(opts: &PgConnectOptions) -> String {
+    format!("PostgreSQL at {}:{}", opts.get_host(), opts.get_port())
+}
+
+/// One connection, or [`StoreError::Unavailable`] with the reason (refused, timed out, ...).
+async fn open_conn(opts: &PgConnectOptions, target: &str) -> Result<PgConnection, StoreError> {
+    let unavailable = |source| StoreError::Unavailable {
+        target: target.to_owned(),
+        source,
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(opts)).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(unavailable(e)),
+        Err(_) => Err(unavailable(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {} seconds", CONNECT_TIMEOUT.as_secs()),
+        )))),
+    }
+}
+
+async fn migrate(conn: &mut PgConnection, target: &str) -> Result<(), StoreError> {
+    let sql_err = |context: String| {
+        let target = target.to_owned();
+        move |source| StoreError::Sql {
+            context: format!("{context} ({target})"),
+            source,
+        }
+    };
+    let ctx = || "cannot bring the database schema up to date".to_owned();
+    let mut tx = conn.begin().await.map_err(sql_err(ctx()))?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_err(ctx()))?;
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS weft_schema (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL)",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(sql_err(ctx()))?;
+    let current: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM weft_schema")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(sql_err(ctx()))?;
+    if current > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            place: format!("the database ({target})"),
+            found: current,
+            known: SCHEMA_VERSION,
+        });
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+        sqlx::raw_sql(sql)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql_err(format!("cannot apply schema migration {version}")))?;
+        sqlx::query(
+            "INSERT INTO weft_schema (version, applied_at) \
+             VALUES ($1, (EXTRACT(EPOCH FROM now()) * 1000)::bigint)",
+        )
+        .bind(version)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_err(ctx()))?;
+    }
+    tx.commit().await.map_err(sql_err(ctx()))?;
+    Ok(())
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+}

@@ -1,0 +1,252 @@
+//! Turning envelopes into rows and back, shared by the SQL stores.
+//!
+//! A stored event is the columns `seq`, `ts`, `v` and `type`, plus a payload: the event's JSON
+//! object without those four keys, written compactly.
+
+use serde_json::{Map, Value};
+use weft_core::{EVENT_VERSION, Envelope, SessionStatus};
+
+use crate::{SessionRecord, StoreError};
+
+/// An envelope ready to be written.
+pub(crate) struct EventRow {
+    pub seq: i64,
+    pub ts: i64,
+    pub v: i32,
+    pub kind: &'static str,
+    pub payload: String,
+}
+
+pub(crate) fn to_i64(what: &str, n: u64) -> Result<i64, StoreError> {
+    i64::try_from(n).map_err(|_| StoreError::Backend(format!("{what} {n} is too large to store")))
+}
+
+pub(crate) fn encode(session: &str, e: &Envelope) -> Result<EventRow, StoreError> {
+    let value = serde_json::to_value(&e.event).map_err(|err| {
+        StoreError::Backend(format!(
+            "session {session}: cannot encode event {} as JSON: {err}",
+            e.seq
+        ))
+    })?;
+    let mut obj = match value {
+        Value::Object(m) => m,
+        other => {
+            return Err(StoreError::Backend(format!(
+                "session {session}: event {} did not encode as a JSON object but as {other}",
+                e.seq
+            )));
+        }
+    };
+    obj.shift_remove("type");
+    let payload = serde_json::to_string(&obj).map_err(|err| {
+        StoreError::Backend(format!(
+            "session {session}: cannot encode event {}: {err}",
+            e.seq
+        ))
+    })?;
+    Ok(EventRow {
+        seq: to_i64("sequence number", e.seq)?,
+        ts: e.ts,
+        v: i32::try_from(e.v).map_err(|_| {
+            StoreError::Backend(format!(
+                "session {session}: event {} has version {} which is too large to store",
+                e.seq, e.v
+            ))
+        })?,
+        kind: e.event.kind(),
+        payload,
+    })
+}
+
+/// Rebuilds an envelope from its columns. `payload` is the stored JSON object.
+pub(crate) fn decode(
+    session: &str,
+    seq: i64,
+    ts: i64,
+    v: i64,
+    kind: &str,
+    payload: Value,
+) -> Result<Envelope, StoreError> {
+    let corrupt =
+        |why: String| StoreError::Corrupt(format!("session {session}, event {seq}: {why}"));
+    let useq = u64::try_from(seq).map_err(|_| corrupt("negative sequence number".into()))?;
+    let uv = u32::try_from(v).map_err(|_| corrupt(format!("bad event version {v}")))?;
+    if uv > EVENT_VERSION {
+        return Err(StoreError::NewerEvent {
+            session: session.to_owned(),
+            seq: useq,
+            v: uv,
+            known: EVENT_VERSION,
+        });
+    }
+    let Value::Object(fields) = payload else {
+        return Err(corrupt(format!(
+            "the payload is not a JSON object but {payload}"
+        )));
+    };
+    let mut obj = Map::with_capacity(fields.len() + 4);
+    obj.insert("seq".into(), Value::from(useq));
+    obj.insert("ts".into(), Value::from(ts));
+    obj.insert("v".into(), Value::from(uv));
+    obj.insert("type".into(), Value::from(kind));
+    for (k, val) in fields {
+        obj.entry(k).or_insert(val);
+    }
+    serde_json::from_value(Value::Object(obj))
+        .map_err(|err| corrupt(format!("cannot decode the {kind:?} event: {err}")))
+}
+
+/// Parses a payload stored as text.
+pub(crate) fn parse_payload(session: &str, seq: i64, text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|err| {
+        StoreError::Corrupt(format!(
+            "session {session}, event {seq}: the payload is not valid JSON: {err}"
+        ))
+    })
+}
+
+/// Checks that a log read back runs without gaps from `after + 1` to `last`.
+pub(crate) fn check_contiguous(
+    session: &str,
+    after: u64,
+    last: u64,
+    log: &[Envelope],
+) -> Result<(), StoreError> {
+    for (k, e) in log.iter().enumerate() {
+        let want = after + 1 + k as u64;
+        if e.seq != want {
+            return Err(StoreError::Corrupt(format!(
+                "session {session}: event {want} is missing from the log (found {} in its place)",
+                e.seq
+            )));
+        }
+    }
+    let got = after + log.len() as u64;
+    if got < last {
+        return Err(StoreError::Corrupt(format!(
+            "session {session}: the log ends at event {got} but the session records {last} events"
+        )));
+    }
+    Ok(())
+}
+
+/// The columns of a `sessions` row, as read by either SQL store.
+pub(crate) struct SessionCols {
+    pub id: String,
+    pub user_id: Option<String>,
+    pub agent: String,
+    pub reference_id: Option<String>,
+    pub metadata: Value,
+    pub parent_id: Option<String>,
+    pub status: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub last_seq: i64,
+}
+
+impl SessionCols {
+    pub fn into_record(self) -> Result<SessionRecord, StoreError> {
+        let status = SessionStatus::parse(&self.status).ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "session {}: unknown status {:?}",
+                self.id, self.status
+            ))
+        })?;
+        let last_seq = u64::try_from(self.last_seq).map_err(|_| {
+            StoreError::Corrupt(format!(
+                "session {}: negative last sequence number {}",
+                self.id, self.last_seq
+            ))
+        })?;
+        Ok(SessionRecord {
+            id: self.id,
+            user_id: self.user_id,
+            agent: self.agent,
+            reference_id: self.reference_id,
+            metadata: self.metadata,
+            parent_id: self.parent_id,
+            status,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            last_seq,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use weft_core::{Event, ToolOutcome};
+
+    #[test]
+    fn encode_then_decode_gives_the_envelope_back() {
+        let e = Envelope {
+            seq: 7,
+            ts: 123,
+            v: EVENT_VERSION,
+            event: Event::ToolCallFinished {
+                call_id: "c1".into(),
+                outcome: ToolOutcome::Ok {
+                    output: json!({"seq": "not the envelope's", "x": [1, 2]}),
+                },
+                duration_ms: 5,
+            },
+        };
+        let row = encode("s", &e).unwrap();
+        assert_eq!(row.kind, "tool_call_finished");
+        assert!(!row.payload.contains("\"type\""));
+        assert!(!row.payload.contains(": ") && !row.payload.contains(", "));
+        let back = decode(
+            "s",
+            row.seq,
+            row.ts,
+            i64::from(row.v),
+            row.kind,
+            parse_payload("s", row.seq, &row.payload).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(back, e);
+    }
+
+    #[test]
+    fn newer_event_versions_are_refused() {
+        let err = decode(
+            "s",
+            1,
+            0,
+            i64::from(EVENT_VERSION) + 1,
+            "wave_finished",
+            json!({"wave": 1}),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, StoreError::NewerEvent { seq: 1, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("newer weft"));
+    }
+
+    #[test]
+    fn undecodable_payloads_name_session_and_seq() {
+        let err = decode("abc", 4, 0, 1, "wave_finished", json!({"wave": "x"})).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, StoreError::Corrupt(_)));
+        assert!(msg.contains("session abc, event 4"), "{msg}");
+        let err = parse_payload("abc", 5, "{not json").unwrap_err();
+        assert!(err.to_string().contains("session abc, event 5"));
+    }
+
+    #[test]
+    fn gaps_in_a_log_are_reported() {
+        let ev = |seq| Envelope {
+            seq,
+            ts: 0,
+            v: 1,
+            event: Event::WaveFinished { wave: 1 },
+        };
+        assert!(check_contiguous("s", 0, 2, &[ev(1), ev(2)]).is_ok());
+        assert!(check_contiguous("s", 0, 3, &[ev(1), ev(3)]).is_err());
+        assert!(check_contiguous("s", 0, 3, &[ev(1), ev(2)]).is_err());
+    }
+}

@@ -1,0 +1,561 @@
+//! Sessions in a SQLite file: WAL journal, `synchronous=NORMAL`, a busy timeout and foreign
+//! keys. The default store of a single weft process.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::Row;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use weft_core::{Envelope, SessionStatus};
+
+use crate::row::{self, SessionCols};
+use crate::{
+    ListFilter, NewSession, SCHEMA_VERSION, SessionRecord, Store, StoreError, check_batch,
+};
+
+/// The schema migrations, in order: (version, SQL).
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../migrations/sqlite/0001_init.sql"))];
+
+/// How long a writer waits for another writer's lock before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+const SESSION_COLS: &str = "id, user_id, agent, reference_id, metadata, parent_id, status, \
+                            created_at, updated_at, last_seq";
+
+/// SQLite's primary result codes that mean the file is not a usable database.
+const SQLITE_CORRUPT: i32 = 11;
+const SQLITE_NOTADB: i32 = 26;
+
+/// A store in one SQLite file.
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    path: PathBuf,
+}
+
+impl SqliteStore {
+    /// Opens the database at `path`, creating the file (and its parent directories) when it is
+    /// missing, and brings its schema up to date.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        if let Some(parent) = path.parent()
+            && !parent.as_os_str().is_empty()
+        {
+            tokio::fs::create_dir_all(parent).await.map_err(|e| {
+                StoreError::Backend(format!(
+                    "cannot create the directory {} for the database: {e}",
+                    parent.display()
+                ))
+            })?;
+        }
+        Self::open_inner(path, true).await
+    }
+
+    /// Opens a database that must already exist, e.g. to list sessions; a missing file is
+    /// [`StoreError::NoDatabase`] rather than a new, empty database.
+    pub async fn open_existing(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        match tokio::fs::try_exists(path).await {
+            Ok(true) => Self::open_inner(path, false).await,
+            Ok(false) => Err(StoreError::NoDatabase(path.to_owned())),
+            Err(e) => Err(StoreError::Backend(format!(
+                "cannot look for the database {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// Opens a `sqlite://PATH` URL (created when missing, like [`SqliteStore::open`]).
+    pub async fn open_url(url: &str) -> Result<Self, StoreError> {
+        Self::open(url_path(url)?).await
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Copies the write-ahead log into the database file and empties the log
+    /// (`PRAGMA wal_checkpoint(TRUNCATE)`).
+    pub async fn checkpoint(&self) -> Result<(), StoreError> {
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.err("cannot checkpoint the write-ahead log", e))?;
+        Ok(())
+    }
+
+    /// Closes every connection; later calls fail.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    async fn open_inner(path: &Path, create: bool) -> Result<Self, StoreError> {
+        check_header(path).await?;
+        let opts = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(create)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true);
+        let store_path = path.to_owned();
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts)
+            .await
+            .map_err(|e| open_err(path, e))?;
+        let store = Self {
+            pool,
+            path: store_path,
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let ctx = "cannot bring the database schema up to date";
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| self.err(ctx, e))?;
+        let has_table: Option<String> = sqlx::query_scalar(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'weft_schema'",
+        )
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| self.err(ctx, e))?;
+        let current: i64 = if has_table.is_some() {
+            sqlx::query_scalar::<_, Option<i64>>("SELECT MAX(version) FROM weft_schema")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| self.err(ctx, e))?
+                .unwrap_or(0)
+        } else {
+            let others: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+            )
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| self.err(ctx, e))?;
+            if others > 0 {
+                return Err(StoreError::NotADatabase {
+                    path: self.path.clone(),
+                    reason: format!(
+                        "it is a SQLite database with {others} tables of another program"
+                    ),
+                });
+            }
+            sqlx::raw_sql(
+                "CREATE TABLE weft_schema (version INTEGER NOT NULL PRIMARY KEY, applied_at INTEGER NOT NULL)",
+            )
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| self.err(ctx, e))?;
+            0
+        };
+        if current > SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema {
+                place: self.path.display().to_string(),
+                found: current,
+                known: SCHEMA_VERSION,
+            });
+        }
+        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+            sqlx::raw_sql(sql)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.err(&format!("cannot apply schema migration {version}"), e))?;
+            sqlx::query("INSERT INTO weft_schema (version, applied_at) VALUES (?, strftime('%s','now') * 1000)")
+                .bind(version)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.err(ctx, e))?;
+        }
+        tx.commit().await.map_err(|e| self.err(ctx, e))?;
+        Ok(())
+    }
+
+    fn err(&self, context: &str, e: sqlx::Error) -> StoreError {
+        if let Some(reason) = corruption(&e) {
+            return StoreError::NotADatabase {
+                path: self.path.clone(),
+                reason,
+            };
+        }
+        StoreError::Sql {
+            context: format!("{} ({})", context, self.path.display()),
+            source: e,
+        }
+    }
+
+    async fn read_events(
+        &self,
+        id: &str,
+        after: u64,
+        last: u64,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let ctx = || format!("cannot read the events of session {id}");
+        let rows = sqlx::query(
+            "SELECT seq, ts, v, type, payload FROM events \
+             WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+        )
+        .bind(id)
+        .bind(row::to_i64("sequence number", after)?)
+        .bind(row::to_i64("sequence number", last)?)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        let mut log = Vec::with_capacity(rows.len());
+        for r in rows {
+            let seq: i64 = r.try_get(0).map_err(|e| self.err(&ctx(), e))?;
+            let ts: i64 = r.try_get(1).map_err(|e| self.err(&ctx(), e))?;
+            let v: i64 = r.try_get(2).map_err(|e| self.err(&ctx(), e))?;
+            let kind: String = r.try_get(3).map_err(|e| self.err(&ctx(), e))?;
+            let payload: String = r.try_get(4).map_err(|e| self.err(&ctx(), e))?;
+            let payload = row::parse_payload(id, seq, &payload)?;
+            log.push(row::decode(id, seq, ts, v, &kind, payload)?);
+        }
+        row::check_contiguous(id, after, last, &log)?;
+        Ok(log)
+    }
+
+    fn session(&self, r: &SqliteRow) -> Result<SessionRecord, StoreError> {
+        let ctx = "cannot read a session row";
+        let id: String = r.try_get(0).map_err(|e| self.err(ctx, e))?;
+        let metadata: String = r.try_get(4).map_err(|e| self.err(ctx, e))?;
+        let metadata = serde_json::from_str(&metadata).map_err(|e| {
+            StoreError::Corrupt(format!("session {id}: the metadata is not valid JSON: {e}"))
+        })?;
+        SessionCols {
+            user_id: r.try_get(1).map_err(|e| self.err(ctx, e))?,
+            agent: r.try_get(2).map_err(|e| self.err(ctx, e))?,
+            reference_id: r.try_get(3).map_err(|e| self.err(ctx, e))?,
+            metadata,
+            parent_id: r.try_get(5).map_err(|e| self.err(ctx, e))?,
+            status: r.try_get(6).map_err(|e| self.err(ctx, e))?,
+            created_at: r.try_get(7).map_err(|e| self.err(ctx, e))?,
+            updated_at: r.try_get(8).map_err(|e| self.err(ctx, e))?,
+            last_seq: r.try_get(9).map_err(|e| self.err(ctx, e))?,
+            id,
+        }
+        .into_record()
+    }
+}
+
+impl Store for SqliteStore {
+    async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
+        let metadata = serde_json::to_string(&s.metadata).map_err(|e| {
+            StoreError::Backend(format!("session {}: cannot encode the metadata: {e}", s.id))
+        })?;
+        let res = sqlx::query(
+            "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
+             created_at, updated_at, last_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
+        )
+        .bind(&s.id)
+        .bind(&s.user_id)
+        .bind(&s.agent)
+        .bind(&s.reference_id)
+        .bind(&metadata)
+        .bind(&s.parent_id)
+        .bind(SessionStatus::Running.as_str())
+        .bind(now)
+        .bind(now)
+        .execute(&self.pool)
+        .await;
+        match res {
+            Ok(_) => Ok(SessionRecord {
+                id: s.id,
+                user_id: s.user_id,
+                agent: s.agent,
+                reference_id: s.reference_id,
+                metadata: s.metadata,
+                parent_id: s.parent_id,
+                status: SessionStatus::Running,
+                created_at: now,
+                updated_at: now,
+                last_seq: 0,
+            }),
+            Err(e) if is_unique_violation(&e) => Err(StoreError::Exists(s.id)),
+            Err(e) => Err(self.err(&format!("cannot create session {}", s.id), e)),
+        }
+    }
+
+    async fn append(
+        &self,
+        id: &str,
+        expected_seq: u64,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        check_batch(id, expected_seq, events)?;
+        let rows = events
+            .iter()
+            .map(|e| row::encode(id, e))
+            .collect::<Result<Vec<_>, _>>()?;
+        let expected = row::to_i64("sequence number", expected_seq)?;
+        let last = row::to_i64("sequence number", expected_seq + events.len() as u64)?;
+        let ctx = || format!("cannot append to session {id}");
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| self.err(&ctx(), e))?;
+        let updated = sqlx::query(
+            "UPDATE sessions SET last_seq = ?, status = ?, updated_at = ? WHERE id = ? AND last_seq = ?",
+        )
+        .bind(last)
+        .bind(status.as_str())
+        .bind(now)
+        .bind(id)
+        .bind(expected)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        if updated.rows_affected() == 0 {
+            let actual: Option<i64> =
+                sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = ?")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(|e| self.err(&ctx(), e))?;
+            return Err(match actual {
+                None => StoreError::NotFound(id.to_owned()),
+                Some(a) => StoreError::Conflict {
+                    session: id.to_owned(),
+                    expected: expected_seq,
+                    actual: u64::try_from(a).unwrap_or_default(),
+                },
+            });
+        }
+        for r in &rows {
+            sqlx::query(
+                "INSERT INTO events (session_id, seq, ts, v, type, payload) VALUES (?, ?, ?, ?, ?, ?)",
+            )
+            .bind(id)
+            .bind(r.seq)
+            .bind(r.ts)
+            .bind(r.v)
+            .bind(r.kind)
+            .bind(&r.payload)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| {
+                if is_unique_violation(&e) {
+                    StoreError::Conflict {
+                        session: id.to_owned(),
+                        expected: expected_seq,
+                        actual: expected_seq + events.len() as u64,
+                    }
+                } else {
+                    self.err(&ctx(), e)
+                }
+            })?;
+        }
+        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
+        Ok(())
+    }
+
+    async fn get(&self, id: &str) -> Result<SessionRecord, StoreError> {
+        let row = sqlx::query(&format!("SELECT {SESSION_COLS} FROM sessions WHERE id = ?"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.err(&format!("cannot read session {id}"), e))?;
+        match row {
+            Some(r) => self.session(&r),
+            None => Err(StoreError::NotFound(id.to_owned())),
+        }
+    }
+
+    async fn load(&self, id: &str) -> Result<(SessionRecord, Vec<Envelope>), StoreError> {
+        let rec = self.get(id).await?;
+        let log = self.read_events(id, 0, rec.last_seq).await?;
+        Ok((rec, log))
+    }
+
+    async fn events_after(&self, id: &str, after_seq: u64) -> Result<Vec<Envelope>, StoreError> {
+        let rec = self.get(id).await?;
+        if after_seq >= rec.last_seq {
+            return Ok(Vec::new());
+        }
+        self.read_events(id, after_seq, rec.last_seq).await
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<SessionRecord>, StoreError> {
+        let mut sql = format!("SELECT {SESSION_COLS} FROM sessions");
+        let mut conds = Vec::new();
+        if filter.user_id.is_some() {
+            conds.push("user_id = ?");
+        }
+        if filter.status.is_some() {
+            conds.push("status = ?");
+        }
+        if !conds.is_empty() {
+            sql.push_str(" WHERE ");
+            sql.push_str(&conds.join(" AND "));
+        }
+        sql.push_str(" ORDER BY updated_at DESC, id DESC LIMIT ?");
+        let mut q = sqlx::query(&sql);
+        if let Some(u) = &filter.user_id {
+            q = q.bind(u);
+        }
+        if let Some(s) = filter.status {
+            q = q.bind(s.as_str());
+        }
+        let limit = filter
+            .limit
+            .map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+        let rows = q
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.err("cannot list sessions", e))?;
+        rows.iter().map(|r| self.session(r)).collect()
+    }
+
+    async fn prune(&self, before: i64) -> Result<u64, StoreError> {
+        let res = sqlx::query("DELETE FROM sessions WHERE updated_at < ?")
+            .bind(before)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.err("cannot prune sessions", e))?;
+        Ok(res.rows_affected())
+    }
+}
+
+/// The path in a `sqlite:` URL.
+pub(crate) fn url_path(url: &str) -> Result<PathBuf, StoreError> {
+    let bad = |reason: String| StoreError::BadSpec {
+        spec: url.to_owned(),
+        reason,
+    };
+    let opts = SqliteConnectOptions::from_str(url).map_err(|e| bad(e.to_string()))?;
+    let path = opts.get_filename();
+    if path.as_os_str().is_empty() || url.contains(":memory:") || url.contains("mode=memory") {
+        return Err(bad(
+            "it names no file; give a path like sqlite://.weft/weft.db, or use memory: for a store in memory"
+                .into(),
+        ));
+    }
+    Ok(path.to_owned())
+}
+
+/// Refuses files that are not SQLite databases, or that are shorter than their header says,
+/// before SQLite sees them.
+async fn check_header(path: &Path) -> Result<(), StoreError> {
+    use tokio::io::AsyncReadExt;
+    let cannot = |e: std::io::Error| {
+        StoreError::Backend(format!("cannot read the database {}: {e}", path.display()))
+    };
+    let mut file = match tokio::fs::File::open(path).await {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(cannot(e)),
+    };
+    let len = file.metadata().await.map_err(cannot)?.len();
+    let mut head = Vec::with_capacity(100);
+    (&mut file)
+        .take(100)
+        .read_to_end(&mut head)
+        .await
+        .map_err(cannot)?;
+    header_problem(&head, len).map_or(Ok(()), |reason| {
+        Err(StoreError::NotADatabase {
+            path: path.to_owned(),
+            reason,
+        })
+    })
+}
+
+/// What is wrong with a database file's header, if anything. An empty file is a new database.
+fn header_problem(bytes: &[u8], len: u64) -> Option<String> {
+    const MAGIC: &[u8] = b"SQLite format 3\0";
+    if len == 0 {
+        return None;
+    }
+    if bytes.len() < 100 || !bytes.starts_with(MAGIC) {
+        return Some("the file does not start with a SQLite header".into());
+    }
+    let be16 = |at: usize| u32::from(u16::from_be_bytes([bytes[at], bytes[at + 1]]));
+    let be32 =
+        |at: usize| u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let page_size = match be16(16) {
+        1 => 65536,
+        n if n.is_power_of_two() && (512..=32768).contains(&n) => n,
+        n => return Some(format!("the header gives an impossible page size {n}")),
+    };
+    let change_counter = be32(24);
+    let pages = be32(28);
+    let valid_for = be32(92);
+    if valid_for == change_counter && pages > 0 {
+        let want = u64::from(pages) * u64::from(page_size);
+        let have = len;
+        if have < want {
+            return Some(format!(
+                "the file is truncated: it is {have} bytes long but its header says {want}"
+            ));
+        }
+    }
+    None
+}
+
+fn corruption(e: &sqlx::Error) -> Option<String> {
+    let sqlx::Error::Database(db) = e else {
+        return None;
+    };
+    let code: i32 = db.code()?.parse().ok()?;
+    matches!(code & 0xff, SQLITE_CORRUPT | SQLITE_NOTADB).then(|| db.message().to_owned())
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+fn open_err(path: &Path, e: sqlx::Error) -> StoreError {
+    if let Some(reason) = corruption(&e) {
+        return StoreError::NotADatabase {
+            path: path.to_owned(),
+            reason,
+        };
+    }
+    StoreError::Sql {
+        context: format!("cannot open the database {}", path.display()),
+        source: e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_are_checked() {
+        assert_eq!(header_problem(b"", 0), None);
+        assert!(header_problem(b"garbage", 7).is_some());
+        let mut h = vec![0u8; 100];
+        h[..16].copy_from_slice(b"SQLite format 3\0");
+        h[16..18].copy_from_slice(&4096u16.to_be_bytes());
+        h[24..28].copy_from_slice(&7u32.to_be_bytes());
+        h[28..32].copy_from_slice(&2u32.to_be_bytes());
+        h[92..96].copy_from_slice(&7u32.to_be_bytes());
+        let short = header_problem(&h, 5000).unwrap_or_default();
+        assert!(short.contains("truncated"), "{short}");
+        assert_eq!(header_problem(&h, 8192), None);
+    }
+
+    #[test]
+    fn urls_name_files() {
+        assert_eq!(
+            url_path("sqlite://some/dir/w.db").unwrap(),
+            PathBuf::from("some/dir/w.db")
+        );
+        assert!(url_path("sqlite::memory:").is_err());
+    }
+}

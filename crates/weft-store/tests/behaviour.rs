@@ -1,0 +1,506 @@
+//! One behavioural suite for every store: memory, SQLite (a temporary file) and PostgreSQL
+//! (when `WEFT_TEST_POSTGRES_URL` is set; each test gets its own schema).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{Map, json};
+use weft_core::{
+    EVENT_VERSION, Envelope, Event, Plan, PlanStep, RunStatus, SessionStatus, ToolError,
+    ToolOutcome,
+};
+use weft_store::{ListFilter, NewSession, Store, StoreError};
+
+fn env(seq: u64, event: Event) -> Envelope {
+    Envelope {
+        seq,
+        ts: 1_700_000_000_000 + seq as i64,
+        v: EVENT_VERSION,
+        event,
+    }
+}
+
+fn new_session(id: &str, user: Option<&str>) -> NewSession {
+    NewSession {
+        id: id.into(),
+        user_id: user.map(str::to_owned),
+        agent: "researcher".into(),
+        reference_id: Some(format!("chat-{id}")),
+        metadata: json!({"tags": ["a", "b"], "n": 3}),
+        parent_id: None,
+    }
+}
+
+/// A log with one event of every kind.
+fn every_kind(from: u64) -> Vec<Envelope> {
+    let mut args = Map::new();
+    args.insert("q".into(), json!("{{ input.q }}"));
+    let plan = Plan {
+        steps: vec![PlanStep {
+            id: "s1".into(),
+            tool: Some("search".into()),
+            description: Some("look it up".into()),
+            category: None,
+            args,
+            output: None,
+            depends_on: vec![],
+            parallel: None,
+            when: None,
+        }],
+    };
+    let err = ToolError::new("timeout", "took too long")
+        .with_detail(json!({"after_ms": 30000}))
+        .retryable(true);
+    let events = vec![
+        Event::SessionStarted {
+            session_id: "x".into(),
+            agent: "researcher".into(),
+            input: json!({"q": "ünïcödé \"quoted\" \n newline"}),
+        },
+        Event::PlanAccepted { plan },
+        Event::WaveStarted {
+            wave: 1,
+            steps: vec!["s1".into()],
+        },
+        Event::StepStarted {
+            step: "s1".into(),
+            attempt: 1,
+        },
+        Event::ToolCallStarted {
+            call_id: "c1".into(),
+            step: Some("s1".into()),
+            tool: "search".into(),
+            args: json!({"q": "rust", "seq": 99, "type": "shadowed?"}),
+            attempt: 1,
+            idempotency_key: "x:s1:1".into(),
+        },
+        Event::ToolCallFinished {
+            call_id: "c1".into(),
+            outcome: ToolOutcome::Error { error: err.clone() },
+            duration_ms: 30001,
+        },
+        Event::StepRetrying {
+            step: "s1".into(),
+            attempt: 1,
+            error: err.clone(),
+            delay_ms: 250,
+        },
+        Event::ToolCallFinished {
+            call_id: "c2".into(),
+            outcome: ToolOutcome::Ok {
+                output: json!({"hits": [1, 2, 3], "big": 12345678901234i64, "f": 1.5}),
+            },
+            duration_ms: 12,
+        },
+        Event::StepCompleted {
+            step: "s1".into(),
+            output: json!({"hits": [1, 2, 3]}),
+        },
+        Event::StepFailed {
+            step: "s2".into(),
+            error: err,
+            handled: true,
+        },
+        Event::StepSkipped {
+            step: "s3".into(),
+            reason: "condition was false".into(),
+        },
+        Event::WaveFinished { wave: 1 },
+        Event::RunFinished {
+            status: RunStatus::Completed,
+            error: None,
+        },
+    ];
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(k, e)| env(from + k as u64, e))
+        .collect()
+}
+
+fn small_batch(from: u64, n: u64) -> Vec<Envelope> {
+    (0..n)
+        .map(|k| {
+            env(
+                from + k,
+                Event::WaveFinished {
+                    wave: (from + k) as u32,
+                },
+            )
+        })
+        .collect()
+}
+
+// ---- behaviours ----------------------------------------------------------------------------
+
+async fn round_trip<S: Store>(st: &Arc<S>) {
+    let rec = st
+        .create(new_session("rt", Some("u1")), 1000)
+        .await
+        .unwrap();
+    assert_eq!(rec.status, SessionStatus::Running);
+    assert_eq!(rec.last_seq, 0);
+    let log = every_kind(1);
+    st.append("rt", 0, &log[..5], SessionStatus::Running, 1001)
+        .await
+        .unwrap();
+    st.append("rt", 5, &log[5..], SessionStatus::Completed, 1002)
+        .await
+        .unwrap();
+    let (rec, back) = st.load("rt").await.unwrap();
+    assert_eq!(back, log);
+    assert_eq!(rec.last_seq, log.len() as u64);
+    assert_eq!(rec.agent, "researcher");
+    assert_eq!(rec.user_id.as_deref(), Some("u1"));
+    assert_eq!(rec.reference_id.as_deref(), Some("chat-rt"));
+    assert_eq!(rec.metadata, json!({"tags": ["a", "b"], "n": 3}));
+    assert_eq!(rec.created_at, 1000);
+    assert_eq!(st.get("rt").await.unwrap(), rec);
+    assert!(matches!(
+        st.create(new_session("rt", None), 5).await,
+        Err(StoreError::Exists(id)) if id == "rt"
+    ));
+    assert!(matches!(
+        st.load("nope").await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(st.get("nope").await, Err(StoreError::NotFound(_))));
+    assert!(matches!(
+        st.events_after("nope", 0).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        st.append("nope", 0, &small_batch(1, 1), SessionStatus::Running, 1)
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+async fn stale_append_conflicts<S: Store>(st: &Arc<S>) {
+    st.create(new_session("c", None), 1).await.unwrap();
+    st.append("c", 0, &small_batch(1, 3), SessionStatus::Running, 2)
+        .await
+        .unwrap();
+    let err = st
+        .append("c", 1, &small_batch(2, 2), SessionStatus::Failed, 3)
+        .await
+        .unwrap_err();
+    match err {
+        StoreError::Conflict {
+            session,
+            expected,
+            actual,
+        } => {
+            assert_eq!(session, "c");
+            assert_eq!(expected, 1);
+            assert_eq!(actual, 3);
+        }
+        other => panic!("expected a conflict, got {other}"),
+    }
+    let (rec, log) = st.load("c").await.unwrap();
+    assert_eq!(log, small_batch(1, 3));
+    assert_eq!(rec.last_seq, 3);
+    assert_eq!(rec.status, SessionStatus::Running);
+    assert_eq!(rec.updated_at, 2);
+}
+
+async fn concurrent_appenders<S: Store>(st: &Arc<S>) {
+    for round in 0..5u64 {
+        let id = format!("race{round}");
+        st.create(new_session(&id, None), 1).await.unwrap();
+        st.append(&id, 0, &small_batch(1, 2), SessionStatus::Running, 2)
+            .await
+            .unwrap();
+        let mut tasks = Vec::new();
+        for writer in 0..2i64 {
+            let st = Arc::clone(st);
+            let id = id.clone();
+            tasks.push(tokio::spawn(async move {
+                let batch: Vec<Envelope> = (3..7)
+                    .map(|s| {
+                        env(
+                            s,
+                            Event::StepStarted {
+                                step: format!("w{writer}"),
+                                attempt: 1,
+                            },
+                        )
+                    })
+                    .collect();
+                st.append(&id, 2, &batch, SessionStatus::Running, 10 + writer)
+                    .await
+                    .map(|()| writer)
+            }));
+        }
+        let mut winners = Vec::new();
+        let mut conflicts = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(w) => winners.push(w),
+                Err(StoreError::Conflict { actual, .. }) => {
+                    assert_eq!(actual, 6);
+                    conflicts += 1;
+                }
+                Err(e) => panic!("unexpected error: {e}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "exactly one writer wins");
+        assert_eq!(conflicts, 1);
+        let (rec, log) = st.load(&id).await.unwrap();
+        assert_eq!(rec.last_seq, 6);
+        assert_eq!(log.len(), 6);
+        let want = format!("w{}", winners[0]);
+        for e in &log[2..] {
+            assert!(matches!(&e.event, Event::StepStarted { step, .. } if *step == want));
+        }
+    }
+}
+
+async fn batches_are_atomic<S: Store>(st: &Arc<S>) {
+    st.create(new_session("atom", None), 1).await.unwrap();
+    st.append("atom", 0, &small_batch(1, 2), SessionStatus::Running, 2)
+        .await
+        .unwrap();
+    // Third event numbered 6 instead of 5.
+    let mut bad = small_batch(3, 3);
+    bad[2].seq = 6;
+    let err = st
+        .append("atom", 2, &bad, SessionStatus::Completed, 3)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+    let (rec, log) = st.load("atom").await.unwrap();
+    assert_eq!(log, small_batch(1, 2));
+    assert_eq!(rec.last_seq, 2);
+    assert_eq!(rec.status, SessionStatus::Running);
+    // The store still takes the right batch afterwards.
+    st.append("atom", 2, &small_batch(3, 3), SessionStatus::Completed, 4)
+        .await
+        .unwrap();
+    assert_eq!(st.load("atom").await.unwrap().1, small_batch(1, 5));
+}
+
+async fn list_filters_and_order<S: Store>(st: &Arc<S>) {
+    // (id, user, created, final status, updated)
+    let rows = [
+        ("l1", Some("ann"), 10, SessionStatus::Completed, 50),
+        ("l2", Some("bob"), 11, SessionStatus::Running, 40),
+        ("l3", Some("ann"), 12, SessionStatus::Failed, 60),
+        ("l4", None, 13, SessionStatus::WaitingForUser, 30),
+        ("l5", Some("ann"), 14, SessionStatus::Completed, 20),
+    ];
+    for (id, user, created, status, updated) in rows {
+        st.create(new_session(id, user), created).await.unwrap();
+        st.append(id, 0, &small_batch(1, 1), status, updated)
+            .await
+            .unwrap();
+    }
+    let ids = |v: Vec<weft_store::SessionRecord>| v.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    let all = st.list(&ListFilter::default()).await.unwrap();
+    assert_eq!(ids(all), ["l3", "l1", "l2", "l4", "l5"]);
+    let ann = st
+        .list(&ListFilter {
+            user_id: Some("ann".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(ann), ["l3", "l1", "l5"]);
+    let done = st
+        .list(&ListFilter {
+            status: Some(SessionStatus::Completed),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(done), ["l1", "l5"]);
+    let ann_done_one = st
+        .list(&ListFilter {
+            user_id: Some("ann".into()),
+            status: Some(SessionStatus::Completed),
+            limit: Some(1),
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(ann_done_one), ["l1"]);
+    let two = st
+        .list(&ListFilter {
+            limit: Some(2),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(two), ["l3", "l1"]);
+    let nobody = st
+        .list(&ListFilter {
+            user_id: Some("zed".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(nobody.is_empty());
+}
+
+async fn events_after_returns_the_tail<S: Store>(st: &Arc<S>) {
+    st.create(new_session("tail", None), 1).await.unwrap();
+    let log = every_kind(1);
+    st.append("tail", 0, &log, SessionStatus::Running, 2)
+        .await
+        .unwrap();
+    assert_eq!(st.events_after("tail", 0).await.unwrap(), log);
+    assert_eq!(st.events_after("tail", 10).await.unwrap(), log[10..]);
+    assert!(
+        st.events_after("tail", log.len() as u64)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(st.events_after("tail", 1000).await.unwrap().is_empty());
+}
+
+async fn prune_deletes_old_sessions<S: Store>(st: &Arc<S>) {
+    for (id, updated) in [("p1", 100), ("p2", 200), ("p3", 300)] {
+        st.create(new_session(id, None), 50).await.unwrap();
+        st.append(id, 0, &small_batch(1, 3), SessionStatus::Completed, updated)
+            .await
+            .unwrap();
+    }
+    assert_eq!(st.prune(100).await.unwrap(), 0);
+    assert_eq!(st.prune(250).await.unwrap(), 2);
+    let left = st.list(&ListFilter::default()).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].id, "p3");
+    assert!(matches!(st.load("p1").await, Err(StoreError::NotFound(_))));
+    // The id is free again, and no old events come back with it.
+    st.create(new_session("p1", None), 400).await.unwrap();
+    let (rec, log) = st.load("p1").await.unwrap();
+    assert!(log.is_empty());
+    assert_eq!(rec.last_seq, 0);
+    st.append("p1", 0, &small_batch(1, 1), SessionStatus::Running, 401)
+        .await
+        .unwrap();
+}
+
+async fn append_updates_status_and_time<S: Store>(st: &Arc<S>) {
+    st.create(new_session("st", None), 7).await.unwrap();
+    let r = st.get("st").await.unwrap();
+    assert_eq!(
+        (r.status, r.created_at, r.updated_at),
+        (SessionStatus::Running, 7, 7)
+    );
+    st.append(
+        "st",
+        0,
+        &small_batch(1, 1),
+        SessionStatus::WaitingForUser,
+        9,
+    )
+    .await
+    .unwrap();
+    let r = st.get("st").await.unwrap();
+    assert_eq!(
+        (r.status, r.created_at, r.updated_at, r.last_seq),
+        (SessionStatus::WaitingForUser, 7, 9, 1)
+    );
+    // An empty batch still records the status change.
+    st.append("st", 1, &[], SessionStatus::Failed, 12)
+        .await
+        .unwrap();
+    let r = st.get("st").await.unwrap();
+    assert_eq!(
+        (r.status, r.updated_at, r.last_seq),
+        (SessionStatus::Failed, 12, 1)
+    );
+}
+
+// ---- backends ------------------------------------------------------------------------------
+
+async fn sqlite_store() -> (tempfile::TempDir, weft_store::SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let st = weft_store::SqliteStore::open(dir.path().join("nested/dir/weft.db"))
+        .await
+        .unwrap();
+    (dir, st)
+}
+
+static SCHEMA_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A store in a fresh schema, or `None` (and a note) when no server is configured.
+async fn pg_store(test: &str) -> Option<(String, String, weft_store::PgStore)> {
+    let Ok(url) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
+        println!("skipped: WEFT_TEST_POSTGRES_URL not set");
+        return None;
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let schema = format!(
+        "weft_test_{test}_{}_{}_{}",
+        std::process::id(),
+        nanos % 1_000_000_000,
+        SCHEMA_COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    let st = weft_store::PgStore::connect_in_schema(&url, &schema)
+        .await
+        .unwrap();
+    Some((url, schema, st))
+}
+
+async fn drop_schema(url: &str, schema: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::raw_sql(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+}
+
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(&std::sync::Arc::new(weft_store::MemoryStore::new())).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let (_dir, st) = super::sqlite_store().await;
+                    super::$name(&std::sync::Arc::new(st)).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some((url, schema, st)) = super::pg_store(stringify!($name)).await else {
+                        return;
+                    };
+                    let st = std::sync::Arc::new(st);
+                    super::$name(&st).await;
+                    st.close().await;
+                    super::drop_schema(&url, &schema).await;
+                }
+            )*
+        }
+    };
+}
+
+suite!(
+    round_trip,
+    stale_append_conflicts,
+    concurrent_appenders,
+    batches_are_atomic,
+    list_filters_and_order,
+    events_after_returns_the_tail,
+    prune_deletes_old_sessions,
+    append_updates_status_and_time,
+);
