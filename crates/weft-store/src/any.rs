@@ -1,5 +1,6 @@
 //! One store type for whichever backend a `--db` specification names.
 
+use serde_json::Value;
 use weft_core::{Envelope, SessionStatus};
 
 use crate::{
@@ -149,6 +150,36 @@ impl Store for AnyStore {
             Self::Sqlite(st) => st.prune(before).await,
             Self::Postgres(st) => st.prune(before).await,
             Self::Memory(st) => st.prune(before).await,
+        }
+    }
+
+    async fn fork(
+        &self,
+        from: &str,
+        at_seq: u64,
+        new: NewSession,
+        now: i64,
+    ) -> Result<SessionRecord, StoreError> {
+        match self {
+            Self::Sqlite(st) => st.fork(from, at_seq, new, now).await,
+            Self::Postgres(st) => st.fork(from, at_seq, new, now).await,
+            Self::Memory(st) => st.fork(from, at_seq, new, now).await,
+        }
+    }
+
+    async fn save_snapshot(&self, id: &str, seq: u64, state: &Value) -> Result<(), StoreError> {
+        match self {
+            Self::Sqlite(st) => st.save_snapshot(id, seq, state).await,
+            Self::Postgres(st) => st.save_snapshot(id, seq, state).await,
+            Self::Memory(st) => st.save_snapshot(id, seq, state).await,
+        }
+    }
+
+    async fn latest_snapshot(&self, id: &str) -> Result<Option<(u64, Value)>, StoreError> {
+        match self {
+            Self::Sqlite(st) => st.latest_snapshot(id).await,
+            Self::Postgres(st) => st.latest_snapshot(id).await,
+            Self::Memory(st) => st.latest_snapshot(id).await,
         }
     }
 }

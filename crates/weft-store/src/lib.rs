@@ -1,6 +1,17 @@
 //! Session stores. A session is a row of metadata and an append-only log of events; the log is
 //! the checkpoint. Appends carry the sequence number the writer expects to follow, so two
 //! writers of one session cannot interleave: one wins, the other gets [`StoreError::Conflict`].
+//!
+//! Backends: [`SqliteStore`] (one file, the default), [`PgStore`] (a PostgreSQL URL, for many
+//! processes) and [`MemoryStore`]; [`AnyStore::open`] picks one from a `--db` string. The SQL
+//! stores share one layout (`migrations/sqlite`, `migrations/postgres`), versioned in a
+//! `weft_schema` table and brought up to date when a store is opened:
+//!
+//! - `sessions(id, user_id, agent, reference_id, metadata, parent_id, status, created_at,
+//!   updated_at, last_seq)`, indexed for listing by update time, user and status;
+//! - `events(session_id, seq, ts, v, type, payload)` keyed by `(session_id, seq)`; `payload` is
+//!   the event's JSON object without the four keys that have their own columns;
+//! - `snapshots(session_id, seq, state)`.
 
 mod any;
 mod memory;
@@ -123,6 +134,13 @@ pub enum StoreError {
         v: u32,
         known: u32,
     },
+    /// A sequence number past the end of a session's log.
+    #[error("session {session} has no event {seq} (its log ends at event {last})")]
+    OutOfRange {
+        session: String,
+        seq: u64,
+        last: u64,
+    },
     /// A store specification (`--db`) that names no known store.
     #[error("cannot use {spec:?} as a store: {reason}")]
     BadSpec { spec: String, reason: String },
@@ -165,8 +183,32 @@ pub trait Store: Send + Sync + 'static {
         &self,
         filter: &ListFilter,
     ) -> impl Future<Output = Result<Vec<SessionRecord>, StoreError>> + Send;
-    /// Deletes sessions last updated before `before` (Unix ms); returns how many.
+    /// Deletes sessions last updated before `before` (Unix ms), with their events and
+    /// snapshots; returns how many sessions.
     fn prune(&self, before: i64) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// Starts a new session whose log is a copy of `from`'s first `at_seq` events (copied as they
+    /// are, `session_started` included), along with its snapshots up to `at_seq`. The new
+    /// session's `parent_id` is `from` unless `new` names another; its status is `running`.
+    fn fork(
+        &self,
+        from: &str,
+        at_seq: u64,
+        new: NewSession,
+        now: i64,
+    ) -> impl Future<Output = Result<SessionRecord, StoreError>> + Send;
+    /// Stores the session's state as it is after event `seq` (replacing a snapshot already
+    /// taken at `seq`). Snapshots only shorten loading: the log stays the truth.
+    fn save_snapshot(
+        &self,
+        id: &str,
+        seq: u64,
+        state: &Value,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// The most recent snapshot, as (seq, state); replay `events_after(seq)` on top of it.
+    fn latest_snapshot(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(u64, Value)>, StoreError>> + Send;
 }
 
 /// Checks that a batch is numbered to follow `expected_seq`.

@@ -1,13 +1,21 @@
 //! A store in memory, for tests and one-off runs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
+use serde_json::Value;
 use weft_core::{Envelope, SessionStatus};
 
 use crate::{ListFilter, NewSession, SessionRecord, Store, StoreError, check_batch};
 
-type Sessions = HashMap<String, (SessionRecord, Vec<Envelope>)>;
+#[derive(Debug)]
+struct Entry {
+    rec: SessionRecord,
+    log: Vec<Envelope>,
+    snapshots: BTreeMap<u64, Value>,
+}
+
+type Sessions = HashMap<String, Entry>;
 
 /// Sessions in memory; lost when the process ends.
 #[derive(Debug, Default)]
@@ -33,19 +41,15 @@ impl Store for MemoryStore {
         if map.contains_key(&s.id) {
             return Err(StoreError::Exists(s.id));
         }
-        let rec = SessionRecord {
-            id: s.id.clone(),
-            user_id: s.user_id,
-            agent: s.agent,
-            reference_id: s.reference_id,
-            metadata: s.metadata,
-            parent_id: s.parent_id,
-            status: SessionStatus::Running,
-            created_at: now,
-            updated_at: now,
-            last_seq: 0,
-        };
-        map.insert(s.id, (rec.clone(), Vec::new()));
+        let rec = crate::row::record(s, now, 0);
+        map.insert(
+            rec.id.clone(),
+            Entry {
+                rec: rec.clone(),
+                log: Vec::new(),
+                snapshots: BTreeMap::new(),
+            },
+        );
         Ok(rec)
     }
 
@@ -58,51 +62,56 @@ impl Store for MemoryStore {
         now: i64,
     ) -> Result<(), StoreError> {
         let mut map = self.lock()?;
-        let (rec, log) = map
+        let entry = map
             .get_mut(id)
             .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        if rec.last_seq != expected_seq {
+        if entry.rec.last_seq != expected_seq {
             return Err(StoreError::Conflict {
                 session: id.to_owned(),
                 expected: expected_seq,
-                actual: rec.last_seq,
+                actual: entry.rec.last_seq,
             });
         }
         check_batch(id, expected_seq, events)?;
-        log.extend_from_slice(events);
-        rec.last_seq = expected_seq + events.len() as u64;
-        rec.status = status;
-        rec.updated_at = now;
+        entry.log.extend_from_slice(events);
+        entry.rec.last_seq = expected_seq + events.len() as u64;
+        entry.rec.status = status;
+        entry.rec.updated_at = now;
         Ok(())
     }
 
     async fn get(&self, id: &str) -> Result<SessionRecord, StoreError> {
         let map = self.lock()?;
         map.get(id)
-            .map(|(r, _)| r.clone())
+            .map(|e| e.rec.clone())
             .ok_or_else(|| StoreError::NotFound(id.to_owned()))
     }
 
     async fn load(&self, id: &str) -> Result<(SessionRecord, Vec<Envelope>), StoreError> {
         let map = self.lock()?;
         map.get(id)
-            .cloned()
+            .map(|e| (e.rec.clone(), e.log.clone()))
             .ok_or_else(|| StoreError::NotFound(id.to_owned()))
     }
 
     async fn events_after(&self, id: &str, after_seq: u64) -> Result<Vec<Envelope>, StoreError> {
         let map = self.lock()?;
-        let (_, log) = map
+        let entry = map
             .get(id)
             .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        Ok(log.iter().filter(|e| e.seq > after_seq).cloned().collect())
+        Ok(entry
+            .log
+            .iter()
+            .filter(|e| e.seq > after_seq)
+            .cloned()
+            .collect())
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<SessionRecord>, StoreError> {
         let map = self.lock()?;
         let mut v: Vec<SessionRecord> = map
             .values()
-            .map(|(r, _)| r)
+            .map(|e| &e.rec)
             .filter(|r| {
                 filter
                     .user_id
@@ -126,7 +135,81 @@ impl Store for MemoryStore {
     async fn prune(&self, before: i64) -> Result<u64, StoreError> {
         let mut map = self.lock()?;
         let n = map.len();
-        map.retain(|_, (r, _)| r.updated_at >= before);
+        map.retain(|_, e| e.rec.updated_at >= before);
         Ok((n - map.len()) as u64)
+    }
+
+    async fn fork(
+        &self,
+        from: &str,
+        at_seq: u64,
+        mut new: NewSession,
+        now: i64,
+    ) -> Result<SessionRecord, StoreError> {
+        let mut map = self.lock()?;
+        let src = map
+            .get(from)
+            .ok_or_else(|| StoreError::NotFound(from.to_owned()))?;
+        if at_seq > src.rec.last_seq {
+            return Err(StoreError::OutOfRange {
+                session: from.to_owned(),
+                seq: at_seq,
+                last: src.rec.last_seq,
+            });
+        }
+        if map.contains_key(&new.id) {
+            return Err(StoreError::Exists(new.id));
+        }
+        let log: Vec<Envelope> = src
+            .log
+            .iter()
+            .filter(|e| e.seq <= at_seq)
+            .cloned()
+            .collect();
+        let snapshots = src
+            .snapshots
+            .range(..=at_seq)
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        if new.parent_id.is_none() {
+            new.parent_id = Some(from.to_owned());
+        }
+        let rec = crate::row::record(new, now, at_seq);
+        map.insert(
+            rec.id.clone(),
+            Entry {
+                rec: rec.clone(),
+                log,
+                snapshots,
+            },
+        );
+        Ok(rec)
+    }
+
+    async fn save_snapshot(&self, id: &str, seq: u64, state: &Value) -> Result<(), StoreError> {
+        let mut map = self.lock()?;
+        let entry = map
+            .get_mut(id)
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        if seq > entry.rec.last_seq {
+            return Err(StoreError::OutOfRange {
+                session: id.to_owned(),
+                seq,
+                last: entry.rec.last_seq,
+            });
+        }
+        entry.snapshots.insert(seq, state.clone());
+        Ok(())
+    }
+
+    async fn latest_snapshot(&self, id: &str) -> Result<Option<(u64, Value)>, StoreError> {
+        let map = self.lock()?;
+        let entry = map
+            .get(id)
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        Ok(entry
+            .snapshots
+            .last_key_value()
+            .map(|(k, v)| (*k, v.clone())))
     }
 }

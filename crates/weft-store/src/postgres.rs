@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Connection, Row};
+use sqlx::{Connection, Executor, Row};
 use weft_core::{Envelope, SessionStatus};
 
 use crate::row::{self, SessionCols};
@@ -56,28 +56,31 @@ impl PgStore {
         }
         let opts = parse(url)?;
         let target = target(&opts);
-        let mut conn = open_conn(&opts, &target).await?;
-        sqlx::raw_sql(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
-            .execute(&mut conn)
+        let pool = reach(&opts, &target).await?;
+        let sql_err = |e| StoreError::Sql {
+            context: format!("cannot create the schema {schema} ({target})"),
+            source: e,
+        };
+        // Under the migration lock: two processes creating one schema at once would collide.
+        let mut tx = pool.begin().await.map_err(sql_err)?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut *tx)
             .await
-            .map_err(|e| StoreError::Sql {
-                context: format!("cannot create the schema {schema} ({target})"),
-                source: e,
-            })?;
-        let _ = conn.close().await;
+            .map_err(sql_err)?;
+        tx.execute(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"").as_str())
+            .await
+            .map_err(sql_err)?;
+        tx.commit().await.map_err(sql_err)?;
+        pool.close().await;
         Self::connect_with(opts.options([("search_path", schema)])).await
     }
 
     /// Connects with options built by the caller.
     pub async fn connect_with(opts: PgConnectOptions) -> Result<Self, StoreError> {
         let target = target(&opts);
-        let mut conn = open_conn(&opts, &target).await?;
-        migrate(&mut conn, &target).await?;
-        let _ = conn.close().await;
-        let pool = PgPoolOptions::new()
-            .max_connections(8)
-            .acquire_timeout(CONNECT_TIMEOUT)
-            .connect_lazy_with(opts);
+        let pool = reach(&opts, &target).await?;
+        migrate(&pool, &target).await?;
         Ok(Self { pool, target })
     }
 
@@ -151,33 +154,9 @@ impl PgStore {
 
 impl Store for PgStore {
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
-        let res = sqlx::query(
-            "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
-             created_at, updated_at, last_seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, 0)",
-        )
-        .bind(&s.id)
-        .bind(&s.user_id)
-        .bind(&s.agent)
-        .bind(&s.reference_id)
-        .bind(&s.metadata)
-        .bind(&s.parent_id)
-        .bind(SessionStatus::Running.as_str())
-        .bind(now)
-        .execute(&self.pool)
-        .await;
+        let res = insert_session(&s, now, 0).execute(&self.pool).await;
         match res {
-            Ok(_) => Ok(SessionRecord {
-                id: s.id,
-                user_id: s.user_id,
-                agent: s.agent,
-                reference_id: s.reference_id,
-                metadata: s.metadata,
-                parent_id: s.parent_id,
-                status: SessionStatus::Running,
-                created_at: now,
-                updated_at: now,
-                last_seq: 0,
-            }),
+            Ok(_) => Ok(row::record(s, now, 0)),
             Err(e) if is_unique_violation(&e) => Err(StoreError::Exists(s.id)),
             Err(e) => Err(self.err(&format!("cannot create session {}", s.id), e)),
         }
@@ -337,6 +316,134 @@ impl Store for PgStore {
             .map_err(|e| self.err("cannot prune sessions", e))?;
         Ok(res.rows_affected())
     }
+
+    async fn fork(
+        &self,
+        from: &str,
+        at_seq: u64,
+        mut new: NewSession,
+        now: i64,
+    ) -> Result<SessionRecord, StoreError> {
+        if new.parent_id.is_none() {
+            new.parent_id = Some(from.to_owned());
+        }
+        let at = row::to_i64("sequence number", at_seq)?;
+        let ctx = || format!("cannot fork session {from} into {}", new.id);
+        let mut tx = self.pool.begin().await.map_err(|e| self.err(&ctx(), e))?;
+        let last: Option<i64> =
+            sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = $1 FOR SHARE")
+                .bind(from)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| self.err(&ctx(), e))?;
+        let last = last.ok_or_else(|| StoreError::NotFound(from.to_owned()))?;
+        if at > last {
+            return Err(StoreError::OutOfRange {
+                session: from.to_owned(),
+                seq: at_seq,
+                last: u64::try_from(last).unwrap_or_default(),
+            });
+        }
+        match insert_session(&new, now, at).execute(&mut *tx).await {
+            Ok(_) => {}
+            Err(e) if is_unique_violation(&e) => return Err(StoreError::Exists(new.id)),
+            Err(e) => return Err(self.err(&ctx(), e)),
+        }
+        sqlx::query(
+            "INSERT INTO events (session_id, seq, ts, v, type, payload) \
+             SELECT $1, seq, ts, v, type, payload FROM events WHERE session_id = $2 AND seq <= $3",
+        )
+        .bind(&new.id)
+        .bind(from)
+        .bind(at)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        sqlx::query(
+            "INSERT INTO snapshots (session_id, seq, state) \
+             SELECT $1, seq, state FROM snapshots WHERE session_id = $2 AND seq <= $3",
+        )
+        .bind(&new.id)
+        .bind(from)
+        .bind(at)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
+        Ok(row::record(new, now, at_seq))
+    }
+
+    async fn save_snapshot(&self, id: &str, seq: u64, state: &Value) -> Result<(), StoreError> {
+        let at = row::to_i64("sequence number", seq)?;
+        let ctx = || format!("cannot save a snapshot of session {id}");
+        let mut tx = self.pool.begin().await.map_err(|e| self.err(&ctx(), e))?;
+        let last: Option<i64> =
+            sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = $1 FOR SHARE")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| self.err(&ctx(), e))?;
+        let last = last.ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        if at > last {
+            return Err(StoreError::OutOfRange {
+                session: id.to_owned(),
+                seq,
+                last: u64::try_from(last).unwrap_or_default(),
+            });
+        }
+        sqlx::query(
+            "INSERT INTO snapshots (session_id, seq, state) VALUES ($1, $2, $3) \
+             ON CONFLICT (session_id, seq) DO UPDATE SET state = excluded.state",
+        )
+        .bind(id)
+        .bind(at)
+        .bind(state)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
+        Ok(())
+    }
+
+    async fn latest_snapshot(&self, id: &str) -> Result<Option<(u64, Value)>, StoreError> {
+        self.get(id).await?;
+        let row: Option<(i64, Value)> = sqlx::query_as(
+            "SELECT seq, state FROM snapshots WHERE session_id = $1 ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.err(&format!("cannot read the snapshots of session {id}"), e))?;
+        let Some((seq, state)) = row else {
+            return Ok(None);
+        };
+        let seq = u64::try_from(seq).map_err(|_| {
+            StoreError::Corrupt(format!(
+                "session {id}: a snapshot has sequence number {seq}"
+            ))
+        })?;
+        Ok(Some((seq, state)))
+    }
+}
+
+fn insert_session(
+    s: &NewSession,
+    now: i64,
+    last_seq: i64,
+) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(
+        "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
+         created_at, updated_at, last_seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)",
+    )
+    .bind(&s.id)
+    .bind(&s.user_id)
+    .bind(&s.agent)
+    .bind(&s.reference_id)
+    .bind(&s.metadata)
+    .bind(&s.parent_id)
+    .bind(SessionStatus::Running.as_str())
+    .bind(now)
+    .bind(last_seq)
 }
 
 fn parse(url: &str) -> Result<PgConnectOptions, StoreError> {
@@ -366,7 +473,18 @@ async fn open_conn(opts: &PgConnectOptions, target: &str) -> Result<PgConnection
     }
 }
 
-async fn migrate(conn: &mut PgConnection, target: &str) -> Result<(), StoreError> {
+/// A pool for `opts`, after one connection has shown that the server answers (a pool alone
+/// would retry a refused connection until its timeout and then report only the timeout).
+async fn reach(opts: &PgConnectOptions, target: &str) -> Result<PgPool, StoreError> {
+    let conn = open_conn(opts, target).await?;
+    let _ = conn.close().await;
+    Ok(PgPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .connect_lazy_with(opts.clone()))
+}
+
+async fn migrate(pool: &PgPool, target: &str) -> Result<(), StoreError> {
     let sql_err = |context: String| {
         let target = target.to_owned();
         move |source| StoreError::Sql {
@@ -375,16 +493,15 @@ async fn migrate(conn: &mut PgConnection, target: &str) -> Result<(), StoreError
         }
     };
     let ctx = || "cannot bring the database schema up to date".to_owned();
-    let mut tx = conn.begin().await.map_err(sql_err(ctx()))?;
+    let mut tx = pool.begin().await.map_err(sql_err(ctx()))?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(MIGRATION_LOCK)
         .execute(&mut *tx)
         .await
         .map_err(sql_err(ctx()))?;
-    sqlx::raw_sql(
+    tx.execute(
         "CREATE TABLE IF NOT EXISTS weft_schema (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL)",
     )
-    .execute(&mut *tx)
     .await
     .map_err(sql_err(ctx()))?;
     let current: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM weft_schema")
@@ -399,8 +516,7 @@ async fn migrate(conn: &mut PgConnection, target: &str) -> Result<(), StoreError
         });
     }
     for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
-        sqlx::raw_sql(sql)
-            .execute(&mut *tx)
+        tx.execute(*sql)
             .await
             .map_err(sql_err(format!("cannot apply schema migration {version}")))?;
         sqlx::query(

@@ -6,7 +6,7 @@
 use serde_json::{Map, Value};
 use weft_core::{EVENT_VERSION, Envelope, SessionStatus};
 
-use crate::{SessionRecord, StoreError};
+use crate::{NewSession, SessionRecord, StoreError};
 
 /// An envelope ready to be written.
 pub(crate) struct EventRow {
@@ -170,6 +170,22 @@ impl SessionCols {
             updated_at: self.updated_at,
             last_seq,
         })
+    }
+}
+
+/// The record of a session just created.
+pub(crate) fn record(s: NewSession, now: i64, last_seq: u64) -> SessionRecord {
+    SessionRecord {
+        id: s.id,
+        user_id: s.user_id,
+        agent: s.agent,
+        reference_id: s.reference_id,
+        metadata: s.metadata,
+        parent_id: s.parent_id,
+        status: SessionStatus::Running,
+        created_at: now,
+        updated_at: now,
+        last_seq,
     }
 }
 

@@ -5,11 +5,12 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::Row;
+use serde_json::Value;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
+use sqlx::{Executor, Row};
 use weft_core::{Envelope, SessionStatus};
 
 use crate::row::{self, SessionCols};
@@ -28,6 +29,8 @@ const SESSION_COLS: &str = "id, user_id, agent, reference_id, metadata, parent_i
 
 /// SQLite's primary result codes that mean the file is not a usable database.
 const SQLITE_CORRUPT: i32 = 11;
+const SQLITE_BUSY: i32 = 5;
+const SQLITE_LOCKED: i32 = 6;
 const SQLITE_NOTADB: i32 = 26;
 
 /// A store in one SQLite file.
@@ -95,7 +98,7 @@ impl SqliteStore {
     }
 
     async fn open_inner(path: &Path, create: bool) -> Result<Self, StoreError> {
-        check_header(path).await?;
+        let short = check_header(path).await?;
         let opts = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(create)
@@ -104,17 +107,59 @@ impl SqliteStore {
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
         let store_path = path.to_owned();
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(opts)
-            .await
-            .map_err(|e| open_err(path, e))?;
+        // Switching a new file to WAL takes a lock without waiting for it, so processes that
+        // open one new file at the same moment can find it busy: try again for a while.
+        let deadline = tokio::time::Instant::now() + BUSY_TIMEOUT;
+        let mut pause = Duration::from_millis(5);
+        let pool = loop {
+            let res = SqlitePoolOptions::new()
+                .max_connections(4)
+                .connect_with(opts.clone())
+                .await;
+            match res {
+                Err(e) if is_busy(&e) && tokio::time::Instant::now() + pause < deadline => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                other => break other,
+            }
+        }
+        .map_err(|e| match (&short, corruption(&e)) {
+            // SQLite agrees that the short file is damaged: say how.
+            (Some(reason), Some(_)) => StoreError::NotADatabase {
+                path: path.to_owned(),
+                reason: reason.clone(),
+            },
+            _ => open_err(path, e),
+        })?;
         let store = Self {
             pool,
             path: store_path,
         };
+        if let Some(reason) = short {
+            store.confirm_short(reason).await?;
+        }
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// The file is shorter than its header says. That is a truncated file, unless another
+    /// connection is part-way through copying its write-ahead log into the file; SQLite's own
+    /// check tells the two apart.
+    async fn confirm_short(&self, reason: String) -> Result<(), StoreError> {
+        let res: Result<Vec<String>, _> = sqlx::query_scalar("PRAGMA quick_check")
+            .fetch_all(&self.pool)
+            .await;
+        match res {
+            Ok(rows) if rows.iter().all(|r| r == "ok") => Ok(()),
+            _ => {
+                self.pool.close().await;
+                Err(StoreError::NotADatabase {
+                    path: self.path.clone(),
+                    reason,
+                })
+            }
+        }
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
@@ -151,10 +196,9 @@ impl SqliteStore {
                     ),
                 });
             }
-            sqlx::raw_sql(
+            tx.execute(
                 "CREATE TABLE weft_schema (version INTEGER NOT NULL PRIMARY KEY, applied_at INTEGER NOT NULL)",
             )
-            .execute(&mut *tx)
             .await
             .map_err(|e| self.err(ctx, e))?;
             0
@@ -167,8 +211,7 @@ impl SqliteStore {
             });
         }
         for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
-            sqlx::raw_sql(sql)
-                .execute(&mut *tx)
+            tx.execute(*sql)
                 .await
                 .map_err(|e| self.err(&format!("cannot apply schema migration {version}"), e))?;
             sqlx::query("INSERT INTO weft_schema (version, applied_at) VALUES (?, strftime('%s','now') * 1000)")
@@ -250,37 +293,12 @@ impl SqliteStore {
 
 impl Store for SqliteStore {
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
-        let metadata = serde_json::to_string(&s.metadata).map_err(|e| {
-            StoreError::Backend(format!("session {}: cannot encode the metadata: {e}", s.id))
-        })?;
-        let res = sqlx::query(
-            "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
-             created_at, updated_at, last_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
-        )
-        .bind(&s.id)
-        .bind(&s.user_id)
-        .bind(&s.agent)
-        .bind(&s.reference_id)
-        .bind(&metadata)
-        .bind(&s.parent_id)
-        .bind(SessionStatus::Running.as_str())
-        .bind(now)
-        .bind(now)
-        .execute(&self.pool)
-        .await;
+        let metadata = encode_metadata(&s)?;
+        let res = insert_session(&s, &metadata, now, 0)
+            .execute(&self.pool)
+            .await;
         match res {
-            Ok(_) => Ok(SessionRecord {
-                id: s.id,
-                user_id: s.user_id,
-                agent: s.agent,
-                reference_id: s.reference_id,
-                metadata: s.metadata,
-                parent_id: s.parent_id,
-                status: SessionStatus::Running,
-                created_at: now,
-                updated_at: now,
-                last_seq: 0,
-            }),
+            Ok(_) => Ok(row::record(s, now, 0)),
             Err(e) if is_unique_violation(&e) => Err(StoreError::Exists(s.id)),
             Err(e) => Err(self.err(&format!("cannot create session {}", s.id), e)),
         }
@@ -428,6 +446,161 @@ impl Store for SqliteStore {
             .map_err(|e| self.err("cannot prune sessions", e))?;
         Ok(res.rows_affected())
     }
+
+    async fn fork(
+        &self,
+        from: &str,
+        at_seq: u64,
+        mut new: NewSession,
+        now: i64,
+    ) -> Result<SessionRecord, StoreError> {
+        if new.parent_id.is_none() {
+            new.parent_id = Some(from.to_owned());
+        }
+        let metadata = encode_metadata(&new)?;
+        let at = row::to_i64("sequence number", at_seq)?;
+        let ctx = || format!("cannot fork session {from} into {}", new.id);
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| self.err(&ctx(), e))?;
+        let last: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = ?")
+            .bind(from)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| self.err(&ctx(), e))?;
+        let last = last.ok_or_else(|| StoreError::NotFound(from.to_owned()))?;
+        if at > last {
+            return Err(StoreError::OutOfRange {
+                session: from.to_owned(),
+                seq: at_seq,
+                last: u64::try_from(last).unwrap_or_default(),
+            });
+        }
+        match insert_session(&new, &metadata, now, at)
+            .execute(&mut *tx)
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_unique_violation(&e) => return Err(StoreError::Exists(new.id)),
+            Err(e) => return Err(self.err(&ctx(), e)),
+        }
+        sqlx::query(
+            "INSERT INTO events (session_id, seq, ts, v, type, payload) \
+             SELECT ?, seq, ts, v, type, payload FROM events WHERE session_id = ? AND seq <= ?",
+        )
+        .bind(&new.id)
+        .bind(from)
+        .bind(at)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        sqlx::query(
+            "INSERT INTO snapshots (session_id, seq, state) \
+             SELECT ?, seq, state FROM snapshots WHERE session_id = ? AND seq <= ?",
+        )
+        .bind(&new.id)
+        .bind(from)
+        .bind(at)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
+        Ok(row::record(new, now, at_seq))
+    }
+
+    async fn save_snapshot(&self, id: &str, seq: u64, state: &Value) -> Result<(), StoreError> {
+        let text = serde_json::to_string(state).map_err(|e| {
+            StoreError::Backend(format!("session {id}: cannot encode the snapshot: {e}"))
+        })?;
+        let at = row::to_i64("sequence number", seq)?;
+        let ctx = || format!("cannot save a snapshot of session {id}");
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| self.err(&ctx(), e))?;
+        let last: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| self.err(&ctx(), e))?;
+        let last = last.ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        if at > last {
+            return Err(StoreError::OutOfRange {
+                session: id.to_owned(),
+                seq,
+                last: u64::try_from(last).unwrap_or_default(),
+            });
+        }
+        sqlx::query(
+            "INSERT INTO snapshots (session_id, seq, state) VALUES (?, ?, ?) \
+             ON CONFLICT (session_id, seq) DO UPDATE SET state = excluded.state",
+        )
+        .bind(id)
+        .bind(at)
+        .bind(&text)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
+        Ok(())
+    }
+
+    async fn latest_snapshot(&self, id: &str) -> Result<Option<(u64, Value)>, StoreError> {
+        self.get(id).await?;
+        let ctx = || format!("cannot read the snapshots of session {id}");
+        let row: Option<(i64, String)> = sqlx::query_as(
+            "SELECT seq, state FROM snapshots WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        let Some((seq, text)) = row else {
+            return Ok(None);
+        };
+        let state = serde_json::from_str(&text).map_err(|e| {
+            StoreError::Corrupt(format!(
+                "session {id}: the snapshot at event {seq} is not valid JSON: {e}"
+            ))
+        })?;
+        let seq = u64::try_from(seq).map_err(|_| {
+            StoreError::Corrupt(format!(
+                "session {id}: a snapshot has sequence number {seq}"
+            ))
+        })?;
+        Ok(Some((seq, state)))
+    }
+}
+
+fn encode_metadata(s: &NewSession) -> Result<String, StoreError> {
+    serde_json::to_string(&s.metadata).map_err(|e| {
+        StoreError::Backend(format!("session {}: cannot encode the metadata: {e}", s.id))
+    })
+}
+
+fn insert_session<'q>(
+    s: &'q NewSession,
+    metadata: &'q str,
+    now: i64,
+    last_seq: i64,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    sqlx::query(
+        "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
+         created_at, updated_at, last_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&s.id)
+    .bind(&s.user_id)
+    .bind(&s.agent)
+    .bind(&s.reference_id)
+    .bind(metadata)
+    .bind(&s.parent_id)
+    .bind(SessionStatus::Running.as_str())
+    .bind(now)
+    .bind(now)
+    .bind(last_seq)
 }
 
 /// The path in a `sqlite:` URL.
@@ -449,14 +622,14 @@ pub(crate) fn url_path(url: &str) -> Result<PathBuf, StoreError> {
 
 /// Refuses files that are not SQLite databases, or that are shorter than their header says,
 /// before SQLite sees them.
-async fn check_header(path: &Path) -> Result<(), StoreError> {
+async fn check_header(path: &Path) -> Result<Option<String>, StoreError> {
     use tokio::io::AsyncReadExt;
     let cannot = |e: std::io::Error| {
         StoreError::Backend(format!("cannot read the database {}: {e}", path.display()))
     };
     let mut file = match tokio::fs::File::open(path).await {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(cannot(e)),
     };
     let len = file.metadata().await.map_err(cannot)?.len();
@@ -466,22 +639,34 @@ async fn check_header(path: &Path) -> Result<(), StoreError> {
         .read_to_end(&mut head)
         .await
         .map_err(cannot)?;
-    header_problem(&head, len).map_or(Ok(()), |reason| {
-        Err(StoreError::NotADatabase {
+    match header(&head, len) {
+        Header::Fine => Ok(None),
+        Header::Short(reason) => Ok(Some(reason)),
+        Header::Broken(reason) => Err(StoreError::NotADatabase {
             path: path.to_owned(),
             reason,
-        })
-    })
+        }),
+    }
 }
 
-/// What is wrong with a database file's header, if anything. An empty file is a new database.
-fn header_problem(bytes: &[u8], len: u64) -> Option<String> {
+/// What a database file's first 100 bytes say about it.
+#[derive(Debug, PartialEq)]
+enum Header {
+    /// A SQLite file of the size its header gives (or an empty file: a new database).
+    Fine,
+    /// Not a SQLite file at all.
+    Broken(String),
+    /// Shorter than its header gives: truncated, or being written by a checkpoint.
+    Short(String),
+}
+
+fn header(bytes: &[u8], len: u64) -> Header {
     const MAGIC: &[u8] = b"SQLite format 3\0";
     if len == 0 {
-        return None;
+        return Header::Fine;
     }
     if bytes.len() < 100 || !bytes.starts_with(MAGIC) {
-        return Some("the file does not start with a SQLite header".into());
+        return Header::Broken("the file does not start with a SQLite header".into());
     }
     let be16 = |at: usize| u32::from(u16::from_be_bytes([bytes[at], bytes[at + 1]]));
     let be32 =
@@ -489,21 +674,20 @@ fn header_problem(bytes: &[u8], len: u64) -> Option<String> {
     let page_size = match be16(16) {
         1 => 65536,
         n if n.is_power_of_two() && (512..=32768).contains(&n) => n,
-        n => return Some(format!("the header gives an impossible page size {n}")),
+        n => return Header::Broken(format!("the header gives an impossible page size {n}")),
     };
     let change_counter = be32(24);
     let pages = be32(28);
     let valid_for = be32(92);
     if valid_for == change_counter && pages > 0 {
         let want = u64::from(pages) * u64::from(page_size);
-        let have = len;
-        if have < want {
-            return Some(format!(
-                "the file is truncated: it is {have} bytes long but its header says {want}"
+        if len < want {
+            return Header::Short(format!(
+                "the file is truncated: it is {len} bytes long but its header says {want}"
             ));
         }
     }
-    None
+    Header::Fine
 }
 
 fn corruption(e: &sqlx::Error) -> Option<String> {
@@ -512,6 +696,15 @@ fn corruption(e: &sqlx::Error) -> Option<String> {
     };
     let code: i32 = db.code()?.parse().ok()?;
     matches!(code & 0xff, SQLITE_CORRUPT | SQLITE_NOTADB).then(|| db.message().to_owned())
+}
+
+fn is_busy(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else {
+        return false;
+    };
+    db.code()
+        .and_then(|c| c.parse::<i32>().ok())
+        .is_some_and(|c| matches!(c & 0xff, SQLITE_BUSY | SQLITE_LOCKED))
 }
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {
@@ -537,17 +730,19 @@ mod tests {
 
     #[test]
     fn headers_are_checked() {
-        assert_eq!(header_problem(b"", 0), None);
-        assert!(header_problem(b"garbage", 7).is_some());
+        assert_eq!(header(b"", 0), Header::Fine);
+        assert!(matches!(header(b"garbage", 7), Header::Broken(_)));
         let mut h = vec![0u8; 100];
         h[..16].copy_from_slice(b"SQLite format 3\0");
         h[16..18].copy_from_slice(&4096u16.to_be_bytes());
         h[24..28].copy_from_slice(&7u32.to_be_bytes());
         h[28..32].copy_from_slice(&2u32.to_be_bytes());
         h[92..96].copy_from_slice(&7u32.to_be_bytes());
-        let short = header_problem(&h, 5000).unwrap_or_default();
+        let Header::Short(short) = header(&h, 5000) else {
+            panic!("a short file passed")
+        };
         assert!(short.contains("truncated"), "{short}");
-        assert_eq!(header_problem(&h, 8192), None);
+        assert_eq!(header(&h, 8192), Header::Fine);
     }
 
     #[test]
@@ -556,6 +751,8 @@ mod tests {
             url_path("sqlite://some/dir/w.db").unwrap(),
             PathBuf::from("some/dir/w.db")
         );
+        assert_eq!(url_path("sqlite:rel.db").unwrap(), PathBuf::from("rel.db"));
         assert!(url_path("sqlite::memory:").is_err());
+        assert!(url_path("sqlite://").is_err());
     }
 }

@@ -415,6 +415,111 @@ async fn append_updates_status_and_time<S: Store>(st: &Arc<S>) {
     );
 }
 
+async fn fork_copies_a_prefix<S: Store>(st: &Arc<S>) {
+    st.create(new_session("src", Some("u")), 1).await.unwrap();
+    let log = every_kind(1);
+    st.append("src", 0, &log, SessionStatus::Completed, 2)
+        .await
+        .unwrap();
+    st.save_snapshot("src", 3, &json!({"at": 3})).await.unwrap();
+    st.save_snapshot("src", 8, &json!({"at": 8})).await.unwrap();
+    let f = st
+        .fork("src", 5, new_session("f1", Some("u")), 10)
+        .await
+        .unwrap();
+    assert_eq!(f.parent_id.as_deref(), Some("src"));
+    assert_eq!(
+        (f.last_seq, f.status, f.created_at),
+        (5, SessionStatus::Running, 10)
+    );
+    let (rec, flog) = st.load("f1").await.unwrap();
+    assert_eq!(rec, f);
+    assert_eq!(flog, log[..5]);
+    // Only the snapshots up to the fork point come along.
+    assert_eq!(
+        st.latest_snapshot("f1").await.unwrap(),
+        Some((3, json!({"at": 3})))
+    );
+    // The fork goes its own way; the source is untouched.
+    st.append("f1", 5, &small_batch(6, 2), SessionStatus::Running, 11)
+        .await
+        .unwrap();
+    assert_eq!(st.load("src").await.unwrap().1, log);
+    assert_eq!(st.get("f1").await.unwrap().last_seq, 7);
+    // A fork from the very start, with an explicit parent.
+    let mut other = new_session("f0", None);
+    other.parent_id = Some("elsewhere".into());
+    let f0 = st.fork("src", 0, other, 12).await.unwrap();
+    assert_eq!(f0.parent_id.as_deref(), Some("elsewhere"));
+    assert!(st.load("f0").await.unwrap().1.is_empty());
+    // Errors.
+    assert!(matches!(
+        st.fork("src", 99, new_session("f2", None), 1).await,
+        Err(StoreError::OutOfRange {
+            seq: 99,
+            last: 13,
+            ..
+        })
+    ));
+    assert!(matches!(
+        st.fork("nope", 0, new_session("f3", None), 1).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        st.fork("src", 1, new_session("f1", None), 1).await,
+        Err(StoreError::Exists(_))
+    ));
+    assert!(matches!(st.get("f2").await, Err(StoreError::NotFound(_))));
+}
+
+async fn snapshots_keep_the_latest<S: Store>(st: &Arc<S>) {
+    st.create(new_session("snap", None), 1).await.unwrap();
+    assert_eq!(st.latest_snapshot("snap").await.unwrap(), None);
+    st.append("snap", 0, &small_batch(1, 10), SessionStatus::Running, 2)
+        .await
+        .unwrap();
+    let state = json!({"steps": {"s1": {"status": "done", "output": [1, 2]}}, "wave": 2});
+    st.save_snapshot("snap", 4, &json!({"old": true}))
+        .await
+        .unwrap();
+    st.save_snapshot("snap", 10, &state).await.unwrap();
+    st.save_snapshot("snap", 7, &json!({"middle": true}))
+        .await
+        .unwrap();
+    assert_eq!(
+        st.latest_snapshot("snap").await.unwrap(),
+        Some((10, state.clone()))
+    );
+    // Saving again at the same point replaces it.
+    st.save_snapshot("snap", 10, &json!({"again": 1}))
+        .await
+        .unwrap();
+    assert_eq!(
+        st.latest_snapshot("snap").await.unwrap(),
+        Some((10, json!({"again": 1})))
+    );
+    assert!(matches!(
+        st.save_snapshot("snap", 11, &state).await,
+        Err(StoreError::OutOfRange {
+            seq: 11,
+            last: 10,
+            ..
+        })
+    ));
+    assert!(matches!(
+        st.save_snapshot("nope", 0, &state).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        st.latest_snapshot("nope").await,
+        Err(StoreError::NotFound(_))
+    ));
+    // Pruning a session takes its snapshots with it.
+    assert_eq!(st.prune(3).await.unwrap(), 1);
+    st.create(new_session("snap", None), 4).await.unwrap();
+    assert_eq!(st.latest_snapshot("snap").await.unwrap(), None);
+}
+
 // ---- backends ------------------------------------------------------------------------------
 
 async fn sqlite_store() -> (tempfile::TempDir, weft_store::SqliteStore) {
@@ -503,4 +608,6 @@ suite!(
     events_after_returns_the_tail,
     prune_deletes_old_sessions,
     append_updates_status_and_time,
+    fork_copies_a_prefix,
+    snapshots_keep_the_latest,
 );
