@@ -30,6 +30,7 @@ fn batch(i: u64, from: u64) -> Vec<Envelope> {
             Event::StepCompleted {
                 step: format!("turn-{i}"),
                 output: json!({"role": "assistant", "tool_calls": [{"id": call, "name": "search", "args": {"q": "x"}}]}),
+                summary: None,
             },
         ),
         env(

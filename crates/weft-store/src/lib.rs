@@ -18,6 +18,7 @@ mod memory;
 mod postgres;
 mod row;
 mod sqlite;
+mod sqlite_writer;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -58,6 +58,7 @@ fn every_kind(from: u64) -> Vec<Envelope> {
             session_id: "x".into(),
             agent: "researcher".into(),
             input: json!({"q": "ünïcödé \"quoted\" \n newline"}),
+            mode: None,
         },
         Event::PlanAccepted { plan },
         Event::WaveStarted {
@@ -97,6 +98,7 @@ fn every_kind(from: u64) -> Vec<Envelope> {
         Event::StepCompleted {
             step: "s1".into(),
             output: json!({"hits": [1, 2, 3]}),
+            summary: None,
         },
         Event::StepFailed {
             step: "s2".into(),
@@ -111,6 +113,7 @@ fn every_kind(from: u64) -> Vec<Envelope> {
         Event::RunFinished {
             status: RunStatus::Completed,
             error: None,
+            answer: None,
         },
     ];
     events

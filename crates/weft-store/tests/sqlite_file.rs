@@ -41,6 +41,7 @@ fn iteration(i: u64, from: u64) -> Vec<Envelope> {
                     "tool_calls": [{"id": call, "name": "search", "args": {"q": format!("durable agents part {i}")}}],
                     "usage": {"input_tokens": 812 + i, "output_tokens": 37}
                 }),
+                summary: None,
             },
         ),
         env(
