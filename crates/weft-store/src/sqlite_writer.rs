@@ -74,17 +74,15 @@ pub(crate) async fn run(
 }
 
 async fn write_group(conn: &mut SqliteConnection, path: &Path, jobs: Vec<Job>) {
-    if jobs.len() > 1 {
-        match try_group(conn, &jobs).await {
-            Ok(answers) => {
-                for (job, answer) in jobs.into_iter().zip(answers) {
-                    let _ = job.reply.send(answer);
-                }
-                return;
-            }
-            // Rolled back (the transaction was dropped): retry each batch alone below.
-            Err(_) => {}
+    // When the group's transaction fails as a whole it is rolled back (dropped), and each batch
+    // is retried alone below.
+    if jobs.len() > 1
+        && let Ok(answers) = try_group(conn, &jobs).await
+    {
+        for (job, answer) in jobs.into_iter().zip(answers) {
+            let _ = job.reply.send(answer);
         }
+        return;
     }
     for job in jobs {
         let answer = match try_group(conn, std::slice::from_ref(&job)).await {
