@@ -100,6 +100,13 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
+    /// The SQLite store's writer could not write; `context` says what was being done.
+    #[error("{context}: {source}")]
+    Write {
+        context: String,
+        #[source]
+        source: rusqlite::Error,
+    },
     /// The database server could not be reached.
     #[error(
         "cannot connect to {target}: {source}; check that the server is running and the URL is right"

@@ -10,7 +10,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{ConnectOptions, Executor, Row};
+use sqlx::{Executor, Row};
 use tokio::sync::{mpsc, oneshot};
 use weft_core::{Envelope, SessionStatus};
 
@@ -150,8 +150,7 @@ impl SqliteStore {
             store.confirm_short(reason).await?;
         }
         store.migrate().await?;
-        let conn = opts.connect().await.map_err(|e| open_err(path, e))?;
-        tokio::spawn(sqlite_writer::run(conn, path.to_owned(), rx));
+        sqlite_writer::start(path, BUSY_TIMEOUT, rx)?;
         Ok(store)
     }
 

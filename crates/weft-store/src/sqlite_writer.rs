@@ -9,9 +9,9 @@
 //! caller gets the answer its own batch deserves.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use sqlx::sqlite::SqliteConnection;
-use sqlx::{Connection, Sqlite, Transaction};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::{mpsc, oneshot};
 use weft_core::SessionStatus;
 
@@ -20,8 +20,6 @@ use crate::row::EventRow;
 
 /// At most this many batches share a transaction.
 const MAX_GROUP: usize = 1024;
-/// Rows per `INSERT` statement (6 parameters each, well under SQLite's limit of parameters).
-const ROWS_PER_INSERT: usize = 256;
 
 /// One caller's batch, already encoded.
 pub(crate) struct Job {
@@ -41,15 +39,42 @@ pub(crate) enum Msg {
     Close(oneshot::Sender<()>),
 }
 
+/// Opens the writer's own connection (the schema must exist) and starts its thread. The writer
+/// runs on a thread of its own with a plain SQLite connection: each statement is a function
+/// call, not a round trip to another thread.
+pub(crate) fn start(
+    path: &Path,
+    busy_timeout: Duration,
+    rx: mpsc::UnboundedReceiver<Msg>,
+) -> Result<(), StoreError> {
+    let conn = Connection::open(path)
+        .map_err(|e| write_error(path, "cannot open the database for writing", e))?;
+    let setup = || -> rusqlite::Result<()> {
+        conn.busy_timeout(busy_timeout)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        Ok(())
+    };
+    setup().map_err(|e| write_error(path, "cannot set up the database for writing", e))?;
+    let owned = path.to_owned();
+    std::thread::Builder::new()
+        .name("weft-sqlite-writer".into())
+        .spawn(move || run(conn, owned, rx))
+        .map_err(|e| {
+            StoreError::Backend(format!(
+                "cannot start the writer of {}: {e}",
+                path.display()
+            ))
+        })?;
+    Ok(())
+}
+
 /// Runs until every sender is gone or `Close` arrives.
-pub(crate) async fn run(
-    mut conn: SqliteConnection,
-    path: PathBuf,
-    mut rx: mpsc::UnboundedReceiver<Msg>,
-) {
+fn run(mut conn: Connection, path: PathBuf, mut rx: mpsc::UnboundedReceiver<Msg>) {
     let mut jobs: Vec<Job> = Vec::new();
     let mut closing = None;
-    while let Some(msg) = rx.recv().await {
+    while let Some(msg) = rx.blocking_recv() {
         match msg {
             Msg::Append(j) => jobs.push(j),
             Msg::Close(done) => closing = Some(done),
@@ -62,22 +87,21 @@ pub(crate) async fn run(
             }
         }
         if !jobs.is_empty() {
-            write_group(&mut conn, &path, std::mem::take(&mut jobs)).await;
+            write_group(&mut conn, &path, std::mem::take(&mut jobs));
         }
         if let Some(done) = closing.take() {
-            let _ = conn.close().await;
+            drop(conn);
             let _ = done.send(());
             return;
         }
     }
-    let _ = conn.close().await;
 }
 
-async fn write_group(conn: &mut SqliteConnection, path: &Path, jobs: Vec<Job>) {
+fn write_group(conn: &mut Connection, path: &Path, jobs: Vec<Job>) {
     // When the group's transaction fails as a whole it is rolled back (dropped), and each batch
     // is retried alone below.
     if jobs.len() > 1
-        && let Ok(answers) = try_group(conn, &jobs).await
+        && let Ok(answers) = try_group(conn, &jobs)
     {
         for (job, answer) in jobs.into_iter().zip(answers) {
             let _ = job.reply.send(answer);
@@ -85,7 +109,7 @@ async fn write_group(conn: &mut SqliteConnection, path: &Path, jobs: Vec<Job>) {
         return;
     }
     for job in jobs {
-        let answer = match try_group(conn, std::slice::from_ref(&job)).await {
+        let answer = match try_group(conn, std::slice::from_ref(&job)) {
             Ok(mut a) => a.pop().unwrap_or(Ok(())),
             Err(e) => Err(failure(path, &job, e)),
         };
@@ -95,80 +119,75 @@ async fn write_group(conn: &mut SqliteConnection, path: &Path, jobs: Vec<Job>) {
 
 /// Writes `jobs` in one transaction. The outer error is a failure that spoils the transaction
 /// (it is rolled back); the inner results are each batch's own refusals (conflict, no session).
-async fn try_group(
-    conn: &mut SqliteConnection,
-    jobs: &[Job],
-) -> Result<Vec<Result<(), StoreError>>, sqlx::Error> {
-    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result<(), StoreError>>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut answers = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        answers.push(apply(&mut tx, job).await?);
+    {
+        let mut update = tx.prepare_cached(
+            "UPDATE sessions SET last_seq = ?1, status = ?2, updated_at = ?3 WHERE id = ?4 AND last_seq = ?5",
+        )?;
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO events (session_id, seq, ts, v, type, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        let mut current = tx.prepare_cached("SELECT last_seq FROM sessions WHERE id = ?1")?;
+        for job in jobs {
+            let updated = update.execute(params![
+                job.last,
+                job.status.as_str(),
+                job.now,
+                job.id,
+                job.expected
+            ])?;
+            if updated == 0 {
+                let actual: Option<i64> = current
+                    .query_row(params![job.id], |r| r.get(0))
+                    .optional()?;
+                answers.push(Err(match actual {
+                    None => StoreError::NotFound(job.id.clone()),
+                    Some(a) => StoreError::Conflict {
+                        session: job.id.clone(),
+                        expected: job.expected_seq,
+                        actual: u64::try_from(a).unwrap_or_default(),
+                    },
+                }));
+                continue;
+            }
+            for r in &job.rows {
+                insert.execute(params![job.id, r.seq, r.ts, r.v, r.kind, r.payload])?;
+            }
+            answers.push(Ok(()));
+        }
     }
-    tx.commit().await?;
+    tx.commit()?;
     Ok(answers)
 }
 
-async fn apply(
-    tx: &mut Transaction<'_, Sqlite>,
-    job: &Job,
-) -> Result<Result<(), StoreError>, sqlx::Error> {
-    let updated = sqlx::query(
-        "UPDATE sessions SET last_seq = ?, status = ?, updated_at = ? WHERE id = ? AND last_seq = ?",
-    )
-    .bind(job.last)
-    .bind(job.status.as_str())
-    .bind(job.now)
-    .bind(&job.id)
-    .bind(job.expected)
-    .execute(&mut **tx)
-    .await?;
-    if updated.rows_affected() == 0 {
-        let actual: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = ?")
-            .bind(&job.id)
-            .fetch_optional(&mut **tx)
-            .await?;
-        return Ok(Err(match actual {
-            None => StoreError::NotFound(job.id.clone()),
-            Some(a) => StoreError::Conflict {
-                session: job.id.clone(),
-                expected: job.expected_seq,
-                actual: u64::try_from(a).unwrap_or_default(),
-            },
-        }));
-    }
-    for chunk in job.rows.chunks(ROWS_PER_INSERT) {
-        let mut sql =
-            String::from("INSERT INTO events (session_id, seq, ts, v, type, payload) VALUES ");
-        for i in 0..chunk.len() {
-            sql.push_str(if i == 0 {
-                "(?, ?, ?, ?, ?, ?)"
-            } else {
-                ", (?, ?, ?, ?, ?, ?)"
-            });
-        }
-        let mut q = sqlx::query(&sql);
-        for r in chunk {
-            q = q
-                .bind(&job.id)
-                .bind(r.seq)
-                .bind(r.ts)
-                .bind(r.v)
-                .bind(r.kind)
-                .bind(&r.payload);
-        }
-        q.execute(&mut **tx).await?;
-    }
-    Ok(Ok(()))
-}
-
 /// The error a caller gets when its batch alone could not be written.
-fn failure(path: &Path, job: &Job, e: sqlx::Error) -> StoreError {
-    if matches!(&e, sqlx::Error::Database(db) if db.is_unique_violation()) {
+fn failure(path: &Path, job: &Job, e: rusqlite::Error) -> StoreError {
+    if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) {
         return StoreError::Conflict {
             session: job.id.clone(),
             expected: job.expected_seq,
             actual: job.expected_seq + job.rows.len() as u64,
         };
     }
-    crate::sqlite::sql_error(path, &format!("cannot append to session {}", job.id), e)
+    write_error(path, &format!("cannot append to session {}", job.id), e)
+}
+
+/// A failed write as a store error: corruption as [`StoreError::NotADatabase`], the rest with
+/// what was being done and the database's path.
+fn write_error(path: &Path, context: &str, e: rusqlite::Error) -> StoreError {
+    if matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase)
+    ) {
+        return StoreError::NotADatabase {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        };
+    }
+    StoreError::Write {
+        context: format!("{} ({})", context, path.display()),
+        source: e,
+    }
 }
