@@ -295,15 +295,30 @@ impl SqliteStore {
 
 impl Store for SqliteStore {
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
+        // Through the writer, so that creating sessions does not wait for its write lock.
         let metadata = encode_metadata(&s)?;
-        let res = insert_session(&s, &metadata, now, 0)
-            .execute(&self.pool)
-            .await;
-        match res {
-            Ok(_) => Ok(row::record(s, now, 0)),
-            Err(e) if is_unique_violation(&e) => Err(StoreError::Exists(s.id)),
-            Err(e) => Err(self.err(&format!("cannot create session {}", s.id), e)),
-        }
+        let (reply, answer) = oneshot::channel();
+        let id = s.id.clone();
+        let job = Job {
+            create: Some((s.clone(), metadata)),
+            id: id.clone(),
+            expected_seq: 0,
+            expected: 0,
+            last: 0,
+            rows: Vec::new(),
+            status: SessionStatus::Running,
+            now,
+            reply,
+        };
+        let closed = || {
+            StoreError::Backend(format!(
+                "cannot create session {id}: the store {} is closed",
+                self.path.display()
+            ))
+        };
+        self.writer.send(Msg::Append(job)).map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())??;
+        Ok(row::record(s, now, 0))
     }
 
     async fn append(
@@ -321,6 +336,7 @@ impl Store for SqliteStore {
             .collect::<Result<Vec<_>, _>>()?;
         let (reply, answer) = oneshot::channel();
         let job = Job {
+            create: None,
             id: id.to_owned(),
             expected_seq,
             expected: row::to_i64("sequence number", expected_seq)?,

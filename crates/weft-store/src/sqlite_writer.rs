@@ -15,14 +15,15 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 use tokio::sync::{mpsc, oneshot};
 use weft_core::SessionStatus;
 
-use crate::StoreError;
 use crate::row::EventRow;
+use crate::{NewSession, StoreError};
 
 /// At most this many batches share a transaction.
 const MAX_GROUP: usize = 1024;
 
-/// One caller's batch, already encoded.
+/// One caller's batch, already encoded, or a session to create (with its metadata encoded).
 pub(crate) struct Job {
+    pub create: Option<(NewSession, String)>,
     pub id: String,
     pub expected_seq: u64,
     pub expected: i64,
@@ -130,7 +131,30 @@ fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result
             "INSERT INTO events (session_id, seq, ts, v, type, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?;
         let mut current = tx.prepare_cached("SELECT last_seq FROM sessions WHERE id = ?1")?;
+        let mut insert_session = tx.prepare_cached(
+            "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
+             created_at, updated_at, last_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, 0) \
+             ON CONFLICT (id) DO NOTHING",
+        )?;
         for job in jobs {
+            if let Some((s, metadata)) = &job.create {
+                let added = insert_session.execute(params![
+                    s.id,
+                    s.user_id,
+                    s.agent,
+                    s.reference_id,
+                    metadata,
+                    s.parent_id,
+                    SessionStatus::Running.as_str(),
+                    job.now
+                ])?;
+                answers.push(if added == 0 {
+                    Err(StoreError::Exists(s.id.clone()))
+                } else {
+                    Ok(())
+                });
+                continue;
+            }
             let updated = update.execute(params![
                 job.last,
                 job.status.as_str(),
@@ -171,7 +195,12 @@ fn failure(path: &Path, job: &Job, e: rusqlite::Error) -> StoreError {
             actual: job.expected_seq + job.rows.len() as u64,
         };
     }
-    write_error(path, &format!("cannot append to session {}", job.id), e)
+    let what = if job.create.is_some() {
+        "create"
+    } else {
+        "append to"
+    };
+    write_error(path, &format!("cannot {what} session {}", job.id), e)
 }
 
 /// A failed write as a store error: corruption as [`StoreError::NotADatabase`], the rest with
