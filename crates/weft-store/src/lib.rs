@@ -18,6 +18,7 @@ mod memory;
 mod postgres;
 mod row;
 mod sqlite;
+mod sqlite_writer;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -98,6 +99,13 @@ pub enum StoreError {
         context: String,
         #[source]
         source: sqlx::Error,
+    },
+    /// The SQLite store's writer could not write; `context` says what was being done.
+    #[error("{context}: {source}")]
+    Write {
+        context: String,
+        #[source]
+        source: rusqlite::Error,
     },
     /// The database server could not be reached.
     #[error(

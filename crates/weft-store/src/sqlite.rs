@@ -11,9 +11,11 @@ use sqlx::sqlite::{
     SqliteSynchronous,
 };
 use sqlx::{Executor, Row};
+use tokio::sync::{mpsc, oneshot};
 use weft_core::{Envelope, SessionStatus};
 
 use crate::row::{self, SessionCols};
+use crate::sqlite_writer::{self, Job, Msg};
 use crate::{
     ListFilter, NewSession, SCHEMA_VERSION, SessionRecord, Store, StoreError, check_batch,
 };
@@ -38,6 +40,8 @@ const SQLITE_NOTADB: i32 = 26;
 pub struct SqliteStore {
     pool: SqlitePool,
     path: PathBuf,
+    /// The group-commit writer (see `sqlite_writer`): every append goes through it.
+    writer: mpsc::UnboundedSender<Msg>,
 }
 
 impl SqliteStore {
@@ -94,6 +98,10 @@ impl SqliteStore {
 
     /// Closes every connection; later calls fail.
     pub async fn close(&self) {
+        let (done, closed) = oneshot::channel();
+        if self.writer.send(Msg::Close(done)).is_ok() {
+            let _ = closed.await;
+        }
         self.pool.close().await;
     }
 
@@ -132,14 +140,17 @@ impl SqliteStore {
             },
             _ => open_err(path, e),
         })?;
+        let (writer, rx) = mpsc::unbounded_channel();
         let store = Self {
             pool,
             path: store_path,
+            writer,
         };
         if let Some(reason) = short {
             store.confirm_short(reason).await?;
         }
         store.migrate().await?;
+        sqlite_writer::start(path, BUSY_TIMEOUT, rx)?;
         Ok(store)
     }
 
@@ -225,16 +236,7 @@ impl SqliteStore {
     }
 
     fn err(&self, context: &str, e: sqlx::Error) -> StoreError {
-        if let Some(reason) = corruption(&e) {
-            return StoreError::NotADatabase {
-                path: self.path.clone(),
-                reason,
-            };
-        }
-        StoreError::Sql {
-            context: format!("{} ({})", context, self.path.display()),
-            source: e,
-        }
+        sql_error(&self.path, context, e)
     }
 
     async fn read_events(
@@ -293,15 +295,30 @@ impl SqliteStore {
 
 impl Store for SqliteStore {
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
+        // Through the writer, so that creating sessions does not wait for its write lock.
         let metadata = encode_metadata(&s)?;
-        let res = insert_session(&s, &metadata, now, 0)
-            .execute(&self.pool)
-            .await;
-        match res {
-            Ok(_) => Ok(row::record(s, now, 0)),
-            Err(e) if is_unique_violation(&e) => Err(StoreError::Exists(s.id)),
-            Err(e) => Err(self.err(&format!("cannot create session {}", s.id), e)),
-        }
+        let (reply, answer) = oneshot::channel();
+        let id = s.id.clone();
+        let job = Job {
+            create: Some((s.clone(), metadata)),
+            id: id.clone(),
+            expected_seq: 0,
+            expected: 0,
+            last: 0,
+            rows: Vec::new(),
+            status: SessionStatus::Running,
+            now,
+            reply,
+        };
+        let closed = || {
+            StoreError::Backend(format!(
+                "cannot create session {id}: the store {} is closed",
+                self.path.display()
+            ))
+        };
+        self.writer.send(Msg::Append(job)).map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())??;
+        Ok(row::record(s, now, 0))
     }
 
     async fn append(
@@ -317,67 +334,26 @@ impl Store for SqliteStore {
             .iter()
             .map(|e| row::encode(id, e))
             .collect::<Result<Vec<_>, _>>()?;
-        let expected = row::to_i64("sequence number", expected_seq)?;
-        let last = row::to_i64("sequence number", expected_seq + events.len() as u64)?;
-        let ctx = || format!("cannot append to session {id}");
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(|e| self.err(&ctx(), e))?;
-        let updated = sqlx::query(
-            "UPDATE sessions SET last_seq = ?, status = ?, updated_at = ? WHERE id = ? AND last_seq = ?",
-        )
-        .bind(last)
-        .bind(status.as_str())
-        .bind(now)
-        .bind(id)
-        .bind(expected)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.err(&ctx(), e))?;
-        if updated.rows_affected() == 0 {
-            let actual: Option<i64> =
-                sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = ?")
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(|e| self.err(&ctx(), e))?;
-            return Err(match actual {
-                None => StoreError::NotFound(id.to_owned()),
-                Some(a) => StoreError::Conflict {
-                    session: id.to_owned(),
-                    expected: expected_seq,
-                    actual: u64::try_from(a).unwrap_or_default(),
-                },
-            });
-        }
-        for r in &rows {
-            sqlx::query(
-                "INSERT INTO events (session_id, seq, ts, v, type, payload) VALUES (?, ?, ?, ?, ?, ?)",
-            )
-            .bind(id)
-            .bind(r.seq)
-            .bind(r.ts)
-            .bind(r.v)
-            .bind(r.kind)
-            .bind(&r.payload)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| {
-                if is_unique_violation(&e) {
-                    StoreError::Conflict {
-                        session: id.to_owned(),
-                        expected: expected_seq,
-                        actual: expected_seq + events.len() as u64,
-                    }
-                } else {
-                    self.err(&ctx(), e)
-                }
-            })?;
-        }
-        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
-        Ok(())
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            create: None,
+            id: id.to_owned(),
+            expected_seq,
+            expected: row::to_i64("sequence number", expected_seq)?,
+            last: row::to_i64("sequence number", expected_seq + events.len() as u64)?,
+            rows,
+            status,
+            now,
+            reply,
+        };
+        let closed = || {
+            StoreError::Backend(format!(
+                "cannot append to session {id}: the store {} is closed",
+                self.path.display()
+            ))
+        };
+        self.writer.send(Msg::Append(job)).map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
     }
 
     async fn get(&self, id: &str) -> Result<SessionRecord, StoreError> {
@@ -705,6 +681,21 @@ fn is_busy(e: &sqlx::Error) -> bool {
     db.code()
         .and_then(|c| c.parse::<i32>().ok())
         .is_some_and(|c| matches!(c & 0xff, SQLITE_BUSY | SQLITE_LOCKED))
+}
+
+/// A failed query as a store error: corruption as [`StoreError::NotADatabase`], the rest with
+/// what was being done and the database's path.
+pub(crate) fn sql_error(path: &Path, context: &str, e: sqlx::Error) -> StoreError {
+    if let Some(reason) = corruption(&e) {
+        return StoreError::NotADatabase {
+            path: path.to_owned(),
+            reason,
+        };
+    }
+    StoreError::Sql {
+        context: format!("{} ({})", context, path.display()),
+        source: e,
+    }
 }
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {

@@ -1,0 +1,108 @@
+//! `weft-bench`: runs weft's benchmark workloads and prints one line of figures per workload
+//! (the median over `--runs`).
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use weft_bench::Report;
+use weft_bench::workloads::{self, StoreKind};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "weft-bench",
+    about = "weft's benchmarks, in the shapes of the LangGraph peer script"
+)]
+struct Cli {
+    /// Runs of each workload; the figures printed are the medians.
+    #[arg(long, default_value_t = 1, global = true)]
+    runs: u32,
+    /// Store for `react` (the other workloads use what they say).
+    #[arg(long, default_value = "sqlite", global = true, value_parser = ["sqlite", "memory"])]
+    store: String,
+    #[command(subcommand)]
+    workload: Workload,
+}
+
+#[derive(Subcommand, Debug)]
+enum Workload {
+    /// One ReAct run of N echo calls then an answer.
+    React { n: u32 },
+    /// M sessions at once, K echo calls each, the model thinking 50 ms per call (SQLite).
+    Concurrent { m: u32, k: u32 },
+    /// One session, T user turns of one echo call each (SQLite).
+    Growth { t: u32 },
+    /// Validation and execution of a linear and a wide plan of N echo steps.
+    Plan { n: u32 },
+    /// Load a session of E events from SQLite and continue it by one turn.
+    Resume {
+        #[arg(default_value_t = 10_000)]
+        events: u64,
+    },
+    /// Every workload at its standard sizes (add `--full` for `concurrent 10000 3`).
+    All {
+        #[arg(long)]
+        full: bool,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let kind = if cli.store == "memory" {
+        StoreKind::Memory
+    } else {
+        StoreKind::Sqlite
+    };
+    let runs = cli.runs.max(1);
+    match cli.workload {
+        Workload::All { full } => {
+            for n in [10, 100, 400] {
+                one(runs, Workload::React { n }, kind).await?;
+            }
+            one(runs, Workload::Concurrent { m: 1000, k: 3 }, kind).await?;
+            if full {
+                one(runs, Workload::Concurrent { m: 10_000, k: 3 }, kind).await?;
+            }
+            one(runs, Workload::Growth { t: 100 }, kind).await?;
+            one(runs, Workload::Plan { n: 10_000 }, kind).await?;
+            one(runs, Workload::Resume { events: 10_000 }, kind).await?;
+        }
+        w => one(runs, w, kind).await?,
+    }
+    Ok(())
+}
+
+/// Runs a workload `runs` times and prints the medians (one line per report it makes).
+async fn one(runs: u32, w: Workload, kind: StoreKind) -> Result<()> {
+    let mut all: Vec<Vec<Report>> = Vec::new();
+    for _ in 0..runs {
+        let reports = match &w {
+            Workload::React { n } => vec![workloads::react(*n, kind).await?],
+            Workload::Concurrent { m, k } => vec![workloads::concurrent(*m, *k).await?],
+            Workload::Growth { t } => vec![workloads::growth(*t).await?],
+            Workload::Plan { n } => workloads::plan(*n).await?,
+            Workload::Resume { events } => vec![workloads::resume(*events).await?],
+            Workload::All { .. } => Vec::new(),
+        };
+        all.push(reports);
+    }
+    let width = all.first().map_or(0, Vec::len);
+    for i in 0..width {
+        let column: Vec<Report> = all.iter().filter_map(|r| r.get(i).cloned()).collect();
+        if let Some(m) = Report::median(&column) {
+            let suffix = if runs > 1 {
+                format!(" (median of {runs})")
+            } else {
+                String::new()
+            };
+            println!("{m}{suffix}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,380 @@
+//! The workloads. Each builds its agent or plan, a store, runs, checks that the session ended as
+//! it must (a benchmark of a run that failed early would be meaningless) and reports figures.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+use weft_core::agent::AgentSpec;
+use weft_core::graph::{ValidateOptions, validate};
+use weft_core::{Limits, Plan, SessionStatus, State};
+use weft_model::{ScriptedModel, ScriptedReply};
+use weft_runtime::{Agent, Runtime, SessionInfo};
+use weft_store::{MemoryStore, SqliteStore, Store};
+use weft_tools::{Echo, Registry};
+
+use crate::{BenchError, Report, db_size_mb, peak_rss_mb};
+
+/// Where a workload keeps its sessions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    Memory,
+    /// A SQLite file in a fresh temporary directory.
+    Sqlite,
+}
+
+impl StoreKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Sqlite => "sqlite",
+        }
+    }
+}
+
+/// The registry every workload uses: the built-in `echo`.
+pub fn echo_tools() -> Result<Arc<Registry>, BenchError> {
+    let mut reg = Registry::new();
+    reg.register(Echo::default())?;
+    Ok(Arc::new(reg))
+}
+
+/// A ReAct agent that may take `max_iterations` model turns per task, answering from `replies`.
+pub fn react_agent(
+    tools: &Arc<Registry>,
+    replies: Vec<ScriptedReply>,
+    max_iterations: u32,
+) -> Result<Agent, BenchError> {
+    let yaml = format!(
+        "name: bench\nmode: react\ninstructions: Call echo until told otherwise, then answer.\nlimits:\n  max_iterations: {max_iterations}\n"
+    );
+    let spec =
+        AgentSpec::parse("bench.yaml", &yaml).map_err(|e| BenchError::Setup(e.to_string()))?;
+    let model = Arc::new(ScriptedModel::new("bench", replies));
+    Ok(Agent::new(
+        &spec,
+        Arc::clone(tools),
+        model,
+        &Value::Null,
+        &Value::Null,
+    )?)
+}
+
+/// `n` echo calls then the answer `done`, each reply after `delay_ms` of thinking.
+fn calls_then_answer(n: u32, delay_ms: u64) -> Vec<ScriptedReply> {
+    let mut call = ScriptedReply::tool_call("echo", json!({"text": "step"})).delayed(delay_ms);
+    call.repeat = Some(n);
+    let mut out = Vec::new();
+    if n > 0 {
+        out.push(call);
+    }
+    out.push(ScriptedReply::text("done").delayed(delay_ms));
+    out
+}
+
+fn expect_answer(workload: &str, state: &State) -> Result<(), BenchError> {
+    if state.status == SessionStatus::Completed && state.answer.as_deref() == Some("done") {
+        Ok(())
+    } else {
+        Err(BenchError::Outcome {
+            workload: workload.to_owned(),
+            message: format!(
+                "the session ended {:?} with answer {:?} (error: {:?}) instead of completing with `done`",
+                state.status, state.answer, state.error
+            ),
+        })
+    }
+}
+
+/// A fresh SQLite store in a temporary directory (removed when the guard is dropped).
+pub async fn temp_sqlite() -> Result<(tempfile::TempDir, PathBuf, SqliteStore), BenchError> {
+    let dir = tempfile::tempdir().map_err(|e| BenchError::Io {
+        what: "create a temporary directory".into(),
+        source: e,
+    })?;
+    let path = dir.path().join("weft.db");
+    let store = SqliteStore::open(&path).await?;
+    Ok((dir, path, store))
+}
+
+/// Checkpoints the log into the database and returns its size in MB.
+async fn settled_size(store: &SqliteStore, path: &Path) -> Result<f64, BenchError> {
+    store.checkpoint().await?;
+    db_size_mb(path)
+}
+
+/// Runs one ReAct session of `n` tool calls; returns the elapsed seconds and the final state.
+async fn react_run<S: Store>(store: Arc<S>, n: u32) -> Result<(f64, State), BenchError> {
+    let tools = echo_tools()?;
+    let agent = react_agent(&tools, calls_then_answer(n, 0), n + 5)?;
+    let rt = Runtime::new(store, tools, Limits::default());
+    let t = Instant::now();
+    let session = rt
+        .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
+        .await?;
+    let secs = t.elapsed().as_secs_f64();
+    expect_answer("react", &session.state)?;
+    Ok((secs, session.state))
+}
+
+/// `react N`: one ReAct run of `n` echo calls then an answer.
+pub async fn react(n: u32, kind: StoreKind) -> Result<Report, BenchError> {
+    let label = format!("react n={n} store={}", kind.name());
+    let (secs, state, db) = match kind {
+        StoreKind::Memory => {
+            let (s, st) = react_run(Arc::new(MemoryStore::new()), n).await?;
+            (s, st, 0.0)
+        }
+        StoreKind::Sqlite => {
+            let (_dir, path, store) = temp_sqlite().await?;
+            let store = Arc::new(store);
+            let (s, st) = react_run(Arc::clone(&store), n).await?;
+            let db = settled_size(&store, &path).await?;
+            (s, st, db)
+        }
+    };
+    let per = if n == 0 { secs } else { secs / f64::from(n) };
+    Ok(Report::new(label)
+        .with("total_ms", secs * 1e3)
+        .with("us_per_iter", per * 1e6)
+        .with("db_mb", db)
+        .with("events", state.seq as f64))
+}
+
+/// `concurrent M K`: `m` sessions at once, each `k` echo calls, the model thinking 50 ms per
+/// call, all in one SQLite file.
+pub async fn concurrent(m: u32, k: u32) -> Result<Report, BenchError> {
+    const THINK_MS: u64 = 50;
+    let (_dir, path, store) = temp_sqlite().await?;
+    let store = Arc::new(store);
+    let tools = echo_tools()?;
+    let agent = Arc::new(react_agent(&tools, calls_then_answer(k, THINK_MS), k + 5)?);
+    let rt = Arc::new(Runtime::new(Arc::clone(&store), tools, Limits::default()));
+    let t = Instant::now();
+    let mut set = JoinSet::new();
+    for _ in 0..m {
+        let rt = Arc::clone(&rt);
+        let agent = Arc::clone(&agent);
+        set.spawn(async move {
+            let s = rt
+                .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
+                .await?;
+            expect_answer("concurrent", &s.state)
+        });
+    }
+    while let Some(done) = set.join_next().await {
+        done.map_err(|e| BenchError::Setup(format!("a session task failed: {e}")))??;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let ideal = (f64::from(k) + 1.0) * THINK_MS as f64 / 1e3;
+    let db = settled_size(&store, &path).await?;
+    Ok(Report::new(format!("concurrent m={m} k={k} store=sqlite"))
+        .with("wall_s", secs)
+        .with("ideal_s", ideal)
+        .with("x_ideal", secs / ideal)
+        .with("runs_per_s", f64::from(m) / secs)
+        .with("rss_mb", peak_rss_mb().unwrap_or(0.0))
+        .with("db_mb", db))
+}
+
+/// The script of `turns` turns of one echo call and an answer each.
+fn turns_script(turns: u32) -> Vec<ScriptedReply> {
+    (0..turns).flat_map(|_| calls_then_answer(1, 0)).collect()
+}
+
+/// A user message like the peer's: `turn i ` and 200 `x`.
+fn turn_message(i: u32) -> String {
+    format!("turn {i} {}", "x".repeat(200))
+}
+
+/// `growth T`: one session, `turns` user turns of one echo call each, in SQLite.
+pub async fn growth(turns: u32) -> Result<Report, BenchError> {
+    let (_dir, path, store) = temp_sqlite().await?;
+    let store = Arc::new(store);
+    let tools = echo_tools()?;
+    let agent = react_agent(&tools, turns_script(turns), 5)?;
+    let rt = Runtime::new(Arc::clone(&store), tools, Limits::default());
+    let t = Instant::now();
+    let mut last_turn = 0.0;
+    let mut session = None;
+    for i in 0..turns {
+        let ti = Instant::now();
+        match session.as_mut() {
+            None => {
+                session = Some(
+                    rt.run_agent(
+                        &agent,
+                        SessionInfo::default(),
+                        &turn_message(i),
+                        Value::Null,
+                    )
+                    .await?,
+                );
+            }
+            Some(s) => {
+                rt.run_task(&agent, s, &turn_message(i), Value::Null)
+                    .await?
+            }
+        }
+        last_turn = ti.elapsed().as_secs_f64();
+        if let Some(s) = &session {
+            expect_answer("growth", &s.state)?;
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let events = session.as_ref().map_or(0, |s| s.state.seq);
+    let db = settled_size(&store, &path).await?;
+    Ok(Report::new(format!("growth turns={turns} store=sqlite"))
+        .with("db_mb", db)
+        .with("ms_per_turn", secs / f64::from(turns.max(1)) * 1e3)
+        .with("last_turn_ms", last_turn * 1e3)
+        .with("events", events as f64))
+}
+
+/// A plan of `n` echo steps: linear (each reads the one before through `†state`) or wide (all
+/// independent).
+pub fn echo_plan(n: u32, linear: bool) -> Result<Plan, BenchError> {
+    let steps: Vec<Value> = (0..n)
+        .map(|i| {
+            let text = if !linear || i == 0 {
+                "†input.text".to_owned()
+            } else {
+                format!("†state.v{}.text", i - 1)
+            };
+            json!({"_id": format!("s{i}"), "_tool": "echo", "text": text, "_outputPath": format!("†state.v{i}")})
+        })
+        .collect();
+    Plan::from_value(&Value::Array(steps)).map_err(|problems| {
+        BenchError::Setup(format!(
+            "the generated plan is invalid: {}",
+            problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))
+    })
+}
+
+/// Limits that let a plan of `n` steps run to its end: a wave per step, and a wide wave.
+pub fn plan_limits(n: u32) -> Limits {
+    Limits {
+        max_waves: n + 10,
+        max_parallel: usize::try_from(n).unwrap_or(usize::MAX).max(1),
+        ..Limits::default()
+    }
+}
+
+async fn run_plan_on<S: Store>(store: Arc<S>, plan: Plan, n: u32) -> Result<f64, BenchError> {
+    let rt = Runtime::new(store, echo_tools()?, plan_limits(n));
+    let t = Instant::now();
+    let session = rt.run_plan("bench", plan, json!({"text": "hello"})).await?;
+    let secs = t.elapsed().as_secs_f64();
+    let done = session
+        .state
+        .plan
+        .as_ref()
+        .map_or(0, |p| p.steps.iter().filter(|s| s.output.is_some()).count());
+    if session.state.status != SessionStatus::Completed || done != n as usize {
+        return Err(BenchError::Outcome {
+            workload: "plan".into(),
+            message: format!(
+                "the plan run ended {:?} with {done} of {n} steps done (error: {:?})",
+                session.state.status, session.state.error
+            ),
+        });
+    }
+    Ok(secs)
+}
+
+/// `plan N`: validation and execution of a linear and a wide plan of `n` echo steps, with the
+/// memory store and with SQLite.
+pub async fn plan(n: u32) -> Result<Vec<Report>, BenchError> {
+    let tools = echo_tools()?;
+    let input = json!({"text": "hello"});
+    let mut out = Vec::new();
+    for linear in [true, false] {
+        let shape = if linear { "linear" } else { "wide" };
+        let plan = echo_plan(n, linear)?;
+        let t = Instant::now();
+        let problems = validate(
+            &plan,
+            tools.as_ref(),
+            &ValidateOptions {
+                input: Some(&input),
+                require_tools: true,
+                ..ValidateOptions::default()
+            },
+        );
+        let validate_s = t.elapsed().as_secs_f64();
+        if !problems.is_empty() {
+            return Err(BenchError::Outcome {
+                workload: "plan".into(),
+                message: format!("validation found {} problems", problems.len()),
+            });
+        }
+        let mem_s = run_plan_on(Arc::new(MemoryStore::new()), plan.clone(), n).await?;
+        let (_dir, _path, store) = temp_sqlite().await?;
+        let sql_s = run_plan_on(Arc::new(store), plan, n).await?;
+        let per = |s: f64| s / f64::from(n.max(1)) * 1e6;
+        out.push(
+            Report::new(format!("plan n={n} shape={shape}"))
+                .with("validate_us_per_step", per(validate_s))
+                .with("memory_us_per_step", per(mem_s))
+                .with("sqlite_us_per_step", per(sql_s))
+                .with("sqlite_total_ms", sql_s * 1e3),
+        );
+    }
+    Ok(out)
+}
+
+/// `resume E`: a ReAct session of at least `events` events in SQLite, loaded afresh (a new
+/// store handle) and continued by one more turn of one tool call.
+pub async fn resume(events: u64) -> Result<Report, BenchError> {
+    // Events per iteration of a ReAct turn, measured rather than assumed.
+    let (_, small) = react_run(Arc::new(MemoryStore::new()), 10).await?;
+    let (_, big) = react_run(Arc::new(MemoryStore::new()), 20).await?;
+    let per_iter = (big.seq.saturating_sub(small.seq) / 10).max(1);
+    let fixed = small.seq.saturating_sub(per_iter * 10);
+    let n = u32::try_from(events.saturating_sub(fixed).div_ceil(per_iter)).unwrap_or(u32::MAX);
+
+    let (_dir, path, store) = temp_sqlite().await?;
+    let tools = echo_tools()?;
+    let mut script = calls_then_answer(n, 0);
+    script.extend(calls_then_answer(1, 0));
+    let agent = react_agent(&tools, script, n + 5)?;
+    let id = {
+        let rt = Runtime::new(
+            Arc::new(store.clone()),
+            Arc::clone(&tools),
+            Limits::default(),
+        );
+        let s = rt
+            .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
+            .await?;
+        expect_answer("resume", &s.state)?;
+        s.id.clone()
+    };
+    store.checkpoint().await?;
+    store.close().await;
+    drop(store);
+
+    let store = Arc::new(SqliteStore::open(&path).await?);
+    let rt = Runtime::new(store, tools, Limits::default());
+    let t = Instant::now();
+    let mut session = rt.load_session(&id).await?;
+    let load_s = t.elapsed().as_secs_f64();
+    let stored = session.state.seq;
+    let t = Instant::now();
+    rt.run_task(&agent, &mut session, "once more", Value::Null)
+        .await?;
+    let turn_s = t.elapsed().as_secs_f64();
+    expect_answer("resume", &session.state)?;
+    Ok(Report::new(format!("resume events={events} store=sqlite"))
+        .with("events", stored as f64)
+        .with("load_ms", load_s * 1e3)
+        .with("load_us_per_event", load_s / stored.max(1) as f64 * 1e6)
+        .with("next_turn_ms", turn_s * 1e3))
+}
