@@ -59,10 +59,7 @@ fn every_kind(from: u64) -> Vec<Envelope> {
             agent: "researcher".into(),
             input: json!({"q": "ünïcödé \"quoted\" \n newline"}),
             mode: None,
-<<<<<<< HEAD
             parent_id: None,
-=======
->>>>>>> bench
         },
         Event::PlanAccepted { plan },
         Event::WaveStarted {
@@ -102,11 +99,7 @@ fn every_kind(from: u64) -> Vec<Envelope> {
         Event::StepCompleted {
             step: "s1".into(),
             output: json!({"hits": [1, 2, 3]}),
-<<<<<<< HEAD
             summary: Some("3 hits".into()),
-=======
-            summary: None,
->>>>>>> bench
         },
         Event::StepFailed {
             step: "s2".into(),
@@ -121,11 +114,7 @@ fn every_kind(from: u64) -> Vec<Envelope> {
         Event::RunFinished {
             status: RunStatus::Completed,
             error: None,
-<<<<<<< HEAD
             answer: Some("done".into()),
-=======
-            answer: None,
->>>>>>> bench
         },
     ];
     events
