@@ -103,6 +103,19 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
                 Ok(a) => a,
                 Err(e) => return error("agent_tool", e.to_string()),
             };
+            // The child's events hide the parent's secrets and its own.
+            let redact: Option<Redact> = match (redact, spec.secrets.is_empty()) {
+                (parent, true) => parent,
+                (parent, false) => {
+                    let own = tools.redactor();
+                    Some(Arc::new(move |v: &mut Value| {
+                        own.redact_value(v);
+                        if let Some(p) = &parent {
+                            p(v);
+                        }
+                    }))
+                }
+            };
             let mut rt = Runtime::new(store.clone(), tools.clone(), spec.limits.clone());
             rt.observers = observers.clone();
             rt.redact = redact.clone();

@@ -15,10 +15,14 @@ pub struct LoadedAgent {
 }
 
 impl LoadedAgent {
-    /// Redacts every declared secret's value from events (as `[secret:NAME]`).
-    pub fn redactor(&self) -> weft_runtime::Redact {
+    /// Redacts every declared secret's value from events (as `[secret:NAME]`); `None` when the
+    /// agent declares no secret (events then skip the redaction pass).
+    pub fn redactor(&self) -> Option<weft_runtime::Redact> {
+        if self.spec.secrets.is_empty() {
+            return None;
+        }
         let r = self.tools.redactor();
-        std::sync::Arc::new(move |v: &mut Value| r.redact_value(v))
+        Some(std::sync::Arc::new(move |v: &mut Value| r.redact_value(v)))
     }
 }
 

@@ -163,7 +163,7 @@ async fn execute<S: weft_store::Store>(store: Arc<S>, a: RunArgs) -> Result<u8> 
     let redact = agent.redactor();
     let tools = Arc::new(agent.tools);
     let mut rt = Runtime::new(store, tools.clone(), limits);
-    rt.redact = Some(redact);
+    rt.redact = redact;
     if a.events {
         rt = rt.observe(Arc::new(|e| {
             if let Ok(line) = serde_json::to_string(e) {

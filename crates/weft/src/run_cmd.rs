@@ -184,7 +184,7 @@ pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
     let interactive = std::io::stdout().is_terminal() && !args.events;
     let streamed = Arc::new(Mutex::new(false));
     let mut rt = Runtime::new(store, tools.clone(), loaded.spec.limits.clone());
-    rt.redact = Some(redact);
+    rt.redact = redact;
     if args.events {
         rt = rt.observe(json_lines());
     } else if interactive {
