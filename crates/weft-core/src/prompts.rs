@@ -416,18 +416,19 @@ pub fn repair_history(history: &[Message]) -> Vec<Message> {
         if let Message::Assistant { tool_calls, .. } = m
             && !tool_calls.is_empty()
         {
-            let mut seen = std::collections::HashSet::new();
-            while i < history.len() {
-                if let Message::Tool { call_id, .. } = &history[i] {
-                    seen.insert(call_id.clone());
-                    out.push(history[i].clone());
-                    i += 1;
-                } else {
-                    break;
-                }
+            let first_result = i;
+            while i < history.len() && matches!(history[i], Message::Tool { .. }) {
+                out.push(history[i].clone());
+                i += 1;
             }
+            let results = &history[first_result..i];
+            let answered = |id: &str| {
+                results
+                    .iter()
+                    .any(|r| matches!(r, Message::Tool { call_id, .. } if call_id == id))
+            };
             for c in tool_calls {
-                if !seen.contains(&c.id) {
+                if !answered(&c.id) {
                     out.push(Message::Tool {
                         call_id: c.id.clone(),
                         name: c.name.clone(),
