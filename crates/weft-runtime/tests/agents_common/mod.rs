@@ -56,7 +56,7 @@ pub struct TestTool {
     info: ToolInfo,
     behavior: Behavior,
     delay_ms: u64,
-    log: CallLog,
+    pub log: CallLog,
 }
 
 impl TestTool {
