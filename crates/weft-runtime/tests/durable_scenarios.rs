@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "agents_common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use std::sync::Arc;
