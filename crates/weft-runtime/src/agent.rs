@@ -318,7 +318,7 @@ impl<S: Store> Runtime<S> {
                             e.is_retryable(),
                         ),
                     };
-                    session.commit(events).await?;
+                    session.stage(events)?;
                 }
                 AgentNext::Start { events, calls } => {
                     session.commit(events).await?;
@@ -327,7 +327,7 @@ impl<S: Store> Runtime<S> {
                     }
                 }
                 AgentNext::Wait => inflight.settle(session, &agent.config.limits).await?,
-                AgentNext::Done => return Ok(()),
+                AgentNext::Done => return session.flush().await,
             }
         }
     }

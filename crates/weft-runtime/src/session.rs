@@ -21,6 +21,8 @@ pub struct Session<'s, S: Store> {
     pub state: State,
     observers: Vec<Observer>,
     redact: Option<Redact>,
+    /// Events applied to the state but not stored or published yet (see [`Session::stage`]).
+    pending: Vec<Envelope>,
 }
 
 impl<'s, S: Store> Session<'s, S> {
@@ -31,7 +33,46 @@ impl<'s, S: Store> Session<'s, S> {
             state,
             observers,
             redact: None,
+            pending: Vec::new(),
         }
+    }
+
+    /// Applies events now and stores them with the next commit, in the same batch. For events
+    /// whose loss in a crash is harmless (a model's reply: the model is simply asked again), so
+    /// that a reply and the tool calls it starts reach the store in one append.
+    pub fn stage(&mut self, events: Vec<Event>) -> Result<(), RuntimeError> {
+        let events = self.redacted(events)?;
+        let ts = now_ms();
+        for event in events {
+            let seq = self.state.seq + 1;
+            self.state.apply(&event);
+            self.pending.push(Envelope {
+                seq,
+                ts,
+                v: EVENT_VERSION,
+                event,
+            });
+        }
+        Ok(())
+    }
+
+    /// Stores the staged events, if any. If the store refuses them, the state in memory is
+    /// ahead of the store and the session must be loaded again.
+    pub async fn flush(&mut self) -> Result<(), RuntimeError> {
+        let Some(first) = self.pending.first() else {
+            return Ok(());
+        };
+        let base = first.seq - 1;
+        let ts = now_ms();
+        self.store
+            .append(&self.id, base, &self.pending, self.state.status, ts)
+            .await?;
+        for e in std::mem::take(&mut self.pending) {
+            for o in &self.observers {
+                o(&e);
+            }
+        }
+        Ok(())
     }
 
     /// Redacts every event before it is stored, applied or published.
@@ -61,6 +102,10 @@ impl<'s, S: Store> Session<'s, S> {
     /// Stores a batch of events atomically, then applies and publishes them. Nothing is applied
     /// unless the store accepted the whole batch.
     pub async fn commit(&mut self, events: Vec<Event>) -> Result<(), RuntimeError> {
+        if !self.pending.is_empty() {
+            self.stage(events)?;
+            return self.flush().await;
+        }
         if events.is_empty() {
             return Ok(());
         }
