@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::agent::Mode;
 use crate::engine::{self, Invocation, Limits, Next};
@@ -1126,13 +1126,4 @@ pub fn start_turn(task: &str, input: Value) -> Vec<Event> {
         task: task.to_owned(),
         input,
     }]
-}
-
-/// The input as an object (`{}` when absent).
-pub fn object_or_empty(v: Value) -> Value {
-    if v.is_object() {
-        v
-    } else {
-        Value::Object(Map::new())
-    }
 }

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use crate::agent_loop::AgentConfig;
 use crate::model::{Message, ModelRequest, Purpose, ToolDef};
-use crate::state::{PlanRun, State, StepStatus, value_text};
+use crate::state::{PlanRun, State, StepStatus};
 use crate::tool::ToolInfo;
 
 fn request(state: &State, purpose: Purpose, messages: Vec<Message>) -> ModelRequest {
@@ -440,11 +440,6 @@ pub fn repair_history(history: &[Message]) -> Vec<Message> {
         }
     }
     out
-}
-
-/// A tool result as text for the model.
-pub fn result_text(v: &Value) -> String {
-    value_text(v)
 }
 
 #[cfg(test)]

@@ -165,12 +165,7 @@ async fn execute<S: weft_store::Store>(store: Arc<S>, a: RunArgs) -> Result<u8> 
     let mut rt = Runtime::new(store, tools.clone(), limits);
     rt.redact = redact;
     if a.events {
-        rt = rt.observe(Arc::new(|e| {
-            if let Ok(line) = serde_json::to_string(e) {
-                let mut err = std::io::stderr().lock();
-                let _ = writeln!(err, "{line}");
-            }
-        }));
+        rt = rt.observe(crate::run_cmd::json_lines());
     }
     let problems = rt.check_plan(&plan, Some(&input));
     if !problems.is_empty() {

@@ -172,12 +172,7 @@ pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
         "weft_agent_file".into(),
         Value::String(load::absolute(&args.agent)),
     );
-    let base = args
-        .agent
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let model = Agent::model_from_spec(&loaded.spec, base)?;
+    let model = Agent::model_from_spec(&loaded.spec, load::base_dir(&args.agent))?;
     let redact = loaded.redactor();
     let tools = Arc::new(loaded.tools);
     let agent = Agent::new(&loaded.spec, tools.clone(), model, &metadata, &input)?;

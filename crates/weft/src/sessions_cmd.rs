@@ -380,11 +380,7 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
             crate::EXIT_FAILED
         });
     }
-    let base = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let model = Agent::model_from_spec(&loaded.spec, base)?;
+    let model = Agent::model_from_spec(&loaded.spec, load::base_dir(&path))?;
     let agent = Agent::new(&loaded.spec, tools, model, &rec.metadata, &state.input)?;
     rt.resume_agent(&agent, &mut session).await?;
     run_cmd::report(&session.state, &session.id, &path, false)
