@@ -8,10 +8,21 @@
 //! `weft_schema` table and brought up to date when a store is opened:
 //!
 //! - `sessions(id, user_id, agent, reference_id, metadata, parent_id, status, created_at,
-//!   updated_at, last_seq)`, indexed for listing by update time, user and status;
-//! - `events(session_id, seq, ts, v, type, payload)` keyed by `(session_id, seq)`; `payload` is
-//!   the event's JSON object without the four keys that have their own columns;
-//! - `snapshots(session_id, seq, state)`.
+//!   updated_at, ...)`, indexed for listing by update time, user and status;
+//! - `events(session, seq, ts, v, type, payload)`, one row per event, unique by session and
+//!   `seq`; `payload` is the event's JSON object without the four keys that have their own
+//!   columns;
+//! - `snapshots(session, seq, state)`.
+//!
+//! The two differ in how a session is keyed. PostgreSQL keys events by the session's id and
+//! keeps `last_seq` in the session row (schema 1). SQLite (schema 2) gives each session an
+//! integer key, stores events in the order they were appended and reads a session's last
+//! sequence number from its log, so that an append writes at the end of one table rather than
+//! rewriting the session row and its indexes (see `migrations/sqlite/0002_append_log.sql`).
+//!
+//! Every store sets a session's `updated_at` by the same rule: an append records its time when
+//! it changes the status, or when the stored time is [`UPDATED_AT_GRAIN_MS`] or more behind it.
+//! A session busy with many appends a second thus rewrites its row about once a second.
 
 mod any;
 mod memory;
@@ -32,9 +43,30 @@ pub use memory::MemoryStore;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
-/// The version of the database schema this build writes and reads. A database whose schema is
+/// The version of the SQLite schema this build writes and reads. A database whose schema is
 /// newer is refused with [`StoreError::NewerSchema`].
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SQLITE_SCHEMA_VERSION: i64 = 2;
+
+/// The version of the PostgreSQL schema this build writes and reads.
+pub const POSTGRES_SCHEMA_VERSION: i64 = 1;
+
+/// How far behind an append's time a session's `updated_at` may stay when the append does not
+/// change the session's status, in milliseconds.
+pub const UPDATED_AT_GRAIN_MS: i64 = 1000;
+
+/// The `updated_at` a session has after an append at `now` that leaves it with `status`.
+pub fn updated_at_after(
+    stored: i64,
+    stored_status: SessionStatus,
+    status: SessionStatus,
+    now: i64,
+) -> i64 {
+    if stored_status != status || stored <= now - UPDATED_AT_GRAIN_MS {
+        now
+    } else {
+        stored
+    }
+}
 
 /// A session to create.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -61,6 +93,8 @@ pub struct SessionRecord {
     pub status: SessionStatus,
     /// Unix milliseconds.
     pub created_at: i64,
+    /// The time of the last append that changed the status, or of a later append at most
+    /// [`UPDATED_AT_GRAIN_MS`] before the last one (see [`updated_at_after`]).
     pub updated_at: i64,
     /// The sequence number of the last event.
     pub last_seq: u64,

@@ -75,8 +75,9 @@ impl Store for MemoryStore {
         check_batch(id, expected_seq, events)?;
         entry.log.extend_from_slice(events);
         entry.rec.last_seq = expected_seq + events.len() as u64;
+        entry.rec.updated_at =
+            crate::updated_at_after(entry.rec.updated_at, entry.rec.status, status, now);
         entry.rec.status = status;
-        entry.rec.updated_at = now;
         Ok(())
     }
 

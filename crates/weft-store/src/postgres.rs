@@ -10,7 +10,7 @@ use weft_core::{Envelope, SessionStatus};
 
 use crate::row::{self, SessionCols};
 use crate::{
-    ListFilter, NewSession, SCHEMA_VERSION, SessionRecord, Store, StoreError, check_batch,
+    ListFilter, NewSession, POSTGRES_SCHEMA_VERSION, SessionRecord, Store, StoreError, check_batch,
 };
 
 /// The schema migrations, in order: (version, SQL).
@@ -189,7 +189,8 @@ impl Store for PgStore {
         let ctx = || format!("cannot append to session {id}");
         let mut tx = self.pool.begin().await.map_err(|e| self.err(&ctx(), e))?;
         let updated = sqlx::query(
-            "UPDATE sessions SET last_seq = $1, status = $2, updated_at = $3 \
+            "UPDATE sessions SET last_seq = $1, status = $2, \
+             updated_at = CASE WHEN status <> $2 OR updated_at <= $3 - $6 THEN $3 ELSE updated_at END \
              WHERE id = $4 AND last_seq = $5",
         )
         .bind(last)
@@ -197,6 +198,7 @@ impl Store for PgStore {
         .bind(now)
         .bind(id)
         .bind(expected)
+        .bind(crate::UPDATED_AT_GRAIN_MS)
         .execute(&mut *tx)
         .await
         .map_err(|e| self.err(&ctx(), e))?;
@@ -508,11 +510,11 @@ async fn migrate(pool: &PgPool, target: &str) -> Result<(), StoreError> {
         .fetch_one(&mut *tx)
         .await
         .map_err(sql_err(ctx()))?;
-    if current > SCHEMA_VERSION {
+    if current > POSTGRES_SCHEMA_VERSION {
         return Err(StoreError::NewerSchema {
             place: format!("the database ({target})"),
             found: current,
-            known: SCHEMA_VERSION,
+            known: POSTGRES_SCHEMA_VERSION,
         });
     }
     for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {

@@ -11,23 +11,30 @@ use sqlx::sqlite::{
     SqliteSynchronous,
 };
 use sqlx::{Executor, Row};
-use tokio::sync::{mpsc, oneshot};
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
 use weft_core::{Envelope, SessionStatus};
 
 use crate::row::{self, SessionCols};
-use crate::sqlite_writer::{self, Job, Msg};
+use crate::sqlite_writer::{Job, Writer};
 use crate::{
-    ListFilter, NewSession, SCHEMA_VERSION, SessionRecord, Store, StoreError, check_batch,
+    ListFilter, NewSession, SQLITE_SCHEMA_VERSION, SessionRecord, Store, StoreError, check_batch,
 };
 
 /// The schema migrations, in order: (version, SQL).
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../migrations/sqlite/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../migrations/sqlite/0001_init.sql")),
+    (2, include_str!("../migrations/sqlite/0002_append_log.sql")),
+];
 
 /// How long a writer waits for another writer's lock before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A session's columns, its last sequence number read from its log.
 const SESSION_COLS: &str = "id, user_id, agent, reference_id, metadata, parent_id, status, \
-                            created_at, updated_at, last_seq";
+     created_at, updated_at, \
+     COALESCE((SELECT seq FROM events WHERE session = sessions.pk ORDER BY seq DESC LIMIT 1), 0)";
 
 /// SQLite's primary result codes that mean the file is not a usable database.
 const SQLITE_CORRUPT: i32 = 11;
@@ -41,7 +48,7 @@ pub struct SqliteStore {
     pool: SqlitePool,
     path: PathBuf,
     /// The group-commit writer (see `sqlite_writer`): every append goes through it.
-    writer: mpsc::UnboundedSender<Msg>,
+    writer: Arc<Writer>,
 }
 
 impl SqliteStore {
@@ -98,10 +105,7 @@ impl SqliteStore {
 
     /// Closes every connection; later calls fail.
     pub async fn close(&self) {
-        let (done, closed) = oneshot::channel();
-        if self.writer.send(Msg::Close(done)).is_ok() {
-            let _ = closed.await;
-        }
+        self.writer.close();
         self.pool.close().await;
     }
 
@@ -140,99 +144,16 @@ impl SqliteStore {
             },
             _ => open_err(path, e),
         })?;
-        let (writer, rx) = mpsc::unbounded_channel();
-        let store = Self {
+        if let Some(reason) = short {
+            confirm_short(&pool, path, reason).await?;
+        }
+        migrate(&pool, path).await?;
+        let writer = Writer::open(path, BUSY_TIMEOUT)?;
+        Ok(Self {
             pool,
             path: store_path,
             writer,
-        };
-        if let Some(reason) = short {
-            store.confirm_short(reason).await?;
-        }
-        store.migrate().await?;
-        sqlite_writer::start(path, BUSY_TIMEOUT, rx)?;
-        Ok(store)
-    }
-
-    /// The file is shorter than its header says. That is a truncated file, unless another
-    /// connection is part-way through copying its write-ahead log into the file; SQLite's own
-    /// check tells the two apart.
-    async fn confirm_short(&self, reason: String) -> Result<(), StoreError> {
-        let res: Result<Vec<String>, _> = sqlx::query_scalar("PRAGMA quick_check")
-            .fetch_all(&self.pool)
-            .await;
-        match res {
-            Ok(rows) if rows.iter().all(|r| r == "ok") => Ok(()),
-            _ => {
-                self.pool.close().await;
-                Err(StoreError::NotADatabase {
-                    path: self.path.clone(),
-                    reason,
-                })
-            }
-        }
-    }
-
-    async fn migrate(&self) -> Result<(), StoreError> {
-        let ctx = "cannot bring the database schema up to date";
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(|e| self.err(ctx, e))?;
-        let has_table: Option<String> = sqlx::query_scalar(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'weft_schema'",
-        )
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| self.err(ctx, e))?;
-        let current: i64 = if has_table.is_some() {
-            sqlx::query_scalar::<_, Option<i64>>("SELECT MAX(version) FROM weft_schema")
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(|e| self.err(ctx, e))?
-                .unwrap_or(0)
-        } else {
-            let others: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
-            )
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(|e| self.err(ctx, e))?;
-            if others > 0 {
-                return Err(StoreError::NotADatabase {
-                    path: self.path.clone(),
-                    reason: format!(
-                        "it is a SQLite database with {others} tables of another program"
-                    ),
-                });
-            }
-            tx.execute(
-                "CREATE TABLE weft_schema (version INTEGER NOT NULL PRIMARY KEY, applied_at INTEGER NOT NULL)",
-            )
-            .await
-            .map_err(|e| self.err(ctx, e))?;
-            0
-        };
-        if current > SCHEMA_VERSION {
-            return Err(StoreError::NewerSchema {
-                place: self.path.display().to_string(),
-                found: current,
-                known: SCHEMA_VERSION,
-            });
-        }
-        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
-            tx.execute(*sql)
-                .await
-                .map_err(|e| self.err(&format!("cannot apply schema migration {version}"), e))?;
-            sqlx::query("INSERT INTO weft_schema (version, applied_at) VALUES (?, strftime('%s','now') * 1000)")
-                .bind(version)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| self.err(ctx, e))?;
-        }
-        tx.commit().await.map_err(|e| self.err(ctx, e))?;
-        Ok(())
+        })
     }
 
     fn err(&self, context: &str, e: sqlx::Error) -> StoreError {
@@ -248,7 +169,8 @@ impl SqliteStore {
         let ctx = || format!("cannot read the events of session {id}");
         let rows = sqlx::query(
             "SELECT seq, ts, v, type, payload FROM events \
-             WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+             WHERE session = (SELECT pk FROM sessions WHERE id = ?) AND seq > ? AND seq <= ? \
+             ORDER BY seq",
         )
         .bind(id)
         .bind(row::to_i64("sequence number", after)?)
@@ -303,8 +225,6 @@ impl Store for SqliteStore {
             create: Some((s.clone(), metadata)),
             id: id.clone(),
             expected_seq: 0,
-            expected: 0,
-            last: 0,
             rows: Vec::new(),
             status: SessionStatus::Running,
             now,
@@ -316,7 +236,7 @@ impl Store for SqliteStore {
                 self.path.display()
             ))
         };
-        self.writer.send(Msg::Append(job)).map_err(|_| closed())?;
+        self.writer.submit(job);
         answer.await.map_err(|_| closed())??;
         Ok(row::record(s, now, 0))
     }
@@ -339,8 +259,6 @@ impl Store for SqliteStore {
             create: None,
             id: id.to_owned(),
             expected_seq,
-            expected: row::to_i64("sequence number", expected_seq)?,
-            last: row::to_i64("sequence number", expected_seq + events.len() as u64)?,
             rows,
             status,
             now,
@@ -352,7 +270,8 @@ impl Store for SqliteStore {
                 self.path.display()
             ))
         };
-        self.writer.send(Msg::Append(job)).map_err(|_| closed())?;
+        // Usually written by this call already; otherwise by the append that holds the writer.
+        self.writer.submit(job);
         answer.await.map_err(|_| closed())?
     }
 
@@ -441,12 +360,10 @@ impl Store for SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(|e| self.err(&ctx(), e))?;
-        let last: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = ?")
-            .bind(from)
-            .fetch_optional(&mut *tx)
+        let (from_pk, last) = head(&mut tx, from)
             .await
-            .map_err(|e| self.err(&ctx(), e))?;
-        let last = last.ok_or_else(|| StoreError::NotFound(from.to_owned()))?;
+            .map_err(|e| self.err(&ctx(), e))?
+            .ok_or_else(|| StoreError::NotFound(from.to_owned()))?;
         if at > last {
             return Err(StoreError::OutOfRange {
                 session: from.to_owned(),
@@ -454,30 +371,31 @@ impl Store for SqliteStore {
                 last: u64::try_from(last).unwrap_or_default(),
             });
         }
-        match insert_session(&new, &metadata, now, at)
-            .execute(&mut *tx)
+        let new_pk: i64 = match insert_session(&new, &metadata, now)
+            .fetch_one(&mut *tx)
             .await
         {
-            Ok(_) => {}
+            Ok(pk) => pk,
             Err(e) if is_unique_violation(&e) => return Err(StoreError::Exists(new.id)),
             Err(e) => return Err(self.err(&ctx(), e)),
-        }
+        };
         sqlx::query(
-            "INSERT INTO events (session_id, seq, ts, v, type, payload) \
-             SELECT ?, seq, ts, v, type, payload FROM events WHERE session_id = ? AND seq <= ?",
+            "INSERT INTO events (session, seq, ts, v, type, payload) \
+             SELECT ?, seq, ts, v, type, payload FROM events WHERE session = ? AND seq <= ? \
+             ORDER BY seq",
         )
-        .bind(&new.id)
-        .bind(from)
+        .bind(new_pk)
+        .bind(from_pk)
         .bind(at)
         .execute(&mut *tx)
         .await
         .map_err(|e| self.err(&ctx(), e))?;
         sqlx::query(
-            "INSERT INTO snapshots (session_id, seq, state) \
-             SELECT ?, seq, state FROM snapshots WHERE session_id = ? AND seq <= ?",
+            "INSERT INTO snapshots (session, seq, state) \
+             SELECT ?, seq, state FROM snapshots WHERE session = ? AND seq <= ?",
         )
-        .bind(&new.id)
-        .bind(from)
+        .bind(new_pk)
+        .bind(from_pk)
         .bind(at)
         .execute(&mut *tx)
         .await
@@ -497,12 +415,10 @@ impl Store for SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(|e| self.err(&ctx(), e))?;
-        let last: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&mut *tx)
+        let (pk, last) = head(&mut tx, id)
             .await
-            .map_err(|e| self.err(&ctx(), e))?;
-        let last = last.ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+            .map_err(|e| self.err(&ctx(), e))?
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
         if at > last {
             return Err(StoreError::OutOfRange {
                 session: id.to_owned(),
@@ -511,10 +427,10 @@ impl Store for SqliteStore {
             });
         }
         sqlx::query(
-            "INSERT INTO snapshots (session_id, seq, state) VALUES (?, ?, ?) \
-             ON CONFLICT (session_id, seq) DO UPDATE SET state = excluded.state",
+            "INSERT INTO snapshots (session, seq, state) VALUES (?, ?, ?) \
+             ON CONFLICT (session, seq) DO UPDATE SET state = excluded.state",
         )
-        .bind(id)
+        .bind(pk)
         .bind(at)
         .bind(&text)
         .execute(&mut *tx)
@@ -528,7 +444,8 @@ impl Store for SqliteStore {
         self.get(id).await?;
         let ctx = || format!("cannot read the snapshots of session {id}");
         let row: Option<(i64, String)> = sqlx::query_as(
-            "SELECT seq, state FROM snapshots WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+            "SELECT seq, state FROM snapshots \
+             WHERE session = (SELECT pk FROM sessions WHERE id = ?) ORDER BY seq DESC LIMIT 1",
         )
         .bind(id)
         .fetch_optional(&self.pool)
@@ -551,21 +468,102 @@ impl Store for SqliteStore {
     }
 }
 
+/// The file is shorter than its header says. That is a truncated file, unless another
+/// connection is part-way through copying its write-ahead log into the file; SQLite's own
+/// check tells the two apart.
+async fn confirm_short(pool: &SqlitePool, path: &Path, reason: String) -> Result<(), StoreError> {
+    let res: Result<Vec<String>, _> = sqlx::query_scalar("PRAGMA quick_check")
+        .fetch_all(pool)
+        .await;
+    match res {
+        Ok(rows) if rows.iter().all(|r| r == "ok") => Ok(()),
+        _ => {
+            pool.close().await;
+            Err(StoreError::NotADatabase {
+                path: path.to_owned(),
+                reason,
+            })
+        }
+    }
+}
+
+async fn migrate(pool: &SqlitePool, path: &Path) -> Result<(), StoreError> {
+    let ctx = "cannot bring the database schema up to date";
+    let err = |context: &str, e: sqlx::Error| sql_error(path, context, e);
+    let mut tx = pool
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(|e| err(ctx, e))?;
+    let has_table: Option<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'weft_schema'",
+    )
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(|e| err(ctx, e))?;
+    let current: i64 = if has_table.is_some() {
+        sqlx::query_scalar::<_, Option<i64>>("SELECT MAX(version) FROM weft_schema")
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| err(ctx, e))?
+            .unwrap_or(0)
+    } else {
+        let others: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| err(ctx, e))?;
+        if others > 0 {
+            return Err(StoreError::NotADatabase {
+                path: path.to_owned(),
+                reason: format!("it is a SQLite database with {others} tables of another program"),
+            });
+        }
+        tx.execute(
+            "CREATE TABLE weft_schema (version INTEGER NOT NULL PRIMARY KEY, applied_at INTEGER NOT NULL)",
+        )
+        .await
+        .map_err(|e| err(ctx, e))?;
+        0
+    };
+    if current > SQLITE_SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            place: path.display().to_string(),
+            found: current,
+            known: SQLITE_SCHEMA_VERSION,
+        });
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+        tx.execute(*sql)
+            .await
+            .map_err(|e| err(&format!("cannot apply schema migration {version}"), e))?;
+        sqlx::query(
+            "INSERT INTO weft_schema (version, applied_at) VALUES (?, strftime('%s','now') * 1000)",
+        )
+        .bind(version)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| err(ctx, e))?;
+    }
+    tx.commit().await.map_err(|e| err(ctx, e))?;
+    Ok(())
+}
+
 fn encode_metadata(s: &NewSession) -> Result<String, StoreError> {
     serde_json::to_string(&s.metadata).map_err(|e| {
         StoreError::Backend(format!("session {}: cannot encode the metadata: {e}", s.id))
     })
 }
 
+/// Inserts a session row and gives its key.
 fn insert_session<'q>(
     s: &'q NewSession,
     metadata: &'q str,
     now: i64,
-    last_seq: i64,
-) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
-    sqlx::query(
+) -> sqlx::query::QueryScalar<'q, sqlx::Sqlite, i64, sqlx::sqlite::SqliteArguments<'q>> {
+    sqlx::query_scalar(
         "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
-         created_at, updated_at, last_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING pk",
     )
     .bind(&s.id)
     .bind(&s.user_id)
@@ -576,7 +574,20 @@ fn insert_session<'q>(
     .bind(SessionStatus::Running.as_str())
     .bind(now)
     .bind(now)
-    .bind(last_seq)
+}
+
+/// A session's key and the sequence number its log ends at (0 for an empty log).
+async fn head(
+    tx: &mut sqlx::SqliteConnection,
+    id: &str,
+) -> Result<Option<(i64, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT pk, COALESCE((SELECT seq FROM events WHERE session = sessions.pk \
+         ORDER BY seq DESC LIMIT 1), 0) FROM sessions WHERE id = ?",
+    )
+    .bind(id)
+    .fetch_optional(tx)
+    .await
 }
 
 /// The path in a `sqlite:` URL.

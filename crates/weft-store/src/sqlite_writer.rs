@@ -1,121 +1,351 @@
-//! Group commit for the SQLite store: one writer task owns a connection, takes every append
-//! waiting in its channel and writes them in one transaction, checking each batch's expected
-//! sequence number and answering each caller on its own. Many sessions appending small batches
-//! at once then share one transaction (and one write of the log) instead of queueing for the
-//! database's single write lock one transaction at a time.
+//! Group commit for the SQLite store, written by the appending task itself.
 //!
-//! A batch that conflicts is refused without touching the others. If the group's transaction
-//! fails as a whole (a write error), it is rolled back and every batch is retried alone, so each
-//! caller gets the answer its own batch deserves.
+//! Every append (or session creation) is queued; then whoever finds the writer's connection free
+//! takes the whole queue and writes it in one transaction, checking each batch's expected
+//! sequence number and answering each caller on its own. A lone append is thus written on its
+//! caller's thread at once, with no hop to another thread (a hop costs more than the write on a
+//! small virtual machine); appends that arrive while a transaction is being written wait and
+//! share the next one. The holder of the connection looks at the queue again after letting go of
+//! it, so an append queued while the connection was taken is never left behind.
+//!
+//! A batch that conflicts is refused without touching the others. If a transaction fails as a
+//! whole (a write error), it is rolled back and every batch is retried alone, so each caller gets
+//! the answer its own batch deserves.
+//!
+//! The writer never waits for a lock on the caller's thread: the connection's busy timeout is
+//! zero. When another connection (another process, or this store's own pool during a fork) holds
+//! the database's write lock, the queued batches and the connection move to a thread of their
+//! own that waits for the lock (up to the store's busy timeout) and writes them there.
+//!
+//! Write-ahead-log checkpoints (which `fsync`) are mostly not run by the writer either: automatic
+//! checkpoints are off on its connection, and a checkpointer thread with its own connection runs
+//! a passive checkpoint whenever the log has grown by about a thousand pages since the last. A
+//! checkpoint that runs beside a busy writer never quite catches up, and the log only starts
+//! again from its beginning once everything in it is checkpointed; so when the checkpointer finds
+//! the log longer than [`CATCH_UP_PAGES`], the writer runs one more passive checkpoint itself,
+//! right after its next commit, with nothing written meanwhile (the pages are mostly copied
+//! already), and the log starts over at the next write.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, mpsc as std_mpsc};
 use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use weft_core::SessionStatus;
 
 use crate::row::EventRow;
-use crate::{NewSession, StoreError};
+use crate::{NewSession, StoreError, UPDATED_AT_GRAIN_MS};
 
 /// At most this many batches share a transaction.
 const MAX_GROUP: usize = 1024;
+
+/// A checkpoint is asked for when about this many pages were written since the last one
+/// (SQLite's own automatic checkpoint uses the same figure).
+const CHECKPOINT_PAGES: usize = 1000;
+
+/// A log longer than this (in pages) is checkpointed by the writer itself after its next commit.
+const CATCH_UP_PAGES: i64 = 4000;
+
+/// The write-ahead log file is cut back to this size when it starts over (bytes).
+const LOG_SIZE_LIMIT: i64 = 16 << 20;
+
+/// Pages a batch is taken to write: an event table page, an index page, and the session row
+/// when its status or time changes. An estimate; it only paces checkpoints.
+const PAGES_PER_BATCH: usize = 3;
 
 /// One caller's batch, already encoded, or a session to create (with its metadata encoded).
 pub(crate) struct Job {
     pub create: Option<(NewSession, String)>,
     pub id: String,
     pub expected_seq: u64,
-    pub expected: i64,
-    pub last: i64,
     pub rows: Vec<EventRow>,
     pub status: SessionStatus,
     pub now: i64,
     pub reply: oneshot::Sender<Result<(), StoreError>>,
 }
 
-pub(crate) enum Msg {
-    Append(Job),
-    /// Stop writing and close the connection.
-    Close(oneshot::Sender<()>),
+/// Where the writer's connection is.
+enum Slot {
+    Here(Connection),
+    /// On a thread that waits for another connection's lock.
+    Lent,
+    Closed,
 }
 
-/// Opens the writer's own connection (the schema must exist) and starts its thread. The writer
-/// runs on a thread of its own with a plain SQLite connection: each statement is a function
-/// call, not a round trip to another thread.
-pub(crate) fn start(
+/// The writer of one SQLite file.
+pub(crate) struct Writer {
+    path: PathBuf,
+    busy_timeout: Duration,
+    queue: Mutex<Vec<Job>>,
+    slot: Mutex<Slot>,
+    closed: AtomicBool,
+    /// Pages written since the last checkpoint was asked for (an estimate).
+    pages: AtomicUsize,
+    checkpoints: Mutex<Option<std_mpsc::SyncSender<()>>>,
+    /// Set by the checkpointer when the log is too long (see the module's documentation).
+    catch_up: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").field("path", &self.path).finish()
+    }
+}
+
+/// Locks a mutex; a panic while it was held leaves data that is still usable here (a
+/// connection whose transaction was rolled back, or a queue).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+impl Writer {
+    /// Opens the writer's connection and the checkpointer's (the schema must exist).
+    pub(crate) fn open(path: &Path, busy_timeout: Duration) -> Result<Arc<Self>, StoreError> {
+        let conn = Connection::open(path)
+            .map_err(|e| write_error(path, "cannot open the database for writing", e))?;
+        let setup = || -> rusqlite::Result<()> {
+            conn.pragma_update(None, "journal_mode", "WAL")?;
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+            conn.pragma_update(None, "foreign_keys", "ON")?;
+            conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+            conn.pragma_update(None, "journal_size_limit", LOG_SIZE_LIMIT)?;
+            conn.busy_timeout(Duration::ZERO)?;
+            Ok(())
+        };
+        setup().map_err(|e| write_error(path, "cannot set up the database for writing", e))?;
+        let catch_up = Arc::new(AtomicBool::new(false));
+        let checkpoints = start_checkpointer(path, busy_timeout, Arc::clone(&catch_up))?;
+        Ok(Arc::new(Self {
+            path: path.to_owned(),
+            busy_timeout,
+            queue: Mutex::new(Vec::new()),
+            slot: Mutex::new(Slot::Here(conn)),
+            closed: AtomicBool::new(false),
+            pages: AtomicUsize::new(0),
+            checkpoints: Mutex::new(Some(checkpoints)),
+            catch_up,
+        }))
+    }
+
+    /// Queues a job and writes the queue if the connection is free. The job's answer arrives on
+    /// its `reply` (already, when this call wrote it).
+    pub(crate) fn submit(self: &Arc<Self>, job: Job) {
+        if self.closed.load(Ordering::Acquire) {
+            // Dropping the job drops its reply: the caller hears that the store is closed.
+            return;
+        }
+        lock(&self.queue).push(job);
+        self.pump();
+    }
+
+    /// Stops writing: queued jobs fail as closed, and the connections are closed.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let old = std::mem::replace(&mut *lock(&self.slot), Slot::Closed);
+        drop(old);
+        drop(std::mem::take(&mut *lock(&self.queue)));
+        drop(lock(&self.checkpoints).take());
+    }
+
+    /// Writes queued jobs for as long as there are any and the connection is free here.
+    fn pump(self: &Arc<Self>) {
+        loop {
+            {
+                let Some(mut slot) = try_lock(&self.slot) else {
+                    // Its holder looks at the queue again after letting go.
+                    return;
+                };
+                let mut conn = match std::mem::replace(&mut *slot, Slot::Lent) {
+                    Slot::Here(conn) => conn,
+                    Slot::Lent => return,
+                    Slot::Closed => {
+                        *slot = Slot::Closed;
+                        drop(std::mem::take(&mut *lock(&self.queue)));
+                        return;
+                    }
+                };
+                let mut jobs = take_group(&self.queue);
+                while !jobs.is_empty() {
+                    match write_group(&mut conn, &self.path, jobs, false) {
+                        Ok(batches) => self.wrote(&conn, batches),
+                        Err(waiting) => {
+                            // Another connection holds the write lock: wait for it elsewhere.
+                            drop(slot);
+                            self.lend(conn, waiting);
+                            return;
+                        }
+                    }
+                    jobs = take_group(&self.queue);
+                }
+                *slot = Slot::Here(conn);
+            }
+            if lock(&self.queue).is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Counts pages written and asks for a checkpoint when enough have been; catches up when
+    /// the checkpointer says the log is too long.
+    fn wrote(&self, conn: &Connection, batches: usize) {
+        if self.catch_up.swap(false, Ordering::Relaxed) {
+            // A failed checkpoint leaves the log longer; the checkpointer will ask again.
+            let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        }
+        let pages = self
+            .pages
+            .fetch_add(batches * PAGES_PER_BATCH, Ordering::Relaxed)
+            + batches * PAGES_PER_BATCH;
+        if pages >= CHECKPOINT_PAGES {
+            self.pages.store(0, Ordering::Relaxed);
+            if let Some(tx) = lock(&self.checkpoints).as_ref() {
+                // Full: a checkpoint is asked for already.
+                let _ = tx.try_send(());
+            }
+        }
+    }
+
+    /// Moves the connection and `jobs` to a thread that waits for the write lock. If no thread
+    /// can be started, waits here.
+    fn lend(self: &Arc<Self>, conn: Connection, jobs: Vec<Job>) {
+        let work = Arc::new(Mutex::new(Some((conn, jobs))));
+        let me = Arc::clone(self);
+        let theirs = Arc::clone(&work);
+        let started = std::thread::Builder::new()
+            .name("weft-sqlite-wait".into())
+            .spawn(move || {
+                if let Some((conn, jobs)) = lock(&theirs).take() {
+                    me.write_waiting(conn, jobs);
+                }
+            });
+        if started.is_err()
+            && let Some((conn, jobs)) = lock(&work).take()
+        {
+            self.write_waiting(conn, jobs);
+        }
+    }
+
+    /// Writes `jobs` and whatever queues up meanwhile, waiting for locks; then puts the
+    /// connection back and looks at the queue once more.
+    fn write_waiting(self: &Arc<Self>, mut conn: Connection, mut jobs: Vec<Job>) {
+        let _ = conn.busy_timeout(self.busy_timeout);
+        while !jobs.is_empty() {
+            if let Ok(batches) = write_group(&mut conn, &self.path, jobs, true) {
+                self.wrote(&conn, batches);
+            }
+            jobs = take_group(&self.queue);
+        }
+        let _ = conn.busy_timeout(Duration::ZERO);
+        {
+            let mut slot = lock(&self.slot);
+            if matches!(*slot, Slot::Lent) {
+                *slot = Slot::Here(conn);
+            }
+        }
+        self.pump();
+    }
+}
+
+/// Takes up to [`MAX_GROUP`] queued jobs, oldest first.
+fn take_group(queue: &Mutex<Vec<Job>>) -> Vec<Job> {
+    let mut q = lock(queue);
+    if q.len() <= MAX_GROUP {
+        std::mem::take(&mut *q)
+    } else {
+        q.drain(..MAX_GROUP).collect()
+    }
+}
+
+/// Starts the checkpointer: a thread with its own connection that runs a passive checkpoint
+/// each time it is asked, until the writer is gone, and sets `catch_up` when the log it finds is
+/// too long.
+fn start_checkpointer(
     path: &Path,
     busy_timeout: Duration,
-    rx: mpsc::UnboundedReceiver<Msg>,
-) -> Result<(), StoreError> {
+    catch_up: Arc<AtomicBool>,
+) -> Result<std_mpsc::SyncSender<()>, StoreError> {
     let conn = Connection::open(path)
-        .map_err(|e| write_error(path, "cannot open the database for writing", e))?;
-    let setup = || -> rusqlite::Result<()> {
-        conn.busy_timeout(busy_timeout)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        Ok(())
-    };
-    setup().map_err(|e| write_error(path, "cannot set up the database for writing", e))?;
-    let owned = path.to_owned();
+        .map_err(|e| write_error(path, "cannot open the database for checkpoints", e))?;
+    conn.busy_timeout(busy_timeout)
+        .map_err(|e| write_error(path, "cannot set up the database for checkpoints", e))?;
+    let (tx, rx) = std_mpsc::sync_channel::<()>(1);
     std::thread::Builder::new()
-        .name("weft-sqlite-writer".into())
-        .spawn(move || run(conn, owned, rx))
+        .name("weft-sqlite-checkpoint".into())
+        .spawn(move || {
+            while rx.recv().is_ok() {
+                // (blocked, pages in the log, pages checkpointed); a failed checkpoint leaves
+                // the log longer, and the next one tries again.
+                let log: rusqlite::Result<i64> =
+                    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1));
+                if log.is_ok_and(|pages| pages > CATCH_UP_PAGES) {
+                    catch_up.store(true, Ordering::Relaxed);
+                }
+            }
+        })
         .map_err(|e| {
             StoreError::Backend(format!(
-                "cannot start the writer of {}: {e}",
+                "cannot start the checkpointer of {}: {e}",
                 path.display()
             ))
         })?;
-    Ok(())
+    Ok(tx)
 }
 
-/// Runs until every sender is gone or `Close` arrives.
-fn run(mut conn: Connection, path: PathBuf, mut rx: mpsc::UnboundedReceiver<Msg>) {
-    let mut jobs: Vec<Job> = Vec::new();
-    let mut closing = None;
-    while let Some(msg) = rx.blocking_recv() {
-        match msg {
-            Msg::Append(j) => jobs.push(j),
-            Msg::Close(done) => closing = Some(done),
-        }
-        while closing.is_none() && jobs.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(Msg::Append(j)) => jobs.push(j),
-                Ok(Msg::Close(done)) => closing = Some(done),
-                Err(_) => break,
+/// Writes a group and answers its callers; returns how many batches were written. `Err` gives
+/// the jobs back, unanswered, when the database is locked by another connection and `wait` is
+/// false.
+fn write_group(
+    conn: &mut Connection,
+    path: &Path,
+    jobs: Vec<Job>,
+    wait: bool,
+) -> Result<usize, Vec<Job>> {
+    let n = jobs.len();
+    // When the group's transaction fails as a whole it is rolled back (dropped), and each
+    // batch is retried alone below.
+    if n > 1 {
+        match try_group(conn, &jobs) {
+            Ok(answers) => {
+                for (job, answer) in jobs.into_iter().zip(answers) {
+                    let _ = job.reply.send(answer);
+                }
+                return Ok(n);
             }
-        }
-        if !jobs.is_empty() {
-            write_group(&mut conn, &path, std::mem::take(&mut jobs));
-        }
-        if let Some(done) = closing.take() {
-            drop(conn);
-            let _ = done.send(());
-            return;
+            Err(e) if !wait && is_busy(&e) => return Err(jobs),
+            Err(_) => {}
         }
     }
-}
-
-fn write_group(conn: &mut Connection, path: &Path, jobs: Vec<Job>) {
-    // When the group's transaction fails as a whole it is rolled back (dropped), and each batch
-    // is retried alone below.
-    if jobs.len() > 1
-        && let Ok(answers) = try_group(conn, &jobs)
-    {
-        for (job, answer) in jobs.into_iter().zip(answers) {
-            let _ = job.reply.send(answer);
-        }
-        return;
-    }
-    for job in jobs {
+    let mut left = jobs.into_iter();
+    while let Some(job) = left.next() {
         let answer = match try_group(conn, std::slice::from_ref(&job)) {
             Ok(mut a) => a.pop().unwrap_or(Ok(())),
+            Err(e) if !wait && is_busy(&e) => {
+                let mut back = vec![job];
+                back.extend(left);
+                return Err(back);
+            }
             Err(e) => Err(failure(path, &job, e)),
         };
         let _ = job.reply.send(answer);
     }
+    Ok(n)
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
 }
 
 /// Writes `jobs` in one transaction. The outer error is a failure that spoils the transaction
@@ -124,16 +354,22 @@ fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut answers = Vec::with_capacity(jobs.len());
     {
-        let mut update = tx.prepare_cached(
-            "UPDATE sessions SET last_seq = ?1, status = ?2, updated_at = ?3 WHERE id = ?4 AND last_seq = ?5",
+        // The session's key and the sequence number its log ends at. The session row is
+        // rewritten only as `crate::updated_at_after` says (status changed, or a second on).
+        let mut head = tx.prepare_cached(
+            "SELECT pk, (SELECT seq FROM events WHERE session = sessions.pk ORDER BY seq DESC LIMIT 1) \
+             FROM sessions WHERE id = ?1",
         )?;
         let mut insert = tx.prepare_cached(
-            "INSERT INTO events (session_id, seq, ts, v, type, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO events (session, seq, ts, v, type, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?;
-        let mut current = tx.prepare_cached("SELECT last_seq FROM sessions WHERE id = ?1")?;
+        let mut touch = tx.prepare_cached(
+            "UPDATE sessions SET status = ?2, updated_at = ?3 \
+             WHERE pk = ?1 AND (status <> ?2 OR updated_at <= ?3 - ?4)",
+        )?;
         let mut insert_session = tx.prepare_cached(
             "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
-             created_at, updated_at, last_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, 0) \
+             created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8) \
              ON CONFLICT (id) DO NOTHING",
         )?;
         for job in jobs {
@@ -155,30 +391,31 @@ fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result
                 });
                 continue;
             }
-            let updated = update.execute(params![
-                job.last,
-                job.status.as_str(),
-                job.now,
-                job.id,
-                job.expected
-            ])?;
-            if updated == 0 {
-                let actual: Option<i64> = current
-                    .query_row(params![job.id], |r| r.get(0))
-                    .optional()?;
-                answers.push(Err(match actual {
-                    None => StoreError::NotFound(job.id.clone()),
-                    Some(a) => StoreError::Conflict {
-                        session: job.id.clone(),
-                        expected: job.expected_seq,
-                        actual: u64::try_from(a).unwrap_or_default(),
-                    },
+            let found: Option<(i64, Option<i64>)> = head
+                .query_row(params![job.id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            let Some((pk, last)) = found else {
+                answers.push(Err(StoreError::NotFound(job.id.clone())));
+                continue;
+            };
+            let last = u64::try_from(last.unwrap_or(0)).unwrap_or_default();
+            if last != job.expected_seq {
+                answers.push(Err(StoreError::Conflict {
+                    session: job.id.clone(),
+                    expected: job.expected_seq,
+                    actual: last,
                 }));
                 continue;
             }
             for r in &job.rows {
-                insert.execute(params![job.id, r.seq, r.ts, r.v, r.kind, r.payload])?;
+                insert.execute(params![pk, r.seq, r.ts, r.v, r.kind, r.payload])?;
             }
+            touch.execute(params![
+                pk,
+                job.status.as_str(),
+                job.now,
+                UPDATED_AT_GRAIN_MS
+            ])?;
             answers.push(Ok(()));
         }
     }

@@ -184,7 +184,7 @@ async fn round_trip<S: Store>(st: &Arc<S>) {
 
 async fn stale_append_conflicts<S: Store>(st: &Arc<S>) {
     st.create(new_session("c", None), 1).await.unwrap();
-    st.append("c", 0, &small_batch(1, 3), SessionStatus::Running, 2)
+    st.append("c", 0, &small_batch(1, 3), SessionStatus::Running, 2000)
         .await
         .unwrap();
     let err = st
@@ -207,7 +207,7 @@ async fn stale_append_conflicts<S: Store>(st: &Arc<S>) {
     assert_eq!(log, small_batch(1, 3));
     assert_eq!(rec.last_seq, 3);
     assert_eq!(rec.status, SessionStatus::Running);
-    assert_eq!(rec.updated_at, 2);
+    assert_eq!(rec.updated_at, 2000);
 }
 
 async fn concurrent_appenders<S: Store>(st: &Arc<S>) {
@@ -287,13 +287,13 @@ async fn batches_are_atomic<S: Store>(st: &Arc<S>) {
 }
 
 async fn list_filters_and_order<S: Store>(st: &Arc<S>) {
-    // (id, user, created, final status, updated)
+    // (id, user, created, final status, updated), appends seconds after creation
     let rows = [
-        ("l1", Some("ann"), 10, SessionStatus::Completed, 50),
-        ("l2", Some("bob"), 11, SessionStatus::Running, 40),
-        ("l3", Some("ann"), 12, SessionStatus::Failed, 60),
-        ("l4", None, 13, SessionStatus::WaitingForUser, 30),
-        ("l5", Some("ann"), 14, SessionStatus::Completed, 20),
+        ("l1", Some("ann"), 10, SessionStatus::Completed, 50_000),
+        ("l2", Some("bob"), 11, SessionStatus::Running, 40_000),
+        ("l3", Some("ann"), 12, SessionStatus::Failed, 60_000),
+        ("l4", None, 13, SessionStatus::WaitingForUser, 30_000),
+        ("l5", Some("ann"), 14, SessionStatus::Completed, 20_000),
     ];
     for (id, user, created, status, updated) in rows {
         st.create(new_session(id, user), created).await.unwrap();
@@ -417,6 +417,31 @@ async fn append_updates_status_and_time<S: Store>(st: &Arc<S>) {
         (r.status, r.updated_at, r.last_seq),
         (SessionStatus::Failed, 12, 1)
     );
+}
+
+/// An append that keeps the status moves `updated_at` only once it is a second or more behind.
+async fn updated_at_moves_by_the_second<S: Store>(st: &Arc<S>) {
+    st.create(new_session("grain", None), 10_000).await.unwrap();
+    let mut seq = 0;
+    let mut at = |now: i64, status: SessionStatus| {
+        seq += 1;
+        let from = seq;
+        async move {
+            st.append("grain", from - 1, &small_batch(from, 1), status, now)
+                .await
+                .unwrap();
+            st.get("grain").await.unwrap().updated_at
+        }
+    };
+    assert_eq!(at(10_500, SessionStatus::Running).await, 10_000);
+    assert_eq!(at(10_999, SessionStatus::Running).await, 10_000);
+    assert_eq!(at(11_000, SessionStatus::Running).await, 11_000);
+    assert_eq!(at(11_200, SessionStatus::Running).await, 11_000);
+    // A change of status is always recorded with its time.
+    assert_eq!(at(11_300, SessionStatus::WaitingForUser).await, 11_300);
+    assert_eq!(at(11_400, SessionStatus::Running).await, 11_400);
+    let rec = st.get("grain").await.unwrap();
+    assert_eq!((rec.status, rec.last_seq), (SessionStatus::Running, 6));
 }
 
 async fn fork_copies_a_prefix<S: Store>(st: &Arc<S>) {
@@ -612,6 +637,7 @@ suite!(
     events_after_returns_the_tail,
     prune_deletes_old_sessions,
     append_updates_status_and_time,
+    updated_at_moves_by_the_second,
     fork_copies_a_prefix,
     snapshots_keep_the_latest,
 );

@@ -165,7 +165,7 @@ async fn newer_schema_is_refused() {
     real_db(&path, 1).await;
     let mut conn = raw_sqlite(&path).await;
     sqlx::query("INSERT INTO weft_schema (version, applied_at) VALUES (?, 0)")
-        .bind(weft_store::SCHEMA_VERSION + 1)
+        .bind(weft_store::SQLITE_SCHEMA_VERSION + 1)
         .execute(&mut conn)
         .await
         .unwrap();
@@ -177,8 +177,8 @@ async fn newer_schema_is_refused() {
     assert!(
         msg.ends_with(&format!(
             "was written by a newer weft (schema {}, this build knows {}); upgrade weft",
-            weft_store::SCHEMA_VERSION + 1,
-            weft_store::SCHEMA_VERSION
+            weft_store::SQLITE_SCHEMA_VERSION + 1,
+            weft_store::SQLITE_SCHEMA_VERSION
         )),
         "{msg}"
     );
@@ -211,7 +211,7 @@ async fn undecodable_rows_name_session_and_seq() {
         .await
         .unwrap();
     let mut conn = raw_sqlite(&path).await;
-    sqlx::query("UPDATE events SET payload = '{\"wave\": 1' WHERE session_id = 'bad' AND seq = 3")
+    sqlx::query("UPDATE events SET payload = '{\"wave\": 1' WHERE session = (SELECT pk FROM sessions WHERE id = 'bad') AND seq = 3")
         .execute(&mut conn)
         .await
         .unwrap();
@@ -224,7 +224,7 @@ async fn undecodable_rows_name_session_and_seq() {
     assert_eq!(st.events_after("bad", 3).await.unwrap(), waves(4, 1));
 
     sqlx::query(
-        "UPDATE events SET payload = '{\"wave\": \"one\"}' WHERE session_id = 'bad' AND seq = 3",
+        "UPDATE events SET payload = '{\"wave\": \"one\"}' WHERE session = (SELECT pk FROM sessions WHERE id = 'bad') AND seq = 3",
     )
     .execute(&mut conn)
     .await
@@ -232,7 +232,7 @@ async fn undecodable_rows_name_session_and_seq() {
     let err = st.load("bad").await.unwrap_err();
     assert!(err.to_string().contains("session bad, event 3"), "{err}");
 
-    sqlx::query("UPDATE events SET v = ? WHERE session_id = 'bad' AND seq = 2")
+    sqlx::query("UPDATE events SET v = ? WHERE session = (SELECT pk FROM sessions WHERE id = 'bad') AND seq = 2")
         .bind(i64::from(EVENT_VERSION) + 1)
         .execute(&mut conn)
         .await
@@ -244,11 +244,14 @@ async fn undecodable_rows_name_session_and_seq() {
     );
     assert!(err.to_string().contains("newer weft"), "{err}");
 
-    // A missing event is a gap, not a shorter log.
-    sqlx::query("DELETE FROM events WHERE session_id = 'bad' AND seq >= 2")
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    // A missing event is a gap, not a shorter log. (The log's end is where its last event is:
+    // events deleted from the end would read as a shorter log.)
+    sqlx::query(
+        "DELETE FROM events WHERE session = (SELECT pk FROM sessions WHERE id = 'bad') AND seq = 2",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
     let err = st.load("bad").await.unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
     conn.close().await.unwrap();
@@ -299,7 +302,7 @@ async fn postgres_newer_schema_is_refused() {
     let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
     sqlx::raw_sql(&format!(
         "INSERT INTO \"{schema}\".weft_schema (version, applied_at) VALUES ({}, 0)",
-        weft_store::SCHEMA_VERSION + 1
+        weft_store::POSTGRES_SCHEMA_VERSION + 1
     ))
     .execute(&mut conn)
     .await
@@ -349,7 +352,7 @@ async fn postgres_migrations_run_once_when_many_connect_at_once() {
     for r in results {
         r.unwrap();
     }
-    assert_eq!(versions, [weft_store::SCHEMA_VERSION]);
+    assert_eq!(versions, [weft_store::POSTGRES_SCHEMA_VERSION]);
 }
 
 fn unique_schema(what: &str) -> String {
