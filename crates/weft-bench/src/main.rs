@@ -6,6 +6,11 @@ use clap::{Parser, Subcommand};
 use weft_bench::Report;
 use weft_bench::workloads::{self, StoreKind};
 
+/// mimalloc: the runtime allocates many small, short-lived values on several threads at once,
+/// where the system allocator spends its time on its arenas' locks (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "weft-bench",

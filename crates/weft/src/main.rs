@@ -11,6 +11,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc: the runtime allocates many small, short-lived values on several threads at once,
+/// where the system allocator spends its time on its arenas' locks (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// weft: a durable agent runtime. Plans data-flow graphs of tool calls, runs them in parallel
 /// waves, checkpoints every step, and streams a typed event for everything it does.
 #[derive(Debug, Parser)]
