@@ -162,6 +162,14 @@ impl<'a> Iterator for Iter<'a> {
         self.tail.next()
     }
 
+    fn fold<B, F: FnMut(B, &'a Message) -> B>(self, init: B, mut f: F) -> B {
+        let mut acc = self.head.fold(init, &mut f);
+        if let Some(h) = self.history {
+            acc = h.fold(acc, &mut f);
+        }
+        self.tail.fold(acc, f)
+    }
+
     fn size_hint(&self) -> (usize, Option<usize>) {
         let n = self.head.len()
             + self.history.as_ref().map_or(0, ExactSizeIterator::len)
