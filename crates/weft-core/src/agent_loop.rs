@@ -1127,3 +1127,106 @@ pub fn start_turn(task: &str, input: Value) -> Vec<Event> {
         input,
     }]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::ToolOutcome;
+    use crate::model::{ToolCall, Usage};
+
+    fn react_config() -> AgentConfig {
+        let echo: ToolInfo = serde_json::from_value(json!({"name": "echo"})).unwrap();
+        AgentConfig {
+            mode: Mode::React,
+            limits: Limits::default(),
+            instructions: String::new(),
+            tools: vec![echo],
+            skills: Vec::new(),
+            approve_plans: false,
+            review_responses: false,
+        }
+    }
+
+    fn echo_reply(k: u32) -> ModelReply {
+        ModelReply {
+            tool_calls: vec![ToolCall {
+                id: format!("c{k}"),
+                name: "echo".into(),
+                arguments: json!({"text": "x"}),
+            }],
+            usage: Usage::default(),
+            ..ModelReply::default()
+        }
+    }
+
+    /// Runs `turns` ReAct iterations the way a shell must: each request is dropped before its
+    /// reply is applied (`hold` keeps every request alive instead). Returns the state.
+    fn react_turns(turns: u32, hold: bool) -> State {
+        let cfg = react_config();
+        let mut state = State::new();
+        for e in [
+            Event::SessionStarted {
+                session_id: "s".into(),
+                agent: "a".into(),
+                input: Value::Null,
+                mode: Some(Mode::React),
+                parent_id: None,
+            },
+            Event::TurnStarted {
+                task: "go".into(),
+                input: Value::Null,
+            },
+        ] {
+            state.apply(&e);
+        }
+        let mut held = Vec::new();
+        for k in 0..turns {
+            let AgentNext::CallModel { request, step } = decide(&state, &cfg) else {
+                panic!("a model call is due");
+            };
+            assert!(state.history.is_shared(), "the request shares the history");
+            assert_eq!(request.messages.len(), state.history.len() + 1);
+            let events = model_replied(
+                &state,
+                &cfg,
+                request.purpose,
+                step.as_deref(),
+                echo_reply(k),
+            );
+            if hold {
+                held.push(request);
+            } else {
+                drop(request);
+            }
+            for e in &events {
+                state.apply(e);
+            }
+            let AgentNext::Start { events, calls } = decide(&state, &cfg) else {
+                panic!("the echo call starts");
+            };
+            for e in &events {
+                state.apply(e);
+            }
+            for c in calls {
+                state.apply(&Event::ToolCallFinished {
+                    call_id: c.call_id,
+                    outcome: ToolOutcome::Ok { output: json!("x") },
+                    duration_ms: 0,
+                });
+            }
+        }
+        state
+    }
+
+    #[test]
+    fn react_requests_share_the_history_and_appends_do_not_copy_it() {
+        let state = react_turns(5, false);
+        assert_eq!(state.history.len(), 11);
+        assert!(!state.history.is_shared());
+        assert_eq!(state.history.copies(), 0);
+        // A request kept alive across the reply's append makes the append copy the history:
+        // the check above would catch a shell that did so.
+        let state = react_turns(5, true);
+        assert_eq!(state.history.copies(), 5);
+    }
+}

@@ -7,6 +7,7 @@ pub mod agent_loop;
 pub mod engine;
 pub mod event;
 pub mod graph;
+pub mod history;
 pub mod model;
 pub mod path;
 pub mod plan;

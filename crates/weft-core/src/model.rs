@@ -1,8 +1,12 @@
 //! What the core knows of models: the messages it builds and the replies it parses. Providers
 //! (HTTP, scripts) live in `weft-model`.
 
-use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
+
+use crate::history::{History, Log, LogIter};
 
 /// Why the runtime calls the model. Scripted models key replies by it; traces show it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -84,6 +88,153 @@ pub struct ToolDef {
     pub parameters: Value,
 }
 
+/// The messages of a request, in order: the leading ones (a system prompt), then a session's
+/// conversation, shared with the session rather than copied (see [`crate::history`]), then the
+/// ones added after it (a structured reply asked for again). Reads, compares and serializes as
+/// the plain list of messages it stands for.
+#[derive(Clone, Default)]
+pub struct Messages {
+    head: Vec<Message>,
+    history: Option<Arc<Log>>,
+    tail: Vec<Message>,
+}
+
+impl Messages {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `head`, then the conversation `history` with every tool call paired with a result (a call
+    /// without one gets an `interrupted` result). Copies no message of the conversation.
+    pub fn with_history(head: Vec<Message>, history: &History) -> Self {
+        Self {
+            head,
+            history: Some(history.shared()),
+            tail: history.trailing_repairs(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.head.len() + self.history.as_ref().map_or(0, |h| h.len()) + self.tail.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends a message (after the conversation, if there is one).
+    pub fn push(&mut self, m: Message) {
+        self.tail.push(m);
+    }
+
+    pub fn iter(&self) -> Iter<'_> {
+        Iter {
+            head: self.head.iter(),
+            history: self.history.as_ref().map(|h| h.iter()),
+            tail: self.tail.iter(),
+        }
+    }
+
+    /// The messages as one vector (a copy).
+    pub fn to_vec(&self) -> Vec<Message> {
+        self.iter().cloned().collect()
+    }
+}
+
+/// The messages of a [`Messages`], in order.
+#[derive(Clone, Debug)]
+pub struct Iter<'a> {
+    head: std::slice::Iter<'a, Message>,
+    history: Option<LogIter<'a>>,
+    tail: std::slice::Iter<'a, Message>,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = &'a Message;
+
+    fn next(&mut self) -> Option<&'a Message> {
+        if let Some(m) = self.head.next() {
+            return Some(m);
+        }
+        if let Some(m) = self.history.as_mut().and_then(Iterator::next) {
+            return Some(m);
+        }
+        self.tail.next()
+    }
+
+    fn fold<B, F: FnMut(B, &'a Message) -> B>(self, init: B, mut f: F) -> B {
+        let mut acc = self.head.fold(init, &mut f);
+        if let Some(h) = self.history {
+            acc = h.fold(acc, &mut f);
+        }
+        self.tail.fold(acc, f)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.head.len()
+            + self.history.as_ref().map_or(0, ExactSizeIterator::len)
+            + self.tail.len();
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
+
+impl<'a> IntoIterator for &'a Messages {
+    type Item = &'a Message;
+    type IntoIter = Iter<'a>;
+
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+impl From<Vec<Message>> for Messages {
+    fn from(head: Vec<Message>) -> Self {
+        Self {
+            head,
+            history: None,
+            tail: Vec::new(),
+        }
+    }
+}
+
+impl FromIterator<Message> for Messages {
+    fn from_iter<I: IntoIterator<Item = Message>>(iter: I) -> Self {
+        Self::from(iter.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl PartialEq for Messages {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl PartialEq<Vec<Message>> for Messages {
+    fn eq(&self, other: &Vec<Message>) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl std::fmt::Debug for Messages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl Serialize for Messages {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for Messages {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Vec::<Message>::deserialize(d).map(Self::from)
+    }
+}
+
 /// One call to a model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelRequest {
@@ -92,7 +243,7 @@ pub struct ModelRequest {
     pub call_index: u32,
     /// How many model calls of this purpose this session made before this one.
     pub purpose_index: u32,
-    pub messages: Vec<Message>,
+    pub messages: Messages,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolDef>,
     /// When set, the reply's text must be JSON matching this schema.

@@ -3,11 +3,12 @@
 use serde_json::{Value, json};
 
 use crate::agent_loop::AgentConfig;
-use crate::model::{Message, ModelRequest, Purpose, ToolDef};
+use crate::history::interrupted_result;
+use crate::model::{Message, Messages, ModelRequest, Purpose, ToolDef};
 use crate::state::{PlanRun, State, StepStatus};
 use crate::tool::ToolInfo;
 
-fn request(state: &State, purpose: Purpose, messages: Vec<Message>) -> ModelRequest {
+fn request(state: &State, purpose: Purpose, messages: Messages) -> ModelRequest {
     ModelRequest {
         purpose,
         call_index: state.model_calls,
@@ -176,7 +177,7 @@ pub fn planner(state: &State, cfg: &AgentConfig) -> ModelRequest {
     let mut req = request(
         state,
         Purpose::Plan,
-        vec![system(cfg, PLANNER_ROLE), Message::User { content: body }],
+        vec![system(cfg, PLANNER_ROLE), Message::User { content: body }].into(),
     );
     req.response_schema = Some(planner_schema());
     req
@@ -272,7 +273,7 @@ pub fn executor(state: &State, cfg: &AgentConfig, step_id: &str) -> ModelRequest
     let mut req = request(
         state,
         Purpose::Execute,
-        vec![system(cfg, EXECUTOR_ROLE), Message::User { content: body }],
+        vec![system(cfg, EXECUTOR_ROLE), Message::User { content: body }].into(),
     );
     req.response_schema = Some(executor_schema());
     req
@@ -311,7 +312,7 @@ pub fn review(state: &State, cfg: &AgentConfig) -> ModelRequest {
     let mut req = request(
         state,
         Purpose::Review,
-        vec![system(cfg, REVIEW_ROLE), Message::User { content: body }],
+        vec![system(cfg, REVIEW_ROLE), Message::User { content: body }].into(),
     );
     req.response_schema = Some(review_schema());
     req
@@ -344,7 +345,7 @@ pub fn respond(state: &State, cfg: &AgentConfig) -> ModelRequest {
     request(
         state,
         Purpose::Respond,
-        vec![system(cfg, RESPOND_ROLE), Message::User { content: body }],
+        vec![system(cfg, RESPOND_ROLE), Message::User { content: body }].into(),
     )
 }
 
@@ -378,7 +379,8 @@ pub fn response_review(state: &State, cfg: &AgentConfig) -> ModelRequest {
         vec![
             system(cfg, RESPONSE_REVIEW_ROLE),
             Message::User { content: body },
-        ],
+        ]
+        .into(),
     );
     req.response_schema = Some(response_review_schema());
     req
@@ -387,10 +389,10 @@ pub fn response_review(state: &State, cfg: &AgentConfig) -> ModelRequest {
 pub const REACT_ROLE: &str = "Use the tools when they help; you may call several at once. When you have the answer, reply with it as text.";
 
 /// The ReAct request: the conversation so far, with every tool call paired with a result (a
-/// call left without one, e.g. by a crash, is given an `interrupted` result here).
+/// call left without one, e.g. by a crash, is given an `interrupted` result). The request
+/// shares the conversation with the state: it copies none of it (see [`crate::history`]).
 pub fn react(state: &State, cfg: &AgentConfig) -> ModelRequest {
-    let mut messages = vec![system(cfg, REACT_ROLE)];
-    messages.extend(repair_history(&state.history));
+    let messages = Messages::with_history(vec![system(cfg, REACT_ROLE)], &state.history);
     let mut req = request(state, Purpose::React, messages);
     req.tools = cfg
         .tools
@@ -406,6 +408,10 @@ pub fn react(state: &State, cfg: &AgentConfig) -> ModelRequest {
 
 /// Pairs every assistant tool call with a tool result: a missing result becomes an
 /// `interrupted` error result placed right after the assistant message's other results.
+///
+/// This is the definition of the repair, as a copy of the whole conversation. Requests do not
+/// use it: [`crate::history::History`] keeps the same repair up to date as messages are
+/// appended (its tests check that the two agree).
 pub fn repair_history(history: &[Message]) -> Vec<Message> {
     let mut out = Vec::with_capacity(history.len());
     let mut i = 0;
@@ -429,12 +435,7 @@ pub fn repair_history(history: &[Message]) -> Vec<Message> {
             };
             for c in tool_calls {
                 if !answered(&c.id) {
-                    out.push(Message::Tool {
-                        call_id: c.id.clone(),
-                        name: c.name.clone(),
-                        content: json!({"error": "interrupted", "message": "the call did not complete (the run was interrupted)"}).to_string(),
-                        is_error: true,
-                    });
+                    out.push(interrupted_result(c));
                 }
             }
         }

@@ -12,6 +12,7 @@ use crate::event::{
     ToolOutcome,
 };
 use crate::graph::Graph;
+use crate::history::History;
 use crate::model::{Message, Purpose, Usage};
 use crate::path;
 use crate::plan::{Plan, PlanProblem};
@@ -226,8 +227,8 @@ pub struct State {
     pub turn: u32,
     /// The current task.
     pub task: Option<String>,
-    /// The conversation (ReAct) across turns.
-    pub history: Vec<Message>,
+    /// The conversation (ReAct) across turns, shared with the requests built from it.
+    pub history: History,
     /// Earlier turns' tasks and answers (the memory a later turn sees).
     pub memory: Vec<(String, Option<String>)>,
     pub model_calls: u32,

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::{ProviderConfig, ProviderKind};
 use crate::http::{Http, SseParser, classify_status, parse_json};
-use crate::structured::{self, Wire};
+use crate::structured::{self, Prepared, Wire};
 use crate::{DeltaSink, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage};
 
 /// `max_tokens` when neither the request nor the configuration gives one.
@@ -43,13 +43,8 @@ impl AnthropicModel {
 
     /// The request body for `req` (schema instructions included when it has a reply schema).
     pub fn request_body(&self, req: &ModelRequest, stream: bool) -> Value {
-        let mut messages = match &req.response_schema {
-            Some(schema) => structured::with_instructions(&req.messages, schema),
-            None => req.messages.clone(),
-        };
-        if !self.cfg.system_role {
-            messages = structured::fold_system(&messages);
-        }
+        let instructions = req.response_schema.as_ref().map(structured::instructions);
+        let messages = Prepared::new(&req.messages, instructions, self.cfg.system_role);
         let system: Vec<&str> = messages
             .iter()
             .filter_map(|m| match m {
@@ -70,7 +65,10 @@ impl AnthropicModel {
         if !system.is_empty() {
             body.insert("system".into(), json!(system.join("\n\n")));
         }
-        body.insert("messages".into(), Value::Array(wire_messages(&messages)));
+        body.insert(
+            "messages".into(),
+            Value::Array(wire_messages(messages.iter())),
+        );
         if !req.tools.is_empty() {
             body.insert(
                 "tools".into(),
@@ -387,7 +385,7 @@ struct StreamState {
 
 /// Messages on the wire: system messages dropped (they go in `system`), tool results as
 /// `tool_result` blocks, and consecutive messages of one role merged into one.
-fn wire_messages(messages: &[Message]) -> Vec<Value> {
+fn wire_messages<'a>(messages: impl Iterator<Item = &'a Message>) -> Vec<Value> {
     let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for m in messages {
         let (role, blocks): (&'static str, Vec<Value>) = match m {

@@ -23,7 +23,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use serde_json::Value;
-pub use weft_core::model::{Message, ModelReply, ModelRequest, Purpose, ToolCall, ToolDef, Usage};
+pub use weft_core::model::{
+    Message, Messages, ModelReply, ModelRequest, Purpose, ToolCall, ToolDef, Usage,
+};
 
 pub use anthropic::{AnthropicModel, DEFAULT_MAX_TOKENS};
 pub use cassette::{Cassette, CassetteFile, CassetteMode, Exchange};

@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::{ProviderConfig, ProviderKind, StructuredMode};
 use crate::http::{Http, SseParser, classify_status, parse_json};
-use crate::structured::{self, Wire};
+use crate::structured::{self, Prepared, Wire};
 use crate::{DeltaSink, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage};
 
 /// A model behind an OpenAI-compatible `/chat/completions` endpoint.
@@ -46,15 +46,13 @@ impl OpenAiModel {
     /// The request body for `req`, asking for a structured reply (when `req` has a schema) in
     /// the form `wire`.
     pub fn request_body(&self, req: &ModelRequest, stream: bool, wire: SchemaWire) -> Value {
-        let mut messages = match (&req.response_schema, wire) {
+        let instructions = match (&req.response_schema, wire) {
             (Some(schema), SchemaWire::JsonObject | SchemaWire::Prompt) => {
-                structured::with_instructions(&req.messages, schema)
+                Some(structured::instructions(schema))
             }
-            _ => req.messages.clone(),
+            _ => None,
         };
-        if !self.cfg.system_role {
-            messages = structured::fold_system(&messages);
-        }
+        let messages = Prepared::new(&req.messages, instructions, self.cfg.system_role);
         let mut body = Map::new();
         body.insert("model".into(), json!(self.cfg.name));
         body.insert(

@@ -348,7 +348,8 @@ mod tests {
             purpose_index,
             messages: vec![crate::Message::User {
                 content: "hi".into(),
-            }],
+            }]
+            .into(),
             tools: vec![],
             response_schema: None,
             max_tokens: None,

@@ -5,7 +5,7 @@ use std::future::Future;
 
 use serde_json::Value;
 
-use crate::{DeltaSink, Message, ModelError, ModelReply, ModelRequest, Usage};
+use crate::{DeltaSink, Message, Messages, ModelError, ModelReply, ModelRequest, Usage};
 
 /// How many times an invalid structured reply is asked for again.
 pub(crate) const MAX_FIX_ATTEMPTS: u32 = 2;
@@ -28,21 +28,102 @@ pub(crate) fn instructions(schema: &Value) -> String {
     )
 }
 
-/// `messages` with the schema instructions appended to the (first) system message.
-pub(crate) fn with_instructions(messages: &[Message], schema: &Value) -> Vec<Message> {
-    let text = instructions(schema);
-    let mut out = messages.to_vec();
-    match out.iter_mut().find_map(|m| match m {
-        Message::System { content } => Some(content),
-        _ => None,
-    }) {
-        Some(content) => {
-            content.push_str("\n\n");
-            content.push_str(&text);
+/// The messages a provider sends, borrowed from the request: the schema instructions (when
+/// given) appended to the first system message (or sent as a system message of their own), and,
+/// for servers without a system role, the system text moved into the first user message,
+/// prefixed `[System instructions]`. Only the messages that change are copied.
+pub(crate) struct Prepared<'a> {
+    messages: &'a Messages,
+    /// A message sent before all the others.
+    front: Option<Message>,
+    /// A message sent instead of the one at this index.
+    replaced: Option<(usize, Message)>,
+    /// System messages are left out (their text is in `front` or `replaced`).
+    drop_system: bool,
+}
+
+impl<'a> Prepared<'a> {
+    pub(crate) fn new(
+        messages: &'a Messages,
+        instructions: Option<String>,
+        system_role: bool,
+    ) -> Self {
+        let mut p = Self {
+            messages,
+            front: None,
+            replaced: None,
+            drop_system: !system_role,
+        };
+        if system_role {
+            if let Some(text) = instructions {
+                match messages.iter().enumerate().find_map(|(i, m)| match m {
+                    Message::System { content } => Some((i, content)),
+                    _ => None,
+                }) {
+                    Some((i, content)) => {
+                        p.replaced = Some((
+                            i,
+                            Message::System {
+                                content: format!("{content}\n\n{text}"),
+                            },
+                        ));
+                    }
+                    None => p.front = Some(Message::System { content: text }),
+                }
+            }
+            return p;
         }
-        None => out.insert(0, Message::System { content: text }),
+        let mut system: Vec<String> = Vec::new();
+        let mut first_other = None;
+        for (i, m) in messages.iter().enumerate() {
+            match m {
+                Message::System { content } => system.push(content.clone()),
+                _ => {
+                    first_other.get_or_insert((i, m));
+                }
+            }
+        }
+        if let Some(text) = instructions {
+            match system.first_mut() {
+                Some(first) => {
+                    first.push_str("\n\n");
+                    first.push_str(&text);
+                }
+                None => system.push(text),
+            }
+        }
+        if system.is_empty() {
+            return p;
+        }
+        let prefix = format!("[System instructions]\n{}", system.join("\n\n"));
+        match first_other {
+            Some((i, Message::User { content })) => {
+                p.replaced = Some((
+                    i,
+                    Message::User {
+                        content: format!("{prefix}\n\n{content}"),
+                    },
+                ));
+            }
+            _ => p.front = Some(Message::User { content: prefix }),
+        }
+        p
     }
-    out
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Message> {
+        self.front
+            .iter()
+            .chain(
+                self.messages
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, m)| match &self.replaced {
+                        Some((at, r)) if *at == i => Some(r),
+                        _ if self.drop_system && matches!(m, Message::System { .. }) => None,
+                        _ => Some(m),
+                    }),
+            )
+    }
 }
 
 /// The JSON inside a reply: trimmed, without a surrounding Markdown code fence.
@@ -139,34 +220,6 @@ pub(crate) async fn complete<W: Wire>(
     }
 }
 
-/// Moves system instructions into the first user message, prefixed `[System instructions]`,
-/// for servers without a system role. Returns the messages without system messages.
-pub(crate) fn fold_system(messages: &[Message]) -> Vec<Message> {
-    let system: Vec<&str> = messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::System { content } => Some(content.as_str()),
-            _ => None,
-        })
-        .collect();
-    let mut rest: Vec<Message> = messages
-        .iter()
-        .filter(|m| !matches!(m, Message::System { .. }))
-        .cloned()
-        .collect();
-    if system.is_empty() {
-        return rest;
-    }
-    let prefix = format!("[System instructions]\n{}", system.join("\n\n"));
-    match rest.first_mut() {
-        Some(Message::User { content }) => {
-            *content = format!("{prefix}\n\n{content}");
-        }
-        _ => rest.insert(0, Message::User { content: prefix }),
-    }
-    rest
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,6 +240,13 @@ mod tests {
 
     #[test]
     fn system_folds_into_the_first_user_message() {
+        let fold = |m: &[Message], instructions: Option<&str>| -> Vec<Message> {
+            let m = Messages::from(m.to_vec());
+            Prepared::new(&m, instructions.map(str::to_owned), false)
+                .iter()
+                .cloned()
+                .collect()
+        };
         let m = vec![
             Message::System {
                 content: "be brief".into(),
@@ -195,19 +255,61 @@ mod tests {
                 content: "hi".into(),
             },
         ];
-        let f = fold_system(&m);
         assert_eq!(
-            f,
+            fold(&m, None),
             vec![Message::User {
                 content: "[System instructions]\nbe brief\n\nhi".into()
             }]
         );
-        let only = fold_system(&m[..1]);
         assert_eq!(
-            only,
+            fold(&m[..1], None),
             vec![Message::User {
                 content: "[System instructions]\nbe brief".into()
             }]
+        );
+        assert_eq!(
+            fold(&m, Some("json")),
+            vec![Message::User {
+                content: "[System instructions]\nbe brief\n\njson\n\nhi".into()
+            }]
+        );
+        assert_eq!(
+            fold(&m[1..], Some("json")),
+            vec![Message::User {
+                content: "[System instructions]\njson\n\nhi".into()
+            }]
+        );
+        assert_eq!(fold(&m[1..], None), m[1..].to_vec());
+    }
+
+    #[test]
+    fn instructions_join_the_first_system_message_or_come_first() {
+        let with = |m: &[Message]| -> Vec<Message> {
+            let m = Messages::from(m.to_vec());
+            Prepared::new(&m, Some("json".into()), true)
+                .iter()
+                .cloned()
+                .collect()
+        };
+        let user = Message::User {
+            content: "hi".into(),
+        };
+        let system = |c: &str| Message::System { content: c.into() };
+        assert_eq!(
+            with(&[system("a"), user.clone(), system("b")]),
+            vec![system("a\n\njson"), user.clone(), system("b")]
+        );
+        assert_eq!(
+            with(std::slice::from_ref(&user)),
+            vec![system("json"), user.clone()]
+        );
+        let m = Messages::from(vec![system("a"), user.clone()]);
+        assert_eq!(
+            Prepared::new(&m, None, true)
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>(),
+            m.to_vec()
         );
     }
 }

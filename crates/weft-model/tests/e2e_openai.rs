@@ -27,7 +27,7 @@ fn request(messages: Vec<Message>) -> ModelRequest {
         purpose: Purpose::React,
         call_index: 0,
         purpose_index: 0,
-        messages,
+        messages: messages.into(),
         tools: vec![],
         response_schema: None,
         max_tokens: Some(128),

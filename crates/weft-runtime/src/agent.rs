@@ -9,7 +9,7 @@ use weft_core::agent::AgentSpec;
 use weft_core::agent_loop::{self, AgentConfig, AgentNext, Skill};
 use weft_core::engine::Invocation;
 use weft_core::{EVENT_VERSION, Envelope, Event, RunStatus, SessionStatus, State};
-use weft_model::{DeltaSink, Purpose, SharedModel};
+use weft_model::{DeltaSink, ModelRequest, Purpose, SharedModel};
 use weft_store::{NewSession, Store};
 use weft_tools::Registry;
 
@@ -295,29 +295,12 @@ impl<S: Store> Runtime<S> {
             match agent_loop::decide(&session.state, &agent.config) {
                 AgentNext::Record(events) => session.commit(events).await?,
                 AgentNext::CallModel { request, step } => {
-                    let purpose = request.purpose;
-                    let stream = matches!(purpose, Purpose::React | Purpose::Respond);
-                    let deltas = if stream {
-                        delta_sink(&self.observers)
-                    } else {
-                        None
-                    };
-                    let events = match agent.model.complete_boxed(&request, deltas).await {
-                        Ok(reply) => agent_loop::model_replied(
-                            &session.state,
-                            &agent.config,
-                            purpose,
-                            step.as_deref(),
-                            reply,
-                        ),
-                        Err(e) => agent_loop::model_failed(
-                            &session.state,
-                            &agent.config,
-                            purpose,
-                            e.to_string(),
-                            e.is_retryable(),
-                        ),
-                    };
+                    // `call_model` takes the request and drops it: a request shares the
+                    // conversation with the state, and the reply's append must find it unshared
+                    // or it copies the whole conversation (see `weft_core::history`).
+                    let events = self
+                        .call_model(agent, &session.state, request, step.as_deref())
+                        .await;
                     session.stage(events)?;
                 }
                 AgentNext::Start { events, calls } => {
@@ -329,6 +312,36 @@ impl<S: Store> Runtime<S> {
                 AgentNext::Wait => inflight.settle(session, &agent.config.limits).await?,
                 AgentNext::Done => return session.flush().await,
             }
+        }
+    }
+
+    /// Asks the model and turns its reply (or failure) into events. Takes the request so that it
+    /// is gone when the events are applied.
+    async fn call_model(
+        &self,
+        agent: &Agent,
+        state: &State,
+        request: ModelRequest,
+        step: Option<&str>,
+    ) -> Vec<Event> {
+        let purpose = request.purpose;
+        let stream = matches!(purpose, Purpose::React | Purpose::Respond);
+        let deltas = if stream {
+            delta_sink(&self.observers)
+        } else {
+            None
+        };
+        let result = agent.model.complete_boxed(&request, deltas).await;
+        drop(request);
+        match result {
+            Ok(reply) => agent_loop::model_replied(state, &agent.config, purpose, step, reply),
+            Err(e) => agent_loop::model_failed(
+                state,
+                &agent.config,
+                purpose,
+                e.to_string(),
+                e.is_retryable(),
+            ),
         }
     }
 
@@ -344,5 +357,59 @@ impl<S: Store> Runtime<S> {
         let mut session = self.create_session_with(agent, info, input, first).await?;
         self.drive_agent(agent, &mut session).await?;
         Ok(session)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use weft_model::{ScriptedModel, ScriptedReply};
+    use weft_store::MemoryStore;
+    use weft_tools::Echo;
+
+    use super::*;
+
+    /// Every model request shares the session's conversation; the shell must drop it before the
+    /// reply is applied, or each append copies the conversation. `copies` counts those copies.
+    #[tokio::test]
+    async fn react_iterations_never_copy_the_history() {
+        let mut reg = Registry::new();
+        reg.register(Echo::default()).unwrap();
+        let tools = Arc::new(reg);
+        let spec = AgentSpec::parse(
+            "t.yaml",
+            "name: t\nmode: react\nlimits:\n  max_iterations: 20\n",
+        )
+        .unwrap();
+        let mut call = ScriptedReply::tool_call("echo", json!({"text": "x"}));
+        call.repeat = Some(8);
+        let model = Arc::new(ScriptedModel::new(
+            "t",
+            vec![
+                call,
+                ScriptedReply::text("done"),
+                ScriptedReply::tool_call("echo", json!({"text": "y"})),
+                ScriptedReply::text("again"),
+            ],
+        ));
+        let agent =
+            Agent::new(&spec, Arc::clone(&tools), model, &Value::Null, &Value::Null).unwrap();
+        let rt = Runtime::new(Arc::new(MemoryStore::new()), tools, spec.limits.clone());
+        let mut session = rt
+            .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
+            .await
+            .unwrap();
+        assert_eq!(session.state.answer.as_deref(), Some("done"));
+        // The task, 8 calls with their results, and the answer.
+        assert_eq!(session.state.history.len(), 18);
+        assert!(!session.state.history.is_shared());
+        assert_eq!(session.state.history.copies(), 0);
+        // A second turn in the same session: still no copy.
+        rt.run_task(&agent, &mut session, "more", Value::Null)
+            .await
+            .unwrap();
+        assert_eq!(session.state.answer.as_deref(), Some("again"));
+        assert_eq!(session.state.history.len(), 22);
+        assert_eq!(session.state.history.copies(), 0);
     }
 }
