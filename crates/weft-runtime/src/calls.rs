@@ -1,7 +1,16 @@
 //! Tool calls in flight: spawned tasks, and their outcomes gathered in batches.
+//!
+//! A call is first polled once where it is started. One that finishes then (most built-in
+//! tools, and every call refused before it runs) is done without a task of its own; the others
+//! go on in a spawned task, polled again at once by the runtime (the first poll's waker does
+//! nothing). A task costs a wake-up of another thread, which on a small machine costs more than
+//! a quick tool.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use tokio::task::JoinSet;
@@ -17,6 +26,8 @@ pub(crate) type Finished = (String, ToolOutcome, u64);
 /// The calls this process is running.
 pub(crate) struct Calls {
     set: JoinSet<Finished>,
+    /// Calls that finished on their first poll.
+    ready: Vec<Finished>,
     /// The call each task serves, so that a tool that panics fails its own call.
     ids: HashMap<tokio::task::Id, String>,
     sub_agents: Arc<dyn SubAgents>,
@@ -27,6 +38,7 @@ impl Calls {
     pub(crate) fn new(sub_agents: Arc<dyn SubAgents>, depth: u32) -> Self {
         Self {
             set: JoinSet::new(),
+            ready: Vec::new(),
             ids: HashMap::new(),
             sub_agents,
             depth,
@@ -47,7 +59,7 @@ impl Calls {
         let runner = Arc::clone(&self.sub_agents);
         let depth = self.depth;
         let parent = state.session_id.clone();
-        let handle = self.set.spawn(async move {
+        let mut call_future = Box::pin(async move {
             if call.delay_ms > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(call.delay_ms)).await;
             }
@@ -71,20 +83,32 @@ impl Calls {
             let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
             (call.call_id, outcome, ms)
         });
-        self.ids.insert(handle.id(), call_id);
+        let mut cx = Context::from_waker(Waker::noop());
+        match std::panic::catch_unwind(AssertUnwindSafe(|| call_future.as_mut().poll(&mut cx))) {
+            Ok(Poll::Ready(done)) => self.ready.push(done),
+            Ok(Poll::Pending) => {
+                let handle = self.set.spawn(call_future);
+                self.ids.insert(handle.id(), call_id);
+            }
+            Err(payload) => self.ready.push((call_id, panicked(payload), 0)),
+        }
     }
 
     /// Waits for at least one call to finish and returns every call finished by then.
     /// `None` when nothing is running.
     pub(crate) async fn next_batch(&mut self) -> Result<Option<Vec<Finished>>, RuntimeError> {
-        let Some(first) = self.set.join_next_with_id().await else {
-            return Ok(None);
-        };
-        let mut joined = vec![first];
+        let mut joined = Vec::new();
+        if self.ready.is_empty() {
+            let Some(first) = self.set.join_next_with_id().await else {
+                return Ok(None);
+            };
+            joined.push(first);
+        }
         while let Some(more) = self.set.try_join_next_with_id() {
             joined.push(more);
         }
-        let mut done = Vec::with_capacity(joined.len());
+        let mut done = std::mem::take(&mut self.ready);
+        done.reserve(joined.len());
         for j in joined {
             match j {
                 Ok((id, result)) => {
