@@ -152,40 +152,32 @@ impl<S: Store> Runtime<S> {
     ) -> Result<Session<'_, S>, RuntimeError> {
         let id = info.id.unwrap_or_else(new_session_id);
         let parent_id = info.parent_id.clone();
-        let created = self
-            .store
-            .create(
-                NewSession {
-                    id: id.clone(),
-                    user_id: info.user_id,
-                    agent: agent.name.clone(),
-                    reference_id: info.reference_id,
-                    metadata: info.metadata,
-                    parent_id: info.parent_id,
-                },
-                now_ms(),
-            )
-            .await;
-        match created {
-            Ok(_) => {}
-            Err(weft_store::StoreError::Exists(_)) => {
-                let (rec, _) = self.store.load(&id).await?;
-                if rec.last_seq != 0 {
-                    return Err(RuntimeError::Store(weft_store::StoreError::Exists(id)));
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
+        let new = NewSession {
+            id: id.clone(),
+            user_id: info.user_id,
+            agent: agent.name.clone(),
+            reference_id: info.reference_id,
+            metadata: info.metadata,
+            parent_id: info.parent_id,
+        };
         let mut session = self.session(id.clone(), State::new());
         let mut events = vec![Event::SessionStarted {
-            session_id: id,
+            session_id: id.clone(),
             agent: agent.name.clone(),
             input,
             mode: Some(agent.config.mode),
             parent_id,
         }];
         events.extend(first);
-        session.commit(events).await?;
+        if let Some(events) = session.commit_created(new, events).await? {
+            // A session with this id exists: take it over only if it has no events (its
+            // creator died before recording anything).
+            let (rec, _) = self.store.load(&id).await?;
+            if rec.last_seq != 0 {
+                return Err(RuntimeError::Store(weft_store::StoreError::Exists(id)));
+            }
+            session.commit(events).await?;
+        }
         Ok(session)
     }
 

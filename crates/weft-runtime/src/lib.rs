@@ -139,39 +139,32 @@ impl<S: Store> Runtime<S> {
         engine::normalize(&mut plan, self.tools.as_ref());
         let id = info.id.unwrap_or_else(new_session_id);
         let parent_id = info.parent_id.clone();
-        let created = self
-            .store
-            .create(
-                NewSession {
-                    id: id.clone(),
-                    agent: agent.to_owned(),
-                    user_id: info.user_id,
-                    reference_id: info.reference_id,
-                    metadata: info.metadata,
-                    parent_id: info.parent_id,
-                },
-                now_ms(),
-            )
-            .await;
-        match created {
-            Ok(_) => {}
-            // A session that exists with no events (its creator died first) is taken over.
-            Err(StoreError::Exists(_)) if self.store.load(&id).await?.0.last_seq == 0 => {}
-            Err(e) => return Err(e.into()),
-        }
+        let new = NewSession {
+            id: id.clone(),
+            agent: agent.to_owned(),
+            user_id: info.user_id,
+            reference_id: info.reference_id,
+            metadata: info.metadata,
+            parent_id: info.parent_id,
+        };
         let mut session = self.session(id.clone(), State::new());
-        session
-            .commit(vec![
-                Event::SessionStarted {
-                    session_id: id,
-                    agent: agent.to_owned(),
-                    input,
-                    mode: None,
-                    parent_id,
-                },
-                Event::PlanAccepted { plan },
-            ])
-            .await?;
+        let events = vec![
+            Event::SessionStarted {
+                session_id: id.clone(),
+                agent: agent.to_owned(),
+                input,
+                mode: None,
+                parent_id,
+            },
+            Event::PlanAccepted { plan },
+        ];
+        if let Some(events) = session.commit_created(new, events).await? {
+            // A session that exists with no events (its creator died first) is taken over.
+            if self.store.load(&id).await?.0.last_seq != 0 {
+                return Err(StoreError::Exists(id).into());
+            }
+            session.commit(events).await?;
+        }
         self.drive_plan(&mut session).await?;
         Ok(session)
     }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use weft_core::{EVENT_VERSION, Envelope, Event, State};
-use weft_store::Store;
+use weft_store::{NewSession, Store, StoreError};
 
 use crate::{RuntimeError, now_ms};
 
@@ -99,6 +99,61 @@ impl<'s, S: Store> Session<'s, S> {
             .collect()
     }
 
+    /// Creates the session in the store with `events` as the start of its log, in one write,
+    /// then applies and publishes them. When a session with this id exists already, nothing is
+    /// written and the events come back.
+    pub async fn commit_created(
+        &mut self,
+        new: NewSession,
+        events: Vec<Event>,
+    ) -> Result<Option<Vec<Event>>, RuntimeError> {
+        if self.state.seq != 0 || !self.pending.is_empty() {
+            return Err(RuntimeError::Internal(format!(
+                "session {} is not new: it cannot be created again",
+                self.id
+            )));
+        }
+        let events = self.redacted(events)?;
+        let ts = now_ms();
+        let status = self.state.status_after(&events);
+        let envelopes = self.number(events, ts);
+        match self.store.create_with(new, &envelopes, status, ts).await {
+            Ok(_) => {}
+            Err(StoreError::Exists(_)) => {
+                return Ok(Some(envelopes.into_iter().map(|e| e.event).collect()));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.apply_and_publish(&envelopes);
+        Ok(None)
+    }
+
+    /// Numbers events to follow the state's last one.
+    fn number(&self, events: Vec<Event>, ts: i64) -> Vec<Envelope> {
+        let base = self.state.seq;
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(k, event)| Envelope {
+                seq: base + 1 + k as u64,
+                ts,
+                v: EVENT_VERSION,
+                event,
+            })
+            .collect()
+    }
+
+    fn apply_and_publish(&mut self, envelopes: &[Envelope]) {
+        for e in envelopes {
+            self.state.apply(&e.event);
+        }
+        for e in envelopes {
+            for o in &self.observers {
+                o(e);
+            }
+        }
+    }
+
     /// Stores a batch of events atomically, then applies and publishes them. Nothing is applied
     /// unless the store accepted the whole batch.
     pub async fn commit(&mut self, events: Vec<Event>) -> Result<(), RuntimeError> {
@@ -113,27 +168,11 @@ impl<'s, S: Store> Session<'s, S> {
         let ts = now_ms();
         let base = self.state.seq;
         let status = self.state.status_after(&events);
-        let envelopes: Vec<Envelope> = events
-            .into_iter()
-            .enumerate()
-            .map(|(k, event)| Envelope {
-                seq: base + 1 + k as u64,
-                ts,
-                v: EVENT_VERSION,
-                event,
-            })
-            .collect();
+        let envelopes = self.number(events, ts);
         self.store
             .append(&self.id, base, &envelopes, status, ts)
             .await?;
-        for e in &envelopes {
-            self.state.apply(&e.event);
-        }
-        for e in &envelopes {
-            for o in &self.observers {
-                o(e);
-            }
-        }
+        self.apply_and_publish(&envelopes);
         Ok(())
     }
 }

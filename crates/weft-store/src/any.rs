@@ -98,6 +98,20 @@ impl Store for AnyStore {
         }
     }
 
+    async fn create_with(
+        &self,
+        s: NewSession,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+    ) -> Result<SessionRecord, StoreError> {
+        match self {
+            Self::Sqlite(st) => st.create_with(s, events, status, now).await,
+            Self::Postgres(st) => st.create_with(s, events, status, now).await,
+            Self::Memory(st) => st.create_with(s, events, status, now).await,
+        }
+    }
+
     async fn append(
         &self,
         id: &str,

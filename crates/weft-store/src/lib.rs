@@ -196,6 +196,31 @@ pub trait Store: Send + Sync + 'static {
         s: NewSession,
         now: i64,
     ) -> impl Future<Output = Result<SessionRecord, StoreError>> + Send;
+    /// Creates a session whose log begins with `events` (numbered from 1), leaving it with
+    /// `status`. [`StoreError::Exists`] if the id is taken, and then nothing is written. The
+    /// SQLite store writes both in one transaction; the default checks the numbering, creates,
+    /// then appends (a failure between the two leaves a session with no events, which
+    /// `weft_runtime` takes over when the same id is started again).
+    fn create_with(
+        &self,
+        s: NewSession,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+    ) -> impl Future<Output = Result<SessionRecord, StoreError>> + Send {
+        async move {
+            let id = s.id.clone();
+            check_batch(&id, 0, events)?;
+            let mut rec = self.create(s, now).await?;
+            if !events.is_empty() || status != rec.status {
+                self.append(&id, 0, events, status, now).await?;
+                rec.last_seq = events.len() as u64;
+                rec.updated_at = updated_at_after(rec.updated_at, rec.status, status, now);
+                rec.status = status;
+            }
+            Ok(rec)
+        }
+    }
     /// Appends a batch atomically. `expected_seq` is the last sequence number the writer has
     /// seen; the batch's events must be numbered from `expected_seq + 1`. `status` is the
     /// session's status after the batch.

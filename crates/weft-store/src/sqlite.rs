@@ -217,7 +217,23 @@ impl SqliteStore {
 
 impl Store for SqliteStore {
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
-        // Through the writer, so that creating sessions does not wait for its write lock.
+        self.create_with(s, &[], SessionStatus::Running, now).await
+    }
+
+    async fn create_with(
+        &self,
+        s: NewSession,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+    ) -> Result<SessionRecord, StoreError> {
+        // Through the writer, so that creating sessions does not wait for its write lock, and
+        // in one transaction with the first events.
+        check_batch(&s.id, 0, events)?;
+        let rows = events
+            .iter()
+            .map(|e| row::encode(&s.id, e))
+            .collect::<Result<Vec<_>, _>>()?;
         let metadata = encode_metadata(&s)?;
         let (reply, answer) = oneshot::channel();
         let id = s.id.clone();
@@ -225,8 +241,8 @@ impl Store for SqliteStore {
             create: Some((s.clone(), metadata)),
             id: id.clone(),
             expected_seq: 0,
-            rows: Vec::new(),
-            status: SessionStatus::Running,
+            rows,
+            status,
             now,
             reply,
         };
@@ -238,7 +254,9 @@ impl Store for SqliteStore {
         };
         self.writer.submit(job);
         answer.await.map_err(|_| closed())??;
-        Ok(row::record(s, now, 0))
+        let mut rec = row::record(s, now, events.len() as u64);
+        rec.status = status;
+        Ok(rec)
     }
 
     async fn append(

@@ -55,7 +55,8 @@ const LOG_SIZE_LIMIT: i64 = 16 << 20;
 /// when its status or time changes. An estimate; it only paces checkpoints.
 const PAGES_PER_BATCH: usize = 3;
 
-/// One caller's batch, already encoded, or a session to create (with its metadata encoded).
+/// One caller's batch, already encoded, or a session to create (with its metadata encoded) and
+/// its first events.
 pub(crate) struct Job {
     pub create: Option<(NewSession, String)>,
     pub id: String,
@@ -381,14 +382,19 @@ fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result
                     s.reference_id,
                     metadata,
                     s.parent_id,
-                    SessionStatus::Running.as_str(),
+                    job.status.as_str(),
                     job.now
                 ])?;
-                answers.push(if added == 0 {
-                    Err(StoreError::Exists(s.id.clone()))
-                } else {
-                    Ok(())
-                });
+                if added == 0 {
+                    answers.push(Err(StoreError::Exists(s.id.clone())));
+                    continue;
+                }
+                // The session's first events, in the same transaction.
+                let pk = tx.last_insert_rowid();
+                for r in &job.rows {
+                    insert.execute(params![pk, r.seq, r.ts, r.v, r.kind, r.payload])?;
+                }
+                answers.push(Ok(()));
                 continue;
             }
             let found: Option<(i64, Option<i64>)> = head

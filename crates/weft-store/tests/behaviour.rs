@@ -419,6 +419,42 @@ async fn append_updates_status_and_time<S: Store>(st: &Arc<S>) {
     );
 }
 
+/// A session created with its first events has them as its log; creating it again writes
+/// nothing.
+async fn create_with_starts_the_log<S: Store>(st: &Arc<S>) {
+    let rec = st
+        .create_with(
+            new_session("cw", Some("u")),
+            &small_batch(1, 3),
+            SessionStatus::WaitingForUser,
+            40,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (rec.last_seq, rec.status, rec.created_at),
+        (3, SessionStatus::WaitingForUser, 40)
+    );
+    let (stored, log) = st.load("cw").await.unwrap();
+    assert_eq!(stored, rec);
+    assert_eq!(log, small_batch(1, 3));
+    let again = st
+        .create_with(new_session("cw", None), &small_batch(1, 1), SessionStatus::Running, 50)
+        .await;
+    assert!(matches!(again, Err(StoreError::Exists(_))), "{again:?}");
+    assert_eq!(st.load("cw").await.unwrap(), (stored, small_batch(1, 3)));
+    // Misnumbered first events are refused, and leave no session behind.
+    let bad = st
+        .create_with(new_session("cw2", None), &small_batch(2, 1), SessionStatus::Running, 60)
+        .await;
+    assert!(matches!(bad, Err(StoreError::Corrupt(_))), "{bad:?}");
+    assert!(matches!(st.get("cw2").await, Err(StoreError::NotFound(_))));
+    st.append("cw", 3, &small_batch(4, 1), SessionStatus::Completed, 70)
+        .await
+        .unwrap();
+    assert_eq!(st.get("cw").await.unwrap().last_seq, 4);
+}
+
 /// An append that keeps the status moves `updated_at` only once it is a second or more behind.
 async fn updated_at_moves_by_the_second<S: Store>(st: &Arc<S>) {
     st.create(new_session("grain", None), 10_000).await.unwrap();
@@ -638,6 +674,7 @@ suite!(
     prune_deletes_old_sessions,
     append_updates_status_and_time,
     updated_at_moves_by_the_second,
+    create_with_starts_the_log,
     fork_copies_a_prefix,
     snapshots_keep_the_latest,
 );
