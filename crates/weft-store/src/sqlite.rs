@@ -94,13 +94,33 @@ impl SqliteStore {
     }
 
     /// Copies the write-ahead log into the database file and empties the log
-    /// (`PRAGMA wal_checkpoint(TRUNCATE)`).
+    /// (`PRAGMA wal_checkpoint(TRUNCATE)`). While another checkpoint is running (this store's
+    /// own checkpointer, or another process's) SQLite refuses at once; this tries again for up
+    /// to the store's busy timeout, then fails with [`StoreError::Backend`].
     pub async fn checkpoint(&self) -> Result<(), StoreError> {
-        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.err("cannot checkpoint the write-ahead log", e))?;
-        Ok(())
+        let deadline = tokio::time::Instant::now() + BUSY_TIMEOUT;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            // (blocked, pages in the log, pages checkpointed)
+            let (blocked, log, done): (i64, i64, i64) =
+                sqlx::query_as("PRAGMA wal_checkpoint(TRUNCATE)")
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| self.err("cannot checkpoint the write-ahead log", e))?;
+            if blocked == 0 {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(StoreError::Backend(format!(
+                    "cannot checkpoint the write-ahead log of {}: still busy after {} s \
+                     ({done} of {log} pages copied); another connection keeps it in use",
+                    self.path.display(),
+                    BUSY_TIMEOUT.as_secs()
+                )));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
     }
 
     /// Closes every connection; later calls fail.
