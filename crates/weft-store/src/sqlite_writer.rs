@@ -51,6 +51,12 @@ const CATCH_UP_PAGES: i64 = 4000;
 /// The write-ahead log file is cut back to this size when it starts over (bytes).
 const LOG_SIZE_LIMIT: i64 = 16 << 20;
 
+/// The writer's page cache, at most (KiB; SQLite allocates it as pages are read). SQLite's
+/// default of 2 MiB is smaller than the index pages that thousands of sessions appending at once
+/// touch, and every page that falls out is read again on the next append (`weft-bench concurrent
+/// 10000 3` took 1.1–1.5 s with the default and 0.8–0.9 s with this).
+const CACHE_KIB: i64 = 64 << 10;
+
 /// Pages a batch is taken to write: an event table page, an index page, and the session row
 /// when its status or time changes. An estimate; it only paces checkpoints.
 const PAGES_PER_BATCH: usize = 3;
@@ -120,6 +126,7 @@ impl Writer {
             conn.pragma_update(None, "foreign_keys", "ON")?;
             conn.pragma_update(None, "wal_autocheckpoint", 0)?;
             conn.pragma_update(None, "journal_size_limit", LOG_SIZE_LIMIT)?;
+            conn.pragma_update(None, "cache_size", -CACHE_KIB)?;
             conn.busy_timeout(Duration::ZERO)?;
             Ok(())
         };
