@@ -20,7 +20,7 @@ struct Cli {
     /// Runs of each workload; the figures printed are the medians.
     #[arg(long, default_value_t = 1, global = true)]
     runs: u32,
-    /// Store for `react` (the other workloads use what they say).
+    /// Store for `react` and `concurrent` (the other workloads use what they say).
     #[arg(long, default_value = "sqlite", global = true, value_parser = ["sqlite", "memory"])]
     store: String,
     #[command(subcommand)]
@@ -31,7 +31,7 @@ struct Cli {
 enum Workload {
     /// One ReAct run of N echo calls then an answer.
     React { n: u32 },
-    /// M sessions at once, K echo calls each, the model thinking 50 ms per call (SQLite).
+    /// M sessions at once, K echo calls each, the model thinking 50 ms per call (SQLite, or `--store memory`).
     Concurrent { m: u32, k: u32 },
     /// One session, T user turns of one echo call each (SQLite).
     Growth { t: u32 },
@@ -89,7 +89,7 @@ async fn one(runs: u32, w: Workload, kind: StoreKind) -> Result<()> {
     for _ in 0..runs {
         let reports = match &w {
             Workload::React { n } => vec![workloads::react(*n, kind).await?],
-            Workload::Concurrent { m, k } => vec![workloads::concurrent(*m, *k).await?],
+            Workload::Concurrent { m, k } => vec![workloads::concurrent(*m, *k, kind).await?],
             Workload::Growth { t } => vec![workloads::growth(*t).await?],
             Workload::Plan { n } => workloads::plan(*n).await?,
             Workload::Resume { events } => vec![workloads::resume(*events).await?],

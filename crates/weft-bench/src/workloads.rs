@@ -144,14 +144,44 @@ pub async fn react(n: u32, kind: StoreKind) -> Result<Report, BenchError> {
 }
 
 /// `concurrent M K`: `m` sessions at once, each `k` echo calls, the model thinking 50 ms per
-/// call, all in one SQLite file.
-pub async fn concurrent(m: u32, k: u32) -> Result<Report, BenchError> {
+/// call, all in one SQLite file (or, with [`StoreKind::Memory`], in memory: the runtime's own
+/// cost without storage).
+pub async fn concurrent(m: u32, k: u32, kind: StoreKind) -> Result<Report, BenchError> {
     const THINK_MS: u64 = 50;
-    let (_dir, path, store) = temp_sqlite().await?;
-    let store = Arc::new(store);
+    let (secs, db) = match kind {
+        StoreKind::Memory => (
+            concurrent_run(Arc::new(MemoryStore::new()), m, k, THINK_MS).await?,
+            0.0,
+        ),
+        StoreKind::Sqlite => {
+            let (_dir, path, store) = temp_sqlite().await?;
+            let store = Arc::new(store);
+            let secs = concurrent_run(Arc::clone(&store), m, k, THINK_MS).await?;
+            (secs, settled_size(&store, &path).await?)
+        }
+    };
+    let ideal = (f64::from(k) + 1.0) * THINK_MS as f64 / 1e3;
+    Ok(
+        Report::new(format!("concurrent m={m} k={k} store={}", kind.name()))
+            .with("wall_s", secs)
+            .with("ideal_s", ideal)
+            .with("x_ideal", secs / ideal)
+            .with("runs_per_s", f64::from(m) / secs)
+            .with("rss_mb", peak_rss_mb().unwrap_or(0.0))
+            .with("db_mb", db),
+    )
+}
+
+/// Runs `m` sessions at once on `store`; returns the elapsed seconds.
+async fn concurrent_run<S: Store>(
+    store: Arc<S>,
+    m: u32,
+    k: u32,
+    think_ms: u64,
+) -> Result<f64, BenchError> {
     let tools = echo_tools()?;
-    let agent = Arc::new(react_agent(&tools, calls_then_answer(k, THINK_MS), k + 5)?);
-    let rt = Arc::new(Runtime::new(Arc::clone(&store), tools, Limits::default()));
+    let agent = Arc::new(react_agent(&tools, calls_then_answer(k, think_ms), k + 5)?);
+    let rt = Arc::new(Runtime::new(store, tools, Limits::default()));
     let t = Instant::now();
     let mut set = JoinSet::new();
     for _ in 0..m {
@@ -167,16 +197,7 @@ pub async fn concurrent(m: u32, k: u32) -> Result<Report, BenchError> {
     while let Some(done) = set.join_next().await {
         done.map_err(|e| BenchError::Setup(format!("a session task failed: {e}")))??;
     }
-    let secs = t.elapsed().as_secs_f64();
-    let ideal = (f64::from(k) + 1.0) * THINK_MS as f64 / 1e3;
-    let db = settled_size(&store, &path).await?;
-    Ok(Report::new(format!("concurrent m={m} k={k} store=sqlite"))
-        .with("wall_s", secs)
-        .with("ideal_s", ideal)
-        .with("x_ideal", secs / ideal)
-        .with("runs_per_s", f64::from(m) / secs)
-        .with("rss_mb", peak_rss_mb().unwrap_or(0.0))
-        .with("db_mb", db))
+    Ok(t.elapsed().as_secs_f64())
 }
 
 /// The script of `turns` turns of one echo call and an answer each.

@@ -22,10 +22,21 @@ async fn react_records_three_events_per_iteration_in_both_stores() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_sessions_all_answer_and_take_at_least_the_think_time() {
-    let r = workloads::concurrent(20, 2).await.unwrap();
-    assert!((r.get("ideal_s").unwrap() - 0.15).abs() < 1e-9);
-    assert!(r.get("wall_s").unwrap() >= 0.15);
-    assert!(r.get("rss_mb").unwrap() > 0.0);
+    for kind in [StoreKind::Memory, StoreKind::Sqlite] {
+        let r = workloads::concurrent(20, 2, kind).await.unwrap();
+        assert_eq!(
+            r.label,
+            format!("concurrent m=20 k=2 store={}", kind.name())
+        );
+        assert!((r.get("ideal_s").unwrap() - 0.15).abs() < 1e-9);
+        assert!(r.get("wall_s").unwrap() >= 0.15, "{kind:?}");
+        assert!(r.get("rss_mb").unwrap() > 0.0);
+        let db = r.get("db_mb").unwrap();
+        match kind {
+            StoreKind::Memory => assert_eq!(db, 0.0),
+            StoreKind::Sqlite => assert!(db > 0.0, "db {db} MB"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -439,13 +439,23 @@ async fn create_with_starts_the_log<S: Store>(st: &Arc<S>) {
     assert_eq!(stored, rec);
     assert_eq!(log, small_batch(1, 3));
     let again = st
-        .create_with(new_session("cw", None), &small_batch(1, 1), SessionStatus::Running, 50)
+        .create_with(
+            new_session("cw", None),
+            &small_batch(1, 1),
+            SessionStatus::Running,
+            50,
+        )
         .await;
     assert!(matches!(again, Err(StoreError::Exists(_))), "{again:?}");
     assert_eq!(st.load("cw").await.unwrap(), (stored, small_batch(1, 3)));
     // Misnumbered first events are refused, and leave no session behind.
     let bad = st
-        .create_with(new_session("cw2", None), &small_batch(2, 1), SessionStatus::Running, 60)
+        .create_with(
+            new_session("cw2", None),
+            &small_batch(2, 1),
+            SessionStatus::Running,
+            60,
+        )
         .await;
     assert!(matches!(bad, Err(StoreError::Corrupt(_))), "{bad:?}");
     assert!(matches!(st.get("cw2").await, Err(StoreError::NotFound(_))));

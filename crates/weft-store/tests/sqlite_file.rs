@@ -170,7 +170,10 @@ async fn a_long_run_stays_small() {
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
     let wal = std::fs::metadata(&wal).map_or(0, |m| m.len());
-    assert_eq!(wal, 0, "the write-ahead log still holds {wal} bytes after a checkpoint");
+    assert_eq!(
+        wal, 0,
+        "the write-ahead log still holds {wal} bytes after a checkpoint"
+    );
     let size = std::fs::metadata(&path).unwrap().len();
     println!(
         "{iterations} iterations, {seq} events: database file {size} bytes ({:.1} KiB); \
