@@ -128,6 +128,10 @@ impl Writer {
             conn.pragma_update(None, "journal_size_limit", LOG_SIZE_LIMIT)?;
             conn.pragma_update(None, "cache_size", -CACHE_KIB)?;
             conn.busy_timeout(Duration::ZERO)?;
+            // Compiled now rather than at the first append, which is then as quick as the rest.
+            for sql in [HEAD, INSERT_EVENT, TOUCH, INSERT_SESSION] {
+                conn.prepare_cached(sql)?;
+            }
             Ok(())
         };
         setup().map_err(|e| write_error(path, "cannot set up the database for writing", e))?;
@@ -356,30 +360,29 @@ fn is_busy(e: &rusqlite::Error) -> bool {
     )
 }
 
+/// The session's key and the sequence number its log ends at.
+const HEAD: &str = "SELECT pk, (SELECT seq FROM events WHERE session = sessions.pk ORDER BY seq DESC LIMIT 1) \
+     FROM sessions WHERE id = ?1";
+const INSERT_EVENT: &str =
+    "INSERT INTO events (session, seq, ts, v, type, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+/// The session row is rewritten only as `crate::updated_at_after` says (status changed, or a
+/// second on).
+const TOUCH: &str = "UPDATE sessions SET status = ?2, updated_at = ?3 \
+     WHERE pk = ?1 AND (status <> ?2 OR updated_at <= ?3 - ?4)";
+const INSERT_SESSION: &str = "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
+     created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8) \
+     ON CONFLICT (id) DO NOTHING";
+
 /// Writes `jobs` in one transaction. The outer error is a failure that spoils the transaction
 /// (it is rolled back); the inner results are each batch's own refusals (conflict, no session).
 fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result<(), StoreError>>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut answers = Vec::with_capacity(jobs.len());
     {
-        // The session's key and the sequence number its log ends at. The session row is
-        // rewritten only as `crate::updated_at_after` says (status changed, or a second on).
-        let mut head = tx.prepare_cached(
-            "SELECT pk, (SELECT seq FROM events WHERE session = sessions.pk ORDER BY seq DESC LIMIT 1) \
-             FROM sessions WHERE id = ?1",
-        )?;
-        let mut insert = tx.prepare_cached(
-            "INSERT INTO events (session, seq, ts, v, type, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?;
-        let mut touch = tx.prepare_cached(
-            "UPDATE sessions SET status = ?2, updated_at = ?3 \
-             WHERE pk = ?1 AND (status <> ?2 OR updated_at <= ?3 - ?4)",
-        )?;
-        let mut insert_session = tx.prepare_cached(
-            "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
-             created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8) \
-             ON CONFLICT (id) DO NOTHING",
-        )?;
+        let mut head = tx.prepare_cached(HEAD)?;
+        let mut insert = tx.prepare_cached(INSERT_EVENT)?;
+        let mut touch = tx.prepare_cached(TOUCH)?;
+        let mut insert_session = tx.prepare_cached(INSERT_SESSION)?;
         for job in jobs {
             if let Some((s, metadata)) = &job.create {
                 let added = insert_session.execute(params![
