@@ -14,7 +14,10 @@ use crate::{
 };
 
 /// The schema migrations, in order: (version, SQL).
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../migrations/postgres/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../migrations/postgres/0001_init.sql")),
+    (2, include_str!("../migrations/postgres/0002_json_text.sql")),
+];
 
 /// How long to wait for the server to answer before giving up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -154,12 +157,48 @@ impl PgStore {
 
 impl Store for PgStore {
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
-        let res = insert_session(&s, now, 0).execute(&self.pool).await;
+        let metadata = row::encode_metadata(&s)?;
+        let res = insert_session(&s, &metadata, SessionStatus::Running, now, 0)
+            .execute(&self.pool)
+            .await;
         match res {
             Ok(_) => Ok(row::record(s, now, 0)),
             Err(e) if is_unique_violation(&e) => Err(StoreError::Exists(s.id)),
             Err(e) => Err(self.err(&format!("cannot create session {}", s.id), e)),
         }
+    }
+
+    async fn create_with(
+        &self,
+        s: NewSession,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+    ) -> Result<SessionRecord, StoreError> {
+        check_batch(&s.id, 0, events)?;
+        let columns = Columns::of(&s.id, events)?;
+        let metadata = row::encode_metadata(&s)?;
+        let last = row::to_i64("sequence number", events.len() as u64)?;
+        let ctx = || format!("cannot create session {}", s.id);
+        let mut tx = self.pool.begin().await.map_err(|e| self.err(&ctx(), e))?;
+        match insert_session(&s, &metadata, status, now, last)
+            .execute(&mut *tx)
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_unique_violation(&e) => return Err(StoreError::Exists(s.id)),
+            Err(e) => return Err(self.err(&ctx(), e)),
+        }
+        if !events.is_empty() {
+            columns
+                .insert(&s.id, &mut tx)
+                .await
+                .map_err(|e| self.err(&ctx(), e))?;
+        }
+        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
+        let mut rec = row::record(s, now, events.len() as u64);
+        rec.status = status;
+        Ok(rec)
     }
 
     async fn append(
@@ -171,19 +210,7 @@ impl Store for PgStore {
         now: i64,
     ) -> Result<(), StoreError> {
         check_batch(id, expected_seq, events)?;
-        let mut seqs = Vec::with_capacity(events.len());
-        let mut tss = Vec::with_capacity(events.len());
-        let mut vs = Vec::with_capacity(events.len());
-        let mut kinds = Vec::with_capacity(events.len());
-        let mut payloads = Vec::with_capacity(events.len());
-        for e in events {
-            let r = row::encode(id, e)?;
-            seqs.push(r.seq);
-            tss.push(r.ts);
-            vs.push(r.v);
-            kinds.push(r.kind);
-            payloads.push(r.payload);
-        }
+        let columns = Columns::of(id, events)?;
         let expected = row::to_i64("sequence number", expected_seq)?;
         let last = row::to_i64("sequence number", expected_seq + events.len() as u64)?;
         let ctx = || format!("cannot append to session {id}");
@@ -219,21 +246,7 @@ impl Store for PgStore {
             });
         }
         if !events.is_empty() {
-            sqlx::query(
-                "INSERT INTO events (session_id, seq, ts, v, type, payload) \
-                 SELECT $1, u.seq, u.ts, u.v, u.type, u.payload::jsonb \
-                 FROM UNNEST($2::int8[], $3::int8[], $4::int4[], $5::text[], $6::text[]) \
-                 AS u(seq, ts, v, type, payload)",
-            )
-            .bind(id)
-            .bind(&seqs)
-            .bind(&tss)
-            .bind(&vs)
-            .bind(&kinds)
-            .bind(&payloads)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| {
+            columns.insert(id, &mut tx).await.map_err(|e| {
                 if is_unique_violation(&e) {
                     StoreError::Conflict {
                         session: id.to_owned(),
@@ -346,7 +359,11 @@ impl Store for PgStore {
                 last: u64::try_from(last).unwrap_or_default(),
             });
         }
-        match insert_session(&new, now, at).execute(&mut *tx).await {
+        let metadata = row::encode_metadata(&new)?;
+        match insert_session(&new, &metadata, SessionStatus::Running, now, at)
+            .execute(&mut *tx)
+            .await
+        {
             Ok(_) => {}
             Err(e) if is_unique_violation(&e) => return Err(StoreError::Exists(new.id)),
             Err(e) => return Err(self.err(&ctx(), e)),
@@ -377,6 +394,11 @@ impl Store for PgStore {
 
     async fn save_snapshot(&self, id: &str, seq: u64, state: &Value) -> Result<(), StoreError> {
         let at = row::to_i64("sequence number", seq)?;
+        let state = serde_json::to_string(state).map_err(|e| {
+            StoreError::Backend(format!(
+                "session {id}: cannot encode the snapshot at {seq}: {e}"
+            ))
+        })?;
         let ctx = || format!("cannot save a snapshot of session {id}");
         let mut tx = self.pool.begin().await.map_err(|e| self.err(&ctx(), e))?;
         let last: Option<i64> =
@@ -394,12 +416,12 @@ impl Store for PgStore {
             });
         }
         sqlx::query(
-            "INSERT INTO snapshots (session_id, seq, state) VALUES ($1, $2, $3) \
+            "INSERT INTO snapshots (session_id, seq, state) VALUES ($1, $2, $3::json) \
              ON CONFLICT (session_id, seq) DO UPDATE SET state = excluded.state",
         )
         .bind(id)
         .bind(at)
-        .bind(state)
+        .bind(&state)
         .execute(&mut *tx)
         .await
         .map_err(|e| self.err(&ctx(), e))?;
@@ -428,24 +450,75 @@ impl Store for PgStore {
     }
 }
 
-fn insert_session(
-    s: &NewSession,
+/// Inserts a session row. JSON goes in as text (`$5::json`): a `jsonb` parameter could not hold
+/// a NUL character.
+fn insert_session<'q>(
+    s: &'q NewSession,
+    metadata: &'q str,
+    status: SessionStatus,
     now: i64,
     last_seq: i64,
-) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments> {
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     sqlx::query(
         "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
-         created_at, updated_at, last_seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)",
+         created_at, updated_at, last_seq) VALUES ($1, $2, $3, $4, $5::json, $6, $7, $8, $8, $9)",
     )
     .bind(&s.id)
     .bind(&s.user_id)
     .bind(&s.agent)
     .bind(&s.reference_id)
-    .bind(&s.metadata)
+    .bind(metadata)
     .bind(&s.parent_id)
-    .bind(SessionStatus::Running.as_str())
+    .bind(status.as_str())
     .bind(now)
     .bind(last_seq)
+}
+
+/// A batch's rows as the columns `UNNEST` takes.
+#[derive(Default)]
+struct Columns {
+    seqs: Vec<i64>,
+    tss: Vec<i64>,
+    vs: Vec<i32>,
+    kinds: Vec<&'static str>,
+    payloads: Vec<String>,
+}
+
+impl Columns {
+    fn of(id: &str, events: &[Envelope]) -> Result<Self, StoreError> {
+        let mut c = Self::default();
+        for e in events {
+            let r = row::encode(id, e)?;
+            c.seqs.push(r.seq);
+            c.tss.push(r.ts);
+            c.vs.push(r.v);
+            c.kinds.push(r.kind);
+            c.payloads.push(r.payload);
+        }
+        Ok(c)
+    }
+
+    /// Inserts the rows as events of session `id`, in one statement.
+    async fn insert(
+        &self,
+        id: &str,
+        conn: &mut PgConnection,
+    ) -> Result<sqlx::postgres::PgQueryResult, sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO events (session_id, seq, ts, v, type, payload) \
+             SELECT $1, u.seq, u.ts, u.v, u.type, u.payload::json \
+             FROM UNNEST($2::int8[], $3::int8[], $4::int4[], $5::text[], $6::text[]) \
+             AS u(seq, ts, v, type, payload)",
+        )
+        .bind(id)
+        .bind(&self.seqs)
+        .bind(&self.tss)
+        .bind(&self.vs)
+        .bind(&self.kinds)
+        .bind(&self.payloads)
+        .execute(conn)
+        .await
+    }
 }
 
 fn parse(url: &str) -> Result<PgConnectOptions, StoreError> {

@@ -21,6 +21,13 @@ pub(crate) fn to_i64(what: &str, n: u64) -> Result<i64, StoreError> {
     i64::try_from(n).map_err(|_| StoreError::Backend(format!("{what} {n} is too large to store")))
 }
 
+/// A session's metadata as JSON text.
+pub(crate) fn encode_metadata(s: &crate::NewSession) -> Result<String, StoreError> {
+    serde_json::to_string(&s.metadata).map_err(|e| {
+        StoreError::Backend(format!("session {}: cannot encode the metadata: {e}", s.id))
+    })
+}
+
 pub(crate) fn encode(session: &str, e: &Envelope) -> Result<EventRow, StoreError> {
     let kind = e.event.kind();
     let text = serde_json::to_string(&e.event).map_err(|err| {

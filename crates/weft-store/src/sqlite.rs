@@ -254,7 +254,7 @@ impl Store for SqliteStore {
             .iter()
             .map(|e| row::encode(&s.id, e))
             .collect::<Result<Vec<_>, _>>()?;
-        let metadata = encode_metadata(&s)?;
+        let metadata = row::encode_metadata(&s)?;
         let (reply, answer) = oneshot::channel();
         let id = s.id.clone();
         let job = Job {
@@ -390,7 +390,7 @@ impl Store for SqliteStore {
         if new.parent_id.is_none() {
             new.parent_id = Some(from.to_owned());
         }
-        let metadata = encode_metadata(&new)?;
+        let metadata = row::encode_metadata(&new)?;
         let at = row::to_i64("sequence number", at_seq)?;
         let ctx = || format!("cannot fork session {from} into {}", new.id);
         let mut tx = self
@@ -585,12 +585,6 @@ async fn migrate(pool: &SqlitePool, path: &Path) -> Result<(), StoreError> {
     }
     tx.commit().await.map_err(|e| err(ctx, e))?;
     Ok(())
-}
-
-fn encode_metadata(s: &NewSession) -> Result<String, StoreError> {
-    serde_json::to_string(&s.metadata).map_err(|e| {
-        StoreError::Backend(format!("session {}: cannot encode the metadata: {e}", s.id))
-    })
 }
 
 /// Inserts a session row and gives its key.

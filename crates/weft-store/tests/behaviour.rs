@@ -465,6 +465,41 @@ async fn create_with_starts_the_log<S: Store>(st: &Arc<S>) {
     assert_eq!(st.get("cw").await.unwrap().last_seq, 4);
 }
 
+/// Text with a NUL character (tools and models do return them) is kept as it is, in events,
+/// in metadata and in snapshots, by `append` and by `create_with`.
+async fn nul_characters_round_trip<S: Store>(st: &Arc<S>) {
+    let text = "before\u{0}after";
+    let mut s = new_session("nul", None);
+    s.metadata = json!({"note": text});
+    let first = vec![env(1, Event::UserReplied { text: text.into() })];
+    st.create_with(s, &first, SessionStatus::Running, 1)
+        .await
+        .unwrap();
+    let more = vec![env(
+        2,
+        Event::ToolCallFinished {
+            call_id: "c1".into(),
+            outcome: ToolOutcome::Ok {
+                output: json!({"stdout": text, "list": [text]}),
+            },
+            duration_ms: 1,
+        },
+    )];
+    st.append("nul", 1, &more, SessionStatus::Running, 2)
+        .await
+        .unwrap();
+    let (rec, log) = st.load("nul").await.unwrap();
+    assert_eq!(rec.metadata, json!({"note": text}));
+    assert_eq!(log, [first, more].concat());
+    st.save_snapshot("nul", 2, &json!({"last": text}))
+        .await
+        .unwrap();
+    assert_eq!(
+        st.latest_snapshot("nul").await.unwrap(),
+        Some((2, json!({"last": text})))
+    );
+}
+
 /// An append that keeps the status moves `updated_at` only once it is a second or more behind.
 async fn updated_at_moves_by_the_second<S: Store>(st: &Arc<S>) {
     st.create(new_session("grain", None), 10_000).await.unwrap();
@@ -685,6 +720,7 @@ suite!(
     append_updates_status_and_time,
     updated_at_moves_by_the_second,
     create_with_starts_the_log,
+    nul_characters_round_trip,
     fork_copies_a_prefix,
     snapshots_keep_the_latest,
 );

@@ -314,9 +314,12 @@ async fn postgres_newer_schema_is_refused() {
         .unwrap();
     let err = res.unwrap_err();
     assert!(matches!(err, StoreError::NewerSchema { .. }), "{err}");
+    let v = weft_store::POSTGRES_SCHEMA_VERSION;
     assert!(
-        err.to_string()
-            .contains("written by a newer weft (schema 2, this build knows 1); upgrade weft"),
+        err.to_string().contains(&format!(
+            "written by a newer weft (schema {}, this build knows {v}); upgrade weft",
+            v + 1
+        )),
         "{err}"
     );
 }
@@ -352,7 +355,76 @@ async fn postgres_migrations_run_once_when_many_connect_at_once() {
     for r in results {
         r.unwrap();
     }
-    assert_eq!(versions, [weft_store::POSTGRES_SCHEMA_VERSION]);
+    // Each migration was applied once.
+    assert_eq!(
+        versions,
+        (1..=weft_store::POSTGRES_SCHEMA_VERSION).collect::<Vec<_>>()
+    );
+}
+
+/// A database of schema 1 (JSON kept as `jsonb`) is brought to the current schema when a store
+/// connects, with its sessions, events and snapshots as they were, and then keeps text with a
+/// NUL character, which schema 1 could not.
+#[tokio::test]
+async fn a_postgres_schema_1_database_is_migrated_with_its_data() {
+    let Ok(url) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
+        println!("skipped: WEFT_TEST_POSTGRES_URL not set");
+        return;
+    };
+    let schema = unique_schema("v1");
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let setup = format!(
+        "CREATE SCHEMA \"{schema}\"; SET search_path TO \"{schema}\"; {} \
+         CREATE TABLE weft_schema (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL); \
+         INSERT INTO weft_schema VALUES (1, 0); \
+         INSERT INTO sessions (id, agent, metadata, status, created_at, updated_at, last_seq) \
+           VALUES ('old', 'a', '{{\"k\": [1, \"v\"]}}', 'running', 5, 6, 2); \
+         INSERT INTO events (session_id, seq, ts, v, type, payload) VALUES \
+           ('old', 1, 1, 1, 'wave_finished', '{{\"wave\": 1}}'), \
+           ('old', 2, 2, 1, 'wave_finished', '{{\"wave\": 2}}'); \
+         INSERT INTO snapshots (session_id, seq, state) VALUES ('old', 2, '{{\"s\": true}}'); \
+         SET search_path TO DEFAULT;",
+        include_str!("../migrations/postgres/0001_init.sql")
+    );
+    sqlx::raw_sql(&setup).execute(&mut conn).await.unwrap();
+    let opened = PgStore::connect_in_schema(&url, &schema).await;
+    let check = async {
+        let st = opened.unwrap();
+        let (rec, log) = st.load("old").await.unwrap();
+        assert_eq!((rec.metadata, rec.last_seq), (json!({"k": [1, "v"]}), 2));
+        assert_eq!(log, waves(1, 2));
+        assert_eq!(
+            st.latest_snapshot("old").await.unwrap(),
+            Some((2, json!({"s": true})))
+        );
+        let nul = Envelope {
+            seq: 3,
+            ts: 3,
+            v: EVENT_VERSION,
+            event: Event::UserReplied {
+                text: "a\u{0}b".into(),
+            },
+        };
+        st.append(
+            "old",
+            2,
+            std::slice::from_ref(&nul),
+            SessionStatus::Running,
+            7,
+        )
+        .await
+        .unwrap();
+        assert_eq!(st.load("old").await.unwrap().1[2], nul);
+        st.close().await;
+    };
+    let outcome = tokio::spawn(check).await;
+    sqlx::raw_sql(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
 }
 
 fn unique_schema(what: &str) -> String {
