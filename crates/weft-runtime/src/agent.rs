@@ -296,10 +296,7 @@ impl<S: Store> Runtime<S> {
                     session.stage(events)?;
                 }
                 AgentNext::Start { events, calls } => {
-                    session.commit(events).await?;
-                    for call in calls {
-                        inflight.spawn(&agent.tools, &session.state, call);
-                    }
+                    inflight.start(session, &agent.tools, events, calls).await?;
                 }
                 AgentNext::Wait => inflight.settle(session, &agent.config.limits).await?,
                 AgentNext::Done => return session.flush().await,

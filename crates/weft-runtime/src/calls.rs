@@ -45,7 +45,9 @@ impl Calls {
         }
     }
 
-    pub(crate) fn spawn(&mut self, tools: &Arc<Registry>, state: &State, call: Invocation) {
+    /// Starts a call; `true` when it finished on its first poll (its outcome waits for
+    /// [`Calls::next_batch`]).
+    pub(crate) fn spawn(&mut self, tools: &Arc<Registry>, state: &State, call: Invocation) -> bool {
         let tools = Arc::clone(tools);
         let ctx = ToolContext {
             session_id: state.session_id.clone(),
@@ -89,9 +91,11 @@ impl Calls {
             Ok(Poll::Pending) => {
                 let handle = self.set.spawn(call_future);
                 self.ids.insert(handle.id(), call_id);
+                return false;
             }
             Err(payload) => self.ready.push((call_id, panicked(payload), 0)),
         }
+        true
     }
 
     /// Waits for at least one call to finish and returns every call finished by then.
@@ -133,6 +137,43 @@ impl Calls {
 }
 
 impl Calls {
+    /// Records `events` (the calls' starts) and starts `calls`.
+    ///
+    /// A call of a tool that is not idempotent starts only once its start is stored. When every
+    /// call is of an idempotent tool, the calls start first and their starts are staged: a call
+    /// that finishes on its first poll (a built-in) is then stored with its outcome, in one
+    /// append, and the starts are stored at once if any call goes on. Losing a staged start in a
+    /// crash is harmless for such a call: it is as if it had never run, and running it again
+    /// is allowed.
+    pub(crate) async fn start<S: weft_store::Store>(
+        &mut self,
+        session: &mut crate::Session<'_, S>,
+        tools: &Arc<Registry>,
+        events: Vec<weft_core::Event>,
+        calls: Vec<Invocation>,
+    ) -> Result<(), RuntimeError> {
+        use weft_core::ToolCatalog;
+        let idempotent = calls
+            .iter()
+            .all(|c| tools.tool_info(&c.tool).is_some_and(|t| t.idempotent));
+        if !idempotent {
+            session.commit(events).await?;
+            for call in calls {
+                self.spawn(tools, &session.state, call);
+            }
+            return Ok(());
+        }
+        session.stage(events)?;
+        let mut goes_on = false;
+        for call in calls {
+            goes_on |= !self.spawn(tools, &session.state, call);
+        }
+        if goes_on {
+            session.flush().await?;
+        }
+        Ok(())
+    }
+
     /// Waits for calls to finish and records their outcomes in one batch. Outcomes of
     /// different calls concern different steps, so each is judged against the same state.
     pub(crate) async fn settle<S: weft_store::Store>(

@@ -196,14 +196,9 @@ impl<S: Store> Runtime<S> {
                 Next::Start {
                     events,
                     calls: starts,
-                } => {
-                    session.commit(events).await?;
-                    for call in starts {
-                        calls.spawn(&self.tools, &session.state, call);
-                    }
-                }
+                } => calls.start(session, &self.tools, events, starts).await?,
                 Next::Wait => calls.settle(session, &self.limits).await?,
-                Next::Done => return Ok(()),
+                Next::Done => return session.flush().await,
                 Next::CallExecutor { step } => {
                     return Err(RuntimeError::Internal(format!(
                         "step `{step}` needs the step executor, which a plan run without a model does not have"
