@@ -37,15 +37,20 @@ fn hot(c: &mut Criterion) {
     let log = react_log(&rt);
     // A typical iteration: the model's tool call, the call starting, its result.
     let mid = log.len() / 2;
-    let mut before = State::new();
-    for e in &log[..mid] {
-        before.apply(&e.event);
-    }
+    let before = || {
+        let mut s = State::new();
+        for e in &log[..mid] {
+            s.apply(&e.event);
+        }
+        s
+    };
     let iteration: Vec<Envelope> = log[mid..mid + 3].to_vec();
 
+    // Each run starts from a state folded afresh: a clone would share its conversation with the
+    // original, and the first message applied would copy it, which a session never does.
     c.bench_function("state_apply_react_iteration_3_events", |b| {
         b.iter_batched(
-            || before.clone(),
+            before,
             |mut s| {
                 for e in &iteration {
                     s.apply(&e.event);
