@@ -8,7 +8,7 @@
 //! an agent, to the review or the model, which may ask the person).
 
 use crate::engine::{self, Invocation, Limits};
-use crate::event::{Event, ToolError, ToolOutcome};
+use crate::event::{EVENT_VERSION, Envelope, Event, ToolError, ToolOutcome};
 use crate::state::State;
 use crate::tool::ToolCatalog;
 
@@ -75,4 +75,113 @@ pub fn interrupt_open_calls(state: &State, limits: &Limits) -> Vec<Event> {
         ));
     }
     events
+}
+
+/// The log of a fork: `events` up to sequence number `at`, the first naming `new_id` as the
+/// session and `parent` as its parent, then every call in flight at that point recorded as
+/// interrupted (stamped `now`). Returns the log and the state it folds to.
+pub fn fork_log(
+    events: impl IntoIterator<Item = Envelope>,
+    at: u64,
+    new_id: &str,
+    parent: &str,
+    now: i64,
+) -> (Vec<Envelope>, State) {
+    let mut log: Vec<Envelope> = events.into_iter().take_while(|e| e.seq <= at).collect();
+    for e in &mut log {
+        if let Event::SessionStarted {
+            session_id,
+            parent_id,
+            ..
+        } = &mut e.event
+        {
+            new_id.clone_into(session_id);
+            *parent_id = Some(parent.to_owned());
+        }
+    }
+    let mut state = State::fold(log.iter().map(|e| &e.event));
+    // Calls in flight at the fork point belong to the original: interrupt them here.
+    for event in interrupt_open_calls(&state, &Limits::default()) {
+        state.apply(&event);
+        log.push(Envelope {
+            seq: state.seq,
+            ts: now,
+            v: EVENT_VERSION,
+            event,
+        });
+    }
+    (log, state)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn env(seq: u64, event: Event) -> Envelope {
+        Envelope {
+            seq,
+            ts: 1,
+            v: EVENT_VERSION,
+            event,
+        }
+    }
+
+    #[test]
+    fn a_fork_names_itself_and_interrupts_the_calls_in_flight() {
+        let log = vec![
+            env(
+                1,
+                Event::SessionStarted {
+                    session_id: "orig".into(),
+                    agent: "a".into(),
+                    input: json!({}),
+                    mode: None,
+                    parent_id: None,
+                },
+            ),
+            env(
+                2,
+                Event::ToolCallStarted {
+                    call_id: "c1".into(),
+                    step: None,
+                    tool: "echo".into(),
+                    args: json!({}),
+                    attempt: 1,
+                    idempotency_key: "k".into(),
+                },
+            ),
+            env(
+                3,
+                Event::ToolCallFinished {
+                    call_id: "c1".into(),
+                    outcome: ToolOutcome::Ok { output: json!(1) },
+                    duration_ms: 0,
+                },
+            ),
+        ];
+        let (forked, state) = fork_log(log.clone(), 2, "copy", "orig", 9);
+        let seqs: Vec<u64> = forked.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs[..2], [1, 2]);
+        assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+        assert!(matches!(
+            &forked[0].event,
+            Event::SessionStarted { session_id, parent_id: Some(p), .. } if session_id == "copy" && p == "orig"
+        ));
+        assert_eq!(forked[1], log[1]);
+        // The call open at event 2 is finished as interrupted, after the copied events.
+        assert!(matches!(
+            &forked[2].event,
+            Event::ToolCallFinished { call_id, outcome: ToolOutcome::Error { error }, .. }
+                if call_id == "c1" && error.kind == "interrupted"
+        ));
+        assert_eq!(forked[2].ts, 9);
+        assert!(state.open_calls.is_empty());
+        assert_eq!(state.seq, forked.len() as u64);
+        // At the end of the log nothing is open: a plain copy, renamed.
+        let (whole, _) = fork_log(log.clone(), 3, "copy2", "orig", 9);
+        assert_eq!(whole.len(), 3);
+        assert_eq!(whole[1..], log[1..]);
+    }
 }

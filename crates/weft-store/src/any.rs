@@ -167,20 +167,6 @@ impl Store for AnyStore {
         }
     }
 
-    async fn fork(
-        &self,
-        from: &str,
-        at_seq: u64,
-        new: NewSession,
-        now: i64,
-    ) -> Result<SessionRecord, StoreError> {
-        match self {
-            Self::Sqlite(st) => st.fork(from, at_seq, new, now).await,
-            Self::Postgres(st) => st.fork(from, at_seq, new, now).await,
-            Self::Memory(st) => st.fork(from, at_seq, new, now).await,
-        }
-    }
-
     async fn save_snapshot(&self, id: &str, seq: u64, state: &Value) -> Result<(), StoreError> {
         match self {
             Self::Sqlite(st) => st.save_snapshot(id, seq, state).await,

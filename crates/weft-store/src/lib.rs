@@ -253,16 +253,6 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes sessions last updated before `before` (Unix ms), with their events and
     /// snapshots; returns how many sessions.
     fn prune(&self, before: i64) -> impl Future<Output = Result<u64, StoreError>> + Send;
-    /// Starts a new session whose log is a copy of `from`'s first `at_seq` events (copied as they
-    /// are, `session_started` included), along with its snapshots up to `at_seq`. The new
-    /// session's `parent_id` is `from` unless `new` names another; its status is `running`.
-    fn fork(
-        &self,
-        from: &str,
-        at_seq: u64,
-        new: NewSession,
-        now: i64,
-    ) -> impl Future<Output = Result<SessionRecord, StoreError>> + Send;
     /// Stores the session's state as it is after event `seq` (replacing a snapshot already
     /// taken at `seq`). Snapshots only shorten loading: the log stays the truth.
     fn save_snapshot(

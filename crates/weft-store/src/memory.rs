@@ -140,53 +140,6 @@ impl Store for MemoryStore {
         Ok((n - map.len()) as u64)
     }
 
-    async fn fork(
-        &self,
-        from: &str,
-        at_seq: u64,
-        mut new: NewSession,
-        now: i64,
-    ) -> Result<SessionRecord, StoreError> {
-        let mut map = self.lock()?;
-        let src = map
-            .get(from)
-            .ok_or_else(|| StoreError::NotFound(from.to_owned()))?;
-        if at_seq > src.rec.last_seq {
-            return Err(StoreError::OutOfRange {
-                session: from.to_owned(),
-                seq: at_seq,
-                last: src.rec.last_seq,
-            });
-        }
-        if map.contains_key(&new.id) {
-            return Err(StoreError::Exists(new.id));
-        }
-        let log: Vec<Envelope> = src
-            .log
-            .iter()
-            .filter(|e| e.seq <= at_seq)
-            .cloned()
-            .collect();
-        let snapshots = src
-            .snapshots
-            .range(..=at_seq)
-            .map(|(k, v)| (*k, v.clone()))
-            .collect();
-        if new.parent_id.is_none() {
-            new.parent_id = Some(from.to_owned());
-        }
-        let rec = crate::row::record(new, now, at_seq);
-        map.insert(
-            rec.id.clone(),
-            Entry {
-                rec: rec.clone(),
-                log,
-                snapshots,
-            },
-        );
-        Ok(rec)
-    }
-
     async fn save_snapshot(&self, id: &str, seq: u64, state: &Value) -> Result<(), StoreError> {
         let mut map = self.lock()?;
         let entry = map

@@ -332,66 +332,6 @@ impl Store for PgStore {
         Ok(res.rows_affected())
     }
 
-    async fn fork(
-        &self,
-        from: &str,
-        at_seq: u64,
-        mut new: NewSession,
-        now: i64,
-    ) -> Result<SessionRecord, StoreError> {
-        if new.parent_id.is_none() {
-            new.parent_id = Some(from.to_owned());
-        }
-        let at = row::to_i64("sequence number", at_seq)?;
-        let ctx = || format!("cannot fork session {from} into {}", new.id);
-        let mut tx = self.pool.begin().await.map_err(|e| self.err(&ctx(), e))?;
-        let last: Option<i64> =
-            sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = $1 FOR SHARE")
-                .bind(from)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(|e| self.err(&ctx(), e))?;
-        let last = last.ok_or_else(|| StoreError::NotFound(from.to_owned()))?;
-        if at > last {
-            return Err(StoreError::OutOfRange {
-                session: from.to_owned(),
-                seq: at_seq,
-                last: u64::try_from(last).unwrap_or_default(),
-            });
-        }
-        let metadata = row::encode_metadata(&new)?;
-        match insert_session(&new, &metadata, SessionStatus::Running, now, at)
-            .execute(&mut *tx)
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if is_unique_violation(&e) => return Err(StoreError::Exists(new.id)),
-            Err(e) => return Err(self.err(&ctx(), e)),
-        }
-        sqlx::query(
-            "INSERT INTO events (session_id, seq, ts, v, type, payload) \
-             SELECT $1, seq, ts, v, type, payload FROM events WHERE session_id = $2 AND seq <= $3",
-        )
-        .bind(&new.id)
-        .bind(from)
-        .bind(at)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.err(&ctx(), e))?;
-        sqlx::query(
-            "INSERT INTO snapshots (session_id, seq, state) \
-             SELECT $1, seq, state FROM snapshots WHERE session_id = $2 AND seq <= $3",
-        )
-        .bind(&new.id)
-        .bind(from)
-        .bind(at)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.err(&ctx(), e))?;
-        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
-        Ok(row::record(new, now, at_seq))
-    }
-
     async fn save_snapshot(&self, id: &str, seq: u64, state: &Value) -> Result<(), StoreError> {
         let at = row::to_i64("sequence number", seq)?;
         let state = serde_json::to_string(state).map_err(|e| {

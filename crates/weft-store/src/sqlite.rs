@@ -380,68 +380,6 @@ impl Store for SqliteStore {
         Ok(res.rows_affected())
     }
 
-    async fn fork(
-        &self,
-        from: &str,
-        at_seq: u64,
-        mut new: NewSession,
-        now: i64,
-    ) -> Result<SessionRecord, StoreError> {
-        if new.parent_id.is_none() {
-            new.parent_id = Some(from.to_owned());
-        }
-        let metadata = row::encode_metadata(&new)?;
-        let at = row::to_i64("sequence number", at_seq)?;
-        let ctx = || format!("cannot fork session {from} into {}", new.id);
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(|e| self.err(&ctx(), e))?;
-        let (from_pk, last) = head(&mut tx, from)
-            .await
-            .map_err(|e| self.err(&ctx(), e))?
-            .ok_or_else(|| StoreError::NotFound(from.to_owned()))?;
-        if at > last {
-            return Err(StoreError::OutOfRange {
-                session: from.to_owned(),
-                seq: at_seq,
-                last: u64::try_from(last).unwrap_or_default(),
-            });
-        }
-        let new_pk: i64 = match insert_session(&new, &metadata, now)
-            .fetch_one(&mut *tx)
-            .await
-        {
-            Ok(pk) => pk,
-            Err(e) if is_unique_violation(&e) => return Err(StoreError::Exists(new.id)),
-            Err(e) => return Err(self.err(&ctx(), e)),
-        };
-        sqlx::query(
-            "INSERT INTO events (session, seq, ts, v, type, payload) \
-             SELECT ?, seq, ts, v, type, payload FROM events WHERE session = ? AND seq <= ? \
-             ORDER BY seq",
-        )
-        .bind(new_pk)
-        .bind(from_pk)
-        .bind(at)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.err(&ctx(), e))?;
-        sqlx::query(
-            "INSERT INTO snapshots (session, seq, state) \
-             SELECT ?, seq, state FROM snapshots WHERE session = ? AND seq <= ?",
-        )
-        .bind(new_pk)
-        .bind(from_pk)
-        .bind(at)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.err(&ctx(), e))?;
-        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
-        Ok(row::record(new, now, at_seq))
-    }
-
     async fn save_snapshot(&self, id: &str, seq: u64, state: &Value) -> Result<(), StoreError> {
         let text = serde_json::to_string(state).map_err(|e| {
             StoreError::Backend(format!("session {id}: cannot encode the snapshot: {e}"))
@@ -587,27 +525,6 @@ async fn migrate(pool: &SqlitePool, path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Inserts a session row and gives its key.
-fn insert_session<'q>(
-    s: &'q NewSession,
-    metadata: &'q str,
-    now: i64,
-) -> sqlx::query::QueryScalar<'q, sqlx::Sqlite, i64, sqlx::sqlite::SqliteArguments<'q>> {
-    sqlx::query_scalar(
-        "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
-         created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING pk",
-    )
-    .bind(&s.id)
-    .bind(&s.user_id)
-    .bind(&s.agent)
-    .bind(&s.reference_id)
-    .bind(metadata)
-    .bind(&s.parent_id)
-    .bind(SessionStatus::Running.as_str())
-    .bind(now)
-    .bind(now)
-}
-
 /// A session's key and the sequence number its log ends at (0 for an empty log).
 async fn head(
     tx: &mut sqlx::SqliteConnection,
@@ -739,10 +656,6 @@ pub(crate) fn sql_error(path: &Path, context: &str, e: sqlx::Error) -> StoreErro
         context: format!("{} ({})", context, path.display()),
         source: e,
     }
-}
-
-fn is_unique_violation(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
 }
 
 fn open_err(path: &Path, e: sqlx::Error) -> StoreError {

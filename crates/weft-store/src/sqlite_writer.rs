@@ -13,9 +13,10 @@
 //! the answer its own batch deserves.
 //!
 //! The writer never waits for a lock on the caller's thread: the connection's busy timeout is
-//! zero. When another connection (another process, or this store's own pool during a fork) holds
-//! the database's write lock, the queued batches and the connection move to a thread of their
-//! own that waits for the lock (up to the store's busy timeout) and writes them there.
+//! zero. When another connection (another process, or this store's own pool saving a snapshot
+//! or pruning) holds the database's write lock, the queued batches and the connection move to a
+//! thread of their own that waits for the lock (up to the store's busy timeout) and writes them
+//! there.
 //!
 //! Write-ahead-log checkpoints (which `fsync`) are mostly not run by the writer either: automatic
 //! checkpoints are off on its connection, and a checkpointer thread with its own connection runs

@@ -525,63 +525,6 @@ async fn updated_at_moves_by_the_second<S: Store>(st: &Arc<S>) {
     assert_eq!((rec.status, rec.last_seq), (SessionStatus::Running, 6));
 }
 
-async fn fork_copies_a_prefix<S: Store>(st: &Arc<S>) {
-    st.create(new_session("src", Some("u")), 1).await.unwrap();
-    let log = every_kind(1);
-    st.append("src", 0, &log, SessionStatus::Completed, 2)
-        .await
-        .unwrap();
-    st.save_snapshot("src", 3, &json!({"at": 3})).await.unwrap();
-    st.save_snapshot("src", 8, &json!({"at": 8})).await.unwrap();
-    let f = st
-        .fork("src", 5, new_session("f1", Some("u")), 10)
-        .await
-        .unwrap();
-    assert_eq!(f.parent_id.as_deref(), Some("src"));
-    assert_eq!(
-        (f.last_seq, f.status, f.created_at),
-        (5, SessionStatus::Running, 10)
-    );
-    let (rec, flog) = st.load("f1").await.unwrap();
-    assert_eq!(rec, f);
-    assert_eq!(flog, log[..5]);
-    // Only the snapshots up to the fork point come along.
-    assert_eq!(
-        st.latest_snapshot("f1").await.unwrap(),
-        Some((3, json!({"at": 3})))
-    );
-    // The fork goes its own way; the source is untouched.
-    st.append("f1", 5, &small_batch(6, 2), SessionStatus::Running, 11)
-        .await
-        .unwrap();
-    assert_eq!(st.load("src").await.unwrap().1, log);
-    assert_eq!(st.get("f1").await.unwrap().last_seq, 7);
-    // A fork from the very start, with an explicit parent.
-    let mut other = new_session("f0", None);
-    other.parent_id = Some("elsewhere".into());
-    let f0 = st.fork("src", 0, other, 12).await.unwrap();
-    assert_eq!(f0.parent_id.as_deref(), Some("elsewhere"));
-    assert!(st.load("f0").await.unwrap().1.is_empty());
-    // Errors.
-    assert!(matches!(
-        st.fork("src", 99, new_session("f2", None), 1).await,
-        Err(StoreError::OutOfRange {
-            seq: 99,
-            last: 13,
-            ..
-        })
-    ));
-    assert!(matches!(
-        st.fork("nope", 0, new_session("f3", None), 1).await,
-        Err(StoreError::NotFound(_))
-    ));
-    assert!(matches!(
-        st.fork("src", 1, new_session("f1", None), 1).await,
-        Err(StoreError::Exists(_))
-    ));
-    assert!(matches!(st.get("f2").await, Err(StoreError::NotFound(_))));
-}
-
 async fn snapshots_keep_the_latest<S: Store>(st: &Arc<S>) {
     st.create(new_session("snap", None), 1).await.unwrap();
     assert_eq!(st.latest_snapshot("snap").await.unwrap(), None);
@@ -721,6 +664,5 @@ suite!(
     updated_at_moves_by_the_second,
     create_with_starts_the_log,
     nul_characters_round_trip,
-    fork_copies_a_prefix,
     snapshots_keep_the_latest,
 );

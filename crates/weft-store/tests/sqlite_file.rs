@@ -435,7 +435,7 @@ async fn a_schema_1_database_is_migrated_with_its_data() {
         st.latest_snapshot("old-b").await.unwrap(),
         Some((4, json!({"at": 4})))
     );
-    // It carries on: appends, forks, listing and pruning work on the migrated data.
+    // It carries on: appends, new sessions, listing and pruning work on the migrated data.
     st.append(
         "old-b",
         8,
@@ -447,7 +447,12 @@ async fn a_schema_1_database_is_migrated_with_its_data() {
     .unwrap();
     assert_eq!(st.get("old-b").await.unwrap().last_seq, 12);
     let f = st
-        .fork("old-b", 6, session("old-b-fork"), 6_000)
+        .create_with(
+            session("old-b-fork"),
+            &logs[1].1[..6],
+            SessionStatus::Running,
+            6_000,
+        )
         .await
         .unwrap();
     assert_eq!(f.last_seq, 6);

@@ -9,7 +9,7 @@ use anyhow::{Result, anyhow};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use weft_core::agent::parse_duration_str;
-use weft_core::{EVENT_VERSION, Envelope, Event, SessionStatus, State};
+use weft_core::{SessionStatus, State};
 use weft_runtime::{Agent, Runtime, now_ms};
 use weft_store::{ListFilter, NewSession, Store};
 
@@ -261,8 +261,10 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
             if let Value::Object(m) = &mut meta {
                 m.insert("forked_from".into(), json!({"session": id, "at": at}));
             }
+            let (log, state) = weft_core::recovery::fork_log(events, at, &new_id, &id, now);
+            // The new session and its log in one write.
             store
-                .create(
+                .create_with(
                     NewSession {
                         id: new_id.clone(),
                         user_id: rec.user_id.clone(),
@@ -271,37 +273,11 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
                         metadata: meta,
                         parent_id: Some(id.clone()),
                     },
+                    &log,
+                    state.status,
                     now,
                 )
                 .await?;
-            let mut copied: Vec<Envelope> =
-                events.into_iter().take_while(|e| e.seq <= at).collect();
-            for e in &mut copied {
-                if let Event::SessionStarted {
-                    session_id,
-                    parent_id,
-                    ..
-                } = &mut e.event
-                {
-                    session_id.clone_from(&new_id);
-                    *parent_id = Some(id.clone());
-                }
-            }
-            let mut state = State::fold(copied.iter().map(|e| &e.event));
-            // Calls in flight at the fork point belong to the original: interrupt them here.
-            let fix =
-                weft_core::recovery::interrupt_open_calls(&state, &weft_core::Limits::default());
-            let base = copied.len() as u64;
-            for (k, event) in fix.into_iter().enumerate() {
-                state.apply(&event);
-                copied.push(Envelope {
-                    seq: base + 1 + k as u64,
-                    ts: now,
-                    v: EVENT_VERSION,
-                    event,
-                });
-            }
-            store.append(&new_id, 0, &copied, state.status, now).await?;
             writeln!(out, "{new_id}")?;
             writeln!(
                 std::io::stderr(),
