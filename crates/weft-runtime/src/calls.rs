@@ -153,9 +153,10 @@ impl Calls {
         calls: Vec<Invocation>,
     ) -> Result<(), RuntimeError> {
         use weft_core::ToolCatalog;
-        let idempotent = calls
-            .iter()
-            .all(|c| tools.tool_info(&c.tool).is_some_and(|t| t.idempotent));
+        let idempotent = !calls.is_empty()
+            && calls
+                .iter()
+                .all(|c| tools.tool_info(&c.tool).is_some_and(|t| t.idempotent));
         if !idempotent {
             session.commit(events).await?;
             for call in calls {
