@@ -169,15 +169,7 @@ impl<S: Store> Runtime<S> {
             parent_id,
         }];
         events.extend(first);
-        if let Some(events) = session.commit_created(new, events).await? {
-            // A session with this id exists: take it over only if it has no events (its
-            // creator died before recording anything).
-            let (rec, _) = self.store.load(&id).await?;
-            if rec.last_seq != 0 {
-                return Err(RuntimeError::Store(weft_store::StoreError::Exists(id)));
-            }
-            session.commit(events).await?;
-        }
+        session.create(new, events).await?;
         Ok(session)
     }
 

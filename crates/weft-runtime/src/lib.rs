@@ -158,13 +158,7 @@ impl<S: Store> Runtime<S> {
             },
             Event::PlanAccepted { plan },
         ];
-        if let Some(events) = session.commit_created(new, events).await? {
-            // A session that exists with no events (its creator died first) is taken over.
-            if self.store.load(&id).await?.0.last_seq != 0 {
-                return Err(StoreError::Exists(id).into());
-            }
-            session.commit(events).await?;
-        }
+        session.create(new, events).await?;
         self.drive_plan(&mut session).await?;
         Ok(session)
     }

@@ -100,13 +100,14 @@ impl<'s, S: Store> Session<'s, S> {
     }
 
     /// Creates the session in the store with `events` as the start of its log, in one write,
-    /// then applies and publishes them. When a session with this id exists already, nothing is
-    /// written and the events come back.
-    pub async fn commit_created(
+    /// then applies and publishes them. A session with this id that exists but has no events
+    /// (its creator died between two writes of a store that cannot do both at once) is taken
+    /// over; any other is refused with [`StoreError::Exists`].
+    pub async fn create(
         &mut self,
         new: NewSession,
         events: Vec<Event>,
-    ) -> Result<Option<Vec<Event>>, RuntimeError> {
+    ) -> Result<(), RuntimeError> {
         if self.state.seq != 0 || !self.pending.is_empty() {
             return Err(RuntimeError::Internal(format!(
                 "session {} is not new: it cannot be created again",
@@ -119,13 +120,16 @@ impl<'s, S: Store> Session<'s, S> {
         let envelopes = self.number(events, ts);
         match self.store.create_with(new, &envelopes, status, ts).await {
             Ok(_) => {}
-            Err(StoreError::Exists(_)) => {
-                return Ok(Some(envelopes.into_iter().map(|e| e.event).collect()));
+            Err(StoreError::Exists(id)) => {
+                if self.store.get(&id).await?.last_seq != 0 {
+                    return Err(StoreError::Exists(id).into());
+                }
+                self.store.append(&id, 0, &envelopes, status, ts).await?;
             }
             Err(e) => return Err(e.into()),
         }
         self.apply_and_publish(&envelopes);
-        Ok(None)
+        Ok(())
     }
 
     /// Numbers events to follow the state's last one.

@@ -198,9 +198,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<SessionRecord, StoreError>> + Send;
     /// Creates a session whose log begins with `events` (numbered from 1), leaving it with
     /// `status`. [`StoreError::Exists`] if the id is taken, and then nothing is written. The
-    /// SQLite store writes both in one transaction; the default checks the numbering, creates,
-    /// then appends (a failure between the two leaves a session with no events, which
-    /// `weft_runtime` takes over when the same id is started again).
+    /// SQLite and PostgreSQL stores write both in one transaction; the default checks the
+    /// numbering, creates, then appends (a failure between the two leaves a session with no
+    /// events, which `weft_runtime` takes over when the same id is started again).
     fn create_with(
         &self,
         s: NewSession,
