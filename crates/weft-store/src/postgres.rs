@@ -157,15 +157,7 @@ impl PgStore {
 
 impl Store for PgStore {
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
-        let metadata = row::encode_metadata(&s)?;
-        let res = insert_session(&s, &metadata, SessionStatus::Running, now, 0)
-            .execute(&self.pool)
-            .await;
-        match res {
-            Ok(_) => Ok(row::record(s, now, 0)),
-            Err(e) if is_unique_violation(&e) => Err(StoreError::Exists(s.id)),
-            Err(e) => Err(self.err(&format!("cannot create session {}", s.id), e)),
-        }
+        self.create_with(s, &[], SessionStatus::Running, now).await
     }
 
     async fn create_with(
