@@ -10,11 +10,11 @@ use weft_core::agent_loop::{self, AgentConfig, AgentNext, Skill};
 use weft_core::engine::Invocation;
 use weft_core::{EVENT_VERSION, Envelope, Event, RunStatus, SessionStatus, State};
 use weft_model::{DeltaSink, ModelRequest, Purpose, SharedModel};
-use weft_store::{NewSession, Store};
+use weft_store::Store;
 use weft_tools::Registry;
 
 use crate::calls::Calls;
-use crate::{Observer, Runtime, RuntimeError, Session, new_session_id, now_ms};
+use crate::{Observer, Runtime, RuntimeError, Session, now_ms};
 
 /// An agent ready to run: its configuration, model and tools.
 #[derive(Clone)]
@@ -136,41 +136,14 @@ impl<S: Store> Runtime<S> {
         info: SessionInfo,
         input: Value,
     ) -> Result<Session<'_, S>, RuntimeError> {
-        self.create_session_with(agent, info, input, Vec::new())
-            .await
-    }
-
-    /// Creates a session and records its start together with `first` events, in one batch. A
-    /// session with this id that exists but has no events (its creator died before recording
-    /// anything) is taken over.
-    async fn create_session_with(
-        &self,
-        agent: &Agent,
-        info: SessionInfo,
-        input: Value,
-        first: Vec<Event>,
-    ) -> Result<Session<'_, S>, RuntimeError> {
-        let id = info.id.unwrap_or_else(new_session_id);
-        let parent_id = info.parent_id.clone();
-        let new = NewSession {
-            id: id.clone(),
-            user_id: info.user_id,
-            agent: agent.name.clone(),
-            reference_id: info.reference_id,
-            metadata: info.metadata,
-            parent_id: info.parent_id,
-        };
-        let mut session = self.session(id.clone(), State::new());
-        let mut events = vec![Event::SessionStarted {
-            session_id: id.clone(),
-            agent: agent.name.clone(),
+        self.start_session(
+            &agent.name,
+            Some(agent.config.mode),
+            info,
             input,
-            mode: Some(agent.config.mode),
-            parent_id,
-        }];
-        events.extend(first);
-        session.create(new, events).await?;
-        Ok(session)
+            Vec::new(),
+        )
+        .await
     }
 
     /// Loads a session: its state is the fold of its stored events.
@@ -335,7 +308,9 @@ impl<S: Store> Runtime<S> {
         input: Value,
     ) -> Result<Session<'_, S>, RuntimeError> {
         let first = agent_loop::start_turn(task, input.clone());
-        let mut session = self.create_session_with(agent, info, input, first).await?;
+        let mut session = self
+            .start_session(&agent.name, Some(agent.config.mode), info, input, first)
+            .await?;
         self.drive_agent(agent, &mut session).await?;
         Ok(session)
     }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
+use weft_core::agent::Mode;
 use weft_core::engine::{self, Invocation, Next};
 use weft_core::graph::{ValidateOptions, validate};
 use weft_core::{Event, Limits, Plan, PlanProblem, State};
@@ -137,28 +138,9 @@ impl<S: Store> Runtime<S> {
             return Err(RuntimeError::InvalidPlan(problems));
         }
         engine::normalize(&mut plan, self.tools.as_ref());
-        let id = info.id.unwrap_or_else(new_session_id);
-        let parent_id = info.parent_id.clone();
-        let new = NewSession {
-            id: id.clone(),
-            agent: agent.to_owned(),
-            user_id: info.user_id,
-            reference_id: info.reference_id,
-            metadata: info.metadata,
-            parent_id: info.parent_id,
-        };
-        let mut session = self.session(id.clone(), State::new());
-        let events = vec![
-            Event::SessionStarted {
-                session_id: id.clone(),
-                agent: agent.to_owned(),
-                input,
-                mode: None,
-                parent_id,
-            },
-            Event::PlanAccepted { plan },
-        ];
-        session.create(new, events).await?;
+        let mut session = self
+            .start_session(agent, None, info, input, vec![Event::PlanAccepted { plan }])
+            .await?;
         self.drive_plan(&mut session).await?;
         Ok(session)
     }
@@ -168,6 +150,39 @@ impl<S: Store> Runtime<S> {
         let rec = weft_core::recovery::recover(&session.state, self.tools.as_ref(), &self.limits);
         session.commit(rec.events).await?;
         self.drive_plan_with(session, rec.rerun).await
+    }
+
+    /// Creates a session and records its start (`session_started`, then `first`) in one write.
+    /// A session with this id that exists but has no events (its creator died before recording
+    /// anything) is taken over.
+    pub(crate) async fn start_session(
+        &self,
+        agent: &str,
+        mode: Option<Mode>,
+        info: SessionInfo,
+        input: Value,
+        first: Vec<Event>,
+    ) -> Result<Session<'_, S>, RuntimeError> {
+        let id = info.id.unwrap_or_else(new_session_id);
+        let mut events = vec![Event::SessionStarted {
+            session_id: id.clone(),
+            agent: agent.to_owned(),
+            input,
+            mode,
+            parent_id: info.parent_id.clone(),
+        }];
+        events.extend(first);
+        let new = NewSession {
+            id: id.clone(),
+            agent: agent.to_owned(),
+            user_id: info.user_id,
+            reference_id: info.reference_id,
+            metadata: info.metadata,
+            parent_id: info.parent_id,
+        };
+        let mut session = self.session(id, State::new());
+        session.create(new, events).await?;
+        Ok(session)
     }
 
     /// Drives a plan session until the engine says it is done.
