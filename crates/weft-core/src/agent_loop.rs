@@ -119,15 +119,25 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
         )]);
     }
     if state.rejections >= retries {
-        return AgentNext::Record(vec![finished(
-            RunStatus::Failed,
-            Some(format!(
-                "CANNOT_COMPLETE: the model's replies could not be used after {} attempts: {}",
-                state.rejections,
-                state.feedback.as_deref().unwrap_or("unusable reply")
-            )),
-            None,
-        )]);
+        // One bound for every unusable reply of the current purpose: prose, wrong JSON and
+        // rejected plans all count together.
+        let why = state
+            .feedback
+            .as_deref()
+            .unwrap_or("unusable reply")
+            .replace('\n', "; ");
+        let message = if state.phase == Phase::Planning {
+            format!(
+                "CANNOT_COMPLETE: the planner gave no valid plan in {} attempts: {why}",
+                state.rejections
+            )
+        } else {
+            format!(
+                "CANNOT_COMPLETE: the model's replies could not be used after {} attempts: {why}",
+                state.rejections
+            )
+        };
+        return AgentNext::Record(vec![finished(RunStatus::Failed, Some(message), None)]);
     }
     match cfg.mode {
         Mode::React => decide_react(state, cfg),
@@ -142,28 +152,10 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
 
 fn decide_plan(state: &State, cfg: &AgentConfig) -> AgentNext {
     match state.phase {
-        Phase::Planning => {
-            if state.plan_attempts >= cfg.limits.max_model_retries.max(1) {
-                let problems: Vec<String> = state
-                    .last_problems
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect();
-                return AgentNext::Record(vec![finished(
-                    RunStatus::Failed,
-                    Some(format!(
-                        "CANNOT_COMPLETE: the planner gave no valid plan in {} attempts: {}",
-                        state.plan_attempts,
-                        problems.join("; ")
-                    )),
-                    None,
-                )]);
-            }
-            AgentNext::CallModel {
-                request: prompts::planner(state, cfg),
-                step: None,
-            }
-        }
+        Phase::Planning => AgentNext::CallModel {
+            request: prompts::planner(state, cfg),
+            step: None,
+        },
         Phase::Executing => match engine::decide_execution(state, &cfg.limits, true) {
             Next::Record(e) => AgentNext::Record(e),
             Next::Start { events, calls } => match approval_needed(state, cfg, &calls) {

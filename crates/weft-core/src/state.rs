@@ -234,14 +234,14 @@ pub struct State {
     pub model_calls: u32,
     pub purpose_calls: BTreeMap<Purpose, u32>,
     pub usage: Usage,
-    /// Invalid plans in the current planning round.
-    pub plan_attempts: u32,
+    /// The problems of the last plan rejected.
     pub last_problems: Vec<PlanProblem>,
     pub replans: u32,
     pub replan_reason: Option<String>,
     /// Model turns in the current ReAct turn.
     pub iterations: u32,
-    /// Consecutive unusable replies and model failures.
+    /// Consecutive unusable replies (prose, bad JSON, rejected plans: one count for all) and
+    /// model failures.
     pub rejections: u32,
     pub model_failures: u32,
     /// Feedback for the next model call (why the last reply was refused).
@@ -370,7 +370,6 @@ impl State {
                 self.plan = None;
                 self.open_wave = None;
                 self.waves = 0;
-                self.plan_attempts = 0;
                 self.last_problems.clear();
                 self.replans = 0;
                 self.replan_reason = None;
@@ -441,7 +440,7 @@ impl State {
                 self.error = Some(error.clone());
             }
             Event::PlanRejected { problems } => {
-                self.plan_attempts += 1;
+                self.rejections += 1;
                 self.last_problems.clone_from(problems);
                 let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
                 self.feedback = Some(text.join("\n"));
@@ -455,7 +454,6 @@ impl State {
                 self.replan_reason = Some(reason.clone());
                 self.phase = Phase::Executing;
                 self.feedback = None;
-                self.plan_attempts = 0;
                 self.rejections = 0;
             }
             Event::StepAction {

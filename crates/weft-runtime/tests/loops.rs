@@ -1,0 +1,83 @@
+//! The agent loops' bounds and bookkeeping, driven end to end with a scripted model: one retry
+//! bound per purpose, replans that leave out ids, how a run that cannot complete settles its
+//! steps, non-parallel tools in ReAct, and idempotency keys over a session's whole life.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "agents_common/mod.rs"]
+mod common;
+
+use common::{Harness, TestTool, j, script, t};
+use serde_json::json;
+use weft_core::model::Purpose;
+use weft_core::{Event, SessionStatus};
+
+const PLAN_AGENT: &str = "name: test\nmode: plan\n";
+
+/// Prose and rejected plans are one kind of trouble: `max_model_retries` (3) bounds them
+/// together, and the message gives the number of replies that were refused.
+#[tokio::test]
+async fn prose_and_rejected_plans_share_one_retry_bound() {
+    let cyclic = json!({"plan": [
+        {"_id": "a", "_tool": "fact", "x": "†state.b", "_outputPath": "†state.a"},
+        {"_id": "b", "_tool": "fact", "x": "†state.a", "_outputPath": "†state.b"}
+    ]});
+    let h = Harness::new(
+        PLAN_AGENT,
+        vec![TestTool::returning("fact", json!(1))],
+        script(vec![(
+            Purpose::Plan,
+            vec![
+                t("Sure, I will plan."),
+                j(cyclic.clone()),
+                t("Here it is: nothing."),
+                j(cyclic),
+                t("unused"),
+            ],
+        )]),
+        &json!({}),
+    );
+    let s = h.run("Loop.", json!({})).await;
+    assert_eq!(s.state.status, SessionStatus::Failed);
+    assert_eq!(h.requests.of(Purpose::Plan).len(), 3);
+    let err = s.state.error.clone().unwrap_or_default();
+    assert!(
+        err.starts_with("CANNOT_COMPLETE: the planner gave no valid plan in 3 attempts"),
+        "{err}"
+    );
+    assert!(err.contains("not JSON"), "the last reason is given: {err}");
+    let kinds = h.kinds(&s.id).await;
+    let refused = kinds
+        .iter()
+        .filter(|k| **k == "model_reply_rejected" || **k == "plan_rejected")
+        .count();
+    assert_eq!(refused, 3);
+}
+
+/// The same bound when rejected plans come first: the third unusable reply ends the run.
+#[tokio::test]
+async fn rejected_plans_then_prose_end_at_the_bound() {
+    let h = Harness::new(
+        "name: test\nmode: plan\nlimits: { max_model_retries: 2 }\n",
+        vec![TestTool::returning("fact", json!(1))],
+        script(vec![(
+            Purpose::Plan,
+            vec![
+                j(json!({"plan": [{"_id": "x", "_tool": "nope"}]})),
+                t("no JSON here"),
+                t("unused"),
+            ],
+        )]),
+        &json!({}),
+    );
+    let s = h.run("Do it.", json!({})).await;
+    assert_eq!(s.state.status, SessionStatus::Failed);
+    assert_eq!(h.requests.of(Purpose::Plan).len(), 2);
+    let err = s.state.error.clone().unwrap_or_default();
+    assert!(err.contains("in 2 attempts"), "{err}");
+    assert!(
+        !h.events(&s.id)
+            .await
+            .iter()
+            .any(|e| matches!(e, Event::PlanAccepted { .. }))
+    );
+}
