@@ -538,7 +538,12 @@ fn planner_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<
             "the reply has neither `direct_response` nor `plan`; give one of them",
         )];
     };
-    let mut plan = match Plan::from_value(plan_value) {
+    let existing: Vec<&str> = state
+        .plan
+        .as_ref()
+        .map(|run| run.plan.steps.iter().map(|s| s.id.as_str()).collect())
+        .unwrap_or_default();
+    let mut plan = match Plan::from_value_after(plan_value, &existing) {
         Ok(p) => p,
         Err(problems) => return vec![Event::PlanRejected { problems }],
     };

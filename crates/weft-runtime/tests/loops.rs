@@ -81,3 +81,61 @@ async fn rejected_plans_then_prose_end_at_the_bound() {
             .any(|e| matches!(e, Event::PlanAccepted { .. }))
     );
 }
+
+/// A replan whose new steps have no `_id` numbers them after the steps that already exist,
+/// instead of giving them `s1`, `s2`, ... again (which a completed step holds).
+#[tokio::test]
+async fn replanned_steps_without_ids_are_numbered_after_the_existing_ones() {
+    let h = Harness::new(
+        PLAN_AGENT,
+        vec![
+            TestTool::returning("a", json!("A")),
+            TestTool::returning("b", json!("B")),
+            TestTool::returning("c", json!("C")),
+        ],
+        script(vec![
+            (
+                Purpose::Plan,
+                vec![
+                    j(json!({"plan": [{"_tool": "a"}]})),
+                    j(json!({"plan": [{"_tool": "b"}, {"_tool": "c", "_dependsOn": ["s1"]}]})),
+                ],
+            ),
+            (
+                Purpose::Review,
+                vec![
+                    j(json!({"decision": "REPLAN", "reason": "more to do"})),
+                    j(json!({"decision": "CONTINUE"})),
+                    j(json!({"decision": "CONTINUE"})),
+                    j(json!({"decision": "FINAL_RESPONSE"})),
+                ],
+            ),
+            (Purpose::Respond, vec![t("done")]),
+            (
+                Purpose::ResponseReview,
+                vec![j(json!({"verdict": "ACCEPT"}))],
+            ),
+        ]),
+        &json!({}),
+    );
+    let s = h.run("Do it.", json!({})).await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    assert_eq!(common::step_ids(&s.state), ["s1", "s2", "s3"]);
+    for id in ["s1", "s2", "s3"] {
+        assert_eq!(
+            common::step_status(&s.state, id),
+            weft_core::StepStatus::Completed
+        );
+    }
+    assert_eq!(
+        (h.calls.count("a"), h.calls.count("b"), h.calls.count("c")),
+        (1, 1, 1)
+    );
+    let kinds = h.kinds(&s.id).await;
+    assert!(!kinds.contains(&"plan_rejected"), "{kinds:?}");
+}
