@@ -98,6 +98,30 @@ fn finished(status: RunStatus, error: Option<String>, answer: Option<String>) ->
     }
 }
 
+/// Ends a run that still has steps to run: each pending (or waiting) step is skipped with the
+/// reason, as the end of execution does, then the run finishes.
+fn end_run(
+    state: &State,
+    status: RunStatus,
+    error: Option<String>,
+    answer: Option<String>,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    if let Some(run) = &state.plan {
+        let why = error.as_deref().unwrap_or("the run ended");
+        for (s, r) in run.plan.steps.iter().zip(&run.steps) {
+            if matches!(r.status, StepStatus::Pending | StepStatus::WaitingForUser) {
+                events.push(Event::StepSkipped {
+                    step: s.id.clone(),
+                    reason: format!("the run ended before this step could run: {why}"),
+                });
+            }
+        }
+    }
+    events.push(finished(status, error, answer));
+    events
+}
+
 /// Decides the next move of an agent session.
 pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
     if state.status.is_terminal() || state.status == crate::SessionStatus::WaitingForUser {
@@ -108,7 +132,8 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
     }
     let retries = cfg.limits.max_model_retries.max(1);
     if state.model_failures >= retries {
-        return AgentNext::Record(vec![finished(
+        return AgentNext::Record(end_run(
+            state,
             RunStatus::Failed,
             Some(format!(
                 "the model failed {} times in a row: {}",
@@ -116,7 +141,7 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
                 state.error.as_deref().unwrap_or("unknown error")
             )),
             None,
-        )]);
+        ));
     }
     if state.rejections >= retries {
         // One bound for every unusable reply of the current purpose: prose, wrong JSON and
@@ -137,7 +162,7 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
                 state.rejections
             )
         };
-        return AgentNext::Record(vec![finished(RunStatus::Failed, Some(message), None)]);
+        return AgentNext::Record(end_run(state, RunStatus::Failed, Some(message), None));
     }
     match cfg.mode {
         Mode::React => decide_react(state, cfg),
@@ -902,12 +927,13 @@ fn review_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<E
                 },
             ]
         }
-        ReviewDecision::CannotComplete => vec![
-            Event::ReviewDecided {
+        ReviewDecision::CannotComplete => {
+            let mut v = vec![Event::ReviewDecided {
                 decision,
                 reason: reason.clone(),
-            },
-            finished(
+            }];
+            v.extend(end_run(
+                state,
                 RunStatus::Failed,
                 Some(format!("CANNOT_COMPLETE: {reason}")),
                 Some(if reason.is_empty() {
@@ -915,8 +941,9 @@ fn review_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<E
                 } else {
                     reason
                 }),
-            ),
-        ],
+            ));
+            v
+        }
         _ => vec![Event::ReviewDecided { decision, reason }],
     }
 }
@@ -1024,7 +1051,8 @@ pub fn model_failed(
         retryable,
     }];
     if !retryable || state.model_failures + 1 >= cfg.limits.max_model_retries.max(1) {
-        v.push(finished(
+        v.extend(end_run(
+            state,
             RunStatus::Failed,
             Some(format!(
                 "the model call ({}) failed: {error}",

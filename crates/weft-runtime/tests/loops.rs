@@ -139,3 +139,50 @@ async fn replanned_steps_without_ids_are_numbered_after_the_existing_ones() {
     let kinds = h.kinds(&s.id).await;
     assert!(!kinds.contains(&"plan_rejected"), "{kinds:?}");
 }
+
+/// A review that gives up skips the steps that have not run, with the reason, as every other
+/// ending does: no step of a finished session is left pending.
+#[tokio::test]
+async fn cannot_complete_review_skips_the_pending_steps() {
+    let h = Harness::new(
+        PLAN_AGENT,
+        vec![
+            TestTool::returning("a", json!("A")),
+            TestTool::returning("b", json!("B")),
+        ],
+        script(vec![
+            (
+                Purpose::Plan,
+                vec![j(json!({"plan": [
+                    {"_id": "first", "_tool": "a"},
+                    {"_id": "second", "_tool": "b", "_dependsOn": ["first"]}
+                ]}))],
+            ),
+            (
+                Purpose::Review,
+                vec![j(
+                    json!({"decision": "CANNOT_COMPLETE", "reason": "the shop is closed"}),
+                )],
+            ),
+        ]),
+        &json!({}),
+    );
+    let s = h.run("Do it.", json!({})).await;
+    assert_eq!(s.state.status, SessionStatus::Failed);
+    assert_eq!(
+        common::step_status(&s.state, "first"),
+        weft_core::StepStatus::Completed
+    );
+    assert_eq!(
+        common::step_status(&s.state, "second"),
+        weft_core::StepStatus::Skipped
+    );
+    let run = s.state.plan.as_ref().unwrap();
+    let reason = run.step("second").unwrap().1.reason.clone().unwrap();
+    assert!(reason.contains("the shop is closed"), "{reason}");
+    assert_eq!(h.calls.count("b"), 0);
+    let kinds = h.kinds(&s.id).await;
+    let skipped = kinds.iter().position(|k| *k == "step_skipped").unwrap();
+    let end = kinds.iter().position(|k| *k == "run_finished").unwrap();
+    assert!(skipped < end, "{kinds:?}");
+}
