@@ -657,7 +657,15 @@ impl State {
                             let r = &mut p.steps[i];
                             r.call = None;
                             if p.plan.steps[i].tool.is_none() {
-                                r.log.push(serde_json::json!({"tool": c.tool, "args": c.args, "result": outcome}));
+                                // The step executor sees a failure bounded, as a ReAct
+                                // model does; the event keeps it whole.
+                                let result = match outcome {
+                                    ToolOutcome::Error { error } => ToolOutcome::Error {
+                                        error: error.bounded(),
+                                    },
+                                    ok @ ToolOutcome::Ok { .. } => ok.clone(),
+                                };
+                                r.log.push(serde_json::json!({"tool": c.tool, "args": c.args, "result": result}));
                                 if matches!(outcome, ToolOutcome::Error { .. }) {
                                     r.failures += 1;
                                 }
@@ -667,7 +675,9 @@ impl State {
                     _ => {
                         let (content, is_error) = match outcome {
                             ToolOutcome::Ok { output } => (value_text(output), false),
-                            ToolOutcome::Error { error } => (error.to_value().to_string(), true),
+                            ToolOutcome::Error { error } => {
+                                (error.bounded().to_value().to_string(), true)
+                            }
                         };
                         self.history.push(Message::Tool {
                             call_id: call_id.clone(),
@@ -718,7 +728,7 @@ impl State {
                         && let Some(err_path) =
                             p.plan.steps[i].output.as_ref().and_then(|o| o.err.as_ref())
                     {
-                        path::set(&mut self.data, err_path, error.to_value());
+                        path::set(&mut self.data, err_path, error.bounded().to_value());
                     }
                     let r = &mut p.steps[i];
                     r.status = StepStatus::Failed;

@@ -186,3 +186,94 @@ async fn cannot_complete_review_skips_the_pending_steps() {
     let end = kinds.iter().position(|k| *k == "run_finished").unwrap();
     assert!(skipped < end, "{kinds:?}");
 }
+
+/// A command tool that dies with a long Python traceback: the model gets the error bounded
+/// (the message and the last lines of stderr, a few KB at most), the stored event keeps the
+/// whole stderr for people.
+#[tokio::test]
+async fn a_failing_command_goes_back_to_the_model_bounded() {
+    use std::sync::Arc;
+    use weft_core::ToolOutcome;
+    use weft_core::agent::{AgentSpec, CommandToolDecl};
+    use weft_core::model::Message;
+    use weft_model::{ScriptedModel, ScriptedReply};
+    use weft_runtime::{Agent, Runtime, SessionInfo};
+    use weft_store::MemoryStore;
+
+    let decl: CommandToolDecl = serde_json::from_value(json!({
+        "name": "convert",
+        "command": ["python3", "-c",
+            // 150 distinct frames: a traceback of about 5 KB.
+            "code = ''.join(f'def f{i}(): f{i + 1}()\\n' for i in range(150))\ncode += 'def f150(): raise ValueError(\"the input has no field amount\")\\n'\nexec(code)\nf0()"],
+    }))
+    .unwrap();
+    let mut reg = weft_tools::Registry::new();
+    reg.register(weft_tools::CommandTool::from_decl(decl, std::path::Path::new(".")).unwrap())
+        .unwrap();
+    let reg = Arc::new(reg);
+    let spec = AgentSpec::parse("t.yaml", "name: t\nmode: react\n").unwrap();
+    let model = Arc::new(ScriptedModel::new(
+        "t",
+        vec![
+            ScriptedReply::tool_call("convert", json!({"x": 1})),
+            ScriptedReply::text("It failed."),
+        ],
+    ));
+    let agent = Agent::new(&spec, Arc::clone(&reg), model, &json!({}), &json!({})).unwrap();
+    let rt = Runtime::new(Arc::new(MemoryStore::new()), reg, spec.limits.clone());
+    let s = rt
+        .run_agent(&agent, SessionInfo::default(), "Convert.", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(s.state.status, SessionStatus::Completed);
+    let to_model = s
+        .state
+        .history
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool {
+                content, is_error, ..
+            } => Some((content.clone(), *is_error)),
+            _ => None,
+        })
+        .unwrap();
+    let (content, is_error) = to_model;
+    assert!(is_error);
+    assert!(
+        content.len() <= 2560,
+        "{} bytes to the model: {content}",
+        content.len()
+    );
+    assert!(
+        content.contains("ValueError: the input has no field amount"),
+        "{content}"
+    );
+    assert!(
+        !content.contains("Traceback (most recent call last)"),
+        "{content}"
+    );
+    // The event keeps the whole stderr.
+    let (_, events) = weft_store::Store::load(rt.store.as_ref(), &s.id)
+        .await
+        .unwrap();
+    let stderr = events
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::ToolCallFinished {
+                outcome: ToolOutcome::Error { error },
+                ..
+            } => error.detail["stderr"].as_str().map(str::to_owned),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        stderr.contains("Traceback (most recent call last)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.len() > 4 * content.len(),
+        "{} vs {}",
+        stderr.len(),
+        content.len()
+    );
+}
