@@ -321,6 +321,7 @@ fn decide_react(state: &State, cfg: &AgentConfig) -> AgentNext {
         let mut record = Vec::new();
         let mut events = Vec::new();
         let mut calls = Vec::new();
+        let mut wave_parallel: Option<bool> = None;
         for c in pending {
             let blocked = |reason: String| Event::ToolCallBlocked {
                 step: None,
@@ -387,6 +388,18 @@ fn decide_react(state: &State, cfg: &AgentConfig) -> AgentNext {
                         continue;
                     }
                     Some(_) => {}
+                }
+            }
+            // The calls of one reply run in rounds, as a plan's steps run in waves: a call of
+            // a tool that is not `parallel` runs alone; calls of parallel tools run together,
+            // up to `max_parallel`. The rest wait for the next round.
+            match wave_parallel {
+                None => wave_parallel = Some(info.parallel),
+                Some(together) => {
+                    if !together || !info.parallel || calls.len() >= cfg.limits.max_parallel.max(1)
+                    {
+                        continue;
+                    }
                 }
             }
             let inv = Invocation {

@@ -6,7 +6,7 @@
 #[path = "agents_common/mod.rs"]
 mod common;
 
-use common::{Harness, TestTool, j, script, t};
+use common::{Harness, TestTool, j, script, t, tool_calls};
 use serde_json::json;
 use weft_core::model::Purpose;
 use weft_core::{Event, SessionStatus};
@@ -185,6 +185,69 @@ async fn cannot_complete_review_skips_the_pending_steps() {
     let skipped = kinds.iter().position(|k| *k == "step_skipped").unwrap();
     let end = kinds.iter().position(|k| *k == "run_finished").unwrap();
     assert!(skipped < end, "{kinds:?}");
+}
+
+/// ReAct honours `parallel: false`: the calls of one reply to a tool that is not parallel run
+/// one at a time, while calls of a parallel tool still run together (in their own round, as
+/// a plan's waves do).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn react_runs_calls_of_a_non_parallel_tool_one_at_a_time() {
+    let h = Harness::new(
+        "name: test\nmode: react\n",
+        vec![
+            TestTool::returning("book", json!({"booked": true})).sleeping(150),
+            TestTool::returning("look", json!({"free": true}))
+                .sleeping(150)
+                .parallel(),
+        ],
+        script(vec![(
+            Purpose::React,
+            vec![
+                tool_calls(&[
+                    ("look", json!({"room": 1})),
+                    ("look", json!({"room": 2})),
+                    ("book", json!({"room": 1})),
+                    ("book", json!({"room": 2})),
+                ]),
+                t("Booked both."),
+            ],
+        )]),
+        &json!({}),
+    );
+    let s = h.run("Book rooms 1 and 2.", json!({})).await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    let books = h.calls.of("book");
+    let looks = h.calls.of("look");
+    assert_eq!((books.len(), looks.len()), (2, 2));
+    let overlap =
+        |x: &common::CallRecord, y: &common::CallRecord| x.start < y.end && y.start < x.end;
+    assert!(
+        !overlap(&books[0], &books[1]),
+        "book ran twice at once: {books:?}"
+    );
+    assert!(
+        overlap(&looks[0], &looks[1]),
+        "the parallel calls did not overlap: {looks:?}"
+    );
+    for b in &books {
+        for l in &looks {
+            assert!(!overlap(b, l), "book ran beside look: {b:?} {l:?}");
+        }
+    }
+    // Every call's result went back to the model in the one conversation.
+    let reqs = h.requests.of(Purpose::React);
+    assert_eq!(reqs.len(), 2);
+    let results = reqs[1]
+        .messages
+        .iter()
+        .filter(|m| matches!(m, weft_core::model::Message::Tool { .. }))
+        .count();
+    assert_eq!(results, 4);
 }
 
 /// A command tool that dies with a long Python traceback: the model gets the error bounded
