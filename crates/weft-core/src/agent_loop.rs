@@ -408,7 +408,12 @@ fn decide_react(state: &State, cfg: &AgentConfig) -> AgentNext {
                 tool: c.name.clone(),
                 args: c.arguments.clone(),
                 attempt: 1,
-                idempotency_key: format!("{}:{}", state.session_id, c.id),
+                idempotency_key: crate::state::call_key(
+                    &state.session_id,
+                    state.tool_invocations + calls.len() as u64 + 1,
+                    &c.name,
+                    &c.arguments,
+                ),
                 delay_ms: 0,
             };
             events.push(Event::ToolCallStarted {

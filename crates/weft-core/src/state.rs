@@ -68,6 +68,9 @@ pub struct StepRun {
     /// The tool call the step executor chose, not yet started.
     #[serde(skip)]
     pub next_call: Option<(String, Value)>,
+    /// The idempotency key of the step's last call; a retry of that call reuses it.
+    #[serde(skip)]
+    pub key: Option<String>,
 }
 
 /// A plan being executed.
@@ -273,6 +276,26 @@ pub fn call_signature(tool: &str, args: &Value) -> String {
         }
     }
     format!("{tool}:{}", canon(args))
+}
+
+/// The idempotency key of a new logical tool call: the session, the call's position among the
+/// session's tool call starts (`nth`: its start is the session's nth `tool_call_started`), and
+/// a digest of the call (tool and canonical arguments).
+///
+/// No two calls of a session get the same key, across turns, replans and forks (a fork has its
+/// own session id), because the count of starts only grows. The digest covers the one case
+/// where a position is used twice: starts that were staged and lost in a crash (calls of
+/// idempotent tools, see ARCHITECTURE.md) free their positions, and a different call made in
+/// their place must not inherit a key a server may have seen. Retries and re-runs after a crash
+/// reuse the key recorded in the first start instead of asking for a new one.
+pub fn call_key(session_id: &str, nth: u64, tool: &str, args: &Value) -> String {
+    // FNV-1a, 64 bits: stable across builds and platforms (std's hasher is not).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in call_signature(tool, args).bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{session_id}:{nth}:{h:016x}")
 }
 
 /// A value as text for a model: strings as they are, everything else as JSON.
@@ -628,6 +651,7 @@ impl State {
                 {
                     p.steps[i].signatures.push(call_signature(tool, args));
                     p.steps[i].next_call = None;
+                    p.steps[i].key = Some(idempotency_key.clone());
                 }
                 self.open_calls.insert(
                     call_id.clone(),

@@ -187,6 +187,128 @@ async fn cannot_complete_review_skips_the_pending_steps() {
     assert!(skipped < end, "{kinds:?}");
 }
 
+/// The idempotency keys recorded in a session's tool call starts, in order.
+async fn keys(h: &Harness, id: &str) -> Vec<String> {
+    h.events(id)
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::ToolCallStarted {
+                idempotency_key, ..
+            } => Some(idempotency_key),
+            _ => None,
+        })
+        .collect()
+}
+
+fn all_distinct(keys: &[String]) -> bool {
+    keys.iter().collect::<std::collections::BTreeSet<_>>().len() == keys.len()
+}
+
+/// A ReAct session's second turn makes the same call as its first (the same tool, the same
+/// arguments, the same call id from the model): a new logical call, so a new key. Two equal
+/// calls in one reply get two keys too.
+#[tokio::test]
+async fn react_turns_and_equal_calls_get_distinct_idempotency_keys() {
+    let charge = || tool_calls(&[("charge", json!({"amount": 10}))]);
+    let h = Harness::new(
+        "name: test\nmode: react\n",
+        vec![TestTool::returning("charge", json!({"ok": true}))],
+        script(vec![(
+            Purpose::React,
+            vec![
+                charge(),
+                t("Charged."),
+                charge(),
+                t("Charged again."),
+                tool_calls(&[
+                    ("charge", json!({"amount": 10})),
+                    ("charge", json!({"amount": 10})),
+                ]),
+                t("Twice."),
+            ],
+        )]),
+        &json!({}),
+    );
+    let mut s = h.run("Charge 10.", json!({})).await;
+    assert_eq!(s.state.status, SessionStatus::Completed);
+    h.runtime
+        .run_task(&h.agent, &mut s, "Charge 10 again.", json!({}))
+        .await
+        .unwrap();
+    h.runtime
+        .run_task(&h.agent, &mut s, "Charge 10 twice.", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(s.state.status, SessionStatus::Completed);
+    assert_eq!(h.calls.count("charge"), 4);
+    let ks = keys(&h, &s.id).await;
+    assert_eq!(ks.len(), 4);
+    assert!(all_distinct(&ks), "{ks:?}");
+    assert!(
+        ks.iter().all(|k| k.starts_with(&format!("{}:", s.id))),
+        "{ks:?}"
+    );
+}
+
+/// Plan steps keep their ids across turns and replans (`s1` again in a second task, a replan's
+/// step in place of one that never ran): each call still gets its own key.
+#[tokio::test]
+async fn plan_turns_and_replans_get_distinct_idempotency_keys() {
+    let h = Harness::new(
+        PLAN_AGENT,
+        vec![TestTool::returning("a", json!("A"))],
+        script(vec![
+            (
+                Purpose::Plan,
+                vec![
+                    j(json!({"plan": [{"_id": "s1", "_tool": "a", "x": 1}]})),
+                    j(json!({"plan": [{"_id": "s2", "_tool": "a", "x": 1}]})),
+                    j(json!({"plan": [{"_id": "s1", "_tool": "a", "x": 1}]})),
+                ],
+            ),
+            (
+                Purpose::Review,
+                vec![
+                    j(json!({"decision": "REPLAN", "reason": "once more"})),
+                    j(json!({"decision": "FINAL_RESPONSE"})),
+                    j(json!({"decision": "FINAL_RESPONSE"})),
+                ],
+            ),
+            (Purpose::Respond, vec![t("one"), t("two")]),
+            (
+                Purpose::ResponseReview,
+                vec![
+                    j(json!({"verdict": "ACCEPT"})),
+                    j(json!({"verdict": "ACCEPT"})),
+                ],
+            ),
+        ]),
+        &json!({}),
+    );
+    let mut s = h.run("Do a.", json!({})).await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    h.runtime
+        .run_task(&h.agent, &mut s, "Do a again.", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    assert_eq!(h.calls.count("a"), 3);
+    let ks = keys(&h, &s.id).await;
+    assert_eq!(ks.len(), 3);
+    assert!(all_distinct(&ks), "{ks:?}");
+}
+
 /// ReAct honours `parallel: false`: the calls of one reply to a tool that is not parallel run
 /// one at a time, while calls of a parallel tool still run together (in their own round, as
 /// a plan's waves do).
