@@ -480,4 +480,40 @@ mod tests {
         assert_eq!(v["type"], json!(e.kind()));
         assert_eq!(v["outcome"]["status"], json!("ok"));
     }
+
+    #[test]
+    fn a_bounded_error_keeps_the_end_of_long_output_within_its_limits() {
+        // One 10 KB line of multi-byte characters, then the line that matters.
+        let long = "é".repeat(5000);
+        let e = ToolError::new("exit_status", "x".repeat(3000)).with_detail(json!({
+            "stderr": format!("Traceback (most recent call last):\n{long}\nValueError: bad amount\n"),
+            "stdout": long,
+            "exit_code": 1,
+            "body": "y".repeat(2000),
+        }));
+        let b = e.bounded();
+        assert!(b.message.len() < 1100, "{}", b.message.len());
+        let stderr = b.detail["stderr"].as_str().unwrap_or_default();
+        assert!(stderr.ends_with("ValueError: bad amount"), "{stderr}");
+        assert!(!stderr.contains("Traceback"), "{stderr}");
+        assert!(stderr.len() <= 1100, "{}", stderr.len());
+        // A single line longer than the bound keeps its end, cut on a character boundary.
+        let stdout = b.detail["stdout"].as_str().unwrap_or_default();
+        assert!(
+            stdout.len() <= 1100 && stdout.ends_with('é'),
+            "{}",
+            stdout.len()
+        );
+        assert_eq!(b.detail["exit_code"], json!(1));
+        assert!(
+            b.detail["body"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("omitted")
+        );
+        assert!(b.to_value().to_string().len() < 4096);
+        // A short error is unchanged.
+        let short = ToolError::new("io", "reset").with_detail(json!({"stderr": "one line"}));
+        assert_eq!(short.bounded(), short);
+    }
 }
