@@ -98,6 +98,30 @@ fn finished(status: RunStatus, error: Option<String>, answer: Option<String>) ->
     }
 }
 
+/// Ends a run that still has steps to run: each pending (or waiting) step is skipped with the
+/// reason, as the end of execution does, then the run finishes.
+fn end_run(
+    state: &State,
+    status: RunStatus,
+    error: Option<String>,
+    answer: Option<String>,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    if let Some(run) = &state.plan {
+        let why = error.as_deref().unwrap_or("the run ended");
+        for (s, r) in run.plan.steps.iter().zip(&run.steps) {
+            if matches!(r.status, StepStatus::Pending | StepStatus::WaitingForUser) {
+                events.push(Event::StepSkipped {
+                    step: s.id.clone(),
+                    reason: format!("the run ended before this step could run: {why}"),
+                });
+            }
+        }
+    }
+    events.push(finished(status, error, answer));
+    events
+}
+
 /// Decides the next move of an agent session.
 pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
     if state.status.is_terminal() || state.status == crate::SessionStatus::WaitingForUser {
@@ -108,7 +132,8 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
     }
     let retries = cfg.limits.max_model_retries.max(1);
     if state.model_failures >= retries {
-        return AgentNext::Record(vec![finished(
+        return AgentNext::Record(end_run(
+            state,
             RunStatus::Failed,
             Some(format!(
                 "the model failed {} times in a row: {}",
@@ -116,18 +141,28 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
                 state.error.as_deref().unwrap_or("unknown error")
             )),
             None,
-        )]);
+        ));
     }
     if state.rejections >= retries {
-        return AgentNext::Record(vec![finished(
-            RunStatus::Failed,
-            Some(format!(
-                "CANNOT_COMPLETE: the model's replies could not be used after {} attempts: {}",
-                state.rejections,
-                state.feedback.as_deref().unwrap_or("unusable reply")
-            )),
-            None,
-        )]);
+        // One bound for every unusable reply of the current purpose: prose, wrong JSON and
+        // rejected plans all count together.
+        let why = state
+            .feedback
+            .as_deref()
+            .unwrap_or("unusable reply")
+            .replace('\n', "; ");
+        let message = if state.phase == Phase::Planning {
+            format!(
+                "CANNOT_COMPLETE: the planner gave no valid plan in {} attempts: {why}",
+                state.rejections
+            )
+        } else {
+            format!(
+                "CANNOT_COMPLETE: the model's replies could not be used after {} attempts: {why}",
+                state.rejections
+            )
+        };
+        return AgentNext::Record(end_run(state, RunStatus::Failed, Some(message), None));
     }
     match cfg.mode {
         Mode::React => decide_react(state, cfg),
@@ -142,28 +177,10 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
 
 fn decide_plan(state: &State, cfg: &AgentConfig) -> AgentNext {
     match state.phase {
-        Phase::Planning => {
-            if state.plan_attempts >= cfg.limits.max_model_retries.max(1) {
-                let problems: Vec<String> = state
-                    .last_problems
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect();
-                return AgentNext::Record(vec![finished(
-                    RunStatus::Failed,
-                    Some(format!(
-                        "CANNOT_COMPLETE: the planner gave no valid plan in {} attempts: {}",
-                        state.plan_attempts,
-                        problems.join("; ")
-                    )),
-                    None,
-                )]);
-            }
-            AgentNext::CallModel {
-                request: prompts::planner(state, cfg),
-                step: None,
-            }
-        }
+        Phase::Planning => AgentNext::CallModel {
+            request: prompts::planner(state, cfg),
+            step: None,
+        },
         Phase::Executing => match engine::decide_execution(state, &cfg.limits, true) {
             Next::Record(e) => AgentNext::Record(e),
             Next::Start { events, calls } => match approval_needed(state, cfg, &calls) {
@@ -304,6 +321,7 @@ fn decide_react(state: &State, cfg: &AgentConfig) -> AgentNext {
         let mut record = Vec::new();
         let mut events = Vec::new();
         let mut calls = Vec::new();
+        let mut wave_parallel: Option<bool> = None;
         for c in pending {
             let blocked = |reason: String| Event::ToolCallBlocked {
                 step: None,
@@ -372,13 +390,30 @@ fn decide_react(state: &State, cfg: &AgentConfig) -> AgentNext {
                     Some(_) => {}
                 }
             }
+            // The calls of one reply run in rounds, as a plan's steps run in waves: a call of
+            // a tool that is not `parallel` runs alone; calls of parallel tools run together,
+            // up to `max_parallel`. The rest wait for the next round.
+            match wave_parallel {
+                None => wave_parallel = Some(info.parallel),
+                Some(together) => {
+                    if !together || !info.parallel || calls.len() >= cfg.limits.max_parallel.max(1)
+                    {
+                        continue;
+                    }
+                }
+            }
             let inv = Invocation {
                 call_id: c.id.clone(),
                 step: None,
                 tool: c.name.clone(),
                 args: c.arguments.clone(),
                 attempt: 1,
-                idempotency_key: format!("{}:{}", state.session_id, c.id),
+                idempotency_key: crate::state::call_key(
+                    &state.session_id,
+                    state.tool_invocations + calls.len() as u64 + 1,
+                    &c.name,
+                    &c.arguments,
+                ),
                 delay_ms: 0,
             };
             events.push(Event::ToolCallStarted {
@@ -546,7 +581,12 @@ fn planner_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<
             "the reply has neither `direct_response` nor `plan`; give one of them",
         )];
     };
-    let mut plan = match Plan::from_value(plan_value) {
+    let existing: Vec<&str> = state
+        .plan
+        .as_ref()
+        .map(|run| run.plan.steps.iter().map(|s| s.id.as_str()).collect())
+        .unwrap_or_default();
+    let mut plan = match Plan::from_value_after(plan_value, &existing) {
         Ok(p) => p,
         Err(problems) => return vec![Event::PlanRejected { problems }],
     };
@@ -905,12 +945,13 @@ fn review_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<E
                 },
             ]
         }
-        ReviewDecision::CannotComplete => vec![
-            Event::ReviewDecided {
+        ReviewDecision::CannotComplete => {
+            let mut v = vec![Event::ReviewDecided {
                 decision,
                 reason: reason.clone(),
-            },
-            finished(
+            }];
+            v.extend(end_run(
+                state,
                 RunStatus::Failed,
                 Some(format!("CANNOT_COMPLETE: {reason}")),
                 Some(if reason.is_empty() {
@@ -918,8 +959,9 @@ fn review_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<E
                 } else {
                     reason
                 }),
-            ),
-        ],
+            ));
+            v
+        }
         _ => vec![Event::ReviewDecided { decision, reason }],
     }
 }
@@ -1027,7 +1069,8 @@ pub fn model_failed(
         retryable,
     }];
     if !retryable || state.model_failures + 1 >= cfg.limits.max_model_retries.max(1) {
-        v.push(finished(
+        v.extend(end_run(
+            state,
             RunStatus::Failed,
             Some(format!(
                 "the model call ({}) failed: {error}",

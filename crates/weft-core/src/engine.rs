@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use crate::event::{Event, RunStatus, ToolError, ToolOutcome};
 use crate::path;
 use crate::plan::{Plan, PlanStep, RefRoot, Reference};
-use crate::state::{PlanRun, State, StepStatus};
+use crate::state::{PlanRun, State, StepRun, StepStatus, call_key};
 use crate::tool::ToolCatalog;
 
 /// Bounds on a run. Every loop in weft is bounded by one of these.
@@ -216,20 +216,29 @@ pub fn select_wave(runnable: &[usize], plan: &Plan, max_parallel: usize) -> Vec<
         .collect()
 }
 
+/// A step's call. `nth`: the position its start will have among the session's tool call starts
+/// (for a new key); a retry (`attempt` > 1) keeps the key of the step's first attempt.
 fn invocation(
     state: &State,
     step: &PlanStep,
+    run: &StepRun,
     attempt: u32,
     args: Value,
     delay_ms: u64,
+    nth: u64,
 ) -> Invocation {
+    let tool = step.tool.clone().unwrap_or_default();
+    let idempotency_key = match (&run.key, attempt > 1) {
+        (Some(k), true) => k.clone(),
+        _ => call_key(&state.session_id, nth, &tool, &args),
+    };
     Invocation {
         call_id: format!("{}#{}", step.id, attempt),
         step: Some(step.id.clone()),
-        tool: step.tool.clone().unwrap_or_default(),
+        tool,
         args,
         attempt,
-        idempotency_key: format!("{}:{}:{}", state.session_id, step.id, attempt),
+        idempotency_key,
         delay_ms,
     }
 }
@@ -279,12 +288,15 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
             let r = &run.steps[i];
             match resolve_value(state, run, &Value::Object(step.args.clone())) {
                 Ok(args) => {
+                    let nth = state.tool_invocations + calls.len() as u64 + 1;
                     let inv = invocation(
                         state,
                         step,
+                        r,
                         r.attempts + 1,
                         args,
                         r.retry_in_ms.unwrap_or(0),
+                        nth,
                     );
                     events.extend(start_events(&inv));
                     calls.push(inv);
@@ -312,13 +324,19 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
                 let n = u32::try_from(r.signatures.len())
                     .unwrap_or(u32::MAX)
                     .saturating_add(1);
+                // Each call the step executor chooses is a new logical call with its own key.
                 let inv = Invocation {
                     call_id: format!("{}#{n}", step.id),
                     step: Some(step.id.clone()),
                     tool: tool.clone(),
                     args: args.clone(),
                     attempt: n,
-                    idempotency_key: format!("{}:{}:{n}", state.session_id, step.id),
+                    idempotency_key: call_key(
+                        &state.session_id,
+                        state.tool_invocations + 1,
+                        tool,
+                        args,
+                    ),
                     delay_ms: 0,
                 };
                 let [_, started] = start_events(&inv);
@@ -405,7 +423,8 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
                 continue;
             }
             let args = args_of.remove(&i).unwrap_or(Value::Null);
-            let inv = invocation(state, step, 1, args, 0);
+            let nth = state.tool_invocations + calls.len() as u64 + 1;
+            let inv = invocation(state, step, &run.steps[i], 1, args, 0, nth);
             events.extend(start_events(&inv));
             calls.push(inv);
         }

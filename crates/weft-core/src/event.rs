@@ -102,6 +102,91 @@ impl ToolError {
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
     }
+
+    /// The error as a model is shown it (and as a step's error path holds it): the message and
+    /// the last lines of the tool's stderr and stdout, each bounded, and other detail only
+    /// when it is short. A failing command's whole traceback stays in the `tool_call_finished`
+    /// event, for people; a model gets what it needs to try again, in at most a few KB.
+    #[must_use]
+    pub fn bounded(&self) -> Self {
+        let detail = match &self.detail {
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .map(|(k, v)| {
+                        let v = match (k.as_str(), v) {
+                            ("stderr" | "stdout", Value::String(text)) => {
+                                Value::String(last_lines(text, MODEL_TAIL_LINES, MODEL_TAIL_BYTES))
+                            }
+                            _ => short_or_omitted(v),
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect(),
+            ),
+            other => short_or_omitted(other),
+        };
+        Self {
+            kind: self.kind.clone(),
+            message: cut(&self.message, MODEL_MESSAGE_BYTES),
+            detail,
+            retryable: self.retryable,
+        }
+    }
+}
+
+/// Bounds of a tool error as a model sees it ([`ToolError::bounded`]).
+const MODEL_MESSAGE_BYTES: usize = 1024;
+const MODEL_TAIL_LINES: usize = 5;
+const MODEL_TAIL_BYTES: usize = 1024;
+const MODEL_DETAIL_BYTES: usize = 512;
+
+/// `text` cut to at most `max` bytes (on a character boundary), marked when cut.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [{} bytes cut]", &text[..end], text.len() - end)
+}
+
+/// The last non-empty lines of `text`, at most `lines` of them and `max` bytes (a longer last
+/// line keeps its end).
+fn last_lines(text: &str, lines: usize, max: usize) -> String {
+    let mut kept: Vec<&str> = Vec::new();
+    let mut size = 0;
+    for line in text.lines().rev().filter(|l| !l.trim().is_empty()) {
+        if kept.len() == lines || size + line.len() + 1 > max {
+            if kept.is_empty() {
+                let mut start = line.len().saturating_sub(max);
+                while !line.is_char_boundary(start) {
+                    start += 1;
+                }
+                kept.push(&line[start..]);
+            }
+            break;
+        }
+        size += line.len() + 1;
+        kept.push(line);
+    }
+    kept.reverse();
+    let shown = kept.join("\n");
+    if shown.len() < text.trim().len() {
+        format!("[earlier output cut]\n{shown}")
+    } else {
+        shown
+    }
+}
+
+fn short_or_omitted(v: &Value) -> Value {
+    let size = serde_json::to_string(v).map(|s| s.len()).unwrap_or(0);
+    if size <= MODEL_DETAIL_BYTES {
+        v.clone()
+    } else {
+        Value::String(format!("[{size} bytes omitted; the event has them]"))
+    }
 }
 
 impl std::fmt::Display for ToolError {
@@ -394,5 +479,41 @@ mod tests {
         let v = serde_json::to_value(&e).unwrap_or_default();
         assert_eq!(v["type"], json!(e.kind()));
         assert_eq!(v["outcome"]["status"], json!("ok"));
+    }
+
+    #[test]
+    fn a_bounded_error_keeps_the_end_of_long_output_within_its_limits() {
+        // One 10 KB line of multi-byte characters, then the line that matters.
+        let long = "é".repeat(5000);
+        let e = ToolError::new("exit_status", "x".repeat(3000)).with_detail(json!({
+            "stderr": format!("Traceback (most recent call last):\n{long}\nValueError: bad amount\n"),
+            "stdout": long,
+            "exit_code": 1,
+            "body": "y".repeat(2000),
+        }));
+        let b = e.bounded();
+        assert!(b.message.len() < 1100, "{}", b.message.len());
+        let stderr = b.detail["stderr"].as_str().unwrap_or_default();
+        assert!(stderr.ends_with("ValueError: bad amount"), "{stderr}");
+        assert!(!stderr.contains("Traceback"), "{stderr}");
+        assert!(stderr.len() <= 1100, "{}", stderr.len());
+        // A single line longer than the bound keeps its end, cut on a character boundary.
+        let stdout = b.detail["stdout"].as_str().unwrap_or_default();
+        assert!(
+            stdout.len() <= 1100 && stdout.ends_with('é'),
+            "{}",
+            stdout.len()
+        );
+        assert_eq!(b.detail["exit_code"], json!(1));
+        assert!(
+            b.detail["body"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("omitted")
+        );
+        assert!(b.to_value().to_string().len() < 4096);
+        // A short error is unchanged.
+        let short = ToolError::new("io", "reset").with_detail(json!({"stderr": "one line"}));
+        assert_eq!(short.bounded(), short);
     }
 }

@@ -418,6 +418,54 @@ impl Plan {
         }
     }
 
+    /// Parses the steps of a replan: a call without `_id` gets `sN` numbered after the
+    /// `existing` steps (and clear of every id they or the new calls use), so that it never
+    /// takes the id of a step that already ran.
+    pub fn from_value_after(value: &Value, existing: &[&str]) -> Result<Self, Vec<PlanProblem>> {
+        if existing.is_empty() {
+            return Self::from_value(value);
+        }
+        let mut value = value.clone();
+        let calls = match &mut value {
+            Value::Array(a) => Some(a),
+            Value::Object(m) => match m.get_mut("steps") {
+                Some(Value::Array(a)) => Some(a),
+                _ => match m.get_mut("calls") {
+                    Some(Value::Array(a)) => Some(a),
+                    _ => None,
+                },
+            },
+            _ => None,
+        };
+        if let Some(calls) = calls {
+            let mut taken: std::collections::HashSet<String> =
+                existing.iter().map(|s| (*s).to_owned()).collect();
+            taken.extend(
+                calls
+                    .iter()
+                    .filter_map(|c| c.get("_id").and_then(Value::as_str))
+                    .map(str::to_owned),
+            );
+            let mut n = existing.len();
+            for call in calls.iter_mut() {
+                if let Value::Object(m) = call
+                    && !m.contains_key("_id")
+                {
+                    let id = loop {
+                        n += 1;
+                        let id = format!("s{n}");
+                        if !taken.contains(&id) {
+                            break id;
+                        }
+                    };
+                    taken.insert(id.clone());
+                    m.insert("_id".into(), Value::String(id));
+                }
+            }
+        }
+        Self::from_value(&value)
+    }
+
     /// The plan in the seed's form (an array of calls).
     pub fn to_value(&self) -> Value {
         Value::Array(self.steps.iter().map(PlanStep::to_call).collect())

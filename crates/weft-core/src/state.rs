@@ -68,6 +68,9 @@ pub struct StepRun {
     /// The tool call the step executor chose, not yet started.
     #[serde(skip)]
     pub next_call: Option<(String, Value)>,
+    /// The idempotency key of the step's last call; a retry of that call reuses it.
+    #[serde(skip)]
+    pub key: Option<String>,
 }
 
 /// A plan being executed.
@@ -234,14 +237,14 @@ pub struct State {
     pub model_calls: u32,
     pub purpose_calls: BTreeMap<Purpose, u32>,
     pub usage: Usage,
-    /// Invalid plans in the current planning round.
-    pub plan_attempts: u32,
+    /// The problems of the last plan rejected.
     pub last_problems: Vec<PlanProblem>,
     pub replans: u32,
     pub replan_reason: Option<String>,
     /// Model turns in the current ReAct turn.
     pub iterations: u32,
-    /// Consecutive unusable replies and model failures.
+    /// Consecutive unusable replies (prose, bad JSON, rejected plans: one count for all) and
+    /// model failures.
     pub rejections: u32,
     pub model_failures: u32,
     /// Feedback for the next model call (why the last reply was refused).
@@ -273,6 +276,26 @@ pub fn call_signature(tool: &str, args: &Value) -> String {
         }
     }
     format!("{tool}:{}", canon(args))
+}
+
+/// The idempotency key of a new logical tool call: the session, the call's position among the
+/// session's tool call starts (`nth`: its start is the session's nth `tool_call_started`), and
+/// a digest of the call (tool and canonical arguments).
+///
+/// No two calls of a session get the same key, across turns, replans and forks (a fork has its
+/// own session id), because the count of starts only grows. The digest covers the one case
+/// where a position is used twice: starts that were staged and lost in a crash (calls of
+/// idempotent tools, see ARCHITECTURE.md) free their positions, and a different call made in
+/// their place must not inherit a key a server may have seen. Retries and re-runs after a crash
+/// reuse the key recorded in the first start instead of asking for a new one.
+pub fn call_key(session_id: &str, nth: u64, tool: &str, args: &Value) -> String {
+    // FNV-1a, 64 bits: stable across builds and platforms (std's hasher is not).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in call_signature(tool, args).bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{session_id}:{nth}:{h:016x}")
 }
 
 /// A value as text for a model: strings as they are, everything else as JSON.
@@ -370,7 +393,6 @@ impl State {
                 self.plan = None;
                 self.open_wave = None;
                 self.waves = 0;
-                self.plan_attempts = 0;
                 self.last_problems.clear();
                 self.replans = 0;
                 self.replan_reason = None;
@@ -441,7 +463,7 @@ impl State {
                 self.error = Some(error.clone());
             }
             Event::PlanRejected { problems } => {
-                self.plan_attempts += 1;
+                self.rejections += 1;
                 self.last_problems.clone_from(problems);
                 let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
                 self.feedback = Some(text.join("\n"));
@@ -455,7 +477,6 @@ impl State {
                 self.replan_reason = Some(reason.clone());
                 self.phase = Phase::Executing;
                 self.feedback = None;
-                self.plan_attempts = 0;
                 self.rejections = 0;
             }
             Event::StepAction {
@@ -630,6 +651,7 @@ impl State {
                 {
                     p.steps[i].signatures.push(call_signature(tool, args));
                     p.steps[i].next_call = None;
+                    p.steps[i].key = Some(idempotency_key.clone());
                 }
                 self.open_calls.insert(
                     call_id.clone(),
@@ -659,7 +681,15 @@ impl State {
                             let r = &mut p.steps[i];
                             r.call = None;
                             if p.plan.steps[i].tool.is_none() {
-                                r.log.push(serde_json::json!({"tool": c.tool, "args": c.args, "result": outcome}));
+                                // The step executor sees a failure bounded, as a ReAct
+                                // model does; the event keeps it whole.
+                                let result = match outcome {
+                                    ToolOutcome::Error { error } => ToolOutcome::Error {
+                                        error: error.bounded(),
+                                    },
+                                    ok @ ToolOutcome::Ok { .. } => ok.clone(),
+                                };
+                                r.log.push(serde_json::json!({"tool": c.tool, "args": c.args, "result": result}));
                                 if matches!(outcome, ToolOutcome::Error { .. }) {
                                     r.failures += 1;
                                 }
@@ -669,7 +699,9 @@ impl State {
                     _ => {
                         let (content, is_error) = match outcome {
                             ToolOutcome::Ok { output } => (value_text(output), false),
-                            ToolOutcome::Error { error } => (error.to_value().to_string(), true),
+                            ToolOutcome::Error { error } => {
+                                (error.bounded().to_value().to_string(), true)
+                            }
                         };
                         self.history.push(Message::Tool {
                             call_id: call_id.clone(),
@@ -720,7 +752,7 @@ impl State {
                         && let Some(err_path) =
                             p.plan.steps[i].output.as_ref().and_then(|o| o.err.as_ref())
                     {
-                        path::set(&mut self.data, err_path, error.to_value());
+                        path::set(&mut self.data, err_path, error.bounded().to_value());
                     }
                     let r = &mut p.steps[i];
                     r.status = StepStatus::Failed;

@@ -148,10 +148,16 @@ async fn max_parallel_bounds_the_calls_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flaky_idempotent_tool_completes_on_the_third_attempt() {
     let log = Arc::new(Log::default());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen_by_tool = Arc::clone(&seen);
     let reg = registry(vec![
         Recorder::new("flaky", &log)
             .idempotent(true)
-            .behaviour(|_, ctx| {
+            .behaviour(move |_, ctx| {
+                seen_by_tool
+                    .lock()
+                    .unwrap()
+                    .push(ctx.idempotency_key.clone());
                 if ctx.attempt < 3 {
                     Err(ToolError::new("io", format!("hiccup {}", ctx.attempt)))
                 } else {
@@ -185,7 +191,8 @@ async fn a_flaky_idempotent_tool_completes_on_the_third_attempt() {
     assert_eq!(attempts, vec![1, 2]);
     let tried: Vec<u32> = log.calls_of("f").iter().map(|c| c.attempt).collect();
     assert_eq!(tried, vec![1, 2, 3]);
-    // Each attempt has its own idempotency key.
+    // The attempts are retries of one logical call: one idempotency key, recorded in each
+    // start and given to the tool each time.
     let keys: std::collections::BTreeSet<String> = ran
         .events
         .iter()
@@ -196,7 +203,10 @@ async fn a_flaky_idempotent_tool_completes_on_the_third_attempt() {
             _ => None,
         })
         .collect();
-    assert_eq!(keys.len(), 3);
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3);
+    assert!(seen.iter().all(|k| keys.contains(k)), "{seen:?} {keys:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -627,4 +637,90 @@ async fn a_panicking_tool_fails_its_step_and_the_run_ends() {
     assert_eq!(ran.status_of("after"), StepStatus::Skipped);
     assert_eq!(ran.status_of("free"), StepStatus::Completed);
     assert!(ran.state.open_calls.is_empty());
+}
+
+/// A crash after an idempotent call's start was stored: the resumed run re-runs the call with
+/// the key recorded in that start, and a later new call gets a key of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_reruns_an_idempotent_call_with_its_recorded_key() {
+    let log = Arc::new(Log::default());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen_by_tool = Arc::clone(&seen);
+    let reg = Arc::new(registry(vec![
+        Recorder::new("book", &log)
+            .idempotent(true)
+            .behaviour(move |args, ctx| {
+                seen_by_tool
+                    .lock()
+                    .unwrap()
+                    .push(ctx.idempotency_key.clone());
+                Ok(args.clone())
+            }),
+    ]));
+    let store = Arc::new(MemoryStore::new());
+    let plan = Plan::from_value(&json!([
+        {"_id": "a", "_tool": "book", "n": 1, "_outputPath": "†state.a"},
+        {"_id": "b", "_tool": "book", "n": 1, "_dependsOn": ["a"], "_outputPath": "†state.b"}
+    ]))
+    .unwrap();
+    // The first process records the start of `a` and dies before it runs.
+    let id = {
+        let rt = Runtime::new(Arc::clone(&store), Arc::clone(&reg), limits());
+        let mut session = rt
+            .session("crashed".into(), weft_core::State::new())
+            .with_redactor(None);
+        session
+            .create(
+                weft_store::NewSession {
+                    id: "crashed".into(),
+                    agent: "t".into(),
+                    user_id: None,
+                    reference_id: None,
+                    metadata: Value::Null,
+                    parent_id: None,
+                },
+                vec![
+                    Event::SessionStarted {
+                        session_id: "crashed".into(),
+                        agent: "t".into(),
+                        input: json!({}),
+                        mode: None,
+                        parent_id: None,
+                    },
+                    Event::PlanAccepted { plan },
+                ],
+            )
+            .await
+            .unwrap();
+        let weft_core::engine::Next::Start { events, .. } =
+            weft_core::engine::decide(&session.state, &limits())
+        else {
+            panic!("the first wave starts");
+        };
+        session.commit(events).await.unwrap();
+        session.id.clone()
+    };
+    let recorded: String = {
+        let (_, events) = weft_store::Store::load(store.as_ref(), &id).await.unwrap();
+        events
+            .iter()
+            .find_map(|e| match &e.event {
+                Event::ToolCallStarted {
+                    idempotency_key, ..
+                } => Some(idempotency_key.clone()),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let rt = Runtime::new(Arc::clone(&store), reg, limits());
+    let mut session = rt.load_session(&id).await.unwrap();
+    rt.resume_plan(&mut session).await.unwrap();
+    assert_eq!(session.state.status, SessionStatus::Completed);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[0], recorded, "the re-run keeps the recorded key");
+    assert_ne!(
+        seen[1], recorded,
+        "the next call (same tool and arguments) has its own key"
+    );
 }

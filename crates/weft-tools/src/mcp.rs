@@ -14,8 +14,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, ClientConfig, Implementation};
+use futures::stream::BoxStream;
+use rmcp::model::{
+    CallToolRequestParams, ClientConfig, ClientJsonRpcMessage, Implementation, ServerJsonRpcMessage,
+};
 use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    StreamableHttpResponseLimits,
+};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -136,7 +143,61 @@ impl ClientHandler for Handler {
 
 struct Conn {
     service: RunningService<RoleClient, Handler>,
+    /// A stdio server's process: killed when the connection is dropped.
+    _child: Option<tokio::process::Child>,
     generation: u64,
+}
+
+/// A new connection, and a stdio server's process.
+struct Connected {
+    service: RunningService<RoleClient, Handler>,
+    child: Option<tokio::process::Child>,
+}
+
+/// The longest line a stdio server may write (a message) before it is a protocol error.
+const MAX_STDOUT_LINE: u64 = 64 * 1024 * 1024;
+
+/// A stdio server's stdout, passed on line by line while every line is JSON. The first line
+/// that is not (a banner, a log line) is recorded in `garbage` and ends the stream, so the
+/// connection fails at once with a protocol error instead of waiting out a timeout (rmcp skips
+/// such lines and waits on).
+fn checked_stdout(
+    stdout: tokio::process::ChildStdout,
+    garbage: Arc<std::sync::Mutex<Option<String>>>,
+) -> tokio::io::DuplexStream {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (reader, mut writer) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stdout);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match (&mut lines)
+                .take(MAX_STDOUT_LINE)
+                .read_until(b'\n', &mut line)
+                .await
+            {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let text = line.trim_ascii();
+            let whole = line.ends_with(b"\n") || (line.len() as u64) < MAX_STDOUT_LINE;
+            if !text.is_empty()
+                && (!whole || serde_json::from_slice::<serde::de::IgnoredAny>(text).is_err())
+            {
+                let shown: String = String::from_utf8_lossy(text).chars().take(200).collect();
+                if let Ok(mut g) = garbage.lock() {
+                    *g = Some(shown);
+                }
+                break;
+            }
+            if writer.write_all(&line).await.is_err() {
+                break;
+            }
+        }
+        let _ = writer.shutdown().await;
+    });
+    reader
 }
 
 /// One remote tool as last listed.
@@ -160,6 +221,8 @@ pub(crate) struct McpServer {
     changed: Arc<AtomicBool>,
     tools: std::sync::RwLock<BTreeMap<String, RemoteTool>>,
     stderr: Arc<std::sync::Mutex<String>>,
+    /// The first line of a stdio server's stdout that was not JSON-RPC.
+    garbage: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 fn mcp_error(server: &str, m: impl std::fmt::Display) -> ToolError {
@@ -209,12 +272,15 @@ impl McpServer {
             changed: Arc::new(AtomicBool::new(false)),
             tools: std::sync::RwLock::new(BTreeMap::new()),
             stderr: Arc::new(std::sync::Mutex::new(String::new())),
+            garbage: Arc::new(std::sync::Mutex::new(None)),
         })
     }
 
-    /// Starting a server (a Python or Node process) may take longer than a call should.
+    /// Connecting (starting a process, initialising, listing tools) is bounded by the same
+    /// `timeout` as a call: a declared timeout is never exceeded by a server that does not
+    /// answer.
     fn connect_timeout(&self) -> Duration {
-        self.timeout.max(Duration::from_secs(30))
+        self.timeout
     }
 
     fn name(&self) -> &str {
@@ -225,7 +291,22 @@ impl McpServer {
         self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
-    async fn connect(&self) -> Result<RunningService<RoleClient, Handler>, ToolError> {
+    /// The protocol error seen on a stdio server's stdout, if any.
+    fn protocol_error(&self) -> Option<ToolError> {
+        let line = self.garbage.lock().ok()?.clone()?;
+        Some(
+            ToolError::new(
+                "mcp_protocol",
+                format!(
+                    "mcp server `{}` wrote text that is not JSON-RPC on stdout: `{line}`; an MCP server over stdio must write only JSON-RPC messages there (and its logs to stderr)",
+                    self.name()
+                ),
+            )
+            .with_detail(json!({"stdout_line": line})),
+        )
+    }
+
+    async fn connect(&self) -> Result<Connected, ToolError> {
         let vars = Vars::new(Value::Null, self.secrets.as_ref(), self.uses_secrets)?;
         let handler = Handler {
             stale: self.stale.clone(),
@@ -253,15 +334,26 @@ impl McpServer {
             for (k, v) in &self.decl.env {
                 cmd.env(k, vars.render(&label, &format!("env.{k}"), v)?);
             }
-            let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| {
-                    ToolError::new(
-                        "spawn",
-                        format!("{label}: could not start `{program}`: {e}"),
-                    )
-                })?;
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = cmd.spawn().map_err(|e| {
+                ToolError::new(
+                    "spawn",
+                    format!("{label}: could not start `{program}`: {e}"),
+                )
+            })?;
+            let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+                return Err(mcp_error(
+                    self.name(),
+                    "the server's stdin or stdout is missing",
+                ));
+            };
+            let stderr = child.stderr.take();
+            if let Ok(mut g) = self.garbage.lock() {
+                *g = None;
+            }
+            let transport = (checked_stdout(stdout, Arc::clone(&self.garbage)), stdin);
             if let Some(mut err) = stderr {
                 let tail = self.stderr.clone();
                 if let Ok(mut t) = tail.lock() {
@@ -287,8 +379,14 @@ impl McpServer {
                 });
             }
             match tokio::time::timeout(self.connect_timeout(), handler.serve(transport)).await {
-                Ok(Ok(s)) => Ok(s),
-                Ok(Err(e)) => Err(self.start_error(format!("initialization failed: {e}"))),
+                Ok(Ok(s)) => Ok(Connected {
+                    service: s,
+                    child: Some(child),
+                }),
+                Ok(Err(e)) => Err(match self.protocol_error() {
+                    Some(p) => p,
+                    None => self.start_error(format!("initialization failed: {e}")),
+                }),
                 Err(_) => Err(self.start_error(format!(
                     "did not complete initialization within {:?}",
                     self.connect_timeout()
@@ -320,9 +418,13 @@ impl McpServer {
                 custom.insert(name, value);
             }
             config = config.custom_headers(custom);
-            let transport = StreamableHttpClientTransport::from_config(config);
+            let transport =
+                StreamableHttpClientTransport::with_client(SessionAwareClient::default(), config);
             match tokio::time::timeout(self.connect_timeout(), handler.serve(transport)).await {
-                Ok(Ok(s)) => Ok(s),
+                Ok(Ok(s)) => Ok(Connected {
+                    service: s,
+                    child: None,
+                }),
                 Ok(Err(e)) => Err(mcp_error(
                     self.name(),
                     format!("could not connect to {url}: {e}"),
@@ -365,10 +467,11 @@ impl McpServer {
             if let Some(old) = guard.take() {
                 let _ = old.service.cancel().await;
             }
-            let service = self.connect().await?;
+            let Connected { service, child } = self.connect().await?;
             let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
             *guard = Some(Conn {
                 service,
+                _child: child,
                 generation,
             });
             self.stale.store(true, Ordering::SeqCst);
@@ -506,7 +609,9 @@ impl McpServer {
         }
     }
 
-    /// `tools/call` with the timeout; a broken or hung connection is dropped.
+    /// `tools/call` with the timeout; a broken or hung connection is dropped. (A Streamable
+    /// HTTP server that lost the session answers 404 or 400: a new session is initialised at
+    /// once and the request sent once more, see [`SessionAwareClient`].)
     pub(crate) async fn call(&self, remote: &str, args: Value) -> Result<Value, ToolError> {
         let (peer, generation) = self.peer().await?;
         let remote_tool = self.tools.read().ok().and_then(|t| t.get(remote).cloned());
@@ -567,6 +672,9 @@ impl McpServer {
                 if !tail.is_empty() {
                     err = err.with_detail(json!({"stderr": tail}));
                 }
+                if let Some(p) = self.protocol_error() {
+                    err = p;
+                }
                 return Err(err);
             }
             Ok(Ok(r)) => r,
@@ -574,6 +682,156 @@ impl McpServer {
         let result = serde_json::to_value(&result).unwrap_or(Value::Null);
         convert_result(self.name(), remote, &result, remote_tool.output.as_deref())
     }
+}
+
+/// reqwest's Streamable HTTP client, except that a 400 answer whose JSON-RPC error says the
+/// session is not valid is read as the expired session it is (servers that lost the session in
+/// a restart answered so before the specification asked for 404). rmcp then initialises a new
+/// session and sends the request once more; left alone, the error, whose id is not the
+/// request's, would leave the call waiting for an answer until its timeout.
+#[derive(Clone, Default)]
+struct SessionAwareClient(reqwest::Client);
+
+type HttpResult<T> = Result<T, StreamableHttpError<reqwest::Error>>;
+
+fn session_refused(
+    attached: bool,
+    r: HttpResult<StreamableHttpPostResponse>,
+) -> HttpResult<StreamableHttpPostResponse> {
+    match r {
+        Ok(StreamableHttpPostResponse::Json(ServerJsonRpcMessage::Error(e), _))
+            if attached && stale_session(&e.error) =>
+        {
+            Err(StreamableHttpError::SessionExpired)
+        }
+        other => other,
+    }
+}
+
+impl StreamableHttpClient for SessionAwareClient {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+    ) -> HttpResult<StreamableHttpPostResponse> {
+        let attached = session_id.is_some();
+        let r = self
+            .0
+            .post_message(uri, message, session_id, auth_header, custom_headers)
+            .await;
+        session_refused(attached, r)
+    }
+
+    async fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> HttpResult<StreamableHttpPostResponse> {
+        let attached = session_id.is_some();
+        let r = self
+            .0
+            .post_message_with_max_sse_event_size(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await;
+        session_refused(attached, r)
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> HttpResult<StreamableHttpPostResponse> {
+        let attached = session_id.is_some();
+        let r = self
+            .0
+            .post_message_with_response_limits(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                limits,
+            )
+            .await;
+        session_refused(attached, r)
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+    ) -> HttpResult<()> {
+        self.0
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+    ) -> HttpResult<BoxStream<'static, Result<sse_stream::Sse, SseError>>> {
+        self.0
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> HttpResult<BoxStream<'static, Result<sse_stream::Sse, SseError>>> {
+        self.0
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
+    }
+}
+
+/// A server's answer that it does not know the session (HTTP 400 with a JSON-RPC error about
+/// the session id, as servers answer a session they lost in a restart).
+fn stale_session(e: &rmcp::model::ErrorData) -> bool {
+    let m = e.message.to_ascii_lowercase();
+    m.contains("session")
+        && (m.contains("no valid")
+            || m.contains("not found")
+            || m.contains("unknown")
+            || m.contains("expired")
+            || m.contains("invalid"))
 }
 
 /// Turns a `CallToolResult` (as JSON) into the tool's output or error.

@@ -57,8 +57,16 @@ impl HttpFixture {
             .local_addr()
             .unwrap()
             .port();
+        Self::start_on(python, port).await
+    }
+
+    async fn start_on(python: &str, port: u16) -> Self {
+        Self::start_mode(python, "http", port).await
+    }
+
+    async fn start_mode(python: &str, mode: &str, port: u16) -> Self {
         let mut child = std::process::Command::new(python)
-            .args([fixture(), "http".to_owned(), port.to_string()])
+            .args([fixture(), mode.to_owned(), port.to_string()])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -332,7 +340,10 @@ async fn hung_call_times_out_and_the_server_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let fx = fixture();
     let reg = load(
-        &format!("name: a\ntools:\n  - mcp: {{name: fx, command: [\"{py}\", \"{fx}\"], timeout: 1500ms}}\n"),
+        // The timeout bounds the server's start too: long enough for Python to start.
+        &format!(
+            "name: a\ntools:\n  - mcp: {{name: fx, command: [\"{py}\", \"{fx}\"], timeout: 8s}}\n"
+        ),
         dir.path(),
     )
     .await;
@@ -340,7 +351,7 @@ async fn hung_call_times_out_and_the_server_restarts() {
     let started = std::time::Instant::now();
     let e = err(call(&reg, "fx.sleep", json!({"seconds": 30})).await);
     assert_eq!(e.kind, "timeout", "{e:?}");
-    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(started.elapsed() < Duration::from_secs(15));
     let pid2 = ok(call(&reg, "fx.pid", json!({})).await)["result"].clone();
     assert_ne!(pid, pid2, "a hung server is replaced");
     assert_eq!(
@@ -420,4 +431,132 @@ async fn tools_list_follows_next_cursor() {
         json!({"result": "2"})
     );
     reg.shutdown().await;
+}
+
+/// A Streamable HTTP server restarted on the same address forgets weft's session and answers it
+/// with 404 (or 400): weft initialises a new session at once and the call goes through, instead
+/// of failing or waiting out the call's timeout.
+#[tokio::test]
+async fn restarted_http_server_is_initialised_again_at_once() {
+    let Some(py) = var("WEFT_TEST_MCP_PYTHON") else {
+        return;
+    };
+    let server = HttpFixture::start(&py).await;
+    let port = server.port;
+    let dir = tempfile::tempdir().unwrap();
+    let reg = load(
+        &format!(
+            "name: a\ntools:\n  - mcp: {{name: fx, url: \"http://127.0.0.1:{port}/mcp\", timeout: 30s}}\n"
+        ),
+        dir.path(),
+    )
+    .await;
+    let pid = ok(call(&reg, "fx.pid", json!({})).await)["result"].clone();
+    drop(server);
+    let _server = HttpFixture::start_on(&py, port).await;
+    let started = std::time::Instant::now();
+    let pid2 = ok(call(&reg, "fx.pid", json!({})).await)["result"].clone();
+    assert_ne!(pid, pid2, "the call reached the new server");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    reg.shutdown().await;
+}
+
+/// The same with a server that answers a session it does not know with 400 and a JSON-RPC
+/// error (as servers did before the specification asked for 404).
+#[tokio::test]
+async fn restarted_http_server_answering_400_is_initialised_again_at_once() {
+    let Some(py) = var("WEFT_TEST_MCP_PYTHON") else {
+        return;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = HttpFixture::start_mode(&py, "http400", port).await;
+    let dir = tempfile::tempdir().unwrap();
+    let reg = load(
+        &format!(
+            "name: a\ntools:\n  - mcp: {{name: fx, url: \"http://127.0.0.1:{port}/mcp\", timeout: 30s}}\n"
+        ),
+        dir.path(),
+    )
+    .await;
+    let pid = ok(call(&reg, "fx.pid", json!({})).await)["result"].clone();
+    drop(server);
+    let _server = HttpFixture::start_mode(&py, "http400", port).await;
+    let started = std::time::Instant::now();
+    let pid2 = ok(call(&reg, "fx.pid", json!({})).await)["result"].clone();
+    assert_ne!(pid, pid2, "the call reached the new server");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    reg.shutdown().await;
+}
+
+/// A declared `timeout` bounds connecting too: a server that accepts the connection and never
+/// answers the initialisation fails the load within it.
+#[tokio::test]
+async fn a_declared_timeout_bounds_the_connect() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepts connections and reads, never answers.
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = listener.accept().await {
+            held.push(sock);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let e = Registry::from_agent_async(
+        &spec(&format!(
+            "name: a\ntools:\n  - mcp: {{name: mute, url: \"http://127.0.0.1:{port}/mcp\", timeout: 1s}}\n"
+        )),
+        dir.path(),
+        Default::default(),
+    )
+    .await
+    .err()
+    .unwrap_or_else(|| panic!("a server that never answers was loaded"));
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}: {e}");
+    assert!(e.to_string().contains("mute"), "{e}");
+    silent.abort();
+}
+
+/// A stdio server that writes text that is not JSON-RPC on stdout fails at once with a protocol
+/// error naming the line, instead of waiting out the timeout.
+#[tokio::test]
+async fn a_stdio_server_writing_garbage_is_a_protocol_error() {
+    let Some(py) = var("WEFT_TEST_MCP_PYTHON") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let fx = fixture();
+    let started = std::time::Instant::now();
+    let e = Registry::from_agent_async(
+        &spec(&format!(
+            "name: a\ntools:\n  - mcp: {{name: noisy, command: [\"{py}\", \"{fx}\", \"garbage\"], timeout: 30s}}\n"
+        )),
+        dir.path(),
+        Default::default(),
+    )
+    .await
+    .err()
+    .unwrap_or_else(|| panic!("a server writing garbage was loaded"));
+    let elapsed = started.elapsed();
+    let text = e.to_string();
+    assert!(
+        elapsed < Duration::from_secs(10),
+        "took {elapsed:?}: {text}"
+    );
+    assert!(text.contains("not JSON-RPC"), "{text}");
+    assert!(text.contains("Starting the fixture server"), "{text}");
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Result, anyhow};
 use clap::Args;
 use serde_json::Value;
+use weft_core::model::Usage;
 use weft_core::{Envelope, Event, SessionStatus, ToolOutcome};
 use weft_runtime::{Agent, Observer, Runtime, SessionInfo};
 use weft_store::Store;
@@ -185,6 +186,7 @@ pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
     } else if interactive {
         rt = rt.observe(live_view(streamed.clone()));
     }
+    let mut before = None;
     let session = match &args.session {
         None => {
             let info = SessionInfo {
@@ -198,6 +200,7 @@ pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
         }
         Some(id) => {
             let mut session = rt.load_session(id).await?;
+            before = Some(Before::of(&session.state));
             if session.state.agent != agent.name {
                 return Err(anyhow!(
                     "session {id} belongs to agent `{}`, not `{}`",
@@ -225,30 +228,75 @@ pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
         &session.id,
         &args.agent,
         interactive && streamed,
+        before.as_ref(),
     );
     drop(session);
     tools.shutdown().await;
     code
 }
 
+/// What a session had used when this run began: the usage line tells this run's share from the
+/// session's total.
+#[derive(Clone, Debug, Default)]
+pub struct Before {
+    pub usage: Usage,
+    pub tool_calls: u64,
+}
+
+impl Before {
+    pub fn of(st: &weft_core::State) -> Self {
+        Self {
+            usage: st.usage.clone(),
+            tool_calls: st.tool_invocations,
+        }
+    }
+}
+
+fn usage_text(input: u64, output: u64, cost: Option<f64>, tool_calls: u64) -> String {
+    let cost = cost.map(|c| format!(", ${c:.4}")).unwrap_or_default();
+    format!("{input} input + {output} output tokens{cost} · {tool_calls} tool call(s)")
+}
+
+/// The usage line. A new session's run is the whole session; a run that continues a session
+/// (a follow-up task, an answer, a resume) shows its own share and the session's total.
+pub fn usage_line(st: &weft_core::State, id: &str, before: Option<&Before>) -> String {
+    let total = &st.usage;
+    let whole = usage_text(
+        total.input_tokens,
+        total.output_tokens,
+        total.cost_usd,
+        st.tool_invocations,
+    );
+    match before {
+        None => format!("usage: {whole} · session {id}"),
+        Some(b) => {
+            let cost = match (total.cost_usd, b.usage.cost_usd) {
+                (Some(now), Some(then)) => Some((now - then).max(0.0)),
+                (now, _) => now,
+            };
+            let run = usage_text(
+                total.input_tokens.saturating_sub(b.usage.input_tokens),
+                total.output_tokens.saturating_sub(b.usage.output_tokens),
+                cost,
+                st.tool_invocations.saturating_sub(b.tool_calls),
+            );
+            format!("usage: this run {run} · session total {whole} · session {id}")
+        }
+    }
+}
+
 /// Prints a session's outcome: the answer on stdout, usage on stderr; the question and how to
-/// answer when it waits. Returns the exit code.
+/// answer when it waits. `before`: what the session had used when this run began, for a run
+/// that continues a session. Returns the exit code.
 pub fn report(
     st: &weft_core::State,
     id: &str,
     agent: &std::path::Path,
     streamed: bool,
+    before: Option<&Before>,
 ) -> Result<u8> {
     let mut err = std::io::stderr().lock();
-    let usage = &st.usage;
-    let cost = usage
-        .cost_usd
-        .map(|c| format!(", ${c:.4}"))
-        .unwrap_or_default();
-    let summary = format!(
-        "usage: {} input + {} output tokens{cost} · {} tool call(s) · session {id}",
-        usage.input_tokens, usage.output_tokens, st.tool_invocations
-    );
+    let summary = usage_line(st, id, before);
     match st.status {
         SessionStatus::Completed => {
             let answer = st.answer.clone().unwrap_or_default();

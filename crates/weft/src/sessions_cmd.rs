@@ -347,6 +347,7 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
         rt = rt.observe(run_cmd::json_lines());
     }
     let mut session = rt.load_session(&args.id).await?;
+    let before = run_cmd::Before::of(&session.state);
     if state.mode.is_none() {
         rt.resume_plan(&mut session).await?;
         println!("{}", serde_json::to_string_pretty(&session.state.data)?);
@@ -359,5 +360,5 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
     let model = Agent::model_from_spec(&loaded.spec, load::base_dir(&path))?;
     let agent = Agent::new(&loaded.spec, tools, model, &rec.metadata, &state.input)?;
     rt.resume_agent(&agent, &mut session).await?;
-    run_cmd::report(&session.state, &session.id, &path, false)
+    run_cmd::report(&session.state, &session.id, &path, false, Some(&before))
 }

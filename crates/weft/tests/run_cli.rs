@@ -158,3 +158,59 @@ fn bad_input_exits_2_naming_the_problem() {
     assert_eq!(missing.status.code(), Some(2), "stderr: {stderr}");
     assert!(stderr.contains("no-such-agent.yaml"), "{stderr}");
 }
+
+/// A follow-up task in a session: the usage line gives this run's share and the session's
+/// total, each labelled (the first run's line is the session's alone).
+#[test]
+fn a_follow_up_run_shows_its_own_usage_and_the_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("agent.yaml"),
+        "name: usage-turns\nmode: react\nmodel: scripted:script.yaml\ntools:\n  - builtin: echo\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("script.yaml"),
+        r#"- tool_calls: [ { name: echo, arguments: { text: "a" } } ]
+  usage: { input_tokens: 10, output_tokens: 1 }
+- text: "first"
+  usage: { input_tokens: 20, output_tokens: 2 }
+- tool_calls: [ { name: echo, arguments: { text: "b" } }, { name: echo, arguments: { text: "c" } } ]
+  usage: { input_tokens: 100, output_tokens: 10 }
+- text: "second"
+  usage: { input_tokens: 200, output_tokens: 20 }
+"#,
+    )
+    .unwrap();
+    let db = dir.path().join("w.db");
+    let agent = dir.path().join("agent.yaml");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--db", db.to_str().unwrap(), "run", agent.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        weft(&args)
+    };
+    let usage = |out: &Output| {
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+        stderr
+            .lines()
+            .find(|l| l.starts_with("usage: "))
+            .unwrap_or_else(|| panic!("no usage line in {stderr}"))
+            .to_owned()
+    };
+    let first = run(&["--id", "usage-turns-1", "Go."]);
+    let line = usage(&first);
+    assert!(
+        line.starts_with(
+            "usage: 30 input + 3 output tokens · 1 tool call(s) · session usage-turns-1"
+        ),
+        "{line}"
+    );
+    let second = run(&["--session", "usage-turns-1", "Again."]);
+    assert_eq!(text(&second.stdout), "second\n");
+    let line = usage(&second);
+    assert_eq!(
+        line,
+        "usage: this run 300 input + 30 output tokens · 2 tool call(s) · session total 330 input + 33 output tokens · 3 tool call(s) · session usage-turns-1"
+    );
+}
