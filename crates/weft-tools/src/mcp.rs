@@ -320,6 +320,7 @@ impl McpServer {
                 custom.insert(name, value);
             }
             config = config.custom_headers(custom);
+            crate::http::install_crypto_provider();
             let transport = StreamableHttpClientTransport::from_config(config);
             match tokio::time::timeout(self.connect_timeout(), handler.serve(transport)).await {
                 Ok(Ok(s)) => Ok(s),
