@@ -1,7 +1,9 @@
 //! One behavioural suite for every store: memory, SQLite (a temporary file) and PostgreSQL
-//! (when `WEFT_TEST_POSTGRES_URL` is set; each test gets its own schema).
+//! (tests `needs_postgres::*`, which need `WEFT_TEST_POSTGRES_URL`; each gets its own schema).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -587,10 +589,7 @@ static SCHEMA_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A store in a fresh schema, or `None` (and a note) when no server is configured.
 async fn pg_store(test: &str) -> Option<(String, String, weft_store::PgStore)> {
-    let Ok(url) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
-        println!("skipped: WEFT_TEST_POSTGRES_URL not set");
-        return None;
-    };
+    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -635,7 +634,7 @@ macro_rules! suite {
                 }
             )*
         }
-        mod postgres {
+        mod needs_postgres {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {

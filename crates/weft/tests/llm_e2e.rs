@@ -3,21 +3,15 @@
 //! tiny and often wrong: these tests assert a clean end, valid events and usage, not wisdom.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
 
 fn base_url() -> Option<String> {
-    match std::env::var("WEFT_TEST_OPENAI_BASE_URL") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            eprintln!(
-                "skipped: WEFT_TEST_OPENAI_BASE_URL not set (run `eval \"$(scripts/llm-server start)\"`)"
-            );
-            None
-        }
-    }
+    Some(common::service_var("WEFT_TEST_OPENAI_BASE_URL"))
 }
 
 fn write_agent(dir: &Path, mode: &str, url: &str) {
@@ -129,11 +123,11 @@ fn run_and_check(mode: &str) {
 }
 
 #[test]
-fn react_agent_reaches_a_terminal_state_against_a_real_server() {
+fn needs_llm_react_agent_reaches_a_terminal_state_against_a_real_server() {
     run_and_check("react");
 }
 
 #[test]
-fn plan_agent_reaches_a_terminal_state_against_a_real_server() {
+fn needs_llm_plan_agent_reaches_a_terminal_state_against_a_real_server() {
     run_and_check("plan");
 }
