@@ -14,12 +14,9 @@ use weft_model::{
 };
 
 fn server_model(stream: bool) -> Option<SharedModel> {
-    let Ok(url) = std::env::var("WEFT_TEST_OPENAI_BASE_URL") else {
-        eprintln!("skipped: WEFT_TEST_OPENAI_BASE_URL not set");
-        return None;
-    };
+    let url = common::service_var("WEFT_TEST_OPENAI_BASE_URL");
     let name = std::env::var("WEFT_TEST_OPENAI_MODEL").unwrap_or_else(|_| "smollm2".into());
-    let spec = json!({"provider": "openai", "name": name, "base_url": url, "stream": stream,
+    let spec = json!({"provider": "openai", "name": name, "base_url": url, "api_key": "none", "stream": stream,
         "timeout": 300, "max_retries": 1});
     Some(from_spec_with_env(&spec, std::path::Path::new("."), &|k| std::env::var(k).ok()).unwrap())
 }
@@ -142,8 +139,7 @@ async fn needs_llm_a_real_run_recorded_replays_the_same() {
     let dir = tempfile::tempdir().unwrap();
     let tape = dir.path().join("real.json").display().to_string();
     let build = |mode: &str| {
-        let spec =
-            json!({"provider": "openai", "name": "smollm2", "base_url": url, "max_retries": 1});
+        let spec = json!({"provider": "openai", "name": "smollm2", "base_url": url, "api_key": "none", "max_retries": 1});
         let cassette = format!("{mode}:{tape}");
         from_spec_with_env(&spec, std::path::Path::new("."), &move |k| match k {
             "WEFT_CASSETTE" => Some(cassette.clone()),

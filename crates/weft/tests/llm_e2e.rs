@@ -18,7 +18,7 @@ fn write_agent(dir: &Path, mode: &str, url: &str) {
     let agent = format!(
         r#"name: tiny-{mode}
 mode: {mode}
-model: {{ provider: openai, name: smollm2, base_url: "{url}", timeout: 120s, max_tokens: 256 }}
+model: {{ provider: openai, name: smollm2, base_url: "{url}", api_key: none, timeout: 120s, max_tokens: 256 }}
 instructions: You are a terse assistant. Use the echo tool to repeat words when asked.
 limits: {{ max_iterations: 3, max_model_retries: 2, max_replans: 1, max_waves: 4, max_response_rounds: 1 }}
 review_responses: false
