@@ -373,8 +373,21 @@ async fn prune_deletes_old_sessions<S: Store>(st: &Arc<S>) {
             .await
             .unwrap();
     }
-    assert_eq!(st.prune(100).await.unwrap(), 0);
-    assert_eq!(st.prune(250).await.unwrap(), 2);
+    // An old session that still waits for a person is kept unless asked.
+    st.create(new_session("w", None), 50).await.unwrap();
+    st.append(
+        "w",
+        0,
+        &small_batch(1, 3),
+        SessionStatus::WaitingForUser,
+        150,
+    )
+    .await
+    .unwrap();
+    assert_eq!(st.prune(100, false).await.unwrap(), 0);
+    assert_eq!(st.prune(250, false).await.unwrap(), 2);
+    assert_eq!(st.list(&ListFilter::default()).await.unwrap().len(), 2);
+    assert_eq!(st.prune(250, true).await.unwrap(), 1);
     let left = st.list(&ListFilter::default()).await.unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].id, "p3");
@@ -570,7 +583,7 @@ async fn snapshots_keep_the_latest<S: Store>(st: &Arc<S>) {
         Err(StoreError::NotFound(_))
     ));
     // Pruning a session takes its snapshots with it.
-    assert_eq!(st.prune(3).await.unwrap(), 1);
+    assert_eq!(st.prune(3, true).await.unwrap(), 1);
     st.create(new_session("snap", None), 4).await.unwrap();
     assert_eq!(st.latest_snapshot("snap").await.unwrap(), None);
 }

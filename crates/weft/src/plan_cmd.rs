@@ -89,7 +89,12 @@ async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
         .transpose()?;
     let mut plan = match read_plan(&a.plan)? {
         Ok(p) => p,
-        Err(problems) => return Ok(report(&a.plan, &problems)),
+        Err(problems) => {
+            if a.json {
+                println!("{}", serde_json::json!({"ok": false, "problems": problems}));
+            }
+            return Ok(report(&a.plan, &problems));
+        }
     };
     let mut limits = agent.spec.limits.clone();
     if let Some(p) = a.max_parallel {
