@@ -187,6 +187,13 @@ async fn execute<S: weft_store::Store>(store: Arc<S>, a: RunArgs) -> Result<u8> 
     if state.status == SessionStatus::Completed {
         return Ok(0);
     }
+    report_failure(state);
+    Ok(EXIT_FAILED)
+}
+
+/// Says on stderr why a plan run did not complete: each failed step (not handled by an error
+/// path) with its error, and the run's own error.
+pub fn report_failure(state: &weft_core::State) {
     if let Some(run) = &state.plan {
         for (s, r) in run.plan.steps.iter().zip(&run.steps) {
             if let Some(e) = r
@@ -204,5 +211,4 @@ async fn execute<S: weft_store::Store>(store: Arc<S>, a: RunArgs) -> Result<u8> 
     if let Some(e) = &state.error {
         eprintln!("run failed: {e}");
     }
-    Ok(EXIT_FAILED)
 }

@@ -126,8 +126,12 @@ fn live_view(streamed: Arc<Mutex<bool>>) -> Observer {
                     .unwrap_or_default()
             )),
             Event::PlanRejected { problems } => Some(format!(
-                "plan rejected ({} problem(s)), asking again",
-                problems.len()
+                "plan rejected ({} problem(s)), asking again:{}",
+                problems.len(),
+                problems
+                    .iter()
+                    .map(|p| format!("\n  - {p}"))
+                    .collect::<String>()
             )),
             Event::ModelReplyRejected { reason, .. } => Some(format!("reply rejected: {reason}")),
             Event::ModelFailed { error, .. } => Some(format!("model error: {error}")),

@@ -404,11 +404,11 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
     if state.mode.is_none() {
         rt.resume_plan(&mut session).await?;
         println!("{}", serde_json::to_string_pretty(&session.state.data)?);
-        return Ok(if session.state.status == SessionStatus::Completed {
-            0
-        } else {
-            crate::EXIT_FAILED
-        });
+        if session.state.status == SessionStatus::Completed {
+            return Ok(0);
+        }
+        crate::plan_cmd::report_failure(&session.state);
+        return Ok(crate::EXIT_FAILED);
     }
     let model = Agent::model_from_spec(&loaded.spec, load::base_dir(&path))?;
     let agent = Agent::new(&loaded.spec, tools, model, &rec.metadata, &state.input)?;
