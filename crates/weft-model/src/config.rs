@@ -130,6 +130,9 @@ pub struct ProviderConfig {
     pub api_key_env: String,
     /// The key, read from `api_key_env` when the model was built.
     pub api_key: Option<String>,
+    /// `api_key: none` in the mapping: the server needs no key (a local server), so none is sent
+    /// and a missing one is not an error.
+    pub no_key: bool,
     /// When false, system instructions go in a first user message prefixed
     /// `[System instructions]` (for servers whose chat templates reject a system role).
     pub system_role: bool,
@@ -169,6 +172,7 @@ const KNOWN_KEYS: &[&str] = &[
     "name",
     "base_url",
     "api_key_env",
+    "api_key",
     "system_role",
     "stream",
     "timeout",
@@ -189,6 +193,7 @@ impl ProviderConfig {
             base_url: kind.default_base_url().to_owned(),
             api_key_env: kind.default_key_env().to_owned(),
             api_key: None,
+            no_key: false,
             system_role: true,
             stream: true,
             timeout: Duration::from_secs(300),
@@ -228,6 +233,15 @@ impl ProviderConfig {
                             .as_str()
                             .ok_or_else(|| bad("an environment variable name"))?
                             .to_owned();
+                    }
+                    "api_key" => {
+                        if v.as_str() != Some("none") {
+                            return Err(ModelError::Config(format!(
+                                "model mapping: `api_key` takes only `none` (for a server that needs no key), found {v}; \
+                                 keys are read from the environment: name the variable with `api_key_env`"
+                            )));
+                        }
+                        c.no_key = true;
                     }
                     "system_role" => {
                         c.system_role = v.as_bool().ok_or_else(|| bad("true or false"))?
@@ -278,9 +292,22 @@ impl ProviderConfig {
         while c.base_url.ends_with('/') {
             c.base_url.pop();
         }
-        c.api_key = env(&c.api_key_env).filter(|s| !s.is_empty());
+        check_base_url(&c.base_url)?;
+        if !c.no_key {
+            c.api_key = env(&c.api_key_env).filter(|s| !s.is_empty());
+        }
         if let Some(spec) = env("WEFT_CASSETTE").filter(|s| !s.is_empty()) {
             c.cassette = Some(CassetteMode::parse(&spec)?);
+        }
+        let replaying = matches!(c.cassette, Some(CassetteMode::Replay(_)));
+        if c.api_key.is_none() && !c.no_key && !replaying {
+            return Err(ModelError::Config(format!(
+                "{}:{} needs an API key: set {} (or name another variable with `api_key_env` in the \
+                 model mapping; for a local server that needs no key, write `api_key: none` there)",
+                kind.as_str(),
+                c.name,
+                c.api_key_env
+            )));
         }
         Ok(c)
     }
@@ -332,6 +359,26 @@ fn prices(v: &Value) -> Result<Prices, ModelError> {
 }
 
 /// Seconds as a number, or a string `500ms`, `30s`, `2m`, `30`.
+/// A base URL must be an absolute http(s) URL with a host.
+fn check_base_url(url: &str) -> Result<(), ModelError> {
+    let bad = |why: String| {
+        ModelError::Config(format!(
+            "model: `base_url` {url:?} {why}; write e.g. http://127.0.0.1:8080/v1"
+        ))
+    };
+    let parsed = reqwest::Url::parse(url).map_err(|e| bad(format!("is not a URL ({e})")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad(format!(
+            "has scheme `{}`, not http or https",
+            parsed.scheme()
+        )));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(bad("names no host".into()));
+    }
+    Ok(())
+}
+
 fn duration(v: &Value) -> Option<Duration> {
     if let Some(n) = v.as_f64() {
         return (n > 0.0 && n.is_finite()).then(|| Duration::from_secs_f64(n));
@@ -362,7 +409,7 @@ mod tests {
     #[test]
     fn mappings_are_read_and_unknown_keys_named() {
         let m = json!({"provider": "openai", "name": "llama", "base_url": "http://localhost:1/v1/",
-            "system_role": false, "timeout": "2m", "connect_timeout": 3, "max_retries": 1,
+            "api_key": "none", "system_role": false, "timeout": "2m", "connect_timeout": 3, "max_retries": 1,
             "prices": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}});
         let c = ProviderConfig::from_spec(ProviderKind::OpenAi, "llama", m.as_object(), &no_env)
             .unwrap();
@@ -393,9 +440,55 @@ mod tests {
         let c = ProviderConfig::from_spec(ProviderKind::OpenAi, "gpt-4o-mini", None, &env).unwrap();
         assert_eq!(c.api_key.as_deref(), Some("sk-test"));
         assert_eq!(c.base_url, "http://127.0.0.1:9/v1");
-        let a = ProviderConfig::from_spec(ProviderKind::Anthropic, "claude", None, &env).unwrap();
-        assert_eq!(a.api_key, None);
-        assert_eq!(a.base_url, "https://api.anthropic.com");
+        let e = ProviderConfig::from_spec(ProviderKind::Anthropic, "claude", None, &env)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("anthropic:claude needs an API key: set ANTHROPIC_API_KEY")
+                && e.contains("api_key: none"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_missing_key_is_refused_unless_the_mapping_says_none() {
+        let e = ProviderConfig::from_spec(ProviderKind::OpenAi, "gpt-4o-mini", None, &no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("set OPENAI_API_KEY"), "{e}");
+        let m = json!({"api_key": "none", "base_url": "http://127.0.0.1:8089/v1"});
+        let c = ProviderConfig::from_spec(ProviderKind::OpenAi, "local", m.as_object(), &|k| {
+            (k == "OPENAI_API_KEY").then(|| "not-sent".to_owned())
+        })
+        .unwrap();
+        assert_eq!(c.api_key, None, "api_key: none sends no key");
+        let m = json!({"api_key": "sk-live-123"});
+        let e = ProviderConfig::from_spec(ProviderKind::OpenAi, "x", m.as_object(), &no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`api_key` takes only `none`"), "{e}");
+        // A replayed cassette needs no key.
+        let c = ProviderConfig::from_spec(ProviderKind::OpenAi, "x", None, &|k| {
+            (k == "WEFT_CASSETTE").then(|| "replay:/tmp/tape.json".to_owned())
+        })
+        .unwrap();
+        assert_eq!(c.api_key, None);
+    }
+
+    #[test]
+    fn a_malformed_base_url_is_refused() {
+        for url in [
+            "localhost:8080/v1",
+            "http//127.0.0.1/v1",
+            "ftp://h/v1",
+            "http://",
+        ] {
+            let m = json!({"api_key": "none", "base_url": url});
+            let e = ProviderConfig::from_spec(ProviderKind::OpenAi, "x", m.as_object(), &no_env)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("`base_url`") && e.contains(url), "{url}: {e}");
+        }
     }
 
     #[test]

@@ -37,6 +37,12 @@ pub(crate) struct Http {
 
 impl Http {
     pub(crate) fn new(cfg: &ProviderConfig) -> Result<Self, ModelError> {
+        // weft builds rustls without a default crypto provider (one TLS stack, no aws-lc C
+        // build): install `ring` unless the process installed one (another thread may win the
+        // race; either provider is fine).
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
         let client = reqwest::Client::builder()
             .timeout(cfg.timeout)
             .connect_timeout(cfg.connect_timeout)

@@ -1,7 +1,9 @@
-//! End-to-end calls against a real OpenAI-compatible server. Runs when
-//! `WEFT_TEST_OPENAI_BASE_URL` is set (`scripts/llm-server start` prints the line to export);
+//! End-to-end calls against a real OpenAI-compatible server. They need
+//! `WEFT_TEST_OPENAI_BASE_URL` (`scripts/llm-server start` prints the line to export);
 //! `WEFT_TEST_OPENAI_MODEL` names the model (default `smollm2`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -12,12 +14,9 @@ use weft_model::{
 };
 
 fn server_model(stream: bool) -> Option<SharedModel> {
-    let Ok(url) = std::env::var("WEFT_TEST_OPENAI_BASE_URL") else {
-        eprintln!("skipped: WEFT_TEST_OPENAI_BASE_URL not set");
-        return None;
-    };
+    let url = common::service_var("WEFT_TEST_OPENAI_BASE_URL");
     let name = std::env::var("WEFT_TEST_OPENAI_MODEL").unwrap_or_else(|_| "smollm2".into());
-    let spec = json!({"provider": "openai", "name": name, "base_url": url, "stream": stream,
+    let spec = json!({"provider": "openai", "name": name, "base_url": url, "api_key": "none", "stream": stream,
         "timeout": 300, "max_retries": 1});
     Some(from_spec_with_env(&spec, std::path::Path::new("."), &|k| std::env::var(k).ok()).unwrap())
 }
@@ -47,7 +46,7 @@ fn assert_clean_error(e: &ModelError) {
 }
 
 #[tokio::test]
-async fn a_chat_call_with_a_tool_offered() {
+async fn needs_llm_a_chat_call_with_a_tool_offered() {
     for stream in [false, true] {
         let Some(m) = server_model(stream) else {
             return;
@@ -97,7 +96,7 @@ async fn a_chat_call_with_a_tool_offered() {
 }
 
 #[tokio::test]
-async fn a_structured_output_call() {
+async fn needs_llm_a_structured_output_call() {
     let Some(m) = server_model(false) else { return };
     let schema = json!({"type": "object", "properties": {"city": {"type": "string"},
         "country": {"type": "string"}}, "required": ["city", "country"]});
@@ -135,16 +134,12 @@ async fn a_structured_output_call() {
 }
 
 #[tokio::test]
-async fn a_real_run_recorded_replays_the_same() {
-    let Ok(url) = std::env::var("WEFT_TEST_OPENAI_BASE_URL") else {
-        eprintln!("skipped: WEFT_TEST_OPENAI_BASE_URL not set");
-        return;
-    };
+async fn needs_llm_a_real_run_recorded_replays_the_same() {
+    let url = common::service_var("WEFT_TEST_OPENAI_BASE_URL");
     let dir = tempfile::tempdir().unwrap();
     let tape = dir.path().join("real.json").display().to_string();
     let build = |mode: &str| {
-        let spec =
-            json!({"provider": "openai", "name": "smollm2", "base_url": url, "max_retries": 1});
+        let spec = json!({"provider": "openai", "name": "smollm2", "base_url": url, "api_key": "none", "max_retries": 1});
         let cassette = format!("{mode}:{tape}");
         from_spec_with_env(&spec, std::path::Path::new("."), &move |k| match k {
             "WEFT_CASSETTE" => Some(cassette.clone()),

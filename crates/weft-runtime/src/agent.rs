@@ -46,11 +46,7 @@ impl Agent {
     ) -> Result<Self, RuntimeError> {
         let instructions = match &spec.instructions {
             None => String::new(),
-            Some(t) => {
-                let env = minijinja::Environment::new();
-                env.render_str(t, minijinja::context! { session => minijinja::context!{ metadata => metadata }, input => input })
-                    .map_err(|e| RuntimeError::Config(format!("agent `{}`: `instructions` template: {e:#}", spec.name)))?
-            }
+            Some(_) => Self::instructions(spec, metadata, input)?,
         };
         let mut skills = Vec::new();
         for (i, s) in spec.skills.iter().enumerate() {
@@ -84,6 +80,19 @@ impl Agent {
         })
     }
 
+    /// The agent's instructions rendered for a session's metadata and input; a variable that is
+    /// not defined (and has no `default`) is an error that names it.
+    pub fn instructions(
+        spec: &AgentSpec,
+        metadata: &Value,
+        input: &Value,
+    ) -> Result<String, RuntimeError> {
+        match &spec.instructions {
+            None => Ok(String::new()),
+            Some(t) => render_instructions(&spec.name, t, metadata, input),
+        }
+    }
+
     /// Builds the model an agent file names (relative paths from `base_dir`).
     pub fn model_from_spec(spec: &AgentSpec, base_dir: &Path) -> Result<SharedModel, RuntimeError> {
         let Some(m) = &spec.model else {
@@ -95,6 +104,55 @@ impl Agent {
         weft_model::from_spec(m, base_dir)
             .map_err(|e| RuntimeError::Config(format!("agent `{}`: {e}", spec.name)))
     }
+}
+
+/// Renders the instructions template. A variable it names that is not defined (and has no
+/// `default`) is an error naming the variable, not an empty string in the prompt.
+fn render_instructions(
+    agent: &str,
+    template: &str,
+    metadata: &Value,
+    input: &Value,
+) -> Result<String, RuntimeError> {
+    let mut env = minijinja::Environment::new();
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    let err = |e: &minijinja::Error| {
+        RuntimeError::Config(format!("agent `{agent}`: `instructions` template: {e:#}"))
+    };
+    let tmpl = env.template_from_str(template).map_err(|e| err(&e))?;
+    let ctx = serde_json::json!({"session": {"metadata": metadata}, "input": input});
+    tmpl.render(&ctx).map_err(|e| {
+        if e.kind() != minijinja::ErrorKind::UndefinedError {
+            return err(&e);
+        }
+        let mut missing: Vec<String> = tmpl
+            .undeclared_variables(true)
+            .into_iter()
+            .filter(|path| {
+                let mut v = &ctx;
+                path.split('.').any(|k| match v.get(k) {
+                    Some(next) => {
+                        v = next;
+                        false
+                    }
+                    None => true,
+                })
+            })
+            .collect();
+        missing.sort();
+        if missing.is_empty() {
+            return err(&e);
+        }
+        RuntimeError::Config(format!(
+            "agent `{agent}`: `instructions` uses undefined variable(s) {}: give them (`session.metadata.*` \
+             with --metadata, `input.*` with --input) or write a default, e.g. {{{{ x | default(\"...\") }}}}",
+            missing
+                .iter()
+                .map(|m| format!("`{m}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })
 }
 
 /// Who starts a session and what it is about.

@@ -1,5 +1,5 @@
-//! The same agent scenarios on every store: in memory, a SQLite file and PostgreSQL (when
-//! WEFT_TEST_POSTGRES_URL is set). Each session is reloaded from the store (a new `Runtime`,
+//! The same agent scenarios on every store: in memory, a SQLite file and PostgreSQL
+//! (`needs_postgres_scenarios`, which needs WEFT_TEST_POSTGRES_URL). Each session is reloaded from the store (a new `Runtime`,
 //! as a new process would) to continue or to check it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -300,11 +300,8 @@ async fn scenarios_on_sqlite() {
 }
 
 #[tokio::test]
-async fn scenarios_on_postgres() {
-    let Ok(url) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
-        eprintln!("skipped: WEFT_TEST_POSTGRES_URL not set");
-        return;
-    };
+async fn needs_postgres_scenarios() {
+    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
     let schema = format!(
         "weft_scen_{}_{}",
         std::process::id(),

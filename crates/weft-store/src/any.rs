@@ -159,11 +159,11 @@ impl Store for AnyStore {
         }
     }
 
-    async fn prune(&self, before: i64) -> Result<u64, StoreError> {
+    async fn prune(&self, before: i64, active: bool) -> Result<u64, StoreError> {
         match self {
-            Self::Sqlite(st) => st.prune(before).await,
-            Self::Postgres(st) => st.prune(before).await,
-            Self::Memory(st) => st.prune(before).await,
+            Self::Sqlite(st) => st.prune(before, active).await,
+            Self::Postgres(st) => st.prune(before, active).await,
+            Self::Memory(st) => st.prune(before, active).await,
         }
     }
 

@@ -251,8 +251,13 @@ pub trait Store: Send + Sync + 'static {
         filter: &ListFilter,
     ) -> impl Future<Output = Result<Vec<SessionRecord>, StoreError>> + Send;
     /// Deletes sessions last updated before `before` (Unix ms), with their events and
-    /// snapshots; returns how many sessions.
-    fn prune(&self, before: i64) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// snapshots; returns how many sessions. Running and waiting sessions are kept unless
+    /// `active` is true (a session waiting for a person may wait for weeks).
+    fn prune(
+        &self,
+        before: i64,
+        active: bool,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
     /// Stores the session's state as it is after event `seq` (replacing a snapshot already
     /// taken at `seq`). Snapshots only shorten loading: the log stays the truth.
     fn save_snapshot(

@@ -133,10 +133,10 @@ impl Store for MemoryStore {
         Ok(v)
     }
 
-    async fn prune(&self, before: i64) -> Result<u64, StoreError> {
+    async fn prune(&self, before: i64, active: bool) -> Result<u64, StoreError> {
         let mut map = self.lock()?;
         let n = map.len();
-        map.retain(|_, e| e.rec.updated_at >= before);
+        map.retain(|_, e| e.rec.updated_at >= before || (!active && !e.rec.status.is_terminal()));
         Ok((n - map.len()) as u64)
     }
 

@@ -315,9 +315,12 @@ impl Store for PgStore {
         rows.iter().map(|r| self.session(r)).collect()
     }
 
-    async fn prune(&self, before: i64) -> Result<u64, StoreError> {
-        let res = sqlx::query("DELETE FROM sessions WHERE updated_at < $1")
-            .bind(before)
+    async fn prune(&self, before: i64, active: bool) -> Result<u64, StoreError> {
+        let res = sqlx::query(
+            "DELETE FROM sessions WHERE updated_at < $1 AND ($2 OR status IN ('completed', 'failed'))",
+        )
+        .bind(before)
+        .bind(active)
             .execute(&self.pool)
             .await
             .map_err(|e| self.err("cannot prune sessions", e))?;

@@ -371,9 +371,12 @@ impl Store for SqliteStore {
         rows.iter().map(|r| self.session(r)).collect()
     }
 
-    async fn prune(&self, before: i64) -> Result<u64, StoreError> {
-        let res = sqlx::query("DELETE FROM sessions WHERE updated_at < ?")
-            .bind(before)
+    async fn prune(&self, before: i64, active: bool) -> Result<u64, StoreError> {
+        let res = sqlx::query(
+            "DELETE FROM sessions WHERE updated_at < ? AND (? OR status IN ('completed', 'failed'))",
+        )
+        .bind(before)
+        .bind(active)
             .execute(&self.pool)
             .await
             .map_err(|e| self.err("cannot prune sessions", e))?;

@@ -1,7 +1,9 @@
 //! One behavioural suite for every store: memory, SQLite (a temporary file) and PostgreSQL
-//! (when `WEFT_TEST_POSTGRES_URL` is set; each test gets its own schema).
+//! (tests `needs_postgres::*`, which need `WEFT_TEST_POSTGRES_URL`; each gets its own schema).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -371,8 +373,21 @@ async fn prune_deletes_old_sessions<S: Store>(st: &Arc<S>) {
             .await
             .unwrap();
     }
-    assert_eq!(st.prune(100).await.unwrap(), 0);
-    assert_eq!(st.prune(250).await.unwrap(), 2);
+    // An old session that still waits for a person is kept unless asked.
+    st.create(new_session("w", None), 50).await.unwrap();
+    st.append(
+        "w",
+        0,
+        &small_batch(1, 3),
+        SessionStatus::WaitingForUser,
+        150,
+    )
+    .await
+    .unwrap();
+    assert_eq!(st.prune(100, false).await.unwrap(), 0);
+    assert_eq!(st.prune(250, false).await.unwrap(), 2);
+    assert_eq!(st.list(&ListFilter::default()).await.unwrap().len(), 2);
+    assert_eq!(st.prune(250, true).await.unwrap(), 1);
     let left = st.list(&ListFilter::default()).await.unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].id, "p3");
@@ -568,7 +583,7 @@ async fn snapshots_keep_the_latest<S: Store>(st: &Arc<S>) {
         Err(StoreError::NotFound(_))
     ));
     // Pruning a session takes its snapshots with it.
-    assert_eq!(st.prune(3).await.unwrap(), 1);
+    assert_eq!(st.prune(3, true).await.unwrap(), 1);
     st.create(new_session("snap", None), 4).await.unwrap();
     assert_eq!(st.latest_snapshot("snap").await.unwrap(), None);
 }
@@ -587,10 +602,7 @@ static SCHEMA_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A store in a fresh schema, or `None` (and a note) when no server is configured.
 async fn pg_store(test: &str) -> Option<(String, String, weft_store::PgStore)> {
-    let Ok(url) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
-        println!("skipped: WEFT_TEST_POSTGRES_URL not set");
-        return None;
-    };
+    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -635,7 +647,7 @@ macro_rules! suite {
                 }
             )*
         }
-        mod postgres {
+        mod needs_postgres {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {

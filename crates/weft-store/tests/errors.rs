@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::path::Path;
 
 use serde_json::json;
@@ -291,11 +293,8 @@ async fn bad_specs_are_refused() {
 }
 
 #[tokio::test]
-async fn postgres_newer_schema_is_refused() {
-    let Ok(url) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
-        println!("skipped: WEFT_TEST_POSTGRES_URL not set");
-        return;
-    };
+async fn needs_postgres_newer_schema_is_refused() {
+    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
     let schema = unique_schema("newer");
     let st = PgStore::connect_in_schema(&url, &schema).await.unwrap();
     st.close().await;
@@ -325,11 +324,8 @@ async fn postgres_newer_schema_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn postgres_migrations_run_once_when_many_connect_at_once() {
-    let Ok(url) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
-        println!("skipped: WEFT_TEST_POSTGRES_URL not set");
-        return;
-    };
+async fn needs_postgres_migrations_run_once_when_many_connect_at_once() {
+    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
     let schema = unique_schema("race");
     let opens: Vec<_> = (0..6)
         .map(|_| {
@@ -366,11 +362,8 @@ async fn postgres_migrations_run_once_when_many_connect_at_once() {
 /// connects, with its sessions, events and snapshots as they were, and then keeps text with a
 /// NUL character, which schema 1 could not.
 #[tokio::test]
-async fn a_postgres_schema_1_database_is_migrated_with_its_data() {
-    let Ok(url) = std::env::var("WEFT_TEST_POSTGRES_URL") else {
-        println!("skipped: WEFT_TEST_POSTGRES_URL not set");
-        return;
-    };
+async fn needs_postgres_a_schema_1_database_is_migrated_with_its_data() {
+    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
     let schema = unique_schema("v1");
     let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
     let setup = format!(

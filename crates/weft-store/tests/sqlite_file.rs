@@ -460,7 +460,7 @@ async fn a_schema_1_database_is_migrated_with_its_data() {
     let listed = st.list(&ListFilter::default()).await.unwrap();
     let ids: Vec<&str> = listed.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(ids, ["old-b-fork", "old-b", "old-a"]);
-    assert_eq!(st.prune(100).await.unwrap(), 1);
+    assert_eq!(st.prune(100, true).await.unwrap(), 1);
     assert!(st.get("old-a").await.is_err());
     st.close().await;
     let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();

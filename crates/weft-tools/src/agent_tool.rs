@@ -36,6 +36,13 @@ impl AgentToolDecl {
     pub fn parse(raw: &Value, base_dir: &Path) -> Result<Self, String> {
         let r: Raw = serde_json::from_value(raw.clone()).map_err(|e| format!("agent tool: {e}"))?;
         let path = base_dir.join(&r.agent);
+        if !path.is_file() {
+            return Err(format!(
+                "agent tool `{}`: the agent file does not exist (looked for {})",
+                r.agent,
+                path.display()
+            ));
+        }
         let name = match r.name {
             Some(n) => n,
             None => Path::new(&r.agent)

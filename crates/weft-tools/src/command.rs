@@ -52,6 +52,7 @@ impl CommandTool {
             None if base_dir.as_os_str().is_empty() => PathBuf::from("."),
             None => base_dir.to_path_buf(),
         };
+        check_program(&decl.name, program, args, &cwd)?;
         Ok(Self {
             info: ToolInfo {
                 name: decl.name,
@@ -229,6 +230,57 @@ impl Tool for CommandTool {
     }
 }
 
+/// Interpreters whose first non-option argument is a script file.
+const INTERPRETERS: &[&str] = &[
+    "python", "python3", "node", "bash", "sh", "zsh", "ruby", "perl", "deno", "bun",
+];
+
+/// Refuses, when the agent loads, a command whose program is not found (a path, relative to the
+/// command's working directory, or a name looked up on `PATH`) or whose script (the first
+/// non-option argument of a known interpreter) does not exist.
+fn check_program(tool: &str, program: &str, args: &[String], cwd: &Path) -> Result<(), String> {
+    if program.contains('/') {
+        let path = cwd.join(program);
+        if !path.is_file() {
+            return Err(format!(
+                "`{tool}`: `command`: program `{program}` does not exist (looked for {})",
+                path.display()
+            ));
+        }
+    } else {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        if !std::env::split_paths(&path).any(|d| d.join(program).is_file()) {
+            return Err(format!(
+                "`{tool}`: `command`: program `{program}` is not found on PATH; install it or give its path"
+            ));
+        }
+    }
+    let stem = Path::new(program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if INTERPRETERS.contains(&stem.as_str()) {
+        // `-c CODE`, `-m MODULE`, `-e CODE`: no script file to check.
+        if args
+            .iter()
+            .take_while(|a| a.starts_with('-'))
+            .any(|a| matches!(a.as_str(), "-c" | "-m" | "-e" | "--eval" | "-p" | "--print"))
+        {
+            return Ok(());
+        }
+        if let Some(script) = args.iter().find(|a| !a.starts_with('-')) {
+            let path = cwd.join(script);
+            if !path.exists() {
+                return Err(format!(
+                    "`{tool}`: `command`: script `{script}` does not exist (looked for {})",
+                    path.display()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,9 +415,56 @@ mod tests {
         assert!(e.contains("`tok`") && e.contains("`t`"), "{e}");
     }
 
+    fn decl(cmd: &[&str]) -> CommandToolDecl {
+        CommandToolDecl {
+            name: "t".into(),
+            description: String::new(),
+            category: None,
+            command: cmd.iter().map(|s| (*s).to_owned()).collect(),
+            input_schema: json!({}),
+            idempotent: false,
+            parallel: false,
+            requires_approval: false,
+            timeout: None,
+            env: BTreeMap::new(),
+            cwd: None,
+        }
+    }
+
+    #[test]
+    fn a_missing_program_or_script_is_refused_when_loading() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let e = CommandTool::from_decl(decl(&["/no/such/program"]), dir.path())
+            .err()
+            .unwrap_or_default();
+        assert!(
+            e.contains("program `/no/such/program` does not exist"),
+            "{e}"
+        );
+        let e = CommandTool::from_decl(decl(&["no-such-program-weft"]), dir.path())
+            .err()
+            .unwrap_or_default();
+        assert!(
+            e.contains("`no-such-program-weft` is not found on PATH"),
+            "{e}"
+        );
+        let e = CommandTool::from_decl(decl(&["python3", "-u", "tools/gone.py", "x"]), dir.path())
+            .err()
+            .unwrap_or_default();
+        assert!(e.contains("script `tools/gone.py` does not exist"), "{e}");
+        // Inline code has no script file; a script that exists is accepted.
+        assert!(CommandTool::from_decl(decl(&["python3", "-c", "print(1)"]), dir.path()).is_ok());
+        std::fs::write(dir.path().join("ok.sh"), "echo '{}'").expect("write");
+        assert!(CommandTool::from_decl(decl(&["sh", "ok.sh"]), dir.path()).is_ok());
+    }
+
     #[tokio::test]
-    async fn missing_program_is_a_spawn_error() {
-        let t = tool(&["/no/such/program"], "1s");
+    async fn a_program_gone_after_loading_is_a_spawn_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let prog = dir.path().join("prog");
+        std::fs::write(&prog, "#!/bin/sh\necho '{}'\n").expect("write");
+        let t = CommandTool::from_decl(decl(&["./prog"]), dir.path()).expect("loads");
+        std::fs::remove_file(&prog).expect("remove");
         let e = t.call(json!({}), ToolContext::default()).await.err();
         assert_eq!(e.map(|e| e.kind), Some("spawn".to_owned()));
     }

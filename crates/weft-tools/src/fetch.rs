@@ -142,7 +142,7 @@ impl HttpGet {
         })?;
         for _ in 0..=MAX_REDIRECTS {
             let addr = self.check(&url).await?;
-            let mut builder = reqwest::Client::builder()
+            let mut builder = crate::http::client_builder()
                 .timeout(self.timeout)
                 .redirect(reqwest::redirect::Policy::none())
                 .no_proxy();

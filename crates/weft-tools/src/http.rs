@@ -109,7 +109,7 @@ impl HttpTool {
             s.check_declared(used, &format!("http tool `{name}`"))
                 .map_err(|e| e.to_string())?;
         }
-        let client = reqwest::Client::builder()
+        let client = client_builder()
             .timeout(timeout)
             .build()
             .map_err(|e| format!("`{name}`: could not set up the HTTP client: {e}"))?;
@@ -245,4 +245,20 @@ impl Tool for HttpTool {
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
         self.run(args, &ctx).await
     }
+}
+
+/// Installs rustls' `ring` crypto provider as the process default, unless one is installed
+/// already. weft builds rustls without a default provider (one TLS stack, no aws-lc C build), so
+/// every HTTP client (ours and rmcp's) needs this before it is built.
+pub(crate) fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Another thread may install one first; either provider is fine, so the error is ignored.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// A `reqwest` client builder with the crypto provider installed.
+pub(crate) fn client_builder() -> reqwest::ClientBuilder {
+    install_crypto_provider();
+    reqwest::Client::builder()
 }

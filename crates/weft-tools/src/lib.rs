@@ -278,7 +278,37 @@ impl Registry {
             reg.shutdown().await;
             return Err(e);
         }
+        if let Err(e) = reg.check_allowed() {
+            reg.shutdown().await;
+            return Err(e);
+        }
         Ok(reg)
+    }
+
+    /// Every name of the allowed set must be a tool (MCP tools included, so call this once they
+    /// are listed): a misspelt name would otherwise silently take tools away from the model.
+    pub fn check_allowed(&self) -> Result<(), ToolsError> {
+        let Some(allowed) = &self.allowed else {
+            return Ok(());
+        };
+        let unknown: Vec<String> = allowed
+            .iter()
+            .filter(|n| !self.entries.contains_key(*n))
+            .map(|n| format!("`{n}`"))
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        Err(ToolsError::Declaration(format!(
+            "allowed_tools: {} {} no tool; the tools are: {}",
+            unknown.join(", "),
+            if unknown.len() == 1 {
+                "matches"
+            } else {
+                "match"
+            },
+            self.entries.keys().cloned().collect::<Vec<_>>().join(", ")
+        )))
     }
 
     /// Connects to every MCP server (those not connected yet), lists its tools and registers

@@ -418,6 +418,7 @@ impl McpServer {
                 custom.insert(name, value);
             }
             config = config.custom_headers(custom);
+            crate::http::install_crypto_provider();
             let transport =
                 StreamableHttpClientTransport::with_client(SessionAwareClient::default(), config);
             match tokio::time::timeout(self.connect_timeout(), handler.serve(transport)).await {

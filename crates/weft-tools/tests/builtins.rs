@@ -186,6 +186,10 @@ async fn workspace_tools_stay_inside() {
 #[tokio::test]
 async fn todos_ask_user_and_agent_tools() {
     let dir = tempfile::tempdir().unwrap();
+    // Agent tools' files must exist when the registry is built.
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("sub/researcher.yaml"), "name: researcher\n").unwrap();
+    std::fs::write(dir.path().join("w.yaml"), "name: writer\n").unwrap();
     let reg = registry(
         "name: a\ntools:\n  - builtin: todo_write\n  - builtin: ask_user\n  - agent: sub/researcher.yaml\n  - {agent: w.yaml, name: writer, description: Writes things.}\n",
         dir.path(),

@@ -1,5 +1,5 @@
 //! MCP servers, run for real. Install them with `scripts/setup-mcp` and export the variables it
-//! prints; without them these tests print why they skip and pass.
+//! prints; without them these tests fail (`scripts/test` leaves them out and says so).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -12,13 +12,7 @@ use weft_core::ToolCatalog;
 use weft_tools::Registry;
 
 fn var(name: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ => {
-            println!("SKIPPED: {name} is not set; run `eval \"$(scripts/setup-mcp)\"` first");
-            None
-        }
-    }
+    Some(service_var(name))
 }
 
 fn fixture() -> String {
@@ -94,7 +88,7 @@ impl Drop for HttpFixture {
 }
 
 #[tokio::test]
-async fn time_server_lists_and_calls() {
+async fn needs_mcp_time_server_lists_and_calls() {
     let Some(time) = var("WEFT_TEST_MCP_TIME") else {
         return;
     };
@@ -138,7 +132,7 @@ async fn time_server_lists_and_calls() {
 }
 
 #[tokio::test]
-async fn filesystem_server_writes_reads_and_refuses_outside() {
+async fn needs_mcp_filesystem_server_writes_reads_and_refuses_outside() {
     let (Some(fs), Some(node)) = (var("WEFT_TEST_MCP_FS"), var("WEFT_TEST_NODE")) else {
         return;
     };
@@ -187,7 +181,7 @@ async fn filesystem_server_writes_reads_and_refuses_outside() {
 }
 
 #[tokio::test]
-async fn streamable_http_server_with_structured_output() {
+async fn needs_mcp_streamable_http_server_with_structured_output() {
     let Some(py) = var("WEFT_TEST_MCP_PYTHON") else {
         return;
     };
@@ -231,7 +225,7 @@ async fn streamable_http_server_with_structured_output() {
 }
 
 #[tokio::test]
-async fn prefix_allow_env_and_list_refresh() {
+async fn needs_mcp_prefix_allow_env_and_list_refresh() {
     let Some(py) = var("WEFT_TEST_MCP_PYTHON") else {
         return;
     };
@@ -293,7 +287,7 @@ async fn prefix_allow_env_and_list_refresh() {
 }
 
 #[tokio::test]
-async fn killed_server_fails_the_call_and_restarts() {
+async fn needs_mcp_killed_server_fails_the_call_and_restarts() {
     let Some(py) = var("WEFT_TEST_MCP_PYTHON") else {
         return;
     };
@@ -333,7 +327,7 @@ async fn killed_server_fails_the_call_and_restarts() {
 }
 
 #[tokio::test]
-async fn hung_call_times_out_and_the_server_restarts() {
+async fn needs_mcp_hung_call_times_out_and_the_server_restarts() {
     let Some(py) = var("WEFT_TEST_MCP_PYTHON") else {
         return;
     };
@@ -375,7 +369,7 @@ async fn wait_gone(pid: &str) -> bool {
 }
 
 #[tokio::test]
-async fn shutdown_or_drop_stops_the_server_process() {
+async fn needs_mcp_shutdown_or_drop_stops_the_server_process() {
     let Some(py) = var("WEFT_TEST_MCP_PYTHON") else {
         return;
     };
@@ -402,7 +396,7 @@ async fn shutdown_or_drop_stops_the_server_process() {
 }
 
 #[tokio::test]
-async fn tools_list_follows_next_cursor() {
+async fn needs_mcp_tools_list_follows_next_cursor() {
     let Some(py) = var("WEFT_TEST_MCP_PYTHON") else {
         return;
     };

@@ -47,6 +47,12 @@ pub async fn agent_with_secrets(path: &Path, secrets: &[String]) -> Result<Loade
     let tools = Registry::from_agent_async(&spec, base, overrides)
         .await
         .map_err(|e| anyhow!("agent file {}: {e}", path.display()))?;
+    tracing::info!(
+        file = %path.display(),
+        agent = %spec.name,
+        tools = tools.infos().count(),
+        "agent loaded"
+    );
     Ok(LoadedAgent { spec, tools })
 }
 

@@ -1,5 +1,6 @@
 //! The `weft` command-line tool.
 
+mod check;
 mod load;
 mod plan_cmd;
 mod run_cmd;
@@ -24,6 +25,10 @@ struct Cli {
     /// Where sessions are stored: a SQLite file (default .weft/weft.db) or a postgres:// URL.
     #[arg(long, global = true, env = "WEFT_DB")]
     db: Option<String>,
+    /// What weft logs on stderr: error, warn, info, debug or trace, or a filter such as
+    /// `weft=debug,sqlx=warn` (default: RUST_LOG, else warnings only).
+    #[arg(long, global = true, value_name = "LEVEL")]
+    log_level: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -36,6 +41,8 @@ enum Command {
     /// Give an agent a task, or answer a session that waits (--session). Exit 0 answered,
     /// 1 could not complete, 3 waiting for your answer.
     Run(run_cmd::RunArgs),
+    /// Answer a session that waits for a person (the agent file is the one it was started with).
+    Answer(run_cmd::AnswerArgs),
     /// Continue a session whose process stopped while it was running.
     Resume(sessions_cmd::ResumeArgs),
     /// List, inspect, follow, fork and prune sessions.
@@ -44,6 +51,30 @@ enum Command {
     /// List an agent's tools with their source and schema.
     #[command(subcommand)]
     Tools(tools_cmd::ToolsCommand),
+    /// Check an agent file (and a plan) without running anything: every problem, at once.
+    /// Exit 0 when there is none, 2 otherwise.
+    Check(check::CheckArgs),
+    /// Print a shell completion script: `weft completions bash > ~/.local/share/bash-completion/completions/weft`.
+    Completions { shell: clap_complete::Shell },
+}
+
+/// Logs on stderr: `--log-level`, else `RUST_LOG`, else warnings only.
+fn init_logging(level: Option<&str>) -> Result<(), String> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(l) => EnvFilter::try_new(l).map_err(|e| format!("--log-level {l}: {e}"))?,
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
+        .with_target(true)
+        .try_init()
+        .map_err(|e| format!("cannot set up logging: {e}"))
 }
 
 /// Exit codes: 0 success, 1 the run failed, 2 bad input (a file, a plan, an argument), 3 the
@@ -53,6 +84,15 @@ pub const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Completions { shell } = cli.command {
+        use clap::CommandFactory;
+        clap_complete::generate(shell, &mut Cli::command(), "weft", &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
+    if let Err(e) = init_logging(cli.log_level.as_deref()) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -64,13 +104,28 @@ fn main() -> ExitCode {
         }
     };
     let result = rt.block_on(async {
-        let read_only = matches!(cli.command, Command::Sessions(_) | Command::Resume(_));
+        // Commands about an existing session never create a store (a mistyped --db or a
+        // lookup in the wrong directory must not leave an empty .weft/weft.db behind).
+        let read_only = matches!(
+            cli.command,
+            Command::Sessions(_) | Command::Resume(_) | Command::Answer(_)
+        ) || matches!(&cli.command, Command::Run(a) if a.session.is_some());
+        // A store named by WEFT_DB needs no --db in hints (and a URL may hold a password).
+        if std::env::var("WEFT_DB").ok() != cli.db {
+            store::remember(cli.db.as_deref());
+        }
         let needs_store = !matches!(
             cli.command,
             Command::Plan(plan_cmd::PlanCommand::Check(_) | plan_cmd::PlanCommand::DryRun(_))
                 | Command::Tools(_)
+                | Command::Check(_)
+                | Command::Completions { .. }
         );
         let store = if needs_store {
+            tracing::debug!(
+                db = cli.db.as_deref().unwrap_or(store::DEFAULT_DB),
+                "opening the session store"
+            );
             store::open(cli.db.as_deref(), read_only).await?
         } else {
             std::sync::Arc::new(weft_store::AnyStore::Memory(weft_store::MemoryStore::new()))
@@ -78,9 +133,12 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Plan(c) => plan_cmd::run(store, c).await,
             Command::Run(a) => run_cmd::run(store, a).await,
+            Command::Answer(a) => run_cmd::answer(store, a).await,
             Command::Resume(a) => sessions_cmd::resume(store, a).await,
             Command::Sessions(c) => sessions_cmd::run(store, c).await,
             Command::Tools(c) => tools_cmd::run(c).await,
+            Command::Check(a) => check::run(a).await,
+            Command::Completions { .. } => Ok(0),
         }
     });
     match result {

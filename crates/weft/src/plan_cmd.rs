@@ -89,7 +89,12 @@ async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
         .transpose()?;
     let mut plan = match read_plan(&a.plan)? {
         Ok(p) => p,
-        Err(problems) => return Ok(report(&a.plan, &problems)),
+        Err(problems) => {
+            if a.json {
+                println!("{}", serde_json::json!({"ok": false, "problems": problems}));
+            }
+            return Ok(report(&a.plan, &problems));
+        }
     };
     let mut limits = agent.spec.limits.clone();
     if let Some(p) = a.max_parallel {
@@ -182,6 +187,13 @@ async fn execute<S: weft_store::Store>(store: Arc<S>, a: RunArgs) -> Result<u8> 
     if state.status == SessionStatus::Completed {
         return Ok(0);
     }
+    report_failure(state);
+    Ok(EXIT_FAILED)
+}
+
+/// Says on stderr why a plan run did not complete: each failed step (not handled by an error
+/// path) with its error, and the run's own error.
+pub fn report_failure(state: &weft_core::State) {
     if let Some(run) = &state.plan {
         for (s, r) in run.plan.steps.iter().zip(&run.steps) {
             if let Some(e) = r
@@ -199,5 +211,4 @@ async fn execute<S: weft_store::Store>(store: Arc<S>, a: RunArgs) -> Result<u8> 
     if let Some(e) = &state.error {
         eprintln!("run failed: {e}");
     }
-    Ok(EXIT_FAILED)
 }

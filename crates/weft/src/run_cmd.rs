@@ -21,7 +21,8 @@ pub const EXIT_WAITING: u8 = 3;
 pub struct RunArgs {
     /// The agent file (YAML or JSON).
     pub agent: PathBuf,
-    /// The task; with --session, the answer to the session's question (or a new task).
+    /// The task (`-`: read it from stdin); with --session, the answer to the session's question
+    /// (or a new task).
     pub task: String,
     /// Continue this session.
     #[arg(long)]
@@ -126,8 +127,12 @@ fn live_view(streamed: Arc<Mutex<bool>>) -> Observer {
                     .unwrap_or_default()
             )),
             Event::PlanRejected { problems } => Some(format!(
-                "plan rejected ({} problem(s)), asking again",
-                problems.len()
+                "plan rejected ({} problem(s)), asking again:{}",
+                problems.len(),
+                problems
+                    .iter()
+                    .map(|p| format!("\n  - {p}"))
+                    .collect::<String>()
             )),
             Event::ModelReplyRejected { reason, .. } => Some(format!("reply rejected: {reason}")),
             Event::ModelFailed { error, .. } => Some(format!("model error: {error}")),
@@ -148,6 +153,64 @@ fn live_view(streamed: Arc<Mutex<bool>>) -> Observer {
     })
 }
 
+#[derive(Debug, Args)]
+pub struct AnswerArgs {
+    /// The session that waits.
+    pub id: String,
+    /// The answer (`-`: read it from stdin).
+    pub answer: String,
+    /// Print every event as a JSON line on stderr.
+    #[arg(long)]
+    pub events: bool,
+    /// A secret for this run, NAME=VALUE (as for `weft run`).
+    #[arg(long)]
+    pub secret: Vec<String>,
+}
+
+/// `weft answer ID TEXT`: `weft run AGENT --session ID TEXT` with the agent file the session
+/// was started with.
+pub async fn answer<S: Store>(store: Arc<S>, a: AnswerArgs) -> Result<u8> {
+    let rec = store.get(&a.id).await?;
+    let agent = crate::sessions_cmd::agent_file_of(&rec.metadata).ok_or_else(|| {
+        anyhow!(
+            "session {} does not record its agent file; answer with `weft run AGENT --session {} \"...\"`",
+            a.id,
+            a.id
+        )
+    })?;
+    run(
+        store,
+        RunArgs {
+            agent,
+            task: a.answer,
+            session: Some(a.id),
+            input: None,
+            events: a.events,
+            user: None,
+            reference: None,
+            metadata: None,
+            id: None,
+            secret: a.secret,
+        },
+    )
+    .await
+}
+
+/// The task argument; `-` reads it from stdin.
+fn task_text(arg: &str) -> Result<String> {
+    if arg != "-" {
+        return Ok(arg.to_owned());
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+        .map_err(|e| anyhow!("cannot read the task from stdin: {e}"))?;
+    let text = text.trim().to_owned();
+    if text.is_empty() {
+        return Err(anyhow!("the task read from stdin (`-`) is empty"));
+    }
+    Ok(text)
+}
+
 pub fn json_lines() -> Observer {
     Arc::new(|e: &Envelope| {
         if let Ok(line) = serde_json::to_string(e) {
@@ -156,7 +219,8 @@ pub fn json_lines() -> Observer {
     })
 }
 
-pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
+pub async fn run<S: Store>(store: Arc<S>, mut args: RunArgs) -> Result<u8> {
+    args.task = task_text(&args.task)?;
     let loaded = load::agent_with_secrets(&args.agent, &args.secret).await?;
     let input = load::input(args.input.as_deref())?;
     let mut metadata: Value = match &args.metadata {
@@ -173,10 +237,14 @@ pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
         "weft_agent_file".into(),
         Value::String(load::absolute(&args.agent)),
     );
-    let model = Agent::model_from_spec(&loaded.spec, load::base_dir(&args.agent))?;
+    let in_file =
+        |e: weft_runtime::RuntimeError| anyhow!("agent file {}: {e}", args.agent.display());
+    let model =
+        Agent::model_from_spec(&loaded.spec, load::base_dir(&args.agent)).map_err(in_file)?;
     let redact = loaded.redactor();
     let tools = Arc::new(loaded.tools);
-    let agent = Agent::new(&loaded.spec, tools.clone(), model, &metadata, &input)?;
+    let agent =
+        Agent::new(&loaded.spec, tools.clone(), model, &metadata, &input).map_err(in_file)?;
     let interactive = std::io::stdout().is_terminal() && !args.events;
     let streamed = Arc::new(Mutex::new(false));
     let mut rt = Runtime::new(store, tools.clone(), loaded.spec.limits.clone());
@@ -316,14 +384,16 @@ pub fn report(
                 .map(|w| w.question.clone())
                 .unwrap_or_default();
             println!("{q}");
+            let db = crate::store::db_flag();
             writeln!(
                 err,
                 "waiting for your answer (session {id}); continue with:"
             )?;
+            writeln!(err, "  weft answer{db} {id} \"<answer>\"")?;
             writeln!(
                 err,
-                "  weft run {} --session {id} \"<answer>\"",
-                agent.display()
+                "  (or: weft run{db} {} --session {id} \"<answer>\")",
+                crate::store::shell_word(&agent.display().to_string())
             )?;
             writeln!(err, "{summary}")?;
             Ok(EXIT_WAITING)

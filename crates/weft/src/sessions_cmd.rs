@@ -49,10 +49,16 @@ pub enum SessionsCommand {
         #[arg(long)]
         at: u64,
     },
-    /// Delete sessions not updated for DURATION (e.g. 30d, 12h).
+    /// Delete completed and failed sessions not updated for DURATION (e.g. 30d, 12h).
     Prune {
         #[arg(long)]
         older_than: String,
+        /// Also delete running sessions and sessions waiting for a person.
+        #[arg(long)]
+        include_active: bool,
+        /// Only say which sessions would be deleted.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -68,6 +74,7 @@ pub struct ResumeArgs {
     pub events: bool,
 }
 
+/// A time as RFC 3339 in UTC (`2026-11-23T22:05:40Z`), in tables and JSON alike.
 fn fmt_time(ms: i64) -> String {
     let secs = ms / 1000;
     let days = secs.div_euclid(86_400);
@@ -83,7 +90,7 @@ fn fmt_time(ms: i64) -> String {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z",
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
         rem / 3600,
         rem % 3600 / 60,
         rem % 60
@@ -114,7 +121,10 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
                 .await?;
             if json {
                 for r in &rows {
-                    writeln!(out, "{}", serde_json::to_string(r)?)?;
+                    let mut v = serde_json::to_value(r)?;
+                    v["created_at"] = json!(fmt_time(r.created_at));
+                    v["updated_at"] = json!(fmt_time(r.updated_at));
+                    writeln!(out, "{v}")?;
                 }
                 return Ok(0);
             }
@@ -279,20 +289,64 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
                 )
                 .await?;
             writeln!(out, "{new_id}")?;
+            // The hint names the one command that accepts the fork in its state.
+            let db = crate::store::db_flag();
+            let agent = agent_file_of(&rec.metadata)
+                .map(|p| crate::store::shell_word(&p.display().to_string()))
+                .unwrap_or_else(|| "AGENT".into());
+            let next = match state.status {
+                SessionStatus::Running => format!("weft resume{db} {new_id}"),
+                SessionStatus::WaitingForUser => format!("weft answer{db} {new_id} \"<answer>\""),
+                SessionStatus::Completed | SessionStatus::Failed => {
+                    format!("weft run{db} {agent} --session {new_id} \"<a new task>\"")
+                }
+            };
             writeln!(
                 std::io::stderr(),
-                "forked {id} at event {at} into {new_id} ({}); continue it with `weft resume {new_id}` or `weft run AGENT --session {new_id} ...`",
+                "forked {id} at event {at} into {new_id} ({}); continue it with `{next}`",
                 state.status.as_str()
             )?;
             Ok(0)
         }
-        SessionsCommand::Prune { older_than } => {
+        SessionsCommand::Prune {
+            older_than,
+            include_active,
+            dry_run,
+        } => {
             let d = parse_duration_str(&older_than).map_err(|e| anyhow!("--older-than: {e}"))?;
-            let cutoff = now_ms() - i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-            let n = store.prune(cutoff).await?;
+            let cutoff = now_ms().saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            let which = if include_active {
+                "session(s)"
+            } else {
+                "completed or failed session(s)"
+            };
+            if dry_run {
+                let rows = store.list(&ListFilter::default()).await?;
+                let mut n = 0;
+                for r in rows
+                    .iter()
+                    .filter(|r| r.updated_at < cutoff && (include_active || r.status.is_terminal()))
+                {
+                    writeln!(
+                        out,
+                        "{}  {}  {}",
+                        r.id,
+                        r.status.as_str(),
+                        fmt_time(r.updated_at)
+                    )?;
+                    n += 1;
+                }
+                writeln!(
+                    std::io::stderr(),
+                    "would prune {n} {which} not updated since {} (dry run: nothing deleted)",
+                    fmt_time(cutoff)
+                )?;
+                return Ok(0);
+            }
+            let n = store.prune(cutoff, include_active).await?;
             writeln!(
                 out,
-                "pruned {n} session(s) not updated since {}",
+                "pruned {n} {which} not updated since {}",
                 fmt_time(cutoff)
             )?;
             Ok(0)
@@ -323,9 +377,9 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
         SessionStatus::Running => {}
         SessionStatus::WaitingForUser => {
             return Err(anyhow!(
-                "session {} waits for an answer; give it with `weft run {} --session {} \"<answer>\"`",
+                "session {} waits for an answer; give it with `weft answer{} {} \"<answer>\"`",
                 args.id,
-                path.display(),
+                crate::store::db_flag(),
                 args.id
             ));
         }
@@ -351,11 +405,11 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
     if state.mode.is_none() {
         rt.resume_plan(&mut session).await?;
         println!("{}", serde_json::to_string_pretty(&session.state.data)?);
-        return Ok(if session.state.status == SessionStatus::Completed {
-            0
-        } else {
-            crate::EXIT_FAILED
-        });
+        if session.state.status == SessionStatus::Completed {
+            return Ok(0);
+        }
+        crate::plan_cmd::report_failure(&session.state);
+        return Ok(crate::EXIT_FAILED);
     }
     let model = Agent::model_from_spec(&loaded.spec, load::base_dir(&path))?;
     let agent = Agent::new(&loaded.spec, tools, model, &rec.metadata, &state.input)?;

@@ -1,6 +1,6 @@
 //! Opening the session store the user names.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context, Result};
 use weft_store::AnyStore;
@@ -23,4 +23,32 @@ pub async fn open(db: Option<&str>, existing: bool) -> Result<Arc<CliStore>> {
     Ok(Arc::new(store.with_context(|| {
         format!("cannot open the session store `{spec}`")
     })?))
+}
+
+static CHOSEN: OnceLock<Option<String>> = OnceLock::new();
+
+/// Remembers the `--db` (or `WEFT_DB`) this process uses, for the commands its hints suggest.
+pub fn remember(db: Option<&str>) {
+    let _ = CHOSEN.set(db.filter(|d| *d != DEFAULT_DB).map(str::to_owned));
+}
+
+/// ` --db SPEC` when the store is not the default one, so that a suggested command reaches
+/// the same sessions.
+pub fn db_flag() -> String {
+    match CHOSEN.get() {
+        Some(Some(db)) => format!(" --db {}", shell_word(db)),
+        _ => String::new(),
+    }
+}
+
+/// A word a POSIX shell reads back as itself.
+pub fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:@%+=,".contains(c));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }

@@ -3,28 +3,22 @@
 //! tiny and often wrong: these tests assert a clean end, valid events and usage, not wisdom.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
 
 fn base_url() -> Option<String> {
-    match std::env::var("WEFT_TEST_OPENAI_BASE_URL") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ => {
-            eprintln!(
-                "skipped: WEFT_TEST_OPENAI_BASE_URL not set (run `eval \"$(scripts/llm-server start)\"`)"
-            );
-            None
-        }
-    }
+    Some(common::service_var("WEFT_TEST_OPENAI_BASE_URL"))
 }
 
 fn write_agent(dir: &Path, mode: &str, url: &str) {
     let agent = format!(
         r#"name: tiny-{mode}
 mode: {mode}
-model: {{ provider: openai, name: smollm2, base_url: "{url}", timeout: 120s, max_tokens: 256 }}
+model: {{ provider: openai, name: smollm2, base_url: "{url}", api_key: none, timeout: 120s, max_tokens: 256 }}
 instructions: You are a terse assistant. Use the echo tool to repeat words when asked.
 limits: {{ max_iterations: 3, max_model_retries: 2, max_replans: 1, max_waves: 4, max_response_rounds: 1 }}
 review_responses: false
@@ -129,11 +123,11 @@ fn run_and_check(mode: &str) {
 }
 
 #[test]
-fn react_agent_reaches_a_terminal_state_against_a_real_server() {
+fn needs_llm_react_agent_reaches_a_terminal_state_against_a_real_server() {
     run_and_check("react");
 }
 
 #[test]
-fn plan_agent_reaches_a_terminal_state_against_a_real_server() {
+fn needs_llm_plan_agent_reaches_a_terminal_state_against_a_real_server() {
     run_and_check("plan");
 }

@@ -226,7 +226,23 @@ fn list_filters_show_and_prune() {
     let out = weft(d, &["sessions", "prune", "--older-than", "1h"]);
     assert!(text(&out.stdout).contains("pruned 0"));
     std::thread::sleep(std::time::Duration::from_millis(20));
+    // Both wait for a person: kept unless asked.
     let out = weft(d, &["sessions", "prune", "--older-than", "10ms"]);
+    assert!(
+        text(&out.stdout).contains("pruned 0"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = weft(
+        d,
+        &[
+            "sessions",
+            "prune",
+            "--older-than",
+            "10ms",
+            "--include-active",
+        ],
+    );
     assert!(
         text(&out.stdout).contains("pruned 2"),
         "{}",

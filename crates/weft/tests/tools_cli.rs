@@ -2,6 +2,8 @@
 //! must never show, and sub-agents linked to their parent session.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
@@ -32,17 +34,11 @@ fn events(stderr: &str) -> Vec<Value> {
 }
 
 fn env_or_skip(name: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ => {
-            eprintln!("skipped: {name} not set (run `eval \"$(scripts/setup-mcp)\"`)");
-            None
-        }
-    }
+    Some(common::service_var(name))
 }
 
 #[test]
-fn mcp_time_and_filesystem_servers_through_an_agent() {
+fn needs_mcp_time_and_filesystem_servers_through_an_agent() {
     let (Some(time), Some(fs), Some(node)) = (
         env_or_skip("WEFT_TEST_MCP_TIME"),
         env_or_skip("WEFT_TEST_MCP_FS"),

@@ -1,0 +1,252 @@
+//! Mistakes in an agent file are caught when it loads, through the binary: exit 2, the file and
+//! the field named, nothing run. `weft check` lists every problem at once.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs weft in `dir` with no provider key, base URL, store or cassette from the environment.
+fn weft(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("WEFT_DB")
+        .env_remove("WEFT_CASSETTE")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A directory with `agent.yaml` (the given text) and a scripted model's script.
+fn agent_dir(yaml: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root().join("examples/scripts/weather-chat.yaml"),
+        dir.path().join("script.yaml"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("agent.yaml"), yaml).unwrap();
+    dir
+}
+
+/// `weft run agent.yaml TASK` must stop with exit 2 before anything runs, naming the file and
+/// every `needle`.
+fn refused(yaml: &str, needles: &[&str]) -> String {
+    let dir = agent_dir(yaml);
+    let out = weft(dir.path(), &["run", "agent.yaml", "hello"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.contains("agent.yaml"), "the file is named: {stderr}");
+    for n in needles {
+        assert!(stderr.contains(n), "`{n}` in: {stderr}");
+    }
+    assert!(out.stdout.is_empty(), "nothing ran: {}", text(&out.stdout));
+    stderr
+}
+
+const HEAD: &str = "name: a\nmode: react\nmodel: scripted:script.yaml\n";
+
+#[test]
+fn a_command_tool_whose_program_does_not_exist() {
+    refused(
+        &format!("{HEAD}tools:\n  - {{ name: lookup, command: [\"./tools/lookup\"] }}\n"),
+        &[
+            "tools[0]",
+            "`lookup`",
+            "program `./tools/lookup` does not exist",
+        ],
+    );
+    refused(
+        &format!("{HEAD}tools:\n  - {{ name: lookup, command: [\"no-such-program-weft\"] }}\n"),
+        &["`no-such-program-weft` is not found on PATH"],
+    );
+}
+
+#[test]
+fn a_command_tool_whose_script_does_not_exist() {
+    refused(
+        &format!(
+            "{HEAD}tools:\n  - builtin: echo\n  - {{ name: lookup, command: [\"python3\", \"tools/lookup.py\"] }}\n"
+        ),
+        &[
+            "tools[1]",
+            "`lookup`",
+            "script `tools/lookup.py` does not exist",
+        ],
+    );
+}
+
+#[test]
+fn an_allowed_tools_name_that_matches_no_tool() {
+    refused(
+        &format!("{HEAD}allowed_tools: [ecko]\ntools:\n  - builtin: echo\n"),
+        &["allowed_tools", "`ecko`", "matches no tool", "echo"],
+    );
+}
+
+#[test]
+fn an_agent_tool_whose_file_does_not_exist() {
+    refused(
+        &format!("{HEAD}tools:\n  - agent: researcher.yaml\n"),
+        &["tools[0]", "researcher.yaml", "does not exist"],
+    );
+}
+
+#[test]
+fn a_malformed_base_url() {
+    refused(
+        "name: a\nmode: react\nmodel: { provider: openai, name: m, base_url: \"localhost:8080/v1\", api_key: none }\n",
+        &["`base_url`", "localhost:8080/v1", "http"],
+    );
+}
+
+#[test]
+fn openai_and_anthropic_without_a_key() {
+    let e = refused(
+        "name: a\nmode: react\nmodel: openai:gpt-4o-mini\n",
+        &[
+            "openai:gpt-4o-mini needs an API key",
+            "OPENAI_API_KEY",
+            "api_key: none",
+        ],
+    );
+    assert!(!e.contains("panicked"), "{e}");
+    refused(
+        "name: a\nmode: react\nmodel: anthropic:claude-sonnet-4-0\n",
+        &[
+            "anthropic:claude-sonnet-4-0 needs an API key",
+            "ANTHROPIC_API_KEY",
+        ],
+    );
+    // A local server that needs no key says so; then it loads (and `weft check` agrees).
+    let dir = agent_dir(
+        "name: a\nmode: react\nmodel: { provider: openai, name: m, base_url: \"http://127.0.0.1:9/v1\", api_key: none }\n",
+    );
+    let out = weft(dir.path(), &["check", "agent.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("no problems"));
+}
+
+#[test]
+fn an_undefined_template_variable_is_named() {
+    refused(
+        &format!("{HEAD}instructions: You work for {{{{ session.metadata.company }}}}.\n"),
+        &["`instructions`", "`session.metadata.company`", "--metadata"],
+    );
+    // Given, or with a default, it loads.
+    let dir = agent_dir(&format!(
+        "{HEAD}instructions: You work for {{{{ session.metadata.company }}}}.\n"
+    ));
+    let out = weft(
+        dir.path(),
+        &[
+            "check",
+            "agent.yaml",
+            "--metadata",
+            r#"{"company": "Acme"}"#,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let dir = agent_dir(&format!(
+        "{HEAD}instructions: You work for {{{{ session.metadata.company | default(\"us\") }}}}.\n"
+    ));
+    let out = weft(dir.path(), &["check", "agent.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
+fn check_lists_every_problem_at_once() {
+    let dir = agent_dir(
+        "name: a\nmode: react\n\
+         model: { provider: openai, name: m, base_url: \"http//x\", api_key: none }\n\
+         instructions: Hi {{ input.customer }}\n\
+         tools:\n  - { name: one, command: [\"./missing-one\"] }\n  - agent: missing.yaml\n",
+    );
+    let out = weft(dir.path(), &["check", "agent.yaml"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("4 problem(s)"), "{stderr}");
+    for n in [
+        "tools[0]: `one`",
+        "tools[1]: agent tool `missing.yaml`",
+        "`base_url`",
+        "`input.customer`",
+    ] {
+        assert!(stderr.contains(n), "`{n}` in {stderr}");
+    }
+    let out = weft(dir.path(), &["check", "agent.yaml", "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["problems"].as_array().unwrap().len(), 4, "{v}");
+}
+
+#[test]
+fn check_with_a_plan_and_input() {
+    let r = root();
+    let ok = weft(
+        &r,
+        &[
+            "check",
+            "examples/shop.yaml",
+            "examples/plans/refund.json",
+            "--input",
+            r#"{"customerId": "cust_123", "amount": 50.0}"#,
+        ],
+    );
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
+    // The plan's problems and the input's, with the agent's, in one list.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("plan.json"),
+        r#"[{"_tool": "nope", "x": 1}, {"_tool": "echo", "_dependsOn": ["s9"]}]"#,
+    )
+    .unwrap();
+    let plan = dir.path().join("plan.json").display().to_string();
+    let out = weft(&r, &["check", "examples/shop.yaml", &plan, "--json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let problems = v["problems"].as_array().unwrap();
+    assert!(problems.len() >= 2, "{v}");
+    assert!(
+        problems
+            .iter()
+            .all(|p| p.as_str().unwrap().contains("plan.json")),
+        "{v}"
+    );
+}
+
+#[test]
+fn plan_check_json_prints_problems_found_while_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("plan.json"), r#"[{"_id": 3}]"#).unwrap();
+    let plan = dir.path().join("plan.json").display().to_string();
+    let out = weft(
+        &root(),
+        &[
+            "plan",
+            "check",
+            &plan,
+            "--agent",
+            "examples/shop.yaml",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert!(!v["problems"].as_array().unwrap().is_empty(), "{v}");
+}
