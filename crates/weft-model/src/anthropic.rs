@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
-use crate::config::{ProviderConfig, ProviderKind};
+use crate::config::{ProviderConfig, ProviderKind, StreamMode};
 use crate::http::{Http, SseParser, classify_status, parse_json};
 use crate::structured::{self, Prepared, Wire};
 use crate::{DeltaSink, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage};
@@ -469,7 +469,7 @@ impl Wire for AnthropicModel {
             }
             None => {}
         }
-        let stream = self.cfg.stream && deltas.is_some();
+        let stream = self.cfg.stream != StreamMode::Never && deltas.is_some();
         let body = self.request_body(req, stream);
         let resp = self.http.post("/v1/messages", &headers, &body).await?;
         match deltas {

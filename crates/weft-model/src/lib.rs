@@ -10,6 +10,7 @@
 //! (`WEFT_CASSETTE=record:PATH` / `replay:PATH`, see [`Cassette`]).
 
 mod anthropic;
+pub mod capabilities;
 mod cassette;
 mod config;
 mod http;
@@ -29,7 +30,10 @@ pub use weft_core::model::{
 
 pub use anthropic::{AnthropicModel, DEFAULT_MAX_TOKENS};
 pub use cassette::{Cassette, CassetteFile, CassetteMode, Exchange};
-pub use config::{Prices, ProviderConfig, ProviderKind, StructuredMode, builtin_prices};
+pub use config::{
+    MaxTokensField, Prices, ProviderConfig, ProviderKind, StreamMode, StructuredMode, ToolChoice,
+    builtin_prices,
+};
 pub use openai::{OpenAiModel, SchemaWire};
 pub use scripted::{ScriptedModel, ScriptedReply};
 
@@ -145,8 +149,8 @@ pub type SharedModel = Arc<dyn DynModel>;
 ///
 /// Forms: `scripted:PATH`, `openai:MODEL`, `anthropic:MODEL`, or a mapping
 /// `{provider: scripted, script: PATH}` / `{provider: openai|anthropic, name: MODEL, base_url,
-/// api_key_env, system_role, stream, timeout, connect_timeout, max_retries, max_tokens, prices,
-/// strict, structured_output}`.
+/// api_key_env, system_role, stream, tool_choice, timeout, connect_timeout, max_retries,
+/// max_tokens, max_tokens_field, prices, strict, structured_output}`.
 pub fn from_spec(spec: &Value, base_dir: &Path) -> Result<SharedModel, ModelError> {
     from_spec_with_env(spec, base_dir, &|k| std::env::var(k).ok())
 }

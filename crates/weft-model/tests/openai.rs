@@ -87,7 +87,7 @@ async fn plain_reply_sends_the_expected_request_and_costs_tokens() {
             "messages": [
                 {"role": "system", "content": "Be brief."},
                 {"role": "user", "content": "Hi"},
-                {"role": "assistant", "content": null, "tool_calls": [
+                {"role": "assistant", "content": "", "tool_calls": [
                     {"id": "call_a", "type": "function",
                      "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]},
                 {"role": "tool", "tool_call_id": "call_a", "content": "rain"}
@@ -95,6 +95,7 @@ async fn plain_reply_sends_the_expected_request_and_costs_tokens() {
             "tools": [{"type": "function", "function": {"name": "get_weather",
                 "description": "Current weather for a city",
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
+            "tool_choice": "auto",
             "temperature": 0.5
         })
     );
@@ -650,5 +651,136 @@ async fn a_server_error_about_response_format_also_falls_back() {
             .unwrap()
             .contains("JSON Schema")
     );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn tool_choice_and_the_length_field_follow_the_configuration() {
+    let ok = || {
+        Reply::json(completion(
+            json!("ok"),
+            None,
+            json!({"prompt_tokens": 1, "completion_tokens": 1}),
+        ))
+    };
+    let server = serve(vec![ok(), ok(), ok()]).await;
+    let url = format!("{}/v1", server.url());
+    let mut with_tools = chat("s", "hi");
+    with_tools.tools = vec![weather_tool()];
+    with_tools.max_tokens = Some(64);
+    for spec in [
+        json!({"provider": "openai", "name": "m", "base_url": url, "tool_choice": "required",
+            "max_tokens_field": "max_completion_tokens"}),
+        json!({"provider": "openai", "name": "m", "base_url": url, "tool_choice": "omit"}),
+    ] {
+        let m = from_spec_with_env(&spec, std::path::Path::new("."), &|_| None).unwrap();
+        m.complete_boxed(&with_tools, None).await.unwrap();
+    }
+    // Without tools no `tool_choice` is sent (servers reject one without tools).
+    let m = from_spec_with_env(
+        &json!({"provider": "openai", "name": "m", "base_url": url}),
+        std::path::Path::new("."),
+        &|_| None,
+    )
+    .unwrap();
+    m.complete_boxed(&chat("s", "hi"), None).await.unwrap();
+    let seen = server.seen();
+    assert_eq!(seen[0].body["tool_choice"], "required");
+    assert_eq!(seen[0].body["max_completion_tokens"], 64);
+    assert!(seen[0].body.get("max_tokens").is_none());
+    assert!(seen[1].body.get("tool_choice").is_none());
+    assert_eq!(seen[1].body["max_tokens"], 64);
+    assert!(seen[2].body.get("tool_choice").is_none());
+    server.stop().await;
+
+    let e = from_spec_with_env(
+        &json!({"provider": "openai", "name": "m", "tool_choice": "always"}),
+        std::path::Path::new("."),
+        &|_| None,
+    )
+    .err()
+    .unwrap();
+    assert!(e.to_string().contains("`tool_choice`"), "{e}");
+}
+
+/// llama-cpp-python answers a streamed request that carries `tool_choice` with 200 and an
+/// empty body.
+fn empty_stream() -> Reply {
+    Reply::Full {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        body: String::new(),
+    }
+}
+
+#[tokio::test]
+async fn an_empty_streamed_reply_falls_back_to_a_plain_call_learned_once() {
+    let ok = |t: &str| {
+        Reply::json(completion(
+            json!(t),
+            None,
+            json!({"prompt_tokens": 1, "completion_tokens": 1}),
+        ))
+    };
+    let server = serve(vec![empty_stream(), ok("one"), ok("two")]).await;
+    let m = model(&server.url());
+    let (s, _) = sink();
+    let first = m.complete(&chat("s", "hi"), Some(s.clone())).await.unwrap();
+    assert_eq!(first.content, "one");
+    // A second model of the same server and name knows it already.
+    let again = model(&server.url());
+    let second = again.complete(&chat("s", "hi"), Some(s)).await.unwrap();
+    assert_eq!(second.content, "two");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[0].body["stream"], true);
+    assert!(seen[1].body.get("stream").is_none());
+    assert!(seen[2].body.get("stream").is_none(), "learned once");
+    server.stop().await;
+
+    // `stream: true` insists, and says what to change.
+    let server = serve(vec![empty_stream()]).await;
+    let mut cfg = config(ProviderKind::OpenAi, "m", &format!("{}/v1", server.url()));
+    cfg.stream = weft_model::StreamMode::Always;
+    let (s, _) = sink();
+    let e = OpenAiModel::new(cfg)
+        .unwrap()
+        .complete(&chat("s", "hi"), Some(s))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("stream: auto"), "{e}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn learned_capabilities_are_read_from_their_file() {
+    let server = serve(vec![Reply::json(completion(
+        json!("{\"answer\": 1}"),
+        None,
+        json!({"prompt_tokens": 1, "completion_tokens": 1}),
+    ))])
+    .await;
+    let url = format!("{}/v1", server.url());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("provider-capabilities.json");
+    // What an earlier process wrote.
+    std::fs::write(
+        &file,
+        json!({"providers": {weft_model::capabilities::key(&url, "m"):
+            {"no_stream": true, "structured": "json_object"}}})
+        .to_string(),
+    )
+    .unwrap();
+    weft_model::capabilities::use_file(&file);
+    let m = OpenAiModel::new(config(ProviderKind::OpenAi, "m", &url)).unwrap();
+    let (s, _) = sink();
+    let mut req = chat("s", "hi");
+    req.response_schema = Some(schema());
+    let reply = m.complete(&req, Some(s)).await.unwrap();
+    assert_eq!(reply.content, "{\"answer\": 1}");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].body.get("stream").is_none(), "no stream tried");
+    assert_eq!(seen[0].body["response_format"]["type"], "json_object");
     server.stop().await;
 }
