@@ -287,8 +287,12 @@ impl OpenAiModel {
         let mut done = false;
         let mut received = 0usize;
         while !done {
-            let Some(chunk) = resp.chunk().await? else {
-                break;
+            let chunk = match resp.chunk().await {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
+                // llama-cpp-python may also break the connection of an empty streamed reply.
+                Err(ModelError::StreamCut { .. }) if received == 0 => return Ok(None),
+                Err(e) => return Err(e),
             };
             received += chunk.trim().len();
             for ev in parser.feed(&chunk) {

@@ -784,3 +784,29 @@ async fn learned_capabilities_are_read_from_their_file() {
     assert_eq!(seen[0].body["response_format"]["type"], "json_object");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn an_empty_streamed_reply_whose_connection_breaks_also_falls_back() {
+    let server = serve(vec![
+        Reply::Chunks {
+            chunks: vec![],
+            cut: true,
+        },
+        Reply::json(completion(
+            json!("plain"),
+            None,
+            json!({"prompt_tokens": 1, "completion_tokens": 1}),
+        )),
+    ])
+    .await;
+    let (s, _) = sink();
+    let reply = model(&server.url())
+        .complete(&chat("s", "hi"), Some(s))
+        .await
+        .unwrap();
+    assert_eq!(reply.content, "plain");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 2);
+    assert!(seen[1].body.get("stream").is_none());
+    server.stop().await;
+}
