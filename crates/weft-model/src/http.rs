@@ -89,9 +89,7 @@ impl Http {
                 Err(e) => e,
             };
             let retryable = match &err {
-                ModelError::Http { status, .. } => {
-                    *status == 429 || *status == 408 || *status >= 500
-                }
+                ModelError::Http { status, body, .. } => retryable_status(*status, body),
                 ModelError::Transport { .. } => true,
                 ModelError::Timeout { phase, .. } => phase.starts_with("connecting"),
                 _ => false,
@@ -243,6 +241,29 @@ pub(crate) fn retry_after(v: &str) -> Option<f64> {
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0),
     )
+}
+
+/// Whether an HTTP error may go away when the same request is sent again: rate limits (429),
+/// timeouts (408) and server errors, except a server error that says the request itself is
+/// invalid (llama-cpp-python answers 500 to a request field it does not know, e.g.
+/// `response_format: json_schema`: "1 validation error: ... ('body', 'response_format', ...)").
+pub(crate) fn retryable_status(status: u16, body: &str) -> bool {
+    if status == 429 || status == 408 {
+        return true;
+    }
+    if status < 500 {
+        return false;
+    }
+    let lower = body.to_ascii_lowercase();
+    ![
+        "validation error",
+        "('body',",
+        "not supported",
+        "unsupported",
+        "invalid request",
+    ]
+    .iter()
+    .any(|p| lower.contains(p))
 }
 
 /// Turns a non-2xx answer into an error, spotting context-length errors.
@@ -530,5 +551,15 @@ mod tests {
         assert!(matches!(e, ModelError::ContextLength { .. }));
         let e = classify_status("openai", 400, "bad".into(), None);
         assert!(matches!(e, ModelError::Http { status: 400, .. }));
+    }
+
+    #[test]
+    fn errors_about_the_request_itself_are_not_retried() {
+        assert!(retryable_status(500, "Internal Server Error"));
+        assert!(retryable_status(503, ""));
+        assert!(retryable_status(429, "slow down"));
+        assert!(!retryable_status(400, "bad"));
+        let llama = r#"{"error":{"message":"1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}","type":"internal_server_error"}}"#;
+        assert!(!retryable_status(500, llama));
     }
 }

@@ -96,7 +96,7 @@ impl ModelError {
     /// Whether trying the same call again may succeed (rate limits, server errors, cuts).
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Http { status, .. } => *status == 429 || *status == 408 || *status >= 500,
+            Self::Http { status, body, .. } => http::retryable_status(*status, body),
             Self::Timeout { .. } | Self::Transport { .. } | Self::StreamCut { .. } => true,
             _ => false,
         }

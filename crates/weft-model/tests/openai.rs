@@ -615,31 +615,38 @@ async fn a_stream_without_usage_gets_a_rough_count_and_no_cost() {
 async fn a_server_error_about_response_format_also_falls_back() {
     // llama-cpp-python's answer to `type: json_schema`.
     let body = r#"{"error":{"message":"1 validation error: ('body', 'response_format', 'type') Input should be 'text' or 'json_object'","type":"internal_server_error"}}"#;
-    let server = serve(vec![
-        Reply::status(500, body),
+    let answer = || {
         Reply::json(completion(
             json!("{\"answer\": 1}"),
             None,
             json!({"prompt_tokens": 5, "completion_tokens": 2}),
-        )),
-    ])
-    .await;
+        ))
+    };
+    let server = serve(vec![Reply::status(500, body), answer(), answer()]).await;
     let mut cfg = config(
         ProviderKind::OpenAi,
         "local",
         &format!("{}/v1", server.url()),
     );
-    cfg.max_retries = 0;
+    // Retries allowed, but the same request would always get the same answer.
+    cfg.max_retries = 3;
     let mut req = chat("s", "1?");
     req.response_schema = Some(schema());
-    let reply = OpenAiModel::new(cfg)
+    let reply = OpenAiModel::new(cfg.clone())
         .unwrap()
         .complete(&req, None)
         .await
         .unwrap();
     assert_eq!(reply.content, "{\"answer\": 1}");
+    // A new model of the same server starts with what was learned.
+    OpenAiModel::new(cfg)
+        .unwrap()
+        .complete(&req, None)
+        .await
+        .unwrap();
     let seen = server.seen();
-    assert_eq!(seen.len(), 2);
+    assert_eq!(seen.len(), 3, "not retried, and learned once");
+    assert_eq!(seen[2].body["response_format"]["type"], "json_object");
     // The server named `json_object`: ask with it, the schema and instructions.
     assert_eq!(
         seen[1].body["response_format"],
