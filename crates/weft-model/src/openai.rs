@@ -9,6 +9,7 @@ use crate::capabilities;
 use crate::config::{ProviderConfig, ProviderKind, StreamMode, StructuredMode};
 use crate::http::{Http, SseParser, classify_status, parse_json};
 use crate::structured::{self, Prepared, Wire};
+use crate::tool_wire::ToolNames;
 use crate::{DeltaSink, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage};
 
 /// A model behind an OpenAI-compatible `/chat/completions` endpoint.
@@ -49,11 +50,12 @@ impl OpenAiModel {
             _ => None,
         };
         let messages = Prepared::new(&req.messages, instructions, self.cfg.system_role);
+        let names = ToolNames::new(&req.tools);
         let mut body = Map::new();
         body.insert("model".into(), json!(self.cfg.name));
         body.insert(
             "messages".into(),
-            Value::Array(messages.iter().map(wire_message).collect()),
+            Value::Array(messages.iter().map(|m| wire_message(m, &names)).collect()),
         );
         if !req.tools.is_empty() {
             body.insert(
@@ -63,7 +65,7 @@ impl OpenAiModel {
                         .iter()
                         .map(|t| {
                             json!({"type": "function", "function": {
-                                "name": t.name, "description": t.description, "parameters": t.parameters}})
+                                "name": names.wire(&t.name), "description": t.description, "parameters": t.parameters}})
                         })
                         .collect(),
                 ),
@@ -285,6 +287,7 @@ impl OpenAiModel {
         let mut parser = SseParser::default();
         let mut acc = StreamAcc::default();
         let mut done = false;
+        // Events received: a body with none (comments such as `: ping` aside) is empty.
         let mut received = 0usize;
         while !done {
             let chunk = match resp.chunk().await {
@@ -294,14 +297,15 @@ impl OpenAiModel {
                 Err(ModelError::StreamCut { .. }) if received == 0 => return Ok(None),
                 Err(e) => return Err(e),
             };
-            received += chunk.trim().len();
             for ev in parser.feed(&chunk) {
+                received += 1;
                 if self.stream_event(&ev.data, &mut acc, &sink)? {
                     done = true;
                 }
             }
         }
         if !done && let Some(ev) = parser.finish() {
+            received += 1;
             done = self.stream_event(&ev.data, &mut acc, &sink)?;
         }
         if received == 0 {
@@ -450,7 +454,7 @@ fn parse_arguments(s: &str) -> Value {
     serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.to_owned()))
 }
 
-fn wire_message(m: &Message) -> Value {
+fn wire_message(m: &Message, names: &ToolNames) -> Value {
     match m {
         Message::System { content } => json!({"role": "system", "content": content}),
         Message::User { content } => json!({"role": "user", "content": content}),
@@ -471,7 +475,7 @@ fn wire_message(m: &Message) -> Value {
                                 other => other.to_string(),
                             };
                             json!({"id": c.id, "type": "function",
-                                "function": {"name": c.name, "arguments": args}})
+                                "function": {"name": names.wire(&c.name), "arguments": args}})
                         })
                         .collect(),
                 );
@@ -500,6 +504,20 @@ impl Wire for OpenAiModel {
     }
 
     async fn call_once(
+        &self,
+        req: &ModelRequest,
+        deltas: Option<DeltaSink>,
+    ) -> Result<ModelReply, ModelError> {
+        let names = ToolNames::new(&req.tools);
+        let mut reply = self.structured_call(req, deltas).await?;
+        names.map_back(&mut reply.tool_calls);
+        Ok(reply)
+    }
+}
+
+impl OpenAiModel {
+    /// One call, asking for a structured reply in the form the server accepts.
+    async fn structured_call(
         &self,
         req: &ModelRequest,
         deltas: Option<DeltaSink>,

@@ -716,7 +716,8 @@ fn empty_stream() -> Reply {
     Reply::Full {
         status: 200,
         headers: vec![("content-type", "text/event-stream".into())],
-        body: String::new(),
+        // It sends keep-alive comments while it works.
+        body: ": ping - 2026-11-23 22:52:36\r\n\r\n".into(),
     }
 }
 
@@ -815,5 +816,65 @@ async fn an_empty_streamed_reply_whose_connection_breaks_also_falls_back() {
     let seen = server.seen();
     assert_eq!(seen.len(), 2);
     assert!(seen[1].body.get("stream").is_none());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn repeated_and_empty_call_ids_get_their_own_identity() {
+    let server = serve(vec![Reply::json(completion(
+        Value::Null,
+        Some(json!([
+            {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}},
+            {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"}},
+            {"id": "", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Bern\"}"}}
+        ])),
+        json!({"prompt_tokens": 10, "completion_tokens": 5}),
+    ))])
+    .await;
+    let mut req = chat("s", "weather?");
+    req.tools = vec![weather_tool()];
+    let reply = model(&server.url()).complete(&req, None).await.unwrap();
+    let ids: Vec<&str> = reply.tool_calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["call_0", "call_0_2", "call_3"]);
+    assert_eq!(reply.tool_calls[1].arguments, json!({"city": "Rome"}));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn dotted_tool_names_go_out_valid_and_come_back_as_they_were() {
+    let server = serve(vec![Reply::json(completion(
+        Value::Null,
+        Some(json!([
+            {"id": "c1", "type": "function", "function": {"name": "time_now", "arguments": "{}"}}
+        ])),
+        json!({"prompt_tokens": 10, "completion_tokens": 5}),
+    ))])
+    .await;
+    let mut req = chat("s", "time?");
+    let mut tool = weather_tool();
+    tool.name = "time.now".into();
+    req.tools = vec![tool];
+    req.messages.push(Message::Assistant {
+        content: String::new(),
+        tool_calls: vec![ToolCall {
+            id: "c0".into(),
+            name: "time.now".into(),
+            arguments: json!({}),
+        }],
+    });
+    req.messages.push(Message::Tool {
+        call_id: "c0".into(),
+        name: "time.now".into(),
+        content: "noon".into(),
+        is_error: false,
+    });
+    let reply = model(&server.url()).complete(&req, None).await.unwrap();
+    assert_eq!(reply.tool_calls[0].name, "time.now");
+    let seen = server.seen();
+    assert_eq!(seen[0].body["tools"][0]["function"]["name"], "time_now");
+    assert_eq!(
+        seen[0].body["messages"][2]["tool_calls"][0]["function"]["name"],
+        "time_now"
+    );
     server.stop().await;
 }
