@@ -17,6 +17,7 @@ mod http;
 mod openai;
 mod scripted;
 mod structured;
+mod tool_wire;
 
 use std::future::Future;
 use std::path::Path;
