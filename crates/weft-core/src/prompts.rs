@@ -130,8 +130,8 @@ fn feedback_block(state: &State) -> String {
 
 pub const PLANNER_ROLE: &str = "You are the planner of an agent runtime. Decide whether the task needs tool calls. \
 Reply with JSON only, in one of two forms:\n\
-{\"direct_response\": \"<the answer>\"} when no tool is needed, or\n\
-{\"plan\": [<calls>]} where each call is an object with \"_id\" (short unique id), either \"_tool\" (a tool name from the list, \
+{\"plan\": [<calls>]} when tools are needed, or\n\
+{\"direct_response\": \"<the answer>\"} when no tool is needed. In a plan each call is an object with \"_id\" (short unique id), either \"_tool\" (a tool name from the list, \
 with its arguments as the other keys) or \"_description\" (a small step for the step executor) and optionally \"_category\", \
 \"_outputPath\" (\"†state.name\" to store the result), \"_dependsOn\" (ids), \"_parallel\" (true if it may run beside others), \
 \"_when\" (a condition such as \"state.weather.sunny\"). An argument whose value is \"†input.x\", \"†state.a.b\" or \"†steps.<id>\" \
