@@ -101,6 +101,7 @@ impl AnthropicModel {
             cache_read_tokens: u.cache_read,
             cache_write_tokens: u.cache_write,
             cost_usd: None,
+            estimated: false,
         };
         usage.cost_usd = self.cfg.effective_prices().map(|p| {
             p.cost(
@@ -118,6 +119,7 @@ impl AnthropicModel {
             provider: "anthropic".into(),
             message: message.into(),
             body: body.to_owned(),
+            usage: Usage::default(),
         }
     }
 

@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use crate::ModelError;
 use crate::cassette::{Cassette, CassetteMode, Exchange};
 use crate::config::ProviderConfig;
+use crate::{ModelError, Usage};
 
 /// Response headers kept in cassettes.
 const KEPT_HEADERS: &[&str] = &["content-type", "retry-after", "x-request-id", "request-id"];
@@ -486,6 +486,7 @@ pub(crate) fn parse_json(provider: &str, text: &str) -> Result<Value, ModelError
         provider: provider.to_owned(),
         message: format!("the reply is not JSON: {e}"),
         body: text.to_owned(),
+        usage: Usage::default(),
     })
 }
 

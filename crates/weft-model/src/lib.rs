@@ -76,6 +76,8 @@ pub enum ModelError {
         provider: String,
         message: String,
         body: String,
+        /// Tokens spent on the unusable replies, when they were counted.
+        usage: Usage,
     },
     /// A scripted model has no reply left for this call.
     #[error(
@@ -94,6 +96,14 @@ pub enum ModelError {
 }
 
 impl ModelError {
+    /// Tokens the failed call used (the attempts that reported usage).
+    pub fn usage(&self) -> Usage {
+        match self {
+            Self::Malformed { usage, .. } => usage.clone(),
+            _ => Usage::default(),
+        }
+    }
+
     /// Whether trying the same call again may succeed (rate limits, server errors, cuts).
     pub fn is_retryable(&self) -> bool {
         match self {

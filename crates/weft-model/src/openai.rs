@@ -171,6 +171,7 @@ impl OpenAiModel {
                 provider: "openai".into(),
                 message: "the server answered with an empty body".into(),
                 body: String::new(),
+                usage: Usage::default(),
             })
     }
 
@@ -217,6 +218,7 @@ impl OpenAiModel {
             provider: "openai".into(),
             message: m.to_owned(),
             body: text.to_owned(),
+            usage: Usage::default(),
         };
         if let Some(err) = v.get("error") {
             return Err(classify_status("openai", 500, err.to_string(), None));
@@ -329,6 +331,7 @@ impl OpenAiModel {
                     provider: "openai".into(),
                     message: format!("streamed tool call #{} has no function name", i + 1),
                     body: c.arguments,
+                    usage: Usage::default(),
                 });
             }
             tool_calls.push(ToolCall {
@@ -342,6 +345,7 @@ impl OpenAiModel {
             // Some servers (llama-cpp-python) ignore `stream_options.include_usage`: count
             // roughly, one token per four bytes, and leave the cost unknown.
             None => Usage {
+                estimated: true,
                 input_tokens: (prompt_bytes as u64).div_ceil(4),
                 output_tokens: (acc.content.len()
                     + tool_calls

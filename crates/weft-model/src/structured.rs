@@ -205,6 +205,7 @@ pub(crate) async fn complete<W: Wire>(
                     provider: wire.provider().to_owned(),
                     message: format!("{problem} (after {} attempts)", MAX_FIX_ATTEMPTS + 1),
                     body: reply.content,
+                    usage,
                 });
             }
             Err(problem) => {

@@ -270,6 +270,9 @@ async fn structured_output_gives_up_after_two_fixes() {
     let mut req = chat("s", "2+2?");
     req.response_schema = Some(schema());
     let e = model(&server.url()).complete(&req, None).await.unwrap_err();
+    // The tokens of the three unusable replies are kept.
+    assert_eq!(e.usage().input_tokens, 3);
+    assert_eq!(e.usage().output_tokens, 3);
     match e {
         ModelError::Malformed { body, message, .. } => {
             assert_eq!(body, "{\"answer\": null}");
@@ -594,20 +597,37 @@ async fn from_spec_builds_a_provider_from_a_mapping() {
 
 #[tokio::test]
 async fn a_stream_without_usage_gets_a_rough_count_and_no_cost() {
-    let server = serve(vec![Reply::sse(&[
-        chunk(json!({"content": "twelve chars"}), None),
-        chunk(json!({}), Some("stop")),
-        "data: [DONE]".into(),
-    ])])
-    .await;
+    let stream = || {
+        Reply::sse(&[
+            chunk(json!({"content": "twelve chars"}), None),
+            chunk(json!({}), Some("stop")),
+            "data: [DONE]".into(),
+        ])
+    };
+    let server = serve(vec![stream(), stream()]).await;
     let (s, _) = sink();
-    let reply = model(&server.url())
-        .complete(&chat("s", "hi"), Some(s))
+    let without_tools = model(&server.url())
+        .complete(&chat("s", "hi"), Some(s.clone()))
         .await
         .unwrap();
-    assert_eq!(reply.usage.output_tokens, 3);
-    assert!(reply.usage.input_tokens > 0);
-    assert_eq!(reply.usage.cost_usd, None);
+    assert_eq!(without_tools.usage.output_tokens, 3);
+    assert!(without_tools.usage.input_tokens > 0);
+    assert_eq!(without_tools.usage.cost_usd, None);
+    assert!(without_tools.usage.estimated);
+    let mut req = chat("s", "hi");
+    req.tools = vec![weather_tool()];
+    let with_tools = model(&server.url()).complete(&req, Some(s)).await.unwrap();
+    // The tool definitions are part of the prompt estimate.
+    assert!(
+        with_tools.usage.input_tokens > without_tools.usage.input_tokens + 20,
+        "{:?} vs {:?}",
+        with_tools.usage,
+        without_tools.usage
+    );
+    assert_eq!(
+        serde_json::to_value(&with_tools.usage).unwrap()["usage_estimated"],
+        true
+    );
     server.stop().await;
 }
 
