@@ -476,12 +476,17 @@ impl Wire for AnthropicModel {
         let stream = self.cfg.stream != StreamMode::Never && deltas.is_some();
         let body = self.request_body(req, stream);
         let resp = self.http.post("/v1/messages", &headers, &body).await?;
-        let mut reply = match deltas {
-            Some(sink) if stream => self.read_stream(resp, sink).await,
-            _ => {
-                let text = resp.text().await?;
-                self.parse_reply(&text)
-            }
+        // Read as the content type says, so a replayed cassette follows the recording.
+        let sse = match resp.headers.get("content-type") {
+            Some(t) => t.contains("text/event-stream"),
+            None => stream,
+        };
+        let mut reply = if sse {
+            let sink = deltas.unwrap_or_else(|| std::sync::Arc::new(|_: &str| {}));
+            self.read_stream(resp, sink).await
+        } else {
+            let text = resp.text().await?;
+            self.parse_reply(&text)
         }?;
         ToolNames::new(&req.tools).map_back(&mut reply.tool_calls);
         Ok(reply)

@@ -42,6 +42,10 @@ fn registry() -> &'static Mutex<Registry> {
     REG.get_or_init(|| Mutex::new(Registry::default()))
 }
 
+/// Keys that start with this (calls recorded to or replayed from a cassette) are learned for the
+/// process only.
+pub const CASSETTE_PREFIX: &str = "cassette:";
+
 /// The key of a server and model.
 pub fn key(base_url: &str, model: &str) -> String {
     format!("{} {model}", base_url.trim_end_matches('/'))
@@ -90,7 +94,11 @@ pub fn learn(key: &str, change: impl FnOnce(&mut Learned)) {
         return;
     }
     let now = entry.clone();
-    if let Some(path) = reg.file.clone() {
+    if let Some(path) = reg
+        .file
+        .clone()
+        .filter(|_| !key.starts_with(CASSETTE_PREFIX))
+    {
         let mut on_disk = read_file(&path);
         on_disk.insert(key.to_owned(), now);
         let form = FileForm { providers: on_disk };

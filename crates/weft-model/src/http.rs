@@ -59,6 +59,11 @@ impl Http {
         &self.provider
     }
 
+    /// The cassette file calls are recorded to or replayed from.
+    pub(crate) fn cassette_path(&self) -> Option<&std::path::Path> {
+        self.cassette.as_deref().map(|c| c.mode().path())
+    }
+
     /// Whether calls are served from a cassette (no network, no key needed).
     pub(crate) fn replaying(&self) -> bool {
         matches!(
@@ -124,7 +129,7 @@ impl Http {
         if let Some(c) = &self.cassette
             && let CassetteMode::Replay(_) = c.mode()
         {
-            let ex = c.next("POST", &path)?;
+            let ex = c.next("POST", &path, body)?;
             return Ok(Response {
                 provider: self.provider.clone(),
                 timeout: self.timeout,

@@ -136,8 +136,14 @@ impl OpenAiModel {
     }
 
     /// The key of this server and model in the learned capabilities.
+    /// While recording or replaying a cassette, nothing learned elsewhere applies: both start
+    /// afresh, so a replay makes the same requests as the recording.
     fn capabilities_key(&self) -> String {
-        capabilities::key(&self.cfg.base_url, &self.cfg.name)
+        let key = capabilities::key(&self.cfg.base_url, &self.cfg.name);
+        match self.http.cassette_path() {
+            Some(p) => format!("{}{} {key}", capabilities::CASSETTE_PREFIX, p.display()),
+            None => key,
+        }
     }
 
     async fn send(
