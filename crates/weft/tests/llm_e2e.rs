@@ -200,3 +200,67 @@ fn plan_a_real_model_plans_and_the_step_runs() {
         r.tool_log
     );
 }
+
+/// A ReAct run recorded from the real server replays offline, piped and with `--events`, and a
+/// replay of another task is refused with the first differing field.
+#[test]
+fn a_recorded_real_run_replays_in_any_output_mode() {
+    let Some(url) = base_url() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_agent(dir, "react", &url);
+    let weft = |cassette: &str, task: &str, events: bool| {
+        let mut args = vec!["run", "agent.yaml", task, "--db", "weft.db"];
+        if events {
+            args.push("--events");
+        }
+        Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(&args)
+            .env("WEFT_CASSETTE", cassette)
+            .current_dir(dir)
+            .output()
+            .unwrap()
+    };
+    let recorded = weft("record:tape.json", "Log the word hello.", true);
+    let stderr = String::from_utf8_lossy(&recorded.stderr);
+    assert!(matches!(recorded.status.code(), Some(0 | 1)), "{stderr}");
+    let calls_recorded = stderr.matches("\"type\":\"model_replied\"").count();
+    assert!(calls_recorded > 0, "{stderr}");
+    let log_lines = std::fs::read_to_string(dir.join("tool.log")).unwrap();
+    // Offline: the server's address leads nowhere now.
+    let agent = std::fs::read_to_string(dir.join("agent.yaml"))
+        .unwrap()
+        .replace(&url, "http://127.0.0.1:9/v1");
+    std::fs::write(dir.join("agent.yaml"), agent).unwrap();
+    let tape = std::fs::read_to_string(dir.join("tape.json")).unwrap();
+    std::fs::write(
+        dir.join("tape.json"),
+        tape.replace(&url, "http://127.0.0.1:9/v1"),
+    )
+    .unwrap();
+    let piped = weft("replay:tape.json", "Log the word hello.", false);
+    assert_eq!(
+        piped.status.code(),
+        recorded.status.code(),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    let with_events = weft("replay:tape.json", "Log the word hello.", true);
+    let replay_err = String::from_utf8_lossy(&with_events.stderr);
+    assert_eq!(
+        with_events.status.code(),
+        recorded.status.code(),
+        "{replay_err}"
+    );
+    assert_eq!(
+        replay_err.matches("\"type\":\"model_replied\"").count(),
+        calls_recorded,
+        "{replay_err}"
+    );
+    // The tool ran again in each replay (tools are not recorded), with the same arguments.
+    let after = std::fs::read_to_string(dir.join("tool.log")).unwrap();
+    assert_eq!(after, log_lines.repeat(3));
+    let other = weft("replay:tape.json", "Log the word goodbye.", false);
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(err.contains("differs at `/messages/"), "{err}");
+}
