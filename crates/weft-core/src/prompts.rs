@@ -146,15 +146,15 @@ const PLANNER_SCHEMA_TOOLS_IN_FULL: usize = 16;
 /// agent's tools, with that tool's arguments) or a `_description` for the step executor.
 pub fn planner_schema(tools: &[ToolInfo]) -> Value {
     let common = |props: &mut Map<String, Value>| {
-        props.insert("_id".into(), json!({"type": "string"}));
-        props.insert("_category".into(), json!({"type": "string"}));
-        props.insert("_outputPath".into(), json!({"type": "string"}));
-        props.insert(
-            "_dependsOn".into(),
-            json!({"type": "array", "items": {"type": "string"}}),
-        );
+        // Only fields whose every form the plan validator accepts: constrained decoding (a
+        // grammar built from this schema) then cannot produce an invalid id, and leaves out
+        // `_outputPath`, `_when` and `_category`, which a schema cannot describe exactly (a
+        // model that is not constrained may still give them; the validator checks them).
+        // No escapes in patterns: llama-cpp-python's grammar builder fails on `\.`.
+        let id = json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,40}$"});
+        props.insert("_id".into(), id.clone());
+        props.insert("_dependsOn".into(), json!({"type": "array", "items": id}));
         props.insert("_parallel".into(), json!({"type": "boolean"}));
-        props.insert("_when".into(), json!({"type": "string"}));
     };
     let mut steps = Vec::new();
     let tool_step = |name: Value, args: Option<&Value>| {
@@ -534,6 +534,7 @@ mod tests {
             json!({"plan": [{"_id": "a", "_tool": "log_word"}]}),
             json!({"plan": [{"_id": "a", "_tool": "other", "word": "x"}]}),
             json!({"plan": [{"_tool": "log_word", "word": "x"}]}),
+            json!({"plan": [{"_id": "a.b", "_tool": "log_word", "word": "x"}]}),
         ] {
             assert!(!v.is_valid(&bad), "accepted {bad}");
         }
@@ -541,7 +542,7 @@ mod tests {
             json!({"direct_response": "hi"}),
             json!({"plan": [{"_id": "a", "_tool": "log_word", "word": "x"}]}),
             json!({"plan": [{"_id": "a", "_tool": "log_word", "word": "x", "times": "†input.n"},
-                {"_id": "b", "_description": "sum up", "_dependsOn": ["a"]}]}),
+                {"_id": "b", "_description": "sum up", "_dependsOn": ["a"], "_outputPath": "†state.sum"}]}),
         ] {
             assert!(v.is_valid(&good), "rejected {good}");
         }
