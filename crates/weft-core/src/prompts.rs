@@ -151,7 +151,7 @@ pub fn planner_schema(tools: &[ToolInfo]) -> Value {
         // `_outputPath`, `_when` and `_category`, which a schema cannot describe exactly (a
         // model that is not constrained may still give them; the validator checks them).
         // No escapes in patterns: llama-cpp-python's grammar builder fails on `\.`.
-        let id = json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,40}$"});
+        let id = json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,16}$"});
         props.insert("_id".into(), id.clone());
         props.insert("_dependsOn".into(), json!({"type": "array", "items": id}));
         props.insert("_parallel".into(), json!({"type": "boolean"}));
