@@ -12,7 +12,7 @@ use crate::agent::Mode;
 use crate::engine::{self, Invocation, Limits, Next};
 use crate::event::{Event, InputRequest, ResponseVerdict, ReviewDecision, RunStatus};
 use crate::graph::{ValidateOptions, validate};
-use crate::model::{Message, ModelReply, ModelRequest, Purpose};
+use crate::model::{Message, ModelReply, ModelRequest, Purpose, Usage};
 use crate::plan::Plan;
 use crate::prompts;
 use crate::state::{Phase, State, StepStatus, call_signature};
@@ -1062,11 +1062,13 @@ pub fn model_failed(
     purpose: Purpose,
     error: String,
     retryable: bool,
+    usage: Usage,
 ) -> Vec<Event> {
     let mut v = vec![Event::ModelFailed {
         purpose,
         error: error.clone(),
         retryable,
+        usage,
     }];
     if !retryable || state.model_failures + 1 >= cfg.limits.max_model_retries.max(1) {
         v.extend(end_run(

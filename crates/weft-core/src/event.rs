@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::agent::Mode;
-use crate::model::{Message, ModelReply, Purpose};
+use crate::model::{Message, ModelReply, Purpose, Usage};
 use crate::plan::{Plan, PlanProblem};
 
 /// The version of the event schema written by this build. Readers accept this version and
@@ -253,6 +253,9 @@ pub enum Event {
         purpose: Purpose,
         error: String,
         retryable: bool,
+        /// Tokens the failed call used (attempts whose replies were unusable).
+        #[serde(default, skip_serializing_if = "Usage::is_empty")]
+        usage: Usage,
     },
     /// The planner's plan was invalid; the problems go back to the planner.
     PlanRejected { problems: Vec<PlanProblem> },

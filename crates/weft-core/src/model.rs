@@ -269,6 +269,13 @@ pub struct Usage {
     /// Cost in US dollars, when the model's prices are known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// The counts are weft's estimate (the server reported none), not the provider's.
+    #[serde(
+        default,
+        rename = "usage_estimated",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub estimated: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -285,6 +292,11 @@ impl Usage {
             (None, None) => None,
             (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
         };
+        self.estimated |= other.estimated;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total_tokens() == 0 && self.cost_usd.is_none()
     }
 
     pub fn total_tokens(&self) -> u64 {

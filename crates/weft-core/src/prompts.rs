@@ -1,6 +1,6 @@
 //! Prompt building: pure functions from the state to a model request.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::agent_loop::AgentConfig;
 use crate::history::interrupted_result;
@@ -130,20 +130,83 @@ fn feedback_block(state: &State) -> String {
 
 pub const PLANNER_ROLE: &str = "You are the planner of an agent runtime. Decide whether the task needs tool calls. \
 Reply with JSON only, in one of two forms:\n\
-{\"direct_response\": \"<the answer>\"} when no tool is needed, or\n\
-{\"plan\": [<calls>]} where each call is an object with \"_id\" (short unique id), either \"_tool\" (a tool name from the list, \
+{\"plan\": [<calls>]} when tools are needed, or\n\
+{\"direct_response\": \"<the answer>\"} when no tool is needed. In a plan each call is an object with \"_id\" (short unique id), either \"_tool\" (a tool name from the list, \
 with its arguments as the other keys) or \"_description\" (a small step for the step executor) and optionally \"_category\", \
 \"_outputPath\" (\"†state.name\" to store the result), \"_dependsOn\" (ids), \"_parallel\" (true if it may run beside others), \
 \"_when\" (a condition such as \"state.weather.sunny\"). An argument whose value is \"†input.x\", \"†state.a.b\" or \"†steps.<id>\" \
 is filled from the input, the state or a step's output when the step runs. The plan must be acyclic.";
 
-pub fn planner_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "direct_response": {"type": "string"},
-            "plan": {"type": "array", "items": {"type": "object"}}
+/// Above this many tools, plan steps name their tool from a list but their arguments are not
+/// spelled out per tool (the schema also goes into prompts of servers without `json_schema`).
+const PLANNER_SCHEMA_TOOLS_IN_FULL: usize = 16;
+
+/// The planner's reply: exactly one of `direct_response` and a non-empty `plan`, so that
+/// constrained decoding cannot produce `{}`. A step is either a tool call (`_tool` one of the
+/// agent's tools, with that tool's arguments) or a `_description` for the step executor.
+pub fn planner_schema(tools: &[ToolInfo]) -> Value {
+    let common = |props: &mut Map<String, Value>| {
+        // Only fields whose every form the plan validator accepts: constrained decoding (a
+        // grammar built from this schema) then cannot produce an invalid id, and leaves out
+        // `_outputPath`, `_when` and `_category`, which a schema cannot describe exactly (a
+        // model that is not constrained may still give them; the validator checks them).
+        // No escapes in patterns: llama-cpp-python's grammar builder fails on `\.`.
+        let id = json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,16}$"});
+        props.insert("_id".into(), id.clone());
+        props.insert("_dependsOn".into(), json!({"type": "array", "items": id}));
+        props.insert("_parallel".into(), json!({"type": "boolean"}));
+    };
+    let mut steps = Vec::new();
+    let tool_step = |name: Value, args: Option<&Value>| {
+        let mut props = Map::new();
+        common(&mut props);
+        props.insert("_tool".into(), name);
+        let mut required = vec![json!("_id"), json!("_tool")];
+        if let Some(schema) = args {
+            if let Some(p) = schema.get("properties").and_then(Value::as_object) {
+                for (k, v) in p {
+                    // An argument may also be a reference (`†steps.s1`) filled when it runs.
+                    let arg = if v.get("type").and_then(Value::as_str) == Some("string") {
+                        v.clone()
+                    } else {
+                        json!({"anyOf": [v, {"type": "string", "pattern": "^†"}]})
+                    };
+                    props.entry(k.clone()).or_insert(arg);
+                }
+            }
+            if let Some(r) = schema.get("required").and_then(Value::as_array) {
+                required.extend(r.iter().cloned());
+            }
         }
+        json!({"type": "object", "properties": props, "required": required})
+    };
+    if tools.len() <= PLANNER_SCHEMA_TOOLS_IN_FULL {
+        for t in tools {
+            steps.push(tool_step(json!({"enum": [t.name]}), Some(&t.input_schema)));
+        }
+    } else {
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        steps.push(tool_step(json!({"enum": names}), None));
+    }
+    let mut described = Map::new();
+    common(&mut described);
+    described.insert("_description".into(), json!({"type": "string"}));
+    steps.push(
+        json!({"type": "object", "properties": described, "required": ["_id", "_description"]}),
+    );
+    json!({
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": {"plan": {"type": "array", "minItems": 1, "items": {"anyOf": steps}}},
+                "required": ["plan"]
+            },
+            {
+                "type": "object",
+                "properties": {"direct_response": {"type": "string", "minLength": 1}},
+                "required": ["direct_response"]
+            }
+        ]
     })
 }
 
@@ -179,7 +242,7 @@ pub fn planner(state: &State, cfg: &AgentConfig) -> ModelRequest {
         Purpose::Plan,
         vec![system(cfg, PLANNER_ROLE), Message::User { content: body }].into(),
     );
-    req.response_schema = Some(planner_schema());
+    req.response_schema = Some(planner_schema(&cfg.tools));
     req
 }
 
@@ -447,6 +510,43 @@ pub fn repair_history(history: &[Message]) -> Vec<Message> {
 mod tests {
     use super::*;
     use crate::model::ToolCall;
+
+    #[test]
+    fn the_planner_schema_requires_exactly_one_of_plan_and_direct_response() {
+        let tool = ToolInfo {
+            name: "log_word".into(),
+            description: "logs a word".into(),
+            category: None,
+            input_schema: json!({"type": "object", "properties": {"word": {"type": "string"},
+                "times": {"type": "integer"}}, "required": ["word"]}),
+            idempotent: false,
+            parallel: false,
+            requires_approval: false,
+            source: "command".into(),
+        };
+        let schema = planner_schema(std::slice::from_ref(&tool));
+        let v = jsonschema::validator_for(&schema).unwrap();
+        for bad in [
+            json!({}),
+            json!({"plan": []}),
+            json!({"direct_response": ""}),
+            json!({"direct_response": "hi", "plan": [{"_id": "a", "_description": "x"}]}),
+            json!({"plan": [{"_id": "a", "_tool": "log_word"}]}),
+            json!({"plan": [{"_id": "a", "_tool": "other", "word": "x"}]}),
+            json!({"plan": [{"_tool": "log_word", "word": "x"}]}),
+            json!({"plan": [{"_id": "a.b", "_tool": "log_word", "word": "x"}]}),
+        ] {
+            assert!(!v.is_valid(&bad), "accepted {bad}");
+        }
+        for good in [
+            json!({"direct_response": "hi"}),
+            json!({"plan": [{"_id": "a", "_tool": "log_word", "word": "x"}]}),
+            json!({"plan": [{"_id": "a", "_tool": "log_word", "word": "x", "times": "†input.n"},
+                {"_id": "b", "_description": "sum up", "_dependsOn": ["a"], "_outputPath": "†state.sum"}]}),
+        ] {
+            assert!(v.is_valid(&good), "rejected {good}");
+        }
+    }
 
     #[test]
     fn repair_adds_interrupted_results_for_calls_without_one() {

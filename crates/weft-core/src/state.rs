@@ -458,7 +458,8 @@ impl State {
                     });
                 }
             }
-            Event::ModelFailed { error, .. } => {
+            Event::ModelFailed { error, usage, .. } => {
+                self.usage.add(usage);
                 self.model_failures += 1;
                 self.error = Some(error.clone());
             }

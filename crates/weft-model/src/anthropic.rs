@@ -4,9 +4,10 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
-use crate::config::{ProviderConfig, ProviderKind};
+use crate::config::{ProviderConfig, ProviderKind, StreamMode};
 use crate::http::{Http, SseParser, classify_status, parse_json};
 use crate::structured::{self, Prepared, Wire};
+use crate::tool_wire::ToolNames;
 use crate::{DeltaSink, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage};
 
 /// `max_tokens` when neither the request nor the configuration gives one.
@@ -65,9 +66,10 @@ impl AnthropicModel {
         if !system.is_empty() {
             body.insert("system".into(), json!(system.join("\n\n")));
         }
+        let names = ToolNames::new(&req.tools);
         body.insert(
             "messages".into(),
-            Value::Array(wire_messages(messages.iter())),
+            Value::Array(wire_messages(messages.iter(), &names)),
         );
         if !req.tools.is_empty() {
             body.insert(
@@ -76,7 +78,7 @@ impl AnthropicModel {
                     req.tools
                         .iter()
                         .map(|t| {
-                            json!({"name": t.name, "description": t.description,
+                            json!({"name": names.wire(&t.name), "description": t.description,
                                 "input_schema": t.parameters})
                         })
                         .collect(),
@@ -99,6 +101,7 @@ impl AnthropicModel {
             cache_read_tokens: u.cache_read,
             cache_write_tokens: u.cache_write,
             cost_usd: None,
+            estimated: false,
         };
         usage.cost_usd = self.cfg.effective_prices().map(|p| {
             p.cost(
@@ -116,6 +119,7 @@ impl AnthropicModel {
             provider: "anthropic".into(),
             message: message.into(),
             body: body.to_owned(),
+            usage: Usage::default(),
         }
     }
 
@@ -385,7 +389,7 @@ struct StreamState {
 
 /// Messages on the wire: system messages dropped (they go in `system`), tool results as
 /// `tool_result` blocks, and consecutive messages of one role merged into one.
-fn wire_messages<'a>(messages: impl Iterator<Item = &'a Message>) -> Vec<Value> {
+fn wire_messages<'a>(messages: impl Iterator<Item = &'a Message>, names: &ToolNames) -> Vec<Value> {
     let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for m in messages {
         let (role, blocks): (&'static str, Vec<Value>) = match m {
@@ -408,7 +412,7 @@ fn wire_messages<'a>(messages: impl Iterator<Item = &'a Message>) -> Vec<Value> 
                             .unwrap_or_else(|| json!({"arguments": s})),
                         other => json!({"arguments": other}),
                     };
-                    b.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));
+                    b.push(json!({"type": "tool_use", "id": c.id, "name": names.wire(&c.name), "input": input}));
                 }
                 if b.is_empty() {
                     continue;
@@ -469,16 +473,23 @@ impl Wire for AnthropicModel {
             }
             None => {}
         }
-        let stream = self.cfg.stream && deltas.is_some();
+        let stream = self.cfg.stream != StreamMode::Never && deltas.is_some();
         let body = self.request_body(req, stream);
         let resp = self.http.post("/v1/messages", &headers, &body).await?;
-        match deltas {
-            Some(sink) if stream => self.read_stream(resp, sink).await,
-            _ => {
-                let text = resp.text().await?;
-                self.parse_reply(&text)
-            }
-        }
+        // Read as the content type says, so a replayed cassette follows the recording.
+        let sse = match resp.headers.get("content-type") {
+            Some(t) => t.contains("text/event-stream"),
+            None => stream,
+        };
+        let mut reply = if sse {
+            let sink = deltas.unwrap_or_else(|| std::sync::Arc::new(|_: &str| {}));
+            self.read_stream(resp, sink).await
+        } else {
+            let text = resp.text().await?;
+            self.parse_reply(&text)
+        }?;
+        ToolNames::new(&req.tools).map_back(&mut reply.tool_calls);
+        Ok(reply)
     }
 }
 

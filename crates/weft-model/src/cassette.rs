@@ -149,8 +149,9 @@ impl Cassette {
         })
     }
 
-    /// The next recorded exchange, which must be for `method` and `path`.
-    pub fn next(&self, method: &str, path: &str) -> Result<Exchange, ModelError> {
+    /// The next recorded exchange, which must be for `method`, `path` and the same request body
+    /// (whether it asked for a stream aside: the reply is read as it was recorded).
+    pub fn next(&self, method: &str, path: &str, request: &Value) -> Result<Exchange, ModelError> {
         let mut st = self.lock()?;
         let i = st.next;
         let file = self.mode.path().display();
@@ -169,8 +170,70 @@ impl Cassette {
                 ex.path
             )));
         }
+        if let Some((at, recorded, now)) = first_difference(&ex.request, request, "") {
+            return Err(ModelError::Config(format!(
+                "the cassette {file}: the request of exchange #{} differs at `{}`: recorded {}, now {}; record it again",
+                i + 1,
+                if at.is_empty() { "/" } else { &at },
+                shorten(&recorded),
+                shorten(&now)
+            )));
+        }
         st.next += 1;
         Ok(ex)
+    }
+}
+
+/// Fields that say how a reply is delivered, not what is asked.
+const DELIVERY_FIELDS: &[&str] = &["stream", "stream_options"];
+
+/// The first place (a JSON pointer) where two requests differ, with both values.
+fn first_difference(a: &Value, b: &Value, at: &str) -> Option<(String, String, String)> {
+    let show = |v: Option<&Value>| v.map_or_else(|| "nothing".to_owned(), Value::to_string);
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                if at.is_empty() && DELIVERY_FIELDS.contains(&k.as_str()) {
+                    continue;
+                }
+                let here = format!("{at}/{k}");
+                match (x.get(k), y.get(k)) {
+                    (Some(p), Some(q)) => {
+                        if let Some(d) = first_difference(p, q, &here) {
+                            return Some(d);
+                        }
+                    }
+                    (p, q) => return Some((here, show(p), show(q))),
+                }
+            }
+            None
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                if let Some(d) = first_difference(p, q, &format!("{at}/{i}")) {
+                    return Some(d);
+                }
+            }
+            (x.len() != y.len()).then(|| {
+                (
+                    format!("{at}/{}", x.len().min(y.len())),
+                    show(x.get(y.len())),
+                    show(y.get(x.len())),
+                )
+            })
+        }
+        _ => (a != b).then(|| (at.to_owned(), a.to_string(), b.to_string())),
+    }
+}
+
+fn shorten(s: &str) -> String {
+    const MAX: usize = 120;
+    match s.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
     }
 }
 
@@ -207,16 +270,44 @@ mod tests {
             .unwrap();
         }
         let rep = Cassette::open(&CassetteMode::Replay(path)).unwrap();
+        let path = "/v1/chat/completions";
+        // Whether a stream is asked for does not matter: the reply is read as recorded.
         assert_eq!(
-            rep.next("POST", "/v1/chat/completions").unwrap().body,
+            rep.next("POST", path, &json!({"n": 0, "stream": true}))
+                .unwrap()
+                .body,
             "body0"
         );
-        let e = rep.next("POST", "/v1/messages").unwrap_err();
+        let e = rep
+            .next("POST", "/v1/messages", &json!({"n": 1}))
+            .unwrap_err();
         assert!(e.to_string().contains("/v1/messages"), "{e}");
+        let e = rep.next("POST", path, &json!({"n": 2})).unwrap_err();
+        assert!(
+            e.to_string().contains("differs at `/n`: recorded 1, now 2"),
+            "{e}"
+        );
         assert_eq!(
-            rep.next("POST", "/v1/chat/completions").unwrap().body,
+            rep.next("POST", path, &json!({"n": 1})).unwrap().body,
             "body1"
         );
-        assert!(rep.next("POST", "/v1/chat/completions").is_err());
+        assert!(rep.next("POST", path, &json!({"n": 1})).is_err());
+    }
+
+    #[test]
+    fn differences_are_named_by_their_path() {
+        let a = json!({"messages": [{"role": "user", "content": "hi"}], "model": "m"});
+        let b = json!({"messages": [{"role": "user", "content": "ho"}], "model": "m"});
+        assert_eq!(
+            first_difference(&a, &b, "").unwrap(),
+            (
+                "/messages/0/content".into(),
+                "\"hi\"".into(),
+                "\"ho\"".into()
+            )
+        );
+        let c = json!({"messages": [], "model": "m", "tools": []});
+        assert_eq!(first_difference(&a, &c, "").unwrap().0, "/messages/0");
+        assert_eq!(first_difference(&c, &c, ""), None);
     }
 }

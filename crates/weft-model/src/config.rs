@@ -136,8 +136,12 @@ pub struct ProviderConfig {
     /// When false, system instructions go in a first user message prefixed
     /// `[System instructions]` (for servers whose chat templates reject a system role).
     pub system_role: bool,
-    /// Stream replies (used when the caller passes a delta sink).
-    pub stream: bool,
+    /// Whether replies are streamed (only when the caller passes a delta sink).
+    pub stream: StreamMode,
+    /// OpenAI-compatible: the `tool_choice` sent whenever tools are offered.
+    pub tool_choice: ToolChoice,
+    /// OpenAI-compatible: the name of the reply-length limit on the wire.
+    pub max_tokens_field: MaxTokensField,
     /// Limit on the whole request, body included.
     pub timeout: Duration,
     pub connect_timeout: Duration,
@@ -156,6 +160,62 @@ pub struct ProviderConfig {
     pub structured: StructuredMode,
     /// Record or replay HTTP exchanges.
     pub cassette: Option<CassetteMode>,
+}
+
+/// Whether replies are streamed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamMode {
+    /// Stream, but fall back to a plain call when the server answers a streamed request with an
+    /// empty body, and remember that (see [`crate::capabilities`]).
+    Auto,
+    /// Always stream; an empty streamed body is an error.
+    Always,
+    /// Never stream.
+    Never,
+}
+
+/// The `tool_choice` an OpenAI-compatible request carries when it offers tools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// `"auto"`: the model decides. llama.cpp's `chatml-function-calling` format shows the
+    /// tools to the model only when a `tool_choice` is sent.
+    Auto,
+    /// `"required"`: the model must call a tool.
+    Required,
+    /// `"none"`: the model must not call a tool.
+    None,
+    /// No `tool_choice` field at all.
+    Omit,
+}
+
+impl ToolChoice {
+    /// The wire value, `None` for [`ToolChoice::Omit`].
+    pub fn wire(self) -> Option<&'static str> {
+        match self {
+            Self::Auto => Some("auto"),
+            Self::Required => Some("required"),
+            Self::None => Some("none"),
+            Self::Omit => None,
+        }
+    }
+}
+
+/// The field an OpenAI-compatible request limits the reply length with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaxTokensField {
+    /// `max_tokens` (most servers; OpenAI's older models).
+    MaxTokens,
+    /// `max_completion_tokens` (OpenAI's newer and reasoning models).
+    MaxCompletionTokens,
+}
+
+impl MaxTokensField {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MaxTokens => "max_tokens",
+            Self::MaxCompletionTokens => "max_completion_tokens",
+        }
+    }
 }
 
 /// How an OpenAI-compatible provider asks for structured replies.
@@ -179,6 +239,8 @@ const KNOWN_KEYS: &[&str] = &[
     "connect_timeout",
     "max_retries",
     "max_tokens",
+    "max_tokens_field",
+    "tool_choice",
     "prices",
     "strict",
     "structured_output",
@@ -195,7 +257,9 @@ impl ProviderConfig {
             api_key: None,
             no_key: false,
             system_role: true,
-            stream: true,
+            stream: StreamMode::Auto,
+            tool_choice: ToolChoice::Auto,
+            max_tokens_field: MaxTokensField::MaxTokens,
             timeout: Duration::from_secs(300),
             connect_timeout: Duration::from_secs(10),
             max_retries: 3,
@@ -246,7 +310,30 @@ impl ProviderConfig {
                     "system_role" => {
                         c.system_role = v.as_bool().ok_or_else(|| bad("true or false"))?
                     }
-                    "stream" => c.stream = v.as_bool().ok_or_else(|| bad("true or false"))?,
+                    "stream" => {
+                        c.stream = match v {
+                            Value::Bool(true) => StreamMode::Always,
+                            Value::Bool(false) => StreamMode::Never,
+                            Value::String(s) if s == "auto" => StreamMode::Auto,
+                            _ => return Err(bad("`auto`, true or false")),
+                        }
+                    }
+                    "tool_choice" => {
+                        c.tool_choice = match v.as_str() {
+                            Some("auto") => ToolChoice::Auto,
+                            Some("required") => ToolChoice::Required,
+                            Some("none") => ToolChoice::None,
+                            Some("omit") => ToolChoice::Omit,
+                            _ => return Err(bad("`auto`, `required`, `none` or `omit`")),
+                        }
+                    }
+                    "max_tokens_field" => {
+                        c.max_tokens_field = match v.as_str() {
+                            Some("max_tokens") => MaxTokensField::MaxTokens,
+                            Some("max_completion_tokens") => MaxTokensField::MaxCompletionTokens,
+                            _ => return Err(bad("`max_tokens` or `max_completion_tokens`")),
+                        }
+                    }
                     "strict" => {
                         c.strict_schema = v.as_bool().ok_or_else(|| bad("true or false"))?
                     }

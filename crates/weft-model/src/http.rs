@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use crate::ModelError;
 use crate::cassette::{Cassette, CassetteMode, Exchange};
 use crate::config::ProviderConfig;
+use crate::{ModelError, Usage};
 
 /// Response headers kept in cassettes.
 const KEPT_HEADERS: &[&str] = &["content-type", "retry-after", "x-request-id", "request-id"];
@@ -65,6 +65,11 @@ impl Http {
         &self.provider
     }
 
+    /// The cassette file calls are recorded to or replayed from.
+    pub(crate) fn cassette_path(&self) -> Option<&std::path::Path> {
+        self.cassette.as_deref().map(|c| c.mode().path())
+    }
+
     /// Whether calls are served from a cassette (no network, no key needed).
     pub(crate) fn replaying(&self) -> bool {
         matches!(
@@ -95,9 +100,7 @@ impl Http {
                 Err(e) => e,
             };
             let retryable = match &err {
-                ModelError::Http { status, .. } => {
-                    *status == 429 || *status == 408 || *status >= 500
-                }
+                ModelError::Http { status, body, .. } => retryable_status(*status, body),
                 ModelError::Transport { .. } => true,
                 ModelError::Timeout { phase, .. } => phase.starts_with("connecting"),
                 _ => false,
@@ -132,7 +135,7 @@ impl Http {
         if let Some(c) = &self.cassette
             && let CassetteMode::Replay(_) = c.mode()
         {
-            let ex = c.next("POST", &path)?;
+            let ex = c.next("POST", &path, body)?;
             return Ok(Response {
                 provider: self.provider.clone(),
                 timeout: self.timeout,
@@ -249,6 +252,29 @@ pub(crate) fn retry_after(v: &str) -> Option<f64> {
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0),
     )
+}
+
+/// Whether an HTTP error may go away when the same request is sent again: rate limits (429),
+/// timeouts (408) and server errors, except a server error that says the request itself is
+/// invalid (llama-cpp-python answers 500 to a request field it does not know, e.g.
+/// `response_format: json_schema`: "1 validation error: ... ('body', 'response_format', ...)").
+pub(crate) fn retryable_status(status: u16, body: &str) -> bool {
+    if status == 429 || status == 408 {
+        return true;
+    }
+    if status < 500 {
+        return false;
+    }
+    let lower = body.to_ascii_lowercase();
+    ![
+        "validation error",
+        "('body',",
+        "not supported",
+        "unsupported",
+        "invalid request",
+    ]
+    .iter()
+    .any(|p| lower.contains(p))
 }
 
 /// Turns a non-2xx answer into an error, spotting context-length errors.
@@ -471,6 +497,7 @@ pub(crate) fn parse_json(provider: &str, text: &str) -> Result<Value, ModelError
         provider: provider.to_owned(),
         message: format!("the reply is not JSON: {e}"),
         body: text.to_owned(),
+        usage: Usage::default(),
     })
 }
 
@@ -536,5 +563,15 @@ mod tests {
         assert!(matches!(e, ModelError::ContextLength { .. }));
         let e = classify_status("openai", 400, "bad".into(), None);
         assert!(matches!(e, ModelError::Http { status: 400, .. }));
+    }
+
+    #[test]
+    fn errors_about_the_request_itself_are_not_retried() {
+        assert!(retryable_status(500, "Internal Server Error"));
+        assert!(retryable_status(503, ""));
+        assert!(retryable_status(429, "slow down"));
+        assert!(!retryable_status(400, "bad"));
+        let llama = r#"{"error":{"message":"1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}","type":"internal_server_error"}}"#;
+        assert!(!retryable_status(500, llama));
     }
 }

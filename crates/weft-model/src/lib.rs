@@ -10,12 +10,14 @@
 //! (`WEFT_CASSETTE=record:PATH` / `replay:PATH`, see [`Cassette`]).
 
 mod anthropic;
+pub mod capabilities;
 mod cassette;
 mod config;
 mod http;
 mod openai;
 mod scripted;
 mod structured;
+mod tool_wire;
 
 use std::future::Future;
 use std::path::Path;
@@ -29,7 +31,10 @@ pub use weft_core::model::{
 
 pub use anthropic::{AnthropicModel, DEFAULT_MAX_TOKENS};
 pub use cassette::{Cassette, CassetteFile, CassetteMode, Exchange};
-pub use config::{Prices, ProviderConfig, ProviderKind, StructuredMode, builtin_prices};
+pub use config::{
+    MaxTokensField, Prices, ProviderConfig, ProviderKind, StreamMode, StructuredMode, ToolChoice,
+    builtin_prices,
+};
 pub use openai::{OpenAiModel, SchemaWire};
 pub use scripted::{ScriptedModel, ScriptedReply};
 
@@ -71,6 +76,8 @@ pub enum ModelError {
         provider: String,
         message: String,
         body: String,
+        /// Tokens spent on the unusable replies, when they were counted.
+        usage: Usage,
     },
     /// A scripted model has no reply left for this call.
     #[error(
@@ -89,10 +96,18 @@ pub enum ModelError {
 }
 
 impl ModelError {
+    /// Tokens the failed call used (the attempts that reported usage).
+    pub fn usage(&self) -> Usage {
+        match self {
+            Self::Malformed { usage, .. } => usage.clone(),
+            _ => Usage::default(),
+        }
+    }
+
     /// Whether trying the same call again may succeed (rate limits, server errors, cuts).
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Http { status, .. } => *status == 429 || *status == 408 || *status >= 500,
+            Self::Http { status, body, .. } => http::retryable_status(*status, body),
             Self::Timeout { .. } | Self::Transport { .. } | Self::StreamCut { .. } => true,
             _ => false,
         }
@@ -145,8 +160,8 @@ pub type SharedModel = Arc<dyn DynModel>;
 ///
 /// Forms: `scripted:PATH`, `openai:MODEL`, `anthropic:MODEL`, or a mapping
 /// `{provider: scripted, script: PATH}` / `{provider: openai|anthropic, name: MODEL, base_url,
-/// api_key_env, system_role, stream, timeout, connect_timeout, max_retries, max_tokens, prices,
-/// strict, structured_output}`.
+/// api_key_env, system_role, stream, tool_choice, timeout, connect_timeout, max_retries,
+/// max_tokens, max_tokens_field, prices, strict, structured_output}`.
 pub fn from_spec(spec: &Value, base_dir: &Path) -> Result<SharedModel, ModelError> {
     from_spec_with_env(spec, base_dir, &|k| std::env::var(k).ok())
 }

@@ -1,13 +1,15 @@
 //! OpenAI-compatible chat completions: OpenAI, Ollama, vLLM, llama.cpp, LM Studio, OpenRouter.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::config::{ProviderConfig, ProviderKind, StructuredMode};
+use crate::capabilities;
+use crate::config::{ProviderConfig, ProviderKind, StreamMode, StructuredMode};
 use crate::http::{Http, SseParser, classify_status, parse_json};
 use crate::structured::{self, Prepared, Wire};
+use crate::tool_wire::ToolNames;
 use crate::{DeltaSink, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage};
 
 /// A model behind an OpenAI-compatible `/chat/completions` endpoint.
@@ -16,10 +18,6 @@ pub struct OpenAiModel {
     cfg: ProviderConfig,
     label: String,
     http: Http,
-    /// How replies with a schema are asked for now: a [`SchemaWire`] as a number. It moves
-    /// down (json_schema, json_object with a schema, instructions only) when a server
-    /// rejects a form, and stays there.
-    schema_wire: AtomicU8,
 }
 
 impl OpenAiModel {
@@ -35,7 +33,6 @@ impl OpenAiModel {
             label: format!("openai:{}", cfg.name),
             cfg,
             http,
-            schema_wire: AtomicU8::new(SchemaWire::JsonSchema as u8),
         })
     }
 
@@ -53,11 +50,12 @@ impl OpenAiModel {
             _ => None,
         };
         let messages = Prepared::new(&req.messages, instructions, self.cfg.system_role);
+        let names = ToolNames::new(&req.tools);
         let mut body = Map::new();
         body.insert("model".into(), json!(self.cfg.name));
         body.insert(
             "messages".into(),
-            Value::Array(messages.iter().map(wire_message).collect()),
+            Value::Array(messages.iter().map(|m| wire_message(m, &names)).collect()),
         );
         if !req.tools.is_empty() {
             body.insert(
@@ -67,14 +65,17 @@ impl OpenAiModel {
                         .iter()
                         .map(|t| {
                             json!({"type": "function", "function": {
-                                "name": t.name, "description": t.description, "parameters": t.parameters}})
+                                "name": names.wire(&t.name), "description": t.description, "parameters": t.parameters}})
                         })
                         .collect(),
                 ),
             );
+            if let Some(choice) = self.cfg.tool_choice.wire() {
+                body.insert("tool_choice".into(), json!(choice));
+            }
         }
         if let Some(n) = req.max_tokens.or(self.cfg.max_tokens) {
-            body.insert("max_tokens".into(), json!(n));
+            body.insert(self.cfg.max_tokens_field.as_str().into(), json!(n));
         }
         if let Some(t) = req.temperature {
             body.insert("temperature".into(), json!(t));
@@ -134,27 +135,85 @@ impl OpenAiModel {
         usage
     }
 
+    /// The key of this server and model in the learned capabilities.
+    /// While recording or replaying a cassette, nothing learned elsewhere applies: both start
+    /// afresh, so a replay makes the same requests as the recording.
+    fn capabilities_key(&self) -> String {
+        let key = capabilities::key(&self.cfg.base_url, &self.cfg.name);
+        match self.http.cassette_path() {
+            Some(p) => format!("{}{} {key}", capabilities::CASSETTE_PREFIX, p.display()),
+            None => key,
+        }
+    }
+
     async fn send(
         &self,
         req: &ModelRequest,
         deltas: Option<DeltaSink>,
         wire: SchemaWire,
     ) -> Result<ModelReply, ModelError> {
-        let stream = self.cfg.stream && deltas.is_some();
+        let key = self.capabilities_key();
+        let stream = deltas.is_some()
+            && match self.cfg.stream {
+                StreamMode::Never => false,
+                StreamMode::Always => true,
+                StreamMode::Auto => !capabilities::get(&key).no_stream,
+            };
+        if let Some(reply) = self.send_as(req, deltas.clone(), wire, stream).await? {
+            return Ok(reply);
+        }
+        // 200 with an empty body to a streamed request (llama-cpp-python does this when
+        // `tool_choice` is given): ask again without streaming, and remember it.
+        if self.cfg.stream == StreamMode::Always {
+            return Err(ModelError::StreamCut {
+                provider: "openai".into(),
+                message: "the server answered a streamed request with an empty body; set `stream: auto` (fall back to plain calls) or `stream: false` in the model mapping".into(),
+            });
+        }
+        capabilities::learn(&key, |l| l.no_stream = true);
+        self.send_as(req, deltas, wire, false)
+            .await?
+            .ok_or_else(|| ModelError::Malformed {
+                provider: "openai".into(),
+                message: "the server answered with an empty body".into(),
+                body: String::new(),
+                usage: Usage::default(),
+            })
+    }
+
+    /// One request, streamed or not. The reply is read as its content type says (so a replayed
+    /// cassette follows the recording); `None` when a streamed request got an empty body.
+    async fn send_as(
+        &self,
+        req: &ModelRequest,
+        deltas: Option<DeltaSink>,
+        wire: SchemaWire,
+        stream: bool,
+    ) -> Result<Option<ModelReply>, ModelError> {
         let body = self.request_body(req, stream, wire);
         let resp = self
             .http
             .post("/chat/completions", &self.headers(), &body)
             .await?;
-        match deltas {
-            Some(sink) if stream => {
-                let prompt_bytes = body.get("messages").map_or(0, |m| m.to_string().len());
-                self.read_stream(resp, sink, prompt_bytes).await
+        let sse = match resp.headers.get("content-type") {
+            Some(t) => t.contains("text/event-stream"),
+            None => stream,
+        };
+        if sse {
+            // What the request sent, for a usage estimate when the server reports none.
+            let prompt_bytes = ["messages", "tools"]
+                .iter()
+                .filter_map(|k| body.get(*k))
+                .map(|v| v.to_string().len())
+                .sum();
+            let sink = deltas.unwrap_or_else(|| Arc::new(|_: &str| {}));
+            self.read_stream(resp, sink, prompt_bytes).await
+        } else {
+            let text = resp.text().await?;
+            if stream && text.trim().is_empty() {
+                return Ok(None);
             }
-            _ => {
-                let text = resp.text().await?;
-                self.parse_reply(&text)
-            }
+            self.parse_reply(&text).map(Some)
         }
     }
 
@@ -165,6 +224,7 @@ impl OpenAiModel {
             provider: "openai".into(),
             message: m.to_owned(),
             body: text.to_owned(),
+            usage: Usage::default(),
         };
         if let Some(err) = v.get("error") {
             return Err(classify_status("openai", 500, err.to_string(), None));
@@ -225,27 +285,40 @@ impl OpenAiModel {
         })
     }
 
+    /// Reads a streamed reply; `None` when the body was empty.
     async fn read_stream(
         &self,
         mut resp: crate::http::Response,
         sink: DeltaSink,
         prompt_bytes: usize,
-    ) -> Result<ModelReply, ModelError> {
+    ) -> Result<Option<ModelReply>, ModelError> {
         let mut parser = SseParser::default();
         let mut acc = StreamAcc::default();
         let mut done = false;
+        // Events received: a body with none (comments such as `: ping` aside) is empty.
+        let mut received = 0usize;
         while !done {
-            let Some(chunk) = resp.chunk().await? else {
-                break;
+            let chunk = match resp.chunk().await {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
+                // llama-cpp-python may also break the connection of an empty streamed reply.
+                Err(ModelError::StreamCut { .. }) if received == 0 => return Ok(None),
+                Err(e) => return Err(e),
             };
             for ev in parser.feed(&chunk) {
+                received += 1;
                 if self.stream_event(&ev.data, &mut acc, &sink)? {
                     done = true;
                 }
             }
         }
         if !done && let Some(ev) = parser.finish() {
+            received += 1;
             done = self.stream_event(&ev.data, &mut acc, &sink)?;
+        }
+        if received == 0 {
+            resp.finish()?;
+            return Ok(None);
         }
         if !done && acc.finish_reason.is_none() {
             return Err(ModelError::StreamCut {
@@ -264,6 +337,7 @@ impl OpenAiModel {
                     provider: "openai".into(),
                     message: format!("streamed tool call #{} has no function name", i + 1),
                     body: c.arguments,
+                    usage: Usage::default(),
                 });
             }
             tool_calls.push(ToolCall {
@@ -277,6 +351,7 @@ impl OpenAiModel {
             // Some servers (llama-cpp-python) ignore `stream_options.include_usage`: count
             // roughly, one token per four bytes, and leave the cost unknown.
             None => Usage {
+                estimated: true,
                 input_tokens: (prompt_bytes as u64).div_ceil(4),
                 output_tokens: (acc.content.len()
                     + tool_calls
@@ -287,13 +362,13 @@ impl OpenAiModel {
                 ..Usage::default()
             },
         };
-        Ok(ModelReply {
+        Ok(Some(ModelReply {
             content: acc.content,
             tool_calls,
             usage,
             model: acc.model.unwrap_or_else(|| self.cfg.name.clone()),
             finish_reason: acc.finish_reason,
-        })
+        }))
     }
 
     /// Applies one SSE data payload. Returns true at `[DONE]`.
@@ -389,7 +464,7 @@ fn parse_arguments(s: &str) -> Value {
     serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.to_owned()))
 }
 
-fn wire_message(m: &Message) -> Value {
+fn wire_message(m: &Message, names: &ToolNames) -> Value {
     match m {
         Message::System { content } => json!({"role": "system", "content": content}),
         Message::User { content } => json!({"role": "user", "content": content}),
@@ -397,11 +472,10 @@ fn wire_message(m: &Message) -> Value {
             content,
             tool_calls,
         } => {
+            // Always a string, `""` beside tool calls: OpenAI accepts it, and llama-cpp-python
+            // answers 500 to `null`.
             let mut o = json!({"role": "assistant", "content": content});
             if !tool_calls.is_empty() {
-                if content.is_empty() {
-                    o["content"] = Value::Null;
-                }
                 o["tool_calls"] = Value::Array(
                     tool_calls
                         .iter()
@@ -411,7 +485,7 @@ fn wire_message(m: &Message) -> Value {
                                 other => other.to_string(),
                             };
                             json!({"id": c.id, "type": "function",
-                                "function": {"name": c.name, "arguments": args}})
+                                "function": {"name": names.wire(&c.name), "arguments": args}})
                         })
                         .collect(),
                 );
@@ -444,15 +518,31 @@ impl Wire for OpenAiModel {
         req: &ModelRequest,
         deltas: Option<DeltaSink>,
     ) -> Result<ModelReply, ModelError> {
+        let names = ToolNames::new(&req.tools);
+        let mut reply = self.structured_call(req, deltas).await?;
+        names.map_back(&mut reply.tool_calls);
+        Ok(reply)
+    }
+}
+
+impl OpenAiModel {
+    /// One call, asking for a structured reply in the form the server accepts.
+    async fn structured_call(
+        &self,
+        req: &ModelRequest,
+        deltas: Option<DeltaSink>,
+    ) -> Result<ModelReply, ModelError> {
         if req.response_schema.is_none() {
             return self.send(req, deltas, SchemaWire::Prompt).await;
         }
+        let key = self.capabilities_key();
         loop {
             let wire = match self.cfg.structured {
                 StructuredMode::Prompt => SchemaWire::Prompt,
-                StructuredMode::JsonSchema => {
-                    SchemaWire::from_u8(self.schema_wire.load(Ordering::Relaxed))
-                }
+                StructuredMode::JsonSchema => capabilities::get(&key)
+                    .structured
+                    .as_deref()
+                    .map_or(SchemaWire::JsonSchema, SchemaWire::parse),
             };
             match self.send(req, deltas.clone(), wire).await {
                 // OpenAI answers 400; some servers (llama-cpp-python) answer 422 or 500.
@@ -467,7 +557,13 @@ impl Wire for OpenAiModel {
                     } else {
                         SchemaWire::Prompt
                     };
-                    self.schema_wire.fetch_max(next as u8, Ordering::Relaxed);
+                    capabilities::learn(&key, |l| {
+                        let known = l
+                            .structured
+                            .as_deref()
+                            .map_or(SchemaWire::JsonSchema, SchemaWire::parse);
+                        l.structured = Some(next.max(known).as_str().to_owned());
+                    });
                 }
                 other => return other,
             }
@@ -476,7 +572,7 @@ impl Wire for OpenAiModel {
 }
 
 /// How an OpenAI-compatible request asks for a structured reply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SchemaWire {
     /// `response_format: {type: json_schema, json_schema: {name, schema}}`.
     JsonSchema = 0,
@@ -487,10 +583,19 @@ pub enum SchemaWire {
 }
 
 impl SchemaWire {
-    fn from_u8(n: u8) -> Self {
-        match n {
-            0 => Self::JsonSchema,
-            1 => Self::JsonObject,
+    /// The name kept in the learned capabilities.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::JsonSchema => "json_schema",
+            Self::JsonObject => "json_object",
+            Self::Prompt => "prompt",
+        }
+    }
+
+    fn parse(s: &str) -> Self {
+        match s {
+            "json_schema" => Self::JsonSchema,
+            "json_object" => Self::JsonObject,
             _ => Self::Prompt,
         }
     }

@@ -173,7 +173,9 @@ pub(crate) async fn complete<W: Wire>(
     deltas: Option<DeltaSink>,
 ) -> Result<ModelReply, ModelError> {
     let Some(schema) = &req.response_schema else {
-        return wire.call_once(req, deltas).await;
+        let mut reply = wire.call_once(req, deltas).await?;
+        crate::tool_wire::unique_ids(&mut reply.tool_calls, &req.messages);
+        return Ok(reply);
     };
     let validator = jsonschema::validator_for(schema).map_err(|e| {
         ModelError::Config(format!(
@@ -186,6 +188,7 @@ pub(crate) async fn complete<W: Wire>(
     let mut attempt = 0;
     loop {
         let mut reply = wire.call_once(&attempt_req, deltas.clone()).await?;
+        crate::tool_wire::unique_ids(&mut reply.tool_calls, &req.messages);
         usage.add(&reply.usage);
         if !reply.tool_calls.is_empty() && reply.content.trim().is_empty() {
             reply.usage = usage;
@@ -202,6 +205,7 @@ pub(crate) async fn complete<W: Wire>(
                     provider: wire.provider().to_owned(),
                     message: format!("{problem} (after {} attempts)", MAX_FIX_ATTEMPTS + 1),
                     body: reply.content,
+                    usage,
                 });
             }
             Err(problem) => {

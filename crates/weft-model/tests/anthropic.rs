@@ -328,3 +328,24 @@ async fn a_missing_key_for_the_public_api_is_a_config_error() {
     assert!(matches!(e, ModelError::Config(_)));
     assert!(e.to_string().contains("WEFT_TEST_NO_SUCH_KEY"), "{e}");
 }
+
+#[tokio::test]
+async fn dotted_tool_names_go_out_valid_and_come_back_as_they_were() {
+    let server = serve(vec![Reply::json(message(
+        json!([{"type": "tool_use", "id": "toolu_1", "name": "time_now", "input": {}}]),
+        json!({"input_tokens": 10, "output_tokens": 5}),
+        "tool_use",
+    ))])
+    .await;
+    let mut req = chat("s", "time?");
+    let mut tool = weather_tool();
+    tool.name = "time.now".into();
+    req.tools = vec![tool];
+    let reply = model(&server.url(), "claude-sonnet-4-0")
+        .complete(&req, None)
+        .await
+        .unwrap();
+    assert_eq!(reply.tool_calls[0].name, "time.now");
+    assert_eq!(server.seen()[0].body["tools"][0]["name"], "time_now");
+    server.stop().await;
+}

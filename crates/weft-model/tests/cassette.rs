@@ -101,3 +101,43 @@ async fn replay_names_a_mismatching_request() {
         "{msg}"
     );
 }
+
+#[tokio::test]
+async fn replay_follows_the_recording_not_the_output_mode_and_refuses_a_changed_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("streamed.json");
+    let server = serve(vec![Reply::sse(&[
+        format!("data: {}", json!({"choices": [{"index": 0, "delta": {"content": "stre"}, "finish_reason": null}]})),
+        format!("data: {}", json!({"choices": [{"index": 0, "delta": {"content": "amed"}, "finish_reason": "stop"}]})),
+        "data: [DONE]".to_owned(),
+    ])])
+    .await;
+    let model = |mode: CassetteMode| {
+        let mut c = config(
+            ProviderKind::OpenAi,
+            "gpt-4o-mini",
+            &format!("{}/v1", server.url()),
+        );
+        c.cassette = Some(mode);
+        OpenAiModel::new(c).unwrap()
+    };
+    let (s, _) = sink();
+    let recorded = model(CassetteMode::Record(path.clone()))
+        .complete(&chat("s", "one"), Some(s))
+        .await
+        .unwrap();
+    assert_eq!(recorded.content, "streamed");
+    // Replayed without a delta sink (piped output): the recorded stream is read all the same.
+    let replay = model(CassetteMode::Replay(path.clone()));
+    let e = replay
+        .complete(&chat("s", "a different task"), None)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("differs at `/messages/1/content`"),
+        "{e}"
+    );
+    let replayed = replay.complete(&chat("s", "one"), None).await.unwrap();
+    assert_eq!(replayed.content, "streamed");
+    server.stop().await;
+}

@@ -87,7 +87,7 @@ async fn plain_reply_sends_the_expected_request_and_costs_tokens() {
             "messages": [
                 {"role": "system", "content": "Be brief."},
                 {"role": "user", "content": "Hi"},
-                {"role": "assistant", "content": null, "tool_calls": [
+                {"role": "assistant", "content": "", "tool_calls": [
                     {"id": "call_a", "type": "function",
                      "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]},
                 {"role": "tool", "tool_call_id": "call_a", "content": "rain"}
@@ -95,6 +95,7 @@ async fn plain_reply_sends_the_expected_request_and_costs_tokens() {
             "tools": [{"type": "function", "function": {"name": "get_weather",
                 "description": "Current weather for a city",
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
+            "tool_choice": "auto",
             "temperature": 0.5
         })
     );
@@ -269,6 +270,9 @@ async fn structured_output_gives_up_after_two_fixes() {
     let mut req = chat("s", "2+2?");
     req.response_schema = Some(schema());
     let e = model(&server.url()).complete(&req, None).await.unwrap_err();
+    // The tokens of the three unusable replies are kept.
+    assert_eq!(e.usage().input_tokens, 3);
+    assert_eq!(e.usage().output_tokens, 3);
     match e {
         ModelError::Malformed { body, message, .. } => {
             assert_eq!(body, "{\"answer\": null}");
@@ -593,20 +597,37 @@ async fn from_spec_builds_a_provider_from_a_mapping() {
 
 #[tokio::test]
 async fn a_stream_without_usage_gets_a_rough_count_and_no_cost() {
-    let server = serve(vec![Reply::sse(&[
-        chunk(json!({"content": "twelve chars"}), None),
-        chunk(json!({}), Some("stop")),
-        "data: [DONE]".into(),
-    ])])
-    .await;
+    let stream = || {
+        Reply::sse(&[
+            chunk(json!({"content": "twelve chars"}), None),
+            chunk(json!({}), Some("stop")),
+            "data: [DONE]".into(),
+        ])
+    };
+    let server = serve(vec![stream(), stream()]).await;
     let (s, _) = sink();
-    let reply = model(&server.url())
-        .complete(&chat("s", "hi"), Some(s))
+    let without_tools = model(&server.url())
+        .complete(&chat("s", "hi"), Some(s.clone()))
         .await
         .unwrap();
-    assert_eq!(reply.usage.output_tokens, 3);
-    assert!(reply.usage.input_tokens > 0);
-    assert_eq!(reply.usage.cost_usd, None);
+    assert_eq!(without_tools.usage.output_tokens, 3);
+    assert!(without_tools.usage.input_tokens > 0);
+    assert_eq!(without_tools.usage.cost_usd, None);
+    assert!(without_tools.usage.estimated);
+    let mut req = chat("s", "hi");
+    req.tools = vec![weather_tool()];
+    let with_tools = model(&server.url()).complete(&req, Some(s)).await.unwrap();
+    // The tool definitions are part of the prompt estimate.
+    assert!(
+        with_tools.usage.input_tokens > without_tools.usage.input_tokens + 20,
+        "{:?} vs {:?}",
+        with_tools.usage,
+        without_tools.usage
+    );
+    assert_eq!(
+        serde_json::to_value(&with_tools.usage).unwrap()["usage_estimated"],
+        true
+    );
     server.stop().await;
 }
 
@@ -614,31 +635,38 @@ async fn a_stream_without_usage_gets_a_rough_count_and_no_cost() {
 async fn a_server_error_about_response_format_also_falls_back() {
     // llama-cpp-python's answer to `type: json_schema`.
     let body = r#"{"error":{"message":"1 validation error: ('body', 'response_format', 'type') Input should be 'text' or 'json_object'","type":"internal_server_error"}}"#;
-    let server = serve(vec![
-        Reply::status(500, body),
+    let answer = || {
         Reply::json(completion(
             json!("{\"answer\": 1}"),
             None,
             json!({"prompt_tokens": 5, "completion_tokens": 2}),
-        )),
-    ])
-    .await;
+        ))
+    };
+    let server = serve(vec![Reply::status(500, body), answer(), answer()]).await;
     let mut cfg = config(
         ProviderKind::OpenAi,
         "local",
         &format!("{}/v1", server.url()),
     );
-    cfg.max_retries = 0;
+    // Retries allowed, but the same request would always get the same answer.
+    cfg.max_retries = 3;
     let mut req = chat("s", "1?");
     req.response_schema = Some(schema());
-    let reply = OpenAiModel::new(cfg)
+    let reply = OpenAiModel::new(cfg.clone())
         .unwrap()
         .complete(&req, None)
         .await
         .unwrap();
     assert_eq!(reply.content, "{\"answer\": 1}");
+    // A new model of the same server starts with what was learned.
+    OpenAiModel::new(cfg)
+        .unwrap()
+        .complete(&req, None)
+        .await
+        .unwrap();
     let seen = server.seen();
-    assert_eq!(seen.len(), 2);
+    assert_eq!(seen.len(), 3, "not retried, and learned once");
+    assert_eq!(seen[2].body["response_format"]["type"], "json_object");
     // The server named `json_object`: ask with it, the schema and instructions.
     assert_eq!(
         seen[1].body["response_format"],
@@ -649,6 +677,224 @@ async fn a_server_error_about_response_format_also_falls_back() {
             .as_str()
             .unwrap()
             .contains("JSON Schema")
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn tool_choice_and_the_length_field_follow_the_configuration() {
+    let ok = || {
+        Reply::json(completion(
+            json!("ok"),
+            None,
+            json!({"prompt_tokens": 1, "completion_tokens": 1}),
+        ))
+    };
+    let server = serve(vec![ok(), ok(), ok()]).await;
+    let url = format!("{}/v1", server.url());
+    let mut with_tools = chat("s", "hi");
+    with_tools.tools = vec![weather_tool()];
+    with_tools.max_tokens = Some(64);
+    for spec in [
+        json!({"provider": "openai", "name": "m", "base_url": url, "tool_choice": "required",
+            "max_tokens_field": "max_completion_tokens"}),
+        json!({"provider": "openai", "name": "m", "base_url": url, "tool_choice": "omit"}),
+    ] {
+        let m = from_spec_with_env(&spec, std::path::Path::new("."), &|_| None).unwrap();
+        m.complete_boxed(&with_tools, None).await.unwrap();
+    }
+    // Without tools no `tool_choice` is sent (servers reject one without tools).
+    let m = from_spec_with_env(
+        &json!({"provider": "openai", "name": "m", "base_url": url}),
+        std::path::Path::new("."),
+        &|_| None,
+    )
+    .unwrap();
+    m.complete_boxed(&chat("s", "hi"), None).await.unwrap();
+    let seen = server.seen();
+    assert_eq!(seen[0].body["tool_choice"], "required");
+    assert_eq!(seen[0].body["max_completion_tokens"], 64);
+    assert!(seen[0].body.get("max_tokens").is_none());
+    assert!(seen[1].body.get("tool_choice").is_none());
+    assert_eq!(seen[1].body["max_tokens"], 64);
+    assert!(seen[2].body.get("tool_choice").is_none());
+    server.stop().await;
+
+    let e = from_spec_with_env(
+        &json!({"provider": "openai", "name": "m", "tool_choice": "always"}),
+        std::path::Path::new("."),
+        &|_| None,
+    )
+    .err()
+    .unwrap();
+    assert!(e.to_string().contains("`tool_choice`"), "{e}");
+}
+
+/// llama-cpp-python answers a streamed request that carries `tool_choice` with 200 and an
+/// empty body.
+fn empty_stream() -> Reply {
+    Reply::Full {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        // It sends keep-alive comments while it works.
+        body: ": ping - 2026-11-23 22:52:36\r\n\r\n".into(),
+    }
+}
+
+#[tokio::test]
+async fn an_empty_streamed_reply_falls_back_to_a_plain_call_learned_once() {
+    let ok = |t: &str| {
+        Reply::json(completion(
+            json!(t),
+            None,
+            json!({"prompt_tokens": 1, "completion_tokens": 1}),
+        ))
+    };
+    let server = serve(vec![empty_stream(), ok("one"), ok("two")]).await;
+    let m = model(&server.url());
+    let (s, _) = sink();
+    let first = m.complete(&chat("s", "hi"), Some(s.clone())).await.unwrap();
+    assert_eq!(first.content, "one");
+    // A second model of the same server and name knows it already.
+    let again = model(&server.url());
+    let second = again.complete(&chat("s", "hi"), Some(s)).await.unwrap();
+    assert_eq!(second.content, "two");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[0].body["stream"], true);
+    assert!(seen[1].body.get("stream").is_none());
+    assert!(seen[2].body.get("stream").is_none(), "learned once");
+    server.stop().await;
+
+    // `stream: true` insists, and says what to change.
+    let server = serve(vec![empty_stream()]).await;
+    let mut cfg = config(ProviderKind::OpenAi, "m", &format!("{}/v1", server.url()));
+    cfg.stream = weft_model::StreamMode::Always;
+    let (s, _) = sink();
+    let e = OpenAiModel::new(cfg)
+        .unwrap()
+        .complete(&chat("s", "hi"), Some(s))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("stream: auto"), "{e}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn learned_capabilities_are_read_from_their_file() {
+    let server = serve(vec![Reply::json(completion(
+        json!("{\"answer\": 1}"),
+        None,
+        json!({"prompt_tokens": 1, "completion_tokens": 1}),
+    ))])
+    .await;
+    let url = format!("{}/v1", server.url());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("provider-capabilities.json");
+    // What an earlier process wrote.
+    std::fs::write(
+        &file,
+        json!({"providers": {weft_model::capabilities::key(&url, "m"):
+            {"no_stream": true, "structured": "json_object"}}})
+        .to_string(),
+    )
+    .unwrap();
+    weft_model::capabilities::use_file(&file);
+    let m = OpenAiModel::new(config(ProviderKind::OpenAi, "m", &url)).unwrap();
+    let (s, _) = sink();
+    let mut req = chat("s", "hi");
+    req.response_schema = Some(schema());
+    let reply = m.complete(&req, Some(s)).await.unwrap();
+    assert_eq!(reply.content, "{\"answer\": 1}");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].body.get("stream").is_none(), "no stream tried");
+    assert_eq!(seen[0].body["response_format"]["type"], "json_object");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_empty_streamed_reply_whose_connection_breaks_also_falls_back() {
+    let server = serve(vec![
+        Reply::Chunks {
+            chunks: vec![],
+            cut: true,
+        },
+        Reply::json(completion(
+            json!("plain"),
+            None,
+            json!({"prompt_tokens": 1, "completion_tokens": 1}),
+        )),
+    ])
+    .await;
+    let (s, _) = sink();
+    let reply = model(&server.url())
+        .complete(&chat("s", "hi"), Some(s))
+        .await
+        .unwrap();
+    assert_eq!(reply.content, "plain");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 2);
+    assert!(seen[1].body.get("stream").is_none());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn repeated_and_empty_call_ids_get_their_own_identity() {
+    let server = serve(vec![Reply::json(completion(
+        Value::Null,
+        Some(json!([
+            {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}},
+            {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"}},
+            {"id": "", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Bern\"}"}}
+        ])),
+        json!({"prompt_tokens": 10, "completion_tokens": 5}),
+    ))])
+    .await;
+    let mut req = chat("s", "weather?");
+    req.tools = vec![weather_tool()];
+    let reply = model(&server.url()).complete(&req, None).await.unwrap();
+    let ids: Vec<&str> = reply.tool_calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["call_0", "call_0_2", "call_3"]);
+    assert_eq!(reply.tool_calls[1].arguments, json!({"city": "Rome"}));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn dotted_tool_names_go_out_valid_and_come_back_as_they_were() {
+    let server = serve(vec![Reply::json(completion(
+        Value::Null,
+        Some(json!([
+            {"id": "c1", "type": "function", "function": {"name": "time_now", "arguments": "{}"}}
+        ])),
+        json!({"prompt_tokens": 10, "completion_tokens": 5}),
+    ))])
+    .await;
+    let mut req = chat("s", "time?");
+    let mut tool = weather_tool();
+    tool.name = "time.now".into();
+    req.tools = vec![tool];
+    req.messages.push(Message::Assistant {
+        content: String::new(),
+        tool_calls: vec![ToolCall {
+            id: "c0".into(),
+            name: "time.now".into(),
+            arguments: json!({}),
+        }],
+    });
+    req.messages.push(Message::Tool {
+        call_id: "c0".into(),
+        name: "time.now".into(),
+        content: "noon".into(),
+        is_error: false,
+    });
+    let reply = model(&server.url()).complete(&req, None).await.unwrap();
+    assert_eq!(reply.tool_calls[0].name, "time.now");
+    let seen = server.seen();
+    assert_eq!(seen[0].body["tools"][0]["function"]["name"], "time_now");
+    assert_eq!(
+        seen[0].body["messages"][2]["tool_calls"][0]["function"]["name"],
+        "time_now"
     );
     server.stop().await;
 }

@@ -353,6 +353,7 @@ impl<S: Store> Runtime<S> {
                 purpose,
                 e.to_string(),
                 e.is_retryable(),
+                e.usage(),
             ),
         }
     }

@@ -20,9 +20,22 @@ pub async fn open(db: Option<&str>, existing: bool) -> Result<Arc<CliStore>> {
     } else {
         AnyStore::open(spec).await
     };
-    Ok(Arc::new(store.with_context(|| {
-        format!("cannot open the session store `{spec}`")
-    })?))
+    let store = store.with_context(|| format!("cannot open the session store `{spec}`"))?;
+    if let Some(file) = capabilities_file(spec) {
+        weft_model::capabilities::use_file(file);
+    }
+    Ok(Arc::new(store))
+}
+
+/// Where what weft learns about model servers is kept across processes: the file
+/// `provider-capabilities.json` beside a SQLite database given as a path. With PostgreSQL or
+/// memory it is learned once per process.
+fn capabilities_file(spec: &str) -> Option<std::path::PathBuf> {
+    if spec.contains("://") || spec.starts_with("memory:") {
+        return None;
+    }
+    let dir = std::path::Path::new(spec).parent()?;
+    Some(dir.join("provider-capabilities.json"))
 }
 
 static CHOSEN: OnceLock<Option<String>> = OnceLock::new();
