@@ -85,7 +85,7 @@ impl AnthropicModel {
                 ),
             );
         }
-        if let Some(t) = req.temperature {
+        if let Some(t) = req.temperature.or(self.cfg.temperature) {
             body.insert("temperature".into(), json!(t));
         }
         if stream {

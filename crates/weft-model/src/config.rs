@@ -152,6 +152,9 @@ pub struct ProviderConfig {
     pub retry_base_delay: Duration,
     /// Default `max_tokens` (Anthropic requires one: 4096 unless set).
     pub max_tokens: Option<u32>,
+    /// Default sampling temperature, sent when a request sets none (the server's own default
+    /// otherwise). `0` makes a local model's replies repeatable.
+    pub temperature: Option<f32>,
     /// Prices; the built-in table when not given.
     pub prices: Option<Prices>,
     /// OpenAI-compatible: send `strict: true` with `response_format` JSON schemas.
@@ -240,6 +243,7 @@ const KNOWN_KEYS: &[&str] = &[
     "max_retries",
     "max_tokens",
     "max_tokens_field",
+    "temperature",
     "tool_choice",
     "prices",
     "strict",
@@ -265,6 +269,7 @@ impl ProviderConfig {
             max_retries: 3,
             retry_base_delay: Duration::from_millis(500),
             max_tokens: None,
+            temperature: None,
             prices: None,
             strict_schema: false,
             structured: StructuredMode::JsonSchema,
@@ -357,6 +362,14 @@ impl ProviderConfig {
                                 .and_then(|n| u32::try_from(n).ok())
                                 .filter(|n| *n > 0)
                                 .ok_or_else(|| bad("a positive whole number"))?,
+                        );
+                    }
+                    "temperature" => {
+                        c.temperature = Some(
+                            v.as_f64()
+                                .filter(|t| (0.0..=2.0).contains(t))
+                                .ok_or_else(|| bad("a number from 0 to 2"))?
+                                as f32,
                         );
                     }
                     "structured_output" => {

@@ -161,7 +161,7 @@ pub type SharedModel = Arc<dyn DynModel>;
 /// Forms: `scripted:PATH`, `openai:MODEL`, `anthropic:MODEL`, or a mapping
 /// `{provider: scripted, script: PATH}` / `{provider: openai|anthropic, name: MODEL, base_url,
 /// api_key_env, system_role, stream, tool_choice, timeout, connect_timeout, max_retries,
-/// max_tokens, max_tokens_field, prices, strict, structured_output}`.
+/// max_tokens, max_tokens_field, temperature, prices, strict, structured_output}`.
 pub fn from_spec(spec: &Value, base_dir: &Path) -> Result<SharedModel, ModelError> {
     from_spec_with_env(spec, base_dir, &|k| std::env::var(k).ok())
 }

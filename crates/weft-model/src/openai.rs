@@ -77,7 +77,7 @@ impl OpenAiModel {
         if let Some(n) = req.max_tokens.or(self.cfg.max_tokens) {
             body.insert(self.cfg.max_tokens_field.as_str().into(), json!(n));
         }
-        if let Some(t) = req.temperature {
+        if let Some(t) = req.temperature.or(self.cfg.temperature) {
             body.insert("temperature".into(), json!(t));
         }
         match (&req.response_schema, wire) {

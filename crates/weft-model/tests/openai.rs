@@ -696,16 +696,16 @@ async fn tool_choice_and_the_length_field_follow_the_configuration() {
     with_tools.tools = vec![weather_tool()];
     with_tools.max_tokens = Some(64);
     for spec in [
-        json!({"provider": "openai", "name": "m", "base_url": url, "tool_choice": "required",
+        json!({"provider": "openai", "name": "m", "base_url": url, "api_key": "none", "tool_choice": "required", "temperature": 0,
             "max_tokens_field": "max_completion_tokens"}),
-        json!({"provider": "openai", "name": "m", "base_url": url, "tool_choice": "omit"}),
+        json!({"provider": "openai", "name": "m", "base_url": url, "api_key": "none", "tool_choice": "omit"}),
     ] {
         let m = from_spec_with_env(&spec, std::path::Path::new("."), &|_| None).unwrap();
         m.complete_boxed(&with_tools, None).await.unwrap();
     }
     // Without tools no `tool_choice` is sent (servers reject one without tools).
     let m = from_spec_with_env(
-        &json!({"provider": "openai", "name": "m", "base_url": url}),
+        &json!({"provider": "openai", "name": "m", "base_url": url, "api_key": "none"}),
         std::path::Path::new("."),
         &|_| None,
     )
@@ -715,6 +715,9 @@ async fn tool_choice_and_the_length_field_follow_the_configuration() {
     assert_eq!(seen[0].body["tool_choice"], "required");
     assert_eq!(seen[0].body["max_completion_tokens"], 64);
     assert!(seen[0].body.get("max_tokens").is_none());
+    // The mapping's temperature is sent when the request sets none.
+    assert_eq!(seen[0].body["temperature"], 0.0);
+    assert!(seen[1].body.get("temperature").is_none());
     assert!(seen[1].body.get("tool_choice").is_none());
     assert_eq!(seen[1].body["max_tokens"], 64);
     assert!(seen[2].body.get("tool_choice").is_none());

@@ -31,7 +31,7 @@ fn write_agent(dir: &Path, mode: &str, url: &str) {
     let agent = format!(
         r#"name: tiny-{mode}
 mode: {mode}
-model: {{ provider: openai, name: smollm2, base_url: "{url}", api_key: none, timeout: 600s, max_tokens: 200, tool_choice: auto }}
+model: {{ provider: openai, name: smollm2, base_url: "{url}", api_key: none, timeout: 600s, max_tokens: 200, temperature: 0, tool_choice: auto }}
 instructions: Always use the log_word tool. Always reply with a plan that calls log_word.
 limits: {{ max_iterations: 2, max_model_retries: 2, max_replans: 0, max_waves: 1, max_response_rounds: 1 }}
 review_responses: false
