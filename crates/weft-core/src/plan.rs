@@ -58,9 +58,20 @@ impl Reference {
         let rest_path = |r: Option<&str>| -> Result<Vec<String>, String> {
             match r {
                 None => Ok(Vec::new()),
-                Some(r) => path::parse(r).ok_or_else(|| {
-                    format!("`{text}` has an empty or blank path segment; write it as root.a.b")
-                }),
+                Some(r) => {
+                    let segs = path::parse(r).ok_or_else(|| {
+                        format!("`{text}` has an empty or blank path segment; write it as root.a.b")
+                    })?;
+                    if segs.len() > crate::limits::MAX_PATH_SEGMENTS {
+                        return Err(format!(
+                            "`{}...` has {} path segments; weft accepts at most {}",
+                            text.chars().take(40).collect::<String>(),
+                            segs.len(),
+                            crate::limits::MAX_PATH_SEGMENTS
+                        ));
+                    }
+                    Ok(segs)
+                }
             }
         };
         match head {
@@ -383,6 +394,8 @@ impl Plan {
 
     /// Parses a plan from a JSON value, reporting every problem found in its shape.
     pub fn from_value(value: &Value) -> Result<Self, Vec<PlanProblem>> {
+        crate::limits::check_depth(value, "the plan")
+            .map_err(|m| vec![PlanProblem::new(None, None, m)])?;
         let calls = match value {
             Value::Array(a) => a,
             Value::Object(m) => match m.get("steps").or_else(|| m.get("calls")) {

@@ -1,0 +1,153 @@
+//! Bad input and hostile tools through the `weft` binary: every case ends in a clear error (or a
+//! quiet stop), never a panic, a hang, unbounded memory or a session that cannot be read back.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn weft(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("WEFT_DB")
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn assert_no_panic(o: &Output) {
+    let err = text(&o.stderr);
+    assert!(!err.contains("panicked"), "the binary panicked:\n{err}");
+    assert_ne!(o.status.code(), Some(101), "exit 101:\n{err}");
+}
+
+/// An agent whose one tool `deep` is the Python program `script`.
+fn agent_with_tool(dir: &Path, script: &str) {
+    std::fs::write(dir.join("tool.py"), script).unwrap();
+    std::fs::write(
+        dir.join("agent.yaml"),
+        r#"name: hostile
+mode: plan
+model: scripted:script.yaml
+tools:
+  - name: deep
+    command: ["python3", "tool.py"]
+    idempotent: true
+"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("script.yaml"), "[]\n").unwrap();
+}
+
+#[test]
+fn a_tool_output_nested_too_deep_fails_the_call_and_the_session_stays_readable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agent_with_tool(
+        d,
+        "import sys\nsys.stdin.read()\nprint('[' * 126 + ']' * 126)\n",
+    );
+    std::fs::write(
+        d.join("plan.json"),
+        r#"[{"_tool": "deep", "_outputPath": "†state.deep"}]"#,
+    )
+    .unwrap();
+    let o = weft(
+        d,
+        &[
+            "plan",
+            "run",
+            "plan.json",
+            "--agent",
+            "agent.yaml",
+            "--id",
+            "deep1",
+        ],
+    );
+    assert_no_panic(&o);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("the output of `deep` is JSON nested 126 levels deep")
+            && err.contains("at most 64"),
+        "{err}"
+    );
+    let ev = weft(d, &["sessions", "events", "deep1"]);
+    assert_no_panic(&ev);
+    assert_eq!(ev.status.code(), Some(0), "{}", text(&ev.stderr));
+    let events = text(&ev.stdout);
+    assert!(events.contains("invalid_output"), "{events}");
+}
+
+#[test]
+fn an_output_path_too_long_is_refused_by_the_plan_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agent_with_tool(d, "print('{}')\n");
+    let path = vec!["a"; 200].join(".");
+    std::fs::write(
+        d.join("plan.json"),
+        format!(r#"[{{"_tool": "deep", "_outputPath": "†state.{path}"}}]"#),
+    )
+    .unwrap();
+    let o = weft(d, &["plan", "check", "plan.json", "--agent", "agent.yaml"]);
+    assert_no_panic(&o);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("has 200 path segments; weft accepts at most 32"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn an_input_nested_too_deep_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agent_with_tool(d, "print('{}')\n");
+    std::fs::write(d.join("plan.json"), r#"[{"_tool": "deep"}]"#).unwrap();
+    let input = format!(r#"{{"a": {}1{}}}"#, "[".repeat(100), "]".repeat(100));
+    let o = weft(
+        d,
+        &[
+            "plan",
+            "run",
+            "plan.json",
+            "--agent",
+            "agent.yaml",
+            "--input",
+            &input,
+        ],
+    );
+    assert_no_panic(&o);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("--input is JSON nested 101 levels deep"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn a_plan_argument_nested_too_deep_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agent_with_tool(d, "print('{}')\n");
+    let deep = format!("{}1{}", "[".repeat(120), "]".repeat(120));
+    std::fs::write(
+        d.join("plan.json"),
+        format!(r#"[{{"_tool": "deep", "x": {deep}}}]"#),
+    )
+    .unwrap();
+    let o = weft(d, &["plan", "run", "plan.json", "--agent", "agent.yaml"]);
+    assert_no_panic(&o);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("the plan is JSON nested 122 levels deep"),
+        "{}",
+        text(&o.stderr)
+    );
+}
