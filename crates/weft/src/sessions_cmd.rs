@@ -349,7 +349,11 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
     let mut session = rt.load_session(&args.id).await?;
     if state.mode.is_none() {
         rt.resume_plan(&mut session).await?;
-        println!("{}", serde_json::to_string_pretty(&session.state.data)?);
+        writeln!(
+            std::io::stdout(),
+            "{}",
+            serde_json::to_string_pretty(&session.state.data)?
+        )?;
         return Ok(if session.state.status == SessionStatus::Completed {
             0
         } else {

@@ -151,3 +151,57 @@ fn a_plan_argument_nested_too_deep_is_refused() {
         text(&o.stderr)
     );
 }
+
+/// Runs weft with its stdout a pipe whose reading end is closed at once (as `| head -c 0`
+/// does): weft must stop quietly, exit 0, and print no panic.
+fn with_closed_stdout(dir: &Path, args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("WEFT_DB")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    child.wait_with_output().unwrap()
+}
+
+fn examples() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+#[test]
+fn a_closed_stdout_stops_weft_run_and_plan_run_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let ex = examples();
+    let agent = ex.join("weather-chat.yaml");
+    let o = with_closed_stdout(
+        d,
+        &[
+            "run",
+            agent.to_str().unwrap(),
+            "Where is it sunnier, Lisbon or Oslo?",
+        ],
+    );
+    assert_no_panic(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let plan = ex.join("plans/refund.json");
+    let shop = ex.join("shop.yaml");
+    let o = with_closed_stdout(
+        d,
+        &[
+            "plan",
+            "run",
+            plan.to_str().unwrap(),
+            "--agent",
+            shop.to_str().unwrap(),
+            "--input",
+            r#"{"customerId": "cust_123", "amount": 50.0}"#,
+        ],
+    );
+    assert_no_panic(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).trim().is_empty(), "{}", text(&o.stderr));
+}
