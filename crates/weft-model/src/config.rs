@@ -334,7 +334,9 @@ fn prices(v: &Value) -> Result<Prices, ModelError> {
 /// Seconds as a number, or a string `500ms`, `30s`, `2m`, `30`.
 fn duration(v: &Value) -> Option<Duration> {
     if let Some(n) = v.as_f64() {
-        return (n > 0.0 && n.is_finite()).then(|| Duration::from_secs_f64(n));
+        return (n > 0.0 && n.is_finite())
+            .then(|| Duration::try_from_secs_f64(n).ok())
+            .flatten();
     }
     let s = v.as_str()?.trim();
     let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
@@ -347,7 +349,9 @@ fn duration(v: &Value) -> Option<Duration> {
         (s, 1.0)
     };
     let n: f64 = num.trim().parse().ok()?;
-    (n > 0.0 && n.is_finite()).then(|| Duration::from_secs_f64(n * scale))
+    (n > 0.0 && n.is_finite())
+        .then(|| Duration::try_from_secs_f64(n * scale).ok())
+        .flatten()
 }
 
 #[cfg(test)]

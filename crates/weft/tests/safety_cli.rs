@@ -205,3 +205,47 @@ fn a_closed_stdout_stops_weft_run_and_plan_run_quietly() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(text(&o.stderr).trim().is_empty(), "{}", text(&o.stderr));
 }
+
+#[test]
+fn huge_durations_are_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    // A store to prune: one session of a plan of one built-in call.
+    std::fs::write(
+        d.join("echo.yaml"),
+        "name: e\nmode: plan\nmodel: scripted:s.yaml\ntools:\n  - builtin: echo\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("echo.json"), r#"[{"_tool": "echo", "x": 1}]"#).unwrap();
+    let o = weft(d, &["plan", "run", "echo.json", "--agent", "echo.yaml"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = weft(
+        d,
+        &["sessions", "prune", "--older-than", "18446744073709551615d"],
+    );
+    assert_no_panic(&o);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("--older-than: `18446744073709551615d` is longer than"),
+        "{}",
+        text(&o.stderr)
+    );
+    for timeout in ["1e300", "\"1e30s\"", "\"5 fortnights\""] {
+        std::fs::write(
+            d.join("agent.yaml"),
+            format!(
+                "name: t\nmode: plan\nmodel: scripted:s.yaml\ntools:\n  - name: slow\n    command: [\"true\"]\n    timeout: {timeout}\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(d.join("plan.json"), r#"[{"_tool": "slow"}]"#).unwrap();
+        let o = weft(d, &["plan", "check", "plan.json", "--agent", "agent.yaml"]);
+        assert_no_panic(&o);
+        assert_eq!(o.status.code(), Some(2), "{timeout}: {}", text(&o.stderr));
+        let err = text(&o.stderr);
+        assert!(
+            err.contains("agent.yaml") && err.contains("`slow`: timeout:"),
+            "{timeout}: {err}"
+        );
+    }
+}
