@@ -149,6 +149,7 @@ impl AgentSpec {
             file: file.to_owned(),
             message,
         };
+        crate::limits::check_text_depth(text, "the agent file").map_err(err)?;
         let spec: AgentSpec = serde_yaml_ng::from_str(text).map_err(|e| err(format!("{e}")))?;
         if spec.name.trim().is_empty() {
             return Err(err("`name` is empty; give the agent a name".into()));

@@ -25,8 +25,8 @@ pub const ENVELOPE_DEPTH: usize = 8;
 /// The largest file (agent file, plan, input, scripted model) weft reads: 16 MiB.
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
-/// The most times a scripted reply may be repeated.
-pub const MAX_REPEAT: u64 = 10_000;
+/// The most JSON values (every object, array and scalar) a plan may hold.
+pub const MAX_PLAN_NODES: usize = 100_000;
 
 const _: () = assert!(MAX_VALUE_DEPTH + MAX_PATH_SEGMENTS + ENVELOPE_DEPTH < READ_DEPTH);
 
@@ -58,6 +58,36 @@ pub fn check_depth(value: &Value, what: &str) -> Result<(), String> {
         return Err(format!(
             "{what} is JSON nested {d} levels deep; weft accepts at most {MAX_VALUE_DEPTH} levels \
              (flatten it, or return the deep part as a string)"
+        ));
+    }
+    Ok(())
+}
+
+/// How many values `value` holds (itself and everything inside it), counted up to `cap`.
+pub fn nodes(value: &Value, cap: usize) -> usize {
+    let mut n = 0;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        n += 1;
+        if n > cap {
+            break;
+        }
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.values()),
+            _ => {}
+        }
+    }
+    n
+}
+
+/// `Err` naming `what` when JSON or YAML text nests its flow brackets (`[`, `{`) deeper than
+/// [`READ_DEPTH`]: checked on the text, before a parser spends its time on it.
+pub fn check_text_depth(text: &str, what: &str) -> Result<(), String> {
+    let d = text_depth(text);
+    if d > READ_DEPTH {
+        return Err(format!(
+            "{what} nests brackets {d} levels deep; weft reads at most {READ_DEPTH} levels"
         ));
     }
     Ok(())

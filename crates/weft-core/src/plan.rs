@@ -380,6 +380,8 @@ impl fmt::Display for PlanProblem {
 impl Plan {
     /// Parses a plan from JSON text, reporting every problem found in its shape.
     pub fn parse_str(text: &str) -> Result<Self, Vec<PlanProblem>> {
+        crate::limits::check_text_depth(text, "the plan")
+            .map_err(|m| vec![PlanProblem::new(None, None, m)])?;
         let value: Value = serde_json::from_str(text).map_err(|e| {
             vec![PlanProblem::new(
                 None,
@@ -396,6 +398,14 @@ impl Plan {
     pub fn from_value(value: &Value) -> Result<Self, Vec<PlanProblem>> {
         crate::limits::check_depth(value, "the plan")
             .map_err(|m| vec![PlanProblem::new(None, None, m)])?;
+        let max = crate::limits::MAX_PLAN_NODES;
+        if crate::limits::nodes(value, max) > max {
+            return Err(vec![PlanProblem::new(
+                None,
+                None,
+                format!("the plan holds more than {max} JSON values; split it into smaller plans"),
+            )]);
+        }
         let calls = match value {
             Value::Array(a) => a,
             Value::Object(m) => match m.get("steps").or_else(|| m.get("calls")) {

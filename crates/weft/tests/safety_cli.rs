@@ -249,3 +249,77 @@ fn huge_durations_are_clear_errors() {
         );
     }
 }
+
+/// Runs weft and checks it refused the input with exit 2 and a message containing `want`,
+/// within `secs` seconds.
+fn refused_fast(d: &Path, args: &[&str], want: &str, secs: u64) {
+    let start = std::time::Instant::now();
+    let o = weft(d, args);
+    let took = start.elapsed();
+    assert_no_panic(&o);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains(want),
+        "{args:?}: {}",
+        text(&o.stderr)
+    );
+    assert!(took.as_secs() < secs, "{args:?} took {took:?}");
+}
+
+#[test]
+fn deep_and_huge_inputs_are_refused_fast() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    std::fs::write(d.join("plan.json"), r#"[{"_tool": "echo"}]"#).unwrap();
+    // An agent file nesting 100,000 levels (the YAML parser took minutes on it).
+    std::fs::write(
+        d.join("deep-agent.yaml"),
+        format!("name: a\nmode: plan\nmodel: scripted:s.yaml\ninstructions: {deep}\n"),
+    )
+    .unwrap();
+    refused_fast(
+        d,
+        &["plan", "check", "plan.json", "--agent", "deep-agent.yaml"],
+        "deep-agent.yaml: the agent file nests brackets 100000 levels deep; weft reads at most 128",
+        10,
+    );
+    // A scripted model as deep, and one whose `repeat` would take gigabytes.
+    std::fs::write(
+        d.join("agent.yaml"),
+        "name: a\nmode: react\nmodel: scripted:s.yaml\ntools:\n  - builtin: echo\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("s.yaml"), format!("- text: {deep}\n")).unwrap();
+    refused_fast(
+        d,
+        &["run", "agent.yaml", "hi"],
+        "nests brackets 100000 levels deep",
+        10,
+    );
+    std::fs::write(d.join("s.yaml"), "- { text: hi, repeat: 4000000000 }\n").unwrap();
+    refused_fast(
+        d,
+        &["run", "agent.yaml", "hi"],
+        "reply #1 (repeat: 4000000000) takes the script past 100000 replies",
+        10,
+    );
+    // A plan of a million references.
+    std::fs::write(
+        d.join("echo.yaml"),
+        "name: e\nmode: plan\nmodel: scripted:s.yaml\ntools:\n  - builtin: echo\n",
+    )
+    .unwrap();
+    let refs = vec![r#""†input.a""#; 1_000_000].join(",");
+    std::fs::write(
+        d.join("big.json"),
+        format!(r#"[{{"_tool": "echo", "x": [{refs}]}}]"#),
+    )
+    .unwrap();
+    refused_fast(
+        d,
+        &["plan", "check", "big.json", "--agent", "echo.yaml"],
+        "the plan holds more than 100000 JSON values",
+        10,
+    );
+}
