@@ -149,6 +149,7 @@ impl AgentSpec {
             file: file.to_owned(),
             message,
         };
+        crate::limits::check_text_depth(text, "the agent file").map_err(err)?;
         let spec: AgentSpec = serde_yaml_ng::from_str(text).map_err(|e| err(format!("{e}")))?;
         if spec.name.trim().is_empty() {
             return Err(err("`name` is empty; give the agent a name".into()));
@@ -213,13 +214,11 @@ fn parse_tool_decl(raw: &Value) -> Result<ToolDecl, String> {
 
 /// Parses a duration: `500ms`, `30s`, `2m`, `1h`, `7d`, or a bare number of seconds.
 pub fn parse_duration(v: &Value) -> Result<std::time::Duration, String> {
-    use std::time::Duration;
     match v {
-        Value::Number(n) => n
-            .as_f64()
-            .filter(|f| f.is_finite() && *f >= 0.0)
-            .map(Duration::from_secs_f64)
-            .ok_or_else(|| format!("{n} is not a duration")),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if f.is_finite() && f >= 0.0 => bounded_duration(f, &n.to_string()),
+            _ => Err(format!("{n} is not a duration; write e.g. \"30s\"")),
+        },
         Value::String(s) => parse_duration_str(s),
         other => Err(format!("{other} is not a duration; write e.g. \"30s\"")),
     }
@@ -227,7 +226,6 @@ pub fn parse_duration(v: &Value) -> Result<std::time::Duration, String> {
 
 /// Parses `500ms`, `30s`, `2m`, `1h`, `7d`, or a bare number of seconds.
 pub fn parse_duration_str(s: &str) -> Result<std::time::Duration, String> {
-    use std::time::Duration;
     let s = s.trim();
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -247,7 +245,20 @@ pub fn parse_duration_str(s: &str) -> Result<std::time::Duration, String> {
     if !secs.is_finite() || secs < 0.0 {
         return Err(format!("`{s}` is not a duration"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    bounded_duration(secs, &format!("`{s}`"))
+}
+
+/// The longest duration weft accepts (a timeout, a prune age): 100 years. Longer values would
+/// overflow the clock arithmetic they feed.
+pub const MAX_DURATION_SECS: f64 = 100.0 * 365.0 * 86400.0;
+
+fn bounded_duration(secs: f64, shown: &str) -> Result<std::time::Duration, String> {
+    if secs > MAX_DURATION_SECS {
+        return Err(format!(
+            "{shown} is longer than the longest duration weft accepts (36500d, 100 years)"
+        ));
+    }
+    std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("{shown}: {e}"))
 }
 
 #[cfg(test)]
@@ -309,5 +320,13 @@ mod tests {
         assert_eq!(parse_duration_str("2m").map(|d| d.as_secs()), Ok(120));
         assert_eq!(parse_duration_str("7d").map(|d| d.as_secs()), Ok(604_800));
         assert!(parse_duration_str("5 parsecs").is_err());
+        let e = parse_duration_str("18446744073709551615d").unwrap_err();
+        assert!(e.contains("longer than the longest duration"), "{e}");
+        assert!(parse_duration(&serde_json::json!(1e300)).is_err());
+        assert!(parse_duration(&serde_json::json!(-1)).is_err());
+        assert_eq!(
+            parse_duration_str("36500d").map(|d| d.as_secs()),
+            Ok(3_153_600_000)
+        );
     }
 }

@@ -8,6 +8,7 @@ pub mod engine;
 pub mod event;
 pub mod graph;
 pub mod history;
+pub mod limits;
 pub mod model;
 pub mod path;
 pub mod plan;

@@ -58,9 +58,20 @@ impl Reference {
         let rest_path = |r: Option<&str>| -> Result<Vec<String>, String> {
             match r {
                 None => Ok(Vec::new()),
-                Some(r) => path::parse(r).ok_or_else(|| {
-                    format!("`{text}` has an empty or blank path segment; write it as root.a.b")
-                }),
+                Some(r) => {
+                    let segs = path::parse(r).ok_or_else(|| {
+                        format!("`{text}` has an empty or blank path segment; write it as root.a.b")
+                    })?;
+                    if segs.len() > crate::limits::MAX_PATH_SEGMENTS {
+                        return Err(format!(
+                            "`{}...` has {} path segments; weft accepts at most {}",
+                            text.chars().take(40).collect::<String>(),
+                            segs.len(),
+                            crate::limits::MAX_PATH_SEGMENTS
+                        ));
+                    }
+                    Ok(segs)
+                }
             }
         };
         match head {
@@ -369,6 +380,8 @@ impl fmt::Display for PlanProblem {
 impl Plan {
     /// Parses a plan from JSON text, reporting every problem found in its shape.
     pub fn parse_str(text: &str) -> Result<Self, Vec<PlanProblem>> {
+        crate::limits::check_text_depth(text, "the plan")
+            .map_err(|m| vec![PlanProblem::new(None, None, m)])?;
         let value: Value = serde_json::from_str(text).map_err(|e| {
             vec![PlanProblem::new(
                 None,
@@ -383,6 +396,16 @@ impl Plan {
 
     /// Parses a plan from a JSON value, reporting every problem found in its shape.
     pub fn from_value(value: &Value) -> Result<Self, Vec<PlanProblem>> {
+        crate::limits::check_depth(value, "the plan")
+            .map_err(|m| vec![PlanProblem::new(None, None, m)])?;
+        let max = crate::limits::MAX_PLAN_NODES;
+        if crate::limits::nodes(value, max) > max {
+            return Err(vec![PlanProblem::new(
+                None,
+                None,
+                format!("the plan holds more than {max} JSON values; split it into smaller plans"),
+            )]);
+        }
         let calls = match value {
             Value::Array(a) => a,
             Value::Object(m) => match m.get("steps").or_else(|| m.get("calls")) {

@@ -481,7 +481,9 @@ fn check_base_url(url: &str) -> Result<(), ModelError> {
 
 fn duration(v: &Value) -> Option<Duration> {
     if let Some(n) = v.as_f64() {
-        return (n > 0.0 && n.is_finite()).then(|| Duration::from_secs_f64(n));
+        return (n > 0.0 && n.is_finite())
+            .then(|| Duration::try_from_secs_f64(n).ok())
+            .flatten();
     }
     let s = v.as_str()?.trim();
     let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
@@ -494,7 +496,9 @@ fn duration(v: &Value) -> Option<Duration> {
         (s, 1.0)
     };
     let n: f64 = num.trim().parse().ok()?;
-    (n > 0.0 && n.is_finite()).then(|| Duration::from_secs_f64(n * scale))
+    (n > 0.0 && n.is_finite())
+        .then(|| Duration::try_from_secs_f64(n * scale).ok())
+        .flatten()
 }
 
 #[cfg(test)]

@@ -107,10 +107,15 @@ pub struct ScriptedModel {
     keyed: HashMap<Purpose, Vec<ScriptedReply>>,
 }
 
+/// The most replies a script serves, `repeat` counted ([`ScriptedModel::parse`] refuses more;
+/// [`ScriptedModel::new`] stops expanding there).
+pub const MAX_REPLIES: u64 = 100_000;
+
 fn expand(replies: Vec<ScriptedReply>) -> Vec<ScriptedReply> {
     let mut out = Vec::with_capacity(replies.len());
     for r in replies {
-        let n = r.repeat.unwrap_or(1);
+        let room = MAX_REPLIES.saturating_sub(out.len() as u64);
+        let n = u64::from(r.repeat.unwrap_or(1)).min(room);
         for _ in 0..n {
             out.push(ScriptedReply {
                 repeat: None,
@@ -154,11 +159,28 @@ impl ScriptedModel {
 
     /// Parses a script (YAML or JSON). `origin` names it in errors.
     pub fn parse(origin: &str, text: &str) -> Result<Self, ModelError> {
+        weft_core::limits::check_text_depth(text, &format!("the script {origin}"))
+            .map_err(ModelError::Config)?;
         let file: ScriptFile = serde_yaml_ng::from_str(text).map_err(|e| {
             ModelError::Config(format!(
                 "the script {origin} is not a list of replies or a mapping from purpose to replies: {e}"
             ))
         })?;
+        let lists: Vec<&Vec<ScriptedReply>> = match &file {
+            ScriptFile::List(l) | ScriptFile::Wrapped { replies: l } => vec![l],
+            ScriptFile::Keyed(k) => k.values().collect(),
+        };
+        let mut total: u64 = 0;
+        for (i, r) in lists.into_iter().flatten().enumerate() {
+            total += u64::from(r.repeat.unwrap_or(1));
+            if total > MAX_REPLIES {
+                return Err(ModelError::Config(format!(
+                    "the script {origin}: reply #{} (repeat: {}) takes the script past {MAX_REPLIES} replies, the most a script may serve; lower `repeat`",
+                    i + 1,
+                    r.repeat.unwrap_or(1)
+                )));
+            }
+        }
         let model = match file {
             ScriptFile::List(l) | ScriptFile::Wrapped { replies: l } => Self::new(origin, l),
             ScriptFile::Keyed(k) => Self::keyed(origin, k),

@@ -457,10 +457,24 @@ impl Registry {
         let idempotent = entry.tool.info().idempotent;
         match entry.tool.call_boxed(args, ctx).await {
             Ok(mut output) => {
+                // What weft accepts it must be able to read back (see weft_core::limits).
+                if let Err(message) =
+                    weft_core::limits::check_depth(&output, &format!("the output of `{name}`"))
+                {
+                    return ToolOutcome::Error {
+                        error: ToolError::new("invalid_output", message),
+                    };
+                }
                 redactor.redact_value(&mut output);
                 ToolOutcome::Ok { output }
             }
             Err(mut error) => {
+                if weft_core::limits::depth(&error.detail) > weft_core::limits::MAX_VALUE_DEPTH {
+                    error.detail = Value::String(format!(
+                        "(the detail was dropped: it nests deeper than {} levels)",
+                        weft_core::limits::MAX_VALUE_DEPTH
+                    ));
+                }
                 redactor.redact_error(&mut error);
                 let retryable = match error.kind.as_str() {
                     "spawn" => true,

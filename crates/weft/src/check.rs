@@ -1,6 +1,7 @@
 //! `weft check`: every check an agent file (and a plan) gets when it loads, with every problem
 //! listed at once instead of the first.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -67,16 +68,22 @@ pub async fn run(a: CheckArgs) -> Result<u8> {
         t.shutdown().await;
     }
     if a.json {
-        println!(
+        writeln!(
+            std::io::stdout(),
             "{}",
             json!({"ok": problems.is_empty(), "problems": problems})
-        );
+        )?;
     }
     if problems.is_empty() {
         if !a.json {
             match &a.plan {
-                Some(p) => println!("{} and {}: no problems", a.agent.display(), p.display()),
-                None => println!("{}: no problems", a.agent.display()),
+                Some(p) => writeln!(
+                    std::io::stdout(),
+                    "{} and {}: no problems",
+                    a.agent.display(),
+                    p.display()
+                )?,
+                None => writeln!(std::io::stdout(), "{}: no problems", a.agent.display())?,
             }
         }
         return Ok(0);

@@ -78,6 +78,7 @@ pub fn input(arg: Option<&str>) -> Result<Value> {
     };
     let v: Value =
         serde_json::from_str(&text).with_context(|| format!("{origin} is not valid JSON"))?;
+    weft_core::limits::check_depth(&v, &origin).map_err(|e| anyhow!(e))?;
     if !v.is_object() {
         return Err(anyhow!(
             "{origin} must be a JSON object, e.g. '{{\"customerId\": \"c1\"}}'"

@@ -143,9 +143,20 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(code) => ExitCode::from(code),
+        // The reader of stdout went away (`weft run ... | head`): stop quietly, as a program
+        // killed by SIGPIPE would (weft forbids the unsafe code that resetting it would take).
+        Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(EXIT_USAGE)
         }
     }
+}
+
+/// True when `e` comes from writing to a closed pipe.
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

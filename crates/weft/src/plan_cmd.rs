@@ -91,7 +91,11 @@ async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
         Ok(p) => p,
         Err(problems) => {
             if a.json {
-                println!("{}", serde_json::json!({"ok": false, "problems": problems}));
+                writeln!(
+                    std::io::stdout(),
+                    "{}",
+                    serde_json::json!({"ok": false, "problems": problems})
+                )?;
             }
             return Ok(report(&a.plan, &problems));
         }
@@ -108,7 +112,11 @@ async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
     let problems = rt.check_plan(&plan, input.as_ref());
     if !problems.is_empty() {
         if a.json {
-            println!("{}", serde_json::json!({"ok": false, "problems": problems}));
+            writeln!(
+                std::io::stdout(),
+                "{}",
+                serde_json::json!({"ok": false, "problems": problems})
+            )?;
         }
         return Ok(report(&a.plan, &problems));
     }
@@ -183,7 +191,11 @@ async fn execute<S: weft_store::Store>(store: Arc<S>, a: RunArgs) -> Result<u8> 
     };
     let session = rt.run_plan_in(&agent.spec.name, plan, input, info).await?;
     let state = &session.state;
-    println!("{}", serde_json::to_string_pretty(&state.data)?);
+    writeln!(
+        std::io::stdout(),
+        "{}",
+        serde_json::to_string_pretty(&state.data)?
+    )?;
     if state.status == SessionStatus::Completed {
         return Ok(0);
     }

@@ -370,9 +370,9 @@ pub fn report(
             let answer = st.answer.clone().unwrap_or_default();
             if streamed {
                 // The answer was shown as it streamed (its last draft is the answer).
-                println!();
+                writeln!(std::io::stdout())?;
             } else {
-                println!("{answer}");
+                writeln!(std::io::stdout(), "{answer}")?;
             }
             writeln!(err, "{summary}")?;
             Ok(0)
@@ -383,7 +383,7 @@ pub fn report(
                 .as_ref()
                 .map(|w| w.question.clone())
                 .unwrap_or_default();
-            println!("{q}");
+            writeln!(std::io::stdout(), "{q}")?;
             let db = crate::store::db_flag();
             writeln!(
                 err,
@@ -400,7 +400,7 @@ pub fn report(
         }
         SessionStatus::Failed | SessionStatus::Running => {
             if let Some(a) = &st.answer {
-                println!("{a}");
+                writeln!(std::io::stdout(), "{a}")?;
             }
             writeln!(
                 err,

@@ -404,7 +404,11 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
     let before = run_cmd::Before::of(&session.state);
     if state.mode.is_none() {
         rt.resume_plan(&mut session).await?;
-        println!("{}", serde_json::to_string_pretty(&session.state.data)?);
+        writeln!(
+            std::io::stdout(),
+            "{}",
+            serde_json::to_string_pretty(&session.state.data)?
+        )?;
         if session.state.status == SessionStatus::Completed {
             return Ok(0);
         }

@@ -1,0 +1,159 @@
+//! Limits on what weft accepts, so that everything it accepts it can also store and read back,
+//! and the work spent on one input stays bounded.
+//!
+//! Stored events are read back with `serde_json`, which refuses JSON nested deeper than
+//! [`READ_DEPTH`] levels. A value weft accepts (a tool's output, an input, a plan argument) ends
+//! up inside an event envelope (a few levels) and may be written below an `_outputPath` of up to
+//! [`MAX_PATH_SEGMENTS`] segments, so values are held to [`MAX_VALUE_DEPTH`] levels, well below
+//! what the reader takes.
+
+use serde_json::Value;
+
+/// The deepest JSON the event reader takes (`serde_json`'s fixed recursion limit).
+pub const READ_DEPTH: usize = 128;
+
+/// The deepest JSON value weft accepts from a tool, an input, a plan or a model reply.
+pub const MAX_VALUE_DEPTH: usize = 64;
+
+/// The most segments a reference or an `_outputPath` may have (`state.a.b` has 2 below `state`).
+pub const MAX_PATH_SEGMENTS: usize = 32;
+
+/// The levels an event adds around a value: the envelope, the event, a step's outcome, and
+/// the state snapshot around the data.
+pub const ENVELOPE_DEPTH: usize = 8;
+
+/// The largest file (agent file, plan, input, scripted model) weft reads: 16 MiB.
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The most JSON values (every object, array and scalar) a plan may hold.
+pub const MAX_PLAN_NODES: usize = 100_000;
+
+const _: () = assert!(MAX_VALUE_DEPTH + MAX_PATH_SEGMENTS + ENVELOPE_DEPTH < READ_DEPTH);
+
+/// How deeply `value` nests: a scalar is 0, `[]` and `{}` are 1, `[[1]]` is 2. Computed
+/// without recursion, so any value can be measured.
+pub fn depth(value: &Value) -> usize {
+    let mut max = 0;
+    let mut stack: Vec<(&Value, usize)> = vec![(value, 0)];
+    while let Some((v, d)) = stack.pop() {
+        match v {
+            Value::Array(items) => {
+                max = max.max(d + 1);
+                stack.extend(items.iter().map(|i| (i, d + 1)));
+            }
+            Value::Object(map) => {
+                max = max.max(d + 1);
+                stack.extend(map.values().map(|i| (i, d + 1)));
+            }
+            _ => max = max.max(d),
+        }
+    }
+    max
+}
+
+/// `Err` with a message naming `what` when `value` nests deeper than [`MAX_VALUE_DEPTH`].
+pub fn check_depth(value: &Value, what: &str) -> Result<(), String> {
+    let d = depth(value);
+    if d > MAX_VALUE_DEPTH {
+        return Err(format!(
+            "{what} is JSON nested {d} levels deep; weft accepts at most {MAX_VALUE_DEPTH} levels \
+             (flatten it, or return the deep part as a string)"
+        ));
+    }
+    Ok(())
+}
+
+/// How many values `value` holds (itself and everything inside it), counted up to `cap`.
+pub fn nodes(value: &Value, cap: usize) -> usize {
+    let mut n = 0;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        n += 1;
+        if n > cap {
+            break;
+        }
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.values()),
+            _ => {}
+        }
+    }
+    n
+}
+
+/// `Err` naming `what` when JSON or YAML text nests its flow brackets (`[`, `{`) deeper than
+/// [`READ_DEPTH`]: checked on the text, before a parser spends its time on it.
+pub fn check_text_depth(text: &str, what: &str) -> Result<(), String> {
+    let d = text_depth(text);
+    if d > READ_DEPTH {
+        return Err(format!(
+            "{what} nests brackets {d} levels deep; weft reads at most {READ_DEPTH} levels"
+        ));
+    }
+    Ok(())
+}
+
+/// How deeply JSON text nests, counted on its brackets (outside strings) without parsing it:
+/// lets a reader refuse a deep document before a parser recurses into it.
+pub fn text_depth(text: &str) -> usize {
+    let (mut d, mut max, mut in_str, mut esc) = (0usize, 0usize, false, false);
+    for b in text.bytes() {
+        if in_str {
+            match (esc, b) {
+                (true, _) => esc = false,
+                (false, b'\\') => esc = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'[' | b'{' => {
+                d += 1;
+                max = max.max(d);
+            }
+            b']' | b'}' => d = d.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn nested(n: usize) -> Value {
+        let mut v = json!(1);
+        for _ in 0..n {
+            v = json!([v]);
+        }
+        v
+    }
+
+    #[test]
+    fn depth_counts_levels() {
+        assert_eq!(depth(&json!(1)), 0);
+        assert_eq!(depth(&json!([])), 1);
+        assert_eq!(depth(&json!({"a": [1, {"b": 2}]})), 3);
+        assert_eq!(depth(&nested(200)), 200);
+        assert_eq!(text_depth(&nested(200).to_string()), 200);
+        assert_eq!(text_depth(r#"{"a": "[[[[\"]]"}"#), 1);
+    }
+
+    #[test]
+    fn the_deepest_accepted_value_reads_back_inside_an_event() {
+        let v = nested(MAX_VALUE_DEPTH + MAX_PATH_SEGMENTS + ENVELOPE_DEPTH);
+        let text = v.to_string();
+        assert!(serde_json::from_str::<Value>(&text).is_ok());
+        assert!(check_depth(&nested(MAX_VALUE_DEPTH), "x").is_ok());
+        let e = check_depth(&nested(MAX_VALUE_DEPTH + 1), "the output").unwrap_err();
+        assert!(
+            e.contains("the output is JSON nested 65 levels deep"),
+            "{e}"
+        );
+    }
+}
