@@ -25,6 +25,27 @@ pub const ENVELOPE_DEPTH: usize = 8;
 /// The largest file (agent file, plan, input, scripted model) weft reads: 16 MiB.
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
+/// Reads at most [`MAX_FILE_BYTES`] of text from `reader` (an agent file, a plan, an input file,
+/// a script, a cassette, a task on stdin): past that it stops reading and fails with an
+/// `InvalidData` error that says so, instead of growing without bound (`@/dev/zero`). The
+/// caller opens the source (`File::open(path).and_then(read_text)`) and names it in its error;
+/// weft-core itself opens nothing.
+pub fn read_text(reader: impl std::io::Read) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    reader.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "it is larger than {} MiB, the most weft reads from one file or stream",
+                MAX_FILE_BYTES / (1024 * 1024)
+            ),
+        ));
+    }
+    Ok(text)
+}
+
 /// The most JSON values (every object, array and scalar) a plan may hold.
 pub const MAX_PLAN_NODES: usize = 100_000;
 

@@ -100,9 +100,11 @@ impl Cassette {
         }
         let file = match mode {
             CassetteMode::Replay(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| {
-                    ModelError::Config(format!("cannot read the cassette {}: {e}", p.display()))
-                })?;
+                let text = std::fs::File::open(p)
+                    .and_then(weft_core::limits::read_text)
+                    .map_err(|e| {
+                        ModelError::Config(format!("cannot read the cassette {}: {e}", p.display()))
+                    })?;
                 serde_json::from_str(&text).map_err(|e| {
                     ModelError::Config(format!(
                         "the cassette {} is not a recorded cassette: {e}",

@@ -152,7 +152,8 @@ impl ScriptedModel {
     /// Reads a script file (YAML or JSON).
     pub fn from_file(path: &Path) -> Result<Self, ModelError> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path)
+        let text = std::fs::File::open(path)
+            .and_then(weft_core::limits::read_text)
             .map_err(|e| ModelError::Config(format!("cannot read the script {origin}: {e}")))?;
         Self::parse(&origin, &text)
     }

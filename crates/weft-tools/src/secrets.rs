@@ -182,8 +182,9 @@ impl Secrets {
                     })?
                 }
                 Some(SecretSource::File(path)) => {
-                    let text =
-                        std::fs::read_to_string(path).map_err(|cause| SecretsError::File {
+                    let text = std::fs::File::open(path)
+                        .and_then(weft_core::limits::read_text)
+                        .map_err(|cause| SecretsError::File {
                             name: name.to_owned(),
                             source_desc: SecretSource::File(path.clone()).to_string(),
                             cause,

@@ -105,7 +105,7 @@ async fn agent_problems(
     problems: &mut Vec<String>,
 ) -> Option<Registry> {
     let file = path.display().to_string();
-    let text = match std::fs::read_to_string(path) {
+    let text = match std::fs::File::open(path).and_then(weft_core::limits::read_text) {
         Ok(t) => t,
         Err(e) => {
             problems.push(format!("cannot read agent file {file}: {e}"));
@@ -168,7 +168,7 @@ fn plan_problems(
     problems: &mut Vec<String>,
 ) {
     let file = path.display().to_string();
-    let text = match std::fs::read_to_string(path) {
+    let text = match std::fs::File::open(path).and_then(weft_core::limits::read_text) {
         Ok(t) => t,
         Err(e) => {
             problems.push(format!("cannot read plan file {file}: {e}"));

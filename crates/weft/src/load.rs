@@ -33,7 +33,8 @@ pub async fn agent(path: &Path) -> Result<LoadedAgent> {
 }
 
 pub async fn agent_with_secrets(path: &Path, secrets: &[String]) -> Result<LoadedAgent> {
-    let text = std::fs::read_to_string(path)
+    let text = std::fs::File::open(path)
+        .and_then(weft_core::limits::read_text)
         .with_context(|| format!("cannot read agent file {}", path.display()))?;
     let spec = AgentSpec::parse(&path.display().to_string(), &text)?;
     let base = base_dir(path);
@@ -70,7 +71,8 @@ pub fn input(arg: Option<&str>) -> Result<Value> {
     };
     let (text, origin) = match arg.strip_prefix('@') {
         Some(file) => (
-            std::fs::read_to_string(file)
+            std::fs::File::open(file)
+                .and_then(weft_core::limits::read_text)
                 .with_context(|| format!("cannot read input file {file}"))?,
             format!("input file {file}"),
         ),

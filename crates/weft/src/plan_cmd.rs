@@ -59,7 +59,8 @@ pub struct RunArgs {
 fn read_plan(
     path: &std::path::Path,
 ) -> Result<std::result::Result<Plan, Vec<weft_core::PlanProblem>>> {
-    let text = std::fs::read_to_string(path)
+    let text = std::fs::File::open(path)
+        .and_then(weft_core::limits::read_text)
         .with_context(|| format!("cannot read plan file {}", path.display()))?;
     Ok(Plan::parse_str(&text))
 }

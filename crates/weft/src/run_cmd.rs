@@ -201,8 +201,7 @@ fn task_text(arg: &str) -> Result<String> {
     if arg != "-" {
         return Ok(arg.to_owned());
     }
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+    let text = weft_core::limits::read_text(std::io::stdin())
         .map_err(|e| anyhow!("cannot read the task from stdin: {e}"))?;
     let text = text.trim().to_owned();
     if text.is_empty() {

@@ -22,7 +22,8 @@ pub enum ToolsCommand {
 
 pub async fn run(cmd: ToolsCommand) -> Result<u8> {
     let ToolsCommand::List { agent, json } = cmd;
-    let text = std::fs::read_to_string(&agent)
+    let text = std::fs::File::open(&agent)
+        .and_then(weft_core::limits::read_text)
         .map_err(|e| anyhow!("cannot read agent file {}: {e}", agent.display()))?;
     let spec = weft_core::agent::AgentSpec::parse(&agent.display().to_string(), &text)?;
     let infos = weft_tools::list_agent_tools(&spec, load::base_dir(&agent))

@@ -323,3 +323,61 @@ fn deep_and_huge_inputs_are_refused_fast() {
         10,
     );
 }
+
+#[test]
+fn files_and_streams_past_the_size_limit_are_refused_fast() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::write(
+        d.join("agent.yaml"),
+        "name: a\nmode: plan\nmodel: scripted:s.yaml\ntools:\n  - builtin: echo\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("s.yaml"), "[]\n").unwrap();
+    std::fs::write(d.join("plan.json"), r#"[{"_tool": "echo"}]"#).unwrap();
+    // `@/dev/zero` never ends: reading stops at the limit instead of growing to gigabytes.
+    refused_fast(
+        d,
+        &[
+            "plan",
+            "run",
+            "plan.json",
+            "--agent",
+            "agent.yaml",
+            "--input",
+            "@/dev/zero",
+        ],
+        "larger than 16 MiB",
+        20,
+    );
+    refused_fast(
+        d,
+        &["plan", "check", "/dev/zero", "--agent", "agent.yaml"],
+        "larger than 16 MiB",
+        20,
+    );
+    refused_fast(
+        d,
+        &["plan", "check", "plan.json", "--agent", "/dev/zero"],
+        "larger than 16 MiB",
+        20,
+    );
+    // A task on stdin without end.
+    let start = std::time::Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["run", "agent.yaml", "-", "--db", "w.db"])
+        .current_dir(d)
+        .env_remove("WEFT_DB")
+        .stdin(std::fs::File::open("/dev/zero").unwrap())
+        .output()
+        .unwrap();
+    assert_no_panic(&o);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("cannot read the task from stdin")
+            && text(&o.stderr).contains("larger than 16 MiB"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(start.elapsed().as_secs() < 20);
+}
