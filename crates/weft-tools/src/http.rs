@@ -111,6 +111,7 @@ impl HttpTool {
         }
         let client = client_builder()
             .timeout(timeout)
+            .redirect(redirect_policy(uses_secrets))
             .build()
             .map_err(|e| format!("`{name}`: could not set up the HTTP client: {e}"))?;
         Ok(Self {
@@ -255,6 +256,33 @@ pub(crate) fn install_crypto_provider() {
         // Another thread may install one first; either provider is fine, so the error is ignored.
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
+}
+
+/// How many redirects an HTTP tool follows.
+const MAX_REDIRECTS: usize = 10;
+
+/// Redirects an HTTP tool follows. A request that carries a secret (in its URL, a header or its
+/// body) follows a redirect only within its own origin (scheme, host and port): elsewhere the
+/// secret header would go to a server nobody declared, and reqwest strips only the standard
+/// credential headers. Such a redirect fails the call, naming where it led.
+fn redirect_policy(uses_secrets: bool) -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(move |attempt| {
+        if attempt.previous().len() > MAX_REDIRECTS {
+            return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+        }
+        let crosses = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() != attempt.url().origin());
+        if uses_secrets && crosses {
+            let to = attempt.url().origin().ascii_serialization();
+            return attempt.error(format!(
+                "redirected to another origin ({to}); not followed because the request carries \
+                 the agent's secrets: declare the tool with the final URL"
+            ));
+        }
+        attempt.follow()
+    })
 }
 
 /// A `reqwest` client builder with the crypto provider installed.

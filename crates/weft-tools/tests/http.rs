@@ -118,3 +118,46 @@ fn bad_declarations_name_the_tool() {
     .unwrap_or_default();
     assert!(e.contains("`h`") && e.contains("verb"), "{e}");
 }
+
+/// A tool whose request carries a secret does not follow a redirect to another origin (the secret
+/// header would go to a server nobody declared); one without secrets follows it.
+#[tokio::test]
+async fn a_redirect_to_another_origin_never_receives_the_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("key.txt"), "s3cret-key-value").unwrap();
+    let elsewhere = TestServer::start(200, "{\"landed\": true}").await;
+    let origin =
+        TestServer::redirect(&format!("http://127.0.0.1:{}/landing", elsewhere.port)).await;
+    let url = format!("http://127.0.0.1:{}/start", origin.port);
+
+    let with_secret = format!(
+        "name: a\nsecrets:\n  k: {{file: key.txt}}\ntools:\n  - name: h\n    idempotent: true\n    input_schema: {{type: object}}\n    http: {{url: \"{url}\", headers: {{X-Api-Key: \"{{{{ secrets.k }}}}\"}}}}\n"
+    );
+    let reg = registry(&with_secret, dir.path());
+    let e = err(call(&reg, "h", json!({})).await);
+    assert_eq!(e.kind, "http", "{e:?}");
+    assert!(
+        e.message.contains("redirected to another origin")
+            && e.message
+                .contains(&format!("http://127.0.0.1:{}", elsewhere.port)),
+        "{e:?}"
+    );
+    assert_eq!(origin.requests().len(), 1);
+    assert!(
+        origin.requests()[0].contains("s3cret-key-value"),
+        "the declared server got the key"
+    );
+    assert!(
+        elsewhere.requests().is_empty(),
+        "the other origin was never asked: {:?}",
+        elsewhere.requests()
+    );
+
+    // Without secrets the redirect is followed.
+    let reg = registry(&tool(&url, ""), dir.path());
+    assert_eq!(
+        ok(call(&reg, "h", json!({})).await),
+        json!({"landed": true})
+    );
+    assert_eq!(elsewhere.requests().len(), 1);
+}

@@ -48,17 +48,6 @@ impl TestServer {
         Self::start_full(status, "application/json", body, std::time::Duration::ZERO).await
     }
 
-    /// Answers with a redirect to `location`.
-    pub async fn redirect(location: &str) -> Self {
-        Self::start_full(
-            302,
-            &format!("text/plain\r\nlocation: {location}"),
-            "",
-            std::time::Duration::ZERO,
-        )
-        .await
-    }
-
     /// Answers with this content type, after `delay`.
     pub async fn start_full(
         status: u16,
@@ -66,7 +55,34 @@ impl TestServer {
         body: &str,
         delay: std::time::Duration,
     ) -> Self {
-        let content_type = content_type.to_owned();
+        Self::start_with_headers(
+            status,
+            &format!("content-type: {content_type}\r\n"),
+            body,
+            delay,
+        )
+        .await
+    }
+
+    /// Answers every request with a 302 to `location`.
+    pub async fn redirect(location: &str) -> Self {
+        Self::start_with_headers(
+            302,
+            &format!("location: {location}\r\n"),
+            "",
+            std::time::Duration::ZERO,
+        )
+        .await
+    }
+
+    /// Answers with `headers` (each line ending in CRLF), after `delay`.
+    async fn start_with_headers(
+        status: u16,
+        headers: &str,
+        body: &str,
+        delay: std::time::Duration,
+    ) -> Self {
+        let headers = headers.to_owned();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -79,7 +95,7 @@ impl TestServer {
                 };
                 let seen = seen.clone();
                 let body = body.clone();
-                let content_type = content_type.clone();
+                let headers = headers.clone();
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     let mut chunk = [0u8; 4096];
@@ -110,7 +126,7 @@ impl TestServer {
                     tokio::time::sleep(delay).await;
                     let reason = if status < 300 { "OK" } else { "Error" };
                     let resp = format!(
-                        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        "HTTP/1.1 {status} {reason}\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
                         body.len()
                     );
                     let _ = sock.write_all(resp.as_bytes()).await;
