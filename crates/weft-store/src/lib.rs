@@ -188,6 +188,18 @@ pub enum StoreError {
     BadSpec { spec: String, reason: String },
 }
 
+impl StoreError {
+    /// True when the store itself failed (its server unreachable, a query or a write that the
+    /// database refused, a dropped connection), as opposed to a request about data that is not
+    /// there or not this build's. The CLI gives these their own exit code.
+    pub fn is_infrastructure(&self) -> bool {
+        matches!(
+            self,
+            Self::Sql { .. } | Self::Write { .. } | Self::Unavailable { .. }
+        )
+    }
+}
+
 /// Where sessions live.
 pub trait Store: Send + Sync + 'static {
     /// Creates a session with no events.

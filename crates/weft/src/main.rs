@@ -81,6 +81,9 @@ fn init_logging(level: Option<&str>) -> Result<(), String> {
 /// session waits for a person.
 pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
+/// The session store failed (its server unreachable, a connection dropped, a write refused):
+/// not the input's fault, so it has its own code; trying again later may work.
+pub const EXIT_STORE: u8 = 4;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -147,10 +150,43 @@ fn main() -> ExitCode {
         // killed by SIGPIPE would (weft forbids the unsafe code that resetting it would take).
         Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(EXIT_USAGE)
+            eprintln!("error: {}", message(&e));
+            ExitCode::from(if store_failed(&e) {
+                EXIT_STORE
+            } else {
+                EXIT_USAGE
+            })
         }
     }
+}
+
+/// The error and its causes, each said once: a cause whose text its wrapper already holds
+/// (a database error quoted in the store's message) is not repeated.
+fn message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+/// True when the session store itself failed, anywhere in the error's chain.
+fn store_failed(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<weft_store::StoreError>()
+            .is_some_and(weft_store::StoreError::is_infrastructure)
+            || matches!(
+                c.downcast_ref::<weft_runtime::RuntimeError>(),
+                Some(weft_runtime::RuntimeError::Store(s)) if s.is_infrastructure()
+            )
+    })
 }
 
 /// True when `e` comes from writing to a closed pipe.
