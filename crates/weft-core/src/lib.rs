@@ -14,6 +14,7 @@ pub mod path;
 pub mod plan;
 pub mod prompts;
 pub mod recovery;
+pub mod redaction;
 pub mod state;
 pub mod tool;
 

@@ -12,7 +12,7 @@ pub type Observer = Arc<dyn Fn(&Envelope) + Send + Sync>;
 
 /// Rewrites an event (as JSON) before it is stored or shown: secret values become
 /// `[secret:NAME]`.
-pub type Redact = Arc<dyn Fn(&mut serde_json::Value) + Send + Sync>;
+pub type Redact = Arc<dyn Fn(&mut String) + Send + Sync>;
 
 /// A session being driven by this process.
 pub struct Session<'s, S: Store> {
@@ -41,7 +41,7 @@ impl<'s, S: Store> Session<'s, S> {
     /// whose loss in a crash is harmless (a model's reply: the model is simply asked again), so
     /// that a reply and the tool calls it starts reach the store in one append.
     pub fn stage(&mut self, events: Vec<Event>) -> Result<(), RuntimeError> {
-        let events = self.redacted(events)?;
+        let events = self.redacted(events);
         let ts = now_ms();
         for event in events {
             let seq = self.state.seq + 1;
@@ -82,21 +82,14 @@ impl<'s, S: Store> Session<'s, S> {
         self
     }
 
-    fn redacted(&self, events: Vec<Event>) -> Result<Vec<Event>, RuntimeError> {
-        let Some(r) = &self.redact else {
-            return Ok(events);
-        };
+    /// The events with secrets replaced in their text and data (never in their structure).
+    fn redacted(&self, mut events: Vec<Event>) -> Vec<Event> {
+        if let Some(r) = &self.redact {
+            for e in &mut events {
+                e.rewrite_text(&mut |s: &mut String| r(s));
+            }
+        }
         events
-            .into_iter()
-            .map(|e| {
-                let mut v = serde_json::to_value(&e)
-                    .map_err(|err| RuntimeError::Internal(format!("encoding an event: {err}")))?;
-                r(&mut v);
-                serde_json::from_value(v).map_err(|err| {
-                    RuntimeError::Internal(format!("an event did not survive redaction: {err}"))
-                })
-            })
-            .collect()
     }
 
     /// Creates the session in the store with `events` as the start of its log, in one write,
@@ -114,7 +107,7 @@ impl<'s, S: Store> Session<'s, S> {
                 self.id
             )));
         }
-        let events = self.redacted(events)?;
+        let events = self.redacted(events);
         let ts = now_ms();
         let status = self.state.status_after(&events);
         let envelopes = self.number(events, ts);
@@ -168,7 +161,7 @@ impl<'s, S: Store> Session<'s, S> {
         if events.is_empty() {
             return Ok(());
         }
-        let events = self.redacted(events)?;
+        let events = self.redacted(events);
         let ts = now_ms();
         let base = self.state.seq;
         let status = self.state.status_after(&events);

@@ -108,10 +108,10 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
                 (parent, true) => parent,
                 (parent, false) => {
                     let own = tools.redactor();
-                    Some(Arc::new(move |v: &mut Value| {
-                        own.redact_value(v);
+                    Some(Arc::new(move |s: &mut String| {
+                        own.redact_in_place(s);
                         if let Some(p) = &parent {
-                            p(v);
+                            p(s);
                         }
                     }))
                 }

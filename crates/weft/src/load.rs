@@ -22,7 +22,9 @@ impl LoadedAgent {
             return None;
         }
         let r = self.tools.redactor();
-        Some(std::sync::Arc::new(move |v: &mut Value| r.redact_value(v)))
+        Some(std::sync::Arc::new(move |s: &mut String| {
+            r.redact_in_place(s)
+        }))
     }
 }
 

@@ -309,3 +309,108 @@ fn a_sub_agent_runs_in_its_own_session_linked_to_the_parent() {
     assert_eq!(show["answer"], "Paris");
     assert_eq!(show["task"], "find the capital of France");
 }
+
+#[test]
+fn a_secret_equal_to_a_tool_name_or_a_common_word_redacts_text_and_keeps_structure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::write(
+        d.join("agent.yaml"),
+        r#"name: names
+mode: react
+model: scripted:script.yaml
+secrets:
+  tool_word: { env: WEFT_TOOL_WORD }
+  plain_word: { env: WEFT_PLAIN_WORD }
+tools:
+  - name: lookup
+    description: Looks a thing up.
+    command: ["sh", "-c", "cat > /dev/null; printf '{\"found\": \"the state of lookup\"}'"]
+    env: { KEY: "{{ secrets.tool_word }}{{ secrets.plain_word }}" }
+    input_schema: { type: object, properties: { q: { type: string } }, required: [q] }
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("script.yaml"),
+        "- tool_calls:\n    - { name: lookup, arguments: { q: \"lookup the state\" } }\n- text: \"the state is known\"\n",
+    )
+    .unwrap();
+    let envs = [("WEFT_TOOL_WORD", "lookup"), ("WEFT_PLAIN_WORD", "state")];
+    let out = weft(
+        d,
+        &[
+            "run",
+            "agent.yaml",
+            "what is the state?",
+            "--events",
+            "--db",
+            "w.db",
+        ],
+        &envs,
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let evs = events(&stderr);
+    let started = evs
+        .iter()
+        .find(|e| e["type"] == "tool_call_started")
+        .expect("the tool ran");
+    // The tool's name is structure: it stays, and the call ran under it.
+    assert_eq!(started["tool"], "lookup");
+    // The arguments and the output are text: both secrets are redacted there.
+    assert_eq!(
+        started["args"]["q"],
+        "[secret:tool_word] the [secret:plain_word]"
+    );
+    let finished = evs
+        .iter()
+        .find(|e| e["type"] == "tool_call_finished")
+        .unwrap();
+    assert_eq!(
+        finished["outcome"]["output"]["found"],
+        "the [secret:plain_word] of [secret:tool_word]"
+    );
+    assert_eq!(evs.last().unwrap()["type"], "run_finished");
+    assert_eq!(evs.last().unwrap()["status"], "completed");
+    // What was stored reads back, with the same structure.
+    let id = evs[0]["session_id"].as_str().unwrap().to_owned();
+    let shown = weft(d, &["sessions", "events", &id, "--db", "w.db"], &envs);
+    assert_eq!(shown.status.code(), Some(0), "{}", text(&shown.stderr));
+    assert!(text(&shown.stdout).contains("\"tool\":\"lookup\""));
+}
+
+#[test]
+fn a_secret_shorter_than_four_bytes_is_refused_at_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::write(
+        d.join("agent.yaml"),
+        "name: pin\nmode: react\nmodel: scripted:script.yaml\nsecrets:\n  pin: { env: WEFT_PIN }\ntools:\n  - name: t\n    command: [\"true\"]\n    env: { PIN: \"{{ secrets.pin }}\" }\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("script.yaml"), "- text: hi\n").unwrap();
+    let out = weft(d, &["run", "agent.yaml", "x"], &[("WEFT_PIN", "123")]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("secret `pin`")
+            && err.contains("WEFT_PIN")
+            && err.contains("3 bytes")
+            && err.contains("shorter than 4 bytes"),
+        "{err}"
+    );
+    assert!(!d.join(".weft").exists() || err.contains("pin"));
+    // The same for a value given on the command line.
+    let out = weft(
+        d,
+        &["run", "agent.yaml", "x", "--secret", "pin=12"],
+        &[("WEFT_PIN", "1234")],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("2 bytes") && err.contains("given for this session"),
+        "{err}"
+    );
+}
