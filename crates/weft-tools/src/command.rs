@@ -399,7 +399,8 @@ mod tests {
             cwd: None,
         };
         let secrets =
-            Secrets::from_values(BTreeMap::from([("tok".to_owned(), "abcd-1234".to_owned())]));
+            Secrets::from_values(BTreeMap::from([("tok".to_owned(), "abcd-1234".to_owned())]))
+                .expect("long enough");
         let t = CommandTool::from_decl(decl.clone(), Path::new("."))
             .and_then(|t| t.with_secrets(secrets))
             .expect("valid declaration");

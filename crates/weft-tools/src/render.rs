@@ -155,7 +155,8 @@ mod tests {
 
     #[test]
     fn renders_args_and_secrets() {
-        let s = Secrets::from_values(BTreeMap::from([("tok".to_owned(), "abcd1234".to_owned())]));
+        let s = Secrets::from_values(BTreeMap::from([("tok".to_owned(), "abcd1234".to_owned())]))
+            .expect("long enough");
         let v = Vars::new(json!({"id": 7, "o": {"x": [1]}}), Some(&s), true).expect("vars");
         assert_eq!(
             v.render("t", "url", "https://x/{{ args.id }}?k={{ secrets.tok }}")

@@ -9,8 +9,10 @@ use std::sync::{Arc, RwLock};
 use serde_json::Value;
 use weft_core::ToolError;
 
-/// Values shorter than this are not redacted (they would match everywhere).
-const MIN_REDACT_LEN: usize = 4;
+/// The shortest secret value weft accepts. Secrets are redacted by value, and a shorter value
+/// would match inside ordinary text everywhere (or not be redacted at all), so such a secret is
+/// refused when it is read, with an error that says so.
+pub const MIN_SECRET_LEN: usize = 4;
 
 /// Where a secret's value comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,7 +31,7 @@ impl std::fmt::Display for SecretSource {
         match self {
             Self::Env(v) => write!(f, "environment variable {v}"),
             Self::File(p) => write!(f, "file {}", p.display()),
-            Self::Override => write!(f, "session override"),
+            Self::Override => write!(f, "the value given for this session"),
         }
     }
 }
@@ -54,6 +56,15 @@ pub enum SecretsError {
         "secret `{name}` is used by {used_by} but not declared under `secrets:`; declare it as {{env: VARIABLE}} or {{file: path}}"
     )]
     Undeclared { name: String, used_by: String },
+    #[error(
+        "secret `{name}` from {source_desc} is {len} bytes long; weft replaces every secret value with [secret:{name}] wherever it appears, and cannot do that safely for values shorter than {min} bytes: use a longer value"
+    )]
+    TooShort {
+        name: String,
+        source_desc: String,
+        len: usize,
+        min: usize,
+    },
 }
 
 /// The secrets of one agent (and session). Cheap to clone.
@@ -118,8 +129,9 @@ impl Secrets {
         Ok(secrets)
     }
 
-    /// Secrets given directly (tests, embedding): every value is a session override.
-    pub fn from_values(values: BTreeMap<String, String>) -> Self {
+    /// Secrets given directly (tests, embedding): every value is a session override. A value
+    /// shorter than [`MIN_SECRET_LEN`] is refused.
+    pub fn from_values(values: BTreeMap<String, String>) -> Result<Self, SecretsError> {
         let sources = values
             .keys()
             .map(|k| (k.clone(), SecretSource::Override))
@@ -129,10 +141,10 @@ impl Secrets {
             overrides: Arc::new(values),
             redactor: Redactor::default(),
         };
-        for (name, value) in s.overrides.iter() {
-            s.redactor.learn(name, value);
+        for name in s.sources.keys() {
+            s.resolve(name)?;
         }
-        s
+        Ok(s)
     }
 
     /// The declared names.
@@ -194,6 +206,18 @@ impl Secrets {
                 }
             }
         };
+        if value.len() < MIN_SECRET_LEN {
+            let source_desc = match self.sources.get(name) {
+                Some(src) if !self.overrides.contains_key(name) => src.to_string(),
+                _ => SecretSource::Override.to_string(),
+            };
+            return Err(SecretsError::TooShort {
+                name: name.to_owned(),
+                source_desc,
+                len: value.len(),
+                min: MIN_SECRET_LEN,
+            });
+        }
         self.redactor.learn(name, &value);
         Ok(value)
     }
@@ -232,9 +256,6 @@ impl std::fmt::Debug for Redactor {
 
 impl Redactor {
     fn learn(&self, name: &str, value: &str) {
-        if value.len() < MIN_REDACT_LEN {
-            return;
-        }
         if let Ok(mut known) = self.known.write() {
             if known.iter().any(|(n, v)| n == name && v == value) {
                 return;
@@ -258,6 +279,13 @@ impl Redactor {
             }
         }
         out
+    }
+
+    /// Redacts one text in place.
+    pub fn redact_in_place(&self, text: &mut String) {
+        if let Cow::Owned(r) = self.redact_str(text) {
+            *text = r;
+        }
     }
 
     /// Redacts every string (and object key) inside the value, in place.
@@ -343,10 +371,11 @@ mod tests {
 
     #[test]
     fn redacts_strings_and_values() {
-        let s = Secrets::from_values(BTreeMap::from([
-            ("tok".to_owned(), "s3cr3t-value".to_owned()),
-            ("short".to_owned(), "abc".to_owned()),
-        ]));
+        let s = Secrets::from_values(BTreeMap::from([(
+            "tok".to_owned(),
+            "s3cr3t-value".to_owned(),
+        )]))
+        .expect("long enough");
         let r = s.redactor();
         assert_eq!(
             r.redact_str("Bearer s3cr3t-value, abc"),
