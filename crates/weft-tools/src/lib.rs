@@ -193,8 +193,19 @@ impl Registry {
                 validator,
             }),
         );
-        self.infos.insert(info.name.clone(), info);
+        self.infos.insert(info.name.clone(), self.shown(info));
         Ok(())
+    }
+
+    /// A tool's metadata as the model, the output and the logs see it: a secret value inside
+    /// its description or its schema (a default, an example, an enum; an MCP server may put one
+    /// there) is redacted. Property names stay as they are (they are the call's structure);
+    /// arguments are still validated against the schema as the tool declared it.
+    fn shown(&self, mut info: ToolInfo) -> ToolInfo {
+        let r = self.redactor();
+        r.redact_in_place(&mut info.description);
+        redact_schema(&r, &mut info.input_schema);
+        info
     }
 
     /// Builds the registry an agent file declares. `base_dir` is the agent file's directory.
@@ -514,5 +525,16 @@ impl ToolCatalog for Registry {
     }
     fn tool_names(&self) -> Vec<String> {
         self.infos().map(|i| i.name.clone()).collect()
+    }
+}
+
+/// Redacts the string values inside a JSON Schema, leaving its keys (keywords and property
+/// names) as they are.
+fn redact_schema(r: &Redactor, schema: &mut Value) {
+    match schema {
+        Value::String(s) => r.redact_in_place(s),
+        Value::Array(items) => items.iter_mut().for_each(|v| redact_schema(r, v)),
+        Value::Object(map) => map.values_mut().for_each(|v| redact_schema(r, v)),
+        _ => {}
     }
 }

@@ -554,3 +554,34 @@ async fn a_stdio_server_writing_garbage_is_a_protocol_error() {
     assert!(text.contains("not JSON-RPC"), "{text}");
     assert!(text.contains("Starting the fixture server"), "{text}");
 }
+
+#[tokio::test]
+async fn needs_mcp_a_secret_in_a_servers_tool_list_is_redacted() {
+    let py = service_var("WEFT_TEST_MCP_PYTHON");
+    let dir = tempfile::tempdir().unwrap();
+    let fx = fixture();
+    // The server puts the credential it was started with into a tool's description and into
+    // its schema's default, as a careless server might.
+    let reg = load_with(
+        &format!(
+            "name: a\nsecrets:\n  tok: {{env: WEFT_TEST_NEVER_SET_VARIABLE}}\ntools:\n  - mcp: {{name: fx, command: [\"{py}\", \"{fx}\"], env: {{FX_LEAK: \"{{{{ secrets.tok }}}}\"}}}}\n"
+        ),
+        dir.path(),
+        &[("tok", "leaky-metadata-token")],
+    )
+    .await;
+    let info = reg.tool_info("fx.login").expect("the login tool is listed");
+    let shown = serde_json::to_string(info).unwrap();
+    assert!(!shown.contains("leaky-metadata-token"), "{shown}");
+    assert_eq!(info.description, "Logs in with the key [secret:tok].");
+    assert_eq!(
+        info.input_schema["properties"]["token"]["default"],
+        "[secret:tok]"
+    );
+    // The schema's structure is intact: the call still validates and runs.
+    assert_eq!(
+        ok(call(&reg, "fx.login", json!({"user": "ada"})).await),
+        json!({"result": "logged in ada"})
+    );
+    reg.shutdown().await;
+}
