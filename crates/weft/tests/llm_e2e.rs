@@ -93,7 +93,13 @@ fn run(mode: &str, url: &str) -> Run {
         .filter(|e: &Value| e["seq"].as_u64().unwrap_or(0) > 0)
         .collect();
     assert_eq!(events[0]["type"], "session_started");
-    assert_eq!(events.last().unwrap()["type"], "run_finished", "{stderr}");
+    // A run that ended says so; one that waits (a review asked the user) ends on its request.
+    let last = if code == Some(3) {
+        "waiting_for_user"
+    } else {
+        "run_finished"
+    };
+    assert_eq!(events.last().unwrap()["type"], last, "{stderr}");
     for (k, e) in events.iter().enumerate() {
         assert_eq!(Run::seq(e), k as u64 + 1, "gapless sequence numbers");
     }
