@@ -194,12 +194,26 @@ pub struct Condition {
     pub reads: Vec<Reference>,
 }
 
+/// A condition's text as an expression. A template's closing marker (`}}`, `%}`, `#}`) has no
+/// place in an expression, and the expression compiler panics on one ("empty lexer stack",
+/// found by fuzzing): such a condition is refused first, saying what to write instead.
+fn compile_condition<'e>(
+    env: &'e minijinja::Environment<'e>,
+    expr: &'e str,
+) -> Result<minijinja::Expression<'e, 'e>, String> {
+    if let Some(m) = ["}}", "%}", "#}"].into_iter().find(|m| expr.contains(m)) {
+        return Err(format!(
+            "it contains `{m}`; a condition is an expression such as `†state.total > 100`, not a template: write it without `{{{{ }}}}`"
+        ));
+    }
+    env.compile_expression(expr).map_err(|e| e.to_string())
+}
+
 impl Condition {
     fn parse(text: &str) -> Result<Self, String> {
         let expr = text.replace(REF_MARK, "");
         let env = minijinja::Environment::new();
-        let compiled = env
-            .compile_expression(&expr)
+        let compiled = compile_condition(&env, &expr)
             .map_err(|e| format!("`{text}` is not a valid condition: {e}"))?;
         let mut reads = Vec::new();
         let mut names: Vec<String> = compiled.undeclared_variables(true).into_iter().collect();
@@ -222,8 +236,7 @@ impl Condition {
     pub fn eval(&self, ctx: &Value) -> Result<bool, String> {
         let expr = self.source.replace(REF_MARK, "");
         let env = minijinja::Environment::new();
-        let compiled = env
-            .compile_expression(&expr)
+        let compiled = compile_condition(&env, &expr)
             .map_err(|e| format!("condition `{}`: {e}", self.source))?;
         let v = compiled
             .eval(ctx)

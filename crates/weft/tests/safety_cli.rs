@@ -381,3 +381,34 @@ fn files_and_streams_past_the_size_limit_are_refused_fast() {
     );
     assert!(start.elapsed().as_secs() < 20);
 }
+
+/// Found by fuzzing: the expression compiler panicked ("empty lexer stack") on a template's
+/// closing marker inside a `_when` condition.
+#[test]
+fn a_condition_with_a_template_marker_is_a_plan_problem_not_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::write(
+        d.join("agent.yaml"),
+        "name: a\nmode: plan\nmodel: scripted:s.yaml\ntools:\n  - builtin: echo\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("s.yaml"), "[]\n").unwrap();
+    for cond in ["}}}}", "{{ †state.a }}", "x %} y", "#}"] {
+        let plan = serde_json::json!([{"_id": "s1", "_tool": "echo", "_when": cond, "text": "x"}]);
+        std::fs::write(d.join("p.json"), plan.to_string()).unwrap();
+        for cmd in [
+            &["plan", "check", "--agent", "agent.yaml", "p.json"][..],
+            &["plan", "run", "--agent", "agent.yaml", "p.json"][..],
+        ] {
+            let o = weft(d, cmd);
+            assert_no_panic(&o);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{cmd:?} {cond}: {err}");
+            assert!(
+                err.contains("step `s1`, field `_when`") && err.contains("not a template"),
+                "{cmd:?} {cond}: {err}"
+            );
+        }
+    }
+}
