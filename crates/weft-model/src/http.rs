@@ -33,6 +33,29 @@ pub(crate) struct Http {
     connect_timeout: Duration,
     timeout: Duration,
     cassette: Option<Arc<Cassette>>,
+    key: Option<Arc<ApiKey>>,
+}
+
+/// The provider's API key, to be kept out of what a server sends back: an error body that echoes
+/// the key (some do, on a 401) is stored, printed and recorded with `[secret:VARIABLE]` instead.
+#[derive(Debug)]
+struct ApiKey {
+    variable: String,
+    value: String,
+}
+
+impl ApiKey {
+    fn scrub(&self, text: &mut String) {
+        if text.contains(&self.value) {
+            *text = text.replace(&self.value, &format!("[secret:{}]", self.variable));
+        }
+    }
+}
+
+fn scrub(key: Option<&ApiKey>, text: &mut String) {
+    if let Some(k) = key {
+        k.scrub(text);
+    }
 }
 
 impl Http {
@@ -58,6 +81,12 @@ impl Http {
             connect_timeout: cfg.connect_timeout,
             timeout: cfg.timeout,
             cassette,
+            key: cfg.api_key.as_ref().map(|value| {
+                Arc::new(ApiKey {
+                    variable: cfg.api_key_env.clone(),
+                    value: value.clone(),
+                })
+            }),
         })
     }
 
@@ -94,7 +123,8 @@ impl Http {
                 Ok(resp) => {
                     let status = resp.status;
                     let retry_after = resp.headers.get("retry-after").and_then(|v| retry_after(v));
-                    let text = resp.text().await.unwrap_or_else(|e| e.to_string());
+                    let mut text = resp.text().await.unwrap_or_else(|e| e.to_string());
+                    scrub(self.key.as_deref(), &mut text);
                     classify_status(&self.provider, status, text, retry_after)
                 }
                 Err(e) => e,
@@ -147,6 +177,7 @@ impl Http {
                 },
                 pending: Vec::new(),
                 recording: None,
+                key: self.key.clone(),
             });
         }
         let bytes = serde_json::to_vec(body)
@@ -192,6 +223,7 @@ impl Http {
             body: Body::Live(resp),
             pending: Vec::new(),
             recording,
+            key: self.key.clone(),
         })
     }
 
@@ -334,13 +366,32 @@ pub(crate) struct Response {
     /// Bytes of an incomplete UTF-8 character.
     pending: Vec<u8>,
     recording: Option<(Arc<Cassette>, Exchange)>,
+    key: Option<Arc<ApiKey>>,
 }
 
 impl Response {
+    /// A 200 response whose body is `text`, read as a live one would be (the fuzz targets).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn of_text(provider: &str, text: String) -> Self {
+        Self {
+            provider: provider.to_owned(),
+            timeout: Duration::from_secs(1),
+            status: 200,
+            headers: BTreeMap::new(),
+            body: Body::Replay {
+                text: Some(text),
+                cut: false,
+            },
+            pending: Vec::new(),
+            recording: None,
+            key: None,
+        }
+    }
+
     /// The next piece of body text; `None` at the end. A connection that breaks gives
     /// [`ModelError::StreamCut`] (or a timeout).
     pub(crate) async fn chunk(&mut self) -> Result<Option<String>, ModelError> {
-        let next = match &mut self.body {
+        let mut next = match &mut self.body {
             Body::Live(r) => match r.chunk().await {
                 Ok(Some(b)) => Ok(Some(self.decode(&b))),
                 Ok(None) => Ok(None),
@@ -373,6 +424,9 @@ impl Response {
                 None => Ok(None),
             },
         };
+        if let Ok(Some(t)) = &mut next {
+            scrub(self.key.as_deref(), t);
+        }
         match &next {
             Ok(Some(t)) => {
                 if let Some((_, ex)) = &mut self.recording {
@@ -402,6 +456,8 @@ impl Response {
     fn finish_recording(&mut self, cut: bool) -> Result<(), ModelError> {
         if let Some((c, mut ex)) = self.recording.take() {
             ex.cut = cut;
+            // A key split across two pieces of the body is whole again here.
+            scrub(self.key.as_deref(), &mut ex.body);
             c.record(ex)?;
         }
         Ok(())

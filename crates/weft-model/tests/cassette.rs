@@ -141,3 +141,47 @@ async fn replay_follows_the_recording_not_the_output_mode_and_refuses_a_changed_
     assert_eq!(replayed.content, "streamed");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn an_api_key_echoed_by_the_server_is_not_stored_printed_or_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = "sk-live-echoed-0123456789";
+    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+        let path = dir.path().join(format!("{}.json", kind.as_str()));
+        // A server that quotes the key it was sent in its 401 body, as some do.
+        let body = format!(r#"{{"error": {{"message": "Incorrect API key provided: {key}"}}}}"#);
+        let server = serve(vec![Reply::status(401, &body)]).await;
+        let mut c = config(kind, "m", &format!("{}/v1", server.url()));
+        c.api_key = Some(key.to_owned());
+        c.api_key_env = "PROVIDER_KEY".into();
+        c.cassette = Some(CassetteMode::Record(path.clone()));
+        let e = match kind {
+            ProviderKind::OpenAi => {
+                OpenAiModel::new(c)
+                    .unwrap()
+                    .complete(&chat("s", "hi"), None)
+                    .await
+            }
+            _ => {
+                AnthropicModel::new(c)
+                    .unwrap()
+                    .complete(&chat("s", "hi"), None)
+                    .await
+            }
+        }
+        .unwrap_err();
+        // The key reached the server (it was sent), and nothing weft keeps or shows holds it.
+        assert_eq!(server.seen().len(), 1);
+        let shown = format!("{e} {e:?}");
+        assert!(!shown.contains(key), "{shown}");
+        assert!(
+            shown.contains("Incorrect API key provided: [secret:PROVIDER_KEY]"),
+            "{shown}"
+        );
+        assert!(matches!(e, ModelError::Http { status: 401, .. }), "{e:?}");
+        let recorded = std::fs::read_to_string(&path).unwrap();
+        assert!(!recorded.contains(key), "{recorded}");
+        assert!(recorded.contains("[secret:PROVIDER_KEY]"), "{recorded}");
+        server.stop().await;
+    }
+}
