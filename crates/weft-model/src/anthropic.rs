@@ -123,7 +123,7 @@ impl AnthropicModel {
         }
     }
 
-    fn parse_reply(&self, text: &str) -> Result<ModelReply, ModelError> {
+    pub(crate) fn parse_reply(&self, text: &str) -> Result<ModelReply, ModelError> {
         let v = parse_json("anthropic", text)?;
         if v.get("type").and_then(Value::as_str) == Some("error") {
             return Err(stream_error(&v, text));
@@ -175,7 +175,7 @@ impl AnthropicModel {
         })
     }
 
-    async fn read_stream(
+    pub(crate) async fn read_stream(
         &self,
         mut resp: crate::http::Response,
         sink: DeltaSink,

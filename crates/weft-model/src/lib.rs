@@ -13,6 +13,8 @@ mod anthropic;
 pub mod capabilities;
 mod cassette;
 mod config;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod http;
 mod openai;
 mod scripted;

@@ -218,7 +218,7 @@ impl OpenAiModel {
     }
 
     /// Reads a non-streamed reply.
-    fn parse_reply(&self, text: &str) -> Result<ModelReply, ModelError> {
+    pub(crate) fn parse_reply(&self, text: &str) -> Result<ModelReply, ModelError> {
         let v = parse_json("openai", text)?;
         let malformed = |m: &str| ModelError::Malformed {
             provider: "openai".into(),
@@ -286,7 +286,7 @@ impl OpenAiModel {
     }
 
     /// Reads a streamed reply; `None` when the body was empty.
-    async fn read_stream(
+    pub(crate) async fn read_stream(
         &self,
         mut resp: crate::http::Response,
         sink: DeltaSink,

@@ -25,6 +25,8 @@
 //! A session busy with many appends a second thus rewrites its row about once a second.
 
 mod any;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod memory;
 mod postgres;
 mod row;
