@@ -7,6 +7,7 @@ mod run_cmd;
 mod sessions_cmd;
 mod store;
 mod tools_cmd;
+mod view;
 
 use std::process::ExitCode;
 

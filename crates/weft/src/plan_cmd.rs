@@ -176,11 +176,14 @@ async fn execute<S: weft_store::Store>(store: Arc<S>, a: RunArgs) -> Result<u8> 
     }
     let redact = agent.redactor();
     let tools = Arc::new(agent.tools);
+    let max_attempts = limits.max_step_attempts;
     let mut rt = Runtime::new(store, tools.clone(), limits);
     rt.redact = redact;
-    if a.events {
-        rt = rt.observe(crate::run_cmd::json_lines());
-    }
+    rt = rt.observe(if a.events {
+        crate::run_cmd::json_lines()
+    } else {
+        crate::view::observer(max_attempts)
+    });
     let problems = rt.check_plan(&plan, Some(&input));
     if !problems.is_empty() {
         return Ok(report(&a.plan.plan, &problems));

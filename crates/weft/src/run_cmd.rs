@@ -1,14 +1,14 @@
 //! `weft run`: give an agent a task (or answer a waiting session) and show what it does.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::{Result, anyhow};
 use clap::Args;
 use serde_json::Value;
 use weft_core::model::Usage;
-use weft_core::{Envelope, Event, SessionStatus, ToolOutcome};
+use weft_core::{Envelope, SessionStatus};
 use weft_runtime::{Agent, Observer, Runtime, SessionInfo};
 use weft_store::Store;
 
@@ -49,108 +49,6 @@ pub struct RunArgs {
     /// sources, since command lines are visible to other users of the machine).
     #[arg(long)]
     pub secret: Vec<String>,
-}
-
-/// A live view of a run on a terminal: plan, steps, tool calls, the answer as it streams.
-fn live_view(streamed: Arc<Mutex<bool>>) -> Observer {
-    Arc::new(move |e: &Envelope| {
-        let mut err = std::io::stderr().lock();
-        let line = match &e.event {
-            Event::TurnStarted { task, .. } => Some(format!("▶ {task}")),
-            Event::PlanAccepted { plan } | Event::PlanRevised { plan, .. } => {
-                let mut s = String::from(if matches!(e.event, Event::PlanRevised { .. }) {
-                    "↻ new plan:"
-                } else {
-                    "plan:"
-                });
-                for st in &plan.steps {
-                    let what = st
-                        .tool
-                        .clone()
-                        .or_else(|| st.description.clone())
-                        .unwrap_or_default();
-                    s.push_str(&format!("\n  · {} {}", st.id, what));
-                }
-                Some(s)
-            }
-            Event::WaveStarted { wave, steps } => {
-                Some(format!("wave {wave}: {}", steps.join(", ")))
-            }
-            Event::ToolCallStarted {
-                tool, args, step, ..
-            } => {
-                let mut a = args.to_string();
-                if a.chars().count() > 80 {
-                    a = a.chars().take(80).collect::<String>() + "…";
-                }
-                Some(format!(
-                    "  → {}{tool} {a}",
-                    step.as_ref().map(|s| format!("[{s}] ")).unwrap_or_default()
-                ))
-            }
-            Event::ToolCallFinished {
-                outcome,
-                duration_ms,
-                call_id,
-            } => Some(match outcome {
-                ToolOutcome::Ok { .. } => format!("  ✓ {call_id} ({duration_ms} ms)"),
-                ToolOutcome::Error { error } => format!("  ✗ {call_id}: {}", error.message),
-            }),
-            Event::ToolCallBlocked { tool, reason, .. } => Some(format!("  ⊘ {tool}: {reason}")),
-            Event::StepCompleted { step, summary, .. } => Some(format!(
-                "  ✓ step {step}{}",
-                summary
-                    .as_ref()
-                    .map(|s| format!(": {s}"))
-                    .unwrap_or_default()
-            )),
-            Event::StepFailed {
-                step,
-                error,
-                handled,
-            } => Some(format!(
-                "  ✗ step {step}{}: {}",
-                if *handled { " (handled)" } else { "" },
-                error.message
-            )),
-            Event::StepSkipped { step, reason } => {
-                Some(format!("  – step {step} skipped: {reason}"))
-            }
-            Event::StepRetrying { step, delay_ms, .. } => {
-                Some(format!("  ↻ step {step} retries in {delay_ms} ms"))
-            }
-            Event::ReviewDecided { decision, reason } => Some(format!(
-                "review: {} {reason}",
-                serde_json::to_value(decision)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()
-            )),
-            Event::PlanRejected { problems } => Some(format!(
-                "plan rejected ({} problem(s)), asking again:{}",
-                problems.len(),
-                problems
-                    .iter()
-                    .map(|p| format!("\n  - {p}"))
-                    .collect::<String>()
-            )),
-            Event::ModelReplyRejected { reason, .. } => Some(format!("reply rejected: {reason}")),
-            Event::ModelFailed { error, .. } => Some(format!("model error: {error}")),
-            Event::TextDelta { text } => {
-                if let Ok(mut s) = streamed.lock() {
-                    *s = true;
-                }
-                let mut out = std::io::stdout().lock();
-                let _ = write!(out, "{text}");
-                let _ = out.flush();
-                None
-            }
-            _ => None,
-        };
-        if let Some(l) = line {
-            let _ = writeln!(err, "{l}");
-        }
-    })
 }
 
 #[derive(Debug, Args)]
@@ -244,15 +142,13 @@ pub async fn run<S: Store>(store: Arc<S>, mut args: RunArgs) -> Result<u8> {
     let tools = Arc::new(loaded.tools);
     let agent =
         Agent::new(&loaded.spec, tools.clone(), model, &metadata, &input).map_err(in_file)?;
-    let interactive = std::io::stdout().is_terminal() && !args.events;
-    let streamed = Arc::new(Mutex::new(false));
     let mut rt = Runtime::new(store, tools.clone(), loaded.spec.limits.clone());
     rt.redact = redact;
-    if args.events {
-        rt = rt.observe(json_lines());
-    } else if interactive {
-        rt = rt.observe(live_view(streamed.clone()));
-    }
+    rt = rt.observe(if args.events {
+        json_lines()
+    } else {
+        crate::view::observer(loaded.spec.limits.max_step_attempts)
+    });
     let mut before = None;
     let session = match &args.session {
         None => {
@@ -289,14 +185,7 @@ pub async fn run<S: Store>(store: Arc<S>, mut args: RunArgs) -> Result<u8> {
             session
         }
     };
-    let streamed = streamed.lock().map(|s| *s).unwrap_or(false);
-    let code = report(
-        &session.state,
-        &session.id,
-        &args.agent,
-        interactive && streamed,
-        before.as_ref(),
-    );
+    let code = report(&session.state, &session.id, &args.agent, before.as_ref());
     drop(session);
     tools.shutdown().await;
     code
@@ -352,14 +241,13 @@ pub fn usage_line(st: &weft_core::State, id: &str, before: Option<&Before>) -> S
     }
 }
 
-/// Prints a session's outcome: the answer on stdout, usage on stderr; the question and how to
-/// answer when it waits. `before`: what the session had used when this run began, for a run
-/// that continues a session. Returns the exit code.
+/// Prints a session's outcome: the answer on stdout (last, after everything the view showed),
+/// usage on stderr; the question and how to answer when it waits. `before`: what the session
+/// had used when this run began, for a run that continues a session. Returns the exit code.
 pub fn report(
     st: &weft_core::State,
     id: &str,
     agent: &std::path::Path,
-    streamed: bool,
     before: Option<&Before>,
 ) -> Result<u8> {
     let mut err = std::io::stderr().lock();
@@ -367,12 +255,7 @@ pub fn report(
     match st.status {
         SessionStatus::Completed => {
             let answer = st.answer.clone().unwrap_or_default();
-            if streamed {
-                // The answer was shown as it streamed (its last draft is the answer).
-                writeln!(std::io::stdout())?;
-            } else {
-                writeln!(std::io::stdout(), "{answer}")?;
-            }
+            writeln!(std::io::stdout(), "{answer}")?;
             writeln!(err, "{summary}")?;
             Ok(0)
         }

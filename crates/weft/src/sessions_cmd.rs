@@ -397,9 +397,11 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
     let state = State::fold(events.iter().map(|e| &e.event));
     let mut rt = Runtime::new(store, tools.clone(), loaded.spec.limits.clone());
     rt.redact = redact;
-    if args.events {
-        rt = rt.observe(run_cmd::json_lines());
-    }
+    rt = rt.observe(if args.events {
+        run_cmd::json_lines()
+    } else {
+        crate::view::observer(loaded.spec.limits.max_step_attempts)
+    });
     let mut session = rt.load_session(&args.id).await?;
     let before = run_cmd::Before::of(&session.state);
     if state.mode.is_none() {
@@ -418,5 +420,5 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
     let model = Agent::model_from_spec(&loaded.spec, load::base_dir(&path))?;
     let agent = Agent::new(&loaded.spec, tools, model, &rec.metadata, &state.input)?;
     rt.resume_agent(&agent, &mut session).await?;
-    run_cmd::report(&session.state, &session.id, &path, false, Some(&before))
+    run_cmd::report(&session.state, &session.id, &path, Some(&before))
 }

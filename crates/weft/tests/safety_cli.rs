@@ -203,7 +203,12 @@ fn a_closed_stdout_stops_weft_run_and_plan_run_quietly() {
     );
     assert_no_panic(&o);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert!(text(&o.stderr).trim().is_empty(), "{}", text(&o.stderr));
+    // The view of the run is on stderr; nothing there complains about the closed stdout.
+    let err = text(&o.stderr);
+    assert!(
+        !err.to_lowercase().contains("broken pipe") && !err.contains("error"),
+        "{err}"
+    );
 }
 
 #[test]
