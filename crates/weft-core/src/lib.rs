@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod agent_loop;
+pub mod condition;
 pub mod engine;
 pub mod event;
 pub mod graph;

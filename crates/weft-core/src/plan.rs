@@ -194,18 +194,14 @@ pub struct Condition {
     pub reads: Vec<Reference>,
 }
 
-/// A condition's text as an expression. A template's closing marker (`}}`, `%}`, `#}`) has no
-/// place in an expression, and the expression compiler panics on one ("empty lexer stack",
-/// found by fuzzing): such a condition is refused first, saying what to write instead.
+/// A condition's text as an expression, once [`crate::condition::check`] found it says only what
+/// a condition may say (the expression compiler panics on a template's closing marker and can
+/// build values without bound, both found by fuzzing).
 fn compile_condition<'e>(
     env: &'e minijinja::Environment<'e>,
     expr: &'e str,
 ) -> Result<minijinja::Expression<'e, 'e>, String> {
-    if let Some(m) = ["}}", "%}", "#}"].into_iter().find(|m| expr.contains(m)) {
-        return Err(format!(
-            "it contains `{m}`; a condition is an expression such as `†state.total > 100`, not a template: write it without `{{{{ }}}}`"
-        ));
-    }
+    crate::condition::check(expr)?;
     env.compile_expression(expr).map_err(|e| e.to_string())
 }
 

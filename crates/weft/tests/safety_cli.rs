@@ -388,9 +388,9 @@ fn files_and_streams_past_the_size_limit_are_refused_fast() {
 }
 
 /// Found by fuzzing: the expression compiler panicked ("empty lexer stack") on a template's
-/// closing marker inside a `_when` condition.
+/// closing marker inside a `_when` condition, and a condition could build a value for minutes.
 #[test]
-fn a_condition_with_a_template_marker_is_a_plan_problem_not_a_panic() {
+fn a_condition_with_a_template_marker_or_a_value_builder_is_a_plan_problem() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     std::fs::write(
@@ -399,7 +399,17 @@ fn a_condition_with_a_template_marker_is_a_plan_problem_not_a_panic() {
     )
     .unwrap();
     std::fs::write(d.join("s.yaml"), "[]\n").unwrap();
-    for cond in ["}}}}", "{{ †state.a }}", "x %} y", "#}"] {
+    let cases = [
+        ("}}}}", "not a template"),
+        ("{{ †state.a }}", "not a template"),
+        ("x %} y", "not a template"),
+        ("#}", "not a template"),
+        // Ran for minutes before (found by fuzzing): a condition may not build values.
+        ("(() * 100000000) ~ 2", "builds values"),
+        ("'x' | indent(1000000000) == ''", "filter `indent`"),
+        ("range(100000000) | length > 0", "calls `range(...)`"),
+    ];
+    for (cond, says) in cases {
         let plan = serde_json::json!([{"_id": "s1", "_tool": "echo", "_when": cond, "text": "x"}]);
         std::fs::write(d.join("p.json"), plan.to_string()).unwrap();
         for cmd in [
@@ -411,7 +421,7 @@ fn a_condition_with_a_template_marker_is_a_plan_problem_not_a_panic() {
             let err = text(&o.stderr);
             assert_eq!(o.status.code(), Some(2), "{cmd:?} {cond}: {err}");
             assert!(
-                err.contains("step `s1`, field `_when`") && err.contains("not a template"),
+                err.contains("step `s1`, field `_when`") && err.contains(says),
                 "{cmd:?} {cond}: {err}"
             );
         }
