@@ -42,6 +42,9 @@ impl Tool for Echo {
     }
 }
 
+/// How long the `template` built-in may render.
+const TEMPLATE_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Renders a minijinja template with the other arguments as its variables.
 #[derive(Debug, Clone)]
 pub struct Template {
@@ -78,12 +81,29 @@ impl Tool for Template {
             .get("template")
             .and_then(Value::as_str)
             .ok_or_else(|| ToolError::new("invalid_arguments", "`template` must be a string"))?;
-        let mut env = minijinja::Environment::new();
-        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
-        let text = env.render_str(source, &args).map_err(|e| {
-            ToolError::new("template", format!("could not render the template: {e:#}"))
-        })?;
-        Ok(Value::String(text))
+        // The source may come from a model, and one expression can run for minutes
+        // (`{{ (() * 100000000) ~ 2 }}`): render on a blocking thread and give up after
+        // TEMPLATE_TIME, so the run goes on (the thread finishes its work and is dropped).
+        let source = source.to_owned();
+        let render = tokio::task::spawn_blocking(move || {
+            let mut env = minijinja::Environment::new();
+            env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+            env.render_str(&source, &args)
+                .map_err(|e| format!("could not render the template: {e:#}"))
+        });
+        match tokio::time::timeout(TEMPLATE_TIME, render).await {
+            Ok(Ok(Ok(text))) => Ok(Value::String(text)),
+            Ok(Ok(Err(message))) => Err(ToolError::new("template", message)),
+            Ok(Err(e)) => Err(ToolError::new("template", format!("rendering failed: {e}"))),
+            // Not `timeout`, which is retried: the same template would take as long again.
+            Err(_) => Err(ToolError::new(
+                "template",
+                format!(
+                    "the template took longer than {} s to render; simplify it",
+                    TEMPLATE_TIME.as_secs()
+                ),
+            )),
+        }
     }
 }
 

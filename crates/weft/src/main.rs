@@ -145,6 +145,9 @@ fn main() -> ExitCode {
             Command::Completions { .. } => Ok(0),
         }
     });
+    // Everything the command needed is done and stored. Work left on a blocking thread (a
+    // template that ran past its time) is not waited for.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(code) => ExitCode::from(code),
         // The reader of stdout went away (`weft run ... | head`): stop quietly, as a program

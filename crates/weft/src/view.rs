@@ -293,12 +293,14 @@ impl View {
                     self.max_attempts
                 );
                 self.say(&line);
-                self.step_state(
-                    step,
-                    &p.warn("↻"),
-                    &format!("retrying ({}/{})", attempt + 1, self.max_attempts),
-                    false,
-                );
+                if self.live.is_some() {
+                    self.step_state(
+                        step,
+                        &p.warn("↻"),
+                        &format!("retrying ({}/{})", attempt + 1, self.max_attempts),
+                        false,
+                    );
+                }
             }
             Event::ReviewDecided { decision, reason } => {
                 let d = serde_json::to_value(decision)

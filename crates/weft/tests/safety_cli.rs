@@ -427,3 +427,42 @@ fn a_condition_with_a_template_marker_or_a_value_builder_is_a_plan_problem() {
         }
     }
 }
+
+/// A model can hand the `template` built-in a template that renders for minutes: the call fails
+/// after its time, once (it would take as long again), and weft exits without waiting for it.
+#[test]
+fn a_template_that_renders_for_minutes_fails_its_call_in_seconds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::write(
+        d.join("agent.yaml"),
+        "name: t\nmode: plan\nmodel: scripted:s.yaml\ntools:\n  - builtin: template\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("s.yaml"), "[]\n").unwrap();
+    let plan = serde_json::json!([{"_id": "s1", "_tool": "template", "template": "{{ (() * 100000000000) ~ 2 }}"}]);
+    std::fs::write(d.join("p.json"), plan.to_string()).unwrap();
+    let began = std::time::Instant::now();
+    let o = weft(
+        d,
+        &[
+            "plan",
+            "run",
+            "--agent",
+            "agent.yaml",
+            "p.json",
+            "--db",
+            "w.db",
+        ],
+    );
+    assert_no_panic(&o);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("the template took longer than 5 s"), "{err}");
+    assert!(!err.contains("retry"), "not retried: {err}");
+    // One attempt of 5 s, not three, and no wait for the abandoned render at exit.
+    assert!(
+        began.elapsed() < std::time::Duration::from_secs(60),
+        "{err}"
+    );
+}
