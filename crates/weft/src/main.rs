@@ -125,6 +125,12 @@ fn main() -> ExitCode {
                 | Command::Check(_)
                 | Command::Completions { .. }
         );
+        // A new run reads its task and agent file before the store is opened: a mistake there
+        // leaves no `.weft/weft.db` behind.
+        let command = match cli.command {
+            Command::Run(a) if a.session.is_none() => Err(run_cmd::prepare(a).await?),
+            other => Ok(other),
+        };
         let store = if needs_store {
             tracing::debug!(
                 db = cli.db.as_deref().unwrap_or(store::DEFAULT_DB),
@@ -134,7 +140,11 @@ fn main() -> ExitCode {
         } else {
             std::sync::Arc::new(weft_store::AnyStore::Memory(weft_store::MemoryStore::new()))
         };
-        match cli.command {
+        let command = match command {
+            Ok(c) => c,
+            Err(prepared_run) => return run_cmd::execute(store, prepared_run).await,
+        };
+        match command {
             Command::Plan(c) => plan_cmd::run(store, c).await,
             Command::Run(a) => run_cmd::run(store, a).await,
             Command::Answer(a) => run_cmd::answer(store, a).await,

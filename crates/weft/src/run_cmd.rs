@@ -116,7 +116,25 @@ pub fn json_lines() -> Observer {
     })
 }
 
-pub async fn run<S: Store>(store: Arc<S>, mut args: RunArgs) -> Result<u8> {
+/// A run whose task, agent, input and metadata are read and checked; nothing is stored yet, so a
+/// mistake found here leaves no store behind.
+pub struct Prepared {
+    args: RunArgs,
+    limits: weft_core::Limits,
+    redact: Option<weft_runtime::Redact>,
+    tools: Arc<weft_tools::Registry>,
+    agent: Agent,
+    input: Value,
+    metadata: Value,
+}
+
+pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
+    let prepared = prepare(args).await?;
+    execute(store, prepared).await
+}
+
+/// Reads the task and the agent file and builds the agent (exit 2 on a mistake).
+pub async fn prepare(mut args: RunArgs) -> Result<Prepared> {
     args.task = task_text(&args.task)?;
     let loaded = load::agent_with_secrets(&args.agent, &args.secret).await?;
     let input = load::input(args.input.as_deref())?;
@@ -142,12 +160,34 @@ pub async fn run<S: Store>(store: Arc<S>, mut args: RunArgs) -> Result<u8> {
     let tools = Arc::new(loaded.tools);
     let agent =
         Agent::new(&loaded.spec, tools.clone(), model, &metadata, &input).map_err(in_file)?;
-    let mut rt = Runtime::new(store, tools.clone(), loaded.spec.limits.clone());
+    Ok(Prepared {
+        limits: loaded.spec.limits.clone(),
+        args,
+        redact,
+        tools,
+        agent,
+        input,
+        metadata,
+    })
+}
+
+/// Runs a prepared run on `store`.
+pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
+    let Prepared {
+        args,
+        limits,
+        redact,
+        tools,
+        agent,
+        input,
+        metadata,
+    } = p;
+    let mut rt = Runtime::new(store, tools.clone(), limits.clone());
     rt.redact = redact;
     rt = rt.observe(if args.events {
         json_lines()
     } else {
-        crate::view::observer(loaded.spec.limits.max_step_attempts)
+        crate::view::observer(limits.max_step_attempts)
     });
     let mut before = None;
     let session = match &args.session {

@@ -250,3 +250,24 @@ fn plan_check_json_prints_problems_found_while_reading() {
     assert_eq!(v["ok"], false);
     assert!(!v["problems"].as_array().unwrap().is_empty(), "{v}");
 }
+
+#[test]
+fn a_run_whose_agent_does_not_load_leaves_no_store_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::write(
+        d.join("broken.yaml"),
+        "name: b\nmodel: scripted:s.yaml\ntools:\n  - name: t\n    command: [\"python3\", \"nowhere.py\"]\n",
+    )
+    .unwrap();
+    for agent in ["missing.yaml", "broken.yaml"] {
+        let o = weft(d, &["run", agent, "a task"]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{agent}: {err}");
+        assert!(err.contains(agent), "{agent}: {err}");
+        assert!(
+            !d.join(".weft").exists(),
+            "{agent}: a failed load created the default store"
+        );
+    }
+}
