@@ -88,8 +88,11 @@ fn run(mode: &str, url: &str) -> Run {
     );
     let events: Vec<Value> = stderr
         .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not an event: {l}: {e}")))
+        // Event lines (a failure message may quote a model's reply, which can hold a `{` line).
+        .filter(|l| l.starts_with("{\"seq\":"))
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not an event: {l}: {e}\n{stderr}"))
+        })
         .filter(|e: &Value| e["seq"].as_u64().unwrap_or(0) > 0)
         .collect();
     assert_eq!(events[0]["type"], "session_started");
