@@ -4,13 +4,14 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::engine::Limits;
 
 /// How an agent works.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Plan a data-flow graph of tool calls, execute it in waves, review, answer.
@@ -23,8 +24,9 @@ pub enum Mode {
 }
 
 /// A parsed agent file.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "weft agent file")]
 pub struct AgentSpec {
     pub name: String,
     #[serde(default)]
@@ -33,16 +35,20 @@ pub struct AgentSpec {
     pub mode: Mode,
     /// `provider:model` or a mapping (`provider`, `name`, `base_url`, `api_key_env`, `script`, ...).
     #[serde(default)]
+    #[schemars(schema_with = "schema::model")]
     pub model: Option<Value>,
     /// System instructions (a minijinja template).
     #[serde(default)]
     pub instructions: Option<String>,
     #[serde(default)]
     pub limits: Limits,
+    /// Secrets by name: `{env: VARIABLE}` or `{file: PATH}`.
     #[serde(default)]
+    #[schemars(schema_with = "schema::secrets")]
     pub secrets: BTreeMap<String, Value>,
     /// Tool declarations, checked one by one into [`ToolDecl`]s.
     #[serde(default)]
+    #[schemars(schema_with = "schema::tools")]
     pub tools: Vec<Value>,
     /// Only these tools are offered to and callable by the model (all when absent).
     #[serde(default)]
@@ -55,14 +61,16 @@ pub struct AgentSpec {
     pub review_responses: Option<bool>,
     /// Skills: named instructions the planner may select.
     #[serde(default)]
+    #[schemars(with = "Vec<crate::agent_loop::Skill>")]
     pub skills: Vec<Value>,
-    /// Workflow steps (workflow mode).
+    /// Workflow steps (workflow mode; reserved).
     #[serde(default)]
+    #[schemars(schema_with = "schema::objects")]
     pub steps: Vec<Value>,
 }
 
 /// A local command tool: JSON arguments on stdin, a JSON result on stdout.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommandToolDecl {
     pub name: String,
@@ -82,6 +90,7 @@ pub struct CommandToolDecl {
     pub requires_approval: bool,
     /// `30s`, `500ms`, `2m`, or a number of seconds. Default 60 s.
     #[serde(default)]
+    #[schemars(schema_with = "schema::duration")]
     pub timeout: Option<Value>,
     /// Environment given to the command (the rest of weft's environment is not passed on, except
     /// `PATH`, `HOME`, `LANG` and `TMPDIR`).
@@ -93,7 +102,7 @@ pub struct CommandToolDecl {
 }
 
 /// A built-in tool, optionally renamed or re-described.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BuiltinToolDecl {
     pub builtin: String,
@@ -107,6 +116,7 @@ pub struct BuiltinToolDecl {
     pub requires_approval: bool,
     /// Tool-specific settings (e.g. a workspace directory, an allow-list of hosts).
     #[serde(default)]
+    #[schemars(schema_with = "schema::object")]
     pub config: Value,
 }
 
@@ -328,5 +338,66 @@ mod tests {
             parse_duration_str("36500d").map(|d| d.as_secs()),
             Ok(3_153_600_000)
         );
+    }
+}
+
+/// Schemas of the agent file's fields that are read as raw JSON (checked by hand when loaded).
+/// The weft binary completes `model` and `tools` with the providers' and tools' own schemas.
+pub mod schema {
+    use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+
+    /// `provider:name`, `scripted:PATH`, or a mapping.
+    pub fn model(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "`provider:name` (`openai:gpt-4o-mini`), `scripted:PATH`, or a mapping with `provider` and `name`",
+            "anyOf": [{"type": "string"}, {"type": "object"}]
+        })
+    }
+
+    pub fn secrets(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "object",
+            "additionalProperties": {
+                "oneOf": [
+                    {"type": "object", "properties": {"env": {"type": "string", "description": "an environment variable"}}, "required": ["env"], "additionalProperties": false},
+                    {"type": "object", "properties": {"file": {"type": "string", "description": "a file, relative to the agent file"}}, "required": ["file"], "additionalProperties": false}
+                ]
+            }
+        })
+    }
+
+    pub fn tools(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({"type": "array", "items": {"type": "object"}})
+    }
+
+    pub fn objects(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({"type": "array", "items": {"type": "object"}})
+    }
+
+    pub fn object(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({"type": ["object", "null"]})
+    }
+
+    /// `30s`, `500ms`, `2m`, `1h`, `1d`, or a number of seconds.
+    pub fn duration(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "`30s`, `500ms`, `2m`, `1h`, `1d`, or a number of seconds",
+            "anyOf": [{"type": "string", "pattern": "^\\s*[0-9]+(\\.[0-9]+)?\\s*(ms|s|m|h|d)?\\s*$"}, {"type": "number", "minimum": 0}, {"type": "null"}]
+        })
+    }
+
+    /// The schema of one type with every type it uses inlined (no `$defs`), without `$schema`.
+    pub fn of<T: JsonSchema>() -> serde_json::Value {
+        let settings = schemars::generate::SchemaSettings::draft2020_12().with(|s| {
+            s.inline_subschemas = true;
+        });
+        let mut v = settings
+            .into_generator()
+            .into_root_schema_for::<T>()
+            .to_value();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("$schema");
+        }
+        v
     }
 }

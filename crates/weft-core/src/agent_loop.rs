@@ -19,7 +19,7 @@ use crate::state::{Phase, State, StepStatus, call_signature};
 use crate::tool::ToolInfo;
 
 /// A skill: named instructions the planner may pick and the step executor may follow.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Skill {
     pub name: String,
     #[serde(default)]

@@ -11,7 +11,7 @@ use crate::state::{PlanRun, State, StepRun, StepStatus, call_key};
 use crate::tool::ToolCatalog;
 
 /// Bounds on a run. Every loop in weft is bounded by one of these.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Attempts per step, the first included.

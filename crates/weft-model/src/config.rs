@@ -250,6 +250,61 @@ const KNOWN_KEYS: &[&str] = &[
     "structured_output",
 ];
 
+/// The schema of an agent file's `model`: `provider:name`, `scripted:PATH`, or a mapping whose
+/// keys are [`KNOWN_KEYS`] (a test keeps the two equal).
+pub fn model_schema() -> Value {
+    let duration =
+        serde_json::json!({"anyOf": [{"type": "string"}, {"type": "number", "minimum": 0}]});
+    serde_json::json!({
+        "description": "`openai:NAME`, `anthropic:NAME`, `scripted:PATH`, or a mapping",
+        "anyOf": [
+            {"type": "string", "pattern": "^(openai|anthropic|scripted):.+"},
+            {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["provider", "name"],
+                "properties": {
+                    "provider": {"enum": ["openai", "anthropic"]},
+                    "name": {"type": "string", "description": "the model as the server names it"},
+                    "base_url": {"type": "string", "description": "an http(s) URL"},
+                    "api_key_env": {"type": "string", "description": "the variable the key is read from"},
+                    "api_key": {"const": "none", "description": "`none`: the server needs no key"},
+                    "system_role": {"type": "boolean"},
+                    "stream": {"anyOf": [{"type": "boolean"}, {"const": "auto"}]},
+                    "timeout": duration,
+                    "connect_timeout": duration,
+                    "max_retries": {"type": "integer", "minimum": 0},
+                    "max_tokens": {"type": "integer", "minimum": 1},
+                    "max_tokens_field": {"enum": ["max_tokens", "max_completion_tokens"]},
+                    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+                    "tool_choice": {"enum": ["auto", "required", "none", "omit"]},
+                    "prices": {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "properties": {
+                            "input_per_mtok": {"type": "number"},
+                            "output_per_mtok": {"type": "number"},
+                            "cache_read_per_mtok": {"type": "number"},
+                            "cache_write_per_mtok": {"type": "number"}
+                        }
+                    },
+                    "strict": {"type": "boolean"},
+                    "structured_output": {"enum": ["json_schema", "prompt"]}
+                }
+            },
+            {
+                "type": "object",
+                "required": ["provider"],
+                "properties": {
+                    "provider": {"const": "scripted"},
+                    "script": {"type": "string", "description": "the script, relative to the agent file"},
+                    "name": {"type": "string"}
+                }
+            }
+        ]
+    })
+}
+
 impl ProviderConfig {
     /// Defaults for `kind` and model `name`, without reading the environment.
     pub fn new(kind: ProviderKind, name: impl Into<String>) -> Self {
@@ -503,6 +558,19 @@ fn duration(v: &Value) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_model_schema_names_every_key_the_mapping_reads() {
+        let schema = model_schema();
+        let mut keys: Vec<&str> = schema["anyOf"][1]["properties"]
+            .as_object()
+            .map(|m| m.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        keys.sort_unstable();
+        let mut known = KNOWN_KEYS.to_vec();
+        known.sort_unstable();
+        assert_eq!(keys, known);
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -35,7 +35,7 @@ pub use anthropic::{AnthropicModel, DEFAULT_MAX_TOKENS};
 pub use cassette::{Cassette, CassetteFile, CassetteMode, Exchange};
 pub use config::{
     MaxTokensField, Prices, ProviderConfig, ProviderKind, StreamMode, StructuredMode, ToolChoice,
-    builtin_prices,
+    builtin_prices, model_schema,
 };
 pub use openai::{OpenAiModel, SchemaWire};
 pub use scripted::{ScriptedModel, ScriptedReply};

@@ -20,9 +20,10 @@ pub struct AgentToolDecl {
     pub requires_approval: bool,
 }
 
-#[derive(Deserialize)]
+/// Another agent as a tool, run in its own linked session.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Raw {
+pub(crate) struct Raw {
     agent: String,
     #[serde(default)]
     name: Option<String>,

@@ -17,9 +17,10 @@ const DEFAULT_MAX_RESPONSE: usize = 1024 * 1024;
 /// How much of an error response body is kept.
 const MAX_ERROR_BODY: usize = 4 * 1024;
 
-#[derive(Debug, Deserialize)]
+/// An HTTP endpoint as a tool.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct HttpToolDecl {
+pub(crate) struct HttpToolDecl {
     name: String,
     #[serde(default)]
     description: String,
@@ -36,7 +37,7 @@ struct HttpToolDecl {
     http: HttpSpec,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct HttpSpec {
     #[serde(default = "get")]
@@ -47,6 +48,7 @@ struct HttpSpec {
     #[serde(default)]
     body: Option<Value>,
     #[serde(default)]
+    #[schemars(schema_with = "weft_core::agent::schema::duration")]
     timeout: Option<Value>,
     #[serde(default)]
     max_response_bytes: Option<usize>,

@@ -528,6 +528,21 @@ impl ToolCatalog for Registry {
     }
 }
 
+/// The schema of one entry of an agent file's `tools`: a command, a built-in, an HTTP endpoint,
+/// an MCP server or another agent.
+pub fn declaration_schema() -> Value {
+    use weft_core::agent::{BuiltinToolDecl, CommandToolDecl, schema::of};
+    serde_json::json!({
+        "anyOf": [
+            of::<CommandToolDecl>(),
+            of::<BuiltinToolDecl>(),
+            of::<http::HttpToolDecl>(),
+            of::<mcp::McpDeclOuter>(),
+            of::<agent_tool::Raw>(),
+        ]
+    })
+}
+
 /// Redacts the string values inside a JSON Schema, leaving its keys (keywords and property
 /// names) as they are.
 fn redact_schema(r: &Redactor, schema: &mut Value) {

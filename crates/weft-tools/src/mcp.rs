@@ -39,14 +39,15 @@ const PASSED_ENV: &[&str] = &["PATH", "HOME", "LANG", "TMPDIR", "SYSTEMROOT"];
 /// How much of a server's stderr is kept for error messages.
 const STDERR_TAIL: usize = 4 * 1024;
 
-#[derive(Debug, Clone, Deserialize)]
+/// An MCP server whose tools the agent gets.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct McpDeclOuter {
+pub(crate) struct McpDeclOuter {
     mcp: McpServerDecl,
 }
 
 /// An `mcp:` declaration.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerDecl {
     pub name: String,
@@ -76,6 +77,7 @@ pub struct McpServerDecl {
     pub allow: Option<Vec<String>>,
     /// Per call (and for connecting). Default 60 s.
     #[serde(default)]
+    #[schemars(schema_with = "weft_core::agent::schema::duration")]
     pub timeout: Option<Value>,
     #[serde(default)]
     pub requires_approval: bool,

@@ -4,6 +4,7 @@ mod check;
 mod load;
 mod plan_cmd;
 mod run_cmd;
+mod schema_cmd;
 mod sessions_cmd;
 mod store;
 mod tools_cmd;
@@ -55,6 +56,8 @@ enum Command {
     /// Check an agent file (and a plan) without running anything: every problem, at once.
     /// Exit 0 when there is none, 2 otherwise.
     Check(check::CheckArgs),
+    /// Print the JSON Schema of agent files (published as schema/agent.schema.json).
+    Schema,
     /// Print a shell completion script: `weft completions bash > ~/.local/share/bash-completion/completions/weft`.
     Completions { shell: clap_complete::Shell },
 }
@@ -124,6 +127,7 @@ fn main() -> ExitCode {
                 | Command::Tools(_)
                 | Command::Check(_)
                 | Command::Completions { .. }
+                | Command::Schema
         );
         // A new run reads its task and agent file before the store is opened: a mistake there
         // leaves no `.weft/weft.db` behind.
@@ -153,6 +157,7 @@ fn main() -> ExitCode {
             Command::Tools(c) => tools_cmd::run(c).await,
             Command::Check(a) => check::run(a).await,
             Command::Completions { .. } => Ok(0),
+            Command::Schema => schema_cmd::run(),
         }
     });
     // Everything the command needed is done and stored. Work left on a blocking thread (a
