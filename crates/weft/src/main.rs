@@ -62,6 +62,12 @@ enum Command {
     Completions { shell: clap_complete::Shell },
 }
 
+/// A new run (of an agent or a plan) whose files were read before the store was opened.
+enum Prepared {
+    Run(run_cmd::Prepared),
+    Plan(plan_cmd::Prepared),
+}
+
 /// Logs on stderr: `--log-level`, else `RUST_LOG`, else warnings only.
 fn init_logging(level: Option<&str>) -> Result<(), String> {
     use tracing_subscriber::EnvFilter;
@@ -129,10 +135,16 @@ fn main() -> ExitCode {
                 | Command::Completions { .. }
                 | Command::Schema
         );
-        // A new run reads its task and agent file before the store is opened: a mistake there
-        // leaves no `.weft/weft.db` behind.
+        // A new run reads its task, agent file and plan before the store is opened: a mistake
+        // there leaves no `.weft/weft.db` behind.
         let command = match cli.command {
-            Command::Run(a) if a.session.is_none() => Err(run_cmd::prepare(a).await?),
+            Command::Run(a) if a.session.is_none() => {
+                Err(Prepared::Run(run_cmd::prepare(a).await?))
+            }
+            Command::Plan(plan_cmd::PlanCommand::Run(a)) => match plan_cmd::prepare(a).await? {
+                Ok(p) => Err(Prepared::Plan(p)),
+                Err(code) => return Ok(code),
+            },
             other => Ok(other),
         };
         let store = if needs_store {
@@ -146,7 +158,8 @@ fn main() -> ExitCode {
         };
         let command = match command {
             Ok(c) => c,
-            Err(prepared_run) => return run_cmd::execute(store, prepared_run).await,
+            Err(Prepared::Run(p)) => return run_cmd::execute(store, p).await,
+            Err(Prepared::Plan(p)) => return plan_cmd::execute(store, p).await,
         };
         match command {
             Command::Plan(c) => plan_cmd::run(store, c).await,

@@ -77,8 +77,36 @@ pub async fn run<S: weft_store::Store>(store: Arc<S>, cmd: PlanCommand) -> Resul
     match cmd {
         PlanCommand::Check(a) => check(&a, false).await,
         PlanCommand::DryRun(a) => check(&a, true).await,
-        PlanCommand::Run(a) => execute(store, a).await,
+        PlanCommand::Run(a) => match prepare(a).await? {
+            Ok(p) => execute(store, p).await,
+            Err(code) => Ok(code),
+        },
     }
+}
+
+/// A plan run whose agent, input and plan are read; nothing is stored yet.
+pub struct Prepared {
+    a: RunArgs,
+    agent: load::LoadedAgent,
+    input: serde_json::Value,
+    plan: weft_core::Plan,
+}
+
+/// Reads a plan run's agent, input and plan (before any store is opened, so a mistake leaves
+/// none behind). `Err(code)`: the plan's problems were reported.
+pub async fn prepare(a: RunArgs) -> Result<std::result::Result<Prepared, u8>> {
+    let agent = load::agent(&a.plan.agent).await?;
+    let input = load::input(a.plan.input.as_deref())?;
+    let plan = match read_plan(&a.plan.plan)? {
+        Ok(p) => p,
+        Err(problems) => return Ok(Err(report(&a.plan.plan, &problems))),
+    };
+    Ok(Ok(Prepared {
+        a,
+        agent,
+        input,
+        plan,
+    }))
 }
 
 async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
@@ -160,13 +188,13 @@ async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
     Ok(0)
 }
 
-async fn execute<S: weft_store::Store>(store: Arc<S>, a: RunArgs) -> Result<u8> {
-    let agent = load::agent(&a.plan.agent).await?;
-    let input = load::input(a.plan.input.as_deref())?;
-    let plan = match read_plan(&a.plan.plan)? {
-        Ok(p) => p,
-        Err(problems) => return Ok(report(&a.plan.plan, &problems)),
-    };
+pub async fn execute<S: weft_store::Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
+    let Prepared {
+        a,
+        agent,
+        input,
+        plan,
+    } = p;
     let mut limits = agent.spec.limits.clone();
     if let Some(p) = a.plan.max_parallel {
         limits.max_parallel = p.max(1);

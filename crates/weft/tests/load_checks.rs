@@ -252,7 +252,7 @@ fn plan_check_json_prints_problems_found_while_reading() {
 }
 
 #[test]
-fn a_run_whose_agent_does_not_load_leaves_no_store_behind() {
+fn a_run_whose_agent_or_plan_does_not_load_leaves_no_store_behind() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     std::fs::write(
@@ -269,5 +269,23 @@ fn a_run_whose_agent_does_not_load_leaves_no_store_behind() {
             !d.join(".weft").exists(),
             "{agent}: a failed load created the default store"
         );
+        // The same for a plan run, and for a plan that does not parse.
+        std::fs::write(d.join("p.json"), r#"[{"_tool": "t"}]"#).unwrap();
+        let o = weft(d, &["plan", "run", "--agent", agent, "p.json"]);
+        assert_eq!(o.status.code(), Some(2), "{agent}: {}", text(&o.stderr));
+        assert!(!d.join(".weft").exists(), "plan run with {agent}");
     }
+    std::fs::write(
+        d.join("ok.yaml"),
+        "name: ok
+model: scripted:s.yaml
+tools:
+  - builtin: echo
+",
+    )
+    .unwrap();
+    std::fs::write(d.join("bad.json"), "[{").unwrap();
+    let o = weft(d, &["plan", "run", "--agent", "ok.yaml", "bad.json"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(!d.join(".weft").exists(), "a plan that does not parse");
 }
