@@ -1,6 +1,7 @@
 //! The `weft` command-line tool.
 
 mod check;
+mod interrupt;
 mod load;
 mod plan_cmd;
 mod run_cmd;
@@ -116,7 +117,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    let result = rt.block_on(async {
+    let work = async {
         // Commands about an existing session never create a store (a mistyped --db or a
         // lookup in the wrong directory must not leave an empty .weft/weft.db behind).
         let read_only = matches!(
@@ -172,10 +173,20 @@ fn main() -> ExitCode {
             Command::Completions { .. } => Ok(0),
             Command::Schema => schema_cmd::run(),
         }
+    };
+    let result = rt.block_on(async {
+        tokio::select! {
+            r = work => Some(r),
+            () = interrupt::signal() => None,
+        }
     });
     // Everything the command needed is done and stored. Work left on a blocking thread (a
     // template that ran past its time) is not waited for.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    let Some(result) = result else {
+        eprintln!("{}", interrupt::message());
+        return ExitCode::from(interrupt::EXIT_INTERRUPTED);
+    };
     match result {
         Ok(code) => ExitCode::from(code),
         // The reader of stdout went away (`weft run ... | head`): stop quietly, as a program

@@ -212,6 +212,7 @@ pub async fn execute<S: weft_store::Store>(store: Arc<S>, p: Prepared) -> Result
     } else {
         crate::view::observer(max_attempts)
     });
+    rt = rt.observe(crate::interrupt::observer());
     let problems = rt.check_plan(&plan, Some(&input));
     if !problems.is_empty() {
         return Ok(report(&a.plan.plan, &problems));

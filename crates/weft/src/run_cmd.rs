@@ -189,6 +189,10 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
     } else {
         crate::view::observer(limits.max_step_attempts)
     });
+    rt = rt.observe(crate::interrupt::observer());
+    if let Some(id) = &args.session {
+        crate::interrupt::note_session(id);
+    }
     let mut before = None;
     let session = match &args.session {
         None => {

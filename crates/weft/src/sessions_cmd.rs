@@ -402,6 +402,7 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
     } else {
         crate::view::observer(loaded.spec.limits.max_step_attempts)
     });
+    crate::interrupt::note_session(&args.id);
     let mut session = rt.load_session(&args.id).await?;
     let before = run_cmd::Before::of(&session.state);
     if state.mode.is_none() {

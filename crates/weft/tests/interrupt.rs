@@ -1,0 +1,95 @@
+//! Ctrl-C (SIGINT) during `weft run`: the run stops, says which session stopped and how to
+//! continue it (with `--db`), exits 130; `weft resume` then finishes the session, recording the
+//! interrupted call of a non-idempotent tool as an unknown outcome rather than running it again.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn weft(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
+    c.current_dir(dir).env_remove("WEFT_DB");
+    c
+}
+
+fn wait_for(path: &Path) {
+    let began = Instant::now();
+    while !path.exists() {
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ctrl_c_stops_a_run_that_weft_resume_then_finishes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::write(
+        d.join("agent.yaml"),
+        r#"name: slow
+mode: react
+model: scripted:script.yaml
+tools:
+  - name: charge
+    description: Charges a card (not idempotent), slowly.
+    command: ["sh", "-c", "cat > /dev/null; echo run >> charges.log; touch started; sleep 30; echo '{}'"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("script.yaml"),
+        "- tool_calls: [ { name: charge, arguments: {} } ]\n- text: \"The charge's outcome is unknown; please check it.\"\n",
+    )
+    .unwrap();
+    let child = weft(d)
+        .args(["run", "agent.yaml", "charge the card", "--db", "w.db"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&d.join("started"));
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out: Output = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("interrupted: session "))
+        .unwrap_or_else(|| panic!("no interruption line:\n{err}"));
+    let id = line["interrupted: session ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(
+        line.contains(&format!("weft resume --db w.db {id}")),
+        "{line}"
+    );
+
+    let out = weft(d)
+        .args(["resume", &id, "--db", "w.db", "--events"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(text(&out.stdout).contains("outcome is unknown"));
+    // The charge ran once: the interrupted call is recorded, not repeated.
+    assert_eq!(
+        std::fs::read_to_string(d.join("charges.log")).unwrap(),
+        "run\n"
+    );
+    assert!(err.contains("unknown_outcome"), "{err}");
+}
