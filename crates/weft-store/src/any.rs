@@ -175,6 +175,45 @@ impl Store for AnyStore {
         }
     }
 
+    async fn acquire(
+        &self,
+        id: &str,
+        owner: &crate::Owner,
+        now: i64,
+        ttl_ms: i64,
+        force: bool,
+    ) -> Result<crate::Lease, StoreError> {
+        match self {
+            Self::Sqlite(st) => st.acquire(id, owner, now, ttl_ms, force).await,
+            Self::Postgres(st) => st.acquire(id, owner, now, ttl_ms, force).await,
+            Self::Memory(st) => st.acquire(id, owner, now, ttl_ms, force).await,
+        }
+    }
+
+    async fn renew(&self, lease: &crate::Lease, expires_at: i64) -> Result<(), StoreError> {
+        match self {
+            Self::Sqlite(st) => st.renew(lease, expires_at).await,
+            Self::Postgres(st) => st.renew(lease, expires_at).await,
+            Self::Memory(st) => st.renew(lease, expires_at).await,
+        }
+    }
+
+    async fn release(&self, lease: &crate::Lease) -> Result<(), StoreError> {
+        match self {
+            Self::Sqlite(st) => st.release(lease).await,
+            Self::Postgres(st) => st.release(lease).await,
+            Self::Memory(st) => st.release(lease).await,
+        }
+    }
+
+    async fn lease(&self, id: &str) -> Result<Option<crate::Lease>, StoreError> {
+        match self {
+            Self::Sqlite(st) => st.lease(id).await,
+            Self::Postgres(st) => st.lease(id).await,
+            Self::Memory(st) => st.lease(id).await,
+        }
+    }
+
     async fn latest_snapshot(&self, id: &str) -> Result<Option<(u64, Value)>, StoreError> {
         match self {
             Self::Sqlite(st) => st.latest_snapshot(id).await,

@@ -27,6 +27,7 @@
 mod any;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+mod lease;
 mod memory;
 mod postgres;
 mod row;
@@ -47,10 +48,10 @@ pub use sqlite::SqliteStore;
 
 /// The version of the SQLite schema this build writes and reads. A database whose schema is
 /// newer is refused with [`StoreError::NewerSchema`].
-pub const SQLITE_SCHEMA_VERSION: i64 = 2;
+pub const SQLITE_SCHEMA_VERSION: i64 = 3;
 
 /// The version of the PostgreSQL schema this build writes and reads.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 2;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 3;
 
 /// How far behind an append's time a session's `updated_at` may stay when the append does not
 /// change the session's status, in milliseconds.
@@ -185,6 +186,19 @@ pub enum StoreError {
         seq: u64,
         last: u64,
     },
+    /// Another process drives the session and its lease has not expired.
+    #[error(
+        "session {session} is being run by pid {pid} on {host} (its lease runs for {seconds_left} s more, renewed while it runs)"
+    )]
+    Leased {
+        session: String,
+        host: String,
+        pid: u32,
+        seconds_left: u64,
+    },
+    /// This process's lease on the session was taken over (it expired, or was forced).
+    #[error("session {0}: this process no longer owns it (its lease was taken over)")]
+    LeaseLost(String),
     /// A store specification (`--db`) that names no known store.
     #[error("cannot use {spec:?} as a store: {reason}")]
     BadSpec { spec: String, reason: String },
@@ -202,8 +216,50 @@ impl StoreError {
     }
 }
 
+/// A process that drives sessions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// Unique per process run.
+    pub id: String,
+    pub host: String,
+    pub pid: u32,
+}
+
+/// The right to drive one session until `expires_at` (Unix ms). Each new owner of a session gets
+/// the next `epoch`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub session: String,
+    pub owner: Owner,
+    pub epoch: u64,
+    pub expires_at: i64,
+}
+
 /// Where sessions live.
 pub trait Store: Send + Sync + 'static {
+    /// Takes the lease on session `id` for `owner` until `now + ttl_ms`: when no one holds it,
+    /// when its holder's lease expired (or was released), when `owner` holds it already, or
+    /// with `force`. Otherwise [`StoreError::Leased`], naming the holder. The session need not
+    /// exist yet (a new run takes its lease before creating it).
+    fn acquire(
+        &self,
+        id: &str,
+        owner: &Owner,
+        now: i64,
+        ttl_ms: i64,
+        force: bool,
+    ) -> impl Future<Output = Result<Lease, StoreError>> + Send;
+    /// Extends a lease held by `lease.owner` at `lease.epoch`; [`StoreError::LeaseLost`] when
+    /// another owner took it.
+    fn renew(
+        &self,
+        lease: &Lease,
+        expires_at: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Gives a lease up (it expires now), if it is still this one.
+    fn release(&self, lease: &Lease) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// The session's lease, expired or not, if it ever had one.
+    fn lease(&self, id: &str) -> impl Future<Output = Result<Option<Lease>, StoreError>> + Send;
     /// Creates a session with no events.
     fn create(
         &self,

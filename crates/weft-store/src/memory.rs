@@ -21,11 +21,23 @@ type Sessions = HashMap<String, Entry>;
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     sessions: Mutex<Sessions>,
+    leases: Mutex<std::collections::HashMap<String, crate::Lease>>,
 }
 
 impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    fn leases(
+        &self,
+    ) -> Result<
+        std::sync::MutexGuard<'_, std::collections::HashMap<String, crate::Lease>>,
+        StoreError,
+    > {
+        self.leases
+            .lock()
+            .map_err(|_| StoreError::Backend("the in-memory store was poisoned by a panic".into()))
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Sessions>, StoreError> {
@@ -154,6 +166,53 @@ impl Store for MemoryStore {
         }
         entry.snapshots.insert(seq, state.clone());
         Ok(())
+    }
+
+    async fn acquire(
+        &self,
+        id: &str,
+        owner: &crate::Owner,
+        now: i64,
+        ttl_ms: i64,
+        force: bool,
+    ) -> Result<crate::Lease, StoreError> {
+        let mut leases = self.leases()?;
+        let epoch = match leases.get(id) {
+            None => 1,
+            Some(l) if l.owner.id == owner.id => l.epoch,
+            Some(l) if l.expires_at <= now || force => l.epoch + 1,
+            Some(l) => return Err(crate::lease::held(l, now)),
+        };
+        let lease = crate::Lease {
+            session: id.to_owned(),
+            owner: owner.clone(),
+            epoch,
+            expires_at: now.saturating_add(ttl_ms),
+        };
+        leases.insert(id.to_owned(), lease.clone());
+        Ok(lease)
+    }
+
+    async fn renew(&self, lease: &crate::Lease, expires_at: i64) -> Result<(), StoreError> {
+        let mut leases = self.leases()?;
+        match leases.get_mut(&lease.session) {
+            Some(l) if l.owner.id == lease.owner.id && l.epoch == lease.epoch => {
+                l.expires_at = expires_at;
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost(lease.session.clone())),
+        }
+    }
+
+    async fn release(&self, lease: &crate::Lease) -> Result<(), StoreError> {
+        match self.renew(lease, 0).await {
+            Err(StoreError::LeaseLost(_)) => Ok(()),
+            other => other,
+        }
+    }
+
+    async fn lease(&self, id: &str) -> Result<Option<crate::Lease>, StoreError> {
+        Ok(self.leases()?.get(id).cloned())
     }
 
     async fn latest_snapshot(&self, id: &str) -> Result<Option<(u64, Value)>, StoreError> {

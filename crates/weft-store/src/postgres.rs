@@ -10,13 +10,15 @@ use weft_core::{Envelope, SessionStatus};
 
 use crate::row::{self, SessionCols};
 use crate::{
-    ListFilter, NewSession, POSTGRES_SCHEMA_VERSION, SessionRecord, Store, StoreError, check_batch,
+    Lease, ListFilter, NewSession, Owner, POSTGRES_SCHEMA_VERSION, SessionRecord, Store,
+    StoreError, check_batch, lease,
 };
 
 /// The schema migrations, in order: (version, SQL).
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/postgres/0001_init.sql")),
     (2, include_str!("../migrations/postgres/0002_json_text.sql")),
+    (3, include_str!("../migrations/postgres/0003_leases.sql")),
 ];
 
 /// How long to wait for the server to answer before giving up.
@@ -362,6 +364,76 @@ impl Store for PgStore {
         .map_err(|e| self.err(&ctx(), e))?;
         tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
         Ok(())
+    }
+
+    async fn acquire(
+        &self,
+        id: &str,
+        owner: &Owner,
+        now: i64,
+        ttl_ms: i64,
+        force: bool,
+    ) -> Result<Lease, StoreError> {
+        let ctx = || format!("cannot take the lease of session {id}");
+        let epoch: Option<i64> = sqlx::query_scalar(&lease::acquire_sql(lease::dollar))
+            .bind(id)
+            .bind(&owner.id)
+            .bind(&owner.host)
+            .bind(i64::from(owner.pid))
+            .bind(now.saturating_add(ttl_ms))
+            .bind(now)
+            .bind(i64::from(force))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.err(&ctx(), e))?;
+        match epoch {
+            Some(epoch) => Ok(Lease {
+                session: id.to_owned(),
+                owner: owner.clone(),
+                epoch: u64::try_from(epoch).unwrap_or_default(),
+                expires_at: now.saturating_add(ttl_ms),
+            }),
+            None => match self.lease(id).await? {
+                Some(l) => Err(lease::held(&l, now)),
+                None => Err(StoreError::Backend(format!("{}: no lease row", ctx()))),
+            },
+        }
+    }
+
+    async fn renew(&self, l: &Lease, expires_at: i64) -> Result<(), StoreError> {
+        let done = sqlx::query(&lease::renew_sql(lease::dollar))
+            .bind(expires_at)
+            .bind(&l.session)
+            .bind(&l.owner.id)
+            .bind(row::to_i64("epoch", l.epoch)?)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| {
+                self.err(
+                    &format!("cannot renew the lease of session {}", l.session),
+                    e,
+                )
+            })?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::LeaseLost(l.session.clone()));
+        }
+        Ok(())
+    }
+
+    async fn release(&self, l: &Lease) -> Result<(), StoreError> {
+        match self.renew(l, 0).await {
+            Err(StoreError::LeaseLost(_)) => Ok(()),
+            other => other,
+        }
+    }
+
+    async fn lease(&self, id: &str) -> Result<Option<Lease>, StoreError> {
+        let row: Option<lease::Row> = sqlx::query_as(&lease::select_sql(lease::dollar))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.err(&format!("cannot read the lease of session {id}"), e))?;
+        Ok(row.map(|r| lease::from_row(id, r)))
     }
 
     async fn latest_snapshot(&self, id: &str) -> Result<Option<(u64, Value)>, StoreError> {

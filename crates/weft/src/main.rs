@@ -3,6 +3,7 @@
 mod check;
 mod interrupt;
 mod load;
+mod ownership;
 mod plan_cmd;
 mod run_cmd;
 mod schema_cmd;

@@ -205,6 +205,10 @@ pub async fn execute<S: weft_store::Store>(store: Arc<S>, p: Prepared) -> Result
     let redact = agent.redactor();
     let tools = Arc::new(agent.tools);
     let max_attempts = limits.max_step_attempts;
+    let id =
+        a.id.clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let held = crate::ownership::take(store.clone(), &id, false).await?;
     let mut rt = Runtime::new(store, tools.clone(), limits);
     rt.redact = redact;
     rt = rt.observe(if a.events {
@@ -218,11 +222,12 @@ pub async fn execute<S: weft_store::Store>(store: Arc<S>, p: Prepared) -> Result
         return Ok(report(&a.plan.plan, &problems));
     }
     let info = weft_runtime::SessionInfo {
-        id: a.id.clone(),
+        id: Some(id),
         metadata: serde_json::json!({"weft_agent_file": load::absolute(&a.plan.agent)}),
         ..weft_runtime::SessionInfo::default()
     };
     let session = rt.run_plan_in(&agent.spec.name, plan, input, info).await?;
+    held.release().await;
     let state = &session.state;
     writeln!(
         std::io::stdout(),

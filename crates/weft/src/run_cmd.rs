@@ -182,6 +182,15 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
         input,
         metadata,
     } = p;
+    // This process owns the session while it drives it (a new one's id is chosen first).
+    let id = match &args.session {
+        Some(id) => id.clone(),
+        None => args
+            .id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+    };
+    let held = crate::ownership::take(store.clone(), &id, false).await?;
     let mut rt = Runtime::new(store, tools.clone(), limits.clone());
     rt.redact = redact;
     rt = rt.observe(if args.events {
@@ -197,7 +206,7 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
     let session = match &args.session {
         None => {
             let info = SessionInfo {
-                id: args.id.clone(),
+                id: Some(id.clone()),
                 user_id: args.user.clone(),
                 reference_id: args.reference.clone(),
                 metadata,
@@ -219,7 +228,8 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
                 SessionStatus::WaitingForUser => rt.reply(&agent, &mut session, &args.task).await?,
                 SessionStatus::Running => {
                     return Err(anyhow!(
-                        "session {id} is still running (or its process died); continue it with `weft resume {id}`"
+                        "session {id} was running when its process stopped; continue it with `weft resume{} {id}`",
+                        crate::store::db_flag()
                     ));
                 }
                 SessionStatus::Completed | SessionStatus::Failed => {
@@ -231,6 +241,7 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
     };
     let code = report(&session.state, &session.id, &args.agent, before.as_ref());
     drop(session);
+    held.release().await;
     tools.shutdown().await;
     code
 }

@@ -72,6 +72,10 @@ pub struct ResumeArgs {
     /// Print every event as a JSON line on stderr.
     #[arg(long)]
     pub events: bool,
+    /// Take the session over even if another process holds its lease (only when that process
+    /// is known to be gone: two processes driving one session fail each other's writes).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// A time as RFC 3339 in UTC (`2026-11-23T22:05:40Z`), in tables and JSON alike.
@@ -391,35 +395,41 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
             ));
         }
     }
-    let loaded = load::agent(&path).await?;
-    let redact = loaded.redactor();
-    let tools = Arc::new(loaded.tools);
-    let state = State::fold(events.iter().map(|e| &e.event));
-    let mut rt = Runtime::new(store, tools.clone(), loaded.spec.limits.clone());
-    rt.redact = redact;
-    rt = rt.observe(if args.events {
-        run_cmd::json_lines()
-    } else {
-        crate::view::observer(loaded.spec.limits.max_step_attempts)
-    });
-    crate::interrupt::note_session(&args.id);
-    let mut session = rt.load_session(&args.id).await?;
-    let before = run_cmd::Before::of(&session.state);
-    if state.mode.is_none() {
-        rt.resume_plan(&mut session).await?;
-        writeln!(
-            std::io::stdout(),
-            "{}",
-            serde_json::to_string_pretty(&session.state.data)?
-        )?;
-        if session.state.status == SessionStatus::Completed {
-            return Ok(0);
+    let held = crate::ownership::take(store.clone(), &args.id, args.force).await?;
+    let result: Result<u8> = async {
+        let loaded = load::agent(&path).await?;
+        let redact = loaded.redactor();
+        let tools = Arc::new(loaded.tools);
+        let state = State::fold(events.iter().map(|e| &e.event));
+        let mut rt = Runtime::new(store, tools.clone(), loaded.spec.limits.clone());
+        rt.redact = redact;
+        rt = rt.observe(if args.events {
+            run_cmd::json_lines()
+        } else {
+            crate::view::observer(loaded.spec.limits.max_step_attempts)
+        });
+        crate::interrupt::note_session(&args.id);
+        let mut session = rt.load_session(&args.id).await?;
+        let before = run_cmd::Before::of(&session.state);
+        if state.mode.is_none() {
+            rt.resume_plan(&mut session).await?;
+            writeln!(
+                std::io::stdout(),
+                "{}",
+                serde_json::to_string_pretty(&session.state.data)?
+            )?;
+            if session.state.status == SessionStatus::Completed {
+                return Ok(0);
+            }
+            crate::plan_cmd::report_failure(&session.state);
+            return Ok(crate::EXIT_FAILED);
         }
-        crate::plan_cmd::report_failure(&session.state);
-        return Ok(crate::EXIT_FAILED);
+        let model = Agent::model_from_spec(&loaded.spec, load::base_dir(&path))?;
+        let agent = Agent::new(&loaded.spec, tools, model, &rec.metadata, &state.input)?;
+        rt.resume_agent(&agent, &mut session).await?;
+        run_cmd::report(&session.state, &session.id, &path, Some(&before))
     }
-    let model = Agent::model_from_spec(&loaded.spec, load::base_dir(&path))?;
-    let agent = Agent::new(&loaded.spec, tools, model, &rec.metadata, &state.input)?;
-    rt.resume_agent(&agent, &mut session).await?;
-    run_cmd::report(&session.state, &session.id, &path, Some(&before))
+    .await;
+    held.release().await;
+    result
 }

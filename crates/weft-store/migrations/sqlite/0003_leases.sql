@@ -1,0 +1,10 @@
+-- weft schema 3 (SQLite): one owner per session. A lease names the process driving a session
+-- and until when; each new owner gets the next epoch.
+CREATE TABLE leases (
+    session    TEXT PRIMARY KEY,
+    owner      TEXT NOT NULL,
+    host       TEXT NOT NULL,
+    pid        INTEGER NOT NULL,
+    epoch      INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+);

@@ -1,0 +1,79 @@
+//! Leases, shared by the stores: the statements (written once, with the placeholder each
+//! database wants) and how a lease row reads back.
+
+use crate::{Lease, Owner, StoreError};
+
+/// Takes the lease unless another owner holds it unexpired; returns the new epoch. Parameters:
+/// session, owner, host, pid, expires_at, now, force (0 or 1).
+pub(crate) fn acquire_sql(p: fn(usize) -> String) -> String {
+    format!(
+        "INSERT INTO leases (session, owner, host, pid, epoch, expires_at) \
+         VALUES ({s}, {o}, {h}, {pid}, 1, {exp}) \
+         ON CONFLICT (session) DO UPDATE SET owner = excluded.owner, host = excluded.host, \
+         pid = excluded.pid, expires_at = excluded.expires_at, \
+         epoch = CASE WHEN leases.owner = excluded.owner THEN leases.epoch ELSE leases.epoch + 1 END \
+         WHERE leases.expires_at <= {now} OR leases.owner = excluded.owner OR {force} = 1 \
+         RETURNING epoch",
+        s = p(1),
+        o = p(2),
+        h = p(3),
+        pid = p(4),
+        exp = p(5),
+        now = p(6),
+        force = p(7),
+    )
+}
+
+/// Extends the lease if it is still this owner's at this epoch. Parameters: expires_at,
+/// session, owner, epoch.
+pub(crate) fn renew_sql(p: fn(usize) -> String) -> String {
+    format!(
+        "UPDATE leases SET expires_at = {} WHERE session = {} AND owner = {} AND epoch = {}",
+        p(1),
+        p(2),
+        p(3),
+        p(4)
+    )
+}
+
+/// Reads a lease. Parameter: session.
+pub(crate) fn select_sql(p: fn(usize) -> String) -> String {
+    format!(
+        "SELECT owner, host, pid, epoch, expires_at FROM leases WHERE session = {}",
+        p(1)
+    )
+}
+
+pub(crate) fn dollar(n: usize) -> String {
+    format!("${n}")
+}
+
+pub(crate) fn question(n: usize) -> String {
+    format!("?{n}")
+}
+
+/// A lease row: (owner, host, pid, epoch, expires_at).
+pub(crate) type Row = (String, String, i64, i64, i64);
+
+pub(crate) fn from_row(session: &str, (owner, host, pid, epoch, expires_at): Row) -> Lease {
+    Lease {
+        session: session.to_owned(),
+        owner: Owner {
+            id: owner,
+            host,
+            pid: u32::try_from(pid).unwrap_or_default(),
+        },
+        epoch: u64::try_from(epoch).unwrap_or_default(),
+        expires_at,
+    }
+}
+
+/// The error for a lease another owner holds.
+pub(crate) fn held(lease: &Lease, now: i64) -> StoreError {
+    StoreError::Leased {
+        session: lease.session.clone(),
+        host: lease.owner.host.clone(),
+        pid: lease.owner.pid,
+        seconds_left: u64::try_from((lease.expires_at - now).max(0)).unwrap_or_default() / 1000 + 1,
+    }
+}

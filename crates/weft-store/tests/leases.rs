@@ -1,0 +1,79 @@
+//! Leases on every store: one owner at a time, a new epoch for each new owner, renewal only by
+//! the holder, release, takeover after expiry or with force.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use weft_store::{MemoryStore, Owner, PgStore, SqliteStore, Store, StoreError};
+
+fn owner(name: &str, pid: u32) -> Owner {
+    Owner {
+        id: name.to_owned(),
+        host: "h1".to_owned(),
+        pid,
+    }
+}
+
+async fn leases_behave<S: Store>(store: &S) {
+    let (a, b) = (owner("a", 10), owner("b", 20));
+    let s = "sess-lease";
+    assert_eq!(store.lease(s).await.unwrap(), None);
+    // A takes it (the session need not exist yet).
+    let la = store.acquire(s, &a, 1_000, 500, false).await.unwrap();
+    assert_eq!((la.epoch, la.expires_at), (1, 1_500));
+    // B is refused while it runs, and told who holds it.
+    match store.acquire(s, &b, 1_200, 500, false).await {
+        Err(StoreError::Leased {
+            host,
+            pid,
+            seconds_left,
+            ..
+        }) => {
+            assert_eq!((host.as_str(), pid, seconds_left), ("h1", 10, 1));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A renews; taking it again keeps A's epoch.
+    store.renew(&la, 2_000).await.unwrap();
+    let again = store.acquire(s, &a, 1_300, 500, false).await.unwrap();
+    assert_eq!(again.epoch, 1);
+    assert!(store.acquire(s, &b, 1_700, 500, false).await.is_err());
+    // After it expires B takes it, at the next epoch; A can no longer renew.
+    let lb = store.acquire(s, &b, 1_900, 500, false).await.unwrap();
+    assert_eq!(lb.epoch, 2);
+    assert!(matches!(
+        store.renew(&la, 5_000).await,
+        Err(StoreError::LeaseLost(_))
+    ));
+    // A's release of a lease it lost changes nothing; B's release frees it at once.
+    store.release(&la).await.unwrap();
+    assert!(store.acquire(s, &a, 2_000, 500, false).await.is_err());
+    store.release(&lb).await.unwrap();
+    let la2 = store.acquire(s, &a, 2_000, 500, false).await.unwrap();
+    assert_eq!(la2.epoch, 3);
+    // Force takes a running lease.
+    let forced = store.acquire(s, &b, 2_100, 500, true).await.unwrap();
+    assert_eq!(forced.epoch, 4);
+    let read = store.lease(s).await.unwrap().unwrap();
+    assert_eq!((read.owner, read.epoch), (b, 4));
+}
+
+#[tokio::test]
+async fn memory_leases() {
+    leases_behave(&MemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn sqlite_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("w.db")).await.unwrap();
+    leases_behave(&store).await;
+}
+
+#[tokio::test]
+async fn needs_postgres_leases() {
+    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
+    let schema = format!("leases_{}", std::process::id());
+    let store = PgStore::connect_in_schema(&url, &schema).await.unwrap();
+    leases_behave(&store).await;
+}
