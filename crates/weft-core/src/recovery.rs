@@ -8,7 +8,7 @@
 //! an agent, to the review or the model, which may ask the person).
 
 use crate::engine::{self, Invocation, Limits};
-use crate::event::{EVENT_VERSION, Envelope, Event, ToolError, ToolOutcome};
+use crate::event::{EVENT_VERSION, Envelope, Event, RunStatus, ToolError, ToolOutcome};
 use crate::state::State;
 use crate::tool::ToolCatalog;
 
@@ -55,6 +55,33 @@ pub fn recover(state: &State, tools: &dyn ToolCatalog, limits: &Limits) -> Recov
         }
     }
     out
+}
+
+/// A person cancelled the session (`weft sessions cancel`): every call in flight is recorded as
+/// cancelled with an unknown outcome (its process was stopped; whether it acted is not known),
+/// and the run ends as failed, saying so.
+pub fn cancel(state: &State, limits: &Limits) -> Vec<Event> {
+    let mut st = state.clone();
+    let mut events = Vec::new();
+    let open: Vec<String> = state.open_calls.keys().cloned().collect();
+    for call_id in open {
+        let error = ToolError::new(
+            "cancelled",
+            "the session was cancelled while this call ran; its outcome is unknown",
+        );
+        for e in engine::tool_finished(&st, limits, &call_id, ToolOutcome::Error { error }, 0) {
+            st.apply(&e);
+            events.push(e);
+        }
+    }
+    if !st.status.is_terminal() {
+        events.push(Event::RunFinished {
+            status: RunStatus::Failed,
+            error: Some("cancelled (weft sessions cancel)".into()),
+            answer: None,
+        });
+    }
+    events
 }
 
 /// For a fork taken mid-run: every call in flight at the fork point is recorded as interrupted

@@ -206,6 +206,14 @@ impl Store for AnyStore {
         }
     }
 
+    async fn request(&self, id: &str, what: &str, now: i64) -> Result<bool, StoreError> {
+        match self {
+            Self::Sqlite(st) => st.request(id, what, now).await,
+            Self::Postgres(st) => st.request(id, what, now).await,
+            Self::Memory(st) => st.request(id, what, now).await,
+        }
+    }
+
     async fn lease(&self, id: &str) -> Result<Option<crate::Lease>, StoreError> {
         match self {
             Self::Sqlite(st) => st.lease(id).await,

@@ -10,7 +10,7 @@ pub(crate) fn acquire_sql(p: fn(usize) -> String) -> String {
         "INSERT INTO leases (session, owner, host, pid, epoch, expires_at) \
          VALUES ({s}, {o}, {h}, {pid}, 1, {exp}) \
          ON CONFLICT (session) DO UPDATE SET owner = excluded.owner, host = excluded.host, \
-         pid = excluded.pid, expires_at = excluded.expires_at, \
+         pid = excluded.pid, expires_at = excluded.expires_at, request = NULL, \
          epoch = CASE WHEN leases.owner = excluded.owner THEN leases.epoch ELSE leases.epoch + 1 END \
          WHERE leases.expires_at <= {now} OR leases.owner = excluded.owner OR {force} = 1 \
          RETURNING epoch",
@@ -39,7 +39,7 @@ pub(crate) fn renew_sql(p: fn(usize) -> String) -> String {
 /// Reads a lease. Parameter: session.
 pub(crate) fn select_sql(p: fn(usize) -> String) -> String {
     format!(
-        "SELECT owner, host, pid, epoch, expires_at FROM leases WHERE session = {}",
+        "SELECT owner, host, pid, epoch, expires_at, request FROM leases WHERE session = {}",
         p(1)
     )
 }
@@ -52,10 +52,23 @@ pub(crate) fn question(n: usize) -> String {
     format!("?{n}")
 }
 
-/// A lease row: (owner, host, pid, epoch, expires_at).
-pub(crate) type Row = (String, String, i64, i64, i64);
+/// Asks the owner of a running lease for something. Parameters: request, session, now.
+pub(crate) fn request_sql(p: fn(usize) -> String) -> String {
+    format!(
+        "UPDATE leases SET request = {} WHERE session = {} AND expires_at > {}",
+        p(1),
+        p(2),
+        p(3)
+    )
+}
 
-pub(crate) fn from_row(session: &str, (owner, host, pid, epoch, expires_at): Row) -> Lease {
+/// A lease row: (owner, host, pid, epoch, expires_at, request).
+pub(crate) type Row = (String, String, i64, i64, i64, Option<String>);
+
+pub(crate) fn from_row(
+    session: &str,
+    (owner, host, pid, epoch, expires_at, request): Row,
+) -> Lease {
     Lease {
         session: session.to_owned(),
         owner: Owner {
@@ -65,6 +78,7 @@ pub(crate) fn from_row(session: &str, (owner, host, pid, epoch, expires_at): Row
         },
         epoch: u64::try_from(epoch).unwrap_or_default(),
         expires_at,
+        request,
     }
 }
 

@@ -233,6 +233,8 @@ pub struct Lease {
     pub owner: Owner,
     pub epoch: u64,
     pub expires_at: i64,
+    /// What another process asked of the owner (`cancel`, `pause`), if anything.
+    pub request: Option<String>,
 }
 
 /// Where sessions live.
@@ -258,6 +260,14 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Gives a lease up (it expires now), if it is still this one.
     fn release(&self, lease: &Lease) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Asks the process that holds the session's running lease for `what` (`cancel`, `pause`);
+    /// false when no process holds it. The owner reads it with [`Store::lease`].
+    fn request(
+        &self,
+        id: &str,
+        what: &str,
+        now: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// The session's lease, expired or not, if it ever had one.
     fn lease(&self, id: &str) -> impl Future<Output = Result<Option<Lease>, StoreError>> + Send;
     /// Creates a session with no events.

@@ -188,6 +188,7 @@ impl Store for MemoryStore {
             owner: owner.clone(),
             epoch,
             expires_at: now.saturating_add(ttl_ms),
+            request: None,
         };
         leases.insert(id.to_owned(), lease.clone());
         Ok(lease)
@@ -208,6 +209,17 @@ impl Store for MemoryStore {
         match self.renew(lease, 0).await {
             Err(StoreError::LeaseLost(_)) => Ok(()),
             other => other,
+        }
+    }
+
+    async fn request(&self, id: &str, what: &str, now: i64) -> Result<bool, StoreError> {
+        let mut leases = self.leases()?;
+        match leases.get_mut(id) {
+            Some(l) if l.expires_at > now => {
+                l.request = Some(what.to_owned());
+                Ok(true)
+            }
+            _ => Ok(false),
         }
     }
 

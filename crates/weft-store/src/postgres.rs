@@ -392,6 +392,7 @@ impl Store for PgStore {
                 owner: owner.clone(),
                 epoch: u64::try_from(epoch).unwrap_or_default(),
                 expires_at: now.saturating_add(ttl_ms),
+                request: None,
             }),
             None => match self.lease(id).await? {
                 Some(l) => Err(lease::held(&l, now)),
@@ -425,6 +426,22 @@ impl Store for PgStore {
             Err(StoreError::LeaseLost(_)) => Ok(()),
             other => other,
         }
+    }
+
+    async fn request(&self, id: &str, what: &str, now: i64) -> Result<bool, StoreError> {
+        let done = sqlx::query(&lease::request_sql(lease::dollar))
+            .bind(what)
+            .bind(id)
+            .bind(now)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| {
+                self.err(
+                    &format!("cannot ask the owner of session {id} to {what}"),
+                    e,
+                )
+            })?;
+        Ok(done.rows_affected() > 0)
     }
 
     async fn lease(&self, id: &str) -> Result<Option<Lease>, StoreError> {

@@ -447,6 +447,7 @@ impl Store for SqliteStore {
                 owner: owner.clone(),
                 epoch: u64::try_from(epoch).unwrap_or_default(),
                 expires_at: now.saturating_add(ttl_ms),
+                request: None,
             }),
             None => match self.lease(id).await? {
                 Some(l) => Err(lease::held(&l, now)),
@@ -480,6 +481,22 @@ impl Store for SqliteStore {
             Err(StoreError::LeaseLost(_)) => Ok(()),
             other => other,
         }
+    }
+
+    async fn request(&self, id: &str, what: &str, now: i64) -> Result<bool, StoreError> {
+        let done = sqlx::query(&lease::request_sql(lease::question))
+            .bind(what)
+            .bind(id)
+            .bind(now)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| {
+                self.err(
+                    &format!("cannot ask the owner of session {id} to {what}"),
+                    e,
+                )
+            })?;
+        Ok(done.rows_affected() > 0)
     }
 
     async fn lease(&self, id: &str) -> Result<Option<Lease>, StoreError> {

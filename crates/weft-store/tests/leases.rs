@@ -55,7 +55,16 @@ async fn leases_behave<S: Store>(store: &S) {
     let forced = store.acquire(s, &b, 2_100, 500, true).await.unwrap();
     assert_eq!(forced.epoch, 4);
     let read = store.lease(s).await.unwrap().unwrap();
-    assert_eq!((read.owner, read.epoch), (b, 4));
+    assert_eq!((read.owner, read.epoch, read.request), (b.clone(), 4, None));
+    // Another process asks the owner to cancel; the owner reads it with the lease.
+    assert!(store.request(s, "cancel", 2_200).await.unwrap());
+    let read = store.lease(s).await.unwrap().unwrap();
+    assert_eq!(read.request.as_deref(), Some("cancel"));
+    // No one to ask once the lease ran out; a new owner starts with no request.
+    assert!(!store.request(s, "pause", 2_600).await.unwrap());
+    let la3 = store.acquire(s, &a, 2_700, 500, false).await.unwrap();
+    assert_eq!(store.lease(s).await.unwrap().unwrap().request, None);
+    assert_eq!(la3.epoch, 5);
 }
 
 #[tokio::test]

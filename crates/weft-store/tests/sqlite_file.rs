@@ -468,7 +468,10 @@ async fn a_schema_1_database_is_migrated_with_its_data() {
         .fetch_all(&mut conn)
         .await
         .unwrap();
-    assert_eq!(versions, (1..=weft_store::SQLITE_SCHEMA_VERSION).collect::<Vec<_>>());
+    assert_eq!(
+        versions,
+        (1..=weft_store::SQLITE_SCHEMA_VERSION).collect::<Vec<_>>()
+    );
     let orphans: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pragma_foreign_key_check")
         .fetch_one(&mut conn)
         .await

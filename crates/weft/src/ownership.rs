@@ -46,6 +46,12 @@ fn host() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
+/// Whether the owner `pid` on `host` is known to be gone: a process of this host that no longer
+/// exists. An owner on another host is never known to be gone (its lease runs out instead).
+fn gone(host: &str, pid: u32) -> bool {
+    host == me().host && !alive_here(pid)
+}
+
 /// Whether a process of this host with this pid exists (Linux; elsewhere, assume it does).
 fn alive_here(pid: u32) -> bool {
     if !std::path::Path::new("/proc/self").exists() {
@@ -54,19 +60,31 @@ fn alive_here(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// A lease this process holds, renewed in the background until it is released or dropped.
+/// A lease this process holds, renewed in the background until it is released or dropped. The
+/// same task reads, twice a second, what another process asks of the owner.
 pub struct Held<S: Store> {
     store: Arc<S>,
     lease: Lease,
     beat: tokio::task::JoinHandle<()>,
+    asked: tokio::sync::watch::Receiver<Option<Asked>>,
 }
+
+/// What another process asked of the owner (`weft sessions cancel` / `pause`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asked {
+    Cancel,
+    Pause,
+}
+
+/// How often the owner looks for a request.
+const LOOK_EVERY: Duration = Duration::from_millis(500);
 
 /// Takes the lease of session `id` (see the module's documentation), or says who holds it.
 pub async fn take<S: Store>(store: Arc<S>, id: &str, force: bool) -> Result<Held<S>> {
     let now = weft_runtime::now_ms();
     let lease = match store.acquire(id, me(), now, ttl_ms(), force).await {
         Ok(l) => l,
-        Err(StoreError::Leased { host, pid, .. }) if host == me().host && !alive_here(pid) => {
+        Err(StoreError::Leased { host, pid, .. }) if gone(&host, pid) => {
             tracing::info!(
                 session = id,
                 pid,
@@ -82,13 +100,29 @@ pub async fn take<S: Store>(store: Arc<S>, id: &str, force: bool) -> Result<Held
         }
         Err(e) => return Err(e.into()),
     };
+    let (tell, asked) = tokio::sync::watch::channel(None);
     let beat = {
         let store = store.clone();
         let lease = lease.clone();
         tokio::spawn(async move {
-            let every = ttl() / 3;
+            let renew_every = ttl() / 3;
+            let mut renewed = tokio::time::Instant::now();
             loop {
-                tokio::time::sleep(every).await;
+                tokio::time::sleep(LOOK_EVERY.min(renew_every)).await;
+                if let Ok(Some(now)) = store.lease(&lease.session).await {
+                    let what = match now.request.as_deref() {
+                        Some("cancel") => Some(Asked::Cancel),
+                        Some("pause") => Some(Asked::Pause),
+                        _ => None,
+                    };
+                    if what.is_some() && now.epoch == lease.epoch {
+                        let _ = tell.send(what);
+                    }
+                }
+                if renewed.elapsed() < renew_every {
+                    continue;
+                }
+                renewed = tokio::time::Instant::now();
                 let until = weft_runtime::now_ms().saturating_add(ttl_ms());
                 if let Err(e) = store.renew(&lease, until).await {
                     tracing::warn!(session = %lease.session, "cannot renew the session's lease: {e}");
@@ -99,10 +133,35 @@ pub async fn take<S: Store>(store: Arc<S>, id: &str, force: bool) -> Result<Held
             }
         })
     };
-    Ok(Held { store, lease, beat })
+    Ok(Held {
+        store,
+        lease,
+        beat,
+        asked,
+    })
 }
 
 impl<S: Store> Held<S> {
+    /// Runs `work` until it ends, or until another process asks this one to cancel or pause
+    /// the session (then `work` is dropped where it stands, as after a crash).
+    pub async fn until_asked<F: std::future::Future>(&self, work: F) -> Result<F::Output, Asked> {
+        let mut asked = self.asked.clone();
+        let request = async move {
+            loop {
+                if let Some(a) = *asked.borrow_and_update() {
+                    return a;
+                }
+                if asked.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::select! {
+            out = work => Ok(out),
+            a = request => Err(a),
+        }
+    }
+
     /// Stops renewing and gives the lease up.
     pub async fn release(self) {
         self.beat.abort();
@@ -115,5 +174,100 @@ impl<S: Store> Held<S> {
 impl<S: Store> Drop for Held<S> {
     fn drop(&mut self) {
         self.beat.abort();
+    }
+}
+
+/// Ends a run that another process asked to stop: a cancelled session records its calls in
+/// flight as cancelled and ends as failed; a paused one is left as a stopped process leaves it,
+/// for `weft resume`. The caller then gives the lease up. Returns the exit code.
+pub async fn stopped<S: Store>(
+    rt: &weft_runtime::Runtime<S>,
+    id: &str,
+    asked: Asked,
+) -> Result<u8> {
+    match asked {
+        Asked::Cancel => {
+            let mut session = rt.load_session(id).await?;
+            let events = weft_core::recovery::cancel(&session.state, &rt.limits);
+            session.commit(events).await?;
+            eprintln!("cancelled: session {id} (weft sessions cancel)");
+            Ok(crate::EXIT_FAILED)
+        }
+        Asked::Pause => {
+            eprintln!(
+                "paused: session {id}; continue it with `weft resume{} {id}`",
+                crate::store::db_flag()
+            );
+            Ok(crate::interrupt::EXIT_INTERRUPTED)
+        }
+    }
+}
+
+/// `weft sessions cancel ID` / `weft sessions pause ID`: asks the process that runs the session,
+/// and waits (up to 30 s) until it has stopped. A session no process runs is cancelled here; it
+/// has nothing to pause.
+pub async fn ask<S: Store>(store: Arc<S>, id: &str, what: Asked) -> Result<u8> {
+    let verb = match what {
+        Asked::Cancel => "cancel",
+        Asked::Pause => "pause",
+    };
+    let rec = store.get(id).await?;
+    if rec.status.is_terminal() {
+        return Err(anyhow!(
+            "session {id} has {}; there is nothing to {verb}",
+            rec.status.as_str()
+        ));
+    }
+    let now = weft_runtime::now_ms();
+    let owned = store
+        .lease(id)
+        .await?
+        .is_some_and(|l| l.expires_at > now && !gone(&l.owner.host, l.owner.pid));
+    if owned && store.request(id, verb, now).await? {
+        let began = std::time::Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let done = store
+                .lease(id)
+                .await?
+                .is_none_or(|l| l.expires_at <= weft_runtime::now_ms() || l.request.is_none());
+            if done {
+                break;
+            }
+            if began.elapsed() > Duration::from_secs(30) {
+                return Err(anyhow!(
+                    "asked the process running session {id} to {verb}, and it has not stopped in 30 s; it may be busy in a call that does not end"
+                ));
+            }
+        }
+        println!("{verb}: session {id} stopped");
+        if what == Asked::Pause {
+            println!(
+                "continue it with `weft resume{} {id}`",
+                crate::store::db_flag()
+            );
+        }
+        return Ok(0);
+    }
+    match what {
+        Asked::Pause => Err(anyhow!(
+            "session {id} is not being run by any process; there is nothing to pause (`weft resume{} {id}` continues it)",
+            crate::store::db_flag()
+        )),
+        Asked::Cancel => {
+            let held = take(store.clone(), id, false).await?;
+            let rt = weft_runtime::Runtime::new(
+                store.clone(),
+                Arc::new(weft_tools::Registry::new()),
+                weft_core::Limits::default(),
+            );
+            let mut session = rt.load_session(id).await?;
+            let events = weft_core::recovery::cancel(&session.state, &rt.limits);
+            session.commit(events).await?;
+            drop(session);
+            held.release().await;
+            println!("cancel: session {id} cancelled");
+            Ok(0)
+        }
     }
 }

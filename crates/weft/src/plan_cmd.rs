@@ -222,11 +222,21 @@ pub async fn execute<S: weft_store::Store>(store: Arc<S>, p: Prepared) -> Result
         return Ok(report(&a.plan.plan, &problems));
     }
     let info = weft_runtime::SessionInfo {
-        id: Some(id),
+        id: Some(id.clone()),
         metadata: serde_json::json!({"weft_agent_file": load::absolute(&a.plan.agent)}),
         ..weft_runtime::SessionInfo::default()
     };
-    let session = rt.run_plan_in(&agent.spec.name, plan, input, info).await?;
+    let session = match held
+        .until_asked(rt.run_plan_in(&agent.spec.name, plan, input, info))
+        .await
+    {
+        Ok(done) => done?,
+        Err(asked) => {
+            let code = crate::ownership::stopped(&rt, &id, asked).await;
+            held.release().await;
+            return code;
+        }
+    };
     held.release().await;
     let state = &session.state;
     writeln!(

@@ -202,41 +202,56 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
     if let Some(id) = &args.session {
         crate::interrupt::note_session(id);
     }
-    let mut before = None;
-    let session = match &args.session {
-        None => {
-            let info = SessionInfo {
-                id: Some(id.clone()),
-                user_id: args.user.clone(),
-                reference_id: args.reference.clone(),
-                metadata,
-                parent_id: None,
-            };
-            rt.run_agent(&agent, info, &args.task, input).await?
-        }
-        Some(id) => {
-            let mut session = rt.load_session(id).await?;
-            before = Some(Before::of(&session.state));
-            if session.state.agent != agent.name {
-                return Err(anyhow!(
-                    "session {id} belongs to agent `{}`, not `{}`",
-                    session.state.agent,
-                    agent.name
-                ));
+    let run = async {
+        let mut before = None;
+        let session = match &args.session {
+            None => {
+                let info = SessionInfo {
+                    id: Some(id.clone()),
+                    user_id: args.user.clone(),
+                    reference_id: args.reference.clone(),
+                    metadata,
+                    parent_id: None,
+                };
+                rt.run_agent(&agent, info, &args.task, input).await?
             }
-            match session.state.status {
-                SessionStatus::WaitingForUser => rt.reply(&agent, &mut session, &args.task).await?,
-                SessionStatus::Running => {
+            Some(id) => {
+                let mut session = rt.load_session(id).await?;
+                before = Some(Before::of(&session.state));
+                if session.state.agent != agent.name {
                     return Err(anyhow!(
-                        "session {id} was running when its process stopped; continue it with `weft resume{} {id}`",
-                        crate::store::db_flag()
+                        "session {id} belongs to agent `{}`, not `{}`",
+                        session.state.agent,
+                        agent.name
                     ));
                 }
-                SessionStatus::Completed | SessionStatus::Failed => {
-                    rt.run_task(&agent, &mut session, &args.task, input).await?;
+                match session.state.status {
+                    SessionStatus::WaitingForUser => {
+                        rt.reply(&agent, &mut session, &args.task).await?
+                    }
+                    SessionStatus::Running => {
+                        return Err(anyhow!(
+                            "session {id} was running when its process stopped; continue it with `weft resume{} {id}`",
+                            crate::store::db_flag()
+                        ));
+                    }
+                    SessionStatus::Completed | SessionStatus::Failed => {
+                        rt.run_task(&agent, &mut session, &args.task, input).await?;
+                    }
                 }
+                session
             }
-            session
+        };
+        Ok::<_, anyhow::Error>((session, before))
+    };
+    // Another process may ask this one to cancel or pause the session while it runs.
+    let (session, before) = match held.until_asked(run).await {
+        Ok(done) => done?,
+        Err(asked) => {
+            let code = crate::ownership::stopped(&rt, &id, asked).await;
+            held.release().await;
+            tools.shutdown().await;
+            return code;
         }
     };
     let code = report(&session.state, &session.id, &args.agent, before.as_ref());

@@ -60,6 +60,13 @@ pub enum SessionsCommand {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Cancel a session: the process running it stops within a second, records its calls in
+    /// flight as cancelled and ends the session as failed (a session no process runs is
+    /// cancelled at once).
+    Cancel { id: String },
+    /// Pause a running session: the process running it stops within a second and lets go of
+    /// it; `weft resume` continues it later, from any process.
+    Pause { id: String },
 }
 
 #[derive(Debug, Args)]
@@ -261,6 +268,14 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
+        SessionsCommand::Cancel { id } => {
+            drop(out);
+            crate::ownership::ask(store, &id, crate::ownership::Asked::Cancel).await
+        }
+        SessionsCommand::Pause { id } => {
+            drop(out);
+            crate::ownership::ask(store, &id, crate::ownership::Asked::Pause).await
+        }
         SessionsCommand::Fork { id, at } => {
             let (rec, events) = store.load(&id).await?;
             if at == 0 || at > rec.last_seq {
@@ -412,7 +427,10 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
         let mut session = rt.load_session(&args.id).await?;
         let before = run_cmd::Before::of(&session.state);
         if state.mode.is_none() {
-            rt.resume_plan(&mut session).await?;
+            match held.until_asked(rt.resume_plan(&mut session)).await {
+                Ok(done) => done?,
+                Err(asked) => return crate::ownership::stopped(&rt, &args.id, asked).await,
+            }
             writeln!(
                 std::io::stdout(),
                 "{}",
@@ -426,7 +444,13 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
         }
         let model = Agent::model_from_spec(&loaded.spec, load::base_dir(&path))?;
         let agent = Agent::new(&loaded.spec, tools, model, &rec.metadata, &state.input)?;
-        rt.resume_agent(&agent, &mut session).await?;
+        match held
+            .until_asked(rt.resume_agent(&agent, &mut session))
+            .await
+        {
+            Ok(done) => done?,
+            Err(asked) => return crate::ownership::stopped(&rt, &args.id, asked).await,
+        }
         run_cmd::report(&session.state, &session.id, &path, Some(&before))
     }
     .await;

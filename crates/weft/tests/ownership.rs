@@ -1,6 +1,7 @@
 //! One owner per session, through the binary: `weft resume` of a session another live process
 //! is running is refused naming that process; once the process is gone (killed), the session is
-//! taken over at once; `--force` takes over from an owner that is alive but stuck.
+//! taken over at once; `--force` takes over from an owner that is alive but stuck; another
+//! process cancels or pauses a running session.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
@@ -69,8 +70,8 @@ tools:
             "--id",
             "s-owned",
         ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     wait_for(&d.join("started"));
@@ -126,4 +127,100 @@ fn force_takes_over_from_an_owner_that_is_alive_but_stuck() {
     assert_eq!(text(&out.stdout).trim(), "done");
     signal(&child, "-KILL");
     child.wait().unwrap();
+}
+
+fn events_of(d: &Path, id: &str) -> Vec<serde_json::Value> {
+    let out = weft(d)
+        .args(["sessions", "events", id, "--db", "w.db"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn cancel_from_another_process_stops_the_run_and_fails_the_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (child, id) = slow_run(d);
+    let out = weft(d)
+        .args(["sessions", "cancel", &id, "--db", "w.db"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&format!("session {id} stopped")));
+    let run = child.wait_with_output().unwrap();
+    let err = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("cancelled: session {id}")), "{err}");
+    let evs = events_of(d, &id);
+    let finished = evs
+        .iter()
+        .find(|e| e["type"] == "tool_call_finished")
+        .unwrap();
+    assert_eq!(finished["outcome"]["error"]["kind"], "cancelled");
+    let last = evs.last().unwrap();
+    assert_eq!(
+        (last["type"].as_str(), last["status"].as_str()),
+        (Some("run_finished"), Some("failed"))
+    );
+    assert!(last["error"].as_str().unwrap().contains("cancelled"));
+    std::fs::write(d.join("release"), "").unwrap();
+    // Nothing is left to cancel.
+    let out = weft(d)
+        .args(["sessions", "cancel", &id, "--db", "w.db"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
+#[test]
+fn pause_from_another_process_stops_the_run_and_resume_finishes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (child, id) = slow_run(d);
+    let out = weft(d)
+        .args(["sessions", "pause", &id, "--db", "w.db"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&format!("weft resume --db w.db {id}")));
+    let run = child.wait_with_output().unwrap();
+    let err = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(130), "{err}");
+    assert!(err.contains(&format!("paused: session {id}")), "{err}");
+    // Paused, not ended: a pause with no process to ask says so, and resume finishes it.
+    let out = weft(d)
+        .args(["sessions", "pause", &id, "--db", "w.db"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not being run by any process"));
+    std::fs::write(d.join("release"), "").unwrap();
+    let out = weft(d)
+        .args(["resume", &id, "--db", "w.db"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "done");
+}
+
+#[test]
+fn a_session_no_process_runs_is_cancelled_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (mut child, id) = slow_run(d);
+    signal(&child, "-KILL");
+    child.wait().unwrap();
+    std::fs::write(d.join("release"), "").unwrap();
+    let out = weft(d)
+        .args(["sessions", "cancel", &id, "--db", "w.db"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let last = events_of(d, &id).pop().unwrap();
+    assert_eq!(last["status"], "failed");
 }

@@ -6,5 +6,7 @@ CREATE TABLE leases (
     host       TEXT NOT NULL,
     pid        BIGINT NOT NULL,
     epoch      BIGINT NOT NULL,
+    -- What another process asked of the owner (`cancel`, `pause`); cleared for each new owner.
+    request    TEXT,
     expires_at BIGINT NOT NULL
 );

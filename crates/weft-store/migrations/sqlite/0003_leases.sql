@@ -6,5 +6,7 @@ CREATE TABLE leases (
     host       TEXT NOT NULL,
     pid        INTEGER NOT NULL,
     epoch      INTEGER NOT NULL,
+    -- What another process asked of the owner (`cancel`, `pause`); cleared for each new owner.
+    request    TEXT,
     expires_at INTEGER NOT NULL
 );
