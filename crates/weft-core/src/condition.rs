@@ -3,7 +3,7 @@
 //! language can grow a value without bound in one step (`(() * 100000000) ~ 2` ran for minutes,
 //! found by fuzzing; `'x' | indent(1000000000)` allocates a gigabyte). Before a condition is
 //! compiled, its text is checked: outside string literals it may not repeat or concatenate
-//! (`*`, `**`, `~`), call a function (`range(...)`, `lipsum(...)`), or use a filter outside
+//! (`*`, `**`, `~`), slice (`:`), call a function (`range(...)`, `lipsum(...)`), or use a filter outside
 //! [`FILTERS`]. Comparisons, `and` / `or` / `not`, `in`, `is` tests, `+ - / // %`, attribute and
 //! index access stay.
 
@@ -29,6 +29,13 @@ pub fn check(expr: &str) -> Result<(), String> {
     let code = without_strings(expr);
     if let Some(op) = ["**", "*", "~"].into_iter().find(|op| code.contains(op)) {
         return Err(format!("it uses `{op}`, which builds values; {USE}"));
+    }
+    // Slices (`l[1:]`) build values too, and the expression engine overflows on some
+    // (`l[6:][:][6:6:-6]`, found by fuzzing); index with one number instead (`l[0]`, `l[-1]`).
+    if code.contains(':') {
+        return Err(format!(
+            "it uses `:` (a slice or a mapping), which builds values; index with one number, e.g. `†state.items[0]`; {USE}"
+        ));
     }
     let chars: Vec<char> = code.chars().collect();
     let mut i = 0;
@@ -118,6 +125,7 @@ mod tests {
             ("'x' | indent(1000000000) == ''", "filter `indent`"),
             ("state.x | join == ''", "filter `join`"),
             ("{{ state.x }}", "not a template"),
+            ("state.l[6:][:][6:6:-6] == []", "uses `:`"),
         ] {
             let e = check(bad).err().unwrap_or_default();
             assert!(e.contains(says), "{bad}: {e}");

@@ -408,6 +408,8 @@ fn a_condition_with_a_template_marker_or_a_value_builder_is_a_plan_problem() {
         ("(() * 100000000) ~ 2", "builds values"),
         ("'x' | indent(1000000000) == ''", "filter `indent`"),
         ("range(100000000) | length > 0", "calls `range(...)`"),
+        // The expression engine overflowed on this slice (found by fuzzing).
+        ("†state.l[6:][:][6:6:-6] == []", "uses `:`"),
     ];
     for (cond, says) in cases {
         let plan = serde_json::json!([{"_id": "s1", "_tool": "echo", "_when": cond, "text": "x"}]);
