@@ -497,11 +497,24 @@ pub(crate) struct SseEvent {
 #[derive(Debug, Default)]
 pub(crate) struct SseParser {
     buf: String,
+    /// The last piece ended with a CR, already taken as a line end: a LF that starts the next
+    /// piece is the rest of that CRLF, not a second line end (found by fuzzing: a stream cut
+    /// between CR and LF ended its event early).
+    cr: bool,
 }
 
 impl SseParser {
     /// Feeds text; returns the events it completes.
     pub(crate) fn feed(&mut self, text: &str) -> Vec<SseEvent> {
+        if text.is_empty() {
+            return Vec::new();
+        }
+        let text = if std::mem::take(&mut self.cr) {
+            text.strip_prefix('\n').unwrap_or(text)
+        } else {
+            text
+        };
+        self.cr = text.ends_with('\r');
         self.buf
             .push_str(&text.replace("\r\n", "\n").replace('\r', "\n"));
         let mut out = Vec::new();
@@ -580,6 +593,22 @@ mod tests {
             ]
         );
         assert_eq!(p.finish().unwrap().data, "[DONE]");
+    }
+
+    #[test]
+    fn a_crlf_cut_between_its_cr_and_its_lf_is_one_line_end() {
+        let mut p = SseParser::default();
+        assert!(p.feed("data: a\r").is_empty());
+        assert!(
+            p.feed("\n").is_empty(),
+            "CR then LF is one line end, not a blank line"
+        );
+        assert!(p.feed("data: b\r").is_empty());
+        let evs = p.feed("\n\r\n");
+        assert_eq!(evs.len(), 1);
+        assert_eq!(evs[0].data, "a\nb");
+        // A lone CR still ends a line.
+        assert_eq!(p.feed("data: c\r\r")[0].data, "c");
     }
 
     #[test]
