@@ -51,8 +51,11 @@ impl Out {
 }
 
 fn weft(args: &[&str]) -> Out {
+    // Runs in the crate's directory: a store in memory, unless the test names one, so nothing
+    // is left behind in the source tree.
     let out = Command::new(env!("CARGO_BIN_EXE_weft"))
         .args(args)
+        .env("WEFT_DB", "memory:")
         .output()
         .expect("the weft binary runs");
     Out {

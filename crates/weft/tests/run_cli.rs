@@ -10,9 +10,12 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// Runs in the repository's root (the examples' paths are relative to it), with a store in
+/// memory unless the test names one, so nothing is left behind in the source tree.
 fn weft(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_weft"))
         .current_dir(root())
+        .env("WEFT_DB", "memory:")
         .args(args)
         .output()
         .unwrap()
