@@ -44,6 +44,16 @@ pub(crate) fn select_sql(p: fn(usize) -> String) -> String {
     )
 }
 
+/// Forgets leases that ran out before `before` of sessions that no longer exist (pruned). A lease
+/// that still runs is kept even without its session: a new run takes its lease first. Parameter:
+/// before.
+pub(crate) fn prune_sql(p: fn(usize) -> String) -> String {
+    format!(
+        "DELETE FROM leases WHERE expires_at < {} AND session NOT IN (SELECT id FROM sessions)",
+        p(1)
+    )
+}
+
 pub(crate) fn dollar(n: usize) -> String {
     format!("${n}")
 }

@@ -149,7 +149,10 @@ impl Store for MemoryStore {
         let mut map = self.lock()?;
         let n = map.len();
         map.retain(|_, e| e.rec.updated_at >= before || (!active && !e.rec.status.is_terminal()));
-        Ok((n - map.len()) as u64)
+        let pruned = (n - map.len()) as u64;
+        self.leases()?
+            .retain(|id, l| l.expires_at >= before || map.contains_key(id));
+        Ok(pruned)
     }
 
     async fn save_snapshot(&self, id: &str, seq: u64, state: &Value) -> Result<(), StoreError> {

@@ -382,6 +382,11 @@ impl Store for SqliteStore {
             .execute(&self.pool)
             .await
             .map_err(|e| self.err("cannot prune sessions", e))?;
+        sqlx::query(&lease::prune_sql(lease::question))
+            .bind(before)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.err("cannot prune the leases of pruned sessions", e))?;
         Ok(res.rows_affected())
     }
 

@@ -65,6 +65,15 @@ async fn leases_behave<S: Store>(store: &S) {
     let la3 = store.acquire(s, &a, 2_700, 500, false).await.unwrap();
     assert_eq!(store.lease(s).await.unwrap().unwrap().request, None);
     assert_eq!(la3.epoch, 5);
+    // Pruning forgets leases that ran out of sessions that do not exist, and keeps one that
+    // still runs (a new run takes its lease before it creates its session).
+    store
+        .acquire("sess-new", &a, 10_000, 500, false)
+        .await
+        .unwrap();
+    store.prune(5_000, true).await.unwrap();
+    assert_eq!(store.lease(s).await.unwrap(), None);
+    assert!(store.lease("sess-new").await.unwrap().is_some());
 }
 
 #[tokio::test]
