@@ -104,6 +104,7 @@ fn hot(c: &mut Criterion) {
                         .iter()
                         .enumerate()
                         .map(|(k, e)| Envelope {
+                            epoch: 0,
                             seq: seq + 1 + k as u64,
                             ..e.clone()
                         })

@@ -20,8 +20,17 @@ pub struct Envelope {
     pub ts: i64,
     /// Event schema version.
     pub v: u32,
+    /// The lease epoch of the process that wrote the event (each new owner of a session gets
+    /// the next one); 0 for a writer that held no lease. The store refuses an append whose
+    /// epoch is not the session's current one, so a process that lost its lease cannot write.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub epoch: u64,
     #[serde(flatten)]
     pub event: Event,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How a session ended, or that it is still going.
@@ -455,6 +464,7 @@ mod tests {
     #[test]
     fn envelope_is_flat_and_tagged() {
         let e = Envelope {
+            epoch: 0,
             seq: 3,
             ts: 1,
             v: EVENT_VERSION,

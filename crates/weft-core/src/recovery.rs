@@ -106,7 +106,8 @@ pub fn interrupt_open_calls(state: &State, limits: &Limits) -> Vec<Event> {
 
 /// The log of a fork: `events` up to sequence number `at`, the first naming `new_id` as the
 /// session and `parent` as its parent, then every call in flight at that point recorded as
-/// interrupted (stamped `now`). Returns the log and the state it folds to.
+/// interrupted (stamped `now`). The copy is written by no owner yet (epoch 0). Returns the log
+/// and the state it folds to.
 pub fn fork_log(
     events: impl IntoIterator<Item = Envelope>,
     at: u64,
@@ -116,6 +117,7 @@ pub fn fork_log(
 ) -> (Vec<Envelope>, State) {
     let mut log: Vec<Envelope> = events.into_iter().take_while(|e| e.seq <= at).collect();
     for e in &mut log {
+        e.epoch = 0;
         if let Event::SessionStarted {
             session_id,
             parent_id,
@@ -131,6 +133,7 @@ pub fn fork_log(
     for event in interrupt_open_calls(&state, &Limits::default()) {
         state.apply(&event);
         log.push(Envelope {
+            epoch: 0,
             seq: state.seq,
             ts: now,
             v: EVENT_VERSION,
@@ -148,6 +151,7 @@ mod tests {
 
     fn env(seq: u64, event: Event) -> Envelope {
         Envelope {
+            epoch: 0,
             seq,
             ts: 1,
             v: EVENT_VERSION,

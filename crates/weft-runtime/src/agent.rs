@@ -173,6 +173,7 @@ fn delta_sink(observers: &[Observer]) -> Option<DeltaSink> {
     let observers = observers.to_vec();
     Some(Arc::new(move |text: &str| {
         let e = Envelope {
+            epoch: 0,
             seq: 0,
             ts: now_ms(),
             v: EVENT_VERSION,

@@ -61,6 +61,9 @@ pub struct Runtime<S: Store> {
     pub sub_agents: Option<Arc<dyn SubAgents>>,
     /// How deep this runtime's sessions are nested under parents (sub-agents).
     pub depth: u32,
+    /// The session this process holds the lease of, and the lease's epoch: that session's
+    /// events are written at the epoch, so the store refuses them once the lease is lost.
+    pub fence: Option<(String, u64)>,
 }
 
 impl<S: Store> Runtime<S> {
@@ -73,6 +76,7 @@ impl<S: Store> Runtime<S> {
             redact: None,
             sub_agents: None,
             depth: 0,
+            fence: None,
         }
     }
 
@@ -97,8 +101,13 @@ impl<S: Store> Runtime<S> {
 
     /// A handle on a session of this runtime's store, with its observers and redaction.
     pub fn session(&self, id: String, state: State) -> Session<'_, S> {
+        let epoch = match &self.fence {
+            Some((fenced, epoch)) if *fenced == id => *epoch,
+            _ => 0,
+        };
         Session::new(self.store.as_ref(), id, state, self.observers.clone())
             .with_redactor(self.redact.clone())
+            .with_epoch(epoch)
     }
 
     /// Validates a plan against the registry (and the input, when given).

@@ -23,6 +23,9 @@ pub struct Session<'s, S: Store> {
     redact: Option<Redact>,
     /// Events applied to the state but not stored or published yet (see [`Session::stage`]).
     pending: Vec<Envelope>,
+    /// The lease epoch this process drives the session at (0: it holds no lease). Every
+    /// event is written at it, and the store refuses them once another owner took over.
+    epoch: u64,
 }
 
 impl<'s, S: Store> Session<'s, S> {
@@ -34,7 +37,15 @@ impl<'s, S: Store> Session<'s, S> {
             observers,
             redact: None,
             pending: Vec::new(),
+            epoch: 0,
         }
+    }
+
+    /// Writes every event at the lease epoch `epoch` (see [`weft_core::Envelope::epoch`]).
+    #[must_use]
+    pub fn with_epoch(mut self, epoch: u64) -> Self {
+        self.epoch = epoch;
+        self
     }
 
     /// Applies events now and stores them with the next commit, in the same batch. For events
@@ -47,6 +58,7 @@ impl<'s, S: Store> Session<'s, S> {
             let seq = self.state.seq + 1;
             self.state.apply(&event);
             self.pending.push(Envelope {
+                epoch: self.epoch,
                 seq,
                 ts,
                 v: EVENT_VERSION,
@@ -132,6 +144,7 @@ impl<'s, S: Store> Session<'s, S> {
             .into_iter()
             .enumerate()
             .map(|(k, event)| Envelope {
+                epoch: self.epoch,
                 seq: base + 1 + k as u64,
                 ts,
                 v: EVENT_VERSION,

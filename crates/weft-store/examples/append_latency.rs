@@ -11,6 +11,7 @@ use weft_store::{AnyStore, NewSession, Store, StoreError};
 
 fn batch(i: u64, from: u64) -> Vec<Envelope> {
     let env = |seq, event| Envelope {
+        epoch: 0,
         seq,
         ts: 1_763_900_000_000 + seq as i64,
         v: EVENT_VERSION,

@@ -92,6 +92,25 @@ pub(crate) fn from_row(
     }
 }
 
+/// Whether a batch written at `epoch` may be appended to a session whose lease is `lease`
+/// (checked in the append's own transaction). A batch at an epoch is accepted only while that
+/// epoch is the session's current one: a process whose lease was taken over can never write
+/// again, even after the new owner released it. A batch at epoch 0 (a writer that holds no
+/// lease) is accepted unless another process holds a lease that has not expired.
+pub(crate) fn fence(
+    session: &str,
+    epoch: u64,
+    lease: Option<&Lease>,
+    now: i64,
+) -> Result<(), StoreError> {
+    match (epoch, lease) {
+        (0, Some(l)) if l.expires_at > now => Err(held(l, now)),
+        (0, _) => Ok(()),
+        (e, Some(l)) if l.epoch == e => Ok(()),
+        _ => Err(StoreError::LeaseLost(session.to_owned())),
+    }
+}
+
 /// The error for a lease another owner holds.
 pub(crate) fn held(lease: &Lease, now: i64) -> StoreError {
     StoreError::Leased {

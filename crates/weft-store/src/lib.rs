@@ -48,10 +48,10 @@ pub use sqlite::SqliteStore;
 
 /// The version of the SQLite schema this build writes and reads. A database whose schema is
 /// newer is refused with [`StoreError::NewerSchema`].
-pub const SQLITE_SCHEMA_VERSION: i64 = 3;
+pub const SQLITE_SCHEMA_VERSION: i64 = 4;
 
 /// The version of the PostgreSQL schema this build writes and reads.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 3;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 4;
 
 /// How far behind an append's time a session's `updated_at` may stay when the append does not
 /// change the session's status, in milliseconds.
@@ -353,9 +353,16 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<(u64, Value)>, StoreError>> + Send;
 }
 
-/// Checks that a batch is numbered to follow `expected_seq`.
+/// Checks that a batch is numbered to follow `expected_seq` and written at one epoch.
 pub fn check_batch(id: &str, expected_seq: u64, events: &[Envelope]) -> Result<(), StoreError> {
+    let epoch = epoch_of(events);
     for (k, e) in events.iter().enumerate() {
+        if e.epoch != epoch {
+            return Err(StoreError::Corrupt(format!(
+                "session {id}: event {} written at epoch {} in a batch written at epoch {epoch}",
+                e.seq, e.epoch
+            )));
+        }
         let want = expected_seq + 1 + k as u64;
         if e.seq != want {
             return Err(StoreError::Corrupt(format!(
@@ -365,4 +372,9 @@ pub fn check_batch(id: &str, expected_seq: u64, events: &[Envelope]) -> Result<(
         }
     }
     Ok(())
+}
+
+/// The lease epoch a batch is written at (0: by a writer that holds no lease).
+pub fn epoch_of(events: &[Envelope]) -> u64 {
+    events.first().map_or(0, |e| e.epoch)
 }

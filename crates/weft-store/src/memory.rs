@@ -77,6 +77,8 @@ impl Store for MemoryStore {
         let entry = map
             .get_mut(id)
             .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        // Checked while the sessions are locked: an owner taking over loads the log after this.
+        crate::lease::fence(id, crate::epoch_of(events), self.leases()?.get(id), now)?;
         if entry.rec.last_seq != expected_seq {
             return Err(StoreError::Conflict {
                 session: id.to_owned(),

@@ -19,6 +19,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/postgres/0001_init.sql")),
     (2, include_str!("../migrations/postgres/0002_json_text.sql")),
     (3, include_str!("../migrations/postgres/0003_leases.sql")),
+    (
+        4,
+        include_str!("../migrations/postgres/0004_event_epochs.sql"),
+    ),
 ];
 
 /// How long to wait for the server to answer before giving up.
@@ -126,6 +130,26 @@ impl PgStore {
         .into_record()
     }
 
+    /// Checks, inside an append's transaction, that a batch written at `epoch` may be appended
+    /// (see `lease::fence`). The lease row is locked for the rest of the transaction, so a
+    /// process taking the session over waits for this append and then sees it.
+    async fn fence(
+        &self,
+        id: &str,
+        epoch: u64,
+        now: i64,
+        tx: &mut PgConnection,
+    ) -> Result<(), StoreError> {
+        let row: Option<lease::Row> =
+            sqlx::query_as(&format!("{} FOR SHARE", lease::select_sql(lease::dollar)))
+                .bind(id)
+                .fetch_optional(tx)
+                .await
+                .map_err(|e| self.err(&format!("cannot read the lease of session {id}"), e))?;
+        let current = row.map(|r| lease::from_row(id, r));
+        lease::fence(id, epoch, current.as_ref(), now)
+    }
+
     async fn read_events(
         &self,
         id: &str,
@@ -134,7 +158,7 @@ impl PgStore {
     ) -> Result<Vec<Envelope>, StoreError> {
         let ctx = || format!("cannot read the events of session {id}");
         let rows = sqlx::query(
-            "SELECT seq, ts, v, type, payload FROM events \
+            "SELECT seq, ts, v, type, payload, epoch FROM events \
              WHERE session_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq",
         )
         .bind(id)
@@ -150,7 +174,10 @@ impl PgStore {
             let v: i32 = r.try_get(2).map_err(|e| self.err(&ctx(), e))?;
             let kind: String = r.try_get(3).map_err(|e| self.err(&ctx(), e))?;
             let payload: Value = r.try_get(4).map_err(|e| self.err(&ctx(), e))?;
-            log.push(row::decode(id, seq, ts, i64::from(v), &kind, payload)?);
+            let epoch: i64 = r.try_get(5).map_err(|e| self.err(&ctx(), e))?;
+            let mut e = row::decode(id, seq, ts, i64::from(v), &kind, payload)?;
+            e.epoch = row::epoch(id, seq, epoch)?;
+            log.push(e);
         }
         row::check_contiguous(id, after, last, &log)?;
         Ok(log)
@@ -175,6 +202,8 @@ impl Store for PgStore {
         let last = row::to_i64("sequence number", events.len() as u64)?;
         let ctx = || format!("cannot create session {}", s.id);
         let mut tx = self.pool.begin().await.map_err(|e| self.err(&ctx(), e))?;
+        self.fence(&s.id, crate::epoch_of(events), now, &mut tx)
+            .await?;
         match insert_session(&s, &metadata, status, now, last)
             .execute(&mut *tx)
             .await
@@ -209,6 +238,8 @@ impl Store for PgStore {
         let last = row::to_i64("sequence number", expected_seq + events.len() as u64)?;
         let ctx = || format!("cannot append to session {id}");
         let mut tx = self.pool.begin().await.map_err(|e| self.err(&ctx(), e))?;
+        self.fence(id, crate::epoch_of(events), now, &mut tx)
+            .await?;
         let updated = sqlx::query(
             "UPDATE sessions SET last_seq = $1, status = $2, \
              updated_at = CASE WHEN status <> $2 OR updated_at <= $3 - $6 THEN $3 ELSE updated_at END \
@@ -511,6 +542,7 @@ struct Columns {
     vs: Vec<i32>,
     kinds: Vec<&'static str>,
     payloads: Vec<String>,
+    epochs: Vec<i64>,
 }
 
 impl Columns {
@@ -523,6 +555,7 @@ impl Columns {
             c.vs.push(r.v);
             c.kinds.push(r.kind);
             c.payloads.push(r.payload);
+            c.epochs.push(r.epoch);
         }
         Ok(c)
     }
@@ -534,10 +567,10 @@ impl Columns {
         conn: &mut PgConnection,
     ) -> Result<sqlx::postgres::PgQueryResult, sqlx::Error> {
         sqlx::query(
-            "INSERT INTO events (session_id, seq, ts, v, type, payload) \
-             SELECT $1, u.seq, u.ts, u.v, u.type, u.payload::json \
-             FROM UNNEST($2::int8[], $3::int8[], $4::int4[], $5::text[], $6::text[]) \
-             AS u(seq, ts, v, type, payload)",
+            "INSERT INTO events (session_id, seq, ts, v, type, payload, epoch) \
+             SELECT $1, u.seq, u.ts, u.v, u.type, u.payload::json, u.epoch \
+             FROM UNNEST($2::int8[], $3::int8[], $4::int4[], $5::text[], $6::text[], $7::int8[]) \
+             AS u(seq, ts, v, type, payload, epoch)",
         )
         .bind(id)
         .bind(&self.seqs)
@@ -545,6 +578,7 @@ impl Columns {
         .bind(&self.vs)
         .bind(&self.kinds)
         .bind(&self.payloads)
+        .bind(&self.epochs)
         .execute(conn)
         .await
     }

@@ -15,6 +15,7 @@ pub(crate) struct EventRow {
     pub v: i32,
     pub kind: &'static str,
     pub payload: String,
+    pub epoch: i64,
 }
 
 pub(crate) fn to_i64(what: &str, n: u64) -> Result<i64, StoreError> {
@@ -53,6 +54,7 @@ pub(crate) fn encode(session: &str, e: &Envelope) -> Result<EventRow, StoreError
         })?,
         kind,
         payload,
+        epoch: to_i64("epoch", e.epoch)?,
     })
 }
 
@@ -94,6 +96,15 @@ fn payload_via_value(session: &str, e: &Envelope) -> Result<String, StoreError> 
         StoreError::Backend(format!(
             "session {session}: cannot encode event {}: {err}",
             e.seq
+        ))
+    })
+}
+
+/// An epoch read back (a negative one is corrupt).
+pub(crate) fn epoch(session: &str, seq: i64, epoch: i64) -> Result<u64, StoreError> {
+    u64::try_from(epoch).map_err(|_| {
+        StoreError::Corrupt(format!(
+            "session {session}, event {seq}: negative epoch {epoch}"
         ))
     })
 }
@@ -238,6 +249,7 @@ mod tests {
     #[test]
     fn encode_then_decode_gives_the_envelope_back() {
         let e = Envelope {
+            epoch: 0,
             seq: 7,
             ts: 123,
             v: EVENT_VERSION,
@@ -290,6 +302,7 @@ mod tests {
         ];
         for (k, event) in events.into_iter().enumerate() {
             let e = Envelope {
+                epoch: 0,
                 seq: k as u64 + 1,
                 ts: 0,
                 v: EVENT_VERSION,
@@ -334,6 +347,7 @@ mod tests {
     #[test]
     fn gaps_in_a_log_are_reported() {
         let ev = |seq| Envelope {
+            epoch: 0,
             seq,
             ts: 0,
             v: 1,

@@ -28,6 +28,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/sqlite/0001_init.sql")),
     (2, include_str!("../migrations/sqlite/0002_append_log.sql")),
     (3, include_str!("../migrations/sqlite/0003_leases.sql")),
+    (
+        4,
+        include_str!("../migrations/sqlite/0004_event_epochs.sql"),
+    ),
 ];
 
 /// How long a writer waits for another writer's lock before giving up.
@@ -190,7 +194,7 @@ impl SqliteStore {
     ) -> Result<Vec<Envelope>, StoreError> {
         let ctx = || format!("cannot read the events of session {id}");
         let rows = sqlx::query(
-            "SELECT seq, ts, v, type, payload FROM events \
+            "SELECT seq, ts, v, type, payload, epoch FROM events \
              WHERE session = (SELECT pk FROM sessions WHERE id = ?) AND seq > ? AND seq <= ? \
              ORDER BY seq",
         )
@@ -207,8 +211,11 @@ impl SqliteStore {
             let v: i64 = r.try_get(2).map_err(|e| self.err(&ctx(), e))?;
             let kind: String = r.try_get(3).map_err(|e| self.err(&ctx(), e))?;
             let payload: String = r.try_get(4).map_err(|e| self.err(&ctx(), e))?;
+            let epoch: i64 = r.try_get(5).map_err(|e| self.err(&ctx(), e))?;
             let payload = row::parse_payload(id, seq, &payload)?;
-            log.push(row::decode(id, seq, ts, v, &kind, payload)?);
+            let mut e = row::decode(id, seq, ts, v, &kind, payload)?;
+            e.epoch = row::epoch(id, seq, epoch)?;
+            log.push(e);
         }
         row::check_contiguous(id, after, last, &log)?;
         Ok(log)
@@ -263,6 +270,7 @@ impl Store for SqliteStore {
             create: Some((s.clone(), metadata)),
             id: id.clone(),
             expected_seq: 0,
+            epoch: crate::epoch_of(events),
             rows,
             status,
             now,
@@ -299,6 +307,7 @@ impl Store for SqliteStore {
             create: None,
             id: id.to_owned(),
             expected_seq,
+            epoch: crate::epoch_of(events),
             rows,
             status,
             now,

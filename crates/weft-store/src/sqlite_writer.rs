@@ -68,6 +68,8 @@ pub(crate) struct Job {
     pub create: Option<(NewSession, String)>,
     pub id: String,
     pub expected_seq: u64,
+    /// The lease epoch the batch is written at (see `lease::fence`).
+    pub epoch: u64,
     pub rows: Vec<EventRow>,
     pub status: SessionStatus,
     pub now: i64,
@@ -130,7 +132,7 @@ impl Writer {
             conn.pragma_update(None, "cache_size", -CACHE_KIB)?;
             conn.busy_timeout(Duration::ZERO)?;
             // Compiled now rather than at the first append, which is then as quick as the rest.
-            for sql in [HEAD, INSERT_EVENT, TOUCH, INSERT_SESSION] {
+            for sql in [HEAD, INSERT_EVENT, TOUCH, INSERT_SESSION, LEASE.as_str()] {
                 conn.prepare_cached(sql)?;
             }
             Ok(())
@@ -364,8 +366,11 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 /// The session's key and the sequence number its log ends at.
 const HEAD: &str = "SELECT pk, (SELECT seq FROM events WHERE session = sessions.pk ORDER BY seq DESC LIMIT 1) \
      FROM sessions WHERE id = ?1";
-const INSERT_EVENT: &str =
-    "INSERT INTO events (session, seq, ts, v, type, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+const INSERT_EVENT: &str = "INSERT INTO events (session, seq, ts, v, type, payload, epoch) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+/// The session's lease, which fences the batch.
+static LEASE: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| crate::lease::select_sql(crate::lease::question));
 /// The session row is rewritten only as `crate::updated_at_after` says (status changed, or a
 /// second on).
 const TOUCH: &str = "UPDATE sessions SET status = ?2, updated_at = ?3 \
@@ -384,7 +389,25 @@ fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result
         let mut insert = tx.prepare_cached(INSERT_EVENT)?;
         let mut touch = tx.prepare_cached(TOUCH)?;
         let mut insert_session = tx.prepare_cached(INSERT_SESSION)?;
+        let mut lease = tx.prepare_cached(&LEASE)?;
         for job in jobs {
+            let current: Option<crate::lease::Row> = lease
+                .query_row(params![job.id], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
+                })
+                .optional()?;
+            let current = current.map(|r| crate::lease::from_row(&job.id, r));
+            if let Err(e) = crate::lease::fence(&job.id, job.epoch, current.as_ref(), job.now) {
+                answers.push(Err(e));
+                continue;
+            }
             if let Some((s, metadata)) = &job.create {
                 let added = insert_session.execute(params![
                     s.id,
@@ -403,7 +426,7 @@ fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result
                 // The session's first events, in the same transaction.
                 let pk = tx.last_insert_rowid();
                 for r in &job.rows {
-                    insert.execute(params![pk, r.seq, r.ts, r.v, r.kind, r.payload])?;
+                    insert.execute(params![pk, r.seq, r.ts, r.v, r.kind, r.payload, r.epoch])?;
                 }
                 answers.push(Ok(()));
                 continue;
@@ -425,7 +448,7 @@ fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result
                 continue;
             }
             for r in &job.rows {
-                insert.execute(params![pk, r.seq, r.ts, r.v, r.kind, r.payload])?;
+                insert.execute(params![pk, r.seq, r.ts, r.v, r.kind, r.payload, r.epoch])?;
             }
             touch.execute(params![
                 pk,

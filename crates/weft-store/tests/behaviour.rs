@@ -17,6 +17,7 @@ use weft_store::{ListFilter, NewSession, Store, StoreError};
 
 fn env(seq: u64, event: Event) -> Envelope {
     Envelope {
+        epoch: 0,
         seq,
         ts: 1_700_000_000_000 + seq as i64,
         v: EVENT_VERSION,

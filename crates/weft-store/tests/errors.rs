@@ -23,6 +23,7 @@ fn session(id: &str) -> NewSession {
 fn waves(from: u64, n: u64) -> Vec<Envelope> {
     (from..from + n)
         .map(|seq| Envelope {
+            epoch: 0,
             seq,
             ts: seq as i64,
             v: EVENT_VERSION,
@@ -391,6 +392,7 @@ async fn needs_postgres_a_schema_1_database_is_migrated_with_its_data() {
             Some((2, json!({"s": true})))
         );
         let nul = Envelope {
+            epoch: 0,
             seq: 3,
             ts: 3,
             v: EVENT_VERSION,

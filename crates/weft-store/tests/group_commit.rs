@@ -11,6 +11,7 @@ use weft_store::{NewSession, SqliteStore, Store, StoreError};
 fn batch(from: u64, n: u64) -> Vec<Envelope> {
     (0..n)
         .map(|k| Envelope {
+            epoch: 0,
             seq: from + k,
             ts: 1,
             v: EVENT_VERSION,

@@ -4,7 +4,8 @@
 
 mod common;
 
-use weft_store::{MemoryStore, Owner, PgStore, SqliteStore, Store, StoreError};
+use weft_core::{EVENT_VERSION, Envelope, Event, SessionStatus};
+use weft_store::{MemoryStore, NewSession, Owner, PgStore, SqliteStore, Store, StoreError};
 
 fn owner(name: &str, pid: u32) -> Owner {
     Owner {
@@ -76,9 +77,93 @@ async fn leases_behave<S: Store>(store: &S) {
     assert!(store.lease("sess-new").await.unwrap().is_some());
 }
 
+/// Events `from..=to` written at `epoch`.
+fn batch(from: u64, to: u64, epoch: u64) -> Vec<Envelope> {
+    (from..=to)
+        .map(|seq| Envelope {
+            epoch,
+            seq,
+            ts: 0,
+            v: EVENT_VERSION,
+            event: Event::TurnStarted {
+                task: format!("{seq}"),
+                input: serde_json::Value::Null,
+            },
+        })
+        .collect()
+}
+
+/// Appends are fenced by the lease's epoch: an owner that lost its lease cannot write again,
+/// even when its batch follows the log exactly; a writer without a lease cannot write while
+/// another process holds one; the epochs read back.
+async fn appends_are_fenced<S: Store>(store: &S) {
+    let (a, b) = (owner("a", 10), owner("b", 20));
+    let s = "sess-fenced";
+    let la = store.acquire(s, &a, 1_000, 500, false).await.unwrap();
+    let new = NewSession {
+        id: s.to_owned(),
+        agent: "t".to_owned(),
+        ..NewSession::default()
+    };
+    store
+        .create_with(new, &batch(1, 1, la.epoch), SessionStatus::Running, 1_000)
+        .await
+        .unwrap();
+    store
+        .append(s, 1, &batch(2, 3, la.epoch), SessionStatus::Running, 1_100)
+        .await
+        .unwrap();
+    // No lease, no write while A's lease runs.
+    assert!(matches!(
+        store
+            .append(s, 3, &batch(4, 4, 0), SessionStatus::Running, 1_200)
+            .await,
+        Err(StoreError::Leased { pid: 10, .. })
+    ));
+    // A stalls; its lease runs out and B takes the session over.
+    let lb = store.acquire(s, &b, 1_600, 500, false).await.unwrap();
+    assert_eq!(lb.epoch, 2);
+    // A wakes and appends exactly where the log ends: refused by its epoch.
+    assert!(matches!(
+        store
+            .append(s, 3, &batch(4, 4, la.epoch), SessionStatus::Running, 1_700)
+            .await,
+        Err(StoreError::LeaseLost(_))
+    ));
+    store
+        .append(s, 3, &batch(4, 5, lb.epoch), SessionStatus::Running, 1_700)
+        .await
+        .unwrap();
+    // B lets the session go: A still cannot write; a writer without a lease now can.
+    store.release(&lb).await.unwrap();
+    assert!(matches!(
+        store
+            .append(s, 5, &batch(6, 6, la.epoch), SessionStatus::Running, 1_800)
+            .await,
+        Err(StoreError::LeaseLost(_))
+    ));
+    store
+        .append(s, 5, &batch(6, 6, 0), SessionStatus::Completed, 1_800)
+        .await
+        .unwrap();
+    // A batch that mixes epochs is refused whole.
+    let mut mixed = batch(7, 8, lb.epoch);
+    mixed[1].epoch = 7;
+    assert!(matches!(
+        store
+            .append(s, 6, &mixed, SessionStatus::Completed, 1_900)
+            .await,
+        Err(StoreError::Corrupt(_))
+    ));
+    let (_, log) = store.load(s).await.unwrap();
+    let epochs: Vec<u64> = log.iter().map(|e| e.epoch).collect();
+    assert_eq!(epochs, [1, 1, 1, 2, 2, 0]);
+}
+
 #[tokio::test]
 async fn memory_leases() {
     leases_behave(&MemoryStore::new()).await;
+    appends_are_fenced(&MemoryStore::new()).await;
 }
 
 #[tokio::test]
@@ -86,6 +171,7 @@ async fn sqlite_leases() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("w.db")).await.unwrap();
     leases_behave(&store).await;
+    appends_are_fenced(&store).await;
 }
 
 #[tokio::test]
@@ -94,4 +180,5 @@ async fn needs_postgres_leases() {
     let schema = format!("leases_{}", std::process::id());
     let store = PgStore::connect_in_schema(&url, &schema).await.unwrap();
     leases_behave(&store).await;
+    appends_are_fenced(&store).await;
 }

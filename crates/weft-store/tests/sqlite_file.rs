@@ -10,6 +10,7 @@ use weft_store::{AnyStore, ListFilter, NewSession, SqliteStore, Store};
 
 fn env(seq: u64, event: Event) -> Envelope {
     Envelope {
+        epoch: 0,
         seq,
         ts: 1_763_900_000_000 + seq as i64 * 37,
         v: EVENT_VERSION,

@@ -4,9 +4,10 @@
 //! the holder; `weft resume --force` takes over from an owner known to be gone. On the same host,
 //! an owner whose process no longer exists has no claim: its lease is taken over at once.
 //!
-//! What a lease does not do yet: fence appends. A process that lost its lease (stopped for longer
-//! than the lease time, then woken) is still stopped by the sequence-number check on its next
-//! append, not by its epoch.
+//! Appends are fenced: the session's events are written at the lease's epoch, and the store
+//! refuses a batch whose epoch is no longer the session's (see `weft_store::lease`), so a
+//! process that lost its lease (stopped for longer than the lease time, then woken) cannot write
+//! again.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -142,6 +143,11 @@ pub async fn take<S: Store>(store: Arc<S>, id: &str, force: bool) -> Result<Held
 }
 
 impl<S: Store> Held<S> {
+    /// The session and epoch this lease fences (for [`weft_runtime::Runtime::fence`]).
+    pub fn fence(&self) -> (String, u64) {
+        (self.lease.session.clone(), self.lease.epoch)
+    }
+
     /// Runs `work` until it ends, or until another process asks this one to cancel or pause
     /// the session (then `work` is dropped where it stands, as after a crash).
     pub async fn until_asked<F: std::future::Future>(&self, work: F) -> Result<F::Output, Asked> {
@@ -256,11 +262,12 @@ pub async fn ask<S: Store>(store: Arc<S>, id: &str, what: Asked) -> Result<u8> {
         )),
         Asked::Cancel => {
             let held = take(store.clone(), id, false).await?;
-            let rt = weft_runtime::Runtime::new(
+            let mut rt = weft_runtime::Runtime::new(
                 store.clone(),
                 Arc::new(weft_tools::Registry::new()),
                 weft_core::Limits::default(),
             );
+            rt.fence = Some(held.fence());
             let mut session = rt.load_session(id).await?;
             let events = weft_core::recovery::cancel(&session.state, &rt.limits);
             session.commit(events).await?;

@@ -417,6 +417,7 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
         let tools = Arc::new(loaded.tools);
         let state = State::fold(events.iter().map(|e| &e.event));
         let mut rt = Runtime::new(store, tools.clone(), loaded.spec.limits.clone());
+        rt.fence = Some(held.fence());
         rt.redact = redact;
         rt = rt.observe(if args.events {
             run_cmd::json_lines()
