@@ -222,6 +222,37 @@ impl Store for AnyStore {
         }
     }
 
+    async fn claim(
+        &self,
+        owner: &crate::Owner,
+        agents: &[String],
+        now: i64,
+        ttl_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<crate::Lease>, StoreError> {
+        match self {
+            Self::Sqlite(st) => st.claim(owner, agents, now, ttl_ms, limit).await,
+            Self::Postgres(st) => st.claim(owner, agents, now, ttl_ms, limit).await,
+            Self::Memory(st) => st.claim(owner, agents, now, ttl_ms, limit).await,
+        }
+    }
+
+    async fn wake(&self) -> Result<(), StoreError> {
+        match self {
+            Self::Sqlite(st) => st.wake().await,
+            Self::Postgres(st) => st.wake().await,
+            Self::Memory(st) => st.wake().await,
+        }
+    }
+
+    async fn wait_for_work(&self, max: std::time::Duration) {
+        match self {
+            Self::Sqlite(st) => st.wait_for_work(max).await,
+            Self::Postgres(st) => st.wait_for_work(max).await,
+            Self::Memory(st) => st.wait_for_work(max).await,
+        }
+    }
+
     async fn latest_snapshot(&self, id: &str) -> Result<Option<(u64, Value)>, StoreError> {
         match self {
             Self::Sqlite(st) => st.latest_snapshot(id).await,

@@ -54,6 +54,23 @@ pub(crate) fn prune_sql(p: fn(usize) -> String) -> String {
     )
 }
 
+/// The sessions a worker may claim (see `Store::claim`): running, of one of the agents, with no
+/// lease or an expired one. Parameters: agents, now, limit; `agents` is `agents_sql` and `lock`
+/// what follows the query (PostgreSQL: `FOR UPDATE OF s SKIP LOCKED`).
+pub(crate) fn claimable_sql(p: fn(usize) -> String, agents: &str, lock: &str) -> String {
+    format!(
+        "SELECT s.id FROM sessions s LEFT JOIN leases l ON l.session = s.id \
+         WHERE s.status = 'running' AND s.agent {agents} \
+         AND (l.session IS NULL OR l.expires_at <= {now}) \
+         ORDER BY s.updated_at, s.id LIMIT {limit} {lock}",
+        now = p(2),
+        limit = p(3),
+    )
+}
+
+/// The name a worker's `NOTIFY` and `LISTEN` use.
+pub(crate) const WORK_CHANNEL: &str = "weft_work";
+
 pub(crate) fn dollar(n: usize) -> String {
     format!("${n}")
 }

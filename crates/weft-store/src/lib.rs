@@ -270,6 +270,26 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// The session's lease, expired or not, if it ever had one.
     fn lease(&self, id: &str) -> impl Future<Output = Result<Option<Lease>, StoreError>> + Send;
+    /// Takes the leases of up to `limit` sessions that no process runs, for a worker: running
+    /// sessions (new ones queued by `weft submit`, answered ones, and those whose owner stopped)
+    /// of one of `agents`, with no lease or an expired one, least recently updated first. Each
+    /// lease comes with the session's next epoch. On PostgreSQL, workers claiming at once skip
+    /// each other's candidates (`FOR UPDATE SKIP LOCKED`) instead of waiting for them; every
+    /// store takes each lease with the same check as [`Store::acquire`], so a session is never
+    /// claimed twice.
+    fn claim(
+        &self,
+        owner: &Owner,
+        agents: &[String],
+        now: i64,
+        ttl_ms: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Lease>, StoreError>> + Send;
+    /// Tells waiting workers that there is work (PostgreSQL: `NOTIFY`; other stores: the
+    /// workers of this process). It only shortens their wait: polling finds the work anyway.
+    fn wake(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Waits until [`Store::wake`] is called or `max` has passed.
+    fn wait_for_work(&self, max: std::time::Duration) -> impl Future<Output = ()> + Send;
     /// Creates a session with no events.
     fn create(
         &self,

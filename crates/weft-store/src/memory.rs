@@ -22,6 +22,7 @@ type Sessions = HashMap<String, Entry>;
 pub struct MemoryStore {
     sessions: Mutex<Sessions>,
     leases: Mutex<std::collections::HashMap<String, crate::Lease>>,
+    work: tokio::sync::Notify,
 }
 
 impl MemoryStore {
@@ -230,6 +231,50 @@ impl Store for MemoryStore {
 
     async fn lease(&self, id: &str) -> Result<Option<crate::Lease>, StoreError> {
         Ok(self.leases()?.get(id).cloned())
+    }
+
+    async fn claim(
+        &self,
+        owner: &crate::Owner,
+        agents: &[String],
+        now: i64,
+        ttl_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<crate::Lease>, StoreError> {
+        let mut candidates: Vec<(i64, String)> = {
+            let map = self.lock()?;
+            let leases = self.leases()?;
+            map.values()
+                .filter(|e| {
+                    e.rec.status == SessionStatus::Running
+                        && agents.contains(&e.rec.agent)
+                        && leases.get(&e.rec.id).is_none_or(|l| l.expires_at <= now)
+                })
+                .map(|e| (e.rec.updated_at, e.rec.id.clone()))
+                .collect()
+        };
+        candidates.sort();
+        let mut got = Vec::new();
+        for (_, id) in candidates {
+            if got.len() >= limit {
+                break;
+            }
+            match self.acquire(&id, owner, now, ttl_ms, false).await {
+                Ok(l) => got.push(l),
+                Err(StoreError::Leased { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(got)
+    }
+
+    async fn wake(&self) -> Result<(), StoreError> {
+        self.work.notify_waiters();
+        Ok(())
+    }
+
+    async fn wait_for_work(&self, max: std::time::Duration) {
+        let _ = tokio::time::timeout(max, self.work.notified()).await;
     }
 
     async fn latest_snapshot(&self, id: &str) -> Result<Option<(u64, Value)>, StoreError> {

@@ -1,10 +1,11 @@
 //! Sessions in PostgreSQL, for many weft processes sharing one database.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, Executor, Row};
 use weft_core::{Envelope, SessionStatus};
 
@@ -40,6 +41,8 @@ pub struct PgStore {
     pool: PgPool,
     /// `PostgreSQL at host:port`, for messages.
     target: String,
+    /// Hears `NOTIFY weft_work` for [`Store::wait_for_work`] (connected at the first wait).
+    listener: Arc<tokio::sync::Mutex<Option<PgListener>>>,
 }
 
 impl PgStore {
@@ -90,7 +93,11 @@ impl PgStore {
         let target = target(&opts);
         let pool = reach(&opts, &target).await?;
         migrate(&pool, &target).await?;
-        Ok(Self { pool, target })
+        Ok(Self {
+            pool,
+            target,
+            listener: Arc::new(tokio::sync::Mutex::new(None)),
+        })
     }
 
     /// Closes every connection; later calls fail.
@@ -434,6 +441,95 @@ impl Store for PgStore {
                 Some(l) => Err(lease::held(&l, now)),
                 None => Err(StoreError::Backend(format!("{}: no lease row", ctx()))),
             },
+        }
+    }
+
+    async fn claim(
+        &self,
+        owner: &Owner,
+        agents: &[String],
+        now: i64,
+        ttl_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<Lease>, StoreError> {
+        let ctx = "cannot claim sessions to run";
+        let mut tx = self.pool.begin().await.map_err(|e| self.err(ctx, e))?;
+        // The candidates stay locked until the leases are taken: another worker claiming at the
+        // same moment skips them rather than waiting or taking them too.
+        let sql = lease::claimable_sql(
+            lease::dollar,
+            "= ANY($1::text[])",
+            "FOR UPDATE OF s SKIP LOCKED",
+        );
+        let ids: Vec<String> = sqlx::query_scalar(&sql)
+            .bind(agents)
+            .bind(now)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|e| self.err(ctx, e))?;
+        let mut got = Vec::with_capacity(ids.len());
+        let expires_at = now.saturating_add(ttl_ms);
+        for id in ids {
+            let epoch: Option<i64> = sqlx::query_scalar(&lease::acquire_sql(lease::dollar))
+                .bind(&id)
+                .bind(&owner.id)
+                .bind(&owner.host)
+                .bind(i64::from(owner.pid))
+                .bind(expires_at)
+                .bind(now)
+                .bind(0_i64)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| self.err(ctx, e))?;
+            // None: a process that is not a worker (`weft resume`) took it meanwhile.
+            if let Some(epoch) = epoch {
+                got.push(Lease {
+                    session: id,
+                    owner: owner.clone(),
+                    epoch: u64::try_from(epoch).unwrap_or_default(),
+                    expires_at,
+                    request: None,
+                });
+            }
+        }
+        tx.commit().await.map_err(|e| self.err(ctx, e))?;
+        Ok(got)
+    }
+
+    async fn wake(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(lease::WORK_CHANNEL)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.err("cannot tell the workers about new work", e))?;
+        Ok(())
+    }
+
+    async fn wait_for_work(&self, max: Duration) {
+        let deadline = tokio::time::Instant::now() + max;
+        let mut slot = self.listener.lock().await;
+        if slot.is_none() {
+            let listening = async {
+                let mut l = PgListener::connect_with(&self.pool).await?;
+                l.listen(lease::WORK_CHANNEL).await?;
+                Ok::<_, sqlx::Error>(l)
+            };
+            match tokio::time::timeout(max, listening).await {
+                Ok(Ok(l)) => *slot = Some(l),
+                // Without a listener, the wait is a plain poll.
+                _ => {
+                    tokio::time::sleep_until(deadline).await;
+                    return;
+                }
+            }
+        }
+        if let Some(l) = slot.as_mut() {
+            match tokio::time::timeout_at(deadline, l.recv()).await {
+                Ok(Ok(_)) | Err(_) => {}
+                // A dropped connection: listen again next time.
+                Ok(Err(_)) => *slot = None,
+            }
         }
     }
 

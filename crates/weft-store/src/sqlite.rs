@@ -55,6 +55,8 @@ pub struct SqliteStore {
     path: PathBuf,
     /// The group-commit writer (see `sqlite_writer`): every append goes through it.
     writer: Arc<Writer>,
+    /// Wakes this process's workers (other processes on the file find work by polling).
+    work: Arc<tokio::sync::Notify>,
 }
 
 impl SqliteStore {
@@ -179,6 +181,7 @@ impl SqliteStore {
             pool,
             path: store_path,
             writer,
+            work: Arc::new(tokio::sync::Notify::new()),
         })
     }
 
@@ -468,6 +471,45 @@ impl Store for SqliteStore {
                 None => Err(StoreError::Backend(format!("{}: no lease row", ctx()))),
             },
         }
+    }
+
+    async fn claim(
+        &self,
+        owner: &Owner,
+        agents: &[String],
+        now: i64,
+        ttl_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<Lease>, StoreError> {
+        let names = serde_json::to_string(agents)
+            .map_err(|e| StoreError::Backend(format!("cannot encode the agents' names: {e}")))?;
+        let sql = lease::claimable_sql(lease::question, "IN (SELECT value FROM json_each(?1))", "");
+        let ids: Vec<String> = sqlx::query_scalar(&sql)
+            .bind(names)
+            .bind(now)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.err("cannot look for sessions to run", e))?;
+        let mut got = Vec::new();
+        for id in ids {
+            // Another process may take it first: then it is not this one's.
+            match self.acquire(&id, owner, now, ttl_ms, false).await {
+                Ok(l) => got.push(l),
+                Err(StoreError::Leased { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(got)
+    }
+
+    async fn wake(&self) -> Result<(), StoreError> {
+        self.work.notify_waiters();
+        Ok(())
+    }
+
+    async fn wait_for_work(&self, max: Duration) {
+        let _ = tokio::time::timeout(max, self.work.notified()).await;
     }
 
     async fn renew(&self, l: &Lease, expires_at: i64) -> Result<(), StoreError> {

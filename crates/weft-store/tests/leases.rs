@@ -160,6 +160,114 @@ async fn appends_are_fenced<S: Store>(store: &S) {
     assert_eq!(epochs, [1, 1, 1, 2, 2, 0]);
 }
 
+/// Workers claim running sessions of their agents that no live lease holds, each once.
+async fn claims_are_exclusive<S: Store>(store: &S) {
+    let (w1, w2, z) = (owner("w1", 1), owner("w2", 2), owner("z", 3));
+    let agents = ["a".to_owned()];
+    for (k, agent, status) in [
+        (1, "a", SessionStatus::Running),
+        (2, "a", SessionStatus::Running),
+        (3, "a", SessionStatus::Running),
+        (4, "a", SessionStatus::Running),
+        (5, "a", SessionStatus::Running),
+        (6, "b", SessionStatus::Running),
+        (7, "a", SessionStatus::Completed),
+        (8, "a", SessionStatus::WaitingForUser),
+    ] {
+        let new = NewSession {
+            id: format!("c{k}"),
+            agent: agent.to_owned(),
+            ..NewSession::default()
+        };
+        store
+            .create_with(new, &batch(1, 1, 0), status, 1_000 + k)
+            .await
+            .unwrap();
+    }
+    // c3 is being run by a live process; c4's owner stopped (its lease ran out).
+    store.acquire("c3", &z, 1_000, 10_000, false).await.unwrap();
+    store.acquire("c4", &z, 1_000, 100, false).await.unwrap();
+    let first = store.claim(&w1, &agents, 2_000, 500, 2).await.unwrap();
+    let second = store.claim(&w2, &agents, 2_000, 500, 10).await.unwrap();
+    let ids = |ls: &[weft_store::Lease]| ls.iter().map(|l| l.session.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&first), ["c1", "c2"]);
+    assert_eq!(ids(&second), ["c4", "c5"]);
+    assert_eq!(second[0].epoch, 2, "c4 is taken over at the next epoch");
+    assert_eq!(store.lease("c1").await.unwrap().unwrap().owner, w1);
+    // Nothing is left until a lease runs out.
+    assert!(
+        store
+            .claim(&w2, &agents, 2_100, 500, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let again = store.claim(&w2, &agents, 2_600, 500, 10).await.unwrap();
+    assert_eq!(ids(&again), ["c1", "c2", "c4", "c5"]);
+}
+
+/// Two workers claiming at the same moment never get the same session.
+async fn concurrent_claims_never_overlap<S: Store>(store: &S) {
+    for k in 0..40 {
+        let new = NewSession {
+            id: format!("q{k:02}"),
+            agent: "q".to_owned(),
+            ..NewSession::default()
+        };
+        store
+            .create_with(new, &batch(1, 1, 0), SessionStatus::Running, 1_000)
+            .await
+            .unwrap();
+    }
+    let agents = ["q".to_owned()];
+    let claims = |w: u32| {
+        let agents = agents.clone();
+        async move {
+            let me = owner(&format!("cw{w}"), w);
+            let mut mine = Vec::new();
+            for _ in 0..20 {
+                mine.extend(store.claim(&me, &agents, 2_000, 60_000, 3).await.unwrap());
+                tokio::task::yield_now().await;
+            }
+            mine
+        }
+    };
+    let (a, b, c, d) = tokio::join!(claims(0), claims(1), claims(2), claims(3));
+    let all: Vec<String> = [a, b, c, d]
+        .into_iter()
+        .flatten()
+        .map(|l| l.session)
+        .collect();
+    let mut unique = all.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!((all.len(), unique.len()), (40, 40));
+}
+
+#[tokio::test]
+async fn memory_claims() {
+    let store = MemoryStore::new();
+    claims_are_exclusive(&store).await;
+    concurrent_claims_never_overlap(&store).await;
+}
+
+#[tokio::test]
+async fn sqlite_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("w.db")).await.unwrap();
+    claims_are_exclusive(&store).await;
+    concurrent_claims_never_overlap(&store).await;
+}
+
+#[tokio::test]
+async fn needs_postgres_claims() {
+    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
+    let schema = format!("claims_{}", std::process::id());
+    let store = PgStore::connect_in_schema(&url, &schema).await.unwrap();
+    claims_are_exclusive(&store).await;
+    concurrent_claims_never_overlap(&store).await;
+}
+
 #[tokio::test]
 async fn memory_leases() {
     leases_behave(&MemoryStore::new()).await;
