@@ -234,16 +234,7 @@ impl<S: Store> Runtime<S> {
         session: &mut Session<'_, S>,
         text: &str,
     ) -> Result<(), RuntimeError> {
-        // An answer to nothing would reopen a finished session (or one another process drives).
-        if session.state.status != SessionStatus::WaitingForUser {
-            return Err(RuntimeError::Config(format!(
-                "session {} is not waiting for an answer (it is {}); give it a new task instead",
-                session.id,
-                session.state.status.as_str()
-            )));
-        }
-        let events = agent_loop::user_replied(&session.state, &agent.config, text);
-        session.commit(events).await?;
+        self.queue_reply(agent, session, text).await?;
         self.drive_agent(agent, session).await
     }
 
@@ -367,12 +358,47 @@ impl<S: Store> Runtime<S> {
         task: &str,
         input: Value,
     ) -> Result<Session<'_, S>, RuntimeError> {
-        let first = agent_loop::start_turn(task, input.clone());
-        let mut session = self
-            .start_session(&agent.name, Some(agent.config.mode), info, input, first)
-            .await?;
+        let mut session = self.queue_agent(agent, info, task, input).await?;
         self.drive_agent(agent, &mut session).await?;
         Ok(session)
+    }
+
+    /// Creates a session with its first task, in one write, and leaves it for a worker to
+    /// drive (`weft submit`): it is running, and no process holds it until one claims it.
+    pub async fn queue_agent(
+        &self,
+        agent: &Agent,
+        info: SessionInfo,
+        task: &str,
+        input: Value,
+    ) -> Result<Session<'_, S>, RuntimeError> {
+        let first = agent_loop::start_turn(task, input.clone());
+        self.start_session(&agent.name, Some(agent.config.mode), info, input, first)
+            .await
+    }
+
+    /// Records a person's answer to a session that waits, and leaves it for a worker to drive.
+    pub async fn queue_reply(
+        &self,
+        agent: &Agent,
+        session: &mut Session<'_, S>,
+        text: &str,
+    ) -> Result<(), RuntimeError> {
+        self.check_waiting(session)?;
+        let events = agent_loop::user_replied(&session.state, &agent.config, text);
+        session.commit(events).await
+    }
+
+    fn check_waiting(&self, session: &Session<'_, S>) -> Result<(), RuntimeError> {
+        // An answer to nothing would reopen a finished session (or one another process drives).
+        if session.state.status != SessionStatus::WaitingForUser {
+            return Err(RuntimeError::Config(format!(
+                "session {} is not waiting for an answer (it is {}); give it a new task instead",
+                session.id,
+                session.state.status.as_str()
+            )));
+        }
+        Ok(())
     }
 }
 

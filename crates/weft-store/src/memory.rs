@@ -241,7 +241,7 @@ impl Store for MemoryStore {
         ttl_ms: i64,
         limit: usize,
     ) -> Result<Vec<crate::Lease>, StoreError> {
-        let mut candidates: Vec<(i64, String)> = {
+        let mut candidates: Vec<(bool, i64, String)> = {
             let map = self.lock()?;
             let leases = self.leases()?;
             map.values()
@@ -250,12 +250,16 @@ impl Store for MemoryStore {
                         && agents.contains(&e.rec.agent)
                         && leases.get(&e.rec.id).is_none_or(|l| l.expires_at <= now)
                 })
-                .map(|e| (e.rec.updated_at, e.rec.id.clone()))
+                .map(|e| {
+                    // Sessions whose owner stopped come first (see `lease::claimable_sql`).
+                    let fresh = !leases.contains_key(&e.rec.id);
+                    (fresh, e.rec.updated_at, e.rec.id.clone())
+                })
                 .collect()
         };
         candidates.sort();
         let mut got = Vec::new();
-        for (_, id) in candidates {
+        for (_, _, id) in candidates {
             if got.len() >= limit {
                 break;
             }

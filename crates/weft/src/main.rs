@@ -1,6 +1,7 @@
 //! The `weft` command-line tool.
 
 mod check;
+mod drive;
 mod interrupt;
 mod load;
 mod ownership;
@@ -9,8 +10,10 @@ mod run_cmd;
 mod schema_cmd;
 mod sessions_cmd;
 mod store;
+mod submit_cmd;
 mod tools_cmd;
 mod view;
+mod worker;
 
 use std::process::ExitCode;
 
@@ -49,6 +52,11 @@ enum Command {
     Answer(run_cmd::AnswerArgs),
     /// Continue a session whose process stopped while it was running.
     Resume(sessions_cmd::ResumeArgs),
+    /// Queue a run (or an answer, --session) for `weft worker`; prints the session id.
+    Submit(submit_cmd::SubmitArgs),
+    /// Claim and drive queued and orphaned sessions, many at once, beside other workers on
+    /// the same store (PostgreSQL, or one SQLite file on one machine).
+    Worker(worker::WorkerArgs),
     /// List, inspect, follow, fork and prune sessions.
     #[command(subcommand)]
     Sessions(sessions_cmd::SessionsCommand),
@@ -68,6 +76,7 @@ enum Command {
 enum Prepared {
     Run(run_cmd::Prepared),
     Plan(plan_cmd::Prepared),
+    Submit(run_cmd::Prepared),
 }
 
 /// Logs on stderr: `--log-level`, else `RUST_LOG`, else warnings only.
@@ -118,6 +127,8 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
+    // A worker drains on a signal itself; every other command stops where it is.
+    let own_signals = matches!(cli.command, Command::Worker(_));
     let work = async {
         // Commands about an existing session never create a store (a mistyped --db or a
         // lookup in the wrong directory must not leave an empty .weft/weft.db behind).
@@ -143,6 +154,7 @@ fn main() -> ExitCode {
             Command::Run(a) if a.session.is_none() => {
                 Err(Prepared::Run(run_cmd::prepare(a).await?))
             }
+            Command::Submit(a) => Err(Prepared::Submit(submit_cmd::prepare(&a).await?)),
             Command::Plan(plan_cmd::PlanCommand::Run(a)) => match plan_cmd::prepare(a).await? {
                 Ok(p) => Err(Prepared::Plan(p)),
                 Err(code) => return Ok(code),
@@ -162,12 +174,15 @@ fn main() -> ExitCode {
             Ok(c) => c,
             Err(Prepared::Run(p)) => return run_cmd::execute(store, p).await,
             Err(Prepared::Plan(p)) => return plan_cmd::execute(store, p).await,
+            Err(Prepared::Submit(p)) => return submit_cmd::run(store, p).await,
         };
         match command {
             Command::Plan(c) => plan_cmd::run(store, c).await,
             Command::Run(a) => run_cmd::run(store, a).await,
             Command::Answer(a) => run_cmd::answer(store, a).await,
             Command::Resume(a) => sessions_cmd::resume(store, a).await,
+            Command::Submit(_) => Ok(0),
+            Command::Worker(a) => worker::run(store, a).await,
             Command::Sessions(c) => sessions_cmd::run(store, c).await,
             Command::Tools(c) => tools_cmd::run(c).await,
             Command::Check(a) => check::run(a).await,
@@ -176,6 +191,9 @@ fn main() -> ExitCode {
         }
     };
     let result = rt.block_on(async {
+        if own_signals {
+            return Some(work.await);
+        }
         tokio::select! {
             r = work => Some(r),
             () = interrupt::signal() => None,

@@ -16,7 +16,7 @@ use anyhow::{Result, anyhow};
 use weft_store::{Lease, Owner, Store, StoreError};
 
 /// How long a lease runs without renewal (renewed every third of it). `WEFT_LEASE_SECS` sets it.
-fn ttl() -> Duration {
+pub fn ttl() -> Duration {
     std::env::var("WEFT_LEASE_SECS")
         .ok()
         .and_then(|v| v.parse::<f64>().ok())
@@ -24,7 +24,7 @@ fn ttl() -> Duration {
         .map_or(Duration::from_secs(15), Duration::from_secs_f64)
 }
 
-fn ttl_ms() -> i64 {
+pub fn ttl_ms() -> i64 {
     i64::try_from(ttl().as_millis()).unwrap_or(15_000)
 }
 
@@ -101,6 +101,12 @@ pub async fn take<S: Store>(store: Arc<S>, id: &str, force: bool) -> Result<Held
         }
         Err(e) => return Err(e.into()),
     };
+    Ok(hold(store, lease))
+}
+
+/// Keeps a lease this process has just taken: renews it and listens for requests until it is
+/// released or dropped.
+pub fn hold<S: Store>(store: Arc<S>, lease: Lease) -> Held<S> {
     let (tell, asked) = tokio::sync::watch::channel(None);
     let beat = {
         let store = store.clone();
@@ -134,12 +140,12 @@ pub async fn take<S: Store>(store: Arc<S>, id: &str, force: bool) -> Result<Held
             }
         })
     };
-    Ok(Held {
+    Held {
         store,
         lease,
         beat,
         asked,
-    })
+    }
 }
 
 impl<S: Store> Held<S> {

@@ -119,13 +119,13 @@ pub fn json_lines() -> Observer {
 /// A run whose task, agent, input and metadata are read and checked; nothing is stored yet, so a
 /// mistake found here leaves no store behind.
 pub struct Prepared {
-    args: RunArgs,
-    limits: weft_core::Limits,
-    redact: Option<weft_runtime::Redact>,
-    tools: Arc<weft_tools::Registry>,
-    agent: Agent,
-    input: Value,
-    metadata: Value,
+    pub args: RunArgs,
+    pub limits: weft_core::Limits,
+    pub redact: Option<weft_runtime::Redact>,
+    pub tools: Arc<weft_tools::Registry>,
+    pub agent: Agent,
+    pub input: Value,
+    pub metadata: Value,
 }
 
 pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {

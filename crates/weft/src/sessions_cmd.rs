@@ -10,10 +10,10 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use weft_core::agent::parse_duration_str;
 use weft_core::{SessionStatus, State};
-use weft_runtime::{Agent, Runtime, now_ms};
+use weft_runtime::now_ms;
 use weft_store::{ListFilter, NewSession, Store};
 
-use crate::{load, run_cmd};
+use crate::run_cmd;
 
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
@@ -382,7 +382,7 @@ pub fn agent_file_of(metadata: &Value) -> Option<PathBuf> {
 }
 
 pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
-    let (rec, events) = store.load(&args.id).await?;
+    let rec = store.get(&args.id).await?;
     let path = match args.agent.clone().or_else(|| agent_file_of(&rec.metadata)) {
         Some(p) => p,
         None => {
@@ -412,47 +412,32 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
     }
     let held = crate::ownership::take(store.clone(), &args.id, args.force).await?;
     let result: Result<u8> = async {
-        let loaded = load::agent(&path).await?;
-        let redact = loaded.redactor();
-        let tools = Arc::new(loaded.tools);
-        let state = State::fold(events.iter().map(|e| &e.event));
-        let mut rt = Runtime::new(store, tools.clone(), loaded.spec.limits.clone());
-        rt.fence = Some(held.fence());
-        rt.redact = redact;
-        rt = rt.observe(if args.events {
+        let agent = crate::drive::AgentFile::load(&path).await?;
+        let observer = if args.events {
             run_cmd::json_lines()
         } else {
-            crate::view::observer(loaded.spec.limits.max_step_attempts)
-        });
+            crate::view::observer(agent.spec.limits.max_step_attempts)
+        };
         crate::interrupt::note_session(&args.id);
-        let mut session = rt.load_session(&args.id).await?;
-        let before = run_cmd::Before::of(&session.state);
+        let (state, before) =
+            match crate::drive::drive(store, &held, &rec, &agent, vec![observer]).await? {
+                crate::drive::Ended::Done(state, before) => (state, before),
+                crate::drive::Ended::Stopped(code) => return Ok(code),
+            };
+        agent.tools.shutdown().await;
         if state.mode.is_none() {
-            match held.until_asked(rt.resume_plan(&mut session)).await {
-                Ok(done) => done?,
-                Err(asked) => return crate::ownership::stopped(&rt, &args.id, asked).await,
-            }
             writeln!(
                 std::io::stdout(),
                 "{}",
-                serde_json::to_string_pretty(&session.state.data)?
+                serde_json::to_string_pretty(&state.data)?
             )?;
-            if session.state.status == SessionStatus::Completed {
+            if state.status == SessionStatus::Completed {
                 return Ok(0);
             }
-            crate::plan_cmd::report_failure(&session.state);
+            crate::plan_cmd::report_failure(&state);
             return Ok(crate::EXIT_FAILED);
         }
-        let model = Agent::model_from_spec(&loaded.spec, load::base_dir(&path))?;
-        let agent = Agent::new(&loaded.spec, tools, model, &rec.metadata, &state.input)?;
-        match held
-            .until_asked(rt.resume_agent(&agent, &mut session))
-            .await
-        {
-            Ok(done) => done?,
-            Err(asked) => return crate::ownership::stopped(&rt, &args.id, asked).await,
-        }
-        run_cmd::report(&session.state, &session.id, &path, Some(&before))
+        run_cmd::report(&state, &args.id, &path, Some(&before))
     }
     .await;
     held.release().await;

@@ -1,0 +1,105 @@
+//! Continuing a session this process holds the lease of: the one place where `weft resume` and
+//! `weft worker` drive a session that is running but that no process drives (queued by `weft
+//! submit`, or left by a process that stopped).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Result, anyhow};
+use weft_core::{Event, RunStatus, State};
+use weft_model::SharedModel;
+use weft_runtime::{Agent, Observer, Runtime};
+use weft_store::{SessionRecord, Store};
+
+use crate::load;
+use crate::ownership::Held;
+use crate::run_cmd::Before;
+
+/// An agent file loaded once, to drive any number of its sessions.
+pub struct AgentFile {
+    pub path: PathBuf,
+    pub spec: weft_core::agent::AgentSpec,
+    pub tools: Arc<weft_tools::Registry>,
+    pub model: SharedModel,
+    pub redact: Option<weft_runtime::Redact>,
+}
+
+impl AgentFile {
+    /// Reads the agent file and builds its tools and model.
+    pub async fn load(path: &Path) -> Result<Self> {
+        let loaded = load::agent(path).await?;
+        let redact = loaded.redactor();
+        let model = Agent::model_from_spec(&loaded.spec, load::base_dir(path))
+            .map_err(|e| anyhow!("agent file {}: {e}", path.display()))?;
+        Ok(Self {
+            path: path.to_owned(),
+            spec: loaded.spec,
+            tools: Arc::new(loaded.tools),
+            model,
+            redact,
+        })
+    }
+}
+
+/// How driving a session ended.
+pub enum Ended {
+    /// The session completed, failed or waits for a person; what it had used before.
+    Done(State, Before),
+    /// Another process asked this one to cancel or pause it; the exit code.
+    Stopped(u8),
+}
+
+/// Continues session `rec` (whose lease `held` is) with `agent`: calls in flight when its last
+/// process stopped are re-run (idempotent tools) or recorded as unknown outcomes, then the plan
+/// or the agent goes on until the session ends or waits, or another process asks to cancel or
+/// pause it. The caller releases the lease.
+pub async fn drive<S: Store>(
+    store: Arc<S>,
+    held: &Held<S>,
+    rec: &SessionRecord,
+    agent: &AgentFile,
+    observers: Vec<Observer>,
+) -> Result<Ended> {
+    let mut rt = Runtime::new(store, agent.tools.clone(), agent.spec.limits.clone());
+    rt.fence = Some(held.fence());
+    rt.redact = agent.redact.clone();
+    for o in observers {
+        rt = rt.observe(o);
+    }
+    let mut session = rt.load_session(&rec.id).await?;
+    let before = Before::of(&session.state);
+    let work = async {
+        if session.state.mode.is_none() {
+            rt.resume_plan(&mut session).await
+        } else {
+            match Agent::new(
+                &agent.spec,
+                agent.tools.clone(),
+                agent.model.clone(),
+                &rec.metadata,
+                &session.state.input,
+            ) {
+                Ok(a) => rt.resume_agent(&a, &mut session).await,
+                // Trying again would fail the same way: the session ends here, saying why.
+                Err(e) => {
+                    session
+                        .commit(vec![Event::RunFinished {
+                            status: RunStatus::Failed,
+                            error: Some(format!("agent file {}: {e}", agent.path.display())),
+                            answer: None,
+                        }])
+                        .await
+                }
+            }
+        }
+    };
+    match held.until_asked(work).await {
+        Ok(done) => done?,
+        Err(asked) => {
+            return Ok(Ended::Stopped(
+                crate::ownership::stopped(&rt, &rec.id, asked).await?,
+            ));
+        }
+    }
+    Ok(Ended::Done(session.state, before))
+}

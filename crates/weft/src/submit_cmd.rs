@@ -1,0 +1,129 @@
+//! `weft submit`: queue a run (or an answer to a session that waits) for `weft worker`. The
+//! session is written at once, running and held by no process, and the workers are woken; the
+//! session id is printed. `weft sessions show|follow ID` watches it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Result, anyhow};
+use clap::Args;
+use weft_core::SessionStatus;
+use weft_runtime::{Runtime, SessionInfo};
+use weft_store::Store;
+
+use crate::run_cmd::{self, RunArgs};
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The agent file (YAML or JSON); the workers must have an agent of the same name.
+    pub agent: PathBuf,
+    /// The task (`-`: read it from stdin); with --session, the answer to the session's question.
+    pub task: String,
+    /// Answer this session, which waits for a person; a worker continues it.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// The run's input: JSON text, or @FILE.
+    #[arg(long)]
+    pub input: Option<String>,
+    /// The user the session belongs to.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// An outside reference for the session (e.g. a chat id).
+    #[arg(long)]
+    pub reference: Option<String>,
+    /// Session metadata as a JSON object (the instructions see it as session.metadata).
+    #[arg(long)]
+    pub metadata: Option<String>,
+    /// The id of the new session (default: a new time-ordered UUID).
+    #[arg(long)]
+    pub id: Option<String>,
+}
+
+impl SubmitArgs {
+    fn as_run(&self) -> RunArgs {
+        RunArgs {
+            agent: self.agent.clone(),
+            task: self.task.clone(),
+            session: self.session.clone(),
+            input: self.input.clone(),
+            events: false,
+            user: self.user.clone(),
+            reference: self.reference.clone(),
+            metadata: self.metadata.clone(),
+            id: self.id.clone(),
+            secret: Vec::new(),
+        }
+    }
+}
+
+/// Checks the agent file and the task (exit 2 on a mistake, before the store is opened).
+pub async fn prepare(a: &SubmitArgs) -> Result<run_cmd::Prepared> {
+    run_cmd::prepare(a.as_run()).await
+}
+
+pub async fn run<S: Store>(store: Arc<S>, p: run_cmd::Prepared) -> Result<u8> {
+    let run_cmd::Prepared {
+        args,
+        limits,
+        redact,
+        tools,
+        agent,
+        input,
+        metadata,
+    } = p;
+    let mut rt = Runtime::new(store.clone(), tools.clone(), limits);
+    rt.redact = redact;
+    let id = match &args.session {
+        Some(id) => {
+            // The answer is written under the session's lease, as any other write.
+            let held = crate::ownership::take(store.clone(), id, false).await?;
+            rt.fence = Some(held.fence());
+            let queued = async {
+                let mut session = rt.load_session(id).await?;
+                if session.state.agent != agent.name {
+                    return Err(anyhow!(
+                        "session {id} belongs to agent `{}`, not `{}`",
+                        session.state.agent,
+                        agent.name
+                    ));
+                }
+                if session.state.status != SessionStatus::WaitingForUser {
+                    return Err(anyhow!(
+                        "session {id} is {}, not waiting for an answer",
+                        session.state.status.as_str()
+                    ));
+                }
+                rt.queue_reply(&agent, &mut session, &args.task).await?;
+                Ok(())
+            }
+            .await;
+            held.release().await;
+            queued?;
+            id.clone()
+        }
+        None => {
+            let info = SessionInfo {
+                id: args.id.clone(),
+                user_id: args.user.clone(),
+                reference_id: args.reference.clone(),
+                metadata,
+                parent_id: None,
+            };
+            let session = rt.queue_agent(&agent, info, &args.task, input).await?;
+            session.id.clone()
+        }
+    };
+    tools.shutdown().await;
+    // Workers poll anyway; a failed wake-up only delays the start.
+    if let Err(e) = store.wake().await {
+        tracing::warn!("cannot wake the workers: {e}");
+    }
+    println!("{id}");
+    eprintln!(
+        "queued: session {id} for agent `{}`; a `weft worker{}` runs it (watch it with `weft sessions follow{} {id}`)",
+        agent.name,
+        crate::store::db_flag(),
+        crate::store::db_flag()
+    );
+    Ok(0)
+}

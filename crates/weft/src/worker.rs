@@ -1,0 +1,291 @@
+//! `weft worker`: a process that claims sessions no process runs and drives them, as many at
+//! once as `--concurrency` says. Many workers share one store (PostgreSQL, or one SQLite file on
+//! one machine) and never drive one session together: each session is driven under its lease
+//! (see `ownership`), and every append is fenced by the lease's epoch.
+//!
+//! Work is claimed, never pushed: a worker asks the store for running sessions of its agents
+//! whose lease is free or expired (`Store::claim`), which covers sessions queued by `weft
+//! submit`, sessions answered with `weft submit --session`, and sessions whose process (or
+//! worker) stopped. `weft submit` wakes the workers (PostgreSQL `NOTIFY`); polling every
+//! `--poll-secs` is the truth, so a lost notification or an expired lease is found anyway.
+//!
+//! SIGTERM or Ctrl-C drains: no new claims; sessions being driven get `--drain-secs` to end or
+//! reach a wait, then the rest are stopped where they stand (as a crash would stop them: every
+//! committed batch stays whole, a call in flight is dropped) and their leases released, so
+//! another worker takes them over at once. A second signal stops at once.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow};
+use clap::Args;
+use weft_core::SessionStatus;
+use weft_store::{Lease, Store};
+
+use crate::drive::{AgentFile, Ended, drive};
+use crate::ownership;
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The agent files whose sessions this worker runs: files, or directories whose `.yaml`,
+    /// `.yml` and `.json` agent files are all taken (default: the current directory).
+    #[arg(long, default_value = ".")]
+    pub agents: Vec<PathBuf>,
+    /// How many sessions this worker drives at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// How often to look for work when nothing wakes the worker (seconds).
+    #[arg(long, default_value_t = 1.0)]
+    pub poll_secs: f64,
+    /// On SIGTERM or Ctrl-C: how long the sessions being driven get to end before they are
+    /// stopped and released for other workers (seconds).
+    #[arg(long, default_value_t = 10.0)]
+    pub drain_secs: f64,
+    /// Exit once no session has been runnable for this long (seconds); default: run until
+    /// stopped.
+    #[arg(long)]
+    pub exit_when_idle: Option<f64>,
+}
+
+fn secs(what: &str, v: f64) -> Result<Duration> {
+    if v.is_finite() && (0.0..=86_400.0).contains(&v) {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(anyhow!(
+            "--{what} {v}: give a number of seconds from 0 to 86400"
+        ))
+    }
+}
+
+/// The agent files named by `--agents`, by agent name.
+pub async fn agents(paths: &[PathBuf]) -> Result<HashMap<String, Arc<AgentFile>>> {
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let entries = std::fs::read_dir(p)
+                .map_err(|e| anyhow!("--agents {}: cannot read the directory: {e}", p.display()))?;
+            let mut found: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| {
+                    f.extension()
+                        .and_then(|x| x.to_str())
+                        .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
+                })
+                .collect();
+            found.sort();
+            // A directory also holds other files (scripts, plans): those that are not agent
+            // files are passed over.
+            for f in found {
+                if is_agent_file(&f) {
+                    files.push(f);
+                }
+            }
+        } else if p.exists() {
+            files.push(p.clone());
+        } else {
+            return Err(anyhow!(
+                "--agents {}: no such file or directory",
+                p.display()
+            ));
+        }
+    }
+    let mut by_name: HashMap<String, Arc<AgentFile>> = HashMap::new();
+    for f in files {
+        let agent = AgentFile::load(&f).await?;
+        if let Some(other) = by_name.get(&agent.spec.name) {
+            return Err(anyhow!(
+                "agents {} and {} are both named `{}`; a worker runs sessions by agent name, so give them different names",
+                other.path.display(),
+                f.display(),
+                agent.spec.name
+            ));
+        }
+        by_name.insert(agent.spec.name.clone(), Arc::new(agent));
+    }
+    if by_name.is_empty() {
+        let named: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        return Err(anyhow!(
+            "no agent file in {}; name agent files or directories with --agents",
+            named.join(", ")
+        ));
+    }
+    Ok(by_name)
+}
+
+/// Whether a file parses as an agent file.
+fn is_agent_file(path: &Path) -> bool {
+    std::fs::File::open(path)
+        .and_then(weft_core::limits::read_text)
+        .ok()
+        .is_some_and(|text| {
+            weft_core::agent::AgentSpec::parse(&path.display().to_string(), &text).is_ok()
+        })
+}
+
+/// The leases of the sessions being driven, to release them when the worker stops them.
+type Driving = Arc<Mutex<HashMap<String, Lease>>>;
+
+pub async fn run<S: Store>(store: Arc<S>, a: WorkerArgs) -> Result<u8> {
+    if a.concurrency == 0 {
+        return Err(anyhow!("--concurrency must be at least 1"));
+    }
+    let poll = secs("poll-secs", a.poll_secs)?.max(Duration::from_millis(10));
+    let drain = secs("drain-secs", a.drain_secs)?;
+    let idle_exit = a
+        .exit_when_idle
+        .map(|v| secs("exit-when-idle", v))
+        .transpose()?;
+    let agents = Arc::new(agents(&a.agents).await?);
+    let names: Vec<String> = agents.keys().cloned().collect();
+    let mut listed: Vec<String> = agents
+        .values()
+        .map(|f| format!("{} ({})", f.spec.name, f.path.display()))
+        .collect();
+    listed.sort();
+    eprintln!(
+        "worker {} (pid {}): up to {} sessions at once of {}",
+        &ownership::me().id[..8],
+        std::process::id(),
+        a.concurrency,
+        listed.join(", ")
+    );
+    let driving: Driving = Arc::default();
+    let mut tasks = tokio::task::JoinSet::new();
+    let stop = crate::interrupt::signal();
+    tokio::pin!(stop);
+    let mut idle_since = Instant::now();
+    let mut done = 0_u64;
+    let stopped = loop {
+        let free = a.concurrency.saturating_sub(tasks.len());
+        let mut claimed = 0;
+        if free > 0 {
+            let now = weft_runtime::now_ms();
+            match store
+                .claim(ownership::me(), &names, now, ownership::ttl_ms(), free)
+                .await
+            {
+                Ok(leases) => {
+                    claimed = leases.len();
+                    for lease in leases {
+                        if let Ok(mut d) = driving.lock() {
+                            d.insert(lease.session.clone(), lease.clone());
+                        }
+                        tasks.spawn(one(store.clone(), lease, agents.clone(), driving.clone()));
+                    }
+                }
+                // The store is unreachable for now (a restarted server, a dropped
+                // connection): the sessions wait; look again after the poll interval.
+                Err(e) => tracing::warn!("cannot claim sessions: {e}"),
+            }
+        }
+        if claimed > 0 || !tasks.is_empty() {
+            idle_since = Instant::now();
+        } else if idle_exit.is_some_and(|d| idle_since.elapsed() >= d) {
+            break false;
+        }
+        if claimed > 0 && claimed == free {
+            // There may be more: claim again once a slot frees, without waiting for a poll.
+            tokio::select! {
+                _ = tasks.join_next() => { done += 1; }
+                () = &mut stop => break true,
+            }
+            continue;
+        }
+        tokio::select! {
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => { done += 1; }
+            () = store.wait_for_work(poll) => {}
+            () = &mut stop => break true,
+        }
+    };
+    if stopped {
+        eprintln!(
+            "worker: stopping; {} session(s) being driven get {} s to end",
+            tasks.len(),
+            drain.as_secs_f64()
+        );
+        let deadline = tokio::time::Instant::now() + drain;
+        let again = crate::interrupt::signal();
+        tokio::pin!(again);
+        loop {
+            tokio::select! {
+                next = tasks.join_next() => match next {
+                    Some(_) => done += 1,
+                    None => break,
+                },
+                () = tokio::time::sleep_until(deadline) => break,
+                () = &mut again => break,
+            }
+        }
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+        let left: Vec<Lease> = driving
+            .lock()
+            .map(|mut d| d.drain().map(|(_, l)| l).collect())
+            .unwrap_or_default();
+        for lease in &left {
+            if let Err(e) = store.release(lease).await {
+                tracing::warn!(session = %lease.session, "cannot release the session's lease: {e}");
+            }
+        }
+        eprintln!(
+            "worker: stopped after {done} session(s); {} released for other workers",
+            left.len()
+        );
+        return Ok(crate::interrupt::EXIT_INTERRUPTED);
+    }
+    eprintln!("worker: no work for a while; stopped after {done} session(s)");
+    Ok(0)
+}
+
+/// Drives one claimed session until it ends, waits or is stopped, then releases it.
+async fn one<S: Store>(
+    store: Arc<S>,
+    lease: Lease,
+    agents: Arc<HashMap<String, Arc<AgentFile>>>,
+    driving: Driving,
+) {
+    let id = lease.session.clone();
+    let held = ownership::hold(store.clone(), lease);
+    let began = Instant::now();
+    let outcome: Result<String> = async {
+        let rec = store.get(&id).await?;
+        if rec.status != SessionStatus::Running {
+            // It ended between the claim and now.
+            return Ok(format!("already {}", rec.status.as_str()));
+        }
+        let agent = agents
+            .get(&rec.agent)
+            .ok_or_else(|| anyhow!("no agent file for agent `{}`", rec.agent))?;
+        Ok(
+            match drive(store.clone(), &held, &rec, agent, Vec::new()).await? {
+                Ended::Done(state, _) => match state.status {
+                    SessionStatus::Failed => format!(
+                        "failed: {}",
+                        state.error.as_deref().unwrap_or("unknown reason")
+                    ),
+                    s => s.as_str().to_owned(),
+                },
+                Ended::Stopped(_) => "stopped on request".to_owned(),
+            },
+        )
+    }
+    .await;
+    match outcome {
+        Ok(what) => eprintln!(
+            "session {id}: {what} ({:.1} s)",
+            began.elapsed().as_secs_f64()
+        ),
+        // Left running: it is claimed again (by this worker or another) once released, after a
+        // pause so that a session that fails this way every time does not spin.
+        Err(e) => {
+            eprintln!("session {id}: not finished: {}", crate::message(&e));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    if let Ok(mut d) = driving.lock() {
+        d.remove(&id);
+    }
+    held.release().await;
+}

@@ -1,0 +1,502 @@
+//! `weft submit` and `weft worker`, through the binary: sessions queued by one process are run by
+//! workers that share the store, each session by one worker at a time, and a worker's death (or
+//! the database dropping its connections) costs a takeover, never a repeated call.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn weft(dir: &Path, db: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
+    c.current_dir(dir)
+        .env_remove("WEFT_DB")
+        .env("WEFT_DB", db)
+        .env("NO_COLOR", "1");
+    c
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// A plan agent whose three steps each post to a ledger file through a tool that is not
+/// idempotent: a call that ran twice shows as a repeated line.
+fn ledger_agent(dir: &Path, name: &str) {
+    std::fs::write(
+        dir.join(format!("{name}.yaml")),
+        format!(
+            r#"name: {name}
+mode: plan
+model: scripted:{name}.script.yaml
+review_responses: false
+tools:
+  - name: post
+    description: Posts an entry to the ledger (not idempotent).
+    command: ["sh", "-c", "cat > /dev/null; echo \"$WEFT_SESSION_ID $WEFT_STEP_ID\" >> ledger.txt; echo '{{\"ok\": true}}'"]
+    input_schema: {{ type: object, properties: {{ entry: {{ type: string }} }}, required: [entry] }}
+"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join(format!("{name}.script.yaml")),
+        r#"plan:
+  - json: { plan: [ { _id: a, _tool: post, entry: "a" }, { _id: b, _tool: post, entry: "b" }, { _id: c, _tool: post, entry: "c", _dependsOn: [a, b] } ] }
+review:
+  - json: { decision: CONTINUE }
+  - json: { decision: CONTINUE }
+  - json: { decision: FINAL_RESPONSE }
+respond:
+  - text: "Posted."
+"#,
+    )
+    .unwrap();
+}
+
+/// Queues `n` sessions of `agent`, a few `weft submit` processes at a time; returns their ids.
+fn submit_many(dir: &Path, db: &str, agent: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::with_capacity(n);
+    let mut running: Vec<Child> = Vec::new();
+    let collect = |c: Child, ids: &mut Vec<String>| {
+        ids.push(ok(c.wait_with_output().unwrap()).trim().to_owned());
+    };
+    for k in 0..n {
+        if running.len() >= 6 {
+            collect(running.remove(0), &mut ids);
+        }
+        running.push(
+            weft(dir, db)
+                .args(["submit", &format!("{agent}.yaml"), &format!("post {k}")])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+    }
+    for c in running {
+        collect(c, &mut ids);
+    }
+    ids
+}
+
+fn worker(dir: &Path, db: &str, n: usize, extra: &[&str], log: &Path) -> Child {
+    let log = std::fs::File::create(log).unwrap();
+    weft(dir, db)
+        .args(["worker", "--agents", ".", "--poll-secs", "0.2"])
+        .args(["--concurrency", &n.to_string()])
+        .args(extra)
+        .env("WEFT_LEASE_SECS", "2")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// The ledger's lines, counted.
+fn ledger(dir: &Path) -> BTreeMap<String, usize> {
+    let mut seen = BTreeMap::new();
+    for line in std::fs::read_to_string(dir.join("ledger.txt"))
+        .unwrap_or_default()
+        .lines()
+    {
+        *seen.entry(line.to_owned()).or_default() += 1;
+    }
+    seen
+}
+
+fn json_lines(s: &str) -> Vec<serde_json::Value> {
+    s.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A tiny pseudo-random sequence (xorshift), seeded from the clock and printed, so that a
+/// failing schedule can be told apart from another.
+struct Rng(u64);
+
+impl Rng {
+    fn new() -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            | 1;
+        eprintln!("chaos seed {seed}");
+        Self(seed)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// `psql` against `url`, unaligned and without headers; the output's text.
+fn psql(url: &str, sql: &str) -> String {
+    let out = Command::new("psql")
+        .args([url, "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        .output()
+        .expect("psql (the PostgreSQL client) must be installed");
+    assert!(out.status.success(), "psql: {sql}: {}", text(&out.stderr));
+    text(&out.stdout).trim().to_owned()
+}
+
+/// A fresh database beside the one `WEFT_TEST_POSTGRES_URL` names; dropped when the guard is.
+struct Database {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl Database {
+    fn new(tag: &str) -> Self {
+        let base = common::service_var("WEFT_TEST_POSTGRES_URL");
+        let (server, _) = base
+            .rsplit_once('/')
+            .expect("a postgres:// URL with a database");
+        let name = format!("weft_{tag}_{}", std::process::id());
+        let admin = base.clone();
+        psql(
+            &admin,
+            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        );
+        psql(&admin, &format!("CREATE DATABASE {name}"));
+        Self {
+            url: format!("{server}/{name}"),
+            admin,
+            name,
+        }
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .args([
+                &self.admin,
+                "-X",
+                "-q",
+                "-c",
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            ])
+            .output();
+    }
+}
+
+fn kill(child: &mut Child, signal: &str) {
+    let _ = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+/// The issue's chaos test. Four workers run `WEFT_CHAOS_SESSIONS` (default 1,000) sessions of a
+/// three-step plan whose tool is not idempotent, on PostgreSQL, while a random worker is killed
+/// with SIGKILL and restarted about every half second and random connections of the database
+/// are terminated (`pg_terminate_backend`). Every session must end; no call may have run twice
+/// (the ledger); within each session the epochs never go back (no two owners ever appended to
+/// one session, since a new owner's epoch is higher and the old one can no longer write). The
+/// takeover time after a kill is reported.
+#[test]
+fn needs_postgres_workers_survive_sigkill_and_dropped_connections() {
+    let db = Database::new("chaos");
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    ledger_agent(d, "ledger");
+    let n: usize = std::env::var("WEFT_CHAOS_SESSIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let began = Instant::now();
+    let ids = submit_many(d, &db.url, "ledger", n);
+    eprintln!(
+        "submitted {n} sessions in {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+    let mut restarts = [0_usize; 4];
+    let log_of = |w: usize, k: usize| d.join(format!("worker{w}.{k}.log"));
+    let mut workers: Vec<Child> = (0..4)
+        .map(|w| worker(d, &db.url, 8, &[], &log_of(w, 0)))
+        .collect();
+    let mut rng = Rng::new();
+    let (mut kills, mut terminated) = (0, 0);
+    let began = Instant::now();
+    let mut last_chaos = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let open: u64 = psql(
+            &db.url,
+            "SELECT count(*) FROM sessions WHERE status NOT IN ('completed', 'failed')",
+        )
+        .parse()
+        .unwrap();
+        if open == 0 {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(900),
+            "{open} sessions still open after 15 minutes; logs in {}",
+            d.display()
+        );
+        if last_chaos.elapsed() >= Duration::from_millis(300 + rng.below(400)) {
+            last_chaos = Instant::now();
+            let w = rng.below(4) as usize;
+            kill(&mut workers[w], "-KILL");
+            kills += 1;
+            restarts[w] += 1;
+            workers[w] = worker(d, &db.url, 8, &[], &log_of(w, restarts[w]));
+            if rng.below(2) == 0 {
+                let gone = psql(
+                    &db.url,
+                    &format!(
+                        "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity \
+                         WHERE datname = '{}' AND pid <> pg_backend_pid() ORDER BY random() LIMIT 2) p",
+                        db.name
+                    ),
+                );
+                terminated += gone.parse::<usize>().unwrap_or(0);
+            }
+        }
+    }
+    let took = began.elapsed();
+    for w in &mut workers {
+        kill(w, "-TERM");
+    }
+    // Every session ended, and the plan's three posts are each in the ledger at most once.
+    let statuses = psql(
+        &db.url,
+        "SELECT status || ' ' || count(*) FROM sessions GROUP BY status ORDER BY status",
+    );
+    let posts = ledger(d);
+    let repeated: Vec<_> = posts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(repeated.is_empty(), "calls that ran twice: {repeated:?}");
+    for id in &ids {
+        for step in ["a", "b", "c"] {
+            assert!(
+                posts.get(&format!("{id} {step}")).is_none_or(|n| *n == 1),
+                "{id} {step}"
+            );
+        }
+    }
+    // Within a session, no event was written at an older epoch than one before it.
+    let back: u64 = psql(
+        &db.url,
+        "SELECT count(*) FROM (SELECT epoch < lag(epoch) OVER (PARTITION BY session_id ORDER BY seq) AS back \
+         FROM events) e WHERE back",
+    )
+    .parse()
+    .unwrap();
+    assert_eq!(
+        back, 0,
+        "events written by an owner after a newer one took over"
+    );
+    let owners: u64 = psql(
+        &db.url,
+        "SELECT count(*) FROM (SELECT DISTINCT session_id, epoch FROM events WHERE epoch > 0) e",
+    )
+    .parse()
+    .unwrap();
+    // Takeover: from the last event one owner wrote to the first the next owner wrote (an
+    // upper bound of the time from a kill to the takeover: the killed owner may have lived on
+    // after its last event, in a tool call).
+    let gaps = psql(
+        &db.url,
+        "SELECT coalesce(string_agg((ts - prev_ts)::text, ' '), '') FROM ( \
+           SELECT epoch, ts, lag(epoch) OVER w AS prev_epoch, lag(ts) OVER w AS prev_ts \
+           FROM events WINDOW w AS (PARTITION BY session_id ORDER BY seq)) t \
+         WHERE prev_epoch > 0 AND epoch <> prev_epoch",
+    );
+    let mut gaps: Vec<i64> = gaps
+        .split_whitespace()
+        .map(|g| g.parse().unwrap())
+        .collect();
+    gaps.sort_unstable();
+    let unknown: u64 = psql(
+        &db.url,
+        "SELECT count(*) FROM events WHERE type = 'tool_call_finished' AND payload::text LIKE '%unknown_outcome%'",
+    )
+    .parse()
+    .unwrap_or(0);
+    let pct = |p: usize| gaps.get((gaps.len() * p / 100).min(gaps.len().saturating_sub(1)));
+    eprintln!(
+        "chaos: {n} sessions in {:.1} s with {kills} SIGKILLs and {terminated} terminated connections; \
+         statuses: {}; {} ledger lines; {} owner epochs; {} takeovers, takeover ms p50 {:?} p90 {:?} max {:?} \
+         (lease 2000 ms); {unknown} calls recorded with an unknown outcome",
+        took.as_secs_f64(),
+        statuses.replace('\n', ", "),
+        posts.len(),
+        owners,
+        gaps.len(),
+        pct(50),
+        pct(90),
+        gaps.last(),
+    );
+    assert!(kills > 0 && !gaps.is_empty(), "no takeover happened");
+}
+
+/// Two workers on one SQLite file share the sessions safely; a session answered with `weft
+/// submit --session` is continued by a worker; SIGTERM drains a worker: the session it drives
+/// is released and another worker finishes it without waiting for the lease to run out.
+#[test]
+fn sqlite_workers_share_one_file_and_drain_on_sigterm() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let db = "w.db";
+    ledger_agent(d, "ledger");
+    let ids = submit_many(d, db, "ledger", 20);
+    let mut a = worker(d, db, 4, &["--exit-when-idle", "1"], &d.join("a.log"));
+    let mut b = worker(d, db, 4, &["--exit-when-idle", "1"], &d.join("b.log"));
+    assert!(a.wait().unwrap().success());
+    assert!(b.wait().unwrap().success());
+    let listed = json_lines(&ok(weft(d, db)
+        .args(["sessions", "list", "--json", "--limit", "100"])
+        .output()
+        .unwrap()));
+    let status: HashMap<String, String> = listed
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_str().unwrap().to_owned(),
+                s["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for id in &ids {
+        assert_eq!(status[id], "completed", "{id}");
+    }
+    let posts = ledger(d);
+    assert_eq!(posts.len(), 60);
+    assert!(posts.values().all(|n| *n == 1), "{posts:?}");
+    let a_log = std::fs::read_to_string(d.join("a.log")).unwrap();
+    let b_log = std::fs::read_to_string(d.join("b.log")).unwrap();
+    assert_eq!(
+        a_log.matches(": completed").count() + b_log.matches(": completed").count(),
+        20,
+        "{a_log}\n{b_log}"
+    );
+
+    // A session that asks a person, answered through the queue.
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for f in ["ask-amount.yaml", "ask-amount.script.yaml", "log_tool.py"] {
+        std::fs::copy(fixtures.join(f), d.join(f)).unwrap();
+    }
+    let id = ok(weft(d, db)
+        .args(["submit", "ask-amount.yaml", "refund c1"])
+        .output()
+        .unwrap())
+    .trim()
+    .to_owned();
+    let mut w = worker(d, db, 2, &["--exit-when-idle", "1"], &d.join("c.log"));
+    assert!(w.wait().unwrap().success());
+    let shown = ok(weft(d, db)
+        .args(["sessions", "show", &id])
+        .output()
+        .unwrap());
+    assert!(shown.contains("waiting_for_user"), "{shown}");
+    let out = weft(d, db)
+        .args(["submit", "ask-amount.yaml", "--session", &id, "50"])
+        .output()
+        .unwrap();
+    assert_eq!(ok(out).trim(), id);
+    let mut w = worker(d, db, 2, &["--exit-when-idle", "1"], &d.join("d.log"));
+    assert!(w.wait().unwrap().success());
+    let shown = ok(weft(d, db)
+        .args(["sessions", "show", &id])
+        .output()
+        .unwrap());
+    assert!(
+        shown.contains("completed") && shown.contains("Refunded 50 to c1."),
+        "{shown}"
+    );
+
+    // Drain: a worker stopped with SIGTERM in the middle of a slow call gets no time to end
+    // it (--drain-secs 0), releases the session, and the next worker takes it over at once.
+    std::fs::write(
+        d.join("slow.yaml"),
+        r#"name: slow
+mode: react
+model: scripted:slow.script.yaml
+tools:
+  - name: wait
+    description: Waits (idempotent).
+    idempotent: true
+    command: ["sh", "-c", "cat > /dev/null; touch started; sleep 30; echo '{}'"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("slow.script.yaml"),
+        "- tool_calls: [ { name: wait, arguments: {} } ]\n- text: \"Done.\"\n",
+    )
+    .unwrap();
+    let id = ok(weft(d, db)
+        .args(["submit", "slow.yaml", "wait"])
+        .output()
+        .unwrap())
+    .trim()
+    .to_owned();
+    let mut w = weft(d, db)
+        .args(["worker", "--agents", "slow.yaml", "--drain-secs", "0"])
+        .env("WEFT_LEASE_SECS", "60")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let began = Instant::now();
+    while !d.join("started").exists() {
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "the call never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    kill(&mut w, "-TERM");
+    let out = w.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("1 released for other workers"), "{err}");
+    // The lease (60 s) was released: another worker takes the session now. The call is
+    // idempotent, so it runs again; this time it is allowed to finish quickly.
+    std::fs::write(
+        d.join("slow.yaml"),
+        std::fs::read_to_string(d.join("slow.yaml"))
+            .unwrap()
+            .replace("sleep 30", "true"),
+    )
+    .unwrap();
+    let began = Instant::now();
+    let mut w = weft(d, db)
+        .args(["worker", "--agents", "slow.yaml", "--exit-when-idle", "1"])
+        .env("WEFT_LEASE_SECS", "60")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(w.wait().unwrap().success());
+    assert!(began.elapsed() < Duration::from_secs(30));
+    let shown = ok(weft(d, db)
+        .args(["sessions", "show", &id])
+        .output()
+        .unwrap());
+    assert!(
+        shown.contains("completed") && shown.contains("Done."),
+        "{shown}"
+    );
+}
