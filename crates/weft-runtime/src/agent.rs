@@ -274,7 +274,9 @@ impl<S: Store> Runtime<S> {
         match self.drive_agent_inner(agent, session, rerun).await {
             Ok(()) => Ok(()),
             Err(e) => {
-                if !session.state.status.is_terminal() && !matches!(e, RuntimeError::Store(_)) {
+                if !session.state.status.is_terminal()
+                    && !matches!(e, RuntimeError::Store(_) | RuntimeError::Stopped)
+                {
                     let _ = session
                         .commit(vec![Event::RunFinished {
                             status: RunStatus::Failed,
@@ -301,6 +303,10 @@ impl<S: Store> Runtime<S> {
         loop {
             match agent_loop::decide(&session.state, &agent.config) {
                 AgentNext::Record(events) => session.commit(events).await?,
+                AgentNext::CallModel { .. } | AgentNext::Start { .. } if self.stopping() => {
+                    self.stop_here(&mut inflight, session, &agent.config.limits)
+                        .await?;
+                }
                 AgentNext::CallModel { request, step } => {
                     // `call_model` takes the request and drops it: a request shares the
                     // conversation with the state, and the reply's append must find it unshared

@@ -45,6 +45,11 @@ impl Calls {
         }
     }
 
+    /// Whether any call is running or has an outcome not recorded yet.
+    pub(crate) fn busy(&self) -> bool {
+        !self.set.is_empty() || !self.ready.is_empty()
+    }
+
     /// Starts a call; `true` when it finished on its first poll (its outcome waits for
     /// [`Calls::next_batch`]).
     pub(crate) fn spawn(&mut self, tools: &Arc<Registry>, state: &State, call: Invocation) -> bool {

@@ -34,6 +34,10 @@ pub enum RuntimeError {
     Config(String),
     #[error("{0}")]
     Internal(String),
+    /// The run stopped at a safe point because it was asked to ([`Runtime::stop`]): no call
+    /// was in flight, everything is stored, and the session can be continued.
+    #[error("the run stopped at a safe point, as it was asked to")]
+    Stopped,
 }
 
 /// Unix time in milliseconds.
@@ -64,6 +68,9 @@ pub struct Runtime<S: Store> {
     /// The session this process holds the lease of, and the lease's epoch: that session's
     /// events are written at the epoch, so the store refuses them once the lease is lost.
     pub fence: Option<(String, u64)>,
+    /// When it turns true, the run starts no new model or tool call, waits for the calls in
+    /// flight, stores their outcomes and returns [`RuntimeError::Stopped`] (pause, drain).
+    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl<S: Store> Runtime<S> {
@@ -77,6 +84,7 @@ impl<S: Store> Runtime<S> {
             sub_agents: None,
             depth: 0,
             fence: None,
+            stop: None,
         }
     }
 
@@ -97,6 +105,26 @@ impl<S: Store> Runtime<S> {
                 redact: self.redact.clone(),
             }),
         }
+    }
+
+    /// Whether the run was asked to stop at the next safe point.
+    pub(crate) fn stopping(&self) -> bool {
+        self.stop.as_ref().is_some_and(|s| *s.borrow())
+    }
+
+    /// At a point where the run would start new work and was asked to stop: waits for a call
+    /// in flight (true: go on deciding), or, with none left, stores what is staged and stops.
+    pub(crate) async fn stop_here(
+        &self,
+        calls: &mut Calls,
+        session: &mut Session<'_, S>,
+        limits: &Limits,
+    ) -> Result<(), RuntimeError> {
+        if calls.busy() {
+            return calls.settle(session, limits).await;
+        }
+        session.flush().await?;
+        Err(RuntimeError::Stopped)
     }
 
     /// A handle on a session of this runtime's store, with its observers and redaction.
@@ -211,6 +239,9 @@ impl<S: Store> Runtime<S> {
         loop {
             match engine::decide(&session.state, &self.limits) {
                 Next::Record(events) => session.commit(events).await?,
+                Next::Start { .. } | Next::CallExecutor { .. } if self.stopping() => {
+                    self.stop_here(&mut calls, session, &self.limits).await?;
+                }
                 Next::Start {
                     events,
                     calls: starts,

@@ -61,7 +61,7 @@ pub async fn drive<S: Store>(
     observers: Vec<Observer>,
 ) -> Result<Ended> {
     let mut rt = Runtime::new(store, agent.tools.clone(), agent.spec.limits.clone());
-    rt.fence = Some(held.fence());
+    held.bind(&mut rt);
     rt.redact = agent.redact.clone();
     for o in observers {
         rt = rt.observe(o);

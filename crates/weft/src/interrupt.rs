@@ -1,10 +1,13 @@
-//! Ctrl-C and SIGTERM during a run. The run stops where it is, as a process that dies does: every
-//! batch of events it committed is whole, a call in flight is dropped (a command tool's process
-//! is killed), and `weft resume` recovers the session exactly as after a crash (an idempotent
-//! call is run again, any other is recorded with an unknown outcome, never repeated). What weft
-//! adds is the last word: which session stopped and the command that continues it. Exit 130.
+//! Ctrl-C and SIGTERM during a run. The run starts no new model or tool call, and the calls in
+//! flight get a short grace ([`grace`], 2 s; a worker's `--drain-secs`) to finish and be
+//! recorded. A call still running after it is dropped where it stands, as a process that dies
+//! drops it: every batch of events committed is whole, the call's process is killed, and `weft
+//! resume` recovers the session exactly as after a crash (an idempotent call is run again, any
+//! other is recorded with an unknown outcome, never repeated). weft then says which session
+//! stopped and the command that continues it, and exits 130. A second signal stops at once.
 
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use weft_core::{Envelope, Event};
 use weft_runtime::Observer;
@@ -31,6 +34,40 @@ pub fn observer() -> Observer {
             note_session(session_id);
         }
     })
+}
+
+fn flag() -> &'static tokio::sync::watch::Sender<bool> {
+    static FLAG: OnceLock<tokio::sync::watch::Sender<bool>> = OnceLock::new();
+    FLAG.get_or_init(|| tokio::sync::watch::channel(false).0)
+}
+
+/// Records that the process was asked to stop: runs stop at their next safe point.
+pub fn begin() {
+    flag().send_replace(true);
+}
+
+/// Resolves once [`begin`] was called.
+pub async fn requested() {
+    let mut rx = flag().subscribe();
+    let _ = rx.wait_for(|v| *v).await;
+}
+
+fn grace_ms() -> &'static std::sync::atomic::AtomicU64 {
+    static GRACE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(2_000);
+    &GRACE
+}
+
+/// How long calls in flight get to finish after a signal.
+pub fn grace() -> Duration {
+    Duration::from_millis(grace_ms().load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// Sets [`grace`] (a worker's `--drain-secs`).
+pub fn set_grace(d: Duration) {
+    grace_ms().store(
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+        std::sync::atomic::Ordering::Relaxed,
+    );
 }
 
 /// Waits for Ctrl-C (SIGINT) or SIGTERM.

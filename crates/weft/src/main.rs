@@ -194,8 +194,16 @@ fn main() -> ExitCode {
         if own_signals {
             return Some(work.await);
         }
+        let mut work = std::pin::pin!(work);
         tokio::select! {
-            r = work => Some(r),
+            r = &mut work => return Some(r),
+            () = interrupt::signal() => {}
+        }
+        // The run stops at its next safe point; calls in flight get a grace to finish.
+        interrupt::begin();
+        tokio::select! {
+            r = &mut work => Some(r),
+            () = tokio::time::sleep(interrupt::grace() + std::time::Duration::from_millis(500)) => None,
             () = interrupt::signal() => None,
         }
     });

@@ -68,13 +68,17 @@ pub struct Held<S: Store> {
     lease: Lease,
     beat: tokio::task::JoinHandle<()>,
     asked: tokio::sync::watch::Receiver<Option<Asked>>,
+    /// Tells the run to stop at its next safe point ([`weft_runtime::Runtime::stop`]).
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
-/// What another process asked of the owner (`weft sessions cancel` / `pause`).
+/// Why a run stopped before its end: another process asked (`weft sessions cancel` / `pause`),
+/// or this one got SIGINT or SIGTERM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Asked {
     Cancel,
     Pause,
+    Interrupt,
 }
 
 /// How often the owner looks for a request.
@@ -145,6 +149,7 @@ pub fn hold<S: Store>(store: Arc<S>, lease: Lease) -> Held<S> {
         lease,
         beat,
         asked,
+        stop: tokio::sync::watch::channel(false).0,
     }
 }
 
@@ -154,9 +159,21 @@ impl<S: Store> Held<S> {
         (self.lease.session.clone(), self.lease.epoch)
     }
 
-    /// Runs `work` until it ends, or until another process asks this one to cancel or pause
-    /// the session (then `work` is dropped where it stands, as after a crash).
+    /// Makes `rt` write this session at the lease's epoch and stop when asked to.
+    pub fn bind<T: Store>(&self, rt: &mut weft_runtime::Runtime<T>) {
+        rt.fence = Some(self.fence());
+        rt.stop = Some(self.stop.subscribe());
+    }
+
+    /// Runs `work` (on a runtime [`Held::bind`] bound) until it ends, or until it must stop:
+    /// - cancel (another process): `work` is dropped where it stands, its calls killed;
+    /// - pause (another process): `work` starts nothing new and ends at its next safe point,
+    ///   once the calls in flight finished and were recorded;
+    /// - SIGINT or SIGTERM: the same, but calls still running after [`crate::interrupt::grace`]
+    ///   are dropped where they stand.
     pub async fn until_asked<F: std::future::Future>(&self, work: F) -> Result<F::Output, Asked> {
+        let work = std::pin::pin!(work);
+        let mut work = work;
         let mut asked = self.asked.clone();
         let request = async move {
             loop {
@@ -168,10 +185,23 @@ impl<S: Store> Held<S> {
                 }
             }
         };
-        tokio::select! {
-            out = work => Ok(out),
-            a = request => Err(a),
+        let why = tokio::select! {
+            out = &mut work => return Ok(out),
+            a = request => a,
+            () = crate::interrupt::requested() => Asked::Interrupt,
+        };
+        match why {
+            Asked::Cancel => {}
+            Asked::Pause => {
+                self.stop.send_replace(true);
+                let _ = work.await;
+            }
+            Asked::Interrupt => {
+                self.stop.send_replace(true);
+                let _ = tokio::time::timeout(crate::interrupt::grace(), work).await;
+            }
         }
+        Err(why)
     }
 
     /// Stops renewing and gives the lease up.
@@ -206,10 +236,22 @@ pub async fn stopped<S: Store>(
             Ok(crate::EXIT_FAILED)
         }
         Asked::Pause => {
+            let status = rt.store.get(id).await?.status;
+            if status != weft_core::SessionStatus::Running {
+                eprintln!(
+                    "session {id} is {} (it got there before it could pause)",
+                    status.as_str()
+                );
+                return Ok(0);
+            }
             eprintln!(
                 "paused: session {id}; continue it with `weft resume{} {id}`",
                 crate::store::db_flag()
             );
+            Ok(crate::interrupt::EXIT_INTERRUPTED)
+        }
+        Asked::Interrupt => {
+            eprintln!("{}", crate::interrupt::message());
             Ok(crate::interrupt::EXIT_INTERRUPTED)
         }
     }
@@ -221,7 +263,7 @@ pub async fn stopped<S: Store>(
 pub async fn ask<S: Store>(store: Arc<S>, id: &str, what: Asked) -> Result<u8> {
     let verb = match what {
         Asked::Cancel => "cancel",
-        Asked::Pause => "pause",
+        Asked::Pause | Asked::Interrupt => "pause",
     };
     let rec = store.get(id).await?;
     if rec.status.is_terminal() {
@@ -262,7 +304,7 @@ pub async fn ask<S: Store>(store: Arc<S>, id: &str, what: Asked) -> Result<u8> {
         return Ok(0);
     }
     match what {
-        Asked::Pause => Err(anyhow!(
+        Asked::Pause | Asked::Interrupt => Err(anyhow!(
             "session {id} is not being run by any process; there is nothing to pause (`weft resume{} {id}` continues it)",
             crate::store::db_flag()
         )),
@@ -273,7 +315,7 @@ pub async fn ask<S: Store>(store: Arc<S>, id: &str, what: Asked) -> Result<u8> {
                 Arc::new(weft_tools::Registry::new()),
                 weft_core::Limits::default(),
             );
-            rt.fence = Some(held.fence());
+            held.bind(&mut rt);
             let mut session = rt.load_session(id).await?;
             let events = weft_core::recovery::cancel(&session.state, &rt.limits);
             session.commit(events).await?;

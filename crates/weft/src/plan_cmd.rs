@@ -210,7 +210,7 @@ pub async fn execute<S: weft_store::Store>(store: Arc<S>, p: Prepared) -> Result
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     let held = crate::ownership::take(store.clone(), &id, false).await?;
     let mut rt = Runtime::new(store, tools.clone(), limits);
-    rt.fence = Some(held.fence());
+    held.bind(&mut rt);
     rt.redact = redact;
     rt = rt.observe(if a.events {
         crate::run_cmd::json_lines()

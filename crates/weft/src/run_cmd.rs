@@ -192,7 +192,7 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
     };
     let held = crate::ownership::take(store.clone(), &id, false).await?;
     let mut rt = Runtime::new(store, tools.clone(), limits.clone());
-    rt.fence = Some(held.fence());
+    held.bind(&mut rt);
     rt.redact = redact;
     rt = rt.observe(if args.events {
         json_lines()

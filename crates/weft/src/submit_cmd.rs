@@ -77,7 +77,7 @@ pub async fn run<S: Store>(store: Arc<S>, p: run_cmd::Prepared) -> Result<u8> {
         Some(id) => {
             // The answer is written under the session's lease, as any other write.
             let held = crate::ownership::take(store.clone(), id, false).await?;
-            rt.fence = Some(held.fence());
+            held.bind(&mut rt);
             let queued = async {
                 let mut session = rt.load_session(id).await?;
                 if session.state.agent != agent.name {

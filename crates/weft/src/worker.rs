@@ -9,10 +9,12 @@
 //! worker) stopped. `weft submit` wakes the workers (PostgreSQL `NOTIFY`); polling every
 //! `--poll-secs` is the truth, so a lost notification or an expired lease is found anyway.
 //!
-//! SIGTERM or Ctrl-C drains: no new claims; sessions being driven get `--drain-secs` to end or
-//! reach a wait, then the rest are stopped where they stand (as a crash would stop them: every
-//! committed batch stays whole, a call in flight is dropped) and their leases released, so
-//! another worker takes them over at once. A second signal stops at once.
+//! SIGTERM or Ctrl-C drains: no new claims; the sessions being driven start no new call and stop
+//! at their next safe point, once their calls in flight have ended and been recorded. A call
+//! still running after `--drain-secs` is dropped where it stands (as a crash would drop it: every
+//! committed batch stays whole, and the call is re-run or recorded as an unknown outcome by the
+//! next owner). Every lease is released, so other workers take the sessions over at once. A
+//! second signal stops at once.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -133,6 +135,7 @@ pub async fn run<S: Store>(store: Arc<S>, a: WorkerArgs) -> Result<u8> {
     }
     let poll = secs("poll-secs", a.poll_secs)?.max(Duration::from_millis(10));
     let drain = secs("drain-secs", a.drain_secs)?;
+    crate::interrupt::set_grace(drain);
     let idle_exit = a
         .exit_when_idle
         .map(|v| secs("exit-when-idle", v))
@@ -200,12 +203,15 @@ pub async fn run<S: Store>(store: Arc<S>, a: WorkerArgs) -> Result<u8> {
         }
     };
     if stopped {
+        // Every session being driven stops at its next safe point; calls in flight get the
+        // drain time to finish (see `Held::until_asked`).
+        crate::interrupt::begin();
         eprintln!(
-            "worker: stopping; {} session(s) being driven get {} s to end",
+            "worker: stopping; {} session(s) being driven stop once their calls in flight end (at most {} s)",
             tasks.len(),
             drain.as_secs_f64()
         );
-        let deadline = tokio::time::Instant::now() + drain;
+        let deadline = tokio::time::Instant::now() + drain + Duration::from_secs(5);
         let again = crate::interrupt::signal();
         tokio::pin!(again);
         loop {
@@ -267,7 +273,7 @@ async fn one<S: Store>(
                     ),
                     s => s.as_str().to_owned(),
                 },
-                Ended::Stopped(_) => "stopped on request".to_owned(),
+                Ended::Stopped(_) => "stopped; released for other workers".to_owned(),
             },
         )
     }

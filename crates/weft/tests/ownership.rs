@@ -177,21 +177,51 @@ fn cancel_from_another_process_stops_the_run_and_fails_the_session() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
 
+/// Pause stops at the next safe point: the call in flight is let finish and recorded, no new
+/// model or tool call starts, and `weft resume` goes on from there.
 #[test]
 fn pause_from_another_process_stops_the_run_and_resume_finishes_it() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     let (child, id) = slow_run(d);
-    let out = weft(d)
+    let pause = weft(d)
         .args(["sessions", "pause", &id, "--db", "w.db"])
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    // The owner reads requests twice a second: by now it has the pause, and the call goes on.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !events_of(d, &id)
+            .iter()
+            .any(|e| e["type"] == "tool_call_finished"),
+        "the call was cut short"
+    );
+    std::fs::write(d.join("release"), "").unwrap();
+    let out = pause.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains(&format!("weft resume --db w.db {id}")));
     let run = child.wait_with_output().unwrap();
     let err = text(&run.stderr);
     assert_eq!(run.status.code(), Some(130), "{err}");
     assert!(err.contains(&format!("paused: session {id}")), "{err}");
+    // The call finished and was recorded; the model was not asked again.
+    let evs = events_of(d, &id);
+    let finished: Vec<_> = evs
+        .iter()
+        .filter(|e| e["type"] == "tool_call_finished")
+        .collect();
+    assert_eq!(finished.len(), 1);
+    assert_eq!(
+        finished[0]["outcome"]["output"]["waited"], true,
+        "{:?}",
+        finished[0]
+    );
+    assert_eq!(
+        evs.iter().filter(|e| e["type"] == "model_replied").count(),
+        1
+    );
     // Paused, not ended: a pause with no process to ask says so, and resume finishes it.
     let out = weft(d)
         .args(["sessions", "pause", &id, "--db", "w.db"])
@@ -199,7 +229,6 @@ fn pause_from_another_process_stops_the_run_and_resume_finishes_it() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("not being run by any process"));
-    std::fs::write(d.join("release"), "").unwrap();
     let out = weft(d)
         .args(["resume", &id, "--db", "w.db"])
         .output()

@@ -471,7 +471,12 @@ tools:
     let out = w.wait_with_output().unwrap();
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{err}");
-    assert!(err.contains("1 released for other workers"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "session {id}: stopped; released for other workers"
+        )),
+        "{err}"
+    );
     // The lease (60 s) was released: another worker takes the session now. The call is
     // idempotent, so it runs again; this time it is allowed to finish quickly.
     std::fs::write(
