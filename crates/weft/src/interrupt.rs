@@ -46,6 +46,26 @@ pub fn begin() {
     flag().send_replace(true);
 }
 
+/// Whether [`begin`] was called.
+pub fn is_requested() -> bool {
+    *flag().borrow()
+}
+
+fn quiet_flag() -> &'static std::sync::atomic::AtomicBool {
+    static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    &QUIET
+}
+
+/// For commands that drive many sessions (`weft batch`, `weft worker`): they say once what an
+/// interruption means, rather than once per session.
+pub fn set_quiet() {
+    quiet_flag().store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn is_quiet() -> bool {
+    quiet_flag().load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Resolves once [`begin`] was called.
 pub async fn requested() {
     let mut rx = flag().subscribe();

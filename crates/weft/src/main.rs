@@ -1,5 +1,6 @@
 //! The `weft` command-line tool.
 
+mod batch;
 mod check;
 mod drive;
 mod interrupt;
@@ -57,6 +58,9 @@ enum Command {
     /// Claim and drive queued and orphaned sessions, many at once, beside other workers on
     /// the same store (PostgreSQL, or one SQLite file on one machine).
     Worker(worker::WorkerArgs),
+    /// Run an agent once per record of a JSON-lines file, N at a time; a re-run continues the
+    /// batch and runs no finished record again. Exit 0 all done, 1 some failed, 130 interrupted.
+    Batch(batch::BatchArgs),
     /// List, inspect, follow, fork and prune sessions.
     #[command(subcommand)]
     Sessions(sessions_cmd::SessionsCommand),
@@ -129,6 +133,15 @@ fn main() -> ExitCode {
     };
     // A worker drains on a signal itself; every other command stops where it is.
     let own_signals = matches!(cli.command, Command::Worker(_));
+    // Commands that drive sessions stop them at a safe point on a signal; the rest stop at once.
+    let graceful = matches!(
+        cli.command,
+        Command::Run(_)
+            | Command::Answer(_)
+            | Command::Resume(_)
+            | Command::Batch(_)
+            | Command::Plan(plan_cmd::PlanCommand::Run(_))
+    );
     let work = async {
         // Commands about an existing session never create a store (a mistyped --db or a
         // lookup in the wrong directory must not leave an empty .weft/weft.db behind).
@@ -183,6 +196,7 @@ fn main() -> ExitCode {
             Command::Resume(a) => sessions_cmd::resume(store, a).await,
             Command::Submit(_) => Ok(0),
             Command::Worker(a) => worker::run(store, a).await,
+            Command::Batch(a) => batch::run(store, a).await,
             Command::Sessions(c) => sessions_cmd::run(store, c).await,
             Command::Tools(c) => tools_cmd::run(c).await,
             Command::Check(a) => check::run(a).await,
@@ -198,6 +212,9 @@ fn main() -> ExitCode {
         tokio::select! {
             r = &mut work => return Some(r),
             () = interrupt::signal() => {}
+        }
+        if !graceful {
+            return None;
         }
         // The run stops at its next safe point; calls in flight get a grace to finish.
         interrupt::begin();

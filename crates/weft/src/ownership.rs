@@ -251,7 +251,12 @@ pub async fn stopped<S: Store>(
             Ok(crate::interrupt::EXIT_INTERRUPTED)
         }
         Asked::Interrupt => {
-            eprintln!("{}", crate::interrupt::message());
+            if !crate::interrupt::is_quiet() {
+                eprintln!(
+                    "interrupted: session {id} stopped; continue it with `weft resume{} {id}`",
+                    crate::store::db_flag()
+                );
+            }
             Ok(crate::interrupt::EXIT_INTERRUPTED)
         }
     }

@@ -136,6 +136,7 @@ pub async fn run<S: Store>(store: Arc<S>, a: WorkerArgs) -> Result<u8> {
     let poll = secs("poll-secs", a.poll_secs)?.max(Duration::from_millis(10));
     let drain = secs("drain-secs", a.drain_secs)?;
     crate::interrupt::set_grace(drain);
+    crate::interrupt::set_quiet();
     let idle_exit = a
         .exit_when_idle
         .map(|v| secs("exit-when-idle", v))
