@@ -114,6 +114,11 @@ impl CommandTool {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        // Its own process group, so that a call dropped where it stands (cancel, Ctrl-C, a
+        // worker's drain) takes the tool's children with it (`GroupKill`), and a Ctrl-C on the
+        // terminal reaches weft, which decides, rather than the tool.
+        #[cfg(unix)]
+        cmd.process_group(0);
         for k in PASSED_ENV {
             if let Ok(v) = std::env::var(k) {
                 cmd.env(k, v);
@@ -137,6 +142,8 @@ impl CommandTool {
                 ),
             )
         })?;
+        #[cfg(unix)]
+        let mut group = GroupKill(child.id());
         let input = serde_json::to_vec(&args).unwrap_or_default();
         let mut stdin = child.stdin.take();
         let mut stdout = child.stdout.take();
@@ -169,7 +176,11 @@ impl CommandTool {
             (out, err, status)
         };
         let (out, err, status) = match tokio::time::timeout(self.timeout, all).await {
-            Ok(r) => r,
+            Ok(r) => {
+                #[cfg(unix)]
+                group.disarm();
+                r
+            }
             Err(_) => {
                 return Err(ToolError::new(
                     "timeout",
@@ -468,5 +479,31 @@ mod tests {
         std::fs::remove_file(&prog).expect("remove");
         let e = t.call(json!({}), ToolContext::default()).await.err();
         assert_eq!(e.map(|e| e.kind), Some("spawn".to_owned()));
+    }
+}
+
+/// Kills a tool's process group (SIGKILL) when dropped before [`GroupKill::disarm`]: the call was
+/// dropped (cancelled, interrupted) or timed out, and whatever the tool started must stop too.
+#[cfg(unix)]
+struct GroupKill(Option<u32>);
+
+#[cfg(unix)]
+impl GroupKill {
+    /// The call ended by itself: leave its process group alone.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+#[cfg(unix)]
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
+            // The group may be gone already.
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
 }

@@ -253,3 +253,61 @@ fn a_session_no_process_runs_is_cancelled_at_once() {
     let last = events_of(d, &id).pop().unwrap();
     assert_eq!(last["status"], "failed");
 }
+
+/// Cancelling a run kills its tool's whole process group, not only the process weft started: a
+/// grandchild the tool left running (here a `sleep` in the background) is gone too.
+#[test]
+fn cancel_kills_the_tools_whole_process_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::write(
+        d.join("agent.yaml"),
+        r#"name: spawner
+mode: react
+model: scripted:script.yaml
+tools:
+  - name: spawn
+    description: Starts a helper and waits for it.
+    command: ["sh", "-c", "cat > /dev/null; sleep 300 & echo $! > helper.pid; wait"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("script.yaml"),
+        "- tool_calls: [ { name: spawn, arguments: {} } ]\n- text: done\n",
+    )
+    .unwrap();
+    let child = weft(d)
+        .args(["run", "agent.yaml", "go", "--db", "w.db", "--id", "s-group"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&d.join("helper.pid"));
+    std::thread::sleep(Duration::from_millis(100));
+    let helper = std::fs::read_to_string(d.join("helper.pid"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(Path::new(&format!("/proc/{helper}")).exists());
+    let out = weft(d)
+        .args(["sessions", "cancel", "s-group", "--db", "w.db"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let run = child.wait_with_output().unwrap();
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run.stderr));
+    let began = Instant::now();
+    while Path::new(&format!("/proc/{helper}")).exists() {
+        // A killed process lingers as a zombie until its parent (here init) reaps it.
+        let state = std::fs::read_to_string(format!("/proc/{helper}/stat")).unwrap_or_default();
+        if state.contains(") Z") {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "the tool's helper {helper} outlived the cancelled call"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
