@@ -93,3 +93,81 @@ tools:
     );
     assert!(err.contains("unknown_outcome"), "{err}");
 }
+
+/// Ctrl-C typed on a terminal: `weft run` under a pseudo-terminal (util-linux `script`) gets the
+/// ^C character, which the terminal turns into SIGINT for weft (a command tool runs in its own
+/// process group, so the tool does not get it from the terminal). The run names its session when
+/// it starts, stops with the resume hint, and `weft resume` finishes it.
+#[test]
+fn ctrl_c_typed_on_a_terminal_leaves_a_session_that_resume_finishes() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::write(
+        d.join("agent.yaml"),
+        r#"name: slow
+mode: react
+model: scripted:script.yaml
+tools:
+  - name: wait
+    description: Waits a long time (idempotent).
+    idempotent: true
+    command: ["sh", "-c", "cat > /dev/null; touch started; sleep 30; echo '{}'"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("script.yaml"),
+        "- tool_calls: [ { name: wait, arguments: {} } ]\n- text: \"Waited.\"\n",
+    )
+    .unwrap();
+    let inner = format!(
+        "stty cols 100 rows 30; exec '{}' run agent.yaml wait --db w.db 2>&1",
+        env!("CARGO_BIN_EXE_weft")
+    );
+    let mut child = Command::new("script")
+        .args(["-q", "-e", "-c", &inner, "/dev/null"])
+        .current_dir(d)
+        .env_remove("WEFT_DB")
+        .env("TERM", "xterm-256color")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("util-linux `script` is needed for this test: {e}"));
+    wait_for(&d.join("started"));
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"\x03").unwrap();
+    stdin.flush().unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    let shown = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(130), "{shown}");
+    let line = shown
+        .lines()
+        .find(|l| l.contains("interrupted: session "))
+        .unwrap_or_else(|| panic!("no interruption line:\n{shown}"));
+    let id = line[line.find("interrupted: session ").unwrap() + "interrupted: session ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    // The session was named when the run started, before the interruption.
+    assert!(
+        shown.find(&id).unwrap() < shown.find("interrupted: session ").unwrap(),
+        "{shown}"
+    );
+    std::fs::write(
+        d.join("agent.yaml"),
+        std::fs::read_to_string(d.join("agent.yaml"))
+            .unwrap()
+            .replace("sleep 30", "true"),
+    )
+    .unwrap();
+    let out = weft(d)
+        .args(["resume", &id, "--db", "w.db"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "Waited.");
+}
