@@ -9,6 +9,7 @@ mod ownership;
 mod plan_cmd;
 mod run_cmd;
 mod schema_cmd;
+mod serve;
 mod sessions_cmd;
 mod store;
 mod submit_cmd;
@@ -61,6 +62,9 @@ enum Command {
     /// Run an agent once per record of a JSON-lines file, N at a time; a re-run continues the
     /// batch and runs no finished record again. Exit 0 all done, 1 some failed, 130 interrupted.
     Batch(batch::BatchArgs),
+    /// Serve the agents over HTTP with LangGraph Server's API (assistants, threads, runs,
+    /// streaming), for the langgraph-sdk clients; API keys required.
+    Serve(serve::ServeArgs),
     /// List, inspect, follow, fork and prune sessions.
     #[command(subcommand)]
     Sessions(sessions_cmd::SessionsCommand),
@@ -132,7 +136,7 @@ fn main() -> ExitCode {
         }
     };
     // A worker drains on a signal itself; every other command stops where it is.
-    let own_signals = matches!(cli.command, Command::Worker(_));
+    let own_signals = matches!(cli.command, Command::Worker(_) | Command::Serve(_));
     // Commands that drive sessions stop them at a safe point on a signal; the rest stop at once.
     let graceful = matches!(
         cli.command,
@@ -197,6 +201,7 @@ fn main() -> ExitCode {
             Command::Submit(_) => Ok(0),
             Command::Worker(a) => worker::run(store, a).await,
             Command::Batch(a) => batch::run(store, a).await,
+            Command::Serve(a) => serve::run(store, a).await,
             Command::Sessions(c) => sessions_cmd::run(store, c).await,
             Command::Tools(c) => tools_cmd::run(c).await,
             Command::Check(a) => check::run(a).await,

@@ -86,7 +86,7 @@ pub struct ResumeArgs {
 }
 
 /// A time as RFC 3339 in UTC (`2026-11-23T22:05:40Z`), in tables and JSON alike.
-fn fmt_time(ms: i64) -> String {
+pub fn fmt_time(ms: i64) -> String {
     let secs = ms / 1000;
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);

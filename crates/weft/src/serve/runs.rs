@@ -1,0 +1,575 @@
+//! Runs: one turn of a thread's session (a new task, an answer to a wait, or the continuation of
+//! a session whose process stopped), driven in this process under the session's lease, as `weft
+//! run` drives it. A run's record lives in memory; its events live in the session's log, which is
+//! what `wait`, `join` and the streams read, so a client sees the same thing whichever it uses.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use weft_core::SessionStatus;
+use weft_runtime::{Agent, Runtime, SessionInfo};
+use weft_store::{SessionRecord, Store};
+
+use super::auth::User;
+use super::{ApiError, Shared, stream, threads};
+use crate::drive::AgentFile;
+use crate::sessions_cmd::fmt_time;
+
+/// A run's status, as LangGraph names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunStatus {
+    Pending,
+    Running,
+    Success,
+    Error,
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Success => "success",
+            Self::Error => "error",
+            Self::Interrupted => "interrupted",
+        }
+    }
+    pub fn is_final(self) -> bool {
+        !matches!(self, Self::Pending | Self::Running)
+    }
+}
+
+/// A run: who started it, on which thread, from which event on, and how it stands.
+pub struct Run {
+    pub run_id: String,
+    pub thread_id: String,
+    pub assistant_id: String,
+    pub user: String,
+    pub created_at: i64,
+    /// The session's last event before the run: the run's events come after it.
+    pub start_seq: u64,
+    pub metadata: Value,
+    pub multitask_strategy: String,
+    /// The status, and the session's last event when the run ended.
+    pub status: tokio::sync::watch::Sender<(RunStatus, u64)>,
+}
+
+impl Run {
+    pub fn json(&self) -> Value {
+        let (status, _) = *self.status.borrow();
+        json!({
+            "run_id": self.run_id,
+            "thread_id": self.thread_id,
+            "assistant_id": self.assistant_id,
+            "created_at": fmt_time(self.created_at),
+            "updated_at": fmt_time(weft_runtime::now_ms()),
+            "status": status.as_str(),
+            "metadata": self.metadata,
+            "multitask_strategy": self.multitask_strategy,
+            "kwargs": {},
+        })
+    }
+
+    /// Waits until the run has ended; its final status and last event.
+    pub async fn finished(&self) -> (RunStatus, u64) {
+        let mut rx = self.status.subscribe();
+        match rx.wait_for(|(s, _)| s.is_final()).await {
+            Ok(v) => *v,
+            Err(_) => *self.status.borrow(),
+        }
+    }
+}
+
+/// The runs of this process, and which thread each drives.
+#[derive(Default)]
+pub struct Runs {
+    runs: Mutex<HashMap<String, Arc<Run>>>,
+    /// Thread → the run driving it.
+    active: Mutex<HashMap<String, String>>,
+    /// Thread → woken after every event stored for it, and when its run ends.
+    wakers: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
+    tasks: tokio::sync::Mutex<tokio::task::JoinSet<()>>,
+}
+
+impl Runs {
+    pub fn active_on(&self, thread: &str) -> bool {
+        self.active
+            .lock()
+            .map(|a| a.contains_key(thread))
+            .unwrap_or(false)
+    }
+
+    fn active_for(&self, user: &str) -> usize {
+        let runs = self.runs.lock();
+        let active = self.active.lock();
+        match (runs, active) {
+            (Ok(r), Ok(a)) => a
+                .values()
+                .filter(|id| r.get(*id).is_some_and(|run| run.user == user))
+                .count(),
+            _ => 0,
+        }
+    }
+
+    pub fn get(&self, thread: &str, run: &str) -> Option<Arc<Run>> {
+        self.runs
+            .lock()
+            .ok()?
+            .get(run)
+            .filter(|r| r.thread_id == thread)
+            .cloned()
+    }
+
+    pub fn waker(&self, thread: &str) -> Arc<tokio::sync::Notify> {
+        match self.wakers.lock() {
+            Ok(mut w) => w.entry(thread.to_owned()).or_default().clone(),
+            Err(_) => Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// Waits for the runs still going, at most `grace` plus a little (they stop at their next
+    /// safe point once `interrupt::begin` was called).
+    pub async fn wait_all(&self, grace: Duration) {
+        let mut tasks = self.tasks.lock().await;
+        let _ = tokio::time::timeout(grace + Duration::from_secs(2), async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        tasks.abort_all();
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RunBody {
+    pub assistant_id: String,
+    #[serde(default)]
+    pub input: Option<Value>,
+    #[serde(default)]
+    pub command: Option<Value>,
+    #[serde(default)]
+    pub stream_mode: Option<Value>,
+    #[serde(default)]
+    pub metadata: Option<Value>,
+    #[serde(default)]
+    pub multitask_strategy: Option<String>,
+}
+
+/// What a run does to its thread.
+enum Work {
+    /// A new session: its first task.
+    Start(String),
+    /// A new task for a session that ended.
+    Turn(String),
+    /// The answer to the session's wait.
+    Answer(String),
+}
+
+/// The task in a run's input: the last message's content (`{"messages": [...]}`, as LangGraph
+/// clients send it), or `{"task": "..."}`. The input's other keys are the run's input.
+fn task_and_input(input: Option<&Value>) -> Result<(Option<String>, Value), ApiError> {
+    let Some(input) = input.filter(|v| !v.is_null()) else {
+        return Ok((None, json!({})));
+    };
+    let Value::Object(m) = input else {
+        return Err(ApiError::bad(
+            "input must be a JSON object, e.g. {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}",
+        ));
+    };
+    let mut rest = m.clone();
+    let task = match (rest.remove("messages"), rest.remove("task")) {
+        (Some(Value::Array(msgs)), _) => msgs.last().map(message_text).transpose()?,
+        (Some(_), _) => return Err(ApiError::bad("input.messages must be a list of messages")),
+        (None, Some(Value::String(t))) => Some(t),
+        (None, Some(_)) => return Err(ApiError::bad("input.task must be a string")),
+        (None, None) => None,
+    };
+    Ok((task.filter(|t| !t.trim().is_empty()), Value::Object(rest)))
+}
+
+/// A message's text: a string, `{"content": ...}` with a string or a list of text parts.
+fn message_text(m: &Value) -> Result<String, ApiError> {
+    let content = match m {
+        Value::String(s) => return Ok(s.clone()),
+        Value::Object(o) => o.get("content").cloned().unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
+    match content {
+        Value::String(s) => Ok(s),
+        Value::Array(parts) => Ok(parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n")),
+        _ => Err(ApiError::bad(
+            "a message needs a `content` string (or a list of text parts)",
+        )),
+    }
+}
+
+/// Checks the request, takes the thread's lease and starts the run in the background.
+async fn start(app: &Shared, user: &User, tid: &str, body: RunBody) -> Result<Arc<Run>, ApiError> {
+    let agent = app
+        .agents
+        .get(&body.assistant_id)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found("assistant"))?;
+    let (rec, st) = threads::load(app, user, tid).await?;
+    if st.seq > 0 && st.agent != agent.spec.name {
+        return Err(ApiError::bad(format!(
+            "thread {tid} belongs to assistant `{}`, not `{}`",
+            st.agent, agent.spec.name
+        )));
+    }
+    if app.runs.active_for(&user.0) >= app.max_runs_per_user {
+        return Err(ApiError(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "this user has {} runs going already; wait for one to end",
+                app.max_runs_per_user
+            ),
+        ));
+    }
+    let (task, input) = task_and_input(body.input.as_ref())?;
+    let resume = body
+        .command
+        .as_ref()
+        .and_then(|c| c.get("resume"))
+        .map(|r| match r {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+    let strategy = body
+        .multitask_strategy
+        .clone()
+        .unwrap_or_else(|| "reject".into());
+    let busy = app.runs.active_on(tid) || (st.seq > 0 && st.status == SessionStatus::Running);
+    // Only a run of this process can be waited for; a thread another process drives is busy.
+    if busy && (strategy != "enqueue" || !app.runs.active_on(tid)) {
+        return Err(ApiError(
+            StatusCode::CONFLICT,
+            format!("thread {tid} is busy with a run (multitask_strategy `{strategy}`)"),
+        ));
+    }
+    let work = if st.seq == 0 {
+        Work::Start(task.ok_or_else(|| {
+            ApiError::bad("the run needs a task: input {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}")
+        })?)
+    } else if st.status == SessionStatus::WaitingForUser || resume.is_some() {
+        if st.status != SessionStatus::WaitingForUser {
+            return Err(ApiError::bad(format!(
+                "thread {tid} is not waiting for an answer; send a new message instead of command.resume"
+            )));
+        }
+        Work::Answer(resume.or(task).ok_or_else(|| {
+            ApiError::bad("the thread waits for an answer: send command {\"resume\": \"...\"}")
+        })?)
+    } else {
+        Work::Turn(task.ok_or_else(|| {
+            ApiError::bad("the run needs a task: input {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}")
+        })?)
+    };
+    let run = Arc::new(Run {
+        run_id: uuid::Uuid::now_v7().to_string(),
+        thread_id: tid.to_owned(),
+        assistant_id: agent.spec.name.clone(),
+        user: user.0.clone(),
+        created_at: weft_runtime::now_ms(),
+        start_seq: st.seq,
+        metadata: body.metadata.clone().unwrap_or_else(|| json!({})),
+        multitask_strategy: strategy,
+        status: tokio::sync::watch::channel((RunStatus::Pending, st.seq)).0,
+    });
+    if let Ok(mut runs) = app.runs.runs.lock() {
+        runs.insert(run.run_id.clone(), run.clone());
+    }
+    // Taken before answering, so that a thread another process drives is refused at once.
+    let queued = app.runs.active_on(tid);
+    let held = if queued {
+        None
+    } else {
+        Some(take(app, &run).await?)
+    };
+    let task = execute(app.clone(), run.clone(), held, work, agent, rec, input);
+    app.runs.tasks.lock().await.spawn(task);
+    Ok(run)
+}
+
+async fn take(
+    app: &Shared,
+    run: &Arc<Run>,
+) -> Result<crate::ownership::Held<crate::store::CliStore>, ApiError> {
+    let held = crate::ownership::take(app.store.clone(), &run.thread_id, false)
+        .await
+        .map_err(|e| ApiError(StatusCode::CONFLICT, crate::message(&e)))?;
+    if let Ok(mut a) = app.runs.active.lock() {
+        a.insert(run.thread_id.clone(), run.run_id.clone());
+    }
+    Ok(held)
+}
+
+/// Drives the run and records how it ended.
+async fn execute(
+    app: Shared,
+    run: Arc<Run>,
+    held: Option<crate::ownership::Held<crate::store::CliStore>>,
+    work: Work,
+    agent: Arc<AgentFile>,
+    rec: SessionRecord,
+    input: Value,
+) {
+    let waker = app.runs.waker(&run.thread_id);
+    let held = match held {
+        Some(h) => Ok(h),
+        // Enqueued: wait for the run before it to end.
+        None => loop {
+            if !app.runs.active_on(&run.thread_id) {
+                break take(&app, &run).await;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(200), waker.notified()).await;
+        },
+    };
+    let outcome = match held {
+        Ok(held) => {
+            run.status.send_replace((RunStatus::Running, run.start_seq));
+            let out = drive(&app, &run, &held, work, &agent, &rec, input).await;
+            held.release().await;
+            out
+        }
+        Err(e) => Err(anyhow::anyhow!(e.1)),
+    };
+    let last = app
+        .store
+        .get(&run.thread_id)
+        .await
+        .map(|r| r.last_seq)
+        .unwrap_or(run.start_seq);
+    let status = match outcome {
+        Ok(SessionStatus::Completed) => RunStatus::Success,
+        Ok(SessionStatus::WaitingForUser) => RunStatus::Interrupted,
+        Ok(SessionStatus::Failed) => RunStatus::Error,
+        // Stopped at a safe point (the server stops): another process continues it.
+        Ok(SessionStatus::Running) => RunStatus::Interrupted,
+        Err(e) => {
+            tracing::warn!(run = %run.run_id, "run failed: {}", crate::message(&e));
+            RunStatus::Error
+        }
+    };
+    if let Ok(mut a) = app.runs.active.lock()
+        && a.get(&run.thread_id) == Some(&run.run_id)
+    {
+        a.remove(&run.thread_id);
+    }
+    run.status.send_replace((status, last));
+    waker.notify_waiters();
+}
+
+async fn drive(
+    app: &Shared,
+    run: &Run,
+    held: &crate::ownership::Held<crate::store::CliStore>,
+    work: Work,
+    agent: &AgentFile,
+    rec: &SessionRecord,
+    input: Value,
+) -> anyhow::Result<SessionStatus> {
+    let mut metadata = rec.metadata.clone();
+    if let Value::Object(m) = &mut metadata {
+        m.insert(
+            "weft_agent_file".into(),
+            json!(crate::load::absolute(&agent.path)),
+        );
+    }
+    let mut rt = Runtime::new(
+        app.store.clone(),
+        agent.tools.clone(),
+        agent.spec.limits.clone(),
+    );
+    rt.redact = agent.redact.clone();
+    let waker = app.runs.waker(&run.thread_id);
+    rt = rt.observe(Arc::new(move |_e: &weft_core::Envelope| {
+        waker.notify_waiters()
+    }));
+    held.bind(&mut rt);
+    let built = Agent::new(
+        &agent.spec,
+        agent.tools.clone(),
+        agent.model.clone(),
+        &metadata,
+        &input,
+    )?;
+    let tid = run.thread_id.clone();
+    let go = async {
+        let session = match work {
+            Work::Start(task) => {
+                let info = SessionInfo {
+                    id: Some(tid.clone()),
+                    user_id: Some(run.user.clone()),
+                    metadata: metadata.clone(),
+                    ..SessionInfo::default()
+                };
+                rt.run_agent(&built, info, &task, input.clone()).await?
+            }
+            Work::Turn(task) => {
+                let mut s = rt.load_session(&tid).await?;
+                rt.run_task(&built, &mut s, &task, input.clone()).await?;
+                s
+            }
+            Work::Answer(text) => {
+                let mut s = rt.load_session(&tid).await?;
+                rt.reply(&built, &mut s, &text).await?;
+                s
+            }
+        };
+        Ok::<_, anyhow::Error>(session.state.status)
+    };
+    match held.until_asked(go).await {
+        Ok(r) => r,
+        Err(asked) => {
+            crate::ownership::stopped(&rt, &tid, asked).await?;
+            Ok(app.store.get(&tid).await?.status)
+        }
+    }
+}
+
+pub async fn create_background(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(tid): Path<String>,
+    Json(body): Json<RunBody>,
+) -> Result<Json<Value>, ApiError> {
+    let run = start(&app, &user, &tid, body).await?;
+    Ok(Json(run.json()))
+}
+
+/// The thread's values once the run has ended (with `__interrupt__` when it waits).
+async fn final_values(app: &Shared, user: &User, run: &Run) -> Result<Json<Value>, ApiError> {
+    run.finished().await;
+    let (_, st) = threads::load(app, user, &run.thread_id).await?;
+    let mut v = threads::values(&st);
+    if st.status == SessionStatus::Failed {
+        v["__error__"] = json!({"error": "RunError", "message": st.error});
+    }
+    Ok(Json(v))
+}
+
+pub async fn create_wait(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(tid): Path<String>,
+    Json(body): Json<RunBody>,
+) -> Result<Json<Value>, ApiError> {
+    let run = start(&app, &user, &tid, body).await?;
+    final_values(&app, &user, &run).await
+}
+
+pub async fn create_stream(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(tid): Path<String>,
+    Json(body): Json<RunBody>,
+) -> Result<Response, ApiError> {
+    let modes = stream::modes(body.stream_mode.as_ref());
+    let run = start(&app, &user, &tid, body).await?;
+    let location = format!("/threads/{tid}/runs/{}/stream", run.run_id);
+    let after = run.start_seq;
+    let mut resp = stream::sse(app, run, after, modes, true).into_response();
+    if let Ok(v) = location.parse() {
+        resp.headers_mut().insert("location", v);
+    }
+    Ok(resp)
+}
+
+fn found(app: &Shared, user: &User, tid: &str, rid: &str) -> Result<Arc<Run>, ApiError> {
+    app.runs
+        .get(tid, rid)
+        .filter(|r| r.user == user.0)
+        .ok_or_else(|| ApiError::not_found("run"))
+}
+
+pub async fn get(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((tid, rid)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(found(&app, &user, &tid, &rid)?.json()))
+}
+
+pub async fn list(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(tid): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    threads::load(&app, &user, &tid).await?;
+    let mut runs: Vec<Arc<Run>> = app
+        .runs
+        .runs
+        .lock()
+        .map(|r| {
+            r.values()
+                .filter(|r| r.thread_id == tid && r.user == user.0)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    runs.sort_by_key(|r| std::cmp::Reverse(r.created_at));
+    Ok(Json(Value::Array(runs.iter().map(|r| r.json()).collect())))
+}
+
+pub async fn join(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((tid, rid)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let run = found(&app, &user, &tid, &rid)?;
+    final_values(&app, &user, &run).await
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct JoinQuery {
+    #[serde(default)]
+    stream_mode: Option<String>,
+}
+
+/// The run's events after `Last-Event-ID` (all of them without it), then live until it ends.
+pub async fn join_stream(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((tid, rid)): Path<(String, String)>,
+    Query(q): Query<JoinQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let run = found(&app, &user, &tid, &rid)?;
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(run.start_seq, |seq| seq.max(run.start_seq));
+    let modes = stream::modes(q.stream_mode.map(Value::String).as_ref());
+    Ok(stream::sse(app, run, after, modes, false).into_response())
+}
+
+/// Cancels a run: its calls in flight are stopped and recorded as cancelled, and the session
+/// ends as failed (a new run gives the thread a new task).
+pub async fn cancel(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((tid, rid)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let run = found(&app, &user, &tid, &rid)?;
+    if run.status.borrow().0.is_final() {
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    app.store
+        .request(&tid, "cancel", weft_runtime::now_ms())
+        .await?;
+    let _ = tokio::time::timeout(Duration::from_secs(30), run.finished()).await;
+    Ok(StatusCode::NO_CONTENT)
+}

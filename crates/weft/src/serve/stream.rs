@@ -1,0 +1,227 @@
+//! A run's events as server-sent events, in the stream modes LangGraph clients ask for:
+//! - `values`: the thread's values after each step that changes them;
+//! - `updates`: what each step added (`{"agent": ...}`, `{"tools": ...}`, `{"__interrupt__": ...}`);
+//! - `messages` / `messages-tuple`: the agent's answer as a message and its metadata;
+//! - `custom`: weft's own typed events, as stored.
+//!
+//! Every event from the session's log carries the log's sequence number as its SSE id, so a
+//! client that reconnects with `Last-Event-ID` gets exactly the events after it. The stream
+//! begins with `metadata` (the run's id) and ends with `end` (or `error` when the run failed).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::Sse as SseResponse;
+use axum::response::sse::{Event as Sse, KeepAlive};
+use futures::Stream;
+use serde_json::{Value, json};
+use weft_core::{Envelope, Event, State};
+use weft_store::Store;
+
+use super::Shared;
+use super::runs::{Run, RunStatus};
+use super::threads;
+
+/// The modes a request asks for (default `values`).
+pub fn modes(v: Option<&Value>) -> Vec<String> {
+    let mut out: Vec<String> = match v {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+        _ => Vec::new(),
+    };
+    if out.is_empty() {
+        out.push("values".into());
+    }
+    out
+}
+
+fn part(event: &str, data: &Value, id: Option<u64>) -> Sse {
+    let e = Sse::default().event(event).data(data.to_string());
+    match id {
+        Some(seq) => e.id(seq.to_string()),
+        None => e,
+    }
+}
+
+/// The SSE parts one stored event makes, after it was applied to `st`.
+fn parts(modes: &[String], env: &Envelope, st: &State, out: &mut std::collections::VecDeque<Sse>) {
+    let id = Some(env.seq);
+    let changes_values = matches!(
+        env.event,
+        Event::TurnStarted { .. }
+            | Event::UserReplied { .. }
+            | Event::StepCompleted { .. }
+            | Event::ToolCallFinished { .. }
+            | Event::WaitingForUser { .. }
+            | Event::RunFinished { .. }
+    );
+    let update = match &env.event {
+        Event::ToolCallFinished {
+            call_id, outcome, ..
+        } => Some(json!({"tools": {"call_id": call_id, "outcome": outcome}})),
+        Event::StepCompleted { step, output, .. } => {
+            Some(json!({ step.clone(): {"output": output} }))
+        }
+        Event::WaitingForUser { request } => {
+            Some(json!({"__interrupt__": [threads::interrupt(st, request)]}))
+        }
+        Event::RunFinished { answer, error, .. } => Some(json!({"agent": {
+            "answer": answer, "error": error,
+            "messages": answer.iter().map(|a| json!({"type": "ai", "content": a})).collect::<Vec<_>>(),
+        }})),
+        _ => None,
+    };
+    for mode in modes {
+        match mode.as_str() {
+            "values" if changes_values => out.push_back(part("values", &threads::values(st), id)),
+            "updates" => {
+                if let Some(u) = &update {
+                    out.push_back(part("updates", u, id));
+                }
+            }
+            "messages" | "messages-tuple" => {
+                if let Event::RunFinished {
+                    answer: Some(a), ..
+                } = &env.event
+                {
+                    let msg = json!([
+                        {"type": "AIMessageChunk", "content": a, "id": format!("{}-answer-{}", st.session_id, st.memory.len())},
+                        {"langgraph_node": "agent", "run_attempt": 1},
+                    ]);
+                    out.push_back(part("messages", &msg, id));
+                }
+            }
+            "custom" | "events" | "debug" => {
+                if let Ok(v) = serde_json::to_value(env) {
+                    out.push_back(part("custom", &v, id));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The run's stream: events after `after`, live until the run has ended. `metadata` first when
+/// `announce` (a new run's stream; a reconnection goes on where it stopped).
+pub fn sse(
+    app: Shared,
+    run: Arc<Run>,
+    after: u64,
+    modes: Vec<String>,
+    announce: bool,
+) -> SseResponse<impl Stream<Item = Result<Sse, Infallible>>> {
+    struct Cursor {
+        app: Shared,
+        run: Arc<Run>,
+        modes: Vec<String>,
+        state: Option<State>,
+        seq: u64,
+        queue: std::collections::VecDeque<Sse>,
+        done: bool,
+    }
+    let mut first = std::collections::VecDeque::new();
+    if announce {
+        first.push_back(part(
+            "metadata",
+            &json!({"run_id": run.run_id, "attempt": 1}),
+            None,
+        ));
+    }
+    let cursor = Cursor {
+        app,
+        run,
+        modes,
+        state: None,
+        seq: after,
+        queue: first,
+        done: false,
+    };
+    let stream = futures::stream::unfold(cursor, |mut c| async move {
+        loop {
+            if let Some(e) = c.queue.pop_front() {
+                return Some((Ok(e), c));
+            }
+            if c.done {
+                return None;
+            }
+            let waker = c.app.runs.waker(&c.run.thread_id);
+            // Registered before looking, so that an event stored meanwhile wakes the wait.
+            let notified = waker.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (status, end) = *c.run.status.borrow();
+            // The state before the first event to send, folded once.
+            if c.state.is_none() {
+                match c.app.store.load(&c.run.thread_id).await {
+                    Ok((_, log)) => {
+                        let mut st = State::new();
+                        for e in log.iter().take_while(|e| e.seq <= c.seq) {
+                            st.apply(&e.event);
+                        }
+                        c.state = Some(st);
+                    }
+                    Err(e) => {
+                        c.queue.push_back(part(
+                            "error",
+                            &json!({"error": "StoreError", "message": e.to_string()}),
+                            None,
+                        ));
+                        c.done = true;
+                        continue;
+                    }
+                }
+            }
+            match c.app.store.events_after(&c.run.thread_id, c.seq).await {
+                Ok(events) if !events.is_empty() => {
+                    if let Some(st) = c.state.as_mut() {
+                        for env in &events {
+                            st.apply(&env.event);
+                            parts(&c.modes, env, st, &mut c.queue);
+                            c.seq = env.seq;
+                        }
+                    }
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    c.queue.push_back(part(
+                        "error",
+                        &json!({"error": "StoreError", "message": e.to_string()}),
+                        None,
+                    ));
+                    c.done = true;
+                    continue;
+                }
+            }
+            if status.is_final() && c.seq >= end {
+                if status == RunStatus::Error {
+                    let message = c
+                        .state
+                        .as_ref()
+                        .and_then(|s| s.error.clone())
+                        .unwrap_or_else(|| "the run failed".into());
+                    c.queue.push_back(part(
+                        "error",
+                        &json!({"error": "RunError", "message": message}),
+                        None,
+                    ));
+                } else {
+                    c.queue.push_back(part(
+                        "end",
+                        &json!({"run_id": c.run.run_id, "status": status.as_str()}),
+                        None,
+                    ));
+                }
+                c.done = true;
+                continue;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(250), notified).await;
+        }
+    });
+    SseResponse::new(stream).keep_alive(KeepAlive::default())
+}

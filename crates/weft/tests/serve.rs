@@ -1,0 +1,153 @@
+//! `weft serve` driven by the official `langgraph-sdk` Python client (pinned in
+//! `scripts/setup-clients`), as an application would: the client script
+//! `tests/serve/langgraph_client.py` asserts what it gets back; this test starts the server,
+//! writes the agents, runs the script and checks what only the server side can see.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ALICE: &str = "alice-key-0123456789abcdef";
+const BOB: &str = "bob-key-0123456789abcdef00";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The agents the client script expects.
+fn agents(d: &Path) {
+    std::fs::write(
+        d.join("echoer.yaml"),
+        r#"name: echoer
+mode: react
+model: scripted:echoer.script.yaml
+tools:
+  - name: shout
+    description: Shouts (logs the call).
+    command: ["sh", "-c", "cat > /dev/null; echo shout >> tool.log; sleep 0.2; echo '{\"shouted\": \"LOUD\"}'"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("echoer.script.yaml"),
+        "- tool_calls: [ { name: shout, arguments: {} } ]\n- text: \"Shouted: LOUD\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("stuck.yaml"),
+        r#"name: stuck
+mode: react
+model: scripted:stuck.script.yaml
+tools:
+  - name: hang
+    description: Never ends.
+    command: ["sh", "-c", "cat > /dev/null; touch stuck.started; sleep 60; echo '{}'"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("stuck.script.yaml"),
+        "- tool_calls: [ { name: hang, arguments: {} } ]\n- text: never\n",
+    )
+    .unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let ask = std::fs::read_to_string(fixtures.join("ask-amount.yaml"))
+        .unwrap()
+        .replace("name: ask-amount", "name: ask");
+    std::fs::write(d.join("ask.yaml"), ask).unwrap();
+    for f in ["ask-amount.script.yaml", "log_tool.py"] {
+        std::fs::copy(fixtures.join(f), d.join(f)).unwrap();
+    }
+    std::fs::write(d.join("keys.txt"), format!("{ALICE} alice\n{BOB} bob\n")).unwrap();
+}
+
+/// Starts `weft serve` and waits until `/health` answers.
+fn serve(d: &Path, port: u16, db: &str) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["--db", db, "serve", "--agents", ".", "--keys", "keys.txt"])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .current_dir(d)
+        .env_remove("WEFT_DB")
+        .env_remove("WEFT_API_KEYS")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.join("serve.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let began = Instant::now();
+    loop {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut r = String::new();
+            let _ = s.read_to_string(&mut r);
+            if r.starts_with("HTTP/1.1 200") {
+                return child;
+            }
+        }
+        if began.elapsed() > Duration::from_secs(30) || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "weft serve did not come up: {}",
+                std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn needs_sdk_the_langgraph_client_drives_weft_serve() {
+    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agents(d);
+    let port = free_port();
+    let mut server = serve(d, port, "serve.db");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/langgraph_client.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .args([&format!("http://127.0.0.1:{port}"), ALICE, BOB])
+        .arg(d)
+        .output()
+        .unwrap();
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let _ = server.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the client script failed:\n{stdout}\n{stderr}\nserver log:\n{}",
+        std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+    );
+    for check in [
+        "assistants",
+        "runs.wait",
+        "runs.stream in each mode",
+        "interrupt answered with Command(resume)",
+        "join with Last-Event-ID after a dropped connection",
+        "cancel",
+        "keys and users",
+    ] {
+        assert!(
+            stdout.contains(&format!("ok: {check}\n")),
+            "{check}: {stdout}"
+        );
+    }
+    // The cancelled call's process is gone with its group.
+    let stuck = Command::new("pgrep")
+        .args(["-f", "touch stuck.started; sleep 60"])
+        .output()
+        .unwrap();
+    assert!(stuck.stdout.is_empty(), "the cancelled tool still runs");
+}

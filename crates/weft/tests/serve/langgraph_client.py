@@ -1,0 +1,179 @@
+"""Drives a running `weft serve` with the official langgraph-sdk client (pinned in
+scripts/setup-clients). Usage: langgraph_client.py URL ALICE_KEY BOB_KEY WORKDIR
+
+Each check prints `ok: NAME`; the first failed assertion ends the script with a traceback (exit 1).
+The agents are the ones `crates/weft/tests/serve.rs` writes into WORKDIR.
+"""
+import asyncio
+import os
+import sys
+import time
+
+import httpx
+from langgraph_sdk import get_client
+from langgraph_sdk.errors import NotFoundError, AuthenticationError, ConflictError
+
+URL, ALICE, BOB, WORK = sys.argv[1:5]
+
+
+def user_msg(text):
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def ok(name):
+    print(f"ok: {name}", flush=True)
+
+
+async def collect(stream):
+    return [(p.event, p.data) async for p in stream]
+
+
+async def main():
+    alice = get_client(url=URL, api_key=ALICE)
+    bob = get_client(url=URL, api_key=BOB)
+
+    # Assistants: one per agent file, found by name.
+    found = await alice.assistants.search()
+    names = sorted(a["assistant_id"] for a in found)
+    assert names == ["ask", "echoer", "stuck"], names
+    assert (await alice.assistants.get("echoer"))["graph_id"] == "echoer"
+    ok("assistants")
+
+    # Wait: the model's tool call ran (the tool's log) and its result went back (the answer).
+    t = await alice.threads.create(metadata={"purpose": "wait"})
+    assert t["status"] == "idle" and t["values"] is None, t
+    out = await alice.runs.wait(t["thread_id"], "echoer", input=user_msg("shout hello"))
+    assert out["answer"] == "Shouted: LOUD", out
+    assert [m["type"] for m in out["messages"]] == ["human", "ai"], out
+    assert "shout" in open(os.path.join(WORK, "tool.log")).read()
+    thread = await alice.threads.get(t["thread_id"])
+    assert thread["status"] == "idle" and thread["metadata"] == {"purpose": "wait"}, thread
+    ok("runs.wait")
+
+    # Stream, every mode at once; ids are the session's sequence numbers, in order.
+    t = await alice.threads.create()
+    parts = await collect(alice.runs.stream(
+        t["thread_id"], "echoer", input=user_msg("shout again"),
+        stream_mode=["values", "updates", "messages-tuple", "custom"]))
+    events = [e for e, _ in parts]
+    assert events[0] == "metadata" and events[-1] == "end", events
+    assert parts[-1][1]["status"] == "success", parts[-1]
+    values = [d for e, d in parts if e == "values"]
+    assert values[-1]["answer"] == "Shouted: LOUD", values[-1]
+    updates = [d for e, d in parts if e == "updates"]
+    assert any("tools" in u and u["tools"]["outcome"]["status"] == "ok" for u in updates), updates
+    msgs = [d for e, d in parts if e == "messages"]
+    assert msgs and msgs[-1][0]["content"] == "Shouted: LOUD", msgs
+    custom = [d["type"] for e, d in parts if e == "custom"]
+    for kind in ["turn_started", "model_replied", "tool_call_started", "tool_call_finished", "run_finished"]:
+        assert kind in custom, (kind, custom)
+    seqs = [d["seq"] for e, d in parts if e == "custom"]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), seqs
+    for mode in ["values", "updates", "messages-tuple", "custom"]:
+        t = await alice.threads.create()
+        parts = await collect(alice.runs.stream(
+            t["thread_id"], "echoer", input=user_msg("shout"), stream_mode=mode))
+        kinds = {e for e, _ in parts} - {"metadata", "end"}
+        want = {"messages-tuple": "messages"}.get(mode, mode)
+        assert kinds == {want}, (mode, kinds)
+    ok("runs.stream in each mode")
+
+    # A wait is an interrupt; Command(resume=...) answers it.
+    t = await alice.threads.create()
+    out = await alice.runs.wait(t["thread_id"], "ask", input=user_msg("refund c1"))
+    intr = out["__interrupt__"][0]["value"]
+    assert intr["question"] == "How much should be refunded?" and intr["missing"] == ["amount"], out
+    thread = await alice.threads.get(t["thread_id"])
+    assert thread["status"] == "interrupted", thread
+    state = await alice.threads.get_state(t["thread_id"])
+    assert state["next"] == ["agent"] and state["tasks"][0]["interrupts"], state
+    out = await alice.runs.wait(t["thread_id"], "ask", command={"resume": "50"})
+    assert out["answer"] == "Refunded 50 to c1.", out
+    assert "__interrupt__" not in out
+    history = await alice.threads.get_history(t["thread_id"])
+    assert len(history) == 2 and history[0]["values"]["answer"] == "Refunded 50 to c1.", history
+    assert history[1]["interrupts"], history[1]
+    ok("interrupt answered with Command(resume)")
+
+    # Join after a dropped connection: read part of a run's stream, drop it, then join with the
+    # last event id seen; together the two reads are the whole stream, nothing lost or repeated.
+    t = await alice.threads.create()
+    run = await alice.runs.create(t["thread_id"], "echoer", input=user_msg("shout slowly"),
+                                  stream_mode="custom")
+    whole = await collect(alice.runs.join_stream(t["thread_id"], run["run_id"], stream_mode="custom"))
+    whole_seqs = [d["seq"] for e, d in whole if e == "custom"]
+    assert len(whole_seqs) >= 5, whole
+    t = await alice.threads.create()
+    run = await alice.runs.create(t["thread_id"], "echoer", input=user_msg("shout slowly"),
+                                  stream_mode="custom")
+    first = []
+    async with httpx.AsyncClient(base_url=URL, headers={"x-api-key": ALICE}, timeout=30) as h:
+        async with h.stream("GET", f"/threads/{t['thread_id']}/runs/{run['run_id']}/stream",
+                            params={"stream_mode": "custom"}) as res:
+            last_id = None
+            async for line in res.aiter_lines():
+                if line.startswith("id: "):
+                    last_id = line[4:]
+                    first.append(int(last_id))
+                if len(first) == 2:
+                    break  # the connection drops here
+    rest = await collect(alice.runs.join_stream(
+        t["thread_id"], run["run_id"], stream_mode="custom", last_event_id=last_id))
+    rest_seqs = [d["seq"] for e, d in rest if e == "custom"]
+    assert rest[-1][0] == "end", rest
+    assert first + rest_seqs == list(range(first[0], first[0] + len(first) + len(rest_seqs))), (first, rest_seqs)
+    assert len(first) + len(rest_seqs) == len(whole_seqs), (first, rest_seqs, whole_seqs)
+    joined = await alice.runs.join(t["thread_id"], run["run_id"])
+    assert joined["answer"] == "Shouted: LOUD", joined
+    got = await alice.runs.get(t["thread_id"], run["run_id"])
+    assert got["status"] == "success", got
+    ok("join with Last-Event-ID after a dropped connection")
+
+    # Cancel: the run stops and ends as an error; a second run on the busy thread is refused.
+    t = await alice.threads.create()
+    run = await alice.runs.create(t["thread_id"], "stuck", input=user_msg("wait forever"))
+    began = time.time()
+    while not os.path.exists(os.path.join(WORK, "stuck.started")):
+        assert time.time() - began < 30, "the stuck tool never started"
+        await asyncio.sleep(0.05)
+    try:
+        await alice.runs.create(t["thread_id"], "stuck", input=user_msg("again"))
+        raise AssertionError("a second run on a busy thread was accepted")
+    except ConflictError:
+        pass
+    await alice.runs.cancel(t["thread_id"], run["run_id"], wait=True)
+    got = await alice.runs.get(t["thread_id"], run["run_id"])
+    assert got["status"] == "error", got
+    thread = await alice.threads.get(t["thread_id"])
+    assert thread["status"] == "error", thread
+    ok("cancel")
+
+    # Keys and users: no key is 401; another user's thread is 404 and not listed.
+    async with httpx.AsyncClient(base_url=URL, timeout=10) as h:
+        r = await h.post("/threads", json={})
+        assert r.status_code == 401 and "API key" in r.json()["detail"], r.text
+        r = await h.get("/health")
+        assert r.status_code == 200, r.text
+    try:
+        await get_client(url=URL, api_key="not-a-key-at-all-000").threads.create()
+        raise AssertionError("a wrong key was accepted")
+    except AuthenticationError:
+        pass
+    try:
+        await bob.threads.get(t["thread_id"])
+        raise AssertionError("bob read alice's thread")
+    except NotFoundError:
+        pass
+    try:
+        await bob.runs.wait(t["thread_id"], "echoer", input=user_msg("hi"))
+        raise AssertionError("bob ran on alice's thread")
+    except (NotFoundError, httpx.HTTPStatusError) as e:
+        # runs.wait reports the status through httpx rather than the SDK's own errors.
+        status = getattr(getattr(e, "response", None), "status_code", 404)
+        assert status == 404, e
+    assert await bob.threads.search() == []
+    assert len(await alice.threads.search(limit=100)) >= 8
+    ok("keys and users")
+
+
+asyncio.run(main())
