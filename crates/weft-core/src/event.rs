@@ -309,6 +309,10 @@ pub enum Event {
     UserReplied { text: String },
     /// Conversation messages carried into this session (a fork or an import).
     MessagesImported { messages: Vec<Message> },
+    /// A client's run (`weft serve`) began here: its events are those after event `after`.
+    /// Changes nothing in the state; it lets any process find the run by its id (after a
+    /// restart, or on another server).
+    RunStarted { run_id: String, after: u64 },
     /// A piece of the answer as the model generates it. Published live, never stored.
     TextDelta { text: String },
     /// A plan was accepted for execution (validated, tool flags filled in).
@@ -439,6 +443,7 @@ impl Event {
             Self::WaitingForUser { .. } => "waiting_for_user",
             Self::UserReplied { .. } => "user_replied",
             Self::MessagesImported { .. } => "messages_imported",
+            Self::RunStarted { .. } => "run_started",
             Self::TextDelta { .. } => "text_delta",
             Self::PlanAccepted { .. } => "plan_accepted",
             Self::WaveStarted { .. } => "wave_started",

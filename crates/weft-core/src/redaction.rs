@@ -50,6 +50,8 @@ impl Event {
                 }
             }
             Self::MessagesImported { messages } => messages.iter_mut().for_each(|m| message(m, f)),
+            // Ids and positions only.
+            Self::RunStarted { .. } => {}
             Self::PlanAccepted { plan } => self::plan(plan, f),
             Self::ToolCallStarted { args, .. } => value(args, f),
             Self::ToolCallFinished { outcome, .. } => match outcome {

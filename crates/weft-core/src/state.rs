@@ -606,6 +606,8 @@ impl State {
             Event::MessagesImported { messages } => {
                 self.history.extend(messages.iter().cloned());
             }
+            // A marker for clients: nothing to decide from.
+            Event::RunStarted { .. } => {}
             Event::TextDelta { .. } => {
                 // Never stored: it does not count as a position in the log.
                 self.seq -= 1;

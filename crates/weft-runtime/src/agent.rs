@@ -364,21 +364,26 @@ impl<S: Store> Runtime<S> {
         task: &str,
         input: Value,
     ) -> Result<Session<'_, S>, RuntimeError> {
-        let mut session = self.queue_agent(agent, info, task, input).await?;
+        let mut session = self
+            .queue_agent(agent, info, task, input, Vec::new())
+            .await?;
         self.drive_agent(agent, &mut session).await?;
         Ok(session)
     }
 
-    /// Creates a session with its first task, in one write, and leaves it for a worker to
-    /// drive (`weft submit`): it is running, and no process holds it until one claims it.
+    /// Creates a session with its first task (and `extra` events after it), in one write, and
+    /// leaves it for a worker to drive (`weft submit`): it is running, and no process holds it
+    /// until one claims it.
     pub async fn queue_agent(
         &self,
         agent: &Agent,
         info: SessionInfo,
         task: &str,
         input: Value,
+        extra: Vec<Event>,
     ) -> Result<Session<'_, S>, RuntimeError> {
-        let first = agent_loop::start_turn(task, input.clone());
+        let mut first = agent_loop::start_turn(task, input.clone());
+        first.extend(extra);
         self.start_session(&agent.name, Some(agent.config.mode), info, input, first)
             .await
     }

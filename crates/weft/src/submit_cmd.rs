@@ -109,7 +109,9 @@ pub async fn run<S: Store>(store: Arc<S>, p: run_cmd::Prepared) -> Result<u8> {
                 metadata,
                 parent_id: None,
             };
-            let session = rt.queue_agent(&agent, info, &args.task, input).await?;
+            let session = rt
+                .queue_agent(&agent, info, &args.task, input, Vec::new())
+                .await?;
             session.id.clone()
         }
     };

@@ -67,6 +67,23 @@ tools:
     for f in ["ask-amount.script.yaml", "log_tool.py"] {
         std::fs::copy(fixtures.join(f), d.join(f)).unwrap();
     }
+    std::fs::write(
+        d.join("slowpoke.yaml"),
+        r#"name: slowpoke
+mode: react
+model: scripted:slowpoke.script.yaml
+tools:
+  - name: step
+    description: One slow step (not idempotent; logs its call).
+    command: ["sh", "-c", "cat > /dev/null; sleep 1; echo \"$WEFT_CALL_ID\" >> slow.log; echo '{\"done\": true}'"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("slowpoke.script.yaml"),
+        "- tool_calls: [ { name: step, arguments: {} } ]\n- tool_calls: [ { name: step, arguments: {} } ]\n- tool_calls: [ { name: step, arguments: {} } ]\n- text: \"All three done.\"\n",
+    )
+    .unwrap();
     std::fs::write(d.join("keys.txt"), format!("{ALICE} alice\n{BOB} bob\n")).unwrap();
 }
 
@@ -150,4 +167,65 @@ fn needs_sdk_the_langgraph_client_drives_weft_serve() {
         .output()
         .unwrap();
     assert!(stuck.stdout.is_empty(), "the cancelled tool still runs");
+}
+
+/// A streaming run outlives its server: the server is stopped (SIGTERM) in the middle of the
+/// run and started again on the same store; the run goes on under the new server (it takes the
+/// thread's released lease), and the SDK's stream reconnects by itself with its last event id,
+/// losing and repeating nothing. Every step ran exactly once.
+#[test]
+fn needs_sdk_a_streaming_run_survives_a_server_restart() {
+    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agents(d);
+    let port = free_port();
+    let mut server = serve(d, port, "serve.db");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/langgraph_client.py");
+    let client = Command::new(&python)
+        .arg(&script)
+        .args([&format!("http://127.0.0.1:{port}"), ALICE, BOB])
+        .arg(d)
+        .arg("restart")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let began = Instant::now();
+    while !d.join("restart.now").exists() {
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "the run never got going"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let stopped = server.wait().unwrap();
+    assert!(stopped.success(), "weft serve exited with {stopped:?}");
+    let first_log = std::fs::read_to_string(d.join("serve.log")).unwrap_or_default();
+    std::fs::write(d.join("restarted"), "").unwrap();
+    let mut server = serve(d, port, "serve.db");
+    let out = client.wait_with_output().unwrap();
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let _ = server.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("ok: a streaming run across a server restart"),
+        "{stdout}\n{}\nfirst server:\n{first_log}\nsecond server:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+    );
+    let calls: Vec<String> = std::fs::read_to_string(d.join("slow.log"))
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let mut unique = calls.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!((calls.len(), unique.len()), (3, 3), "{calls:?}");
 }

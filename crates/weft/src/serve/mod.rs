@@ -109,6 +109,8 @@ pub async fn run(store: Arc<CliStore>, a: ServeArgs) -> Result<u8> {
         max_runs_per_user: a.max_runs_per_user,
     });
     let router = router(app.clone(), keys, a.max_body);
+    // Threads whose server stopped mid-run are continued here.
+    tokio::spawn(runs::adopt_orphans(app.clone()));
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
         .map_err(|e| anyhow!("cannot listen on {}: {e}", a.listen))?;
@@ -123,13 +125,17 @@ pub async fn run(store: Arc<CliStore>, a: ServeArgs) -> Result<u8> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    // On SIGTERM or Ctrl-C: runs stop at their next safe point and let their sessions go (the
+    // next `weft serve` on the store continues them); streams end without `end`, so clients
+    // reconnect with their last event id.
+    let stopping = async {
+        crate::interrupt::signal().await;
+        crate::interrupt::begin();
+    };
     axum::serve(listener, router)
-        .with_graceful_shutdown(crate::interrupt::signal())
+        .with_graceful_shutdown(stopping)
         .await
         .map_err(|e| anyhow!("the server stopped: {e}"))?;
-    // Runs still going stop at their next safe point and let their sessions go; another
-    // `weft serve` (or `weft resume`) continues them.
-    crate::interrupt::begin();
     app.runs.wait_all(crate::interrupt::grace()).await;
     eprintln!("weft serve: stopped");
     Ok(0)

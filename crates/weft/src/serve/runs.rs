@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -116,6 +116,14 @@ impl Runs {
                 .filter(|id| r.get(*id).is_some_and(|run| run.user == user))
                 .count(),
             _ => 0,
+        }
+    }
+
+    /// Keeps `run`, or the one with its id kept already.
+    fn insert(&self, run: Arc<Run>) -> Arc<Run> {
+        match self.runs.lock() {
+            Ok(mut runs) => runs.entry(run.run_id.clone()).or_insert(run).clone(),
+            Err(_) => run,
         }
     }
 
@@ -345,6 +353,12 @@ async fn execute(
         }
         Err(e) => Err(anyhow::anyhow!(e.1)),
     };
+    finish(&app, &run, outcome).await;
+}
+
+/// Records how a run ended and wakes whoever waits for it.
+async fn finish(app: &Shared, run: &Run, outcome: anyhow::Result<SessionStatus>) {
+    let waker = app.runs.waker(&run.thread_id);
     let last = app
         .store
         .get(&run.thread_id)
@@ -406,8 +420,14 @@ async fn drive(
         &input,
     )?;
     let tid = run.thread_id.clone();
+    let marker = weft_core::Event::RunStarted {
+        run_id: run.run_id.clone(),
+        after: run.start_seq,
+    };
     let go = async {
         let session = match work {
+            // The run's marker goes into the same write as its first events: a crash cannot
+            // leave one without the other.
             Work::Start(task) => {
                 let info = SessionInfo {
                     id: Some(tid.clone()),
@@ -415,15 +435,21 @@ async fn drive(
                     metadata: metadata.clone(),
                     ..SessionInfo::default()
                 };
-                rt.run_agent(&built, info, &task, input.clone()).await?
+                let mut s = rt
+                    .queue_agent(&built, info, &task, input.clone(), vec![marker])
+                    .await?;
+                rt.drive_agent(&built, &mut s).await?;
+                s
             }
             Work::Turn(task) => {
                 let mut s = rt.load_session(&tid).await?;
+                s.stage(vec![marker])?;
                 rt.run_task(&built, &mut s, &task, input.clone()).await?;
                 s
             }
             Work::Answer(text) => {
                 let mut s = rt.load_session(&tid).await?;
+                s.stage(vec![marker])?;
                 rt.reply(&built, &mut s, &text).await?;
                 s
             }
@@ -478,7 +504,14 @@ pub async fn create_stream(
 ) -> Result<Response, ApiError> {
     let modes = stream::modes(body.stream_mode.as_ref());
     let run = start(&app, &user, &tid, body).await?;
-    let location = format!("/threads/{tid}/runs/{}/stream", run.run_id);
+    // Where the client reconnects after a dropped connection (the SDK does so by itself), with
+    // the same stream modes.
+    let query: Vec<String> = modes.iter().map(|m| format!("stream_mode={m}")).collect();
+    let location = format!(
+        "/threads/{tid}/runs/{}/stream?{}",
+        run.run_id,
+        query.join("&")
+    );
     let after = run.start_seq;
     let mut resp = stream::sse(app, run, after, modes, true).into_response();
     if let Ok(v) = location.parse() {
@@ -487,11 +520,131 @@ pub async fn create_stream(
     Ok(resp)
 }
 
-fn found(app: &Shared, user: &User, tid: &str, rid: &str) -> Result<Arc<Run>, ApiError> {
-    app.runs
-        .get(tid, rid)
-        .filter(|r| r.user == user.0)
-        .ok_or_else(|| ApiError::not_found("run"))
+/// The run, from memory or, for a run this process does not know (it began before a restart,
+/// or on another server), from its marker in the thread's log.
+async fn found(app: &Shared, user: &User, tid: &str, rid: &str) -> Result<Arc<Run>, ApiError> {
+    if let Some(run) = app.runs.get(tid, rid) {
+        return if run.user == user.0 {
+            Ok(run)
+        } else {
+            Err(ApiError::not_found("run"))
+        };
+    }
+    threads::load(app, user, tid).await?;
+    let (rec, log) = app.store.load(tid).await?;
+    let run = from_log(&rec, &log, Some(rid)).ok_or_else(|| ApiError::not_found("run"))?;
+    Ok(app.runs.insert(Arc::new(run)))
+}
+
+/// Run `rid` (the last run when `None`) as the thread's log tells it: where it began, and how
+/// it stands (it ended when the session stopped running after its marker).
+pub fn from_log(
+    rec: &SessionRecord,
+    log: &[weft_core::Envelope],
+    rid: Option<&str>,
+) -> Option<Run> {
+    let at = log.iter().rposition(|e| {
+        matches!(&e.event, weft_core::Event::RunStarted { run_id, .. } if rid.is_none_or(|r| r == run_id))
+    })?;
+    let weft_core::Event::RunStarted { run_id, after } = &log[at].event else {
+        return None;
+    };
+    let next = log[at + 1..]
+        .iter()
+        .position(|e| matches!(e.event, weft_core::Event::RunStarted { .. }))
+        .map_or(log.len(), |k| at + 1 + k);
+    let st = weft_core::State::fold(log[..next].iter().map(|e| &e.event));
+    let status = match st.status {
+        SessionStatus::Completed => RunStatus::Success,
+        SessionStatus::Failed => RunStatus::Error,
+        SessionStatus::WaitingForUser => RunStatus::Interrupted,
+        SessionStatus::Running => RunStatus::Running,
+    };
+    Some(Run {
+        run_id: run_id.clone(),
+        thread_id: rec.id.clone(),
+        assistant_id: st.agent.clone(),
+        user: rec.user_id.clone().unwrap_or_default(),
+        created_at: log[at].ts,
+        start_seq: *after,
+        metadata: json!({}),
+        multitask_strategy: "reject".into(),
+        status: tokio::sync::watch::channel((status, st.seq)).0,
+    })
+}
+
+/// Drives the sessions of this server's threads that no process drives (their server stopped
+/// or died mid-run): claims them as a worker would, and finishes their runs, which clients find
+/// by id and stream on from their last event id.
+pub async fn adopt_orphans(app: Shared) {
+    let mut agents: Vec<String> = app.agents.keys().cloned().collect();
+    // A thread created empty (`POST /threads`) has no agent name on its record.
+    agents.push(String::new());
+    loop {
+        if crate::interrupt::is_requested() {
+            return;
+        }
+        let now = weft_runtime::now_ms();
+        match app
+            .store
+            .claim(
+                crate::ownership::me(),
+                &agents,
+                now,
+                crate::ownership::ttl_ms(),
+                8,
+            )
+            .await
+        {
+            Ok(leases) => {
+                for lease in leases {
+                    let held = crate::ownership::hold(app.store.clone(), lease);
+                    app.runs.tasks.lock().await.spawn(adopt(app.clone(), held));
+                }
+            }
+            Err(e) => tracing::warn!("cannot claim orphaned threads: {e}"),
+        }
+        app.store.wait_for_work(Duration::from_secs(1)).await;
+    }
+}
+
+async fn adopt(app: Shared, held: crate::ownership::Held<crate::store::CliStore>) {
+    let tid = held.fence().0;
+    let result: anyhow::Result<()> = async {
+        let (rec, log) = app.store.load(&tid).await?;
+        if rec.status != SessionStatus::Running {
+            return Ok(());
+        }
+        let st = weft_core::State::fold(log.iter().map(|e| &e.event));
+        let Some(agent) = app.agents.get(&st.agent).cloned() else {
+            return Ok(());
+        };
+        let run = match from_log(&rec, &log, None) {
+            Some(r) => app.runs.insert(Arc::new(r)),
+            None => return Ok(()),
+        };
+        run.status.send_replace((RunStatus::Running, st.seq));
+        if let Ok(mut a) = app.runs.active.lock() {
+            a.insert(tid.clone(), run.run_id.clone());
+        }
+        let waker = app.runs.waker(&tid);
+        let observer: weft_runtime::Observer =
+            Arc::new(move |_e: &weft_core::Envelope| waker.notify_waiters());
+        tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
+        let outcome = crate::drive::drive(app.store.clone(), &held, &rec, &agent, vec![observer])
+            .await
+            .map(|ended| match ended {
+                crate::drive::Ended::Done(state, _) => state.status,
+                crate::drive::Ended::Stopped(_) => SessionStatus::Running,
+            });
+        finish(&app, &run, outcome).await;
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        tracing::warn!(thread = %tid, "cannot continue the thread: {}", crate::message(&e));
+    }
+    held.release().await;
 }
 
 pub async fn get(
@@ -499,7 +652,7 @@ pub async fn get(
     Extension(user): Extension<User>,
     Path((tid, rid)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(found(&app, &user, &tid, &rid)?.json()))
+    Ok(Json(found(&app, &user, &tid, &rid).await?.json()))
 }
 
 pub async fn list(
@@ -528,14 +681,8 @@ pub async fn join(
     Extension(user): Extension<User>,
     Path((tid, rid)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let run = found(&app, &user, &tid, &rid)?;
+    let run = found(&app, &user, &tid, &rid).await?;
     final_values(&app, &user, &run).await
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub struct JoinQuery {
-    #[serde(default)]
-    stream_mode: Option<String>,
 }
 
 /// The run's events after `Last-Event-ID` (all of them without it), then live until it ends.
@@ -543,16 +690,24 @@ pub async fn join_stream(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path((tid, rid)): Path<(String, String)>,
-    Query(q): Query<JoinQuery>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let run = found(&app, &user, &tid, &rid)?;
+    let run = found(&app, &user, &tid, &rid).await?;
     let after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map_or(run.start_seq, |seq| seq.max(run.start_seq));
-    let modes = stream::modes(q.stream_mode.map(Value::String).as_ref());
+    // `stream_mode` may be repeated (`?stream_mode=values&stream_mode=updates`).
+    let asked: Vec<Value> = query
+        .unwrap_or_default()
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| *k == "stream_mode")
+        .map(|(_, v)| Value::String(v.to_owned()))
+        .collect();
+    let modes = stream::modes(Some(&Value::Array(asked)));
     Ok(stream::sse(app, run, after, modes, false).into_response())
 }
 
@@ -563,7 +718,7 @@ pub async fn cancel(
     Extension(user): Extension<User>,
     Path((tid, rid)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let run = found(&app, &user, &tid, &rid)?;
+    let run = found(&app, &user, &tid, &rid).await?;
     if run.status.borrow().0.is_final() {
         return Ok(StatusCode::NO_CONTENT);
     }

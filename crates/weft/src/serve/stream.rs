@@ -106,6 +106,10 @@ fn parts(modes: &[String], env: &Envelope, st: &State, out: &mut std::collection
     }
 }
 
+fn is_marker(e: &Event, run_id: &str) -> bool {
+    matches!(e, Event::RunStarted { run_id: r, .. } if r == run_id)
+}
+
 /// The run's stream: events after `after`, live until the run has ended. `metadata` first when
 /// `announce` (a new run's stream; a reconnection goes on where it stopped).
 pub fn sse(
@@ -121,6 +125,9 @@ pub fn sse(
         modes: Vec<String>,
         state: Option<State>,
         seq: u64,
+        /// Whether the run's marker (`RunStarted`) has been applied: after it, the run has
+        /// ended once the session stops running.
+        marker_seen: bool,
         queue: std::collections::VecDeque<Sse>,
         done: bool,
     }
@@ -138,9 +145,20 @@ pub fn sse(
         modes,
         state: None,
         seq: after,
+        marker_seen: false,
         queue: first,
         done: false,
     };
+    impl Cursor {
+        /// The run's events are all in the log: after its marker the session stopped running.
+        fn ended_in_log(&self) -> bool {
+            self.marker_seen
+                && self
+                    .state
+                    .as_ref()
+                    .is_some_and(|s| s.status != weft_core::SessionStatus::Running)
+        }
+    }
     let stream = futures::stream::unfold(cursor, |mut c| async move {
         loop {
             if let Some(e) = c.queue.pop_front() {
@@ -162,6 +180,7 @@ pub fn sse(
                         let mut st = State::new();
                         for e in log.iter().take_while(|e| e.seq <= c.seq) {
                             st.apply(&e.event);
+                            c.marker_seen |= is_marker(&e.event, &c.run.run_id);
                         }
                         c.state = Some(st);
                     }
@@ -180,9 +199,17 @@ pub fn sse(
                 Ok(events) if !events.is_empty() => {
                     if let Some(st) = c.state.as_mut() {
                         for env in &events {
+                            if c.marker_seen && st.status != weft_core::SessionStatus::Running {
+                                // The run ended; what follows belongs to a later run.
+                                break;
+                            }
                             st.apply(&env.event);
+                            c.marker_seen |= is_marker(&env.event, &c.run.run_id);
                             parts(&c.modes, env, st, &mut c.queue);
                             c.seq = env.seq;
+                        }
+                        if !c.ended_in_log() {
+                            continue;
                         }
                     }
                     continue;
@@ -198,8 +225,16 @@ pub fn sse(
                     continue;
                 }
             }
-            if status.is_final() && c.seq >= end {
-                if status == RunStatus::Error {
+            if crate::interrupt::is_requested() && !c.ended_in_log() {
+                // The server stops: the client reconnects (to the next server) and goes on.
+                return None;
+            }
+            if c.ended_in_log() || (status.is_final() && c.seq >= end) {
+                let failed = c
+                    .state
+                    .as_ref()
+                    .is_some_and(|s| s.status == weft_core::SessionStatus::Failed);
+                if failed || (!c.ended_in_log() && status == RunStatus::Error) {
                     let message = c
                         .state
                         .as_ref()
@@ -211,6 +246,11 @@ pub fn sse(
                         None,
                     ));
                 } else {
+                    let status = match c.state.as_ref().map(|s| s.status) {
+                        Some(weft_core::SessionStatus::WaitingForUser) => RunStatus::Interrupted,
+                        Some(weft_core::SessionStatus::Completed) => RunStatus::Success,
+                        _ => status,
+                    };
                     c.queue.push_back(part(
                         "end",
                         &json!({"run_id": c.run.run_id, "status": status.as_str()}),

@@ -1,5 +1,9 @@
 """Drives a running `weft serve` with the official langgraph-sdk client (pinned in
-scripts/setup-clients). Usage: langgraph_client.py URL ALICE_KEY BOB_KEY WORKDIR
+scripts/setup-clients). Usage: langgraph_client.py URL ALICE_KEY BOB_KEY WORKDIR [restart]
+
+With `restart`, one streaming run spans a restart of the server: the script writes
+WORKDIR/restart.now after the run's first tool call finished, the test restarts the server, and
+the SDK reconnects by itself with the last event id it saw.
 
 Each check prints `ok: NAME`; the first failed assertion ends the script with a traceback (exit 1).
 The agents are the ones `crates/weft/tests/serve.rs` writes into WORKDIR.
@@ -14,6 +18,7 @@ from langgraph_sdk import get_client
 from langgraph_sdk.errors import NotFoundError, AuthenticationError, ConflictError
 
 URL, ALICE, BOB, WORK = sys.argv[1:5]
+MODE = sys.argv[5] if len(sys.argv) > 5 else "all"
 
 
 def user_msg(text):
@@ -35,7 +40,7 @@ async def main():
     # Assistants: one per agent file, found by name.
     found = await alice.assistants.search()
     names = sorted(a["assistant_id"] for a in found)
-    assert names == ["ask", "echoer", "stuck"], names
+    assert names == ["ask", "echoer", "slowpoke", "stuck"], names
     assert (await alice.assistants.get("echoer"))["graph_id"] == "echoer"
     ok("assistants")
 
@@ -176,4 +181,28 @@ async def main():
     ok("keys and users")
 
 
-asyncio.run(main())
+async def restart():
+    alice = get_client(url=URL, api_key=ALICE)
+    t = await alice.threads.create()
+    seqs, kinds, last, signalled = [], [], None, False
+    async for part in alice.runs.stream(t["thread_id"], "slowpoke", input=user_msg("three slow steps"),
+                                        stream_mode="custom"):
+        if part.event == "custom":
+            seqs.append(part.data["seq"])
+            kinds.append(part.data["type"])
+            if part.data["type"] == "tool_call_finished" and not signalled:
+                open(os.path.join(WORK, "restart.now"), "w").close()
+                signalled = True
+        elif part.event in ("end", "error"):
+            last = part
+    assert last is not None and last.event == "end" and last.data["status"] == "success", last
+    # Nothing lost, nothing repeated: the ids run on without a gap across the restart.
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
+    assert kinds.count("tool_call_finished") == 3 and kinds[-1] == "run_finished", kinds
+    assert os.path.exists(os.path.join(WORK, "restarted")), "the server was not restarted"
+    state = await alice.threads.get_state(t["thread_id"])
+    assert state["values"]["answer"] == "All three done.", state
+    ok("a streaming run across a server restart")
+
+
+asyncio.run(restart() if MODE == "restart" else main())
