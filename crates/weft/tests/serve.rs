@@ -229,3 +229,42 @@ fn needs_sdk_a_streaming_run_survives_a_server_restart() {
     unique.dedup();
     assert_eq!((calls.len(), unique.len()), (3, 3), "{calls:?}");
 }
+
+/// The AG-UI endpoint, driven with the AG-UI protocol's own Python package: every event
+/// validates as an AG-UI `Event`; a tool call, the answer, and a wait resumed.
+#[test]
+fn needs_sdk_the_ag_ui_client_drives_weft_serve() {
+    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agents(d);
+    let port = free_port();
+    let mut server = serve(d, port, "serve.db");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/agui_client.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .args([&format!("http://127.0.0.1:{port}"), ALICE])
+        .output()
+        .unwrap();
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let _ = server.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the AG-UI client failed:\n{stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+    );
+    for check in [
+        "ag-ui: a tool call and the answer",
+        "ag-ui: an interrupt resumed",
+        "ag-ui: a key is needed",
+    ] {
+        assert!(
+            stdout.contains(&format!("ok: {check}\n")),
+            "{check}: {stdout}"
+        );
+    }
+}

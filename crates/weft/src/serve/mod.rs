@@ -9,7 +9,9 @@
 //! - `stream.rs`: a run's events as server-sent events (`values`, `updates`, `messages`,
 //!   `custom`, `end`), each with the session's sequence number as its id, so that a client that
 //!   reconnects with `Last-Event-ID` loses and repeats nothing.
+//! - `agui.rs`: the AG-UI protocol (`POST /ag-ui/{agent}`) over the same runs and streams.
 
+mod agui;
 mod auth;
 mod runs;
 mod stream;
@@ -163,6 +165,7 @@ fn router(app: Shared, keys: auth::Keys, max_body: usize) -> Router {
         .route("/threads/{tid}/runs/{rid}/join", get(runs::join))
         .route("/threads/{tid}/runs/{rid}/stream", get(runs::join_stream))
         .route("/threads/{tid}/runs/{rid}/cancel", post(runs::cancel))
+        .route("/ag-ui/{agent}", post(agui::run))
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(keys),
             auth::require,

@@ -224,6 +224,25 @@ fn message_text(m: &Value) -> Result<String, ApiError> {
 
 /// Checks the request, takes the thread's lease and starts the run in the background.
 async fn start(app: &Shared, user: &User, tid: &str, body: RunBody) -> Result<Arc<Run>, ApiError> {
+    start_with_id(app, user, tid, body, None).await
+}
+
+/// [`start`] with the run's id given by the client (AG-UI's `runId`), which must be new.
+pub async fn start_with_id(
+    app: &Shared,
+    user: &User,
+    tid: &str,
+    body: RunBody,
+    run_id: Option<String>,
+) -> Result<Arc<Run>, ApiError> {
+    if let Some(id) = &run_id
+        && app.runs.runs.lock().is_ok_and(|r| r.contains_key(id))
+    {
+        return Err(ApiError(
+            StatusCode::CONFLICT,
+            format!("run {id} exists already; give each run a new id"),
+        ));
+    }
     let agent = app
         .agents
         .get(&body.assistant_id)
@@ -285,7 +304,7 @@ async fn start(app: &Shared, user: &User, tid: &str, body: RunBody) -> Result<Ar
         })?)
     };
     let run = Arc::new(Run {
-        run_id: uuid::Uuid::now_v7().to_string(),
+        run_id: run_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
         thread_id: tid.to_owned(),
         assistant_id: agent.spec.name.clone(),
         user: user.0.clone(),
@@ -513,7 +532,8 @@ pub async fn create_stream(
         query.join("&")
     );
     let after = run.start_seq;
-    let mut resp = stream::sse(app, run, after, modes, true).into_response();
+    let mut resp =
+        stream::sse(app, run, after, stream::Format::LangGraph(modes), true).into_response();
     if let Ok(v) = location.parse() {
         resp.headers_mut().insert("location", v);
     }
@@ -708,7 +728,7 @@ pub async fn join_stream(
         .map(|(_, v)| Value::String(v.to_owned()))
         .collect();
     let modes = stream::modes(Some(&Value::Array(asked)));
-    Ok(stream::sse(app, run, after, modes, false).into_response())
+    Ok(stream::sse(app, run, after, stream::Format::LangGraph(modes), false).into_response())
 }
 
 /// Cancels a run: its calls in flight are stopped and recorded as cancelled, and the session

@@ -40,7 +40,61 @@ pub fn modes(v: Option<&Value>) -> Vec<String> {
     out
 }
 
-fn part(event: &str, data: &Value, id: Option<u64>) -> Sse {
+/// How a run's events are written: LangGraph's stream modes, or AG-UI events (`agui.rs`).
+pub enum Format {
+    LangGraph(Vec<String>),
+    AgUi { thread_id: String, run_id: String },
+}
+
+impl Format {
+    fn prologue(&self, run: &Run) -> Vec<Sse> {
+        match self {
+            Self::LangGraph(_) => vec![part(
+                "metadata",
+                &json!({"run_id": run.run_id, "attempt": 1}),
+                None,
+            )],
+            Self::AgUi { thread_id, run_id } => vec![super::agui::run_started(thread_id, run_id)],
+        }
+    }
+
+    fn parts(&self, env: &Envelope, st: &State, out: &mut std::collections::VecDeque<Sse>) {
+        match self {
+            Self::LangGraph(modes) => parts(modes, env, st, out),
+            Self::AgUi { .. } => super::agui::parts(env, st, out),
+        }
+    }
+
+    /// The last events: the run ended with `status` (`state`: the session after it), or failed
+    /// with `error`.
+    fn epilogue(
+        &self,
+        run: &Run,
+        state: Option<&State>,
+        status: RunStatus,
+        error: Option<String>,
+    ) -> Vec<Sse> {
+        match self {
+            Self::LangGraph(_) => vec![match error {
+                Some(message) => part(
+                    "error",
+                    &json!({"error": "RunError", "message": message}),
+                    None,
+                ),
+                None => part(
+                    "end",
+                    &json!({"run_id": run.run_id, "status": status.as_str()}),
+                    None,
+                ),
+            }],
+            Self::AgUi { thread_id, run_id } => {
+                super::agui::finished(thread_id, run_id, state, error)
+            }
+        }
+    }
+}
+
+pub(super) fn part(event: &str, data: &Value, id: Option<u64>) -> Sse {
     let e = Sse::default().event(event).data(data.to_string());
     match id {
         Some(seq) => e.id(seq.to_string()),
@@ -110,49 +164,49 @@ fn is_marker(e: &Event, run_id: &str) -> bool {
     matches!(e, Event::RunStarted { run_id: r, .. } if r == run_id)
 }
 
-/// The run's stream: events after `after`, live until the run has ended. `metadata` first when
-/// `announce` (a new run's stream; a reconnection goes on where it stopped).
+/// The run's stream: events after `after`, live until the run has ended. The format's first
+/// events (`metadata`, `RUN_STARTED`) when `announce` (a new run's stream; a reconnection goes
+/// on where it stopped).
 pub fn sse(
     app: Shared,
     run: Arc<Run>,
     after: u64,
-    modes: Vec<String>,
+    format: Format,
     announce: bool,
 ) -> SseResponse<impl Stream<Item = Result<Sse, Infallible>>> {
     struct Cursor {
         app: Shared,
         run: Arc<Run>,
-        modes: Vec<String>,
+        format: Format,
         state: Option<State>,
         seq: u64,
-        /// Whether the run's marker (`RunStarted`) has been applied: after it, the run has
-        /// ended once the session stops running.
+        /// Whether the run's marker (`RunStarted`) has been applied, and whether the session
+        /// has been running since: the run has ended once it then stops running.
         marker_seen: bool,
+        ran: bool,
         queue: std::collections::VecDeque<Sse>,
         done: bool,
     }
     let mut first = std::collections::VecDeque::new();
     if announce {
-        first.push_back(part(
-            "metadata",
-            &json!({"run_id": run.run_id, "attempt": 1}),
-            None,
-        ));
+        first.extend(format.prologue(&run));
     }
     let cursor = Cursor {
         app,
         run,
-        modes,
+        format,
         state: None,
         seq: after,
         marker_seen: false,
+        ran: false,
         queue: first,
         done: false,
     };
     impl Cursor {
-        /// The run's events are all in the log: after its marker the session stopped running.
+        /// The run's events are all in the log: after its marker the session ran, then stopped.
         fn ended_in_log(&self) -> bool {
             self.marker_seen
+                && self.ran
                 && self
                     .state
                     .as_ref()
@@ -181,6 +235,8 @@ pub fn sse(
                         for e in log.iter().take_while(|e| e.seq <= c.seq) {
                             st.apply(&e.event);
                             c.marker_seen |= is_marker(&e.event, &c.run.run_id);
+                            c.ran |=
+                                c.marker_seen && st.status == weft_core::SessionStatus::Running;
                         }
                         c.state = Some(st);
                     }
@@ -199,20 +255,25 @@ pub fn sse(
                 Ok(events) if !events.is_empty() => {
                     if let Some(st) = c.state.as_mut() {
                         for env in &events {
-                            if c.marker_seen && st.status != weft_core::SessionStatus::Running {
+                            if c.marker_seen
+                                && c.ran
+                                && st.status != weft_core::SessionStatus::Running
+                            {
                                 // The run ended; what follows belongs to a later run.
                                 break;
                             }
                             st.apply(&env.event);
                             c.marker_seen |= is_marker(&env.event, &c.run.run_id);
-                            parts(&c.modes, env, st, &mut c.queue);
+                            c.ran |=
+                                c.marker_seen && st.status == weft_core::SessionStatus::Running;
+                            c.format.parts(env, st, &mut c.queue);
                             c.seq = env.seq;
                         }
-                        if !c.ended_in_log() {
-                            continue;
-                        }
                     }
-                    continue;
+                    if !c.ended_in_log() {
+                        continue;
+                    }
+                    // The run ended within this batch: finish below.
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -234,29 +295,20 @@ pub fn sse(
                     .state
                     .as_ref()
                     .is_some_and(|s| s.status == weft_core::SessionStatus::Failed);
-                if failed || (!c.ended_in_log() && status == RunStatus::Error) {
-                    let message = c
-                        .state
-                        .as_ref()
-                        .and_then(|s| s.error.clone())
-                        .unwrap_or_else(|| "the run failed".into());
-                    c.queue.push_back(part(
-                        "error",
-                        &json!({"error": "RunError", "message": message}),
-                        None,
-                    ));
-                } else {
-                    let status = match c.state.as_ref().map(|s| s.status) {
-                        Some(weft_core::SessionStatus::WaitingForUser) => RunStatus::Interrupted,
-                        Some(weft_core::SessionStatus::Completed) => RunStatus::Success,
-                        _ => status,
-                    };
-                    c.queue.push_back(part(
-                        "end",
-                        &json!({"run_id": c.run.run_id, "status": status.as_str()}),
-                        None,
-                    ));
-                }
+                let error =
+                    (failed || (!c.ended_in_log() && status == RunStatus::Error)).then(|| {
+                        c.state
+                            .as_ref()
+                            .and_then(|s| s.error.clone())
+                            .unwrap_or_else(|| "the run failed".into())
+                    });
+                let status = match c.state.as_ref().map(|s| s.status) {
+                    Some(weft_core::SessionStatus::WaitingForUser) => RunStatus::Interrupted,
+                    Some(weft_core::SessionStatus::Completed) => RunStatus::Success,
+                    _ => status,
+                };
+                let last = c.format.epilogue(&c.run, c.state.as_ref(), status, error);
+                c.queue.extend(last);
                 c.done = true;
                 continue;
             }
