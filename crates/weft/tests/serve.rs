@@ -155,6 +155,7 @@ fn needs_sdk_the_langgraph_client_drives_weft_serve() {
         "join with Last-Event-ID after a dropped connection",
         "cancel",
         "keys and users",
+        "metrics",
     ] {
         assert!(
             stdout.contains(&format!("ok: {check}\n")),

@@ -13,6 +13,7 @@
 
 mod agui;
 mod auth;
+mod metrics;
 mod runs;
 mod stream;
 mod threads;
@@ -60,6 +61,7 @@ pub struct App {
     pub agents: HashMap<String, Arc<AgentFile>>,
     pub runs: runs::Runs,
     pub max_runs_per_user: usize,
+    pub metrics: metrics::Metrics,
 }
 
 pub type Shared = Arc<App>;
@@ -109,6 +111,7 @@ pub async fn run(store: Arc<CliStore>, a: ServeArgs) -> Result<u8> {
         agents,
         runs: runs::Runs::default(),
         max_runs_per_user: a.max_runs_per_user,
+        metrics: metrics::Metrics::default(),
     });
     let router = router(app.clone(), keys, a.max_body);
     // Threads whose server stopped mid-run are continued here.
@@ -143,6 +146,20 @@ pub async fn run(store: Arc<CliStore>, a: ServeArgs) -> Result<u8> {
     Ok(0)
 }
 
+async fn metrics_text(axum::extract::State(app): axum::extract::State<Shared>) -> Response {
+    let (active, pending) = app.runs.counts();
+    app.metrics.active.set(active);
+    app.metrics.pending.set(pending);
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.render(),
+    )
+        .into_response()
+}
+
 fn router(app: Shared, keys: auth::Keys, max_body: usize) -> Router {
     let api = Router::new()
         .route("/assistants/search", post(threads::search_assistants))
@@ -166,6 +183,7 @@ fn router(app: Shared, keys: auth::Keys, max_body: usize) -> Router {
         .route("/threads/{tid}/runs/{rid}/stream", get(runs::join_stream))
         .route("/threads/{tid}/runs/{rid}/cancel", post(runs::cancel))
         .route("/ag-ui/{agent}", post(agui::run))
+        .route("/metrics", get(metrics_text))
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(keys),
             auth::require,

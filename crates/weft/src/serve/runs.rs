@@ -127,6 +127,24 @@ impl Runs {
         }
     }
 
+    /// Runs being driven, and runs waiting for their thread.
+    pub fn counts(&self) -> (i64, i64) {
+        let active = self.active.lock().map(|a| a.len()).unwrap_or(0);
+        let pending = self
+            .runs
+            .lock()
+            .map(|r| {
+                r.values()
+                    .filter(|run| run.status.borrow().0 == RunStatus::Pending)
+                    .count()
+            })
+            .unwrap_or(0);
+        (
+            i64::try_from(active).unwrap_or(i64::MAX),
+            i64::try_from(pending).unwrap_or(i64::MAX),
+        )
+    }
+
     pub fn get(&self, thread: &str, run: &str) -> Option<Arc<Run>> {
         self.runs
             .lock()
@@ -401,6 +419,8 @@ async fn finish(app: &Shared, run: &Run, outcome: anyhow::Result<SessionStatus>)
         a.remove(&run.thread_id);
     }
     run.status.send_replace((status, last));
+    let seconds = (weft_runtime::now_ms() - run.created_at).max(0) as f64 / 1000.0;
+    app.metrics.run_ended(status.as_str(), seconds);
     waker.notify_waiters();
 }
 
@@ -427,8 +447,10 @@ async fn drive(
     );
     rt.redact = agent.redact.clone();
     let waker = app.runs.waker(&run.thread_id);
-    rt = rt.observe(Arc::new(move |_e: &weft_core::Envelope| {
-        waker.notify_waiters()
+    let counted = app.clone();
+    rt = rt.observe(Arc::new(move |e: &weft_core::Envelope| {
+        counted.metrics.observe(e);
+        waker.notify_waiters();
     }));
     held.bind(&mut rt);
     let built = Agent::new(
@@ -648,8 +670,11 @@ async fn adopt(app: Shared, held: crate::ownership::Held<crate::store::CliStore>
             a.insert(tid.clone(), run.run_id.clone());
         }
         let waker = app.runs.waker(&tid);
-        let observer: weft_runtime::Observer =
-            Arc::new(move |_e: &weft_core::Envelope| waker.notify_waiters());
+        let counted = app.clone();
+        let observer: weft_runtime::Observer = Arc::new(move |e: &weft_core::Envelope| {
+            counted.metrics.observe(e);
+            waker.notify_waiters();
+        });
         tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
         let outcome = crate::drive::drive(app.store.clone(), &held, &rec, &agent, vec![observer])
             .await

@@ -180,6 +180,23 @@ async def main():
     assert len(await alice.threads.search(limit=100)) >= 8
     ok("keys and users")
 
+    # Metrics: the runs above, counted; a key is needed.
+    async with httpx.AsyncClient(base_url=URL, timeout=10) as h:
+        assert (await h.get("/metrics")).status_code == 401
+        r = await h.get("/metrics", headers={"x-api-key": ALICE})
+        assert r.status_code == 200, r.text
+        lines = r.text.splitlines()
+
+        def value(prefix):
+            return sum(float(l.split()[-1]) for l in lines if l.startswith(prefix))
+
+        assert value('weft_runs_total{status="success"}') >= 5, r.text
+        assert value('weft_runs_total{status="interrupted"}') >= 1, r.text
+        assert value('weft_tool_calls_total{outcome="ok"}') >= 5, r.text
+        assert value("weft_run_duration_seconds_count") >= 7, r.text
+        assert "weft_runs_active" in r.text and "weft_model_tokens_total" in r.text, r.text
+    ok("metrics")
+
 
 async def restart():
     alice = get_client(url=URL, api_key=ALICE)
