@@ -156,6 +156,7 @@ fn needs_sdk_the_langgraph_client_drives_weft_serve() {
         "cancel",
         "keys and users",
         "metrics",
+        "openapi",
     ] {
         assert!(
             stdout.contains(&format!("ok: {check}\n")),

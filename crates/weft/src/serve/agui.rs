@@ -128,7 +128,7 @@ pub fn finished(
     }))]
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunAgentInput {
     thread_id: String,

@@ -14,6 +14,7 @@
 mod agui;
 mod auth;
 mod metrics;
+mod openapi;
 mod runs;
 mod stream;
 mod threads;
@@ -160,38 +161,265 @@ async fn metrics_text(axum::extract::State(app): axum::extract::State<Shared>) -
         .into_response()
 }
 
+/// A documented route: its handlers, and one entry of the OpenAPI document per method.
+struct Api {
+    path: &'static str,
+    handler: axum::routing::MethodRouter<Shared>,
+    docs: Vec<openapi::Route>,
+}
+
+fn doc(
+    method: &'static str,
+    path: &'static str,
+    summary: &'static str,
+    body: Option<fn() -> serde_json::Value>,
+    answers: &'static str,
+) -> openapi::Route {
+    openapi::Route {
+        method,
+        path,
+        summary,
+        body,
+        answers,
+    }
+}
+
+/// Every route that needs a key: the router and `/openapi.json` are both made from this table.
+fn api() -> Vec<Api> {
+    use openapi::schema_of;
+    let one = |path, handler, d: openapi::Route| Api {
+        path,
+        handler,
+        docs: vec![d],
+    };
+    vec![
+        one(
+            "/assistants/search",
+            post(threads::search_assistants),
+            doc(
+                "post",
+                "/assistants/search",
+                "List the assistants (one per agent file)",
+                Some(schema_of::<threads::SearchAssistants>),
+                "a list of assistants",
+            ),
+        ),
+        one(
+            "/assistants/{id}",
+            get(threads::get_assistant),
+            doc(
+                "get",
+                "/assistants/{id}",
+                "An assistant, by its agent's name",
+                None,
+                "the assistant",
+            ),
+        ),
+        one(
+            "/threads",
+            post(threads::create_thread),
+            doc(
+                "post",
+                "/threads",
+                "Create a thread (a session) owned by the key's user",
+                Some(schema_of::<threads::CreateThread>),
+                "the thread",
+            ),
+        ),
+        one(
+            "/threads/search",
+            post(threads::search_threads),
+            doc(
+                "post",
+                "/threads/search",
+                "The user's threads, newest first",
+                Some(schema_of::<threads::SearchThreads>),
+                "a list of threads",
+            ),
+        ),
+        Api {
+            path: "/threads/{tid}",
+            handler: get(threads::get_thread).delete(threads::delete_thread),
+            docs: vec![
+                doc(
+                    "get",
+                    "/threads/{tid}",
+                    "A thread: status (idle, busy, interrupted, error), values, interrupts",
+                    None,
+                    "the thread",
+                ),
+                doc(
+                    "delete",
+                    "/threads/{tid}",
+                    "Not supported (405): `weft sessions prune` removes old sessions",
+                    None,
+                    "never",
+                ),
+            ],
+        },
+        one(
+            "/threads/{tid}/state",
+            get(threads::get_state),
+            doc(
+                "get",
+                "/threads/{tid}/state",
+                "The thread's state: values, next, tasks with interrupts, checkpoint",
+                None,
+                "the state",
+            ),
+        ),
+        one(
+            "/threads/{tid}/history",
+            post(threads::history),
+            doc(
+                "post",
+                "/threads/{tid}/history",
+                "The thread's states after each turn ended or waited, newest first",
+                Some(schema_of::<threads::History>),
+                "a list of states",
+            ),
+        ),
+        Api {
+            path: "/threads/{tid}/runs",
+            handler: post(runs::create_background).get(runs::list),
+            docs: vec![
+                doc(
+                    "post",
+                    "/threads/{tid}/runs",
+                    "Start a run in the background",
+                    Some(schema_of::<runs::RunBody>),
+                    "the run (pending)",
+                ),
+                doc(
+                    "get",
+                    "/threads/{tid}/runs",
+                    "The thread's runs known to this server, newest first",
+                    None,
+                    "a list of runs",
+                ),
+            ],
+        },
+        one(
+            "/threads/{tid}/runs/wait",
+            post(runs::create_wait),
+            doc(
+                "post",
+                "/threads/{tid}/runs/wait",
+                "Start a run and answer with the thread's values when it ends or waits (`__interrupt__`)",
+                Some(schema_of::<runs::RunBody>),
+                "the thread's values",
+            ),
+        ),
+        one(
+            "/threads/{tid}/runs/stream",
+            post(runs::create_stream),
+            doc(
+                "post",
+                "/threads/{tid}/runs/stream",
+                "Start a run and stream it (server-sent events: metadata, values, updates, messages, custom, end or error; ids are sequence numbers)",
+                Some(schema_of::<runs::RunBody>),
+                "text/event-stream; Location: where to reconnect",
+            ),
+        ),
+        one(
+            "/threads/{tid}/runs/{rid}",
+            get(runs::get),
+            doc("get", "/threads/{tid}/runs/{rid}", "A run", None, "the run"),
+        ),
+        one(
+            "/threads/{tid}/runs/{rid}/join",
+            get(runs::join),
+            doc(
+                "get",
+                "/threads/{tid}/runs/{rid}/join",
+                "Wait for a run and answer with the thread's values",
+                None,
+                "the thread's values",
+            ),
+        ),
+        one(
+            "/threads/{tid}/runs/{rid}/stream",
+            get(runs::join_stream),
+            doc(
+                "get",
+                "/threads/{tid}/runs/{rid}/stream",
+                "A run's stream after Last-Event-ID (all of it without), then live until it ends",
+                None,
+                "text/event-stream",
+            ),
+        ),
+        one(
+            "/threads/{tid}/runs/{rid}/cancel",
+            post(runs::cancel),
+            doc(
+                "post",
+                "/threads/{tid}/runs/{rid}/cancel",
+                "Cancel a run: its calls in flight are stopped and recorded, the session ends as failed",
+                None,
+                "204 once it stopped",
+            ),
+        ),
+        one(
+            "/ag-ui/{agent}",
+            post(agui::run),
+            doc(
+                "post",
+                "/ag-ui/{agent}",
+                "Run an agent with an AG-UI RunAgentInput and stream AG-UI events",
+                Some(schema_of::<agui::RunAgentInput>),
+                "text/event-stream of AG-UI events",
+            ),
+        ),
+        one(
+            "/metrics",
+            get(metrics_text),
+            doc(
+                "get",
+                "/metrics",
+                "Prometheus metrics (OpenMetrics text)",
+                None,
+                "the metrics",
+            ),
+        ),
+        one(
+            "/openapi.json",
+            get(openapi_json),
+            doc(
+                "get",
+                "/openapi.json",
+                "This document",
+                None,
+                "the OpenAPI document",
+            ),
+        ),
+    ]
+}
+
+async fn openapi_json() -> Json<serde_json::Value> {
+    let mut docs: Vec<openapi::Route> = api().into_iter().flat_map(|a| a.docs).collect();
+    docs.push(doc(
+        "get",
+        "/health",
+        "Whether the server answers (no key needed)",
+        None,
+        "{\"ok\": true}",
+    ));
+    Json(openapi::document(&docs))
+}
+
 fn router(app: Shared, keys: auth::Keys, max_body: usize) -> Router {
-    let api = Router::new()
-        .route("/assistants/search", post(threads::search_assistants))
-        .route("/assistants/{id}", get(threads::get_assistant))
-        .route("/threads", post(threads::create_thread))
-        .route("/threads/search", post(threads::search_threads))
-        .route(
-            "/threads/{tid}",
-            get(threads::get_thread).delete(threads::delete_thread),
-        )
-        .route("/threads/{tid}/state", get(threads::get_state))
-        .route("/threads/{tid}/history", post(threads::history))
-        .route(
-            "/threads/{tid}/runs",
-            post(runs::create_background).get(runs::list),
-        )
-        .route("/threads/{tid}/runs/wait", post(runs::create_wait))
-        .route("/threads/{tid}/runs/stream", post(runs::create_stream))
-        .route("/threads/{tid}/runs/{rid}", get(runs::get))
-        .route("/threads/{tid}/runs/{rid}/join", get(runs::join))
-        .route("/threads/{tid}/runs/{rid}/stream", get(runs::join_stream))
-        .route("/threads/{tid}/runs/{rid}/cancel", post(runs::cancel))
-        .route("/ag-ui/{agent}", post(agui::run))
-        .route("/metrics", get(metrics_text))
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::new(keys),
-            auth::require,
-        ));
+    let mut protected = Router::new();
+    for a in api() {
+        protected = protected.route(a.path, a.handler);
+    }
+    let protected = protected.layer(axum::middleware::from_fn_with_state(
+        Arc::new(keys),
+        auth::require,
+    ));
     Router::new()
         .route("/health", get(|| async { Json(json!({"ok": true})) }))
         .route("/ok", get(|| async { Json(json!({"ok": true})) }))
-        .merge(api)
+        .merge(protected)
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(app)
 }

@@ -173,7 +173,7 @@ impl Runs {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 pub struct RunBody {
     pub assistant_id: String,
     #[serde(default)]

@@ -29,7 +29,7 @@ fn assistant(name: &str, spec: &weft_core::agent::AgentSpec) -> Value {
     })
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 pub struct SearchAssistants {
     #[serde(default)]
     graph_id: Option<String>,
@@ -173,7 +173,7 @@ fn public_metadata(m: &Value) -> Value {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 pub struct CreateThread {
     #[serde(default)]
     thread_id: Option<String>,
@@ -219,7 +219,7 @@ pub async fn create_thread(
     Ok(Json(thread_json(&app, &rec, &st)))
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 pub struct SearchThreads {
     #[serde(default)]
     status: Option<String>,
@@ -292,7 +292,7 @@ pub async fn get_state(
     Ok(Json(state_json(&rec, &st)))
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 pub struct History {
     #[serde(default)]
     limit: Option<usize>,

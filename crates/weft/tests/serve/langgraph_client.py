@@ -197,6 +197,22 @@ async def main():
         assert "weft_runs_active" in r.text and "weft_model_tokens_total" in r.text, r.text
     ok("metrics")
 
+    # The OpenAPI document: every route the client used, with the request schemas generated
+    # from the server's own types.
+    async with httpx.AsyncClient(base_url=URL, headers={"x-api-key": ALICE}, timeout=10) as h:
+        doc = (await h.get("/openapi.json")).json()
+        assert doc["openapi"].startswith("3."), doc
+        paths = doc["paths"]
+        for path, method in [("/threads", "post"), ("/threads/{tid}/runs/stream", "post"),
+                             ("/threads/{tid}/runs/{rid}/stream", "get"), ("/assistants/search", "post"),
+                             ("/threads/{tid}/history", "post"), ("/ag-ui/{agent}", "post"), ("/health", "get")]:
+            assert method in paths.get(path, {}), (path, method, sorted(paths))
+        body = paths["/threads/{tid}/runs/stream"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert "assistant_id" in body["properties"] and "command" in body["properties"], body
+        agui = paths["/ag-ui/{agent}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert "threadId" in agui["properties"] and "runId" in agui["properties"], agui
+    ok("openapi")
+
 
 async def restart():
     alice = get_client(url=URL, api_key=ALICE)
