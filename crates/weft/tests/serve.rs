@@ -84,6 +84,23 @@ tools:
         "- tool_calls: [ { name: step, arguments: {} } ]\n- tool_calls: [ { name: step, arguments: {} } ]\n- tool_calls: [ { name: step, arguments: {} } ]\n- text: \"All three done.\"\n",
     )
     .unwrap();
+    std::fs::write(
+        d.join("twice.yaml"),
+        r#"name: twice
+mode: react
+model: scripted:twice.script.yaml
+tools:
+  - name: nap
+    description: Naps briefly.
+    command: ["sh", "-c", "cat > /dev/null; sleep 0.3; echo '{}'"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("twice.script.yaml"),
+        "- tool_calls: [ { name: nap, arguments: {} } ]\n- text: Once.\n- tool_calls: [ { name: nap, arguments: {} } ]\n- text: Twice.\n",
+    )
+    .unwrap();
     std::fs::write(d.join("keys.txt"), format!("{ALICE} alice\n{BOB} bob\n")).unwrap();
 }
 
@@ -154,6 +171,8 @@ fn needs_sdk_the_langgraph_client_drives_weft_serve() {
         "interrupt answered with Command(resume)",
         "join with Last-Event-ID after a dropped connection",
         "cancel",
+        "multitask enqueue",
+        "body limit",
         "keys and users",
         "metrics",
         "openapi",

@@ -40,7 +40,7 @@ async def main():
     # Assistants: one per agent file, found by name.
     found = await alice.assistants.search()
     names = sorted(a["assistant_id"] for a in found)
-    assert names == ["ask", "echoer", "slowpoke", "stuck"], names
+    assert names == ["ask", "echoer", "slowpoke", "stuck", "twice"], names
     assert (await alice.assistants.get("echoer"))["graph_id"] == "echoer"
     ok("assistants")
 
@@ -152,6 +152,24 @@ async def main():
     thread = await alice.threads.get(t["thread_id"])
     assert thread["status"] == "error", thread
     ok("cancel")
+
+    # multitask_strategy enqueue: a second run on a busy thread waits for the first, then runs.
+    t = await alice.threads.create()
+    first = await alice.runs.create(t["thread_id"], "twice", input=user_msg("one"))
+    second = await alice.runs.create(t["thread_id"], "twice", input=user_msg("two"),
+                                     multitask_strategy="enqueue")
+    assert second["status"] == "pending", second
+    out = await alice.runs.join(t["thread_id"], second["run_id"])
+    assert [m["content"] for m in out["messages"]] == ["one", "Once.", "two", "Twice."], out
+    assert (await alice.runs.get(t["thread_id"], first["run_id"]))["status"] == "success"
+    ok("multitask enqueue")
+
+    # A body over the limit is refused before anything runs.
+    async with httpx.AsyncClient(base_url=URL, headers={"x-api-key": ALICE}, timeout=10) as h:
+        r = await h.post("/threads", content=b'{"metadata": {"x": "' + b"a" * (2 << 20) + b'"}}',
+                         headers={"content-type": "application/json"})
+        assert r.status_code == 413, r.status_code
+    ok("body limit")
 
     # Keys and users: no key is 401; another user's thread is 404 and not listed.
     async with httpx.AsyncClient(base_url=URL, timeout=10) as h:
