@@ -292,6 +292,32 @@ fn check_program(tool: &str, program: &str, args: &[String], cwd: &Path) -> Resu
     Ok(())
 }
 
+/// Kills a tool's process group (SIGKILL) when dropped before [`GroupKill::disarm`]: the call was
+/// dropped (cancelled, interrupted) or timed out, and whatever the tool started must stop too.
+#[cfg(unix)]
+struct GroupKill(Option<u32>);
+
+#[cfg(unix)]
+impl GroupKill {
+    /// The call ended by itself: leave its process group alone.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+#[cfg(unix)]
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
+            // The group may be gone already.
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,31 +505,5 @@ mod tests {
         std::fs::remove_file(&prog).expect("remove");
         let e = t.call(json!({}), ToolContext::default()).await.err();
         assert_eq!(e.map(|e| e.kind), Some("spawn".to_owned()));
-    }
-}
-
-/// Kills a tool's process group (SIGKILL) when dropped before [`GroupKill::disarm`]: the call was
-/// dropped (cancelled, interrupted) or timed out, and whatever the tool started must stop too.
-#[cfg(unix)]
-struct GroupKill(Option<u32>);
-
-#[cfg(unix)]
-impl GroupKill {
-    /// The call ended by itself: leave its process group alone.
-    fn disarm(&mut self) {
-        self.0 = None;
-    }
-}
-
-#[cfg(unix)]
-impl Drop for GroupKill {
-    fn drop(&mut self) {
-        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
-            // The group may be gone already.
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
     }
 }
