@@ -11,7 +11,7 @@
 //! | tool call started | `TOOL_CALL_START`, `TOOL_CALL_ARGS` (the arguments as JSON), `TOOL_CALL_END` |
 //! | tool call finished | `TOOL_CALL_RESULT` (the outcome as JSON) |
 //! | a step's output stored | `STATE_SNAPSHOT` (the plan's State object) |
-//! | the answer | `TEXT_MESSAGE_START`, `TEXT_MESSAGE_CONTENT`, `TEXT_MESSAGE_END` |
+//! | the model's text as it comes (the whole answer on a replay) | `TEXT_MESSAGE_START`, `TEXT_MESSAGE_CONTENT` per piece, `TEXT_MESSAGE_END` |
 //! | the run ended | `RUN_FINISHED` (outcome `success`, or `interrupt` with the wait) or `RUN_ERROR` |
 //!
 //! A wait is answered by the next input's `resume` entry (its `payload`, as text).
@@ -41,7 +41,7 @@ pub fn run_started(thread_id: &str, run_id: &str) -> Sse {
 }
 
 /// The AG-UI events one stored event makes, after it was applied to `st`.
-pub fn parts(env: &Envelope, st: &SessionState, out: &mut VecDeque<Sse>) {
+pub fn parts(env: &Envelope, st: &SessionState, streamed: bool, out: &mut VecDeque<Sse>) {
     let step = |kind: &str, name: &str| event(&json!({"type": kind, "stepName": name}));
     match &env.event {
         Event::WaveStarted { wave, .. } => {
@@ -83,20 +83,43 @@ pub fn parts(env: &Envelope, st: &SessionState, out: &mut VecDeque<Sse>) {
                 "toolCallId": call_id, "content": content, "role": "tool",
             })));
         }
+        // The text came piece by piece already: the message ends here.
+        Event::RunFinished {
+            answer: Some(_), ..
+        } if streamed => {
+            out.push_back(event(
+                &json!({"type": "TEXT_MESSAGE_END", "messageId": message_id(st)}),
+            ));
+        }
         Event::RunFinished {
             answer: Some(a), ..
         } => {
-            let id = format!("{}-answer-{}", st.session_id, st.memory.len());
+            out.extend(text(st, a, true));
             out.push_back(event(
-                &json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}),
+                &json!({"type": "TEXT_MESSAGE_END", "messageId": message_id(st)}),
             ));
-            out.push_back(event(
-                &json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": a}),
-            ));
-            out.push_back(event(&json!({"type": "TEXT_MESSAGE_END", "messageId": id})));
         }
         _ => {}
     }
+}
+
+fn message_id(st: &SessionState) -> String {
+    format!("{}-answer-{}", st.session_id, st.memory.len())
+}
+
+/// A piece of the agent's text (`first`: the message starts with it).
+pub fn text(st: &SessionState, piece: &str, first: bool) -> Vec<Sse> {
+    let id = message_id(st);
+    let mut out = Vec::new();
+    if first {
+        out.push(event(
+            &json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}),
+        ));
+    }
+    out.push(event(
+        &json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": piece}),
+    ));
+    out
 }
 
 /// The run's last event: `RUN_FINISHED` (with the wait as an interrupt outcome) or `RUN_ERROR`.
@@ -199,7 +222,7 @@ pub async fn run(
         Some(input.run_id.clone()),
     )
     .await?;
-    let after = run.start_seq;
+    let after = run.start_seq();
     let format = Format::AgUi {
         thread_id: input.thread_id,
         run_id: input.run_id,

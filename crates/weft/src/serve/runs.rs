@@ -54,8 +54,9 @@ pub struct Run {
     pub assistant_id: String,
     pub user: String,
     pub created_at: i64,
-    /// The session's last event before the run: the run's events come after it.
-    pub start_seq: u64,
+    /// The session's last event before the run: the run's events come after it (set again
+    /// when a queued run starts).
+    start_seq: std::sync::atomic::AtomicU64,
     pub metadata: Value,
     pub multitask_strategy: String,
     /// The status, and the session's last event when the run ended.
@@ -63,6 +64,10 @@ pub struct Run {
 }
 
 impl Run {
+    pub fn start_seq(&self) -> u64 {
+        self.start_seq.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     pub fn json(&self) -> Value {
         let (status, _) = *self.status.borrow();
         json!({
@@ -96,6 +101,8 @@ pub struct Runs {
     active: Mutex<HashMap<String, String>>,
     /// Thread → woken after every event stored for it, and when its run ends.
     wakers: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
+    /// Thread → the text the model is generating, piece by piece (never stored: live only).
+    texts: Mutex<HashMap<String, tokio::sync::broadcast::Sender<String>>>,
     tasks: tokio::sync::Mutex<tokio::task::JoinSet<()>>,
 }
 
@@ -152,6 +159,17 @@ impl Runs {
             .get(run)
             .filter(|r| r.thread_id == thread)
             .cloned()
+    }
+
+    /// The pieces of text a model generates on `thread`, as they come.
+    pub fn texts(&self, thread: &str) -> tokio::sync::broadcast::Sender<String> {
+        match self.texts.lock() {
+            Ok(mut t) => t
+                .entry(thread.to_owned())
+                .or_insert_with(|| tokio::sync::broadcast::channel(1024).0)
+                .clone(),
+            Err(_) => tokio::sync::broadcast::channel(1).0,
+        }
     }
 
     pub fn waker(&self, thread: &str) -> Arc<tokio::sync::Notify> {
@@ -240,6 +258,34 @@ fn message_text(m: &Value) -> Result<String, ApiError> {
     }
 }
 
+/// What a run does, given the thread's state when it starts.
+fn decide(
+    tid: &str,
+    st: &weft_core::State,
+    task: Option<String>,
+    resume: Option<String>,
+) -> Result<Work, ApiError> {
+    let needs_task = || {
+        ApiError::bad(
+            "the run needs a task: input {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}",
+        )
+    };
+    if st.seq == 0 {
+        return Ok(Work::Start(task.ok_or_else(needs_task)?));
+    }
+    if st.status == SessionStatus::WaitingForUser || resume.is_some() {
+        if st.status != SessionStatus::WaitingForUser {
+            return Err(ApiError::bad(format!(
+                "thread {tid} is not waiting for an answer; send a new message instead of command.resume"
+            )));
+        }
+        return Ok(Work::Answer(resume.or(task).ok_or_else(|| {
+            ApiError::bad("the thread waits for an answer: send command {\"resume\": \"...\"}")
+        })?));
+    }
+    Ok(Work::Turn(task.ok_or_else(needs_task)?))
+}
+
 /// Checks the request, takes the thread's lease and starts the run in the background.
 async fn start(app: &Shared, user: &User, tid: &str, body: RunBody) -> Result<Arc<Run>, ApiError> {
     start_with_id(app, user, tid, body, None).await
@@ -303,31 +349,14 @@ pub async fn start_with_id(
             format!("thread {tid} is busy with a run (multitask_strategy `{strategy}`)"),
         ));
     }
-    let work = if st.seq == 0 {
-        Work::Start(task.ok_or_else(|| {
-            ApiError::bad("the run needs a task: input {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}")
-        })?)
-    } else if st.status == SessionStatus::WaitingForUser || resume.is_some() {
-        if st.status != SessionStatus::WaitingForUser {
-            return Err(ApiError::bad(format!(
-                "thread {tid} is not waiting for an answer; send a new message instead of command.resume"
-            )));
-        }
-        Work::Answer(resume.or(task).ok_or_else(|| {
-            ApiError::bad("the thread waits for an answer: send command {\"resume\": \"...\"}")
-        })?)
-    } else {
-        Work::Turn(task.ok_or_else(|| {
-            ApiError::bad("the run needs a task: input {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}")
-        })?)
-    };
+    let work = decide(tid, &st, task.clone(), resume.clone())?;
     let run = Arc::new(Run {
         run_id: run_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
         thread_id: tid.to_owned(),
         assistant_id: agent.spec.name.clone(),
         user: user.0.clone(),
         created_at: weft_runtime::now_ms(),
-        start_seq: st.seq,
+        start_seq: st.seq.into(),
         metadata: body.metadata.clone().unwrap_or_else(|| json!({})),
         multitask_strategy: strategy,
         status: tokio::sync::watch::channel((RunStatus::Pending, st.seq)).0,
@@ -342,7 +371,15 @@ pub async fn start_with_id(
     } else {
         Some(take(app, &run).await?)
     };
-    let task = execute(app.clone(), run.clone(), held, work, agent, rec, input);
+    let task = execute(
+        app.clone(),
+        run.clone(),
+        held,
+        (work, task, resume),
+        agent,
+        rec,
+        input,
+    );
     app.runs.tasks.lock().await.spawn(task);
     Ok(run)
 }
@@ -365,30 +402,47 @@ async fn execute(
     app: Shared,
     run: Arc<Run>,
     held: Option<crate::ownership::Held<crate::store::CliStore>>,
-    work: Work,
+    (work, task, resume): (Work, Option<String>, Option<String>),
     agent: Arc<AgentFile>,
     rec: SessionRecord,
     input: Value,
 ) {
     let waker = app.runs.waker(&run.thread_id);
-    let held = match held {
-        Some(h) => Ok(h),
-        // Enqueued: wait for the run before it to end.
-        None => loop {
-            if !app.runs.active_on(&run.thread_id) {
-                break take(&app, &run).await;
-            }
-            let _ = tokio::time::timeout(Duration::from_millis(200), waker.notified()).await;
-        },
+    let (held, work) = match held {
+        Some(h) => (Ok(h), Ok(work)),
+        // Enqueued: wait for the run before it to end, then decide from the thread as it is.
+        None => {
+            let held = loop {
+                if !app.runs.active_on(&run.thread_id) {
+                    break take(&app, &run).await;
+                }
+                let _ = tokio::time::timeout(Duration::from_millis(200), waker.notified()).await;
+            };
+            let work = match app.store.load(&run.thread_id).await {
+                Ok((_, log)) => {
+                    let st = weft_core::State::fold(log.iter().map(|e| &e.event));
+                    run.start_seq
+                        .store(st.seq, std::sync::atomic::Ordering::Release);
+                    decide(&run.thread_id, &st, task, resume)
+                }
+                Err(e) => Err(e.into()),
+            };
+            (held, work)
+        }
     };
-    let outcome = match held {
-        Ok(held) => {
-            run.status.send_replace((RunStatus::Running, run.start_seq));
+    let outcome = match (held, work) {
+        (Ok(held), Err(e)) => {
+            held.release().await;
+            Err(anyhow::anyhow!(e.1))
+        }
+        (Ok(held), Ok(work)) => {
+            run.status
+                .send_replace((RunStatus::Running, run.start_seq()));
             let out = drive(&app, &run, &held, work, &agent, &rec, input).await;
             held.release().await;
             out
         }
-        Err(e) => Err(anyhow::anyhow!(e.1)),
+        (Err(e), _) => Err(anyhow::anyhow!(e.1)),
     };
     finish(&app, &run, outcome).await;
 }
@@ -401,7 +455,7 @@ async fn finish(app: &Shared, run: &Run, outcome: anyhow::Result<SessionStatus>)
         .get(&run.thread_id)
         .await
         .map(|r| r.last_seq)
-        .unwrap_or(run.start_seq);
+        .unwrap_or(run.start_seq());
     let status = match outcome {
         Ok(SessionStatus::Completed) => RunStatus::Success,
         Ok(SessionStatus::WaitingForUser) => RunStatus::Interrupted,
@@ -447,9 +501,13 @@ async fn drive(
     );
     rt.redact = agent.redact.clone();
     let waker = app.runs.waker(&run.thread_id);
+    let texts = app.runs.texts(&run.thread_id);
     let counted = app.clone();
     rt = rt.observe(Arc::new(move |e: &weft_core::Envelope| {
         counted.metrics.observe(e);
+        if let weft_core::Event::TextDelta { text } = &e.event {
+            let _ = texts.send(text.clone());
+        }
         waker.notify_waiters();
     }));
     held.bind(&mut rt);
@@ -463,7 +521,7 @@ async fn drive(
     let tid = run.thread_id.clone();
     let marker = weft_core::Event::RunStarted {
         run_id: run.run_id.clone(),
-        after: run.start_seq,
+        after: run.start_seq(),
     };
     let go = async {
         let session = match work {
@@ -553,7 +611,7 @@ pub async fn create_stream(
         run.run_id,
         query.join("&")
     );
-    let after = run.start_seq;
+    let after = run.start_seq();
     let mut resp =
         stream::sse(app, run, after, stream::Format::LangGraph(modes), true).into_response();
     if let Ok(v) = location.parse() {
@@ -608,7 +666,7 @@ pub fn from_log(
         assistant_id: st.agent.clone(),
         user: rec.user_id.clone().unwrap_or_default(),
         created_at: log[at].ts,
-        start_seq: *after,
+        start_seq: (*after).into(),
         metadata: json!({}),
         multitask_strategy: "reject".into(),
         status: tokio::sync::watch::channel((status, st.seq)).0,
@@ -670,9 +728,13 @@ async fn adopt(app: Shared, held: crate::ownership::Held<crate::store::CliStore>
             a.insert(tid.clone(), run.run_id.clone());
         }
         let waker = app.runs.waker(&tid);
+        let texts = app.runs.texts(&tid);
         let counted = app.clone();
         let observer: weft_runtime::Observer = Arc::new(move |e: &weft_core::Envelope| {
             counted.metrics.observe(e);
+            if let weft_core::Event::TextDelta { text } = &e.event {
+                let _ = texts.send(text.clone());
+            }
             waker.notify_waiters();
         });
         tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
@@ -743,7 +805,7 @@ pub async fn join_stream(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(run.start_seq, |seq| seq.max(run.start_seq));
+        .map_or(run.start_seq(), |seq| seq.max(run.start_seq()));
     // `stream_mode` may be repeated (`?stream_mode=values&stream_mode=updates`).
     let asked: Vec<Value> = query
         .unwrap_or_default()

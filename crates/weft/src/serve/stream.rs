@@ -1,7 +1,9 @@
 //! A run's events as server-sent events, in the stream modes LangGraph clients ask for:
 //! - `values`: the thread's values after each step that changes them;
 //! - `updates`: what each step added (`{"agent": ...}`, `{"tools": ...}`, `{"__interrupt__": ...}`);
-//! - `messages` / `messages-tuple`: the agent's answer as a message and its metadata;
+//! - `messages` / `messages-tuple`: the model's text as it is generated, piece by piece
+//!   (`AIMessageChunk`s, live only: pieces are never stored), or, for a stream that saw none
+//!   (a replay), the answer as one message;
 //! - `custom`: weft's own typed events, as stored.
 //!
 //! Every event from the session's log carries the log's sequence number as its SSE id, so a
@@ -58,10 +60,34 @@ impl Format {
         }
     }
 
-    fn parts(&self, env: &Envelope, st: &State, out: &mut std::collections::VecDeque<Sse>) {
+    fn parts(
+        &self,
+        env: &Envelope,
+        st: &State,
+        streamed: bool,
+        out: &mut std::collections::VecDeque<Sse>,
+    ) {
         match self {
-            Self::LangGraph(modes) => parts(modes, env, st, out),
-            Self::AgUi { .. } => super::agui::parts(env, st, out),
+            Self::LangGraph(modes) => parts(modes, env, st, streamed, out),
+            Self::AgUi { .. } => super::agui::parts(env, st, streamed, out),
+        }
+    }
+
+    /// Whether this stream sends the model's text as it comes.
+    fn streams_text(&self) -> bool {
+        match self {
+            Self::LangGraph(modes) => modes
+                .iter()
+                .any(|m| m == "messages" || m == "messages-tuple"),
+            Self::AgUi { .. } => true,
+        }
+    }
+
+    /// A piece of the model's text; `first`: the first piece this stream sends.
+    fn text(&self, st: &State, text: &str, first: bool) -> Vec<Sse> {
+        match self {
+            Self::LangGraph(_) => vec![part("messages", &chunk(st, text), None)],
+            Self::AgUi { .. } => super::agui::text(st, text, first),
         }
     }
 
@@ -102,8 +128,23 @@ pub(super) fn part(event: &str, data: &Value, id: Option<u64>) -> Sse {
     }
 }
 
+/// A piece of the agent's text as LangGraph's `messages` mode sends it: the chunk and its
+/// metadata.
+fn chunk(st: &State, text: &str) -> Value {
+    json!([
+        {"type": "AIMessageChunk", "content": text, "id": format!("{}-answer-{}", st.session_id, st.memory.len())},
+        {"langgraph_node": "agent", "run_attempt": 1},
+    ])
+}
+
 /// The SSE parts one stored event makes, after it was applied to `st`.
-fn parts(modes: &[String], env: &Envelope, st: &State, out: &mut std::collections::VecDeque<Sse>) {
+fn parts(
+    modes: &[String],
+    env: &Envelope,
+    st: &State,
+    streamed: bool,
+    out: &mut std::collections::VecDeque<Sse>,
+) {
     let id = Some(env.seq);
     let changes_values = matches!(
         env.event,
@@ -138,16 +179,13 @@ fn parts(modes: &[String], env: &Envelope, st: &State, out: &mut std::collection
                     out.push_back(part("updates", u, id));
                 }
             }
-            "messages" | "messages-tuple" => {
+            // The text came piece by piece already; a stream that saw none gets it whole.
+            "messages" | "messages-tuple" if !streamed => {
                 if let Event::RunFinished {
                     answer: Some(a), ..
                 } = &env.event
                 {
-                    let msg = json!([
-                        {"type": "AIMessageChunk", "content": a, "id": format!("{}-answer-{}", st.session_id, st.memory.len())},
-                        {"langgraph_node": "agent", "run_attempt": 1},
-                    ]);
-                    out.push_back(part("messages", &msg, id));
+                    out.push_back(part("messages", &chunk(st, a), id));
                 }
             }
             "custom" | "events" | "debug" => {
@@ -184,6 +222,9 @@ pub fn sse(
         /// has been running since: the run has ended once it then stops running.
         marker_seen: bool,
         ran: bool,
+        /// The model's text as it comes (`messages` mode of a live stream), and whether any came.
+        texts: Option<tokio::sync::broadcast::Receiver<String>>,
+        streamed: bool,
         queue: std::collections::VecDeque<Sse>,
         done: bool,
     }
@@ -191,7 +232,12 @@ pub fn sse(
     if announce {
         first.extend(format.prologue(&run));
     }
+    let texts = format
+        .streams_text()
+        .then(|| app.runs.texts(&run.thread_id).subscribe());
     let cursor = Cursor {
+        texts,
+        streamed: false,
         app,
         run,
         format,
@@ -227,8 +273,14 @@ pub fn sse(
             tokio::pin!(notified);
             notified.as_mut().enable();
             let (status, end) = *c.run.status.borrow();
+            // A queued run has not begun: its events come after whatever runs before it.
+            if status == RunStatus::Pending && c.state.is_none() {
+                let _ = tokio::time::timeout(Duration::from_millis(250), &mut notified).await;
+                continue;
+            }
             // The state before the first event to send, folded once.
             if c.state.is_none() {
+                c.seq = c.seq.max(c.run.start_seq());
                 match c.app.store.load(&c.run.thread_id).await {
                     Ok((_, log)) => {
                         let mut st = State::new();
@@ -253,6 +305,14 @@ pub fn sse(
             }
             match c.app.store.events_after(&c.run.thread_id, c.seq).await {
                 Ok(events) if !events.is_empty() => {
+                    // Text generated before these events were stored goes first (a reply's
+                    // pieces are all sent before the reply is stored).
+                    if let (Some(rx), Some(st)) = (c.texts.as_mut(), c.state.as_ref()) {
+                        while let Ok(text) = rx.try_recv() {
+                            c.queue.extend(c.format.text(st, &text, !c.streamed));
+                            c.streamed = true;
+                        }
+                    }
                     if let Some(st) = c.state.as_mut() {
                         for env in &events {
                             if c.marker_seen
@@ -266,7 +326,7 @@ pub fn sse(
                             c.marker_seen |= is_marker(&env.event, &c.run.run_id);
                             c.ran |=
                                 c.marker_seen && st.status == weft_core::SessionStatus::Running;
-                            c.format.parts(env, st, &mut c.queue);
+                            c.format.parts(env, st, c.streamed, &mut c.queue);
                             c.seq = env.seq;
                         }
                     }
@@ -312,7 +372,23 @@ pub fn sse(
                 c.done = true;
                 continue;
             }
-            let _ = tokio::time::timeout(Duration::from_millis(250), notified).await;
+            let wait = tokio::time::timeout(Duration::from_millis(250), &mut notified);
+            match c.texts.as_mut() {
+                Some(rx) => {
+                    tokio::select! {
+                        _ = wait => {}
+                        got = rx.recv() => {
+                            if let (Ok(text), Some(st)) = (got, c.state.as_ref()) {
+                                c.queue.extend(c.format.text(st, &text, !c.streamed));
+                                c.streamed = true;
+                            }
+                        }
+                    }
+                }
+                None => {
+                    let _ = wait.await;
+                }
+            }
         }
     });
     SseResponse::new(stream).keep_alive(KeepAlive::default())

@@ -67,8 +67,10 @@ async def main():
     assert values[-1]["answer"] == "Shouted: LOUD", values[-1]
     updates = [d for e, d in parts if e == "updates"]
     assert any("tools" in u and u["tools"]["outcome"]["status"] == "ok" for u in updates), updates
+    # The answer streams in pieces as the model generates it.
     msgs = [d for e, d in parts if e == "messages"]
-    assert msgs and msgs[-1][0]["content"] == "Shouted: LOUD", msgs
+    assert len(msgs) >= 2 and "".join(m[0]["content"] for m in msgs) == "Shouted: LOUD", msgs
+    assert all(m[0]["type"] == "AIMessageChunk" for m in msgs), msgs
     custom = [d["type"] for e, d in parts if e == "custom"]
     for kind in ["turn_started", "model_replied", "tool_call_started", "tool_call_finished", "run_finished"]:
         assert kind in custom, (kind, custom)
@@ -132,6 +134,10 @@ async def main():
     assert joined["answer"] == "Shouted: LOUD", joined
     got = await alice.runs.get(t["thread_id"], run["run_id"])
     assert got["status"] == "success", got
+    # A replay has no live pieces of text: it gets the answer whole, once.
+    replay = await collect(alice.runs.join_stream(t["thread_id"], run["run_id"], stream_mode="messages-tuple"))
+    texts = [d[0]["content"] for e, d in replay if e == "messages"]
+    assert texts == ["Shouted: LOUD"], replay
     ok("join with Last-Event-ID after a dropped connection")
 
     # Cancel: the run stops and ends as an error; a second run on the busy thread is refused.
