@@ -106,9 +106,14 @@ tools:
 
 /// Starts `weft serve` and waits until `/health` answers.
 fn serve(d: &Path, port: u16, db: &str) -> Child {
+    serve_with(d, port, db, &[])
+}
+
+fn serve_with(d: &Path, port: u16, db: &str, extra: &[&str]) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
         .args(["--db", db, "serve", "--agents", ".", "--keys", "keys.txt"])
         .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(extra)
         .current_dir(d)
         .env_remove("WEFT_DB")
         .env_remove("WEFT_API_KEYS")
@@ -288,4 +293,57 @@ fn needs_sdk_the_ag_ui_client_drives_weft_serve() {
             "{check}: {stdout}"
         );
     }
+}
+
+/// A user with as many runs going as `--max-runs-per-user` allows gets 429 for one more, and
+/// another user is not held back by it.
+#[test]
+fn needs_sdk_a_user_over_the_run_limit_gets_429() {
+    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agents(d);
+    let port = free_port();
+    let mut server = serve_with(d, port, "serve.db", &["--max-runs-per-user", "1"]);
+    let script = r#"
+import asyncio, sys
+from langgraph_sdk import get_client
+from langgraph_sdk.errors import RateLimitError
+URL, ALICE, BOB = sys.argv[1:4]
+msg = {"messages": [{"role": "user", "content": "go"}]}
+async def main():
+    alice, bob = get_client(url=URL, api_key=ALICE), get_client(url=URL, api_key=BOB)
+    t1, t2 = await alice.threads.create(), await alice.threads.create()
+    run = await alice.runs.create(t1["thread_id"], "stuck", input=msg)
+    try:
+        await alice.runs.create(t2["thread_id"], "stuck", input=msg)
+        raise AssertionError("a second run over the limit was accepted")
+    except RateLimitError as e:
+        assert "runs going" in str(e), e
+    out = await bob.runs.wait((await bob.threads.create())["thread_id"], "echoer", input=msg)
+    assert out["answer"] == "Shouted: LOUD", out
+    await alice.runs.cancel(t1["thread_id"], run["run_id"], wait=True)
+    print("ok: limit")
+asyncio.run(main())
+"#;
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            script,
+            &format!("http://127.0.0.1:{port}"),
+            ALICE,
+            BOB,
+        ])
+        .output()
+        .unwrap();
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let _ = server.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("ok: limit"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
