@@ -420,6 +420,26 @@ fn router(app: Shared, keys: auth::Keys, max_body: usize) -> Router {
         .route("/health", get(|| async { Json(json!({"ok": true})) }))
         .route("/ok", get(|| async { Json(json!({"ok": true})) }))
         .merge(protected)
+        .layer(axum::middleware::map_response(json_errors))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(app)
+}
+
+/// Errors axum writes itself as plain text (a body that is not JSON, a missing field, a body
+/// over the limit) become `{"detail": ...}` like every other error.
+async fn json_errors(res: Response) -> Response {
+    let plain = res
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/plain"));
+    if !plain || !(res.status().is_client_error() || res.status().is_server_error()) {
+        return res;
+    }
+    let status = res.status();
+    let text = axum::body::to_bytes(res.into_body(), 64 << 10)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    ApiError(status, text).into_response()
 }

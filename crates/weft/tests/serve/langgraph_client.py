@@ -174,7 +174,11 @@ async def main():
     async with httpx.AsyncClient(base_url=URL, headers={"x-api-key": ALICE}, timeout=10) as h:
         r = await h.post("/threads", content=b'{"metadata": {"x": "' + b"a" * (2 << 20) + b'"}}',
                          headers={"content-type": "application/json"})
-        assert r.status_code == 413, r.status_code
+        assert r.status_code == 413 and "detail" in r.json(), r.status_code
+        r = await h.post("/threads", content=b"{not json", headers={"content-type": "application/json"})
+        assert 400 <= r.status_code < 500 and "detail" in r.json(), (r.status_code, r.text)
+        r = await h.post(f"/threads/{t['thread_id']}/runs/wait", json={"input": {}})
+        assert r.status_code == 422 and "assistant_id" in r.json()["detail"], (r.status_code, r.text)
     ok("body limit")
 
     # Keys and users: no key is 401; another user's thread is 404 and not listed.
