@@ -2,6 +2,7 @@
 //! `weft worker` drive a session that is running but that no process drives (queued by `weft
 //! submit`, or left by a process that stopped).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -39,6 +40,88 @@ impl AgentFile {
             redact,
         })
     }
+}
+
+/// The agent files named by `--agents`, by agent name.
+pub async fn agents(paths: &[PathBuf]) -> Result<HashMap<String, Arc<AgentFile>>> {
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let entries = std::fs::read_dir(p)
+                .map_err(|e| anyhow!("--agents {}: cannot read the directory: {e}", p.display()))?;
+            let mut found: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| {
+                    f.extension()
+                        .and_then(|x| x.to_str())
+                        .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
+                })
+                .collect();
+            found.sort();
+            // A directory also holds other files (scripts, plans): those that are not agent
+            // files are passed over.
+            for f in found {
+                if is_agent_file(&f) {
+                    files.push((f, true));
+                }
+            }
+        } else if p.exists() {
+            files.push((p.clone(), false));
+        } else {
+            return Err(anyhow!(
+                "--agents {}: no such file or directory",
+                p.display()
+            ));
+        }
+    }
+    let mut by_name: HashMap<String, Arc<AgentFile>> = HashMap::new();
+    let mut skipped = Vec::new();
+    for (f, in_dir) in files {
+        // A file named on its own must load; one found in a directory that cannot be run here
+        // (a plan-only agent without a model, a missing key) is left out, and said so.
+        let agent = match AgentFile::load(&f).await {
+            Ok(a) => a,
+            Err(e) if in_dir => {
+                let why = crate::message(&e);
+                eprintln!("skipped {}: {why}", f.display());
+                skipped.push(why);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(other) = by_name.get(&agent.spec.name) {
+            return Err(anyhow!(
+                "agents {} and {} are both named `{}`; sessions are matched to agents by name, so give them different names",
+                other.path.display(),
+                f.display(),
+                agent.spec.name
+            ));
+        }
+        by_name.insert(agent.spec.name.clone(), Arc::new(agent));
+    }
+    if by_name.is_empty() {
+        let named: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        return Err(anyhow!(
+            "no agent file that can run in {}{}; name agent files or directories with --agents",
+            named.join(", "),
+            if skipped.is_empty() {
+                String::new()
+            } else {
+                format!(" ({} skipped: {})", skipped.len(), skipped.join("; "))
+            }
+        ));
+    }
+    Ok(by_name)
+}
+
+/// Whether a file parses as an agent file.
+fn is_agent_file(path: &Path) -> bool {
+    std::fs::File::open(path)
+        .and_then(weft_core::limits::read_text)
+        .ok()
+        .is_some_and(|text| {
+            weft_core::agent::AgentSpec::parse(&path.display().to_string(), &text).is_ok()
+        })
 }
 
 /// How driving a session ended.

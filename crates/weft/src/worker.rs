@@ -17,7 +17,7 @@
 //! second signal stops at once.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -61,71 +61,6 @@ fn secs(what: &str, v: f64) -> Result<Duration> {
     }
 }
 
-/// The agent files named by `--agents`, by agent name.
-pub async fn agents(paths: &[PathBuf]) -> Result<HashMap<String, Arc<AgentFile>>> {
-    let mut files = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            let entries = std::fs::read_dir(p)
-                .map_err(|e| anyhow!("--agents {}: cannot read the directory: {e}", p.display()))?;
-            let mut found: Vec<PathBuf> = entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| {
-                    f.extension()
-                        .and_then(|x| x.to_str())
-                        .is_some_and(|x| matches!(x, "yaml" | "yml" | "json"))
-                })
-                .collect();
-            found.sort();
-            // A directory also holds other files (scripts, plans): those that are not agent
-            // files are passed over.
-            for f in found {
-                if is_agent_file(&f) {
-                    files.push(f);
-                }
-            }
-        } else if p.exists() {
-            files.push(p.clone());
-        } else {
-            return Err(anyhow!(
-                "--agents {}: no such file or directory",
-                p.display()
-            ));
-        }
-    }
-    let mut by_name: HashMap<String, Arc<AgentFile>> = HashMap::new();
-    for f in files {
-        let agent = AgentFile::load(&f).await?;
-        if let Some(other) = by_name.get(&agent.spec.name) {
-            return Err(anyhow!(
-                "agents {} and {} are both named `{}`; a worker runs sessions by agent name, so give them different names",
-                other.path.display(),
-                f.display(),
-                agent.spec.name
-            ));
-        }
-        by_name.insert(agent.spec.name.clone(), Arc::new(agent));
-    }
-    if by_name.is_empty() {
-        let named: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-        return Err(anyhow!(
-            "no agent file in {}; name agent files or directories with --agents",
-            named.join(", ")
-        ));
-    }
-    Ok(by_name)
-}
-
-/// Whether a file parses as an agent file.
-fn is_agent_file(path: &Path) -> bool {
-    std::fs::File::open(path)
-        .and_then(weft_core::limits::read_text)
-        .ok()
-        .is_some_and(|text| {
-            weft_core::agent::AgentSpec::parse(&path.display().to_string(), &text).is_ok()
-        })
-}
-
 /// The leases of the sessions being driven, to release them when the worker stops them.
 type Driving = Arc<Mutex<HashMap<String, Lease>>>;
 
@@ -141,7 +76,7 @@ pub async fn run<S: Store>(store: Arc<S>, a: WorkerArgs) -> Result<u8> {
         .exit_when_idle
         .map(|v| secs("exit-when-idle", v))
         .transpose()?;
-    let agents = Arc::new(agents(&a.agents).await?);
+    let agents = Arc::new(crate::drive::agents(&a.agents).await?);
     let names: Vec<String> = agents.keys().cloned().collect();
     let mut listed: Vec<String> = agents
         .values()

@@ -303,6 +303,8 @@ fn needs_sdk_a_user_over_the_run_limit_gets_429() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     agents(d);
+    // An agent file in the directory that cannot run here is left out, and said so.
+    std::fs::write(d.join("plan-only.yaml"), "name: plan-only\nmode: plan\n").unwrap();
     let port = free_port();
     let mut server = serve_with(d, port, "serve.db", &["--max-runs-per-user", "1"]);
     let script = r#"
@@ -345,5 +347,10 @@ asyncio.run(main())
         out.status.success() && stdout.contains("ok: limit"),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(
+        log.contains("skipped") && log.contains("plan-only.yaml") && log.contains("no `model`"),
+        "{log}"
     );
 }

@@ -106,7 +106,7 @@ impl From<weft_store::StoreError> for ApiError {
 
 pub async fn run(store: Arc<CliStore>, a: ServeArgs) -> Result<u8> {
     let keys = auth::Keys::load(a.keys.as_deref())?;
-    let agents = crate::worker::agents(&a.agents).await?;
+    let agents = crate::drive::agents(&a.agents).await?;
     let app: Shared = Arc::new(App {
         store,
         agents,
