@@ -398,3 +398,27 @@ pub fn check_batch(id: &str, expected_seq: u64, events: &[Envelope]) -> Result<(
 pub fn epoch_of(events: &[Envelope]) -> u64 {
     events.first().map_or(0, |e| e.epoch)
 }
+
+/// Takes the leases of `candidates` in order, up to `limit`, passing over those another owner
+/// took meanwhile: the second half of [`Store::claim`] for stores that pick candidates first.
+pub(crate) async fn take_each<S: Store + ?Sized>(
+    store: &S,
+    candidates: impl IntoIterator<Item = String>,
+    owner: &Owner,
+    now: i64,
+    ttl_ms: i64,
+    limit: usize,
+) -> Result<Vec<Lease>, StoreError> {
+    let mut got = Vec::new();
+    for id in candidates {
+        if got.len() >= limit {
+            break;
+        }
+        match store.acquire(&id, owner, now, ttl_ms, false).await {
+            Ok(l) => got.push(l),
+            Err(StoreError::Leased { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}

@@ -258,18 +258,8 @@ impl Store for MemoryStore {
                 .collect()
         };
         candidates.sort();
-        let mut got = Vec::new();
-        for (_, _, id) in candidates {
-            if got.len() >= limit {
-                break;
-            }
-            match self.acquire(&id, owner, now, ttl_ms, false).await {
-                Ok(l) => got.push(l),
-                Err(StoreError::Leased { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(got)
+        let ids = candidates.into_iter().map(|(_, _, id)| id);
+        crate::take_each(self, ids, owner, now, ttl_ms, limit).await
     }
 
     async fn wake(&self) -> Result<(), StoreError> {

@@ -491,16 +491,8 @@ impl Store for SqliteStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| self.err("cannot look for sessions to run", e))?;
-        let mut got = Vec::new();
-        for id in ids {
-            // Another process may take it first: then it is not this one's.
-            match self.acquire(&id, owner, now, ttl_ms, false).await {
-                Ok(l) => got.push(l),
-                Err(StoreError::Leased { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(got)
+        // Another process may take one first: then it is not this one's.
+        crate::take_each(self, ids, owner, now, ttl_ms, limit).await
     }
 
     async fn wake(&self) -> Result<(), StoreError> {

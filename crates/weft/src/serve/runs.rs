@@ -447,6 +447,21 @@ async fn execute(
     finish(&app, &run, outcome).await;
 }
 
+/// What the server sees of every event of a thread it drives: metrics count it, the model's
+/// text goes to the thread's live streams, and the streams waiting for the log wake up.
+fn observer(app: &Shared, thread: &str) -> weft_runtime::Observer {
+    let waker = app.runs.waker(thread);
+    let texts = app.runs.texts(thread);
+    let counted = app.clone();
+    Arc::new(move |e: &weft_core::Envelope| {
+        counted.metrics.observe(e);
+        if let weft_core::Event::TextDelta { text } = &e.event {
+            let _ = texts.send(text.clone());
+        }
+        waker.notify_waiters();
+    })
+}
+
 /// Records how a run ended and wakes whoever waits for it.
 async fn finish(app: &Shared, run: &Run, outcome: anyhow::Result<SessionStatus>) {
     let waker = app.runs.waker(&run.thread_id);
@@ -500,16 +515,7 @@ async fn drive(
         agent.spec.limits.clone(),
     );
     rt.redact = agent.redact.clone();
-    let waker = app.runs.waker(&run.thread_id);
-    let texts = app.runs.texts(&run.thread_id);
-    let counted = app.clone();
-    rt = rt.observe(Arc::new(move |e: &weft_core::Envelope| {
-        counted.metrics.observe(e);
-        if let weft_core::Event::TextDelta { text } = &e.event {
-            let _ = texts.send(text.clone());
-        }
-        waker.notify_waiters();
-    }));
+    rt = rt.observe(observer(app, &run.thread_id));
     held.bind(&mut rt);
     let built = Agent::new(
         &agent.spec,
@@ -630,8 +636,7 @@ async fn found(app: &Shared, user: &User, tid: &str, rid: &str) -> Result<Arc<Ru
             Err(ApiError::not_found("run"))
         };
     }
-    threads::load(app, user, tid).await?;
-    let (rec, log) = app.store.load(tid).await?;
+    let (rec, log) = threads::load_log(app, user, tid).await?;
     let run = from_log(&rec, &log, Some(rid)).ok_or_else(|| ApiError::not_found("run"))?;
     Ok(app.runs.insert(Arc::new(run)))
 }
@@ -727,16 +732,7 @@ async fn adopt(app: Shared, held: crate::ownership::Held<crate::store::CliStore>
         if let Ok(mut a) = app.runs.active.lock() {
             a.insert(tid.clone(), run.run_id.clone());
         }
-        let waker = app.runs.waker(&tid);
-        let texts = app.runs.texts(&tid);
-        let counted = app.clone();
-        let observer: weft_runtime::Observer = Arc::new(move |e: &weft_core::Envelope| {
-            counted.metrics.observe(e);
-            if let weft_core::Event::TextDelta { text } = &e.event {
-                let _ = texts.send(text.clone());
-            }
-            waker.notify_waiters();
-        });
+        let observer = observer(&app, &tid);
         tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
         let outcome = crate::drive::drive(app.store.clone(), &held, &rec, &agent, vec![observer])
             .await

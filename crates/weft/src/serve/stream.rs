@@ -198,8 +198,25 @@ fn parts(
     }
 }
 
-fn is_marker(e: &Event, run_id: &str) -> bool {
-    matches!(e, Event::RunStarted { run_id: r, .. } if r == run_id)
+/// Where a run stands in its session's log: whether its marker (`RunStarted`) has been applied,
+/// and whether the session has been running since. The run has ended once it then stops
+/// running.
+#[derive(Default)]
+struct Progress {
+    marker_seen: bool,
+    ran: bool,
+}
+
+impl Progress {
+    /// After `e` was applied, leaving the session at `status`.
+    fn note(&mut self, e: &Event, run_id: &str, status: weft_core::SessionStatus) {
+        self.marker_seen |= matches!(e, Event::RunStarted { run_id: r, .. } if r == run_id);
+        self.ran |= self.marker_seen && status == weft_core::SessionStatus::Running;
+    }
+
+    fn ended(&self, status: weft_core::SessionStatus) -> bool {
+        self.marker_seen && self.ran && status != weft_core::SessionStatus::Running
+    }
 }
 
 /// The run's stream: events after `after`, live until the run has ended. The format's first
@@ -218,10 +235,7 @@ pub fn sse(
         format: Format,
         state: Option<State>,
         seq: u64,
-        /// Whether the run's marker (`RunStarted`) has been applied, and whether the session
-        /// has been running since: the run has ended once it then stops running.
-        marker_seen: bool,
-        ran: bool,
+        progress: Progress,
         /// The model's text as it comes (`messages` mode of a live stream), and whether any came.
         texts: Option<tokio::sync::broadcast::Receiver<String>>,
         streamed: bool,
@@ -243,20 +257,16 @@ pub fn sse(
         format,
         state: None,
         seq: after,
-        marker_seen: false,
-        ran: false,
+        progress: Progress::default(),
         queue: first,
         done: false,
     };
     impl Cursor {
         /// The run's events are all in the log: after its marker the session ran, then stopped.
         fn ended_in_log(&self) -> bool {
-            self.marker_seen
-                && self.ran
-                && self
-                    .state
-                    .as_ref()
-                    .is_some_and(|s| s.status != weft_core::SessionStatus::Running)
+            self.state
+                .as_ref()
+                .is_some_and(|s| self.progress.ended(s.status))
         }
     }
     let stream = futures::stream::unfold(cursor, |mut c| async move {
@@ -286,9 +296,7 @@ pub fn sse(
                         let mut st = State::new();
                         for e in log.iter().take_while(|e| e.seq <= c.seq) {
                             st.apply(&e.event);
-                            c.marker_seen |= is_marker(&e.event, &c.run.run_id);
-                            c.ran |=
-                                c.marker_seen && st.status == weft_core::SessionStatus::Running;
+                            c.progress.note(&e.event, &c.run.run_id, st.status);
                         }
                         c.state = Some(st);
                     }
@@ -315,17 +323,12 @@ pub fn sse(
                     }
                     if let Some(st) = c.state.as_mut() {
                         for env in &events {
-                            if c.marker_seen
-                                && c.ran
-                                && st.status != weft_core::SessionStatus::Running
-                            {
+                            if c.progress.ended(st.status) {
                                 // The run ended; what follows belongs to a later run.
                                 break;
                             }
                             st.apply(&env.event);
-                            c.marker_seen |= is_marker(&env.event, &c.run.run_id);
-                            c.ran |=
-                                c.marker_seen && st.status == weft_core::SessionStatus::Running;
+                            c.progress.note(&env.event, &c.run.run_id, st.status);
                             c.format.parts(env, st, c.streamed, &mut c.queue);
                             c.seq = env.seq;
                         }

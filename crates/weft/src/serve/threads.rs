@@ -67,12 +67,12 @@ pub async fn get_assistant(
     Ok(Json(assistant(&id, &a.spec)))
 }
 
-/// The thread's record and state, if it is this user's; another user's thread is not found.
-pub async fn load(
+/// The thread's record and log, if it is this user's; another user's thread is not found.
+pub async fn load_log(
     app: &Shared,
     user: &User,
     tid: &str,
-) -> Result<(SessionRecord, SessionState), ApiError> {
+) -> Result<(SessionRecord, Vec<weft_core::Envelope>), ApiError> {
     let (rec, events) = match app.store.load(tid).await {
         Ok(r) => r,
         Err(StoreError::NotFound(_)) => return Err(ApiError::not_found("thread")),
@@ -81,6 +81,16 @@ pub async fn load(
     if rec.user_id.as_deref() != Some(user.0.as_str()) {
         return Err(ApiError::not_found("thread"));
     }
+    Ok((rec, events))
+}
+
+/// The thread's record and state, if it is this user's; another user's thread is not found.
+pub async fn load(
+    app: &Shared,
+    user: &User,
+    tid: &str,
+) -> Result<(SessionRecord, SessionState), ApiError> {
+    let (rec, events) = load_log(app, user, tid).await?;
     let state = SessionState::fold(events.iter().map(|e| &e.event));
     Ok((rec, state))
 }
@@ -306,8 +316,7 @@ pub async fn history(
     body: Option<Json<History>>,
 ) -> Result<Json<Value>, ApiError> {
     let limit = body.and_then(|Json(b)| b.limit).unwrap_or(10);
-    let (rec, _) = load(&app, &user, &tid).await?;
-    let (_, events) = app.store.load(&tid).await?;
+    let (rec, events) = load_log(&app, &user, &tid).await?;
     let mut st = SessionState::new();
     let mut out = Vec::new();
     for e in &events {
