@@ -262,6 +262,56 @@ pub async fn stopped<S: Store>(
     }
 }
 
+/// Cancels a session that no process runs (one that waits for a person, or was queued): takes
+/// its lease, records the cancellation (calls in flight as cancelled, the session failed) and
+/// lets it go.
+pub async fn cancel_unowned<S: Store>(store: Arc<S>, id: &str) -> Result<()> {
+    let held = take(store.clone(), id, false).await?;
+    let mut rt = weft_runtime::Runtime::new(
+        store.clone(),
+        Arc::new(weft_tools::Registry::new()),
+        weft_core::Limits::default(),
+    );
+    held.bind(&mut rt);
+    let result = async {
+        let mut session = rt.load_session(id).await?;
+        let events = weft_core::recovery::cancel(&session.state, &rt.limits);
+        session.commit(events).await
+    }
+    .await;
+    held.release().await;
+    Ok(result?)
+}
+
+/// Asks the live process that holds session `id`'s lease for `verb` (`cancel`, `pause`) and
+/// waits (up to 30 s) until it has let the session go. False when no live process holds it.
+pub async fn request_and_wait<S: Store>(store: &S, id: &str, verb: &str) -> Result<bool> {
+    let now = weft_runtime::now_ms();
+    let owned = store
+        .lease(id)
+        .await?
+        .is_some_and(|l| l.expires_at > now && !gone(&l.owner.host, l.owner.pid));
+    if !owned || !store.request(id, verb, now).await? {
+        return Ok(false);
+    }
+    let began = std::time::Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let done = store
+            .lease(id)
+            .await?
+            .is_none_or(|l| l.expires_at <= weft_runtime::now_ms() || l.request.is_none());
+        if done {
+            return Ok(true);
+        }
+        if began.elapsed() > Duration::from_secs(30) {
+            return Err(anyhow!(
+                "asked the process running session {id} to {verb}, and it has not stopped in 30 s; it may be busy in a call that does not end"
+            ));
+        }
+    }
+}
+
 /// `weft sessions cancel ID` / `weft sessions pause ID`: asks the process that runs the session,
 /// and waits (up to 30 s) until it has stopped. A session no process runs is cancelled here; it
 /// has nothing to pause.
@@ -277,28 +327,7 @@ pub async fn ask<S: Store>(store: Arc<S>, id: &str, what: Asked) -> Result<u8> {
             rec.status.as_str()
         ));
     }
-    let now = weft_runtime::now_ms();
-    let owned = store
-        .lease(id)
-        .await?
-        .is_some_and(|l| l.expires_at > now && !gone(&l.owner.host, l.owner.pid));
-    if owned && store.request(id, verb, now).await? {
-        let began = std::time::Instant::now();
-        loop {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let done = store
-                .lease(id)
-                .await?
-                .is_none_or(|l| l.expires_at <= weft_runtime::now_ms() || l.request.is_none());
-            if done {
-                break;
-            }
-            if began.elapsed() > Duration::from_secs(30) {
-                return Err(anyhow!(
-                    "asked the process running session {id} to {verb}, and it has not stopped in 30 s; it may be busy in a call that does not end"
-                ));
-            }
-        }
+    if request_and_wait(store.as_ref(), id, verb).await? {
         println!("{verb}: session {id} stopped");
         if what == Asked::Pause {
             println!(
@@ -314,18 +343,7 @@ pub async fn ask<S: Store>(store: Arc<S>, id: &str, what: Asked) -> Result<u8> {
             crate::store::db_flag()
         )),
         Asked::Cancel => {
-            let held = take(store.clone(), id, false).await?;
-            let mut rt = weft_runtime::Runtime::new(
-                store.clone(),
-                Arc::new(weft_tools::Registry::new()),
-                weft_core::Limits::default(),
-            );
-            held.bind(&mut rt);
-            let mut session = rt.load_session(id).await?;
-            let events = weft_core::recovery::cancel(&session.state, &rt.limits);
-            session.commit(events).await?;
-            drop(session);
-            held.release().await;
+            cancel_unowned(store, id).await?;
             println!("cancel: session {id} cancelled");
             Ok(0)
         }

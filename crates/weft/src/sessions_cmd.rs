@@ -277,36 +277,8 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
             crate::ownership::ask(store, &id, crate::ownership::Asked::Pause).await
         }
         SessionsCommand::Fork { id, at } => {
-            let (rec, events) = store.load(&id).await?;
-            if at == 0 || at > rec.last_seq {
-                return Err(anyhow!(
-                    "--at {at}: session {id} has events 1 to {}",
-                    rec.last_seq
-                ));
-            }
-            let new_id = weft_runtime::new_session_id();
-            let now = now_ms();
-            let mut meta = rec.metadata.clone();
-            if let Value::Object(m) = &mut meta {
-                m.insert("forked_from".into(), json!({"session": id, "at": at}));
-            }
-            let (log, state) = weft_core::recovery::fork_log(events, at, &new_id, &id, now);
-            // The new session and its log in one write.
-            store
-                .create_with(
-                    NewSession {
-                        id: new_id.clone(),
-                        user_id: rec.user_id.clone(),
-                        agent: rec.agent.clone(),
-                        reference_id: rec.reference_id.clone(),
-                        metadata: meta,
-                        parent_id: Some(id.clone()),
-                    },
-                    &log,
-                    state.status,
-                    now,
-                )
-                .await?;
+            let (new_id, state) = fork(store.as_ref(), &id, at, None).await?;
+            let rec = store.get(&id).await?;
             writeln!(out, "{new_id}")?;
             // The hint names the one command that accepts the fork in its state.
             let db = crate::store::db_flag();
@@ -371,6 +343,71 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
             Ok(0)
         }
     }
+}
+
+/// Forks session `id` at event `at` into a new session of the same user and agent, written at
+/// once with its log (`weft_core::recovery::fork_log`: the events up to `at`, calls in flight
+/// then recorded as interrupted). The original is untouched. With `run`, a fork that is running
+/// ends with a `RunStarted` marker of that id, so that `weft serve` continues it as that run.
+/// Returns the new id and the state the fork folds to.
+pub async fn fork<S: Store>(
+    store: &S,
+    id: &str,
+    at: u64,
+    run: Option<String>,
+) -> Result<(String, State)> {
+    let (rec, events) = store.load(id).await?;
+    if at == 0 || at > rec.last_seq {
+        return Err(anyhow!(
+            "--at {at}: session {id} has events 1 to {}",
+            rec.last_seq
+        ));
+    }
+    let new_id = weft_runtime::new_session_id();
+    let now = now_ms();
+    let mut meta = rec.metadata.clone();
+    if let Value::Object(m) = &mut meta {
+        m.insert("forked_from".into(), json!({"session": id, "at": at}));
+    }
+    let (mut log, mut state) = weft_core::recovery::fork_log(events, at, &new_id, id, now);
+    if let Some(run_id) = run
+        && state.status == SessionStatus::Running
+    {
+        let marker = weft_core::Event::RunStarted {
+            run_id,
+            after: state.seq,
+        };
+        state.apply(&marker);
+        log.push(weft_core::Envelope {
+            seq: state.seq,
+            ts: now,
+            v: weft_core::EVENT_VERSION,
+            epoch: 0,
+            event: marker,
+        });
+    }
+    let agent = if rec.agent.is_empty() {
+        state.agent.clone()
+    } else {
+        rec.agent.clone()
+    };
+    // The new session and its log in one write.
+    store
+        .create_with(
+            NewSession {
+                id: new_id.clone(),
+                user_id: rec.user_id.clone(),
+                agent,
+                reference_id: rec.reference_id.clone(),
+                metadata: meta,
+                parent_id: Some(id.to_owned()),
+            },
+            &log,
+            state.status,
+            now,
+        )
+        .await?;
+    Ok((new_id, state))
 }
 
 /// The agent file a session was started with (recorded in its metadata).

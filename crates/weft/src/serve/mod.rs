@@ -10,14 +10,21 @@
 //!   `custom`, `end`), each with the session's sequence number as its id, so that a client that
 //!   reconnects with `Last-Event-ID` loses and repeats nothing.
 //! - `agui.rs`: the AG-UI protocol (`POST /ag-ui/{agent}`) over the same runs and streams.
+//! - `sessions.rs`: weft's own routes (`/sessions`, `/agents`): sessions across agents with
+//!   their cost, a session at any event, its typed events live, fork, pause, cancel, and the
+//!   check of an edited plan; `view.rs` folds a log into what they answer.
+//! - `playground.rs`: the web page at `/`, whose embedded files call those routes.
 
 mod agui;
 mod auth;
 mod metrics;
 mod openapi;
+mod playground;
 mod runs;
+mod sessions;
 mod stream;
 mod threads;
+mod view;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -63,6 +70,7 @@ pub struct App {
     pub runs: runs::Runs,
     pub max_runs_per_user: usize,
     pub metrics: metrics::Metrics,
+    pub summaries: sessions::Summaries,
 }
 
 pub type Shared = Arc<App>;
@@ -113,6 +121,7 @@ pub async fn run(store: Arc<CliStore>, a: ServeArgs) -> Result<u8> {
         runs: runs::Runs::default(),
         max_runs_per_user: a.max_runs_per_user,
         metrics: metrics::Metrics::default(),
+        summaries: sessions::Summaries::default(),
     });
     let router = router(app.clone(), keys, a.max_body);
     // Threads whose server stopped mid-run are continued here.
@@ -123,7 +132,7 @@ pub async fn run(store: Arc<CliStore>, a: ServeArgs) -> Result<u8> {
     let mut names: Vec<&String> = app.agents.keys().collect();
     names.sort();
     eprintln!(
-        "weft serve: listening on http://{} with assistants {}",
+        "weft serve: listening on http://{} (the playground is at /) with assistants {}",
         listener.local_addr().unwrap_or(a.listen),
         names
             .iter()
@@ -371,6 +380,94 @@ fn api() -> Vec<Api> {
             ),
         ),
         one(
+            "/agents",
+            get(sessions::agents),
+            doc(
+                "get",
+                "/agents",
+                "The agents this server runs, with their tools and the tools' input schemas, and the key's user",
+                None,
+                "{user, agents: [...]}",
+            ),
+        ),
+        one(
+            "/sessions",
+            get(sessions::list),
+            doc(
+                "get",
+                "/sessions",
+                "The user's sessions across agents, newest first, with status, agent, task, age, usage and cost (query: status, agent, limit, offset)",
+                None,
+                "{sessions: [...], more}",
+            ),
+        ),
+        one(
+            "/sessions/{id}",
+            get(sessions::get),
+            doc(
+                "get",
+                "/sessions/{id}",
+                "The session as it was after event `at` (query; default the last): state, the plan as a graph with each step's state and wave, tool calls, reviews, plan versions and their changes, usage",
+                None,
+                "the session",
+            ),
+        ),
+        one(
+            "/sessions/{id}/events",
+            get(sessions::events),
+            doc(
+                "get",
+                "/sessions/{id}/events",
+                "The session's typed events as server-sent events after Last-Event-ID (or `after`), then live: `event` (id: sequence number), `text` (the model's text as it comes), `ready`",
+                None,
+                "text/event-stream",
+            ),
+        ),
+        one(
+            "/sessions/{id}/fork",
+            post(sessions::fork),
+            doc(
+                "post",
+                "/sessions/{id}/fork",
+                "Fork the session at an event into a new session (a running fork is continued at once)",
+                Some(schema_of::<sessions::ForkBody>),
+                "{id, forked_from, status}",
+            ),
+        ),
+        one(
+            "/sessions/{id}/pause",
+            post(sessions::pause),
+            doc(
+                "post",
+                "/sessions/{id}/pause",
+                "Pause the run at its next safe point; the session waits (kind `paused`) until any answer continues it",
+                None,
+                "{id, status}",
+            ),
+        ),
+        one(
+            "/sessions/{id}/cancel",
+            post(sessions::cancel),
+            doc(
+                "post",
+                "/sessions/{id}/cancel",
+                "Cancel the session: calls in flight are stopped and recorded, it ends as failed",
+                None,
+                "{id, status}",
+            ),
+        ),
+        one(
+            "/sessions/{id}/plan/check",
+            post(sessions::check_plan),
+            doc(
+                "post",
+                "/sessions/{id}/plan/check",
+                "Check an edited plan as the answer to the session's plan approval: every problem, or the waves it would run in",
+                Some(schema_of::<sessions::PlanCheck>),
+                "{ok, problems, waves, plan}",
+            ),
+        ),
+        one(
             "/metrics",
             get(metrics_text),
             doc(
@@ -404,6 +501,20 @@ async fn openapi_json() -> Json<serde_json::Value> {
         None,
         "{\"ok\": true}",
     ));
+    docs.push(doc(
+        "get",
+        "/",
+        "The playground, a web page over this API (its files need no key; the page asks for one)",
+        None,
+        "text/html",
+    ));
+    docs.push(doc(
+        "get",
+        "/playground/{path}",
+        "The playground's scripts and styles",
+        None,
+        "the file",
+    ));
     Json(openapi::document(&docs))
 }
 
@@ -418,6 +529,9 @@ fn router(app: Shared, keys: auth::Keys, max_body: usize) -> Router {
     ));
     Router::new()
         .route("/health", get(|| async { Json(json!({"ok": true})) }))
+        // The playground's files hold no data; what it shows comes from the routes above.
+        .route("/", get(playground::index))
+        .route("/playground/{*path}", get(playground::asset))
         .route("/ok", get(|| async { Json(json!({"ok": true})) }))
         .merge(protected)
         .layer(axum::middleware::map_response(json_errors))

@@ -439,6 +439,7 @@ async fn execute(
             run.status
                 .send_replace((RunStatus::Running, run.start_seq()));
             let out = drive(&app, &run, &held, work, &agent, &rec, input).await;
+            let out = hold_if_paused(&app, &held, out).await;
             held.release().await;
             out
         }
@@ -461,6 +462,51 @@ fn observer(app: &Shared, thread: &str) -> weft_runtime::Observer {
         waker.notify_waiters();
     })
 }
+
+/// A run that stopped at a safe point while the session still runs was paused (`POST
+/// /sessions/{id}/pause`), unless the server is stopping. A paused session waits for a person
+/// (a wait of kind `paused`, recorded while the run's lease is still held): no server or worker
+/// claims it, and an answer (`command: {resume: "continue"}`) continues it where it stopped.
+async fn hold_if_paused(
+    app: &Shared,
+    held: &crate::ownership::Held<crate::store::CliStore>,
+    outcome: anyhow::Result<SessionStatus>,
+) -> anyhow::Result<SessionStatus> {
+    if !matches!(outcome, Ok(SessionStatus::Running)) || crate::interrupt::is_requested() {
+        return outcome;
+    }
+    let mut rt = Runtime::new(
+        app.store.clone(),
+        Arc::new(weft_tools::Registry::new()),
+        weft_core::Limits::default(),
+    );
+    rt = rt.observe(observer(app, &held.fence().0));
+    held.bind(&mut rt);
+    let mut session = rt.load_session(&held.fence().0).await?;
+    if session.state.status != SessionStatus::Running {
+        return Ok(session.state.status);
+    }
+    session
+        .commit(vec![weft_core::Event::WaitingForUser {
+            request: weft_core::event::InputRequest {
+                kind: PAUSED.into(),
+                question:
+                    "Paused. Answer anything (e.g. `continue`) to go on from where it stopped."
+                        .into(),
+                step: None,
+                tool: None,
+                missing: Vec::new(),
+                partial_call: Value::Null,
+                plan: None,
+                call_id: None,
+            },
+        }])
+        .await?;
+    Ok(session.state.status)
+}
+
+/// The kind of wait a paused session is in.
+pub const PAUSED: &str = "paused";
 
 /// Records how a run ended and wakes whoever waits for it.
 async fn finish(app: &Shared, run: &Run, outcome: anyhow::Result<SessionStatus>) {
@@ -740,6 +786,7 @@ async fn adopt(app: Shared, held: crate::ownership::Held<crate::store::CliStore>
                 crate::drive::Ended::Done(state, _) => state.status,
                 crate::drive::Ended::Stopped(_) => SessionStatus::Running,
             });
+        let outcome = hold_if_paused(&app, &held, outcome).await;
         finish(&app, &run, outcome).await;
         Ok(())
     }

@@ -1,0 +1,189 @@
+// The playground's entry: signing in with an API key, the routes of the page (#/ the sessions,
+// #/s/ID a session, #/new a new run), keyboard shortcuts and the narrow-window sidebar.
+
+import { api, apiKey, signIn, signOut } from "./api.js";
+import { h, fill, typing } from "./dom.js";
+import { sayApiError } from "./errors.js";
+import { SessionList } from "./sessions.js";
+import { SessionPage } from "./session.js";
+import { startPage } from "./start.js";
+
+const main = document.getElementById("main");
+const sidebar = document.getElementById("sidebar");
+const conn = document.getElementById("conn");
+const toggle = document.getElementById("toggle-sessions");
+const signOutButton = document.getElementById("sign-out");
+const whoami = document.getElementById("whoami");
+
+let agents = [];
+let list = null;
+let page = null;
+
+function setConn(text) {
+  conn.textContent = text === "live" ? "● live" : text;
+  conn.classList.toggle("bad", text !== "live" && text !== "");
+}
+
+function go(hash) {
+  if (location.hash === hash) route();
+  else location.hash = hash;
+}
+
+function openSidebar(open) {
+  sidebar.classList.toggle("open", open);
+  toggle.setAttribute("aria-expanded", String(open));
+  if (open) sidebar.querySelector("button, a, select")?.focus();
+}
+
+toggle.addEventListener("click", () => openSidebar(!sidebar.classList.contains("open")));
+
+function showSignIn(message) {
+  page?.destroy();
+  page = null;
+  list = null;
+  fill(sidebar);
+  signOutButton.hidden = true;
+  whoami.textContent = "";
+  const key = h("input", { type: "password", id: "api-key", autocomplete: "current-password", required: true, "aria-describedby": "signin-help" });
+  const remember = h("input", { type: "checkbox", id: "remember" });
+  const status = h("div", { class: "problems", role: "alert" }, message || "");
+  const form = h(
+    "form",
+    { class: "panel signin", id: "signin" },
+    h("div", { class: "panel-head" }, h("h1", {}, "Sign in to weft serve")),
+    h(
+      "div",
+      { class: "panel-body" },
+      h("div", { class: "field" }, h("label", { for: "api-key" }, "API key"), key, h("p", { class: "field-help", id: "signin-help" }, "A key from the server's --keys file or WEFT_API_KEYS. It is sent with every request as x-api-key and kept in this tab only, unless you tick the box.")),
+      h("div", { class: "field" }, h("label", { class: "check" }, remember, "Remember it on this browser")),
+      h("button", { type: "submit", class: "button primary", id: "signin-submit" }, "Sign in"),
+      status,
+    ),
+  );
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    if (!key.value.trim()) {
+      status.textContent = "Enter an API key.";
+      key.focus();
+      return;
+    }
+    signIn(key.value.trim(), remember.checked);
+    await boot();
+  });
+  fill(main, form);
+  key.focus();
+}
+
+window.addEventListener("weft:unauthorized", () => {
+  signOut();
+  showSignIn("The server refused the API key. Enter a valid one.");
+});
+
+signOutButton.addEventListener("click", () => {
+  signOut();
+  showSignIn("Signed out.");
+});
+
+async function boot() {
+  if (!apiKey()) {
+    showSignIn();
+    return;
+  }
+  let got;
+  try {
+    got = await api("/agents");
+  } catch (e) {
+    if (e.status === 401) return;
+    fill(
+      main,
+      h(
+        "div",
+        { class: "alert bad", role: "alert" },
+        h("h2", {}, "The playground cannot start"),
+        h("p", {}, sayApiError(e, "Listing the agents")),
+        h("button", { type: "button", class: "button", onclick: () => boot() }, "Try again"),
+      ),
+    );
+    return;
+  }
+  agents = got.agents;
+  whoami.textContent = got.user ? `signed in as ${got.user}` : "";
+  signOutButton.hidden = false;
+  list = new SessionList(sidebar, agents);
+  list.start();
+  route();
+}
+
+function route() {
+  if (!list) return;
+  page?.destroy();
+  page = null;
+  setConn("");
+  openSidebar(false);
+  const hash = location.hash || "#/";
+  const m = /^#\/s\/(.+)$/.exec(hash);
+  if (m) {
+    const id = decodeURIComponent(m[1]);
+    list.select(id);
+    page = new SessionPage(main, id, { go, setConn });
+    page.mount();
+    return;
+  }
+  list.select(null);
+  if (hash === "#/new") {
+    startPage(main, agents, go);
+    return;
+  }
+  fill(
+    main,
+    h(
+      "div",
+      { class: "welcome" },
+      h("h1", { tabindex: -1 }, "Sessions"),
+      h("p", {}, "Choose a session to watch its plan run, or start a new run."),
+      h("p", {}, h("a", { class: "button primary", href: "#/new" }, "New run")),
+      h(
+        "p",
+        { class: "muted" },
+        "Keys: ",
+        h("span", { class: "kbd" }, "n"),
+        " new run · ",
+        h("span", { class: "kbd" }, "s"),
+        " sessions · ",
+        h("span", { class: "kbd" }, "["),
+        " ",
+        h("span", { class: "kbd" }, "]"),
+        " previous / next event · ",
+        h("span", { class: "kbd" }, "l"),
+        " back to live",
+      ),
+    ),
+  );
+}
+
+window.addEventListener("hashchange", route);
+
+document.addEventListener("keydown", (e) => {
+  if (e.key === "Escape" && sidebar.classList.contains("open")) {
+    openSidebar(false);
+    toggle.focus();
+    return;
+  }
+  if (typing(e) || e.ctrlKey || e.metaKey || e.altKey || !list) return;
+  if (e.key === "n") {
+    e.preventDefault();
+    go("#/new");
+  } else if (e.key === "s") {
+    e.preventDefault();
+    if (getComputedStyle(toggle).display !== "none") openSidebar(true);
+    else sidebar.querySelector(".session-item, button")?.focus();
+  } else if (page && e.key === "[") {
+    page.step(-1);
+  } else if (page && e.key === "]") {
+    page.step(1);
+  } else if (page && e.key === "l") {
+    page.setAt(null);
+  }
+});
+
+boot();

@@ -1,0 +1,663 @@
+// One session: the plan drawn live (or a ReAct agent's conversation), the step chosen in detail
+// with its tool calls, the answer as it streams, usage and cost, the decisions of the run, and
+// its events with a slider that shows the session as it was at any of them, to fork from there.
+// Live updates come from the session's event stream; what is drawn comes from
+// `GET /sessions/{id}?at=N`, which folds the log on the server.
+
+import { api, follow } from "./api.js";
+import { h, fill, renderIfChanged, age, when, usageText, pretty, cut, count, announce } from "./dom.js";
+import { drawGraph, legend, stateClass, stateText } from "./graph.js";
+import { callCard, decisions, conversation, errorDetail } from "./cards.js";
+import { waitingPanel } from "./act.js";
+import { hint, runHint, sayApiError } from "./errors.js";
+
+const STATUS_LABEL = { running: "running", waiting_for_user: "waiting for you", completed: "completed", failed: "failed" };
+
+export class SessionPage {
+  constructor(main, id, { go, setConn }) {
+    this.main = main;
+    this.id = id;
+    this.go = go;
+    this.setConn = setConn;
+    this.view = null;
+    this.latest = null;
+    this.events = [];
+    this.at = null;
+    this.text = "";
+    this.selected = null;
+    this.picked = false;
+    this.tab = "calls";
+    this.pending = null;
+    this.timers = new Set();
+    this.closed = false;
+  }
+
+  async mount() {
+    this.build();
+    try {
+      this.latest = await api(`/sessions/${encodeURIComponent(this.id)}`);
+    } catch (e) {
+      fill(
+        this.main,
+        h(
+          "div",
+          { class: "alert bad", role: "alert" },
+          h("h2", {}, e.status === 404 ? "No such session" : "The session could not be loaded"),
+          h("p", {}, e.status === 404 ? `Session ${this.id} does not exist, or belongs to another user.` : sayApiError(e)),
+          h("a", { href: "#/" }, "Back to the sessions"),
+        ),
+      );
+      return;
+    }
+    this.view = this.latest;
+    this.render();
+    this.heading?.focus({ preventScroll: true });
+    this.stream = follow(`/sessions/${encodeURIComponent(this.id)}/events`, {
+      event: (env) => this.onEvent(env),
+      text: (t) => this.onText(t.text),
+      ready: () => this.refresh(),
+      onstate: (s) => this.setConn(s === "live" ? "live" : "reconnecting…"),
+      onfatal: (e) => this.flash(sayApiError(e, "The live stream stopped")),
+    });
+  }
+
+  destroy() {
+    this.closed = true;
+    this.stream?.close();
+    this.pending?.abort();
+    for (const t of this.timers) clearTimeout(t);
+  }
+
+  later(ms, fn) {
+    const t = setTimeout(() => {
+      this.timers.delete(t);
+      if (!this.closed) fn();
+    }, ms);
+    this.timers.add(t);
+    return t;
+  }
+
+  build() {
+    this.parts = {
+      error: h("div", { class: "banner-error", role: "alert" }),
+      head: h("header", { class: "s-head" }),
+      alerts: h("div", { id: "alerts" }),
+      travel: h("section", { class: "panel travel", "aria-label": "Time travel through the session's events" }),
+      left: h("section", { class: "panel", id: "flow" }),
+      right: h("aside", { class: "panel", id: "details", "aria-label": "Details" }),
+      answer: h("section", { class: "panel", id: "answer-panel", "aria-labelledby": "answer-title" }),
+      followup: h("div", {}),
+      tabs: h("section", { class: "panel", id: "activity" }),
+    };
+    const p = this.parts;
+    this.buildTravel();
+    fill(
+      this.main,
+      p.error,
+      p.head,
+      p.alerts,
+      h("div", { class: "stack" }, p.travel, h("div", { class: "s-grid" }, h("div", { class: "stack" }, p.left, p.answer, p.followup), p.right), p.tabs),
+    );
+  }
+
+  flash(text) {
+    fill(this.parts.error, text ? h("div", { class: "alert bad" }, text, " ", h("button", { type: "button", class: "button small", onclick: () => this.flash("") }, "Dismiss")) : null);
+  }
+
+  // --- Live updates -------------------------------------------------------------------------
+
+  onEvent(env) {
+    if (this.events.length && env.seq <= this.events[this.events.length - 1].seq) return;
+    this.events.push(env);
+    if (["model_replied", "answer_drafted", "run_finished", "turn_started"].includes(env.type)) this.text = "";
+    this.updateTravel();
+    if (this.at === null) this.scheduleRefresh();
+  }
+
+  onText(piece) {
+    this.text += piece;
+    if (this.at === null) this.renderAnswer();
+  }
+
+  scheduleRefresh() {
+    if (this.refreshTimer) return;
+    this.refreshTimer = this.later(120, () => {
+      this.refreshTimer = null;
+      this.refresh();
+    });
+  }
+
+  async refresh() {
+    if (this.inflight) {
+      this.again = true;
+      return;
+    }
+    this.inflight = true;
+    try {
+      const v = await api(`/sessions/${encodeURIComponent(this.id)}`);
+      if (this.closed) return;
+      this.announceChanges(this.latest, v);
+      this.latest = v;
+      if (this.at === null) {
+        this.view = v;
+        this.render();
+      } else {
+        this.renderHead();
+        this.renderAlerts();
+      }
+      this.setConn("live");
+    } catch (e) {
+      if (e.name !== "AbortError") this.setConn(e.status === 0 ? "cannot reach the server" : sayApiError(e));
+    } finally {
+      this.inflight = false;
+      if (this.again) {
+        this.again = false;
+        this.scheduleRefresh();
+      }
+    }
+  }
+
+  announceChanges(before, after) {
+    if (!before?.plan || !after?.plan) return;
+    const old = new Map(before.plan.nodes.map((n) => [n.id, n.status]));
+    const changed = after.plan.nodes.filter((n) => old.get(n.id) !== n.status && ["COMPLETED", "FAILED", "SKIPPED", "WAITING_FOR_USER"].includes(n.status));
+    if (changed.length) announce(changed.map((n) => `Step ${n.id} ${n.status.toLowerCase().replace(/_/g, " ")}`).join(". "));
+    if (before.status !== after.status) announce(`The session is ${STATUS_LABEL[after.status] || after.status}.`);
+  }
+
+  // --- Time travel ----------------------------------------------------------------------------
+
+  buildTravel() {
+    this.slider = h("input", { type: "range", id: "travel", min: 1, max: 1, value: 1, step: 1, "aria-label": "Event" });
+    this.slider.addEventListener("input", () => {
+      clearTimeout(this.slideTimer);
+      this.slideTimer = this.later(90, () => this.setAt(Number(this.slider.value)));
+    });
+    this.prevBtn = h("button", { type: "button", class: "button small", title: "Previous event ([)", "aria-label": "Previous event", onclick: () => this.step(-1) }, "◀");
+    this.nextBtn = h("button", { type: "button", class: "button small", title: "Next event (])", "aria-label": "Next event", onclick: () => this.step(1) }, "▶");
+    this.liveBtn = h("button", { type: "button", class: "button small", id: "travel-live", onclick: () => this.setAt(null) }, "Back to live");
+    this.forkBtn = h("button", { type: "button", class: "button small", id: "fork", onclick: () => this.fork() }, "Fork from here");
+    this.where = h("div", { class: "where", id: "travel-where", "aria-live": "polite" });
+    this.eventJson = h("pre", {});
+    fill(
+      this.parts.travel,
+      h("div", { class: "row" }, this.prevBtn, this.nextBtn),
+      this.slider,
+      h("div", { class: "row" }, this.liveBtn, this.forkBtn),
+      this.where,
+    );
+  }
+
+  lastSeq() {
+    const fromEvents = this.events.length ? this.events[this.events.length - 1].seq : 0;
+    return Math.max(fromEvents, this.latest?.last_seq || 0);
+  }
+
+  step(d) {
+    const cur = this.at ?? this.lastSeq();
+    const next = Math.min(Math.max(1, cur + d), this.lastSeq());
+    this.setAt(next);
+  }
+
+  async setAt(n) {
+    const last = this.lastSeq();
+    if (n === null || n >= last) {
+      this.at = null;
+      this.pending?.abort();
+      this.view = this.latest;
+      this.render();
+      return;
+    }
+    this.at = Math.max(1, n);
+    this.updateTravel();
+    this.pending?.abort();
+    const ctl = new AbortController();
+    this.pending = ctl;
+    try {
+      const v = await api(`/sessions/${encodeURIComponent(this.id)}?at=${this.at}`, { signal: ctl.signal });
+      if (ctl.signal.aborted || this.closed) return;
+      this.view = v;
+      this.render();
+    } catch (e) {
+      if (e.name !== "AbortError") this.flash(sayApiError(e, `The session at event ${n} could not be shown`));
+    }
+  }
+
+  updateTravel() {
+    const last = this.lastSeq();
+    const at = this.at ?? last;
+    this.slider.max = String(Math.max(1, last));
+    this.slider.value = String(at);
+    const env = this.events.find((e) => e.seq === at) || (this.view && this.view.seq === at ? this.view.event : null);
+    const label = env ? `${env.type}${describe(env)}` : "";
+    this.slider.setAttribute("aria-valuetext", `event ${at} of ${last}${label ? `: ${label}` : ""}`);
+    this.parts.travel.classList.toggle("past", this.at !== null);
+    this.liveBtn.hidden = this.at === null;
+    this.prevBtn.disabled = at <= 1;
+    this.nextBtn.disabled = at >= last;
+    this.forkBtn.textContent = this.at === null ? "Fork at the last event" : `Fork from event ${at}`;
+    fill(
+      this.where,
+      this.at === null ? h("span", {}, h("b", {}, "Live"), ` · ${last} events`) : h("span", {}, h("b", {}, `Event ${at} of ${last}`), " · the session as it was then"),
+      env && h("span", { class: "mono" }, cut(label, 120)),
+      env && h("time", { class: "faint", title: when(env.ts ? new Date(env.ts).toISOString() : "") }, env.ts ? new Date(env.ts).toLocaleTimeString() : ""),
+    );
+  }
+
+  async fork() {
+    const at = this.at ?? this.lastSeq();
+    this.forkBtn.disabled = true;
+    try {
+      const r = await api(`/sessions/${encodeURIComponent(this.id)}/fork`, { method: "POST", body: { at } });
+      announce(`Forked at event ${at} into a new session.`);
+      this.go(`#/s/${encodeURIComponent(r.id)}`);
+    } catch (e) {
+      this.flash(sayApiError(e, "The fork failed"));
+      this.forkBtn.disabled = false;
+    }
+  }
+
+  // --- Rendering -----------------------------------------------------------------------------
+
+  render() {
+    if (!this.view) return;
+    const v = this.view;
+    this.calls = new Map(v.calls.map((c) => [c.call_id, c]));
+    // A failed step is shown at once, unless the person chose another.
+    const failed = v.plan?.nodes.find((n) => n.status === "FAILED" && !n.handled);
+    if (!this.picked && failed) this.selected = failed.id;
+    if (this.selected && v.plan && !v.plan.nodes.some((n) => n.id === this.selected)) this.selected = null;
+    this.renderHead();
+    this.renderAlerts();
+    this.updateTravel();
+    this.renderFlow();
+    this.renderDetails();
+    this.renderAnswer();
+    this.renderFollowup();
+    this.renderTabs();
+  }
+
+  renderHead() {
+    const v = this.latest;
+    const shown = this.view;
+    const paused = v.waiting?.kind === "paused";
+    const label = paused ? "paused" : STATUS_LABEL[v.status] || v.status;
+    const task = shown.task || shown.earlier_turns?.[0]?.task || "(no task yet)";
+    const live = this.at === null;
+    const actions = [];
+    if (live && v.status === "running" && v.busy) {
+      actions.push(h("button", { type: "button", class: "button", id: "pause", onclick: (e) => this.post("pause", e.currentTarget) }, "Pause"));
+    }
+    if (live && (v.status === "running" || v.status === "waiting_for_user")) {
+      const cancel = h("button", { type: "button", class: "button danger", id: "cancel" }, "Cancel…");
+      cancel.addEventListener("click", () => {
+        if (cancel.dataset.armed) {
+          this.post("cancel", cancel);
+          return;
+        }
+        cancel.dataset.armed = "1";
+        cancel.textContent = "Cancel the run for good?";
+        this.later(4000, () => {
+          delete cancel.dataset.armed;
+          cancel.textContent = "Cancel…";
+        });
+      });
+      actions.push(cancel);
+    }
+    const data = { id: v.id, task, label, st: v.status, busy: v.busy, agent: v.agent, mode: v.mode, user: v.user, usage: v.usage, mc: v.model_calls, tc: v.tool_calls, last: v.last_seq, live, parent: v.parent_id, from: v.forked_from, created: v.created_at, n: actions.length };
+    if (this.parts.head.dataset.sig === JSON.stringify(data)) return;
+    this.parts.head.dataset.sig = JSON.stringify(data);
+    fill(
+      this.parts.head,
+      h(
+        "div",
+        { class: "s-title" },
+        (this.heading = h("h1", { tabindex: -1, id: "session-title" }, task)),
+        h("span", { class: ["badge", paused ? "waiting_for_user" : v.status], id: "session-status", dataset: { status: v.status } }, v.busy && v.status === "running" && h("span", { class: "spin", "aria-hidden": "true" }), label),
+        h("div", { class: "actions" }, actions),
+      ),
+      h(
+        "div",
+        { class: "s-meta" },
+        h("span", {}, "agent ", h("b", {}, v.agent), v.mode ? ` (${v.mode})` : ""),
+        v.user && h("span", {}, "user ", h("b", {}, v.user)),
+        h("span", {}, "session ", h("span", { class: "mono" }, v.id)),
+        h("span", { title: when(v.created_at) }, `started ${age(v.created_at)}`),
+        v.forked_from && h("span", {}, "forked from ", h("a", { href: `#/s/${encodeURIComponent(v.forked_from.session)}` }, cut(v.forked_from.session, 14)), ` at event ${v.forked_from.at}`),
+      ),
+      h(
+        "div",
+        { class: "stats", "aria-label": "Usage" },
+        h("span", {}, "tokens ", h("b", {}, usageText(v.usage) || "0")),
+        h("span", {}, "model calls ", h("b", {}, count(v.model_calls))),
+        h("span", {}, "tool calls ", h("b", {}, count(v.tool_calls))),
+        h("span", {}, "events ", h("b", {}, count(v.last_seq))),
+      ),
+    );
+  }
+
+  async post(what, button) {
+    if (button) button.disabled = true;
+    try {
+      await api(`/sessions/${encodeURIComponent(this.id)}/${what}`, { method: "POST" });
+      announce(what === "pause" ? "Paused." : "Cancelled.");
+    } catch (e) {
+      this.flash(sayApiError(e, what === "pause" ? "The pause failed" : "The cancel failed"));
+    } finally {
+      if (button) button.disabled = false;
+      this.refresh();
+    }
+  }
+
+  renderAlerts() {
+    const v = this.latest;
+    const live = this.at === null;
+    const w = v.waiting;
+    if (!this.waitingBox) {
+      this.waitingBox = h("div", {});
+      this.failureBox = h("div", {});
+      fill(this.parts.alerts, this.waitingBox, this.failureBox);
+    }
+    // The waiting panel is rebuilt only when the wait itself changes: what is typed stays.
+    const waiting = live && w ? { kind: w.kind, q: w.question, plan: w.plan, call: w.call_id, step: w.step } : null;
+    renderIfChanged(this.waitingBox, { waiting, past: !live && !!w }, (d) => {
+      if (d.waiting) return waitingPanel(v, () => this.refresh());
+      if (d.past) {
+        return h("div", { class: "alert warn" }, "The session waits for you now. ", h("button", { type: "button", class: "button small", onclick: () => this.setAt(null) }, "Back to live to answer"));
+      }
+      return null;
+    });
+    const failedSteps = (this.view.plan?.nodes || []).filter((n) => n.status === "FAILED");
+    const failed = this.view.status === "failed" ? this.view.error || "the run failed" : null;
+    const sig = { failed, steps: failedSteps.map((n) => [n.id, n.tool, n.error?.kind, n.error?.message, n.handled]) };
+    renderIfChanged(this.failureBox, sig, () => {
+      if (failed) {
+        return h(
+          "section",
+          { class: "alert bad", id: "failure", "aria-labelledby": "failure-title" },
+          h("h2", { id: "failure-title" }, "The run failed"),
+          h("p", {}, failed),
+          failedSteps.length > 0 &&
+            h(
+              "ul",
+              {},
+              failedSteps.map((n) =>
+                h(
+                  "li",
+                  {},
+                  h("button", { type: "button", class: "button small", onclick: () => this.select(n.id, false) }, `Step ${n.id}`),
+                  ` ${n.tool || "step executor"} failed: ${n.error?.kind}: ${cut(n.error?.message || "", 200)}${n.handled ? " (handled by its error path)" : ""}`,
+                ),
+              ),
+            ),
+          h("p", { class: "hint" }, h("b", {}, "What to do: "), failedSteps.length ? hint(failedSteps[0].error?.kind) : runHint(failed)),
+        );
+      }
+      const open = failedSteps.find((n) => !n.handled);
+      return open ? h("div", { class: "alert bad" }, `Step ${open.id} failed (${open.error?.kind}); the steps that need its result are skipped.`) : null;
+    });
+  }
+
+  select(id, toggle = true) {
+    this.selected = toggle && this.selected === id ? null : id;
+    this.picked = true;
+    this.renderFlow();
+    this.renderDetails();
+    if (this.selected) document.getElementById("details")?.scrollIntoView({ block: "nearest" });
+  }
+
+  renderFlow() {
+    const v = this.view;
+    const el = this.parts.left;
+    const focusStep = document.activeElement?.closest?.(".node")?.dataset.step;
+    if (v.plan) {
+      const sig = { plan: v.plan, sel: this.selected, calls: v.calls.map((c) => [c.call_id, c.status, c.duration_ms]) };
+      if (!renderIfChanged(el, sig, () => [
+        h(
+          "div",
+          { class: "panel-head" },
+          h("h2", {}, v.plan.proposed ? "Proposed plan" : `Plan${v.plan.version > 1 ? ` v${v.plan.version}` : ""}`),
+          h("span", { class: "muted" }, `${v.plan.nodes.length} steps · ${new Set(v.plan.nodes.map((n) => n.wave)).size} waves`),
+        ),
+        h("div", { class: "graph-wrap", id: "graph" }, drawGraph(v.plan, this.calls, { selected: this.selected, onSelect: (id) => this.select(id) })),
+        legend(v.plan.proposed),
+      ])) return;
+      if (focusStep) el.querySelector(`.node[data-step="${CSS.escape(focusStep)}"]`)?.focus({ preventScroll: true });
+      return;
+    }
+    if (v.mode === "react" || v.conversation.length) {
+      renderIfChanged(el, { c: v.conversation, calls: v.calls.map((c) => [c.call_id, c.status]) }, () => [
+        h("div", { class: "panel-head" }, h("h2", {}, "Conversation")),
+        h("div", { class: "panel-body" }, conversation(v, this.calls, (seq) => this.setAt(seq))),
+      ]);
+      return;
+    }
+    renderIfChanged(el, { phase: v.phase, status: v.status }, () => [
+      h("div", { class: "panel-head" }, h("h2", {}, "Plan")),
+      h("p", { class: "panel-body muted" }, v.status === "running" ? "The planner is at work…" : "No plan was made in this turn."),
+    ]);
+  }
+
+  renderDetails() {
+    const v = this.view;
+    const node = v.plan?.nodes.find((n) => n.id === this.selected);
+    const el = this.parts.right;
+    if (!node) {
+      renderIfChanged(el, { input: v.input, data: v.data, task: v.task, turns: v.earlier_turns, plan: !!v.plan }, () => [
+        h("div", { class: "panel-head" }, h("h2", {}, "Session")),
+        h(
+          "div",
+          { class: "panel-body stack" },
+          v.plan && h("p", { class: "muted" }, "Choose a step in the plan to see its calls."),
+          v.earlier_turns.length > 0 &&
+            h("div", {}, h("h3", {}, "Earlier turns"), h("ol", {}, v.earlier_turns.map((t) => h("li", {}, cut(t.task, 100), t.answer ? h("span", { class: "muted" }, ` → ${cut(t.answer, 100)}`) : "")))),
+          h("div", {}, h("h3", {}, "Input"), h("pre", {}, pretty(v.input ?? {}))),
+          v.plan && h("div", {}, h("h3", {}, "State"), h("pre", { id: "state-json" }, pretty(v.data ?? {}))),
+        ),
+      ]);
+      return;
+    }
+    const calls = (node.calls || []).map((id) => this.calls.get(id)).filter(Boolean);
+    renderIfChanged(el, { node, calls }, () => [
+      h(
+        "div",
+        { class: "panel-head" },
+        h("h2", {}, `Step ${node.id}`),
+        h("span", { class: ["badge", stateClass(node).replace("s-", "")] }, stateText(node, this.calls)),
+        h("span", { class: "spacer" }),
+        h("button", { type: "button", class: "button small ghost", onclick: () => this.select(node.id), "aria-label": "Close the step's details" }, "✕"),
+      ),
+      h(
+        "div",
+        { class: "panel-body stack", id: "step-details", dataset: { step: node.id } },
+        h(
+          "dl",
+          { class: "kv" },
+          h("dt", {}, "tool"),
+          h("dd", { class: "mono" }, node.tool || "(step executor)"),
+          node.description && [h("dt", {}, "does"), h("dd", {}, node.description)],
+          h("dt", {}, "wave"),
+          h("dd", {}, `${node.wave}${node.projected ? " (to come)" : ""}`),
+          h("dt", {}, "attempts"),
+          h("dd", {}, String(node.attempts)),
+          node.reason && [h("dt", {}, "skipped"), h("dd", {}, node.reason)],
+        ),
+        node.error &&
+          h(
+            "div",
+            { class: "alert bad", id: "step-error" },
+            h("h2", {}, `${node.handled ? "Failed (handled)" : "Failed"}: ${node.error.kind}`),
+            h("p", {}, node.error.message),
+            errorDetail(node.error.detail),
+            h("p", { class: "hint" }, h("b", {}, "What to do: "), hint(node.error.kind)),
+          ),
+        h("div", {}, h("h3", {}, "Call as planned"), h("pre", {}, pretty(node.call))),
+        node.output !== undefined && node.output !== null && h("div", {}, h("h3", {}, "Output"), h("pre", {}, pretty(node.output))),
+        calls.length ? h("div", {}, h("h3", {}, `Tool calls (${calls.length})`), calls.map((c) => callCard(c, (seq) => this.setAt(seq)))) : h("p", { class: "muted" }, "No tool call yet."),
+      ),
+    ]);
+  }
+
+  renderAnswer() {
+    const v = this.view;
+    const live = this.at === null;
+    const streaming = live && this.text && !v.answer;
+    const text = v.answer || (streaming ? this.text : "") || (v.drafts.length ? v.drafts[v.drafts.length - 1] : "");
+    const el = this.parts.answer;
+    el.hidden = !text;
+    if (!text) return;
+    const kind = v.answer ? "Answer" : streaming ? "Answer (streaming)" : "Draft answer";
+    if (!this.answerText) {
+      this.answerTitle = h("h2", { id: "answer-title" });
+      this.answerText = h("div", { class: "answer", id: "answer" });
+      fill(el, h("div", { class: "panel-head" }, this.answerTitle), h("div", { class: "panel-body" }, this.answerText));
+    }
+    this.answerTitle.textContent = kind;
+    this.answerText.textContent = text;
+    this.answerText.classList.toggle("streaming", Boolean(streaming));
+  }
+
+  renderFollowup() {
+    const v = this.latest;
+    const show = this.at === null && (v.status === "completed" || v.status === "failed");
+    renderIfChanged(this.parts.followup, { show, id: v.id }, () => {
+      if (!show) return null;
+      const text = h("textarea", { id: "followup-text", rows: 2, placeholder: "A new task for this session (it sees the earlier turns)", "aria-label": "A new task for this session" });
+      const status = h("div", { class: "problems", role: "alert" });
+      const go = h("button", { type: "button", class: "button primary", id: "followup-send" }, "Send");
+      go.addEventListener("click", async () => {
+        if (!text.value.trim()) {
+          text.focus();
+          return;
+        }
+        go.disabled = true;
+        try {
+          await api(`/threads/${encodeURIComponent(v.id)}/runs`, {
+            method: "POST",
+            body: { assistant_id: v.agent, input: { messages: [{ role: "user", content: text.value.trim() }] } },
+          });
+          text.value = "";
+          this.refresh();
+        } catch (e) {
+          status.textContent = sayApiError(e, "The task was not sent");
+        } finally {
+          go.disabled = false;
+        }
+      });
+      return h("section", { class: "panel" }, h("div", { class: "panel-body stack" }, text, h("div", { class: "row" }, go), status));
+    });
+  }
+
+  renderTabs() {
+    const v = this.view;
+    const tabs = [
+      ["calls", `Tool calls (${v.calls.length})`],
+      ["decisions", `Decisions (${v.reviews.length + v.plans.length})`],
+      ["events", `Events (${this.events.length})`],
+    ];
+    const jump = (seq) => this.setAt(seq);
+    const panel = () => {
+      if (this.tab === "calls") return v.calls.length ? [...v.calls].reverse().map((c) => callCard(c, jump)) : h("p", { class: "muted" }, "No tool call yet.");
+      if (this.tab === "decisions") return decisions(v, jump);
+      const at = this.at ?? this.lastSeq();
+      return h(
+        "ol",
+        { class: "events", "aria-label": "Events" },
+        this.events.map((e) =>
+          h(
+            "li",
+            {},
+            h(
+              "button",
+              { type: "button", "aria-current": e.seq === at ? "true" : null, onclick: () => jump(e.seq), title: pretty(e) },
+              h("span", {}, `#${e.seq}`),
+              h("span", { class: "t" }, e.type),
+              h("span", { class: "d" }, describe(e)),
+            ),
+          ),
+        ),
+      );
+    };
+    const sig = { tab: this.tab, calls: v.calls, r: v.reviews, p: v.plans, n: this.tab === "events" ? [this.events.length, this.at] : 0 };
+    renderIfChanged(this.parts.tabs, sig, () => {
+      const focused = document.activeElement?.dataset?.tab;
+      const bar = h(
+        "div",
+        { class: "tabs", role: "tablist", "aria-label": "Activity" },
+        tabs.map(([key, label]) =>
+          h(
+            "button",
+            {
+              type: "button",
+              role: "tab",
+              id: `tab-${key}`,
+              "aria-selected": this.tab === key ? "true" : "false",
+              "aria-controls": "tab-panel",
+              tabindex: this.tab === key ? 0 : -1,
+              dataset: { tab: key },
+              onclick: () => {
+                this.tab = key;
+                this.renderTabs();
+                document.getElementById(`tab-${key}`)?.focus();
+              },
+              onkeydown: (e) => {
+                const i = tabs.findIndex(([k]) => k === key);
+                const d = e.key === "ArrowRight" ? 1 : e.key === "ArrowLeft" ? -1 : 0;
+                if (!d) return;
+                e.preventDefault();
+                this.tab = tabs[(i + d + tabs.length) % tabs.length][0];
+                this.renderTabs();
+                document.getElementById(`tab-${this.tab}`)?.focus();
+              },
+            },
+            label,
+          ),
+        ),
+      );
+      const out = [bar, h("div", { class: "tab-panel", id: "tab-panel", role: "tabpanel", "aria-labelledby": `tab-${this.tab}` }, panel())];
+      if (focused) queueMicrotask(() => document.getElementById(`tab-${focused}`)?.focus());
+      return out;
+    });
+  }
+}
+
+/** A few words about an event, for the slider and the event list. */
+function describe(e) {
+  switch (e.type) {
+    case "turn_started":
+      return ` "${cut(e.task, 60)}"`;
+    case "wave_started":
+      return ` ${e.wave}: ${e.steps.join(", ")}`;
+    case "wave_finished":
+      return ` ${e.wave}`;
+    case "step_started":
+      return ` ${e.step} (attempt ${e.attempt})`;
+    case "step_completed":
+      return ` ${e.step}`;
+    case "step_failed":
+      return ` ${e.step}: ${e.error.kind}`;
+    case "step_skipped":
+      return ` ${e.step}: ${cut(e.reason, 50)}`;
+    case "step_retrying":
+      return ` ${e.step} in ${e.delay_ms} ms`;
+    case "tool_call_started":
+      return ` ${e.tool}${e.step ? ` (${e.step})` : ""}`;
+    case "tool_call_finished":
+      return ` ${e.outcome.status}${e.outcome.error ? `: ${e.outcome.error.kind}` : ""} in ${e.duration_ms} ms`;
+    case "review_decided":
+      return ` ${e.decision}`;
+    case "model_replied":
+      return ` (${e.purpose})`;
+    case "waiting_for_user":
+      return ` ${e.request.kind}`;
+    case "user_replied":
+      return ` "${cut(e.text, 40)}"`;
+    case "run_finished":
+      return ` ${e.status}${e.error ? `: ${cut(e.error, 60)}` : ""}`;
+    case "plan_accepted":
+    case "plan_revised":
+      return ` ${(e.plan || []).length} steps`;
+    default:
+      return "";
+  }
+}

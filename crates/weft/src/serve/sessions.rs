@@ -1,0 +1,491 @@
+//! weft's own routes, beside LangGraph's, for what a client such as the playground needs and
+//! LangGraph's API has no word for: sessions across agents with their cost, a session as it was
+//! at any event (the plan as a graph, tool calls, reviews, replans), its typed events as
+//! server-sent events, fork at an event, pause, cancel, the agents with their tools' schemas,
+//! and a check of an edited plan before it is sent. Behind the same keys as every route; another
+//! user's session answers 404.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event as Sse, KeepAlive};
+use axum::response::{IntoResponse, Response, Sse as SseResponse};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use weft_core::graph::{ValidateOptions, validate};
+use weft_core::{Plan, SessionStatus, State as SessionState};
+use weft_store::{ListFilter, SessionRecord, Store};
+
+use super::auth::User;
+use super::{ApiError, Shared, threads, view};
+
+/// Summaries of sessions, kept until their log grows (a list polled every few seconds folds
+/// only the sessions that changed).
+#[derive(Default)]
+pub struct Summaries(Mutex<HashMap<String, (u64, Value)>>);
+
+impl Summaries {
+    async fn of(&self, app: &Shared, rec: &SessionRecord) -> Result<Value, ApiError> {
+        if let Ok(cache) = self.0.lock()
+            && let Some((seq, v)) = cache.get(&rec.id)
+            && *seq == rec.last_seq
+        {
+            return Ok(v.clone());
+        }
+        let (rec, log) = app.store.load(&rec.id).await?;
+        let v = view::summary(&rec, &log);
+        if let Ok(mut cache) = self.0.lock() {
+            cache.insert(rec.id.clone(), (rec.last_seq, v.clone()));
+        }
+        Ok(v)
+    }
+}
+
+/// The session's record, if it is this user's; another user's session is not found.
+async fn owned(app: &Shared, user: &User, id: &str) -> Result<SessionRecord, ApiError> {
+    match app.store.get(id).await {
+        Ok(rec) if rec.user_id.as_deref() == Some(user.0.as_str()) => Ok(rec),
+        Ok(_) | Err(weft_store::StoreError::NotFound(_)) => Err(ApiError::not_found("session")),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+pub struct ListQuery {
+    /// `running`, `waiting_for_user`, `completed` or `failed`.
+    #[serde(default)]
+    status: Option<String>,
+    /// Only this agent's sessions.
+    #[serde(default)]
+    agent: Option<String>,
+    /// At most this many (default 50, at most 500).
+    #[serde(default)]
+    limit: Option<usize>,
+    #[serde(default)]
+    offset: Option<usize>,
+}
+
+/// `GET /sessions`: the user's sessions across agents, newest first, each with its status,
+/// agent, task, age, usage and cost.
+pub async fn list(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let status = match q.status.as_deref().filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => Some(SessionStatus::parse(s).ok_or_else(|| {
+            ApiError::bad(format!(
+                "status `{s}`: use running, waiting_for_user, completed or failed"
+            ))
+        })?),
+    };
+    let limit = q.limit.unwrap_or(50).clamp(1, 500);
+    let offset = q.offset.unwrap_or(0);
+    let agent = q.agent.filter(|a| !a.is_empty());
+    let recs = app
+        .store
+        .list(&ListFilter {
+            user_id: Some(user.0.clone()),
+            status,
+            limit: if agent.is_some() {
+                None
+            } else {
+                Some(offset + limit + 1)
+            },
+        })
+        .await?;
+    let mut out = Vec::new();
+    let mut more = false;
+    let mut skipped = 0;
+    for rec in recs {
+        // A thread created empty has its agent in its log only.
+        if let Some(a) = &agent
+            && !rec.agent.is_empty()
+            && &rec.agent != a
+        {
+            continue;
+        }
+        let mut s = app.summaries.of(&app, &rec).await?;
+        if agent.as_ref().is_some_and(|a| s["agent"] != a.as_str()) {
+            continue;
+        }
+        if skipped < offset {
+            skipped += 1;
+            continue;
+        }
+        if out.len() == limit {
+            more = true;
+            break;
+        }
+        s["busy"] = json!(app.runs.active_on(&rec.id));
+        out.push(s);
+    }
+    Ok(Json(json!({"sessions": out, "more": more})))
+}
+
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+pub struct AtQuery {
+    /// The event to show the session at (default: the last).
+    #[serde(default)]
+    at: Option<u64>,
+}
+
+/// `GET /sessions/{id}`: the session as it was after event `at` (the last by default).
+pub async fn get(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(id): Path<String>,
+    Query(q): Query<AtQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let (rec, log) = load(&app, &user, &id).await?;
+    Ok(Json(view::session(
+        &rec,
+        &log,
+        q.at,
+        app.runs.active_on(&id),
+    )))
+}
+
+async fn load(
+    app: &Shared,
+    user: &User,
+    id: &str,
+) -> Result<(SessionRecord, Vec<weft_core::Envelope>), ApiError> {
+    threads::load_log(app, user, id)
+        .await
+        .map_err(|e| match e.0 {
+            StatusCode::NOT_FOUND => ApiError::not_found("session"),
+            _ => e,
+        })
+}
+
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+pub struct AfterQuery {
+    /// Send the events after this one (`Last-Event-ID` does the same and wins).
+    #[serde(default)]
+    after: Option<u64>,
+}
+
+/// `GET /sessions/{id}/events`: the session's typed events as server-sent events (`event`,
+/// with the sequence number as id), after `Last-Event-ID` (or `?after=`), then live for as
+/// long as the client listens: the model's text as it is generated (`text`, no id: it is never
+/// stored), and `ready` once the events stored so far were sent.
+pub async fn events(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(id): Path<String>,
+    Query(q): Query<AfterQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    owned(&app, &user, &id).await?;
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .or(q.after)
+        .unwrap_or(0);
+    struct Cursor {
+        app: Shared,
+        id: String,
+        seq: u64,
+        texts: tokio::sync::broadcast::Receiver<String>,
+        queue: std::collections::VecDeque<Sse>,
+        ready: bool,
+        done: bool,
+    }
+    let cursor = Cursor {
+        texts: app.runs.texts(&id).subscribe(),
+        app,
+        id,
+        seq: after,
+        queue: std::collections::VecDeque::new(),
+        ready: false,
+        done: false,
+    };
+    let stream = futures::stream::unfold(cursor, |mut c| async move {
+        loop {
+            if let Some(e) = c.queue.pop_front() {
+                return Some((Ok::<_, Infallible>(e), c));
+            }
+            if c.done || crate::interrupt::is_requested() {
+                return None;
+            }
+            let waker = c.app.runs.waker(&c.id);
+            let notified = waker.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match c.app.store.events_after(&c.id, c.seq).await {
+                Ok(events) => {
+                    // Text generated before these events were stored goes first (a reply's
+                    // pieces all come before the reply is stored).
+                    if !events.is_empty() {
+                        while let Ok(text) = c.texts.try_recv() {
+                            c.queue.push_back(
+                                Sse::default()
+                                    .event("text")
+                                    .data(json!({ "text": text }).to_string()),
+                            );
+                        }
+                    }
+                    for env in events {
+                        c.seq = env.seq;
+                        if let Ok(data) = serde_json::to_string(&env) {
+                            c.queue.push_back(
+                                Sse::default()
+                                    .event("event")
+                                    .id(env.seq.to_string())
+                                    .data(data),
+                            );
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(session = %c.id, "cannot read the session's events: {e}");
+                    c.queue.push_back(
+                        Sse::default().event("error").data(
+                            json!({"detail": "the session store failed; reconnect to go on"})
+                                .to_string(),
+                        ),
+                    );
+                    c.done = true;
+                    continue;
+                }
+            }
+            if !c.ready {
+                c.ready = true;
+                c.queue.push_back(
+                    Sse::default()
+                        .event("ready")
+                        .data(json!({"seq": c.seq}).to_string()),
+                );
+            }
+            if !c.queue.is_empty() {
+                continue;
+            }
+            // Woken when this server stores an event of the session; polled otherwise (a
+            // worker or another server may drive it).
+            let wait = tokio::time::timeout(Duration::from_millis(500), &mut notified);
+            tokio::select! {
+                _ = wait => {}
+                got = c.texts.recv() => {
+                    if let Ok(text) = got {
+                        c.queue.push_back(Sse::default().event("text").data(json!({"text": text}).to_string()));
+                    }
+                }
+            }
+        }
+    });
+    Ok(SseResponse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ForkBody {
+    /// The last event the fork keeps.
+    at: u64,
+}
+
+/// `POST /sessions/{id}/fork`: a new session with the events up to `at` (calls in flight then
+/// are recorded as interrupted). A fork that is running then is continued by this server at
+/// once; one that waits gets its answer; a finished one a new task.
+pub async fn fork(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(id): Path<String>,
+    Json(body): Json<ForkBody>,
+) -> Result<Json<Value>, ApiError> {
+    let rec = owned(&app, &user, &id).await?;
+    if body.at == 0 || body.at > rec.last_seq {
+        return Err(ApiError::bad(format!(
+            "at: session {id} has events 1 to {}; fork at one of them",
+            rec.last_seq
+        )));
+    }
+    let run_id = uuid::Uuid::now_v7().to_string();
+    let (new_id, state) =
+        crate::sessions_cmd::fork(app.store.as_ref(), &id, body.at, Some(run_id.clone()))
+            .await
+            .map_err(|e| {
+                tracing::warn!(session = %id, "cannot fork: {e}");
+                ApiError(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the session store failed; try again".into(),
+                )
+            })?;
+    // A running fork is claimed by this server's loop for orphaned sessions; wake it.
+    let _ = app.store.wake().await;
+    Ok(Json(json!({
+        "id": new_id,
+        "forked_from": {"session": id, "at": body.at},
+        "status": state.status.as_str(),
+        "run_id": (state.status == SessionStatus::Running).then_some(run_id),
+    })))
+}
+
+/// `POST /sessions/{id}/pause`: the run stops at its next safe point (no new model or tool
+/// call; calls in flight finish and are recorded) and the session waits (kind `paused`) until a
+/// person continues it with any answer.
+pub async fn pause(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let rec = owned(&app, &user, &id).await?;
+    if rec.status != SessionStatus::Running {
+        return Err(ApiError(
+            StatusCode::CONFLICT,
+            format!(
+                "session {id} is {}; only a running session can be paused",
+                rec.status.as_str()
+            ),
+        ));
+    }
+    let stopped = crate::ownership::request_and_wait(app.store.as_ref(), &id, "pause")
+        .await
+        .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e)))?;
+    if !stopped {
+        return Err(ApiError(
+            StatusCode::CONFLICT,
+            format!("no process runs session {id} at the moment; there is nothing to pause"),
+        ));
+    }
+    Ok(Json(
+        json!({"id": id, "status": app.store.get(&id).await?.status.as_str()}),
+    ))
+}
+
+/// `POST /sessions/{id}/cancel`: stops the session for good: calls in flight are stopped and
+/// recorded as cancelled, and it ends as failed. A session that waits, or that no process
+/// runs, is cancelled here.
+pub async fn cancel(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let rec = owned(&app, &user, &id).await?;
+    if rec.status.is_terminal() {
+        return Err(ApiError(
+            StatusCode::CONFLICT,
+            format!(
+                "session {id} is {} already; there is nothing to cancel",
+                rec.status.as_str()
+            ),
+        ));
+    }
+    let stopped = crate::ownership::request_and_wait(app.store.as_ref(), &id, "cancel")
+        .await
+        .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e)))?;
+    if !stopped {
+        crate::ownership::cancel_unowned(app.store.clone(), &id)
+            .await
+            .map_err(|e| ApiError(StatusCode::CONFLICT, crate::message(&e)))?;
+    }
+    app.runs.waker(&id).notify_waiters();
+    Ok(Json(
+        json!({"id": id, "status": app.store.get(&id).await?.status.as_str()}),
+    ))
+}
+
+/// `GET /agents`: the agents this server runs, with their tools (name, description, input
+/// schema, whether a person approves each call): what a client needs to start a run; and the
+/// user the key belongs to.
+pub async fn agents(State(app): State<Shared>, Extension(user): Extension<User>) -> Json<Value> {
+    let mut names: Vec<&String> = app.agents.keys().collect();
+    names.sort();
+    let list: Vec<Value> = names
+        .into_iter()
+        .map(|n| {
+            let a = &app.agents[n];
+            let tools: Vec<&weft_core::ToolInfo> = a
+                .tools
+                .infos()
+                .filter(|t| {
+                    a.spec
+                        .allowed_tools
+                        .as_ref()
+                        .is_none_or(|allowed| allowed.iter().any(|x| x == &t.name))
+                })
+                .collect();
+            json!({
+                "name": n,
+                "mode": a.spec.mode,
+                "description": a.spec.description,
+                "approve_plans": a.spec.approve_plans,
+                "limits": a.spec.limits,
+                "tools": tools,
+            })
+        })
+        .collect();
+    Json(json!({ "user": user.0, "agents": list }))
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct PlanCheck {
+    /// The plan: an array of calls, or `{"steps": [...]}`.
+    plan: Value,
+}
+
+/// `POST /sessions/{id}/plan/check`: whether an edited plan would be accepted as the answer to
+/// the session's plan approval (the checks the agent runs on it: shape, tools, arguments,
+/// references, cycles), with every problem, and the waves it would run in.
+pub async fn check_plan(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(id): Path<String>,
+    Json(body): Json<PlanCheck>,
+) -> Result<Json<Value>, ApiError> {
+    let (rec, log) = load(&app, &user, &id).await?;
+    let st = SessionState::fold(log.iter().map(|e| &e.event));
+    let name = view::agent_of(&rec, &st);
+    let agent = app.agents.get(&name).ok_or_else(|| {
+        ApiError::bad(format!(
+            "session {id} belongs to agent `{name}`, which this server does not run"
+        ))
+    })?;
+    let built = weft_runtime::Agent::new(
+        &agent.spec,
+        agent.tools.clone(),
+        agent.model.clone(),
+        &rec.metadata,
+        &st.input,
+    )
+    .map_err(|e| ApiError::bad(format!("agent `{name}`: {e}")))?;
+    let catalog: std::collections::BTreeMap<String, weft_core::ToolInfo> = built
+        .config
+        .tools
+        .iter()
+        .map(|t| (t.name.clone(), t.clone()))
+        .collect();
+    let checked = Plan::from_value(&body.plan).and_then(|mut plan| {
+        let problems = validate(
+            &plan,
+            &catalog,
+            &ValidateOptions {
+                input: Some(&st.input),
+                ..ValidateOptions::default()
+            },
+        );
+        if problems.is_empty() {
+            weft_core::engine::normalize(&mut plan, &catalog);
+            Ok(plan)
+        } else {
+            Err(problems)
+        }
+    });
+    Ok(Json(match checked {
+        Ok(plan) => json!({
+            "ok": true,
+            "problems": [],
+            "waves": weft_core::engine::dry_run(&plan, &built.config.limits),
+            "plan": plan,
+        }),
+        Err(problems) => json!({"ok": false, "problems": problems}),
+    }))
+}

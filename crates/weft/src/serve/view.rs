@@ -1,0 +1,725 @@
+//! What the playground shows of a session at one event of its log: the state folded up to that
+//! event (with `State::apply`, as every reader of a log folds it), the plan drawn as a graph
+//! (steps, the edges of `_dependsOn` and `†` references, the wave each step ran in), and the
+//! history a person reads (tool calls with their results, reviews, plan versions and what
+//! changed between them). Pure: a log in, JSON out.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::{Value, json};
+use weft_core::graph::WriteIndex;
+use weft_core::plan::RefRoot;
+use weft_core::{Envelope, Event, Plan, SessionStatus, State, StepStatus, ToolOutcome};
+use weft_store::SessionRecord;
+
+use crate::sessions_cmd::fmt_time;
+
+/// A session in the list: who, what, how it stands, what it cost.
+pub fn summary(rec: &SessionRecord, log: &[Envelope]) -> Value {
+    let st = State::fold(log.iter().map(|e| &e.event));
+    let task = st
+        .task
+        .clone()
+        .or_else(|| st.memory.first().map(|m| m.0.clone()));
+    json!({
+        "id": rec.id,
+        "agent": agent_of(rec, &st),
+        "mode": st.mode,
+        "user": rec.user_id,
+        "status": rec.status.as_str(),
+        "waiting": st.waiting.as_ref().map(|w| w.kind.clone()),
+        "task": task,
+        "turns": st.turn,
+        "usage": st.usage,
+        "tool_calls": st.tool_invocations,
+        "error": st.error,
+        "parent_id": rec.parent_id,
+        "created_at": fmt_time(rec.created_at),
+        "updated_at": fmt_time(rec.updated_at),
+        "last_seq": rec.last_seq,
+    })
+}
+
+/// The agent's name: the record's, or (for a thread created empty and given its agent by its
+/// first run) the log's.
+pub fn agent_of(rec: &SessionRecord, st: &State) -> String {
+    if rec.agent.is_empty() {
+        st.agent.clone()
+    } else {
+        rec.agent.clone()
+    }
+}
+
+/// A tool call as a card: the call, its result or error, how long it took, its retries.
+struct Card {
+    seq: u64,
+    ts: i64,
+    call_id: String,
+    step: Option<String>,
+    tool: String,
+    args: Value,
+    attempt: u32,
+    /// `running`, `ok`, `error`, `unknown_outcome`, `blocked`.
+    status: &'static str,
+    outcome: Option<Value>,
+    duration_ms: Option<u64>,
+    retry: Option<Value>,
+    reason: Option<String>,
+}
+
+impl Card {
+    fn json(&self) -> Value {
+        json!({
+            "seq": self.seq,
+            "at": fmt_time(self.ts),
+            "call_id": self.call_id,
+            "step": self.step,
+            "tool": self.tool,
+            "args": self.args,
+            "attempt": self.attempt,
+            "status": self.status,
+            "outcome": self.outcome,
+            "duration_ms": self.duration_ms,
+            "retry": self.retry,
+            "reason": self.reason,
+        })
+    }
+}
+
+/// What the page lists beside the state: collected while the log is folded.
+#[derive(Default)]
+struct History {
+    cards: Vec<Card>,
+    /// Call id → its card.
+    card_of: HashMap<String, usize>,
+    /// Step → the wave it last ran in.
+    wave_of: HashMap<String, u32>,
+    waves: BTreeMap<u32, (u64, bool)>,
+    reviews: Vec<Value>,
+    plans: Vec<Value>,
+    notes: Vec<Value>,
+    runs: Vec<Value>,
+    /// The plan before the last revision, to say what changed.
+    last_plan: Option<Plan>,
+}
+
+impl History {
+    /// Notes `e`, before it is applied to `st`.
+    fn note(&mut self, env: &Envelope, st: &State) {
+        let (seq, ts) = (env.seq, env.ts);
+        let at = fmt_time(ts);
+        let mut note = |kind: &str, text: String, step: Option<&String>| {
+            self.notes
+                .push(json!({"seq": seq, "at": at, "kind": kind, "text": text, "step": step}));
+        };
+        match &env.event {
+            Event::TurnStarted { task, .. } => note("task", task.clone(), None),
+            Event::UserReplied { text } => note("reply", text.clone(), None),
+            Event::WaitingForUser { request } => note(
+                &request.kind,
+                request.question.clone(),
+                request.step.as_ref(),
+            ),
+            Event::ModelReplyRejected { reason, step, .. } => {
+                note("reply_rejected", reason.clone(), step.as_ref())
+            }
+            Event::ModelFailed { error, .. } => note("model_failed", error.clone(), None),
+            Event::ExecutionFinished { reason } => note("execution_finished", reason.clone(), None),
+            Event::AnswerDrafted { text, round } => {
+                note("draft", format!("draft {round}: {text}"), None)
+            }
+            Event::ResponseReviewed { verdict, feedback } => {
+                note("response_review", format!("{verdict:?}: {feedback}"), None)
+            }
+            Event::StepAction {
+                step,
+                action,
+                detail,
+            } => note(
+                "step_action",
+                format!("{action} {}", compact(detail)),
+                Some(step),
+            ),
+            Event::RunFinished { status, error, .. } => note(
+                "run_finished",
+                match error {
+                    Some(e) => format!("{status:?}: {e}"),
+                    None => format!("{status:?}"),
+                },
+                None,
+            ),
+            _ => {}
+        }
+        match &env.event {
+            Event::RunStarted { run_id, .. } => {
+                self.runs
+                    .push(json!({"run_id": run_id, "seq": seq, "at": fmt_time(ts)}));
+            }
+            Event::WaveStarted { wave, steps } => {
+                for s in steps {
+                    self.wave_of.insert(s.clone(), *wave);
+                }
+                self.waves.insert(*wave, (seq, false));
+            }
+            Event::WaveFinished { wave } => {
+                if let Some(w) = self.waves.get_mut(wave) {
+                    w.1 = true;
+                }
+            }
+            Event::ToolCallStarted {
+                call_id,
+                step,
+                tool,
+                args,
+                attempt,
+                ..
+            } => {
+                self.card_of.insert(call_id.clone(), self.cards.len());
+                self.cards.push(Card {
+                    seq,
+                    ts,
+                    call_id: call_id.clone(),
+                    step: step.clone(),
+                    tool: tool.clone(),
+                    args: args.clone(),
+                    attempt: *attempt,
+                    status: "running",
+                    outcome: None,
+                    duration_ms: None,
+                    retry: None,
+                    reason: None,
+                });
+            }
+            Event::ToolCallFinished {
+                call_id,
+                outcome,
+                duration_ms,
+            } => {
+                if let Some(&i) = self.card_of.get(call_id) {
+                    let c = &mut self.cards[i];
+                    c.status = match outcome {
+                        ToolOutcome::Ok { .. } => "ok",
+                        ToolOutcome::Error { error } if error.kind == "unknown_outcome" => {
+                            "unknown_outcome"
+                        }
+                        ToolOutcome::Error { .. } => "error",
+                    };
+                    c.outcome = serde_json::to_value(outcome).ok();
+                    c.duration_ms = Some(*duration_ms);
+                }
+            }
+            Event::ToolCallBlocked {
+                step,
+                call_id,
+                tool,
+                args,
+                reason,
+            } => self.cards.push(Card {
+                seq,
+                ts,
+                call_id: call_id.clone().unwrap_or_default(),
+                step: step.clone(),
+                tool: tool.clone(),
+                args: args.clone(),
+                attempt: 0,
+                status: "blocked",
+                outcome: None,
+                duration_ms: None,
+                retry: None,
+                reason: Some(reason.clone()),
+            }),
+            Event::StepRetrying {
+                step,
+                attempt,
+                error,
+                delay_ms,
+            } => {
+                let last = self
+                    .cards
+                    .iter_mut()
+                    .rev()
+                    .find(|c| c.step.as_deref() == Some(step.as_str()));
+                if let Some(c) = last {
+                    c.retry = Some(
+                        json!({"next_attempt": attempt + 1, "in_ms": delay_ms, "error": error}),
+                    );
+                }
+            }
+            Event::ReviewDecided { decision, reason } => {
+                self.reviews
+                    .push(json!({"seq": seq, "at": at, "decision": decision, "reason": reason}));
+            }
+            Event::PlanRejected { problems } => {
+                self.plans
+                    .push(json!({"seq": seq, "at": at, "kind": "rejected", "problems": problems}));
+            }
+            Event::PlanAccepted { plan } => {
+                self.plans.push(json!({
+                    "seq": seq, "at": at, "kind": "accepted",
+                    "steps": plan.steps.iter().map(|s| &s.id).collect::<Vec<_>>(),
+                }));
+                self.last_plan = Some(plan.clone());
+            }
+            Event::PlanRevised { plan, reason } => {
+                let before = st.plan.as_ref().map(|p| (&p.plan, &p.steps));
+                self.plans.push(json!({
+                    "seq": seq, "at": at, "kind": "revised", "reason": reason,
+                    "steps": plan.steps.iter().map(|s| &s.id).collect::<Vec<_>>(),
+                    "changes": before.map(|(p, runs)| changes(p, runs, plan)),
+                }));
+                self.last_plan = Some(plan.clone());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What a replan changed: the pending steps it dropped, the steps it added, and the steps it
+/// kept under the same id with other arguments. Steps that ran stay as they were.
+fn changes(before: &Plan, runs: &[weft_core::state::StepRun], after: &Plan) -> Value {
+    let pending: Vec<(&weft_core::PlanStep, bool)> = before
+        .steps
+        .iter()
+        .zip(runs)
+        .map(|(s, r)| {
+            (
+                s,
+                !r.status.is_terminal() && r.status != StepStatus::Running,
+            )
+        })
+        .collect();
+    let mut added = Vec::new();
+    let mut changed = Vec::new();
+    for s in &after.steps {
+        match pending.iter().find(|(p, _)| p.id == s.id) {
+            Some((p, _)) if p.to_call() != s.to_call() => {
+                changed.push(json!({"id": s.id, "before": p.to_call(), "after": s.to_call()}))
+            }
+            Some(_) => {}
+            None => added.push(s.to_call()),
+        }
+    }
+    let removed: Vec<Value> = pending
+        .iter()
+        .filter(|(p, open)| *open && !after.steps.iter().any(|s| s.id == p.id))
+        .map(|(p, _)| p.to_call())
+        .collect();
+    json!({"added": added, "removed": removed, "changed": changed})
+}
+
+/// JSON of a value on one line, cut for a note.
+fn compact(v: &Value) -> String {
+    if v.is_null() {
+        return String::new();
+    }
+    let s = v.to_string();
+    if s.chars().count() > 300 {
+        format!("{}…", s.chars().take(300).collect::<String>())
+    } else {
+        s
+    }
+}
+
+/// The session as it was after event `at` (the last one when `None`, or when `at` is past it).
+pub fn session(rec: &SessionRecord, log: &[Envelope], at: Option<u64>, busy: bool) -> Value {
+    let at = at.unwrap_or(rec.last_seq).min(rec.last_seq);
+    let mut st = State::new();
+    let mut h = History::default();
+    let mut at_event = Value::Null;
+    for env in log.iter().take_while(|e| e.seq <= at) {
+        h.note(env, &st);
+        st.apply(&env.event);
+        if env.seq == at {
+            at_event = serde_json::to_value(env).unwrap_or(Value::Null);
+        }
+    }
+    let latest = at == rec.last_seq;
+    let plan = graph(&st, &h);
+    json!({
+        "id": rec.id,
+        "agent": agent_of(rec, &st),
+        "mode": st.mode,
+        "user": rec.user_id,
+        "parent_id": rec.parent_id,
+        "forked_from": rec.metadata.get("forked_from"),
+        "created_at": fmt_time(rec.created_at),
+        "updated_at": fmt_time(rec.updated_at),
+        "seq": at,
+        "last_seq": rec.last_seq,
+        "latest": latest,
+        "event": at_event,
+        "status": st.status.as_str(),
+        "busy": busy && latest,
+        "phase": st.phase,
+        "turn": st.turn,
+        "task": st.task,
+        "input": st.input,
+        "data": st.data,
+        "answer": st.answer,
+        "drafts": st.drafts,
+        "error": st.error,
+        "waiting": st.waiting,
+        "usage": st.usage,
+        "model_calls": st.model_calls,
+        "tool_calls": st.tool_invocations,
+        "earlier_turns": st.memory.iter().map(|(t, a)| json!({"task": t, "answer": a})).collect::<Vec<_>>(),
+        "conversation": st.history.iter().collect::<Vec<_>>(),
+        "plan": plan,
+        "calls": h.cards.iter().map(Card::json).collect::<Vec<_>>(),
+        "reviews": h.reviews,
+        "plans": h.plans,
+        "notes": h.notes,
+        "runs": h.runs,
+    })
+}
+
+/// The plan as a graph: a node per step with its state and wave, an edge per dependency. While
+/// a plan waits for approval it is the proposed plan, every step pending.
+fn graph(st: &State, h: &History) -> Value {
+    let proposed = st.plan.is_none();
+    let (plan, runs): (&Plan, Vec<weft_core::state::StepRun>) = match (&st.plan, &st.waiting) {
+        (Some(p), _) => (&p.plan, p.steps.clone()),
+        (None, Some(w)) if w.plan.is_some() => match &w.plan {
+            Some(p) => (p, vec![Default::default(); p.steps.len()]),
+            None => return Value::Null,
+        },
+        _ => return Value::Null,
+    };
+    let index = plan.index();
+    let writers = WriteIndex::new(plan);
+    // Edges, merged per pair of steps: `order` for `_dependsOn`, `data` with the paths read.
+    let mut edges: BTreeMap<(usize, usize), (bool, Vec<String>)> = BTreeMap::new();
+    for (i, s) in plan.steps.iter().enumerate() {
+        for d in &s.depends_on {
+            if let Some(&j) = index.get(d.as_str())
+                && j != i
+            {
+                edges.entry((j, i)).or_default().0 = true;
+            }
+        }
+        for r in s.reads() {
+            let from: Vec<usize> = match &r.root {
+                RefRoot::Input => Vec::new(),
+                RefRoot::Step(id) => index.get(id.as_str()).copied().into_iter().collect(),
+                RefRoot::State => writers.writers_of(&r.path),
+            };
+            for j in from.into_iter().filter(|&j| j != i) {
+                let label = r.to_string();
+                let e = edges.entry((j, i)).or_default();
+                if !e.1.contains(&label) {
+                    e.1.push(label);
+                }
+            }
+        }
+    }
+    // Columns: the wave a step ran in; a step that has not run goes one wave after the latest
+    // of its dependencies (and after the waves that ran).
+    let last_wave = h.waves.keys().next_back().copied().unwrap_or(0);
+    let mut column: Vec<u32> = vec![0; plan.steps.len()];
+    let mut projected: Vec<bool> = vec![false; plan.steps.len()];
+    let mut deps: Vec<Vec<usize>> = vec![Vec::new(); plan.steps.len()];
+    for &(j, i) in edges.keys() {
+        deps[i].push(j);
+    }
+    for i in topological(&deps) {
+        match h.wave_of.get(&plan.steps[i].id) {
+            Some(&w) if !proposed => column[i] = w,
+            _ => {
+                let after = deps[i].iter().map(|&j| column[j]).max().unwrap_or(0);
+                column[i] = after.max(last_wave) + 1;
+                projected[i] = true;
+            }
+        }
+    }
+    let nodes: Vec<Value> = plan
+        .steps
+        .iter()
+        .zip(&runs)
+        .enumerate()
+        .map(|(i, (s, r))| {
+            let status = if proposed {
+                "PROPOSED".to_owned()
+            } else {
+                serde_json::to_value(r.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            };
+            let retrying = st
+                .plan
+                .as_ref()
+                .is_some_and(|p| p.retrying.contains(&i));
+            json!({
+                "id": s.id,
+                "tool": s.tool,
+                "description": s.description,
+                "category": s.category,
+                "call": s.to_call(),
+                "status": status,
+                "retrying": retrying,
+                "attempts": r.attempts,
+                "wave": column[i],
+                "projected": projected[i],
+                "error": r.error,
+                "handled": r.handled,
+                "reason": r.reason,
+                "output": r.output,
+                "calls": h.cards.iter().filter(|c| c.step.as_deref() == Some(s.id.as_str())).map(|c| &c.call_id).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let edges: Vec<Value> = edges
+        .iter()
+        .map(|(&(j, i), (order, reads))| {
+            json!({
+                "from": plan.steps[j].id,
+                "to": plan.steps[i].id,
+                "kind": if reads.is_empty() && *order { "order" } else { "data" },
+                "reads": reads,
+            })
+        })
+        .collect();
+    let waves: Vec<Value> = h
+        .waves
+        .iter()
+        .map(|(w, (seq, finished))| json!({"wave": w, "seq": seq, "finished": finished}))
+        .collect();
+    json!({
+        "proposed": proposed,
+        "version": h.plans.iter().filter(|p| p["kind"] != "rejected").count(),
+        "nodes": nodes,
+        "edges": edges,
+        "waves": waves,
+        "open_wave": st.open_wave,
+        "finished": st.status != SessionStatus::Running || st.phase != weft_core::state::Phase::Executing,
+    })
+}
+
+/// The steps in an order where each comes after its dependencies (a valid plan has no cycle;
+/// steps on one, if any, come last in plan order).
+fn topological(deps: &[Vec<usize>]) -> Vec<usize> {
+    let n = deps.len();
+    let mut dependants: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut open: Vec<usize> = deps.iter().map(Vec::len).collect();
+    for (i, ds) in deps.iter().enumerate() {
+        for &j in ds {
+            dependants[j].push(i);
+        }
+    }
+    let mut ready: std::collections::VecDeque<usize> = (0..n).filter(|&i| open[i] == 0).collect();
+    let mut out = Vec::with_capacity(n);
+    let mut done = vec![false; n];
+    while let Some(i) = ready.pop_front() {
+        out.push(i);
+        done[i] = true;
+        for &d in &dependants[i] {
+            open[d] -= 1;
+            if open[d] == 0 {
+                ready.push_back(d);
+            }
+        }
+    }
+    out.extend((0..n).filter(|&i| !done[i]));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_core::event::{InputRequest, ToolError};
+
+    fn env(seq: u64, event: Event) -> Envelope {
+        Envelope {
+            seq,
+            ts: 1_700_000_000_000 + seq as i64,
+            v: weft_core::EVENT_VERSION,
+            epoch: 0,
+            event,
+        }
+    }
+
+    fn record(last_seq: u64) -> SessionRecord {
+        SessionRecord {
+            id: "s".into(),
+            user_id: Some("alice".into()),
+            agent: "desk".into(),
+            reference_id: None,
+            metadata: json!({}),
+            parent_id: None,
+            status: SessionStatus::Running,
+            created_at: 0,
+            updated_at: 0,
+            last_seq,
+        }
+    }
+
+    fn plan() -> Plan {
+        Plan::from_value(&json!([
+            {"_id": "a", "_tool": "t", "_outputPath": "†state.x"},
+            {"_id": "b", "_tool": "t", "v": "†state.x", "_outputPath": "†state.y"},
+            {"_id": "c", "_tool": "t", "_dependsOn": ["a"]},
+        ]))
+        .unwrap_or_default()
+    }
+
+    fn log() -> Vec<Envelope> {
+        vec![
+            env(
+                1,
+                Event::SessionStarted {
+                    session_id: "s".into(),
+                    agent: "desk".into(),
+                    input: json!({}),
+                    mode: Some(weft_core::agent::Mode::Plan),
+                    parent_id: None,
+                },
+            ),
+            env(
+                2,
+                Event::TurnStarted {
+                    task: "go".into(),
+                    input: Value::Null,
+                },
+            ),
+            env(3, Event::PlanAccepted { plan: plan() }),
+            env(
+                4,
+                Event::WaveStarted {
+                    wave: 1,
+                    steps: vec!["a".into()],
+                },
+            ),
+            env(
+                5,
+                Event::StepStarted {
+                    step: "a".into(),
+                    attempt: 1,
+                },
+            ),
+            env(
+                6,
+                Event::ToolCallStarted {
+                    call_id: "k1".into(),
+                    step: Some("a".into()),
+                    tool: "t".into(),
+                    args: json!({}),
+                    attempt: 1,
+                    idempotency_key: "s:1:0".into(),
+                },
+            ),
+            env(
+                7,
+                Event::ToolCallFinished {
+                    call_id: "k1".into(),
+                    outcome: ToolOutcome::Error {
+                        error: ToolError::new("unknown_outcome", "the process stopped"),
+                    },
+                    duration_ms: 12,
+                },
+            ),
+            env(
+                8,
+                Event::StepFailed {
+                    step: "a".into(),
+                    error: ToolError::new("unknown_outcome", "the process stopped"),
+                    handled: false,
+                },
+            ),
+        ]
+    }
+
+    fn node<'v>(v: &'v Value, id: &str) -> &'v Value {
+        v["plan"]["nodes"]
+            .as_array()
+            .and_then(|n| n.iter().find(|n| n["id"] == id))
+            .unwrap_or(&Value::Null)
+    }
+
+    #[test]
+    fn the_graph_has_data_and_order_edges_and_waves() {
+        let log = log();
+        let v = session(&record(8), &log, None, false);
+        let edges = v["plan"]["edges"].as_array().cloned().unwrap_or_default();
+        assert!(
+            edges.contains(&json!({"from": "a", "to": "b", "kind": "data", "reads": ["†state.x"]})),
+            "{edges:?}"
+        );
+        assert!(
+            edges.contains(&json!({"from": "a", "to": "c", "kind": "order", "reads": []})),
+            "{edges:?}"
+        );
+        assert_eq!(node(&v, "a")["status"], "FAILED");
+        assert_eq!(node(&v, "a")["wave"], 1);
+        assert_eq!(node(&v, "a")["projected"], false);
+        // Steps that have not run are drawn one wave after their dependencies.
+        assert_eq!(node(&v, "b")["wave"], 2);
+        assert_eq!(node(&v, "b")["projected"], true);
+        let card = &v["calls"][0];
+        assert_eq!(
+            (card["status"].as_str(), card["duration_ms"].as_u64()),
+            (Some("unknown_outcome"), Some(12))
+        );
+    }
+
+    #[test]
+    fn the_view_at_an_earlier_event_is_the_state_then() {
+        let log = log();
+        let v = session(&record(8), &log, Some(5), false);
+        assert_eq!(node(&v, "a")["status"], "RUNNING");
+        assert_eq!(v["calls"].as_array().map(Vec::len), Some(0));
+        assert_eq!(v["event"]["type"], "step_started");
+        assert_eq!(v["latest"], false);
+        let v = session(&record(8), &log, Some(2), false);
+        assert!(v["plan"].is_null());
+        assert_eq!(v["task"], "go");
+    }
+
+    #[test]
+    fn a_plan_waiting_for_approval_is_drawn_as_proposed() {
+        let mut log = log();
+        log.truncate(2);
+        log.push(env(
+            3,
+            Event::WaitingForUser {
+                request: InputRequest {
+                    kind: "plan_approval".into(),
+                    question: "Approve?".into(),
+                    step: None,
+                    tool: None,
+                    missing: Vec::new(),
+                    partial_call: Value::Null,
+                    plan: Some(plan()),
+                    call_id: None,
+                },
+            },
+        ));
+        let v = session(&record(3), &log, None, false);
+        assert_eq!(v["plan"]["proposed"], true);
+        assert_eq!(node(&v, "a")["status"], "PROPOSED");
+        assert_eq!(node(&v, "b")["wave"], 2);
+        assert_eq!(v["waiting"]["kind"], "plan_approval");
+    }
+
+    #[test]
+    fn a_replan_says_what_it_changed() {
+        let mut log = log();
+        let revised = Plan::from_value(&json!([
+            {"_id": "b", "_tool": "t", "v": 1},
+            {"_id": "d", "_tool": "t"},
+        ]))
+        .unwrap_or_default();
+        log.push(env(
+            9,
+            Event::PlanRevised {
+                plan: revised,
+                reason: "a failed".into(),
+            },
+        ));
+        let v = session(&record(9), &log, None, false);
+        let changes = &v["plans"][1]["changes"];
+        assert_eq!(changes["added"][0]["_id"], "d", "{changes}");
+        assert_eq!(changes["removed"][0]["_id"], "c", "{changes}");
+        assert_eq!(changes["changed"][0]["id"], "b", "{changes}");
+        assert_eq!(v["plan"]["version"], 2);
+    }
+}

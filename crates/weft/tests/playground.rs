@@ -1,0 +1,937 @@
+//! The playground and the routes it calls, against a real `weft serve` with the agents of
+//! `tests/fixtures/playground/` (a scripted model, local command tools):
+//! - the routes from an HTTP client (sessions across agents with cost and filters, a session at
+//!   any event, its events as SSE with `Last-Event-ID`, fork, pause and continue, cancel, the
+//!   check of an edited plan, another user's session answering 404);
+//! - the page in headless Chromium through WebDriver (`tests/playground/browser.py`, selenium
+//!   and Debian's chromium from `scripts/setup-browser`): `needs_browser_*`.
+//!
+//! `WEFT_PLAYGROUND_SCREENSHOTS=DIR` makes the browser tests write the pictures of the docs.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const ALICE: &str = "alice-key-0123456789abcdef";
+const BOB: &str = "bob-key-0123456789abcdef00";
+
+/// A `weft serve` on a free port over a copy of the playground's agents, stopped when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/playground");
+        for f in std::fs::read_dir(&fixtures).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+        }
+        std::fs::write(
+            dir.path().join("keys.txt"),
+            format!("{ALICE} alice\n{BOB} bob\n"),
+        )
+        .unwrap();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["--db", "serve.db", "serve", "--agents", "."])
+            .args([
+                "--keys",
+                "keys.txt",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .current_dir(dir.path())
+            .env_remove("WEFT_DB")
+            .env_remove("WEFT_API_KEYS")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("serve.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let mut s = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            dir,
+        };
+        let began = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if began.elapsed() > Duration::from_secs(30) || s.child.try_wait().unwrap().is_some() {
+                panic!("weft serve did not come up: {}", s.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.path().join("serve.log")).unwrap_or_default()
+    }
+
+    /// The tools' calls, in order (`tools.py` appends each to `calls.log`).
+    fn calls(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.path().join("calls.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let began = Instant::now();
+        while self.child.try_wait().ok().flatten().is_none() {
+            if began.elapsed() > Duration::from_secs(10) {
+                let _ = self.child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP client of the API, with one user's key.
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: &'static str,
+}
+
+/// An HTTP client (reqwest on rustls with `ring`, as weft's own clients are built).
+fn http() -> reqwest::Client {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+impl Client {
+    fn new(server: &Server, key: &'static str) -> Self {
+        Self {
+            http: http(),
+            base: server.url.clone(),
+            key,
+        }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header("x-api-key", self.key);
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let (status, v) = self.call(reqwest::Method::GET, path, None).await;
+        assert_eq!(status, 200, "GET {path}: {v}");
+        v
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let (status, v) = self.call(reqwest::Method::POST, path, Some(body)).await;
+        assert!((200..300).contains(&status), "POST {path}: {status} {v}");
+        v
+    }
+
+    /// A new thread of `agent` and a run of it, waited for; its id.
+    async fn run_wait(&self, agent: &str, task: &str, input: Value) -> String {
+        let tid = self.post("/threads", json!({})).await["thread_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let mut input = input;
+        input["messages"] = json!([{"role": "user", "content": task}]);
+        self.post(
+            &format!("/threads/{tid}/runs/wait"),
+            json!({"assistant_id": agent, "input": input}),
+        )
+        .await;
+        tid
+    }
+
+    /// A new thread of `agent` and a run of it in the background; its id.
+    async fn run(&self, agent: &str, task: &str, input: Value) -> String {
+        let tid = self.post("/threads", json!({})).await["thread_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let mut input = input;
+        input["messages"] = json!([{"role": "user", "content": task}]);
+        self.post(
+            &format!("/threads/{tid}/runs"),
+            json!({"assistant_id": agent, "input": input}),
+        )
+        .await;
+        tid
+    }
+
+    /// Waits until the session's view satisfies `cond`; the view.
+    async fn until(&self, id: &str, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
+        let began = Instant::now();
+        loop {
+            let v = self.get(&format!("/sessions/{id}")).await;
+            if cond(&v) {
+                return v;
+            }
+            assert!(
+                began.elapsed() < Duration::from_secs(40),
+                "{what}: never happened; the session: {v:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The session's events stream: the ids and types of the events it sends until `ready`.
+    async fn events(&self, id: &str, last_event_id: Option<u64>) -> Vec<(u64, String)> {
+        let mut req = self
+            .http
+            .get(format!("{}/sessions/{id}/events", self.base))
+            .header("x-api-key", self.key);
+        if let Some(l) = last_event_id {
+            req = req.header("last-event-id", l.to_string());
+        }
+        let mut resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert!(
+            resp.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        let mut text = String::new();
+        let mut out = Vec::new();
+        loop {
+            let chunk = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
+                .await
+                .expect("the stream stalled before `ready`")
+                .unwrap()
+                .expect("the stream ended before `ready`");
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = text.find("\n\n") {
+                let block: String = text.drain(..end + 2).collect();
+                let mut name = "";
+                let mut data = "";
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event: ") {
+                        name = v;
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data = v;
+                    }
+                }
+                match name {
+                    "ready" => return out,
+                    "event" => {
+                        let e: Value = serde_json::from_str(data).unwrap();
+                        out.push((
+                            e["seq"].as_u64().unwrap(),
+                            e["type"].as_str().unwrap().to_owned(),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+fn node<'v>(view: &'v Value, id: &str) -> &'v Value {
+    view["plan"]["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["id"] == id))
+        .unwrap_or_else(|| panic!("no node {id}: {view:#}"))
+}
+
+fn statuses(view: &Value) -> Vec<(String, String)> {
+    view["plan"]["nodes"]
+        .as_array()
+        .map(|n| {
+            n.iter()
+                .map(|n| {
+                    (
+                        n["id"].as_str().unwrap().to_owned(),
+                        n["status"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn desk_input() -> Value {
+    json!({"customerId": "c-42", "amount": 50})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_list_every_agent_with_cost_and_filters_and_hide_other_users() {
+    let server = Server::start();
+    let alice = Client::new(&server, ALICE);
+    let bob = Client::new(&server, BOB);
+    let desk = alice.run_wait("desk", "Refund c-42.", desk_input()).await;
+    let broken = alice
+        .run_wait(
+            "breaker",
+            "Refund 900.",
+            json!({"customerId": "c-9", "amount": 900}),
+        )
+        .await;
+    let list = alice.get("/sessions").await;
+    let all = list["sessions"].as_array().unwrap();
+    assert_eq!(all.len(), 2, "{list:#}");
+    // Newest first, with agent, status, task, user, times, usage and cost.
+    assert_eq!(all[0]["id"], broken.as_str());
+    let d = &all[1];
+    assert_eq!(
+        (
+            d["id"].as_str(),
+            d["agent"].as_str(),
+            d["status"].as_str(),
+            d["user"].as_str()
+        ),
+        (
+            Some(desk.as_str()),
+            Some("desk"),
+            Some("completed"),
+            Some("alice")
+        )
+    );
+    assert_eq!(d["task"], "Refund c-42.");
+    assert_eq!(d["tool_calls"], 4);
+    let cost = d["usage"]["cost_usd"].as_f64().unwrap();
+    assert!((cost - 0.0014).abs() < 1e-9, "{cost}");
+    assert!(d["created_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(all[0]["status"], "failed");
+    // Filters.
+    let failed = alice.get("/sessions?status=failed").await;
+    assert_eq!(failed["sessions"].as_array().unwrap().len(), 1);
+    assert_eq!(failed["sessions"][0]["id"], broken.as_str());
+    let of_desk = alice.get("/sessions?agent=desk").await;
+    assert_eq!(of_desk["sessions"].as_array().unwrap().len(), 1);
+    assert_eq!(of_desk["sessions"][0]["id"], desk.as_str());
+    let page = alice.get("/sessions?limit=1").await;
+    assert_eq!(
+        (page["sessions"].as_array().unwrap().len(), &page["more"]),
+        (1, &json!(true))
+    );
+    let (status, err) = alice
+        .call(reqwest::Method::GET, "/sessions?status=asleep", None)
+        .await;
+    assert_eq!(status, 422, "{err}");
+    assert!(err["detail"].as_str().unwrap().contains("waiting_for_user"));
+    // Another user sees none of them, and each route answers 404 for them.
+    assert_eq!(bob.get("/sessions").await["sessions"], json!([]));
+    for (method, path, body) in [
+        (reqwest::Method::GET, format!("/sessions/{desk}"), None),
+        (
+            reqwest::Method::GET,
+            format!("/sessions/{desk}/events"),
+            None,
+        ),
+        (
+            reqwest::Method::POST,
+            format!("/sessions/{desk}/fork"),
+            Some(json!({"at": 3})),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("/sessions/{desk}/pause"),
+            None,
+        ),
+        (
+            reqwest::Method::POST,
+            format!("/sessions/{desk}/cancel"),
+            None,
+        ),
+        (
+            reqwest::Method::POST,
+            format!("/sessions/{desk}/plan/check"),
+            Some(json!({"plan": []})),
+        ),
+    ] {
+        let (status, v) = bob.call(method, &path, body).await;
+        assert_eq!(status, 404, "{path}: {v}");
+        assert_eq!(v["detail"], "session not found", "{path}");
+    }
+    // Without a key, nothing.
+    let anon = http()
+        .get(format!("{}/sessions", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anon.status(), 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_is_shown_as_it_was_at_any_event() {
+    let server = Server::start();
+    let alice = Client::new(&server, ALICE);
+    let id = alice.run_wait("desk", "Refund c-42.", desk_input()).await;
+    let last = alice.get(&format!("/sessions/{id}")).await;
+    assert_eq!(last["status"], "completed");
+    assert_eq!(last["latest"], true);
+    assert!(
+        statuses(&last).iter().all(|(_, s)| s == "COMPLETED"),
+        "{last:#}"
+    );
+    // The plan as a graph: waves, and edges from references and `_dependsOn`.
+    assert_eq!(
+        [
+            node(&last, "customer")["wave"].as_u64(),
+            node(&last, "orders")["wave"].as_u64(),
+            node(&last, "refund")["wave"].as_u64(),
+            node(&last, "tell")["wave"].as_u64()
+        ],
+        [Some(1), Some(1), Some(2), Some(3)]
+    );
+    let edges = last["plan"]["edges"].as_array().unwrap();
+    assert!(edges.contains(
+        &json!({"from": "customer", "to": "refund", "kind": "data", "reads": ["†state.customer"]})
+    ));
+    assert!(edges.contains(&json!({"from": "refund", "to": "tell", "kind": "order", "reads": []})));
+    assert_eq!(last["calls"].as_array().unwrap().len(), 4);
+    assert!(
+        last["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["status"] == "ok" && c["duration_ms"].as_u64().unwrap() > 0)
+    );
+    let decisions: Vec<&str> = last["reviews"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(decisions, ["CONTINUE", "CONTINUE", "FINAL_RESPONSE"]);
+    assert!((last["usage"]["cost_usd"].as_f64().unwrap() - 0.0014).abs() < 1e-9);
+    // At the end of the first wave: the lookups done, the rest to come, no answer.
+    let log = alice.events(&id, None).await;
+    let wave1 = log
+        .iter()
+        .find(|(_, t)| t == "wave_finished")
+        .map(|(s, _)| *s)
+        .unwrap();
+    let then = alice.get(&format!("/sessions/{id}?at={wave1}")).await;
+    assert_eq!(
+        statuses(&then),
+        [
+            ("customer".to_owned(), "COMPLETED".to_owned()),
+            ("orders".to_owned(), "COMPLETED".to_owned()),
+            ("refund".to_owned(), "PENDING".to_owned()),
+            ("tell".to_owned(), "PENDING".to_owned())
+        ]
+    );
+    assert_eq!(node(&then, "refund")["projected"], true);
+    assert_eq!(then["status"], "running");
+    assert_eq!(then["latest"], false);
+    assert_eq!(then["event"]["type"], "wave_finished");
+    assert!(then["answer"].is_null());
+    assert_eq!(then["calls"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_resumes_after_the_last_event_id() {
+    let server = Server::start();
+    let alice = Client::new(&server, ALICE);
+    let id = alice.run_wait("desk", "Refund c-42.", desk_input()).await;
+    let last = alice.get(&format!("/sessions/{id}")).await["last_seq"]
+        .as_u64()
+        .unwrap();
+    let all = alice.events(&id, None).await;
+    let seqs: Vec<u64> = all.iter().map(|(s, _)| *s).collect();
+    assert_eq!(seqs, (1..=last).collect::<Vec<_>>());
+    assert_eq!(all[0].1, "session_started");
+    let rest = alice.events(&id, Some(5)).await;
+    assert_eq!(rest, all[5..].to_vec());
+    // A live stream: a run started after the stream was opened is seen as it is stored.
+    let tid = alice.post("/threads", json!({})).await["thread_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let follower = {
+        let c = Client::new(&server, ALICE);
+        let tid = tid.clone();
+        tokio::spawn(async move {
+            let mut resp = c
+                .http
+                .get(format!("{}/sessions/{tid}/events", c.base))
+                .header("x-api-key", c.key)
+                .send()
+                .await
+                .unwrap();
+            let mut text = String::new();
+            while !text.contains("\"type\":\"run_finished\"") {
+                let chunk = tokio::time::timeout(Duration::from_secs(30), resp.chunk())
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .unwrap();
+                text.push_str(&String::from_utf8_lossy(&chunk));
+            }
+            text
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut input = desk_input();
+    input["messages"] = json!([{"role": "user", "content": "Refund c-42."}]);
+    alice
+        .post(
+            &format!("/threads/{tid}/runs"),
+            json!({"assistant_id": "desk", "input": input}),
+        )
+        .await;
+    let text = follower.await.unwrap();
+    assert!(text.contains("event: ready"), "{text}");
+    assert!(text.contains("\"type\":\"step_completed\""), "{text}");
+    // The model's answer came as it was generated, piece by piece, before it was stored.
+    assert!(text.contains("event: text"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_at_an_event_continues_from_there() {
+    let server = Server::start();
+    let alice = Client::new(&server, ALICE);
+    let id = alice.run_wait("desk", "Refund c-42.", desk_input()).await;
+    let log = alice.events(&id, None).await;
+    let wave1 = log
+        .iter()
+        .find(|(_, t)| t == "wave_finished")
+        .map(|(s, _)| *s)
+        .unwrap();
+    let before = server.calls().len();
+    let fork = alice
+        .post(&format!("/sessions/{id}/fork"), json!({"at": wave1}))
+        .await;
+    assert_eq!(fork["status"], "running");
+    assert_eq!(fork["forked_from"], json!({"session": id, "at": wave1}));
+    let fid = fork["id"].as_str().unwrap().to_owned();
+    // The server continues a running fork by itself.
+    let done = alice
+        .until(&fid, "the fork completed", |v| v["status"] == "completed")
+        .await;
+    assert_eq!(done["parent_id"], id.as_str());
+    assert_eq!(done["forked_from"]["at"], wave1);
+    assert!(done["answer"].as_str().unwrap().contains("Refunded 50"));
+    // Only what came after the fork point ran again.
+    let ran: Vec<String> = server.calls()[before..]
+        .iter()
+        .map(|c| c["tool"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ran, ["refund", "notify"]);
+    // The fork is listed as alice's; the original is unchanged.
+    let list = alice.get("/sessions").await;
+    assert_eq!(list["sessions"][0]["id"], fid.as_str());
+    assert_eq!(list["sessions"][0]["parent_id"], id.as_str());
+    assert_eq!(
+        alice.get(&format!("/sessions/{id}")).await["last_seq"],
+        log.last().unwrap().0
+    );
+    // A point that does not exist is refused, naming the range.
+    let (status, err) = alice
+        .call(
+            reqwest::Method::POST,
+            &format!("/sessions/{id}/fork"),
+            Some(json!({"at": 10_000})),
+        )
+        .await;
+    assert_eq!(status, 422);
+    assert!(
+        err["detail"].as_str().unwrap().contains("has events 1 to"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_run_waits_until_it_is_continued() {
+    let server = Server::start();
+    let alice = Client::new(&server, ALICE);
+    let id = alice.run("desk", "Refund c-42.", desk_input()).await;
+    alice
+        .until(&id, "the lookups running", |v| {
+            v["plan"].is_object() && node(v, "customer")["status"] == "RUNNING"
+        })
+        .await;
+    let paused = alice
+        .post(&format!("/sessions/{id}/pause"), json!(null))
+        .await;
+    assert_eq!(paused["status"], "waiting_for_user", "{paused}");
+    let v = alice.get(&format!("/sessions/{id}")).await;
+    assert_eq!(v["waiting"]["kind"], "paused");
+    // The calls in flight finished and were recorded; nothing new started.
+    assert_eq!(node(&v, "customer")["status"], "COMPLETED");
+    assert_eq!(node(&v, "refund")["status"], "PENDING");
+    // Nothing claims a paused session: it stays as it is.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let still = alice.get(&format!("/sessions/{id}")).await;
+    assert_eq!(still["last_seq"], v["last_seq"]);
+    let list = alice.get("/sessions?status=waiting_for_user").await;
+    assert_eq!(list["sessions"][0]["waiting"], "paused");
+    // Any answer continues it where it stopped.
+    alice
+        .post(
+            &format!("/threads/{id}/runs"),
+            json!({"assistant_id": "desk", "command": {"resume": "continue"}}),
+        )
+        .await;
+    let done = alice
+        .until(&id, "the run completed", |v| v["status"] == "completed")
+        .await;
+    assert!(statuses(&done).iter().all(|(_, s)| s == "COMPLETED"));
+    let mut ran: Vec<String> = server
+        .calls()
+        .iter()
+        .map(|c| c["tool"].as_str().unwrap().to_owned())
+        .collect();
+    ran.sort();
+    assert_eq!(ran, ["history", "lookup", "notify", "refund"], "each once");
+    // A finished session has nothing to pause or cancel.
+    let (status, err) = alice
+        .call(
+            reqwest::Method::POST,
+            &format!("/sessions/{id}/pause"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 409, "{err}");
+    let (status, _) = alice
+        .call(
+            reqwest::Method::POST,
+            &format!("/sessions/{id}/cancel"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 409);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_session_is_cancelled_and_a_running_one_stopped() {
+    let server = Server::start();
+    let alice = Client::new(&server, ALICE);
+    let waiting = alice.run_wait("asker", "Refund c1.", json!({})).await;
+    assert_eq!(
+        alice.get(&format!("/sessions/{waiting}")).await["status"],
+        "waiting_for_user"
+    );
+    let out = alice
+        .post(&format!("/sessions/{waiting}/cancel"), json!(null))
+        .await;
+    assert_eq!(out["status"], "failed");
+    let running = alice.run("desk", "Refund c-42.", desk_input()).await;
+    alice
+        .until(&running, "a call in flight", |v| {
+            v["calls"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["status"] == "running"))
+        })
+        .await;
+    let out = alice
+        .post(&format!("/sessions/{running}/cancel"), json!(null))
+        .await;
+    assert_eq!(out["status"], "failed");
+    let v = alice.get(&format!("/sessions/{running}")).await;
+    assert!(
+        v["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["status"] != "running"),
+        "{v:#}"
+    );
+    assert!(v["error"].as_str().unwrap().contains("cancel"), "{v:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_plan_is_checked_before_it_is_sent() {
+    let server = Server::start();
+    let alice = Client::new(&server, ALICE);
+    let id = alice.run_wait("gatekeeper", "Refund c-7.", json!({})).await;
+    let v = alice.get(&format!("/sessions/{id}")).await;
+    assert_eq!(v["waiting"]["kind"], "plan_approval");
+    assert_eq!(v["plan"]["proposed"], true);
+    assert_eq!(node(&v, "refund")["status"], "PROPOSED");
+    let bad = alice
+        .post(
+            &format!("/sessions/{id}/plan/check"),
+            json!({"plan": [
+                {"_id": "customer", "_tool": "lookupCustomer", "customerId": 7},
+                {"_id": "x", "_tool": "wireMoney", "v": "†state.nowhere"},
+            ]}),
+        )
+        .await;
+    assert_eq!(bad["ok"], false);
+    let problems: Vec<(String, String)> = bad["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["step"].as_str().unwrap_or("").to_owned(),
+                p["field"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        problems.contains(&("x".into(), "_tool".into())),
+        "{problems:?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|(s, f)| s == "customer" && f.contains("customerId")),
+        "{problems:?}"
+    );
+    let good = alice
+        .post(
+            &format!("/sessions/{id}/plan/check"),
+            json!({"plan": [
+                {"_id": "customer", "_tool": "lookupCustomer", "customerId": "c-7", "_outputPath": "†state.customer"},
+                {"_id": "refund", "_tool": "issueRefund", "customerId": "c-7", "amount": 10, "_dependsOn": ["customer"]},
+            ]}),
+        )
+        .await;
+    assert_eq!(good["ok"], true, "{good}");
+    assert_eq!(good["waves"].as_array().unwrap().len(), 2);
+    // The route says what it checks against: the agent's own tools.
+    let agents = alice.get("/agents").await;
+    assert_eq!(agents["user"], "alice");
+    let gatekeeper = agents["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "gatekeeper")
+        .unwrap();
+    assert_eq!(gatekeeper["approve_plans"], true);
+    let tools: Vec<&str> = gatekeeper["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["issueRefund", "lookupCustomer"]);
+    assert!(gatekeeper["tools"][0]["input_schema"]["properties"]["amount"].is_object());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_loads_without_a_key_and_its_data_needs_one() {
+    let server = Server::start();
+    let http = http();
+    let page = http.get(&server.url).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let headers = page.headers().clone();
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("connect-src 'self'"),
+        "{csp}"
+    );
+    let html = page.text().await.unwrap();
+    assert!(html.contains("/playground/js/main.js"));
+    let js = http
+        .get(format!("{}/playground/js/main.js", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(js.status(), 200);
+    assert!(
+        js.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .contains("javascript")
+    );
+    let etag = js.headers()["etag"].to_str().unwrap().to_owned();
+    let again = http
+        .get(format!("{}/playground/js/main.js", server.url))
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+    let missing = http
+        .get(format!("{}/playground/..%2fkeys.txt", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    // The routes the page calls are documented with the others, and need a key.
+    let alice = Client::new(&server, ALICE);
+    let doc = alice.get("/openapi.json").await;
+    for path in [
+        "/sessions",
+        "/sessions/{id}",
+        "/sessions/{id}/events",
+        "/sessions/{id}/fork",
+        "/sessions/{id}/pause",
+        "/sessions/{id}/cancel",
+        "/sessions/{id}/plan/check",
+        "/agents",
+        "/",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path} is not documented");
+    }
+    assert!(doc["paths"]["/sessions/{id}/fork"]["post"]["requestBody"].is_object());
+    for path in ["/agents", "/sessions"] {
+        let r = http
+            .get(format!("{}{path}", server.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "{path}");
+    }
+}
+
+// --- The page in a real browser ---------------------------------------------------------------
+
+/// Runs one scenario of `tests/playground/browser.py` against a fresh server; the checks it
+/// passed.
+fn browser(scenario: &str, expect: &[&str]) -> Server {
+    let python = common::service_var("WEFT_TEST_BROWSER_PYTHON");
+    common::service_var("WEFT_TEST_CHROMIUM");
+    common::service_var("WEFT_TEST_CHROMEDRIVER");
+    let server = Server::start();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/playground/browser.py");
+    let shots: Option<PathBuf> = std::env::var_os("WEFT_PLAYGROUND_SCREENSHOTS").map(PathBuf::from);
+    let mut cmd = Command::new(python);
+    cmd.arg(&script)
+        .args([scenario, &format!("{}/", server.url), ALICE])
+        .arg(server.path())
+        // Selenium is given the driver and the browser; it must never look for them online.
+        .env("SE_OFFLINE", "true");
+    if let Some(dir) = &shots {
+        std::fs::create_dir_all(dir).unwrap();
+        cmd.arg(dir);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the browser scenario `{scenario}` failed:\n{stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+    for check in expect {
+        assert!(
+            stdout.contains(&format!("ok: {check}\n")),
+            "{check}: {stdout}"
+        );
+    }
+    server
+}
+
+#[test]
+fn needs_browser_start_a_run_and_watch_its_nodes_turn_completed() {
+    let server = browser(
+        "run",
+        &[
+            "the plan is drawn by wave with its data and order edges",
+            "nodes run live",
+            "every node turned completed",
+            "the answer, usage and cost are shown",
+            "the sessions list updates live",
+            "the list filters by status and agent",
+            "tool call cards show arguments, results and durations",
+            "the reviews and the plan version are listed",
+        ],
+    );
+    assert_eq!(server.calls().len(), 4, "each tool ran once");
+}
+
+#[test]
+fn needs_browser_answer_a_question_with_the_keyboard_on_a_narrow_window() {
+    let server = browser(
+        "question",
+        &[
+            "the question is shown",
+            "the question is answered with the keyboard alone",
+            "nothing overflows a narrow window",
+            "a step's details open from the keyboard",
+        ],
+    );
+    assert_eq!(
+        server.calls(),
+        [json!({"tool": "refund", "args": {"customerId": "c1", "amount": 75}})]
+    );
+}
+
+#[test]
+fn needs_browser_approve_a_tool_call() {
+    browser(
+        "tool",
+        &[
+            "the tool call waits for approval, with its arguments",
+            "the approved call ran once and the agent answered",
+        ],
+    );
+}
+
+#[test]
+fn needs_browser_reject_and_edit_a_plan() {
+    browser(
+        "plan",
+        &[
+            "the proposed plan is drawn",
+            "a rejected plan ends the run and runs nothing",
+            "an edit that is not JSON is caught before it is sent",
+            "an invalid edit shows the step, field and problem, and cannot be sent",
+            "the edited plan ran instead of the proposed one",
+        ],
+    );
+}
+
+#[test]
+fn needs_browser_scrub_the_slider_and_fork() {
+    browser(
+        "fork",
+        &[
+            "the slider redraws the session as it was at an event",
+            "the fork continued from the event and ran only what came after it",
+        ],
+    );
+}
+
+#[test]
+fn needs_browser_see_a_failed_steps_error() {
+    browser(
+        "failed",
+        &["the failed step, its error, stderr and what to do are shown"],
+    );
+}

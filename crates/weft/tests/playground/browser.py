@@ -1,0 +1,411 @@
+"""The playground driven in headless Chromium through WebDriver (selenium, pinned in
+scripts/setup-browser), against a real `weft serve`: one scenario per run.
+
+    browser.py SCENARIO URL KEY DIR [SCREENSHOTS]
+
+DIR is the server's agent directory (the tools append their calls to DIR/calls.log);
+SCREENSHOTS, when given, is where the pictures of the docs are written. Each check that holds
+prints `ok: <check>`; the first that does not raises, with what the page showed.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+SCENARIO, URL, KEY, DIR = sys.argv[1:5]
+SHOTS = sys.argv[5] if len(sys.argv) > 5 else ""
+
+
+def browser(width=1440, height=1000):
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = os.environ["WEFT_TEST_CHROMIUM"]
+    for a in [
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--disable-features=Translate,OptimizationHints,MediaRouter",
+        f"--user-data-dir={tempfile.mkdtemp(prefix='weft-chromium-')}",
+        f"--window-size={width},{height}",
+    ]:
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    d = webdriver.Chrome(service=Service(os.environ["WEFT_TEST_CHROMEDRIVER"]), options=opts)
+    d.set_page_load_timeout(30)
+    return d
+
+
+D = None
+
+
+def ok(what):
+    print(f"ok: {what}", flush=True)
+
+
+def wait(cond, what, timeout=30):
+    try:
+        return WebDriverWait(D, timeout, poll_frequency=0.05).until(lambda d: cond())
+    except TimeoutException:
+        raise AssertionError(f"timed out waiting for {what}; the page shows:\n{D.find_element(By.TAG_NAME, 'main').text[:3000]}")
+
+
+def q(css):
+    return D.find_elements(By.CSS_SELECTOR, css)
+
+
+def one(css):
+    return wait(lambda: (q(css) or [None])[0], css)
+
+
+def text(css):
+    """The text of the first element matching `css` ("" when there is none), read in the page
+    (the page redraws live: an element found earlier may be gone)."""
+    return D.execute_script("const e = document.querySelector(arguments[0]); return e ? e.innerText : '';", css)
+
+
+def texts(css):
+    """The text of every element matching `css`, read in the page."""
+    return D.execute_script("return [...document.querySelectorAll(arguments[0])].map(e => e.textContent)", css)
+
+
+def click(css):
+    """Clicks the element matching `css` as it is now, looking again if it was just redrawn."""
+    for _ in range(20):
+        try:
+            one(css).click()
+            return
+        except StaleElementReferenceException:
+            time.sleep(0.05)
+    raise AssertionError(f"{css} kept being redrawn")
+
+
+def shot(name):
+    if SHOTS:
+        time.sleep(0.3)
+        D.save_screenshot(os.path.join(SHOTS, name))
+
+
+def calls():
+    path = os.path.join(DIR, "calls.log")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def sign_in():
+    D.get(URL)
+    one("#api-key").send_keys(KEY)
+    click("#signin-submit")
+    one(".filters")
+
+
+def start(agent, task, inp="{}"):
+    D.get(URL + "#/new")
+    Select(one("#run-agent")).select_by_value(agent)
+    one("#run-task").send_keys(task)
+    box = one("#run-input")
+    box.clear()
+    box.send_keys(inp)
+    click("#run-start")
+    wait(lambda: "#/s/" in D.current_url, "the session's page")
+    return D.current_url.split("#/s/")[1]
+
+
+def statuses():
+    return D.execute_script("return Object.fromEntries([...document.querySelectorAll('.node')].map(n => [n.dataset.step, n.dataset.status]))")
+
+
+def session_status():
+    return D.execute_script("const e = document.getElementById('session-status'); return e ? e.dataset.status : null;")
+
+
+def api(path):
+    """The API as the page calls it (same origin, same key): what the server holds."""
+    return D.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch(arguments[0], {headers: {'x-api-key': arguments[1]}}).then(r => r.json()).then(done, e => done({error: String(e)}));",
+        path,
+        KEY,
+    )
+
+
+def no_page_errors():
+    bad = [l for l in D.get_log("browser") if l["level"] == "SEVERE"]
+    assert not bad, f"the page logged errors: {bad}"
+
+
+# --- Scenarios ---------------------------------------------------------------------------------
+
+
+def run_and_watch():
+    """Start a run from the form; its plan is drawn, its nodes turn running then completed live;
+    the answer, usage and cost show; the sessions list picks the session up by itself."""
+    sign_in()
+    assert "No session yet" in text("#session-list")
+    sid = start("desk", "Refund the last order of customer c-42.", '{"customerId": "c-42", "amount": 50}')
+    wait(lambda: statuses().get("customer") == "RUNNING" and statuses().get("orders") == "RUNNING", "both lookups running in wave 1")
+    st = statuses()
+    assert st.get("refund") == "PENDING" and st.get("tell") == "PENDING", st
+    labels = texts(".graph .col-label")
+    assert labels and labels[0].upper().startswith("WAVE 1"), labels
+    edges = {(e.get_attribute("data-from"), e.get_attribute("data-to")) for e in q(".graph .edge")}
+    assert {("customer", "refund"), ("orders", "refund"), ("refund", "tell")} <= edges, edges
+    assert q(".graph .edge.order[data-from=refund][data-to=tell]"), "the _dependsOn edge is dashed"
+    ok("the plan is drawn by wave with its data and order edges")
+    ok("nodes run live")
+    shot("playground-running.png")
+    seen_refund_running = False
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        st = statuses()
+        seen_refund_running |= st.get("refund") == "RUNNING"
+        if st and all(v == "COMPLETED" for v in st.values()):
+            break
+        time.sleep(0.05)
+    assert st and all(v == "COMPLETED" for v in st.values()), st
+    assert seen_refund_running, "the refund step was never seen running"
+    ok("every node turned completed")
+    wait(lambda: session_status() == "completed", "the session completed")
+    answer = text("#answer")
+    assert "Refunded 50 to Ada Lovelace" in answer, answer
+    stats = text(".stats")
+    assert "$0.0014" in stats, stats
+    ok("the answer, usage and cost are shown")
+    # The list found the session by itself (it polls): status, agent, cost.
+    wait(lambda: q(f'.session-item[data-id="{sid}"][data-status=completed]'), "the session in the list")
+    item = text(f'.session-item[data-id="{sid}"]')
+    assert "desk" in item and "$0.0014" in item, item
+    ok("the sessions list updates live")
+    # Filters: Failed hides it, Completed and its agent show it.
+    click('.seg button[data-status="failed"]')
+    wait(lambda: not q(f'.session-item[data-id="{sid}"]'), "the failed filter")
+    click('.seg button[data-status="completed"]')
+    wait(lambda: q(f'.session-item[data-id="{sid}"]'), "the completed filter")
+    Select(one("#filter-agent")).select_by_value("asker")
+    wait(lambda: not q(f'.session-item[data-id="{sid}"]'), "the agent filter")
+    Select(one("#filter-agent")).select_by_value("desk")
+    wait(lambda: q(f'.session-item[data-id="{sid}"]'), "the agent filter")
+    ok("the list filters by status and agent")
+    # The tool calls as cards: tool, arguments, result, duration.
+    cards = texts("#activity .card.call")
+    assert len(cards) == 4, cards
+    shown = " ".join(cards)
+    assert "issueRefund" in shown and "r-20931" in shown and "c-42" in shown, shown
+    ok("tool call cards show arguments, results and durations")
+    click("#tab-decisions")
+    decisions = text("#tab-panel")
+    assert "CONTINUE" in decisions and "FINAL_RESPONSE" in decisions and "Plan v1" in decisions, decisions
+    ok("the reviews and the plan version are listed")
+    shot("playground-finished.png")
+    no_page_errors()
+
+
+def answer_question_by_keyboard():
+    """On a narrow window, with the keyboard alone: sign in, start a run, answer its question."""
+    D.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 380, "height": 820, "deviceScaleFactor": 1, "mobile": True})
+    D.get(URL)
+    keys = ActionChains(D)
+    one("#api-key")
+    keys.send_keys(KEY, Keys.ENTER).perform()
+    one(".filters")
+    # `n` opens the form, the task has the focus.
+    ActionChains(D).send_keys("n").perform()
+    focused = lambda: D.execute_script("return document.activeElement && document.activeElement.id")
+    wait(lambda: focused() == "run-task", "the task focused")
+    # Back to the agent, chosen by typing its name (a native select), then the task.
+    ActionChains(D).key_down(Keys.SHIFT).send_keys(Keys.TAB).key_up(Keys.SHIFT).perform()
+    wait(lambda: focused() == "run-agent", "the agent focused")
+    ActionChains(D).send_keys("ask").perform()
+    wait(lambda: D.execute_script("return document.getElementById('run-agent').value") == "asker", "the agent chosen")
+    ActionChains(D).send_keys(Keys.TAB, "Refund customer c1.").perform()
+    ActionChains(D).key_down(Keys.CONTROL).send_keys(Keys.ENTER).key_up(Keys.CONTROL).perform()
+    wait(lambda: "#/s/" in D.current_url, "the run started")
+    one("#waiting[data-kind=missing_input]")
+    assert "How much should be refunded?" in text("#waiting")
+    ok("the question is shown")
+
+    def tab_to(css, limit=80):
+        for _ in range(limit):
+            if D.execute_script("return document.activeElement.matches(arguments[0])", css):
+                return D.switch_to.active_element
+            ActionChains(D).send_keys(Keys.TAB).perform()
+        raise AssertionError(f"Tab never reached {css}")
+
+    tab_to("#answer-text")
+    ActionChains(D).send_keys("75").key_down(Keys.CONTROL).send_keys(Keys.ENTER).key_up(Keys.CONTROL).perform()
+    wait(lambda: session_status() == "completed", "the session completed after the answer")
+    assert "Refunded 75 to c1." in text("#answer")
+    ok("the question is answered with the keyboard alone")
+    width = D.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1], f"the page is wider than a narrow window: {width}"
+    ok("nothing overflows a narrow window")
+    # The sessions drawer opens with the keyboard, and Escape closes it.
+    ActionChains(D).send_keys("s").perform()
+    wait(lambda: q("#sidebar.open"), "the sessions drawer")
+    ActionChains(D).send_keys(Keys.ESCAPE).perform()
+    wait(lambda: not q("#sidebar.open"), "the drawer closed")
+    # The plan's nodes are reachable and open with Enter.
+    node = tab_to('.node[data-step="refund"]')
+    node.send_keys(Keys.ENTER)
+    wait(lambda: q('#step-details[data-step="refund"]'), "the step's details")
+    assert "issueRefund" in text("#step-details")
+    ok("a step's details open from the keyboard")
+    no_page_errors()
+
+
+def approve_tool_call():
+    sign_in()
+    start("approver", "Move 120 to savings.")
+    one("#waiting[data-kind=tool_approval]")
+    panel = text("#waiting")
+    assert "transfer" in panel and "120" in panel, panel
+    assert not calls(), "the tool ran before it was approved"
+    ok("the tool call waits for approval, with its arguments")
+    click("[data-act=approve]")
+    wait(lambda: session_status() == "completed", "the session completed")
+    assert "Moved 120." in text("#answer")
+    ran = [c for c in calls() if c["tool"] == "transfer"]
+    assert ran == [{"tool": "transfer", "args": {"amount": 120}}], ran
+    ok("the approved call ran once and the agent answered")
+    no_page_errors()
+
+
+def reject_and_edit_plan():
+    sign_in()
+    # Rejected: the run ends, nothing ran.
+    start("gatekeeper", "Refund c-7.")
+    one("#waiting[data-kind=plan_approval]")
+    wait(lambda: statuses() == {"customer": "PROPOSED", "refund": "PROPOSED"}, "the proposed plan drawn")
+    ok("the proposed plan is drawn")
+    click("[data-act=reject]")
+    wait(lambda: session_status() == "failed", "the rejected session")
+    assert "rejected the plan" in text("#failure"), text("#failure")
+    assert not calls(), calls()
+    ok("a rejected plan ends the run and runs nothing")
+    # Edited: a broken edit is caught in the page, an invalid one by the server's check, a
+    # valid one is sent and runs instead of the proposed plan.
+    start("gatekeeper", "Refund c-7, but only look the customer up.")
+    one("#waiting[data-kind=plan_approval]")
+    click("[data-act=edit]")
+    editor = one("#plan-json")
+    send = one("[data-act=send-plan]")
+    editor.clear()
+    editor.send_keys('[{"_id": "customer", "_tool": "lookupCustomer",')
+    wait(lambda: "Not JSON" in text("#plan-check"), "the JSON error")
+    assert not send.is_enabled()
+    ok("an edit that is not JSON is caught before it is sent")
+    editor.clear()
+    editor.send_keys('[{"_id": "customer", "_tool": "lookupCustomer", "customerId": "c-7"}, {"_id": "x", "_tool": "wireMoney"}]')
+    wait(lambda: "unknown tool `wireMoney`" in text("#plan-check"), "the server's check")
+    assert "step x" in text("#plan-check")
+    assert not send.is_enabled()
+    ok("an invalid edit shows the step, field and problem, and cannot be sent")
+    editor.clear()
+    editor.send_keys('[{"_id": "customer", "_tool": "lookupCustomer", "customerId": "c-7", "_outputPath": "†state.customer"}]')
+    wait(lambda: "Valid" in text("#plan-check"), "the valid edit")
+    wait(lambda: send.is_enabled(), "the send button")
+    send.click()
+    wait(lambda: session_status() == "completed", "the edited plan's run")
+    assert statuses() == {"customer": "COMPLETED"}, statuses()
+    ran = [c["tool"] for c in calls()]
+    assert ran == ["lookup"], ran
+    ok("the edited plan ran instead of the proposed one")
+    no_page_errors()
+
+
+def scrub_and_fork():
+    sign_in()
+    sid = start("desk", "Refund the last order of customer c-42.", '{"customerId": "c-42", "amount": 50}')
+    wait(lambda: session_status() == "completed", "the run", 40)
+    view = api(f"/sessions/{sid}")
+    # The event that ends the first wave: both lookups done, the refund not begun.
+    click("#tab-events")
+    wait(lambda: len(texts("#tab-panel .events button")) == view["last_seq"], "every event listed")
+    target = None
+    for t in texts("#tab-panel .events button"):
+        if "wave_finished" in t:
+            target = int(t.split("wave_finished")[0].strip().lstrip("#"))
+            break
+    assert target, "no wave_finished event listed"
+    slider = one("#travel")
+    slider.click()
+    slider.send_keys(Keys.END)
+    for _ in range(view["last_seq"] - target):
+        slider.send_keys(Keys.ARROW_LEFT)
+    wait(lambda: f"Event {target} of" in text("#travel-where"), "the slider at the event")
+    wait(
+        lambda: statuses() == {"customer": "COMPLETED", "orders": "COMPLETED", "refund": "PENDING", "tell": "PENDING"},
+        "the plan as it was then",
+    )
+    assert not q("#answer-panel:not([hidden])"), "the answer shows before it was given"
+    ok("the slider redraws the session as it was at an event")
+    shot("playground-time-travel.png")
+    # Back to live with `l`, then to the same point again with `[` (one event back each).
+    ActionChains(D).send_keys("l").perform()
+    wait(lambda: all(v == "COMPLETED" for v in statuses().values()), "live again")
+    ActionChains(D).send_keys("[" * (view["last_seq"] - target)).perform()
+    wait(lambda: f"Event {target} of" in text("#travel-where"), "the slider back at the event")
+    wait(lambda: statuses().get("refund") == "PENDING", "back at the event")
+    before = len(calls())
+    click("#fork")
+    wait(lambda: "#/s/" in D.current_url and sid not in D.current_url, "the fork's page")
+    fork = D.current_url.split("#/s/")[1]
+    wait(lambda: session_status() == "completed", "the fork's run", 40)
+    assert "forked from" in text(".s-meta")
+    st = statuses()
+    assert all(v == "COMPLETED" for v in st.values()), st
+    ran = [c["tool"] for c in calls()[before:]]
+    assert sorted(ran) == ["notify", "refund"], f"the fork ran {ran}; the lookups were done before the fork point"
+    info = api(f"/sessions/{fork}")
+    assert info["forked_from"] == {"session": sid, "at": target}, info["forked_from"]
+    ok("the fork continued from the event and ran only what came after it")
+    no_page_errors()
+
+
+def failed_step():
+    sign_in()
+    start("breaker", "Refund 900 to c-9.", '{"customerId": "c-9", "amount": 900}')
+    wait(lambda: session_status() == "failed", "the failed run")
+    wait(lambda: statuses().get("refund") == "FAILED", "the failed node")
+    failure = text("#failure")
+    assert "Step refund" in failure and "exit_status" in failure and "exceeds the refund limit of 500" in failure, failure
+    assert "What to do" in failure, failure
+    # The failed step is open in the details, with the tool's stderr.
+    details = text('#step-details[data-step="refund"]')
+    assert "ValueError: amount 900 exceeds the refund limit of 500" in details, details
+    assert "Traceback" in text('#step-details pre.output[data-field="stderr"]')
+    ok("the failed step, its error, stderr and what to do are shown")
+    shot("playground-failed.png")
+    no_page_errors()
+
+
+SCENARIOS = {
+    "run": run_and_watch,
+    "question": answer_question_by_keyboard,
+    "tool": approve_tool_call,
+    "plan": reject_and_edit_plan,
+    "fork": scrub_and_fork,
+    "failed": failed_step,
+}
+
+D = browser()
+try:
+    SCENARIOS[SCENARIO]()
+finally:
+    D.quit()
