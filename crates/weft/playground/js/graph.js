@@ -5,11 +5,11 @@
 
 import { h, cut, duration } from "./dom.js";
 
-const W = 200;
+const W = 184;
 const H = 64;
-const GX = 64;
+const GX = 44;
 const GY = 16;
-const PAD = 12;
+const PAD = 8;
 const HEAD = 26;
 
 const ICON = {
@@ -169,10 +169,10 @@ export function drawGraph(plan, calls, { selected, onSelect }) {
       h("svg:title", {}, `${n.id} · ${tool}\n${n.description || ""}\n${text}`),
       h("svg:rect", { class: "box", width: W, height: H, rx: 8 }),
       h("svg:rect", { class: "stripe", x: 0, y: 0, width: 4, height: H, rx: 2 }),
-      h("svg:text", { class: "id", x: 14, y: 19 }, cut(n.id, 20)),
+      h("svg:text", { class: "id", x: 14, y: 19 }, cut(n.id, 18)),
       h("svg:text", { class: ["icon", cls], x: W - 12, y: 19, "text-anchor": "end" }, ICON[n.status] || "○"),
-      h("svg:text", { class: "tool", x: 14, y: 37 }, cut(tool, 25)),
-      h("svg:text", { class: "line2", x: 14, y: 54 }, cut(text, 31)),
+      h("svg:text", { class: "tool", x: 14, y: 37 }, cut(tool, 23)),
+      h("svg:text", { class: "line2", x: 14, y: 54 }, cut(text, 28)),
     );
     g.addEventListener("click", () => onSelect(n.id));
     g.addEventListener("keydown", (ev) => {

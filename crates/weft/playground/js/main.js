@@ -162,6 +162,7 @@ function route() {
 }
 
 window.addEventListener("hashchange", route);
+window.addEventListener("weft:session-changed", () => list?.refresh());
 
 document.addEventListener("keydown", (e) => {
   if (e.key === "Escape" && sidebar.classList.contains("open")) {

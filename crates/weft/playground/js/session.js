@@ -137,6 +137,10 @@ export class SessionPage {
       const v = await api(`/sessions/${encodeURIComponent(this.id)}`);
       if (this.closed) return;
       this.announceChanges(this.latest, v);
+      // The list shows the new status at once rather than at its next poll.
+      if (this.latest && (this.latest.status !== v.status || this.latest.busy !== v.busy)) {
+        window.dispatchEvent(new CustomEvent("weft:session-changed"));
+      }
       this.latest = v;
       if (this.at === null) {
         this.view = v;

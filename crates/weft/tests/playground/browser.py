@@ -96,6 +96,7 @@ def click(css):
 
 def shot(name):
     if SHOTS:
+        D.execute_script("window.scrollTo(0, 0)")
         time.sleep(0.3)
         D.save_screenshot(os.path.join(SHOTS, name))
 
@@ -187,6 +188,9 @@ def run_and_watch():
     stats = text(".stats")
     assert "$0.0014" in stats, stats
     ok("the answer, usage and cost are shown")
+    click('.node[data-step="refund"]')
+    wait(lambda: q('#step-details[data-step="refund"] .card.call'), "the refund step's call")
+    shot("playground-finished.png")
     # The list found the session by itself (it polls): status, agent, cost.
     wait(lambda: q(f'.session-item[data-id="{sid}"][data-status=completed]'), "the session in the list")
     item = text(f'.session-item[data-id="{sid}"]')
@@ -212,7 +216,6 @@ def run_and_watch():
     decisions = text("#tab-panel")
     assert "CONTINUE" in decisions and "FINAL_RESPONSE" in decisions and "Plan v1" in decisions, decisions
     ok("the reviews and the plan version are listed")
-    shot("playground-finished.png")
     no_page_errors()
 
 
