@@ -174,8 +174,13 @@ export class SessionPage {
   buildTravel() {
     this.slider = h("input", { type: "range", id: "travel", min: 1, max: 1, value: 1, step: 1, "aria-label": "Event" });
     this.slider.addEventListener("input", () => {
+      // The position is taken at once (a live update redraws the slider where the person put
+      // it); the session at that event is asked for once the slider rests.
+      const n = Number(this.slider.value);
+      this.at = n >= this.lastSeq() ? null : n;
+      this.updateTravel();
       clearTimeout(this.slideTimer);
-      this.slideTimer = this.later(90, () => this.setAt(Number(this.slider.value)));
+      this.slideTimer = this.later(90, () => this.setAt(this.at));
     });
     this.prevBtn = h("button", { type: "button", class: "button small", title: "Previous event ([)", "aria-label": "Previous event", onclick: () => this.step(-1) }, "◀");
     this.nextBtn = h("button", { type: "button", class: "button small", title: "Next event (])", "aria-label": "Next event", onclick: () => this.step(1) }, "▶");

@@ -96,7 +96,7 @@ def click(css):
 
 def shot(name):
     if SHOTS:
-        D.execute_script("window.scrollTo(0, 0)")
+        D.execute_script("document.getElementById('main').scrollTo(0, 0)")
         time.sleep(0.3)
         D.save_screenshot(os.path.join(SHOTS, name))
 
@@ -255,7 +255,7 @@ def answer_question_by_keyboard():
     wait(lambda: session_status() == "completed", "the session completed after the answer")
     assert "Refunded 75 to c1." in text("#answer")
     ok("the question is answered with the keyboard alone")
-    width = D.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+    width = D.execute_script("const m = document.getElementById('main'); return [Math.max(document.documentElement.scrollWidth, m.scrollWidth), window.innerWidth]")
     assert width[0] <= width[1], f"the page is wider than a narrow window: {width}"
     ok("nothing overflows a narrow window")
     # The sessions drawer opens with the keyboard, and Escape closes it.
