@@ -161,6 +161,21 @@ function route() {
   );
 }
 
+// A bug of the page itself is said, never left as a blank or frozen page.
+function pageBug(what) {
+  const box = h(
+    "div",
+    { class: "alert bad banner-error", role: "alert" },
+    h("b", {}, "The playground hit a problem: "),
+    String(what),
+    " ",
+    h("button", { type: "button", class: "button small", onclick: () => location.reload() }, "Reload"),
+  );
+  main.prepend(box);
+}
+window.addEventListener("error", (e) => pageBug(e.message));
+window.addEventListener("unhandledrejection", (e) => pageBug(e.reason?.message || e.reason));
+
 window.addEventListener("hashchange", route);
 window.addEventListener("weft:session-changed", () => list?.refresh());
 

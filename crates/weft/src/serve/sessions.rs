@@ -25,7 +25,8 @@ use super::auth::User;
 use super::{ApiError, Shared, threads, view};
 
 /// Summaries of sessions, kept until their log grows (a list polled every few seconds folds
-/// only the sessions that changed).
+/// only the sessions that changed). At most [`Summaries::MAX`] are kept: past that the cache
+/// starts again, so that listing a store of any size holds bounded memory.
 #[derive(Default)]
 pub struct Summaries(Mutex<HashMap<String, (u64, Value)>>);
 
@@ -40,10 +41,15 @@ impl Summaries {
         let (rec, log) = app.store.load(&rec.id).await?;
         let v = view::summary(&rec, &log);
         if let Ok(mut cache) = self.0.lock() {
+            if cache.len() >= Self::MAX {
+                cache.clear();
+            }
             cache.insert(rec.id.clone(), (rec.last_seq, v.clone()));
         }
         Ok(v)
     }
+
+    const MAX: usize = 10_000;
 }
 
 /// The session's record, if it is this user's; another user's session is not found.
