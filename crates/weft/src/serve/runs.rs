@@ -610,7 +610,11 @@ async fn drive(
     match held.until_asked(go).await {
         Ok(r) => r,
         Err(asked) => {
-            crate::ownership::stopped(&rt, &tid, asked).await?;
+            // A pause is recorded as a wait by the caller (`hold_if_paused`), not left for
+            // `weft resume` as a pause of the command line is.
+            if asked != crate::ownership::Asked::Pause {
+                crate::ownership::stopped(&rt, &tid, asked).await?;
+            }
             Ok(app.store.get(&tid).await?.status)
         }
     }
