@@ -102,15 +102,6 @@ impl AnyStore {
         })
     }
 
-    /// Writes every append from now on at `durability` (nothing for a store in memory).
-    pub fn set_durability(&self, durability: Durability) {
-        match self {
-            Self::Sqlite(st) => st.set_durability(durability),
-            Self::Postgres(st) => st.set_durability(durability),
-            Self::Memory(_) => {}
-        }
-    }
-
     /// The durability appends are written at and the settings behind it, read back from the
     /// database; `None` for a store in memory, which keeps nothing across a crash.
     pub async fn settings(&self) -> Result<Option<Settings>, StoreError> {
@@ -132,6 +123,14 @@ impl AnyStore {
 }
 
 impl Store for AnyStore {
+    fn set_durability(&self, durability: Durability) {
+        match self {
+            Self::Sqlite(st) => st.set_durability(durability),
+            Self::Postgres(st) => st.set_durability(durability),
+            Self::Memory(st) => st.set_durability(durability),
+        }
+    }
+
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
         match self {
             Self::Sqlite(st) => st.create(s, now).await,

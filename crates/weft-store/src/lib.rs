@@ -427,6 +427,11 @@ pub trait Store: Send + Sync + 'static {
         now: i64,
         snapshot: &Encoded,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Writes every append from now on at `durability` (a store with nothing to choose, such
+    /// as the memory store, ignores it).
+    fn set_durability(&self, durability: Durability) {
+        let _ = durability;
+    }
     /// The newest snapshot and every part of the conversation; fold `events_after(seq)` on top
     /// of it.
     fn latest_snapshot(

@@ -5,7 +5,7 @@
 //! disk, and to synchronous standbys if there are any), `normal` with `off` (a commit returns
 //! before the flush; a crash of the server can lose the last few hundred milliseconds of commits,
 //! never leave them half-written). The pool's connections start with the durability the store
-//! was connected with; an append made after [`PgStore::set_durability`] chose another sets it for
+//! was connected with; an append made after [`Store::set_durability`] chose another sets it for
 //! its own transaction (`SET LOCAL`).
 
 use std::collections::BTreeMap;
@@ -61,7 +61,7 @@ pub struct PgStore {
     /// The `synchronous_commit` of each durability, and the durability the pool's connections
     /// start with.
     commit: Commit,
-    /// Whether appends are written at `full` now (see [`PgStore::set_durability`]).
+    /// Whether appends are written at `full` now (see [`Store::set_durability`]).
     full: Arc<AtomicBool>,
 }
 
@@ -152,12 +152,6 @@ impl PgStore {
             commit,
             full: Arc::new(AtomicBool::new(durability == Durability::Full)),
         })
-    }
-
-    /// Writes every append from now on at `durability`.
-    pub fn set_durability(&self, durability: Durability) {
-        self.full
-            .store(durability == Durability::Full, Ordering::Release);
     }
 
     /// The durability appends are written at.
@@ -368,6 +362,11 @@ impl PgStore {
 }
 
 impl Store for PgStore {
+    fn set_durability(&self, durability: Durability) {
+        self.full
+            .store(durability == Durability::Full, Ordering::Release);
+    }
+
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
         self.create_with(s, &[], SessionStatus::Running, now).await
     }

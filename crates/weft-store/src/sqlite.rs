@@ -2,7 +2,7 @@
 //! says, a busy timeout and foreign keys. The default store of a single weft process.
 //!
 //! Appends (and the snapshots written with them) go through the group-commit writer, whose
-//! durability can change while the store is open ([`SqliteStore::set_durability`]). The pool's
+//! durability can change while the store is open ([`Store::set_durability`]). The pool's
 //! connections (leases, pruning, reads) keep the durability the store was opened with: in WAL
 //! mode a synced commit makes every earlier commit durable with it, so an append at `full` is
 //! never durable without the lease it was written under.
@@ -123,15 +123,9 @@ impl SqliteStore {
         Self::open(url_path(url)?).await
     }
 
-    /// Writes every append from now on at `durability` (the appends being written when it is
-    /// called keep the one they began with).
-    pub fn set_durability(&self, durability: Durability) {
-        self.writer.set_durability(durability);
-    }
-
     /// The durability appends are written at, and the writing connection's `synchronous` and
     /// `journal_mode` as it reported them when they were set (a change made with
-    /// [`SqliteStore::set_durability`] is read back once the next append is written).
+    /// [`Store::set_durability`] is read back once the next append is written).
     pub fn settings(&self) -> Settings {
         Settings {
             durability: self.writer.durability(),
@@ -341,6 +335,11 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
+    fn set_durability(&self, durability: Durability) {
+        // The appends being written now keep the durability they began with.
+        self.writer.set_durability(durability);
+    }
+
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
         self.create_with(s, &[], SessionStatus::Running, now).await
     }
