@@ -337,6 +337,33 @@ mod tests {
         assert!(bad(decode("s", seq, enc.version, &newer, &parts)).contains("later_field"));
     }
 
+    proptest::proptest! {
+        /// A damaged head (a character changed or cut out anywhere) is refused or read, never a
+        /// panic; what reads back is a state whose plan fits its counters.
+        #[test]
+        fn damaged_heads_never_panic(at in 0usize..4096, with in proptest::char::range(' ', '~'), cut: bool) {
+            let plan = crate::Plan::from_value(&json!([
+                {"_id": "a", "_tool": "echo", "text": "x", "_outputPath": "†state.a"},
+                {"_id": "b", "_tool": "echo", "text": "†state.a", "_outputPath": "†state.b"}
+            ]))
+            .unwrap();
+            let mut state = react_state(2);
+            state.apply(&Event::PlanAccepted { plan });
+            let enc = encode(&state, 0).unwrap();
+            let mut head: Vec<char> = enc.head.chars().collect();
+            let i = at % head.len();
+            if cut { head.remove(i); } else { head[i] = with; }
+            let head: String = head.into_iter().collect();
+            let parts = vec![(0, enc.part.clone().unwrap().text)];
+            if let Ok((back, _)) = decode("s", state.seq, enc.version, &head, &parts)
+                && let Some(p) = &back.plan
+            {
+                proptest::prop_assert_eq!(p.steps.len(), p.plan.steps.len());
+                proptest::prop_assert!(p.candidates.iter().all(|&c| c < p.steps.len()));
+            }
+        }
+    }
+
     #[test]
     fn a_plan_run_is_rebuilt_and_checked() {
         let plan = crate::Plan::from_value(&json!([
