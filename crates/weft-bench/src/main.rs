@@ -23,6 +23,13 @@ struct Cli {
     /// Store for `react` and `concurrent` (the other workloads use what they say).
     #[arg(long, default_value = "sqlite", global = true, value_parser = ["sqlite", "memory"])]
     store: String,
+    /// What the SQLite files are written at: full (synced at every commit) or normal.
+    #[arg(long, default_value = "full", global = true)]
+    durability: weft_store::Durability,
+    /// The tool `react` calls: echo (built-in, idempotent), ledger (in-process, not
+    /// idempotent) or command (`sh -c cat`, a process per call).
+    #[arg(long, default_value = "echo", global = true, value_parser = ["echo", "ledger", "command"])]
+    tool: String,
     #[command(subcommand)]
     workload: Workload,
 }
@@ -65,30 +72,32 @@ async fn run(cli: Cli) -> Result<()> {
         StoreKind::Sqlite
     };
     let runs = cli.runs.max(1);
+    workloads::set_durability(cli.durability);
+    let tool = workloads::ToolKind::parse(&cli.tool).unwrap_or(workloads::ToolKind::Echo);
     match cli.workload {
         Workload::All { full } => {
             for n in [10, 100, 400] {
-                one(runs, Workload::React { n }, kind).await?;
+                one(runs, Workload::React { n }, kind, tool).await?;
             }
-            one(runs, Workload::Concurrent { m: 1000, k: 3 }, kind).await?;
+            one(runs, Workload::Concurrent { m: 1000, k: 3 }, kind, tool).await?;
             if full {
-                one(runs, Workload::Concurrent { m: 10_000, k: 3 }, kind).await?;
+                one(runs, Workload::Concurrent { m: 10_000, k: 3 }, kind, tool).await?;
             }
-            one(runs, Workload::Growth { t: 100 }, kind).await?;
-            one(runs, Workload::Plan { n: 10_000 }, kind).await?;
-            one(runs, Workload::Resume { events: 10_000 }, kind).await?;
+            one(runs, Workload::Growth { t: 100 }, kind, tool).await?;
+            one(runs, Workload::Plan { n: 10_000 }, kind, tool).await?;
+            one(runs, Workload::Resume { events: 10_000 }, kind, tool).await?;
         }
-        w => one(runs, w, kind).await?,
+        w => one(runs, w, kind, tool).await?,
     }
     Ok(())
 }
 
 /// Runs a workload `runs` times and prints the medians (one line per report it makes).
-async fn one(runs: u32, w: Workload, kind: StoreKind) -> Result<()> {
+async fn one(runs: u32, w: Workload, kind: StoreKind, tool: workloads::ToolKind) -> Result<()> {
     let mut all: Vec<Vec<Report>> = Vec::new();
     for _ in 0..runs {
         let reports = match &w {
-            Workload::React { n } => vec![workloads::react(*n, kind).await?],
+            Workload::React { n } => vec![workloads::react_with(*n, kind, tool).await?],
             Workload::Concurrent { m, k } => vec![workloads::concurrent(*m, *k, kind).await?],
             Workload::Growth { t } => vec![workloads::growth(*t).await?],
             Workload::Plan { n } => workloads::plan(*n).await?,

@@ -2,7 +2,8 @@
 //! it must (a benchmark of a run that failed early would be meaningless) and reports figures.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -12,10 +13,113 @@ use weft_core::graph::{ValidateOptions, validate};
 use weft_core::{Limits, Plan, SessionStatus, State};
 use weft_model::{ScriptedModel, ScriptedReply};
 use weft_runtime::{Agent, Runtime, SessionInfo};
-use weft_store::{MemoryStore, SqliteStore, Store};
-use weft_tools::{Echo, Registry};
+use weft_store::{Durability, MemoryStore, SqliteStore, Store};
+use weft_tools::{Echo, Registry, Tool, ToolContext};
 
 use crate::{BenchError, Report, db_size_mb, peak_rss_mb};
+
+/// Whether the SQLite files of the workloads are written at `full` (the default) or `normal`.
+static NORMAL: AtomicBool = AtomicBool::new(false);
+
+/// The durability every workload's SQLite store writes at from now on.
+pub fn set_durability(d: Durability) {
+    NORMAL.store(d == Durability::Normal, Ordering::Relaxed);
+}
+
+/// The durability the workloads write at.
+pub fn durability() -> Durability {
+    if NORMAL.load(Ordering::Relaxed) {
+        Durability::Normal
+    } else {
+        Durability::Full
+    }
+}
+
+/// The tool a ReAct workload calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolKind {
+    /// The built-in `echo`: idempotent and done at once, so its start and result share one
+    /// append with the model's reply (weft's best case).
+    Echo,
+    /// An in-process tool that is not idempotent (it appends to a ledger): its start is stored
+    /// before it runs, its result in a second append.
+    Ledger,
+    /// A command tool (`sh -c cat`, a process per call, not idempotent).
+    Command,
+}
+
+impl ToolKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Echo => "echo",
+            Self::Ledger => "ledger",
+            Self::Command => "command",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "echo" => Some(Self::Echo),
+            "ledger" => Some(Self::Ledger),
+            "command" => Some(Self::Command),
+            _ => None,
+        }
+    }
+}
+
+/// An in-process tool that is not idempotent: it records each call in a ledger.
+#[derive(Debug)]
+struct Ledger {
+    info: weft_core::ToolInfo,
+    entries: Mutex<Vec<Value>>,
+}
+
+impl Tool for Ledger {
+    fn info(&self) -> &weft_core::ToolInfo {
+        &self.info
+    }
+
+    async fn call(&self, args: Value, _ctx: ToolContext) -> Result<Value, weft_core::ToolError> {
+        let mut entries = self
+            .entries
+            .lock()
+            .map_err(|_| weft_core::ToolError::new("io", "the ledger was poisoned"))?;
+        entries.push(args.clone());
+        Ok(
+            json!({"entry": entries.len(), "text": args.get("text").cloned().unwrap_or(Value::Null)}),
+        )
+    }
+}
+
+/// The registry of a workload calling `tool`, under the name `echo` (the scripts call `echo`).
+pub fn tools_for(tool: ToolKind) -> Result<Arc<Registry>, BenchError> {
+    match tool {
+        ToolKind::Echo => echo_tools(),
+        ToolKind::Ledger => {
+            let mut reg = Registry::new();
+            reg.register(Ledger {
+                info: weft_core::ToolInfo {
+                    name: "echo".into(),
+                    description: "Records the text in a ledger.".into(),
+                    category: None,
+                    input_schema: json!({"type": "object"}),
+                    idempotent: false,
+                    parallel: false,
+                    requires_approval: false,
+                    source: "bench".into(),
+                },
+                entries: Mutex::new(Vec::new()),
+            })?;
+            Ok(Arc::new(reg))
+        }
+        ToolKind::Command => {
+            let yaml = "name: bench\ntools:\n  - name: echo\n    description: Echoes its arguments (a process).\n    command: [\"sh\", \"-c\", \"cat\"]\n";
+            let spec = AgentSpec::parse("bench.yaml", yaml)
+                .map_err(|e| BenchError::Setup(e.to_string()))?;
+            Ok(Arc::new(Registry::from_agent(&spec, Path::new("."))?))
+        }
+    }
+}
 
 /// Where a workload keeps its sessions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,7 +199,7 @@ pub async fn temp_sqlite() -> Result<(tempfile::TempDir, PathBuf, SqliteStore), 
         source: e,
     })?;
     let path = dir.path().join("weft.db");
-    let store = SqliteStore::open(&path).await?;
+    let store = SqliteStore::open_with(&path, durability()).await?;
     Ok((dir, path, store))
 }
 
@@ -105,9 +209,18 @@ async fn settled_size(store: &SqliteStore, path: &Path) -> Result<f64, BenchErro
     db_size_mb(path)
 }
 
-/// Runs one ReAct session of `n` tool calls; returns the elapsed seconds and the final state.
+/// Runs one ReAct session of `n` echo calls; returns the elapsed seconds and the final state.
 async fn react_run<S: Store>(store: Arc<S>, n: u32) -> Result<(f64, State), BenchError> {
-    let tools = echo_tools()?;
+    react_run_with(store, n, ToolKind::Echo).await
+}
+
+/// Runs one ReAct session of `n` calls of `tool`.
+async fn react_run_with<S: Store>(
+    store: Arc<S>,
+    n: u32,
+    tool: ToolKind,
+) -> Result<(f64, State), BenchError> {
+    let tools = tools_for(tool)?;
     let agent = react_agent(&tools, calls_then_answer(n, 0), n + 5)?;
     let rt = Runtime::new(store, tools, Limits::default());
     let t = Instant::now();
@@ -121,16 +234,24 @@ async fn react_run<S: Store>(store: Arc<S>, n: u32) -> Result<(f64, State), Benc
 
 /// `react N`: one ReAct run of `n` echo calls then an answer.
 pub async fn react(n: u32, kind: StoreKind) -> Result<Report, BenchError> {
-    let label = format!("react n={n} store={}", kind.name());
+    react_with(n, kind, ToolKind::Echo).await
+}
+
+/// `react N --tool T`: one ReAct run of `n` calls of `tool` then an answer.
+pub async fn react_with(n: u32, kind: StoreKind, tool: ToolKind) -> Result<Report, BenchError> {
+    let label = match tool {
+        ToolKind::Echo => format!("react n={n} store={}", kind.name()),
+        t => format!("react n={n} store={} tool={}", kind.name(), t.name()),
+    };
     let (secs, state, db) = match kind {
         StoreKind::Memory => {
-            let (s, st) = react_run(Arc::new(MemoryStore::new()), n).await?;
+            let (s, st) = react_run_with(Arc::new(MemoryStore::new()), n, tool).await?;
             (s, st, 0.0)
         }
         StoreKind::Sqlite => {
             let (_dir, path, store) = temp_sqlite().await?;
             let store = Arc::new(store);
-            let (s, st) = react_run(Arc::clone(&store), n).await?;
+            let (s, st) = react_run_with(Arc::clone(&store), n, tool).await?;
             let db = settled_size(&store, &path).await?;
             (s, st, db)
         }
@@ -148,6 +269,7 @@ pub async fn react(n: u32, kind: StoreKind) -> Result<Report, BenchError> {
 /// cost without storage).
 pub async fn concurrent(m: u32, k: u32, kind: StoreKind) -> Result<Report, BenchError> {
     const THINK_MS: u64 = 50;
+    let mut appends_per_commit = 0.0;
     let (secs, db) = match kind {
         StoreKind::Memory => (
             concurrent_run(Arc::new(MemoryStore::new()), m, k, THINK_MS).await?,
@@ -157,6 +279,8 @@ pub async fn concurrent(m: u32, k: u32, kind: StoreKind) -> Result<Report, Bench
             let (_dir, path, store) = temp_sqlite().await?;
             let store = Arc::new(store);
             let secs = concurrent_run(Arc::clone(&store), m, k, THINK_MS).await?;
+            let w = store.write_stats();
+            appends_per_commit = w.appends as f64 / w.commits.max(1) as f64;
             (secs, settled_size(&store, &path).await?)
         }
     };
@@ -168,7 +292,8 @@ pub async fn concurrent(m: u32, k: u32, kind: StoreKind) -> Result<Report, Bench
             .with("x_ideal", secs / ideal)
             .with("runs_per_s", f64::from(m) / secs)
             .with("rss_mb", peak_rss_mb().unwrap_or(0.0))
-            .with("db_mb", db),
+            .with("db_mb", db)
+            .with("appends_per_commit", appends_per_commit),
     )
 }
 
@@ -361,7 +486,13 @@ pub async fn resume(events: u64) -> Result<Report, BenchError> {
     let fixed = small.seq.saturating_sub(per_iter * 10);
     let n = u32::try_from(events.saturating_sub(fixed).div_ceil(per_iter)).unwrap_or(u32::MAX);
 
-    let (_dir, path, store) = temp_sqlite().await?;
+    // Built at `normal` (how it was written does not change how it loads).
+    let dir = tempfile::tempdir().map_err(|e| BenchError::Io {
+        what: "create a temporary directory".into(),
+        source: e,
+    })?;
+    let path = dir.path().join("weft.db");
+    let store = SqliteStore::open_with(&path, Durability::Normal).await?;
     let tools = echo_tools()?;
     let mut script = calls_then_answer(n, 0);
     script.extend(calls_then_answer(1, 0));
@@ -382,11 +513,31 @@ pub async fn resume(events: u64) -> Result<Report, BenchError> {
     store.close().await;
     drop(store);
 
-    let store = Arc::new(SqliteStore::open(&path).await?);
+    let store = Arc::new(SqliteStore::open_with(&path, durability()).await?);
+    // Before snapshots: the whole log read and folded. After: the newest snapshot and the
+    // events after it. Each twice, alternating, the second of each reported (both then read a
+    // database the first reads brought into memory).
+    let (mut fold_s, mut load_s) = (0.0, 0.0);
+    let mut loaded = None;
+    for _ in 0..2 {
+        let t = Instant::now();
+        let (_, log) = store.load(&id).await?;
+        let folded = State::fold(log.iter().map(|e| &e.event));
+        fold_s = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let l = weft_runtime::load_state(store.as_ref(), &id).await?;
+        load_s = t.elapsed().as_secs_f64();
+        if l.state != folded {
+            return Err(BenchError::Outcome {
+                workload: "resume".into(),
+                message: "the state loaded from the snapshot is not the fold of the log".into(),
+            });
+        }
+        loaded = Some(l);
+    }
+    let (snapshot_at, tail) = loaded.map_or((0, 0), |l| (l.snapshot.unwrap_or(0), l.folded));
     let rt = Runtime::new(store, tools, Limits::default());
-    let t = Instant::now();
     let mut session = rt.load_session(&id).await?;
-    let load_s = t.elapsed().as_secs_f64();
     let stored = session.state.seq;
     let t = Instant::now();
     rt.run_task(&agent, &mut session, "once more", Value::Null)
@@ -395,7 +546,10 @@ pub async fn resume(events: u64) -> Result<Report, BenchError> {
     expect_answer("resume", &session.state)?;
     Ok(Report::new(format!("resume events={events} store=sqlite"))
         .with("events", stored as f64)
+        .with("fold_ms", fold_s * 1e3)
         .with("load_ms", load_s * 1e3)
+        .with("snapshot_at", snapshot_at as f64)
+        .with("events_after_snapshot", tail as f64)
         .with("load_us_per_event", load_s / stored.max(1) as f64 * 1e6)
         .with("next_turn_ms", turn_s * 1e3))
 }

@@ -84,3 +84,21 @@ async fn resume_loads_at_least_the_events_asked_for_and_continues() {
     assert!((300.0..310.0).contains(&events), "{events} events");
     assert!(r.get("next_turn_ms").unwrap() > 0.0);
 }
+
+/// With a tool that is not idempotent (in the process or a process of its own) every call's
+/// start is stored before it runs: the same events as with `echo`, at both durabilities.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn react_runs_with_every_tool_at_both_durabilities() {
+    use weft_bench::workloads::ToolKind;
+    use weft_store::Durability;
+    for d in [Durability::Normal, Durability::Full] {
+        workloads::set_durability(d);
+        for tool in [ToolKind::Echo, ToolKind::Ledger, ToolKind::Command] {
+            let r = workloads::react_with(3, StoreKind::Sqlite, tool)
+                .await
+                .unwrap();
+            assert_eq!(r.get("events"), Some(13.0), "{tool:?} at {d}");
+        }
+    }
+    workloads::set_durability(Durability::Full);
+}

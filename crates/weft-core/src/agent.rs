@@ -67,6 +67,11 @@ pub struct AgentSpec {
     #[serde(default)]
     #[schemars(schema_with = "schema::objects")]
     pub steps: Vec<Value>,
+    /// What a committed step survives: `full` (synced to disk before weft goes on; the
+    /// default) or `normal` (survives a crash of weft, not a power cut). `--durability` overrides
+    /// it; see [`Durability`].
+    #[serde(default)]
+    pub durability: Option<crate::durability::Durability>,
 }
 
 /// A local command tool: JSON arguments on stdin, a JSON result on stdout.
@@ -308,6 +313,7 @@ mod tests {
             review_responses: None,
             skills: vec![],
             steps: vec![],
+            durability: None,
         })
     }
 

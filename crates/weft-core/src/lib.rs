@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod agent_loop;
 pub mod condition;
+pub mod durability;
 pub mod engine;
 pub mod event;
 pub mod graph;
@@ -16,14 +17,16 @@ pub mod plan;
 pub mod prompts;
 pub mod recovery;
 pub mod redaction;
+pub mod snapshot;
 pub mod state;
 pub mod tool;
 
 #[cfg(test)]
 mod engine_tests;
 
+pub use durability::Durability;
 pub use engine::{Invocation, Limits, Next};
 pub use event::{EVENT_VERSION, Envelope, Event, RunStatus, SessionStatus, ToolError, ToolOutcome};
 pub use plan::{Plan, PlanProblem, PlanStep};
-pub use state::{State, StepStatus};
+pub use state::{SNAPSHOT_VERSION, State, StepStatus};
 pub use tool::{ToolCatalog, ToolInfo};

@@ -1,5 +1,19 @@
 //! A session's state: the fold of its events. `apply` is pure and does work proportional to the
 //! event, never to the history.
+//!
+//! **Serialised for snapshots, with a version.** `State` is serialisable (serde, JSON) so that a
+//! store can keep a snapshot of it and a load can fold only the events after the snapshot (see
+//! [`crate::snapshot`]). The conversation ([`State::history`]) is left out of that form: a
+//! snapshot keeps it in parts of its own, each written once. A snapshot is used only when its
+//! version is [`SNAPSHOT_VERSION`]; any other is ignored and the session is folded from its log,
+//! which stays the truth.
+//!
+//! **A change of State's shape bumps [`SNAPSHOT_VERSION`]**: a field added, removed, renamed or
+//! given another type or meaning, here or in a type State holds (`PlanRun`, `StepRun`,
+//! `OpenCall`, ...), and a change of what `apply` makes of an event. Fields carry no
+//! `#[serde(default)]` unless they are left out when empty, so a snapshot written before a field
+//! existed fails to decode (and is refolded) even when the bump is forgotten; the snapshot tests
+//! in `weft-runtime` compare every snapshot with the fold of the same log.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -37,48 +51,52 @@ impl StepStatus {
 }
 
 /// The run-time record of one step.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct StepRun {
     pub status: StepStatus,
     pub attempts: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ToolError>,
     /// The failure went to the step's error path (its dependants are not blocked).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub handled: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// A retry is due after this many milliseconds.
-    #[serde(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_in_ms: Option<u64>,
     /// The tool call in flight.
-    #[serde(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call: Option<String>,
     /// The step's own log (executor decisions, tool results, a person's answers).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub log: Vec<Value>,
     /// Signatures of the tool calls made in this step (repeats are blocked).
-    #[serde(skip)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub signatures: Vec<String>,
     /// Failed actions of a step-executor step (bad replies, tool errors, blocked calls).
-    #[serde(skip)]
     pub failures: u32,
     /// The tool call the step executor chose, not yet started.
-    #[serde(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_call: Option<(String, Value)>,
     /// The idempotency key of the step's last call; a retry of that call reuses it.
-    #[serde(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
 }
 
-/// A plan being executed.
-#[derive(Clone, Debug, Default)]
+/// A plan being executed. Serialised without its graph and index, which are rebuilt from the
+/// plan when it is read back (and the counters checked against it).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "StoredPlanRun")]
 pub struct PlanRun {
     pub plan: Plan,
+    #[serde(skip)]
     pub graph: Graph,
     pub steps: Vec<StepRun>,
+    #[serde(skip)]
     pub index: HashMap<String, usize>,
     /// For each step: how many of its dependencies have not reached a terminal status.
     pub open_deps: Vec<usize>,
@@ -123,12 +141,7 @@ impl PlanRun {
         let n = plan.steps.len();
         let open_deps: Vec<usize> = graph.deps.iter().map(Vec::len).collect();
         let candidates = (0..n).filter(|&i| open_deps[i] == 0).collect();
-        let index = plan
-            .steps
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.id.clone(), i))
-            .collect();
+        let index = Self::index_of(&plan);
         Self {
             plan,
             graph,
@@ -138,6 +151,15 @@ impl PlanRun {
             candidates,
             retrying: BTreeSet::new(),
         }
+    }
+
+    /// Step index by id (the last one, if ids repeat).
+    fn index_of(plan: &Plan) -> HashMap<String, usize> {
+        plan.steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.id.clone(), i))
+            .collect()
     }
 
     pub fn step(&self, id: &str) -> Option<(usize, &StepRun)> {
@@ -190,8 +212,49 @@ impl PlanRun {
     }
 }
 
+/// A [`PlanRun`] as it is serialised: what the graph and index are rebuilt from.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredPlanRun {
+    plan: Plan,
+    steps: Vec<StepRun>,
+    open_deps: Vec<usize>,
+    candidates: BTreeSet<usize>,
+    retrying: BTreeSet<usize>,
+}
+
+impl TryFrom<StoredPlanRun> for PlanRun {
+    type Error = String;
+
+    /// Rebuilds the graph and index, refusing counters that do not fit the plan (a step index
+    /// past its end would be a panic later, not an error now).
+    fn try_from(s: StoredPlanRun) -> Result<Self, String> {
+        let n = s.plan.steps.len();
+        if s.steps.len() != n || s.open_deps.len() != n {
+            return Err(format!(
+                "a plan of {n} steps has {} step records and {} dependency counters",
+                s.steps.len(),
+                s.open_deps.len()
+            ));
+        }
+        if let Some(i) = s.candidates.iter().chain(&s.retrying).find(|&&i| i >= n) {
+            return Err(format!("step index {i} is past the plan's {n} steps"));
+        }
+        Ok(Self {
+            graph: Graph::build(&s.plan),
+            index: Self::index_of(&s.plan),
+            plan: s.plan,
+            steps: s.steps,
+            open_deps: s.open_deps,
+            candidates: s.candidates,
+            retrying: s.retrying,
+        })
+    }
+}
+
 /// A call that was started and has not finished.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OpenCall {
     pub step: Option<String>,
     pub tool: String,
@@ -200,8 +263,14 @@ pub struct OpenCall {
     pub idempotency_key: String,
 }
 
+/// The version of State's serialised form (and of what `apply` makes of events) that snapshots
+/// are written and read at. Bump it with every change of State's shape (see the module's
+/// documentation); a snapshot of another version is ignored and the log is folded.
+pub const SNAPSHOT_VERSION: u32 = 1;
+
 /// The state of a session: what every decision is made from.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct State {
     pub session_id: String,
     pub agent: String,
@@ -230,7 +299,9 @@ pub struct State {
     pub turn: u32,
     /// The current task.
     pub task: Option<String>,
-    /// The conversation (ReAct) across turns, shared with the requests built from it.
+    /// The conversation (ReAct) across turns, shared with the requests built from it. Not in
+    /// the serialised form: a snapshot keeps it in parts of its own ([`crate::snapshot`]).
+    #[serde(skip)]
     pub history: History,
     /// Earlier turns' tasks and answers (the memory a later turn sees).
     pub memory: Vec<(String, Option<String>)>,

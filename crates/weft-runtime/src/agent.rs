@@ -205,16 +205,6 @@ impl<S: Store> Runtime<S> {
         .await
     }
 
-    /// Loads a session: its state is the fold of its stored events.
-    pub async fn load_session(&self, id: &str) -> Result<Session<'_, S>, RuntimeError> {
-        let (_, events) = self.store.load(id).await?;
-        let mut state = State::new();
-        for e in &events {
-            state.apply(&e.event);
-        }
-        Ok(self.session(id.to_owned(), state))
-    }
-
     /// Gives the session a new task and runs it until it answers, fails or waits.
     pub async fn run_task(
         &self,

@@ -5,6 +5,7 @@
 mod agent;
 mod calls;
 mod session;
+pub mod snapshots;
 mod subagent;
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use weft_tools::Registry;
 pub use agent::{Agent, SessionInfo};
 use calls::Calls;
 pub use session::{Observer, Redact, Session};
+pub use snapshots::{Loaded, load_state};
 pub use subagent::{MAX_DEPTH, StoreSubAgents, SubAgents};
 
 /// Runtime failures (a failed step is not one: it is an outcome recorded in the session).
@@ -71,6 +73,9 @@ pub struct Runtime<S: Store> {
     /// When it turns true, the run starts no new model or tool call, waits for the calls in
     /// flight, stores their outcomes and returns [`RuntimeError::Stopped`] (pause, drain).
     pub stop: Option<tokio::sync::watch::Receiver<bool>>,
+    /// A session's state is snapshotted with an append once this many events followed the
+    /// last snapshot (0: never); see [`snapshots`].
+    pub snapshot_every: u64,
 }
 
 impl<S: Store> Runtime<S> {
@@ -85,6 +90,7 @@ impl<S: Store> Runtime<S> {
             depth: 0,
             fence: None,
             stop: None,
+            snapshot_every: snapshots::DEFAULT_EVERY,
         }
     }
 
@@ -129,6 +135,10 @@ impl<S: Store> Runtime<S> {
 
     /// A handle on a session of this runtime's store, with its observers and redaction.
     pub fn session(&self, id: String, state: State) -> Session<'_, S> {
+        self.session_at(id, state, snapshots::Cursor::default())
+    }
+
+    fn session_at(&self, id: String, state: State, cursor: snapshots::Cursor) -> Session<'_, S> {
         let epoch = match &self.fence {
             Some((fenced, epoch)) if *fenced == id => *epoch,
             _ => 0,
@@ -136,6 +146,14 @@ impl<S: Store> Runtime<S> {
         Session::new(self.store.as_ref(), id, state, self.observers.clone())
             .with_redactor(self.redact.clone())
             .with_epoch(epoch)
+            .with_snapshots(self.snapshot_every, cursor)
+    }
+
+    /// Loads a session: its newest snapshot and the events after it, or, when it has no usable
+    /// snapshot, the fold of its whole log (see [`snapshots`]).
+    pub async fn load_session(&self, id: &str) -> Result<Session<'_, S>, RuntimeError> {
+        let loaded = load_state(self.store.as_ref(), id).await?;
+        Ok(self.session_at(id.to_owned(), loaded.state, loaded.cursor))
     }
 
     /// Validates a plan against the registry (and the input, when given).

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use weft_core::{EVENT_VERSION, Envelope, Event, State};
 use weft_store::{NewSession, Store, StoreError};
 
+use crate::snapshots::Cursor;
 use crate::{RuntimeError, now_ms};
 
 /// Sees every event after it is stored.
@@ -26,6 +27,8 @@ pub struct Session<'s, S: Store> {
     /// The lease epoch this process drives the session at (0: it holds no lease). Every
     /// event is written at it, and the store refuses them once another owner took over.
     epoch: u64,
+    /// Where the session's snapshots stand (see [`crate::snapshots`]).
+    snapshots: Cursor,
 }
 
 impl<'s, S: Store> Session<'s, S> {
@@ -38,7 +41,40 @@ impl<'s, S: Store> Session<'s, S> {
             redact: None,
             pending: Vec::new(),
             epoch: 0,
+            snapshots: Cursor::default(),
         }
+    }
+
+    /// Writes a snapshot with an append once `every` events followed the last one (0: never),
+    /// starting from where a load left `cursor`.
+    #[must_use]
+    pub(crate) fn with_snapshots(mut self, every: u64, cursor: Cursor) -> Self {
+        self.snapshots = Cursor { every, ..cursor };
+        self
+    }
+
+    /// Appends a batch, with a snapshot of the state as it is now when one is due.
+    async fn append(
+        &mut self,
+        base: u64,
+        events: &[Envelope],
+        status: weft_core::SessionStatus,
+        ts: i64,
+    ) -> Result<(), RuntimeError> {
+        match self.snapshots.due(&self.state) {
+            Some(snap) => {
+                self.store
+                    .append_with_snapshot(&self.id, base, events, status, ts, &snap)
+                    .await?;
+                self.snapshots.written(&snap);
+            }
+            None => {
+                self.store
+                    .append(&self.id, base, events, status, ts)
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     /// Writes every event at the lease epoch `epoch` (see [`weft_core::Envelope::epoch`]).
@@ -76,10 +112,13 @@ impl<'s, S: Store> Session<'s, S> {
         };
         let base = first.seq - 1;
         let ts = now_ms();
-        self.store
-            .append(&self.id, base, &self.pending, self.state.status, ts)
-            .await?;
-        for e in std::mem::take(&mut self.pending) {
+        let pending = std::mem::take(&mut self.pending);
+        let status = self.state.status;
+        if let Err(e) = self.append(base, &pending, status, ts).await {
+            self.pending = pending;
+            return Err(e);
+        }
+        for e in pending {
             for o in &self.observers {
                 o(&e);
             }
@@ -179,9 +218,9 @@ impl<'s, S: Store> Session<'s, S> {
         let base = self.state.seq;
         let status = self.state.status_after(&events);
         let envelopes = self.number(events, ts);
-        self.store
-            .append(&self.id, base, &envelopes, status, ts)
-            .await?;
+        // A snapshot written here is of the state before the batch (it covers the log up to
+        // `base`): the batch is applied only once the store accepted it.
+        self.append(base, &envelopes, status, ts).await?;
         self.apply_and_publish(&envelopes);
         Ok(())
     }

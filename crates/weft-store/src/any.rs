@@ -1,10 +1,11 @@
 //! One store type for whichever backend a `--db` specification names.
 
-use serde_json::Value;
+use weft_core::snapshot::Encoded;
 use weft_core::{Envelope, SessionStatus};
 
 use crate::{
-    ListFilter, MemoryStore, NewSession, PgStore, SessionRecord, SqliteStore, Store, StoreError,
+    Durability, ListFilter, MemoryStore, NewSession, PgStore, SessionRecord, Settings, Snapshot,
+    SqliteStore, Store, StoreError,
 };
 
 /// A SQLite, PostgreSQL or in-memory store, chosen at run time.
@@ -57,11 +58,21 @@ fn classify(spec: &str) -> Result<Spec<'_>, StoreError> {
 impl AnyStore {
     /// Opens the store `spec` names: `postgres://...` or `postgresql://...` (PostgreSQL),
     /// `sqlite://PATH` or a plain path (SQLite; the file is created when missing), or `memory:`.
+    /// Writes at the default durability (`full`).
     pub async fn open(spec: &str) -> Result<Self, StoreError> {
+        Self::open_with(spec, Durability::default()).await
+    }
+
+    /// [`AnyStore::open`] writing at `durability` (a store in memory has none to choose).
+    pub async fn open_with(spec: &str, durability: Durability) -> Result<Self, StoreError> {
         Ok(match classify(spec)? {
-            Spec::Postgres(url) => Self::Postgres(PgStore::connect(url).await?),
-            Spec::SqliteUrl(url) => Self::Sqlite(SqliteStore::open_url(url).await?),
-            Spec::SqlitePath(path) => Self::Sqlite(SqliteStore::open(path).await?),
+            Spec::Postgres(url) => {
+                Self::Postgres(PgStore::connect_durable(url, None, durability).await?)
+            }
+            Spec::SqliteUrl(url) => Self::Sqlite(
+                SqliteStore::open_with(crate::sqlite::url_path(url)?, durability).await?,
+            ),
+            Spec::SqlitePath(path) => Self::Sqlite(SqliteStore::open_with(path, durability).await?),
             Spec::Memory => Self::Memory(MemoryStore::new()),
         })
     }
@@ -69,13 +80,35 @@ impl AnyStore {
     /// Like [`AnyStore::open`], but a SQLite file must already exist
     /// ([`StoreError::NoDatabase`] otherwise). For commands that only read, such as listing.
     pub async fn open_existing(spec: &str) -> Result<Self, StoreError> {
+        Self::open_existing_with(spec, Durability::default()).await
+    }
+
+    /// [`AnyStore::open_existing`] writing at `durability`.
+    pub async fn open_existing_with(
+        spec: &str,
+        durability: Durability,
+    ) -> Result<Self, StoreError> {
         Ok(match classify(spec)? {
-            Spec::Postgres(url) => Self::Postgres(PgStore::connect(url).await?),
-            Spec::SqliteUrl(url) => {
-                Self::Sqlite(SqliteStore::open_existing(crate::sqlite::url_path(url)?).await?)
+            Spec::Postgres(url) => {
+                Self::Postgres(PgStore::connect_durable(url, None, durability).await?)
             }
-            Spec::SqlitePath(path) => Self::Sqlite(SqliteStore::open_existing(path).await?),
+            Spec::SqliteUrl(url) => Self::Sqlite(
+                SqliteStore::open_existing_with(crate::sqlite::url_path(url)?, durability).await?,
+            ),
+            Spec::SqlitePath(path) => {
+                Self::Sqlite(SqliteStore::open_existing_with(path, durability).await?)
+            }
             Spec::Memory => Self::Memory(MemoryStore::new()),
+        })
+    }
+
+    /// The durability appends are written at and the settings behind it, read back from the
+    /// database; `None` for a store in memory, which keeps nothing across a crash.
+    pub async fn settings(&self) -> Result<Option<Settings>, StoreError> {
+        Ok(match self {
+            Self::Sqlite(st) => Some(st.settings()),
+            Self::Postgres(st) => Some(st.settings().await?),
+            Self::Memory(_) => None,
         })
     }
 
@@ -90,6 +123,14 @@ impl AnyStore {
 }
 
 impl Store for AnyStore {
+    fn set_durability(&self, durability: Durability) {
+        match self {
+            Self::Sqlite(st) => st.set_durability(durability),
+            Self::Postgres(st) => st.set_durability(durability),
+            Self::Memory(st) => st.set_durability(durability),
+        }
+    }
+
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
         match self {
             Self::Sqlite(st) => st.create(s, now).await,
@@ -167,11 +208,28 @@ impl Store for AnyStore {
         }
     }
 
-    async fn save_snapshot(&self, id: &str, seq: u64, state: &Value) -> Result<(), StoreError> {
+    async fn append_with_snapshot(
+        &self,
+        id: &str,
+        expected_seq: u64,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+        snapshot: &Encoded,
+    ) -> Result<(), StoreError> {
         match self {
-            Self::Sqlite(st) => st.save_snapshot(id, seq, state).await,
-            Self::Postgres(st) => st.save_snapshot(id, seq, state).await,
-            Self::Memory(st) => st.save_snapshot(id, seq, state).await,
+            Self::Sqlite(st) => {
+                st.append_with_snapshot(id, expected_seq, events, status, now, snapshot)
+                    .await
+            }
+            Self::Postgres(st) => {
+                st.append_with_snapshot(id, expected_seq, events, status, now, snapshot)
+                    .await
+            }
+            Self::Memory(st) => {
+                st.append_with_snapshot(id, expected_seq, events, status, now, snapshot)
+                    .await
+            }
         }
     }
 
@@ -253,7 +311,7 @@ impl Store for AnyStore {
         }
     }
 
-    async fn latest_snapshot(&self, id: &str) -> Result<Option<(u64, Value)>, StoreError> {
+    async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError> {
         match self {
             Self::Sqlite(st) => st.latest_snapshot(id).await,
             Self::Postgres(st) => st.latest_snapshot(id).await,

@@ -12,7 +12,16 @@
 //! - `events(session, seq, ts, v, type, payload)`, one row per event, unique by session and
 //!   `seq`; `payload` is the event's JSON object without the four keys that have their own
 //!   columns;
-//! - `snapshots(session, seq, state)`.
+//! - `snapshots(session, seq, state, v)`, the newest snapshot's head (see
+//!   [`weft_core::snapshot`]), and `snapshot_parts(session, start, part)`, the conversation's
+//!   parts, each written once.
+//!
+//! **Durability.** Every store commits an append at a [`Durability`] (`full` by default): the
+//! SQLite store syncs its write-ahead log at every commit with `full` (`synchronous=FULL`) and
+//! not with `normal`; the PostgreSQL store commits with `synchronous_commit=on` (or the server's
+//! stronger setting) or `off`. [`Settings`] reads back what is in effect. Group commit keeps
+//! `full` cheap under concurrency: the SQLite store writes every append waiting at a moment in
+//! one transaction, so one sync serves many sessions.
 //!
 //! The two differ in how a session is keyed. PostgreSQL keys events by the session's id and
 //! keeps `last_seq` in the session row (schema 1). SQLite (schema 2) gives each session an
@@ -39,7 +48,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use weft_core::snapshot::Encoded;
 use weft_core::{Envelope, SessionStatus};
+
+pub use weft_core::Durability;
 
 pub use any::AnyStore;
 pub use memory::MemoryStore;
@@ -48,10 +60,10 @@ pub use sqlite::SqliteStore;
 
 /// The version of the SQLite schema this build writes and reads. A database whose schema is
 /// newer is refused with [`StoreError::NewerSchema`].
-pub const SQLITE_SCHEMA_VERSION: i64 = 4;
+pub const SQLITE_SCHEMA_VERSION: i64 = 5;
 
 /// The version of the PostgreSQL schema this build writes and reads.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 4;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 5;
 
 /// How far behind an append's time a session's `updated_at` may stay when the append does not
 /// change the session's status, in milliseconds.
@@ -101,6 +113,48 @@ pub struct SessionRecord {
     pub updated_at: i64,
     /// The sequence number of the last event.
     pub last_seq: u64,
+}
+
+/// A stored snapshot: the newest head of a session and the parts of its conversation, in order
+/// (see [`weft_core::snapshot`], which decodes them).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    /// The snapshot covers the log up to this event.
+    pub seq: u64,
+    /// The version it was written at (0: written before snapshots had versions).
+    pub version: u32,
+    /// The head, as JSON text.
+    pub head: String,
+    /// `(start, JSON text)`, in order of `start`.
+    pub parts: Vec<(u64, String)>,
+}
+
+/// The durability a store writes at, and the settings behind it as the database reports them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Settings {
+    pub durability: Durability,
+    /// Read back from the database, e.g. `synchronous` = `2` (FULL) for SQLite,
+    /// `synchronous_commit` = `on` for PostgreSQL. Empty for a store in memory.
+    pub read_back: std::collections::BTreeMap<String, String>,
+}
+
+/// Checks that a snapshot written with a batch numbered from `expected_seq + 1` is not ahead of
+/// the log once the batch is written.
+pub fn check_snapshot(
+    id: &str,
+    expected_seq: u64,
+    events: &[Envelope],
+    snapshot: &Encoded,
+) -> Result<(), StoreError> {
+    let last = expected_seq + events.len() as u64;
+    if snapshot.seq > last {
+        return Err(StoreError::OutOfRange {
+            session: id.to_owned(),
+            seq: snapshot.seq,
+            last,
+        });
+    }
+    Ok(())
 }
 
 /// Which sessions to list.
@@ -358,19 +412,32 @@ pub trait Store: Send + Sync + 'static {
         before: i64,
         active: bool,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
-    /// Stores the session's state as it is after event `seq` (replacing a snapshot already
-    /// taken at `seq`). Snapshots only shorten loading: the log stays the truth.
-    fn save_snapshot(
+    /// Appends a batch as [`Store::append`] does and, in the same transaction, a snapshot of
+    /// the session's state: its head replaces the session's last one, and its part (the
+    /// conversation from `part.start` on) replaces every part from that start on. The snapshot
+    /// may not be ahead of the log once the batch is written ([`StoreError::OutOfRange`]).
+    /// Snapshots only shorten loading: the log stays the truth.
+    #[allow(clippy::too_many_arguments)]
+    fn append_with_snapshot(
         &self,
         id: &str,
-        seq: u64,
-        state: &Value,
+        expected_seq: u64,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+        snapshot: &Encoded,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// The most recent snapshot, as (seq, state); replay `events_after(seq)` on top of it.
+    /// Writes every append from now on at `durability` (a store with nothing to choose, such
+    /// as the memory store, ignores it).
+    fn set_durability(&self, durability: Durability) {
+        let _ = durability;
+    }
+    /// The newest snapshot and every part of the conversation; fold `events_after(seq)` on top
+    /// of it.
     fn latest_snapshot(
         &self,
         id: &str,
-    ) -> impl Future<Output = Result<Option<(u64, Value)>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<Snapshot>, StoreError>> + Send;
 }
 
 /// Checks that a batch is numbered to follow `expected_seq` and written at one epoch.

@@ -3,16 +3,18 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use serde_json::Value;
+use weft_core::snapshot::Encoded;
 use weft_core::{Envelope, SessionStatus};
 
-use crate::{ListFilter, NewSession, SessionRecord, Store, StoreError, check_batch};
+use crate::{ListFilter, NewSession, SessionRecord, Snapshot, Store, StoreError, check_batch};
 
 #[derive(Debug)]
 struct Entry {
     rec: SessionRecord,
     log: Vec<Envelope>,
-    snapshots: BTreeMap<u64, Value>,
+    /// The newest snapshot's head: (seq, version, head).
+    head: Option<(u64, u32, String)>,
+    parts: BTreeMap<u64, String>,
 }
 
 type Sessions = HashMap<String, Entry>;
@@ -46,33 +48,16 @@ impl MemoryStore {
             .lock()
             .map_err(|_| StoreError::Backend("the in-memory store was poisoned by a panic".into()))
     }
-}
 
-impl Store for MemoryStore {
-    async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
-        let mut map = self.lock()?;
-        if map.contains_key(&s.id) {
-            return Err(StoreError::Exists(s.id));
-        }
-        let rec = crate::row::record(s, now, 0);
-        map.insert(
-            rec.id.clone(),
-            Entry {
-                rec: rec.clone(),
-                log: Vec::new(),
-                snapshots: BTreeMap::new(),
-            },
-        );
-        Ok(rec)
-    }
-
-    async fn append(
+    /// An append, and the snapshot written with it, under one lock.
+    fn append_inner(
         &self,
         id: &str,
         expected_seq: u64,
         events: &[Envelope],
         status: SessionStatus,
         now: i64,
+        snapshot: Option<&Encoded>,
     ) -> Result<(), StoreError> {
         let mut map = self.lock()?;
         let entry = map
@@ -93,7 +78,58 @@ impl Store for MemoryStore {
         entry.rec.updated_at =
             crate::updated_at_after(entry.rec.updated_at, entry.rec.status, status, now);
         entry.rec.status = status;
+        if let Some(snap) = snapshot {
+            entry.head = Some((snap.seq, snap.version, snap.head.clone()));
+            if let Some(part) = &snap.part {
+                entry.parts.split_off(&part.start);
+                entry.parts.insert(part.start, part.text.clone());
+            }
+        }
         Ok(())
+    }
+}
+
+impl Store for MemoryStore {
+    async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
+        let mut map = self.lock()?;
+        if map.contains_key(&s.id) {
+            return Err(StoreError::Exists(s.id));
+        }
+        let rec = crate::row::record(s, now, 0);
+        map.insert(
+            rec.id.clone(),
+            Entry {
+                rec: rec.clone(),
+                log: Vec::new(),
+                head: None,
+                parts: BTreeMap::new(),
+            },
+        );
+        Ok(rec)
+    }
+
+    async fn append(
+        &self,
+        id: &str,
+        expected_seq: u64,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.append_inner(id, expected_seq, events, status, now, None)
+    }
+
+    async fn append_with_snapshot(
+        &self,
+        id: &str,
+        expected_seq: u64,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+        snapshot: &Encoded,
+    ) -> Result<(), StoreError> {
+        crate::check_snapshot(id, expected_seq, events, snapshot)?;
+        self.append_inner(id, expected_seq, events, status, now, Some(snapshot))
     }
 
     async fn get(&self, id: &str) -> Result<SessionRecord, StoreError> {
@@ -156,22 +192,6 @@ impl Store for MemoryStore {
         self.leases()?
             .retain(|id, l| l.expires_at >= before || map.contains_key(id));
         Ok(pruned)
-    }
-
-    async fn save_snapshot(&self, id: &str, seq: u64, state: &Value) -> Result<(), StoreError> {
-        let mut map = self.lock()?;
-        let entry = map
-            .get_mut(id)
-            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        if seq > entry.rec.last_seq {
-            return Err(StoreError::OutOfRange {
-                session: id.to_owned(),
-                seq,
-                last: entry.rec.last_seq,
-            });
-        }
-        entry.snapshots.insert(seq, state.clone());
-        Ok(())
     }
 
     async fn acquire(
@@ -271,14 +291,16 @@ impl Store for MemoryStore {
         let _ = tokio::time::timeout(max, self.work.notified()).await;
     }
 
-    async fn latest_snapshot(&self, id: &str) -> Result<Option<(u64, Value)>, StoreError> {
+    async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError> {
         let map = self.lock()?;
         let entry = map
             .get(id)
             .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        Ok(entry
-            .snapshots
-            .last_key_value()
-            .map(|(k, v)| (*k, v.clone())))
+        Ok(entry.head.as_ref().map(|(seq, version, head)| Snapshot {
+            seq: *seq,
+            version: *version,
+            head: head.clone(),
+            parts: entry.parts.iter().map(|(k, v)| (*k, v.clone())).collect(),
+        }))
     }
 }

@@ -1,18 +1,29 @@
 //! Sessions in PostgreSQL, for many weft processes sharing one database.
+//!
+//! Durability is `synchronous_commit`: `full` commits with the server's own setting when it is
+//! `on` or `remote_apply` and with `on` otherwise (a commit returns once its log is flushed to
+//! disk, and to synchronous standbys if there are any), `normal` with `off` (a commit returns
+//! before the flush; a crash of the server can lose the last few hundred milliseconds of commits,
+//! never leave them half-written). The pool's connections start with the durability the store
+//! was connected with; an append made after [`Store::set_durability`] chose another sets it for
+//! its own transaction (`SET LOCAL`).
 
+use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, Executor, Row};
+use weft_core::snapshot::Encoded;
 use weft_core::{Envelope, SessionStatus};
 
 use crate::row::{self, SessionCols};
 use crate::{
-    Lease, ListFilter, NewSession, Owner, POSTGRES_SCHEMA_VERSION, SessionRecord, Store,
-    StoreError, check_batch, lease,
+    Durability, Lease, ListFilter, NewSession, Owner, POSTGRES_SCHEMA_VERSION, SessionRecord,
+    Settings, Snapshot, Store, StoreError, check_batch, lease,
 };
 
 /// The schema migrations, in order: (version, SQL).
@@ -23,6 +34,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (
         4,
         include_str!("../migrations/postgres/0004_event_epochs.sql"),
+    ),
+    (
+        5,
+        include_str!("../migrations/postgres/0005_snapshot_parts.sql"),
     ),
 ];
 
@@ -43,66 +58,221 @@ pub struct PgStore {
     target: String,
     /// Hears `NOTIFY weft_work` for [`Store::wait_for_work`] (connected at the first wait).
     listener: Arc<tokio::sync::Mutex<Option<PgListener>>>,
+    /// The `synchronous_commit` of each durability, and the durability the pool's connections
+    /// start with.
+    commit: Commit,
+    /// Whether appends are written at `full` now (see [`Store::set_durability`]).
+    full: Arc<AtomicBool>,
+}
+
+/// What `synchronous_commit` each durability means on one server.
+#[derive(Clone, Debug)]
+struct Commit {
+    /// `on`, or the server's stronger `remote_apply`.
+    full: String,
+    /// The durability the pool's connections are started with.
+    start: Durability,
+}
+
+impl Commit {
+    /// From the server's own `synchronous_commit` (what a connection gets without asking).
+    fn new(server: &str, start: Durability) -> Self {
+        let full = match server {
+            "on" | "remote_apply" => server.to_owned(),
+            _ => "on".to_owned(),
+        };
+        Self { full, start }
+    }
+
+    fn value(&self, d: Durability) -> &str {
+        match d {
+            Durability::Full => &self.full,
+            Durability::Normal => "off",
+        }
+    }
 }
 
 impl PgStore {
     /// Connects to `postgres://...` and brings the schema up to date. Fails after about five
-    /// seconds when the server does not answer.
+    /// seconds when the server does not answer. Writes at the default durability (`full`).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        Self::connect_with(parse(url)?).await
+        Self::connect_durable(url, None, Durability::default()).await
     }
 
     /// Like [`PgStore::connect`], but keeps weft's tables in `schema` (created when missing),
     /// e.g. to give each tenant or test its own tables in one database. `schema` must be letters,
     /// digits and underscores.
     pub async fn connect_in_schema(url: &str, schema: &str) -> Result<Self, StoreError> {
-        if schema.is_empty()
-            || !schema
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_')
-        {
-            return Err(StoreError::BadSpec {
-                spec: schema.to_owned(),
-                reason: "a schema name must be letters, digits and underscores".into(),
-            });
-        }
+        Self::connect_durable(url, Some(schema), Durability::default()).await
+    }
+
+    /// Connects to `url` (in `schema`, if given) writing at `durability`.
+    pub async fn connect_durable(
+        url: &str,
+        schema: Option<&str>,
+        durability: Durability,
+    ) -> Result<Self, StoreError> {
         let opts = parse(url)?;
-        let target = target(&opts);
-        let pool = reach(&opts, &target).await?;
-        let sql_err = |e| StoreError::Sql {
-            context: format!("cannot create the schema {schema} ({target})"),
-            source: e,
+        let opts = match schema {
+            Some(schema) => {
+                create_schema(&opts, schema).await?;
+                opts.options([("search_path", schema)])
+            }
+            None => opts,
         };
-        // Under the migration lock: two processes creating one schema at once would collide.
-        let mut tx = pool.begin().await.map_err(sql_err)?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(MIGRATION_LOCK)
-            .execute(&mut *tx)
-            .await
-            .map_err(sql_err)?;
-        tx.execute(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"").as_str())
-            .await
-            .map_err(sql_err)?;
-        tx.commit().await.map_err(sql_err)?;
-        pool.close().await;
-        Self::connect_with(opts.options([("search_path", schema)])).await
+        Self::connect_with_durability(opts, durability).await
     }
 
     /// Connects with options built by the caller.
     pub async fn connect_with(opts: PgConnectOptions) -> Result<Self, StoreError> {
+        Self::connect_with_durability(opts, Durability::default()).await
+    }
+
+    /// Connects with options built by the caller, writing at `durability`.
+    pub async fn connect_with_durability(
+        opts: PgConnectOptions,
+        durability: Durability,
+    ) -> Result<Self, StoreError> {
         let target = target(&opts);
-        let pool = reach(&opts, &target).await?;
+        let server = server_settings(&opts, &target).await?;
+        if server.fsync == "off" {
+            tracing::warn!(
+                "{target} runs with fsync=off: a crash of its machine can lose or corrupt \
+                 committed sessions whatever the durability"
+            );
+        }
+        let commit = Commit::new(&server.synchronous_commit, durability);
+        let opts = opts.options([("synchronous_commit", commit.value(durability))]);
+        let pool = pool(&opts);
         migrate(&pool, &target).await?;
         Ok(Self {
             pool,
             target,
             listener: Arc::new(tokio::sync::Mutex::new(None)),
+            commit,
+            full: Arc::new(AtomicBool::new(durability == Durability::Full)),
         })
+    }
+
+    /// The durability appends are written at.
+    pub fn durability(&self) -> Durability {
+        if self.full.load(Ordering::Acquire) {
+            Durability::Full
+        } else {
+            Durability::Normal
+        }
+    }
+
+    /// The durability appends are written at, with `synchronous_commit` as an append's
+    /// transaction sees it and the server's `fsync`, read back from the server.
+    pub async fn settings(&self) -> Result<Settings, StoreError> {
+        let ctx = "cannot read the durability settings";
+        let mut tx = self.pool.begin().await.map_err(|e| self.err(ctx, e))?;
+        self.commit_at(&mut tx).await?;
+        let mut read_back = BTreeMap::new();
+        for name in ["synchronous_commit", "fsync"] {
+            let v: String = sqlx::query_scalar(&format!("SHOW {name}"))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| self.err(ctx, e))?;
+            read_back.insert(name.to_owned(), v);
+        }
+        tx.rollback().await.map_err(|e| self.err(ctx, e))?;
+        Ok(Settings {
+            durability: self.durability(),
+            read_back,
+        })
+    }
+
+    /// Sets the transaction's `synchronous_commit` when the durability is not the one the
+    /// connection started with.
+    async fn commit_at(&self, tx: &mut PgConnection) -> Result<(), StoreError> {
+        let d = self.durability();
+        if d == self.commit.start {
+            return Ok(());
+        }
+        sqlx::query("SELECT set_config('synchronous_commit', $1, true)")
+            .bind(self.commit.value(d))
+            .execute(tx)
+            .await
+            .map_err(|e| self.err("cannot set the durability of a commit", e))?;
+        Ok(())
     }
 
     /// Closes every connection; later calls fail.
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+
+    /// An append, with a snapshot, in one transaction.
+    async fn write(
+        &self,
+        id: &str,
+        expected_seq: u64,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+        snapshot: Option<&Encoded>,
+    ) -> Result<(), StoreError> {
+        check_batch(id, expected_seq, events)?;
+        let columns = Columns::of(id, events)?;
+        let expected = row::to_i64("sequence number", expected_seq)?;
+        let last = row::to_i64("sequence number", expected_seq + events.len() as u64)?;
+        let ctx = || format!("cannot append to session {id}");
+        let mut tx = self.pool.begin().await.map_err(|e| self.err(&ctx(), e))?;
+        self.commit_at(&mut tx).await?;
+        self.fence(id, crate::epoch_of(events), now, &mut tx)
+            .await?;
+        let updated = sqlx::query(
+            "UPDATE sessions SET last_seq = $1, status = $2, \
+             updated_at = CASE WHEN status <> $2 OR updated_at <= $3 - $6 THEN $3 ELSE updated_at END \
+             WHERE id = $4 AND last_seq = $5",
+        )
+        .bind(last)
+        .bind(status.as_str())
+        .bind(now)
+        .bind(id)
+        .bind(expected)
+        .bind(crate::UPDATED_AT_GRAIN_MS)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        if updated.rows_affected() == 0 {
+            let actual: Option<i64> =
+                sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(|e| self.err(&ctx(), e))?;
+            return Err(match actual {
+                None => StoreError::NotFound(id.to_owned()),
+                Some(a) => StoreError::Conflict {
+                    session: id.to_owned(),
+                    expected: expected_seq,
+                    actual: u64::try_from(a).unwrap_or_default(),
+                },
+            });
+        }
+        if !events.is_empty() {
+            columns.insert(id, &mut tx).await.map_err(|e| {
+                if is_unique_violation(&e) {
+                    StoreError::Conflict {
+                        session: id.to_owned(),
+                        expected: expected_seq,
+                        actual: expected_seq + events.len() as u64,
+                    }
+                } else {
+                    self.err(&ctx(), e)
+                }
+            })?;
+        }
+        if let Some(snap) = snapshot {
+            write_snapshot(id, snap, &mut tx)
+                .await
+                .map_err(|e| self.err(&ctx(), e))?;
+        }
+        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
+        Ok(())
     }
 
     fn err(&self, context: &str, e: sqlx::Error) -> StoreError {
@@ -192,6 +362,11 @@ impl PgStore {
 }
 
 impl Store for PgStore {
+    fn set_durability(&self, durability: Durability) {
+        self.full
+            .store(durability == Durability::Full, Ordering::Release);
+    }
+
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
         self.create_with(s, &[], SessionStatus::Running, now).await
     }
@@ -209,6 +384,7 @@ impl Store for PgStore {
         let last = row::to_i64("sequence number", events.len() as u64)?;
         let ctx = || format!("cannot create session {}", s.id);
         let mut tx = self.pool.begin().await.map_err(|e| self.err(&ctx(), e))?;
+        self.commit_at(&mut tx).await?;
         self.fence(&s.id, crate::epoch_of(events), now, &mut tx)
             .await?;
         match insert_session(&s, &metadata, status, now, last)
@@ -239,59 +415,22 @@ impl Store for PgStore {
         status: SessionStatus,
         now: i64,
     ) -> Result<(), StoreError> {
-        check_batch(id, expected_seq, events)?;
-        let columns = Columns::of(id, events)?;
-        let expected = row::to_i64("sequence number", expected_seq)?;
-        let last = row::to_i64("sequence number", expected_seq + events.len() as u64)?;
-        let ctx = || format!("cannot append to session {id}");
-        let mut tx = self.pool.begin().await.map_err(|e| self.err(&ctx(), e))?;
-        self.fence(id, crate::epoch_of(events), now, &mut tx)
-            .await?;
-        let updated = sqlx::query(
-            "UPDATE sessions SET last_seq = $1, status = $2, \
-             updated_at = CASE WHEN status <> $2 OR updated_at <= $3 - $6 THEN $3 ELSE updated_at END \
-             WHERE id = $4 AND last_seq = $5",
-        )
-        .bind(last)
-        .bind(status.as_str())
-        .bind(now)
-        .bind(id)
-        .bind(expected)
-        .bind(crate::UPDATED_AT_GRAIN_MS)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.err(&ctx(), e))?;
-        if updated.rows_affected() == 0 {
-            let actual: Option<i64> =
-                sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = $1")
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(|e| self.err(&ctx(), e))?;
-            return Err(match actual {
-                None => StoreError::NotFound(id.to_owned()),
-                Some(a) => StoreError::Conflict {
-                    session: id.to_owned(),
-                    expected: expected_seq,
-                    actual: u64::try_from(a).unwrap_or_default(),
-                },
-            });
-        }
-        if !events.is_empty() {
-            columns.insert(id, &mut tx).await.map_err(|e| {
-                if is_unique_violation(&e) {
-                    StoreError::Conflict {
-                        session: id.to_owned(),
-                        expected: expected_seq,
-                        actual: expected_seq + events.len() as u64,
-                    }
-                } else {
-                    self.err(&ctx(), e)
-                }
-            })?;
-        }
-        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
-        Ok(())
+        self.write(id, expected_seq, events, status, now, None)
+            .await
+    }
+
+    async fn append_with_snapshot(
+        &self,
+        id: &str,
+        expected_seq: u64,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+        snapshot: &Encoded,
+    ) -> Result<(), StoreError> {
+        crate::check_snapshot(id, expected_seq, events, snapshot)?;
+        self.write(id, expected_seq, events, status, now, Some(snapshot))
+            .await
     }
 
     async fn get(&self, id: &str) -> Result<SessionRecord, StoreError> {
@@ -370,43 +509,6 @@ impl Store for PgStore {
             .await
             .map_err(|e| self.err("cannot prune the leases of pruned sessions", e))?;
         Ok(res.rows_affected())
-    }
-
-    async fn save_snapshot(&self, id: &str, seq: u64, state: &Value) -> Result<(), StoreError> {
-        let at = row::to_i64("sequence number", seq)?;
-        let state = serde_json::to_string(state).map_err(|e| {
-            StoreError::Backend(format!(
-                "session {id}: cannot encode the snapshot at {seq}: {e}"
-            ))
-        })?;
-        let ctx = || format!("cannot save a snapshot of session {id}");
-        let mut tx = self.pool.begin().await.map_err(|e| self.err(&ctx(), e))?;
-        let last: Option<i64> =
-            sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = $1 FOR SHARE")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(|e| self.err(&ctx(), e))?;
-        let last = last.ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        if at > last {
-            return Err(StoreError::OutOfRange {
-                session: id.to_owned(),
-                seq,
-                last: u64::try_from(last).unwrap_or_default(),
-            });
-        }
-        sqlx::query(
-            "INSERT INTO snapshots (session_id, seq, state) VALUES ($1, $2, $3::json) \
-             ON CONFLICT (session_id, seq) DO UPDATE SET state = excluded.state",
-        )
-        .bind(id)
-        .bind(at)
-        .bind(&state)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.err(&ctx(), e))?;
-        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
-        Ok(())
     }
 
     async fn acquire(
@@ -585,25 +687,63 @@ impl Store for PgStore {
         Ok(row.map(|r| lease::from_row(id, r)))
     }
 
-    async fn latest_snapshot(&self, id: &str) -> Result<Option<(u64, Value)>, StoreError> {
+    async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError> {
         self.get(id).await?;
-        let row: Option<(i64, Value)> = sqlx::query_as(
-            "SELECT seq, state FROM snapshots WHERE session_id = $1 ORDER BY seq DESC LIMIT 1",
+        let ctx = || format!("cannot read the snapshot of session {id}");
+        let head: Option<(i64, i32, String)> = sqlx::query_as(
+            "SELECT seq, v, state FROM snapshots WHERE session_id = $1 ORDER BY seq DESC LIMIT 1",
         )
         .bind(id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(|e| self.err(&format!("cannot read the snapshots of session {id}"), e))?;
-        let Some((seq, state)) = row else {
+        .map_err(|e| self.err(&ctx(), e))?;
+        let Some((seq, version, head)) = head else {
             return Ok(None);
         };
-        let seq = u64::try_from(seq).map_err(|_| {
-            StoreError::Corrupt(format!(
-                "session {id}: a snapshot has sequence number {seq}"
-            ))
-        })?;
-        Ok(Some((seq, state)))
+        let parts: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT start, part FROM snapshot_parts WHERE session_id = $1 ORDER BY start",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        row::snapshot(id, seq, i64::from(version), head, parts)
     }
+}
+
+/// Replaces a session's snapshot head, and its conversation's parts from the new part on.
+async fn write_snapshot(
+    id: &str,
+    snap: &Encoded,
+    tx: &mut PgConnection,
+) -> Result<(), sqlx::Error> {
+    let seq = i64::try_from(snap.seq).unwrap_or(i64::MAX);
+    sqlx::query("DELETE FROM snapshots WHERE session_id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("INSERT INTO snapshots (session_id, seq, state, v) VALUES ($1, $2, $3, $4)")
+        .bind(id)
+        .bind(seq)
+        .bind(&snap.head)
+        .bind(i32::try_from(snap.version).unwrap_or(i32::MAX))
+        .execute(&mut *tx)
+        .await?;
+    if let Some(part) = &snap.part {
+        let start = i64::try_from(part.start).unwrap_or(i64::MAX);
+        sqlx::query("DELETE FROM snapshot_parts WHERE session_id = $1 AND start >= $2")
+            .bind(id)
+            .bind(start)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO snapshot_parts (session_id, start, part) VALUES ($1, $2, $3)")
+            .bind(id)
+            .bind(start)
+            .bind(&part.text)
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(())
 }
 
 /// Inserts a session row. JSON goes in as text (`$5::json`): a `jsonb` parameter could not hold
@@ -707,15 +847,77 @@ async fn open_conn(opts: &PgConnectOptions, target: &str) -> Result<PgConnection
     }
 }
 
-/// A pool for `opts`, after one connection has shown that the server answers (a pool alone
-/// would retry a refused connection until its timeout and then report only the timeout).
-async fn reach(opts: &PgConnectOptions, target: &str) -> Result<PgPool, StoreError> {
-    let conn = open_conn(opts, target).await?;
+/// What the server does without being asked, read on one connection (which also shows that the
+/// server answers: a pool alone would retry a refused connection until its timeout and then
+/// report only the timeout).
+struct ServerSettings {
+    synchronous_commit: String,
+    fsync: String,
+}
+
+async fn server_settings(
+    opts: &PgConnectOptions,
+    target: &str,
+) -> Result<ServerSettings, StoreError> {
+    let mut conn = open_conn(opts, target).await?;
+    let sql_err = |source| StoreError::Sql {
+        context: format!("cannot read the server's settings ({target})"),
+        source,
+    };
+    let synchronous_commit: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(&mut conn)
+        .await
+        .map_err(sql_err)?;
+    let fsync: String = sqlx::query_scalar("SHOW fsync")
+        .fetch_one(&mut conn)
+        .await
+        .map_err(sql_err)?;
     let _ = conn.close().await;
-    Ok(PgPoolOptions::new()
+    Ok(ServerSettings {
+        synchronous_commit,
+        fsync,
+    })
+}
+
+/// The pool, connecting lazily with `opts`.
+fn pool(opts: &PgConnectOptions) -> PgPool {
+    PgPoolOptions::new()
         .max_connections(8)
         .acquire_timeout(CONNECT_TIMEOUT)
-        .connect_lazy_with(opts.clone()))
+        .connect_lazy_with(opts.clone())
+}
+
+/// Creates `schema` when it is missing (under the migration lock: two processes creating one
+/// schema at once would collide).
+async fn create_schema(opts: &PgConnectOptions, schema: &str) -> Result<(), StoreError> {
+    if schema.is_empty()
+        || !schema
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(StoreError::BadSpec {
+            spec: schema.to_owned(),
+            reason: "a schema name must be letters, digits and underscores".into(),
+        });
+    }
+    let target = target(opts);
+    let mut conn = open_conn(opts, &target).await?;
+    let sql_err = |e| StoreError::Sql {
+        context: format!("cannot create the schema {schema} ({target})"),
+        source: e,
+    };
+    let mut tx = conn.begin().await.map_err(sql_err)?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_err)?;
+    tx.execute(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"").as_str())
+        .await
+        .map_err(sql_err)?;
+    tx.commit().await.map_err(sql_err)?;
+    let _ = conn.close().await;
+    Ok(())
 }
 
 async fn migrate(pool: &PgPool, target: &str) -> Result<(), StoreError> {

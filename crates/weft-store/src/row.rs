@@ -18,6 +18,35 @@ pub(crate) struct EventRow {
     pub epoch: i64,
 }
 
+/// A snapshot as read from its rows: the head's (seq, version, text) and the parts.
+pub(crate) fn snapshot(
+    id: &str,
+    seq: i64,
+    version: i64,
+    head: String,
+    parts: Vec<(i64, String)>,
+) -> Result<Option<crate::Snapshot>, StoreError> {
+    let corrupt = |what: String| StoreError::Corrupt(format!("session {id}: {what}"));
+    let seq =
+        u64::try_from(seq).map_err(|_| corrupt(format!("a snapshot has sequence number {seq}")))?;
+    let version =
+        u32::try_from(version).map_err(|_| corrupt(format!("a snapshot has version {version}")))?;
+    let parts = parts
+        .into_iter()
+        .map(|(start, text)| {
+            u64::try_from(start)
+                .map(|s| (s, text))
+                .map_err(|_| corrupt(format!("a snapshot part starts at message {start}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(crate::Snapshot {
+        seq,
+        version,
+        head,
+        parts,
+    }))
+}
+
 pub(crate) fn to_i64(what: &str, n: u64) -> Result<i64, StoreError> {
     i64::try_from(n).map_err(|_| StoreError::Backend(format!("{what} {n} is too large to store")))
 }

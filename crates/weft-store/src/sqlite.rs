@@ -1,11 +1,16 @@
-//! Sessions in a SQLite file: WAL journal, `synchronous=NORMAL`, a busy timeout and foreign
-//! keys. The default store of a single weft process.
+//! Sessions in a SQLite file: WAL journal, `synchronous=FULL` or `NORMAL` as the [`Durability`]
+//! says, a busy timeout and foreign keys. The default store of a single weft process.
+//!
+//! Appends (and the snapshots written with them) go through the group-commit writer, whose
+//! durability can change while the store is open ([`Store::set_durability`]). The pool's
+//! connections (leases, pruning, reads) keep the durability the store was opened with: in WAL
+//! mode a synced commit makes every earlier commit durable with it, so an append at `full` is
+//! never durable without the lease it was written under.
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use serde_json::Value;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
@@ -17,11 +22,13 @@ use tokio::sync::oneshot;
 use weft_core::{Envelope, SessionStatus};
 
 use crate::row::{self, SessionCols};
-use crate::sqlite_writer::{Job, Writer};
+pub use crate::sqlite_writer::WriteStats;
+use crate::sqlite_writer::{Job, SnapshotRow, Writer};
 use crate::{
-    Lease, ListFilter, NewSession, Owner, SQLITE_SCHEMA_VERSION, SessionRecord, Store, StoreError,
-    check_batch, lease,
+    Durability, Lease, ListFilter, NewSession, Owner, SQLITE_SCHEMA_VERSION, SessionRecord,
+    Settings, Snapshot, Store, StoreError, check_batch, lease,
 };
+use weft_core::snapshot::Encoded;
 
 /// The schema migrations, in order: (version, SQL).
 const MIGRATIONS: &[(i64, &str)] = &[
@@ -31,6 +38,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (
         4,
         include_str!("../migrations/sqlite/0004_event_epochs.sql"),
+    ),
+    (
+        5,
+        include_str!("../migrations/sqlite/0005_snapshot_parts.sql"),
     ),
 ];
 
@@ -61,8 +72,16 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens the database at `path`, creating the file (and its parent directories) when it is
-    /// missing, and brings its schema up to date.
+    /// missing, and brings its schema up to date. Writes at the default durability (`full`).
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with(path, Durability::default()).await
+    }
+
+    /// [`SqliteStore::open`] writing at `durability`.
+    pub async fn open_with(
+        path: impl AsRef<Path>,
+        durability: Durability,
+    ) -> Result<Self, StoreError> {
         let path = path.as_ref();
         if let Some(parent) = path.parent()
             && !parent.as_os_str().is_empty()
@@ -74,15 +93,23 @@ impl SqliteStore {
                 ))
             })?;
         }
-        Self::open_inner(path, true).await
+        Self::open_inner(path, true, durability).await
     }
 
     /// Opens a database that must already exist, e.g. to list sessions; a missing file is
     /// [`StoreError::NoDatabase`] rather than a new, empty database.
     pub async fn open_existing(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_existing_with(path, Durability::default()).await
+    }
+
+    /// [`SqliteStore::open_existing`] writing at `durability`.
+    pub async fn open_existing_with(
+        path: impl AsRef<Path>,
+        durability: Durability,
+    ) -> Result<Self, StoreError> {
         let path = path.as_ref();
         match tokio::fs::try_exists(path).await {
-            Ok(true) => Self::open_inner(path, false).await,
+            Ok(true) => Self::open_inner(path, false, durability).await,
             Ok(false) => Err(StoreError::NoDatabase(path.to_owned())),
             Err(e) => Err(StoreError::Backend(format!(
                 "cannot look for the database {}: {e}",
@@ -94,6 +121,21 @@ impl SqliteStore {
     /// Opens a `sqlite://PATH` URL (created when missing, like [`SqliteStore::open`]).
     pub async fn open_url(url: &str) -> Result<Self, StoreError> {
         Self::open(url_path(url)?).await
+    }
+
+    /// The durability appends are written at, and the writing connection's `synchronous` and
+    /// `journal_mode` as it reported them when they were set (a change made with
+    /// [`Store::set_durability`] is read back once the next append is written).
+    pub fn settings(&self) -> Settings {
+        Settings {
+            durability: self.writer.durability(),
+            read_back: self.writer.read_back(),
+        }
+    }
+
+    /// How many transactions the writer has committed, and how many appends they carried.
+    pub fn write_stats(&self) -> WriteStats {
+        self.writer.stats()
     }
 
     /// The database file.
@@ -137,13 +179,20 @@ impl SqliteStore {
         self.pool.close().await;
     }
 
-    async fn open_inner(path: &Path, create: bool) -> Result<Self, StoreError> {
+    async fn open_inner(
+        path: &Path,
+        create: bool,
+        durability: Durability,
+    ) -> Result<Self, StoreError> {
         let short = check_header(path).await?;
         let opts = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(create)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
+            .synchronous(match durability {
+                Durability::Full => SqliteSynchronous::Full,
+                Durability::Normal => SqliteSynchronous::Normal,
+            })
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
         let store_path = path.to_owned();
@@ -176,7 +225,7 @@ impl SqliteStore {
             confirm_short(&pool, path, reason).await?;
         }
         migrate(&pool, path).await?;
-        let writer = Writer::open(path, BUSY_TIMEOUT)?;
+        let writer = Writer::open(path, BUSY_TIMEOUT, durability)?;
         Ok(Self {
             pool,
             path: store_path,
@@ -187,6 +236,44 @@ impl SqliteStore {
 
     fn err(&self, context: &str, e: sqlx::Error) -> StoreError {
         sql_error(&self.path, context, e)
+    }
+
+    /// An append (with a snapshot), through the writer.
+    async fn write(
+        &self,
+        id: &str,
+        expected_seq: u64,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+        snapshot: Option<SnapshotRow>,
+    ) -> Result<(), StoreError> {
+        check_batch(id, expected_seq, events)?;
+        let rows = events
+            .iter()
+            .map(|e| row::encode(id, e))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            create: None,
+            id: id.to_owned(),
+            expected_seq,
+            epoch: crate::epoch_of(events),
+            rows,
+            status,
+            now,
+            snapshot,
+            reply,
+        };
+        let closed = || {
+            StoreError::Backend(format!(
+                "cannot append to session {id}: the store {} is closed",
+                self.path.display()
+            ))
+        };
+        // Usually written by this call already; otherwise by the append that holds the writer.
+        self.writer.submit(job);
+        answer.await.map_err(|_| closed())?
     }
 
     async fn read_events(
@@ -248,6 +335,11 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
+    fn set_durability(&self, durability: Durability) {
+        // The appends being written now keep the durability they began with.
+        self.writer.set_durability(durability);
+    }
+
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
         self.create_with(s, &[], SessionStatus::Running, now).await
     }
@@ -277,6 +369,7 @@ impl Store for SqliteStore {
             rows,
             status,
             now,
+            snapshot: None,
             reply,
         };
         let closed = || {
@@ -300,31 +393,31 @@ impl Store for SqliteStore {
         status: SessionStatus,
         now: i64,
     ) -> Result<(), StoreError> {
-        check_batch(id, expected_seq, events)?;
-        let rows = events
-            .iter()
-            .map(|e| row::encode(id, e))
-            .collect::<Result<Vec<_>, _>>()?;
-        let (reply, answer) = oneshot::channel();
-        let job = Job {
-            create: None,
-            id: id.to_owned(),
-            expected_seq,
-            epoch: crate::epoch_of(events),
-            rows,
-            status,
-            now,
-            reply,
+        self.write(id, expected_seq, events, status, now, None)
+            .await
+    }
+
+    async fn append_with_snapshot(
+        &self,
+        id: &str,
+        expected_seq: u64,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+        snapshot: &Encoded,
+    ) -> Result<(), StoreError> {
+        crate::check_snapshot(id, expected_seq, events, snapshot)?;
+        let row = SnapshotRow {
+            seq: row::to_i64("sequence number", snapshot.seq)?,
+            version: i64::from(snapshot.version),
+            head: snapshot.head.clone(),
+            part: match &snapshot.part {
+                Some(p) => Some((row::to_i64("message number", p.start)?, p.text.clone())),
+                None => None,
+            },
         };
-        let closed = || {
-            StoreError::Backend(format!(
-                "cannot append to session {id}: the store {} is closed",
-                self.path.display()
-            ))
-        };
-        // Usually written by this call already; otherwise by the append that holds the writer.
-        self.writer.submit(job);
-        answer.await.map_err(|_| closed())?
+        self.write(id, expected_seq, events, status, now, Some(row))
+            .await
     }
 
     async fn get(&self, id: &str) -> Result<SessionRecord, StoreError> {
@@ -400,42 +493,6 @@ impl Store for SqliteStore {
             .await
             .map_err(|e| self.err("cannot prune the leases of pruned sessions", e))?;
         Ok(res.rows_affected())
-    }
-
-    async fn save_snapshot(&self, id: &str, seq: u64, state: &Value) -> Result<(), StoreError> {
-        let text = serde_json::to_string(state).map_err(|e| {
-            StoreError::Backend(format!("session {id}: cannot encode the snapshot: {e}"))
-        })?;
-        let at = row::to_i64("sequence number", seq)?;
-        let ctx = || format!("cannot save a snapshot of session {id}");
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(|e| self.err(&ctx(), e))?;
-        let (pk, last) = head(&mut tx, id)
-            .await
-            .map_err(|e| self.err(&ctx(), e))?
-            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        if at > last {
-            return Err(StoreError::OutOfRange {
-                session: id.to_owned(),
-                seq,
-                last: u64::try_from(last).unwrap_or_default(),
-            });
-        }
-        sqlx::query(
-            "INSERT INTO snapshots (session, seq, state) VALUES (?, ?, ?) \
-             ON CONFLICT (session, seq) DO UPDATE SET state = excluded.state",
-        )
-        .bind(pk)
-        .bind(at)
-        .bind(&text)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.err(&ctx(), e))?;
-        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
-        Ok(())
     }
 
     async fn acquire(
@@ -556,31 +613,29 @@ impl Store for SqliteStore {
         Ok(row.map(|r| lease::from_row(id, r)))
     }
 
-    async fn latest_snapshot(&self, id: &str) -> Result<Option<(u64, Value)>, StoreError> {
+    async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError> {
         self.get(id).await?;
-        let ctx = || format!("cannot read the snapshots of session {id}");
-        let row: Option<(i64, String)> = sqlx::query_as(
-            "SELECT seq, state FROM snapshots \
+        let ctx = || format!("cannot read the snapshot of session {id}");
+        let head: Option<(i64, i64, String)> = sqlx::query_as(
+            "SELECT seq, v, state FROM snapshots \
              WHERE session = (SELECT pk FROM sessions WHERE id = ?) ORDER BY seq DESC LIMIT 1",
         )
         .bind(id)
         .fetch_optional(&self.pool)
         .await
         .map_err(|e| self.err(&ctx(), e))?;
-        let Some((seq, text)) = row else {
+        let Some((seq, version, head)) = head else {
             return Ok(None);
         };
-        let state = serde_json::from_str(&text).map_err(|e| {
-            StoreError::Corrupt(format!(
-                "session {id}: the snapshot at event {seq} is not valid JSON: {e}"
-            ))
-        })?;
-        let seq = u64::try_from(seq).map_err(|_| {
-            StoreError::Corrupt(format!(
-                "session {id}: a snapshot has sequence number {seq}"
-            ))
-        })?;
-        Ok(Some((seq, state)))
+        let parts: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT start, part FROM snapshot_parts \
+             WHERE session = (SELECT pk FROM sessions WHERE id = ?) ORDER BY start",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        row::snapshot(id, seq, version, head, parts)
     }
 }
 
@@ -663,20 +718,6 @@ async fn migrate(pool: &SqlitePool, path: &Path) -> Result<(), StoreError> {
     }
     tx.commit().await.map_err(|e| err(ctx, e))?;
     Ok(())
-}
-
-/// A session's key and the sequence number its log ends at (0 for an empty log).
-async fn head(
-    tx: &mut sqlx::SqliteConnection,
-    id: &str,
-) -> Result<Option<(i64, i64)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT pk, COALESCE((SELECT seq FROM events WHERE session = sessions.pk \
-         ORDER BY seq DESC LIMIT 1), 0) FROM sessions WHERE id = ?",
-    )
-    .bind(id)
-    .fetch_optional(tx)
-    .await
 }
 
 /// The path in a `sqlite:` URL.

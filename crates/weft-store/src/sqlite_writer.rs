@@ -18,6 +18,12 @@
 //! thread of their own that waits for the lock (up to the store's busy timeout) and writes them
 //! there.
 //!
+//! Durability is the writer connection's `synchronous` setting: `FULL` syncs the write-ahead log
+//! at every commit, so a group of appends from many sessions shares one sync (group commit);
+//! `NORMAL` syncs only at checkpoints. It is applied between transactions, so a change
+//! ([`Writer::set_durability`]) takes effect from the next group on, and read back from the
+//! connection when it is set. The writer counts its commits and the appends they carried.
+//!
 //! Write-ahead-log checkpoints (which `fsync`) are mostly not run by the writer either: automatic
 //! checkpoints are off on its connection, and a checkpointer thread with its own connection runs
 //! a passive checkpoint whenever the log has grown by about a thousand pages since the last. A
@@ -27,8 +33,9 @@
 //! right after its next commit, with nothing written meanwhile (the pages are mostly copied
 //! already), and the log starts over at the next write.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, mpsc as std_mpsc};
 use std::time::Duration;
 
@@ -37,7 +44,7 @@ use tokio::sync::oneshot;
 use weft_core::SessionStatus;
 
 use crate::row::EventRow;
-use crate::{NewSession, StoreError, UPDATED_AT_GRAIN_MS};
+use crate::{Durability, NewSession, StoreError, UPDATED_AT_GRAIN_MS};
 
 /// At most this many batches share a transaction.
 const MAX_GROUP: usize = 1024;
@@ -73,7 +80,40 @@ pub(crate) struct Job {
     pub rows: Vec<EventRow>,
     pub status: SessionStatus,
     pub now: i64,
+    /// A snapshot to write with the batch.
+    pub snapshot: Option<SnapshotRow>,
     pub reply: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// A snapshot's head and the conversation's part it adds, ready to be written.
+pub(crate) struct SnapshotRow {
+    pub seq: i64,
+    pub version: i64,
+    pub head: String,
+    pub part: Option<(i64, String)>,
+}
+
+/// What the writer has written since the store was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    /// Transactions committed (with `full` durability, one sync of the log each).
+    pub commits: u64,
+    /// Appends and session creations they carried.
+    pub appends: u64,
+}
+
+fn code(d: Durability) -> u8 {
+    match d {
+        Durability::Normal => 1,
+        Durability::Full => 2,
+    }
+}
+
+fn pragma(d: Durability) -> &'static str {
+    match d {
+        Durability::Normal => "NORMAL",
+        Durability::Full => "FULL",
+    }
 }
 
 /// Where the writer's connection is.
@@ -96,6 +136,13 @@ pub(crate) struct Writer {
     checkpoints: Mutex<Option<std_mpsc::SyncSender<()>>>,
     /// Set by the checkpointer when the log is too long (see the module's documentation).
     catch_up: Arc<AtomicBool>,
+    /// The durability asked for, and the one the connection has (see [`code`]).
+    wanted: AtomicU8,
+    applied: AtomicU8,
+    /// The connection's settings as it reported them when they were last set.
+    read_back: Mutex<BTreeMap<String, String>>,
+    commits: AtomicU64,
+    appends: AtomicU64,
 }
 
 impl std::fmt::Debug for Writer {
@@ -120,12 +167,15 @@ fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
 
 impl Writer {
     /// Opens the writer's connection and the checkpointer's (the schema must exist).
-    pub(crate) fn open(path: &Path, busy_timeout: Duration) -> Result<Arc<Self>, StoreError> {
+    pub(crate) fn open(
+        path: &Path,
+        busy_timeout: Duration,
+        durability: Durability,
+    ) -> Result<Arc<Self>, StoreError> {
         let conn = Connection::open(path)
             .map_err(|e| write_error(path, "cannot open the database for writing", e))?;
         let setup = || -> rusqlite::Result<()> {
             conn.pragma_update(None, "journal_mode", "WAL")?;
-            conn.pragma_update(None, "synchronous", "NORMAL")?;
             conn.pragma_update(None, "foreign_keys", "ON")?;
             conn.pragma_update(None, "wal_autocheckpoint", 0)?;
             conn.pragma_update(None, "journal_size_limit", LOG_SIZE_LIMIT)?;
@@ -138,6 +188,8 @@ impl Writer {
             Ok(())
         };
         setup().map_err(|e| write_error(path, "cannot set up the database for writing", e))?;
+        let read_back = set_synchronous(&conn, durability)
+            .map_err(|e| write_error(path, "cannot set the database's durability", e))?;
         let catch_up = Arc::new(AtomicBool::new(false));
         let checkpoints = start_checkpointer(path, busy_timeout, Arc::clone(&catch_up))?;
         Ok(Arc::new(Self {
@@ -149,7 +201,61 @@ impl Writer {
             pages: AtomicUsize::new(0),
             checkpoints: Mutex::new(Some(checkpoints)),
             catch_up,
+            wanted: AtomicU8::new(code(durability)),
+            applied: AtomicU8::new(code(durability)),
+            read_back: Mutex::new(read_back),
+            commits: AtomicU64::new(0),
+            appends: AtomicU64::new(0),
         }))
+    }
+
+    /// Writes from the next group on at `d`.
+    pub(crate) fn set_durability(&self, d: Durability) {
+        self.wanted.store(code(d), Ordering::Release);
+    }
+
+    pub(crate) fn durability(&self) -> Durability {
+        if self.wanted.load(Ordering::Acquire) == code(Durability::Normal) {
+            Durability::Normal
+        } else {
+            Durability::Full
+        }
+    }
+
+    /// The connection's settings as it reported them when they were last set.
+    pub(crate) fn read_back(&self) -> BTreeMap<String, String> {
+        lock(&self.read_back).clone()
+    }
+
+    pub(crate) fn stats(&self) -> WriteStats {
+        WriteStats {
+            commits: self.commits.load(Ordering::Relaxed),
+            appends: self.appends.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Brings the connection to the durability asked for, between two transactions. A failure
+    /// leaves the setting as it was: the next group tries again.
+    fn apply_durability(&self, conn: &Connection) {
+        let wanted = self.wanted.load(Ordering::Acquire);
+        if wanted == self.applied.load(Ordering::Relaxed) {
+            return;
+        }
+        let d = if wanted == code(Durability::Normal) {
+            Durability::Normal
+        } else {
+            Durability::Full
+        };
+        if let Ok(read_back) = set_synchronous(conn, d) {
+            *lock(&self.read_back) = read_back;
+            self.applied.store(wanted, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a written group.
+    fn count(&self, written: Written) {
+        self.commits.fetch_add(written.commits, Ordering::Relaxed);
+        self.appends.fetch_add(written.appends, Ordering::Relaxed);
     }
 
     /// Queues a job and writes the queue if the connection is free. The job's answer arrives on
@@ -191,8 +297,9 @@ impl Writer {
                 };
                 let mut jobs = take_group(&self.queue);
                 while !jobs.is_empty() {
+                    self.apply_durability(&conn);
                     match write_group(&mut conn, &self.path, jobs, false) {
-                        Ok(batches) => self.wrote(&conn, batches),
+                        Ok(written) => self.wrote(&conn, written),
                         Err(waiting) => {
                             // Another connection holds the write lock: wait for it elsewhere.
                             drop(slot);
@@ -212,7 +319,9 @@ impl Writer {
 
     /// Counts pages written and asks for a checkpoint when enough have been; catches up when
     /// the checkpointer says the log is too long.
-    fn wrote(&self, conn: &Connection, batches: usize) {
+    fn wrote(&self, conn: &Connection, written: Written) {
+        self.count(written);
+        let batches = written.batches;
         if self.catch_up.swap(false, Ordering::Relaxed) {
             // A failed checkpoint leaves the log longer; the checkpointer will ask again.
             let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
@@ -255,8 +364,9 @@ impl Writer {
     fn write_waiting(self: &Arc<Self>, mut conn: Connection, mut jobs: Vec<Job>) {
         let _ = conn.busy_timeout(self.busy_timeout);
         while !jobs.is_empty() {
-            if let Ok(batches) = write_group(&mut conn, &self.path, jobs, true) {
-                self.wrote(&conn, batches);
+            self.apply_durability(&conn);
+            if let Ok(written) = write_group(&mut conn, &self.path, jobs, true) {
+                self.wrote(&conn, written);
             }
             jobs = take_group(&self.queue);
         }
@@ -316,25 +426,40 @@ fn start_checkpointer(
     Ok(tx)
 }
 
-/// Writes a group and answers its callers; returns how many batches were written. `Err` gives
-/// the jobs back, unanswered, when the database is locked by another connection and `wait` is
-/// false.
+/// What a group's writing did: batches handled, transactions committed, and the appends those
+/// carried.
+#[derive(Clone, Copy, Default)]
+struct Written {
+    batches: usize,
+    commits: u64,
+    appends: u64,
+}
+
+/// Writes a group and answers its callers. `Err` gives the jobs back, unanswered, when the
+/// database is locked by another connection and `wait` is false.
 fn write_group(
     conn: &mut Connection,
     path: &Path,
     jobs: Vec<Job>,
     wait: bool,
-) -> Result<usize, Vec<Job>> {
+) -> Result<Written, Vec<Job>> {
     let n = jobs.len();
+    let mut written = Written {
+        batches: n,
+        ..Written::default()
+    };
+    let accepted = |a: &[Result<(), StoreError>]| a.iter().filter(|r| r.is_ok()).count() as u64;
     // When the group's transaction fails as a whole it is rolled back (dropped), and each
     // batch is retried alone below.
     if n > 1 {
         match try_group(conn, &jobs) {
             Ok(answers) => {
+                written.commits = 1;
+                written.appends = accepted(&answers);
                 for (job, answer) in jobs.into_iter().zip(answers) {
                     let _ = job.reply.send(answer);
                 }
-                return Ok(n);
+                return Ok(written);
             }
             Err(e) if !wait && is_busy(&e) => return Err(jobs),
             Err(_) => {}
@@ -343,7 +468,11 @@ fn write_group(
     let mut left = jobs.into_iter();
     while let Some(job) = left.next() {
         let answer = match try_group(conn, std::slice::from_ref(&job)) {
-            Ok(mut a) => a.pop().unwrap_or(Ok(())),
+            Ok(mut a) => {
+                written.commits += 1;
+                written.appends += accepted(&a);
+                a.pop().unwrap_or(Ok(()))
+            }
             Err(e) if !wait && is_busy(&e) => {
                 let mut back = vec![job];
                 back.extend(left);
@@ -353,7 +482,19 @@ fn write_group(
         };
         let _ = job.reply.send(answer);
     }
-    Ok(n)
+    Ok(written)
+}
+
+/// Sets the connection's `synchronous` and reads back what is in effect (with the journal
+/// mode): `0` OFF, `1` NORMAL, `2` FULL, `3` EXTRA.
+fn set_synchronous(conn: &Connection, d: Durability) -> rusqlite::Result<BTreeMap<String, String>> {
+    conn.pragma_update(None, "synchronous", pragma(d))?;
+    let synchronous: i64 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
+    let journal: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+    Ok(BTreeMap::from([
+        ("synchronous".to_owned(), synchronous.to_string()),
+        ("journal_mode".to_owned(), journal),
+    ]))
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -375,6 +516,10 @@ static LEASE: std::sync::LazyLock<String> =
 /// second on).
 const TOUCH: &str = "UPDATE sessions SET status = ?2, updated_at = ?3 \
      WHERE pk = ?1 AND (status <> ?2 OR updated_at <= ?3 - ?4)";
+const DROP_HEAD: &str = "DELETE FROM snapshots WHERE session = ?1";
+const INSERT_HEAD: &str = "INSERT INTO snapshots (session, seq, state, v) VALUES (?1, ?2, ?3, ?4)";
+const DROP_PARTS: &str = "DELETE FROM snapshot_parts WHERE session = ?1 AND start >= ?2";
+const INSERT_PART: &str = "INSERT INTO snapshot_parts (session, start, part) VALUES (?1, ?2, ?3)";
 const INSERT_SESSION: &str = "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
      created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8) \
      ON CONFLICT (id) DO NOTHING";
@@ -456,11 +601,31 @@ fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result
                 job.now,
                 UPDATED_AT_GRAIN_MS
             ])?;
+            if let Some(snap) = &job.snapshot {
+                write_snapshot(&tx, pk, snap)?;
+            }
             answers.push(Ok(()));
         }
     }
     tx.commit()?;
     Ok(answers)
+}
+
+/// Replaces a session's snapshot head and the conversation's parts from the new part on.
+fn write_snapshot(
+    tx: &rusqlite::Transaction<'_>,
+    pk: i64,
+    snap: &SnapshotRow,
+) -> rusqlite::Result<()> {
+    tx.prepare_cached(DROP_HEAD)?.execute(params![pk])?;
+    tx.prepare_cached(INSERT_HEAD)?
+        .execute(params![pk, snap.seq, snap.head, snap.version])?;
+    if let Some((start, part)) = &snap.part {
+        tx.prepare_cached(DROP_PARTS)?.execute(params![pk, start])?;
+        tx.prepare_cached(INSERT_PART)?
+            .execute(params![pk, start, part])?;
+    }
+    Ok(())
 }
 
 /// The error a caller gets when its batch alone could not be written.

@@ -507,13 +507,34 @@ async fn nul_characters_round_trip<S: Store>(st: &Arc<S>) {
     let (rec, log) = st.load("nul").await.unwrap();
     assert_eq!(rec.metadata, json!({"note": text}));
     assert_eq!(log, [first, more].concat());
-    st.save_snapshot("nul", 2, &json!({"last": text}))
-        .await
-        .unwrap();
-    assert_eq!(
-        st.latest_snapshot("nul").await.unwrap(),
-        Some((2, json!({"last": text})))
-    );
+    let head = json!({"last": text}).to_string();
+    let part = json!([{"role": "user", "content": text}]).to_string();
+    st.append_with_snapshot(
+        "nul",
+        2,
+        &small_batch(3, 1),
+        SessionStatus::Running,
+        3,
+        &snapshot(3, &head, Some((0, &part))),
+    )
+    .await
+    .unwrap();
+    let back = st.latest_snapshot("nul").await.unwrap().unwrap();
+    assert_eq!((back.head, back.parts), (head, vec![(0, part)]));
+}
+
+/// A snapshot to write: its head and the part it adds.
+fn snapshot(seq: u64, head: &str, part: Option<(u64, &str)>) -> weft_core::snapshot::Encoded {
+    weft_core::snapshot::Encoded {
+        seq,
+        version: weft_core::SNAPSHOT_VERSION,
+        head: head.to_owned(),
+        part: part.map(|(start, text)| weft_core::snapshot::Part {
+            start,
+            text: text.to_owned(),
+        }),
+        history_len: 0,
+    }
 }
 
 /// An append that keeps the status moves `updated_at` only once it is a second or more behind.
@@ -541,51 +562,112 @@ async fn updated_at_moves_by_the_second<S: Store>(st: &Arc<S>) {
     assert_eq!((rec.status, rec.last_seq), (SessionStatus::Running, 6));
 }
 
-async fn snapshots_keep_the_latest<S: Store>(st: &Arc<S>) {
+/// A snapshot is written with a batch, in its transaction: the newest head replaces the last,
+/// a part replaces the parts from its start on, and a snapshot ahead of the log or of a batch
+/// that is refused is not written.
+async fn snapshots_go_with_their_batch<S: Store>(st: &Arc<S>) {
     st.create(new_session("snap", None), 1).await.unwrap();
     assert_eq!(st.latest_snapshot("snap").await.unwrap(), None);
-    st.append("snap", 0, &small_batch(1, 10), SessionStatus::Running, 2)
-        .await
-        .unwrap();
-    let state = json!({"steps": {"s1": {"status": "done", "output": [1, 2]}}, "wave": 2});
-    st.save_snapshot("snap", 4, &json!({"old": true}))
-        .await
-        .unwrap();
-    st.save_snapshot("snap", 10, &state).await.unwrap();
-    st.save_snapshot("snap", 7, &json!({"middle": true}))
-        .await
-        .unwrap();
+    st.append_with_snapshot(
+        "snap",
+        0,
+        &small_batch(1, 4),
+        SessionStatus::Running,
+        2,
+        &snapshot(4, "{\"at\":4}", Some((0, "[1,2]"))),
+    )
+    .await
+    .unwrap();
+    st.append_with_snapshot(
+        "snap",
+        4,
+        &small_batch(5, 3),
+        SessionStatus::Running,
+        3,
+        &snapshot(6, "{\"at\":6}", Some((2, "[3]"))),
+    )
+    .await
+    .unwrap();
+    let got = st.latest_snapshot("snap").await.unwrap().unwrap();
     assert_eq!(
-        st.latest_snapshot("snap").await.unwrap(),
-        Some((10, state.clone()))
+        (got.seq, got.version, got.head.as_str()),
+        (6, weft_core::SNAPSHOT_VERSION, "{\"at\":6}")
     );
-    // Saving again at the same point replaces it.
-    st.save_snapshot("snap", 10, &json!({"again": 1}))
-        .await
-        .unwrap();
+    assert_eq!(got.parts, vec![(0, "[1,2]".into()), (2, "[3]".into())]);
+    // A snapshot without a new part keeps the parts; one whose part starts earlier replaces
+    // those from its start on.
+    st.append_with_snapshot(
+        "snap",
+        7,
+        &small_batch(8, 1),
+        SessionStatus::Running,
+        4,
+        &snapshot(8, "{\"at\":8}", None),
+    )
+    .await
+    .unwrap();
     assert_eq!(
-        st.latest_snapshot("snap").await.unwrap(),
-        Some((10, json!({"again": 1})))
+        st.latest_snapshot("snap")
+            .await
+            .unwrap()
+            .unwrap()
+            .parts
+            .len(),
+        2
     );
+    st.append_with_snapshot(
+        "snap",
+        8,
+        &small_batch(9, 1),
+        SessionStatus::Running,
+        5,
+        &snapshot(9, "{\"at\":9}", Some((1, "[9,9]"))),
+    )
+    .await
+    .unwrap();
+    let got = st.latest_snapshot("snap").await.unwrap().unwrap();
+    assert_eq!((got.seq, got.head.as_str()), (9, "{\"at\":9}"));
+    assert_eq!(got.parts, vec![(0, "[1,2]".into()), (1, "[9,9]".into())]);
+    // Ahead of the log once the batch is written: refused, and nothing is written.
     assert!(matches!(
-        st.save_snapshot("snap", 11, &state).await,
+        st.append_with_snapshot(
+            "snap",
+            9,
+            &small_batch(10, 1),
+            SessionStatus::Running,
+            6,
+            &snapshot(11, "{}", None)
+        )
+        .await,
         Err(StoreError::OutOfRange {
             seq: 11,
             last: 10,
             ..
         })
     ));
+    assert_eq!(st.get("snap").await.unwrap().last_seq, 9);
+    // A batch that conflicts takes its snapshot down with it.
     assert!(matches!(
-        st.save_snapshot("nope", 0, &state).await,
-        Err(StoreError::NotFound(_))
+        st.append_with_snapshot(
+            "snap",
+            3,
+            &small_batch(4, 1),
+            SessionStatus::Running,
+            6,
+            &snapshot(4, "{\"stale\":true}", Some((0, "[]")))
+        )
+        .await,
+        Err(StoreError::Conflict { .. })
     ));
+    let got = st.latest_snapshot("snap").await.unwrap().unwrap();
+    assert_eq!((got.seq, got.parts.len()), (9, 2));
     assert!(matches!(
         st.latest_snapshot("nope").await,
         Err(StoreError::NotFound(_))
     ));
-    // Pruning a session takes its snapshots with it.
-    assert_eq!(st.prune(3, true).await.unwrap(), 1);
-    st.create(new_session("snap", None), 4).await.unwrap();
+    // Pruning a session takes its snapshot with it.
+    assert_eq!(st.prune(10, true).await.unwrap(), 1);
+    st.create(new_session("snap", None), 11).await.unwrap();
     assert_eq!(st.latest_snapshot("snap").await.unwrap(), None);
 }
 
@@ -677,5 +759,5 @@ suite!(
     updated_at_moves_by_the_second,
     create_with_starts_the_log,
     nul_characters_round_trip,
-    snapshots_keep_the_latest,
+    snapshots_go_with_their_batch,
 );

@@ -82,6 +82,7 @@ pub async fn run<S: Store>(store: Arc<S>, a: BatchArgs) -> Result<u8> {
     let file = std::fs::File::open(&a.records)
         .with_context(|| format!("cannot read records file {}", a.records.display()))?;
     let agent = Arc::new(AgentFile::load(&a.agent).await?);
+    crate::store::agent_durability(store.as_ref(), [&agent.spec]);
     crate::interrupt::set_quiet();
     let total = count_lines(&a.records)?;
     let out = Arc::new(Mutex::new(create(&out_path)?));
@@ -373,6 +374,5 @@ async fn drive_record<S: Store>(
 }
 
 async fn load_state<S: Store>(store: &S, id: &str) -> Result<State, StoreError> {
-    let (_, events) = store.load(id).await?;
-    Ok(State::fold(events.iter().map(|e| &e.event)))
+    Ok(weft_runtime::load_state(store, id).await?.state)
 }

@@ -34,6 +34,16 @@ struct Cli {
     /// Where sessions are stored: a SQLite file (default .weft/weft.db) or a postgres:// URL.
     #[arg(long, global = true, env = "WEFT_DB")]
     db: Option<String>,
+    /// What a committed step survives: `full` (synced to disk at every commit; survives a power
+    /// cut) or `normal` (survives a crash of weft, not of the machine). Overrides the agent
+    /// file's `durability:` (default full).
+    #[arg(
+        long,
+        global = true,
+        env = "WEFT_DURABILITY",
+        value_name = "full|normal"
+    )]
+    durability: Option<weft_core::Durability>,
     /// What weft logs on stderr: error, warn, info, debug or trace, or a filter such as
     /// `weft=debug,sqlx=warn` (default: RUST_LOG, else warnings only).
     #[arg(long, global = true, value_name = "LEVEL")]
@@ -183,7 +193,16 @@ fn main() -> ExitCode {
                 db = cli.db.as_deref().unwrap_or(store::DEFAULT_DB),
                 "opening the session store"
             );
-            store::open(cli.db.as_deref(), read_only).await?
+            {
+                // A new run's agent file is read already: its durability is the store's from
+                // the start (its schema and lease writes included).
+                let agent = match &command {
+                    Err(Prepared::Run(p) | Prepared::Submit(p)) => p.durability,
+                    Err(Prepared::Plan(p)) => p.durability(),
+                    Ok(_) => None,
+                };
+                store::open(cli.db.as_deref(), read_only, cli.durability, agent).await?
+            }
         } else {
             std::sync::Arc::new(weft_store::AnyStore::Memory(weft_store::MemoryStore::new()))
         };

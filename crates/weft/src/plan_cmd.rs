@@ -92,6 +92,13 @@ pub struct Prepared {
     plan: weft_core::Plan,
 }
 
+impl Prepared {
+    /// The agent file's `durability:`.
+    pub fn durability(&self) -> Option<weft_core::Durability> {
+        self.agent.spec.durability
+    }
+}
+
 /// Reads a plan run's agent, input and plan (before any store is opened, so a mistake leaves
 /// none behind). `Err(code)`: the plan's problems were reported.
 pub async fn prepare(a: RunArgs) -> Result<std::result::Result<Prepared, u8>> {
@@ -195,6 +202,7 @@ pub async fn execute<S: weft_store::Store>(store: Arc<S>, p: Prepared) -> Result
         input,
         plan,
     } = p;
+    crate::store::agent_durability(store.as_ref(), [&agent.spec]);
     let mut limits = agent.spec.limits.clone();
     if let Some(p) = a.plan.max_parallel {
         limits.max_parallel = p.max(1);

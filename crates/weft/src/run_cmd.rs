@@ -126,6 +126,8 @@ pub struct Prepared {
     pub agent: Agent,
     pub input: Value,
     pub metadata: Value,
+    /// The agent file's `durability:`.
+    pub durability: Option<weft_core::Durability>,
 }
 
 pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
@@ -168,6 +170,7 @@ pub async fn prepare(mut args: RunArgs) -> Result<Prepared> {
         agent,
         input,
         metadata,
+        durability: loaded.spec.durability,
     })
 }
 
@@ -181,7 +184,9 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
         agent,
         input,
         metadata,
+        durability,
     } = p;
+    crate::store::asked_durability(store.as_ref(), [durability]);
     // This process owns the session while it drives it (a new one's id is chosen first).
     let id = match &args.session {
         Some(id) => id.clone(),

@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::{Result, anyhow};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
+use weft_core::SessionStatus;
 use weft_core::agent::parse_duration_str;
-use weft_core::{SessionStatus, State};
 use weft_runtime::now_ms;
 use weft_store::{ListFilter, NewSession, Store};
 
@@ -163,8 +163,8 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
             Ok(0)
         }
         SessionsCommand::Show { id, json } => {
-            let (rec, events) = store.load(&id).await?;
-            let state = State::fold(events.iter().map(|e| &e.event));
+            let rec = store.get(&id).await?;
+            let state = weft_runtime::load_state(store.as_ref(), &id).await?.state;
             let view = json!({
                 "id": rec.id,
                 "agent": rec.agent,
@@ -450,6 +450,7 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
     let held = crate::ownership::take(store.clone(), &args.id, args.force).await?;
     let result: Result<u8> = async {
         let agent = crate::drive::AgentFile::load(&path).await?;
+        crate::store::agent_durability(store.as_ref(), [&agent.spec]);
         let observer = if args.events {
             run_cmd::json_lines()
         } else {

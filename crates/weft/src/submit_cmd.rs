@@ -70,7 +70,9 @@ pub async fn run<S: Store>(store: Arc<S>, p: run_cmd::Prepared) -> Result<u8> {
         agent,
         input,
         metadata,
+        durability,
     } = p;
+    crate::store::asked_durability(store.as_ref(), [durability]);
     let mut rt = Runtime::new(store.clone(), tools.clone(), limits);
     rt.redact = redact;
     let id = match &args.session {

@@ -77,6 +77,7 @@ pub async fn run<S: Store>(store: Arc<S>, a: WorkerArgs) -> Result<u8> {
         .map(|v| secs("exit-when-idle", v))
         .transpose()?;
     let agents = Arc::new(crate::drive::agents(&a.agents).await?);
+    crate::store::agent_durability(store.as_ref(), agents.values().map(|f| &f.spec));
     let names: Vec<String> = agents.keys().cloned().collect();
     let mut listed: Vec<String> = agents
         .values()

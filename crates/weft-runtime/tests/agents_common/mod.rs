@@ -302,6 +302,7 @@ impl Harness {
             folded.plan.as_ref().map(|p| p.view()),
             live.plan.as_ref().map(|p| p.view())
         );
+        weft_core::snapshot::verify(&events).unwrap();
     }
 
     /// The stored events of a session.

@@ -239,5 +239,10 @@ pub async fn run_plan(reg: Registry, limits: Limits, plan: Plan, input: Value) -
     for (k, e) in events.iter().enumerate() {
         assert_eq!(e.seq, k as u64 + 1);
     }
+    // A snapshot after any event reads back as the fold (quadratic: small runs only).
+    if events.len() <= 400 {
+        let log: Vec<Event> = events.iter().map(|e| e.event.clone()).collect();
+        weft_core::snapshot::verify(&log).unwrap();
+    }
     Ran { state, events }
 }

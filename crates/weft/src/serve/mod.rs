@@ -115,6 +115,7 @@ impl From<weft_store::StoreError> for ApiError {
 pub async fn run(store: Arc<CliStore>, a: ServeArgs) -> Result<u8> {
     let keys = auth::Keys::load(a.keys.as_deref())?;
     let agents = crate::drive::agents(&a.agents).await?;
+    crate::store::agent_durability(store.as_ref(), agents.values().map(|f| &f.spec));
     let app: Shared = Arc::new(App {
         store,
         agents,

@@ -1,0 +1,400 @@
+//! Snapshots of a session's state, so that a load folds only the events after one.
+//!
+//! A snapshot is a **head** and **parts**. The head is [`State`] in its serialised form (without
+//! the conversation) and the conversation's length. The conversation, which only grows, is kept
+//! in parts: each snapshot adds one part with the messages that arrived since the last, and a
+//! part is never written again. So a snapshot costs work in proportion to what changed since the
+//! last one plus the head, not to the whole conversation (rewriting the conversation at every
+//! snapshot would write it again and again, as a checkpointer that saves whole states does).
+//!
+//! Pure: text in, text out. The runtime decides when to write one (`weft_runtime::Session`), the
+//! store keeps the newest head and the parts (`weft_store::Snapshot`). A head that does not
+//! decode, that was written at another [`SNAPSHOT_VERSION`], whose sequence number or session is
+//! not the one asked for, or whose parts do not add up to its conversation is refused with a
+//! [`SnapshotError`], and the caller folds the log instead.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Message;
+use crate::state::{SNAPSHOT_VERSION, State};
+
+/// A snapshot to store: the head, and the part it adds to the conversation (if any message
+/// arrived since the last part).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Encoded {
+    /// The state's sequence number: the snapshot covers the log up to this event.
+    pub seq: u64,
+    pub version: u32,
+    /// JSON text.
+    pub head: String,
+    pub part: Option<Part>,
+    /// The conversation's length, i.e. where the next snapshot's part starts.
+    pub history_len: u64,
+}
+
+/// Messages of the conversation from `start` on, as a JSON array.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Part {
+    pub start: u64,
+    pub text: String,
+}
+
+/// Why a snapshot cannot be used (the log is folded instead).
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("snapshot version {found}, this build reads {SNAPSHOT_VERSION}")]
+    Version { found: u32 },
+    #[error("cannot encode the state: {0}")]
+    Encode(String),
+    #[error("the state does not decode: {0}")]
+    Head(String),
+    #[error("the snapshot says event {found}, but it is stored at event {expected}")]
+    Seq { expected: u64, found: u64 },
+    #[error("the snapshot is of session {found:?}")]
+    Session { found: String },
+    #[error("the conversation's part at message {start} does not decode: {reason}")]
+    Part { start: u64, reason: String },
+    #[error("the conversation's parts {0}")]
+    Parts(String),
+}
+
+#[derive(Serialize)]
+struct HeadOut<'a> {
+    history_len: u64,
+    state: &'a State,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeadIn {
+    history_len: u64,
+    state: State,
+}
+
+/// The snapshot of `state`, whose conversation is kept in parts up to message `parts_end`
+/// already (0: none yet; a value past the conversation's end starts the parts over).
+pub fn encode(state: &State, parts_end: u64) -> Result<Encoded, SnapshotError> {
+    let len = state.history.len() as u64;
+    let start = if parts_end <= len { parts_end } else { 0 };
+    let head = serde_json::to_string(&HeadOut {
+        history_len: len,
+        state,
+    })
+    .map_err(|e| SnapshotError::Encode(e.to_string()))?;
+    let part = if start < len {
+        let from = usize::try_from(start).unwrap_or(usize::MAX);
+        let messages = state.history.get(from..).unwrap_or_default();
+        let text =
+            serde_json::to_string(messages).map_err(|e| SnapshotError::Encode(e.to_string()))?;
+        Some(Part { start, text })
+    } else {
+        None
+    };
+    Ok(Encoded {
+        seq: state.seq,
+        version: SNAPSHOT_VERSION,
+        head,
+        part,
+        history_len: len,
+    })
+}
+
+/// The state a stored snapshot holds: session `id`'s, after event `seq`, written at `version`,
+/// its conversation in `parts` (`(start, text)`, in order of `start`). Returns the state and the
+/// conversation's length.
+pub fn decode(
+    id: &str,
+    seq: u64,
+    version: u32,
+    head: &str,
+    parts: &[(u64, String)],
+) -> Result<(State, u64), SnapshotError> {
+    if version != SNAPSHOT_VERSION {
+        return Err(SnapshotError::Version { found: version });
+    }
+    let HeadIn {
+        history_len,
+        mut state,
+    } = serde_json::from_str(head).map_err(|e| SnapshotError::Head(e.to_string()))?;
+    if state.seq != seq {
+        return Err(SnapshotError::Seq {
+            expected: seq,
+            found: state.seq,
+        });
+    }
+    if state.session_id != id {
+        return Err(SnapshotError::Session {
+            found: state.session_id,
+        });
+    }
+    let mut messages: Vec<Message> = Vec::new();
+    for (start, text) in parts {
+        let have = messages.len() as u64;
+        if have >= history_len {
+            break;
+        }
+        if *start != have {
+            return Err(SnapshotError::Parts(format!(
+                "leave a gap: a part starts at message {start} after {have} messages"
+            )));
+        }
+        let more: Vec<Message> = serde_json::from_str(text).map_err(|e| SnapshotError::Part {
+            start: *start,
+            reason: e.to_string(),
+        })?;
+        messages.extend(more);
+    }
+    if messages.len() as u64 != history_len {
+        return Err(SnapshotError::Parts(format!(
+            "hold {} messages where the snapshot has {history_len}",
+            messages.len()
+        )));
+    }
+    state.history.extend(messages);
+    Ok((state, history_len))
+}
+
+/// Checks that a snapshot taken after any event of `events` (its conversation in two parts: one
+/// written halfway there, one after), decoded and followed by the rest of the log, is the fold of
+/// the whole log: snapshots change how a state is loaded, never what it is. For tests and fuzz
+/// targets; quadratic in the length of the log.
+pub fn verify(events: &[crate::Event]) -> Result<(), String> {
+    let whole = State::fold(events);
+    let mut states = vec![State::new()];
+    for e in events {
+        let mut next = states.last().cloned().unwrap_or_default();
+        next.apply(e);
+        states.push(next);
+    }
+    for k in 1..states.len() {
+        let fail = |what: String| format!("the snapshot after event {k} {what}");
+        let early = encode(&states[k / 2], 0).map_err(|e| fail(e.to_string()))?;
+        let late = encode(&states[k], early.history_len).map_err(|e| fail(e.to_string()))?;
+        let parts: Vec<(u64, String)> = [early.part, late.part]
+            .into_iter()
+            .flatten()
+            .map(|p| (p.start, p.text))
+            .collect();
+        let (mut back, _) = decode(
+            &states[k].session_id,
+            states[k].seq,
+            late.version,
+            &late.head,
+            &parts,
+        )
+        .map_err(|e| fail(format!("does not decode: {e}")))?;
+        if back != states[k] {
+            return Err(fail(format!(
+                "reads back otherwise:\n{back:?}\ninstead of\n{:?}",
+                states[k]
+            )));
+        }
+        for e in &events[k..] {
+            back.apply(e);
+        }
+        if back != whole {
+            return Err(fail(format!(
+                "and the rest of the log fold into\n{back:?}\ninstead of\n{whole:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::event::Event;
+    use crate::model::{ModelReply, Purpose, ToolCall};
+
+    fn react_state(iterations: usize) -> State {
+        let mut events = vec![
+            Event::SessionStarted {
+                session_id: "s".into(),
+                agent: "a".into(),
+                input: json!({"x": 1}),
+                mode: Some(crate::agent::Mode::React),
+                parent_id: None,
+            },
+            Event::TurnStarted {
+                task: "go".into(),
+                input: serde_json::Value::Null,
+            },
+        ];
+        for i in 0..iterations {
+            let id = format!("c{i}");
+            events.push(Event::ModelReplied {
+                purpose: Purpose::React,
+                reply: ModelReply {
+                    tool_calls: vec![ToolCall {
+                        id: id.clone(),
+                        name: "echo".into(),
+                        arguments: json!({"text": i}),
+                    }],
+                    ..ModelReply::default()
+                },
+                step: None,
+            });
+            events.push(Event::ToolCallStarted {
+                call_id: id.clone(),
+                step: None,
+                tool: "echo".into(),
+                args: json!({"text": i}),
+                attempt: 1,
+                idempotency_key: format!("s:{i}"),
+            });
+            events.push(Event::ToolCallFinished {
+                call_id: id,
+                outcome: crate::event::ToolOutcome::Ok {
+                    output: json!({"text": i}),
+                },
+                duration_ms: 1,
+            });
+        }
+        State::fold(&events)
+    }
+
+    #[test]
+    fn a_snapshot_reads_back_as_the_state_it_was_made_of() {
+        let state = react_state(3);
+        let enc = encode(&state, 0).unwrap();
+        assert_eq!(enc.seq, state.seq);
+        let part = enc.part.clone().unwrap();
+        assert_eq!(part.start, 0);
+        let (back, len) =
+            decode("s", state.seq, enc.version, &enc.head, &[(0, part.text)]).unwrap();
+        assert_eq!(back, state);
+        assert_eq!(len, state.history.len() as u64);
+        assert!(
+            !enc.head.contains("\"c1\""),
+            "the head holds no message: {}",
+            enc.head
+        );
+    }
+
+    #[test]
+    fn later_snapshots_add_only_the_new_messages() {
+        let first = react_state(2);
+        let a = encode(&first, 0).unwrap();
+        let later = react_state(5);
+        let b = encode(&later, a.history_len).unwrap();
+        let part_b = b.part.clone().unwrap();
+        assert_eq!(part_b.start, a.history_len);
+        let parts = vec![(0, a.part.unwrap().text), (part_b.start, part_b.text)];
+        let (back, _) = decode("s", later.seq, b.version, &b.head, &parts).unwrap();
+        assert_eq!(back, later);
+        // Nothing new: no part.
+        assert!(encode(&later, b.history_len).unwrap().part.is_none());
+    }
+
+    #[test]
+    fn unusable_snapshots_are_refused_not_trusted() {
+        let state = react_state(2);
+        let enc = encode(&state, 0).unwrap();
+        let parts = vec![(0, enc.part.clone().unwrap().text)];
+        let seq = state.seq;
+        let bad = |r: Result<(State, u64), SnapshotError>| r.unwrap_err().to_string();
+        assert!(bad(decode("s", seq, SNAPSHOT_VERSION + 1, &enc.head, &parts)).contains("version"));
+        assert!(bad(decode("s", seq + 1, enc.version, &enc.head, &parts)).contains("event"));
+        assert!(bad(decode("t", seq, enc.version, &enc.head, &parts)).contains("session"));
+        assert!(
+            bad(decode(
+                "s",
+                seq,
+                enc.version,
+                "{\"history_len\": 0}",
+                &parts
+            ))
+            .contains("decode")
+        );
+        assert!(bad(decode("s", seq, enc.version, &enc.head, &[])).contains("hold 0"));
+        assert!(
+            bad(decode(
+                "s",
+                seq,
+                enc.version,
+                &enc.head,
+                &[(1, "[]".into())]
+            ))
+            .contains("gap")
+        );
+        assert!(
+            bad(decode(
+                "s",
+                seq,
+                enc.version,
+                &enc.head,
+                &[(0, "[{]".into())]
+            ))
+            .contains("message 0")
+        );
+        // A field this build does not know (a snapshot of a newer shape) is refused too.
+        let newer = enc
+            .head
+            .replacen("\"state\":{", "\"state\":{\"later_field\":1,", 1);
+        assert!(bad(decode("s", seq, enc.version, &newer, &parts)).contains("later_field"));
+    }
+
+    proptest::proptest! {
+        /// A damaged head (a character changed or cut out anywhere) is refused or read, never a
+        /// panic; what reads back is a state whose plan fits its counters.
+        #[test]
+        fn damaged_heads_never_panic(at in 0usize..4096, with in proptest::char::range(' ', '~'), cut: bool) {
+            let plan = crate::Plan::from_value(&json!([
+                {"_id": "a", "_tool": "echo", "text": "x", "_outputPath": "†state.a"},
+                {"_id": "b", "_tool": "echo", "text": "†state.a", "_outputPath": "†state.b"}
+            ]))
+            .unwrap();
+            let mut state = react_state(2);
+            state.apply(&Event::PlanAccepted { plan });
+            let enc = encode(&state, 0).unwrap();
+            let mut head: Vec<char> = enc.head.chars().collect();
+            let i = at % head.len();
+            if cut { head.remove(i); } else { head[i] = with; }
+            let head: String = head.into_iter().collect();
+            let parts = vec![(0, enc.part.clone().unwrap().text)];
+            if let Ok((back, _)) = decode("s", state.seq, enc.version, &head, &parts)
+                && let Some(p) = &back.plan
+            {
+                proptest::prop_assert_eq!(p.steps.len(), p.plan.steps.len());
+                proptest::prop_assert!(p.candidates.iter().all(|&c| c < p.steps.len()));
+            }
+        }
+    }
+
+    #[test]
+    fn a_plan_run_is_rebuilt_and_checked() {
+        let plan = crate::Plan::from_value(&json!([
+            {"_id": "a", "_tool": "echo", "text": "x", "_outputPath": "†state.a"},
+            {"_id": "b", "_tool": "echo", "text": "†state.a", "_outputPath": "†state.b"}
+        ]))
+        .unwrap();
+        let state = State::fold(&[
+            Event::SessionStarted {
+                session_id: "p".into(),
+                agent: "a".into(),
+                input: serde_json::Value::Null,
+                mode: None,
+                parent_id: None,
+            },
+            Event::PlanAccepted { plan },
+        ]);
+        let enc = encode(&state, 0).unwrap();
+        assert!(enc.part.is_none());
+        let (back, _) = decode("p", state.seq, enc.version, &enc.head, &[]).unwrap();
+        assert_eq!(back, state);
+        assert_eq!(
+            back.plan.as_ref().unwrap().graph.deps,
+            vec![vec![], vec![0]]
+        );
+        // Counters that do not fit the plan are refused (they would index past its end).
+        let broken = enc
+            .head
+            .replace("\"candidates\":[0]", "\"candidates\":[0,7]");
+        assert_ne!(broken, enc.head);
+        let e = decode("p", state.seq, enc.version, &broken, &[]).unwrap_err();
+        assert!(e.to_string().contains("past the plan"), "{e}");
+    }
+}

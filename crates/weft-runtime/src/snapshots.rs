@@ -1,0 +1,126 @@
+//! When a session's state is snapshotted, and how a session is loaded: from its newest snapshot
+//! and the events after it, or, when there is no usable snapshot, by folding its whole log.
+//!
+//! A snapshot is written with an append, in its transaction ([`weft_store::Store::
+//! append_with_snapshot`]), once [`DEFAULT_EVERY`] events (or [`crate::Runtime::snapshot_every`])
+//! have been appended since the last one, and later when the state is large: never more often
+//! than once per [`HEAD_BYTES_PER_EVENT`] bytes of the last head, so that writing heads costs at
+//! most about what writing the events does. The conversation goes into parts that are written
+//! once (see [`weft_core::snapshot`]). A load therefore folds at most about that many events
+//! after decoding the snapshot.
+//!
+//! The log stays the truth: a snapshot that cannot be used (another version, a decoding error,
+//! parts that do not add up) is passed over with a warning and the log is folded.
+
+use weft_core::snapshot::{self, Encoded};
+use weft_core::{Envelope, State};
+use weft_store::{Store, StoreError};
+
+/// Events between two snapshots of a session, by default.
+pub const DEFAULT_EVERY: u64 = 1000;
+
+/// A head of this many bytes pushes the next snapshot back by one event.
+pub const HEAD_BYTES_PER_EVENT: u64 = 256;
+
+/// Where a session's snapshots stand: what the last one covered.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Cursor {
+    /// Events between snapshots (0: none are written).
+    pub every: u64,
+    /// The sequence number the last snapshot (or the load) covered.
+    pub at: u64,
+    /// Messages of the conversation already kept in parts.
+    pub parts_end: u64,
+    /// The last head's size in bytes.
+    pub head_len: u64,
+}
+
+impl Cursor {
+    /// The snapshot to write with the next append, if one is due at `state`.
+    pub(crate) fn due(&self, state: &State) -> Option<Encoded> {
+        if self.every == 0 {
+            return None;
+        }
+        let gap = self.every.max(self.head_len / HEAD_BYTES_PER_EVENT);
+        if state.seq < self.at.saturating_add(gap) {
+            return None;
+        }
+        match snapshot::encode(state, self.parts_end) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(session = %state.session_id, "no snapshot written: {e}");
+                None
+            }
+        }
+    }
+
+    /// The snapshot was stored.
+    pub(crate) fn written(&mut self, s: &Encoded) {
+        self.at = s.seq;
+        self.parts_end = s.history_len;
+        self.head_len = s.head.len() as u64;
+    }
+}
+
+/// A session's state as loaded.
+#[derive(Debug)]
+pub struct Loaded {
+    pub state: State,
+    /// The snapshot the load started from (its sequence number), if one was used.
+    pub snapshot: Option<u64>,
+    /// Events folded (after the snapshot, or the whole log).
+    pub folded: usize,
+    /// Why a snapshot that exists was not used.
+    pub passed_over: Option<String>,
+    pub(crate) cursor: Cursor,
+}
+
+/// Loads session `id`'s state: its newest snapshot and the events after it, or its whole log
+/// folded when it has no usable snapshot.
+pub async fn load_state<S: Store + ?Sized>(store: &S, id: &str) -> Result<Loaded, StoreError> {
+    let mut passed_over = None;
+    if let Some(snap) = store.latest_snapshot(id).await? {
+        match snapshot::decode(id, snap.seq, snap.version, &snap.head, &snap.parts) {
+            Ok((mut state, parts_end)) => {
+                let events = store.events_after(id, snap.seq).await?;
+                fold_into(&mut state, &events);
+                return Ok(Loaded {
+                    state,
+                    snapshot: Some(snap.seq),
+                    folded: events.len(),
+                    passed_over: None,
+                    cursor: Cursor {
+                        every: 0,
+                        at: snap.seq,
+                        parts_end,
+                        head_len: snap.head.len() as u64,
+                    },
+                });
+            }
+            Err(e) => {
+                tracing::warn!(
+                    session = id,
+                    "the snapshot at event {} is passed over (the log is folded instead): {e}",
+                    snap.seq
+                );
+                passed_over = Some(e.to_string());
+            }
+        }
+    }
+    let (_, events) = store.load(id).await?;
+    let mut state = State::new();
+    fold_into(&mut state, &events);
+    Ok(Loaded {
+        state,
+        snapshot: None,
+        folded: events.len(),
+        passed_over,
+        cursor: Cursor::default(),
+    })
+}
+
+fn fold_into(state: &mut State, events: &[Envelope]) {
+    for e in events {
+        state.apply(&e.event);
+    }
+}
