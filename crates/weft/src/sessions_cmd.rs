@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Result, anyhow};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
-use weft_core::SessionStatus;
+use weft_core::{SessionStatus, State};
 use weft_core::agent::parse_duration_str;
 use weft_runtime::now_ms;
 use weft_store::{ListFilter, NewSession, Store};
