@@ -200,6 +200,14 @@ pub struct OpenCall {
     pub idempotency_key: String,
 }
 
+/// A conversation's compacted part: requests carry `summary` in place of the messages before
+/// `upto` (an index into [`State::history`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compaction {
+    pub upto: usize,
+    pub summary: String,
+}
+
 /// The state of a session: what every decision is made from.
 #[derive(Clone, Debug, Default)]
 pub struct State {
@@ -232,6 +240,8 @@ pub struct State {
     pub task: Option<String>,
     /// The conversation (ReAct) across turns, shared with the requests built from it.
     pub history: History,
+    /// The summary that stands for the conversation's older messages in requests.
+    pub compaction: Option<Compaction>,
     /// Earlier turns' tasks and answers (the memory a later turn sees).
     pub memory: Vec<(String, Option<String>)>,
     pub model_calls: u32,
@@ -602,6 +612,16 @@ impl State {
                     });
                 }
                 self.phase = self.resume_phase;
+            }
+            Event::HistoryCompacted { upto, summary } => {
+                self.rejections = 0;
+                self.feedback = None;
+                self.compaction = Some(Compaction {
+                    upto: usize::try_from(*upto)
+                        .unwrap_or(usize::MAX)
+                        .min(self.history.len()),
+                    summary: summary.clone(),
+                });
             }
             Event::MessagesImported { messages } => {
                 self.history.extend(messages.iter().cloned());

@@ -279,11 +279,98 @@ async fn react_runs_calls_concurrently<S: Store>(store: Arc<S>) {
     assert!(st.usage.input_tokens > 0);
 }
 
+/// A 200-turn ReAct conversation with a context budget: older turns are summarised (`compact`
+/// calls), every ReAct request stays within the budget, the model sees the latest summary, and
+/// the stored log (reloaded as a new process would) keeps every message.
+async fn long_conversation_is_compacted<S: Store>(store: Arc<S>) {
+    const TURNS: usize = 200;
+    const BUDGET: u64 = 800;
+    let echo = TestTool::new("echo", "util", json!({"type": "object"}), |a| {
+        Ok(json!({"echoed": a["text"]}))
+    });
+    let mut react: Vec<weft_model::ScriptedReply> = (0..TURNS)
+        .map(|k| {
+            tool_calls(&[(
+                "echo",
+                json!({"text": format!("note number {k} for the record")}),
+            )])
+        })
+        .collect();
+    react.push(t("All notes echoed."));
+    let summaries = (0..TURNS)
+        .map(|k| t(&format!("SUMMARY-{k}: notes were echoed")))
+        .collect();
+    let spec = AgentSpec::parse(
+        "scenario.yaml",
+        &format!("name: notes\nmode: react\nlimits: {{ max_iterations: 1000, max_context_tokens: {BUDGET} }}\n"),
+    )
+    .unwrap();
+    let mut reg = Registry::new();
+    reg.register(echo).unwrap();
+    let (model, requests) = common::RecordingModel::new(ScriptedModel::keyed(
+        "scenario",
+        script(vec![(Purpose::React, react), (Purpose::Compact, summaries)]),
+    ));
+    let a = Agent::new(
+        &spec,
+        Arc::new(reg),
+        Arc::new(model),
+        &json!({}),
+        &json!({}),
+    )
+    .unwrap();
+    let rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
+    let s = rt
+        .run_agent(&a, SessionInfo::default(), "echo the notes", Value::Null)
+        .await
+        .unwrap();
+    let id = s.id.clone();
+    drop(s);
+    let st = reload(&store, &a, &id).await;
+    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.error);
+    assert_eq!(st.answer.as_deref(), Some("All notes echoed."));
+    // Compaction changes what is sent, not what is kept.
+    assert_eq!(st.history.len(), 1 + 2 * TURNS + 1);
+    let compactions = requests.of(Purpose::Compact);
+    assert!(compactions.len() >= 5, "{} compactions", compactions.len());
+    let reacts = requests.of(Purpose::React);
+    assert_eq!(reacts.len(), TURNS + 1);
+    for (k, r) in reacts.iter().enumerate() {
+        let tokens: u64 = r
+            .messages
+            .iter()
+            .map(weft_core::history::estimate_tokens)
+            .sum::<u64>()
+            + r.tools
+                .iter()
+                .map(|d| {
+                    ((d.name.len() + d.description.len() + d.parameters.to_string().len()) as u64)
+                        .div_ceil(4)
+                })
+                .sum::<u64>();
+        assert!(tokens <= BUDGET, "request {k} carries {tokens} tokens");
+    }
+    let last = common::request_text(reacts.last().unwrap());
+    let latest = st.compaction.as_ref().unwrap();
+    assert!(latest.summary.starts_with("SUMMARY-"));
+    assert!(
+        last.contains(&latest.summary),
+        "the last request carries the latest summary"
+    );
+    assert!(
+        !last.contains("note number 0 "),
+        "the first turns are summarised away"
+    );
+    // Each compaction after the first is given the previous summary.
+    assert!(common::request_text(&compactions[1]).contains("SUMMARY-0"));
+}
+
 async fn all_scenarios<S: Store>(make: impl AsyncFn() -> Arc<S>) {
     refund_keeps_to_its_plan(make().await).await;
     missing_input_waits_and_resumes(make().await).await;
     trip_is_replanned(make().await).await;
     react_runs_calls_concurrently(make().await).await;
+    long_conversation_is_compacted(make().await).await;
 }
 
 #[tokio::test]

@@ -11,6 +11,7 @@
 //! Garbage from a model (not JSON, unknown tools, cyclic plans, wrong arguments, empty replies)
 //! is fed back within bounds and then ends the run as CANNOT_COMPLETE with the reason.
 
+mod compact;
 mod end;
 mod plan;
 mod react;
@@ -175,7 +176,7 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
         };
         return AgentNext::Record(end_run(state, RunStatus::Failed, Some(message), None));
     }
-    match cfg.mode {
+    let next = match cfg.mode {
         Mode::React => React::decide(state, cfg),
         Mode::Plan => PlanLoop::decide(state, cfg),
         Mode::Workflow => AgentNext::Record(vec![finished(
@@ -183,7 +184,14 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
             Some("workflow mode is not supported by this build of weft yet; use mode: plan or mode: react".into()),
             None,
         )]),
+    };
+    // The one hook before every model call: a conversation over its budget is compacted first.
+    if let AgentNext::CallModel { request, .. } = &next
+        && let Some(compaction) = compact::before_call(state, cfg, request)
+    {
+        return compaction;
     }
+    next
 }
 /// Turns a model's reply into events.
 pub fn model_replied(
@@ -193,9 +201,10 @@ pub fn model_replied(
     step: Option<&str>,
     reply: ModelReply,
 ) -> Vec<Event> {
-    let more = match cfg.mode {
-        Mode::Plan => PlanLoop::replied(state, cfg, purpose, step, &reply),
-        Mode::React | Mode::Workflow => React::replied(state, cfg, purpose, step, &reply),
+    let more = match (purpose, cfg.mode) {
+        (Purpose::Compact, _) => compact::replied(state, cfg, &reply),
+        (_, Mode::Plan) => PlanLoop::replied(state, cfg, purpose, step, &reply),
+        (_, Mode::React | Mode::Workflow) => React::replied(state, cfg, purpose, step, &reply),
     };
     let mut events = Vec::with_capacity(1 + more.len());
     events.push(Event::ModelReplied {
