@@ -32,6 +32,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         4,
         include_str!("../migrations/sqlite/0004_event_epochs.sql"),
     ),
+    (6, include_str!("../migrations/sqlite/0006_knowledge.sql")),
 ];
 
 /// How long a writer waits for another writer's lock before giving up.
@@ -51,7 +52,7 @@ const SQLITE_NOTADB: i32 = 26;
 /// A store in one SQLite file.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    pub(crate) pool: SqlitePool,
     path: PathBuf,
     /// The group-commit writer (see `sqlite_writer`): every append goes through it.
     writer: Arc<Writer>,

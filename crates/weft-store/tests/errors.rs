@@ -352,11 +352,10 @@ async fn needs_postgres_migrations_run_once_when_many_connect_at_once() {
     for r in results {
         r.unwrap();
     }
-    // Each migration was applied once.
-    assert_eq!(
-        versions,
-        (1..=weft_store::POSTGRES_SCHEMA_VERSION).collect::<Vec<_>>()
-    );
+    // Each migration was applied once, in order, up to the current schema.
+    assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+    assert_eq!(versions.first(), Some(&1));
+    assert_eq!(versions.last(), Some(&weft_store::POSTGRES_SCHEMA_VERSION));
 }
 
 /// A database of schema 1 (JSON kept as `jsonb`) is brought to the current schema when a store
