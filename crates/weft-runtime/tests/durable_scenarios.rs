@@ -365,12 +365,140 @@ async fn long_conversation_is_compacted<S: Store>(store: Arc<S>) {
     assert!(common::request_text(&compactions[1]).contains("SUMMARY-0"));
 }
 
+/// An agent with the built-in memory and document tools, run for `user` with `react` replies.
+/// Returns the tool results the model saw, in order.
+async fn run_for<S: Store>(
+    store: &Arc<S>,
+    user: &str,
+    react: Vec<weft_model::ScriptedReply>,
+) -> Vec<String> {
+    let spec = AgentSpec::parse(
+        "scenario.yaml",
+        "name: desk\nmode: react\ntools:\n  - builtin: remember\n  - builtin: recall\n  - builtin: forget\n  - builtin: search_documents\n",
+    )
+    .unwrap();
+    let reg = Registry::from_agent(&spec, std::path::Path::new(".")).unwrap();
+    let model = Arc::new(ScriptedModel::keyed(
+        "scenario",
+        script(vec![(Purpose::React, react)]),
+    ));
+    let a = Agent::new(&spec, Arc::new(reg), model, &json!({}), &json!({})).unwrap();
+    let rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
+    let info = SessionInfo {
+        user_id: Some(user.into()),
+        ..SessionInfo::default()
+    };
+    let s = rt
+        .run_agent(&a, info, "help me", Value::Null)
+        .await
+        .unwrap();
+    let id = s.id.clone();
+    drop(s);
+    let st = reload(store, &a, &id).await;
+    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.error);
+    st.history
+        .iter()
+        .filter_map(|m| match m {
+            weft_core::model::Message::Tool {
+                content, is_error, ..
+            } => {
+                assert!(!is_error, "{content}");
+                Some(content.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Documents added to the store are found by an agent's `search_documents`, each result citing
+/// its file and line; a user's memories (`remember`) are recalled in their later sessions and
+/// never in another user's, and a secret never reaches the store.
+async fn documents_and_memories_through_an_agent<S: Store>(store: Arc<S>) {
+    use weft_tools::documents::chunks;
+    let guide = "# Refunds\n\nRefunds are paid within 14 days of the return.\n\n\n\n# Shipping\n\nParcels to Norway take a week.";
+    let entries: Vec<weft_store::NewEntry> = chunks(guide)
+        .into_iter()
+        .map(|c| weft_store::NewEntry {
+            text: c.text,
+            source: "guide.md".into(),
+            position: c.line as i64,
+        })
+        .collect();
+    assert_eq!(entries.len(), 1, "one chunk of two sections");
+    store
+        .add(
+            weft_store::Kind::Document,
+            &weft_store::Shelf::public(),
+            entries,
+            true,
+            1,
+        )
+        .await
+        .unwrap();
+    let seen = run_for(
+        &store,
+        "alice",
+        vec![
+            tool_calls(&[(
+                "search_documents",
+                json!({"query": "how many days for a refund"}),
+            )]),
+            tool_calls(&[("remember", json!({"text": "Alice's locker code is 4417"}))]),
+            t("Refunds take 14 days (guide.md:1)."),
+        ],
+    )
+    .await;
+    let results: Value = serde_json::from_str(&seen[0]).unwrap();
+    assert_eq!(results["results"][0]["source"], "guide.md:1");
+    assert!(
+        results["results"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("14 days")
+    );
+    let remembered: Value = serde_json::from_str(&seen[1]).unwrap();
+    assert!(remembered["id"].as_i64().is_some());
+    // Another user's session: the memory is not there, and cannot be deleted.
+    let seen = run_for(
+        &store,
+        "bob",
+        vec![
+            tool_calls(&[("recall", json!({"query": "locker code"}))]),
+            tool_calls(&[("forget", json!({"id": remembered["id"]}))]),
+            t("I know of no locker code."),
+        ],
+    )
+    .await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&seen[0]).unwrap(),
+        json!({"memories": []})
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&seen[1]).unwrap(),
+        json!({"forgotten": false})
+    );
+    // Alice's next session finds it.
+    let seen = run_for(
+        &store,
+        "alice",
+        vec![
+            tool_calls(&[("recall", json!({"query": "what is my locker code"}))]),
+            t("4417."),
+        ],
+    )
+    .await;
+    let found: Value = serde_json::from_str(&seen[0]).unwrap();
+    assert_eq!(found["memories"][0]["text"], "Alice's locker code is 4417");
+    assert_eq!(found["memories"][0]["scope"], "user");
+}
+
 async fn all_scenarios<S: Store>(make: impl AsyncFn() -> Arc<S>) {
     refund_keeps_to_its_plan(make().await).await;
     missing_input_waits_and_resumes(make().await).await;
     trip_is_replanned(make().await).await;
     react_runs_calls_concurrently(make().await).await;
     long_conversation_is_compacted(make().await).await;
+    documents_and_memories_through_an_agent(make().await).await;
 }
 
 #[tokio::test]
@@ -400,9 +528,8 @@ async fn needs_postgres_scenarios() {
     );
     let store = Arc::new(PgStore::connect_in_schema(&url, &schema).await.unwrap());
     all_scenarios(async || store.clone()).await;
-    // Leave nothing behind.
-    let admin = PgStore::connect(&url).await.unwrap();
-    drop(admin);
+    // Leave nothing behind (without migrating the database's own schema, which other builds
+    // may use at another version).
     let _ = std::process::Command::new("psql")
         .args([
             url.as_str(),

@@ -240,7 +240,7 @@ pub struct Lease {
 }
 
 /// Where sessions live.
-pub trait Store: Send + Sync + 'static {
+pub trait Store: knowledge::Knowledge + Send + Sync + 'static {
     /// Takes the lease on session `id` for `owner` until `now + ttl_ms`: when no one holds it,
     /// when its holder's lease expired (or was released), when `owner` holds it already, or
     /// with `force`. Otherwise [`StoreError::Leased`], naming the holder. The session need not
