@@ -49,6 +49,17 @@ enum Workload {
         #[arg(default_value_t = 10_000)]
         events: u64,
     },
+    /// Document search: ingest N generated chunks, then recall@5 and query latency on questions
+    /// with known answers (SQLite, or PostgreSQL with --postgres URL).
+    Retrieval {
+        #[arg(default_value_t = 10_000)]
+        chunks: usize,
+        #[arg(long, default_value_t = 500)]
+        questions: usize,
+        /// A PostgreSQL URL: the benchmark runs in a schema of its own, dropped at the end.
+        #[arg(long)]
+        postgres: Option<String>,
+    },
     /// Every workload at its standard sizes (add `--full` for `concurrent 10000 3`).
     All {
         #[arg(long)]
@@ -92,6 +103,33 @@ async fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
+/// The retrieval benchmark on a new SQLite file, or in a new PostgreSQL schema.
+async fn retrieval(chunks: usize, questions: usize, postgres: Option<&str>) -> Result<Vec<Report>> {
+    match postgres {
+        None => {
+            let dir = tempfile::tempdir()?;
+            let store = weft_store::SqliteStore::open(&dir.path().join("weft.db")).await?;
+            weft_bench::retrieval::retrieval(&store, "store=sqlite", chunks, questions).await
+        }
+        Some(url) => {
+            let schema = format!("weft_bench_retrieval_{}", std::process::id());
+            let store = weft_store::PgStore::connect_in_schema(url, &schema).await?;
+            let out =
+                weft_bench::retrieval::retrieval(&store, "store=postgres", chunks, questions).await;
+            store.close().await;
+            let _ = std::process::Command::new("psql")
+                .args([
+                    url,
+                    "-qc",
+                    &format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
+                ])
+                .stderr(std::process::Stdio::null())
+                .status();
+            out
+        }
+    }
+}
+
 /// Runs a workload `runs` times and prints the medians (one line per report it makes).
 async fn one(runs: u32, w: Workload, kind: StoreKind, tool: workloads::ToolKind) -> Result<()> {
     let mut all: Vec<Vec<Report>> = Vec::new();
@@ -102,6 +140,11 @@ async fn one(runs: u32, w: Workload, kind: StoreKind, tool: workloads::ToolKind)
             Workload::Growth { t } => vec![workloads::growth(*t).await?],
             Workload::Plan { n } => workloads::plan(*n).await?,
             Workload::Resume { events } => vec![workloads::resume(*events).await?],
+            Workload::Retrieval {
+                chunks,
+                questions,
+                postgres,
+            } => retrieval(*chunks, *questions, postgres.as_deref()).await?,
             Workload::All { .. } => Vec::new(),
         };
         all.push(reports);

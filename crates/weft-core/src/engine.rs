@@ -32,6 +32,10 @@ pub struct Limits {
     pub retry_backoff_ms: u64,
     /// Upper bound of one backoff.
     pub retry_backoff_max_ms: u64,
+    /// The most tokens (estimated) a conversation request may carry before its older turns are
+    /// summarised by the model (`compact` calls). Unset: never compacted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_context_tokens: Option<u32>,
 }
 
 impl Default for Limits {
@@ -46,6 +50,7 @@ impl Default for Limits {
             max_model_retries: 3,
             retry_backoff_ms: 200,
             retry_backoff_max_ms: 10_000,
+            max_context_tokens: None,
         }
     }
 }

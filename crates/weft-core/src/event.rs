@@ -257,6 +257,9 @@ pub enum Event {
         step: Option<String>,
         reason: String,
     },
+    /// The conversation's messages before `upto` are replaced, in what later requests carry, by
+    /// `summary` (which covers every earlier compaction too). The messages stay in the log.
+    HistoryCompacted { upto: u64, summary: String },
     /// A model call failed (after the provider's own retries).
     ModelFailed {
         purpose: Purpose,
@@ -433,6 +436,7 @@ impl Event {
             Self::ModelReplied { .. } => "model_replied",
             Self::ModelReplyRejected { .. } => "model_reply_rejected",
             Self::ModelFailed { .. } => "model_failed",
+            Self::HistoryCompacted { .. } => "history_compacted",
             Self::PlanRejected { .. } => "plan_rejected",
             Self::PlanRevised { .. } => "plan_revised",
             Self::StepAction { .. } => "step_action",

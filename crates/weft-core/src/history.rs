@@ -45,6 +45,33 @@ pub(crate) struct Log {
     pub(crate) repairs: Vec<(usize, Message)>,
     /// The last assistant message with tool calls, while only tool results follow it.
     open: Option<usize>,
+    /// `ends[i]`: the estimated tokens of messages `0..=i` (see [`estimate_tokens`]).
+    ends: Vec<u64>,
+}
+
+/// A model-independent estimate of the tokens a message takes: a quarter of its bytes (text,
+/// tool names and arguments) and a few for its framing. Budgets are set with it in mind.
+pub fn estimate_tokens(m: &Message) -> u64 {
+    let bytes = match m {
+        Message::System { content } | Message::User { content } => content.len(),
+        Message::Assistant {
+            content,
+            tool_calls,
+        } => {
+            content.len()
+                + tool_calls
+                    .iter()
+                    .map(|c| c.id.len() + c.name.len() + c.arguments.to_string().len())
+                    .sum::<usize>()
+        }
+        Message::Tool {
+            call_id,
+            name,
+            content,
+            ..
+        } => call_id.len() + name.len() + content.len(),
+    };
+    (bytes as u64).div_ceil(4) + 4
 }
 
 /// Whether `results` holds a tool result for the call `id`.
@@ -74,6 +101,8 @@ impl Log {
                 self.open = Some(self.messages.len());
             }
         }
+        let before = self.ends.last().copied().unwrap_or(0);
+        self.ends.push(before + estimate_tokens(&m));
         self.messages.push(m);
     }
 
@@ -92,17 +121,25 @@ impl Log {
         calls.iter().filter(move |c| !answered(results, &c.id))
     }
 
-    /// The messages with the repairs in place. Does not include [`History::trailing_repairs`].
-    pub(crate) fn iter(&self) -> LogIter<'_> {
+    /// The messages from `from` on with the repairs in place (a repair recorded at `from` or
+    /// before belongs to the messages before). Does not include [`History::trailing_repairs`].
+    pub(crate) fn iter(&self, from: usize) -> LogIter<'_> {
+        let from = from.min(self.messages.len());
+        let skip = if from == 0 {
+            0
+        } else {
+            self.repairs.partition_point(|(at, _)| *at <= from)
+        };
         LogIter {
             messages: &self.messages,
-            repairs: &self.repairs,
-            next: 0,
+            repairs: self.repairs.get(skip..).unwrap_or_default(),
+            next: from,
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.messages.len() + self.repairs.len()
+    /// The number of messages [`Log::iter`] gives from `from` on.
+    pub(crate) fn len(&self, from: usize) -> usize {
+        self.iter(from).len()
     }
 }
 
@@ -201,6 +238,18 @@ impl History {
     /// They go right after the conversation. Empty (and not allocated) in the usual case.
     pub fn trailing_repairs(&self) -> Vec<Message> {
         self.log.unanswered().map(interrupted_result).collect()
+    }
+
+    /// The estimated tokens (see [`estimate_tokens`]) of the messages `from..to`.
+    pub fn tokens_between(&self, from: usize, to: usize) -> u64 {
+        let end = |i: usize| {
+            i.checked_sub(1)
+                .and_then(|i| self.log.ends.get(i))
+                .copied()
+                .unwrap_or(0)
+        };
+        let to = to.min(self.log.messages.len());
+        end(to).saturating_sub(end(from.min(to)))
     }
 
     pub(crate) fn shared(&self) -> Arc<Log> {

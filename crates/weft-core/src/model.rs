@@ -26,6 +26,8 @@ pub enum Purpose {
     React,
     /// Workflow mode: one turn inside a step.
     Workflow,
+    /// Any mode: summarise the older part of a conversation that outgrew its token budget.
+    Compact,
 }
 
 impl Purpose {
@@ -38,6 +40,7 @@ impl Purpose {
             Self::ResponseReview => "response_review",
             Self::React => "react",
             Self::Workflow => "workflow",
+            Self::Compact => "compact",
         }
     }
 }
@@ -96,6 +99,8 @@ pub struct ToolDef {
 pub struct Messages {
     head: Vec<Message>,
     history: Option<Arc<Log>>,
+    /// The first message of `history` carried (the ones before were compacted).
+    from: usize,
     tail: Vec<Message>,
 }
 
@@ -107,15 +112,22 @@ impl Messages {
     /// `head`, then the conversation `history` with every tool call paired with a result (a call
     /// without one gets an `interrupted` result). Copies no message of the conversation.
     pub fn with_history(head: Vec<Message>, history: &History) -> Self {
+        Self::with_history_from(head, history, 0)
+    }
+
+    /// `head`, then the conversation `history` from its message `from` on (the ones before were
+    /// compacted into a summary, which `head` carries), repaired as [`Self::with_history`] does.
+    pub fn with_history_from(head: Vec<Message>, history: &History, from: usize) -> Self {
         Self {
             head,
             history: Some(history.shared()),
+            from,
             tail: history.trailing_repairs(),
         }
     }
 
     pub fn len(&self) -> usize {
-        self.head.len() + self.history.as_ref().map_or(0, |h| h.len()) + self.tail.len()
+        self.head.len() + self.history.as_ref().map_or(0, |h| h.len(self.from)) + self.tail.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -130,7 +142,7 @@ impl Messages {
     pub fn iter(&self) -> Iter<'_> {
         Iter {
             head: self.head.iter(),
-            history: self.history.as_ref().map(|h| h.iter()),
+            history: self.history.as_ref().map(|h| h.iter(self.from)),
             tail: self.tail.iter(),
         }
     }
@@ -194,6 +206,7 @@ impl From<Vec<Message>> for Messages {
         Self {
             head,
             history: None,
+            from: 0,
             tail: Vec::new(),
         }
     }

@@ -455,7 +455,7 @@ pub const REACT_ROLE: &str = "Use the tools when they help; you may call several
 /// call left without one, e.g. by a crash, is given an `interrupted` result). The request
 /// shares the conversation with the state: it copies none of it (see [`crate::history`]).
 pub fn react(state: &State, cfg: &AgentConfig) -> ModelRequest {
-    let messages = Messages::with_history(vec![system(cfg, REACT_ROLE)], &state.history);
+    let messages = conversation(state, vec![system(cfg, REACT_ROLE)]);
     let mut req = request(state, Purpose::React, messages);
     req.tools = cfg
         .tools
@@ -468,6 +468,23 @@ pub fn react(state: &State, cfg: &AgentConfig) -> ModelRequest {
         .collect();
     req
 }
+
+/// `head`, then the session's conversation as a request carries it: the summary of its compacted
+/// part (if any), then the messages after that part, shared with the state.
+pub fn conversation(state: &State, mut head: Vec<Message>) -> Messages {
+    match &state.compaction {
+        Some(c) => {
+            head.push(Message::System {
+                content: format!("{SUMMARY_INTRO}\n{}", c.summary),
+            });
+            Messages::with_history_from(head, &state.history, c.upto)
+        }
+        None => Messages::with_history(head, &state.history),
+    }
+}
+
+/// How the summary of a compacted conversation is introduced to the model.
+pub const SUMMARY_INTRO: &str = "Summary of the earlier part of this conversation:";
 
 /// Pairs every assistant tool call with a tool result: a missing result becomes an
 /// `interrupted` error result placed right after the assistant message's other results.

@@ -38,6 +38,7 @@ impl Event {
                 f(reason);
             }
             Self::ReviewDecided { reason, .. } => f(reason),
+            Self::HistoryCompacted { summary, .. } => f(summary),
             Self::AnswerDrafted { text, .. }
             | Self::UserReplied { text }
             | Self::TextDelta { text } => f(text),

@@ -267,6 +267,13 @@ pub struct OpenCall {
 /// are written and read at. Bump it with every change of State's shape (see the module's
 /// documentation); a snapshot of another version is ignored and the log is folded.
 pub const SNAPSHOT_VERSION: u32 = 1;
+/// A conversation's compacted part: requests carry `summary` in place of the messages before
+/// `upto` (an index into [`State::history`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compaction {
+    pub upto: usize,
+    pub summary: String,
+}
 
 /// The state of a session: what every decision is made from.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -303,6 +310,8 @@ pub struct State {
     /// the serialised form: a snapshot keeps it in parts of its own ([`crate::snapshot`]).
     #[serde(skip)]
     pub history: History,
+    /// The summary that stands for the conversation's older messages in requests.
+    pub compaction: Option<Compaction>,
     /// Earlier turns' tasks and answers (the memory a later turn sees).
     pub memory: Vec<(String, Option<String>)>,
     pub model_calls: u32,
@@ -673,6 +682,16 @@ impl State {
                     });
                 }
                 self.phase = self.resume_phase;
+            }
+            Event::HistoryCompacted { upto, summary } => {
+                self.rejections = 0;
+                self.feedback = None;
+                self.compaction = Some(Compaction {
+                    upto: usize::try_from(*upto)
+                        .unwrap_or(usize::MAX)
+                        .min(self.history.len()),
+                    summary: summary.clone(),
+                });
             }
             Event::MessagesImported { messages } => {
                 self.history.extend(messages.iter().cloned());

@@ -4,6 +4,7 @@
 
 mod agent;
 mod calls;
+mod knowledge;
 mod session;
 pub mod snapshots;
 mod subagent;
@@ -21,6 +22,7 @@ use weft_tools::Registry;
 
 pub use agent::{Agent, SessionInfo};
 use calls::Calls;
+pub use knowledge::StoreKnowledge;
 pub use session::{Observer, Redact, Session};
 pub use snapshots::{Loaded, load_state};
 pub use subagent::{MAX_DEPTH, StoreSubAgents, SubAgents};
@@ -80,6 +82,7 @@ pub struct Runtime<S: Store> {
 
 impl<S: Store> Runtime<S> {
     pub fn new(store: Arc<S>, tools: Arc<Registry>, limits: Limits) -> Self {
+        tools.attach_knowledge(Arc::new(StoreKnowledge(Arc::clone(&store))));
         Self {
             store,
             tools,

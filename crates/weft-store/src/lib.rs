@@ -36,6 +36,7 @@
 mod any;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod knowledge;
 mod lease;
 mod memory;
 mod postgres;
@@ -54,16 +55,17 @@ use weft_core::{Envelope, SessionStatus};
 pub use weft_core::Durability;
 
 pub use any::AnyStore;
+pub use knowledge::{Hit, Kind, Knowledge, NewEntry, Scope, Shelf};
 pub use memory::MemoryStore;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
 /// The version of the SQLite schema this build writes and reads. A database whose schema is
 /// newer is refused with [`StoreError::NewerSchema`].
-pub const SQLITE_SCHEMA_VERSION: i64 = 5;
+pub const SQLITE_SCHEMA_VERSION: i64 = 6;
 
 /// The version of the PostgreSQL schema this build writes and reads.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 5;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 6;
 
 /// How far behind an append's time a session's `updated_at` may stay when the append does not
 /// change the session's status, in milliseconds.
@@ -292,7 +294,7 @@ pub struct Lease {
 }
 
 /// Where sessions live.
-pub trait Store: Send + Sync + 'static {
+pub trait Store: knowledge::Knowledge + Send + Sync + 'static {
     /// Takes the lease on session `id` for `owner` until `now + ttl_ms`: when no one holds it,
     /// when its holder's lease expired (or was released), when `owner` holds it already, or
     /// with `force`. Otherwise [`StoreError::Leased`], naming the holder. The session need not

@@ -25,6 +25,7 @@ pub struct MemoryStore {
     sessions: Mutex<Sessions>,
     leases: Mutex<std::collections::HashMap<String, crate::Lease>>,
     work: tokio::sync::Notify,
+    pub(crate) knowledge: Mutex<crate::knowledge::memory::Entries>,
 }
 
 impl MemoryStore {

@@ -39,6 +39,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         5,
         include_str!("../migrations/postgres/0005_snapshot_parts.sql"),
     ),
+    (6, include_str!("../migrations/postgres/0006_knowledge.sql")),
 ];
 
 /// How long to wait for the server to answer before giving up.
@@ -53,7 +54,7 @@ const SESSION_COLS: &str = "id, user_id, agent, reference_id, metadata, parent_i
 /// A store in a PostgreSQL database.
 #[derive(Clone, Debug)]
 pub struct PgStore {
-    pool: PgPool,
+    pub(crate) pool: PgPool,
     /// `PostgreSQL at host:port`, for messages.
     target: String,
     /// Hears `NOTIFY weft_work` for [`Store::wait_for_work`] (connected at the first wait).

@@ -43,6 +43,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         5,
         include_str!("../migrations/sqlite/0005_snapshot_parts.sql"),
     ),
+    (6, include_str!("../migrations/sqlite/0006_knowledge.sql")),
 ];
 
 /// How long a writer waits for another writer's lock before giving up.
@@ -62,7 +63,7 @@ const SQLITE_NOTADB: i32 = 26;
 /// A store in one SQLite file.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    pub(crate) pool: SqlitePool,
     path: PathBuf,
     /// The group-commit writer (see `sqlite_writer`): every append goes through it.
     writer: Arc<Writer>,

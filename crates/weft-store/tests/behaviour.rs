@@ -13,7 +13,7 @@ use weft_core::{
     EVENT_VERSION, Envelope, Event, Plan, PlanStep, RunStatus, SessionStatus, ToolError,
     ToolOutcome,
 };
-use weft_store::{ListFilter, NewSession, Store, StoreError};
+use weft_store::{Kind, Knowledge, ListFilter, NewEntry, NewSession, Shelf, Store, StoreError};
 
 fn env(seq: u64, event: Event) -> Envelope {
     Envelope {
@@ -681,6 +681,171 @@ async fn sqlite_store() -> (tempfile::TempDir, weft_store::SqliteStore) {
     (dir, st)
 }
 
+fn entry(text: &str) -> NewEntry {
+    NewEntry {
+        text: text.into(),
+        source: String::new(),
+        position: 0,
+    }
+}
+
+/// Memories are found by their words, on the shelves asked for only: one user's memories never
+/// appear in another user's search, and another user cannot delete them.
+async fn memories_are_searched_per_user<S: Knowledge>(st: &Arc<S>) {
+    let (alice, bob) = (Shelf::user("alice"), Shelf::user("bob"));
+    let a = st
+        .add(
+            Kind::Memory,
+            &alice,
+            vec![
+                entry("Alice's favourite colour is teal"),
+                entry("Alice flies to Lisbon on Friday"),
+            ],
+            false,
+            1,
+        )
+        .await
+        .unwrap();
+    st.add(
+        Kind::Memory,
+        &bob,
+        vec![entry("Bob's favourite colour is red")],
+        false,
+        1,
+    )
+    .await
+    .unwrap();
+    st.add(
+        Kind::Memory,
+        &Shelf::public(),
+        vec![entry("The office colour scheme is grey")],
+        false,
+        1,
+    )
+    .await
+    .unwrap();
+    let mine = [alice.clone(), Shelf::public()];
+    let hits = st
+        .search(Kind::Memory, &mine, "what is my favourite colour?", 5)
+        .await
+        .unwrap();
+    let texts: Vec<&str> = hits.iter().map(|h| h.text.as_str()).collect();
+    assert_eq!(
+        texts.first(),
+        Some(&"Alice's favourite colour is teal"),
+        "{texts:?}"
+    );
+    assert!(texts.contains(&"The office colour scheme is grey"));
+    assert!(!texts.iter().any(|t| t.contains("Bob")), "{texts:?}");
+    let hits = st
+        .search(
+            Kind::Memory,
+            std::slice::from_ref(&bob),
+            "Lisbon teal colour",
+            5,
+        )
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].text, "Bob's favourite colour is red");
+    // Query syntax of the databases is not interpreted.
+    assert!(
+        st.search(Kind::Memory, &mine, "\"* NEAR( OR ' --", 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Documents are another kind: a memory search does not return them, and back.
+    assert!(
+        st.search(Kind::Document, &mine, "colour", 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(!st.forget(Kind::Memory, &[bob], a[0]).await.unwrap());
+    assert!(
+        st.forget(Kind::Memory, std::slice::from_ref(&alice), a[0])
+            .await
+            .unwrap()
+    );
+    let hits = st
+        .search(Kind::Memory, &[alice], "favourite colour", 5)
+        .await
+        .unwrap();
+    assert!(hits.is_empty(), "{hits:?}");
+}
+
+/// Adding a document again replaces its chunks; each hit says where it comes from.
+async fn documents_are_replaced_by_source<S: Knowledge>(st: &Arc<S>) {
+    let shelf = Shelf::agent("helpdesk");
+    let chunk = |source: &str, position: i64, text: &str| NewEntry {
+        text: text.into(),
+        source: source.into(),
+        position,
+    };
+    st.add(
+        Kind::Document,
+        &shelf,
+        vec![
+            chunk("guide.md", 0, "Refunds are paid within 14 days"),
+            chunk("guide.md", 1, "Shipping to Norway takes a week"),
+        ],
+        true,
+        1,
+    )
+    .await
+    .unwrap();
+    st.add(
+        Kind::Document,
+        &shelf,
+        vec![chunk("other.md", 0, "Refunds need a receipt")],
+        true,
+        1,
+    )
+    .await
+    .unwrap();
+    st.add(
+        Kind::Document,
+        &shelf,
+        vec![chunk("guide.md", 0, "Refunds are paid within 30 days")],
+        true,
+        2,
+    )
+    .await
+    .unwrap();
+    let hits = st
+        .search(
+            Kind::Document,
+            std::slice::from_ref(&shelf),
+            "how long do refunds take",
+            10,
+        )
+        .await
+        .unwrap();
+    let mut got: Vec<(String, i64, String)> = hits
+        .into_iter()
+        .map(|h| (h.source, h.position, h.text))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (
+                "guide.md".into(),
+                0,
+                "Refunds are paid within 30 days".into()
+            ),
+            ("other.md".into(), 0, "Refunds need a receipt".into()),
+        ]
+    );
+    assert!(
+        st.search(Kind::Document, &[shelf], "Norway shipping", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 static SCHEMA_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A store in a fresh schema, or `None` (and a note) when no server is configured.
@@ -760,4 +925,6 @@ suite!(
     create_with_starts_the_log,
     nul_characters_round_trip,
     snapshots_go_with_their_batch,
+    memories_are_searched_per_user,
+    documents_are_replaced_by_source,
 );

@@ -285,6 +285,15 @@ pub(crate) fn register(
             t.info.name = name;
             reg.register(t)
         }
+        "remember" | "recall" | "forget" | "search_documents" => {
+            no_config(&decl)?;
+            let Some(op) = crate::knowledge::Op::of(&decl.builtin) else {
+                return Err(bad(format!("unknown built-in `{}`", decl.builtin)));
+            };
+            let mut t = crate::KnowledgeTool::new(op, reg.knowledge_slot(), reg.redactor());
+            t.info = customize(t.info, &decl);
+            reg.register(t)
+        }
         "http_get" => {
             let mut t = HttpGet::from_config(&decl.config).map_err(bad)?;
             t.info = customize(t.info, &decl);

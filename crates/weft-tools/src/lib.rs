@@ -41,8 +41,10 @@
 mod agent_tool;
 mod builtin;
 mod command;
+pub mod documents;
 mod fetch;
 mod http;
+mod knowledge;
 mod mcp;
 mod render;
 mod secrets;
@@ -63,6 +65,7 @@ pub use builtin::{ASK_USER, AskUser, Echo, Template, TodoWrite};
 pub use command::CommandTool;
 pub use fetch::{HttpGet, is_internal};
 pub use http::HttpTool;
+pub use knowledge::{KnowledgeBase, KnowledgeTool};
 pub use mcp::McpServerDecl;
 pub use secrets::{Redactor, SecretSource, Secrets, SecretsError};
 pub use workspace::{FsList, FsRead, FsWrite, Workspace};
@@ -138,6 +141,8 @@ pub struct Registry {
     secrets: Secrets,
     mcp: Vec<Arc<mcp::McpServer>>,
     agents: Vec<AgentToolDecl>,
+    /// The store behind the memory and document tools, once a runtime attaches it.
+    knowledge: knowledge::Slot,
 }
 
 impl std::fmt::Debug for Registry {
@@ -377,6 +382,16 @@ impl Registry {
 
     fn is_allowed(&self, name: &str) -> bool {
         self.allowed.as_ref().is_none_or(|a| a.contains(name))
+    }
+
+    /// Gives the memory and document tools (`remember`, `recall`, `forget`,
+    /// `search_documents`) their store. The first one attached stays.
+    pub fn attach_knowledge(&self, kb: Arc<dyn KnowledgeBase>) {
+        let _ = self.knowledge.set(kb);
+    }
+
+    pub(crate) fn knowledge_slot(&self) -> knowledge::Slot {
+        Arc::clone(&self.knowledge)
     }
 
     /// The redactor that knows every secret value this registry's tools resolved.

@@ -2,6 +2,7 @@
 
 mod batch;
 mod check;
+mod docs_cmd;
 mod drive;
 mod interrupt;
 mod load;
@@ -78,6 +79,9 @@ enum Command {
     /// List, inspect, follow, fork and prune sessions.
     #[command(subcommand)]
     Sessions(sessions_cmd::SessionsCommand),
+    /// Add documents to search (text, Markdown) and search them.
+    #[command(subcommand)]
+    Docs(docs_cmd::DocsCommand),
     /// List an agent's tools with their source and schema.
     #[command(subcommand)]
     Tools(tools_cmd::ToolsCommand),
@@ -161,7 +165,10 @@ fn main() -> ExitCode {
         // lookup in the wrong directory must not leave an empty .weft/weft.db behind).
         let read_only = matches!(
             cli.command,
-            Command::Sessions(_) | Command::Resume(_) | Command::Answer(_)
+            Command::Sessions(_)
+                | Command::Resume(_)
+                | Command::Answer(_)
+                | Command::Docs(docs_cmd::DocsCommand::Search { .. })
         ) || matches!(&cli.command, Command::Run(a) if a.session.is_some());
         // A store named by WEFT_DB needs no --db in hints (and a URL may hold a password).
         if std::env::var("WEFT_DB").ok() != cli.db {
@@ -223,6 +230,7 @@ fn main() -> ExitCode {
             Command::Serve(a) => serve::run(store, a).await,
             Command::Sessions(c) => sessions_cmd::run(store, c).await,
             Command::Tools(c) => tools_cmd::run(c).await,
+            Command::Docs(c) => docs_cmd::run(store, c).await,
             Command::Check(a) => check::run(a).await,
             Command::Completions { .. } => Ok(0),
             Command::Schema => schema_cmd::run(),

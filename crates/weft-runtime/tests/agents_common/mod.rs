@@ -182,6 +182,20 @@ pub struct RecordingModel {
     requests: Requests,
 }
 
+impl RecordingModel {
+    /// `inner`, recording each request into the returned [`Requests`].
+    pub fn new(inner: ScriptedModel) -> (Self, Requests) {
+        let requests = Requests::default();
+        (
+            Self {
+                inner,
+                requests: requests.clone(),
+            },
+            requests,
+        )
+    }
+}
+
 impl Model for RecordingModel {
     fn name(&self) -> &str {
         Model::name(&self.inner)

@@ -1,0 +1,104 @@
+//! Knowledge in the memory store: ranked by how many of the query's words an entry holds.
+
+use super::{Hit, Kind, Knowledge, NewEntry, Shelf, query_words};
+use crate::StoreError;
+use crate::memory::MemoryStore;
+
+/// One stored entry.
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    id: i64,
+    kind: Kind,
+    shelf: Shelf,
+    source: String,
+    position: i64,
+    text: String,
+    /// `text`'s words, lower-cased.
+    words: Vec<String>,
+}
+
+/// The memory store's entries.
+#[derive(Debug, Default)]
+pub(crate) struct Entries {
+    next: i64,
+    all: Vec<Entry>,
+}
+
+impl Knowledge for MemoryStore {
+    async fn add(
+        &self,
+        kind: Kind,
+        shelf: &Shelf,
+        entries: Vec<NewEntry>,
+        replace: bool,
+        _now: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut k = self.knowledge.lock().map_err(|_| poisoned())?;
+        if replace {
+            k.all.retain(|e| {
+                !(e.kind == kind
+                    && e.shelf == *shelf
+                    && entries.iter().any(|n| n.source == e.source))
+            });
+        }
+        let mut ids = Vec::with_capacity(entries.len());
+        for e in entries {
+            k.next += 1;
+            let id = k.next;
+            ids.push(id);
+            let words = query_words(&e.text);
+            k.all.push(Entry {
+                id,
+                kind,
+                shelf: shelf.clone(),
+                source: e.source,
+                position: e.position,
+                text: e.text,
+                words,
+            });
+        }
+        Ok(ids)
+    }
+
+    async fn search(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        let words = query_words(query);
+        let k = self.knowledge.lock().map_err(|_| poisoned())?;
+        let mut hits: Vec<Hit> = k
+            .all
+            .iter()
+            .filter(|e| e.kind == kind && shelves.contains(&e.shelf))
+            .filter_map(|e| {
+                let n = words.iter().filter(|w| e.words.contains(w)).count();
+                (n > 0).then(|| Hit {
+                    id: e.id,
+                    scope: e.shelf.scope,
+                    source: e.source.clone(),
+                    position: e.position,
+                    text: e.text.clone(),
+                    score: n as f64,
+                })
+            })
+            .collect();
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        hits.truncate(limit);
+        Ok(hits)
+    }
+
+    async fn forget(&self, kind: Kind, shelves: &[Shelf], id: i64) -> Result<bool, StoreError> {
+        let mut k = self.knowledge.lock().map_err(|_| poisoned())?;
+        let before = k.all.len();
+        k.all
+            .retain(|e| !(e.id == id && e.kind == kind && shelves.contains(&e.shelf)));
+        Ok(k.all.len() < before)
+    }
+}
+
+fn poisoned() -> StoreError {
+    StoreError::Backend("the memory store's knowledge lock was poisoned".into())
+}

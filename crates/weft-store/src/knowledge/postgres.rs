@@ -1,0 +1,145 @@
+//! Knowledge in PostgreSQL: the `knowledge` table and its `tsvector` column (migration 6), ranked by `ts_rank`.
+
+use sqlx::{Postgres, QueryBuilder, Row};
+
+use super::{Hit, Kind, Knowledge, NewEntry, Scope, Shelf, query_words};
+use crate::StoreError;
+use crate::postgres::PgStore;
+
+fn err(context: &str, source: sqlx::Error) -> StoreError {
+    StoreError::Sql {
+        context: context.to_owned(),
+        source,
+    }
+}
+
+fn shelves_clause(q: &mut QueryBuilder<'_, Postgres>, shelves: &[Shelf]) {
+    q.push(" AND (");
+    for (i, s) in shelves.iter().enumerate() {
+        if i > 0 {
+            q.push(" OR ");
+        }
+        q.push("(k.scope = ")
+            .push_bind(s.scope.as_str())
+            .push(" AND k.owner = ")
+            .push_bind(s.owner.clone())
+            .push(")");
+    }
+    q.push(")");
+}
+
+impl Knowledge for PgStore {
+    async fn add(
+        &self,
+        kind: Kind,
+        shelf: &Shelf,
+        entries: Vec<NewEntry>,
+        replace: bool,
+        now: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        let ctx = "cannot store knowledge";
+        let mut tx = self.pool.begin().await.map_err(|e| err(ctx, e))?;
+        if replace {
+            let mut sources: Vec<&str> = entries.iter().map(|e| e.source.as_str()).collect();
+            sources.sort_unstable();
+            sources.dedup();
+            for source in sources {
+                sqlx::query(
+                    "DELETE FROM knowledge WHERE kind = $1 AND scope = $2 AND owner = $3 AND source = $4",
+                )
+                .bind(kind.as_str())
+                .bind(shelf.scope.as_str())
+                .bind(&shelf.owner)
+                .bind(source)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| err(ctx, e))?;
+            }
+        }
+        let mut ids = Vec::with_capacity(entries.len());
+        for e in entries {
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO knowledge (kind, scope, owner, source, position, text, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+            )
+            .bind(kind.as_str())
+            .bind(shelf.scope.as_str())
+            .bind(&shelf.owner)
+            .bind(&e.source)
+            .bind(e.position)
+            .bind(&e.text)
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| err(ctx, e))?;
+            ids.push(id);
+        }
+        tx.commit().await.map_err(|e| err(ctx, e))?;
+        Ok(ids)
+    }
+
+    async fn search(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        let words = query_words(query);
+        if words.is_empty() || shelves.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let matcher = words.join(" | ");
+        let mut q = QueryBuilder::<Postgres>::new(
+            "SELECT k.id, k.scope, k.source, k.position, k.text, \
+             ts_rank(k.tsv, to_tsquery('english', ",
+        );
+        q.push_bind(matcher.clone())
+            .push("))::float8 AS rank FROM knowledge k WHERE k.tsv @@ to_tsquery('english', ")
+            .push_bind(matcher)
+            .push(")")
+            .push(" AND k.kind = ")
+            .push_bind(kind.as_str());
+        shelves_clause(&mut q, shelves);
+        q.push(" ORDER BY rank DESC, k.id LIMIT ")
+            .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        let rows = q
+            .build()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| err("cannot search knowledge", e))?;
+        rows.into_iter()
+            .map(|r| {
+                let scope: String = r.try_get(1).map_err(|e| err("cannot read knowledge", e))?;
+                let rank: f64 = r.try_get(5).map_err(|e| err("cannot read knowledge", e))?;
+                Ok(Hit {
+                    id: r.try_get(0).map_err(|e| err("cannot read knowledge", e))?,
+                    scope: Scope::parse(&scope).ok_or_else(|| {
+                        StoreError::Corrupt(format!("knowledge has an unknown scope `{scope}`"))
+                    })?,
+                    source: r.try_get(2).map_err(|e| err("cannot read knowledge", e))?,
+                    position: r.try_get(3).map_err(|e| err("cannot read knowledge", e))?,
+                    text: r.try_get(4).map_err(|e| err("cannot read knowledge", e))?,
+                    score: rank,
+                })
+            })
+            .collect()
+    }
+
+    async fn forget(&self, kind: Kind, shelves: &[Shelf], id: i64) -> Result<bool, StoreError> {
+        if shelves.is_empty() {
+            return Ok(false);
+        }
+        let mut q = QueryBuilder::<Postgres>::new("DELETE FROM knowledge AS k WHERE k.id = ");
+        q.push_bind(id)
+            .push(" AND k.kind = ")
+            .push_bind(kind.as_str());
+        shelves_clause(&mut q, shelves);
+        let done = q
+            .build()
+            .execute(&self.pool)
+            .await
+            .map_err(|e| err("cannot delete knowledge", e))?;
+        Ok(done.rows_affected() > 0)
+    }
+}

@@ -1,0 +1,129 @@
+//! `weft docs add PATH... [--scope S]` and `weft docs search QUERY [--scope S]...`: documents
+//! kept in the session store, cut into chunks that cite their file and line, found by full-text
+//! search (and by agents, with the `search_documents` tool).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Result, anyhow, bail};
+use clap::Subcommand;
+use weft_store::{Kind, Knowledge, NewEntry, Scope, Shelf};
+use weft_tools::documents::{Format, chunks};
+
+use crate::store::CliStore;
+
+#[derive(Debug, Subcommand)]
+pub enum DocsCommand {
+    /// Add text and Markdown files (adding a file again replaces its chunks).
+    Add {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Who may find them: `public` (everyone), `agent:NAME` or `user:ID`.
+        #[arg(long, default_value = "public")]
+        scope: String,
+    },
+    /// Search the documents; each result cites its file and line.
+    Search {
+        query: String,
+        /// Where to look (repeatable): `public`, `agent:NAME`, `user:ID`.
+        #[arg(long, default_values_t = ["public".to_owned()])]
+        scope: Vec<String>,
+        /// The most results.
+        #[arg(long, default_value_t = 5)]
+        limit: usize,
+        /// Print one JSON object per result.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Reads `public`, `agent:NAME` or `user:ID`.
+pub fn parse_shelf(s: &str) -> Result<Shelf> {
+    let (scope, owner) = s.split_once(':').unwrap_or((s, ""));
+    match (Scope::parse(scope), owner) {
+        (Some(Scope::Public), "") => Ok(Shelf::public()),
+        (Some(Scope::Agent), name) if !name.is_empty() => Ok(Shelf::agent(name)),
+        (Some(Scope::User), id) if !id.is_empty() => Ok(Shelf::user(id)),
+        _ => bail!("--scope `{s}`: give `public`, `agent:NAME` or `user:ID`"),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+pub async fn run(store: Arc<CliStore>, cmd: DocsCommand) -> Result<u8> {
+    match cmd {
+        DocsCommand::Add { paths, scope } => {
+            let shelf = parse_shelf(&scope)?;
+            // Every file is read and cut before anything is stored: a bad file stores nothing.
+            let mut files = Vec::with_capacity(paths.len());
+            for path in &paths {
+                Format::of(path).map_err(|e| anyhow!(e))?;
+                let text = std::fs::File::open(path)
+                    .and_then(weft_core::limits::read_text)
+                    .map_err(|e| anyhow!("cannot read document {}: {e}", path.display()))?;
+                let source = path.display().to_string();
+                let entries: Vec<NewEntry> = chunks(&text)
+                    .into_iter()
+                    .map(|c| NewEntry {
+                        text: c.text,
+                        source: source.clone(),
+                        position: i64::try_from(c.line).unwrap_or(i64::MAX),
+                    })
+                    .collect();
+                files.push((source, entries));
+            }
+            let mut out = std::io::stdout().lock();
+            for (source, entries) in files {
+                let n = entries.len();
+                if n == 0 {
+                    writeln!(out, "{source}: no text, nothing added")?;
+                    continue;
+                }
+                store
+                    .add(Kind::Document, &shelf, entries, true, now_ms())
+                    .await
+                    .map_err(|e| anyhow!("cannot store document {source}: {e}"))?;
+                writeln!(out, "{source}: {n} chunks ({scope})")?;
+            }
+            Ok(0)
+        }
+        DocsCommand::Search {
+            query,
+            scope,
+            limit,
+            json,
+        } => {
+            let shelves = scope
+                .iter()
+                .map(|s| parse_shelf(s))
+                .collect::<Result<Vec<_>>>()?;
+            let hits = store
+                .search(Kind::Document, &shelves, &query, limit)
+                .await
+                .map_err(|e| anyhow!("cannot search the documents: {e}"))?;
+            let mut out = std::io::stdout().lock();
+            for h in &hits {
+                if json {
+                    writeln!(out, "{}", serde_json::to_string(h)?)?;
+                } else {
+                    writeln!(
+                        out,
+                        "{}:{}\n  {}\n",
+                        h.source,
+                        h.position,
+                        h.text.replace('\n', "\n  ")
+                    )?;
+                }
+            }
+            if hits.is_empty() && !json {
+                writeln!(out, "no document matches `{query}`")?;
+            }
+            Ok(0)
+        }
+    }
+}
