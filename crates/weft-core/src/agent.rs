@@ -63,10 +63,10 @@ pub struct AgentSpec {
     #[serde(default)]
     #[schemars(with = "Vec<crate::agent_loop::Skill>")]
     pub skills: Vec<Value>,
-    /// Workflow steps (workflow mode; reserved).
-    #[serde(default)]
-    #[schemars(schema_with = "schema::objects")]
-    pub steps: Vec<Value>,
+    /// The state machine of a workflow agent (`mode: workflow`): its steps, where a message
+    /// enters, and how each step routes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<crate::workflow::WorkflowSpec>,
 }
 
 /// A local command tool: JSON arguments on stdin, a JSON result on stdout.
@@ -170,7 +170,36 @@ impl AgentSpec {
             ));
         }
         spec.tool_decls().map_err(err)?;
+        spec.check_mode().map_err(err)?;
         Ok(spec)
+    }
+
+    /// The mode and what it needs agree: `mode: workflow` comes with a sound `workflow:`, and
+    /// only it.
+    fn check_mode(&self) -> Result<(), String> {
+        match (&self.mode, &self.workflow) {
+            (Mode::Workflow, None) => Err(
+                "`mode: workflow` needs a `workflow:` with `initial` and `steps` (see docs/workflows.md)".into(),
+            ),
+            (Mode::Plan | Mode::React, Some(_)) => Err(
+                "`workflow:` belongs to `mode: workflow`; set the mode or remove the workflow".into(),
+            ),
+            (Mode::Workflow, Some(wf)) => {
+                if self.allowed_tools.is_some() {
+                    return Err("`allowed_tools` does not apply to a workflow: each step lists its own `tools`; remove it".into());
+                }
+                if self.limits.max_transitions == 0 {
+                    return Err("`limits`: max_transitions must be at least 1".into());
+                }
+                let problems = wf.problems();
+                if problems.is_empty() {
+                    Ok(())
+                } else {
+                    Err(problems.join("; "))
+                }
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The tool declarations, each checked; errors name the entry (`tools[2]`).
@@ -307,7 +336,7 @@ mod tests {
             approve_plans: false,
             review_responses: None,
             skills: vec![],
-            steps: vec![],
+            workflow: None,
         })
     }
 
@@ -367,10 +396,6 @@ pub mod schema {
     }
 
     pub fn tools(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({"type": "array", "items": {"type": "object"}})
-    }
-
-    pub fn objects(_: &mut SchemaGenerator) -> Schema {
         json_schema!({"type": "array", "items": {"type": "object"}})
     }
 

@@ -32,6 +32,9 @@ pub struct Limits {
     pub retry_backoff_ms: u64,
     /// Upper bound of one backoff.
     pub retry_backoff_max_ms: u64,
+    /// Transitions between workflow steps from one message of the user to the end of its turn
+    /// (workflow mode).
+    pub max_transitions: u32,
 }
 
 impl Default for Limits {
@@ -46,6 +49,7 @@ impl Default for Limits {
             max_model_retries: 3,
             retry_backoff_ms: 200,
             retry_backoff_max_ms: 10_000,
+            max_transitions: 50,
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod recovery;
 pub mod redaction;
 pub mod state;
 pub mod tool;
+pub mod workflow;
 
 #[cfg(test)]
 mod engine_tests;

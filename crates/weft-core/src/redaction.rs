@@ -73,7 +73,31 @@ impl Event {
             Self::RunFinished { error, answer, .. } => {
                 error.iter_mut().chain(answer.iter_mut()).for_each(f);
             }
-            Self::WaveStarted { .. } | Self::StepStarted { .. } | Self::WaveFinished { .. } => {}
+            Self::WorkflowOutputAccepted {
+                output,
+                assigned,
+                reply,
+                ..
+            } => {
+                value(output, f);
+                for v in assigned.values_mut() {
+                    value(v, f);
+                }
+                if let Some(r) = reply {
+                    f(r);
+                }
+            }
+            Self::WorkflowOutputRejected { reason, .. } => f(reason),
+            Self::WorkflowTransition { rule, .. } => {
+                if let crate::event::TransitionRule::OnError { error } = rule {
+                    f(error);
+                }
+            }
+            // Step names, rules and conditions are the agent file's structure.
+            Self::WorkflowStepEntered { .. }
+            | Self::WaveStarted { .. }
+            | Self::StepStarted { .. }
+            | Self::WaveFinished { .. } => {}
         }
     }
 }

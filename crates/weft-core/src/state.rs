@@ -16,6 +16,7 @@ use crate::history::History;
 use crate::model::{Message, Purpose, Usage};
 use crate::path;
 use crate::plan::{Plan, PlanProblem};
+use crate::workflow::WorkflowRun;
 
 /// A step's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -260,6 +261,8 @@ pub struct State {
     pub answer: Option<String>,
     /// Tool calls of the model waiting for a person's approval (ReAct).
     pub approved_calls: Vec<String>,
+    /// Where a workflow session stands (workflow mode).
+    pub workflow: WorkflowRun,
 }
 
 /// A tool call's signature: its name and canonical arguments (object keys sorted).
@@ -327,6 +330,12 @@ impl State {
             data: Value::Object(Map::new()),
             ..Self::default()
         }
+    }
+
+    /// Whether a call serving `step` is a workflow step's call of its agent (a workflow's calls
+    /// name a step only then; the model's own calls name none).
+    fn delegates(&self, step: Option<&str>) -> bool {
+        self.mode == Some(Mode::Workflow) && self.plan.is_none() && step.is_some()
     }
 
     /// Folds a sequence of events into a fresh state.
@@ -405,6 +414,7 @@ impl State {
                 self.reviews.clear();
                 self.drafts.clear();
                 self.response_feedback = None;
+                self.workflow.message_in();
                 self.phase = match self.mode {
                     Some(Mode::Plan) => Phase::Planning,
                     _ => Phase::React,
@@ -424,6 +434,9 @@ impl State {
                 self.model_calls += 1;
                 *self.purpose_calls.entry(*purpose).or_default() += 1;
                 self.model_failures = 0;
+                if *purpose == Purpose::Workflow {
+                    self.workflow.turns += 1;
+                }
                 if *purpose == Purpose::React || *purpose == Purpose::Workflow {
                     self.iterations += 1;
                     self.history.push(Message::Assistant {
@@ -452,7 +465,7 @@ impl State {
                     p.steps[i].failures += 1;
                     p.steps[i].log.push(serde_json::json!({"rejected": reason}));
                 }
-                if *purpose == Purpose::React {
+                if matches!(purpose, Purpose::React | Purpose::Workflow) {
                     self.history.push(Message::User {
                         content: format!("[weft] Your last reply could not be used: {reason}"),
                     });
@@ -596,6 +609,13 @@ impl State {
                     {
                         self.approved_calls.push(format!("{id}={text}"));
                     }
+                    if req.kind == "message" {
+                        // A workflow waited for the user's next message: it enters anew.
+                        self.workflow.message_in();
+                        self.history.push(Message::User {
+                            content: text.clone(),
+                        });
+                    }
                 } else if self.mode == Some(Mode::React) {
                     self.history.push(Message::User {
                         content: text.clone(),
@@ -671,6 +691,9 @@ impl State {
                 {
                     p.steps[i].call = Some(call_id.clone());
                 }
+                if self.delegates(step.as_deref()) {
+                    self.workflow.delegating = true;
+                }
             }
             Event::ToolCallFinished {
                 call_id, outcome, ..
@@ -678,6 +701,11 @@ impl State {
                 let Some(c) = self.open_calls.remove(call_id) else {
                     return;
                 };
+                if self.delegates(c.step.as_deref()) {
+                    self.workflow.delegating = false;
+                    self.workflow.delegated = Some(outcome.clone());
+                    return;
+                }
                 match (&mut self.plan, &c.step) {
                     (Some(p), Some(step)) => {
                         if let Some(&i) = p.index.get(step) {
@@ -778,6 +806,44 @@ impl State {
                 self.open_wave = None;
                 if self.mode == Some(Mode::Plan) {
                     self.phase = Phase::Reviewing;
+                }
+            }
+            Event::WorkflowStepEntered { step, .. } => {
+                self.workflow.enter(step);
+            }
+            Event::WorkflowOutputAccepted {
+                step,
+                output,
+                assigned,
+                reply,
+            } => {
+                self.workflow.outputs.insert(step.clone(), output.clone());
+                for (at, v) in assigned {
+                    if let Some(p) = path::parse(at) {
+                        path::set(&mut self.data, &p, v.clone());
+                    }
+                }
+                if reply.is_some() {
+                    self.workflow.reply.clone_from(reply);
+                }
+            }
+            Event::WorkflowOutputRejected { step, reason, .. } => {
+                self.workflow.rejected += 1;
+                self.workflow.feedback = Some(reason.clone());
+                // A delegated step asks its agent again (the next task says why); a model is
+                // told in the conversation.
+                if self.workflow.delegated.take().is_none() {
+                    self.history.push(Message::User {
+                        content: format!(
+                            "[weft] Your output for step `{step}` could not be used: {reason}. Reply again with the step's output."
+                        ),
+                    });
+                }
+            }
+            Event::WorkflowTransition { to, .. } => {
+                self.workflow.transitions += 1;
+                if to == crate::workflow::END || to == crate::workflow::WAIT {
+                    self.workflow.step = None;
                 }
             }
             Event::RunFinished {

@@ -270,6 +270,28 @@ impl Registry {
                 }
             }
         }
+        if let Some(wf) = &spec.workflow {
+            for (name, step) in &wf.steps {
+                let Some(file) = &step.agent else { continue };
+                let at = |m: String| {
+                    ToolsError::Declaration(format!("workflow.steps.{name}.agent: {m}"))
+                };
+                let decl = AgentToolDecl::parse(
+                    &serde_json::json!({
+                        "agent": file,
+                        "name": weft_core::workflow::delegate_tool(name),
+                        "description": format!("The agent the workflow step `{name}` hands its work to."),
+                    }),
+                    base_dir,
+                )
+                .map_err(at)?;
+                reg.register(agent_tool::AgentTool {
+                    info: decl.info(),
+                    path: decl.path.clone(),
+                })?;
+                reg.agents.push(decl);
+            }
+        }
         if let Some(allowed) = &spec.allowed_tools {
             reg = reg.restrict(allowed);
         }

@@ -59,10 +59,14 @@ pub(crate) fn start(
         };
         let Some(info) = tools.iter().find(|t| t.name == c.name) else {
             let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-            record.push(blocked(format!(
-                "`{}` is not a tool {scope} may use; available: {}",
-                c.name,
+            let available = if names.is_empty() {
+                "none".to_owned()
+            } else {
                 names.join(", ")
+            };
+            record.push(blocked(format!(
+                "`{}` is not a tool {scope} may use; available: {available}",
+                c.name
             )));
             continue;
         };
