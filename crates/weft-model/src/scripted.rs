@@ -533,6 +533,52 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn cases_are_chosen_by_the_first_user_message() {
+        let m = ScriptedModel::parse(
+            "c.yaml",
+            "cases:\n  - when: Refund\n    script: { workflow: [{ text: money }] }\n  - script:\n      - text: other\n",
+        )
+        .unwrap();
+        let ask = |first: &str, purpose: Purpose| {
+            let mut r = req(purpose, 0, 0);
+            r.messages = vec![
+                crate::Message::System {
+                    content: "refund".into(),
+                },
+                crate::Message::User {
+                    content: first.into(),
+                },
+                crate::Message::User {
+                    content: "later refund".into(),
+                },
+            ]
+            .into();
+            r
+        };
+        let r = m
+            .complete(&ask("I want a REFUND", Purpose::Workflow), None)
+            .await
+            .unwrap();
+        assert_eq!(r.content, "money");
+        let r = m
+            .complete(&ask("hello", Purpose::React), None)
+            .await
+            .unwrap();
+        assert_eq!(r.content, "other");
+        let only = ScriptedModel::parse(
+            "o.yaml",
+            "cases:\n  - when: refund\n    script: [{ text: x }]\n",
+        )
+        .unwrap();
+        let e = only
+            .complete(&ask("hello", Purpose::React), None)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("no case"), "{e}");
+        assert!(ScriptedModel::parse("e.yaml", "cases:\n  - when: ''\n    script: []\n").is_err());
+    }
+
+    #[tokio::test]
     async fn repeat_and_deltas() {
         let m = ScriptedModel::parse("r.yaml", "- {text: \"a b c\", repeat: 2}\n").unwrap();
         let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
