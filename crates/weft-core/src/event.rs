@@ -326,6 +326,9 @@ pub enum Event {
         call_id: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         step: Option<String>,
+        /// The item (its position in the list) a fan-out step's call serves.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        item: Option<usize>,
         tool: String,
         args: Value,
         attempt: u32,
@@ -344,6 +347,22 @@ pub enum Event {
         attempt: u32,
         error: ToolError,
         delay_ms: u64,
+    },
+    /// A fan-out step (`_forEach`) began: its tool runs once for each of `items` items.
+    FanOutStarted { step: String, items: usize },
+    /// A fan-out step's call for item `item` failed and will be tried again after `delay_ms`.
+    ItemRetrying {
+        step: String,
+        item: usize,
+        attempt: u32,
+        error: ToolError,
+        delay_ms: u64,
+    },
+    /// A fan-out step's item failed without a call (its arguments could not be made from it).
+    ItemFailed {
+        step: String,
+        item: usize,
+        error: ToolError,
     },
     /// A step completed; its output went to its `_outputPath`.
     StepCompleted {
@@ -509,6 +528,9 @@ impl Event {
             Self::ToolCallStarted { .. } => "tool_call_started",
             Self::ToolCallFinished { .. } => "tool_call_finished",
             Self::StepRetrying { .. } => "step_retrying",
+            Self::FanOutStarted { .. } => "fan_out_started",
+            Self::ItemRetrying { .. } => "item_retrying",
+            Self::ItemFailed { .. } => "item_failed",
             Self::StepCompleted { .. } => "step_completed",
             Self::StepFailed { .. } => "step_failed",
             Self::StepSkipped { .. } => "step_skipped",

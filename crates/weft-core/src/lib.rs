@@ -7,6 +7,7 @@ pub mod agent_loop;
 pub mod condition;
 pub mod engine;
 pub mod event;
+pub mod fan_out;
 pub mod graph;
 pub mod history;
 pub mod limits;

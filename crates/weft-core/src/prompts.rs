@@ -134,7 +134,8 @@ Reply with JSON only, in one of two forms:\n\
 {\"direct_response\": \"<the answer>\"} when no tool is needed. In a plan each call is an object with \"_id\" (short unique id), either \"_tool\" (a tool name from the list, \
 with its arguments as the other keys) or \"_description\" (a small step for the step executor) and optionally \"_category\", \
 \"_outputPath\" (\"†state.name\" to store the result), \"_dependsOn\" (ids), \"_parallel\" (true if it may run beside others), \
-\"_when\" (a condition such as \"state.weather.sunny\"). An argument whose value is \"†input.x\", \"†state.a.b\" or \"†steps.<id>\" \
+\"_when\" (a condition such as \"state.weather.sunny\"), \"_forEach\" (\"†state.list\": the tool runs once per item of the list, \
+its arguments reading the item as \"†item\" or \"†item.x\", and the step's output is the list of results). An argument whose value is \"†input.x\", \"†state.a.b\" or \"†steps.<id>\" \
 is filled from the input, the state or a step's output when the step runs. The plan must be acyclic.";
 
 /// Above this many tools, plan steps name their tool from a list but their arguments are not

@@ -58,7 +58,10 @@ impl Event {
                 ToolOutcome::Ok { output } => value(output, f),
                 ToolOutcome::Error { error } => tool_error(error, f),
             },
-            Self::StepRetrying { error, .. } | Self::StepFailed { error, .. } => {
+            Self::StepRetrying { error, .. }
+            | Self::StepFailed { error, .. }
+            | Self::ItemRetrying { error, .. }
+            | Self::ItemFailed { error, .. } => {
                 tool_error(error, f);
             }
             Self::StepCompleted {
@@ -95,6 +98,7 @@ impl Event {
             }
             // Step names, rules and conditions are the agent file's structure.
             Self::WorkflowStepEntered { .. }
+            | Self::FanOutStarted { .. }
             | Self::WaveStarted { .. }
             | Self::StepStarted { .. }
             | Self::WaveFinished { .. } => {}
@@ -191,6 +195,7 @@ mod tests {
         let mut e = Event::ToolCallStarted {
             call_id: "echo".into(),
             step: Some("echo".into()),
+            item: None,
             tool: "echo".into(),
             args: json!({"text": "say echo", "echo": ["echo"]}),
             attempt: 1,
@@ -202,6 +207,7 @@ mod tests {
             Event::ToolCallStarted {
                 call_id: "echo".into(),
                 step: Some("echo".into()),
+                item: None,
                 tool: "echo".into(),
                 args: json!({"text": "say [secret:x]", "[secret:x]": ["[secret:x]"]}),
                 attempt: 1,

@@ -72,6 +72,94 @@ pub struct StepRun {
     /// The idempotency key of the step's last call; a retry of that call reuses it.
     #[serde(skip)]
     pub key: Option<String>,
+    /// A fan-out step's items (`_forEach`), once it started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub items: Option<Items>,
+}
+
+/// The items of a fan-out step: each one's call, attempts and outcome.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Items {
+    /// Each item's outcome once it has one for good, in item order.
+    pub done: Vec<Option<ToolOutcome>>,
+    /// Attempts made for each item.
+    pub attempts: Vec<u32>,
+    /// The idempotency key of each item's call (a retry reuses it).
+    pub keys: Vec<Option<String>>,
+    /// Items whose call runs.
+    pub running: BTreeSet<usize>,
+    /// Items to try again, with the delay before their next attempt.
+    pub retrying: BTreeMap<usize, u64>,
+    /// Items never started are those from here on.
+    pub next: usize,
+    /// Items that failed for good.
+    pub failed: usize,
+}
+
+impl Items {
+    pub fn new(n: usize) -> Self {
+        Self {
+            done: vec![None; n],
+            attempts: vec![0; n],
+            keys: vec![None; n],
+            ..Self::default()
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.done.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.done.is_empty()
+    }
+
+    fn started(&mut self, k: usize, attempt: u32, key: &str) {
+        if k >= self.len() {
+            return;
+        }
+        self.running.insert(k);
+        self.retrying.remove(&k);
+        self.attempts[k] = attempt;
+        self.keys[k] = Some(key.to_owned());
+        self.next = self.next.max(k + 1);
+    }
+
+    fn finished(&mut self, k: usize, outcome: ToolOutcome) {
+        if k >= self.len() {
+            return;
+        }
+        self.running.remove(&k);
+        if matches!(outcome, ToolOutcome::Error { .. }) {
+            self.failed += 1;
+        }
+        self.done[k] = Some(outcome);
+    }
+
+    fn retry(&mut self, k: usize, delay_ms: u64) {
+        if k >= self.len() {
+            return;
+        }
+        if matches!(self.done[k], Some(ToolOutcome::Error { .. })) {
+            self.failed = self.failed.saturating_sub(1);
+        }
+        self.done[k] = None;
+        self.retrying.insert(k, delay_ms);
+    }
+
+    fn failed_without_call(&mut self, k: usize, error: ToolError) {
+        if k >= self.len() {
+            return;
+        }
+        self.next = self.next.max(k + 1);
+        self.failed += 1;
+        self.done[k] = Some(ToolOutcome::Error { error });
+    }
+
+    /// No item runs or waits for a retry.
+    pub fn idle(&self) -> bool {
+        self.running.is_empty() && self.retrying.is_empty()
+    }
 }
 
 /// A plan being executed.
@@ -195,6 +283,9 @@ impl PlanRun {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct OpenCall {
     pub step: Option<String>,
+    /// The item of a fan-out step the call serves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item: Option<usize>,
     pub tool: String,
     pub args: Value,
     pub attempt: u32,
@@ -663,12 +754,32 @@ impl State {
             Event::ToolCallStarted {
                 call_id,
                 step,
+                item,
                 tool,
                 args,
                 attempt,
                 idempotency_key,
             } => {
                 self.tool_invocations += 1;
+                self.open_calls.insert(
+                    call_id.clone(),
+                    OpenCall {
+                        step: step.clone(),
+                        item: *item,
+                        tool: tool.clone(),
+                        args: args.clone(),
+                        attempt: *attempt,
+                        idempotency_key: idempotency_key.clone(),
+                    },
+                );
+                if let (Some(k), Some(step), Some(p)) = (item, step, &mut self.plan)
+                    && let Some(&i) = p.index.get(step)
+                {
+                    if let Some(items) = &mut p.steps[i].items {
+                        items.started(*k, *attempt, idempotency_key);
+                    }
+                    return;
+                }
                 if let (Some(step), Some(p)) = (step, &mut self.plan)
                     && let Some(&i) = p.index.get(step)
                 {
@@ -676,16 +787,6 @@ impl State {
                     p.steps[i].next_call = None;
                     p.steps[i].key = Some(idempotency_key.clone());
                 }
-                self.open_calls.insert(
-                    call_id.clone(),
-                    OpenCall {
-                        step: step.clone(),
-                        tool: tool.clone(),
-                        args: args.clone(),
-                        attempt: *attempt,
-                        idempotency_key: idempotency_key.clone(),
-                    },
-                );
                 if let (Some(p), Some(step)) = (&mut self.plan, step)
                     && let Some(&i) = p.index.get(step)
                 {
@@ -704,6 +805,14 @@ impl State {
                 if self.delegates(c.step.as_deref()) {
                     self.workflow.delegating = false;
                     self.workflow.delegated = Some(outcome.clone());
+                    return;
+                }
+                if let (Some(k), Some(step), Some(p)) = (c.item, &c.step, &mut self.plan) {
+                    if let Some(&i) = p.index.get(step)
+                        && let Some(items) = &mut p.steps[i].items
+                    {
+                        items.finished(k, outcome.clone());
+                    }
                     return;
                 }
                 match (&mut self.plan, &c.step) {
@@ -755,6 +864,34 @@ impl State {
                     p.steps[i].retry_in_ms = Some(*delay_ms);
                     p.steps[i].error = Some(error.clone());
                     p.retrying.insert(i);
+                }
+            }
+            Event::FanOutStarted { step, items } => {
+                if let Some(p) = &mut self.plan
+                    && let Some(&i) = p.index.get(step)
+                {
+                    p.steps[i].items = Some(Items::new(*items));
+                }
+            }
+            Event::ItemRetrying {
+                step,
+                item,
+                delay_ms,
+                ..
+            } => {
+                if let Some(p) = &mut self.plan
+                    && let Some(&i) = p.index.get(step)
+                    && let Some(items) = &mut p.steps[i].items
+                {
+                    items.retry(*item, *delay_ms);
+                }
+            }
+            Event::ItemFailed { step, item, error } => {
+                if let Some(p) = &mut self.plan
+                    && let Some(&i) = p.index.get(step)
+                    && let Some(items) = &mut p.steps[i].items
+                {
+                    items.failed_without_call(*item, error.clone());
                 }
             }
             Event::StepCompleted { step, output, .. } => {

@@ -226,15 +226,44 @@ impl View {
                 call_id,
                 tool,
                 args,
+                item,
                 ..
             } => {
+                let tool = match item {
+                    Some(k) => format!("{tool}[{k}]"),
+                    None => tool.clone(),
+                };
                 self.calls.insert(
                     call_id.clone(),
                     Call {
-                        tool: tool.clone(),
+                        tool,
                         args: short(args),
                     },
                 );
+            }
+            Event::FanOutStarted { step, items } => {
+                self.say(&p.dim(&format!("  {step}: one call per item, {items} item(s)")));
+            }
+            Event::ItemRetrying {
+                step,
+                item,
+                attempt,
+                delay_ms,
+                ..
+            } => {
+                self.say(&format!(
+                    "  {} {step}[{item}]: retry {}/{} in {delay_ms} ms",
+                    p.warn("↻"),
+                    attempt + 1,
+                    self.max_attempts
+                ));
+            }
+            Event::ItemFailed { step, item, error } => {
+                self.say(&format!(
+                    "  {} {step}[{item}]: {}",
+                    p.bad("✗"),
+                    p.bad(&cut(&error.message))
+                ));
             }
             Event::ToolCallFinished {
                 call_id,

@@ -115,6 +115,7 @@ pub(crate) fn start(
         let inv = Invocation {
             call_id: c.id.clone(),
             step: None,
+            item: None,
             tool: c.name.clone(),
             args: c.arguments.clone(),
             attempt: 1,
@@ -129,6 +130,7 @@ pub(crate) fn start(
         events.push(Event::ToolCallStarted {
             call_id: inv.call_id.clone(),
             step: None,
+            item: None,
             tool: inv.tool.clone(),
             args: inv.args.clone(),
             attempt: 1,

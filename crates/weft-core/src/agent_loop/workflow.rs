@@ -241,6 +241,7 @@ fn delegate(state: &State, wf: &WorkflowConfig, name: &str, step: &StepSpec) -> 
     let inv = Invocation {
         call_id: format!("{name}#{n}"),
         step: Some(name.to_owned()),
+        item: None,
         idempotency_key: call_key(&state.session_id, n, &tool, &args),
         tool,
         args,
@@ -250,6 +251,7 @@ fn delegate(state: &State, wf: &WorkflowConfig, name: &str, step: &StepSpec) -> 
     let started = Event::ToolCallStarted {
         call_id: inv.call_id.clone(),
         step: inv.step.clone(),
+        item: None,
         tool: inv.tool.clone(),
         args: inv.args.clone(),
         attempt: 1,
