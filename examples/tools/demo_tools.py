@@ -43,6 +43,21 @@ def refund_order(a):
             "message": "The refund has been processed successfully."}
 
 
+ORDERS = {
+    "A-1001": {"status": "delivered", "total": 42.5},
+    "A-1002": {"status": "in transit", "total": 18.0},
+    "A-1003": {"status": "refunded", "total": 99.9},
+}
+
+
+def lookup_order(a):
+    order = ORDERS.get(a["orderId"])
+    if order is None:
+        sys.stderr.write(f"unknown_order: no order {a['orderId']}\n")
+        sys.exit(2)
+    return {"id": a["orderId"], **order}
+
+
 def weather(a):
     sunny = a["city"].lower() in {"lisbon", "seville", "athens", "nice"}
     return {"city": a["city"], "sunny": sunny, "tempC": 24 if sunny else 12}
@@ -108,6 +123,7 @@ OPS = {
     "pay": process_payment, "confirm": confirm_order, "report": report_failure,
     "detect": detect_language, "is_english": is_english, "translate": translate,
     "append": append_log, "kb": search_kb, "refund_order": refund_order,
+    "order": lookup_order,
 }
 
 if __name__ == "__main__":

@@ -126,7 +126,7 @@ pub enum ToolDecl {
     Command(CommandToolDecl),
     Builtin(BuiltinToolDecl),
     /// A kind this build knows by name but whose declaration is handled elsewhere
-    /// (`http`, `mcp`, `agent`): kept raw for the tool crate.
+    /// (`http`, `mcp`, `agent`, `process`): kept raw for the tool crate.
     Other {
         kind: &'static str,
         raw: Value,
@@ -215,7 +215,8 @@ impl AgentSpec {
 fn parse_tool_decl(raw: &Value) -> Result<ToolDecl, String> {
     let Value::Object(map) = raw else {
         return Err(
-            "a tool is a mapping with `command`, `builtin`, `http`, `mcp` or `agent`".into(),
+            "a tool is a mapping with `command`, `builtin`, `http`, `mcp`, `agent` or `process`"
+                .into(),
         );
     };
     let label = map
@@ -234,7 +235,7 @@ fn parse_tool_decl(raw: &Value) -> Result<ToolDecl, String> {
             .map(ToolDecl::Builtin)
             .map_err(decode);
     }
-    for kind in ["http", "mcp", "agent"] {
+    for kind in ["http", "mcp", "agent", "process"] {
         if map.contains_key(kind) {
             return Ok(ToolDecl::Other {
                 kind,
@@ -244,7 +245,7 @@ fn parse_tool_decl(raw: &Value) -> Result<ToolDecl, String> {
     }
     let keys: Vec<&str> = map.keys().map(String::as_str).collect();
     Err(format!(
-        "{label} has none of `command`, `builtin`, `http`, `mcp`, `agent` (keys: {})",
+        "{label} has none of `command`, `builtin`, `http`, `mcp`, `agent`, `process` (keys: {})",
         keys.join(", ")
     )
     .trim()

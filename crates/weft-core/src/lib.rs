@@ -14,6 +14,7 @@ pub mod limits;
 pub mod model;
 pub mod path;
 pub mod plan;
+pub mod process;
 pub mod prompts;
 pub mod recovery;
 pub mod redaction;

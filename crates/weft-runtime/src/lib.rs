@@ -4,6 +4,7 @@
 
 mod agent;
 mod calls;
+mod process;
 mod session;
 mod subagent;
 
@@ -20,6 +21,7 @@ use weft_tools::Registry;
 
 pub use agent::{Agent, SessionInfo};
 use calls::Calls;
+pub use process::child_id as process_session_id;
 pub use session::{Observer, Redact, Session};
 pub use subagent::{MAX_DEPTH, StoreSubAgents, SubAgents};
 

@@ -30,6 +30,7 @@
 //!   - mcp: {name: fs, url: "http://127.0.0.1:8000/mcp",
 //!           headers: {Authorization: "Bearer {{ secrets.crm_token }}"}, prefix: ""}
 //!   - {agent: researcher.yaml, name: researcher, description: Finds things out.}
+//!   - {process: order-status.json}       # a plan reused as a tool (see weft_core::process)
 //! ```
 //!
 //! MCP tools are named `prefix.tool` (the prefix defaults to the server name; `""` means
@@ -44,6 +45,7 @@ mod command;
 mod fetch;
 mod http;
 mod mcp;
+mod process_tool;
 mod render;
 mod secrets;
 mod workspace;
@@ -64,6 +66,7 @@ pub use command::CommandTool;
 pub use fetch::{HttpGet, is_internal};
 pub use http::HttpTool;
 pub use mcp::McpServerDecl;
+pub use process_tool::ProcessDecl;
 pub use secrets::{Redactor, SecretSource, Secrets, SecretsError};
 pub use workspace::{FsList, FsRead, FsWrite, Workspace};
 
@@ -138,6 +141,7 @@ pub struct Registry {
     secrets: Secrets,
     mcp: Vec<Arc<mcp::McpServer>>,
     agents: Vec<AgentToolDecl>,
+    processes: Vec<ProcessDecl>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -262,6 +266,17 @@ impl Registry {
                         path: decl.path.clone(),
                     })?;
                     reg.agents.push(decl);
+                }
+                ToolDecl::Other {
+                    kind: "process",
+                    raw,
+                } => {
+                    let decl = ProcessDecl::parse(&raw, base_dir).map_err(at(i))?;
+                    reg.register(process_tool::ProcessTool {
+                        info: decl.info(),
+                        path: decl.path.clone(),
+                    })?;
+                    reg.processes.push(decl);
                 }
                 ToolDecl::Other { kind, .. } => {
                     return Err(at(i)(format!(
@@ -411,6 +426,12 @@ impl Registry {
         self.agents.iter().filter(|a| self.is_allowed(&a.name))
     }
 
+    /// The processes declared (`- process: file.json`), for the runtime to run as linked
+    /// sessions.
+    pub fn process_tools(&self) -> impl Iterator<Item = &ProcessDecl> {
+        self.processes.iter().filter(|p| self.is_allowed(&p.name))
+    }
+
     /// The MCP servers that sent `notifications/tools/list_changed` since their tools were last
     /// loaded. Calls already use the server's new list (a removed tool fails as
     /// `unknown_tool`); call [`Registry::load_mcp_tools`] to offer new tools too.
@@ -512,7 +533,7 @@ impl Registry {
                 let retryable = match error.kind.as_str() {
                     "spawn" => true,
                     "invalid_arguments" | "unknown_tool" | "refused" | "ask_user"
-                    | "agent_tool" | "secret" | "template" | "tool_error" => false,
+                    | "agent_tool" | "process_tool" | "secret" | "template" | "tool_error" => false,
                     _ => idempotent,
                 };
                 ToolOutcome::Error {
@@ -561,6 +582,7 @@ pub fn declaration_schema() -> Value {
             of::<http::HttpToolDecl>(),
             of::<mcp::McpDeclOuter>(),
             of::<agent_tool::Raw>(),
+            of::<process_tool::Raw>(),
         ]
     })
 }

@@ -412,7 +412,7 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
     }
     let held = crate::ownership::take(store.clone(), &args.id, args.force).await?;
     let result: Result<u8> = async {
-        let agent = crate::drive::AgentFile::load(&path).await?;
+        let agent = crate::drive::AgentFile::load_to_continue(&path).await?;
         let observer = if args.events {
             run_cmd::json_lines()
         } else {
