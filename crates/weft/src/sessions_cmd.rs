@@ -177,6 +177,11 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
                 "events": rec.last_seq,
                 "task": state.task,
                 "plan": state.plan.as_ref().map(|p| p.view()),
+                "workflow": (state.mode == Some(weft_core::agent::Mode::Workflow)).then(|| json!({
+                    "step": state.workflow.step,
+                    "path": state.workflow.path,
+                    "outputs": state.workflow.outputs,
+                })),
                 "state": state.data,
                 "answer": state.answer,
                 "waiting": state.waiting,
@@ -229,6 +234,16 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
                         .unwrap_or_default();
                     writeln!(out, "  {:<16} {:<12} {what}{extra}", s.id, status)?;
                 }
+            }
+            if state.mode == Some(weft_core::agent::Mode::Workflow)
+                && !state.workflow.path.is_empty()
+            {
+                // The steps since the last message came in (where the session stands now).
+                let now = match &state.workflow.step {
+                    Some(s) => format!("  (in `{s}`)"),
+                    None => String::new(),
+                };
+                writeln!(out, "steps    {}{now}", state.workflow.path.join(" -> "))?;
             }
             if let Some(w) = &state.waiting {
                 writeln!(out, "waiting  {}", w.question)?;
