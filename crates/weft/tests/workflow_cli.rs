@@ -130,6 +130,8 @@ fn routes(dir: &Path, db: &str) {
         "{}",
         text(&out.stderr)
     );
+    let shown = text(&weft(dir, db, &["sessions", "show", "w"]).stdout);
+    assert!(shown.contains("steps    gather -> resolve"), "{shown}");
     let ev = events(dir, db, "w");
     assert_eq!(steps(&ev), ["classify", "gather", "gather", "resolve"]);
     assert_eq!(tools(&ev), ["issueRefund"]);
