@@ -2,7 +2,7 @@
 //! its scripted model) on every store, each route on its own input; every turn after the first
 //! is taken in a new `Runtime` that loads the session from the store, as a new process would.
 //! Then the bounds of the loop (max_transitions), a step that hands its work to another agent,
-//! and load-time mistakes.
+//! a step that calls a plan reused as a tool, and load-time mistakes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
@@ -568,4 +568,88 @@ async fn mistakes_in_a_workflow_are_refused_when_it_loads() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("`mode: workflow` needs a `workflow:`"), "{e}");
+}
+
+#[tokio::test]
+async fn a_step_calls_a_plan_reused_as_a_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("processes")).unwrap();
+    std::fs::create_dir_all(d.join("tools")).unwrap();
+    std::fs::copy(
+        examples().join("processes/order-status.json"),
+        d.join("processes/order-status.json"),
+    )
+    .unwrap();
+    std::fs::copy(
+        examples().join("tools/demo_tools.py"),
+        d.join("tools/demo_tools.py"),
+    )
+    .unwrap();
+    let agent = agent_in(
+        d,
+        &[
+            (
+                "agent.yaml",
+                "name: status\nmode: workflow\nmodel: scripted:script.yaml\ntools:\n  - process: processes/order-status.json\nworkflow:\n  initial: look\n  steps:\n    look: { tools: [orderStatus], next: [{ to: end }] }\n",
+            ),
+            (
+                "script.yaml",
+                "workflow:\n  - tool_calls: [{ name: orderStatus, arguments: { orderId: A-1002 } }]\n  - text: It is on its way.\n",
+            ),
+        ],
+    )
+    .await;
+    // The model is offered the process, with the slots it fills on its first line.
+    let offered = agent
+        .config
+        .tools
+        .iter()
+        .find(|t| t.name == "orderStatus")
+        .unwrap();
+    assert!(
+        offered.description.starts_with(
+            "Look up an order and say where it stands. Returns {order: object, summary: string}."
+        ),
+        "{}",
+        offered.description
+    );
+    let store = Arc::new(MemoryStore::new());
+    assert_eq!(
+        start(&store, &agent, "s", "Where is order A-1002?").await,
+        SessionStatus::Completed
+    );
+    let log = Log::of(&store, "s").await;
+    let (key, output) = (
+        log.events
+            .iter()
+            .find_map(|e| match &e.event {
+                Event::ToolCallStarted {
+                    idempotency_key, ..
+                } => Some(idempotency_key.clone()),
+                _ => None,
+            })
+            .unwrap(),
+        log.events
+            .iter()
+            .find_map(|e| match &e.event {
+                Event::ToolCallFinished {
+                    outcome: weft_core::ToolOutcome::Ok { output },
+                    ..
+                } => Some(output.clone()),
+                _ => None,
+            })
+            .unwrap(),
+    );
+    assert_eq!(
+        output,
+        json!({"order": {"id": "A-1002", "status": "in transit", "total": 18.0},
+               "summary": "Order A-1002 is in transit (18.0 EUR)."})
+    );
+    let (rec, child) = store
+        .load(&weft_runtime::process_session_id(&key))
+        .await
+        .unwrap();
+    assert_eq!(rec.parent_id.as_deref(), Some("s"));
+    assert!(child.iter().any(|e| e.event.kind() == "plan_accepted"));
 }
