@@ -21,6 +21,43 @@ def escalate(a):
     return {"ticket": "esc_1", "note": a.get("reason", "")}
 
 
+KB = {
+    "address": "To change the delivery address, open the order and choose Edit delivery before it ships.",
+    "refund": "Refunds go back to the original payment method within 5 working days.",
+    "password": "Reset your password from the sign-in page with Forgot password.",
+}
+
+
+def search_kb(a):
+    q = a["query"].lower()
+    hits = [{"topic": k, "text": v} for k, v in KB.items() if k in q]
+    return {"query": a["query"], "articles": hits}
+
+
+def refund_order(a):
+    order = a["orderId"]
+    if not order.startswith("A-"):
+        sys.stderr.write(f"unknown_order: no order {order}\n")
+        sys.exit(2)
+    return {"confirmationId": f"refund_{order}", "orderId": order,
+            "message": "The refund has been processed successfully."}
+
+
+ORDERS = {
+    "A-1001": {"status": "delivered", "total": 42.5},
+    "A-1002": {"status": "in transit", "total": 18.0},
+    "A-1003": {"status": "refunded", "total": 99.9},
+}
+
+
+def lookup_order(a):
+    order = ORDERS.get(a["orderId"])
+    if order is None:
+        sys.stderr.write(f"unknown_order: no order {a['orderId']}\n")
+        sys.exit(2)
+    return {"id": a["orderId"], **order}
+
+
 def weather(a):
     sunny = a["city"].lower() in {"lisbon", "seville", "athens", "nice"}
     return {"city": a["city"], "sunny": sunny, "tempC": 24 if sunny else 12}
@@ -85,7 +122,8 @@ OPS = {
     "weather": weather, "park": find_park, "movie": find_movie, "present": present,
     "pay": process_payment, "confirm": confirm_order, "report": report_failure,
     "detect": detect_language, "is_english": is_english, "translate": translate,
-    "append": append_log,
+    "append": append_log, "kb": search_kb, "refund_order": refund_order,
+    "order": lookup_order,
 }
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ fn config(mode: Mode) -> AgentConfig {
         skills: Vec::new(),
         approve_plans: false,
         review_responses: true,
+        workflow: None,
     }
 }
 

@@ -61,6 +61,10 @@ fuzz_target!(|data: &[u8]| {
     }
     normalize(&mut plan, &catalog);
     let steps = plan.steps.len();
+    // A fan-out has at most as many items as the plan and the input hold values (the tools give
+    // their arguments back).
+    let values = weft_core::limits::nodes(&plan.to_value(), weft_core::limits::MAX_PLAN_NODES)
+        + weft_core::limits::nodes(&input, 64);
     let mut state = State::fold(&[
         Event::SessionStarted {
             session_id: "fuzz".into(),
@@ -74,9 +78,9 @@ fuzz_target!(|data: &[u8]| {
     let limits = Limits::default();
     let mut open: Vec<Invocation> = Vec::new();
     let (mut started, mut finished) = (0usize, 0usize);
-    // Each step is started at most max_step_attempts times, and each decision moves a step or a
-    // wave on: a run that needs more decisions than this is stuck.
-    let bound = 64 + 16 * steps * limits.max_step_attempts as usize;
+    // Each step (or fan-out item) is started at most max_step_attempts times, and each decision
+    // moves a step, an item or a wave on: a run that needs more decisions than this is stuck.
+    let bound = 64 + 16 * (steps + values) * limits.max_step_attempts as usize;
     for _ in 0..bound {
         match decide(&state, &limits) {
             Next::Done => {

@@ -63,10 +63,10 @@ pub struct AgentSpec {
     #[serde(default)]
     #[schemars(with = "Vec<crate::agent_loop::Skill>")]
     pub skills: Vec<Value>,
-    /// Workflow steps (workflow mode; reserved).
-    #[serde(default)]
-    #[schemars(schema_with = "schema::objects")]
-    pub steps: Vec<Value>,
+    /// The state machine of a workflow agent (`mode: workflow`): its steps, where a message
+    /// enters, and how each step routes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<crate::workflow::WorkflowSpec>,
     /// What a committed step survives: `full` (synced to disk before weft goes on; the
     /// default) or `normal` (survives a crash of weft, not a power cut). `--durability` overrides
     /// it; see [`Durability`].
@@ -131,7 +131,7 @@ pub enum ToolDecl {
     Command(CommandToolDecl),
     Builtin(BuiltinToolDecl),
     /// A kind this build knows by name but whose declaration is handled elsewhere
-    /// (`http`, `mcp`, `agent`): kept raw for the tool crate.
+    /// (`http`, `mcp`, `agent`, `process`): kept raw for the tool crate.
     Other {
         kind: &'static str,
         raw: Value,
@@ -175,7 +175,36 @@ impl AgentSpec {
             ));
         }
         spec.tool_decls().map_err(err)?;
+        spec.check_mode().map_err(err)?;
         Ok(spec)
+    }
+
+    /// The mode and what it needs agree: `mode: workflow` comes with a sound `workflow:`, and
+    /// only it.
+    fn check_mode(&self) -> Result<(), String> {
+        match (&self.mode, &self.workflow) {
+            (Mode::Workflow, None) => Err(
+                "`mode: workflow` needs a `workflow:` with `initial` and `steps` (see docs/workflows.md)".into(),
+            ),
+            (Mode::Plan | Mode::React, Some(_)) => Err(
+                "`workflow:` belongs to `mode: workflow`; set the mode or remove the workflow".into(),
+            ),
+            (Mode::Workflow, Some(wf)) => {
+                if self.allowed_tools.is_some() {
+                    return Err("`allowed_tools` does not apply to a workflow: each step lists its own `tools`; remove it".into());
+                }
+                if self.limits.max_transitions == 0 {
+                    return Err("`limits`: max_transitions must be at least 1".into());
+                }
+                let problems = wf.problems();
+                if problems.is_empty() {
+                    Ok(())
+                } else {
+                    Err(problems.join("; "))
+                }
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The tool declarations, each checked; errors name the entry (`tools[2]`).
@@ -191,7 +220,8 @@ impl AgentSpec {
 fn parse_tool_decl(raw: &Value) -> Result<ToolDecl, String> {
     let Value::Object(map) = raw else {
         return Err(
-            "a tool is a mapping with `command`, `builtin`, `http`, `mcp` or `agent`".into(),
+            "a tool is a mapping with `command`, `builtin`, `http`, `mcp`, `agent` or `process`"
+                .into(),
         );
     };
     let label = map
@@ -210,7 +240,7 @@ fn parse_tool_decl(raw: &Value) -> Result<ToolDecl, String> {
             .map(ToolDecl::Builtin)
             .map_err(decode);
     }
-    for kind in ["http", "mcp", "agent"] {
+    for kind in ["http", "mcp", "agent", "process"] {
         if map.contains_key(kind) {
             return Ok(ToolDecl::Other {
                 kind,
@@ -220,7 +250,7 @@ fn parse_tool_decl(raw: &Value) -> Result<ToolDecl, String> {
     }
     let keys: Vec<&str> = map.keys().map(String::as_str).collect();
     Err(format!(
-        "{label} has none of `command`, `builtin`, `http`, `mcp`, `agent` (keys: {})",
+        "{label} has none of `command`, `builtin`, `http`, `mcp`, `agent`, `process` (keys: {})",
         keys.join(", ")
     )
     .trim()
@@ -312,7 +342,7 @@ mod tests {
             approve_plans: false,
             review_responses: None,
             skills: vec![],
-            steps: vec![],
+            workflow: None,
             durability: None,
         })
     }
@@ -373,10 +403,6 @@ pub mod schema {
     }
 
     pub fn tools(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({"type": "array", "items": {"type": "object"}})
-    }
-
-    pub fn objects(_: &mut SchemaGenerator) -> Schema {
         json_schema!({"type": "array", "items": {"type": "object"}})
     }
 

@@ -36,6 +36,9 @@ pub struct Limits {
     /// summarised by the model (`compact` calls). Unset: never compacted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_context_tokens: Option<u32>,
+    /// Transitions between workflow steps from one message of the user to the end of its turn
+    /// (workflow mode).
+    pub max_transitions: u32,
 }
 
 impl Default for Limits {
@@ -51,6 +54,7 @@ impl Default for Limits {
             retry_backoff_ms: 200,
             retry_backoff_max_ms: 10_000,
             max_context_tokens: None,
+            max_transitions: 50,
         }
     }
 }
@@ -70,6 +74,8 @@ impl Limits {
 pub struct Invocation {
     pub call_id: String,
     pub step: Option<String>,
+    /// The item of a fan-out step the call serves.
+    pub item: Option<usize>,
     pub tool: String,
     pub args: Value,
     pub attempt: u32,
@@ -119,8 +125,15 @@ enum Readiness {
     Run(Value),
 }
 
-fn resolve_ref(state: &State, run: &PlanRun, r: &Reference) -> Result<Value, String> {
+/// The value a reference names; `item` is the item a fan-out step's call serves (`†item`).
+pub(crate) fn resolve_ref(
+    state: &State,
+    run: &PlanRun,
+    r: &Reference,
+    item: Option<&Value>,
+) -> Result<Value, String> {
     let found = match &r.root {
+        RefRoot::Item => item.and_then(|v| path::get(v, &r.path)),
         RefRoot::Input => path::get(&state.input, &r.path),
         RefRoot::State => path::get(&state.data, &r.path),
         RefRoot::Step(id) => run
@@ -131,23 +144,28 @@ fn resolve_ref(state: &State, run: &PlanRun, r: &Reference) -> Result<Value, Str
     found.cloned().ok_or_else(|| format!("{r} was not written"))
 }
 
-/// Resolves every reference inside an argument value.
-fn resolve_value(state: &State, run: &PlanRun, v: &Value) -> Result<Value, String> {
+/// Resolves every reference inside an argument value (`item`: see [`resolve_ref`]).
+pub(crate) fn resolve_value(
+    state: &State,
+    run: &PlanRun,
+    v: &Value,
+    item: Option<&Value>,
+) -> Result<Value, String> {
     if let Some(r) = Reference::from_arg(v) {
         let r = r?;
-        return resolve_ref(state, run, &r);
+        return resolve_ref(state, run, &r, item);
     }
     match v {
         Value::Object(m) => {
             let mut out = Map::with_capacity(m.len());
             for (k, x) in m {
-                out.insert(k.clone(), resolve_value(state, run, x)?);
+                out.insert(k.clone(), resolve_value(state, run, x, item)?);
             }
             Ok(Value::Object(out))
         }
         Value::Array(a) => a
             .iter()
-            .map(|x| resolve_value(state, run, x))
+            .map(|x| resolve_value(state, run, x, item))
             .collect::<Result<Vec<_>, _>>()
             .map(Value::Array),
         other => Ok(other.clone()),
@@ -179,7 +197,7 @@ fn readiness(state: &State, run: &PlanRun, i: usize) -> Readiness {
     }
     let step = &run.plan.steps[i];
     for r in step.reads() {
-        if r.root == RefRoot::Input {
+        if matches!(r.root, RefRoot::Input | RefRoot::Item) {
             continue;
         }
         if let Some(c) = &step.when
@@ -187,7 +205,7 @@ fn readiness(state: &State, run: &PlanRun, i: usize) -> Readiness {
         {
             continue;
         }
-        if resolve_ref(state, run, &r).is_err() {
+        if resolve_ref(state, run, &r, None).is_err() {
             return Readiness::Skip(format!("{r} was not written"));
         }
     }
@@ -198,7 +216,22 @@ fn readiness(state: &State, run: &PlanRun, i: usize) -> Readiness {
             Err(e) => return Readiness::Fail(ToolError::new("condition", e)),
         }
     }
-    match resolve_value(state, run, &Value::Object(step.args.clone())) {
+    if let Some(f) = &step.for_each {
+        // Each item's arguments are made when its call starts.
+        return match resolve_ref(state, run, &f.list, None) {
+            Ok(Value::Array(_)) => Readiness::Run(Value::Null),
+            Ok(other) => Readiness::Fail(ToolError::new(
+                "invalid_arguments",
+                format!(
+                    "`_forEach`: {} is not a list (it is {})",
+                    f.list,
+                    crate::fan_out::kind_of(&other)
+                ),
+            )),
+            Err(e) => Readiness::Skip(e),
+        };
+    }
+    match resolve_value(state, run, &Value::Object(step.args.clone()), None) {
         Ok(args) => Readiness::Run(args),
         Err(e) => Readiness::Fail(ToolError::new("invalid_arguments", e)),
     }
@@ -240,6 +273,7 @@ fn invocation(
     Invocation {
         call_id: format!("{}#{}", step.id, attempt),
         step: Some(step.id.clone()),
+        item: None,
         tool,
         args,
         attempt,
@@ -254,15 +288,21 @@ fn start_events(inv: &Invocation) -> [Event; 2] {
             step: inv.step.clone().unwrap_or_default(),
             attempt: inv.attempt,
         },
-        Event::ToolCallStarted {
-            call_id: inv.call_id.clone(),
-            step: inv.step.clone(),
-            tool: inv.tool.clone(),
-            args: inv.args.clone(),
-            attempt: inv.attempt,
-            idempotency_key: inv.idempotency_key.clone(),
-        },
+        call_started(inv),
     ]
+}
+
+/// The durable start of a call.
+pub(crate) fn call_started(inv: &Invocation) -> Event {
+    Event::ToolCallStarted {
+        call_id: inv.call_id.clone(),
+        step: inv.step.clone(),
+        item: inv.item,
+        tool: inv.tool.clone(),
+        args: inv.args.clone(),
+        attempt: inv.attempt,
+        idempotency_key: inv.idempotency_key.clone(),
+    }
 }
 
 /// Decides the next move of a plan run (no model involved).
@@ -291,7 +331,7 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
         for &i in &run.retrying {
             let step = &run.plan.steps[i];
             let r = &run.steps[i];
-            match resolve_value(state, run, &Value::Object(step.args.clone())) {
+            match resolve_value(state, run, &Value::Object(step.args.clone()), None) {
                 Ok(args) => {
                     let nth = state.tool_invocations + calls.len() as u64 + 1;
                     let inv = invocation(
@@ -315,6 +355,10 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
         }
         return Next::Start { events, calls };
     }
+    // Fan-out steps of the wave start items as calls finish, and end once all have.
+    if let Some(next) = crate::fan_out::progress(state, run, limits) {
+        return next;
+    }
     if !state.open_calls.is_empty() {
         return Next::Wait;
     }
@@ -333,6 +377,7 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
                 let inv = Invocation {
                     call_id: format!("{}#{n}", step.id),
                     step: Some(step.id.clone()),
+                    item: None,
                     tool: tool.clone(),
                     args: args.clone(),
                     attempt: n,
@@ -420,6 +465,11 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
         let mut calls = Vec::with_capacity(wave.len());
         for i in wave {
             let step = &run.plan.steps[i];
+            if step.for_each.is_some() {
+                let nth = state.tool_invocations + calls.len() as u64 + 1;
+                crate::fan_out::begin(state, run, i, limits, nth, &mut events, &mut calls);
+                continue;
+            }
             if step.tool.is_none() {
                 events.push(Event::StepStarted {
                     step: step.id.clone(),
@@ -509,11 +559,18 @@ pub fn tool_finished(
     duration_ms: u64,
 ) -> Vec<Event> {
     let step_id = state.open_calls.get(call_id).and_then(|c| c.step.clone());
+    let item = state.open_calls.get(call_id).and_then(|c| c.item);
     let mut events = vec![Event::ToolCallFinished {
         call_id: call_id.to_owned(),
         outcome: outcome.clone(),
         duration_ms,
     }];
+    if let (Some(k), Some(step), Some(run)) = (item, &step_id, &state.plan) {
+        events.extend(crate::fan_out::item_finished(
+            run, limits, step, k, &outcome,
+        ));
+        return events;
+    }
     let (Some(step_id), Some(run)) = (step_id, &state.plan) else {
         return events;
     };

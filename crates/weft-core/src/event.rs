@@ -329,6 +329,9 @@ pub enum Event {
         call_id: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         step: Option<String>,
+        /// The item (its position in the list) a fan-out step's call serves.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        item: Option<usize>,
         tool: String,
         args: Value,
         attempt: u32,
@@ -347,6 +350,22 @@ pub enum Event {
         attempt: u32,
         error: ToolError,
         delay_ms: u64,
+    },
+    /// A fan-out step (`_forEach`) began: its tool runs once for each of `items` items.
+    FanOutStarted { step: String, items: usize },
+    /// A fan-out step's call for item `item` failed and will be tried again after `delay_ms`.
+    ItemRetrying {
+        step: String,
+        item: usize,
+        attempt: u32,
+        error: ToolError,
+        delay_ms: u64,
+    },
+    /// A fan-out step's item failed without a call (its arguments could not be made from it).
+    ItemFailed {
+        step: String,
+        item: usize,
+        error: ToolError,
     },
     /// A step completed; its output went to its `_outputPath`.
     StepCompleted {
@@ -370,6 +389,31 @@ pub enum Event {
     WaveFinished { wave: u32 },
     /// No step of the plan can run any more; the agent goes on to its answer.
     ExecutionFinished { reason: String },
+    /// A workflow step began: the session is in `step` until routing takes it elsewhere.
+    WorkflowStepEntered { step: String, via: StepEntry },
+    /// A workflow step's output was accepted (it matched the step's `output_schema`, if any).
+    /// `assigned`: the State paths the step's `assign` set; `reply`: the text the user is given.
+    WorkflowOutputAccepted {
+        step: String,
+        output: Value,
+        #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+        assigned: serde_json::Map<String, Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reply: Option<String>,
+    },
+    /// A workflow step's output was refused; the reason goes back to the model (or the step's
+    /// agent), which tries again. `attempt`: the refused outputs of the step so far.
+    WorkflowOutputRejected {
+        step: String,
+        reason: String,
+        attempt: u32,
+    },
+    /// Routing took the session from step `from` to `to` (a step, `end` or `wait`).
+    WorkflowTransition {
+        from: String,
+        to: String,
+        rule: TransitionRule,
+    },
     /// The run ended.
     RunFinished {
         status: RunStatus,
@@ -379,6 +423,38 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answer: Option<String>,
     },
+}
+
+/// How a message entered a workflow step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "by", rename_all = "snake_case")]
+pub enum StepEntry {
+    /// The session's first message entered at `initial` (or a later one, with no `reentry`).
+    Initial,
+    /// A later message entered by rule `rule` of `reentry` (`when` absent: the default).
+    Reentry {
+        rule: usize,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        when: Option<String>,
+    },
+    /// Routing came from step `from` (the `workflow_transition` just before says by which rule).
+    Transition { from: String },
+}
+
+/// Which routing rule a workflow transition took.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "by", rename_all = "snake_case")]
+pub enum TransitionRule {
+    /// Rule `rule` of the step's `next` (`when` absent: the default); no `rule` when the step
+    /// has no `next` (the turn ends).
+    Next {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule: Option<usize>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        when: Option<String>,
+    },
+    /// The step failed (`error` says why) and went to its `on_error`.
+    OnError { error: String },
 }
 
 /// What the review after a wave decided.
@@ -405,7 +481,8 @@ pub enum ResponseVerdict {
 /// What a waiting session asks of a person.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct InputRequest {
-    /// `missing_input`, `question`, `plan_approval` or `tool_approval`.
+    /// `missing_input`, `question`, `plan_approval`, `tool_approval`, or `message` (a workflow
+    /// routed to `wait`: the user's next message enters at the step `reentry` picks).
     pub kind: String,
     /// The question shown to the person.
     pub question: String,
@@ -455,11 +532,18 @@ impl Event {
             Self::ToolCallStarted { .. } => "tool_call_started",
             Self::ToolCallFinished { .. } => "tool_call_finished",
             Self::StepRetrying { .. } => "step_retrying",
+            Self::FanOutStarted { .. } => "fan_out_started",
+            Self::ItemRetrying { .. } => "item_retrying",
+            Self::ItemFailed { .. } => "item_failed",
             Self::StepCompleted { .. } => "step_completed",
             Self::StepFailed { .. } => "step_failed",
             Self::StepSkipped { .. } => "step_skipped",
             Self::WaveFinished { .. } => "wave_finished",
             Self::ExecutionFinished { .. } => "execution_finished",
+            Self::WorkflowStepEntered { .. } => "workflow_step_entered",
+            Self::WorkflowOutputAccepted { .. } => "workflow_output_accepted",
+            Self::WorkflowOutputRejected { .. } => "workflow_output_rejected",
+            Self::WorkflowTransition { .. } => "workflow_transition",
             Self::RunFinished { .. } => "run_finished",
         }
     }

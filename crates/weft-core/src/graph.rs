@@ -71,7 +71,7 @@ impl Graph {
             }
             for r in step.reads() {
                 match &r.root {
-                    RefRoot::Input => {}
+                    RefRoot::Input | RefRoot::Item => {}
                     RefRoot::Step(id) => {
                         if let Some(&j) = index.get(id.as_str()) {
                             set.push(j);
@@ -218,8 +218,29 @@ pub fn validate(
         if let Some(c) = &s.when {
             refs.extend(c.reads.iter().cloned().map(|r| ("_when".to_owned(), r)));
         }
+        if let Some(f) = &s.for_each {
+            refs.push(("_forEach".to_owned(), f.list.clone()));
+            if s.tool.is_none() {
+                problems.push(PlanProblem::new(
+                    sid,
+                    Some("_forEach"),
+                    "a fan-out runs a tool once per item; give the step a `_tool`",
+                ));
+            }
+        }
         for (at, r) in refs {
             match &r.root {
+                RefRoot::Item if at == "_when" => problems.push(PlanProblem::new(
+                    sid,
+                    Some(&at),
+                    format!("{r}: `_when` is decided once for the whole step, before any item; it cannot read an item"),
+                )),
+                RefRoot::Item if s.for_each.is_none() => problems.push(PlanProblem::new(
+                    sid,
+                    Some(&at),
+                    format!("{r} is read only in a step with `_forEach` (the list whose items it names)"),
+                )),
+                RefRoot::Item => {}
                 RefRoot::Input => {
                     if let Some(input) = opts.input
                         && !r.path.is_empty()

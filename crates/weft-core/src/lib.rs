@@ -8,18 +8,21 @@ pub mod condition;
 pub mod durability;
 pub mod engine;
 pub mod event;
+pub mod fan_out;
 pub mod graph;
 pub mod history;
 pub mod limits;
 pub mod model;
 pub mod path;
 pub mod plan;
+pub mod process;
 pub mod prompts;
 pub mod recovery;
 pub mod redaction;
 pub mod snapshot;
 pub mod state;
 pub mod tool;
+pub mod workflow;
 
 #[cfg(test)]
 mod engine_tests;

@@ -27,6 +27,9 @@ pub const META_FIELDS: &[&str] = &[
     "_dependsOn",
     "_parallel",
     "_when",
+    "_forEach",
+    "_onItemError",
+    "_maxParallel",
 ];
 
 /// What a reference points into.
@@ -38,6 +41,9 @@ pub enum RefRoot {
     State,
     /// The whole output of a step (`†steps.<id>`).
     Step(String),
+    /// The item a fan-out step's call serves (`†item`, `†item.x`; only in a step with
+    /// `_forEach`).
+    Item,
 }
 
 /// A parsed reference: a root and a path below it.
@@ -91,6 +97,10 @@ impl Reference {
                     path,
                 })
             }
+            "item" => Ok(Self {
+                root: RefRoot::Item,
+                path: rest_path(rest)?,
+            }),
             "steps" => {
                 let Some(rest) = rest else {
                     return Err(format!("`{text}` names no step; write steps.<id>"));
@@ -112,7 +122,7 @@ impl Reference {
                 })
             }
             other => Err(format!(
-                "`{text}` starts with `{other}`; a reference starts with input., state. or steps."
+                "`{text}` starts with `{other}`; a reference starts with input., state., steps. or (in a `_forEach` step) item"
             )),
         }
     }
@@ -139,6 +149,7 @@ impl fmt::Display for Reference {
             RefRoot::Input => write!(f, "{REF_MARK}input")?,
             RefRoot::State => write!(f, "{REF_MARK}state")?,
             RefRoot::Step(id) => write!(f, "{REF_MARK}steps.{id}")?,
+            RefRoot::Item => write!(f, "{REF_MARK}item")?,
         }
         for seg in &self.path {
             write!(f, ".{seg}")?;
@@ -183,6 +194,41 @@ impl OutputPath {
             None => one(&self.ok),
         }
     }
+}
+
+/// What a fan-out step does when one of its items fails for good.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemPolicy {
+    /// The step fails (items not started yet are not started).
+    #[default]
+    Fail,
+    /// The failed item is left out of the results.
+    Skip,
+    /// The failed item's place in the results holds `{"error": ...}`.
+    Collect,
+}
+
+impl ItemPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fail => "fail",
+            Self::Skip => "skip",
+            Self::Collect => "collect",
+        }
+    }
+}
+
+/// A fan-out: the step's tool runs once per item of a list, in parallel, and its output is the
+/// list of results in item order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ForEach {
+    /// The list (`_forEach: "†state.orders"`).
+    pub list: Reference,
+    /// `_onItemError`.
+    pub on_error: ItemPolicy,
+    /// `_maxParallel`: calls of the step running at once (default: the run's `max_parallel`).
+    pub max_parallel: Option<usize>,
 }
 
 /// A `_when` condition: a minijinja expression over `input`, `state` and `steps`.
@@ -256,6 +302,8 @@ pub struct PlanStep {
     /// `_parallel` as written; `None` falls back to the tool's own `parallel` flag.
     pub parallel: Option<bool>,
     pub when: Option<Condition>,
+    /// `_forEach`: run the tool once per item of a list.
+    pub for_each: Option<ForEach>,
 }
 
 impl PlanStep {
@@ -277,6 +325,9 @@ impl PlanStep {
             .collect();
         if let Some(c) = &self.when {
             v.extend(c.reads.iter().cloned());
+        }
+        if let Some(f) = &self.for_each {
+            v.push(f.list.clone());
         }
         v
     }
@@ -325,6 +376,18 @@ impl PlanStep {
         }
         if let Some(w) = &self.when {
             m.insert("_when".into(), Value::String(w.source.clone()));
+        }
+        if let Some(f) = &self.for_each {
+            m.insert("_forEach".into(), Value::String(f.list.to_string()));
+            if f.on_error != ItemPolicy::Fail {
+                m.insert(
+                    "_onItemError".into(),
+                    Value::String(f.on_error.as_str().into()),
+                );
+            }
+            if let Some(n) = f.max_parallel {
+                m.insert("_maxParallel".into(), Value::from(n));
+            }
         }
         Value::Object(m)
     }
@@ -648,6 +711,7 @@ fn parse_call(i: usize, call: &Value) -> Result<PlanStep, Vec<PlanProblem>> {
             }
         },
     };
+    let for_each = parse_for_each(map, sid, &mut problems);
     let mut args = Map::new();
     for (k, v) in map {
         if k.starts_with('_') {
@@ -675,6 +739,7 @@ fn parse_call(i: usize, call: &Value) -> Result<PlanStep, Vec<PlanProblem>> {
         depends_on,
         parallel,
         when,
+        for_each,
     };
     for (at, r) in step.arg_refs() {
         if let Err(e) = r {
@@ -690,6 +755,90 @@ fn parse_call(i: usize, call: &Value) -> Result<PlanStep, Vec<PlanProblem>> {
     } else {
         Err(problems)
     }
+}
+
+/// `_forEach`, `_onItemError` and `_maxParallel`.
+fn parse_for_each(
+    map: &Map<String, Value>,
+    sid: Option<&str>,
+    problems: &mut Vec<PlanProblem>,
+) -> Option<ForEach> {
+    let list = match map.get("_forEach") {
+        None | Some(Value::Null) => {
+            for k in ["_onItemError", "_maxParallel"] {
+                if map.contains_key(k) {
+                    problems.push(PlanProblem::new(
+                        sid,
+                        Some(k),
+                        "belongs to a fan-out step; add `_forEach: \"†state.list\"`",
+                    ));
+                }
+            }
+            return None;
+        }
+        Some(v) => match Reference::from_arg(v) {
+            Some(Ok(r)) if r.root != RefRoot::Item => r,
+            Some(Ok(_)) => {
+                problems.push(PlanProblem::new(
+                    sid,
+                    Some("_forEach"),
+                    "names the list to fan out over (†state.x, †input.x or †steps.id.x), not an item",
+                ));
+                return None;
+            }
+            Some(Err(e)) => {
+                problems.push(PlanProblem::new(
+                    sid,
+                    Some("_forEach"),
+                    format!("malformed reference: {e}"),
+                ));
+                return None;
+            }
+            None => {
+                problems.push(PlanProblem::new(
+                    sid,
+                    Some("_forEach"),
+                    format!(
+                        "{v} is not a reference; write the list's path, e.g. \"†state.orders\""
+                    ),
+                ));
+                return None;
+            }
+        },
+    };
+    let on_error = match map.get("_onItemError") {
+        None | Some(Value::Null) => ItemPolicy::Fail,
+        Some(v) => match serde_json::from_value::<ItemPolicy>(v.clone()) {
+            Ok(p) => p,
+            Err(_) => {
+                problems.push(PlanProblem::new(
+                    sid,
+                    Some("_onItemError"),
+                    format!("{v} is not a policy; use \"fail\", \"skip\" or \"collect\""),
+                ));
+                ItemPolicy::Fail
+            }
+        },
+    };
+    let max_parallel = match map.get("_maxParallel") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64().filter(|&n| n >= 1) {
+            Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+            None => {
+                problems.push(PlanProblem::new(
+                    sid,
+                    Some("_maxParallel"),
+                    format!("{v} is not a whole number of at least 1"),
+                ));
+                None
+            }
+        },
+    };
+    Some(ForEach {
+        list,
+        on_error,
+        max_parallel,
+    })
 }
 
 #[cfg(test)]

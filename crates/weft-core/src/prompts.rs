@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::agent_loop::AgentConfig;
+use crate::agent_loop::{AgentConfig, WorkflowConfig};
 use crate::history::interrupted_result;
 use crate::model::{Message, Messages, ModelRequest, Purpose, ToolDef};
 use crate::state::{PlanRun, State, StepStatus};
@@ -134,7 +134,8 @@ Reply with JSON only, in one of two forms:\n\
 {\"direct_response\": \"<the answer>\"} when no tool is needed. In a plan each call is an object with \"_id\" (short unique id), either \"_tool\" (a tool name from the list, \
 with its arguments as the other keys) or \"_description\" (a small step for the step executor) and optionally \"_category\", \
 \"_outputPath\" (\"†state.name\" to store the result), \"_dependsOn\" (ids), \"_parallel\" (true if it may run beside others), \
-\"_when\" (a condition such as \"state.weather.sunny\"). An argument whose value is \"†input.x\", \"†state.a.b\" or \"†steps.<id>\" \
+\"_when\" (a condition such as \"state.weather.sunny\"), \"_forEach\" (\"†state.list\": the tool runs once per item of the list, \
+its arguments reading the item as \"†item\" or \"†item.x\", and the step's output is the list of results). An argument whose value is \"†input.x\", \"†state.a.b\" or \"†steps.<id>\" \
 is filled from the input, the state or a step's output when the step runs. The plan must be acyclic.";
 
 /// Above this many tools, plan steps name their tool from a list but their arguments are not
@@ -485,6 +486,65 @@ pub fn conversation(state: &State, mut head: Vec<Message>) -> Messages {
 
 /// How the summary of a compacted conversation is introduced to the model.
 pub const SUMMARY_INTRO: &str = "Summary of the earlier part of this conversation:";
+
+pub const WORKFLOW_ROLE: &str = "You carry out one step of a workflow: do what this step asks and nothing else. \
+The workflow, not you, decides which step comes next.";
+
+/// A workflow step's request: the agent's and the step's instructions, what is known so far,
+/// the conversation (shared with the state, as ReAct's), and only the step's tools. A step with
+/// an output schema and no tools asks for structured output.
+pub fn workflow_step(
+    state: &State,
+    cfg: &AgentConfig,
+    wf: &WorkflowConfig,
+    name: &str,
+    tools: &[ToolInfo],
+) -> ModelRequest {
+    let step = wf.spec.steps.get(name);
+    let schema = step.and_then(|s| s.output_schema.clone());
+    let mut role = format!("{WORKFLOW_ROLE}\n\nThe current step is `{name}`.");
+    if let Some(i) = wf.instructions.get(name).filter(|i| !i.trim().is_empty()) {
+        role.push_str(&format!("\n{}", i.trim()));
+    }
+    role.push_str(if tools.is_empty() {
+        "\nThis step has no tools: work from the conversation and what is known."
+    } else {
+        "\nUse this step's tools when they help."
+    });
+    match &schema {
+        Some(s) => role.push_str(&format!(
+            "\nWhen the step is done, reply with JSON only, matching this JSON Schema: {s}"
+        )),
+        None => role.push_str("\nWhen the step is done, reply with your text for the user."),
+    }
+    if state.data.as_object().is_some_and(|m| !m.is_empty()) {
+        role.push_str(&format!("\nWhat is known so far: {}", state.data));
+    }
+    let mut messages = conversation(state, vec![system(cfg, &role)]);
+    // A conversation that ends with an earlier step's reply gets a turn of the user's, so that
+    // the model answers anew (some providers would otherwise continue the old reply).
+    if matches!(
+        state.history.iter().next_back(),
+        Some(Message::Assistant { .. })
+    ) {
+        messages.push(Message::User {
+            content: format!("[weft] The workflow is now in step `{name}`; carry it out."),
+        });
+    }
+    let mut req = request(state, Purpose::Workflow, messages);
+    req.tools = tools
+        .iter()
+        .map(|t| ToolDef {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            parameters: t.input_schema.clone(),
+        })
+        .collect();
+    if tools.is_empty() {
+        req.response_schema = schema;
+    }
+    req
+}
 
 /// Pairs every assistant tool call with a tool result: a missing result becomes an
 /// `interrupted` error result placed right after the assistant message's other results.

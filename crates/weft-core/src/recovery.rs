@@ -30,6 +30,7 @@ pub fn recover(state: &State, tools: &dyn ToolCatalog, limits: &Limits) -> Recov
             out.rerun.push(Invocation {
                 call_id: call_id.clone(),
                 step: c.step.clone(),
+                item: c.item,
                 tool: c.tool.clone(),
                 args: c.args.clone(),
                 attempt: c.attempt,
@@ -177,6 +178,7 @@ mod tests {
                 Event::ToolCallStarted {
                     call_id: "c1".into(),
                     step: None,
+                    item: None,
                     tool: "echo".into(),
                     args: json!({}),
                     attempt: 1,

@@ -59,7 +59,10 @@ impl Event {
                 ToolOutcome::Ok { output } => value(output, f),
                 ToolOutcome::Error { error } => tool_error(error, f),
             },
-            Self::StepRetrying { error, .. } | Self::StepFailed { error, .. } => {
+            Self::StepRetrying { error, .. }
+            | Self::StepFailed { error, .. }
+            | Self::ItemRetrying { error, .. }
+            | Self::ItemFailed { error, .. } => {
                 tool_error(error, f);
             }
             Self::StepCompleted {
@@ -74,7 +77,32 @@ impl Event {
             Self::RunFinished { error, answer, .. } => {
                 error.iter_mut().chain(answer.iter_mut()).for_each(f);
             }
-            Self::WaveStarted { .. } | Self::StepStarted { .. } | Self::WaveFinished { .. } => {}
+            Self::WorkflowOutputAccepted {
+                output,
+                assigned,
+                reply,
+                ..
+            } => {
+                value(output, f);
+                for v in assigned.values_mut() {
+                    value(v, f);
+                }
+                if let Some(r) = reply {
+                    f(r);
+                }
+            }
+            Self::WorkflowOutputRejected { reason, .. } => f(reason),
+            Self::WorkflowTransition { rule, .. } => {
+                if let crate::event::TransitionRule::OnError { error } = rule {
+                    f(error);
+                }
+            }
+            // Step names, rules and conditions are the agent file's structure.
+            Self::WorkflowStepEntered { .. }
+            | Self::FanOutStarted { .. }
+            | Self::WaveStarted { .. }
+            | Self::StepStarted { .. }
+            | Self::WaveFinished { .. } => {}
         }
     }
 }
@@ -168,6 +196,7 @@ mod tests {
         let mut e = Event::ToolCallStarted {
             call_id: "echo".into(),
             step: Some("echo".into()),
+            item: None,
             tool: "echo".into(),
             args: json!({"text": "say echo", "echo": ["echo"]}),
             attempt: 1,
@@ -179,6 +208,7 @@ mod tests {
             Event::ToolCallStarted {
                 call_id: "echo".into(),
                 step: Some("echo".into()),
+                item: None,
                 tool: "echo".into(),
                 args: json!({"text": "say [secret:x]", "[secret:x]": ["[secret:x]"]}),
                 attempt: 1,

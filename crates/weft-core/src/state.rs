@@ -30,6 +30,7 @@ use crate::history::History;
 use crate::model::{Message, Purpose, Usage};
 use crate::path;
 use crate::plan::{Plan, PlanProblem};
+use crate::workflow::WorkflowRun;
 
 /// A step's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -85,6 +86,94 @@ pub struct StepRun {
     /// The idempotency key of the step's last call; a retry of that call reuses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// A fan-out step's items (`_forEach`), once it started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub items: Option<Items>,
+}
+
+/// The items of a fan-out step: each one's call, attempts and outcome.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Items {
+    /// Each item's outcome once it has one for good, in item order.
+    pub done: Vec<Option<ToolOutcome>>,
+    /// Attempts made for each item.
+    pub attempts: Vec<u32>,
+    /// The idempotency key of each item's call (a retry reuses it).
+    pub keys: Vec<Option<String>>,
+    /// Items whose call runs.
+    pub running: BTreeSet<usize>,
+    /// Items to try again, with the delay before their next attempt.
+    pub retrying: BTreeMap<usize, u64>,
+    /// Items never started are those from here on.
+    pub next: usize,
+    /// Items that failed for good.
+    pub failed: usize,
+}
+
+impl Items {
+    pub fn new(n: usize) -> Self {
+        Self {
+            done: vec![None; n],
+            attempts: vec![0; n],
+            keys: vec![None; n],
+            ..Self::default()
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.done.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.done.is_empty()
+    }
+
+    fn started(&mut self, k: usize, attempt: u32, key: &str) {
+        if k >= self.len() {
+            return;
+        }
+        self.running.insert(k);
+        self.retrying.remove(&k);
+        self.attempts[k] = attempt;
+        self.keys[k] = Some(key.to_owned());
+        self.next = self.next.max(k + 1);
+    }
+
+    fn finished(&mut self, k: usize, outcome: ToolOutcome) {
+        if k >= self.len() {
+            return;
+        }
+        self.running.remove(&k);
+        if matches!(outcome, ToolOutcome::Error { .. }) {
+            self.failed += 1;
+        }
+        self.done[k] = Some(outcome);
+    }
+
+    fn retry(&mut self, k: usize, delay_ms: u64) {
+        if k >= self.len() {
+            return;
+        }
+        if matches!(self.done[k], Some(ToolOutcome::Error { .. })) {
+            self.failed = self.failed.saturating_sub(1);
+        }
+        self.done[k] = None;
+        self.retrying.insert(k, delay_ms);
+    }
+
+    fn failed_without_call(&mut self, k: usize, error: ToolError) {
+        if k >= self.len() {
+            return;
+        }
+        self.next = self.next.max(k + 1);
+        self.failed += 1;
+        self.done[k] = Some(ToolOutcome::Error { error });
+    }
+
+    /// No item runs or waits for a retry.
+    pub fn idle(&self) -> bool {
+        self.running.is_empty() && self.retrying.is_empty()
+    }
 }
 
 /// A plan being executed. Serialised without its graph and index, which are rebuilt from the
@@ -257,6 +346,9 @@ impl TryFrom<StoredPlanRun> for PlanRun {
 #[serde(deny_unknown_fields)]
 pub struct OpenCall {
     pub step: Option<String>,
+    /// The item of a fan-out step the call serves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item: Option<usize>,
     pub tool: String,
     pub args: Value,
     pub attempt: u32,
@@ -340,6 +432,8 @@ pub struct State {
     pub answer: Option<String>,
     /// Tool calls of the model waiting for a person's approval (ReAct).
     pub approved_calls: Vec<String>,
+    /// Where a workflow session stands (workflow mode).
+    pub workflow: WorkflowRun,
 }
 
 /// A tool call's signature: its name and canonical arguments (object keys sorted).
@@ -407,6 +501,12 @@ impl State {
             data: Value::Object(Map::new()),
             ..Self::default()
         }
+    }
+
+    /// Whether a call serving `step` is a workflow step's call of its agent (a workflow's calls
+    /// name a step only then; the model's own calls name none).
+    fn delegates(&self, step: Option<&str>) -> bool {
+        self.mode == Some(Mode::Workflow) && self.plan.is_none() && step.is_some()
     }
 
     /// Folds a sequence of events into a fresh state.
@@ -485,6 +585,7 @@ impl State {
                 self.reviews.clear();
                 self.drafts.clear();
                 self.response_feedback = None;
+                self.workflow.message_in();
                 self.phase = match self.mode {
                     Some(Mode::Plan) => Phase::Planning,
                     _ => Phase::React,
@@ -504,6 +605,9 @@ impl State {
                 self.model_calls += 1;
                 *self.purpose_calls.entry(*purpose).or_default() += 1;
                 self.model_failures = 0;
+                if *purpose == Purpose::Workflow {
+                    self.workflow.turns += 1;
+                }
                 if *purpose == Purpose::React || *purpose == Purpose::Workflow {
                     self.iterations += 1;
                     self.history.push(Message::Assistant {
@@ -532,7 +636,7 @@ impl State {
                     p.steps[i].failures += 1;
                     p.steps[i].log.push(serde_json::json!({"rejected": reason}));
                 }
-                if *purpose == Purpose::React {
+                if matches!(purpose, Purpose::React | Purpose::Workflow) {
                     self.history.push(Message::User {
                         content: format!("[weft] Your last reply could not be used: {reason}"),
                     });
@@ -676,6 +780,13 @@ impl State {
                     {
                         self.approved_calls.push(format!("{id}={text}"));
                     }
+                    if req.kind == "message" {
+                        // A workflow waited for the user's next message: it enters anew.
+                        self.workflow.message_in();
+                        self.history.push(Message::User {
+                            content: text.clone(),
+                        });
+                    }
                 } else if self.mode == Some(Mode::React) {
                     self.history.push(Message::User {
                         content: text.clone(),
@@ -733,12 +844,32 @@ impl State {
             Event::ToolCallStarted {
                 call_id,
                 step,
+                item,
                 tool,
                 args,
                 attempt,
                 idempotency_key,
             } => {
                 self.tool_invocations += 1;
+                self.open_calls.insert(
+                    call_id.clone(),
+                    OpenCall {
+                        step: step.clone(),
+                        item: *item,
+                        tool: tool.clone(),
+                        args: args.clone(),
+                        attempt: *attempt,
+                        idempotency_key: idempotency_key.clone(),
+                    },
+                );
+                if let (Some(k), Some(step), Some(p)) = (item, step, &mut self.plan)
+                    && let Some(&i) = p.index.get(step)
+                {
+                    if let Some(items) = &mut p.steps[i].items {
+                        items.started(*k, *attempt, idempotency_key);
+                    }
+                    return;
+                }
                 if let (Some(step), Some(p)) = (step, &mut self.plan)
                     && let Some(&i) = p.index.get(step)
                 {
@@ -746,20 +877,13 @@ impl State {
                     p.steps[i].next_call = None;
                     p.steps[i].key = Some(idempotency_key.clone());
                 }
-                self.open_calls.insert(
-                    call_id.clone(),
-                    OpenCall {
-                        step: step.clone(),
-                        tool: tool.clone(),
-                        args: args.clone(),
-                        attempt: *attempt,
-                        idempotency_key: idempotency_key.clone(),
-                    },
-                );
                 if let (Some(p), Some(step)) = (&mut self.plan, step)
                     && let Some(&i) = p.index.get(step)
                 {
                     p.steps[i].call = Some(call_id.clone());
+                }
+                if self.delegates(step.as_deref()) {
+                    self.workflow.delegating = true;
                 }
             }
             Event::ToolCallFinished {
@@ -768,6 +892,19 @@ impl State {
                 let Some(c) = self.open_calls.remove(call_id) else {
                     return;
                 };
+                if self.delegates(c.step.as_deref()) {
+                    self.workflow.delegating = false;
+                    self.workflow.delegated = Some(outcome.clone());
+                    return;
+                }
+                if let (Some(k), Some(step), Some(p)) = (c.item, &c.step, &mut self.plan) {
+                    if let Some(&i) = p.index.get(step)
+                        && let Some(items) = &mut p.steps[i].items
+                    {
+                        items.finished(k, outcome.clone());
+                    }
+                    return;
+                }
                 match (&mut self.plan, &c.step) {
                     (Some(p), Some(step)) => {
                         if let Some(&i) = p.index.get(step) {
@@ -819,6 +956,34 @@ impl State {
                     p.retrying.insert(i);
                 }
             }
+            Event::FanOutStarted { step, items } => {
+                if let Some(p) = &mut self.plan
+                    && let Some(&i) = p.index.get(step)
+                {
+                    p.steps[i].items = Some(Items::new(*items));
+                }
+            }
+            Event::ItemRetrying {
+                step,
+                item,
+                delay_ms,
+                ..
+            } => {
+                if let Some(p) = &mut self.plan
+                    && let Some(&i) = p.index.get(step)
+                    && let Some(items) = &mut p.steps[i].items
+                {
+                    items.retry(*item, *delay_ms);
+                }
+            }
+            Event::ItemFailed { step, item, error } => {
+                if let Some(p) = &mut self.plan
+                    && let Some(&i) = p.index.get(step)
+                    && let Some(items) = &mut p.steps[i].items
+                {
+                    items.failed_without_call(*item, error.clone());
+                }
+            }
             Event::StepCompleted { step, output, .. } => {
                 if let Some(p) = &mut self.plan
                     && let Some(&i) = p.index.get(step)
@@ -868,6 +1033,44 @@ impl State {
                 self.open_wave = None;
                 if self.mode == Some(Mode::Plan) {
                     self.phase = Phase::Reviewing;
+                }
+            }
+            Event::WorkflowStepEntered { step, .. } => {
+                self.workflow.enter(step);
+            }
+            Event::WorkflowOutputAccepted {
+                step,
+                output,
+                assigned,
+                reply,
+            } => {
+                self.workflow.outputs.insert(step.clone(), output.clone());
+                for (at, v) in assigned {
+                    if let Some(p) = path::parse(at) {
+                        path::set(&mut self.data, &p, v.clone());
+                    }
+                }
+                if reply.is_some() {
+                    self.workflow.reply.clone_from(reply);
+                }
+            }
+            Event::WorkflowOutputRejected { step, reason, .. } => {
+                self.workflow.rejected += 1;
+                self.workflow.feedback = Some(reason.clone());
+                // A delegated step asks its agent again (the next task says why); a model is
+                // told in the conversation.
+                if self.workflow.delegated.take().is_none() {
+                    self.history.push(Message::User {
+                        content: format!(
+                            "[weft] Your output for step `{step}` could not be used: {reason}. Reply again with the step's output."
+                        ),
+                    });
+                }
+            }
+            Event::WorkflowTransition { to, .. } => {
+                self.workflow.transitions += 1;
+                if to == crate::workflow::END || to == crate::workflow::WAIT {
+                    self.workflow.step = None;
                 }
             }
             Event::RunFinished {

@@ -6,6 +6,10 @@
 //! reply of its list). Because the position comes from the session's own count of calls, a
 //! session resumed in a new process continues the script where it stopped.
 //!
+//! A script may also hold `cases`, each with a `when` text and a `script` of either form: a
+//! session is served by the first case whose `when` its first user message contains (the task
+//! it began with), so one script can play a model that answers each request in its own way.
+//!
 //! A reply has one of `text`, `json` (sent as JSON text) or `tool_calls`, and may carry
 //! `purpose` (in a list: the call must have this purpose, or the script fails loudly),
 //! `delay_ms` (think time), `usage` and `repeat` (the reply stands for that many calls).
@@ -94,7 +98,61 @@ impl ScriptedReply {
 enum ScriptFile {
     List(Vec<ScriptedReply>),
     Wrapped { replies: Vec<ScriptedReply> },
+    Cases { cases: Vec<CaseFile> },
     Keyed(HashMap<Purpose, Vec<ScriptedReply>>),
+}
+
+/// The replies of one case: a list, or a mapping from purpose to a list.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ScriptBody {
+    List(Vec<ScriptedReply>),
+    Keyed(HashMap<Purpose, Vec<ScriptedReply>>),
+}
+
+impl ScriptBody {
+    fn lists(&self) -> Vec<&Vec<ScriptedReply>> {
+        match self {
+            Self::List(l) => vec![l],
+            Self::Keyed(k) => k.values().collect(),
+        }
+    }
+}
+
+/// One case of a script with cases: its replies serve sessions whose first user message
+/// contains `when` (any session, without `when`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CaseFile {
+    #[serde(default)]
+    when: Option<String>,
+    script: ScriptBody,
+}
+
+/// The replies a session is served: in order, or per purpose.
+#[derive(Debug, Clone, Default)]
+struct Replies {
+    flat: Vec<ScriptedReply>,
+    keyed: HashMap<Purpose, Vec<ScriptedReply>>,
+}
+
+impl Replies {
+    fn from_body(body: ScriptBody) -> Self {
+        match body {
+            ScriptBody::List(l) => Self {
+                flat: expand(l),
+                keyed: HashMap::new(),
+            },
+            ScriptBody::Keyed(k) => Self {
+                flat: Vec::new(),
+                keyed: k.into_iter().map(|(p, v)| (p, expand(v))).collect(),
+            },
+        }
+    }
+
+    fn all(&self) -> impl Iterator<Item = &ScriptedReply> {
+        self.flat.iter().chain(self.keyed.values().flatten())
+    }
 }
 
 /// A model that answers from a script.
@@ -103,8 +161,9 @@ pub struct ScriptedModel {
     name: String,
     /// Where the script came from, for errors.
     origin: String,
-    flat: Vec<ScriptedReply>,
-    keyed: HashMap<Purpose, Vec<ScriptedReply>>,
+    /// The script's cases, tried in order (`None`: any session); a script without cases is
+    /// one case for any session.
+    cases: Vec<(Option<String>, Replies)>,
 }
 
 /// The most replies a script serves, `repeat` counted ([`ScriptedModel::parse`] refuses more;
@@ -133,8 +192,7 @@ impl ScriptedModel {
         Self {
             name: format!("scripted:{origin}"),
             origin,
-            flat: expand(replies),
-            keyed: HashMap::new(),
+            cases: vec![(None, Replies::from_body(ScriptBody::List(replies)))],
         }
     }
 
@@ -144,8 +202,7 @@ impl ScriptedModel {
         Self {
             name: format!("scripted:{origin}"),
             origin,
-            flat: Vec::new(),
-            keyed: replies.into_iter().map(|(k, v)| (k, expand(v))).collect(),
+            cases: vec![(None, Replies::from_body(ScriptBody::Keyed(replies)))],
         }
     }
 
@@ -170,6 +227,7 @@ impl ScriptedModel {
         let lists: Vec<&Vec<ScriptedReply>> = match &file {
             ScriptFile::List(l) | ScriptFile::Wrapped { replies: l } => vec![l],
             ScriptFile::Keyed(k) => k.values().collect(),
+            ScriptFile::Cases { cases } => cases.iter().flat_map(|c| c.script.lists()).collect(),
         };
         let mut total: u64 = 0;
         for (i, r) in lists.into_iter().flatten().enumerate() {
@@ -185,13 +243,26 @@ impl ScriptedModel {
         let model = match file {
             ScriptFile::List(l) | ScriptFile::Wrapped { replies: l } => Self::new(origin, l),
             ScriptFile::Keyed(k) => Self::keyed(origin, k),
+            ScriptFile::Cases { cases } => {
+                if let Some(i) = cases
+                    .iter()
+                    .position(|c| c.when.as_deref().is_some_and(|w| w.trim().is_empty()))
+                {
+                    return Err(ModelError::Config(format!(
+                        "the script {origin}: cases[{i}] has an empty `when`; leave it out for the case of any session"
+                    )));
+                }
+                Self {
+                    name: format!("scripted:{origin}"),
+                    origin: origin.to_owned(),
+                    cases: cases
+                        .into_iter()
+                        .map(|c| (c.when, Replies::from_body(c.script)))
+                        .collect(),
+                }
+            }
         };
-        for (i, r) in model
-            .flat
-            .iter()
-            .chain(model.keyed.values().flatten())
-            .enumerate()
-        {
+        for (i, r) in model.cases.iter().flat_map(|(_, r)| r.all()).enumerate() {
             let kinds = usize::from(r.text.is_some())
                 + usize::from(r.json.is_some())
                 + usize::from(!r.tool_calls.is_empty());
@@ -205,15 +276,44 @@ impl ScriptedModel {
         Ok(model)
     }
 
+    /// The case a request belongs to: the first whose `when` its first user message contains
+    /// (ignoring case).
+    fn case(&self, req: &ModelRequest) -> Result<&Replies, ModelError> {
+        let first = req
+            .messages
+            .iter()
+            .find_map(|m| match m {
+                crate::Message::User { content } => Some(content.as_str()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let lower = first.to_lowercase();
+        self.cases
+            .iter()
+            .find(|(when, _)| {
+                when.as_deref()
+                    .is_none_or(|w| lower.contains(&w.to_lowercase()))
+            })
+            .map(|(_, r)| r)
+            .ok_or_else(|| ModelError::ScriptMismatch {
+                script: self.origin.clone(),
+                message: format!(
+                    "no case's `when` is in the first user message (`{}`); add a case without `when` for any other session",
+                    first.chars().take(80).collect::<String>()
+                ),
+            })
+    }
+
     fn pick(&self, req: &ModelRequest) -> Result<&ScriptedReply, ModelError> {
-        if self.keyed.is_empty() {
-            let reply = self.flat.get(req.call_index as usize).ok_or_else(|| {
-                ModelError::ScriptExhausted {
-                    script: self.origin.clone(),
-                    purpose: req.purpose.as_str().to_owned(),
-                    index: req.call_index + 1,
-                }
-            })?;
+        let Replies { flat, keyed } = self.case(req)?;
+        if keyed.is_empty() {
+            let reply =
+                flat.get(req.call_index as usize)
+                    .ok_or_else(|| ModelError::ScriptExhausted {
+                        script: self.origin.clone(),
+                        purpose: req.purpose.as_str().to_owned(),
+                        index: req.call_index + 1,
+                    })?;
             if let Some(p) = reply.purpose
                 && p != req.purpose
             {
@@ -230,7 +330,7 @@ impl ScriptedModel {
             }
             return Ok(reply);
         }
-        self.keyed
+        keyed
             .get(&req.purpose)
             .and_then(|l| l.get(req.purpose_index as usize))
             .ok_or_else(|| ModelError::ScriptExhausted {
@@ -430,6 +530,52 @@ mod tests {
             e.to_string().contains("`plan`") && e.to_string().contains("`review`"),
             "{e}"
         );
+    }
+
+    #[tokio::test]
+    async fn cases_are_chosen_by_the_first_user_message() {
+        let m = ScriptedModel::parse(
+            "c.yaml",
+            "cases:\n  - when: Refund\n    script: { workflow: [{ text: money }] }\n  - script:\n      - text: other\n",
+        )
+        .unwrap();
+        let ask = |first: &str, purpose: Purpose| {
+            let mut r = req(purpose, 0, 0);
+            r.messages = vec![
+                crate::Message::System {
+                    content: "refund".into(),
+                },
+                crate::Message::User {
+                    content: first.into(),
+                },
+                crate::Message::User {
+                    content: "later refund".into(),
+                },
+            ]
+            .into();
+            r
+        };
+        let r = m
+            .complete(&ask("I want a REFUND", Purpose::Workflow), None)
+            .await
+            .unwrap();
+        assert_eq!(r.content, "money");
+        let r = m
+            .complete(&ask("hello", Purpose::React), None)
+            .await
+            .unwrap();
+        assert_eq!(r.content, "other");
+        let only = ScriptedModel::parse(
+            "o.yaml",
+            "cases:\n  - when: refund\n    script: [{ text: x }]\n",
+        )
+        .unwrap();
+        let e = only
+            .complete(&ask("hello", Purpose::React), None)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("no case"), "{e}");
+        assert!(ScriptedModel::parse("e.yaml", "cases:\n  - when: ''\n    script: []\n").is_err());
     }
 
     #[tokio::test]

@@ -1,12 +1,13 @@
-//! Driving agent sessions: the plan-and-execute and ReAct loops of `weft_core::agent_loop`,
-//! with a model and tools.
+//! Driving agent sessions: the plan-and-execute, ReAct and workflow loops of
+//! `weft_core::agent_loop`, with a model and tools.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::Value;
 use weft_core::agent::AgentSpec;
-use weft_core::agent_loop::{self, AgentConfig, AgentNext, Skill};
+use weft_core::agent_loop::{self, AgentConfig, AgentNext, Skill, WorkflowConfig};
 use weft_core::engine::Invocation;
 use weft_core::{EVENT_VERSION, Envelope, Event, RunStatus, SessionStatus, State};
 use weft_model::{DeltaSink, ModelRequest, Purpose, SharedModel};
@@ -55,6 +56,7 @@ impl Agent {
             })?;
             skills.push(skill);
         }
+        let workflow = Self::workflow(spec, &tools, metadata, input)?;
         let offered = tools
             .infos()
             .filter(|t| {
@@ -74,6 +76,7 @@ impl Agent {
                 skills,
                 approve_plans: spec.approve_plans,
                 review_responses: spec.review_responses.unwrap_or(true),
+                workflow,
             },
             model,
             tools,
@@ -89,8 +92,60 @@ impl Agent {
     ) -> Result<String, RuntimeError> {
         match &spec.instructions {
             None => Ok(String::new()),
-            Some(t) => render_instructions(&spec.name, t, metadata, input),
+            Some(t) => render_instructions(&spec.name, "instructions", t, metadata, input),
         }
+    }
+
+    /// A workflow agent's state machine, ready to run: each step's instructions rendered (as the
+    /// agent's are), and each step's tools and agent found among the agent's tools. Mistakes name
+    /// the step and the field.
+    pub fn workflow(
+        spec: &AgentSpec,
+        tools: &Registry,
+        metadata: &Value,
+        input: &Value,
+    ) -> Result<Option<Arc<WorkflowConfig>>, RuntimeError> {
+        use weft_core::ToolCatalog;
+        let Some(wf) = &spec.workflow else {
+            return Ok(None);
+        };
+        let mut instructions = BTreeMap::new();
+        for (name, step) in &wf.steps {
+            let at = format!("workflow.steps.{name}");
+            if let Some(t) = &step.instructions {
+                let text = render_instructions(
+                    &spec.name,
+                    &format!("{at}.instructions"),
+                    t,
+                    metadata,
+                    input,
+                )?;
+                instructions.insert(name.clone(), text);
+            }
+            for t in &step.tools {
+                if tools.tool_info(t).is_none() {
+                    return Err(RuntimeError::Config(format!(
+                        "agent `{}`: {at}.tools: `{t}` is not a tool of this agent; declare it in `tools` (the tools: {})",
+                        spec.name,
+                        tools.tool_names().join(", ")
+                    )));
+                }
+            }
+            if step.agent.is_some() {
+                let tool = weft_core::workflow::delegate_tool(name);
+                if !tools.agent_tools().any(|d| d.name == tool) {
+                    return Err(RuntimeError::Config(format!(
+                        "agent `{}`: {at}.agent: the step's agent was not loaded with the agent's tools (build them with Registry::from_agent)",
+                        spec.name
+                    )));
+                }
+            }
+        }
+        Ok(Some(Arc::new(WorkflowConfig {
+            spec: wf.clone(),
+            instructions,
+            metadata: metadata.clone(),
+        })))
     }
 
     /// Builds the model an agent file names (relative paths from `base_dir`).
@@ -106,10 +161,12 @@ impl Agent {
     }
 }
 
-/// Renders the instructions template. A variable it names that is not defined (and has no
-/// `default`) is an error naming the variable, not an empty string in the prompt.
+/// Renders an instructions template (`what` names it: `instructions`, or a workflow step's). A
+/// variable it names that is not defined (and has no `default`) is an error naming the variable,
+/// not an empty string in the prompt.
 fn render_instructions(
     agent: &str,
+    what: &str,
     template: &str,
     metadata: &Value,
     input: &Value,
@@ -117,7 +174,7 @@ fn render_instructions(
     let mut env = minijinja::Environment::new();
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
     let err = |e: &minijinja::Error| {
-        RuntimeError::Config(format!("agent `{agent}`: `instructions` template: {e:#}"))
+        RuntimeError::Config(format!("agent `{agent}`: `{what}` template: {e:#}"))
     };
     let tmpl = env.template_from_str(template).map_err(|e| err(&e))?;
     let ctx = serde_json::json!({"session": {"metadata": metadata}, "input": input});
@@ -144,7 +201,7 @@ fn render_instructions(
             return err(&e);
         }
         RuntimeError::Config(format!(
-            "agent `{agent}`: `instructions` uses undefined variable(s) {}: give them (`session.metadata.*` \
+            "agent `{agent}`: `{what}` uses undefined variable(s) {}: give them (`session.metadata.*` \
              with --metadata, `input.*` with --input) or write a default, e.g. {{{{ x | default(\"...\") }}}}",
             missing
                 .iter()

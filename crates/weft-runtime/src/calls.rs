@@ -63,6 +63,7 @@ impl Calls {
         };
         let call_id = call.call_id.clone();
         let sub = tools.agent_tools().find(|d| d.name == call.tool).cloned();
+        let process = tools.process_tools().find(|d| d.name == call.tool).cloned();
         let runner = Arc::clone(&self.sub_agents);
         let depth = self.depth;
         let parent = state.session_id.clone();
@@ -71,9 +72,18 @@ impl Calls {
                 tokio::time::sleep(std::time::Duration::from_millis(call.delay_ms)).await;
             }
             let start = Instant::now();
-            let outcome = match sub {
+            let outcome = match (sub, process) {
+                // A process: its plan runs in its own session, linked to this one.
+                (None, Some(decl)) => match tools.check_args(&call.tool, &call.args) {
+                    Err(error) => ToolOutcome::Error { error },
+                    Ok(()) => {
+                        runner
+                            .run_process(decl, call.args, parent, call.idempotency_key, depth)
+                            .await
+                    }
+                },
                 // An `agent:` tool: the child runs in its own session, linked to this one.
-                Some(decl) => match tools.check_args(&call.tool, &call.args) {
+                (Some(decl), _) => match tools.check_args(&call.tool, &call.args) {
                     Err(error) => ToolOutcome::Error { error },
                     Ok(()) => {
                         let task = call
@@ -85,7 +95,7 @@ impl Calls {
                         runner.run(decl, task, parent, depth).await
                     }
                 },
-                None => tools.invoke(&call.tool, call.args, ctx).await,
+                (None, None) => tools.invoke(&call.tool, call.args, ctx).await,
             };
             let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
             (call.call_id, outcome, ms)

@@ -5,6 +5,7 @@
 mod agent;
 mod calls;
 mod knowledge;
+mod process;
 mod session;
 pub mod snapshots;
 mod subagent;
@@ -23,6 +24,7 @@ use weft_tools::Registry;
 pub use agent::{Agent, SessionInfo};
 use calls::Calls;
 pub use knowledge::StoreKnowledge;
+pub use process::child_id as process_session_id;
 pub use session::{Observer, Redact, Session};
 pub use snapshots::{Loaded, load_state};
 pub use subagent::{MAX_DEPTH, StoreSubAgents, SubAgents};

@@ -10,19 +10,30 @@ use serde_json::{Value, json};
 use weft_core::agent::AgentSpec;
 use weft_core::{SessionStatus, ToolError, ToolOutcome};
 use weft_store::Store;
-use weft_tools::{AgentToolDecl, Registry};
+use weft_tools::{AgentToolDecl, ProcessDecl, Registry};
 
 use crate::{Agent, Observer, Redact, Runtime, SessionInfo};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-/// Runs sub-agents for the calls that name one.
+/// Runs the linked child sessions of calls: sub-agents, and processes (plans reused as tools).
 pub trait SubAgents: Send + Sync {
     fn run(
         &self,
         decl: AgentToolDecl,
         task: String,
         parent_session: String,
+        depth: u32,
+    ) -> BoxFuture<ToolOutcome>;
+
+    /// Runs (or, after a crash, continues) the process a call names; `key` is the call's
+    /// idempotency key, which names the child session.
+    fn run_process(
+        &self,
+        decl: ProcessDecl,
+        args: Value,
+        parent_session: String,
+        key: String,
         depth: u32,
     ) -> BoxFuture<ToolOutcome>;
 }
@@ -44,6 +55,25 @@ fn error(kind: &str, message: impl Into<String>) -> ToolOutcome {
 }
 
 impl<S: Store> SubAgents for StoreSubAgents<S> {
+    fn run_process(
+        &self,
+        decl: ProcessDecl,
+        args: Value,
+        parent_session: String,
+        key: String,
+        depth: u32,
+    ) -> BoxFuture<ToolOutcome> {
+        Box::pin(crate::process::run(
+            Arc::clone(&self.store),
+            self.redact.clone(),
+            decl,
+            args,
+            parent_session,
+            key,
+            depth,
+        ))
+    }
+
     fn run(
         &self,
         decl: AgentToolDecl,

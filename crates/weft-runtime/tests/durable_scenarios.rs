@@ -528,8 +528,8 @@ async fn needs_postgres_scenarios() {
     );
     let store = Arc::new(PgStore::connect_in_schema(&url, &schema).await.unwrap());
     all_scenarios(async || store.clone()).await;
-    // Leave nothing behind (without migrating the database's own schema, which other builds
-    // may use at another version).
+    // Leave nothing behind (with psql: a store connected to the database's own schema would
+    // migrate it, which is not this test's to do, and fails when another build migrated it).
     let _ = std::process::Command::new("psql")
         .args([
             url.as_str(),

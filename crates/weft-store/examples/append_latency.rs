@@ -39,6 +39,7 @@ fn batch(i: u64, from: u64) -> Vec<Envelope> {
             Event::ToolCallStarted {
                 call_id: call.clone(),
                 step: None,
+                item: None,
                 tool: "search".into(),
                 args: json!({"q": "x"}),
                 attempt: 1,

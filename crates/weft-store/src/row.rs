@@ -323,6 +323,7 @@ mod tests {
             Event::ToolCallStarted {
                 call_id: "c2".into(),
                 step: None,
+                item: None,
                 tool: "echo".into(),
                 args: json!({"type": "not the tag", "n": 1.5, "z": null}),
                 attempt: 2,

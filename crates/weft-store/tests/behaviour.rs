@@ -51,6 +51,7 @@ fn every_kind(from: u64) -> Vec<Envelope> {
             depends_on: vec![],
             parallel: None,
             when: None,
+            for_each: None,
         }],
     };
     let err = ToolError::new("timeout", "took too long")
@@ -76,6 +77,7 @@ fn every_kind(from: u64) -> Vec<Envelope> {
         Event::ToolCallStarted {
             call_id: "c1".into(),
             step: Some("s1".into()),
+            item: None,
             tool: "search".into(),
             args: json!({"q": "rust", "seq": 99, "type": "shadowed?"}),
             attempt: 1,

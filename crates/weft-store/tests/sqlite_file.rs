@@ -50,6 +50,7 @@ fn iteration(i: u64, from: u64) -> Vec<Envelope> {
             Event::ToolCallStarted {
                 call_id: call.clone(),
                 step: Some(step),
+                item: None,
                 tool: "search".into(),
                 args: json!({"q": format!("durable agents part {i}")}),
                 attempt: 1,

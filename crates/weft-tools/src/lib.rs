@@ -30,6 +30,7 @@
 //!   - mcp: {name: fs, url: "http://127.0.0.1:8000/mcp",
 //!           headers: {Authorization: "Bearer {{ secrets.crm_token }}"}, prefix: ""}
 //!   - {agent: researcher.yaml, name: researcher, description: Finds things out.}
+//!   - {process: order-status.json}       # a plan reused as a tool (see weft_core::process)
 //! ```
 //!
 //! MCP tools are named `prefix.tool` (the prefix defaults to the server name; `""` means
@@ -46,6 +47,7 @@ mod fetch;
 mod http;
 mod knowledge;
 mod mcp;
+mod process_tool;
 mod render;
 mod secrets;
 mod workspace;
@@ -67,6 +69,7 @@ pub use fetch::{HttpGet, is_internal};
 pub use http::HttpTool;
 pub use knowledge::{KnowledgeBase, KnowledgeTool};
 pub use mcp::McpServerDecl;
+pub use process_tool::ProcessDecl;
 pub use secrets::{Redactor, SecretSource, Secrets, SecretsError};
 pub use workspace::{FsList, FsRead, FsWrite, Workspace};
 
@@ -143,6 +146,7 @@ pub struct Registry {
     agents: Vec<AgentToolDecl>,
     /// The store behind the memory and document tools, once a runtime attaches it.
     knowledge: knowledge::Slot,
+    processes: Vec<ProcessDecl>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -268,11 +272,44 @@ impl Registry {
                     })?;
                     reg.agents.push(decl);
                 }
+                ToolDecl::Other {
+                    kind: "process",
+                    raw,
+                } => {
+                    let decl = ProcessDecl::parse(&raw, base_dir).map_err(at(i))?;
+                    reg.register(process_tool::ProcessTool {
+                        info: decl.info(),
+                        path: decl.path.clone(),
+                    })?;
+                    reg.processes.push(decl);
+                }
                 ToolDecl::Other { kind, .. } => {
                     return Err(at(i)(format!(
                         "`{kind}` tools are not supported by this build of weft"
                     )));
                 }
+            }
+        }
+        if let Some(wf) = &spec.workflow {
+            for (name, step) in &wf.steps {
+                let Some(file) = &step.agent else { continue };
+                let at = |m: String| {
+                    ToolsError::Declaration(format!("workflow.steps.{name}.agent: {m}"))
+                };
+                let decl = AgentToolDecl::parse(
+                    &serde_json::json!({
+                        "agent": file,
+                        "name": weft_core::workflow::delegate_tool(name),
+                        "description": format!("The agent the workflow step `{name}` hands its work to."),
+                    }),
+                    base_dir,
+                )
+                .map_err(at)?;
+                reg.register(agent_tool::AgentTool {
+                    info: decl.info(),
+                    path: decl.path.clone(),
+                })?;
+                reg.agents.push(decl);
             }
         }
         if let Some(allowed) = &spec.allowed_tools {
@@ -404,6 +441,12 @@ impl Registry {
         self.agents.iter().filter(|a| self.is_allowed(&a.name))
     }
 
+    /// The processes declared (`- process: file.json`), for the runtime to run as linked
+    /// sessions.
+    pub fn process_tools(&self) -> impl Iterator<Item = &ProcessDecl> {
+        self.processes.iter().filter(|p| self.is_allowed(&p.name))
+    }
+
     /// The MCP servers that sent `notifications/tools/list_changed` since their tools were last
     /// loaded. Calls already use the server's new list (a removed tool fails as
     /// `unknown_tool`); call [`Registry::load_mcp_tools`] to offer new tools too.
@@ -505,7 +548,7 @@ impl Registry {
                 let retryable = match error.kind.as_str() {
                     "spawn" => true,
                     "invalid_arguments" | "unknown_tool" | "refused" | "ask_user"
-                    | "agent_tool" | "secret" | "template" | "tool_error" => false,
+                    | "agent_tool" | "process_tool" | "secret" | "template" | "tool_error" => false,
                     _ => idempotent,
                 };
                 ToolOutcome::Error {
@@ -554,6 +597,7 @@ pub fn declaration_schema() -> Value {
             of::<http::HttpToolDecl>(),
             of::<mcp::McpDeclOuter>(),
             of::<agent_tool::Raw>(),
+            of::<process_tool::Raw>(),
         ]
     })
 }

@@ -157,6 +157,11 @@ async fn agent_problems(
     if let Err(e) = Agent::instructions(&spec, metadata, input) {
         problems.push(format!("agent file {file}: {e}"));
     }
+    if let Some(t) = &tools
+        && let Err(e) = Agent::workflow(&spec, t, metadata, input)
+    {
+        problems.push(format!("agent file {file}: {e}"));
+    }
     tools
 }
 

@@ -28,10 +28,24 @@ pub struct AgentFile {
 impl AgentFile {
     /// Reads the agent file and builds its tools and model.
     pub async fn load(path: &Path) -> Result<Self> {
+        Self::load_with(path, true).await
+    }
+
+    /// Like [`AgentFile::load`], for continuing a session: a file without a `model` (one that
+    /// declares tools for plans) can still continue its plan sessions.
+    pub async fn load_to_continue(path: &Path) -> Result<Self> {
+        Self::load_with(path, false).await
+    }
+
+    async fn load_with(path: &Path, needs_model: bool) -> Result<Self> {
         let loaded = load::agent(path).await?;
         let redact = loaded.redactor();
-        let model = Agent::model_from_spec(&loaded.spec, load::base_dir(path))
-            .map_err(|e| anyhow!("agent file {}: {e}", path.display()))?;
+        let model = if loaded.spec.model.is_none() && !needs_model {
+            Arc::new(NoModel) as SharedModel
+        } else {
+            Agent::model_from_spec(&loaded.spec, load::base_dir(path))
+                .map_err(|e| anyhow!("agent file {}: {e}", path.display()))?
+        };
         Ok(Self {
             path: path.to_owned(),
             spec: loaded.spec,
@@ -39,6 +53,26 @@ impl AgentFile {
             model,
             redact,
         })
+    }
+}
+
+/// The model of an agent file that names none: plan sessions need no model, and an agent
+/// session is refused before it would call one (see [`drive`]).
+struct NoModel;
+
+impl weft_model::Model for NoModel {
+    fn name(&self) -> &str {
+        "none"
+    }
+
+    async fn complete(
+        &self,
+        _req: &weft_model::ModelRequest,
+        _deltas: Option<weft_model::DeltaSink>,
+    ) -> Result<weft_model::ModelReply, weft_model::ModelError> {
+        Err(weft_model::ModelError::Config(
+            "the agent file has no `model`".into(),
+        ))
     }
 }
 
@@ -150,6 +184,13 @@ pub async fn drive<S: Store>(
         rt = rt.observe(o);
     }
     let mut session = rt.load_session(&rec.id).await?;
+    if session.state.mode.is_some() && agent.spec.model.is_none() {
+        return Err(anyhow!(
+            "agent file {} has no `model`, which the agent session {} needs; set one (e.g. `model: openai:gpt-4o-mini`)",
+            agent.path.display(),
+            rec.id
+        ));
+    }
     let before = Before::of(&session.state);
     let work = async {
         if session.state.mode.is_none() {

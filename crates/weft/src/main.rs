@@ -89,7 +89,12 @@ enum Command {
     /// Exit 0 when there is none, 2 otherwise.
     Check(check::CheckArgs),
     /// Print the JSON Schema of agent files (published as schema/agent.schema.json).
-    Schema,
+    Schema {
+        /// The schema of process files instead (plans reused as tools; published as
+        /// schema/process.schema.json).
+        #[arg(long)]
+        process: bool,
+    },
     /// Print a shell completion script: `weft completions bash > ~/.local/share/bash-completion/completions/weft`.
     Completions { shell: clap_complete::Shell },
 }
@@ -180,7 +185,7 @@ fn main() -> ExitCode {
                 | Command::Tools(_)
                 | Command::Check(_)
                 | Command::Completions { .. }
-                | Command::Schema
+                | Command::Schema { .. }
         );
         // A new run reads its task, agent file and plan before the store is opened: a mistake
         // there leaves no `.weft/weft.db` behind.
@@ -233,7 +238,7 @@ fn main() -> ExitCode {
             Command::Docs(c) => docs_cmd::run(store, c).await,
             Command::Check(a) => check::run(a).await,
             Command::Completions { .. } => Ok(0),
-            Command::Schema => schema_cmd::run(),
+            Command::Schema { process } => schema_cmd::run(process),
         }
     };
     let result = rt.block_on(async {

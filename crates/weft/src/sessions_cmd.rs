@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::{Result, anyhow};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
-use weft_core::{SessionStatus, State};
 use weft_core::agent::parse_duration_str;
+use weft_core::{SessionStatus, State};
 use weft_runtime::now_ms;
 use weft_store::{ListFilter, NewSession, Store};
 
@@ -177,6 +177,11 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
                 "events": rec.last_seq,
                 "task": state.task,
                 "plan": state.plan.as_ref().map(|p| p.view()),
+                "workflow": (state.mode == Some(weft_core::agent::Mode::Workflow)).then(|| json!({
+                    "step": state.workflow.step,
+                    "path": state.workflow.path,
+                    "outputs": state.workflow.outputs,
+                })),
                 "state": state.data,
                 "answer": state.answer,
                 "waiting": state.waiting,
@@ -229,6 +234,16 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
                         .unwrap_or_default();
                     writeln!(out, "  {:<16} {:<12} {what}{extra}", s.id, status)?;
                 }
+            }
+            if state.mode == Some(weft_core::agent::Mode::Workflow)
+                && !state.workflow.path.is_empty()
+            {
+                // The steps since the last message came in (where the session stands now).
+                let now = match &state.workflow.step {
+                    Some(s) => format!("  (in `{s}`)"),
+                    None => String::new(),
+                };
+                writeln!(out, "steps    {}{now}", state.workflow.path.join(" -> "))?;
             }
             if let Some(w) = &state.waiting {
                 writeln!(out, "waiting  {}", w.question)?;
@@ -449,7 +464,7 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
     }
     let held = crate::ownership::take(store.clone(), &args.id, args.force).await?;
     let result: Result<u8> = async {
-        let agent = crate::drive::AgentFile::load(&path).await?;
+        let agent = crate::drive::AgentFile::load_to_continue(&path).await?;
         crate::store::agent_durability(store.as_ref(), [&agent.spec]);
         let observer = if args.events {
             run_cmd::json_lines()

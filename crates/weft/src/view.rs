@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
+use weft_core::event::{StepEntry, TransitionRule};
 use weft_core::{Envelope, Event, ToolOutcome};
 use weft_runtime::Observer;
 
@@ -225,15 +226,44 @@ impl View {
                 call_id,
                 tool,
                 args,
+                item,
                 ..
             } => {
+                let tool = match item {
+                    Some(k) => format!("{tool}[{k}]"),
+                    None => tool.clone(),
+                };
                 self.calls.insert(
                     call_id.clone(),
                     Call {
-                        tool: tool.clone(),
+                        tool,
                         args: short(args),
                     },
                 );
+            }
+            Event::FanOutStarted { step, items } => {
+                self.say(&p.dim(&format!("  {step}: one call per item, {items} item(s)")));
+            }
+            Event::ItemRetrying {
+                step,
+                item,
+                attempt,
+                delay_ms,
+                ..
+            } => {
+                self.say(&format!(
+                    "  {} {step}[{item}]: retry {}/{} in {delay_ms} ms",
+                    p.warn("↻"),
+                    attempt + 1,
+                    self.max_attempts
+                ));
+            }
+            Event::ItemFailed { step, item, error } => {
+                self.say(&format!(
+                    "  {} {step}[{item}]: {}",
+                    p.bad("✗"),
+                    p.bad(&cut(&error.message))
+                ));
             }
             Event::ToolCallFinished {
                 call_id,
@@ -353,6 +383,54 @@ impl View {
                 if let Some(d) = self.live.as_mut().and_then(|l| l.draft.take()) {
                     d.finish_and_clear();
                 }
+            }
+            Event::WorkflowStepEntered { step, via } => {
+                let how = match via {
+                    StepEntry::Initial => String::new(),
+                    StepEntry::Reentry { rule, when } => match when {
+                        Some(w) => format!(" (reentry[{rule}]: {w})"),
+                        None => format!(" (reentry[{rule}])"),
+                    },
+                    StepEntry::Transition { .. } => String::new(),
+                };
+                self.say(&format!(
+                    "{} {}{}",
+                    p.bold("▸ step"),
+                    p.bold(step),
+                    p.dim(&how)
+                ));
+            }
+            Event::WorkflowOutputAccepted { output, .. } => {
+                self.say(&format!("  {} output {}", p.ok("✓"), short(output)));
+            }
+            Event::WorkflowOutputRejected {
+                step,
+                reason,
+                attempt,
+            } => {
+                self.say(&p.warn(&format!(
+                    "  ↻ {step}: output refused ({attempt}), asking again: {}",
+                    cut(reason)
+                )));
+            }
+            Event::WorkflowTransition { from, to, rule } => {
+                let line = match rule {
+                    TransitionRule::Next { rule, when } => {
+                        let why = match (rule, when) {
+                            (Some(i), Some(w)) => format!("next[{i}]: {w}"),
+                            (Some(i), None) => format!("next[{i}]: default"),
+                            (None, _) => "no next: the turn ends".to_owned(),
+                        };
+                        format!("  → {} {}", p.bold(to), p.dim(&format!("({why})")))
+                    }
+                    TransitionRule::OnError { error } => format!(
+                        "  {} {from} failed: {} → {}",
+                        p.bad("✗"),
+                        p.bad(&cut(error)),
+                        p.bold(to)
+                    ),
+                };
+                self.say(&line);
             }
             Event::WaitingForUser { .. } | Event::RunFinished { .. } => self.end_live(),
             _ => {}

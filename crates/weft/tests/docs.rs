@@ -1,6 +1,7 @@
 //! The reference pages in docs/ hold real examples: every agent file and tool declaration in
-//! docs/agent-file.md loads, every plan in docs/plans.md parses and validates its shape, and
-//! every script in docs/scripted-model.md parses. A page that drifts from the code fails here.
+//! docs/agent-file.md and docs/workflows.md loads, every plan (and process file) in
+//! docs/plans.md parses and validates its shape, and every script in docs/scripted-model.md
+//! parses. A page that drifts from the code fails here.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
@@ -41,7 +42,12 @@ fn workdir() -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     std::fs::create_dir_all(d.join("tools")).unwrap();
-    for f in ["tools/billing.py", "tools/refund.py"] {
+    for f in [
+        "tools/billing.py",
+        "tools/refund.py",
+        "tools/kb.py",
+        "tools/escalate.py",
+    ] {
         std::fs::write(d.join(f), "print('{}')\n").unwrap();
     }
     std::fs::write(
@@ -49,6 +55,13 @@ fn workdir() -> tempfile::TempDir {
         "name: researcher\nmodel: scripted:s.yaml\n",
     )
     .unwrap();
+    std::fs::create_dir_all(d.join("processes")).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/processes/order-status.json"),
+        d.join("processes/order-status.json"),
+    )
+    .unwrap();
+    std::fs::write(d.join("tools/demo_tools.py"), "print('{}')\n").unwrap();
     tmp
 }
 
@@ -83,12 +96,49 @@ fn every_agent_file_and_tool_in_the_agent_file_reference_loads() {
             tools += 1;
         }
     }
-    assert_eq!(tools, 5, "command, built-in, http, mcp and agent examples");
+    assert_eq!(
+        tools, 6,
+        "command, built-in, http, mcp, agent and process examples"
+    );
+}
+
+#[test]
+fn every_workflow_in_the_workflow_reference_loads() {
+    let tmp = workdir();
+    let mut agents = 0;
+    for b in blocks("workflows.md", "yaml") {
+        if b.starts_with("name:") {
+            let spec = AgentSpec::parse("docs/workflows.md", &b)
+                .unwrap_or_else(|e| panic!("{e}\n---\n{b}"));
+            let tools =
+                Registry::from_agent(&spec, tmp.path()).unwrap_or_else(|e| panic!("{e}\n---\n{b}"));
+            weft_runtime::Agent::workflow(
+                &spec,
+                &tools,
+                &serde_json::json!({}),
+                &serde_json::json!({}),
+            )
+            .unwrap_or_else(|e| panic!("{e}\n---\n{b}"));
+            agents += 1;
+        } else {
+            // A step, as an entry of `steps:`.
+            let steps: BTreeMap<String, weft_core::workflow::StepSpec> =
+                serde_yaml_ng::from_str(&b).unwrap_or_else(|e| panic!("{e}\n---\n{b}"));
+            assert_eq!(steps.len(), 1, "{b}");
+        }
+    }
+    assert!(agents >= 1);
 }
 
 #[test]
 fn every_plan_in_the_plan_reference_parses() {
     for b in blocks("plans.md", "json") {
+        if b.contains("\"state_schema\"") {
+            // A process file: a plan with its schemas and tools.
+            weft_core::process::ProcessSpec::parse("docs/plans.md", &b)
+                .unwrap_or_else(|e| panic!("{e}\n---\n{b}"));
+            continue;
+        }
         let plan = Plan::parse_str(&b).unwrap_or_else(|p| panic!("{p:?}\n---\n{b}"));
         assert!(!plan.steps.is_empty());
         for s in &plan.steps {

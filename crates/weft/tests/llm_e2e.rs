@@ -266,3 +266,91 @@ fn needs_llm_a_recorded_real_run_replays_in_any_output_mode() {
     let err = String::from_utf8_lossy(&other.stderr);
     assert!(err.contains("differs at `/messages/"), "{err}");
 }
+
+/// A workflow against the real server: the classify step has no tools and an output schema, so
+/// the server is asked for structured output; whatever category the model picks, the accepted
+/// output matches the schema and the route taken is the rule that category selects (the model
+/// does not choose it). The next step's text is the answer.
+#[test]
+fn needs_llm_a_workflow_routes_a_real_models_classification() {
+    let url = base_url();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let agent = format!(
+        r#"name: tiny-workflow
+mode: workflow
+model: {{ provider: openai, name: smollm2, base_url: "{url}", api_key: none, timeout: 600s, max_tokens: 60, temperature: 0 }}
+limits: {{ max_model_retries: 2 }}
+workflow:
+  initial: classify
+  steps:
+    classify:
+      instructions: Is the message about a refund or a question? Answer with its category.
+      output_schema:
+        type: object
+        required: [category]
+        additionalProperties: false
+        properties: {{ category: {{ enum: [refund, question] }} }}
+      output_retries: 2
+      assign: {{ category: output.category }}
+      next:
+        - {{ when: 'output.category == "refund"', to: refunds }}
+        - {{ to: answer }}
+    refunds:
+      instructions: Tell the customer in one sentence that refunds take five days.
+      next: [{{ to: end }}]
+    answer:
+      instructions: Answer the customer's question in one sentence.
+      next: [{{ to: end }}]
+"#
+    );
+    std::fs::write(dir.join("agent.yaml"), agent).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args([
+            "run",
+            "agent.yaml",
+            "I want my money back for order 12.",
+            "--events",
+            "--db",
+            "weft.db",
+        ])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let events: Vec<Value> = stderr
+        .lines()
+        .filter(|l| l.starts_with("{\"seq\":"))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |t: &str| -> Vec<&Value> { events.iter().filter(|e| e["type"] == t).collect() };
+    let accepted = of("workflow_output_accepted");
+    let classified = accepted
+        .iter()
+        .find(|e| e["step"] == "classify")
+        .unwrap_or_else(|| panic!("classify's output was never accepted: {stderr}"));
+    let category = classified["output"]["category"].as_str().unwrap();
+    assert!(matches!(category, "refund" | "question"), "{classified}");
+    let expected = if category == "refund" {
+        "refunds"
+    } else {
+        "answer"
+    };
+    let t = of("workflow_transition");
+    assert_eq!(t[0]["from"], "classify");
+    assert_eq!(t[0]["to"], expected, "{stderr}");
+    let rule = if category == "refund" { 0 } else { 1 };
+    assert_eq!(t[0]["rule"]["rule"], rule);
+    let entered: Vec<&str> = of("workflow_step_entered")
+        .iter()
+        .map(|e| e["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(entered, ["classify", expected]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the second step answered in text: {stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty());
+}

@@ -82,3 +82,31 @@ fn mistakes_the_loader_refuses_are_refused_by_the_schema() {
         assert!(!v.is_valid(&yaml(bad)), "accepted:\n{bad}");
     }
 }
+
+#[test]
+fn the_published_process_schema_is_current_and_the_example_process_validates() {
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["schema", "--process"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let published: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("schema/process.schema.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        published == printed,
+        "schema/process.schema.json is out of date: regenerate it with `weft schema --process > schema/process.schema.json`"
+    );
+    let v = jsonschema::validator_for(&printed).unwrap();
+    let example: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("examples/processes/order-status.json")).unwrap(),
+    )
+    .unwrap();
+    let errors: Vec<String> = v.iter_errors(&example).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    let mut bad = example.clone();
+    bad["plann"] = bad["plan"].clone();
+    assert!(!v.is_valid(&bad));
+}

@@ -6,6 +6,8 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
+
+use common::{Database, psql};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -145,58 +147,6 @@ impl Rng {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0 % n
-    }
-}
-
-/// `psql` against `url`, unaligned and without headers; the output's text.
-fn psql(url: &str, sql: &str) -> String {
-    let out = Command::new("psql")
-        .args([url, "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
-        .output()
-        .expect("psql (the PostgreSQL client) must be installed");
-    assert!(out.status.success(), "psql: {sql}: {}", text(&out.stderr));
-    text(&out.stdout).trim().to_owned()
-}
-
-/// A fresh database beside the one `WEFT_TEST_POSTGRES_URL` names; dropped when the guard is.
-struct Database {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-impl Database {
-    fn new(tag: &str) -> Self {
-        let base = common::service_var("WEFT_TEST_POSTGRES_URL");
-        let (server, _) = base
-            .rsplit_once('/')
-            .expect("a postgres:// URL with a database");
-        let name = format!("weft_{tag}_{}", std::process::id());
-        let admin = base.clone();
-        psql(
-            &admin,
-            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-        );
-        psql(&admin, &format!("CREATE DATABASE {name}"));
-        Self {
-            url: format!("{server}/{name}"),
-            admin,
-            name,
-        }
-    }
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        let _ = Command::new("psql")
-            .args([
-                &self.admin,
-                "-X",
-                "-q",
-                "-c",
-                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-            ])
-            .output();
     }
 }
 

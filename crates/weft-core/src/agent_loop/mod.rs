@@ -1,8 +1,8 @@
 //! The agent loops' decisions. Pure: `decide` says what must happen next, and `model_replied` /
 //! `model_failed` / `user_replied` turn outcomes into events.
 //!
-//! Each mode is a module behind one small interface ([`ModeLoop`]): `plan` (plan-and-execute)
-//! and `react`. What every mode shares is here and in the modules beside it: the checks every
+//! Each mode is a module behind one small interface ([`ModeLoop`]): `plan` (plan-and-execute),
+//! `react` and `workflow` (a state machine of steps). What every mode shares is here and in the modules beside it: the checks every
 //! decision starts with (a finished or waiting session, the bounds on failed model calls and
 //! unusable replies), reading model replies (`reply`), waits for a person (`wait`), the model's
 //! own tool calls (`tool_calls`) and ending a run (`end`). Every model call of every mode is
@@ -18,6 +18,7 @@ mod react;
 mod reply;
 mod tool_calls;
 mod wait;
+mod workflow;
 
 use std::collections::BTreeMap;
 
@@ -31,10 +32,12 @@ use crate::model::{ModelReply, ModelRequest, Purpose, Usage};
 use crate::state::{Phase, State};
 use crate::tool::ToolInfo;
 
-use end::{end_run, finished};
+use end::end_run;
 use plan::PlanLoop;
 use react::React;
 pub use reply::extract_json;
+pub use workflow::WorkflowConfig;
+use workflow::WorkflowLoop;
 
 /// A skill: named instructions the planner may pick and the step executor may follow.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -60,6 +63,8 @@ pub struct AgentConfig {
     pub approve_plans: bool,
     /// A reviewer checks each answer (plan mode).
     pub review_responses: bool,
+    /// The state machine (workflow mode).
+    pub workflow: Option<std::sync::Arc<WorkflowConfig>>,
 }
 
 impl AgentConfig {
@@ -179,11 +184,7 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
     let next = match cfg.mode {
         Mode::React => React::decide(state, cfg),
         Mode::Plan => PlanLoop::decide(state, cfg),
-        Mode::Workflow => AgentNext::Record(vec![finished(
-            RunStatus::Failed,
-            Some("workflow mode is not supported by this build of weft yet; use mode: plan or mode: react".into()),
-            None,
-        )]),
+        Mode::Workflow => WorkflowLoop::decide(state, cfg),
     };
     // The one hook before every model call: a conversation over its budget is compacted first.
     if let AgentNext::CallModel { request, .. } = &next
@@ -193,6 +194,7 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
     }
     next
 }
+
 /// Turns a model's reply into events.
 pub fn model_replied(
     state: &State,
@@ -204,7 +206,8 @@ pub fn model_replied(
     let more = match (purpose, cfg.mode) {
         (Purpose::Compact, _) => compact::replied(state, cfg, &reply),
         (_, Mode::Plan) => PlanLoop::replied(state, cfg, purpose, step, &reply),
-        (_, Mode::React | Mode::Workflow) => React::replied(state, cfg, purpose, step, &reply),
+        (_, Mode::React) => React::replied(state, cfg, purpose, step, &reply),
+        (_, Mode::Workflow) => WorkflowLoop::replied(state, cfg, purpose, step, &reply),
     };
     let mut events = Vec::with_capacity(1 + more.len());
     events.push(Event::ModelReplied {
@@ -256,7 +259,8 @@ pub fn user_replied(state: &State, cfg: &AgentConfig, text: &str) -> Vec<Event> 
     };
     events.extend(match cfg.mode {
         Mode::Plan => PlanLoop::answered(state, cfg, req, text),
-        Mode::React | Mode::Workflow => React::answered(state, cfg, req, text),
+        Mode::React => React::answered(state, cfg, req, text),
+        Mode::Workflow => WorkflowLoop::answered(state, cfg, req, text),
     });
     events
 }
@@ -286,6 +290,7 @@ mod tests {
             skills: Vec::new(),
             approve_plans: false,
             review_responses: false,
+            workflow: None,
         }
     }
 

@@ -59,10 +59,14 @@ pub(crate) fn start(
         };
         let Some(info) = tools.iter().find(|t| t.name == c.name) else {
             let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-            record.push(blocked(format!(
-                "`{}` is not a tool {scope} may use; available: {}",
-                c.name,
+            let available = if names.is_empty() {
+                "none".to_owned()
+            } else {
                 names.join(", ")
+            };
+            record.push(blocked(format!(
+                "`{}` is not a tool {scope} may use; available: {available}",
+                c.name
             )));
             continue;
         };
@@ -111,6 +115,7 @@ pub(crate) fn start(
         let inv = Invocation {
             call_id: c.id.clone(),
             step: None,
+            item: None,
             tool: c.name.clone(),
             args: c.arguments.clone(),
             attempt: 1,
@@ -125,6 +130,7 @@ pub(crate) fn start(
         events.push(Event::ToolCallStarted {
             call_id: inv.call_id.clone(),
             step: None,
+            item: None,
             tool: inv.tool.clone(),
             args: inv.args.clone(),
             attempt: 1,

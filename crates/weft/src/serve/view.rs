@@ -399,7 +399,7 @@ fn graph(st: &State, h: &History) -> Value {
         }
         for r in s.reads() {
             let from: Vec<usize> = match &r.root {
-                RefRoot::Input => Vec::new(),
+                RefRoot::Input | RefRoot::Item => Vec::new(),
                 RefRoot::Step(id) => index.get(id.as_str()).copied().into_iter().collect(),
                 RefRoot::State => writers.writers_of(&r.path),
             };
