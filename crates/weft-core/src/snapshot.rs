@@ -244,6 +244,7 @@ mod tests {
                 args: json!({"text": i}),
                 attempt: 1,
                 idempotency_key: format!("s:{i}"),
+                item: None,
             });
             events.push(Event::ToolCallFinished {
                 call_id: id,

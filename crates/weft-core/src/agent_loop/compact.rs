@@ -197,6 +197,7 @@ mod tests {
             skills: Vec::new(),
             approve_plans: false,
             review_responses: false,
+            workflow: None,
         }
     }
 

@@ -605,6 +605,7 @@ mod tests {
                     args: json!({}),
                     attempt: 1,
                     idempotency_key: "s:1:0".into(),
+                    item: None,
                 },
             ),
             env(
