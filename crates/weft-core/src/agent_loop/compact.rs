@@ -207,22 +207,7 @@ mod tests {
     fn a_long_conversation_stays_within_its_budget() {
         let budget = 600;
         let cfg = cfg(budget);
-        let mut state = State::new();
-        for e in [
-            Event::SessionStarted {
-                session_id: "s".into(),
-                agent: "a".into(),
-                input: Value::Null,
-                mode: Some(Mode::React),
-                parent_id: None,
-            },
-            Event::TurnStarted {
-                task: "go".into(),
-                input: Value::Null,
-            },
-        ] {
-            state.apply(&e);
-        }
+        let mut state = super::super::react_session_started();
         let mut compactions = 0;
         let mut k = 0;
         while k < 200 {

@@ -273,6 +273,28 @@ pub fn start_turn(task: &str, input: Value) -> Vec<Event> {
     }]
 }
 
+/// A ReAct session that has started its first turn (task "go"): where the loops' tests begin.
+#[cfg(test)]
+fn react_session_started() -> State {
+    let mut state = State::new();
+    for e in [
+        Event::SessionStarted {
+            session_id: "s".into(),
+            agent: "a".into(),
+            input: Value::Null,
+            mode: Some(Mode::React),
+            parent_id: None,
+        },
+        Event::TurnStarted {
+            task: "go".into(),
+            input: Value::Null,
+        },
+    ] {
+        state.apply(&e);
+    }
+    state
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,22 +332,7 @@ mod tests {
     /// reply is applied (`hold` keeps every request alive instead). Returns the state.
     fn react_turns(turns: u32, hold: bool) -> State {
         let cfg = react_config();
-        let mut state = State::new();
-        for e in [
-            Event::SessionStarted {
-                session_id: "s".into(),
-                agent: "a".into(),
-                input: Value::Null,
-                mode: Some(Mode::React),
-                parent_id: None,
-            },
-            Event::TurnStarted {
-                task: "go".into(),
-                input: Value::Null,
-            },
-        ] {
-            state.apply(&e);
-        }
+        let mut state = react_session_started();
         let mut held = Vec::new();
         for k in 0..turns {
             let AgentNext::CallModel { request, step } = decide(&state, &cfg) else {
