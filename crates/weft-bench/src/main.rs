@@ -59,6 +59,10 @@ enum Workload {
         /// A PostgreSQL URL: the benchmark runs in a schema of its own, dropped at the end.
         #[arg(long)]
         postgres: Option<String>,
+        /// An OpenAI-compatible embeddings endpoint (e.g. `http://127.0.0.1:8090/v1`): the
+        /// benchmark then runs twice, without embeddings and with them, each on a new store.
+        #[arg(long)]
+        embeddings: Option<String>,
     },
     /// Every workload at its standard sizes (add `--full` for `concurrent 10000 3`).
     All {
@@ -103,19 +107,51 @@ async fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
+/// The retrieval benchmark without embeddings and, given an endpoint, with them.
+async fn retrieval(
+    chunks: usize,
+    questions: usize,
+    postgres: Option<&str>,
+    embeddings: Option<&str>,
+) -> Result<Vec<Report>> {
+    let mut out = retrieval_once(chunks, questions, postgres, None).await?;
+    if let Some(url) = embeddings {
+        let embedder = weft_model::Embedder::new(url, "all-MiniLM-L6-v2", None)?;
+        out.extend(
+            retrieval_once(
+                chunks,
+                questions,
+                postgres,
+                Some(std::sync::Arc::new(embedder)),
+            )
+            .await?,
+        );
+    }
+    Ok(out)
+}
+
 /// The retrieval benchmark on a new SQLite file, or in a new PostgreSQL schema.
-async fn retrieval(chunks: usize, questions: usize, postgres: Option<&str>) -> Result<Vec<Report>> {
+async fn retrieval_once(
+    chunks: usize,
+    questions: usize,
+    postgres: Option<&str>,
+    embedder: Option<std::sync::Arc<weft_model::Embedder>>,
+) -> Result<Vec<Report>> {
+    use weft_runtime::retrieval::Retriever;
     match postgres {
         None => {
             let dir = tempfile::tempdir()?;
             let store = weft_store::SqliteStore::open(&dir.path().join("weft.db")).await?;
-            weft_bench::retrieval::retrieval(&store, "store=sqlite", chunks, questions).await
+            let r = Retriever::new(std::sync::Arc::new(store), embedder);
+            weft_bench::retrieval::retrieval(&r, "store=sqlite", chunks, questions).await
         }
         Some(url) => {
             let schema = format!("weft_bench_retrieval_{}", std::process::id());
-            let store = weft_store::PgStore::connect_in_schema(url, &schema).await?;
+            let store =
+                std::sync::Arc::new(weft_store::PgStore::connect_in_schema(url, &schema).await?);
+            let r = Retriever::new(std::sync::Arc::clone(&store), embedder);
             let out =
-                weft_bench::retrieval::retrieval(&store, "store=postgres", chunks, questions).await;
+                weft_bench::retrieval::retrieval(&r, "store=postgres", chunks, questions).await;
             store.close().await;
             let _ = std::process::Command::new("psql")
                 .args([
@@ -144,7 +180,16 @@ async fn one(runs: u32, w: Workload, kind: StoreKind, tool: workloads::ToolKind)
                 chunks,
                 questions,
                 postgres,
-            } => retrieval(*chunks, *questions, postgres.as_deref()).await?,
+                embeddings,
+            } => {
+                retrieval(
+                    *chunks,
+                    *questions,
+                    postgres.as_deref(),
+                    embeddings.as_deref(),
+                )
+                .await?
+            }
             Workload::All { .. } => Vec::new(),
         };
         all.push(reports);

@@ -515,7 +515,7 @@ fn prices(v: &Value) -> Result<Prices, ModelError> {
 
 /// Seconds as a number, or a string `500ms`, `30s`, `2m`, `30`.
 /// A base URL must be an absolute http(s) URL with a host.
-fn check_base_url(url: &str) -> Result<(), ModelError> {
+pub(crate) fn check_base_url(url: &str) -> Result<(), ModelError> {
     let bad = |why: String| {
         ModelError::Config(format!(
             "model: `base_url` {url:?} {why}; write e.g. http://127.0.0.1:8080/v1"

@@ -13,6 +13,7 @@ mod anthropic;
 pub mod capabilities;
 mod cassette;
 mod config;
+pub mod embeddings;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod http;
@@ -37,6 +38,7 @@ pub use config::{
     MaxTokensField, Prices, ProviderConfig, ProviderKind, StreamMode, StructuredMode, ToolChoice,
     builtin_prices, model_schema,
 };
+pub use embeddings::Embedder;
 pub use openai::{OpenAiModel, SchemaWire};
 pub use scripted::{ScriptedModel, ScriptedReply};
 

@@ -6,19 +6,26 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use serde_json::Value;
+use weft_model::Embedder;
 use weft_store::{Kind, NewEntry, Shelf, Store};
 use weft_tools::KnowledgeBase;
 
+use crate::retrieval::Retriever;
+
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// A [`KnowledgeBase`] over a session store.
-pub struct StoreKnowledge<S: Store>(pub Arc<S>);
+/// A [`KnowledgeBase`] over a session store (and the embedder of its vectors, if any).
+pub struct StoreKnowledge<S: Store>(pub Retriever<S>);
 
 impl<S: Store> StoreKnowledge<S> {
+    pub fn new(store: Arc<S>, embedder: Option<Arc<Embedder>>) -> Self {
+        Self(Retriever::new(store, embedder))
+    }
+
     /// The shelves session `id` may read (its user's, its agent's, public) and the one it
     /// writes (its user's; `None` for a session without a user).
     async fn shelves(&self, id: &str) -> Result<(Vec<Shelf>, Option<Shelf>), String> {
-        let rec = self.0.get(id).await.map_err(|e| e.to_string())?;
+        let rec = self.0.store.get(id).await.map_err(|e| e.to_string())?;
         let own = rec.user_id.as_deref().map(Shelf::user);
         let mut read: Vec<Shelf> = own.iter().cloned().collect();
         read.push(Shelf::agent(&rec.agent));
@@ -72,6 +79,7 @@ impl<S: Store> KnowledgeBase for StoreKnowledge<S> {
                 text,
                 source: String::new(),
                 position: 0,
+                embedding: None,
             };
             let ids = self
                 .0
@@ -100,6 +108,7 @@ impl<S: Store> KnowledgeBase for StoreKnowledge<S> {
                 return Ok(false);
             };
             self.0
+                .store
                 .forget(Kind::Memory, &[own], id)
                 .await
                 .map_err(|e| e.to_string())

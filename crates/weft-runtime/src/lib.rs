@@ -6,6 +6,7 @@ mod agent;
 mod calls;
 mod knowledge;
 mod process;
+pub mod retrieval;
 mod session;
 pub mod snapshots;
 mod subagent;
@@ -83,8 +84,25 @@ pub struct Runtime<S: Store> {
 }
 
 impl<S: Store> Runtime<S> {
+    /// A runtime whose memory and document tools use the embedder this process is configured
+    /// with (`WEFT_EMBEDDINGS_URL`; see [`retrieval::configured_embedder`]), if any. A registry
+    /// keeps the first knowledge base attached to it.
     pub fn new(store: Arc<S>, tools: Arc<Registry>, limits: Limits) -> Self {
-        tools.attach_knowledge(Arc::new(StoreKnowledge(Arc::clone(&store))));
+        let embedder = retrieval::configured_embedder().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "embeddings are off: their configuration is wrong");
+            None
+        });
+        Self::with_embedder(store, tools, limits, embedder)
+    }
+
+    /// A runtime whose memory and document tools embed with `embedder` (none: text search).
+    pub fn with_embedder(
+        store: Arc<S>,
+        tools: Arc<Registry>,
+        limits: Limits,
+        embedder: Option<Arc<weft_model::Embedder>>,
+    ) -> Self {
+        tools.attach_knowledge(Arc::new(StoreKnowledge::new(Arc::clone(&store), embedder)));
         Self {
             store,
             tools,

@@ -422,6 +422,7 @@ async fn documents_and_memories_through_an_agent<S: Store>(store: Arc<S>) {
             text: c.text,
             source: "guide.md".into(),
             position: c.line as i64,
+            embedding: None,
         })
         .collect();
     assert_eq!(entries.len(), 1, "one chunk of two sections");

@@ -55,17 +55,17 @@ use weft_core::{Envelope, SessionStatus};
 pub use weft_core::Durability;
 
 pub use any::AnyStore;
-pub use knowledge::{Hit, Kind, Knowledge, NewEntry, Scope, Shelf};
+pub use knowledge::{Embedding, Hit, Kind, Knowledge, NewEntry, Scope, Shelf, fuse};
 pub use memory::MemoryStore;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
 /// The version of the SQLite schema this build writes and reads. A database whose schema is
 /// newer is refused with [`StoreError::NewerSchema`].
-pub const SQLITE_SCHEMA_VERSION: i64 = 6;
+pub const SQLITE_SCHEMA_VERSION: i64 = 7;
 
 /// The version of the PostgreSQL schema this build writes and reads.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 6;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 7;
 
 /// How far behind an append's time a session's `updated_at` may stay when the append does not
 /// change the session's status, in milliseconds.

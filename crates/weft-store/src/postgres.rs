@@ -40,6 +40,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../migrations/postgres/0005_snapshot_parts.sql"),
     ),
     (6, include_str!("../migrations/postgres/0006_knowledge.sql")),
+    (
+        7,
+        include_str!("../migrations/postgres/0007_knowledge_vectors.sql"),
+    ),
 ];
 
 /// How long to wait for the server to answer before giving up.

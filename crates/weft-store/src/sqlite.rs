@@ -44,6 +44,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../migrations/sqlite/0005_snapshot_parts.sql"),
     ),
     (6, include_str!("../migrations/sqlite/0006_knowledge.sql")),
+    (
+        7,
+        include_str!("../migrations/sqlite/0007_knowledge_vectors.sql"),
+    ),
 ];
 
 /// How long a writer waits for another writer's lock before giving up.

@@ -688,6 +688,7 @@ fn entry(text: &str) -> NewEntry {
         text: text.into(),
         source: String::new(),
         position: 0,
+        embedding: None,
     }
 }
 
@@ -784,6 +785,7 @@ async fn documents_are_replaced_by_source<S: Knowledge>(st: &Arc<S>) {
         text: text.into(),
         source: source.into(),
         position,
+        embedding: None,
     };
     st.add(
         Kind::Document,

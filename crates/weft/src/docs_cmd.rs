@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use anyhow::{Result, anyhow, bail};
 use clap::Subcommand;
-use weft_store::{Kind, Knowledge, NewEntry, Scope, Shelf};
+use weft_runtime::retrieval::{Retriever, configured_embedder};
+use weft_store::{Kind, NewEntry, Scope, Shelf};
 use weft_tools::documents::{Format, chunks};
 
 use crate::store::CliStore;
@@ -56,6 +57,9 @@ fn now_ms() -> i64 {
 }
 
 pub async fn run(store: Arc<CliStore>, cmd: DocsCommand) -> Result<u8> {
+    // With WEFT_EMBEDDINGS_URL set, chunks are stored with their vectors and searches also rank
+    // by meaning.
+    let store = Retriever::new(store, configured_embedder().map_err(anyhow::Error::msg)?);
     match cmd {
         DocsCommand::Add { paths, scope } => {
             let shelf = parse_shelf(&scope)?;
@@ -73,6 +77,7 @@ pub async fn run(store: Arc<CliStore>, cmd: DocsCommand) -> Result<u8> {
                         text: c.text,
                         source: source.clone(),
                         position: i64::try_from(c.line).unwrap_or(i64::MAX),
+                        embedding: None,
                     })
                     .collect();
                 files.push((source, entries));

@@ -187,6 +187,10 @@ fn main() -> ExitCode {
                 | Command::Completions { .. }
                 | Command::Schema { .. }
         );
+        // A wrong embeddings setting (WEFT_EMBEDDINGS_URL, ...) is reported before anything runs.
+        if needs_store {
+            weft_runtime::retrieval::configured_embedder().map_err(anyhow::Error::msg)?;
+        }
         // A new run reads its task, agent file and plan before the store is opened: a mistake
         // there leaves no `.weft/weft.db` behind.
         let command = match cli.command {

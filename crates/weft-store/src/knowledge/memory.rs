@@ -1,6 +1,8 @@
 //! Knowledge in the memory store: ranked by how many of the query's words an entry holds.
 
-use super::{Hit, Kind, Knowledge, NewEntry, Shelf, query_words};
+use super::{
+    Embedding, Hit, Kind, Knowledge, NewEntry, Shelf, TopK, encode_vector, query_words, similarity,
+};
 use crate::StoreError;
 use crate::memory::MemoryStore;
 
@@ -15,6 +17,7 @@ pub(crate) struct Entry {
     text: String,
     /// `text`'s words, lower-cased.
     words: Vec<String>,
+    embedding: Option<Embedding>,
 }
 
 /// The memory store's entries.
@@ -55,6 +58,7 @@ impl Knowledge for MemoryStore {
                 position: e.position,
                 text: e.text,
                 words,
+                embedding: e.embedding,
             });
         }
         Ok(ids)
@@ -88,6 +92,43 @@ impl Knowledge for MemoryStore {
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
         hits.truncate(limit);
         Ok(hits)
+    }
+
+    async fn search_vector(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        model: &str,
+        vector: &[f32],
+        limit: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        let k = self.knowledge.lock().map_err(|_| poisoned())?;
+        let mut best = TopK::new(limit);
+        for e in k
+            .all
+            .iter()
+            .filter(|e| e.kind == kind && shelves.contains(&e.shelf))
+        {
+            if let Some(em) = e.embedding.as_ref().filter(|em| em.model == model)
+                && let Some(score) = similarity(vector, &encode_vector(&em.vector))
+            {
+                best.offer(e.id, score);
+            }
+        }
+        Ok(best
+            .into_sorted()
+            .into_iter()
+            .filter_map(|(id, score)| {
+                k.all.iter().find(|e| e.id == id).map(|e| Hit {
+                    id: e.id,
+                    scope: e.shelf.scope,
+                    source: e.source.clone(),
+                    position: e.position,
+                    text: e.text.clone(),
+                    score,
+                })
+            })
+            .collect())
     }
 
     async fn forget(&self, kind: Kind, shelves: &[Shelf], id: i64) -> Result<bool, StoreError> {

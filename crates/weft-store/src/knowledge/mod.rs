@@ -3,6 +3,12 @@
 //! PostgreSQL with its own full-text search, the memory store by counting the words a text shares
 //! with the query.
 //!
+//! An entry may also keep an embedding (a vector of length 1 and the name of the model that made
+//! it). [`Knowledge::search_vector`] ranks the entries whose vectors the same model made by cosine
+//! similarity, reading every candidate vector (an exact search, linear in the entries on the
+//! shelves searched, in bounded memory); [`fuse`] combines a text ranking and a vector ranking by
+//! reciprocal rank fusion.
+//!
 //! **Isolation.** A search or a deletion names every shelf it may touch; nothing is read or
 //! deleted outside them. Callers build the shelves from who is asking (the session's user, the
 //! agent), never from what a model wrote, so one user's memories never reach another's search.
@@ -99,13 +105,126 @@ impl Shelf {
 }
 
 /// An entry to store: its text and, for a document chunk, where it comes from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NewEntry {
     pub text: String,
     /// The document's path or name; empty for a memory.
     pub source: String,
     /// The chunk's position in its document (0, 1, ...).
     pub position: i64,
+    /// The text's embedding, if one was made.
+    pub embedding: Option<Embedding>,
+}
+
+/// A vector of length 1 and the model that made it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Embedding {
+    pub model: String,
+    pub vector: Vec<f32>,
+}
+
+/// A vector as stored: its numbers as little-endian `f32`.
+pub(crate) fn encode_vector(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// The cosine similarity of `query` (length 1) and a stored vector, or `None` if the stored
+/// bytes do not hold a vector of the query's dimension.
+pub(crate) fn similarity(query: &[f32], stored: &[u8]) -> Option<f64> {
+    if stored.len() != query.len() * 4 {
+        return None;
+    }
+    let mut dot = 0.0f64;
+    for (q, b) in query.iter().zip(stored.chunks_exact(4)) {
+        let x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        dot += f64::from(*q) * f64::from(x);
+    }
+    dot.is_finite().then_some(dot)
+}
+
+/// The best `limit` (id, score) pairs, best first (ties: lower id first), kept in memory
+/// bounded by `limit` however many candidates pass.
+#[derive(Debug)]
+pub(crate) struct TopK {
+    limit: usize,
+    /// A min-heap on score: the worst kept candidate is on top.
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<Scored>>,
+}
+
+#[derive(Debug, PartialEq)]
+struct Scored(f64, std::cmp::Reverse<i64>);
+
+impl Eq for Scored {}
+
+impl PartialOrd for Scored {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Scored {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
+    }
+}
+
+impl TopK {
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            heap: std::collections::BinaryHeap::with_capacity(limit + 1),
+        }
+    }
+
+    pub(crate) fn offer(&mut self, id: i64, score: f64) {
+        if self.limit == 0 {
+            return;
+        }
+        self.heap
+            .push(std::cmp::Reverse(Scored(score, std::cmp::Reverse(id))));
+        if self.heap.len() > self.limit {
+            self.heap.pop();
+        }
+    }
+
+    /// The kept pairs, best first.
+    pub(crate) fn into_sorted(self) -> Vec<(i64, f64)> {
+        let mut v: Vec<(i64, f64)> = self
+            .heap
+            .into_iter()
+            .map(|std::cmp::Reverse(Scored(s, std::cmp::Reverse(id)))| (id, s))
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
+    }
+}
+
+/// The constant of reciprocal rank fusion: an entry's fused score is the sum, over the rankings
+/// that hold it, of `1 / (RRF_K + rank)` (ranks from 1). 60 is the value the method was
+/// published with; it keeps one ranking's top result from outweighing agreement between them.
+pub const RRF_K: f64 = 60.0;
+
+/// Combines rankings (each best first) by reciprocal rank fusion into the best `limit` entries;
+/// their `score` becomes the fused score. Ties keep the order of the first ranking.
+pub fn fuse(rankings: &[Vec<Hit>], limit: usize) -> Vec<Hit> {
+    let mut fused: Vec<Hit> = Vec::new();
+    for ranking in rankings {
+        for (rank, hit) in ranking.iter().enumerate() {
+            #[allow(clippy::cast_precision_loss)]
+            let add = 1.0 / (RRF_K + (rank + 1) as f64);
+            match fused.iter_mut().find(|h| h.id == hit.id) {
+                Some(h) => h.score += add,
+                None => fused.push(Hit {
+                    score: add,
+                    ..hit.clone()
+                }),
+            }
+        }
+    }
+    // A stable sort: equal scores keep the order they were first seen in.
+    fused.sort_by(|a, b| b.score.total_cmp(&a.score));
+    fused.truncate(limit);
+    fused
 }
 
 /// An entry found by a search, best first.
@@ -120,9 +239,22 @@ pub struct Hit {
     pub score: f64,
 }
 
+/// English words too common to tell texts apart. In a small collection (one user's memories)
+/// a full-text ranking would otherwise rank a text first for sharing "of" or "the" with the
+/// question; PostgreSQL's `english` configuration drops such words itself.
+const STOP_WORDS: &[&str] = &[
+    "a", "about", "after", "all", "am", "an", "and", "any", "are", "as", "at", "be", "been",
+    "before", "but", "by", "can", "could", "did", "do", "does", "for", "from", "had", "has",
+    "have", "he", "her", "him", "his", "how", "if", "in", "into", "is", "it", "its", "me", "my",
+    "no", "not", "of", "on", "or", "our", "she", "should", "so", "than", "that", "the", "their",
+    "them", "then", "there", "these", "they", "this", "those", "to", "too", "up", "us", "was",
+    "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with",
+    "would", "you", "your",
+];
+
 /// The words of a query a search looks for: letters and digits, lower-cased, at most 32 distinct
-/// words of two characters or more. Everything else (quotes, operators) is dropped, so no query
-/// text reaches a database's query language.
+/// words of two characters or more, without [`STOP_WORDS`]. Everything else (quotes, operators)
+/// is dropped, so no query text reaches a database's query language.
 pub fn query_words(query: &str) -> Vec<String> {
     let mut words: Vec<String> = Vec::new();
     for w in query
@@ -130,6 +262,9 @@ pub fn query_words(query: &str) -> Vec<String> {
         .filter(|w| w.chars().count() >= 2)
     {
         let w = w.to_lowercase();
+        if STOP_WORDS.contains(&w.as_str()) {
+            continue;
+        }
         if !words.contains(&w) {
             words.push(w);
         }
@@ -160,6 +295,17 @@ pub trait Knowledge: Send + Sync {
         kind: Kind,
         shelves: &[Shelf],
         query: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Hit>, StoreError>> + Send;
+
+    /// The best `limit` entries of `kind` on `shelves` whose embeddings `model` made, by cosine
+    /// similarity to `vector` (length 1); `score` is the similarity.
+    fn search_vector(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        model: &str,
+        vector: &[f32],
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Hit>, StoreError>> + Send;
 
@@ -202,6 +348,21 @@ impl Knowledge for crate::AnyStore {
         }
     }
 
+    async fn search_vector(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        model: &str,
+        vector: &[f32],
+        limit: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        match self {
+            Self::Sqlite(s) => s.search_vector(kind, shelves, model, vector, limit).await,
+            Self::Postgres(s) => s.search_vector(kind, shelves, model, vector, limit).await,
+            Self::Memory(s) => s.search_vector(kind, shelves, model, vector, limit).await,
+        }
+    }
+
     async fn forget(&self, kind: Kind, shelves: &[Shelf], id: i64) -> Result<bool, StoreError> {
         match self {
             Self::Sqlite(s) => s.forget(kind, shelves, id).await,
@@ -219,8 +380,54 @@ mod tests {
     fn query_words_keep_letters_and_digits_only() {
         assert_eq!(
             query_words(r#"What's "Ada's" NEAR(x) OR 42 -- a"#),
-            ["what", "ada", "near", "or", "42"]
+            ["ada", "near", "42"]
         );
         assert!(query_words("' \" * ( )").is_empty());
+    }
+
+    fn hit(id: i64) -> Hit {
+        Hit {
+            id,
+            scope: Scope::Public,
+            source: String::new(),
+            position: 0,
+            text: format!("entry {id}"),
+            score: 0.0,
+        }
+    }
+
+    #[test]
+    fn fusion_rewards_agreement_between_rankings() {
+        // 3 is second in both rankings; 1 and 4 are first in one only.
+        let text = vec![hit(1), hit(3), hit(2)];
+        let vector = vec![hit(4), hit(3), hit(5)];
+        let fused = fuse(&[text, vector], 3);
+        let ids: Vec<i64> = fused.iter().map(|h| h.id).collect();
+        assert_eq!(ids, [3, 1, 4]);
+        assert!((fused[0].score - 2.0 / 62.0).abs() < 1e-12);
+        assert!(fuse(&[], 5).is_empty());
+        assert_eq!(fuse(&[vec![hit(1), hit(2)]], 1).len(), 1);
+    }
+
+    #[test]
+    fn top_k_keeps_the_best_in_bounded_memory() {
+        let mut t = TopK::new(3);
+        for (id, s) in [(1, 0.1), (2, 0.9), (3, 0.5), (4, 0.9), (5, -1.0), (6, 0.7)] {
+            t.offer(id, s);
+            assert!(t.heap.len() <= 3);
+        }
+        assert_eq!(t.into_sorted(), [(2, 0.9), (4, 0.9), (6, 0.7)]);
+        let mut none = TopK::new(0);
+        none.offer(1, 1.0);
+        assert!(none.into_sorted().is_empty());
+    }
+
+    #[test]
+    fn stored_vectors_are_compared_only_at_their_dimension() {
+        let q = [0.6f32, 0.8];
+        let s = encode_vector(&[0.6, 0.8]);
+        assert!((similarity(&q, &s).unwrap() - 1.0).abs() < 1e-6);
+        assert_eq!(similarity(&q, &encode_vector(&[1.0])), None);
+        assert_eq!(similarity(&q, &[1, 2, 3]), None);
     }
 }

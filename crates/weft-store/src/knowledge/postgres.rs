@@ -2,7 +2,11 @@
 
 use sqlx::{Postgres, QueryBuilder, Row};
 
-use super::{Hit, Kind, Knowledge, NewEntry, Scope, Shelf, query_words};
+use futures::TryStreamExt;
+
+use super::{
+    Hit, Kind, Knowledge, NewEntry, Scope, Shelf, TopK, encode_vector, query_words, similarity,
+};
 use crate::StoreError;
 use crate::postgres::PgStore;
 
@@ -26,6 +30,21 @@ fn shelves_clause(q: &mut QueryBuilder<'_, Postgres>, shelves: &[Shelf]) {
             .push(")");
     }
     q.push(")");
+}
+
+/// A hit from a row of (id, scope, source, position, text).
+fn read_hit(r: &sqlx::postgres::PgRow, score: f64) -> Result<Hit, StoreError> {
+    let scope: String = r.try_get(1).map_err(|e| err("cannot read knowledge", e))?;
+    Ok(Hit {
+        id: r.try_get(0).map_err(|e| err("cannot read knowledge", e))?,
+        scope: Scope::parse(&scope).ok_or_else(|| {
+            StoreError::Corrupt(format!("knowledge has an unknown scope `{scope}`"))
+        })?,
+        source: r.try_get(2).map_err(|e| err("cannot read knowledge", e))?,
+        position: r.try_get(3).map_err(|e| err("cannot read knowledge", e))?,
+        text: r.try_get(4).map_err(|e| err("cannot read knowledge", e))?,
+        score,
+    })
 }
 
 impl Knowledge for PgStore {
@@ -59,8 +78,8 @@ impl Knowledge for PgStore {
         let mut ids = Vec::with_capacity(entries.len());
         for e in entries {
             let id: i64 = sqlx::query_scalar(
-                "INSERT INTO knowledge (kind, scope, owner, source, position, text, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+                "INSERT INTO knowledge (kind, scope, owner, source, position, text, created_at, \
+                 embedding, embedding_model) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
             )
             .bind(kind.as_str())
             .bind(shelf.scope.as_str())
@@ -69,6 +88,8 @@ impl Knowledge for PgStore {
             .bind(e.position)
             .bind(&e.text)
             .bind(now)
+            .bind(e.embedding.as_ref().map(|v| encode_vector(&v.vector)))
+            .bind(e.embedding.as_ref().map(|v| v.model.clone()))
             .fetch_one(&mut *tx)
             .await
             .map_err(|e| err(ctx, e))?;
@@ -108,22 +129,76 @@ impl Knowledge for PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| err("cannot search knowledge", e))?;
-        rows.into_iter()
+        rows.iter()
             .map(|r| {
-                let scope: String = r.try_get(1).map_err(|e| err("cannot read knowledge", e))?;
                 let rank: f64 = r.try_get(5).map_err(|e| err("cannot read knowledge", e))?;
-                Ok(Hit {
-                    id: r.try_get(0).map_err(|e| err("cannot read knowledge", e))?,
-                    scope: Scope::parse(&scope).ok_or_else(|| {
-                        StoreError::Corrupt(format!("knowledge has an unknown scope `{scope}`"))
-                    })?,
-                    source: r.try_get(2).map_err(|e| err("cannot read knowledge", e))?,
-                    position: r.try_get(3).map_err(|e| err("cannot read knowledge", e))?,
-                    text: r.try_get(4).map_err(|e| err("cannot read knowledge", e))?,
-                    score: rank,
-                })
+                read_hit(r, rank)
             })
             .collect()
+    }
+
+    async fn search_vector(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        model: &str,
+        vector: &[f32],
+        limit: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        if shelves.is_empty() || limit == 0 || vector.is_empty() {
+            return Ok(Vec::new());
+        }
+        // First the ids and vectors only, streamed, keeping the best `limit`; then their rows.
+        let mut q = QueryBuilder::<Postgres>::new(
+            "SELECT k.id, k.embedding FROM knowledge k WHERE k.kind = ",
+        );
+        q.push_bind(kind.as_str())
+            .push(" AND k.embedding_model = ")
+            .push_bind(model.to_owned());
+        shelves_clause(&mut q, shelves);
+        let mut best = TopK::new(limit);
+        {
+            let mut rows = q.build().fetch(&self.pool);
+            while let Some(r) = rows
+                .try_next()
+                .await
+                .map_err(|e| err("cannot search knowledge by meaning", e))?
+            {
+                let id: i64 = r.try_get(0).map_err(|e| err("cannot read knowledge", e))?;
+                let stored: Vec<u8> = r.try_get(1).map_err(|e| err("cannot read knowledge", e))?;
+                if let Some(score) = similarity(vector, &stored) {
+                    best.offer(id, score);
+                }
+            }
+        }
+        let best = best.into_sorted();
+        if best.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut q = QueryBuilder::<Postgres>::new(
+            "SELECT k.id, k.scope, k.source, k.position, k.text FROM knowledge k WHERE k.id IN (",
+        );
+        let mut ids = q.separated(", ");
+        for (id, _) in &best {
+            ids.push_bind(*id);
+        }
+        q.push(")");
+        let rows = q
+            .build()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| err("cannot search knowledge by meaning", e))?;
+        let mut hits = Vec::with_capacity(best.len());
+        for (id, score) in best {
+            // An entry deleted between the two reads is left out.
+            if let Some(r) = rows
+                .iter()
+                .find(|r| r.try_get::<i64, _>(0).is_ok_and(|x| x == id))
+            {
+                hits.push(read_hit(r, score)?);
+            }
+        }
+        Ok(hits)
     }
 
     async fn forget(&self, kind: Kind, shelves: &[Shelf], id: i64) -> Result<bool, StoreError> {
