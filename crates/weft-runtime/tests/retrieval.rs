@@ -10,9 +10,15 @@ mod common;
 
 use std::sync::Arc;
 
-use weft_model::Embedder;
+use common::{script, t, tool_calls};
+use serde_json::{Value, json};
+use weft_core::SessionStatus;
+use weft_core::agent::AgentSpec;
+use weft_model::{Embedder, Purpose, ScriptedModel};
 use weft_runtime::retrieval::Retriever;
-use weft_store::{Kind, Knowledge, NewEntry, PgStore, Shelf, SqliteStore};
+use weft_runtime::{Agent, Runtime, SessionInfo};
+use weft_store::{Kind, Knowledge, NewEntry, PgStore, Shelf, SqliteStore, Store};
+use weft_tools::Registry;
 
 fn embedder() -> Arc<Embedder> {
     let url = common::service_var("WEFT_TEST_EMBEDDINGS_URL");
@@ -247,12 +253,90 @@ async fn documents_are_found_by_meaning<S: Knowledge>(store: Arc<S>) {
     assert_eq!(hits[0].position, 17, "{hits:#?}");
 }
 
+/// Through an agent: a memory stored by `remember` in one session (its vector made by the
+/// runtime's embedder) is found by `recall` in the user's next session from a question that
+/// shares no word with it; the tool's result is what goes back to the model.
+async fn an_agent_recalls_by_meaning<S: Store>(store: Arc<S>) {
+    let run = async |user: &str, react: Vec<weft_model::ScriptedReply>| -> Vec<String> {
+        let spec = AgentSpec::parse(
+            "desk.yaml",
+            "name: desk\nmode: react\ntools:\n  - builtin: remember\n  - builtin: recall\n",
+        )
+        .unwrap();
+        let reg = Registry::from_agent(&spec, std::path::Path::new(".")).unwrap();
+        let model = Arc::new(ScriptedModel::keyed(
+            "desk",
+            script(vec![(Purpose::React, react)]),
+        ));
+        let a = Agent::new(&spec, Arc::new(reg), model, &json!({}), &json!({})).unwrap();
+        let rt = Runtime::with_embedder(
+            Arc::clone(&store),
+            a.tools.clone(),
+            a.config.limits.clone(),
+            Some(embedder()),
+        );
+        let info = SessionInfo {
+            user_id: Some(user.into()),
+            ..SessionInfo::default()
+        };
+        let s = rt
+            .run_agent(&a, info, "help me", Value::Null)
+            .await
+            .unwrap();
+        let id = s.id.clone();
+        drop(s);
+        let st = weft_runtime::load_state(store.as_ref(), &id)
+            .await
+            .unwrap()
+            .state;
+        assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.error);
+        st.history
+            .iter()
+            .filter_map(|m| match m {
+                weft_core::model::Message::Tool {
+                    content, is_error, ..
+                } => {
+                    assert!(!is_error, "{content}");
+                    Some(content.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    run(
+        "carol",
+        vec![
+            tool_calls(&[("remember", json!({"text": "Carol is allergic to peanuts."}))]),
+            tool_calls(&[(
+                "remember",
+                json!({"text": "Carol's flat is on the fourth floor."}),
+            )]),
+            t("Noted."),
+        ],
+    )
+    .await;
+    let seen = run(
+        "carol",
+        vec![
+            tool_calls(&[("recall", json!({"query": "which foods must be avoided"}))]),
+            t("Peanuts."),
+        ],
+    )
+    .await;
+    let found: Value = serde_json::from_str(&seen[0]).unwrap();
+    assert_eq!(
+        found["memories"][0]["text"], "Carol is allergic to peanuts.",
+        "{found}"
+    );
+}
+
 #[tokio::test]
 async fn needs_embeddings_memories_and_documents_are_found_by_meaning_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(dir.path().join("weft.db")).await.unwrap());
     memories_are_found_by_meaning(Arc::clone(&store)).await;
-    documents_are_found_by_meaning(store).await;
+    documents_are_found_by_meaning(Arc::clone(&store)).await;
+    an_agent_recalls_by_meaning(store).await;
 }
 
 mod needs_postgres {
@@ -265,6 +349,7 @@ mod needs_postgres {
         let store = Arc::new(PgStore::connect_in_schema(&url, &schema).await.unwrap());
         memories_are_found_by_meaning(Arc::clone(&store)).await;
         documents_are_found_by_meaning(Arc::clone(&store)).await;
+        an_agent_recalls_by_meaning(Arc::clone(&store)).await;
         store.close().await;
         let _ = std::process::Command::new("psql")
             .args([
