@@ -72,3 +72,9 @@ pub fn sse_events(pieces: &[&str]) -> Vec<(Option<String>, String)> {
     out.extend(p.finish().map(|e| (e.event, e.data)));
     out
 }
+
+/// An embeddings reply body for `n` inputs: the vectors, or the error a search or an addition
+/// would report.
+pub fn embeddings(body: &str, n: usize) -> Result<Vec<Vec<f32>>, ModelError> {
+    crate::embeddings::read_reply("openai", body, n)
+}
