@@ -224,6 +224,34 @@ mod tests {
     }
 
     #[test]
+    fn each_task_and_each_next_message_of_a_workflow_is_searched_once() {
+        let mut state = super::super::react_session_started();
+        assert_eq!(state.recall_due.as_deref(), Some("go"));
+        let found = vec![memory(1, "a fact about go")];
+        state.apply(&memories_recalled(&cfg(400, 5), "go", Ok(found.clone()))[0]);
+        assert_eq!(
+            (state.recall_due.as_deref(), &state.recalled),
+            (None, &found)
+        );
+        // A workflow waits for the user's next message: the message is searched for anew.
+        let request: crate::event::InputRequest =
+            serde_json::from_value(serde_json::json!({"kind": "message", "question": "more?"}))
+                .unwrap();
+        state.apply(&Event::WaitingForUser { request });
+        state.apply(&Event::UserReplied {
+            text: "and tomorrow".into(),
+        });
+        assert_eq!(state.recall_due.as_deref(), Some("and tomorrow"));
+        assert!(state.recalled.is_empty());
+        // A new task too.
+        state.apply(&Event::TurnStarted {
+            task: "next".into(),
+            input: serde_json::Value::Null,
+        });
+        assert_eq!(state.recall_due.as_deref(), Some("next"));
+    }
+
+    #[test]
     fn no_search_without_a_budget() {
         let mut state = super::super::react_session_started();
         assert!(due(&state, &cfg(400, 5)).is_some());
