@@ -42,7 +42,7 @@ pub struct Limits {
     /// The most tokens (estimated as for `max_context_tokens`) of long-term memories a turn's
     /// requests carry, when the agent recalls memories (`recall_memories`). 0: none.
     pub memory_tokens: u32,
-    /// The most memories a turn's requests carry.
+    /// The most memories a turn's requests carry (at most 20).
     pub memory_items: u32,
 }
 

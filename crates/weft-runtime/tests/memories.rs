@@ -288,6 +288,11 @@ async fn a_resumed_or_forked_turn_does_not_search_again<S: Store>(store: Arc<S>)
         before.all().is_empty(),
         "stopped before the model was called"
     );
+    // The prompt the turn would have sent had it not stopped.
+    let due = weft_core::prompts::react(&s.state, &a.config)
+        .messages
+        .to_vec();
+    drop(s);
     let first = recalled_events(&store, &id).await;
     assert_eq!(first.len(), 1);
     assert!(first[0].1.iter().any(|m| m.text.contains("Miso")));
@@ -312,6 +317,7 @@ async fn a_resumed_or_forked_turn_does_not_search_again<S: Store>(store: Arc<S>)
     );
     let resumed = requests.of(Purpose::React);
     assert_eq!(resumed.len(), 1);
+    assert_eq!(resumed[0].messages.to_vec(), due, "the same prompt");
     assert!(request_text(&resumed[0]).contains("Miso"));
     assert!(!request_text(&resumed[0]).contains("Pepper"));
 

@@ -21,6 +21,9 @@ pub const MEMORY_ITEM_BYTES: usize = 600;
 /// The longest query a search is given (bytes of the task; the rest is left out).
 pub const MEMORY_QUERY_BYTES: usize = 1000;
 
+/// The most memories one search asks for, whatever `limits.memory_items` says.
+pub const MAX_MEMORY_ITEMS: u32 = 20;
+
 /// A memory cut shorter than this is left out rather than shown as a stub.
 const MIN_ITEM_BYTES: usize = 24;
 
@@ -33,7 +36,7 @@ pub(super) fn due(state: &State, cfg: &AgentConfig) -> Option<AgentNext> {
     let query = state.recall_due.as_deref()?;
     Some(AgentNext::Recall {
         query: cut(query.trim(), MEMORY_QUERY_BYTES),
-        limit: usize::try_from(cfg.limits.memory_items).unwrap_or(usize::MAX),
+        limit: usize::try_from(cfg.limits.memory_items.min(MAX_MEMORY_ITEMS)).unwrap_or(1),
     })
 }
 
@@ -50,7 +53,7 @@ pub fn memories_recalled(
         Err(e) => (Vec::new(), Some(cut(&e, MEMORY_ITEM_BYTES))),
     };
     let budget = u64::from(cfg.limits.memory_tokens);
-    let limit = usize::try_from(cfg.limits.memory_items).unwrap_or(usize::MAX);
+    let limit = usize::try_from(cfg.limits.memory_items.min(MAX_MEMORY_ITEMS)).unwrap_or(1);
     let mut used = 0u64;
     let mut memories = Vec::new();
     for m in found.into_iter().take(limit) {

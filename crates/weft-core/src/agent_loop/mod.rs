@@ -2,12 +2,12 @@
 //! `model_failed` / `user_replied` turn outcomes into events.
 //!
 //! Each mode is a module behind one small interface ([`ModeLoop`]): `plan` (plan-and-execute),
-//! `react` and `workflow` (a state machine of steps). What every mode shares is here and in the modules beside it: the checks every
-//! decision starts with (a finished or waiting session, the bounds on failed model calls and
-//! unusable replies), reading model replies (`reply`), waits for a person (`wait`), the model's
-//! own tool calls (`tool_calls`), the memories a turn starts with (`memory`) and ending a run
-//! (`end`). Every model call of every mode is
-//! returned by [`decide`], here.
+//! `react` and `workflow` (a state machine of steps). What every mode shares is here and in the
+//! modules beside it: the checks every decision starts with (a finished or waiting session, the
+//! bounds on failed model calls and unusable replies), reading model replies (`reply`), waits for
+//! a person (`wait`), the model's own tool calls (`tool_calls`), the long-term memories a turn
+//! starts with (`memory`) and ending a run (`end`). Every model call of every mode is returned
+//! by [`decide`], here.
 //!
 //! Garbage from a model (not JSON, unknown tools, cyclic plans, wrong arguments, empty replies)
 //! is fed back within bounds and then ends the run as CANNOT_COMPLETE with the reason.
