@@ -59,6 +59,12 @@ pub struct AgentSpec {
     /// A reviewer checks each answer before it is given (plan mode; default true).
     #[serde(default)]
     pub review_responses: Option<bool>,
+    /// Search long-term memory for each new task and give the planner's, the ReAct loop's and
+    /// workflow steps' requests what it finds ("What you remember"), within
+    /// `limits.memory_tokens` and `limits.memory_items`. Default: true when the agent offers
+    /// the built-in `recall` tool.
+    #[serde(default)]
+    pub recall_memories: Option<bool>,
     /// Skills: named instructions the planner may select.
     #[serde(default)]
     #[schemars(with = "Vec<crate::agent_loop::Skill>")]
@@ -341,6 +347,7 @@ mod tests {
             allowed_tools: None,
             approve_plans: false,
             review_responses: None,
+            recall_memories: None,
             skills: vec![],
             workflow: None,
             durability: None,

@@ -39,6 +39,11 @@ pub struct Limits {
     /// Transitions between workflow steps from one message of the user to the end of its turn
     /// (workflow mode).
     pub max_transitions: u32,
+    /// The most tokens (estimated as for `max_context_tokens`) of long-term memories a turn's
+    /// requests carry, when the agent recalls memories (`recall_memories`). 0: none.
+    pub memory_tokens: u32,
+    /// The most memories a turn's requests carry (at most 20).
+    pub memory_items: u32,
 }
 
 impl Default for Limits {
@@ -55,6 +60,8 @@ impl Default for Limits {
             retry_backoff_max_ms: 10_000,
             max_context_tokens: None,
             max_transitions: 50,
+            memory_tokens: 400,
+            memory_items: 5,
         }
     }
 }

@@ -260,6 +260,16 @@ pub enum Event {
     /// The conversation's messages before `upto` are replaced, in what later requests carry, by
     /// `summary` (which covers every earlier compaction too). The messages stay in the log.
     HistoryCompacted { upto: u64, summary: String },
+    /// Long-term memories found for a new task (or a workflow's next message) before the turn's
+    /// first model call, already cut to the agent's budget: the requests of the turn carry them
+    /// as "What you remember". Recorded once per turn, so a resumed or forked session sends the
+    /// same prompt without searching again. `error` says why the search found nothing.
+    MemoriesRecalled {
+        query: String,
+        memories: Vec<RecalledMemory>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// A model call failed (after the provider's own retries).
     ModelFailed {
         purpose: Purpose,
@@ -504,6 +514,15 @@ pub struct InputRequest {
     pub call_id: Option<String>,
 }
 
+/// A memory as a turn's requests show it: its id and scope in the store (`user`, `agent`,
+/// `public`), and its text, made one line and bounded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecalledMemory {
+    pub id: i64,
+    pub scope: String,
+    pub text: String,
+}
+
 impl Event {
     /// The event's type name as it appears in JSON (`step_completed`).
     pub fn kind(&self) -> &'static str {
@@ -514,6 +533,7 @@ impl Event {
             Self::ModelReplyRejected { .. } => "model_reply_rejected",
             Self::ModelFailed { .. } => "model_failed",
             Self::HistoryCompacted { .. } => "history_compacted",
+            Self::MemoriesRecalled { .. } => "memories_recalled",
             Self::PlanRejected { .. } => "plan_rejected",
             Self::PlanRevised { .. } => "plan_revised",
             Self::StepAction { .. } => "step_action",

@@ -182,6 +182,7 @@ impl ProcessSpec {
             allowed_tools: None,
             approve_plans: false,
             review_responses: None,
+            recall_memories: None,
             skills: Vec::new(),
             workflow: None,
             durability: None,

@@ -39,6 +39,15 @@ impl Event {
             }
             Self::ReviewDecided { reason, .. } => f(reason),
             Self::HistoryCompacted { summary, .. } => f(summary),
+            Self::MemoriesRecalled {
+                query,
+                memories,
+                error,
+            } => {
+                f(query);
+                memories.iter_mut().for_each(|m| f(&mut m.text));
+                error.iter_mut().for_each(f);
+            }
             Self::AnswerDrafted { text, .. }
             | Self::UserReplied { text }
             | Self::TextDelta { text } => f(text),

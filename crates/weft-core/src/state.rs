@@ -22,8 +22,8 @@ use serde_json::{Map, Value};
 
 use crate::agent::Mode;
 use crate::event::{
-    Event, InputRequest, ResponseVerdict, ReviewDecision, RunStatus, SessionStatus, ToolError,
-    ToolOutcome,
+    Event, InputRequest, RecalledMemory, ResponseVerdict, ReviewDecision, RunStatus, SessionStatus,
+    ToolError, ToolOutcome,
 };
 use crate::graph::Graph;
 use crate::history::History;
@@ -358,7 +358,7 @@ pub struct OpenCall {
 /// The version of State's serialised form (and of what `apply` makes of events) that snapshots
 /// are written and read at. Bump it with every change of State's shape (see the module's
 /// documentation); a snapshot of another version is ignored and the log is folded.
-pub const SNAPSHOT_VERSION: u32 = 1;
+pub const SNAPSHOT_VERSION: u32 = 2;
 /// A conversation's compacted part: requests carry `summary` in place of the messages before
 /// `upto` (an index into [`State::history`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -404,8 +404,14 @@ pub struct State {
     pub history: History,
     /// The summary that stands for the conversation's older messages in requests.
     pub compaction: Option<Compaction>,
-    /// Earlier turns' tasks and answers (the memory a later turn sees).
+    /// Earlier turns' tasks and answers (the memory a later turn sees). In plan mode the
+    /// conversation holds them too, as a user message and an assistant message each.
     pub memory: Vec<(String, Option<String>)>,
+    /// The text (a new task, or a workflow's next message) whose long-term memories have not
+    /// been searched for yet; the search happens only for an agent that recalls memories.
+    pub recall_due: Option<String>,
+    /// The long-term memories recalled for the current turn, as its requests carry them.
+    pub recalled: Vec<RecalledMemory>,
     pub model_calls: u32,
     pub purpose_calls: BTreeMap<Purpose, u32>,
     pub usage: Usage,
@@ -560,8 +566,28 @@ impl State {
             }
             Event::TurnStarted { task, input } => {
                 if let Some(prev) = self.task.take() {
+                    if self.mode == Some(Mode::Plan) {
+                        // Plan mode's conversation is its turns: what later planners and
+                        // answers see (and compaction bounds).
+                        let answer = match (&self.answer, &self.error) {
+                            (Some(a), _) => a.clone(),
+                            (None, Some(e)) => format!("(the task ended without an answer: {e})"),
+                            (None, None) => "(the task ended without an answer)".to_owned(),
+                        };
+                        self.history.extend([
+                            Message::User {
+                                content: prev.clone(),
+                            },
+                            Message::Assistant {
+                                content: answer,
+                                tool_calls: Vec::new(),
+                            },
+                        ]);
+                    }
                     self.memory.push((prev, self.answer.take()));
                 }
+                self.recall_due = Some(task.clone());
+                self.recalled.clear();
                 self.task = Some(task.clone());
                 if !input.is_null() {
                     self.input = input.clone();
@@ -783,6 +809,8 @@ impl State {
                     if req.kind == "message" {
                         // A workflow waited for the user's next message: it enters anew.
                         self.workflow.message_in();
+                        self.recall_due = Some(text.clone());
+                        self.recalled.clear();
                         self.history.push(Message::User {
                             content: text.clone(),
                         });
@@ -803,6 +831,10 @@ impl State {
                         .min(self.history.len()),
                     summary: summary.clone(),
                 });
+            }
+            Event::MemoriesRecalled { memories, .. } => {
+                self.recall_due = None;
+                self.recalled.clone_from(memories);
             }
             Event::MessagesImported { messages } => {
                 self.history.extend(messages.iter().cloned());

@@ -57,7 +57,7 @@ impl Agent {
             skills.push(skill);
         }
         let workflow = Self::workflow(spec, &tools, metadata, input)?;
-        let offered = tools
+        let offered: Vec<weft_core::ToolInfo> = tools
             .infos()
             .filter(|t| {
                 spec.allowed_tools
@@ -66,6 +66,12 @@ impl Agent {
             })
             .cloned()
             .collect();
+        // Memories come with the task when the model could look them up itself.
+        let recall_memories = spec.recall_memories.unwrap_or_else(|| {
+            offered
+                .iter()
+                .any(|t| t.name == "recall" && t.source == "builtin")
+        });
         Ok(Self {
             name: spec.name.clone(),
             config: AgentConfig {
@@ -76,6 +82,7 @@ impl Agent {
                 skills,
                 approve_plans: spec.approve_plans,
                 review_responses: spec.review_responses.unwrap_or(true),
+                recall_memories,
                 workflow,
             },
             model,
@@ -350,6 +357,19 @@ impl<S: Store> Runtime<S> {
         loop {
             match agent_loop::decide(&session.state, &agent.config) {
                 AgentNext::Record(events) => session.commit(events).await?,
+                AgentNext::Recall { query, limit } => {
+                    let found = crate::knowledge::recall_memories(
+                        &self.store,
+                        self.embedder.clone(),
+                        &session.id,
+                        &query,
+                        limit,
+                    )
+                    .await;
+                    session
+                        .commit(agent_loop::memories_recalled(&agent.config, &query, found))
+                        .await?;
+                }
                 AgentNext::CallModel { .. } | AgentNext::Start { .. } if self.stopping() => {
                     self.stop_here(&mut inflight, session, &agent.config.limits)
                         .await?;

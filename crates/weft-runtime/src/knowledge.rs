@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use serde_json::Value;
+use weft_core::event::RecalledMemory;
 use weft_model::Embedder;
 use weft_store::{Kind, NewEntry, Shelf, Store};
 use weft_tools::KnowledgeBase;
@@ -56,6 +57,26 @@ impl<S: Store> StoreKnowledge<S> {
         )
         .map_err(|e| e.to_string())
     }
+}
+
+/// The memories session `id` may read that best match `query` (at most `limit`, best first),
+/// for the prompt of a turn: the same search, through the same [`KnowledgeBase::recall`], as
+/// the `recall` tool's, so the shelves come from the session's record alone.
+pub(crate) async fn recall_memories<S: Store>(
+    store: &Arc<S>,
+    embedder: Option<Arc<Embedder>>,
+    id: &str,
+    query: &str,
+    limit: usize,
+) -> Result<Vec<RecalledMemory>, String> {
+    if query.split_whitespace().next().is_none() {
+        return Ok(Vec::new());
+    }
+    let hits = StoreKnowledge::new(Arc::clone(store), embedder)
+        .recall(id, query, limit)
+        .await?;
+    serde_json::from_value(hits)
+        .map_err(|e| format!("the memory search gave a result weft cannot read: {e}"))
 }
 
 fn now_ms() -> i64 {

@@ -81,6 +81,9 @@ pub struct Runtime<S: Store> {
     /// A session's state is snapshotted with an append once this many events followed the
     /// last snapshot (0: never); see [`snapshots`].
     pub snapshot_every: u64,
+    /// What makes the vectors of memories and documents (none: search by text alone); see
+    /// [`retrieval`].
+    pub embedder: Option<Arc<weft_model::Embedder>>,
 }
 
 impl<S: Store> Runtime<S> {
@@ -102,7 +105,10 @@ impl<S: Store> Runtime<S> {
         limits: Limits,
         embedder: Option<Arc<weft_model::Embedder>>,
     ) -> Self {
-        tools.attach_knowledge(Arc::new(StoreKnowledge::new(Arc::clone(&store), embedder)));
+        tools.attach_knowledge(Arc::new(StoreKnowledge::new(
+            Arc::clone(&store),
+            embedder.clone(),
+        )));
         Self {
             store,
             tools,
@@ -114,6 +120,7 @@ impl<S: Store> Runtime<S> {
             fence: None,
             stop: None,
             snapshot_every: snapshots::DEFAULT_EVERY,
+            embedder,
         }
     }
 

@@ -366,6 +366,21 @@ impl View {
             Event::ModelFailed { error, .. } => {
                 self.say(&p.bad(&format!("model error: {}", cut(error))));
             }
+            Event::MemoriesRecalled {
+                memories, error, ..
+            } => match error {
+                Some(e) => self.say(&p.warn(&format!("memory search failed: {}", cut(e)))),
+                None if !memories.is_empty() => self.say(&format!(
+                    "{} {}",
+                    p.bold("remembered:"),
+                    p.dim(&format!(
+                        "{} memor{}",
+                        memories.len(),
+                        if memories.len() == 1 { "y" } else { "ies" }
+                    ))
+                )),
+                None => {}
+            },
             Event::TextDelta { text } => {
                 self.draft.push_str(text);
                 if let Some(live) = &mut self.live {

@@ -354,3 +354,113 @@ workflow:
     );
     assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty());
 }
+
+/// A remembered fact reaches a real model without a tool call: the memory is in the store for
+/// user `alice`, the agent recalls memories (and offers no tool), and `weft run --user alice` records the memories it
+/// found and sends them in the first request. What a 135M model answers is not something to
+/// rely on, so the test asserts on the request the server received (recorded in a cassette) and
+/// only reports whether the answer holds the fact (with `temperature: 0` it did: "Your locker
+/// code is 4417.").
+#[test]
+fn needs_llm_a_remembered_fact_reaches_the_model_without_a_tool_call() {
+    let url = base_url();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let agent = format!(
+        r#"name: desk
+mode: react
+model: {{ provider: openai, name: smollm2, base_url: "{url}", api_key: none, timeout: 600s, max_tokens: 60, temperature: 0 }}
+instructions: Answer in one short sentence.
+limits: {{ max_iterations: 2, max_model_retries: 2 }}
+recall_memories: true
+"#
+    );
+    std::fs::write(dir.join("agent.yaml"), agent).unwrap();
+    let db = dir.join("weft.db");
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use weft_store::{Kind, Knowledge, NewEntry, Shelf, SqliteStore};
+        let store = SqliteStore::open(&db).await.unwrap();
+        for (shelf, text) in [
+            (Shelf::user("alice"), "Alice's locker code is 4417"),
+            (Shelf::user("bob"), "Bob's locker code is 9051"),
+        ] {
+            let entry = NewEntry {
+                text: text.into(),
+                source: String::new(),
+                position: 0,
+            };
+            store
+                .add(Kind::Memory, &shelf, vec![entry], false, 1)
+                .await
+                .unwrap();
+        }
+    });
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args([
+            "run",
+            "agent.yaml",
+            "What is my locker code?",
+            "--user",
+            "alice",
+            "--events",
+            "--db",
+            "weft.db",
+        ])
+        .env("WEFT_CASSETTE", "record:tape.json")
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{stderr}");
+    let events: Vec<Value> = stderr
+        .lines()
+        .filter(|l| l.starts_with("{\"seq\":"))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let recalled: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "memories_recalled")
+        .collect();
+    assert_eq!(recalled.len(), 1, "{stderr}");
+    let memories = recalled[0]["memories"].as_array().unwrap();
+    assert!(
+        memories
+            .iter()
+            .any(|m| m["text"] == "Alice's locker code is 4417" && m["scope"] == "user"),
+        "{}",
+        recalled[0]
+    );
+    assert!(!recalled[0].to_string().contains("9051"), "Bob's memory");
+    let first_reply = events
+        .iter()
+        .position(|e| e["type"] == "model_replied")
+        .unwrap_or_else(|| panic!("no model reply: {stderr}"));
+    let at = events
+        .iter()
+        .position(|e| e["type"] == "memories_recalled")
+        .unwrap();
+    assert!(at < first_reply, "recorded before the model was called");
+    // What the server received: the memory, in the system message, in the first request.
+    let tape: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tape.json")).unwrap()).unwrap();
+    let first = &tape["exchanges"][0]["request"];
+    let system = first["messages"][0]["content"].as_str().unwrap_or_default();
+    assert_eq!(first["messages"][0]["role"], "system", "{first}");
+    assert!(system.contains("What you remember"), "{system}");
+    assert!(system.contains("Alice's locker code is 4417"), "{system}");
+    assert!(!first.to_string().contains("9051"));
+    let answer = events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "run_finished")
+        .and_then(|e| e["answer"].as_str())
+        .unwrap_or_default();
+    eprintln!(
+        "memory: the answer {} the fact: {answer:?}",
+        if answer.contains("4417") {
+            "holds"
+        } else {
+            "does not hold"
+        }
+    );
+}

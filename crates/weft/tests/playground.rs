@@ -396,6 +396,44 @@ async fn sessions_list_every_agent_with_cost_and_filters_and_hide_other_users() 
     assert_eq!(anon.status(), 401);
 }
 
+/// The memories a turn was given are part of its session's view, and each user's view holds
+/// their own memories only (the agent's and public ones are shared).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_view_shows_the_memories_its_user_was_given() {
+    use weft_store::{Kind, Knowledge, NewEntry, Shelf, SqliteStore};
+    let server = Server::start();
+    let store = SqliteStore::open(&server.path().join("serve.db"))
+        .await
+        .unwrap();
+    for (shelf, text) in [
+        (Shelf::user("alice"), "Alice's locker code is 4417"),
+        (Shelf::user("bob"), "Bob's locker code is 9051"),
+        (Shelf::public(), "Every locker is emptied on Friday"),
+    ] {
+        let entry = NewEntry {
+            text: text.into(),
+            source: String::new(),
+            position: 0,
+        };
+        store
+            .add(Kind::Memory, &shelf, vec![entry], false, 1)
+            .await
+            .unwrap();
+    }
+    for (key, own, other) in [(ALICE, "4417", "9051"), (BOB, "9051", "4417")] {
+        let client = Client::new(&server, key);
+        let id = client
+            .run_wait("memo", "what is my locker code", json!({}))
+            .await;
+        let view = client.get(&format!("/sessions/{id}")).await;
+        assert_eq!(view["status"], "completed", "{view:#}");
+        let memories = view["memories"].to_string();
+        assert!(memories.contains(own), "{memories}");
+        assert!(memories.contains("emptied on Friday"), "{memories}");
+        assert!(!memories.contains(other), "{memories}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_is_shown_as_it_was_at_any_event() {
     let server = Server::start();

@@ -1,7 +1,8 @@
 //! Compaction: a conversation that outgrew its token budget has its older turns summarised by
 //! the model (a `compact` call) before the call that would have overflowed. Every mode's model
-//! calls pass through [`before_call`]; a mode whose requests carry no conversation is never
-//! compacted.
+//! calls pass through [`before_call`]; a request that carries no conversation (a step
+//! executor's, a review's) is never the reason for one. Plan mode's conversation is its earlier
+//! turns (each task and its answer), which the planner's and the resolver's requests carry.
 //!
 //! The summary is recorded as [`Event::HistoryCompacted`] and later requests carry it in place of
 //! the messages it covers ([`crate::prompts::conversation`]); the messages themselves stay in the
@@ -22,6 +23,16 @@ const COMPACT_ROLE: &str = "You compress conversations between a user and an ass
 Write a concise summary of the conversation below: keep every fact, name, number, decision, \
 tool result and open question that a later turn may need, and drop pleasantries. \
 Reply with the summary only.";
+
+/// Whether requests of `purpose` carry the session's conversation ([`crate::prompts::conversation`]):
+/// only those can be made smaller by compacting it. A step executor's or a review's request
+/// carries the current turn's work only.
+fn carries_conversation(purpose: Purpose) -> bool {
+    matches!(
+        purpose,
+        Purpose::React | Purpose::Workflow | Purpose::Plan | Purpose::Respond
+    )
+}
 
 /// The estimated tokens of a request: its messages and the tools it offers.
 fn request_tokens(request: &ModelRequest) -> u64 {
@@ -110,7 +121,7 @@ pub(super) fn before_call(
     request: &ModelRequest,
 ) -> Option<AgentNext> {
     let budget = u64::from(cfg.limits.max_context_tokens?);
-    if request.purpose == Purpose::Compact || request_tokens(request) <= budget {
+    if !carries_conversation(request.purpose) || request_tokens(request) <= budget {
         return None;
     }
     let (from, to) = cut(state, budget)?;
@@ -197,6 +208,7 @@ mod tests {
             skills: Vec::new(),
             approve_plans: false,
             review_responses: false,
+            recall_memories: false,
             workflow: None,
         }
     }

@@ -2,17 +2,19 @@
 //! `model_failed` / `user_replied` turn outcomes into events.
 //!
 //! Each mode is a module behind one small interface ([`ModeLoop`]): `plan` (plan-and-execute),
-//! `react` and `workflow` (a state machine of steps). What every mode shares is here and in the modules beside it: the checks every
-//! decision starts with (a finished or waiting session, the bounds on failed model calls and
-//! unusable replies), reading model replies (`reply`), waits for a person (`wait`), the model's
-//! own tool calls (`tool_calls`) and ending a run (`end`). Every model call of every mode is
-//! returned by [`decide`], here.
+//! `react` and `workflow` (a state machine of steps). What every mode shares is here and in the
+//! modules beside it: the checks every decision starts with (a finished or waiting session, the
+//! bounds on failed model calls and unusable replies), reading model replies (`reply`), waits for
+//! a person (`wait`), the model's own tool calls (`tool_calls`), the long-term memories a turn
+//! starts with (`memory`) and ending a run (`end`). Every model call of every mode is returned
+//! by [`decide`], here.
 //!
 //! Garbage from a model (not JSON, unknown tools, cyclic plans, wrong arguments, empty replies)
 //! is fed back within bounds and then ends the run as CANNOT_COMPLETE with the reason.
 
 mod compact;
 mod end;
+mod memory;
 mod plan;
 mod react;
 mod reply;
@@ -33,6 +35,7 @@ use crate::state::{Phase, State};
 use crate::tool::ToolInfo;
 
 use end::end_run;
+pub use memory::{MEMORY_ITEM_BYTES, memories_recalled};
 use plan::PlanLoop;
 use react::React;
 pub use reply::extract_json;
@@ -63,6 +66,9 @@ pub struct AgentConfig {
     pub approve_plans: bool,
     /// A reviewer checks each answer (plan mode).
     pub review_responses: bool,
+    /// Each new task's long-term memories are searched for and shown to the model (the shell
+    /// searches when `decide` asks with [`AgentNext::Recall`]).
+    pub recall_memories: bool,
     /// The state machine (workflow mode).
     pub workflow: Option<std::sync::Arc<WorkflowConfig>>,
 }
@@ -96,6 +102,9 @@ pub const ASK_USER: &str = "ask_user";
 pub enum AgentNext {
     /// Record these events.
     Record(Vec<Event>),
+    /// Search the session's long-term memories for `query` (at most `limit`, best first) and
+    /// report what was found with [`memories_recalled`], before any model call of the turn.
+    Recall { query: String, limit: usize },
     /// Call the model; report the reply with [`model_replied`] (or the failure with
     /// [`model_failed`]).
     CallModel {
@@ -180,6 +189,9 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
             )
         };
         return AgentNext::Record(end_run(state, RunStatus::Failed, Some(message), None));
+    }
+    if let Some(recall) = memory::due(state, cfg) {
+        return recall;
     }
     let next = match cfg.mode {
         Mode::React => React::decide(state, cfg),
@@ -312,6 +324,7 @@ mod tests {
             skills: Vec::new(),
             approve_plans: false,
             review_responses: false,
+            recall_memories: false,
             workflow: None,
         }
     }

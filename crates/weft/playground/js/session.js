@@ -452,7 +452,7 @@ export class SessionPage {
     const node = v.plan?.nodes.find((n) => n.id === this.selected);
     const el = this.parts.right;
     if (!node) {
-      renderIfChanged(el, { input: v.input, data: v.data, task: v.task, turns: v.earlier_turns, plan: !!v.plan }, () => [
+      renderIfChanged(el, { input: v.input, data: v.data, task: v.task, turns: v.earlier_turns, memories: v.memories, plan: !!v.plan }, () => [
         h("div", { class: "panel-head" }, h("h2", {}, "Session")),
         h(
           "div",
@@ -460,6 +460,8 @@ export class SessionPage {
           v.plan && h("p", { class: "muted" }, "Choose a step in the plan to see its calls."),
           v.earlier_turns.length > 0 &&
             h("div", {}, h("h3", {}, "Earlier turns"), h("ol", {}, v.earlier_turns.map((t) => h("li", {}, cut(t.task, 100), t.answer ? h("span", { class: "muted" }, ` → ${cut(t.answer, 100)}`) : "")))),
+          v.memories?.length > 0 &&
+            h("div", {}, h("h3", {}, "Remembered for this task"), h("ul", {}, v.memories.map((m) => h("li", {}, h("span", { class: "muted" }, `${m.scope} `), cut(m.text, 200))))),
           h("div", {}, h("h3", {}, "Input"), h("pre", {}, pretty(v.input ?? {}))),
           v.plan && h("div", {}, h("h3", {}, "State"), h("pre", { id: "state-json" }, pretty(v.data ?? {}))),
         ),

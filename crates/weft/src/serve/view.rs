@@ -364,6 +364,7 @@ pub fn session(rec: &SessionRecord, log: &[Envelope], at: Option<u64>, busy: boo
         "tool_calls": st.tool_invocations,
         "earlier_turns": st.memory.iter().map(|(t, a)| json!({"task": t, "answer": a})).collect::<Vec<_>>(),
         "conversation": st.history.iter().collect::<Vec<_>>(),
+        "memories": st.recalled,
         "plan": plan,
         "calls": h.cards.iter().map(Card::json).collect::<Vec<_>>(),
         "reviews": h.reviews,
