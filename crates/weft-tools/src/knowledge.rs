@@ -19,6 +19,29 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// The most results one call returns.
 pub const MAX_RESULTS: usize = 20;
 
+/// The longest memory, in bytes: a fact in a few sentences, not a document (documents are added
+/// with `weft docs add`).
+pub const MAX_MEMORY_BYTES: usize = 2000;
+
+/// The text a memory is stored with: trimmed, with every secret value `redactor` knows replaced
+/// by `[secret:NAME]`, so no secret reaches the store. The one place a memory's text is made,
+/// for the `remember` tool and `weft memory add` alike. An empty or too long text is refused
+/// with the reason.
+pub fn memory_text(redactor: &Redactor, text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("a memory needs some text".into());
+    }
+    let text = redactor.redact_str(text).into_owned();
+    if text.len() > MAX_MEMORY_BYTES {
+        return Err(format!(
+            "a memory is at most {MAX_MEMORY_BYTES} bytes (this one is {}): keep one short fact per memory, and add longer texts as documents",
+            text.len()
+        ));
+    }
+    Ok(text)
+}
+
 /// Long-term memory and documents as the tools see them: every call names its session, and the
 /// base reads only what that session's user and agent may read.
 pub trait KnowledgeBase: Send + Sync {
@@ -167,7 +190,8 @@ impl Tool for KnowledgeTool {
         match self.op {
             Op::Remember => {
                 // Secrets never reach the store.
-                let fact = self.redactor.redact_str(text("text")?).into_owned();
+                let fact = memory_text(&self.redactor, text("text")?)
+                    .map_err(|e| ToolError::new("invalid_arguments", e))?;
                 let id = kb.remember(s, fact.clone()).await.map_err(failed)?;
                 Ok(json!({"id": id, "remembered": fact}))
             }

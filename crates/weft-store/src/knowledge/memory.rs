@@ -1,6 +1,6 @@
 //! Knowledge in the memory store: ranked by how many of the query's words an entry holds.
 
-use super::{Hit, Kind, Knowledge, NewEntry, Shelf, query_words};
+use super::{Hit, Kind, Knowledge, Listed, NewEntry, Shelf, query_words};
 use crate::StoreError;
 use crate::memory::MemoryStore;
 
@@ -15,6 +15,7 @@ pub(crate) struct Entry {
     text: String,
     /// `text`'s words, lower-cased.
     words: Vec<String>,
+    created_at: i64,
 }
 
 /// The memory store's entries.
@@ -31,7 +32,7 @@ impl Knowledge for MemoryStore {
         shelf: &Shelf,
         entries: Vec<NewEntry>,
         replace: bool,
-        _now: i64,
+        now: i64,
     ) -> Result<Vec<i64>, StoreError> {
         let mut k = self.knowledge.lock().map_err(|_| poisoned())?;
         if replace {
@@ -55,6 +56,7 @@ impl Knowledge for MemoryStore {
                 position: e.position,
                 text: e.text,
                 words,
+                created_at: now,
             });
         }
         Ok(ids)
@@ -96,6 +98,36 @@ impl Knowledge for MemoryStore {
         k.all
             .retain(|e| !(e.id == id && e.kind == kind && shelves.contains(&e.shelf)));
         Ok(k.all.len() < before)
+    }
+
+    async fn list_entries(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        limit: usize,
+        offset: usize,
+    ) -> Result<Vec<Listed>, StoreError> {
+        let k = self.knowledge.lock().map_err(|_| poisoned())?;
+        let mut found: Vec<&Entry> = k
+            .all
+            .iter()
+            .filter(|e| e.kind == kind && shelves.contains(&e.shelf))
+            .collect();
+        found.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        Ok(found
+            .into_iter()
+            .skip(offset)
+            .take(limit)
+            .map(|e| Listed {
+                id: e.id,
+                scope: e.shelf.scope,
+                owner: e.shelf.owner.clone(),
+                source: e.source.clone(),
+                position: e.position,
+                text: e.text.clone(),
+                created_at: e.created_at,
+            })
+            .collect())
     }
 }
 
