@@ -219,3 +219,27 @@ impl Tool for KnowledgeTool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::Secrets;
+
+    #[test]
+    fn a_memory_is_trimmed_redacted_and_bounded() {
+        let secrets =
+            Secrets::from_values(BTreeMap::from([("crm".to_owned(), "tok-1234".to_owned())]))
+                .unwrap_or_default();
+        let r = secrets.redactor();
+        assert_eq!(
+            memory_text(&r, "  the key is tok-1234 \n"),
+            Ok("the key is [secret:crm]".to_owned())
+        );
+        assert!(memory_text(&r, " \n ").is_err_and(|e| e.contains("needs some text")));
+        let long = "a".repeat(MAX_MEMORY_BYTES + 1);
+        assert!(memory_text(&r, &long).is_err_and(|e| e.contains("at most 2000 bytes")));
+        assert!(memory_text(&r, &long[1..]).is_ok());
+    }
+}
