@@ -3,7 +3,7 @@
 //! attaches to the registry ([`Registry::attach_knowledge`](crate::Registry::attach_knowledge)),
 //! which decides whose memories a call may see from the session (its user and agent), never
 //! from the model's arguments. A model stores memories for the session's user only; agent and
-//! public memories and documents are added by people (`weft docs add`).
+//! public memories and documents are added by people (`weft memory add`, `weft docs add`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -57,7 +57,7 @@ pub trait KnowledgeBase: Send + Sync {
     ) -> BoxFuture<'a, Result<Value, String>>;
     /// Deletes the user's memory `id`; whether there was one.
     fn forget<'a>(&'a self, session: &'a str, id: i64) -> BoxFuture<'a, Result<bool, String>>;
-    /// The best document chunks for `query`, as JSON hits with their source and line.
+    /// The best document chunks for `query`, as JSON hits citing `source:position`.
     fn search_documents<'a>(
         &'a self,
         session: &'a str,
@@ -125,7 +125,7 @@ impl KnowledgeTool {
             ),
             Op::SearchDocuments => (
                 "search_documents",
-                "Search the documents; each result cites its source file and line.",
+                "Search the documents; each result cites its source as file:position (a line; a PDF's page).",
                 query,
                 true,
             ),
