@@ -16,8 +16,14 @@ use html5ever::tokenizer::{
 
 /// Elements whose contents are not read text: dropped with everything inside them.
 const HIDDEN: &[&str] = &[
-    "head", "title", "script", "style", "template", "noscript", "iframe", "object", "svg", "math",
+    "title", "script", "style", "template", "noscript", "iframe", "object", "svg", "math",
     "noembed", "noframes", "xmp", "select",
+];
+
+/// Elements a `<head>` holds; any other start tag (or text) ends a head whose end tag was left
+/// out, as in a browser.
+const IN_HEAD: &[&str] = &[
+    "head", "title", "meta", "link", "style", "script", "base", "noscript", "template", "html",
 ];
 
 /// Elements that start and end a block of their own.
@@ -75,6 +81,8 @@ struct Text {
     start: usize,
     /// How many hidden elements we are inside.
     hidden: usize,
+    /// Inside `<head>` (all of it hidden).
+    head: bool,
     /// How many `pre` elements we are inside.
     pre: usize,
     /// A space is owed before the next word (spaces are collapsed).
@@ -104,6 +112,12 @@ impl Text {
     fn text(&mut self, s: &str, line: usize) {
         if self.hidden > 0 {
             return;
+        }
+        if self.head {
+            if s.trim().is_empty() {
+                return;
+            }
+            self.head = false;
         }
         let mut newlines_left = s.matches('\n').count();
         for c in s.chars() {
@@ -139,9 +153,12 @@ impl Text {
     fn tag(&mut self, tag: &Tag) -> TokenSinkResult<()> {
         let name: &str = &tag.name;
         let start = tag.kind == TagKind::StartTag;
-        // `<body>` ends a `<head>` whose end tag was left out.
-        if start && name == "body" {
-            self.hidden = 0;
+        if self.hidden == 0 {
+            if name == "head" {
+                self.head = start;
+            } else if start && !IN_HEAD.contains(&name) {
+                self.head = false;
+            }
         }
         if HIDDEN.contains(&name) {
             if start && !tag.self_closing {
@@ -150,7 +167,7 @@ impl Text {
                 self.hidden = self.hidden.saturating_sub(1);
             }
         }
-        if self.hidden == 0 {
+        if self.hidden == 0 && !self.head {
             if BLOCKS.contains(&name) {
                 self.end_block();
                 if name == "pre" {
@@ -259,6 +276,14 @@ mod tests {
         assert_eq!(
             blocks("<head><title>t</title><body><p>seen</p><script>unseen"),
             [(1, "seen".to_owned())]
+        );
+        assert_eq!(
+            blocks("<html><head><meta charset=utf-8><title>t</title><p>no end to the head"),
+            [(1, "no end to the head".to_owned())]
+        );
+        assert_eq!(
+            blocks("<head><link rel=x>\nBare text"),
+            [(2, "Bare text".to_owned())]
         );
         assert!(blocks("<p>  </p><div>\n</div>").is_empty());
         assert!(blocks("").is_empty());
