@@ -1,4 +1,6 @@
-//! The text of a PDF, page by page, read with `lopdf`, pure Rust.
+//! The text of a PDF, page by page, read with `pdf-extract` (on `lopdf`), pure Rust. Before a
+//! page is read, the text operators `'` and `"` of its content are spelled out as the ones they
+//! stand for, which the extractor reads (Ghostscript writes every line after the first so).
 //!
 //! A PDF is untrusted input and its reader was not written for it: it can panic on a malformed
 //! file, or run for a very long time. So the file is read whole first (at most
@@ -12,7 +14,8 @@ use std::path::Path;
 use std::sync::Once;
 use std::time::Duration;
 
-use lopdf::Document;
+use pdf_extract::content::{Content, Operation};
+use pdf_extract::{Document, ObjectId, OutputError, PlainTextOutput};
 
 /// The largest PDF weft reads: 64 MiB.
 pub const MAX_PDF_BYTES: u64 = 64 * 1024 * 1024;
@@ -96,8 +99,68 @@ fn quiet_panics() {
     });
 }
 
+/// Collects text, at most [`MAX_PDF_TEXT_BYTES`] in all (then it fails).
+struct Bounded<'a> {
+    text: &'a mut String,
+    room: &'a mut usize,
+}
+
+impl std::fmt::Write for Bounded<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        *self.room = self.room.checked_sub(s.len()).ok_or(std::fmt::Error)?;
+        self.text.push_str(s);
+        Ok(())
+    }
+}
+
+impl pdf_extract::ConvertToFmt for Bounded<'_> {
+    type Writer = Self;
+    fn convert(self) -> Self {
+        self
+    }
+}
+
+/// Rewrites the text operators `'` and `"` of a page's content as the operators they stand for
+/// (`T*` then `Tj`; `"` sets the spacings first): the text extractor reads those only.
+fn spell_out_quotes(doc: &mut Document, page: ObjectId) -> Result<(), String> {
+    let data = doc
+        .get_page_content(page)
+        .map_err(|e| format!("cannot read the content ({e})"))?;
+    let content = Content::decode(&data).map_err(|e| format!("cannot read the content ({e})"))?;
+    if !content
+        .operations
+        .iter()
+        .any(|o| matches!(o.operator.as_str(), "'" | "\""))
+    {
+        return Ok(());
+    }
+    let mut operations = Vec::with_capacity(content.operations.len());
+    for op in content.operations {
+        let mut operands = op.operands.into_iter();
+        match op.operator.as_str() {
+            "'" => {
+                operations.push(Operation::new("T*", vec![]));
+                operations.push(Operation::new("Tj", operands.collect()));
+            }
+            "\"" => {
+                let (aw, ac) = (operands.next(), operands.next());
+                operations.extend(aw.map(|aw| Operation::new("Tw", vec![aw])));
+                operations.extend(ac.map(|ac| Operation::new("Tc", vec![ac])));
+                operations.push(Operation::new("T*", vec![]));
+                operations.push(Operation::new("Tj", operands.collect()));
+            }
+            _ => operations.push(Operation::new(&op.operator, operands.collect())),
+        }
+    }
+    let data = Content { operations }
+        .encode()
+        .map_err(|e| format!("cannot read the content ({e})"))?;
+    doc.change_page_content(page, data)
+        .map_err(|e| format!("cannot read the content ({e})"))
+}
+
 fn extract(bytes: &[u8]) -> Result<Vec<String>, String> {
-    let doc = Document::load_mem(bytes).map_err(|e| {
+    let mut doc = Document::load_mem(bytes).map_err(|e| {
         format!("it cannot be read as a PDF ({e}); is the file complete? Try saving it again")
     })?;
     if doc.is_encrypted() && doc.encryption_state.is_none() {
@@ -106,34 +169,27 @@ fn extract(bytes: &[u8]) -> Result<Vec<String>, String> {
                 .into(),
         );
     }
-    let mut total = 0;
+    let mut room = MAX_PDF_TEXT_BYTES;
     let mut pages = Vec::new();
-    for &n in doc.get_pages().keys() {
+    for (n, id) in doc.get_pages() {
+        let page_error =
+            |e: String| format!("page {n} cannot be read: {e}; try saving it again as a new PDF");
+        spell_out_quotes(&mut doc, id).map_err(page_error)?;
         let mut text = String::new();
-        let mut unreadable = None;
-        // A piece of text is shown in one font; a piece whose font weft cannot decode is
-        // reported only if the page gives no text at all.
-        for piece in doc.extract_text_chunks(&[n]) {
-            match piece {
-                Ok(t) => text.push_str(&t),
-                Err(e) => unreadable = unreadable.or(Some(e)),
+        let mut out = PlainTextOutput::new(Bounded {
+            text: &mut text,
+            room: &mut room,
+        });
+        match pdf_extract::output_doc_page(&doc, &mut out, n) {
+            Ok(()) => pages.push(text),
+            Err(OutputError::FormatError(_)) => {
+                return Err(format!(
+                    "it holds more than {} MiB of text, the most weft reads from one PDF; split it into smaller files",
+                    MAX_PDF_TEXT_BYTES / (1024 * 1024)
+                ));
             }
+            Err(e) => return Err(page_error(e.to_string())),
         }
-        if let Some(e) = unreadable
-            && text.trim().is_empty()
-        {
-            return Err(format!(
-                "the text of page {n} cannot be read ({e}); try saving it again as a new PDF"
-            ));
-        }
-        total += text.len();
-        if total > MAX_PDF_TEXT_BYTES {
-            return Err(format!(
-                "it holds more than {} MiB of text, the most weft reads from one PDF; split it into smaller files",
-                MAX_PDF_TEXT_BYTES / (1024 * 1024)
-            ));
-        }
-        pages.push(text);
     }
     Ok(pages)
 }
@@ -150,7 +206,8 @@ mod tests {
 
     #[test]
     fn text_is_read_page_by_page() {
-        // Made by Ghostscript from handbook.ps (tests/fixtures/documents/README.md).
+        // Made by Ghostscript from handbook.ps (tests/fixtures/documents/README.md), which
+        // writes every line after a page's first with the `'` operator.
         let pages = pages(&fixture("handbook.pdf")).unwrap();
         assert_eq!(pages.len(), 2, "{pages:?}");
         assert!(
@@ -160,6 +217,18 @@ mod tests {
         assert!(!pages[0].contains("Norway"), "{pages:?}");
         assert!(
             pages[1].contains("Parcels to Norway take a week"),
+            "{pages:?}"
+        );
+        // Made by groff: words are split into pieces placed one by one (kerning), and put
+        // together again by their positions.
+        let pages = super::pages(&fixture("store.pdf")).unwrap();
+        assert_eq!(pages.len(), 2, "{pages:?}");
+        assert!(
+            pages[0].contains("every day except Sunday. Deliveries"),
+            "{pages:?}"
+        );
+        assert!(
+            pages[1].contains("Every kettle carries a two-year warranty"),
             "{pages:?}"
         );
         // Encrypted with an owner password only: it opens without one, so it is read.
@@ -233,6 +302,18 @@ mod tests {
             b.extend_from_slice(b"\ntrailer << /Root 1 0 R >>\n%%EOF");
             // Either some pages (of no text) or an error: what matters is that it returns.
             let _ = pages_of(b, PDF_TIME_LIMIT);
+        }
+        // Real PDFs cut short anywhere, and with bytes changed here and there.
+        for name in ["handbook.pdf", "store.pdf"] {
+            let whole = std::fs::read(fixture(name)).unwrap();
+            for cut in (0..whole.len()).step_by(97) {
+                let _ = pages_of(whole[..cut].to_vec(), PDF_TIME_LIMIT);
+            }
+            for at in (0..whole.len()).step_by(89) {
+                let mut b = whole.clone();
+                b[at] = b[at].wrapping_add(0x55);
+                let _ = pages_of(b, PDF_TIME_LIMIT);
+            }
         }
     }
 }
