@@ -44,14 +44,6 @@ impl Format {
             )),
         }
     }
-
-    /// What a chunk's position counts in this format.
-    pub fn position(self) -> &'static str {
-        match self {
-            Self::Text | Self::Markdown | Self::Html => "line",
-            Self::Pdf => "page",
-        }
-    }
 }
 
 /// A chunk of a document: its text and where it starts: the line (from 1) of a text, Markdown
