@@ -55,7 +55,7 @@ use weft_core::{Envelope, SessionStatus};
 pub use weft_core::Durability;
 
 pub use any::AnyStore;
-pub use knowledge::{Embedding, Hit, Kind, Knowledge, NewEntry, Scope, Shelf, fuse};
+pub use knowledge::{Embedding, Hit, Kind, Knowledge, Listed, NewEntry, Scope, Shelf, fuse};
 pub use memory::MemoryStore;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;

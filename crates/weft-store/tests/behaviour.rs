@@ -850,6 +850,62 @@ async fn documents_are_replaced_by_source<S: Knowledge>(st: &Arc<S>) {
     );
 }
 
+/// A listing shows the entries of the shelves asked for only, newest first, a page at a time.
+async fn memories_are_listed_per_shelf<S: Knowledge>(st: &Arc<S>) {
+    let (alice, bob) = (Shelf::user("alice"), Shelf::user("bob"));
+    let mut ids = Vec::new();
+    for (at, text) in [(10, "first"), (20, "second"), (20, "third"), (30, "fourth")] {
+        ids.extend(
+            st.add(Kind::Memory, &alice, vec![entry(text)], false, at)
+                .await
+                .unwrap(),
+        );
+    }
+    st.add(Kind::Memory, &bob, vec![entry("Bob's only one")], false, 40)
+        .await
+        .unwrap();
+    st.add(
+        Kind::Document,
+        &alice,
+        vec![entry("a document, not a memory")],
+        false,
+        50,
+    )
+    .await
+    .unwrap();
+    let list = |shelves: Vec<Shelf>, limit, offset| {
+        let st = Arc::clone(st);
+        async move {
+            st.list_entries(Kind::Memory, &shelves, limit, offset)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|l| (l.id, l.text, l.created_at, l.owner))
+                .collect::<Vec<_>>()
+        }
+    };
+    let all = list(vec![alice.clone()], 10, 0).await;
+    let texts: Vec<&str> = all.iter().map(|(_, t, _, _)| t.as_str()).collect();
+    // Newest first; two stored at once: the later one (higher id) first.
+    assert_eq!(texts, ["fourth", "third", "second", "first"]);
+    assert_eq!(all[0].0, ids[3]);
+    assert!(all.iter().all(|(_, _, _, owner)| owner == "alice"));
+    assert_eq!(all[0].2, 30);
+    // Pages.
+    let page = list(vec![alice.clone()], 2, 1).await;
+    let texts: Vec<&str> = page.iter().map(|(_, t, _, _)| t.as_str()).collect();
+    assert_eq!(texts, ["third", "second"]);
+    assert!(list(vec![alice.clone()], 10, 4).await.is_empty());
+    assert!(list(vec![alice.clone()], 0, 0).await.is_empty());
+    // Another user's listing holds nothing of Alice's, and no shelf lists nothing.
+    let theirs = list(vec![bob.clone()], 10, 0).await;
+    assert_eq!(theirs.len(), 1);
+    assert_eq!(theirs[0].1, "Bob's only one");
+    assert!(list(vec![], 10, 0).await.is_empty());
+    // Both shelves asked for: both listed.
+    assert_eq!(list(vec![alice, bob], 10, 0).await.len(), 5);
+}
+
 static SCHEMA_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A store in a fresh schema, or `None` (and a note) when no server is configured.
@@ -931,4 +987,5 @@ suite!(
     snapshots_go_with_their_batch,
     memories_are_searched_per_user,
     documents_are_replaced_by_source,
+    memories_are_listed_per_shelf,
 );

@@ -1,9 +1,16 @@
-//! Documents for search: a file's text (plain text and Markdown as they are) cut into chunks of
-//! a few paragraphs, each with the line it starts on, so a search result can cite
-//! `path:line`. The store keeps the chunks (`weft docs add`); the `search_documents` tool finds
-//! them.
+//! Documents for search: a file's readable text cut into chunks of a few paragraphs, each with
+//! the place it starts, so a search result can cite `path:position`. Plain text and Markdown
+//! are read as they are and a chunk cites its first line; HTML is reduced to its readable text
+//! (`html.rs`) and a chunk cites the source line its first block starts on; a PDF's text is
+//! read page by page (`pdf.rs`) and a chunk cites its page. The store keeps the chunks
+//! (`weft docs add`); the `search_documents` tool finds them.
+
+mod html;
+mod pdf;
 
 use std::path::Path;
+
+pub use pdf::{MAX_PDF_BYTES, PDF_TIME_LIMIT};
 
 /// The longest chunk, in bytes (about 200 tokens): long enough to hold an answer with its
 /// context, short enough that a few fit in a prompt.
@@ -14,6 +21,8 @@ pub const CHUNK_BYTES: usize = 800;
 pub enum Format {
     Text,
     Markdown,
+    Html,
+    Pdf,
 }
 
 impl Format {
@@ -27,29 +36,89 @@ impl Format {
         match ext.as_str() {
             "txt" | "text" | "" => Ok(Self::Text),
             "md" | "markdown" => Ok(Self::Markdown),
+            "html" | "htm" | "xhtml" => Ok(Self::Html),
+            "pdf" => Ok(Self::Pdf),
             other => Err(format!(
-                "{}: weft cannot read `.{other}` documents yet; give a text (.txt) or Markdown (.md) file",
+                "{}: weft cannot read `.{other}` documents yet; give a text (.txt), Markdown (.md), HTML (.html, .htm) or PDF (.pdf) file",
                 path.display()
             )),
         }
     }
 }
 
-/// A chunk of a document: its text and the line (from 1) it starts on.
+/// A chunk of a document: its text and where it starts: the line (from 1) of a text, Markdown
+/// or HTML file, the page (from 1) of a PDF.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Chunk {
     pub line: usize,
     pub text: String,
 }
 
+/// Reads the document at `path` in the format its extension names and cuts it into chunks.
+/// Every failure names the file and says what to do; a document without text gives no chunks.
+/// A text, Markdown or HTML file is read up to [`weft_core::limits::MAX_FILE_BYTES`], a PDF up
+/// to [`MAX_PDF_BYTES`].
+pub fn read(path: &Path) -> Result<Vec<Chunk>, String> {
+    let format = Format::of(path)?;
+    let text = || {
+        std::fs::File::open(path)
+            .and_then(weft_core::limits::read_text)
+            .map_err(|e| format!("cannot read document {}: {e}", path.display()))
+    };
+    match format {
+        Format::Text | Format::Markdown => Ok(chunks(&text()?)),
+        Format::Html => Ok(pack(html::blocks(&text()?))),
+        Format::Pdf => {
+            let pages = pdf::pages(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            // A chunk never spans two pages: each page is packed on its own.
+            Ok(pages
+                .iter()
+                .enumerate()
+                .flat_map(|(i, page)| pack(paragraphs(page).into_iter().map(|(_, p)| (i + 1, p))))
+                .collect())
+        }
+    }
+}
+
 /// Cuts `text` into chunks of whole paragraphs (split at blank lines) of at most
-/// [`CHUNK_BYTES`]; a longer paragraph is cut at spaces (or anywhere, if it has none).
+/// [`CHUNK_BYTES`]; a longer paragraph is cut at spaces (or anywhere, if it has none). A chunk
+/// cites the line its first paragraph starts on.
 pub fn chunks(text: &str) -> Vec<Chunk> {
+    pack(paragraphs(text))
+}
+
+/// The paragraphs of `text` (split at blank lines), each with the line (from 1) it starts on.
+fn paragraphs(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut paragraph = String::new();
+    let mut start = 0;
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            if !paragraph.is_empty() {
+                out.push((start, std::mem::take(&mut paragraph)));
+            }
+            continue;
+        }
+        if paragraph.is_empty() {
+            start = i + 1;
+        } else {
+            paragraph.push('\n');
+        }
+        paragraph.push_str(line);
+    }
+    if !paragraph.is_empty() {
+        out.push((start, paragraph));
+    }
+    out
+}
+
+/// Packs paragraphs, each with its position, into chunks of at most [`CHUNK_BYTES`]: whole
+/// paragraphs while they fit, a longer one cut at spaces (or anywhere, if it has none). A chunk
+/// cites the position of its first paragraph.
+fn pack(paragraphs: impl IntoIterator<Item = (usize, String)>) -> Vec<Chunk> {
     let mut out: Vec<Chunk> = Vec::new();
     let mut current = String::new();
     let mut start = 0;
-    let mut paragraph = String::new();
-    let mut para_start = 0;
     let flush = |out: &mut Vec<Chunk>, current: &mut String, start: usize| {
         let t = current.trim();
         if !t.is_empty() {
@@ -60,61 +129,46 @@ pub fn chunks(text: &str) -> Vec<Chunk> {
         }
         current.clear();
     };
-    let add_paragraph =
-        |out: &mut Vec<Chunk>, current: &mut String, start: &mut usize, p: &str, at: usize| {
-            let p = p.trim();
-            if p.is_empty() {
-                return;
-            }
-            if !current.is_empty() && current.len() + 2 + p.len() > CHUNK_BYTES {
-                flush(out, current, *start);
-            }
-            if current.is_empty() {
-                *start = at;
-            } else {
-                current.push_str("\n\n");
-            }
-            if p.len() <= CHUNK_BYTES {
-                current.push_str(p);
-                return;
-            }
-            // A paragraph longer than a chunk: cut it at spaces.
-            let mut rest = p;
-            while !rest.is_empty() {
-                let mut end = rest
-                    .len()
-                    .min(CHUNK_BYTES.saturating_sub(current.len()).max(1));
-                while !rest.is_char_boundary(end) {
-                    end += 1;
-                }
-                if end < rest.len()
-                    && let Some(space) = rest[..end].rfind(char::is_whitespace)
-                    && space > 0
-                {
-                    end = space;
-                }
-                current.push_str(&rest[..end]);
-                rest = rest[end..].trim_start();
-                if !rest.is_empty() {
-                    flush(out, current, *start);
-                    *start = at;
-                }
-            }
-        };
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            add_paragraph(&mut out, &mut current, &mut start, &paragraph, para_start);
-            paragraph.clear();
+    for (at, p) in paragraphs {
+        let p = p.trim();
+        if p.is_empty() {
             continue;
         }
-        if paragraph.is_empty() {
-            para_start = i + 1;
-        } else {
-            paragraph.push('\n');
+        if !current.is_empty() && current.len() + 2 + p.len() > CHUNK_BYTES {
+            flush(&mut out, &mut current, start);
         }
-        paragraph.push_str(line);
+        if current.is_empty() {
+            start = at;
+        } else {
+            current.push_str("\n\n");
+        }
+        if p.len() <= CHUNK_BYTES {
+            current.push_str(p);
+            continue;
+        }
+        // A paragraph longer than a chunk: cut it at spaces.
+        let mut rest = p;
+        while !rest.is_empty() {
+            let mut end = rest
+                .len()
+                .min(CHUNK_BYTES.saturating_sub(current.len()).max(1));
+            while !rest.is_char_boundary(end) {
+                end += 1;
+            }
+            if end < rest.len()
+                && let Some(space) = rest[..end].rfind(char::is_whitespace)
+                && space > 0
+            {
+                end = space;
+            }
+            current.push_str(&rest[..end]);
+            rest = rest[end..].trim_start();
+            if !rest.is_empty() {
+                flush(&mut out, &mut current, start);
+                start = at;
+            }
+        }
     }
-    add_paragraph(&mut out, &mut current, &mut start, &paragraph, para_start);
     flush(&mut out, &mut current, start);
     out
 }

@@ -3,7 +3,7 @@
 //! attaches to the registry ([`Registry::attach_knowledge`](crate::Registry::attach_knowledge)),
 //! which decides whose memories a call may see from the session (its user and agent), never
 //! from the model's arguments. A model stores memories for the session's user only; agent and
-//! public memories and documents are added by people (`weft docs add`).
+//! public memories and documents are added by people (`weft memory add`, `weft docs add`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,6 +18,29 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The most results one call returns.
 pub const MAX_RESULTS: usize = 20;
+
+/// The longest memory, in bytes: a fact in a few sentences, not a document (documents are added
+/// with `weft docs add`).
+pub const MAX_MEMORY_BYTES: usize = 2000;
+
+/// The text a memory is stored with: trimmed, with every secret value `redactor` knows replaced
+/// by `[secret:NAME]`, so no secret reaches the store. The one place a memory's text is made,
+/// for the `remember` tool and `weft memory add` alike. An empty or too long text is refused
+/// with the reason.
+pub fn memory_text(redactor: &Redactor, text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("a memory needs some text".into());
+    }
+    let text = redactor.redact_str(text).into_owned();
+    if text.len() > MAX_MEMORY_BYTES {
+        return Err(format!(
+            "a memory is at most {MAX_MEMORY_BYTES} bytes (this one is {}): keep one short fact per memory, and add longer texts as documents",
+            text.len()
+        ));
+    }
+    Ok(text)
+}
 
 /// Long-term memory and documents as the tools see them: every call names its session, and the
 /// base reads only what that session's user and agent may read.
@@ -34,7 +57,7 @@ pub trait KnowledgeBase: Send + Sync {
     ) -> BoxFuture<'a, Result<Value, String>>;
     /// Deletes the user's memory `id`; whether there was one.
     fn forget<'a>(&'a self, session: &'a str, id: i64) -> BoxFuture<'a, Result<bool, String>>;
-    /// The best document chunks for `query`, as JSON hits with their source and line.
+    /// The best document chunks for `query`, as JSON hits citing `source:position`.
     fn search_documents<'a>(
         &'a self,
         session: &'a str,
@@ -102,7 +125,7 @@ impl KnowledgeTool {
             ),
             Op::SearchDocuments => (
                 "search_documents",
-                "Search the documents; each result cites its source file and line.",
+                "Search the documents; each result cites its source as file:position (a line; a PDF's page).",
                 query,
                 true,
             ),
@@ -167,7 +190,8 @@ impl Tool for KnowledgeTool {
         match self.op {
             Op::Remember => {
                 // Secrets never reach the store.
-                let fact = self.redactor.redact_str(text("text")?).into_owned();
+                let fact = memory_text(&self.redactor, text("text")?)
+                    .map_err(|e| ToolError::new("invalid_arguments", e))?;
                 let id = kb.remember(s, fact.clone()).await.map_err(failed)?;
                 Ok(json!({"id": id, "remembered": fact}))
             }
@@ -193,5 +217,29 @@ impl Tool for KnowledgeTool {
                 Ok(json!({"results": hits}))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::Secrets;
+
+    #[test]
+    fn a_memory_is_trimmed_redacted_and_bounded() {
+        let secrets =
+            Secrets::from_values(BTreeMap::from([("crm".to_owned(), "tok-1234".to_owned())]))
+                .unwrap_or_default();
+        let r = secrets.redactor();
+        assert_eq!(
+            memory_text(&r, "  the key is tok-1234 \n"),
+            Ok("the key is [secret:crm]".to_owned())
+        );
+        assert!(memory_text(&r, " \n ").is_err_and(|e| e.contains("needs some text")));
+        let long = "a".repeat(MAX_MEMORY_BYTES + 1);
+        assert!(memory_text(&r, &long).is_err_and(|e| e.contains("at most 2000 bytes")));
+        assert!(memory_text(&r, &long[1..]).is_ok());
     }
 }

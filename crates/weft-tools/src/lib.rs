@@ -67,7 +67,7 @@ pub use builtin::{ASK_USER, AskUser, Echo, Template, TodoWrite};
 pub use command::CommandTool;
 pub use fetch::{HttpGet, is_internal};
 pub use http::HttpTool;
-pub use knowledge::{KnowledgeBase, KnowledgeTool};
+pub use knowledge::{KnowledgeBase, KnowledgeTool, MAX_MEMORY_BYTES, memory_text};
 pub use mcp::McpServerDecl;
 pub use process_tool::ProcessDecl;
 pub use secrets::{Redactor, SecretSource, Secrets, SecretsError};

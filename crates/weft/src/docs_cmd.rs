@@ -1,6 +1,7 @@
 //! `weft docs add PATH... [--scope S]` and `weft docs search QUERY [--scope S]...`: documents
-//! kept in the session store, cut into chunks that cite their file and line, found by full-text
-//! search (and by agents, with the `search_documents` tool).
+//! (text, Markdown, HTML, PDF) kept in the session store, cut into chunks that cite their file
+//! and position (a line; a PDF's page), found by full-text search (and by agents, with the
+//! `search_documents` tool).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,13 +11,13 @@ use anyhow::{Result, anyhow, bail};
 use clap::Subcommand;
 use weft_runtime::retrieval::{Retriever, configured_embedder};
 use weft_store::{Kind, NewEntry, Scope, Shelf};
-use weft_tools::documents::{Format, chunks};
+use weft_tools::documents;
 
 use crate::store::CliStore;
 
 #[derive(Debug, Subcommand)]
 pub enum DocsCommand {
-    /// Add text and Markdown files (adding a file again replaces its chunks).
+    /// Add text, Markdown, HTML and PDF files (adding a file again replaces its chunks).
     Add {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
@@ -24,7 +25,7 @@ pub enum DocsCommand {
         #[arg(long, default_value = "public")]
         scope: String,
     },
-    /// Search the documents; each result cites its file and line.
+    /// Search the documents; each result cites its file and line (a PDF's: its page).
     Search {
         query: String,
         /// Where to look (repeatable): `public`, `agent:NAME`, `user:ID`.
@@ -66,12 +67,9 @@ pub async fn run(store: Arc<CliStore>, cmd: DocsCommand) -> Result<u8> {
             // Every file is read and cut before anything is stored: a bad file stores nothing.
             let mut files = Vec::with_capacity(paths.len());
             for path in &paths {
-                Format::of(path).map_err(|e| anyhow!(e))?;
-                let text = std::fs::File::open(path)
-                    .and_then(weft_core::limits::read_text)
-                    .map_err(|e| anyhow!("cannot read document {}: {e}", path.display()))?;
+                let chunks = documents::read(path).map_err(|e| anyhow!(e))?;
                 let source = path.display().to_string();
-                let entries: Vec<NewEntry> = chunks(&text)
+                let entries: Vec<NewEntry> = chunks
                     .into_iter()
                     .map(|c| NewEntry {
                         text: c.text,

@@ -6,6 +6,7 @@ mod docs_cmd;
 mod drive;
 mod interrupt;
 mod load;
+mod memory_cmd;
 mod ownership;
 mod plan_cmd;
 mod run_cmd;
@@ -79,9 +80,12 @@ enum Command {
     /// List, inspect, follow, fork and prune sessions.
     #[command(subcommand)]
     Sessions(sessions_cmd::SessionsCommand),
-    /// Add documents to search (text, Markdown) and search them.
+    /// Add documents to search (text, Markdown, HTML, PDF) and search them.
     #[command(subcommand)]
     Docs(docs_cmd::DocsCommand),
+    /// Add, list, search and forget long-term memories (a user's, an agent's, public ones).
+    #[command(subcommand)]
+    Memory(memory_cmd::MemoryCommand),
     /// List an agent's tools with their source and schema.
     #[command(subcommand)]
     Tools(tools_cmd::ToolsCommand),
@@ -174,6 +178,11 @@ fn main() -> ExitCode {
                 | Command::Resume(_)
                 | Command::Answer(_)
                 | Command::Docs(docs_cmd::DocsCommand::Search { .. })
+                | Command::Memory(
+                    memory_cmd::MemoryCommand::List { .. }
+                        | memory_cmd::MemoryCommand::Search { .. }
+                        | memory_cmd::MemoryCommand::Forget { .. }
+                )
         ) || matches!(&cli.command, Command::Run(a) if a.session.is_some());
         // A store named by WEFT_DB needs no --db in hints (and a URL may hold a password).
         if std::env::var("WEFT_DB").ok() != cli.db {
@@ -240,6 +249,7 @@ fn main() -> ExitCode {
             Command::Sessions(c) => sessions_cmd::run(store, c).await,
             Command::Tools(c) => tools_cmd::run(c).await,
             Command::Docs(c) => docs_cmd::run(store, c).await,
+            Command::Memory(c) => memory_cmd::run(store, c).await,
             Command::Check(a) => check::run(a).await,
             Command::Completions { .. } => Ok(0),
             Command::Schema { process } => schema_cmd::run(process),

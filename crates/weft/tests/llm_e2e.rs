@@ -388,6 +388,7 @@ recall_memories: true
                 text: text.into(),
                 source: String::new(),
                 position: 0,
+                embedding: None,
             };
             store
                 .add(Kind::Memory, &shelf, vec![entry], false, 1)

@@ -414,6 +414,7 @@ async fn a_sessions_view_shows_the_memories_its_user_was_given() {
             text: text.into(),
             source: String::new(),
             position: 0,
+            embedding: None,
         };
         store
             .add(Kind::Memory, &shelf, vec![entry], false, 1)

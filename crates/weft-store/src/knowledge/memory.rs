@@ -1,7 +1,8 @@
 //! Knowledge in the memory store: ranked by how many of the query's words an entry holds.
 
 use super::{
-    Embedding, Hit, Kind, Knowledge, NewEntry, Shelf, TopK, encode_vector, query_words, similarity,
+    Embedding, Hit, Kind, Knowledge, Listed, NewEntry, Shelf, TopK, encode_vector, query_words,
+    similarity,
 };
 use crate::StoreError;
 use crate::memory::MemoryStore;
@@ -18,6 +19,7 @@ pub(crate) struct Entry {
     /// `text`'s words, lower-cased.
     words: Vec<String>,
     embedding: Option<Embedding>,
+    created_at: i64,
 }
 
 /// The memory store's entries.
@@ -34,7 +36,7 @@ impl Knowledge for MemoryStore {
         shelf: &Shelf,
         entries: Vec<NewEntry>,
         replace: bool,
-        _now: i64,
+        now: i64,
     ) -> Result<Vec<i64>, StoreError> {
         let mut k = self.knowledge.lock().map_err(|_| poisoned())?;
         if replace {
@@ -59,6 +61,7 @@ impl Knowledge for MemoryStore {
                 text: e.text,
                 words,
                 embedding: e.embedding,
+                created_at: now,
             });
         }
         Ok(ids)
@@ -137,6 +140,36 @@ impl Knowledge for MemoryStore {
         k.all
             .retain(|e| !(e.id == id && e.kind == kind && shelves.contains(&e.shelf)));
         Ok(k.all.len() < before)
+    }
+
+    async fn list_entries(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        limit: usize,
+        offset: usize,
+    ) -> Result<Vec<Listed>, StoreError> {
+        let k = self.knowledge.lock().map_err(|_| poisoned())?;
+        let mut found: Vec<&Entry> = k
+            .all
+            .iter()
+            .filter(|e| e.kind == kind && shelves.contains(&e.shelf))
+            .collect();
+        found.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        Ok(found
+            .into_iter()
+            .skip(offset)
+            .take(limit)
+            .map(|e| Listed {
+                id: e.id,
+                scope: e.shelf.scope,
+                owner: e.shelf.owner.clone(),
+                source: e.source.clone(),
+                position: e.position,
+                text: e.text.clone(),
+                created_at: e.created_at,
+            })
+            .collect())
     }
 }
 

@@ -252,6 +252,20 @@ const STOP_WORDS: &[&str] = &[
     "would", "you", "your",
 ];
 
+/// A stored entry as a listing shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Listed {
+    pub id: i64,
+    pub scope: Scope,
+    /// The shelf's owner: the user's id, the agent's name, or empty (public).
+    pub owner: String,
+    pub source: String,
+    pub position: i64,
+    pub text: String,
+    /// When it was stored, in milliseconds since the Unix epoch.
+    pub created_at: i64,
+}
+
 /// The words of a query a search looks for: letters and digits, lower-cased, at most 32 distinct
 /// words of two characters or more, without [`STOP_WORDS`]. Everything else (quotes, operators)
 /// is dropped, so no query text reaches a database's query language.
@@ -316,6 +330,16 @@ pub trait Knowledge: Send + Sync {
         shelves: &[Shelf],
         id: i64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// The entries of `kind` on `shelves`, newest first (then the highest id first), `limit`
+    /// of them after skipping `offset`.
+    fn list_entries(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        limit: usize,
+        offset: usize,
+    ) -> impl Future<Output = Result<Vec<Listed>, StoreError>> + Send;
 }
 
 impl Knowledge for crate::AnyStore {
@@ -368,6 +392,20 @@ impl Knowledge for crate::AnyStore {
             Self::Sqlite(s) => s.forget(kind, shelves, id).await,
             Self::Postgres(s) => s.forget(kind, shelves, id).await,
             Self::Memory(s) => s.forget(kind, shelves, id).await,
+        }
+    }
+
+    async fn list_entries(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        limit: usize,
+        offset: usize,
+    ) -> Result<Vec<Listed>, StoreError> {
+        match self {
+            Self::Sqlite(s) => s.list_entries(kind, shelves, limit, offset).await,
+            Self::Postgres(s) => s.list_entries(kind, shelves, limit, offset).await,
+            Self::Memory(s) => s.list_entries(kind, shelves, limit, offset).await,
         }
     }
 }

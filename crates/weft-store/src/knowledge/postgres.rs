@@ -5,7 +5,8 @@ use sqlx::{Postgres, QueryBuilder, Row};
 use futures::TryStreamExt;
 
 use super::{
-    Hit, Kind, Knowledge, NewEntry, Scope, Shelf, TopK, encode_vector, query_words, similarity,
+    Hit, Kind, Knowledge, Listed, NewEntry, Scope, Shelf, TopK, encode_vector, query_words,
+    similarity,
 };
 use crate::StoreError;
 use crate::postgres::PgStore;
@@ -216,5 +217,49 @@ impl Knowledge for PgStore {
             .await
             .map_err(|e| err("cannot delete knowledge", e))?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn list_entries(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        limit: usize,
+        offset: usize,
+    ) -> Result<Vec<Listed>, StoreError> {
+        if shelves.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut q = QueryBuilder::<Postgres>::new(
+            "SELECT k.id, k.scope, k.owner, k.source, k.position, k.text, k.created_at \
+             FROM knowledge k WHERE k.kind = ",
+        );
+        q.push_bind(kind.as_str());
+        shelves_clause(&mut q, shelves);
+        q.push(" ORDER BY k.created_at DESC, k.id DESC LIMIT ")
+            .push_bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .push(" OFFSET ")
+            .push_bind(i64::try_from(offset).unwrap_or(i64::MAX));
+        let rows = q
+            .build()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| err("cannot list knowledge", e))?;
+        rows.into_iter()
+            .map(|r| {
+                let read = |e| err("cannot read knowledge", e);
+                let scope: String = r.try_get(1).map_err(read)?;
+                Ok(Listed {
+                    id: r.try_get(0).map_err(read)?,
+                    scope: Scope::parse(&scope).ok_or_else(|| {
+                        StoreError::Corrupt(format!("knowledge has an unknown scope `{scope}`"))
+                    })?,
+                    owner: r.try_get(2).map_err(read)?,
+                    source: r.try_get(3).map_err(read)?,
+                    position: r.try_get(4).map_err(read)?,
+                    text: r.try_get(5).map_err(read)?,
+                    created_at: r.try_get(6).map_err(read)?,
+                })
+            })
+            .collect()
     }
 }
