@@ -431,7 +431,7 @@ async fn needs_mcp_tools_list_follows_next_cursor() {
 /// with 404 (or 400): weft initialises a new session at once and the call goes through, instead
 /// of failing or waiting out the call's timeout.
 #[tokio::test]
-async fn restarted_http_server_is_initialised_again_at_once() {
+async fn needs_mcp_restarted_http_server_is_initialised_again_at_once() {
     let Some(py) = var("WEFT_TEST_MCP_PYTHON") else {
         return;
     };
@@ -462,7 +462,7 @@ async fn restarted_http_server_is_initialised_again_at_once() {
 /// The same with a server that answers a session it does not know with 400 and a JSON-RPC
 /// error (as servers did before the specification asked for 404).
 #[tokio::test]
-async fn restarted_http_server_answering_400_is_initialised_again_at_once() {
+async fn needs_mcp_restarted_http_server_answering_400_is_initialised_again_at_once() {
     let Some(py) = var("WEFT_TEST_MCP_PYTHON") else {
         return;
     };
@@ -528,7 +528,7 @@ async fn a_declared_timeout_bounds_the_connect() {
 /// A stdio server that writes text that is not JSON-RPC on stdout fails at once with a protocol
 /// error naming the line, instead of waiting out the timeout.
 #[tokio::test]
-async fn a_stdio_server_writing_garbage_is_a_protocol_error() {
+async fn needs_mcp_a_stdio_server_writing_garbage_is_a_protocol_error() {
     let Some(py) = var("WEFT_TEST_MCP_PYTHON") else {
         return;
     };
