@@ -358,7 +358,7 @@ pub struct OpenCall {
 /// The version of State's serialised form (and of what `apply` makes of events) that snapshots
 /// are written and read at. Bump it with every change of State's shape (see the module's
 /// documentation); a snapshot of another version is ignored and the log is folded.
-pub const SNAPSHOT_VERSION: u32 = 1;
+pub const SNAPSHOT_VERSION: u32 = 2;
 /// A conversation's compacted part: requests carry `summary` in place of the messages before
 /// `upto` (an index into [`State::history`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -399,7 +399,8 @@ pub struct State {
     /// The current task.
     pub task: Option<String>,
     /// The conversation (ReAct) across turns, shared with the requests built from it. Not in
-    /// the serialised form: a snapshot keeps it in parts of its own ([`crate::snapshot`]).
+    /// the serialised form: a snapshot keeps it in parts of its own ([`crate::snapshot`]), and a
+    /// state loaded from one holds it from its window on ([`History::window`]).
     #[serde(skip)]
     pub history: History,
     /// The summary that stands for the conversation's older messages in requests.

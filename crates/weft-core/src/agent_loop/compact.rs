@@ -114,7 +114,7 @@ pub(super) fn before_call(
         return None;
     }
     let (from, to) = cut(state, budget)?;
-    let part = state.history.get(from..to)?;
+    let part = state.history.range(from, to)?;
     let mut text = String::new();
     if let Some(c) = &state.compaction {
         text.push_str("Summary so far:\n");
