@@ -455,6 +455,47 @@ mod tests {
     }
 
     #[test]
+    fn fan_outs_and_counters_from_a_head_are_checked_or_saturate() {
+        let plan = crate::Plan::from_value(&json!([
+            {"_id": "a", "_tool": "echo", "text": "x", "_forEach": "†input.items"}
+        ]))
+        .unwrap();
+        let mut state = react_state(1);
+        state.apply(&Event::PlanAccepted { plan });
+        state.apply(&Event::FanOutStarted {
+            step: "a".into(),
+            items: 3,
+        });
+        let enc = encode(&state, 0).unwrap();
+        let parts = vec![(0, enc.part.clone().unwrap().text)];
+        let read = |head: &str| decode("s", state.seq, enc.version, head, &parts);
+        assert_eq!(read(&enc.head).unwrap().0, state);
+        // Lists of different lengths, or an index past them, would be a panic when the next
+        // event of the fan-out is applied: refused.
+        for (from, to, why) in [
+            ("\"attempts\":[0,0,0]", "\"attempts\":[0]", "attempt counts"),
+            ("\"running\":[]", "\"running\":[5]", "item index 5"),
+            ("\"next\":0", "\"next\":9", "item index 9"),
+        ] {
+            let bad = enc.head.replace(from, to);
+            assert_ne!(bad, enc.head, "{from}");
+            let e = read(&bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
+        // Counters at their largest saturate instead of overflowing.
+        let big = enc
+            .head
+            .replacen("\"turn\":1", &format!("\"turn\":{}", u32::MAX), 1);
+        assert_ne!(big, enc.head);
+        let (mut back, _) = read(&big).unwrap();
+        back.apply(&Event::TurnStarted {
+            task: "more".into(),
+            input: serde_json::Value::Null,
+        });
+        assert_eq!(back.turn, u32::MAX);
+    }
+
+    #[test]
     fn the_window_keeps_the_last_reply_and_never_starts_at_a_result() {
         // Compacted past everything but the last reply and its results: the window starts at
         // the last message that is not a tool result.
