@@ -74,9 +74,11 @@ fn ops(trace: &str, db: &str) -> Vec<Op> {
     let mut stderr = Vec::new();
     let mut out = Vec::new();
     for line in trace.lines() {
+        // strace pads the pid column (`1575  write(...)`).
         let Some((pid, rest)) = line.split_once(' ') else {
             continue;
         };
+        let rest = rest.trim_start();
         let call = if let Some(start) = rest.strip_suffix(" <unfinished ...>") {
             pending.insert(pid.to_owned(), start.to_owned());
             continue;
