@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use weft_core::event::{InputRequest, ToolOutcome};
 use weft_core::model::{ModelReply, Purpose, ToolCall};
 use weft_core::snapshot::{encode, read_head};
-use weft_core::{Event, SNAPSHOT_VERSION, State, prompts};
+use weft_core::{Event, SNAPSHOT_VERSION, prompts};
 
 /// Events a log may hold after a snapshot: a reply that starts a call, its result, a new turn, a
 /// compaction, a wait and its answer, a step's end.
@@ -106,6 +106,5 @@ fuzz_target!(|data: &[u8]| {
             let _ = prompts::conversation(&state, Vec::new()).to_vec();
         }
         let _ = encode(&state, 0);
-        let _: State = state;
     }
 });
