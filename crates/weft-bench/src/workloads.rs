@@ -476,8 +476,45 @@ pub async fn plan(n: u32) -> Result<Vec<Report>, BenchError> {
     Ok(out)
 }
 
-/// `resume E`: a ReAct session of at least `events` events in SQLite, loaded afresh (a new
-/// store handle) and continued by one more turn of one tool call.
+/// The context budget of `resume`'s agent (`limits.max_context_tokens`): its conversation is
+/// compacted as it grows, as a long session's must be for a model to take it.
+pub const RESUME_CONTEXT_TOKENS: u32 = 8000;
+
+/// `resume`'s agent: `react_agent` with a context budget, whose compactions the scripted model
+/// answers with a short summary.
+fn compacting_agent(
+    tools: &Arc<Registry>,
+    replies: Vec<ScriptedReply>,
+    max_iterations: u32,
+) -> Result<Agent, BenchError> {
+    let yaml = format!(
+        "name: bench\nmode: react\ninstructions: Call echo until told otherwise, then answer.\nlimits:\n  max_iterations: {max_iterations}\n  max_context_tokens: {RESUME_CONTEXT_TOKENS}\n"
+    );
+    let spec =
+        AgentSpec::parse("bench.yaml", &yaml).map_err(|e| BenchError::Setup(e.to_string()))?;
+    let mut summary = ScriptedReply::text("Summary: echo was called with `step`, again and again.");
+    summary.repeat = Some(max_iterations);
+    let model = Arc::new(ScriptedModel::keyed(
+        "bench",
+        [
+            (weft_model::Purpose::React, replies),
+            (weft_model::Purpose::Compact, vec![summary]),
+        ]
+        .into_iter()
+        .collect(),
+    ));
+    Ok(Agent::new(
+        &spec,
+        Arc::clone(tools),
+        model,
+        &Value::Null,
+        &Value::Null,
+    )?)
+}
+
+/// `resume E`: a ReAct session of at least `events` events in SQLite (its conversation
+/// compacted within [`RESUME_CONTEXT_TOKENS`]), loaded afresh (a new store handle) three ways,
+/// and continued by one more turn of one tool call.
 pub async fn resume(events: u64) -> Result<Report, BenchError> {
     // Events per iteration of a ReAct turn, measured rather than assumed.
     let (_, small) = react_run(Arc::new(MemoryStore::new()), 10).await?;
@@ -496,7 +533,7 @@ pub async fn resume(events: u64) -> Result<Report, BenchError> {
     let tools = echo_tools()?;
     let mut script = calls_then_answer(n, 0);
     script.extend(calls_then_answer(1, 0));
-    let agent = react_agent(&tools, script, n + 5)?;
+    let agent = compacting_agent(&tools, script, n + 5)?;
     let id = {
         let rt = Runtime::new(
             Arc::new(store.clone()),
@@ -514,29 +551,46 @@ pub async fn resume(events: u64) -> Result<Report, BenchError> {
     drop(store);
 
     let store = Arc::new(SqliteStore::open_with(&path, durability()).await?);
-    // Before snapshots: the whole log read and folded. After: the newest snapshot and the
-    // events after it. Each twice, alternating, the second of each reported (both then read a
-    // database the first reads brought into memory).
-    let (mut fold_s, mut load_s) = (0.0, 0.0);
+    // Before snapshots: the whole log read and folded. Then: the newest snapshot with the whole
+    // conversation, and the events after it. Now: the snapshot with the conversation from its
+    // window on. Each twice, in turn, the second of each reported (all then read a database the
+    // first reads brought into memory).
+    let (mut fold_s, mut whole_s, mut load_s) = (0.0, 0.0, 0.0);
     let mut loaded = None;
+    let mismatch = |what: &str| BenchError::Outcome {
+        workload: "resume".into(),
+        message: format!("the state loaded {what} is not the fold of the log"),
+    };
     for _ in 0..2 {
         let t = Instant::now();
         let (_, log) = store.load(&id).await?;
-        let folded = State::fold(log.iter().map(|e| &e.event));
+        let mut folded = State::fold(log.iter().map(|e| &e.event));
         fold_s = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let w = weft_runtime::load_state_holding(store.as_ref(), &id, weft_runtime::Hold::Whole)
+            .await?;
+        whole_s = t.elapsed().as_secs_f64();
+        if w.state != folded {
+            return Err(mismatch("from the snapshot, whole,"));
+        }
         let t = Instant::now();
         let l = weft_runtime::load_state(store.as_ref(), &id).await?;
         load_s = t.elapsed().as_secs_f64();
+        folded.history.forget_before(l.state.history.start());
         if l.state != folded {
-            return Err(BenchError::Outcome {
-                workload: "resume".into(),
-                message: "the state loaded from the snapshot is not the fold of the log".into(),
-            });
+            return Err(mismatch("from the snapshot's window"));
         }
         loaded = Some(l);
     }
-    let (snapshot_at, tail) = loaded.map_or((0, 0), |l| (l.snapshot.unwrap_or(0), l.folded));
-    let rt = Runtime::new(store, tools, Limits::default());
+    let (snapshot_at, tail, held, total) = loaded.map_or((0, 0, 0, 0), |l| {
+        (
+            l.snapshot.unwrap_or(0),
+            l.folded,
+            l.state.history.held().len(),
+            l.state.history.len(),
+        )
+    });
+    let rt = Runtime::new(store, tools, agent.config.limits.clone());
     let mut session = rt.load_session(&id).await?;
     let stored = session.state.seq;
     let t = Instant::now();
@@ -547,9 +601,12 @@ pub async fn resume(events: u64) -> Result<Report, BenchError> {
     Ok(Report::new(format!("resume events={events} store=sqlite"))
         .with("events", stored as f64)
         .with("fold_ms", fold_s * 1e3)
+        .with("whole_ms", whole_s * 1e3)
         .with("load_ms", load_s * 1e3)
         .with("snapshot_at", snapshot_at as f64)
         .with("events_after_snapshot", tail as f64)
+        .with("messages", total as f64)
+        .with("messages_held", held as f64)
         .with("load_us_per_event", load_s / stored.max(1) as f64 * 1e6)
         .with("next_turn_ms", turn_s * 1e3))
 }

@@ -20,6 +20,14 @@
 //! make every later request copy it. Only the last assistant message's results may still be
 //! arriving; they are checked when a request is built ([`History::trailing_repairs`]), a scan of
 //! that message's calls and results only.
+//!
+//! **Held from a window on.** A history folded from a log holds every message. One loaded from
+//! a snapshot holds only the messages from its window on ([`History::start`]): the messages a
+//! request, a compaction or a decision can still read, i.e. from the compacted part's end, and
+//! never past the last message that is not a tool result (see [`History::window`]). Positions
+//! stay those of the whole conversation, so `len`, `get` and a compaction's `upto` mean the same
+//! in both; the messages before the window are in the log (and in the snapshot's parts) for
+//! whatever shows the whole conversation.
 
 use std::sync::Arc;
 
@@ -40,14 +48,23 @@ pub fn interrupted_result(call: &ToolCall) -> Message {
 /// The conversation and its repairs: what a request shares.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Log {
+    /// The position of `messages[0]` in the whole conversation (0 unless loaded from a window).
+    start: usize,
+    /// The messages held: positions `start..`.
     pub(crate) messages: Vec<Message>,
-    /// `interrupted` results, each with the index of the message it goes before, in order.
+    /// `interrupted` results, each with the position of the message it goes before, in order.
     pub(crate) repairs: Vec<(usize, Message)>,
-    /// The last assistant message with tool calls, while only tool results follow it.
+    /// The last assistant message with tool calls (a position), while only tool results follow
+    /// it.
     open: Option<usize>,
-    /// `ends[i]`: the estimated tokens of messages `0..=i` (see [`estimate_tokens`]).
+    /// `ends[i]`: the estimated tokens of the held messages `0..=i` (see [`estimate_tokens`]).
     ends: Vec<u64>,
+    /// The text of the last message a person wrote (a user message not from weft itself).
+    last_person: Option<String>,
 }
+
+/// What weft's own messages to the model in the user's place start with.
+pub const WEFT_PREFIX: &str = "[weft]";
 
 /// A model-independent estimate of the tokens a message takes: a quarter of its bytes (text,
 /// tool names and arguments) and a few for its framing. Budgets are set with it in mind.
@@ -82,13 +99,31 @@ fn answered(results: &[Message], id: &str) -> bool {
 }
 
 impl Log {
+    /// The number of messages of the whole conversation.
+    fn total(&self) -> usize {
+        self.start + self.messages.len()
+    }
+
+    /// The held messages from position `from` on.
+    fn held_from(&self, from: usize) -> &[Message] {
+        self.messages
+            .get(from.saturating_sub(self.start)..)
+            .unwrap_or_default()
+    }
+
     fn push(&mut self, m: Message) {
+        if let Message::User { content } = &m
+            && !content.starts_with(WEFT_PREFIX)
+        {
+            self.last_person = Some(content.clone());
+        }
         if !matches!(m, Message::Tool { .. }) {
             if let Some(a) = self.open.take()
-                && let Some(Message::Assistant { tool_calls, .. }) = self.messages.get(a)
+                && let Some(Message::Assistant { tool_calls, .. }) =
+                    a.checked_sub(self.start).and_then(|i| self.messages.get(i))
             {
-                let at = self.messages.len();
-                let results = self.messages.get(a + 1..).unwrap_or_default();
+                let at = self.total();
+                let results = self.messages.get(a + 1 - self.start..).unwrap_or_default();
                 for c in tool_calls {
                     if !answered(results, &c.id) {
                         self.repairs.push((at, interrupted_result(c)));
@@ -98,7 +133,7 @@ impl Log {
             if let Message::Assistant { tool_calls, .. } = &m
                 && !tool_calls.is_empty()
             {
-                self.open = Some(self.messages.len());
+                self.open = Some(self.total());
             }
         }
         let before = self.ends.last().copied().unwrap_or(0);
@@ -109,11 +144,10 @@ impl Log {
     /// The calls of the last assistant message that have no result (yet).
     fn unanswered(&self) -> impl Iterator<Item = &ToolCall> {
         let (calls, results): (&[ToolCall], &[Message]) = match self.open {
-            Some(a) => match self.messages.get(a) {
-                Some(Message::Assistant { tool_calls, .. }) => (
-                    tool_calls.as_slice(),
-                    self.messages.get(a + 1..).unwrap_or_default(),
-                ),
+            Some(a) => match a.checked_sub(self.start).and_then(|i| self.messages.get(i)) {
+                Some(Message::Assistant { tool_calls, .. }) => {
+                    (tool_calls.as_slice(), self.held_from(a + 1))
+                }
                 _ => (&[], &[]),
             },
             None => (&[], &[]),
@@ -121,10 +155,11 @@ impl Log {
         calls.iter().filter(move |c| !answered(results, &c.id))
     }
 
-    /// The messages from `from` on with the repairs in place (a repair recorded at `from` or
-    /// before belongs to the messages before). Does not include [`History::trailing_repairs`].
+    /// The messages from position `from` on (from the window's start, if `from` is before it)
+    /// with the repairs in place (a repair recorded at `from` or before belongs to the messages
+    /// before). Does not include [`History::trailing_repairs`].
     pub(crate) fn iter(&self, from: usize) -> LogIter<'_> {
-        let from = from.min(self.messages.len());
+        let from = from.clamp(self.start, self.total());
         let skip = if from == 0 {
             0
         } else {
@@ -132,8 +167,9 @@ impl Log {
         };
         LogIter {
             messages: &self.messages,
+            start: self.start,
             repairs: self.repairs.get(skip..).unwrap_or_default(),
-            next: from,
+            next: from - self.start,
         }
     }
 
@@ -147,6 +183,8 @@ impl Log {
 #[derive(Clone, Debug)]
 pub(crate) struct LogIter<'a> {
     messages: &'a [Message],
+    /// The position of `messages[0]`.
+    start: usize,
     repairs: &'a [(usize, Message)],
     /// The index (in `messages`) of the next message.
     next: usize,
@@ -157,7 +195,7 @@ impl<'a> Iterator for LogIter<'a> {
 
     fn next(&mut self) -> Option<&'a Message> {
         if let Some(((at, repair), rest)) = self.repairs.split_first()
-            && (*at <= self.next || self.next >= self.messages.len())
+            && (*at <= self.start + self.next || self.next >= self.messages.len())
         {
             self.repairs = rest;
             return Some(repair);
@@ -178,7 +216,9 @@ impl<'a> Iterator for LogIter<'a> {
         let mut acc = init;
         let mut next = self.next;
         for (at, repair) in self.repairs {
-            let upto = (*at).clamp(next, self.messages.len());
+            let upto = at
+                .saturating_sub(self.start)
+                .clamp(next, self.messages.len());
             acc = self
                 .messages
                 .get(next..upto)
@@ -198,8 +238,10 @@ impl<'a> Iterator for LogIter<'a> {
 
 impl ExactSizeIterator for LogIter<'_> {}
 
-/// A session's conversation. Reads as a slice of its messages (as they were appended, without
-/// repairs); requests share it through [`Messages::with_history`](crate::model::Messages::with_history).
+/// A session's conversation, shared with the requests built from it (see
+/// [`Messages::with_history`](crate::model::Messages::with_history)). Positions are those of the
+/// whole conversation; a history loaded from a snapshot holds the messages from [`Self::start`]
+/// on (see the module's documentation).
 #[derive(Clone, Default)]
 pub struct History {
     log: Arc<Log>,
@@ -212,9 +254,100 @@ impl History {
         Self::default()
     }
 
+    /// A history holding only `messages`, which start at position `start` of the
+    /// conversation; `last_person` is the text of the last message a person wrote, which may be
+    /// before `start`. What a snapshot's window loads into.
+    pub fn from_window(start: usize, messages: Vec<Message>, last_person: Option<String>) -> Self {
+        let mut log = Log {
+            start,
+            ..Log::default()
+        };
+        for m in messages {
+            log.push(m);
+        }
+        if log.last_person.is_none() {
+            log.last_person = last_person;
+        }
+        Self {
+            log: Arc::new(log),
+            copies: 0,
+        }
+    }
+
     /// Appends a message.
     pub fn push(&mut self, m: Message) {
         self.log_mut().push(m);
+    }
+
+    /// The number of messages in the whole conversation (held or not).
+    pub fn len(&self) -> usize {
+        self.log.total()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The position of the first message held (0 unless loaded from a snapshot's window).
+    pub fn start(&self) -> usize {
+        self.log.start
+    }
+
+    /// The message at position `i`, if it is held.
+    pub fn get(&self, i: usize) -> Option<&Message> {
+        i.checked_sub(self.log.start)
+            .and_then(|k| self.log.messages.get(k))
+    }
+
+    /// The messages at positions `from..to`, if all of them are held.
+    pub fn range(&self, from: usize, to: usize) -> Option<&[Message]> {
+        let a = from.checked_sub(self.log.start)?;
+        let b = to.checked_sub(self.log.start)?;
+        self.log.messages.get(a..b)
+    }
+
+    /// The messages held, from [`Self::start`] on, as they were appended (without repairs).
+    pub fn held(&self) -> &[Message] {
+        &self.log.messages
+    }
+
+    /// The messages held, in order.
+    pub fn iter(&self) -> std::slice::Iter<'_, Message> {
+        self.log.messages.iter()
+    }
+
+    /// The text of the last message a person wrote (not one weft wrote in the user's place).
+    pub fn last_person(&self) -> Option<&str> {
+        self.log.last_person.as_deref()
+    }
+
+    /// Where a load may start holding the conversation when its messages before `upto` are
+    /// compacted into a summary: the messages from there on are all that a request (which
+    /// carries the summary instead of the rest), a compaction (which starts at `upto`) or a
+    /// decision (which reads the last reply and its results) reads. Never past the last message
+    /// that is not a tool result, and always at a message that is not one (a call and its results
+    /// are held together); never before [`Self::start`].
+    pub fn window(&self, upto: usize) -> usize {
+        let total = self.len();
+        let is_result = |i: usize| matches!(self.get(i), Some(Message::Tool { .. }));
+        let last_turn = (self.start()..total).rev().find(|&i| !is_result(i));
+        let mut w = upto.min(last_turn.unwrap_or(self.start()));
+        while w > self.start() && is_result(w) {
+            w -= 1;
+        }
+        w.max(self.start())
+    }
+
+    /// Lets go of the messages before position `start` (a no-op if they are not held): the
+    /// history then is what a load from a snapshot whose window starts there holds.
+    pub fn forget_before(&mut self, start: usize) {
+        if start <= self.start() {
+            return;
+        }
+        let start = start.min(self.len());
+        let kept = self.log.held_from(start).to_vec();
+        let last_person = self.log.last_person.clone();
+        *self = Self::from_window(start, kept, last_person);
     }
 
     /// How many appends had to copy the whole conversation because another holder (a model
@@ -240,15 +373,16 @@ impl History {
         self.log.unanswered().map(interrupted_result).collect()
     }
 
-    /// The estimated tokens (see [`estimate_tokens`]) of the messages `from..to`.
+    /// The estimated tokens (see [`estimate_tokens`]) of the messages `from..to` that are held.
     pub fn tokens_between(&self, from: usize, to: usize) -> u64 {
+        let start = self.log.start;
         let end = |i: usize| {
-            i.checked_sub(1)
+            i.checked_sub(start + 1)
                 .and_then(|i| self.log.ends.get(i))
                 .copied()
                 .unwrap_or(0)
         };
-        let to = to.min(self.log.messages.len());
+        let to = to.min(self.len());
         end(to).saturating_sub(end(from.min(to)))
     }
 
@@ -264,23 +398,21 @@ impl History {
     }
 }
 
-impl std::ops::Deref for History {
-    type Target = [Message];
-
-    fn deref(&self) -> &[Message] {
-        &self.log.messages
-    }
-}
-
-/// Two histories are equal when their messages are (the repairs follow from them).
+/// Two histories are equal when they hold the same messages from the same position on and
+/// name the same last message of a person (the repairs follow from the messages).
 impl PartialEq for History {
     fn eq(&self, other: &Self) -> bool {
-        self.log.messages == other.log.messages
+        self.log.start == other.log.start
+            && self.log.messages == other.log.messages
+            && self.log.last_person == other.log.last_person
     }
 }
 
 impl std::fmt::Debug for History {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.log.start > 0 {
+            write!(f, "(from message {}) ", self.log.start)?;
+        }
         f.debug_list().entries(self.log.messages.iter()).finish()
     }
 }
@@ -357,7 +489,7 @@ mod tests {
         ]);
         assert!(!h.needs_repair());
         assert!(h.trailing_repairs().is_empty());
-        assert_eq!(shown(&h), h.to_vec());
+        assert_eq!(shown(&h), h.held().to_vec());
     }
 
     #[test]
@@ -386,7 +518,7 @@ mod tests {
             ids,
             ["go", "call 3", "b", "a!", "c!", "new task", "call 1", "d!"]
         );
-        assert_eq!(out, repair_history(&h));
+        assert_eq!(out, repair_history(h.held()));
     }
 
     #[test]
@@ -428,7 +560,7 @@ mod tests {
             let mut h = History::new();
             for m in messages {
                 h.push(m);
-                let want = repair_history(&h);
+                let want = repair_history(h.held());
                 let mut got = Messages::with_history(vec![user("system")], &h);
                 got.push(user("after"));
                 let want: Vec<Message> = std::iter::once(user("system"))

@@ -15,6 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::history::History;
 use crate::model::Message;
 use crate::state::{SNAPSHOT_VERSION, State};
 
@@ -61,6 +62,9 @@ pub enum SnapshotError {
 #[derive(Serialize)]
 struct HeadOut<'a> {
     history_len: u64,
+    window: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_person: Option<&'a str>,
     state: &'a State,
 }
 
@@ -68,22 +72,35 @@ struct HeadOut<'a> {
 #[serde(deny_unknown_fields)]
 struct HeadIn {
     history_len: u64,
+    window: u64,
+    #[serde(default)]
+    last_person: Option<String>,
     state: State,
 }
 
 /// The snapshot of `state`, whose conversation is kept in parts up to message `parts_end`
-/// already (0: none yet; a value past the conversation's end starts the parts over).
+/// already (0: none yet; a value past the conversation's end starts the parts over, which a
+/// state that does not hold its whole conversation cannot do: [`SnapshotError::Encode`]).
 pub fn encode(state: &State, parts_end: u64) -> Result<Encoded, SnapshotError> {
-    let len = state.history.len() as u64;
+    let history = &state.history;
+    let len = history.len() as u64;
     let start = if parts_end <= len { parts_end } else { 0 };
+    let upto = state.compaction.as_ref().map_or(0, |c| c.upto);
     let head = serde_json::to_string(&HeadOut {
         history_len: len,
+        window: history.window(upto) as u64,
+        last_person: history.last_person(),
         state,
     })
     .map_err(|e| SnapshotError::Encode(e.to_string()))?;
     let part = if start < len {
         let from = usize::try_from(start).unwrap_or(usize::MAX);
-        let messages = state.history.get(from..).unwrap_or_default();
+        let messages = history.range(from, history.len()).ok_or_else(|| {
+            SnapshotError::Encode(format!(
+                "the conversation's messages from {from} on are not all held (they start at {})",
+                history.start()
+            ))
+        })?;
         let text =
             serde_json::to_string(messages).map_err(|e| SnapshotError::Encode(e.to_string()))?;
         Some(Part { start, text })
@@ -99,22 +116,26 @@ pub fn encode(state: &State, parts_end: u64) -> Result<Encoded, SnapshotError> {
     })
 }
 
-/// The state a stored snapshot holds: session `id`'s, after event `seq`, written at `version`,
-/// its conversation in `parts` (`(start, text)`, in order of `start`). Returns the state and the
-/// conversation's length.
-pub fn decode(
-    id: &str,
-    seq: u64,
-    version: u32,
-    head: &str,
-    parts: &[(u64, String)],
-) -> Result<(State, u64), SnapshotError> {
+/// A stored snapshot's head, read and checked: the state without its conversation, and which
+/// of the conversation's parts a load needs ([`Head::window`]).
+#[derive(Debug)]
+pub struct Head {
+    state: State,
+    history_len: u64,
+    window: u64,
+    last_person: Option<String>,
+}
+
+/// Reads the head of session `id`'s snapshot after event `seq`, written at `version`.
+pub fn read_head(id: &str, seq: u64, version: u32, head: &str) -> Result<Head, SnapshotError> {
     if version != SNAPSHOT_VERSION {
         return Err(SnapshotError::Version { found: version });
     }
     let HeadIn {
         history_len,
-        mut state,
+        window,
+        last_person,
+        state,
     } = serde_json::from_str(head).map_err(|e| SnapshotError::Head(e.to_string()))?;
     if state.seq != seq {
         return Err(SnapshotError::Seq {
@@ -127,37 +148,111 @@ pub fn decode(
             found: state.session_id,
         });
     }
-    let mut messages: Vec<Message> = Vec::new();
-    for (start, text) in parts {
-        let have = messages.len() as u64;
-        if have >= history_len {
-            break;
-        }
-        if *start != have {
-            return Err(SnapshotError::Parts(format!(
-                "leave a gap: a part starts at message {start} after {have} messages"
-            )));
-        }
-        let more: Vec<Message> = serde_json::from_str(text).map_err(|e| SnapshotError::Part {
-            start: *start,
-            reason: e.to_string(),
-        })?;
-        messages.extend(more);
-    }
-    if messages.len() as u64 != history_len {
+    if window > history_len {
         return Err(SnapshotError::Parts(format!(
-            "hold {} messages where the snapshot has {history_len}",
-            messages.len()
+            "start a window at message {window} of {history_len}"
         )));
     }
-    state.history.extend(messages);
-    Ok((state, history_len))
+    Ok(Head {
+        state,
+        history_len,
+        window,
+        last_person,
+    })
+}
+
+impl Head {
+    /// The first message a load holds: the parts from the one holding it on are all it needs
+    /// (see [`crate::history::History::window`]).
+    pub fn window(&self) -> u64 {
+        self.window
+    }
+
+    /// The conversation's length.
+    pub fn history_len(&self) -> u64 {
+        self.history_len
+    }
+
+    /// Holds the whole conversation instead of its window (for a reader that shows it all):
+    /// then every part from the first is needed.
+    pub fn whole(mut self) -> Self {
+        self.window = 0;
+        self
+    }
+
+    /// The state, its conversation held from [`Self::window`] on, read from `parts`
+    /// (`(start, text)`, in order of `start`): the part holding the window's first message and
+    /// every later one (earlier parts are skipped unread). Returns the state and the
+    /// conversation's length.
+    pub fn with_parts(self, parts: &[(u64, String)]) -> Result<(State, u64), SnapshotError> {
+        let Self {
+            mut state,
+            history_len,
+            window,
+            last_person,
+        } = self;
+        // The last part that starts at or before the window, and every one after it.
+        let first = parts
+            .iter()
+            .rposition(|(start, _)| *start <= window)
+            .unwrap_or(0);
+        let mut have = parts.get(first).map_or(0, |(start, _)| *start);
+        if history_len > window && have > window {
+            return Err(SnapshotError::Parts(format!(
+                "leave a gap: the first starts at message {have}, after the window's first message {window}"
+            )));
+        }
+        let mut messages: Vec<Message> = Vec::new();
+        for (start, text) in parts.get(first..).unwrap_or_default() {
+            if have >= history_len {
+                break;
+            }
+            if *start != have {
+                return Err(SnapshotError::Parts(format!(
+                    "leave a gap: a part starts at message {start} after {have} messages"
+                )));
+            }
+            let more: Vec<Message> =
+                serde_json::from_str(text).map_err(|e| SnapshotError::Part {
+                    start: *start,
+                    reason: e.to_string(),
+                })?;
+            let skip = usize::try_from(window.saturating_sub(have)).unwrap_or(usize::MAX);
+            have += more.len() as u64;
+            messages.extend(more.into_iter().skip(skip));
+        }
+        if window < history_len && have != history_len {
+            return Err(SnapshotError::Parts(format!(
+                "hold {have} messages where the snapshot has {history_len}"
+            )));
+        }
+        let start = usize::try_from(window).unwrap_or(usize::MAX);
+        state.history = History::from_window(start, messages, last_person);
+        Ok((state, history_len))
+    }
+}
+
+/// The state a stored snapshot holds: session `id`'s, after event `seq`, written at `version`,
+/// its conversation held from the head's window on, read from `parts` (`(start, text)`, in order
+/// of `start`; parts before the one holding the window are skipped). Returns the state and the
+/// conversation's length.
+pub fn decode(
+    id: &str,
+    seq: u64,
+    version: u32,
+    head: &str,
+    parts: &[(u64, String)],
+) -> Result<(State, u64), SnapshotError> {
+    read_head(id, seq, version, head)?.with_parts(parts)
 }
 
 /// Checks that a snapshot taken after any event of `events` (its conversation in two parts: one
 /// written halfway there, one after), decoded and followed by the rest of the log, is the fold of
-/// the whole log: snapshots change how a state is loaded, never what it is. For tests and fuzz
-/// targets; quadratic in the length of the log.
+/// the whole log: snapshots change how a state is loaded, never what it is. The load holds the
+/// conversation from its window on: it must equal the fold with the messages before the window
+/// let go of, and every request built from it must carry what the same request built from the
+/// fold carries; the whole conversation read from the same parts must be the fold's. For tests
+/// and fuzz targets; quadratic in the length of the log.
 pub fn verify(events: &[crate::Event]) -> Result<(), String> {
     let whole = State::fold(events);
     let mut states = vec![State::new()];
@@ -166,6 +261,12 @@ pub fn verify(events: &[crate::Event]) -> Result<(), String> {
         next.apply(e);
         states.push(next);
     }
+    let carried = |s: &State| crate::prompts::conversation(s, Vec::new()).to_vec();
+    let windowed = |s: &State, window: usize| {
+        let mut s = s.clone();
+        s.history.forget_before(window);
+        s
+    };
     for k in 1..states.len() {
         let fail = |what: String| format!("the snapshot after event {k} {what}");
         let early = encode(&states[k / 2], 0).map_err(|e| fail(e.to_string()))?;
@@ -175,24 +276,39 @@ pub fn verify(events: &[crate::Event]) -> Result<(), String> {
             .flatten()
             .map(|p| (p.start, p.text))
             .collect();
-        let (mut back, _) = decode(
-            &states[k].session_id,
-            states[k].seq,
-            late.version,
-            &late.head,
-            &parts,
-        )
-        .map_err(|e| fail(format!("does not decode: {e}")))?;
-        if back != states[k] {
+        let head = || {
+            read_head(
+                &states[k].session_id,
+                states[k].seq,
+                late.version,
+                &late.head,
+            )
+            .map_err(|e| fail(format!("does not decode: {e}")))
+        };
+        let (all, _) = head()?
+            .whole()
+            .with_parts(&parts)
+            .map_err(|e| fail(format!("does not decode whole: {e}")))?;
+        if all != states[k] {
             return Err(fail(format!(
-                "reads back otherwise:\n{back:?}\ninstead of\n{:?}",
+                "reads back whole otherwise:\n{all:?}\ninstead of\n{:?}",
+                states[k]
+            )));
+        }
+        let (mut back, _) = head()?
+            .with_parts(&parts)
+            .map_err(|e| fail(format!("does not decode: {e}")))?;
+        let window = back.history.start();
+        if back != windowed(&states[k], window) || carried(&back) != carried(&states[k]) {
+            return Err(fail(format!(
+                "reads back otherwise (from message {window}):\n{back:?}\ninstead of\n{:?}",
                 states[k]
             )));
         }
         for e in &events[k..] {
             back.apply(e);
         }
-        if back != whole {
+        if back != windowed(&whole, window) || carried(&back) != carried(&whole) {
             return Err(fail(format!(
                 "and the rest of the log fold into\n{back:?}\ninstead of\n{whole:?}"
             )));
@@ -210,6 +326,10 @@ mod tests {
     use crate::model::{ModelReply, Purpose, ToolCall};
 
     fn react_state(iterations: usize) -> State {
+        State::fold(&react_events(iterations))
+    }
+
+    fn react_events(iterations: usize) -> Vec<Event> {
         let mut events = vec![
             Event::SessionStarted {
                 session_id: "s".into(),
@@ -254,7 +374,149 @@ mod tests {
                 duration_ms: 1,
             });
         }
-        State::fold(&events)
+        events
+    }
+
+    /// A ReAct turn of `iterations` calls whose conversation was compacted up to message `upto`
+    /// after `at` iterations, then a reply that starts two calls, one answered.
+    fn compacted_events(iterations: usize, at: usize, upto: u64) -> Vec<Event> {
+        let mut events = react_events(iterations);
+        events.insert(
+            2 + 3 * at,
+            Event::HistoryCompacted {
+                upto,
+                summary: "earlier: echoes".into(),
+            },
+        );
+        let calls: Vec<ToolCall> = ["x", "y"]
+            .iter()
+            .map(|id| ToolCall {
+                id: (*id).into(),
+                name: "echo".into(),
+                arguments: json!({}),
+            })
+            .collect();
+        events.push(Event::ModelReplied {
+            purpose: Purpose::React,
+            reply: ModelReply {
+                tool_calls: calls,
+                ..ModelReply::default()
+            },
+            step: None,
+        });
+        events.push(Event::ToolCallStarted {
+            call_id: "x".into(),
+            step: None,
+            tool: "echo".into(),
+            args: json!({}),
+            attempt: 1,
+            idempotency_key: "s:x".into(),
+            item: None,
+        });
+        events.push(Event::ToolCallFinished {
+            call_id: "x".into(),
+            outcome: crate::event::ToolOutcome::Ok { output: json!({}) },
+            duration_ms: 1,
+        });
+        events
+    }
+
+    #[test]
+    fn a_compacted_conversation_loads_from_its_window_only() {
+        let events = compacted_events(40, 30, 41);
+        let state = State::fold(&events);
+        let early = encode(&State::fold(&events[..40]), 0).unwrap();
+        let late = encode(&state, early.history_len).unwrap();
+        let head = read_head("s", state.seq, late.version, &late.head).unwrap();
+        // Message 41 is the assistant message of iteration 20: the window starts there.
+        assert_eq!(head.window(), 41);
+        assert!(early.history_len <= head.window());
+        // The part before the window is never read: garbage there does not matter.
+        let late_part = late.part.unwrap();
+        let parts = vec![
+            (0, "not json".to_owned()),
+            (late_part.start, late_part.text),
+        ];
+        let (back, len) = head.with_parts(&parts).unwrap();
+        assert_eq!(len, state.history.len() as u64);
+        assert_eq!(back.history.start(), 41);
+        assert_eq!(back.history.held().len(), state.history.len() - 41);
+        assert_eq!(back.history.get(41), state.history.get(41));
+        assert_eq!(back.history.get(40), None);
+        let mut want = state.clone();
+        want.history.forget_before(41);
+        assert_eq!(back, want);
+        // A request carries the same messages, the open call's `interrupted` result included.
+        let carried = |s: &State| crate::prompts::conversation(s, Vec::new()).to_vec();
+        assert_eq!(carried(&back), carried(&state));
+        assert!(back.history.needs_repair());
+        // And every prefix of the log loads and continues as its fold does.
+        verify(&events).unwrap();
+    }
+
+    #[test]
+    fn fan_outs_and_counters_from_a_head_are_checked_or_saturate() {
+        let plan = crate::Plan::from_value(&json!([
+            {"_id": "a", "_tool": "echo", "text": "x", "_forEach": "†input.items"}
+        ]))
+        .unwrap();
+        let mut state = react_state(1);
+        state.apply(&Event::PlanAccepted { plan });
+        state.apply(&Event::FanOutStarted {
+            step: "a".into(),
+            items: 3,
+        });
+        let enc = encode(&state, 0).unwrap();
+        let parts = vec![(0, enc.part.clone().unwrap().text)];
+        let read = |head: &str| decode("s", state.seq, enc.version, head, &parts);
+        assert_eq!(read(&enc.head).unwrap().0, state);
+        // Lists of different lengths, or an index past them, would be a panic when the next
+        // event of the fan-out is applied: refused.
+        for (from, to, why) in [
+            ("\"attempts\":[0,0,0]", "\"attempts\":[0]", "attempt counts"),
+            ("\"running\":[]", "\"running\":[5]", "item index 5"),
+            ("\"next\":0", "\"next\":9", "item index 9"),
+        ] {
+            let bad = enc.head.replace(from, to);
+            assert_ne!(bad, enc.head, "{from}");
+            let e = read(&bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
+        // Counters at their largest saturate instead of overflowing.
+        let big = enc
+            .head
+            .replacen("\"turn\":1", &format!("\"turn\":{}", u32::MAX), 1);
+        assert_ne!(big, enc.head);
+        let (mut back, _) = read(&big).unwrap();
+        back.apply(&Event::TurnStarted {
+            task: "more".into(),
+            input: serde_json::Value::Null,
+        });
+        assert_eq!(back.turn, u32::MAX);
+    }
+
+    #[test]
+    fn the_window_keeps_the_last_reply_and_never_starts_at_a_result() {
+        // Compacted past everything but the last reply and its results: the window starts at
+        // the last message that is not a tool result.
+        let events = compacted_events(6, 6, 1000);
+        let state = State::fold(&events);
+        let len = state.history.len();
+        let w = state.history.window(1000);
+        assert_eq!(w, len - 2, "the last reply and its one result");
+        assert!(matches!(
+            state.history.get(w),
+            Some(crate::model::Message::Assistant { .. })
+        ));
+        // An `upto` at a tool result moves back to its call.
+        assert_eq!(state.history.window(3), 3);
+        let w = state.history.window(2);
+        assert_eq!(w, 1);
+        // The text a person wrote last survives the window.
+        let mut s = state.clone();
+        s.history.forget_before(w);
+        assert_eq!(s.history.last_person(), Some("go"));
+        verify(&events).unwrap();
     }
 
     #[test]

@@ -91,8 +91,10 @@ pub struct StepRun {
     pub items: Option<Items>,
 }
 
-/// The items of a fan-out step: each one's call, attempts and outcome.
+/// The items of a fan-out step: each one's call, attempts and outcome. Read back from a
+/// snapshot only when its lists and indices fit together.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "StoredItems")]
 pub struct Items {
     /// Each item's outcome once it has one for good, in item order.
     pub done: Vec<Option<ToolOutcome>>,
@@ -108,6 +110,52 @@ pub struct Items {
     pub next: usize,
     /// Items that failed for good.
     pub failed: usize,
+}
+
+/// [`Items`] as it is serialised, checked before it is trusted.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredItems {
+    done: Vec<Option<ToolOutcome>>,
+    attempts: Vec<u32>,
+    keys: Vec<Option<String>>,
+    running: BTreeSet<usize>,
+    retrying: BTreeMap<usize, u64>,
+    next: usize,
+    failed: usize,
+}
+
+impl TryFrom<StoredItems> for Items {
+    type Error = String;
+
+    /// Refuses lists of different lengths and item indices past them (an index past the end
+    /// would be a panic later, not an error now).
+    fn try_from(s: StoredItems) -> Result<Self, String> {
+        let n = s.done.len();
+        if s.attempts.len() != n || s.keys.len() != n {
+            return Err(format!(
+                "a fan-out of {n} items has {} attempt counts and {} keys",
+                s.attempts.len(),
+                s.keys.len()
+            ));
+        }
+        let past = s.running.iter().chain(s.retrying.keys()).find(|&&k| k >= n);
+        if let Some(k) = past.copied().or((s.next > n).then_some(s.next)) {
+            return Err(format!("item index {k} is past the fan-out's {n} items"));
+        }
+        if s.failed > n {
+            return Err(format!("{} failed items of {n}", s.failed));
+        }
+        Ok(Self {
+            done: s.done,
+            attempts: s.attempts,
+            keys: s.keys,
+            running: s.running,
+            retrying: s.retrying,
+            next: s.next,
+            failed: s.failed,
+        })
+    }
 }
 
 impl Items {
@@ -145,7 +193,7 @@ impl Items {
         }
         self.running.remove(&k);
         if matches!(outcome, ToolOutcome::Error { .. }) {
-            self.failed += 1;
+            self.failed = self.failed.saturating_add(1);
         }
         self.done[k] = Some(outcome);
     }
@@ -166,7 +214,7 @@ impl Items {
             return;
         }
         self.next = self.next.max(k + 1);
-        self.failed += 1;
+        self.failed = self.failed.saturating_add(1);
         self.done[k] = Some(ToolOutcome::Error { error });
     }
 
@@ -399,7 +447,8 @@ pub struct State {
     /// The current task.
     pub task: Option<String>,
     /// The conversation (ReAct) across turns, shared with the requests built from it. Not in
-    /// the serialised form: a snapshot keeps it in parts of its own ([`crate::snapshot`]).
+    /// the serialised form: a snapshot keeps it in parts of its own ([`crate::snapshot`]), and a
+    /// state loaded from one holds it from its window on ([`History::window`]).
     #[serde(skip)]
     pub history: History,
     /// The summary that stands for the conversation's older messages in requests.
@@ -549,7 +598,7 @@ impl State {
 
     /// Applies one event. Pure; the work done is proportional to the event, not the history.
     pub fn apply(&mut self, event: &Event) {
-        self.seq += 1;
+        self.seq = self.seq.saturating_add(1);
         match event {
             Event::SessionStarted {
                 session_id,
@@ -592,7 +641,7 @@ impl State {
                 if !input.is_null() {
                     self.input = input.clone();
                 }
-                self.turn += 1;
+                self.turn = self.turn.saturating_add(1);
                 self.status = SessionStatus::Running;
                 self.error = None;
                 self.answer = None;
@@ -628,14 +677,15 @@ impl State {
                 step,
             } => {
                 self.usage.add(&reply.usage);
-                self.model_calls += 1;
-                *self.purpose_calls.entry(*purpose).or_default() += 1;
+                self.model_calls = self.model_calls.saturating_add(1);
+                let calls = self.purpose_calls.entry(*purpose).or_default();
+                *calls = calls.saturating_add(1);
                 self.model_failures = 0;
                 if *purpose == Purpose::Workflow {
-                    self.workflow.turns += 1;
+                    self.workflow.turns = self.workflow.turns.saturating_add(1);
                 }
                 if *purpose == Purpose::React || *purpose == Purpose::Workflow {
-                    self.iterations += 1;
+                    self.iterations = self.iterations.saturating_add(1);
                     self.history.push(Message::Assistant {
                         content: reply.content.clone(),
                         tool_calls: reply.tool_calls.clone(),
@@ -654,12 +704,12 @@ impl State {
                 step,
                 purpose,
             } => {
-                self.rejections += 1;
+                self.rejections = self.rejections.saturating_add(1);
                 self.feedback = Some(reason.clone());
                 if let (Some(step), Some(p)) = (step, &mut self.plan)
                     && let Some(&i) = p.index.get(step)
                 {
-                    p.steps[i].failures += 1;
+                    p.steps[i].failures = p.steps[i].failures.saturating_add(1);
                     p.steps[i].log.push(serde_json::json!({"rejected": reason}));
                 }
                 if matches!(purpose, Purpose::React | Purpose::Workflow) {
@@ -670,11 +720,11 @@ impl State {
             }
             Event::ModelFailed { error, usage, .. } => {
                 self.usage.add(usage);
-                self.model_failures += 1;
+                self.model_failures = self.model_failures.saturating_add(1);
                 self.error = Some(error.clone());
             }
             Event::PlanRejected { problems } => {
-                self.rejections += 1;
+                self.rejections = self.rejections.saturating_add(1);
                 self.last_problems.clone_from(problems);
                 let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
                 self.feedback = Some(text.join("\n"));
@@ -684,7 +734,7 @@ impl State {
                     Some(p) => p.revise(plan),
                     None => self.plan = Some(PlanRun::new(plan.clone())),
                 }
-                self.replans += 1;
+                self.replans = self.replans.saturating_add(1);
                 self.replan_reason = Some(reason.clone());
                 self.phase = Phase::Executing;
                 self.feedback = None;
@@ -720,7 +770,7 @@ impl State {
                 if let (Some(step), Some(p)) = (step, &mut self.plan)
                     && let Some(&i) = p.index.get(step)
                 {
-                    p.steps[i].failures += 1;
+                    p.steps[i].failures = p.steps[i].failures.saturating_add(1);
                     p.steps[i]
                         .log
                         .push(serde_json::json!({"blocked": {"tool": tool, "args": args, "reason": reason}}));
@@ -843,7 +893,7 @@ impl State {
             Event::RunStarted { .. } => {}
             Event::TextDelta { .. } => {
                 // Never stored: it does not count as a position in the log.
-                self.seq -= 1;
+                self.seq = self.seq.saturating_sub(1);
             }
             Event::PlanAccepted { plan } => {
                 self.plan = Some(PlanRun::new(plan.clone()));
@@ -882,7 +932,7 @@ impl State {
                 attempt,
                 idempotency_key,
             } => {
-                self.tool_invocations += 1;
+                self.tool_invocations = self.tool_invocations.saturating_add(1);
                 self.open_calls.insert(
                     call_id.clone(),
                     OpenCall {
@@ -953,7 +1003,7 @@ impl State {
                                 };
                                 r.log.push(serde_json::json!({"tool": c.tool, "args": c.args, "result": result}));
                                 if matches!(outcome, ToolOutcome::Error { .. }) {
-                                    r.failures += 1;
+                                    r.failures = r.failures.saturating_add(1);
                                 }
                             }
                         }
@@ -1087,7 +1137,7 @@ impl State {
                 }
             }
             Event::WorkflowOutputRejected { step, reason, .. } => {
-                self.workflow.rejected += 1;
+                self.workflow.rejected = self.workflow.rejected.saturating_add(1);
                 self.workflow.feedback = Some(reason.clone());
                 // A delegated step asks its agent again (the next task says why); a model is
                 // told in the conversation.
@@ -1100,7 +1150,7 @@ impl State {
                 }
             }
             Event::WorkflowTransition { to, .. } => {
-                self.workflow.transitions += 1;
+                self.workflow.transitions = self.workflow.transitions.saturating_add(1);
                 if to == crate::workflow::END || to == crate::workflow::WAIT {
                     self.workflow.step = None;
                 }

@@ -27,7 +27,7 @@ use calls::Calls;
 pub use knowledge::StoreKnowledge;
 pub use process::child_id as process_session_id;
 pub use session::{Observer, Redact, Session};
-pub use snapshots::{Loaded, load_state};
+pub use snapshots::{Hold, Loaded, load_state, load_state_holding};
 pub use subagent::{MAX_DEPTH, StoreSubAgents, SubAgents};
 
 /// Runtime failures (a failed step is not one: it is an outcome recorded in the session).

@@ -9,6 +9,11 @@
 //! once (see [`weft_core::snapshot`]). A load therefore folds at most about that many events
 //! after decoding the snapshot.
 //!
+//! A load holds the conversation from the snapshot's window on (the messages a request still
+//! carries after a compaction; see [`weft_core::history::History::window`]) and reads only the
+//! parts that hold them, so a compacted session loads in about the same time at any length.
+//! [`load_state_holding`] with [`Hold::Whole`] reads every part, for a reader that shows it all.
+//!
 //! The log stays the truth: a snapshot that cannot be used (another version, a decoding error,
 //! parts that do not add up) is passed over with a warning and the log is folded.
 
@@ -75,12 +80,44 @@ pub struct Loaded {
     pub(crate) cursor: Cursor,
 }
 
-/// Loads session `id`'s state: its newest snapshot and the events after it, or its whole log
-/// folded when it has no usable snapshot.
+/// How much of the conversation a load holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// From the snapshot's window on: what requests and decisions read (the messages before it
+    /// are compacted into a summary), so a load costs the same however long the session is.
+    Window,
+    /// Every message (a reader that shows the whole conversation).
+    Whole,
+}
+
+/// Loads session `id`'s state to continue it: its newest snapshot, its conversation from the
+/// snapshot's window on, and the events after it; or its whole log folded when it has no usable
+/// snapshot.
 pub async fn load_state<S: Store + ?Sized>(store: &S, id: &str) -> Result<Loaded, StoreError> {
+    load_state_holding(store, id, Hold::Window).await
+}
+
+/// Loads session `id`'s state holding `hold` of its conversation (see [`load_state`]).
+pub async fn load_state_holding<S: Store + ?Sized>(
+    store: &S,
+    id: &str,
+    hold: Hold,
+) -> Result<Loaded, StoreError> {
     let mut passed_over = None;
     if let Some(snap) = store.latest_snapshot(id).await? {
-        match snapshot::decode(id, snap.seq, snap.version, &snap.head, &snap.parts) {
+        let head =
+            snapshot::read_head(id, snap.seq, snap.version, &snap.head).map(|h| match hold {
+                Hold::Window => h,
+                Hold::Whole => h.whole(),
+            });
+        let decoded = match head {
+            Ok(head) => {
+                let parts = store.snapshot_parts(id, head.window()).await?;
+                head.with_parts(&parts)
+            }
+            Err(e) => Err(e),
+        };
+        match decoded {
             Ok((mut state, parts_end)) => {
                 let events = store.events_after(id, snap.seq).await?;
                 fold_into(&mut state, &events);

@@ -65,10 +65,9 @@ async fn loads_start_from_the_newest_snapshot<S: Store>(store: Arc<S>) {
     );
     assert_eq!(loaded.folded as u64, seq - at);
     assert_eq!(loaded.state, folded(store.as_ref(), &id).await);
-    let snap = store.latest_snapshot(&id).await.unwrap().unwrap();
-    assert!(snap.parts.len() > 5, "{} parts", snap.parts.len());
-    let in_parts: usize = snap
-        .parts
+    let parts = store.snapshot_parts(&id, 0).await.unwrap();
+    assert!(parts.len() > 5, "{} parts", parts.len());
+    let in_parts: usize = parts
         .iter()
         .map(|(_, text)| serde_json::from_str::<Vec<Value>>(text).unwrap().len())
         .sum();
@@ -179,7 +178,7 @@ async fn unusable_snapshots_are_passed_over<S: Store>(store: Arc<S>) {
             Encoded {
                 part: Some(Part {
                     start: 0,
-                    text: serde_json::to_string(&truth.history[..2]).unwrap(),
+                    text: serde_json::to_string(&truth.history.held()[..2]).unwrap(),
                 }),
                 ..good.clone()
             },
@@ -209,7 +208,83 @@ async fn unusable_snapshots_are_passed_over<S: Store>(store: Arc<S>) {
     assert_eq!(loaded.state, folded(store.as_ref(), &id).await);
 }
 
+/// A ReAct session whose conversation is compacted as it grows, with a snapshot every 8 events:
+/// the load holds the conversation from the snapshot's window on, reads only the parts that
+/// hold it, and is the fold of the log with the messages before the window let go of; the
+/// session continues from it (compacting again) as it would from its log, and a load of the
+/// whole conversation reads every part.
+async fn a_compacted_session_loads_its_window<S: Store>(store: Arc<S>) {
+    let echo = TestTool::returning("echo", json!({"text": "a longer line of echoed text"}));
+    let mut call = tool_calls(&[("echo", json!({"text": "a longer line of echoed text"}))]);
+    call.repeat = Some(40);
+    let mut more = call.clone();
+    more.repeat = Some(10);
+    let mut summary = t("SUMMARY: lines were echoed");
+    summary.repeat = Some(100);
+    let a = agent(
+        "name: compacted\nmode: react\nlimits: { max_iterations: 100, max_context_tokens: 400 }\n",
+        vec![echo],
+        vec![
+            (Purpose::React, vec![call, t("echoed"), more, t("again")]),
+            (Purpose::Compact, vec![summary]),
+        ],
+    );
+    let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
+    rt.snapshot_every = 8;
+    let s = rt
+        .run_agent(&a, SessionInfo::default(), "echo", Value::Null)
+        .await
+        .unwrap();
+    assert_eq!(s.state.answer.as_deref(), Some("echoed"));
+    let id = s.id.clone();
+    drop(s);
+    let truth = folded(store.as_ref(), &id).await;
+    let upto = truth
+        .compaction
+        .as_ref()
+        .expect("the conversation was compacted")
+        .upto;
+    let loaded = load_state(store.as_ref(), &id).await.unwrap();
+    assert!(loaded.snapshot.is_some(), "{:?}", loaded.passed_over);
+    let start = loaded.state.history.start();
+    assert!(
+        start > 0 && start <= upto,
+        "window at {start}, compacted to {upto}"
+    );
+    assert_eq!(loaded.state.history.len(), truth.history.len());
+    let mut want = truth.clone();
+    want.history.forget_before(start);
+    assert_eq!(loaded.state, want);
+    // Only the parts from the one holding the window's first message were read.
+    let all_parts = store.snapshot_parts(&id, 0).await.unwrap();
+    let read = store.snapshot_parts(&id, start as u64).await.unwrap();
+    assert!(
+        read.len() < all_parts.len(),
+        "{} of {} parts",
+        read.len(),
+        all_parts.len()
+    );
+    let whole = weft_runtime::load_state_holding(store.as_ref(), &id, weft_runtime::Hold::Whole)
+        .await
+        .unwrap();
+    assert!(whole.snapshot.is_some());
+    assert_eq!(whole.state, truth);
+    // The next turn runs from the window, compacts again, and ends where the log says.
+    let mut s = rt.load_session(&id).await.unwrap();
+    rt.run_task(&a, &mut s, "more", Value::Null).await.unwrap();
+    assert_eq!(s.state.answer.as_deref(), Some("again"));
+    let truth = folded(store.as_ref(), &id).await;
+    assert!(truth.compaction.as_ref().unwrap().upto > upto);
+    let mut want = truth.clone();
+    want.history.forget_before(start);
+    assert_eq!(s.state, want);
+    let (_, log) = store.load(&id).await.unwrap();
+    let events: Vec<_> = log.into_iter().map(|e| e.event).collect();
+    weft_core::snapshot::verify(&events).unwrap();
+}
+
 async fn all<S: Store>(make: impl AsyncFn() -> Arc<S>) {
+    a_compacted_session_loads_its_window(make().await).await;
     loads_start_from_the_newest_snapshot(make().await).await;
     a_waiting_session_continues_from_its_snapshot(make().await).await;
     unusable_snapshots_are_passed_over(make().await).await;

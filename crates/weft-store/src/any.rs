@@ -318,6 +318,14 @@ impl Store for AnyStore {
             Self::Memory(st) => st.latest_snapshot(id).await,
         }
     }
+
+    async fn snapshot_parts(&self, id: &str, from: u64) -> Result<Vec<(u64, String)>, StoreError> {
+        match self {
+            Self::Sqlite(st) => st.snapshot_parts(id, from).await,
+            Self::Postgres(st) => st.snapshot_parts(id, from).await,
+            Self::Memory(st) => st.snapshot_parts(id, from).await,
+        }
+    }
 }
 
 #[cfg(test)]

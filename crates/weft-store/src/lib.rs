@@ -117,8 +117,8 @@ pub struct SessionRecord {
     pub last_seq: u64,
 }
 
-/// A stored snapshot: the newest head of a session and the parts of its conversation, in order
-/// (see [`weft_core::snapshot`], which decodes them).
+/// A stored snapshot's head: the newest of a session (see [`weft_core::snapshot`], which reads
+/// it and says which parts of the conversation a load needs, [`Store::snapshot_parts`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Snapshot {
     /// The snapshot covers the log up to this event.
@@ -127,8 +127,6 @@ pub struct Snapshot {
     pub version: u32,
     /// The head, as JSON text.
     pub head: String,
-    /// `(start, JSON text)`, in order of `start`.
-    pub parts: Vec<(u64, String)>,
 }
 
 /// The durability a store writes at, and the settings behind it as the database reports them.
@@ -434,12 +432,20 @@ pub trait Store: knowledge::Knowledge + Send + Sync + 'static {
     fn set_durability(&self, durability: Durability) {
         let _ = durability;
     }
-    /// The newest snapshot and every part of the conversation; fold `events_after(seq)` on top
-    /// of it.
+    /// The newest snapshot's head; its conversation is in [`Store::snapshot_parts`], and
+    /// `events_after(seq)` fold on top of it.
     fn latest_snapshot(
         &self,
         id: &str,
     ) -> impl Future<Output = Result<Option<Snapshot>, StoreError>> + Send;
+    /// The parts of the conversation that hold its messages from `from` on, `(start, JSON
+    /// text)` in order of `start`: the last part that starts at or before `from` (or the first
+    /// part, if none does) and every part after it. `from` 0: every part.
+    fn snapshot_parts(
+        &self,
+        id: &str,
+        from: u64,
+    ) -> impl Future<Output = Result<Vec<(u64, String)>, StoreError>> + Send;
 }
 
 /// Checks that a batch is numbered to follow `expected_seq` and written at one epoch.

@@ -301,7 +301,23 @@ impl Store for MemoryStore {
             seq: *seq,
             version: *version,
             head: head.clone(),
-            parts: entry.parts.iter().map(|(k, v)| (*k, v.clone())).collect(),
         }))
+    }
+
+    async fn snapshot_parts(&self, id: &str, from: u64) -> Result<Vec<(u64, String)>, StoreError> {
+        let map = self.lock()?;
+        let entry = map
+            .get(id)
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        let first = entry
+            .parts
+            .range(..=from)
+            .next_back()
+            .map_or(0, |(k, _)| *k);
+        Ok(entry
+            .parts
+            .range(first..)
+            .map(|(k, v)| (*k, v.clone()))
+            .collect())
     }
 }

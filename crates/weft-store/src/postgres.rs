@@ -705,14 +705,22 @@ impl Store for PgStore {
         let Some((seq, version, head)) = head else {
             return Ok(None);
         };
+        row::snapshot(id, seq, i64::from(version), head)
+    }
+
+    async fn snapshot_parts(&self, id: &str, from: u64) -> Result<Vec<(u64, String)>, StoreError> {
+        self.get(id).await?;
         let parts: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT start, part FROM snapshot_parts WHERE session_id = $1 ORDER BY start",
+            "SELECT start, part FROM snapshot_parts WHERE session_id = $1 \
+             AND start >= coalesce((SELECT max(start) FROM snapshot_parts \
+                 WHERE session_id = $1 AND start <= $2), 0) ORDER BY start",
         )
         .bind(id)
+        .bind(row::to_i64("a message position", from)?)
         .fetch_all(&self.pool)
         .await
-        .map_err(|e| self.err(&ctx(), e))?;
-        row::snapshot(id, seq, i64::from(version), head, parts)
+        .map_err(|e| self.err(&format!("cannot read the snapshot of session {id}"), e))?;
+        row::parts(id, parts)
     }
 }
 

@@ -18,33 +18,33 @@ pub(crate) struct EventRow {
     pub epoch: i64,
 }
 
-/// A snapshot as read from its rows: the head's (seq, version, text) and the parts.
+/// A snapshot head as read from its row: (seq, version, text).
 pub(crate) fn snapshot(
     id: &str,
     seq: i64,
     version: i64,
     head: String,
-    parts: Vec<(i64, String)>,
 ) -> Result<Option<crate::Snapshot>, StoreError> {
     let corrupt = |what: String| StoreError::Corrupt(format!("session {id}: {what}"));
     let seq =
         u64::try_from(seq).map_err(|_| corrupt(format!("a snapshot has sequence number {seq}")))?;
     let version =
         u32::try_from(version).map_err(|_| corrupt(format!("a snapshot has version {version}")))?;
-    let parts = parts
+    Ok(Some(crate::Snapshot { seq, version, head }))
+}
+
+/// A snapshot's parts as read: `(start, JSON text)`.
+pub(crate) fn parts(id: &str, parts: Vec<(i64, String)>) -> Result<Vec<(u64, String)>, StoreError> {
+    parts
         .into_iter()
         .map(|(start, text)| {
-            u64::try_from(start)
-                .map(|s| (s, text))
-                .map_err(|_| corrupt(format!("a snapshot part starts at message {start}")))
+            u64::try_from(start).map(|s| (s, text)).map_err(|_| {
+                StoreError::Corrupt(format!(
+                    "session {id}: a snapshot part starts at message {start}"
+                ))
+            })
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Some(crate::Snapshot {
-        seq,
-        version,
-        head,
-        parts,
-    }))
+        .collect()
 }
 
 pub(crate) fn to_i64(what: &str, n: u64) -> Result<i64, StoreError> {

@@ -522,7 +522,8 @@ async fn nul_characters_round_trip<S: Store>(st: &Arc<S>) {
     .await
     .unwrap();
     let back = st.latest_snapshot("nul").await.unwrap().unwrap();
-    assert_eq!((back.head, back.parts), (head, vec![(0, part)]));
+    assert_eq!(back.head, head);
+    assert_eq!(st.snapshot_parts("nul", 0).await.unwrap(), vec![(0, part)]);
 }
 
 /// A snapshot to write: its head and the part it adds.
@@ -595,7 +596,18 @@ async fn snapshots_go_with_their_batch<S: Store>(st: &Arc<S>) {
         (got.seq, got.version, got.head.as_str()),
         (6, weft_core::SNAPSHOT_VERSION, "{\"at\":6}")
     );
-    assert_eq!(got.parts, vec![(0, "[1,2]".into()), (2, "[3]".into())]);
+    let parts = |from: u64| st.snapshot_parts("snap", from);
+    assert_eq!(
+        parts(0).await.unwrap(),
+        vec![(0, "[1,2]".into()), (2, "[3]".into())]
+    );
+    // From a message on: the part that holds it and every later one.
+    assert_eq!(
+        parts(1).await.unwrap(),
+        vec![(0, "[1,2]".into()), (2, "[3]".into())]
+    );
+    assert_eq!(parts(2).await.unwrap(), vec![(2, "[3]".into())]);
+    assert_eq!(parts(7).await.unwrap(), vec![(2, "[3]".into())]);
     // A snapshot without a new part keeps the parts; one whose part starts earlier replaces
     // those from its start on.
     st.append_with_snapshot(
@@ -608,15 +620,7 @@ async fn snapshots_go_with_their_batch<S: Store>(st: &Arc<S>) {
     )
     .await
     .unwrap();
-    assert_eq!(
-        st.latest_snapshot("snap")
-            .await
-            .unwrap()
-            .unwrap()
-            .parts
-            .len(),
-        2
-    );
+    assert_eq!(parts(0).await.unwrap().len(), 2);
     st.append_with_snapshot(
         "snap",
         8,
@@ -629,7 +633,10 @@ async fn snapshots_go_with_their_batch<S: Store>(st: &Arc<S>) {
     .unwrap();
     let got = st.latest_snapshot("snap").await.unwrap().unwrap();
     assert_eq!((got.seq, got.head.as_str()), (9, "{\"at\":9}"));
-    assert_eq!(got.parts, vec![(0, "[1,2]".into()), (1, "[9,9]".into())]);
+    assert_eq!(
+        parts(0).await.unwrap(),
+        vec![(0, "[1,2]".into()), (1, "[9,9]".into())]
+    );
     // Ahead of the log once the batch is written: refused, and nothing is written.
     assert!(matches!(
         st.append_with_snapshot(
@@ -662,15 +669,20 @@ async fn snapshots_go_with_their_batch<S: Store>(st: &Arc<S>) {
         Err(StoreError::Conflict { .. })
     ));
     let got = st.latest_snapshot("snap").await.unwrap().unwrap();
-    assert_eq!((got.seq, got.parts.len()), (9, 2));
+    assert_eq!((got.seq, parts(0).await.unwrap().len()), (9, 2));
     assert!(matches!(
         st.latest_snapshot("nope").await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        st.snapshot_parts("nope", 0).await,
         Err(StoreError::NotFound(_))
     ));
     // Pruning a session takes its snapshot with it.
     assert_eq!(st.prune(10, true).await.unwrap(), 1);
     st.create(new_session("snap", None), 11).await.unwrap();
     assert_eq!(st.latest_snapshot("snap").await.unwrap(), None);
+    assert!(parts(0).await.unwrap().is_empty());
 }
 
 // ---- backends ------------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 //!
 //! The summary is recorded as [`Event::HistoryCompacted`] and later requests carry it in place of
 //! the messages it covers ([`crate::prompts::conversation`]); the messages themselves stay in the
-//! log and in [`State::history`]. A cut is only ever made before a user or assistant message, so
+//! log and in a folded [`State::history`] (a state loaded from a snapshot holds them from its
+//! window on: [`crate::history::History::window`]). A cut is only ever made before a user or assistant message, so
 //! a tool call and its result are always on the same side of it. Each compaction summarises the
 //! previous summary and the messages after it, at most a budget's worth at a time, and keeps the
 //! most recent messages within half the budget, so a conversation of any length stays bounded.
@@ -125,7 +126,7 @@ pub(super) fn before_call(
         return None;
     }
     let (from, to) = cut(state, budget)?;
-    let part = state.history.get(from..to)?;
+    let part = state.history.range(from, to)?;
     let mut text = String::new();
     if let Some(c) = &state.compaction {
         text.push_str("Summary so far:\n");

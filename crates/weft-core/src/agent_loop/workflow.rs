@@ -15,7 +15,7 @@ use super::reply::{extract_json, rejected};
 use super::{AgentConfig, AgentNext, ModeLoop, tool_calls};
 use crate::engine::Invocation;
 use crate::event::{Event, InputRequest, RunStatus, StepEntry, ToolOutcome, TransitionRule};
-use crate::model::{Message, ModelReply, Purpose};
+use crate::model::{ModelReply, Purpose};
 use crate::path;
 use crate::prompts;
 use crate::state::{State, call_key, value_text};
@@ -140,12 +140,8 @@ fn context(state: &State, wf: &WorkflowConfig, output: Option<&Value>) -> Value 
 fn last_message(state: &State) -> String {
     state
         .history
-        .iter()
-        .rev()
-        .find_map(|m| match m {
-            Message::User { content } if !content.starts_with("[weft]") => Some(content.clone()),
-            _ => None,
-        })
+        .last_person()
+        .map(str::to_owned)
         .or_else(|| state.task.clone())
         .unwrap_or_default()
 }

@@ -418,9 +418,9 @@ async fn execute(
                 }
                 let _ = tokio::time::timeout(Duration::from_millis(200), waker.notified()).await;
             };
-            let work = match app.store.load(&run.thread_id).await {
-                Ok((_, log)) => {
-                    let st = weft_core::State::fold(log.iter().map(|e| &e.event));
+            let work = match weft_runtime::load_state(app.store.as_ref(), &run.thread_id).await {
+                Ok(loaded) => {
+                    let st = loaded.state;
                     run.start_seq
                         .store(st.seq, std::sync::atomic::Ordering::Release);
                     decide(&run.thread_id, &st, task, resume)
@@ -770,7 +770,9 @@ async fn adopt(app: Shared, held: crate::ownership::Held<crate::store::CliStore>
         if rec.status != SessionStatus::Running {
             return Ok(());
         }
-        let st = weft_core::State::fold(log.iter().map(|e| &e.event));
+        let st = weft_runtime::load_state(app.store.as_ref(), &tid)
+            .await?
+            .state;
         let Some(agent) = app.agents.get(&st.agent).cloned() else {
             return Ok(());
         };

@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response, Sse as SseResponse};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use weft_core::graph::{ValidateOptions, validate};
-use weft_core::{Plan, SessionStatus, State as SessionState};
+use weft_core::{Plan, SessionStatus};
 use weft_store::{ListFilter, SessionRecord, Store};
 
 use super::auth::User;
@@ -38,8 +38,10 @@ impl Summaries {
         {
             return Ok(v.clone());
         }
-        let (rec, log) = app.store.load(&rec.id).await?;
-        let v = view::summary(&rec, &log);
+        let st = weft_runtime::load_state(app.store.as_ref(), &rec.id)
+            .await?
+            .state;
+        let v = view::summary(rec, &st);
         if let Ok(mut cache) = self.0.lock() {
             if cache.len() >= Self::MAX {
                 cache.clear();
@@ -447,8 +449,12 @@ pub async fn check_plan(
     Path(id): Path<String>,
     Json(body): Json<PlanCheck>,
 ) -> Result<Json<Value>, ApiError> {
-    let (rec, log) = load(&app, &user, &id).await?;
-    let st = SessionState::fold(log.iter().map(|e| &e.event));
+    let (rec, st) = threads::load(&app, &user, &id)
+        .await
+        .map_err(|e| match e.0 {
+            StatusCode::NOT_FOUND => ApiError::not_found("session"),
+            _ => e,
+        })?;
     let name = view::agent_of(&rec, &st);
     let agent = app.agents.get(&name).ok_or_else(|| {
         ApiError::bad(format!(

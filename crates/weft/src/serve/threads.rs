@@ -84,14 +84,26 @@ pub async fn load_log(
     Ok((rec, events))
 }
 
-/// The thread's record and state, if it is this user's; another user's thread is not found.
+/// The thread's record and current state, if it is this user's; another user's thread is not
+/// found. The state is loaded as a run continues it (`weft_runtime::load_state`: the newest
+/// snapshot and the events after it), not folded from the whole log.
 pub async fn load(
     app: &Shared,
     user: &User,
     tid: &str,
 ) -> Result<(SessionRecord, SessionState), ApiError> {
-    let (rec, events) = load_log(app, user, tid).await?;
-    let state = SessionState::fold(events.iter().map(|e| &e.event));
+    let not_found = |e: StoreError| match e {
+        StoreError::NotFound(_) => ApiError::not_found("thread"),
+        e => e.into(),
+    };
+    let rec = app.store.get(tid).await.map_err(not_found)?;
+    if rec.user_id.as_deref() != Some(user.0.as_str()) {
+        return Err(ApiError::not_found("thread"));
+    }
+    let state = weft_runtime::load_state(app.store.as_ref(), tid)
+        .await
+        .map_err(not_found)?
+        .state;
     Ok((rec, state))
 }
 

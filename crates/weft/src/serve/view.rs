@@ -14,16 +14,15 @@ use weft_store::SessionRecord;
 
 use crate::sessions_cmd::fmt_time;
 
-/// A session in the list: who, what, how it stands, what it cost.
-pub fn summary(rec: &SessionRecord, log: &[Envelope]) -> Value {
-    let st = State::fold(log.iter().map(|e| &e.event));
+/// A session in the list: who, what, how it stands, what it cost (from its current state).
+pub fn summary(rec: &SessionRecord, st: &State) -> Value {
     let task = st
         .task
         .clone()
         .or_else(|| st.memory.first().map(|m| m.0.clone()));
     json!({
         "id": rec.id,
-        "agent": agent_of(rec, &st),
+        "agent": agent_of(rec, st),
         "mode": st.mode,
         "user": rec.user_id,
         "status": rec.status.as_str(),
