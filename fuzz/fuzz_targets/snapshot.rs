@@ -61,7 +61,9 @@ fn rest() -> Vec<Event> {
                 call_id: Some("f1".into()),
             },
         },
-        Event::UserReplied { text: "this".into() },
+        Event::UserReplied {
+            text: "this".into(),
+        },
         Event::StepCompleted {
             step: "a".into(),
             output: json!(1),
