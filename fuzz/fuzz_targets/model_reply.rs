@@ -35,6 +35,8 @@ fn config(mode: Mode) -> AgentConfig {
         approve_plans: false,
         review_responses: true,
         workflow: None,
+        // The memory search a turn starts with is the runtime's; this target feeds model replies.
+        recall_memories: false,
     }
 }
 
