@@ -45,8 +45,11 @@ impl Embedder {
     pub fn new(base_url: &str, model: &str, api_key: Option<String>) -> Result<Self, ModelError> {
         let mut cfg = ProviderConfig::new(ProviderKind::OpenAi, model);
         cfg.base_url = base_url.trim_end_matches('/').to_owned();
-        crate::config::check_base_url(&cfg.base_url)
-            .map_err(|e| ModelError::Config(format!("{URL_ENV}: {e}")))?;
+        if crate::config::check_base_url(&cfg.base_url).is_err() {
+            return Err(ModelError::Config(format!(
+                "{URL_ENV} {base_url:?} is not an http(s) URL with a host; write the endpoint's base, e.g. http://127.0.0.1:8090/v1"
+            )));
+        }
         cfg.timeout = std::time::Duration::from_secs(60);
         cfg.no_key = api_key.is_none();
         cfg.api_key.clone_from(&api_key);
@@ -341,6 +344,7 @@ mod tests {
         let e = Embedder::from_env(&|k: &str| (k == URL_ENV).then(|| "not a url".to_owned()))
             .unwrap_err()
             .to_string();
-        assert!(e.contains(URL_ENV), "{e}");
+        assert!(e.contains(URL_ENV) && e.contains("\"not a url\""), "{e}");
+        assert_eq!(e.matches("model configuration").count(), 1, "{e}");
     }
 }
