@@ -1,8 +1,7 @@
 //! Knowledge in the memory store: ranked by how many of the query's words an entry holds.
 
 use super::{
-    Embedding, Hit, Kind, Knowledge, Listed, NewEntry, Shelf, TopK, encode_vector, query_words,
-    similarity,
+    Embedding, Hit, Kind, Knowledge, Listed, NewEntry, Shelf, TopK, query_words, similarity_to,
 };
 use crate::StoreError;
 use crate::memory::MemoryStore;
@@ -113,7 +112,7 @@ impl Knowledge for MemoryStore {
             .filter(|e| e.kind == kind && shelves.contains(&e.shelf))
         {
             if let Some(em) = e.embedding.as_ref().filter(|em| em.model == model)
-                && let Some(score) = similarity(vector, &encode_vector(&em.vector))
+                && let Some(score) = similarity_to(vector, &em.vector)
             {
                 best.offer(e.id, score);
             }

@@ -134,12 +134,28 @@ pub(crate) fn similarity(query: &[f32], stored: &[u8]) -> Option<f64> {
     if stored.len() != query.len() * 4 {
         return None;
     }
-    let mut dot = 0.0f64;
-    for (q, b) in query.iter().zip(stored.chunks_exact(4)) {
-        let x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        dot += f64::from(*q) * f64::from(x);
-    }
-    dot.is_finite().then_some(dot)
+    dot(
+        query,
+        stored
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+    )
+}
+
+/// [`similarity`] of a vector held in memory (the memory store's), without encoding it.
+pub(crate) fn similarity_to(query: &[f32], v: &[f32]) -> Option<f64> {
+    (v.len() == query.len())
+        .then(|| dot(query, v.iter().copied()))
+        .flatten()
+}
+
+fn dot(query: &[f32], other: impl Iterator<Item = f32>) -> Option<f64> {
+    let d: f64 = query
+        .iter()
+        .zip(other)
+        .map(|(q, x)| f64::from(*q) * f64::from(x))
+        .sum();
+    d.is_finite().then_some(d)
 }
 
 /// The best `limit` (id, score) pairs, best first (ties: lower id first), kept in memory
@@ -467,5 +483,7 @@ mod tests {
         assert!((similarity(&q, &s).unwrap() - 1.0).abs() < 1e-6);
         assert_eq!(similarity(&q, &encode_vector(&[1.0])), None);
         assert_eq!(similarity(&q, &[1, 2, 3]), None);
+        assert_eq!(similarity_to(&q, &[0.6, 0.8]), similarity(&q, &s));
+        assert_eq!(similarity_to(&q, &[1.0]), None);
     }
 }
