@@ -14,7 +14,7 @@ use weft_core::agent::AgentSpec;
 use weft_core::{SessionStatus, State, StepStatus};
 use weft_model::{Purpose, ScriptedModel};
 use weft_runtime::{Agent, Runtime, SessionInfo};
-use weft_store::{MemoryStore, PgStore, SqliteStore, Store};
+use weft_store::{MemoryStore, SqliteStore, Store};
 use weft_tools::Registry;
 
 fn agent(
@@ -372,42 +372,14 @@ async fn run_for<S: Store>(
     user: &str,
     react: Vec<weft_model::ScriptedReply>,
 ) -> Vec<String> {
-    let spec = AgentSpec::parse(
-        "scenario.yaml",
+    common::react_tool_results(
+        store,
+        user,
         "name: desk\nmode: react\ntools:\n  - builtin: remember\n  - builtin: recall\n  - builtin: forget\n  - builtin: search_documents\n",
+        react,
+        None,
     )
-    .unwrap();
-    let reg = Registry::from_agent(&spec, std::path::Path::new(".")).unwrap();
-    let model = Arc::new(ScriptedModel::keyed(
-        "scenario",
-        script(vec![(Purpose::React, react)]),
-    ));
-    let a = Agent::new(&spec, Arc::new(reg), model, &json!({}), &json!({})).unwrap();
-    let rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
-    let info = SessionInfo {
-        user_id: Some(user.into()),
-        ..SessionInfo::default()
-    };
-    let s = rt
-        .run_agent(&a, info, "help me", Value::Null)
-        .await
-        .unwrap();
-    let id = s.id.clone();
-    drop(s);
-    let st = reload(store, &a, &id).await;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.error);
-    st.history
-        .iter()
-        .filter_map(|m| match m {
-            weft_core::model::Message::Tool {
-                content, is_error, ..
-            } => {
-                assert!(!is_error, "{content}");
-                Some(content.clone())
-            }
-            _ => None,
-        })
-        .collect()
+    .await
 }
 
 /// Documents added to the store are found by an agent's `search_documents`, each result citing
@@ -517,25 +489,7 @@ async fn scenarios_on_sqlite() {
 
 #[tokio::test]
 async fn needs_postgres_scenarios() {
-    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
-    let schema = format!(
-        "weft_scen_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-            % 1_000_000_000
-    );
-    let store = Arc::new(PgStore::connect_in_schema(&url, &schema).await.unwrap());
+    let mut pg = common::PgSchemas::new("weft_scen");
+    let store = pg.store().await;
     all_scenarios(async || store.clone()).await;
-    // Leave nothing behind (with psql: a store connected to the database's own schema would
-    // migrate it, which is not this test's to do, and fails when another build migrated it).
-    let _ = std::process::Command::new("psql")
-        .args([
-            url.as_str(),
-            "-qc",
-            &format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-        ])
-        .output();
 }

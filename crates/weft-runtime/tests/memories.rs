@@ -20,7 +20,7 @@ use weft_core::prompts::MEMORY_INTRO;
 use weft_core::{Envelope, Event, SessionStatus};
 use weft_model::{ModelRequest, Purpose, ScriptedModel, ScriptedReply};
 use weft_runtime::{Agent, Runtime, RuntimeError, SessionInfo};
-use weft_store::{Kind, MemoryStore, NewEntry, NewSession, PgStore, Shelf, SqliteStore, Store};
+use weft_store::{Kind, MemoryStore, NewEntry, NewSession, Shelf, SqliteStore, Store};
 use weft_tools::Registry;
 
 const REACT_AGENT: &str = "name: desk\nmode: react\ntools:\n  - builtin: recall\n";
@@ -550,33 +550,6 @@ async fn memories_on_sqlite() {
 
 #[tokio::test]
 async fn needs_postgres_memories() {
-    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
-    let base = format!(
-        "weft_mem_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-            % 1_000_000_000
-    );
-    let mut schemas = Vec::new();
-    for k in 0..5 {
-        schemas.push(format!("{base}_{k}"));
-    }
-    let mut next = schemas.iter();
-    all(async || {
-        let schema = next.next().unwrap();
-        Arc::new(PgStore::connect_in_schema(&url, schema).await.unwrap())
-    })
-    .await;
-    for schema in &schemas {
-        let _ = std::process::Command::new("psql")
-            .args([
-                url.as_str(),
-                "-qc",
-                &format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-            ])
-            .output();
-    }
+    let mut pg = common::PgSchemas::new("weft_mem");
+    all(async || pg.store().await).await;
 }

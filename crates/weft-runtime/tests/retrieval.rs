@@ -10,15 +10,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{script, t, tool_calls};
+use common::{t, tool_calls};
 use serde_json::{Value, json};
-use weft_core::SessionStatus;
-use weft_core::agent::AgentSpec;
-use weft_model::{Embedder, Purpose, ScriptedModel};
+use weft_model::Embedder;
 use weft_runtime::retrieval::Retriever;
-use weft_runtime::{Agent, Runtime, SessionInfo};
-use weft_store::{Kind, Knowledge, NewEntry, PgStore, Shelf, SqliteStore, Store};
-use weft_tools::Registry;
+use weft_store::{Kind, Knowledge, NewEntry, Shelf, SqliteStore, Store};
 
 fn embedder() -> Arc<Embedder> {
     let url = common::service_var("WEFT_TEST_EMBEDDINGS_URL");
@@ -258,50 +254,14 @@ async fn documents_are_found_by_meaning<S: Knowledge>(store: Arc<S>) {
 /// shares no word with it; the tool's result is what goes back to the model.
 async fn an_agent_recalls_by_meaning<S: Store>(store: Arc<S>) {
     let run = async |user: &str, react: Vec<weft_model::ScriptedReply>| -> Vec<String> {
-        let spec = AgentSpec::parse(
-            "desk.yaml",
+        common::react_tool_results(
+            &store,
+            user,
             "name: desk\nmode: react\ntools:\n  - builtin: remember\n  - builtin: recall\n",
-        )
-        .unwrap();
-        let reg = Registry::from_agent(&spec, std::path::Path::new(".")).unwrap();
-        let model = Arc::new(ScriptedModel::keyed(
-            "desk",
-            script(vec![(Purpose::React, react)]),
-        ));
-        let a = Agent::new(&spec, Arc::new(reg), model, &json!({}), &json!({})).unwrap();
-        let rt = Runtime::with_embedder(
-            Arc::clone(&store),
-            a.tools.clone(),
-            a.config.limits.clone(),
+            react,
             Some(embedder()),
-        );
-        let info = SessionInfo {
-            user_id: Some(user.into()),
-            ..SessionInfo::default()
-        };
-        let s = rt
-            .run_agent(&a, info, "help me", Value::Null)
-            .await
-            .unwrap();
-        let id = s.id.clone();
-        drop(s);
-        let st = weft_runtime::load_state(store.as_ref(), &id)
-            .await
-            .unwrap()
-            .state;
-        assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.error);
-        st.history
-            .iter()
-            .filter_map(|m| match m {
-                weft_core::model::Message::Tool {
-                    content, is_error, ..
-                } => {
-                    assert!(!is_error, "{content}");
-                    Some(content.clone())
-                }
-                _ => None,
-            })
-            .collect()
+        )
+        .await
     };
     run(
         "carol",
@@ -344,19 +304,11 @@ mod needs_postgres {
 
     #[tokio::test]
     async fn needs_embeddings_memories_and_documents_are_found_by_meaning() {
-        let url = common::service_var("WEFT_TEST_POSTGRES_URL");
-        let schema = format!("weft_retrieval_{}", std::process::id());
-        let store = Arc::new(PgStore::connect_in_schema(&url, &schema).await.unwrap());
+        let mut pg = common::PgSchemas::new("weft_retrieval");
+        let store = pg.store().await;
         memories_are_found_by_meaning(Arc::clone(&store)).await;
         documents_are_found_by_meaning(Arc::clone(&store)).await;
         an_agent_recalls_by_meaning(Arc::clone(&store)).await;
         store.close().await;
-        let _ = std::process::Command::new("psql")
-            .args([
-                url.as_str(),
-                "-qc",
-                &format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-            ])
-            .output();
     }
 }

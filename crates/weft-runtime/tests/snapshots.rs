@@ -16,7 +16,7 @@ use weft_core::snapshot::{Encoded, Part};
 use weft_core::{SNAPSHOT_VERSION, SessionStatus, State};
 use weft_model::{Purpose, ScriptedModel, ScriptedReply};
 use weft_runtime::{Agent, Runtime, SessionInfo, load_state};
-use weft_store::{MemoryStore, PgStore, SqliteStore, Store};
+use weft_store::{MemoryStore, SqliteStore, Store};
 use weft_tools::Registry;
 
 fn agent(yaml: &str, tools: Vec<TestTool>, replies: Vec<(Purpose, Vec<ScriptedReply>)>) -> Agent {
@@ -304,24 +304,8 @@ async fn snapshots_on_sqlite() {
 
 #[tokio::test]
 async fn needs_postgres_snapshots() {
-    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
-    let schema = format!(
-        "weft_snap_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-            % 1_000_000_000
-    );
-    let store = Arc::new(PgStore::connect_in_schema(&url, &schema).await.unwrap());
+    let mut pg = common::PgSchemas::new("weft_snap");
+    let store = pg.store().await;
     all(async || store.clone()).await;
     store.close().await;
-    let _ = std::process::Command::new("psql")
-        .args([
-            url.as_str(),
-            "-qc",
-            &format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-        ])
-        .output();
 }

@@ -375,3 +375,109 @@ pub fn service_var(name: &str) -> String {
         ),
     }
 }
+
+/// PostgreSQL schemas of a test's own in the database at `WEFT_TEST_POSTGRES_URL`, dropped (with
+/// psql) when this value is dropped: a store connected to the database's own schema would migrate
+/// it, which is not a test's to do.
+pub struct PgSchemas {
+    url: String,
+    /// `prefix_PID_TIME`, so runs never share a schema.
+    base: String,
+    made: Vec<String>,
+}
+
+impl PgSchemas {
+    pub fn new(prefix: &str) -> Self {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            % 1_000_000_000;
+        Self {
+            url: service_var("WEFT_TEST_POSTGRES_URL"),
+            base: format!("{prefix}_{}_{stamp}", std::process::id()),
+            made: Vec::new(),
+        }
+    }
+
+    /// A store in a new schema.
+    pub async fn store(&mut self) -> Arc<weft_store::PgStore> {
+        let name = format!("{}_{}", self.base, self.made.len());
+        let store = weft_store::PgStore::connect_in_schema(&self.url, &name)
+            .await
+            .unwrap();
+        self.made.push(name);
+        Arc::new(store)
+    }
+}
+
+impl Drop for PgSchemas {
+    fn drop(&mut self) {
+        for name in &self.made {
+            let _ = std::process::Command::new("psql")
+                .args([
+                    self.url.as_str(),
+                    "-qc",
+                    &format!("DROP SCHEMA IF EXISTS {name} CASCADE"),
+                ])
+                .output();
+        }
+    }
+}
+
+/// Runs the ReAct agent `agent_yaml` for `user` on `store` to completion, its model scripted with
+/// `react`, its memory and document tools embedding with `embedder` (none: text search), and
+/// returns the tool results the model was given, in order (none of them an error).
+pub async fn react_tool_results<S: Store>(
+    store: &Arc<S>,
+    user: &str,
+    agent_yaml: &str,
+    react: Vec<ScriptedReply>,
+    embedder: Option<Arc<weft_model::Embedder>>,
+) -> Vec<String> {
+    let spec = AgentSpec::parse("agent.yaml", agent_yaml).unwrap();
+    let reg = Registry::from_agent(&spec, std::path::Path::new(".")).unwrap();
+    let model = Arc::new(ScriptedModel::keyed(
+        "agent",
+        script(vec![(Purpose::React, react)]),
+    ));
+    let a = Agent::new(&spec, Arc::new(reg), model, &json!({}), &json!({})).unwrap();
+    let rt = Runtime::with_embedder(
+        Arc::clone(store),
+        a.tools.clone(),
+        a.config.limits.clone(),
+        embedder,
+    );
+    let info = SessionInfo {
+        user_id: Some(user.into()),
+        ..SessionInfo::default()
+    };
+    let s = rt
+        .run_agent(&a, info, "help me", Value::Null)
+        .await
+        .unwrap();
+    let id = s.id.clone();
+    drop(s);
+    let st = weft_runtime::load_state(store.as_ref(), &id)
+        .await
+        .unwrap()
+        .state;
+    assert_eq!(
+        st.status,
+        weft_core::SessionStatus::Completed,
+        "{:?}",
+        st.error
+    );
+    st.history
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                content, is_error, ..
+            } => {
+                assert!(!is_error, "{content}");
+                Some(content.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
