@@ -283,15 +283,21 @@ pub async fn cancel_unowned<S: Store>(store: Arc<S>, id: &str) -> Result<()> {
     Ok(result?)
 }
 
+/// Whether a live process holds session `id`'s lease: its lease has not run out and its owner,
+/// if on this host, still exists.
+pub async fn driven<S: Store>(store: &S, id: &str) -> Result<bool> {
+    let now = weft_runtime::now_ms();
+    Ok(store
+        .lease(id)
+        .await?
+        .is_some_and(|l| l.expires_at > now && !gone(&l.owner.host, l.owner.pid)))
+}
+
 /// Asks the live process that holds session `id`'s lease for `verb` (`cancel`, `pause`) and
 /// waits (up to 30 s) until it has let the session go. False when no live process holds it.
 pub async fn request_and_wait<S: Store>(store: &S, id: &str, verb: &str) -> Result<bool> {
     let now = weft_runtime::now_ms();
-    let owned = store
-        .lease(id)
-        .await?
-        .is_some_and(|l| l.expires_at > now && !gone(&l.owner.host, l.owner.pid));
-    if !owned || !store.request(id, verb, now).await? {
+    if !driven(store, id).await? || !store.request(id, verb, now).await? {
         return Ok(false);
     }
     let began = std::time::Instant::now();

@@ -212,7 +212,11 @@ pub async fn execute<S: weft_store::Store>(store: Arc<S>, p: Prepared) -> Result
     }
     let redact = agent.redactor();
     let tools = Arc::new(agent.tools);
-    let max_attempts = limits.max_step_attempts;
+    let observer = if a.events {
+        crate::run_cmd::json_lines()
+    } else {
+        crate::view::observer(&limits)
+    };
     let id =
         a.id.clone()
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
@@ -220,11 +224,7 @@ pub async fn execute<S: weft_store::Store>(store: Arc<S>, p: Prepared) -> Result
     let mut rt = Runtime::new(store, tools.clone(), limits);
     held.bind(&mut rt);
     rt.redact = redact;
-    rt = rt.observe(if a.events {
-        crate::run_cmd::json_lines()
-    } else {
-        crate::view::observer(max_attempts)
-    });
+    rt = rt.observe(observer);
     rt = rt.observe(crate::interrupt::observer());
     let problems = rt.check_plan(&plan, Some(&input));
     if !problems.is_empty() {

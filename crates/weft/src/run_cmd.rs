@@ -202,7 +202,7 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
     rt = rt.observe(if args.events {
         json_lines()
     } else {
-        crate::view::observer(limits.max_step_attempts)
+        crate::view::observer(&limits)
     });
     rt = rt.observe(crate::interrupt::observer());
     if let Some(id) = &args.session {

@@ -143,32 +143,49 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
                 writeln!(std::io::stderr(), "no sessions")?;
                 return Ok(0);
             }
-            writeln!(
-                out,
-                "{:<36}  {:<18}  {:<16}  {:<12}  {:<20}  events",
-                "id", "agent", "status", "user", "updated"
-            )?;
-            for r in rows {
-                writeln!(
-                    out,
-                    "{:<36}  {:<18}  {:<16}  {:<12}  {:<20}  {}",
-                    r.id,
-                    r.agent,
-                    r.status.as_str(),
-                    r.user_id.as_deref().unwrap_or("-"),
-                    fmt_time(r.updated_at),
-                    r.last_seq
-                )?;
+            // Columns as wide as their widest value (a child session's id is long).
+            let cells: Vec<[String; 6]> = rows
+                .iter()
+                .map(|r| {
+                    [
+                        r.id.clone(),
+                        r.agent.clone(),
+                        r.status.as_str().to_owned(),
+                        r.user_id.clone().unwrap_or_else(|| "-".to_owned()),
+                        fmt_time(r.updated_at),
+                        r.last_seq.to_string(),
+                    ]
+                })
+                .collect();
+            let head = ["id", "agent", "status", "user", "updated", "events"].map(str::to_owned);
+            let mut widths = head.clone().map(|h| h.chars().count());
+            for row in &cells {
+                for (w, c) in widths.iter_mut().zip(row) {
+                    *w = (*w).max(c.chars().count());
+                }
+            }
+            for row in std::iter::once(&head).chain(&cells) {
+                let line: Vec<String> = row
+                    .iter()
+                    .zip(widths)
+                    .map(|(c, w)| format!("{c:<w$}"))
+                    .collect();
+                writeln!(out, "{}", line.join("  ").trim_end())?;
             }
             Ok(0)
         }
         SessionsCommand::Show { id, json } => {
             let rec = store.get(&id).await?;
             let state = weft_runtime::load_state(store.as_ref(), &id).await?.state;
+            // A running session that no live process drives was paused, or its process died:
+            // it goes on only when something continues it.
+            let stopped = rec.status == SessionStatus::Running
+                && !crate::ownership::driven(store.as_ref(), &id).await?;
             let view = json!({
                 "id": rec.id,
                 "agent": rec.agent,
                 "status": rec.status.as_str(),
+                "driven": rec.status == SessionStatus::Running && !stopped,
                 "user_id": rec.user_id,
                 "reference_id": rec.reference_id,
                 "parent_id": rec.parent_id,
@@ -201,6 +218,14 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
                 rec.status.as_str(),
                 rec.agent
             )?;
+            if stopped {
+                writeln!(
+                    out,
+                    "stopped  no process drives it (paused, or its process stopped); continue it with `weft resume{} {}`",
+                    crate::store::db_flag(),
+                    rec.id
+                )?;
+            }
             if let Some(p) = &rec.parent_id {
                 writeln!(out, "parent   {p}")?;
             }
@@ -469,7 +494,13 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
         let observer = if args.events {
             run_cmd::json_lines()
         } else {
-            crate::view::observer(agent.spec.limits.max_step_attempts)
+            // The calls in flight when the session stopped run again (or are recorded as
+            // unknown) in this run: their cards name their tool and arguments.
+            let open = weft_runtime::load_state(store.as_ref(), &args.id)
+                .await
+                .map(|l| l.state.open_calls)
+                .unwrap_or_default();
+            crate::view::resuming(&agent.spec.limits, &open)
         };
         crate::interrupt::note_session(&args.id);
         let (state, before) =

@@ -8,22 +8,30 @@
 //! used unless `NO_COLOR` is set. Elsewhere (a pipe, a file) every change is a line of its own,
 //! without colour or cursor movement, so a log reads top to bottom.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
+use weft_core::engine::Limits;
 use weft_core::event::{StepEntry, TransitionRule};
+use weft_core::state::OpenCall;
 use weft_core::{Envelope, Event, ToolOutcome};
 use weft_runtime::Observer;
 
 /// How many characters of arguments and results a card shows.
 const SHORT: usize = 80;
 
-/// The observer that draws the view; `max_step_attempts` numbers the retries.
-pub fn observer(max_step_attempts: u32) -> Observer {
+/// The observer that draws the view; the limits number the retries.
+pub fn observer(limits: &Limits) -> Observer {
+    resuming(limits, &BTreeMap::new())
+}
+
+/// The view of a run that continues a session whose calls `open` were in flight when it stopped:
+/// their cards name the tool and its arguments although their start is not part of this run.
+pub fn resuming(limits: &Limits, open: &BTreeMap<String, OpenCall>) -> Observer {
     let stderr_is_terminal = std::io::stderr().is_terminal();
     let color = stderr_is_terminal
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
@@ -31,9 +39,14 @@ pub fn observer(max_step_attempts: u32) -> Observer {
     let view = Mutex::new(View {
         paint: Paint(color),
         live: stderr_is_terminal.then(Live::new),
-        calls: HashMap::new(),
+        calls: open
+            .iter()
+            .map(|(id, c)| (id.clone(), Call::of(&c.tool, c.item, &c.args)))
+            .collect(),
         steps: HashMap::new(),
-        max_attempts: max_step_attempts,
+        max_attempts: limits.max_step_attempts,
+        max_model_retries: limits.max_model_retries.max(1),
+        model_failures: HashMap::new(),
         draft: String::new(),
     });
     Arc::new(move |e: &Envelope| {
@@ -104,6 +117,18 @@ struct Call {
     args: String,
 }
 
+impl Call {
+    fn of(tool: &str, item: Option<usize>, args: &Value) -> Self {
+        Self {
+            tool: match item {
+                Some(k) => format!("{tool}[{k}]"),
+                None => tool.to_owned(),
+            },
+            args: short(args),
+        }
+    }
+}
+
 struct View {
     paint: Paint,
     live: Option<Live>,
@@ -111,6 +136,9 @@ struct View {
     /// Each step's tool (or description), for its line.
     steps: HashMap<String, String>,
     max_attempts: u32,
+    max_model_retries: u32,
+    /// Failed model calls of each purpose in a row, with the last error shown.
+    model_failures: HashMap<&'static str, (u32, String)>,
     draft: String,
 }
 
@@ -229,17 +257,8 @@ impl View {
                 item,
                 ..
             } => {
-                let tool = match item {
-                    Some(k) => format!("{tool}[{k}]"),
-                    None => tool.clone(),
-                };
-                self.calls.insert(
-                    call_id.clone(),
-                    Call {
-                        tool,
-                        args: short(args),
-                    },
-                );
+                self.calls
+                    .insert(call_id.clone(), Call::of(tool, *item, args));
             }
             Event::FanOutStarted { step, items } => {
                 self.say(&p.dim(&format!("  {step}: one call per item, {items} item(s)")));
@@ -363,8 +382,53 @@ impl View {
             Event::ModelReplyRejected { reason, .. } => {
                 self.say(&p.warn(&format!("reply rejected: {reason}")));
             }
-            Event::ModelFailed { error, .. } => {
-                self.say(&p.bad(&format!("model error: {}", cut(error))));
+            Event::ModelFailed {
+                purpose,
+                error,
+                retryable,
+                ..
+            } => {
+                // The first failure shows its error; the same error again is counted, not
+                // repeated; the last one says that weft gives up (the run's error follows).
+                let max = self.max_model_retries;
+                let entry = self
+                    .model_failures
+                    .entry(purpose.as_str())
+                    .or_insert((0, String::new()));
+                entry.0 += 1;
+                let n = entry.0;
+                let same = entry.1 == *error;
+                entry.1.clone_from(error);
+                let what = format!("model call ({})", purpose.as_str());
+                if !*retryable || n >= max {
+                    let why = if *retryable {
+                        format!("failed {n}/{max} times, giving up")
+                    } else {
+                        "failed, and asking again cannot help".to_owned()
+                    };
+                    let err = if same {
+                        String::new()
+                    } else {
+                        format!(": {}", cut(error))
+                    };
+                    self.say(&format!("  {} {what} {why}{err}", p.bad("✗")));
+                } else if same {
+                    self.say(&format!(
+                        "  {} {what} failed again: retry {}/{max}",
+                        p.warn("↻"),
+                        n + 1
+                    ));
+                } else {
+                    self.say(&format!(
+                        "  {} {what} failed: {}; retry {}/{max}",
+                        p.warn("↻"),
+                        p.bad(&cut(error)),
+                        n + 1
+                    ));
+                }
+            }
+            Event::ModelReplied { purpose, .. } => {
+                self.model_failures.remove(purpose.as_str());
             }
             Event::MemoriesRecalled {
                 memories, error, ..

@@ -157,6 +157,17 @@ tools:
         shown.find(&id).unwrap() < shown.find("interrupted: session ").unwrap(),
         "{shown}"
     );
+    // Stopped: running, but no process drives it, and `sessions show` says how to continue.
+    let out = weft(d)
+        .args(["sessions", "show", &id, "--db", "w.db"])
+        .output()
+        .unwrap();
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("no process drives it")
+            && shown.contains(&format!("weft resume --db w.db {id}")),
+        "{shown}"
+    );
     std::fs::write(
         d.join("agent.yaml"),
         std::fs::read_to_string(d.join("agent.yaml"))
@@ -170,4 +181,7 @@ tools:
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "Waited.");
+    // The call that ran again is shown by its tool and arguments, not by its id.
+    let err = text(&out.stderr);
+    assert!(err.contains("✓ wait {}"), "{err}");
 }

@@ -217,3 +217,28 @@ fn a_follow_up_run_shows_its_own_usage_and_the_sessions() {
         "usage: this run 300 input + 30 output tokens · 2 tool call(s) · session total 330 input + 33 output tokens · 3 tool call(s) · session usage-turns-1"
     );
 }
+
+/// A model server that is down: the first failure is shown with its error, the same error again
+/// is counted as a retry rather than printed again, and the last one says weft gives up.
+#[test]
+fn a_model_server_that_is_down_shows_its_retries() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("down.yaml"),
+        "name: down\nmode: react\nmodel: { provider: openai, name: m, base_url: \"http://127.0.0.1:9/v1\", api_key: none, max_retries: 0 }\ninstructions: hi\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .current_dir(dir.path())
+        .env("WEFT_DB", "memory:")
+        .args(["run", "down.yaml", "hello"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("connection failed").count(), 2, "{err}");
+    assert!(err.contains("model call (react) failed: "), "{err}");
+    assert!(err.contains("retry 2/3"), "{err}");
+    assert!(err.contains("failed again: retry 3/3"), "{err}");
+    assert!(err.contains("failed 3/3 times, giving up"), "{err}");
+}

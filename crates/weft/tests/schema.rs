@@ -45,7 +45,11 @@ fn the_published_schema_is_what_weft_schema_prints() {
 fn every_agent_file_of_the_project_validates() {
     let v = validator();
     let mut files: Vec<PathBuf> = Vec::new();
-    for dir in ["examples", "examples/tutorial", "crates/weft/tests/fixtures"] {
+    for dir in [
+        "examples",
+        "examples/tutorial",
+        "crates/weft/tests/fixtures",
+    ] {
         for e in std::fs::read_dir(root().join(dir)).unwrap() {
             let p = e.unwrap().path();
             let name = p.file_name().unwrap().to_string_lossy().into_owned();
