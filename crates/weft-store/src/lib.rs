@@ -208,6 +208,17 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
+    /// The database server answered and refused the URL: its database or role does not exist, or
+    /// the password is wrong. A mistake in the URL, not an outage: trying again cannot help.
+    #[error("{target} refused the connection: {reason}; {fix}")]
+    Refused {
+        /// What was being connected to, e.g. `PostgreSQL at 127.0.0.1:5432`.
+        target: String,
+        /// The server's own words.
+        reason: String,
+        /// What to do about it.
+        fix: &'static str,
+    },
     /// The file is not a SQLite database, or it is damaged.
     #[error("{} is not a weft database or is corrupt: {reason}; move it aside or pass another --db", path.display())]
     NotADatabase { path: PathBuf, reason: String },

@@ -852,12 +852,32 @@ async fn open_conn(opts: &PgConnectOptions, target: &str) -> Result<PgConnection
     };
     match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(opts)).await {
         Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(unavailable(e)),
+        Ok(Err(e)) => Err(refused(&e, target).unwrap_or_else(|| unavailable(e))),
         Err(_) => Err(unavailable(sqlx::Error::Io(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!("no answer within {} seconds", CONNECT_TIMEOUT.as_secs()),
         )))),
     }
+}
+
+/// The server's refusal of the URL itself (no such database or role, a wrong password), which
+/// is the user's to fix, told from an outage, which waiting may fix.
+fn refused(e: &sqlx::Error, target: &str) -> Option<StoreError> {
+    let db = e.as_database_error()?;
+    let fix = match db.code()?.as_ref() {
+        // invalid_catalog_name
+        "3D000" => "create the database (`createdb NAME`) or name one that exists in the URL",
+        // invalid_authorization_specification, invalid_password
+        "28000" | "28P01" => {
+            "name a role that exists in the URL (`postgres://ROLE@HOST/DB`) and its password"
+        }
+        _ => return None,
+    };
+    Some(StoreError::Refused {
+        target: target.to_owned(),
+        reason: db.message().to_owned(),
+        fix,
+    })
 }
 
 /// What the server does without being asked, read on one connection (which also shows that the

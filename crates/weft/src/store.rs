@@ -29,12 +29,21 @@ pub async fn open(
     let _ = DURABILITY.set(durability);
     let spec = db.unwrap_or(DEFAULT_DB);
     let d = durability.or(agent).unwrap_or_default();
+    // A SQLite file named with --db that is not there yet is created; say so, since a typo in
+    // the path would otherwise start an empty store without a word.
+    let new_file = !existing
+        && spec != DEFAULT_DB
+        && capabilities_file(spec).is_some()
+        && !std::path::Path::new(spec).exists();
     let store = if existing {
         AnyStore::open_existing_with(spec, d).await
     } else {
         AnyStore::open_with(spec, d).await
     };
     let store = store.with_context(|| format!("cannot open the session store `{spec}`"))?;
+    if new_file {
+        eprintln!("note: created a new session store at {spec} (there was no database there)");
+    }
     if let Some(file) = capabilities_file(spec) {
         weft_model::capabilities::use_file(file);
     }

@@ -300,3 +300,88 @@ fn bad_stores_give_clear_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("nope"));
 }
+
+/// The list's columns are as wide as their widest value: a long id (a child session's) does not
+/// push the rest of its row out of line.
+#[test]
+fn the_list_aligns_its_columns_whatever_the_ids() {
+    let dir = workdir();
+    let d = dir.path();
+    let long = "a-session-id-much-longer-than-a-uuid-0123456789abcdef";
+    weft(d, &["run", "ask-amount.yaml", "Refund", "--id", "short"]);
+    weft(d, &["run", "approve-plan.yaml", "note", "--id", long]);
+    let out = weft(d, &["sessions", "list"]);
+    let shown = text(&out.stdout);
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines.len(), 3, "{shown}");
+    let col = |line: &str, word: &str| {
+        line.find(word)
+            .unwrap_or_else(|| panic!("no {word} in {line}"))
+    };
+    let (agent_at, status_at) = (col(lines[0], "agent"), col(lines[0], "status"));
+    for line in &lines[1..] {
+        let agent = if line.contains("ask-amount") {
+            "ask-amount"
+        } else {
+            "approve-plan"
+        };
+        assert_eq!(col(line, agent), agent_at, "{shown}");
+        assert_eq!(col(line, "waiting_for_user"), status_at, "{shown}");
+    }
+}
+
+/// A PostgreSQL server that answers but refuses the URL (no such database, no such role) is a
+/// mistake to fix, not an outage to wait out: exit 2, saying what to do.
+#[test]
+fn needs_postgres_a_missing_database_or_role_is_bad_input() {
+    let base = std::env::var("WEFT_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| panic!("WEFT_TEST_POSTGRES_URL is not set: this test needs it"));
+    let (server, _) = base.rsplit_once('/').unwrap();
+    let no_db = format!("{server}/weft_no_such_database");
+    let rest = server.split_once("://").unwrap().1;
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let no_role = format!("postgres://weft_no_such_role@{host}/postgres");
+    let dir = workdir();
+    for (url, says) in [
+        (no_db.as_str(), "createdb"),
+        (no_role.as_str(), "name a role that exists"),
+    ] {
+        let out = weft(dir.path(), &["sessions", "list", "--db", url]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{url}: {err}");
+        assert!(
+            err.contains("refused the connection") && err.contains(says),
+            "{err}"
+        );
+        assert!(!err.contains("check that the server is running"), "{err}");
+    }
+}
+
+/// A SQLite file named with --db that is not there is created, and weft says so (a typo in the
+/// path would otherwise start an empty store without a word); the default store is created
+/// quietly on the first run.
+#[test]
+fn a_new_sqlite_file_is_named_when_created() {
+    let dir = workdir();
+    let d = dir.path();
+    let out = weft(d, &["run", "ask-amount.yaml", "Refund", "--db", "wefft.db"]);
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("note: created a new session store at wefft.db"),
+        "{err}"
+    );
+    let out = weft(d, &["run", "ask-amount.yaml", "Refund", "--db", "wefft.db"]);
+    assert!(
+        !text(&out.stderr).contains("created a new"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = weft(d, &["run", "ask-amount.yaml", "Refund"]);
+    assert!(
+        !text(&out.stderr).contains("created a new"),
+        "{}",
+        text(&out.stderr)
+    );
+}
