@@ -235,6 +235,16 @@ pub fn from_spec_with_env(
                     "the `model` mapping: unknown key `{k}` for the scripted provider; known keys: provider, script"
                 )));
             }
+            // A cassette records and replays a provider's HTTP exchanges; a script makes none,
+            // so the variable would do nothing here: say so rather than write no file.
+            if let Some(spec) = env("WEFT_CASSETTE").filter(|s| !s.is_empty()) {
+                CassetteMode::parse(&spec)?;
+                return Err(ModelError::Config(format!(
+                    "WEFT_CASSETTE={spec}: the scripted model (scripted:{rest}) sends no HTTP \
+                     requests, so there is nothing to record or replay (its replies are already a \
+                     file); unset WEFT_CASSETTE for this agent"
+                )));
+            }
             Ok(Arc::new(ScriptedModel::from_file(&base_dir.join(&rest))?))
         }
         "openai" => {
@@ -298,5 +308,17 @@ mod tests {
         .err()
         .unwrap();
         assert!(e.to_string().contains("WEFT_CASSETTE"), "{e}");
+        // A scripted model makes no exchanges: a cassette, good or bad, is refused by name.
+        for spec in ["record:run.json", "bogus"] {
+            let e = from_spec_with_env(&json!("scripted:s.yaml"), dir, &|k| {
+                (k == "WEFT_CASSETTE").then(|| spec.to_owned())
+            })
+            .err()
+            .unwrap();
+            assert!(
+                e.to_string().contains(&format!("WEFT_CASSETTE={spec}")),
+                "{e}"
+            );
+        }
     }
 }
