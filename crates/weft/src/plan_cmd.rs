@@ -54,6 +54,9 @@ pub struct RunArgs {
     /// The id of the new session (default: a new time-ordered UUID).
     #[arg(long)]
     pub id: Option<String>,
+    /// The user the session belongs to (its sessions are theirs in `weft serve` and the playground).
+    #[arg(long, env = "WEFT_USER")]
+    pub user: Option<String>,
 }
 
 fn read_plan(
@@ -232,6 +235,7 @@ pub async fn execute<S: weft_store::Store>(store: Arc<S>, p: Prepared) -> Result
     }
     let info = weft_runtime::SessionInfo {
         id: Some(id.clone()),
+        user_id: a.user.clone(),
         metadata: serde_json::json!({"weft_agent_file": load::absolute(&a.plan.agent)}),
         ..weft_runtime::SessionInfo::default()
     };

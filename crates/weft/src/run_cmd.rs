@@ -33,8 +33,8 @@ pub struct RunArgs {
     /// Print every event as a JSON line on stderr.
     #[arg(long)]
     pub events: bool,
-    /// The user the session belongs to.
-    #[arg(long)]
+    /// The user the session belongs to (its sessions are theirs in `weft serve` and the playground).
+    #[arg(long, env = "WEFT_USER")]
     pub user: Option<String>,
     /// An outside reference for the session (e.g. a chat id).
     #[arg(long)]

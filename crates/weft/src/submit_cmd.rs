@@ -25,8 +25,8 @@ pub struct SubmitArgs {
     /// The run's input: JSON text, or @FILE.
     #[arg(long)]
     pub input: Option<String>,
-    /// The user the session belongs to.
-    #[arg(long)]
+    /// The user the session belongs to (its sessions are theirs in `weft serve` and the playground).
+    #[arg(long, env = "WEFT_USER")]
     pub user: Option<String>,
     /// An outside reference for the session (e.g. a chat id).
     #[arg(long)]

@@ -385,3 +385,47 @@ fn a_new_sqlite_file_is_named_when_created() {
         text(&out.stderr)
     );
 }
+
+/// Every command that starts a session can give it a user (`--user`, or `WEFT_USER`), so CLI
+/// sessions are listed by user and shown to that user by `weft serve` and the playground.
+#[test]
+fn cli_sessions_carry_their_user() {
+    let dir = workdir();
+    let d = dir.path();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let plan = examples.join("plans/refund.json");
+    let shop = examples.join("shop.yaml");
+    let out = weft(
+        d,
+        &[
+            "plan",
+            "run",
+            plan.to_str().unwrap(),
+            "--agent",
+            shop.to_str().unwrap(),
+            "--input",
+            r#"{"customerId": "cust_123", "amount": 50.0}"#,
+            "--user",
+            "carol",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["run", "ask-amount.yaml", "Refund"])
+        .current_dir(d)
+        .env_remove("WEFT_DB")
+        .env("WEFT_USER", "dave")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    for (user, agent) in [("carol", "shop"), ("dave", "ask-amount")] {
+        let out = weft(d, &["sessions", "list", "--user", user, "--json"]);
+        let rows: Vec<Value> = text(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows.len(), 1, "{user}: {rows:?}");
+        assert_eq!(rows[0]["agent"], agent);
+        assert_eq!(rows[0]["user_id"], user);
+    }
+}
