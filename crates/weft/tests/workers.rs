@@ -427,6 +427,10 @@ tools:
         )),
         "{err}"
     );
+    assert!(
+        err.contains("worker: stopped after 0 session(s); 1 released for other workers"),
+        "{err}"
+    );
     // The lease (60 s) was released: another worker takes the session now. The call is
     // idempotent, so it runs again; this time it is allowed to finish quickly.
     std::fs::write(
