@@ -560,21 +560,38 @@ impl Store for PgStore {
         limit: usize,
     ) -> Result<Vec<Lease>, StoreError> {
         let ctx = "cannot claim sessions to run";
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut tx = self.pool.begin().await.map_err(|e| self.err(ctx, e))?;
         // The candidates stay locked until the leases are taken: another worker claiming at the
-        // same moment skips them rather than waiting or taking them too.
-        let sql = lease::claimable_sql(
+        // same moment skips them rather than waiting or taking them too. Sessions whose owner
+        // stopped come first, by their lease rows (see `lease::expired_sql`), then sessions that
+        // never had a lease, by their session rows.
+        let agents_sql = "= ANY($1::text[])";
+        let mut ids: Vec<String> = sqlx::query_scalar(&lease::expired_sql(
             lease::dollar,
-            "= ANY($1::text[])",
-            "FOR UPDATE OF s SKIP LOCKED",
-        );
-        let ids: Vec<String> = sqlx::query_scalar(&sql)
+            agents_sql,
+            "FOR UPDATE OF l SKIP LOCKED",
+        ))
+        .bind(agents)
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| self.err(ctx, e))?;
+        let left = limit.saturating_sub(i64::try_from(ids.len()).unwrap_or(i64::MAX));
+        if left > 0 {
+            let unleased: Vec<String> = sqlx::query_scalar(&lease::unleased_sql(
+                lease::dollar,
+                agents_sql,
+                "FOR UPDATE OF s SKIP LOCKED",
+            ))
             .bind(agents)
-            .bind(now)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(left)
             .fetch_all(&mut *tx)
             .await
             .map_err(|e| self.err(ctx, e))?;
+            ids.extend(unleased);
+        }
         let mut got = Vec::with_capacity(ids.len());
         let expires_at = now.saturating_add(ttl_ms);
         for id in ids {
