@@ -1,6 +1,8 @@
 //! Leases, shared by the stores: the statements (written once, with the placeholder each
 //! database wants) and how a lease row reads back.
 
+use std::time::Duration;
+
 use crate::{Lease, Owner, StoreError};
 
 /// Takes the lease unless another owner holds it unexpired; returns the new epoch. Parameters:
@@ -98,6 +100,20 @@ pub(crate) fn unleased_sql(p: fn(usize) -> String, agents: &str, lock: &str) -> 
          ORDER BY s.updated_at, s.id LIMIT {limit} {lock}",
         limit = p(2),
     )
+}
+
+/// How long a lease runs without renewal unless `WEFT_LEASE_SECS` says otherwise.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
+
+/// How long a lease of this process runs without renewal: `WEFT_LEASE_SECS` (0.1 to 3600
+/// seconds), else [`DEFAULT_LEASE`]. Owners renew every third of it, and the PostgreSQL store
+/// bounds its connections' statements, lock waits and idle transactions by it.
+pub fn time() -> Duration {
+    std::env::var("WEFT_LEASE_SECS")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.1 && *s <= 3600.0)
+        .map_or(DEFAULT_LEASE, Duration::from_secs_f64)
 }
 
 /// The name a worker's `NOTIFY` and `LISTEN` use.

@@ -353,3 +353,28 @@ async fn needs_postgres_claims_go_by_lease_rows_and_never_wait() {
     let ids: Vec<&str> = claimed.iter().map(|l| l.session.as_str()).collect();
     assert_eq!(ids, ["x1"]);
 }
+
+/// The PostgreSQL store's connections bound statements, lock waits and idle transactions by
+/// the lease time: half a lease for a lock wait and an idle transaction, a whole lease for a
+/// statement.
+#[tokio::test]
+async fn needs_postgres_connections_are_bounded_by_the_lease() {
+    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
+    let schema = format!("bounds_{}", std::process::id());
+    PgStore::connect_in_schema(&url, &schema).await.unwrap();
+    let opts: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    let store = PgStore::connect_bounded(
+        opts.options([("search_path", schema.as_str())]),
+        weft_store::Durability::Full,
+        weft_store::PgBounds::for_lease(std::time::Duration::from_secs(2)),
+    )
+    .await
+    .unwrap();
+    let read = store.settings().await.unwrap().read_back;
+    assert_eq!(read["statement_timeout"], "2s", "{read:?}");
+    assert_eq!(read["lock_timeout"], "1s", "{read:?}");
+    assert_eq!(
+        read["idle_in_transaction_session_timeout"], "1s",
+        "{read:?}"
+    );
+}
