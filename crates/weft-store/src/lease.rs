@@ -1,6 +1,8 @@
 //! Leases, shared by the stores: the statements (written once, with the placeholder each
 //! database wants) and how a lease row reads back.
 
+use std::time::Duration;
+
 use crate::{Lease, Owner, StoreError};
 
 /// Takes the lease unless another owner holds it unexpired; returns the new epoch. Parameters:
@@ -57,17 +59,61 @@ pub(crate) fn prune_sql(p: fn(usize) -> String) -> String {
 /// The sessions a worker may claim (see `Store::claim`): running, of one of the agents, with no
 /// lease or an expired one; those whose owner stopped first (they were started already, and a
 /// backlog of new sessions must not delay their takeover), then the least recently updated.
-/// Parameters: agents, now, limit; `agents` is `agents_sql` and `lock`
-/// what follows the query (PostgreSQL: `FOR UPDATE OF s SKIP LOCKED`).
-pub(crate) fn claimable_sql(p: fn(usize) -> String, agents: &str, lock: &str) -> String {
+/// Parameters: agents, now, limit; `agents` is the condition on the agent's name. (SQLite: its
+/// claim is one write transaction; PostgreSQL claims in two parts, `expired_sql` and
+/// `unleased_sql`, in the same order.)
+pub(crate) fn claimable_sql(p: fn(usize) -> String, agents: &str) -> String {
     format!(
         "SELECT s.id FROM sessions s LEFT JOIN leases l ON l.session = s.id \
          WHERE s.status = 'running' AND s.agent {agents} \
          AND (l.session IS NULL OR l.expires_at <= {now}) \
-         ORDER BY (l.session IS NULL), s.updated_at, s.id LIMIT {limit} {lock}",
+         ORDER BY (l.session IS NULL), s.updated_at, s.id LIMIT {limit}",
         now = p(2),
         limit = p(3),
     )
+}
+
+/// PostgreSQL's claim, first part: running sessions of one of the agents whose lease ran out,
+/// least recently updated first. `lock` (`FOR UPDATE OF l SKIP LOCKED`) locks their *lease*
+/// rows and only reads their session rows: a session row held by an owner's open transaction
+/// (frozen, or cut off) does not hide the session; its lease row, held `FOR SHARE` by an append
+/// in progress, is passed over without waiting, and PostgreSQL ends such a transaction within
+/// the connection's bounds (see `PgBounds`). Parameters: agents, now, limit.
+pub(crate) fn expired_sql(p: fn(usize) -> String, agents: &str, lock: &str) -> String {
+    format!(
+        "SELECT s.id FROM leases l JOIN sessions s ON s.id = l.session \
+         WHERE s.status = 'running' AND s.agent {agents} AND l.expires_at <= {now} \
+         ORDER BY s.updated_at, s.id LIMIT {limit} {lock}",
+        now = p(2),
+        limit = p(3),
+    )
+}
+
+/// PostgreSQL's claim, second part: running sessions of one of the agents that never had a
+/// lease, least recently updated first; `lock` (`FOR UPDATE OF s SKIP LOCKED`) locks their
+/// session rows, the only rows they have, until their leases are inserted. Parameters: agents,
+/// limit.
+pub(crate) fn unleased_sql(p: fn(usize) -> String, agents: &str, lock: &str) -> String {
+    format!(
+        "SELECT s.id FROM sessions s WHERE s.status = 'running' AND s.agent {agents} \
+         AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.session = s.id) \
+         ORDER BY s.updated_at, s.id LIMIT {limit} {lock}",
+        limit = p(2),
+    )
+}
+
+/// How long a lease runs without renewal unless `WEFT_LEASE_SECS` says otherwise.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
+
+/// How long a lease of this process runs without renewal: `WEFT_LEASE_SECS` (0.1 to 3600
+/// seconds), else [`DEFAULT_LEASE`]. Owners renew every third of it, and the PostgreSQL store
+/// bounds its connections' statements, lock waits and idle transactions by it.
+pub fn time() -> Duration {
+    std::env::var("WEFT_LEASE_SECS")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.1 && *s <= 3600.0)
+        .map_or(DEFAULT_LEASE, Duration::from_secs_f64)
 }
 
 /// The name a worker's `NOTIFY` and `LISTEN` use.

@@ -56,8 +56,9 @@ pub use weft_core::Durability;
 
 pub use any::AnyStore;
 pub use knowledge::{Embedding, Hit, Kind, Knowledge, Listed, NewEntry, Scope, Shelf, fuse};
+pub use lease::{DEFAULT_LEASE, time as lease_time};
 pub use memory::MemoryStore;
-pub use postgres::PgStore;
+pub use postgres::{PgBounds, PgStore};
 pub use sqlite::SqliteStore;
 
 /// The version of the SQLite schema this build writes and reads. A database whose schema is

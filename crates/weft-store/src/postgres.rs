@@ -49,6 +49,46 @@ const MIGRATIONS: &[(i64, &str)] = &[
 /// How long to wait for the server to answer before giving up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long PostgreSQL lets a statement run, wait for a lock, and a transaction sit idle on the
+/// store's connections, tied to the lease time (ARCHITECTURE.md, "Ownership and its failure
+/// model"). An owner that freezes inside an append (a paused VM, a stall, a partition) holds
+/// the session's rows, and its lease row `FOR SHARE`, until its transaction ends: PostgreSQL
+/// ends it (and closes the connection) once it has been idle for half a lease, so the locks are
+/// gone before the frozen owner's lease can run out (it was renewed at most a third of a lease
+/// before) and the session is taken over when the lease expires. No statement waits for a lock
+/// longer than half a lease either, and none runs longer than a whole lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PgBounds {
+    pub statement: Duration,
+    pub lock: Duration,
+    pub idle_in_transaction: Duration,
+}
+
+impl PgBounds {
+    /// The bounds for owners whose leases run `lease` without renewal.
+    pub fn for_lease(lease: Duration) -> Self {
+        let half = (lease / 2).max(Duration::from_millis(1));
+        Self {
+            statement: lease.max(Duration::from_millis(1)),
+            lock: half,
+            idle_in_transaction: half,
+        }
+    }
+
+    /// The settings, as a connection's start-up options take them (milliseconds).
+    fn options(&self) -> [(&'static str, String); 3] {
+        let ms = |d: Duration| format!("{}ms", d.as_millis());
+        [
+            ("statement_timeout", ms(self.statement)),
+            ("lock_timeout", ms(self.lock)),
+            (
+                "idle_in_transaction_session_timeout",
+                ms(self.idle_in_transaction),
+            ),
+        ]
+    }
+}
+
 /// The advisory lock held while migrating, so that processes starting together do not race.
 const MIGRATION_LOCK: i64 = 0x7765_6674_5f6d_6967; // "weft_mig"
 
@@ -133,10 +173,21 @@ impl PgStore {
         Self::connect_with_durability(opts, Durability::default()).await
     }
 
-    /// Connects with options built by the caller, writing at `durability`.
+    /// Connects with options built by the caller, writing at `durability`, with its connections
+    /// bounded for this process's lease time ([`crate::lease_time`]).
     pub async fn connect_with_durability(
         opts: PgConnectOptions,
         durability: Durability,
+    ) -> Result<Self, StoreError> {
+        Self::connect_bounded(opts, durability, PgBounds::for_lease(crate::lease_time())).await
+    }
+
+    /// Connects with options built by the caller, writing at `durability`, with its connections'
+    /// statements, lock waits and idle transactions bounded by `bounds`.
+    pub async fn connect_bounded(
+        opts: PgConnectOptions,
+        durability: Durability,
+        bounds: PgBounds,
     ) -> Result<Self, StoreError> {
         let target = target(&opts);
         let server = server_settings(&opts, &target).await?;
@@ -147,7 +198,9 @@ impl PgStore {
             );
         }
         let commit = Commit::new(&server.synchronous_commit, durability);
-        let opts = opts.options([("synchronous_commit", commit.value(durability))]);
+        let opts = opts
+            .options([("synchronous_commit", commit.value(durability))])
+            .options(bounds.options());
         let pool = pool(&opts);
         migrate(&pool, &target).await?;
         Ok(Self {
@@ -175,7 +228,13 @@ impl PgStore {
         let mut tx = self.pool.begin().await.map_err(|e| self.err(ctx, e))?;
         self.commit_at(&mut tx).await?;
         let mut read_back = BTreeMap::new();
-        for name in ["synchronous_commit", "fsync"] {
+        for name in [
+            "synchronous_commit",
+            "fsync",
+            "statement_timeout",
+            "lock_timeout",
+            "idle_in_transaction_session_timeout",
+        ] {
             let v: String = sqlx::query_scalar(&format!("SHOW {name}"))
                 .fetch_one(&mut *tx)
                 .await
@@ -560,21 +619,38 @@ impl Store for PgStore {
         limit: usize,
     ) -> Result<Vec<Lease>, StoreError> {
         let ctx = "cannot claim sessions to run";
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut tx = self.pool.begin().await.map_err(|e| self.err(ctx, e))?;
         // The candidates stay locked until the leases are taken: another worker claiming at the
-        // same moment skips them rather than waiting or taking them too.
-        let sql = lease::claimable_sql(
+        // same moment skips them rather than waiting or taking them too. Sessions whose owner
+        // stopped come first, by their lease rows (see `lease::expired_sql`), then sessions that
+        // never had a lease, by their session rows.
+        let agents_sql = "= ANY($1::text[])";
+        let mut ids: Vec<String> = sqlx::query_scalar(&lease::expired_sql(
             lease::dollar,
-            "= ANY($1::text[])",
-            "FOR UPDATE OF s SKIP LOCKED",
-        );
-        let ids: Vec<String> = sqlx::query_scalar(&sql)
+            agents_sql,
+            "FOR UPDATE OF l SKIP LOCKED",
+        ))
+        .bind(agents)
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| self.err(ctx, e))?;
+        let left = limit.saturating_sub(i64::try_from(ids.len()).unwrap_or(i64::MAX));
+        if left > 0 {
+            let unleased: Vec<String> = sqlx::query_scalar(&lease::unleased_sql(
+                lease::dollar,
+                agents_sql,
+                "FOR UPDATE OF s SKIP LOCKED",
+            ))
             .bind(agents)
-            .bind(now)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(left)
             .fetch_all(&mut *tx)
             .await
             .map_err(|e| self.err(ctx, e))?;
+            ids.extend(unleased);
+        }
         let mut got = Vec::with_capacity(ids.len());
         let expires_at = now.saturating_add(ttl_ms);
         for id in ids {
@@ -963,6 +1039,14 @@ async fn migrate(pool: &PgPool, target: &str) -> Result<(), StoreError> {
     };
     let ctx = || "cannot bring the database schema up to date".to_owned();
     let mut tx = pool.begin().await.map_err(sql_err(ctx()))?;
+    // A migration may take long, and others starting meanwhile wait for its lock: the bounds of
+    // owners' statements (see `PgBounds`) do not apply to it.
+    tx.execute(
+        "SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; \
+         SET LOCAL idle_in_transaction_session_timeout = 0",
+    )
+    .await
+    .map_err(sql_err(ctx()))?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(MIGRATION_LOCK)
         .execute(&mut *tx)

@@ -545,7 +545,7 @@ impl Store for SqliteStore {
     ) -> Result<Vec<Lease>, StoreError> {
         let names = serde_json::to_string(agents)
             .map_err(|e| StoreError::Backend(format!("cannot encode the agents' names: {e}")))?;
-        let sql = lease::claimable_sql(lease::question, "IN (SELECT value FROM json_each(?1))", "");
+        let sql = lease::claimable_sql(lease::question, "IN (SELECT value FROM json_each(?1))");
         let ids: Vec<String> = sqlx::query_scalar(&sql)
             .bind(names)
             .bind(now)

@@ -292,3 +292,89 @@ async fn needs_postgres_leases() {
     leases_behave(&store).await;
     appends_are_fenced(&store).await;
 }
+
+/// A raw connection to `schema`, standing for another process's transaction.
+async fn raw_connection(url: &str, schema: &str) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    let opts: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    sqlx::PgConnection::connect_with(&opts.options([("search_path", schema)]))
+        .await
+        .unwrap()
+}
+
+/// A claim on PostgreSQL passes over nothing it may take and waits for nothing: a session
+/// whose lease ran out is claimed even while an open transaction of its old owner (frozen or
+/// cut off) holds its session row; one whose lease row an append in progress holds (`FOR
+/// SHARE`, the fence) is passed over without waiting, and claimed once that transaction ends.
+#[tokio::test]
+async fn needs_postgres_claims_go_by_lease_rows_and_never_wait() {
+    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
+    let schema = format!("claim_locks_{}", std::process::id());
+    let store = PgStore::connect_in_schema(&url, &schema).await.unwrap();
+    let (z, w) = (owner("z", 1), owner("w", 2));
+    for k in 1..=3 {
+        let new = NewSession {
+            id: format!("x{k}"),
+            agent: "k".to_owned(),
+            ..NewSession::default()
+        };
+        store
+            .create_with(new, &batch(1, 1, 0), SessionStatus::Running, 1_000 + k)
+            .await
+            .unwrap();
+    }
+    // x1 and x2 were run by z, whose leases ran out; x3 was never run.
+    store.acquire("x1", &z, 1_000, 100, false).await.unwrap();
+    store.acquire("x2", &z, 1_000, 100, false).await.unwrap();
+    let mut frozen = raw_connection(&url, &schema).await;
+    sqlx::query("BEGIN").execute(&mut frozen).await.unwrap();
+    sqlx::query("SELECT epoch FROM leases WHERE session = 'x1' FOR SHARE")
+        .execute(&mut frozen)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE sessions SET last_seq = last_seq WHERE id = 'x2'")
+        .execute(&mut frozen)
+        .await
+        .unwrap();
+    let agents = ["k".to_owned()];
+    let claimed = tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        store.claim(&w, &agents, 2_000, 60_000, 10),
+    )
+    .await
+    .expect("the claim waited for another transaction's lock")
+    .unwrap();
+    let ids: Vec<&str> = claimed.iter().map(|l| l.session.as_str()).collect();
+    assert_eq!(ids, ["x2", "x3"]);
+    assert_eq!(claimed[0].epoch, 2, "x2 is taken over at the next epoch");
+    // Once the transaction holding x1's lease row ends, x1 is claimed too.
+    sqlx::query("ROLLBACK").execute(&mut frozen).await.unwrap();
+    let claimed = store.claim(&w, &agents, 2_000, 60_000, 10).await.unwrap();
+    let ids: Vec<&str> = claimed.iter().map(|l| l.session.as_str()).collect();
+    assert_eq!(ids, ["x1"]);
+}
+
+/// The PostgreSQL store's connections bound statements, lock waits and idle transactions by
+/// the lease time: half a lease for a lock wait and an idle transaction, a whole lease for a
+/// statement.
+#[tokio::test]
+async fn needs_postgres_connections_are_bounded_by_the_lease() {
+    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
+    let schema = format!("bounds_{}", std::process::id());
+    PgStore::connect_in_schema(&url, &schema).await.unwrap();
+    let opts: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    let store = PgStore::connect_bounded(
+        opts.options([("search_path", schema.as_str())]),
+        weft_store::Durability::Full,
+        weft_store::PgBounds::for_lease(std::time::Duration::from_secs(2)),
+    )
+    .await
+    .unwrap();
+    let read = store.settings().await.unwrap().read_back;
+    assert_eq!(read["statement_timeout"], "2s", "{read:?}");
+    assert_eq!(read["lock_timeout"], "1s", "{read:?}");
+    assert_eq!(
+        read["idle_in_transaction_session_timeout"], "1s",
+        "{read:?}"
+    );
+}

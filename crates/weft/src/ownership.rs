@@ -17,11 +17,7 @@ use weft_store::{Lease, Owner, Store, StoreError};
 
 /// How long a lease runs without renewal (renewed every third of it). `WEFT_LEASE_SECS` sets it.
 pub fn ttl() -> Duration {
-    std::env::var("WEFT_LEASE_SECS")
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.1 && *s <= 3600.0)
-        .map_or(Duration::from_secs(15), Duration::from_secs_f64)
+    weft_store::lease_time()
 }
 
 pub fn ttl_ms() -> i64 {

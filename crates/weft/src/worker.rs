@@ -96,7 +96,15 @@ pub async fn run<S: Store>(store: Arc<S>, a: WorkerArgs) -> Result<u8> {
     let stop = crate::interrupt::signal();
     tokio::pin!(stop);
     let mut idle_since = Instant::now();
+    // Sessions driven to an end (completed, failed, waiting), and sessions let go unfinished
+    // (stopped, or a store error) for other workers.
     let mut done = 0_u64;
+    let mut released = 0_u64;
+    let mut count = |left: Option<Result<Let, tokio::task::JoinError>>| match left {
+        Some(Ok(Let::Released)) => released += 1,
+        Some(_) => done += 1,
+        None => {}
+    };
     let stopped = loop {
         let free = a.concurrency.saturating_sub(tasks.len());
         let mut claimed = 0;
@@ -128,13 +136,13 @@ pub async fn run<S: Store>(store: Arc<S>, a: WorkerArgs) -> Result<u8> {
         if claimed > 0 && claimed == free {
             // There may be more: claim again once a slot frees, without waiting for a poll.
             tokio::select! {
-                _ = tasks.join_next() => { done += 1; }
+                left = tasks.join_next() => count(left),
                 () = &mut stop => break true,
             }
             continue;
         }
         tokio::select! {
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => { done += 1; }
+            left = tasks.join_next(), if !tasks.is_empty() => count(left),
             () = store.wait_for_work(poll) => {}
             () = &mut stop => break true,
         }
@@ -154,7 +162,7 @@ pub async fn run<S: Store>(store: Arc<S>, a: WorkerArgs) -> Result<u8> {
         loop {
             tokio::select! {
                 next = tasks.join_next() => match next {
-                    Some(_) => done += 1,
+                    Some(left) => count(Some(left)),
                     None => break,
                 },
                 () = tokio::time::sleep_until(deadline) => break,
@@ -172,14 +180,21 @@ pub async fn run<S: Store>(store: Arc<S>, a: WorkerArgs) -> Result<u8> {
                 tracing::warn!(session = %lease.session, "cannot release the session's lease: {e}");
             }
         }
-        eprintln!(
-            "worker: stopped after {done} session(s); {} released for other workers",
-            left.len()
-        );
+        released += left.len() as u64;
+        eprintln!("worker: stopped after {done} session(s); {released} released for other workers");
         return Ok(crate::interrupt::EXIT_INTERRUPTED);
     }
     eprintln!("worker: no work for a while; stopped after {done} session(s)");
     Ok(0)
+}
+
+/// How a worker let a session go.
+enum Let {
+    /// It ended, or waits for a person.
+    Ended,
+    /// It is still running, for any worker to claim: stopped at a safe point, or left after an
+    /// error.
+    Released,
 }
 
 /// Drives one claimed session until it ends, waits or is stopped, then releases it.
@@ -188,15 +203,15 @@ async fn one<S: Store>(
     lease: Lease,
     agents: Arc<HashMap<String, Arc<AgentFile>>>,
     driving: Driving,
-) {
+) -> Let {
     let id = lease.session.clone();
     let held = ownership::hold(store.clone(), lease);
     let began = Instant::now();
-    let outcome: Result<String> = async {
+    let outcome: Result<(String, Let)> = async {
         let rec = store.get(&id).await?;
         if rec.status != SessionStatus::Running {
             // It ended between the claim and now.
-            return Ok(format!("already {}", rec.status.as_str()));
+            return Ok((format!("already {}", rec.status.as_str()), Let::Ended));
         }
         let agent = agents
             .get(&rec.agent)
@@ -204,31 +219,42 @@ async fn one<S: Store>(
         Ok(
             match drive(store.clone(), &held, &rec, agent, Vec::new()).await? {
                 Ended::Done(state, _) => match state.status {
-                    SessionStatus::Failed => format!(
-                        "failed: {}",
-                        state.error.as_deref().unwrap_or("unknown reason")
+                    SessionStatus::Failed => (
+                        format!(
+                            "failed: {}",
+                            state.error.as_deref().unwrap_or("unknown reason")
+                        ),
+                        Let::Ended,
                     ),
-                    s => s.as_str().to_owned(),
+                    s => (s.as_str().to_owned(), Let::Ended),
                 },
-                Ended::Stopped(_) => "stopped; released for other workers".to_owned(),
+                Ended::Stopped(_) => (
+                    "stopped; released for other workers".to_owned(),
+                    Let::Released,
+                ),
             },
         )
     }
     .await;
-    match outcome {
-        Ok(what) => eprintln!(
-            "session {id}: {what} ({:.1} s)",
-            began.elapsed().as_secs_f64()
-        ),
+    let how = match outcome {
+        Ok((what, how)) => {
+            eprintln!(
+                "session {id}: {what} ({:.1} s)",
+                began.elapsed().as_secs_f64()
+            );
+            how
+        }
         // Left running: it is claimed again (by this worker or another) once released, after a
         // pause so that a session that fails this way every time does not spin.
         Err(e) => {
             eprintln!("session {id}: not finished: {}", crate::message(&e));
             tokio::time::sleep(Duration::from_secs(1)).await;
+            Let::Released
         }
-    }
+    };
     if let Ok(mut d) = driving.lock() {
         d.remove(&id);
     }
     held.release().await;
+    how
 }

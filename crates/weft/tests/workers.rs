@@ -150,10 +150,8 @@ impl Rng {
     }
 }
 
-fn kill(child: &mut Child, signal: &str) {
-    let _ = Command::new("kill")
-        .args([signal, &child.id().to_string()])
-        .status();
+fn kill(child: &mut Child, sig: &str) {
+    signal(child, sig);
     let _ = child.wait();
 }
 
@@ -301,6 +299,283 @@ fn needs_postgres_workers_survive_sigkill_and_dropped_connections() {
     assert!(kills > 0 && !gaps.is_empty(), "no takeover happened");
 }
 
+/// A `psql` session of the test's own, fed statement by statement, to hold a lock while a
+/// worker is caught waiting for it.
+struct Psql {
+    child: Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Psql {
+    fn new(url: &str) -> Self {
+        let mut child = Command::new("psql")
+            .args([url, "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("psql (the PostgreSQL client) must be installed");
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        Self { child, out }
+    }
+
+    /// Sends `sql`, whose last statement prints one line, and returns that line.
+    fn line(&mut self, sql: &str) -> String {
+        use std::io::{BufRead, Write};
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{sql}").unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        assert!(!line.is_empty(), "psql stopped at: {sql}");
+        line.trim().to_owned()
+    }
+}
+
+impl Drop for Psql {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+fn signal(child: &Child, signal: &str) {
+    let _ = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status();
+}
+
+/// Freezes worker `w` (SIGSTOP) inside one of its transactions, right after a statement that
+/// matches `query` (a `LIKE` pattern) and writes or locks `table`: the test locks `table`,
+/// waits until one of the worker's connections (`application_name` = `app`) waits for that
+/// lock in such a statement, stops the worker and lets the lock go. The statement then
+/// completes, and the connection stays idle in its transaction, holding what the statement and
+/// the ones before it took, for as long as the worker is stopped (or until PostgreSQL ends
+/// it). Returns when the worker was stopped.
+fn freeze_inside(url: &str, w: &Child, app: &str, table: &str, query: &str) -> Instant {
+    let caught =
+        format!("FROM pg_stat_activity WHERE application_name = '{app}' AND query LIKE '{query}'");
+    let mut p = Psql::new(url);
+    let mut tried = Vec::new();
+    for _ in 0..100 {
+        // At most about half a second: the worker's statement gives up waiting after half a
+        // lease (lock_timeout).
+        let waiting = p.line(&format!(
+            "BEGIN; LOCK TABLE {table} IN EXCLUSIVE MODE; \
+             DO $$ BEGIN FOR i IN 1..400 LOOP PERFORM pg_stat_clear_snapshot(); \
+               PERFORM 1 {caught} AND wait_event_type = 'Lock'; EXIT WHEN FOUND; \
+               PERFORM pg_sleep(0.001); END LOOP; END $$; \
+             SELECT count(*) {caught} AND wait_event_type = 'Lock';"
+        ));
+        if waiting == "0" {
+            p.line("COMMIT; SELECT 1;");
+            tried.push("not seen waiting".to_owned());
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        signal(w, "-STOP");
+        let stopped = Instant::now();
+        p.line("COMMIT; SELECT 1;");
+        let mut state = String::new();
+        while stopped.elapsed() < Duration::from_millis(500) {
+            state = p.line(&format!(
+                "SELECT coalesce(string_agg(state, ','), '') {caught};"
+            ));
+            if state.split(',').any(|s| s == "idle in transaction") {
+                return stopped;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The statement gave up waiting, or failed: try again.
+        tried.push(format!("stopped; then {state}"));
+        signal(w, "-CONT");
+    }
+    panic!("could not catch the worker inside `{query}`: {tried:?}");
+}
+
+/// A worker frozen with SIGSTOP for four times the lease while one of its connections is idle
+/// in a transaction (a paused VM, a stall, a partition): once inside an append (after `UPDATE
+/// sessions`, in `INSERT INTO events`, holding the session's row and its lease row), once right
+/// after the append's `FOR SHARE` read of the lease. PostgreSQL ends the frozen transaction
+/// (`idle_in_transaction_session_timeout`), another worker takes each of the frozen worker's
+/// sessions over within twice the lease, and after SIGCONT the frozen worker's writes are
+/// refused: no call runs twice (the ledger) and no event is written at an epoch older than one
+/// before it. The takeover times are printed.
+#[test]
+fn needs_postgres_a_frozen_owner_is_taken_over() {
+    let db = Database::new("frozen");
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    ledger_agent(d, "ledger");
+    // Each post takes a moment, so that a frozen worker is caught in the middle of sessions.
+    let agent = std::fs::read_to_string(d.join("ledger.yaml")).unwrap();
+    std::fs::write(
+        d.join("ledger.yaml"),
+        agent.replace("cat > /dev/null;", "cat > /dev/null; sleep 1;"),
+    )
+    .unwrap();
+    let lease_ms = 2000_u128;
+    let mut refused = 0;
+    let cases = [
+        ("inside an append", "events", "INSERT INTO events%"),
+        (
+            "inside the lease's FOR SHARE read",
+            "leases",
+            "%FROM leases WHERE session = % FOR SHARE",
+        ),
+    ];
+    for (k, (case, table, query)) in cases.into_iter().enumerate() {
+        // Four sessions for the worker that freezes, four for the other one.
+        let ids = submit_many(d, &db.url, "ledger", 8);
+        let app = format!("weft-frozen-{k}");
+        let a_log = d.join(format!("frozen{k}.log"));
+        let mut a = weft(d, &db.url)
+            .args(["worker", "--agents", ".", "--poll-secs", "0.2"])
+            .args(["--concurrency", "4"])
+            .env("WEFT_LEASE_SECS", "2")
+            .env("PGAPPNAME", &app)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&a_log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut watch = Psql::new(&db.url);
+        let held_sql = format!(
+            "SELECT coalesce(string_agg(l.session || ':' || l.epoch, ' '), '') \
+             FROM leases l JOIN sessions s ON s.id = l.session \
+             WHERE l.pid = {} AND l.expires_at > 0 AND s.status = 'running';",
+            a.id()
+        );
+        let began = Instant::now();
+        while watch.line(&held_sql).split_whitespace().count() < 4 {
+            assert!(
+                began.elapsed() < Duration::from_secs(60),
+                "{case}: the worker took no sessions"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut b = worker(d, &db.url, 16, &[], &d.join(format!("other{k}.log")));
+        let frozen_at = freeze_inside(&db.url, &a, &app, table, query);
+        let held: Vec<(String, i64)> = watch
+            .line(&held_sql)
+            .split_whitespace()
+            .map(|l| {
+                let (s, e) = l.split_once(':').unwrap();
+                (s.to_owned(), e.parse().unwrap())
+            })
+            .collect();
+        assert!(
+            !held.is_empty(),
+            "{case}: the frozen worker holds no session"
+        );
+        let mut taken: HashMap<String, u128> = HashMap::new();
+        let mut ended_ms = None;
+        let list = held
+            .iter()
+            .map(|(s, _)| format!("'{s}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        while frozen_at.elapsed().as_millis() < 4 * lease_ms {
+            std::thread::sleep(Duration::from_millis(50));
+            let seen = watch.line(&format!(
+                "SELECT (SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}' \
+                   AND state LIKE 'idle in transaction%') \
+                 || ' ' || string_agg(session || ':' || epoch, ' ') \
+                 FROM leases WHERE session IN ({list});"
+            ));
+            // An upper bound: the time the answer came back.
+            let now = frozen_at.elapsed().as_millis();
+            let mut seen = seen.split_whitespace();
+            if seen.next() == Some("0") && ended_ms.is_none() {
+                ended_ms = Some(now);
+            }
+            for l in seen {
+                let (s, e) = l.split_once(':').unwrap();
+                let e: i64 = e.parse().unwrap();
+                if held.iter().any(|(h, he)| h == s && e > *he) {
+                    taken.entry(s.to_owned()).or_insert(now);
+                }
+            }
+        }
+        drop(watch);
+        let done_meanwhile = psql(
+            &db.url,
+            "SELECT count(*) FROM sessions WHERE status IN ('completed', 'failed')",
+        );
+        signal(&a, "-CONT");
+        let mut times: Vec<u128> = taken.values().copied().collect();
+        times.sort_unstable();
+        eprintln!(
+            "frozen {case}: {} session(s) held, taken over after {times:?} ms (lease {lease_ms} ms); \
+             PostgreSQL ended the frozen transaction within {ended_ms:?} ms; {done_meanwhile} \
+             sessions ended by then",
+            held.len()
+        );
+        assert!(
+            ended_ms.is_some(),
+            "{case}: the frozen worker's transaction is still open"
+        );
+        for (s, _) in &held {
+            let t = taken.get(s).copied();
+            assert!(
+                t.is_some_and(|t| t <= 2 * lease_ms),
+                "{case}: session {s} taken over after {t:?} ms, not within twice the lease\n\
+                 frozen worker:\n{}\nother worker:\n{}",
+                std::fs::read_to_string(&a_log).unwrap(),
+                std::fs::read_to_string(d.join(format!("other{k}.log"))).unwrap(),
+            );
+        }
+        // Everything ends, the frozen worker's leftovers included.
+        let began = Instant::now();
+        let in_list = ids
+            .iter()
+            .map(|s| format!("'{s}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        loop {
+            let open = psql(
+                &db.url,
+                &format!(
+                    "SELECT count(*) FROM sessions WHERE id IN ({in_list}) \
+                     AND status NOT IN ('completed', 'failed')"
+                ),
+            );
+            if open == "0" {
+                break;
+            }
+            assert!(
+                began.elapsed() < Duration::from_secs(180),
+                "{case}: {open} sessions still open; logs in {}",
+                d.display()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        kill(&mut a, "-TERM");
+        kill(&mut b, "-TERM");
+        let a_log = std::fs::read_to_string(&a_log).unwrap();
+        refused += a_log
+            .lines()
+            .filter(|l| l.contains(": not finished: ") && l.contains("no longer owns it"))
+            .count();
+    }
+    // After SIGCONT, the frozen worker's appends were refused; none ran a call twice or wrote
+    // at an older epoch.
+    assert!(refused > 0, "no write of a frozen worker was refused");
+    let posts = ledger(d);
+    let repeated: Vec<_> = posts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(repeated.is_empty(), "calls that ran twice: {repeated:?}");
+    let back: u64 = psql(
+        &db.url,
+        "SELECT count(*) FROM (SELECT epoch < lag(epoch) OVER (PARTITION BY session_id ORDER BY seq) AS back \
+         FROM events) e WHERE back",
+    )
+    .parse()
+    .unwrap();
+    assert_eq!(
+        back, 0,
+        "events written by an owner after a newer one took over"
+    );
+    eprintln!("frozen: {refused} write(s) of the frozen workers refused after SIGCONT");
+}
+
 /// Two workers on one SQLite file share the sessions safely; a session answered with `weft
 /// submit --session` is continued by a worker; SIGTERM drains a worker: the session it drives
 /// is released and another worker finishes it without waiting for the lease to run out.
@@ -425,6 +700,10 @@ tools:
         err.contains(&format!(
             "session {id}: stopped; released for other workers"
         )),
+        "{err}"
+    );
+    assert!(
+        err.contains("worker: stopped after 0 session(s); 1 released for other workers"),
         "{err}"
     );
     // The lease (60 s) was released: another worker takes the session now. The call is
