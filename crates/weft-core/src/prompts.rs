@@ -489,12 +489,23 @@ pub fn react(state: &State, cfg: &AgentConfig) -> ModelRequest {
 
 /// `head`, then the session's conversation as a request carries it: the summary of its compacted
 /// part (if any), then the messages after that part, shared with the state.
+///
+/// The roles still alternate as strict chat templates require: before a kept part that starts
+/// with a user message (or is empty), the summary ends the system message; before one that
+/// starts with the assistant's, it is the user turn that comes first.
 pub fn conversation(state: &State, mut head: Vec<Message>) -> Messages {
     match &state.compaction {
         Some(c) => {
-            head.push(Message::System {
-                content: format!("{SUMMARY_INTRO}\n{}", c.summary),
-            });
+            let summary = format!("{SUMMARY_INTRO}\n{}", c.summary);
+            let user_first = matches!(state.history.get(c.upto), None | Some(Message::User { .. }));
+            match head.last_mut() {
+                Some(Message::System { content }) if user_first => {
+                    content.push_str("\n\n");
+                    content.push_str(&summary);
+                }
+                _ if user_first => head.push(Message::System { content: summary }),
+                _ => head.push(Message::User { content: summary }),
+            }
             Messages::with_history_from(head, &state.history, c.upto)
         }
         None => Messages::with_history(head, &state.history),
