@@ -548,17 +548,9 @@ pub fn workflow_step(
     if state.data.as_object().is_some_and(|m| !m.is_empty()) {
         role.push_str(&format!("\nWhat is known so far: {}", state.data));
     }
-    let mut messages = conversation(state, vec![system_with_memories(cfg, &role, state)]);
-    // A conversation that ends with an earlier step's reply gets a turn of the user's, so that
-    // the model answers anew (some providers would otherwise continue the old reply).
-    if matches!(
-        state.history.iter().next_back(),
-        Some(Message::Assistant { .. })
-    ) {
-        messages.push(Message::User {
-            content: format!("[weft] The workflow is now in step `{name}`; carry it out."),
-        });
-    }
+    // A step entered after an earlier step's reply has its notice in the conversation
+    // (`workflow::step_notice`, added as the step is entered), so its requests only grow.
+    let messages = conversation(state, vec![system_with_memories(cfg, &role, state)]);
     let mut req = request(state, Purpose::Workflow, messages);
     req.tools = tools
         .iter()

@@ -107,6 +107,12 @@ pub fn delegate_tool(step: &str) -> String {
     format!("workflow.{step}")
 }
 
+/// The user turn that tells the model the workflow entered `step` (added to a conversation
+/// that ends with an earlier step's reply).
+pub fn step_notice(step: &str) -> String {
+    format!("[weft] The workflow is now in step `{step}`; carry it out.")
+}
+
 /// What a step's expressions may read.
 const STEP_VARS: &[&str] = &["output", "state", "input", "steps", "session"];
 /// What a reentry rule may read.
