@@ -431,9 +431,11 @@ async fn a_loop_between_steps_ends_at_max_transitions() {
     let rt = runtime(&store, &agent);
     let s = rt.load_session("loop").await.unwrap();
     let error = s.state.error.unwrap();
+    // The list shows exactly the transitions counted (one arrow each), then the one refused.
     assert!(
-        error.contains("5 transitions (limits.max_transitions)")
-            && error.contains("ping -> pong -> ping -> pong -> ping -> pong"),
+        error.ends_with(
+            "5 transitions (limits.max_transitions) without ending its turn: ping -> pong -> ping -> pong -> ping -> pong; the next one, from `pong` to `ping`, was not taken"
+        ),
         "{error}"
     );
     assert_eq!(
