@@ -55,6 +55,7 @@ fuzz_target!(|data: &[u8]| {
         initial_state: None,
         known_steps: &[],
         require_tools: true,
+        skills: &[],
     };
     if !validate(&plan, &catalog, &opts).is_empty() {
         return;

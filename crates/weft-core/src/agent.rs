@@ -65,7 +65,7 @@ pub struct AgentSpec {
     /// the built-in `recall` tool.
     #[serde(default)]
     pub recall_memories: Option<bool>,
-    /// Skills: named instructions the planner may select.
+    /// Skills: named instructions; the planner picks one per step (`_skill`), whose executor alone gets its instructions.
     #[serde(default)]
     #[schemars(with = "Vec<crate::agent_loop::Skill>")]
     pub skills: Vec<Value>,

@@ -140,6 +140,8 @@ pub struct ValidateOptions<'a> {
     pub known_steps: &'a [String],
     /// Every step must name a tool (true for `weft plan`, which has no step executor).
     pub require_tools: bool,
+    /// The agent's skills, which a step's `_skill` must name.
+    pub skills: &'a [&'a str],
 }
 
 /// Validates a plan against the tools available, returning every problem found.
@@ -194,6 +196,28 @@ pub fn validate(
                 "is missing; `weft plan` runs tool calls only (a step without `_tool` needs an agent's step executor)",
             )),
             (None, false) => {}
+        }
+        if let Some(k) = &s.skill {
+            if s.tool.is_some() {
+                problems.push(PlanProblem::new(
+                    sid,
+                    Some("_skill"),
+                    "a skill guides the step executor, and a step with `_tool` has none; remove `_skill`, or `_tool` and its arguments",
+                ));
+            } else if !opts.skills.contains(&k.as_str()) {
+                let msg = if opts.skills.is_empty() {
+                    format!(
+                        "unknown skill `{k}`: the agent has no skills; leave `_skill` out or add the skill to the agent file's `skills`"
+                    )
+                } else {
+                    format!(
+                        "unknown skill `{k}`{}; the agent's skills: {}",
+                        crate::suggest::did_you_mean(k, opts.skills.iter().copied()),
+                        opts.skills.join(", ")
+                    )
+                };
+                problems.push(PlanProblem::new(sid, Some("_skill"), msg));
+            }
         }
         for d in &s.depends_on {
             if d == &s.id {
@@ -582,6 +606,40 @@ mod tests {
         let problems = validate(&reuse, &catalog(), &opts);
         assert_eq!(problems.len(), 1);
         assert!(problems[0].message.contains("immutable"));
+    }
+
+    #[test]
+    fn a_steps_skill_must_be_one_of_the_agents() {
+        let skills = ["refund-policy", "tone"];
+        let opts = ValidateOptions {
+            skills: &skills,
+            ..ValidateOptions::default()
+        };
+        let good = plan(json!([{"_id": "a", "_description": "decide", "_skill": "refund-policy"}]));
+        assert_eq!(validate(&good, &catalog(), &opts), vec![]);
+        let bad = plan(json!([
+            {"_id": "a", "_description": "decide", "_skill": "refund-polcy"},
+            {"_id": "b", "_tool": "t", "_skill": "tone"}
+        ]));
+        let problems = validate(&bad, &catalog(), &opts);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(problems[0].field.as_deref(), Some("_skill"));
+        assert_eq!(
+            problems[0].message,
+            "unknown skill `refund-polcy`; did you mean `refund-policy`?; the agent's skills: refund-policy, tone"
+        );
+        assert!(problems[1].message.contains("a step with `_tool` has none"));
+        let none = validate(&good, &catalog(), &ValidateOptions::default());
+        assert!(
+            none[0].message.contains("the agent has no skills"),
+            "{none:?}"
+        );
+        // The choice is part of the plan as written (and so of the events that record it).
+        assert_eq!(good.steps[0].to_call()["_skill"], json!("refund-policy"));
+        let empty = crate::plan::Plan::from_value(
+            &json!([{"_id": "a", "_description": "d", "_skill": ""}]),
+        );
+        assert!(empty.is_err());
     }
 
     #[test]

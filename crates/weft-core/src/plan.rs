@@ -23,6 +23,7 @@ pub const META_FIELDS: &[&str] = &[
     "_id",
     "_description",
     "_category",
+    "_skill",
     "_outputPath",
     "_dependsOn",
     "_parallel",
@@ -295,6 +296,9 @@ pub struct PlanStep {
     pub tool: Option<String>,
     pub description: Option<String>,
     pub category: Option<String>,
+    /// `_skill`: the agent's skill whose instructions the step executor follows for this step
+    /// (a step without `_tool` only; its executor sees no other skill's instructions).
+    pub skill: Option<String>,
     /// Arguments as written, references included.
     pub args: Map<String, Value>,
     pub output: Option<OutputPath>,
@@ -358,6 +362,9 @@ impl PlanStep {
         }
         if let Some(c) = &self.category {
             m.insert("_category".into(), Value::String(c.clone()));
+        }
+        if let Some(k) = &self.skill {
+            m.insert("_skill".into(), Value::String(k.clone()));
         }
         for (k, v) in &self.args {
             m.insert(k.clone(), v.clone());
@@ -639,6 +646,14 @@ fn parse_call(i: usize, call: &Value) -> Result<PlanStep, Vec<PlanProblem>> {
     let tool = str_field("_tool", &mut problems);
     let description = str_field("_description", &mut problems);
     let category = str_field("_category", &mut problems);
+    let skill = str_field("_skill", &mut problems);
+    if skill.as_deref().is_some_and(|k| k.trim().is_empty()) {
+        problems.push(PlanProblem::new(
+            sid,
+            Some("_skill"),
+            "is empty; name one of the agent's skills or leave `_skill` out",
+        ));
+    }
     if tool.as_deref() == Some("") {
         problems.push(PlanProblem::new(
             sid,
@@ -734,6 +749,7 @@ fn parse_call(i: usize, call: &Value) -> Result<PlanStep, Vec<PlanProblem>> {
         tool,
         description,
         category,
+        skill,
         args,
         output,
         depends_on,

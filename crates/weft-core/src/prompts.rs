@@ -78,20 +78,17 @@ fn system_with_memories(cfg: &AgentConfig, role: &str, state: &State) -> Message
     system(cfg, &format!("{role}\n\n{}", memories.trim_end()))
 }
 
-fn skills_block(cfg: &AgentConfig, full: bool) -> String {
+/// The skills as the planner sees them: name and description (their instructions go only to
+/// the executor of a step that names the skill in `_skill`).
+fn skills_block(cfg: &AgentConfig) -> String {
     if cfg.skills.is_empty() {
         return String::new();
     }
-    let mut out = String::from("Skills:\n");
+    let mut out = String::from(
+        "Skills (name: what it is for). A `_description` step may name one as \"_skill\"; its executor then follows that skill's instructions:\n",
+    );
     for s in &cfg.skills {
-        if full {
-            out.push_str(&format!(
-                "- {}: {}\n  instructions: {}\n",
-                s.name, s.description, s.instructions
-            ));
-        } else {
-            out.push_str(&format!("- {}: {}\n", s.name, s.description));
-        }
+        out.push_str(&format!("- {}: {}\n", s.name, s.description));
     }
     out.push('\n');
     out
@@ -162,8 +159,9 @@ const PLANNER_SCHEMA_TOOLS_IN_FULL: usize = 16;
 
 /// The planner's reply: exactly one of `direct_response` and a non-empty `plan`, so that
 /// constrained decoding cannot produce `{}`. A step is either a tool call (`_tool` one of the
-/// agent's tools, with that tool's arguments) or a `_description` for the step executor.
-pub fn planner_schema(tools: &[ToolInfo]) -> Value {
+/// agent's tools, with that tool's arguments) or a `_description` for the step executor, which
+/// may name one of `skills` as its `_skill`.
+pub fn planner_schema(tools: &[ToolInfo], skills: &[&str]) -> Value {
     let common = |props: &mut Map<String, Value>| {
         // Only fields whose every form the plan validator accepts: constrained decoding (a
         // grammar built from this schema) then cannot produce an invalid id, and leaves out
@@ -210,6 +208,9 @@ pub fn planner_schema(tools: &[ToolInfo]) -> Value {
     let mut described = Map::new();
     common(&mut described);
     described.insert("_description".into(), json!({"type": "string"}));
+    if !skills.is_empty() {
+        described.insert("_skill".into(), json!({"enum": skills}));
+    }
     steps.push(
         json!({"type": "object", "properties": described, "required": ["_id", "_description"]}),
     );
@@ -234,7 +235,7 @@ pub fn planner_schema(tools: &[ToolInfo]) -> Value {
 pub fn planner(state: &State, cfg: &AgentConfig) -> ModelRequest {
     let mut body = String::new();
     body.push_str(&memories_block(state));
-    body.push_str(&skills_block(cfg, false));
+    body.push_str(&skills_block(cfg));
     body.push_str("Tools (name [category]: what it does):\n");
     body.push_str(&tool_metadata(&cfg.tools));
     if state.input.as_object().is_some_and(|m| !m.is_empty()) {
@@ -260,7 +261,7 @@ pub fn planner(state: &State, cfg: &AgentConfig) -> ModelRequest {
     let mut messages = conversation(state, vec![system(cfg, PLANNER_ROLE)]);
     messages.push(Message::User { content: body });
     let mut req = request(state, Purpose::Plan, messages);
-    req.response_schema = Some(planner_schema(&cfg.tools));
+    req.response_schema = Some(planner_schema(&cfg.tools, &cfg.skill_names()));
     req
 }
 
@@ -269,7 +270,7 @@ Reply with JSON only, one of:\n\
 {\"action\": \"USE_TOOL\", \"tool\": \"<name>\", \"arguments\": {...}}\n\
 {\"action\": \"REQUEST_TOOL_INPUT\", \"tool\": \"<name>\", \"arguments\": {<what you know>}, \"missing\": [\"<argument>\"], \"question\": \"<question for the user>\"}\n\
 {\"action\": \"DIRECT_RESPONSE\", \"response\": \"<the step's result>\"}\n\
-{\"action\": \"DESIGN_INSTRUCTIONS\", \"instructions\": \"<instructions from a skill>\"}\n\
+{\"action\": \"DESIGN_INSTRUCTIONS\", \"instructions\": \"<instructions drawn from the step's selected skill, for the steps after it>\"}\n\
 Never invent a required argument: ask for it with REQUEST_TOOL_INPUT. Do not repeat a call already made in this step.";
 
 pub fn executor_schema() -> Value {
@@ -340,6 +341,15 @@ pub fn executor(state: &State, cfg: &AgentConfig, step_id: &str) -> ModelRequest
                 Value::Array(r.log.clone())
             ));
         }
+        // Only the skill the planner chose for this step (none: no skill's instructions).
+        if let Some(skill) = step.skill.as_deref().and_then(|k| cfg.skill(k)) {
+            body.push_str(&format!(
+                "Selected skill `{}` ({}); follow its instructions in this step:\n{}\n",
+                skill.name,
+                skill.description,
+                skill.instructions.trim()
+            ));
+        }
         let tools: Vec<Value> = step_tools(cfg, step.category.as_deref())
             .into_iter()
             .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
@@ -349,7 +359,6 @@ pub fn executor(state: &State, cfg: &AgentConfig, step_id: &str) -> ModelRequest
     if state.input.as_object().is_some_and(|m| !m.is_empty()) {
         body.push_str(&format!("Input: {}\n", state.input));
     }
-    body.push_str(&skills_block(cfg, true));
     body.push_str(&feedback_block(state));
     let mut req = request(
         state,
@@ -489,12 +498,23 @@ pub fn react(state: &State, cfg: &AgentConfig) -> ModelRequest {
 
 /// `head`, then the session's conversation as a request carries it: the summary of its compacted
 /// part (if any), then the messages after that part, shared with the state.
+///
+/// The roles still alternate as strict chat templates require: before a kept part that starts
+/// with a user message (or is empty), the summary ends the system message; before one that
+/// starts with the assistant's, it is the user turn that comes first.
 pub fn conversation(state: &State, mut head: Vec<Message>) -> Messages {
     match &state.compaction {
         Some(c) => {
-            head.push(Message::System {
-                content: format!("{SUMMARY_INTRO}\n{}", c.summary),
-            });
+            let summary = format!("{SUMMARY_INTRO}\n{}", c.summary);
+            let user_first = matches!(state.history.get(c.upto), None | Some(Message::User { .. }));
+            match head.last_mut() {
+                Some(Message::System { content }) if user_first => {
+                    content.push_str("\n\n");
+                    content.push_str(&summary);
+                }
+                _ if user_first => head.push(Message::System { content: summary }),
+                _ => head.push(Message::User { content: summary }),
+            }
             Messages::with_history_from(head, &state.history, c.upto)
         }
         None => Messages::with_history(head, &state.history),
@@ -537,17 +557,9 @@ pub fn workflow_step(
     if state.data.as_object().is_some_and(|m| !m.is_empty()) {
         role.push_str(&format!("\nWhat is known so far: {}", state.data));
     }
-    let mut messages = conversation(state, vec![system_with_memories(cfg, &role, state)]);
-    // A conversation that ends with an earlier step's reply gets a turn of the user's, so that
-    // the model answers anew (some providers would otherwise continue the old reply).
-    if matches!(
-        state.history.iter().next_back(),
-        Some(Message::Assistant { .. })
-    ) {
-        messages.push(Message::User {
-            content: format!("[weft] The workflow is now in step `{name}`; carry it out."),
-        });
-    }
+    // A step entered after an earlier step's reply has its notice in the conversation
+    // (`workflow::step_notice`, added as the step is entered), so its requests only grow.
+    let messages = conversation(state, vec![system_with_memories(cfg, &role, state)]);
     let mut req = request(state, Purpose::Workflow, messages);
     req.tools = tools
         .iter()
@@ -618,7 +630,7 @@ mod tests {
             requires_approval: false,
             source: "command".into(),
         };
-        let schema = planner_schema(std::slice::from_ref(&tool));
+        let schema = planner_schema(std::slice::from_ref(&tool), &["tone"]);
         let v = jsonschema::validator_for(&schema).unwrap();
         for bad in [
             json!({}),
@@ -629,6 +641,7 @@ mod tests {
             json!({"plan": [{"_id": "a", "_tool": "other", "word": "x"}]}),
             json!({"plan": [{"_tool": "log_word", "word": "x"}]}),
             json!({"plan": [{"_id": "a.b", "_tool": "log_word", "word": "x"}]}),
+            json!({"plan": [{"_id": "a", "_description": "x", "_skill": "tone-of-voice"}]}),
         ] {
             assert!(!v.is_valid(&bad), "accepted {bad}");
         }
@@ -637,6 +650,7 @@ mod tests {
             json!({"plan": [{"_id": "a", "_tool": "log_word", "word": "x"}]}),
             json!({"plan": [{"_id": "a", "_tool": "log_word", "word": "x", "times": "†input.n"},
                 {"_id": "b", "_description": "sum up", "_dependsOn": ["a"], "_outputPath": "†state.sum"}]}),
+            json!({"plan": [{"_id": "a", "_description": "say it kindly", "_skill": "tone"}]}),
         ] {
             assert!(v.is_valid(&good), "rejected {good}");
         }

@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 use crate::agent::Mode;
 use crate::event::{
     Event, InputRequest, RecalledMemory, ResponseVerdict, ReviewDecision, RunStatus, SessionStatus,
-    ToolError, ToolOutcome,
+    ToolError, ToolOutcome, TransitionRule,
 };
 use crate::graph::Graph;
 use crate::history::History;
@@ -406,7 +406,7 @@ pub struct OpenCall {
 /// The version of State's serialised form (and of what `apply` makes of events) that snapshots
 /// are written and read at. Bump it with every change of State's shape (see the module's
 /// documentation); a snapshot of another version is ignored and the log is folded.
-pub const SNAPSHOT_VERSION: u32 = 2;
+pub const SNAPSHOT_VERSION: u32 = 3;
 /// A conversation's compacted part: requests carry `summary` in place of the messages before
 /// `upto` (an index into [`State::history`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -1119,6 +1119,17 @@ impl State {
             }
             Event::WorkflowStepEntered { step, .. } => {
                 self.workflow.enter(step);
+                // A conversation that ends with an earlier step's reply (or its tool results)
+                // gets a turn of the user's naming the step, so that the model answers anew.
+                // It is part of the conversation: every later request carries it where it was.
+                if matches!(
+                    self.history.iter().next_back(),
+                    Some(Message::Assistant { .. } | Message::Tool { .. })
+                ) {
+                    self.history.push(Message::User {
+                        content: crate::workflow::step_notice(step),
+                    });
+                }
             }
             Event::WorkflowOutputAccepted {
                 step,
@@ -1126,6 +1137,14 @@ impl State {
                 assigned,
                 reply,
             } => {
+                // A step's agent answered in a session of its own: its answer is the step's
+                // reply in this conversation (which then alternates as every other step's).
+                if self.workflow.delegated.is_some() {
+                    self.history.push(Message::Assistant {
+                        content: value_text(output),
+                        tool_calls: Vec::new(),
+                    });
+                }
                 self.workflow.outputs.insert(step.clone(), output.clone());
                 for (at, v) in assigned {
                     if let Some(p) = path::parse(at) {
@@ -1149,7 +1168,17 @@ impl State {
                     });
                 }
             }
-            Event::WorkflowTransition { to, .. } => {
+            Event::WorkflowTransition { from, to, rule } => {
+                // A step's agent that failed leaves no answer: the conversation says so.
+                if let (Some(_), TransitionRule::OnError { error }) =
+                    (&self.workflow.delegated, rule)
+                    && matches!(self.history.iter().next_back(), Some(Message::User { .. }))
+                {
+                    self.history.push(Message::Assistant {
+                        content: format!("[weft] Step `{from}` failed: {error}"),
+                        tool_calls: Vec::new(),
+                    });
+                }
                 self.workflow.transitions = self.workflow.transitions.saturating_add(1);
                 if to == crate::workflow::END || to == crate::workflow::WAIT {
                     self.workflow.step = None;

@@ -107,6 +107,12 @@ pub fn delegate_tool(step: &str) -> String {
     format!("workflow.{step}")
 }
 
+/// The user turn that tells the model the workflow entered `step` (added to a conversation
+/// that ends with an earlier step's reply).
+pub fn step_notice(step: &str) -> String {
+    format!("[weft] The workflow is now in step `{step}`; carry it out.")
+}
+
 /// What a step's expressions may read.
 const STEP_VARS: &[&str] = &["output", "state", "input", "steps", "session"];
 /// What a reentry rule may read.
@@ -186,6 +192,22 @@ impl WorkflowSpec {
                 && let Err(e) = check_expr(r, STEP_VARS)
             {
                 out.push(format!("{at}.reply: {e}"));
+            }
+            let mut reads: Vec<(String, &str)> = s
+                .assign
+                .iter()
+                .map(|(k, e)| (format!("{at}.assign.{k}"), e.as_str()))
+                .collect();
+            reads.extend(s.reply.iter().map(|e| (format!("{at}.reply"), e.as_str())));
+            reads.extend(s.next.iter().enumerate().filter_map(|(i, r)| {
+                r.when
+                    .as_deref()
+                    .map(|w| (format!("{at}.next[{i}].when"), w))
+            }));
+            for (field, expr) in reads {
+                if let Err(e) = output_fields(expr, s.output_schema.as_ref()) {
+                    out.push(format!("{field}: {e}"));
+                }
             }
             if s.agent.is_some() && !s.tools.is_empty() {
                 out.push(format!(
@@ -296,6 +318,52 @@ fn check_expr(expr: &str, vars: &[&str]) -> Result<(), String> {
             return Err(format!(
                 "`{expr}` reads `{name}`; an expression here may read {}",
                 vars.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks that every `output.a.b` an expression reads can be in the step's output: a field
+/// that the output schema (or an object under it) cannot have, because it lists its
+/// `properties` and refuses others (`additionalProperties: false`), is an error with the fields
+/// it has. An expression that does not compile is left to [`check_expr`].
+fn output_fields(expr: &str, schema: Option<&Value>) -> Result<(), String> {
+    let env = minijinja::Environment::new();
+    let Ok(compiled) = env.compile_expression(expr) else {
+        return Ok(());
+    };
+    let mut reads: Vec<String> = compiled
+        .undeclared_variables(true)
+        .into_iter()
+        .filter(|n| n.starts_with("output."))
+        .collect();
+    reads.sort();
+    for read in reads {
+        let mut node = schema;
+        let mut walked = String::from("output");
+        for field in read.split('.').skip(1) {
+            let Some(props) = node
+                .and_then(|n| n.get("properties"))
+                .and_then(Value::as_object)
+            else {
+                break;
+            };
+            if let Some(p) = props.get(field) {
+                node = Some(p);
+                walked = format!("{walked}.{field}");
+                continue;
+            }
+            let closed =
+                node.and_then(|n| n.get("additionalProperties")) == Some(&Value::Bool(false));
+            if !closed {
+                break;
+            }
+            let known: Vec<&str> = props.keys().map(String::as_str).collect();
+            return Err(format!(
+                "`{expr}` reads `{walked}.{field}`, which the step's output_schema does not allow (additionalProperties: false){}; its fields: {}",
+                crate::suggest::did_you_mean(field, known.iter().copied()),
+                known.join(", ")
             ));
         }
     }
@@ -462,6 +530,42 @@ steps:
 
     #[test]
     fn a_sound_workflow_has_no_problems() {
+        assert_eq!(spec(TRIAGE).problems(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn fields_read_from_a_closed_output_schema_must_be_in_it() {
+        let wf = spec(
+            r#"
+initial: read
+steps:
+  read:
+    output_schema:
+      type: object
+      additionalProperties: false
+      properties:
+        line: { type: string }
+        place: { type: object, additionalProperties: false, properties: { city: { type: string } } }
+        extra: { type: object }
+    assign: { line: output.lnie, city: output.place.ctiy, open: output.extra.anything }
+    reply: output.line
+    next:
+      - { when: 'output.lines == "x"', to: end }
+      - { to: end }
+"#,
+        );
+        let p = wf.problems();
+        let all = p.join("\n");
+        assert_eq!(p.len(), 3, "{all}");
+        for needle in [
+            "workflow.steps.read.assign.line: `output.lnie` reads `output.lnie`, which the step's output_schema does not allow (additionalProperties: false); did you mean `line`?; its fields: line, place, extra",
+            "workflow.steps.read.assign.city: `output.place.ctiy` reads `output.place.ctiy`",
+            "did you mean `city`?",
+            "workflow.steps.read.next[0].when: `output.lines == \"x\"` reads `output.lines`",
+        ] {
+            assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+        }
+        // The example's schema is open: its reads are not refused.
         assert_eq!(spec(TRIAGE).problems(), Vec::<String>::new());
     }
 

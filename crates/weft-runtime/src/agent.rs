@@ -54,6 +54,18 @@ impl Agent {
             let skill: Skill = serde_json::from_value(s.clone()).map_err(|e| {
                 RuntimeError::Config(format!("agent `{}`: skills[{i}]: {e}", spec.name))
             })?;
+            if skill.name.trim().is_empty() {
+                return Err(RuntimeError::Config(format!(
+                    "agent `{}`: skills[{i}].name: empty; name the skill (a plan step's `_skill` names it)",
+                    spec.name
+                )));
+            }
+            if skills.iter().any(|k: &Skill| k.name == skill.name) {
+                return Err(RuntimeError::Config(format!(
+                    "agent `{}`: skills[{i}].name: `{}` is the name of an earlier skill; give each skill its own name",
+                    spec.name, skill.name
+                )));
+            }
             skills.push(skill);
         }
         let workflow = Self::workflow(spec, &tools, metadata, input)?;

@@ -363,6 +363,8 @@ async fn long_conversation_is_compacted<S: Store>(store: Arc<S>) {
     );
     // Each compaction after the first is given the previous summary.
     assert!(common::request_text(&compactions[1]).contains("SUMMARY-0"));
+    // With its summary in place, every request still alternates roles.
+    requests.assert_alternate();
 }
 
 /// An agent with the built-in memory and document tools, run for `user` with `react` replies.

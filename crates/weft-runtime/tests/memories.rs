@@ -518,6 +518,8 @@ async fn a_long_plan_session_is_compacted<S: Store>(store: Arc<S>) {
     assert!(request_text(&compactions[1]).contains("SUMMARY-0"));
     // The whole conversation is kept: two messages per earlier turn.
     assert_eq!(s.state.history.len(), 2 * (TURNS - 1));
+    // With its summary in place, every request still alternates roles.
+    requests.assert_alternate();
 }
 
 async fn all<S: Store>(mut make: impl AsyncFnMut() -> Arc<S>) {

@@ -2378,13 +2378,17 @@ async fn react_mixed_approval_calls_each_get_one_result() {
     assert_eq!(results, 2, "{:?}", reqs[1].messages);
 }
 
-// Skills: the planner sees their names and descriptions, the step executor their instructions;
+// Skills: the planner sees their names and descriptions and picks one per step (`_skill`); each
+// step's executor gets only the instructions of its step's skill, none for a step without one;
 // the instructions template sees the input.
 #[tokio::test]
 async fn skills_and_instructions_reach_the_right_calls() {
     let yaml = "name: test\nmode: plan\n\
 instructions: \"You serve {{ input.company }}.\"\n\
-skills:\n  - name: refund-policy\n    description: How refunds are decided.\n    instructions: Refunds over 100 need a manager.\n";
+skills:\n\
+- { name: refund-policy, description: How refunds are decided., instructions: Refunds over 100 need a manager. }\n\
+- { name: tone, description: How to write to customers., instructions: Write warmly and briefly. }\n\
+- { name: shipping, description: Delivery times., instructions: Parcels take three days. }\n";
     let input = json!({"company": "Acme"});
     let h = Harness::new(
         yaml,
@@ -2392,19 +2396,34 @@ skills:\n  - name: refund-policy\n    description: How refunds are decided.\n   
         script(vec![
             (
                 Purpose::Plan,
-                vec![j(
-                    json!({"plan": [{"_id": "policy", "_description": "Apply the refund-policy skill"}]}),
-                )],
+                vec![j(json!({"plan": [
+                    {"_id": "policy", "_description": "Apply the refund policy", "_skill": "refund-policy"},
+                    {"_id": "letter", "_description": "Draft the reply", "_skill": "tone", "_dependsOn": ["policy"]},
+                    {"_id": "plain", "_description": "Sum up", "_dependsOn": ["letter"]}
+                ]}))],
             ),
             (
                 Purpose::Execute,
-                vec![j(
-                    json!({"action": "DESIGN_INSTRUCTIONS", "instructions": "Ask a manager for refunds over 100."}),
-                )],
+                vec![
+                    j(
+                        json!({"action": "DESIGN_INSTRUCTIONS", "instructions": "Ask a manager for refunds over 100."}),
+                    ),
+                    j(
+                        json!({"action": "DIRECT_RESPONSE", "response": "Dear customer, a manager decides."}),
+                    ),
+                    // A step without a skill cannot draw instructions from one: refused, then
+                    // answered.
+                    j(json!({"action": "DESIGN_INSTRUCTIONS", "instructions": "x"})),
+                    j(json!({"action": "DIRECT_RESPONSE", "response": "A manager decides."})),
+                ],
             ),
             (
                 Purpose::Review,
-                vec![j(json!({"decision": "FINAL_RESPONSE"}))],
+                vec![
+                    j(json!({"decision": "CONTINUE"})),
+                    j(json!({"decision": "CONTINUE"})),
+                    j(json!({"decision": "FINAL_RESPONSE"})),
+                ],
             ),
             (
                 Purpose::Respond,
@@ -2424,18 +2443,112 @@ skills:\n  - name: refund-policy\n    description: How refunds are decided.\n   
         "{:?}",
         s.state.error
     );
-    let plan = request_text(&h.requests.of(Purpose::Plan)[0]);
+    let plan_req = &h.requests.of(Purpose::Plan)[0];
+    let plan = request_text(plan_req);
     assert!(plan.contains("You serve Acme."), "{plan}");
-    assert!(
-        plan.contains("refund-policy: How refunds are decided."),
-        "{plan}"
-    );
+    for line in [
+        "refund-policy: How refunds are decided.",
+        "tone: How to write to customers.",
+        "shipping: Delivery times.",
+    ] {
+        assert!(plan.contains(line), "{plan}");
+    }
     assert!(!plan.contains("need a manager"), "{plan}");
-    let exec = request_text(&h.requests.of(Purpose::Execute)[0]);
-    assert!(exec.contains("Refunds over 100 need a manager."), "{exec}");
+    // The planner's schema offers the skills by name.
+    let schema = plan_req.response_schema.as_ref().unwrap().to_string();
+    assert!(
+        schema.contains(r#""_skill":{"enum":["refund-policy","tone","shipping"]}"#),
+        "{schema}"
+    );
+    let execs: Vec<String> = h
+        .requests
+        .of(Purpose::Execute)
+        .iter()
+        .map(request_text)
+        .collect();
+    assert_eq!(execs.len(), 4);
+    let all = [
+        "Refunds over 100 need a manager.",
+        "Write warmly and briefly.",
+        "Parcels take three days.",
+    ];
+    let seen =
+        |text: &str| -> Vec<&str> { all.iter().copied().filter(|i| text.contains(i)).collect() };
+    assert_eq!(
+        seen(&execs[0]),
+        ["Refunds over 100 need a manager."],
+        "{}",
+        execs[0]
+    );
+    assert!(execs[0].contains("Current step `policy`"), "{}", execs[0]);
+    assert_eq!(
+        seen(&execs[1]),
+        ["Write warmly and briefly."],
+        "{}",
+        execs[1]
+    );
+    assert!(execs[1].contains("Current step `letter`"), "{}", execs[1]);
+    assert!(seen(&execs[2]).is_empty(), "{}", execs[2]);
+    assert!(seen(&execs[3]).is_empty(), "{}", execs[3]);
+    assert!(execs[3].contains("has no `_skill`"), "{}", execs[3]);
     let run = s.state.plan.as_ref().unwrap();
     assert_eq!(
         run.step("policy").unwrap().1.output,
         Some(json!({"instructions": "Ask a manager for refunds over 100."}))
+    );
+    // The choice is in the events: the accepted plan names each step's skill, and the
+    // instructions drawn from one name it.
+    let events = h.events(&s.id).await;
+    let accepted = events
+        .iter()
+        .find_map(|e| match e {
+            Event::PlanAccepted { plan } => Some(plan.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let skills: Vec<Option<&str>> = accepted.steps.iter().map(|s| s.skill.as_deref()).collect();
+    assert_eq!(skills, [Some("refund-policy"), Some("tone"), None]);
+    assert!(events.iter().any(|e| matches!(e,
+        Event::StepAction { step, action, detail }
+            if step == "policy" && action == "DESIGN_INSTRUCTIONS" && detail == &json!({"skill": "refund-policy"}))));
+}
+
+// A skill the planner names that the agent does not have is refused with the closest name, and
+// the planner is asked again.
+#[tokio::test]
+async fn a_plan_naming_an_unknown_skill_is_refused_with_the_closest_name() {
+    let yaml = "name: test\nmode: plan\n\
+skills:\n  - name: refund-policy\n    description: How refunds are decided.\n    instructions: Refunds over 100 need a manager.\n";
+    let h = Harness::new(
+        yaml,
+        vec![TestTool::returning("fact", json!(1))],
+        script(vec![
+            (
+                Purpose::Plan,
+                vec![
+                    j(
+                        json!({"plan": [{"_id": "p", "_description": "Apply it", "_skill": "refund-polcy"}]}),
+                    ),
+                    j(json!({"direct_response": "Ask a manager."})),
+                ],
+            ),
+            (
+                Purpose::ResponseReview,
+                vec![j(json!({"verdict": "ACCEPT"}))],
+            ),
+        ]),
+        &json!({}),
+    );
+    let s = h.run("Refund policy?", json!({})).await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    let again = request_text(&h.requests.of(Purpose::Plan)[1]);
+    assert!(
+        again.contains("unknown skill `refund-polcy`; did you mean `refund-policy`?"),
+        "{again}"
     );
 }

@@ -5,6 +5,9 @@
 //! a step that calls a plan reused as a tool, and load-time mistakes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "agents_common/mod.rs"]
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,6 +36,21 @@ async fn load(file: &Path) -> Agent {
     );
     let model = Agent::model_from_spec(&spec, base).unwrap();
     Agent::new(&spec, tools, model, &json!({}), &json!({})).unwrap()
+}
+
+/// The agent of a file whose model records every request it receives.
+async fn load_recorded(file: &Path) -> (Agent, common::Requests) {
+    let mut agent = load(file).await;
+    let (model, requests) = common::RecordingModel::wrap(agent.model.clone());
+    agent.model = Arc::new(model);
+    (agent, requests)
+}
+
+/// The step a workflow request is for, read from its system message.
+fn step_of(r: &weft_core::model::ModelRequest) -> String {
+    let text = common::request_text(r);
+    let at = text.find("The current step is `").unwrap() + "The current step is `".len();
+    text[at..].split('`').next().unwrap().to_owned()
 }
 
 fn runtime<S: Store>(store: &Arc<S>, agent: &Agent) -> Runtime<S> {
@@ -134,7 +152,7 @@ async fn answer_of<S: Store>(store: &Arc<S>, agent: &Agent, id: &str) -> Option<
 
 /// Every route of the example, each taken on its own input.
 async fn triage_routes<S: Store>(store: Arc<S>, tag: &str) {
-    let agent = load(&examples().join("support-triage.yaml")).await;
+    let (agent, requests) = load_recorded(&examples().join("support-triage.yaml")).await;
 
     // A question: classify -> resolve (searchKb) -> end.
     let id = format!("{tag}-question");
@@ -335,6 +353,10 @@ async fn triage_routes<S: Store>(store: Arc<S>, tag: &str) {
             }
         )
     );
+    // Every request of every route (waits, output retries, refused calls, approvals, a new
+    // task) alternated roles as strict chat templates require.
+    assert!(requests.all().len() > 10);
+    requests.assert_alternate();
 }
 
 #[tokio::test]
@@ -409,15 +431,126 @@ async fn a_loop_between_steps_ends_at_max_transitions() {
     let rt = runtime(&store, &agent);
     let s = rt.load_session("loop").await.unwrap();
     let error = s.state.error.unwrap();
+    // The list shows exactly the transitions counted (one arrow each), then the one refused.
     assert!(
-        error.contains("5 transitions (limits.max_transitions)")
-            && error.contains("ping -> pong -> ping -> pong -> ping -> pong"),
+        error.ends_with(
+            "5 transitions (limits.max_transitions) without ending its turn: ping -> pong -> ping -> pong -> ping -> pong; the next one, from `pong` to `ping`, was not taken"
+        ),
         "{error}"
     );
     assert_eq!(
         Log::of(&store, "loop").await.count("workflow_transition"),
         5
     );
+}
+
+// A step entered after an earlier step's reply is told so by a user turn that stays in the
+// conversation: each of the step's requests starts with every message of the one before (the
+// history only grows), and every request alternates roles.
+#[tokio::test]
+async fn a_steps_requests_only_grow_and_keep_the_notice_of_the_step() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("agent.yaml"),
+        "name: steps\nmode: workflow\nmodel: scripted:script.yaml\ntools:\n  - builtin: echo\nworkflow:\n  initial: greet\n  steps:\n    greet: { next: [{ to: look }] }\n    look: { tools: [echo], next: [{ to: sum }] }\n    sum: { next: [{ to: end }] }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("script.yaml"),
+        "workflow:\n  - text: Hello.\n  - tool_calls: [{ name: echo, arguments: { text: one } }]\n  - tool_calls: [{ name: echo, arguments: { text: two } }]\n  - text: Looked twice.\n  - text: Done.\n",
+    )
+    .unwrap();
+    let (agent, requests) = load_recorded(&dir.path().join("agent.yaml")).await;
+    let store = Arc::new(MemoryStore::new());
+    assert_eq!(
+        start(&store, &agent, "grow", "go").await,
+        SessionStatus::Completed
+    );
+    let all = requests.all();
+    let steps: Vec<String> = all.iter().map(step_of).collect();
+    assert_eq!(steps, ["greet", "look", "look", "look", "sum"]);
+    let notice = |r: &weft_core::model::ModelRequest, step: &str| {
+        r.messages.iter().any(|m| {
+            matches!(m, weft_core::model::Message::User { content }
+                if content == &weft_core::workflow::step_notice(step))
+        })
+    };
+    for (i, r) in all.iter().enumerate().skip(1) {
+        assert!(
+            notice(r, &steps[i]),
+            "request {i} lacks its step's notice: {:?}",
+            r.messages
+        );
+        if steps[i] == steps[i - 1] {
+            let before = all[i - 1].messages.to_vec();
+            let now = r.messages.to_vec();
+            assert_eq!(
+                &now[..before.len()],
+                &before[..],
+                "request {i} does not start with request {}",
+                i - 1
+            );
+        }
+    }
+    // The last step's request still carries the earlier step's notice where it was sent.
+    assert!(notice(&all[4], "look"));
+    requests.assert_alternate();
+}
+
+// The answer of a step handed to an agent is that step's reply in the conversation: the next
+// step's request alternates roles, and its notice names the step it is in.
+#[tokio::test]
+async fn a_step_after_a_delegated_one_sees_its_answer_as_the_steps_reply() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("agent.yaml"),
+        "name: desk\nmode: workflow\nmodel: scripted:script.yaml\nworkflow:\n  initial: ask\n  steps:\n    ask: { next: [{ to: research }] }\n    research: { agent: researcher.yaml, next: [{ to: sum }] }\n    sum: { next: [{ to: end }] }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("script.yaml"),
+        "workflow:\n  - text: Let me look.\n  - text: It is Lisbon.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("researcher.yaml"),
+        "name: researcher\nmode: react\nmodel: scripted:researcher-script.yaml\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("researcher-script.yaml"),
+        "react:\n  - text: Lisbon\n",
+    )
+    .unwrap();
+    let (agent, requests) = load_recorded(&dir.path().join("agent.yaml")).await;
+    let store = Arc::new(MemoryStore::new());
+    assert_eq!(
+        start(&store, &agent, "d", "Capital of Portugal?").await,
+        SessionStatus::Completed
+    );
+    let all = requests.all();
+    assert_eq!(all.len(), 2);
+    let last: Vec<weft_core::model::Message> = all[1].messages.to_vec();
+    let tail: Vec<String> = last
+        .iter()
+        .rev()
+        .take(4)
+        .map(|m| match m {
+            weft_core::model::Message::User { content }
+            | weft_core::model::Message::Assistant { content, .. } => content.clone(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            weft_core::workflow::step_notice("sum"),
+            "Lisbon".to_owned(),
+            weft_core::workflow::step_notice("research"),
+            "Let me look.".to_owned(),
+        ]
+    );
+    requests.assert_alternate();
 }
 
 #[tokio::test]

@@ -46,6 +46,7 @@ fn every_kind(from: u64) -> Vec<Envelope> {
             tool: Some("search".into()),
             description: Some("look it up".into()),
             category: None,
+            skill: None,
             args,
             output: None,
             depends_on: vec![],

@@ -243,7 +243,7 @@ mod tests {
                 );
                 if compactions > 0 {
                     let shown: Vec<&Message> = request.messages.iter().collect();
-                    assert!(shown.iter().any(|m| matches!(m, Message::System { content } if content.contains(&format!("summary {compactions}:")))));
+                    assert!(shown.iter().any(|m| matches!(m, Message::System { content } | Message::User { content } if content.contains(&format!("summary {compactions}:")))));
                     assert!(
                         !matches!(shown.get(2), Some(Message::Tool { .. })),
                         "the carried part starts with a call's result"

@@ -42,12 +42,15 @@ pub use reply::extract_json;
 pub use workflow::WorkflowConfig;
 use workflow::WorkflowLoop;
 
-/// A skill: named instructions the planner may pick and the step executor may follow.
+/// A skill: named instructions. The planner picks one for a step (`_skill`); only that step's executor gets its instructions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Skill {
+    /// What a plan step's `_skill` names (unique in the agent).
     pub name: String,
+    /// What the skill is for, as the planner sees it.
     #[serde(default)]
     pub description: String,
+    /// What the executor of a step that picked the skill follows.
     #[serde(default)]
     pub instructions: String,
 }
@@ -79,6 +82,16 @@ impl AgentConfig {
             .iter()
             .map(|t| (t.name.clone(), t.clone()))
             .collect()
+    }
+
+    /// The names of the agent's skills, as a plan step's `_skill` names them.
+    pub fn skill_names(&self) -> Vec<&str> {
+        self.skills.iter().map(|s| s.name.as_str()).collect()
+    }
+
+    /// The skill a plan step's `_skill` names.
+    pub fn skill(&self, name: &str) -> Option<&Skill> {
+        self.skills.iter().find(|s| s.name == name)
     }
 
     fn tool(&self, name: &str) -> Option<&ToolInfo> {

@@ -131,12 +131,14 @@ impl ModeLoop for PlanLoop {
             return events;
         };
         let catalog = cfg.catalog();
+        let skills = cfg.skill_names();
         let plan = Plan::from_value(&edited).and_then(|mut plan| {
             let problems = validate(
                 &plan,
                 &catalog,
                 &ValidateOptions {
                     input: Some(&state.input),
+                    skills: &skills,
                     ..ValidateOptions::default()
                 },
             );
@@ -278,6 +280,7 @@ fn planner_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<
         })
         .unwrap_or_default();
     let catalog = cfg.catalog();
+    let skills = cfg.skill_names();
     let problems = validate(
         &plan,
         &catalog,
@@ -286,6 +289,7 @@ fn planner_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<
             initial_state: Some(&state.data),
             known_steps: &known,
             require_tools: false,
+            skills: &skills,
         },
     );
     if !problems.is_empty() {
@@ -356,7 +360,11 @@ fn executor_replied(
         }
         v
     };
-    let _ = i;
+    let skill = state
+        .plan
+        .as_ref()
+        .and_then(|p| p.plan.steps.get(i))
+        .and_then(|s| s.skill.clone());
     // A native tool call counts as USE_TOOL.
     let value = if let Some(c) = reply.tool_calls.first() {
         json!({"action": "USE_TOOL", "tool": c.name, "arguments": c.arguments})
@@ -512,6 +520,11 @@ fn executor_replied(
             ]
         }
         "DESIGN_INSTRUCTIONS" => {
+            // Local instructions drawn from the step's selected skill, for the steps that
+            // depend on it: without a skill there is nothing to draw them from.
+            let Some(skill) = skill else {
+                return reject("DESIGN_INSTRUCTIONS returns instructions drawn from the step's selected skill, and this step has no `_skill`; use DIRECT_RESPONSE or USE_TOOL".into());
+            };
             let Some(text) = str_field(&value, &["instructions"]) else {
                 return reject("DESIGN_INSTRUCTIONS needs an `instructions` string".into());
             };
@@ -519,7 +532,7 @@ fn executor_replied(
                 Event::StepAction {
                     step: step.to_owned(),
                     action: "DESIGN_INSTRUCTIONS".into(),
-                    detail: Value::Null,
+                    detail: json!({"skill": skill}),
                 },
                 Event::StepCompleted {
                     step: step.to_owned(),

@@ -449,13 +449,13 @@ fn transition(
 ) -> Vec<Event> {
     let max = cfg.limits.max_transitions;
     if state.workflow.transitions >= max {
-        let mut path = state.workflow.path.clone();
-        path.push(to.to_owned());
+        // `path` holds the steps entered since the message came in: one more than the
+        // transitions taken, so the list shows exactly the transitions counted.
         return vec![finished(
             RunStatus::Failed,
             Some(format!(
-                "CANNOT_COMPLETE: the workflow took {max} transitions (limits.max_transitions) without ending its turn: {}",
-                path.join(" -> ")
+                "CANNOT_COMPLETE: the workflow took {max} transitions (limits.max_transitions) without ending its turn: {}; the next one, from `{from}` to `{to}`, was not taken",
+                state.workflow.path.join(" -> ")
             )),
             None,
         )];

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use weft_core::agent::AgentSpec;
 use weft_core::model::{Message, ModelReply, ModelRequest, Purpose};
 use weft_core::{Event, State, ToolError, ToolInfo};
-use weft_model::{DeltaSink, Model, ModelError, ScriptedModel, ScriptedReply};
+use weft_model::{DeltaSink, Model, ModelError, ScriptedModel, ScriptedReply, SharedModel};
 use weft_runtime::{Agent, Runtime, Session, SessionInfo};
 use weft_store::{MemoryStore, Store};
 use weft_tools::{Registry, Tool, ToolContext};
@@ -158,6 +158,13 @@ impl Requests {
             .filter(|r| r.purpose == purpose)
             .collect()
     }
+
+    /// Every request so far alternates roles as strict chat templates require
+    /// ([`alternation_problem`]).
+    pub fn assert_alternate(&self) {
+        let problems: Vec<String> = self.all().iter().filter_map(alternation_problem).collect();
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
 }
 
 /// All the text of a request's messages (tool results and tool-call arguments included).
@@ -176,15 +183,110 @@ pub fn request_text(r: &ModelRequest) -> String {
         .join("\n")
 }
 
-/// A model that records each request and lets a scripted model answer it.
+/// Why a request's messages do not alternate roles as the strictest chat templates require, or
+/// `None` when they do: one system message, first; then a user message; a user message is
+/// followed by the assistant's; an assistant message without tool calls by a user message; one
+/// with tool calls by a result of each of its calls (and only of its calls), then by the
+/// assistant's or a user message; the last message is a user message or a tool result.
+pub fn alternation_problem(r: &ModelRequest) -> Option<String> {
+    let roles: Vec<String> = r
+        .messages
+        .iter()
+        .map(|m| match m {
+            Message::System { .. } => "system".to_owned(),
+            Message::User { .. } => "user".to_owned(),
+            Message::Assistant { tool_calls, .. } if tool_calls.is_empty() => "assistant".into(),
+            Message::Assistant { tool_calls, .. } => {
+                format!("assistant({} calls)", tool_calls.len())
+            }
+            Message::Tool { .. } => "tool".to_owned(),
+        })
+        .collect();
+    let problem = |at: usize, what: &str| {
+        Some(format!(
+            "{:?} request #{}: message {at}: {what}; roles: {}",
+            r.purpose,
+            r.call_index,
+            roles.join(", ")
+        ))
+    };
+    let msgs: Vec<&Message> = r.messages.iter().collect();
+    if !matches!(msgs.first(), Some(Message::System { .. })) {
+        return problem(0, "the first message is not the system message");
+    }
+    // What may come next: after the system message, a user message.
+    let mut calls: Vec<&str> = Vec::new();
+    let mut prev = "system";
+    for (at, m) in msgs.iter().enumerate().skip(1) {
+        let ok = match (prev, m) {
+            (_, Message::System { .. }) => return problem(at, "a second system message"),
+            ("system" | "assistant" | "results", Message::User { .. }) => true,
+            ("user" | "results", Message::Assistant { .. }) => true,
+            ("calls" | "results", Message::Tool { call_id, .. }) => {
+                match calls.iter().position(|c| c == call_id) {
+                    Some(i) => {
+                        calls.remove(i);
+                        true
+                    }
+                    None => {
+                        return problem(
+                            at,
+                            &format!(
+                                "a result of `{call_id}`, which the assistant message before did not call (or which is answered twice)"
+                            ),
+                        );
+                    }
+                }
+            }
+            _ => false,
+        };
+        if !ok {
+            return problem(
+                at,
+                &format!("it does not follow {prev} in a strict template"),
+            );
+        }
+        if (prev == "calls" || prev == "results")
+            && !matches!(m, Message::Tool { .. })
+            && !calls.is_empty()
+        {
+            return problem(at, &format!("calls {calls:?} have no result"));
+        }
+        prev = match m {
+            Message::User { .. } => "user",
+            Message::Assistant { tool_calls, .. } if tool_calls.is_empty() => "assistant",
+            Message::Assistant { tool_calls, .. } => {
+                calls = tool_calls.iter().map(|c| c.id.as_str()).collect();
+                "calls"
+            }
+            Message::Tool { .. } => "results",
+            Message::System { .. } => "system",
+        };
+    }
+    match prev {
+        "user" | "results" if calls.is_empty() => None,
+        "results" => problem(msgs.len(), &format!("calls {calls:?} have no result")),
+        _ => problem(
+            msgs.len().saturating_sub(1),
+            "the last message is neither a user message nor a tool result",
+        ),
+    }
+}
+
+/// A model that records each request and lets another model (a scripted one) answer it.
 pub struct RecordingModel {
-    inner: ScriptedModel,
+    inner: SharedModel,
     requests: Requests,
 }
 
 impl RecordingModel {
     /// `inner`, recording each request into the returned [`Requests`].
     pub fn new(inner: ScriptedModel) -> (Self, Requests) {
+        Self::wrap(Arc::new(inner))
+    }
+
+    /// Any model (one built from an agent file), recording each request.
+    pub fn wrap(inner: SharedModel) -> (Self, Requests) {
         let requests = Requests::default();
         (
             Self {
@@ -198,7 +300,7 @@ impl RecordingModel {
 
 impl Model for RecordingModel {
     fn name(&self) -> &str {
-        Model::name(&self.inner)
+        self.inner.name()
     }
 
     async fn complete(
@@ -207,7 +309,7 @@ impl Model for RecordingModel {
         deltas: Option<DeltaSink>,
     ) -> Result<ModelReply, ModelError> {
         self.requests.0.lock().unwrap().push(req.clone());
-        self.inner.complete(req, deltas).await
+        self.inner.complete_boxed(req, deltas).await
     }
 }
 
@@ -263,7 +365,7 @@ impl Harness {
         let registry = Arc::new(registry);
         let requests = Requests::default();
         let model = Arc::new(RecordingModel {
-            inner: ScriptedModel::keyed("test-script", replies),
+            inner: Arc::new(ScriptedModel::keyed("test-script", replies)),
             requests: requests.clone(),
         });
         let agent = Agent::new(&spec, registry.clone(), model, &json!({}), input).unwrap();
@@ -297,8 +399,10 @@ impl Harness {
         self.assert_replays(session).await;
     }
 
-    /// The fold of the stored log is the live state: what a new process would load.
+    /// The fold of the stored log is the live state: what a new process would load. And every
+    /// request so far alternated roles.
     pub async fn assert_replays(&self, s: &Session<'_, MemoryStore>) {
+        self.requests.assert_alternate();
         let events = self.events(&s.id).await;
         let folded = State::fold(events.iter());
         let live = &s.state;

@@ -475,12 +475,14 @@ pub async fn check_plan(
         .iter()
         .map(|t| (t.name.clone(), t.clone()))
         .collect();
+    let skills = built.config.skill_names();
     let checked = Plan::from_value(&body.plan).and_then(|mut plan| {
         let problems = validate(
             &plan,
             &catalog,
             &ValidateOptions {
                 input: Some(&st.input),
+                skills: &skills,
                 ..ValidateOptions::default()
             },
         );
