@@ -54,15 +54,22 @@ pub(crate) fn prune_sql(p: fn(usize) -> String) -> String {
     )
 }
 
-/// The sessions a worker may claim (see `Store::claim`): running, of one of the agents, with no
+/// The sessions a worker may claim (see `Store::claim`): running, with events (a session with
+/// none, such as a thread created empty, has nothing to drive), of one of the agents, with no
 /// lease or an expired one; those whose owner stopped first (they were started already, and a
 /// backlog of new sessions must not delay their takeover), then the least recently updated.
-/// Parameters: agents, now, limit; `agents` is `agents_sql` and `lock`
-/// what follows the query (PostgreSQL: `FOR UPDATE OF s SKIP LOCKED`).
-pub(crate) fn claimable_sql(p: fn(usize) -> String, agents: &str, lock: &str) -> String {
+/// Parameters: agents, now, limit; `agents` is `agents_sql`, `has_events` the condition that
+/// session `s` has an event, and `lock` what follows the query (PostgreSQL: `FOR UPDATE OF s
+/// SKIP LOCKED`).
+pub(crate) fn claimable_sql(
+    p: fn(usize) -> String,
+    agents: &str,
+    has_events: &str,
+    lock: &str,
+) -> String {
     format!(
         "SELECT s.id FROM sessions s LEFT JOIN leases l ON l.session = s.id \
-         WHERE s.status = 'running' AND s.agent {agents} \
+         WHERE s.status = 'running' AND s.agent {agents} AND {has_events} \
          AND (l.session IS NULL OR l.expires_at <= {now}) \
          ORDER BY (l.session IS NULL), s.updated_at, s.id LIMIT {limit} {lock}",
         now = p(2),

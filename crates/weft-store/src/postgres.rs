@@ -566,6 +566,7 @@ impl Store for PgStore {
         let sql = lease::claimable_sql(
             lease::dollar,
             "= ANY($1::text[])",
+            "s.last_seq > 0",
             "FOR UPDATE OF s SKIP LOCKED",
         );
         let ids: Vec<String> = sqlx::query_scalar(&sql)

@@ -110,15 +110,28 @@ fn serve(d: &Path, port: u16, db: &str) -> Child {
 }
 
 fn serve_with(d: &Path, port: u16, db: &str, extra: &[&str]) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["--db", db, "serve", "--agents", ".", "--keys", "keys.txt"])
+    serve_logged(d, port, db, extra, "serve.log")
+}
+
+/// [`serve_with`], logging to `log` in `d`.
+fn serve_logged(d: &Path, port: u16, db: &str, extra: &[&str], log: &str) -> Child {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
+    c.args(["--db", db, "serve", "--agents", ".", "--keys", "keys.txt"])
         .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(extra)
+        .args(extra);
+    serve_command(d, port, c, log)
+}
+
+/// Starts `weft serve` as `command` says, in `d`, logging at `info` (threads taken over are
+/// named) to `log`, and waits until `/health` answers.
+fn serve_command(d: &Path, port: u16, mut command: Command, log: &str) -> Child {
+    let mut child = command
         .current_dir(d)
         .env_remove("WEFT_DB")
         .env_remove("WEFT_API_KEYS")
+        .env("RUST_LOG", "weft=info")
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(d.join("serve.log")).unwrap())
+        .stderr(std::fs::File::create(d.join(log)).unwrap())
         .spawn()
         .unwrap();
     let began = Instant::now();
@@ -136,7 +149,7 @@ fn serve_with(d: &Path, port: u16, db: &str, extra: &[&str]) -> Child {
             let _ = child.wait();
             panic!(
                 "weft serve did not come up: {}",
-                std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+                std::fs::read_to_string(d.join(log)).unwrap_or_default()
             );
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -201,14 +214,29 @@ fn needs_sdk_the_langgraph_client_drives_weft_serve() {
 /// losing and repeating nothing. Every step ran exactly once.
 #[test]
 fn needs_sdk_a_streaming_run_survives_a_server_restart() {
-    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
     let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
-    agents(d);
+    agents(tmp.path());
+    run_across_a_restart(tmp.path(), "TERM", &[]);
+}
+
+/// The slowpoke run of `langgraph_client.py restart`, whose server gets `signal` after the
+/// run's first tool call and is started again (with `env`); checks the run and its steps, and
+/// returns how long the run took from the restart on.
+fn run_across_a_restart(d: &Path, signal: &str, env: &[(&str, &str)]) -> Duration {
+    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
     let port = free_port();
-    let mut server = serve(d, port, "serve.db");
+    let start = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
+        c.args([
+            "--db", "serve.db", "serve", "--agents", ".", "--keys", "keys.txt",
+        ])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .envs(env.iter().copied());
+        c
+    };
+    let mut server = serve_command(d, port, start(), "serve.log");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/langgraph_client.py");
-    let client = Command::new(&python)
+    let mut client = Command::new(&python)
         .arg(&script)
         .args([&format!("http://127.0.0.1:{port}"), ALICE, BOB])
         .arg(d)
@@ -226,13 +254,23 @@ fn needs_sdk_a_streaming_run_survives_a_server_restart() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let _ = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
+        .args([&format!("-{signal}"), &server.id().to_string()])
         .status();
     let stopped = server.wait().unwrap();
-    assert!(stopped.success(), "weft serve exited with {stopped:?}");
+    if signal == "TERM" {
+        assert!(stopped.success(), "weft serve exited with {stopped:?}");
+    }
     let first_log = std::fs::read_to_string(d.join("serve.log")).unwrap_or_default();
     std::fs::write(d.join("restarted"), "").unwrap();
-    let mut server = serve(d, port, "serve.db");
+    let mut server = serve_command(d, port, start(), "serve-2.log");
+    let restarted = Instant::now();
+    // The client gives up by itself when its stream makes no progress; a minute is plenty.
+    while client.try_wait().unwrap().is_none() && restarted.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = restarted.elapsed();
+    let finished = client.try_wait().unwrap().is_some();
+    let _ = client.kill();
     let out = client.wait_with_output().unwrap();
     let _ = Command::new("kill")
         .args(["-TERM", &server.id().to_string()])
@@ -241,9 +279,14 @@ fn needs_sdk_a_streaming_run_survives_a_server_restart() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains("ok: a streaming run across a server restart"),
-        "{stdout}\n{}\nfirst server:\n{first_log}\nsecond server:\n{}",
+        "{}{stdout}\n{}\nfirst server:\n{first_log}\nsecond server:\n{}",
+        if finished {
+            String::new()
+        } else {
+            format!("the client had not finished {took:?} after the restart\n")
+        },
         String::from_utf8_lossy(&out.stderr),
-        std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+        std::fs::read_to_string(d.join("serve-2.log")).unwrap_or_default()
     );
     let calls: Vec<String> = std::fs::read_to_string(d.join("slow.log"))
         .unwrap()
@@ -253,7 +296,12 @@ fn needs_sdk_a_streaming_run_survives_a_server_restart() {
     let mut unique = calls.clone();
     unique.sort();
     unique.dedup();
-    assert_eq!((calls.len(), unique.len()), (3, 3), "{calls:?}");
+    assert_eq!(
+        (calls.len(), unique.len()),
+        (3, 3),
+        "each step ran once: {calls:?}"
+    );
+    took
 }
 
 /// The AG-UI endpoint, driven with the AG-UI protocol's own Python package: every event
@@ -352,5 +400,39 @@ asyncio.run(main())
     assert!(
         log.contains("skipped") && log.contains("plan-only.yaml") && log.contains("no `model`"),
         "{log}"
+    );
+}
+
+/// Threads that never had a run (created, then refused with 429, or never used) are not running
+/// sessions to claim: with ten of them in the store, a run whose server stopped is still
+/// continued by the next server at once.
+#[test]
+fn needs_sdk_a_stopped_run_is_continued_past_threads_that_never_had_a_run() {
+    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agents(d);
+    let port = free_port();
+    let mut server = serve(d, port, "serve.db");
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            "import asyncio, sys\nfrom langgraph_sdk import get_client\nasync def main():\n    c = get_client(url=sys.argv[1], api_key=sys.argv[2])\n    for _ in range(10):\n        await c.threads.create()\nasyncio.run(main())\n",
+            &format!("http://127.0.0.1:{port}"),
+            ALICE,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // The server's loop for orphaned runs looks at the store every second.
+    std::thread::sleep(Duration::from_millis(2500));
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    server.wait().unwrap();
+    let took = run_across_a_restart(d, "TERM", &[]);
+    assert!(
+        took < Duration::from_secs(15),
+        "the run took {took:?} after the restart"
     );
 }
