@@ -38,6 +38,19 @@ pub fn me() -> &'static Owner {
     })
 }
 
+/// An owner for one driver of this process (a run of `weft serve`, one claim of its loop for
+/// orphaned runs): this process's host and pid, with an id of its own (`ME.N`). Two drivers of
+/// one process then never share a lease: taking a lease again as the same owner would succeed
+/// at the same epoch, so each would write over the other.
+pub fn driver() -> Owner {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Owner {
+        id: format!("{}.{n}", me().id),
+        ..me().clone()
+    }
+}
+
 fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
@@ -86,8 +99,18 @@ const LOOK_EVERY: Duration = Duration::from_millis(500);
 
 /// Takes the lease of session `id` (see the module's documentation), or says who holds it.
 pub async fn take<S: Store>(store: Arc<S>, id: &str, force: bool) -> Result<Held<S>> {
+    take_as(store, id, force, me()).await
+}
+
+/// [`take`] as `owner` (this process, or one of its [`driver`]s).
+pub async fn take_as<S: Store>(
+    store: Arc<S>,
+    id: &str,
+    force: bool,
+    owner: &Owner,
+) -> Result<Held<S>> {
     let now = weft_runtime::now_ms();
-    let lease = match store.acquire(id, me(), now, ttl_ms(), force).await {
+    let lease = match store.acquire(id, owner, now, ttl_ms(), force).await {
         Ok(l) => l,
         Err(StoreError::Leased { host, pid, .. }) if gone(&host, pid) => {
             tracing::info!(
@@ -95,7 +118,7 @@ pub async fn take<S: Store>(store: Arc<S>, id: &str, force: bool) -> Result<Held
                 pid,
                 "the session's owner is gone; taking it over"
             );
-            store.acquire(id, me(), now, ttl_ms(), true).await?
+            store.acquire(id, owner, now, ttl_ms(), true).await?
         }
         Err(e @ StoreError::Leased { .. }) => {
             return Err(anyhow!(

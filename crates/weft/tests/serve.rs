@@ -436,3 +436,114 @@ fn needs_sdk_a_stopped_run_is_continued_past_threads_that_never_had_a_run() {
         "the run took {took:?} after the restart"
     );
 }
+
+/// The `tally` agent of `seam_client.py`: one call of a tool that is not idempotent and logs
+/// its start and end, then the answer.
+fn tally_agent(d: &Path) {
+    std::fs::write(
+        d.join("tally.yaml"),
+        r#"name: tally
+mode: react
+model: scripted:tally.script.yaml
+tools:
+  - name: tally
+    description: Counts one (not idempotent; logs its start and end).
+    command: ["sh", "-c", "cat > /dev/null; echo \"start $WEFT_IDEMPOTENCY_KEY $(date +%s%N)\" >> tally.log; sleep 0.5; echo \"end $WEFT_IDEMPOTENCY_KEY $(date +%s%N)\" >> tally.log; echo '{\"counted\": 1}'"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("tally.script.yaml"),
+        "- tool_calls: [ { name: tally, arguments: {} } ]\n- text: Tallied.\n",
+    )
+    .unwrap();
+}
+
+/// `seam_client.py`: `rounds` rounds of `n` concurrent SDK streams on `db`, with the server
+/// killed (SIGKILL) and started again in every `kill_every`-th round (0: never). Returns what
+/// the script printed (its counts).
+fn seam(db: &str, rounds: usize, n: usize, kill_every: usize) -> String {
+    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agents(d);
+    tally_agent(d);
+    let port = free_port();
+    let extra = ["--max-runs-per-user", "100000"];
+    let mut server = serve_logged(d, port, db, &extra, "serve-0.log");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/seam_client.py");
+    let mut client = Command::new(&python)
+        .arg(&script)
+        .args([&format!("http://127.0.0.1:{port}"), ALICE])
+        .arg(d)
+        .args([rounds.to_string(), n.to_string(), kill_every.to_string()])
+        .stdout(std::fs::File::create(d.join("client.out")).unwrap())
+        .stderr(std::fs::File::create(d.join("client.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let began = Instant::now();
+    let mut kills = 0;
+    let status = loop {
+        if let Some(status) = client.try_wait().unwrap() {
+            break status;
+        }
+        if began.elapsed() > Duration::from_secs(900) {
+            let _ = client.kill();
+            break client.wait().unwrap();
+        }
+        for r in 0..rounds {
+            if d.join(format!("kill-{r}")).exists() && !d.join(format!("killed-{r}")).exists() {
+                server.kill().unwrap();
+                server.wait().unwrap();
+                let at = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis();
+                kills += 1;
+                server = serve_logged(d, port, db, &extra, &format!("serve-{kills}.log"));
+                std::fs::write(d.join(format!("killed-{r}")), at.to_string()).unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let _ = server.wait();
+    let stdout = std::fs::read_to_string(d.join("client.out")).unwrap_or_default();
+    let logs: String = (0..=kills)
+        .map(|k| {
+            let log = std::fs::read_to_string(d.join(format!("serve-{k}.log"))).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            format!(
+                "serve-{k}.log (last lines, newest first):\n{}\n",
+                tail.join("\n")
+            )
+        })
+        .collect();
+    assert!(
+        status.success() && stdout.contains("ok: seam"),
+        "{stdout}\n{}\n{logs}",
+        std::fs::read_to_string(d.join("client.err")).unwrap_or_default()
+    );
+    println!("{stdout}");
+    stdout
+}
+
+fn seam_rounds() -> usize {
+    std::env::var("WEFT_SEAM_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6)
+}
+
+/// Rounds of 100 concurrent `threads.create` + `runs.stream` on one server: no run is taken
+/// over while this server drives it, none fails, no call is reported with an unknown outcome.
+#[test]
+fn needs_sdk_concurrent_streams_are_never_taken_over_while_live() {
+    let out = seam("serve.db", 3, 100, 0);
+    assert!(
+        out.contains("unknown_outcome=0,") && out.contains("continued=0"),
+        "{out}"
+    );
+}

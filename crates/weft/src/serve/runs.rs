@@ -388,7 +388,9 @@ async fn take(
     app: &Shared,
     run: &Arc<Run>,
 ) -> Result<crate::ownership::Held<crate::store::CliStore>, ApiError> {
-    let held = crate::ownership::take(app.store.clone(), &run.thread_id, false)
+    // Each run is an owner of its own: a second run of this process on the thread is refused.
+    let owner = crate::ownership::driver();
+    let held = crate::ownership::take_as(app.store.clone(), &run.thread_id, false, &owner)
         .await
         .map_err(|e| ApiError(StatusCode::CONFLICT, crate::message(&e)))?;
     if let Ok(mut a) = app.runs.active.lock() {
@@ -730,7 +732,9 @@ pub fn from_log(
 
 /// Drives the sessions of this server's threads that no process drives (their server stopped
 /// or died mid-run): claims them as a worker would, and finishes their runs, which clients find
-/// by id and stream on from their last event id.
+/// by id and stream on from their last event id. A claim never takes a lease that runs, this
+/// process's included: each claim is an owner of its own ([`crate::ownership::driver`]), and a
+/// thread that never had a run has no events and is not claimed.
 pub async fn adopt_orphans(app: Shared) {
     let mut agents: Vec<String> = app.agents.keys().cloned().collect();
     // A thread created empty (`POST /threads`) has no agent name on its record.
@@ -743,7 +747,7 @@ pub async fn adopt_orphans(app: Shared) {
         match app
             .store
             .claim(
-                crate::ownership::me(),
+                &crate::ownership::driver(),
                 &agents,
                 now,
                 crate::ownership::ttl_ms(),
