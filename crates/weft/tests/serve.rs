@@ -547,3 +547,23 @@ fn needs_sdk_concurrent_streams_are_never_taken_over_while_live() {
         "{out}"
     );
 }
+
+/// The seam: rounds of 100 concurrent SDK streams (6 by default, `WEFT_SEAM_ROUNDS=20` for the
+/// full run) with a SIGKILL and a restart every third round, on SQLite: no acknowledged run is
+/// lost, adopted while live or failed; no tool call repeated; unknown outcomes only for calls in
+/// flight at a kill; every stream complete, with no gap and no repeat across reconnects.
+#[test]
+fn needs_sdk_concurrent_streams_survive_sigkill_and_restarts_on_sqlite() {
+    seam("serve.db", seam_rounds(), 100, 3);
+}
+
+/// Tests that need PostgreSQL as well as the SDK.
+mod needs_postgres {
+    /// [`super::needs_sdk_concurrent_streams_survive_sigkill_and_restarts_on_sqlite`], on
+    /// PostgreSQL.
+    #[test]
+    fn needs_sdk_concurrent_streams_survive_sigkill_and_restarts() {
+        let db = super::common::Database::new("serve_seam");
+        super::seam(&db.url, super::seam_rounds(), 100, 3);
+    }
+}
