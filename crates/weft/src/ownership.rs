@@ -51,6 +51,16 @@ pub fn driver() -> Owner {
     }
 }
 
+/// Whether `owner` is this process or one of its [`driver`]s.
+fn mine(owner: &Owner) -> bool {
+    let me = me();
+    owner.id == me.id
+        || owner
+            .id
+            .strip_prefix(me.id.as_str())
+            .is_some_and(|rest| rest.starts_with('.'))
+}
+
 fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
@@ -64,6 +74,13 @@ fn host() -> String {
 /// exists. An owner on another host is never known to be gone (its lease runs out instead).
 fn gone(host: &str, pid: u32) -> bool {
     host == me().host && !alive_here(pid)
+}
+
+/// Whether `owner` is known to be gone: [`gone`], or an earlier process of this host that had
+/// this process's pid (a restarted container's server often gets the same pid again).
+pub fn owner_gone(owner: &Owner) -> bool {
+    gone(&owner.host, owner.pid)
+        || (owner.host == me().host && owner.pid == me().pid && !mine(owner))
 }
 
 /// Whether a process of this host with this pid exists (Linux; elsewhere, assume it does).
@@ -112,12 +129,8 @@ pub async fn take_as<S: Store>(
     let now = weft_runtime::now_ms();
     let lease = match store.acquire(id, owner, now, ttl_ms(), force).await {
         Ok(l) => l,
-        Err(StoreError::Leased { host, pid, .. }) if gone(&host, pid) => {
-            tracing::info!(
-                session = id,
-                pid,
-                "the session's owner is gone; taking it over"
-            );
+        Err(StoreError::Leased { .. }) if held_by_gone(store.as_ref(), id).await => {
+            tracing::info!(session = id, "the session's owner is gone; taking it over");
             store.acquire(id, owner, now, ttl_ms(), true).await?
         }
         Err(e @ StoreError::Leased { .. }) => {
@@ -129,6 +142,11 @@ pub async fn take_as<S: Store>(
         Err(e) => return Err(e.into()),
     };
     Ok(hold(store, lease))
+}
+
+/// Whether session `id`'s lease is held by an owner known to be gone ([`owner_gone`]).
+async fn held_by_gone<S: Store>(store: &S, id: &str) -> bool {
+    matches!(store.lease(id).await, Ok(Some(l)) if owner_gone(&l.owner))
 }
 
 /// Keeps a lease this process has just taken: renews it and listens for requests until it is
@@ -313,7 +331,7 @@ pub async fn request_and_wait<S: Store>(store: &S, id: &str, verb: &str) -> Resu
     let owned = store
         .lease(id)
         .await?
-        .is_some_and(|l| l.expires_at > now && !gone(&l.owner.host, l.owner.pid));
+        .is_some_and(|l| l.expires_at > now && !owner_gone(&l.owner));
     if !owned || !store.request(id, verb, now).await? {
         return Ok(false);
     }

@@ -403,6 +403,20 @@ asyncio.run(main())
     );
 }
 
+/// After SIGKILL, the restarted server sees that the run's owner was a process of its own host
+/// that is gone, and continues the run at once instead of waiting for the lease (30 s here) to
+/// run out. The step in flight at the kill is recorded with an unknown outcome, never repeated.
+#[test]
+fn needs_sdk_a_run_killed_with_its_server_goes_on_without_waiting_for_its_lease() {
+    let tmp = tempfile::tempdir().unwrap();
+    agents(tmp.path());
+    let took = run_across_a_restart(tmp.path(), "KILL", &[("WEFT_LEASE_SECS", "30")]);
+    assert!(
+        took < Duration::from_secs(15),
+        "the run took {took:?} after the restart"
+    );
+}
+
 /// Threads that never had a run (created, then refused with 429, or never used) are not running
 /// sessions to claim: with ten of them in the store, a run whose server stopped is still
 /// continued by the next server at once.

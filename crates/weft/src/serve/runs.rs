@@ -788,6 +788,7 @@ pub async fn adopt_orphans(app: Shared) {
     let mut agents: Vec<String> = app.agents.keys().cloned().collect();
     // A thread created empty (`POST /threads`) has no agent name on its record.
     agents.push(String::new());
+    take_over_the_dead(&app, &agents).await;
     loop {
         if crate::interrupt::is_requested() {
             return;
@@ -813,6 +814,44 @@ pub async fn adopt_orphans(app: Shared) {
             Err(e) => tracing::warn!("cannot claim orphaned threads: {e}"),
         }
         app.store.wait_for_work(Duration::from_secs(1)).await;
+    }
+}
+
+/// At start: the running threads whose lease a process of this host holds that no longer exists
+/// (a server killed with SIGKILL) are taken over at once, as `weft resume` would, rather than
+/// after their lease runs out.
+async fn take_over_the_dead(app: &Shared, agents: &[String]) {
+    let filter = weft_store::ListFilter {
+        user_id: None,
+        status: Some(SessionStatus::Running),
+        limit: None,
+    };
+    let running = match app.store.list(&filter).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!("cannot list the running threads: {e}");
+            return;
+        }
+    };
+    let now = weft_runtime::now_ms();
+    for rec in running {
+        if rec.last_seq == 0 || !agents.contains(&rec.agent) {
+            continue;
+        }
+        let dead = matches!(
+            app.store.lease(&rec.id).await,
+            Ok(Some(l)) if l.expires_at > now && crate::ownership::owner_gone(&l.owner)
+        );
+        if !dead {
+            continue;
+        }
+        let owner = crate::ownership::driver();
+        match crate::ownership::take_as(app.store.clone(), &rec.id, false, &owner).await {
+            Ok(held) => {
+                app.runs.tasks.lock().await.spawn(adopt(app.clone(), held));
+            }
+            Err(e) => tracing::info!(thread = %rec.id, "not taken over: {}", crate::message(&e)),
+        }
     }
 }
 
