@@ -289,8 +289,18 @@ impl<S: Store> Runtime<S> {
         task: &str,
         input: Value,
     ) -> Result<(), RuntimeError> {
-        session.commit(agent_loop::start_turn(task, input)).await?;
+        self.queue_task(session, task, input).await?;
         self.drive_agent(agent, session).await
+    }
+
+    /// Gives the session a new task (stored with anything staged), without driving it.
+    pub async fn queue_task(
+        &self,
+        session: &mut Session<'_, S>,
+        task: &str,
+        input: Value,
+    ) -> Result<(), RuntimeError> {
+        session.commit(agent_loop::start_turn(task, input)).await
     }
 
     /// Continues a session that waits for a person with their answer.

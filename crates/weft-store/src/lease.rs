@@ -56,16 +56,18 @@ pub(crate) fn prune_sql(p: fn(usize) -> String) -> String {
     )
 }
 
-/// The sessions a worker may claim (see `Store::claim`): running, of one of the agents, with no
+/// The sessions a worker may claim (see `Store::claim`): running, with events (a session with
+/// none, such as a thread created empty, has nothing to drive), of one of the agents, with no
 /// lease or an expired one; those whose owner stopped first (they were started already, and a
 /// backlog of new sessions must not delay their takeover), then the least recently updated.
-/// Parameters: agents, now, limit; `agents` is the condition on the agent's name. (SQLite: its
-/// claim is one write transaction; PostgreSQL claims in two parts, `expired_sql` and
-/// `unleased_sql`, in the same order.)
-pub(crate) fn claimable_sql(p: fn(usize) -> String, agents: &str) -> String {
+/// Parameters: agents, now, limit; `agents` is the condition on the agent's name and
+/// `has_events` the condition that session `s` has an event. (SQLite: its claim is one write
+/// transaction; PostgreSQL claims in two parts, `expired_sql` and `unleased_sql`, in the same
+/// order.)
+pub(crate) fn claimable_sql(p: fn(usize) -> String, agents: &str, has_events: &str) -> String {
     format!(
         "SELECT s.id FROM sessions s LEFT JOIN leases l ON l.session = s.id \
-         WHERE s.status = 'running' AND s.agent {agents} \
+         WHERE s.status = 'running' AND s.agent {agents} AND {has_events} \
          AND (l.session IS NULL OR l.expires_at <= {now}) \
          ORDER BY (l.session IS NULL), s.updated_at, s.id LIMIT {limit}",
         now = p(2),
@@ -79,10 +81,16 @@ pub(crate) fn claimable_sql(p: fn(usize) -> String, agents: &str) -> String {
 /// (frozen, or cut off) does not hide the session; its lease row, held `FOR SHARE` by an append
 /// in progress, is passed over without waiting, and PostgreSQL ends such a transaction within
 /// the connection's bounds (see `PgBounds`). Parameters: agents, now, limit.
-pub(crate) fn expired_sql(p: fn(usize) -> String, agents: &str, lock: &str) -> String {
+pub(crate) fn expired_sql(
+    p: fn(usize) -> String,
+    agents: &str,
+    has_events: &str,
+    lock: &str,
+) -> String {
     format!(
         "SELECT s.id FROM leases l JOIN sessions s ON s.id = l.session \
-         WHERE s.status = 'running' AND s.agent {agents} AND l.expires_at <= {now} \
+         WHERE s.status = 'running' AND s.agent {agents} AND {has_events} \
+         AND l.expires_at <= {now} \
          ORDER BY s.updated_at, s.id LIMIT {limit} {lock}",
         now = p(2),
         limit = p(3),
@@ -93,9 +101,15 @@ pub(crate) fn expired_sql(p: fn(usize) -> String, agents: &str, lock: &str) -> S
 /// lease, least recently updated first; `lock` (`FOR UPDATE OF s SKIP LOCKED`) locks their
 /// session rows, the only rows they have, until their leases are inserted. Parameters: agents,
 /// limit.
-pub(crate) fn unleased_sql(p: fn(usize) -> String, agents: &str, lock: &str) -> String {
+pub(crate) fn unleased_sql(
+    p: fn(usize) -> String,
+    agents: &str,
+    has_events: &str,
+    lock: &str,
+) -> String {
     format!(
         "SELECT s.id FROM sessions s WHERE s.status = 'running' AND s.agent {agents} \
+         AND {has_events} \
          AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.session = s.id) \
          ORDER BY s.updated_at, s.id LIMIT {limit} {lock}",
         limit = p(2),

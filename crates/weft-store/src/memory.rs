@@ -268,6 +268,7 @@ impl Store for MemoryStore {
             map.values()
                 .filter(|e| {
                     e.rec.status == SessionStatus::Running
+                        && !e.log.is_empty()
                         && agents.contains(&e.rec.agent)
                         && leases.get(&e.rec.id).is_none_or(|l| l.expires_at <= now)
                 })

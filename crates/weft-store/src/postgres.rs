@@ -629,6 +629,7 @@ impl Store for PgStore {
         let mut ids: Vec<String> = sqlx::query_scalar(&lease::expired_sql(
             lease::dollar,
             agents_sql,
+            "s.last_seq > 0",
             "FOR UPDATE OF l SKIP LOCKED",
         ))
         .bind(agents)
@@ -642,6 +643,7 @@ impl Store for PgStore {
             let unleased: Vec<String> = sqlx::query_scalar(&lease::unleased_sql(
                 lease::dollar,
                 agents_sql,
+                "s.last_seq > 0",
                 "FOR UPDATE OF s SKIP LOCKED",
             ))
             .bind(agents)

@@ -545,7 +545,11 @@ impl Store for SqliteStore {
     ) -> Result<Vec<Lease>, StoreError> {
         let names = serde_json::to_string(agents)
             .map_err(|e| StoreError::Backend(format!("cannot encode the agents' names: {e}")))?;
-        let sql = lease::claimable_sql(lease::question, "IN (SELECT value FROM json_each(?1))");
+        let sql = lease::claimable_sql(
+            lease::question,
+            "IN (SELECT value FROM json_each(?1))",
+            "EXISTS (SELECT 1 FROM events e WHERE e.session = s.pk)",
+        );
         let ids: Vec<String> = sqlx::query_scalar(&sql)
             .bind(names)
             .bind(now)

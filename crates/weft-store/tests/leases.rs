@@ -184,6 +184,17 @@ async fn claims_are_exclusive<S: Store>(store: &S) {
             .await
             .unwrap();
     }
+    // c9 has no events (a thread created empty): there is nothing to drive, so no one claims it.
+    let empty = NewSession {
+        id: "c9".to_owned(),
+        agent: "a".to_owned(),
+        ..NewSession::default()
+    };
+    store.create(empty, 1_009).await.unwrap();
+    assert_eq!(
+        store.get("c9").await.unwrap().status,
+        SessionStatus::Running
+    );
     // c3 is being run by a live process; c4's owner stopped (its lease ran out).
     store.acquire("c3", &z, 1_000, 10_000, false).await.unwrap();
     store.acquire("c4", &z, 1_000, 100, false).await.unwrap();

@@ -34,6 +34,29 @@ pub fn me() -> &'static Owner {
     })
 }
 
+/// An owner for one driver of this process (a run of `weft serve`, one claim of its loop for
+/// orphaned runs): this process's host and pid, with an id of its own (`ME.N`). Two drivers of
+/// one process then never share a lease: taking a lease again as the same owner would succeed
+/// at the same epoch, so each would write over the other.
+pub fn driver() -> Owner {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Owner {
+        id: format!("{}.{n}", me().id),
+        ..me().clone()
+    }
+}
+
+/// Whether `owner` is this process or one of its [`driver`]s.
+fn mine(owner: &Owner) -> bool {
+    let me = me();
+    owner.id == me.id
+        || owner
+            .id
+            .strip_prefix(me.id.as_str())
+            .is_some_and(|rest| rest.starts_with('.'))
+}
+
 fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
@@ -47,6 +70,13 @@ fn host() -> String {
 /// exists. An owner on another host is never known to be gone (its lease runs out instead).
 fn gone(host: &str, pid: u32) -> bool {
     host == me().host && !alive_here(pid)
+}
+
+/// Whether `owner` is known to be gone: [`gone`], or an earlier process of this host that had
+/// this process's pid (a restarted container's server often gets the same pid again).
+pub fn owner_gone(owner: &Owner) -> bool {
+    gone(&owner.host, owner.pid)
+        || (owner.host == me().host && owner.pid == me().pid && !mine(owner))
 }
 
 /// Whether a process of this host with this pid exists (Linux; elsewhere, assume it does).
@@ -82,16 +112,22 @@ const LOOK_EVERY: Duration = Duration::from_millis(500);
 
 /// Takes the lease of session `id` (see the module's documentation), or says who holds it.
 pub async fn take<S: Store>(store: Arc<S>, id: &str, force: bool) -> Result<Held<S>> {
+    take_as(store, id, force, me()).await
+}
+
+/// [`take`] as `owner` (this process, or one of its [`driver`]s).
+pub async fn take_as<S: Store>(
+    store: Arc<S>,
+    id: &str,
+    force: bool,
+    owner: &Owner,
+) -> Result<Held<S>> {
     let now = weft_runtime::now_ms();
-    let lease = match store.acquire(id, me(), now, ttl_ms(), force).await {
+    let lease = match store.acquire(id, owner, now, ttl_ms(), force).await {
         Ok(l) => l,
-        Err(StoreError::Leased { host, pid, .. }) if gone(&host, pid) => {
-            tracing::info!(
-                session = id,
-                pid,
-                "the session's owner is gone; taking it over"
-            );
-            store.acquire(id, me(), now, ttl_ms(), true).await?
+        Err(StoreError::Leased { .. }) if held_by_gone(store.as_ref(), id).await => {
+            tracing::info!(session = id, "the session's owner is gone; taking it over");
+            store.acquire(id, owner, now, ttl_ms(), true).await?
         }
         Err(e @ StoreError::Leased { .. }) => {
             return Err(anyhow!(
@@ -102,6 +138,11 @@ pub async fn take<S: Store>(store: Arc<S>, id: &str, force: bool) -> Result<Held
         Err(e) => return Err(e.into()),
     };
     Ok(hold(store, lease))
+}
+
+/// Whether session `id`'s lease is held by an owner known to be gone ([`owner_gone`]).
+async fn held_by_gone<S: Store>(store: &S, id: &str) -> bool {
+    matches!(store.lease(id).await, Ok(Some(l)) if owner_gone(&l.owner))
 }
 
 /// Keeps a lease this process has just taken: renews it and listens for requests until it is
@@ -286,7 +327,7 @@ pub async fn driven<S: Store>(store: &S, id: &str) -> Result<bool> {
     Ok(store
         .lease(id)
         .await?
-        .is_some_and(|l| l.expires_at > now && !gone(&l.owner.host, l.owner.pid)))
+        .is_some_and(|l| l.expires_at > now && !owner_gone(&l.owner)))
 }
 
 /// Asks the live process that holds session `id`'s lease for `verb` (`cancel`, `pause`) and

@@ -371,6 +371,7 @@ pub async fn start_with_id(
     } else {
         Some(take(app, &run).await?)
     };
+    let (accept, accepted) = tokio::sync::oneshot::channel();
     let task = execute(
         app.clone(),
         run.clone(),
@@ -379,8 +380,29 @@ pub async fn start_with_id(
         agent,
         rec,
         input,
+        accept,
     );
     app.runs.tasks.lock().await.spawn(task);
+    // A run is answered only once it is durable (its marker and first events are stored), so a
+    // client never holds the id of a run that a crash can lose. A queued run is in memory until
+    // the run before it ends.
+    if !queued {
+        match accepted.await {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => {
+                return Err(ApiError(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("the run could not be started: {why}"),
+                ));
+            }
+            Err(_) => {
+                return Err(ApiError(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the run could not be started (the server is stopping); try again".into(),
+                ));
+            }
+        }
+    }
     Ok(run)
 }
 
@@ -388,7 +410,9 @@ async fn take(
     app: &Shared,
     run: &Arc<Run>,
 ) -> Result<crate::ownership::Held<crate::store::CliStore>, ApiError> {
-    let held = crate::ownership::take(app.store.clone(), &run.thread_id, false)
+    // Each run is an owner of its own: a second run of this process on the thread is refused.
+    let owner = crate::ownership::driver();
+    let held = crate::ownership::take_as(app.store.clone(), &run.thread_id, false, &owner)
         .await
         .map_err(|e| ApiError(StatusCode::CONFLICT, crate::message(&e)))?;
     if let Ok(mut a) = app.runs.active.lock() {
@@ -397,7 +421,9 @@ async fn take(
     Ok(held)
 }
 
-/// Drives the run and records how it ended.
+/// Drives the run and records how it ended. `accept` is told once the run is stored (or why it
+/// could not be).
+#[allow(clippy::too_many_arguments)]
 async fn execute(
     app: Shared,
     run: Arc<Run>,
@@ -406,7 +432,9 @@ async fn execute(
     agent: Arc<AgentFile>,
     rec: SessionRecord,
     input: Value,
+    accept: tokio::sync::oneshot::Sender<Result<(), String>>,
 ) {
+    let mut accept = Some(accept);
     let waker = app.runs.waker(&run.thread_id);
     let (held, work) = match held {
         Some(h) => (Ok(h), Ok(work)),
@@ -438,13 +466,19 @@ async fn execute(
         (Ok(held), Ok(work)) => {
             run.status
                 .send_replace((RunStatus::Running, run.start_seq()));
-            let out = drive(&app, &run, &held, work, &agent, &rec, input).await;
+            let out = drive(&app, &run, &held, work, &agent, &rec, input, &mut accept).await;
             let out = hold_if_paused(&app, &held, out).await;
             held.release().await;
             out
         }
         (Err(e), _) => Err(anyhow::anyhow!(e.1)),
     };
+    if let Some(accept) = accept.take() {
+        let _ = accept.send(match &outcome {
+            Ok(_) => Ok(()),
+            Err(e) => Err(crate::message(e)),
+        });
+    }
     finish(&app, &run, outcome).await;
 }
 
@@ -539,6 +573,9 @@ async fn finish(app: &Shared, run: &Run, outcome: anyhow::Result<SessionStatus>)
     waker.notify_waiters();
 }
 
+/// Drives the run: stores its first events (with its marker), tells `accept`, then goes on
+/// until the session ends or waits.
+#[allow(clippy::too_many_arguments)]
 async fn drive(
     app: &Shared,
     run: &Run,
@@ -547,6 +584,7 @@ async fn drive(
     agent: &AgentFile,
     rec: &SessionRecord,
     input: Value,
+    accept: &mut Option<tokio::sync::oneshot::Sender<Result<(), String>>>,
 ) -> anyhow::Result<SessionStatus> {
     let mut metadata = rec.metadata.clone();
     if let Value::Object(m) = &mut metadata {
@@ -576,35 +614,48 @@ async fn drive(
         after: run.start_seq(),
     };
     let go = async {
-        let session = match work {
-            // The run's marker goes into the same write as its first events: a crash cannot
-            // leave one without the other.
-            Work::Start(task) => {
-                let info = SessionInfo {
-                    id: Some(tid.clone()),
-                    user_id: Some(run.user.clone()),
-                    metadata: metadata.clone(),
-                    ..SessionInfo::default()
-                };
-                let mut s = rt
-                    .queue_agent(&built, info, &task, input.clone(), vec![marker])
-                    .await?;
-                rt.drive_agent(&built, &mut s).await?;
-                s
+        // The run's marker goes into the same write as its first events: a crash cannot leave
+        // one without the other.
+        let stored = async {
+            match work {
+                Work::Start(task) => {
+                    let info = SessionInfo {
+                        id: Some(tid.clone()),
+                        user_id: Some(run.user.clone()),
+                        metadata: metadata.clone(),
+                        ..SessionInfo::default()
+                    };
+                    rt.queue_agent(&built, info, &task, input.clone(), vec![marker])
+                        .await
+                }
+                Work::Turn(task) => {
+                    let mut s = rt.load_session(&tid).await?;
+                    s.stage(vec![marker])?;
+                    rt.queue_task(&mut s, &task, input.clone()).await?;
+                    Ok(s)
+                }
+                Work::Answer(text) => {
+                    let mut s = rt.load_session(&tid).await?;
+                    s.stage(vec![marker])?;
+                    rt.queue_reply(&built, &mut s, &text).await?;
+                    Ok(s)
+                }
             }
-            Work::Turn(task) => {
-                let mut s = rt.load_session(&tid).await?;
-                s.stage(vec![marker])?;
-                rt.run_task(&built, &mut s, &task, input.clone()).await?;
-                s
-            }
-            Work::Answer(text) => {
-                let mut s = rt.load_session(&tid).await?;
-                s.stage(vec![marker])?;
-                rt.reply(&built, &mut s, &text).await?;
-                s
+        }
+        .await;
+        let mut session = match stored {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(accept) = accept.take() {
+                    let _ = accept.send(Err(e.to_string()));
+                }
+                return Err(e.into());
             }
         };
+        if let Some(accept) = accept.take() {
+            let _ = accept.send(Ok(()));
+        }
+        rt.drive_agent(&built, &mut session).await?;
         Ok::<_, anyhow::Error>(session.state.status)
     };
     match held.until_asked(go).await {
@@ -730,11 +781,14 @@ pub fn from_log(
 
 /// Drives the sessions of this server's threads that no process drives (their server stopped
 /// or died mid-run): claims them as a worker would, and finishes their runs, which clients find
-/// by id and stream on from their last event id.
+/// by id and stream on from their last event id. A claim never takes a lease that runs, this
+/// process's included: each claim is an owner of its own ([`crate::ownership::driver`]), and a
+/// thread that never had a run has no events and is not claimed.
 pub async fn adopt_orphans(app: Shared) {
     let mut agents: Vec<String> = app.agents.keys().cloned().collect();
     // A thread created empty (`POST /threads`) has no agent name on its record.
     agents.push(String::new());
+    take_over_the_dead(&app, &agents).await;
     loop {
         if crate::interrupt::is_requested() {
             return;
@@ -743,7 +797,7 @@ pub async fn adopt_orphans(app: Shared) {
         match app
             .store
             .claim(
-                crate::ownership::me(),
+                &crate::ownership::driver(),
                 &agents,
                 now,
                 crate::ownership::ttl_ms(),
@@ -760,6 +814,44 @@ pub async fn adopt_orphans(app: Shared) {
             Err(e) => tracing::warn!("cannot claim orphaned threads: {e}"),
         }
         app.store.wait_for_work(Duration::from_secs(1)).await;
+    }
+}
+
+/// At start: the running threads whose lease a process of this host holds that no longer exists
+/// (a server killed with SIGKILL) are taken over at once, as `weft resume` would, rather than
+/// after their lease runs out.
+async fn take_over_the_dead(app: &Shared, agents: &[String]) {
+    let filter = weft_store::ListFilter {
+        user_id: None,
+        status: Some(SessionStatus::Running),
+        limit: None,
+    };
+    let running = match app.store.list(&filter).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!("cannot list the running threads: {e}");
+            return;
+        }
+    };
+    let now = weft_runtime::now_ms();
+    for rec in running {
+        if rec.last_seq == 0 || !agents.contains(&rec.agent) {
+            continue;
+        }
+        let dead = matches!(
+            app.store.lease(&rec.id).await,
+            Ok(Some(l)) if l.expires_at > now && crate::ownership::owner_gone(&l.owner)
+        );
+        if !dead {
+            continue;
+        }
+        let owner = crate::ownership::driver();
+        match crate::ownership::take_as(app.store.clone(), &rec.id, false, &owner).await {
+            Ok(held) => {
+                app.runs.tasks.lock().await.spawn(adopt(app.clone(), held));
+            }
+            Err(e) => tracing::info!(thread = %rec.id, "not taken over: {}", crate::message(&e)),
+        }
     }
 }
 

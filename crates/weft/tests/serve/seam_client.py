@@ -1,0 +1,159 @@
+"""Many concurrent streaming runs through `weft serve`, with the server killed (SIGKILL) and
+started again in some rounds, driven with the official langgraph-sdk client.
+
+Usage: seam_client.py URL KEY WORKDIR ROUNDS N KILL_EVERY
+
+Each round creates N threads and streams a run of the `tally` agent on each at once (the agent
+calls its tool `tally` once, which is not idempotent and logs its start and end in
+WORKDIR/tally.log, then answers). In every KILL_EVERY-th round (0: none), once 30 % of the
+streams have begun, the script writes WORKDIR/kill-R; the test kills the server with SIGKILL,
+writes WORKDIR/killed-R (the time of the kill, in Unix ms), and starts the server again, whose
+log is WORKDIR/serve-K.log (K counting servers from 0). The SDK reconnects by itself.
+
+Checked, and counted:
+- every run the server acknowledged (its stream began) ends with `end` and success, with no
+  `error` event and no gap or repeat in its event ids across reconnects;
+- a request that got no answer (the kill came first) may or may not have started a run; its
+  thread ends idle either way (nothing is left running or failed);
+- the tool ran at most once per call (its start lines), and a call reported `unknown_outcome`
+  is one whose start was stored before a kill of its round, by the owner before the one that
+  recorded the outcome;
+- no server continued a run that was live: a server's log names as continued only threads of
+  the round killed just before it started, and no log has a write refused for another writer.
+Prints `counts: ...` and `ok: seam`; the first failed assertion ends the script (exit 1).
+"""
+import asyncio
+import glob
+import os
+import re
+import sys
+import time
+
+from langgraph_sdk import get_client
+
+URL, KEY, WORK = sys.argv[1:4]
+ROUNDS, N, KILL_EVERY = (int(a) for a in sys.argv[4:7])
+MSG = {"messages": [{"role": "user", "content": "tally one"}]}
+
+
+def path(name):
+    return os.path.join(WORK, name)
+
+
+async def one(client, began):
+    """One thread and its streamed run: (thread id, parts, error or None)."""
+    parts = []
+    try:
+        t = await client.threads.create()
+    except Exception as e:  # the server was killed before it answered
+        return None, parts, repr(e)
+    tid = t["thread_id"]
+    try:
+        async for p in client.runs.stream(tid, "tally", input=MSG, stream_mode="custom"):
+            if p.event == "metadata":
+                began.append(tid)
+            parts.append((p.event, p.data))
+    except Exception as e:
+        return tid, parts, repr(e)
+    return tid, parts, None
+
+
+async def kill_when_begun(r, began):
+    since = time.time()
+    while len(began) < max(1, N * 3 // 10):
+        assert time.time() - since < 120, f"round {r}: only {len(began)} streams began"
+        await asyncio.sleep(0.01)
+    open(path(f"kill-{r}"), "w").close()
+    while not os.path.exists(path(f"killed-{r}")):
+        await asyncio.sleep(0.01)
+
+
+async def main():
+    client = get_client(url=URL, api_key=KEY, timeout=120)
+    counts = dict(runs=0, acknowledged=0, unanswered=0, kills=0, tool_runs=0,
+                  unknown_outcome=0, continued=0)
+    unknown = []  # (round, idempotency key)
+    round_threads = {}
+    kill_rounds = []
+    for r in range(ROUNDS):
+        began = []
+        killing = KILL_EVERY > 0 and r % KILL_EVERY == KILL_EVERY - 1
+        jobs = [one(client, began) for _ in range(N)]
+        if killing:
+            killer = asyncio.ensure_future(kill_when_begun(r, began))
+        results = await asyncio.gather(*jobs)
+        if killing:
+            await killer
+            kill_rounds.append(r)
+            counts["kills"] += 1
+        round_threads[r] = {tid for tid, _, _ in results if tid}
+        for tid, parts, err in results:
+            counts["runs"] += 1
+            acked = any(e == "metadata" for e, _ in parts)
+            if not acked:
+                # Never acknowledged: only a kill can explain it.
+                assert killing and err is not None, (r, tid, err, parts)
+                counts["unanswered"] += 1
+                continue
+            counts["acknowledged"] += 1
+            assert err is None, f"round {r}: thread {tid}: acknowledged, then {err}; parts {parts}"
+            events = [e for e, _ in parts]
+            assert "error" not in events, (r, tid, parts)
+            assert events[-1] == "end" and parts[-1][1]["status"] == "success", (r, tid, parts)
+            custom = [d for e, d in parts if e == "custom"]
+            seqs = [d["seq"] for d in custom]
+            assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), (r, tid, seqs)
+            kinds = [d["type"] for d in custom]
+            assert kinds[-1] == "run_finished" and kinds.count("tool_call_finished") == 1, (r, tid, kinds)
+            started = {d["call_id"]: d for d in custom if d["type"] == "tool_call_started"}
+            for d in custom:
+                if d["type"] == "tool_call_finished" and d["outcome"]["status"] == "error":
+                    assert d["outcome"]["error"]["kind"] == "unknown_outcome", (r, tid, d)
+                    unknown.append((r, started[d["call_id"]], d))
+        # Every thread ends idle: nothing is left running (a run whose request got no answer
+        # is finished by the server without a client), nothing failed.
+        for tid in round_threads[r]:
+            since = time.time()
+            while (status := (await client.threads.get(tid))["status"]) == "busy":
+                assert time.time() - since < 60, (r, tid, "still busy after 60 s")
+                await asyncio.sleep(0.2)
+            assert status == "idle", (r, tid, status)
+        print(f"round {r}: {len(results)} streams{' (killed)' if killing else ''}", flush=True)
+
+    # The side-effecting tool: at most one run per call; unknown outcomes only for calls that
+    # started before a kill of their round.
+    starts = {}
+    for line in open(path("tally.log")).read().splitlines():
+        what, key, ms = line.split()
+        if what == "start":
+            starts.setdefault(key, []).append(int(ms) // 1_000_000)
+    counts["tool_runs"] = sum(len(v) for v in starts.values())
+    repeated = {k: v for k, v in starts.items() if len(v) > 1}
+    assert not repeated, f"tool calls run more than once: {repeated}"
+    for r, start, finish in unknown:
+        key = start["idempotency_key"]
+        assert r in kill_rounds, f"round {r} had no kill, yet call {key} has an unknown outcome"
+        # In flight at the kill: its start was stored before the kill, by the owner before the
+        # one that recorded the unknown outcome (the tool itself may have begun after the kill:
+        # its process outlives the server's).
+        killed_at = int(open(path(f"killed-{r}")).read())
+        assert start["ts"] <= killed_at and start["epoch"] < finish["epoch"], (r, start, finish, killed_at)
+    counts["unknown_outcome"] = len(unknown)
+
+    # No live run continued, no write refused: server K (K >= 1) started after the K-th kill.
+    continued = 0
+    for k in range(counts["kills"] + 1):
+        log = open(path(f"serve-{k}.log")).read()
+        assert "changed by another writer" not in log, f"serve-{k}.log:\n{log}"
+        adopted = re.findall(r"thread=(\S+).*continuing a run whose server stopped|"
+                             r"continuing a run whose server stopped.*thread=(\S+)", log)
+        ids = {a or b for a, b in adopted}
+        continued += len(ids)
+        allowed = round_threads[kill_rounds[k - 1]] if k >= 1 else set()
+        assert ids <= allowed, f"serve-{k} continued live runs: {sorted(ids - allowed)}"
+    counts["continued"] = continued
+    print("counts: " + ", ".join(f"{k}={v}" for k, v in counts.items()), flush=True)
+    print("ok: seam", flush=True)
+
+
+asyncio.run(main())
