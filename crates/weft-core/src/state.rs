@@ -406,7 +406,7 @@ pub struct OpenCall {
 /// The version of State's serialised form (and of what `apply` makes of events) that snapshots
 /// are written and read at. Bump it with every change of State's shape (see the module's
 /// documentation); a snapshot of another version is ignored and the log is folded.
-pub const SNAPSHOT_VERSION: u32 = 2;
+pub const SNAPSHOT_VERSION: u32 = 3;
 /// A conversation's compacted part: requests carry `summary` in place of the messages before
 /// `upto` (an index into [`State::history`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
