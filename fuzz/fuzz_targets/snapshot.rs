@@ -19,6 +19,7 @@ fn rest() -> Vec<Event> {
         id: "f1".into(),
         name: "echo".into(),
         arguments: json!({"text": "x"}),
+        provider_id: None,
     };
     vec![
         Event::ModelReplied {

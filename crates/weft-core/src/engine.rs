@@ -565,6 +565,41 @@ pub fn tool_finished(
     outcome: ToolOutcome,
     duration_ms: u64,
 ) -> Vec<Event> {
+    finished(
+        state,
+        limits,
+        call_id,
+        outcome,
+        duration_ms,
+        &mut Vec::new(),
+    )
+}
+
+/// Turns the outcomes of calls that ended together into events, as [`tool_finished`] does for
+/// each, judged against `state` and the outcomes before it in the batch: once an item of a
+/// fan-out step under `_onItemError: fail` has failed for good, the step schedules no retry of
+/// another item.
+pub fn tools_finished(
+    state: &State,
+    limits: &Limits,
+    done: impl IntoIterator<Item = (String, ToolOutcome, u64)>,
+) -> Vec<Event> {
+    let mut stopped = Vec::new();
+    let mut events = Vec::new();
+    for (call_id, outcome, ms) in done {
+        events.extend(finished(state, limits, &call_id, outcome, ms, &mut stopped));
+    }
+    events
+}
+
+fn finished(
+    state: &State,
+    limits: &Limits,
+    call_id: &str,
+    outcome: ToolOutcome,
+    duration_ms: u64,
+    stopped: &mut Vec<String>,
+) -> Vec<Event> {
     let step_id = state.open_calls.get(call_id).and_then(|c| c.step.clone());
     let item = state.open_calls.get(call_id).and_then(|c| c.item);
     let mut events = vec![Event::ToolCallFinished {
@@ -574,7 +609,7 @@ pub fn tool_finished(
     }];
     if let (Some(k), Some(step), Some(run)) = (item, &step_id, &state.plan) {
         events.extend(crate::fan_out::item_finished(
-            run, limits, step, k, &outcome,
+            run, limits, step, k, &outcome, stopped,
         ));
         return events;
     }

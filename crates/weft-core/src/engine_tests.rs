@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::engine::{Limits, Next, decide, dry_run, normalize, select_wave, tool_finished};
+use crate::engine::{
+    Limits, Next, decide, dry_run, normalize, select_wave, tool_finished, tools_finished,
+};
 use crate::event::{Event, RunStatus, SessionStatus, ToolError, ToolOutcome};
 use crate::plan::Plan;
 use crate::state::{State, StepStatus};
@@ -543,4 +545,67 @@ fn steps_behind_an_unhandled_failure_are_not_candidates() {
         ]
     );
     assert_eq!(status(&s, "d"), StepStatus::Completed);
+}
+
+/// A fan-out of two items under `_onItemError: fail` whose calls both run, with a dependant.
+fn two_items_running(limits: &Limits) -> (State, Vec<String>) {
+    let mut s = started(
+        plan(json!([
+            {"_id": "each", "_tool": "par", "_forEach": "†input.items", "_maxParallel": 2,
+             "n": "†item", "_outputPath": "†state.out"},
+            {"_id": "after", "_tool": "par", "x": "†state.out"}
+        ])),
+        json!({"items": [0, 1]}),
+    );
+    let Next::Start { events, calls } = decide(&s, limits) else {
+        panic!("expected both items to start");
+    };
+    for e in &events {
+        s.apply(e);
+    }
+    assert_eq!(calls.len(), 2);
+    (s, calls.into_iter().map(|c| c.call_id).collect())
+}
+
+/// The end of a fan-out whose items fail together: item 0 for good, item 1 with a retryable
+/// error, reported in one batch in `order`. Returns the events from the batch on.
+fn fail_together(order: [usize; 2]) -> (State, Vec<Event>) {
+    let limits = Limits::default();
+    let (mut s, ids) = two_items_running(&limits);
+    let outcome = |k: usize| ToolOutcome::Error {
+        error: ToolError::new("boom", format!("item {k}")).retryable(k == 1),
+    };
+    let batch = order.map(|k| (ids[k].clone(), outcome(k), 1));
+    let mut log = tools_finished(&s, &limits, batch);
+    for e in &log {
+        s.apply(e);
+    }
+    log.extend(drive(&mut s, &limits, |_, _, _| {
+        panic!("no call of a failed fan-out starts")
+    }));
+    (s, log)
+}
+
+#[test]
+fn an_item_failed_for_good_stops_the_retries_of_the_others() {
+    // Item 0's failure comes first: item 1's retryable failure schedules no retry.
+    let (s, log) = fail_together([0, 1]);
+    assert!(
+        !log.iter().any(|e| matches!(e, Event::ItemRetrying { .. })),
+        "{log:?}"
+    );
+    // Item 1's retry was scheduled first: the step ends without running it.
+    let (s2, log2) = fail_together([1, 0]);
+    for (s, log) in [(&s, &log), (&s2, &log2)] {
+        assert_eq!(s.status, SessionStatus::Failed, "{log:?}");
+        assert_eq!(status(s, "each"), StepStatus::Failed);
+        assert_eq!(status(s, "after"), StepStatus::Skipped);
+        let reason = s
+            .plan
+            .as_ref()
+            .and_then(|r| r.step("after"))
+            .and_then(|(_, r)| r.reason.clone());
+        assert_eq!(reason.as_deref(), Some("blocked: step `each` failed"));
+        assert!(s.open_calls.is_empty());
+    }
 }

@@ -182,7 +182,14 @@ pub(crate) fn progress(state: &State, run: &PlanRun, limits: &Limits) -> Option<
                 }
             }
         }
-        if events.len() == before && items.idle() && (stopped || items.next >= items.len()) {
+        // A stopped step ends once no call of it runs: a retry still due is dropped, as no
+        // call of a failed step starts.
+        let settled = if stopped {
+            items.running.is_empty()
+        } else {
+            items.idle() && items.next >= items.len()
+        };
+        if events.len() == before && settled {
             events.push(end(step, f, items));
         }
     }
@@ -238,23 +245,34 @@ fn end(step: &PlanStep, f: &ForEach, items: &Items) -> Event {
     }
 }
 
-/// An item's call ended: a failure that may be retried is (within `max_step_attempts`);
-/// the item's outcome is recorded by its `tool_call_finished`.
+/// An item's call ended: a failure that may be retried is (within `max_step_attempts`),
+/// unless the step has failed (`_onItemError: fail` and an item failed for good, here or in
+/// `stopped`: the steps whose items failed for good earlier in the same batch of outcomes).
+/// The item's outcome is recorded by its `tool_call_finished`.
 pub(crate) fn item_finished(
     run: &PlanRun,
     limits: &Limits,
     step: &str,
     k: usize,
     outcome: &ToolOutcome,
+    stopped: &mut Vec<String>,
 ) -> Vec<Event> {
     let ToolOutcome::Error { error } = outcome else {
         return Vec::new();
     };
-    let Some(items) = run.step(step).and_then(|(_, r)| r.items.as_ref()) else {
+    let Some((i, r)) = run.step(step) else {
         return Vec::new();
     };
+    let Some(items) = r.items.as_ref() else {
+        return Vec::new();
+    };
+    let fails_step = run.plan.steps[i]
+        .for_each
+        .as_ref()
+        .is_some_and(|f| f.on_error == ItemPolicy::Fail);
+    let failed = fails_step && (items.failed > 0 || stopped.iter().any(|s| s == step));
     let attempt = items.attempts.get(k).copied().unwrap_or(1);
-    if error.retryable && attempt < limits.max_step_attempts {
+    if error.retryable && attempt < limits.max_step_attempts && !failed {
         return vec![Event::ItemRetrying {
             step: step.to_owned(),
             item: k,
@@ -262,6 +280,9 @@ pub(crate) fn item_finished(
             error: error.clone(),
             delay_ms: limits.backoff_ms(attempt + 1),
         }];
+    }
+    if fails_step && !failed {
+        stopped.push(step.to_owned());
     }
     Vec::new()
 }

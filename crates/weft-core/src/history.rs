@@ -29,6 +29,7 @@
 //! in both; the messages before the window are in the log (and in the snapshot's parts) for
 //! whatever shows the whole conversation.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::json;
@@ -61,6 +62,8 @@ pub(crate) struct Log {
     ends: Vec<u64>,
     /// The text of the last message a person wrote (a user message not from weft itself).
     last_person: Option<String>,
+    /// The ids of the tool calls of the held assistant messages.
+    call_ids: HashSet<String>,
 }
 
 /// What weft's own messages to the model in the user's place start with.
@@ -134,6 +137,8 @@ impl Log {
                 && !tool_calls.is_empty()
             {
                 self.open = Some(self.total());
+                self.call_ids
+                    .extend(tool_calls.iter().map(|c| c.id.clone()));
             }
         }
         let before = self.ends.last().copied().unwrap_or(0);
@@ -316,6 +321,11 @@ impl History {
         self.log.messages.iter()
     }
 
+    /// Whether a held assistant message has a tool call with this id.
+    pub fn has_call(&self, id: &str) -> bool {
+        self.log.call_ids.contains(id)
+    }
+
     /// The text of the last message a person wrote (not one weft wrote in the user's place).
     pub fn last_person(&self) -> Option<&str> {
         self.log.last_person.as_deref()
@@ -447,6 +457,7 @@ mod tests {
             id: id.into(),
             name: "t".into(),
             arguments: json!({"x": id}),
+            provider_id: None,
         }
     }
 

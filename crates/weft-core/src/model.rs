@@ -48,12 +48,18 @@ impl Purpose {
 /// A tool call requested by the model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
-    /// The provider's id for the call (generated when the provider gives none).
+    /// The call's id: its identity in weft and the id its result goes back to the model under.
+    /// The provider's own id, unless that was empty or repeated an id of the same reply or of
+    /// the conversation (see [`crate::agent_loop::model_replied`]).
     pub id: String,
     pub name: String,
     /// Arguments as the model gave them. A provider that returned unparsable argument text
     /// keeps it as a JSON string, so the runtime can report it.
     pub arguments: Value,
+    /// The provider's id for the call, when weft gave the call another one (`""`: the provider
+    /// gave none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
 }
 
 /// One message of a conversation.

@@ -669,11 +669,13 @@ mod tests {
                         id: "a".into(),
                         name: "t".into(),
                         arguments: json!({}),
+                        provider_id: None,
                     },
                     ToolCall {
                         id: "b".into(),
                         name: "t".into(),
                         arguments: json!({}),
+                        provider_id: None,
                     },
                 ],
             },

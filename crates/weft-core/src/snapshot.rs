@@ -352,6 +352,7 @@ mod tests {
                         id: id.clone(),
                         name: "echo".into(),
                         arguments: json!({"text": i}),
+                        provider_id: None,
                     }],
                     ..ModelReply::default()
                 },
@@ -394,6 +395,7 @@ mod tests {
                 id: (*id).into(),
                 name: "echo".into(),
                 arguments: json!({}),
+                provider_id: None,
             })
             .collect();
         events.push(Event::ModelReplied {

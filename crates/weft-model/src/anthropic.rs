@@ -150,9 +150,11 @@ impl AnthropicModel {
                         id: b
                             .get("id")
                             .and_then(Value::as_str)
-                            .map_or_else(|| format!("toolu_{}", i + 1), str::to_owned),
+                            .unwrap_or_default()
+                            .to_owned(),
                         name: name.to_owned(),
                         arguments: b.get("input").cloned().unwrap_or_else(|| json!({})),
+                        provider_id: None,
                     });
                 }
                 _ => {}
@@ -216,6 +218,7 @@ impl AnthropicModel {
                 id: b.id,
                 name: b.name,
                 arguments,
+                provider_id: None,
             });
         }
         Ok(ModelReply {
@@ -255,7 +258,8 @@ impl AnthropicModel {
                                 id: block
                                     .get("id")
                                     .and_then(Value::as_str)
-                                    .map_or_else(|| format!("toolu_{}", index + 1), str::to_owned),
+                                    .unwrap_or_default()
+                                    .to_owned(),
                                 name: block
                                     .get("name")
                                     .and_then(Value::as_str)

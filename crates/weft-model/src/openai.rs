@@ -262,10 +262,11 @@ impl OpenAiModel {
                     id: c
                         .get("id")
                         .and_then(Value::as_str)
-                        .filter(|s| !s.is_empty())
-                        .map_or_else(|| format!("call_{}", i + 1), str::to_owned),
+                        .unwrap_or_default()
+                        .to_owned(),
                     name: name.to_owned(),
                     arguments,
+                    provider_id: None,
                 });
             }
         }
@@ -341,9 +342,10 @@ impl OpenAiModel {
                 });
             }
             tool_calls.push(ToolCall {
-                id: c.id.unwrap_or_else(|| format!("call_{}", i + 1)),
+                id: c.id.unwrap_or_default(),
                 name: c.name,
                 arguments: parse_arguments(&c.arguments),
+                provider_id: None,
             });
         }
         let usage = match &acc.usage {

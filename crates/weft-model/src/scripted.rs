@@ -432,6 +432,7 @@ impl Model for ScriptedModel {
                     .unwrap_or_else(|| format!("call_{}_{}", req.call_index + 1, k + 1)),
                 name: c.name.clone(),
                 arguments: c.arguments.clone(),
+                provider_id: None,
             })
             .collect();
         let usage = reply.usage.clone().unwrap_or_else(|| {

@@ -173,9 +173,7 @@ pub(crate) async fn complete<W: Wire>(
     deltas: Option<DeltaSink>,
 ) -> Result<ModelReply, ModelError> {
     let Some(schema) = &req.response_schema else {
-        let mut reply = wire.call_once(req, deltas).await?;
-        crate::tool_wire::unique_ids(&mut reply.tool_calls, &req.messages);
-        return Ok(reply);
+        return wire.call_once(req, deltas).await;
     };
     let validator = jsonschema::validator_for(schema).map_err(|e| {
         ModelError::Config(format!(
@@ -188,7 +186,6 @@ pub(crate) async fn complete<W: Wire>(
     let mut attempt = 0;
     loop {
         let mut reply = wire.call_once(&attempt_req, deltas.clone()).await?;
-        crate::tool_wire::unique_ids(&mut reply.tool_calls, &req.messages);
         usage.add(&reply.usage);
         if !reply.tool_calls.is_empty() && reply.content.trim().is_empty() {
             reply.usage = usage;

@@ -1,5 +1,5 @@
 //! How tool calls look on the wire, for every provider: tool names mapped to the form providers
-//! accept, and each call of a reply given its own id.
+//! accept.
 //!
 //! Names: OpenAI and Anthropic accept only `^[a-zA-Z0-9_-]{1,64}$`, while weft names MCP tools
 //! `server.tool`. A valid name is sent as it is. Any other is sent with each refused character
@@ -7,16 +7,14 @@
 //! request, or the name is longer than 64 characters, it ends with `_` and 8 hex digits of a
 //! hash of the original name instead (cut to fit). A model's call of a wire name is mapped back.
 //!
-//! Ids: a call whose id is empty, or repeats the id of an earlier call of the same reply or of
-//! the conversation so far, gets a new one (`call_N` for an empty id, `ID_2`, `ID_3`, ... for a
-//! repeated one). The new id is the call's identity in weft and the id sent back with its
-//! result; servers that repeat ids do not check them, and a server that sends unique ids sees
-//! its own ids unchanged.
+//! Ids: a reply's call ids are handed over as the server sent them (empty when it sent none);
+//! the core gives each call an id of its own when it records the reply
+//! (`weft_core::agent_loop::model_replied`), and that id goes back with the call's result.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
-use crate::{Message, Messages, ToolCall, ToolDef};
+use crate::{ToolCall, ToolDef};
 
 const MAX_NAME: usize = 64;
 
@@ -118,35 +116,6 @@ impl ToolNames {
     }
 }
 
-/// Gives every call of a reply an id of its own (see the module documentation).
-pub(crate) fn unique_ids(calls: &mut [ToolCall], history: &Messages) {
-    let mut used: HashSet<String> = history
-        .iter()
-        .filter_map(|m| match m {
-            Message::Assistant { tool_calls, .. } => Some(tool_calls.iter().map(|c| c.id.clone())),
-            _ => None,
-        })
-        .flatten()
-        .collect();
-    for (i, c) in calls.iter_mut().enumerate() {
-        if c.id.is_empty() || used.contains(&c.id) {
-            let base = if c.id.is_empty() {
-                format!("call_{}", i + 1)
-            } else {
-                c.id.clone()
-            };
-            let mut id = base.clone();
-            let mut k = 2;
-            while id == c.id || id.is_empty() || used.contains(&id) {
-                id = format!("{base}_{k}");
-                k += 1;
-            }
-            c.id = id;
-        }
-        used.insert(c.id.clone());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,22 +160,5 @@ mod tests {
         assert_eq!(n.wire("time.now"), "time_now");
         assert_eq!(n.local("time_now"), "time.now");
         assert_eq!(n.local("other"), "other");
-    }
-
-    #[test]
-    fn repeated_and_empty_ids_are_made_unique() {
-        let call = |id: &str| ToolCall {
-            id: id.into(),
-            name: "echo".into(),
-            arguments: json!({}),
-        };
-        let history = Messages::from(vec![Message::Assistant {
-            content: String::new(),
-            tool_calls: vec![call("call_0")],
-        }]);
-        let mut calls = vec![call("a"), call("a"), call(""), call("call_0"), call("a_2")];
-        unique_ids(&mut calls, &history);
-        let ids: Vec<&str> = calls.iter().map(|c| c.id.as_str()).collect();
-        assert_eq!(ids, ["a", "a_2", "call_3", "call_0_2", "a_2_2"]);
     }
 }

@@ -40,11 +40,13 @@ async fn plain_reply_sends_the_expected_request() {
                 id: "toolu_a".into(),
                 name: "get_weather".into(),
                 arguments: json!({"city": "Oslo"}),
+                provider_id: None,
             },
             ToolCall {
                 id: "toolu_b".into(),
                 name: "get_weather".into(),
                 arguments: json!({"city": "Nowhere"}),
+                provider_id: None,
             },
         ],
     });
@@ -173,7 +175,8 @@ async fn streaming_assembles_text_tools_and_cache_usage() {
         vec![ToolCall {
             id: "toolu_9".into(),
             name: "get_weather".into(),
-            arguments: json!({"city": "Oslo"})
+            arguments: json!({"city": "Oslo"}),
+            provider_id: None,
         }]
     );
     assert_eq!(reply.usage.input_tokens, 1250);

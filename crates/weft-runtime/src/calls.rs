@@ -190,8 +190,8 @@ impl Calls {
         Ok(())
     }
 
-    /// Waits for calls to finish and records their outcomes in one batch. Outcomes of
-    /// different calls concern different steps, so each is judged against the same state.
+    /// Waits for calls to finish and records their outcomes in one batch, each judged against
+    /// the state and the outcomes before it (`tools_finished`).
     pub(crate) async fn settle<S: weft_store::Store>(
         &mut self,
         session: &mut crate::Session<'_, S>,
@@ -202,16 +202,7 @@ impl Calls {
                 "the session waits for tool calls but none is running in this process".into(),
             ));
         };
-        let mut events = Vec::new();
-        for (call_id, outcome, ms) in done {
-            events.extend(weft_core::engine::tool_finished(
-                &session.state,
-                limits,
-                &call_id,
-                outcome,
-                ms,
-            ));
-        }
+        let events = weft_core::engine::tools_finished(&session.state, limits, done);
         session.commit(events).await
     }
 }

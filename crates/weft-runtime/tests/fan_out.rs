@@ -147,6 +147,54 @@ async fn an_item_that_fails_follows_the_step_policy() {
     assert_eq!(checked[4], json!(4));
 }
 
+/// Under `_onItemError: fail`, item 0 fails for good while item 1 runs; item 1 then fails with
+/// an error that could be retried. The step has failed: item 1 is not retried, the step fails,
+/// its dependant is blocked and the run fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_step_retries_no_item_and_fails_the_run() {
+    let log = Arc::new(Log::default());
+    let reg = registry(vec![
+        Recorder::new("check", &log)
+            .parallel(true)
+            .idempotent(true)
+            .behaviour(|args, _| match args["n"].as_u64().unwrap() {
+                0 => Err(ToolError::new("tool_error", "item 0 is refused")),
+                _ => {
+                    std::thread::sleep(std::time::Duration::from_millis(150));
+                    Err(ToolError::new("timeout", "item 1 was slow").retryable(true))
+                }
+            }),
+    ]);
+    let ran = run(
+        reg,
+        limits(),
+        json!([
+            {"_id": "each", "_tool": "check", "_forEach": "†input.orders", "_maxParallel": 2,
+             "n": "†item.n", "_outputPath": "†state.out"},
+            {"_id": "after", "_tool": "echo", "out": "†state.out"}
+        ]),
+        json!({"orders": items(2)}),
+    )
+    .await;
+    assert_eq!(ran.state.status, SessionStatus::Failed, "{:?}", ran.events);
+    assert_eq!(ran.status_of("each"), StepStatus::Failed);
+    let e = ran.step("each").error.unwrap();
+    assert!(e.message.starts_with("item 0 of 2 failed"), "{e:?}");
+    assert_eq!(ran.status_of("after"), StepStatus::Skipped);
+    assert_eq!(
+        ran.step("after").reason.as_deref(),
+        Some("blocked: step `each` failed")
+    );
+    assert!(
+        !ran.events
+            .iter()
+            .any(|e| matches!(e.event, Event::ItemRetrying { .. })),
+        "a failed step scheduled a retry"
+    );
+    assert_eq!(log.calls_of("each").len(), 2, "item 1 ran once");
+    assert!(ran.state.open_calls.is_empty());
+}
+
 #[tokio::test]
 async fn a_retryable_failure_retries_only_its_item_with_the_same_key() {
     let log = Arc::new(Log::default());

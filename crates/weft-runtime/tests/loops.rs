@@ -462,3 +462,145 @@ async fn a_failing_command_goes_back_to_the_model_bounded() {
         content.len()
     );
 }
+
+/// A reply of calls with the given provider ids, each a `look` at `n`.
+fn calls_with_ids(calls: &[(&str, u64)]) -> weft_model::ScriptedReply {
+    let calls: Vec<serde_json::Value> = calls
+        .iter()
+        .map(|(id, n)| json!({"id": id, "name": "look", "arguments": {"n": n}}))
+        .collect();
+    serde_json::from_value(json!({ "tool_calls": calls })).unwrap()
+}
+
+/// Models send repeated and empty call ids: two calls of one reply named `same`, one named
+/// nothing, and a later reply repeating `same`. Every call still runs once, gets its own id and
+/// its own result, and each result goes back to the model beside its own call; the provider's
+/// id is kept beside weft's.
+#[tokio::test]
+async fn repeated_and_empty_call_ids_each_get_their_own_result() {
+    use weft_core::model::Message;
+    let h = Harness::new(
+        "name: test\nmode: react\n",
+        vec![TestTool::new(
+            "look",
+            "general",
+            json!({"type": "object"}),
+            |args| Ok(json!({"seen": args["n"]})),
+        )],
+        script(vec![(
+            Purpose::React,
+            vec![
+                calls_with_ids(&[("same", 1), ("same", 2), ("", 3)]),
+                calls_with_ids(&[("same", 4), ("", 5)]),
+                t("Looked five times."),
+            ],
+        )]),
+        &json!({}),
+    );
+    let s = h.run("Look.", json!({})).await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::Completed,
+        "{:?}",
+        s.state.error
+    );
+    assert_eq!(h.calls.count("look"), 5);
+    let events = h.events(&s.id).await;
+    let mut started = Vec::new();
+    let mut finished = Vec::new();
+    let mut replied = Vec::new();
+    for e in &events {
+        match e {
+            Event::ToolCallStarted { call_id, .. } => started.push(call_id.clone()),
+            Event::ToolCallFinished { call_id, .. } => finished.push(call_id.clone()),
+            Event::ModelReplied { reply, .. } => replied.extend(reply.tool_calls.clone()),
+            _ => {}
+        }
+    }
+    assert_eq!(started.len(), 5, "{started:?}");
+    let distinct: std::collections::BTreeSet<&String> = started.iter().collect();
+    assert_eq!(distinct.len(), 5, "{started:?}");
+    let mut f = finished.clone();
+    f.sort();
+    let mut st = started.clone();
+    st.sort();
+    assert_eq!(f, st, "every started call finished exactly once");
+    // The provider's ids are recorded beside weft's: a usable one is kept as the call's id.
+    let providers: Vec<(&str, Option<&str>)> = replied
+        .iter()
+        .map(|c| (c.id.as_str(), c.provider_id.as_deref()))
+        .collect();
+    assert_eq!(providers[0], ("same", None));
+    for (k, want) in [(1, "same"), (2, ""), (3, "same"), (4, "")] {
+        assert_eq!(providers[k].1, Some(want), "{providers:?}");
+        assert!(!providers[k].0.is_empty());
+    }
+    // Each result went back to the model under its call's id, beside that call.
+    let reqs = h.requests.of(Purpose::React);
+    assert_eq!(reqs.len(), 3);
+    let last: Vec<Message> = reqs[2].messages.iter().cloned().collect();
+    let mut answered = 0;
+    for m in &last {
+        if let Message::Assistant { tool_calls, .. } = m {
+            for c in tool_calls {
+                let results: Vec<&String> = last
+                    .iter()
+                    .filter_map(|r| match r {
+                        Message::Tool {
+                            call_id, content, ..
+                        } if *call_id == c.id => Some(content),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(results.len(), 1, "call {} has {results:?}", c.id);
+                let seen: serde_json::Value = serde_json::from_str(results[0]).unwrap();
+                assert_eq!(seen["seen"], c.arguments["n"], "call {}", c.id);
+                answered += 1;
+            }
+        }
+    }
+    assert_eq!(answered, 5);
+    assert!(
+        !request_has_interrupted(&reqs[2]),
+        "no call was shown as interrupted"
+    );
+}
+
+fn request_has_interrupted(r: &weft_core::model::ModelRequest) -> bool {
+    common::request_text(r).contains("interrupted")
+}
+
+/// A person's approval belongs to one call: a later call that repeats its id (a server that
+/// numbers every reply's calls from `call_0`) is asked about again.
+#[tokio::test]
+async fn a_repeated_call_id_does_not_inherit_an_approval() {
+    let h = Harness::new(
+        "name: test\nmode: react\n",
+        vec![TestTool::returning("pay", json!({"paid": true})).requiring_approval()],
+        script(vec![(
+            Purpose::React,
+            vec![
+                serde_json::from_value(json!({"tool_calls": [
+                    {"id": "call_0", "name": "pay", "arguments": {"amount": 1}}]}))
+                .unwrap(),
+                serde_json::from_value(json!({"tool_calls": [
+                    {"id": "call_0", "name": "pay", "arguments": {"amount": 1000}}]}))
+                .unwrap(),
+                t("Paid."),
+            ],
+        )]),
+        &json!({}),
+    );
+    let mut s = h.run("Pay.", json!({})).await;
+    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
+    h.reply(&mut s, "approve").await;
+    assert_eq!(
+        s.state.status,
+        SessionStatus::WaitingForUser,
+        "the second payment ran without an approval"
+    );
+    assert_eq!(h.calls.count("pay"), 1);
+    h.reply(&mut s, "deny: too much").await;
+    assert_eq!(s.state.status, SessionStatus::Completed);
+    assert_eq!(h.calls.count("pay"), 1);
+}

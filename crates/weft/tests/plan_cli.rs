@@ -924,6 +924,71 @@ fn a_failed_step_gives_exit_1_and_blocks_its_dependants() {
     assert_eq!(events.last().unwrap()["status"], json!("failed"));
 }
 
+/// A fan-out under `_onItemError: fail`: item 0 fails for good (its argument is refused) while
+/// item 1 runs, then item 1 fails with an error that could be retried. The step has failed, so
+/// nothing is retried: the step fails, its dependant is blocked and the run exits 1.
+#[test]
+fn a_fan_out_failed_for_good_retries_nothing_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("agent.yaml");
+    std::fs::write(
+        &agent,
+        r#"name: fan
+mode: plan
+limits: { max_step_attempts: 3 }
+tools:
+  - name: check
+    description: Checks an order; slow, and fails.
+    command: ["sh", "-c", "cat >/dev/null; sleep 0.3; echo slow >&2; exit 1"]
+    input_schema: { type: object, properties: { n: { type: integer, minimum: 1 } }, required: [n] }
+    idempotent: true
+    parallel: true
+  - builtin: echo
+"#,
+    )
+    .unwrap();
+    let plan = dir.path().join("plan.json");
+    std::fs::write(
+        &plan,
+        json!([
+            {"_id": "each", "_tool": "check", "_forEach": "†input.orders", "_maxParallel": 2,
+             "n": "†item", "_outputPath": "†state.out"},
+            {"_id": "after", "_tool": "echo", "out": "†state.out"}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let out = weft(&[
+        "plan",
+        "run",
+        plan.to_str().unwrap(),
+        "--agent",
+        agent.to_str().unwrap(),
+        "--input",
+        r#"{"orders": [0, 1]}"#,
+        "--events",
+    ]);
+    out.assert_no_panic();
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("step `each` failed"), "{}", out.stderr);
+    let events = events_of(&out);
+    assert!(
+        !events.iter().any(|e| e["type"] == "item_retrying"),
+        "{}",
+        out.stderr
+    );
+    let each_failed = events
+        .iter()
+        .any(|e| e["type"] == "step_failed" && e["step"] == "each");
+    assert!(each_failed, "{}", out.stderr);
+    let skipped = events
+        .iter()
+        .find(|e| e["type"] == "step_skipped" && e["step"] == "after")
+        .unwrap_or_else(|| panic!("`after` was not skipped:\n{}", out.stderr));
+    assert_eq!(skipped["reason"], json!("blocked: step `each` failed"));
+    assert_eq!(events.last().unwrap()["status"], json!("failed"));
+}
+
 #[test]
 fn max_waves_from_the_command_line_ends_the_run() {
     let (out, _) = run_example(

@@ -255,6 +255,7 @@ mod tests {
                         id: format!("c{k}"),
                         name: "echo".into(),
                         arguments: json!({"text": "some words to echo back, turn after turn"}),
+                        provider_id: None,
                     }],
                     usage: Usage::default(),
                     ..ModelReply::default()

@@ -220,14 +220,17 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
     next
 }
 
-/// Turns a model's reply into events.
+/// Turns a model's reply into events. Every tool call of the reply gets an id of its own first
+/// (an empty or repeated id from the provider is replaced, and kept beside the new one), so each
+/// call is started, finished and answered under its own id.
 pub fn model_replied(
     state: &State,
     cfg: &AgentConfig,
     purpose: Purpose,
     step: Option<&str>,
-    reply: ModelReply,
+    mut reply: ModelReply,
 ) -> Vec<Event> {
+    reply::identify_calls(state, &mut reply.tool_calls);
     let more = match (purpose, cfg.mode) {
         (Purpose::Compact, _) => compact::replied(state, cfg, &reply),
         (_, Mode::Plan) => PlanLoop::replied(state, cfg, purpose, step, &reply),
@@ -348,6 +351,7 @@ mod tests {
                 id: format!("c{k}"),
                 name: "echo".into(),
                 arguments: json!({"text": "x"}),
+                provider_id: None,
             }],
             usage: Usage::default(),
             ..ModelReply::default()
