@@ -256,6 +256,47 @@ fn needs_sdk_a_streaming_run_survives_a_server_restart() {
     assert_eq!((calls.len(), unique.len()), (3, 3), "{calls:?}");
 }
 
+/// Runs the client script's `mode` against a fresh server; its output.
+fn scenario(mode: &str) -> String {
+    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agents(d);
+    let port = free_port();
+    let mut server = serve(d, port, "serve.db");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/langgraph_client.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .args([&format!("http://127.0.0.1:{port}"), ALICE, BOB])
+        .arg(d)
+        .arg(mode)
+        .output()
+        .unwrap();
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let _ = server.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the client script failed:\n{stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+    );
+    stdout
+}
+
+/// Every part of a stream in several modes has an id of its own: cut after any part, a join
+/// with its id sends exactly what followed, and a text cut mid-way goes on from its next byte.
+#[test]
+fn needs_sdk_a_stream_in_several_modes_resumes_after_any_part() {
+    let out = scenario("resume");
+    assert!(
+        out.contains("ok: a stream resumes after any of its parts\n"),
+        "{out}"
+    );
+}
+
 /// The AG-UI endpoint, driven with the AG-UI protocol's own Python package: every event
 /// validates as an AG-UI `Event`; a tool call, the answer, and a wait resumed.
 #[test]

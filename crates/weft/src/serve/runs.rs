@@ -93,6 +93,33 @@ impl Run {
     }
 }
 
+/// A piece of the model's text, and where it stands: it was generated after the session's event
+/// `after`, at byte `offset` of the text generated since that event. A stream gives each piece
+/// that position as its id, so a reconnection goes on from the next byte.
+#[derive(Clone, Debug)]
+pub struct Piece {
+    pub after: u64,
+    pub offset: usize,
+    pub text: String,
+}
+
+/// A thread's pieces of text as they come, and the text generated since its last stored event.
+struct TextFeed {
+    tx: tokio::sync::broadcast::Sender<Piece>,
+    after: u64,
+    so_far: String,
+}
+
+impl Default for TextFeed {
+    fn default() -> Self {
+        Self {
+            tx: tokio::sync::broadcast::channel(1024).0,
+            after: 0,
+            so_far: String::new(),
+        }
+    }
+}
+
 /// The runs of this process, and which thread each drives.
 #[derive(Default)]
 pub struct Runs {
@@ -102,7 +129,7 @@ pub struct Runs {
     /// Thread → woken after every event stored for it, and when its run ends.
     wakers: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
     /// Thread → the text the model is generating, piece by piece (never stored: live only).
-    texts: Mutex<HashMap<String, tokio::sync::broadcast::Sender<String>>>,
+    texts: Mutex<HashMap<String, TextFeed>>,
     tasks: tokio::sync::Mutex<tokio::task::JoinSet<()>>,
 }
 
@@ -161,14 +188,64 @@ impl Runs {
             .cloned()
     }
 
-    /// The pieces of text a model generates on `thread`, as they come.
-    pub fn texts(&self, thread: &str) -> tokio::sync::broadcast::Sender<String> {
+    /// The pieces of text a model generates on `thread`, as they come, and the text generated
+    /// since the thread's last stored event as one piece (empty when there is none), taken
+    /// together so that no piece falls between them.
+    pub fn texts(&self, thread: &str) -> (tokio::sync::broadcast::Receiver<Piece>, Piece) {
         match self.texts.lock() {
-            Ok(mut t) => t
-                .entry(thread.to_owned())
-                .or_insert_with(|| tokio::sync::broadcast::channel(1024).0)
-                .clone(),
-            Err(_) => tokio::sync::broadcast::channel(1).0,
+            Ok(mut t) => {
+                let feed = t.entry(thread.to_owned()).or_default();
+                let so_far = Piece {
+                    after: feed.after,
+                    offset: 0,
+                    text: feed.so_far.clone(),
+                };
+                (feed.tx.subscribe(), so_far)
+            }
+            Err(_) => (
+                tokio::sync::broadcast::channel(1).1,
+                Piece {
+                    after: 0,
+                    offset: 0,
+                    text: String::new(),
+                },
+            ),
+        }
+    }
+
+    /// Notes an event of `thread`: a piece of text is sent to its streams; a stored event
+    /// (`seq` > 0) begins the text after it.
+    fn text_observed(&self, thread: &str, e: &weft_core::Envelope) {
+        let Ok(mut t) = self.texts.lock() else {
+            return;
+        };
+        let feed = t.entry(thread.to_owned()).or_default();
+        match &e.event {
+            weft_core::Event::TextDelta { text } => {
+                let piece = Piece {
+                    after: feed.after,
+                    offset: feed.so_far.len(),
+                    text: text.clone(),
+                };
+                feed.so_far.push_str(text);
+                let _ = feed.tx.send(piece);
+            }
+            _ if e.seq > 0 => {
+                feed.after = feed.after.max(e.seq);
+                feed.so_far.clear();
+            }
+            _ => {}
+        }
+    }
+
+    /// The text `thread`'s model generates next comes after event `seq` (a run begins there).
+    fn text_after(&self, thread: &str, seq: u64) {
+        if let Ok(mut t) = self.texts.lock() {
+            let feed = t.entry(thread.to_owned()).or_default();
+            if feed.after != seq {
+                feed.after = seq;
+                feed.so_far.clear();
+            }
         }
     }
 
@@ -452,13 +529,11 @@ async fn execute(
 /// text goes to the thread's live streams, and the streams waiting for the log wake up.
 fn observer(app: &Shared, thread: &str) -> weft_runtime::Observer {
     let waker = app.runs.waker(thread);
-    let texts = app.runs.texts(thread);
     let counted = app.clone();
+    let thread = thread.to_owned();
     Arc::new(move |e: &weft_core::Envelope| {
         counted.metrics.observe(e);
-        if let weft_core::Event::TextDelta { text } = &e.event {
-            let _ = texts.send(text.clone());
-        }
+        counted.runs.text_observed(&thread, e);
         waker.notify_waiters();
     })
 }
@@ -571,6 +646,7 @@ async fn drive(
         &input,
     )?;
     let tid = run.thread_id.clone();
+    app.runs.text_after(&tid, run.start_seq());
     let marker = weft_core::Event::RunStarted {
         run_id: run.run_id.clone(),
         after: run.start_seq(),
@@ -667,7 +743,7 @@ pub async fn create_stream(
         run.run_id,
         query.join("&")
     );
-    let after = run.start_seq();
+    let after = stream::Position::after(run.start_seq());
     let mut resp =
         stream::sse(app, run, after, stream::Format::LangGraph(modes), true).into_response();
     if let Ok(v) = location.parse() {
@@ -784,6 +860,7 @@ async fn adopt(app: Shared, held: crate::ownership::Held<crate::store::CliStore>
         if let Ok(mut a) = app.runs.active.lock() {
             a.insert(tid.clone(), run.run_id.clone());
         }
+        app.runs.text_after(&tid, st.seq);
         let observer = observer(&app, &tid);
         tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
         let outcome = crate::drive::drive(app.store.clone(), &held, &rec, &agent, vec![observer])
@@ -850,11 +927,12 @@ pub async fn join_stream(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let run = found(&app, &user, &tid, &rid).await?;
+    // The stream clamps a position before the run to its beginning.
     let after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(run.start_seq(), |seq| seq.max(run.start_seq()));
+        .and_then(stream::Position::parse)
+        .unwrap_or_else(|| stream::Position::after(run.start_seq()));
     // `stream_mode` may be repeated (`?stream_mode=values&stream_mode=updates`).
     let asked: Vec<Value> = query
         .unwrap_or_default()
