@@ -297,6 +297,17 @@ fn needs_sdk_a_stream_in_several_modes_resumes_after_any_part() {
     );
 }
 
+/// Bodies over `--max-body` (20 MB and 3 MB) get a 413 the async client reads, and the client's
+/// next request on the same connection pool works.
+#[test]
+fn needs_sdk_bodies_over_the_limit_get_a_readable_413() {
+    let out = scenario("body-limit");
+    assert!(
+        out.contains("ok: bodies over the limit are refused cleanly\n"),
+        "{out}"
+    );
+}
+
 /// The AG-UI endpoint, driven with the AG-UI protocol's own Python package: every event
 /// validates as an AG-UI `Event`; a tool call, the answer, and a wait resumed.
 #[test]

@@ -537,7 +537,47 @@ fn router(app: Shared, keys: auth::Keys, max_body: usize) -> Router {
         .merge(protected)
         .layer(axum::middleware::map_response(json_errors))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(max_body, over_limit))
+        .layer(axum::middleware::map_response(close_on_413))
         .with_state(app)
+}
+
+/// The most of a refused body that is read (and dropped) before the connection is closed.
+const DRAIN_MAX: usize = 64 << 20;
+
+/// A body declared larger than `max` is refused with 413 before a handler sees it. What the
+/// client sends is read and dropped first (at most [`DRAIN_MAX`] bytes, for at most 10 s), and
+/// the answer says `Connection: close`: a client still writing its body would otherwise find the
+/// connection reset and never read the answer.
+async fn over_limit(
+    axum::extract::State(max): axum::extract::State<usize>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_none_or(|n| n <= max as u64) {
+        return next.run(req).await;
+    }
+    let mut body = req.into_body().into_data_stream();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        let mut read = 0usize;
+        while let Some(Ok(chunk)) = futures::StreamExt::next(&mut body).await {
+            read += chunk.len();
+            if read > DRAIN_MAX {
+                break;
+            }
+        }
+    })
+    .await;
+    ApiError(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the request body is larger than {max} bytes; send less, or start the server with a larger --max-body"),
+    )
+    .into_response()
 }
 
 /// Errors axum writes itself as plain text (a body that is not JSON, a missing field, a body
@@ -557,4 +597,15 @@ async fn json_errors(res: Response) -> Response {
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();
     ApiError(status, text).into_response()
+}
+
+/// A 413 closes the connection (the rest of the body may be unread), and says so.
+async fn close_on_413(mut res: Response) -> Response {
+    if res.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        res.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    res
 }
