@@ -315,7 +315,7 @@ fn api() -> Vec<Api> {
             doc(
                 "post",
                 "/threads/{tid}/runs/wait",
-                "Start a run and answer with the thread's values when it ends or waits (`__interrupt__`)",
+                "Start a run and answer with the thread's values when it ends or waits (`__interrupt__`); the headers come at once (Location: the run's join, to ask again after a dropped connection)",
                 Some(schema_of::<runs::RunBody>),
                 "the thread's values",
             ),

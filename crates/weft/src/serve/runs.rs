@@ -722,9 +722,66 @@ pub async fn create_wait(
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
     Json(body): Json<RunBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let run = start(&app, &user, &tid, body).await?;
-    final_values(&app, &user, &run).await
+    Ok(waiting(app, user, run))
+}
+
+/// The answer of `runs/wait`. Its headers go at once: `Location` names the run's join, where a
+/// client whose connection dropped asks again (the SDK does so by itself), `Content-Location`
+/// the run. The body is the thread's values once the run has ended, after a newline every 5 s
+/// until then (JSON allows leading whitespace) to keep the connection alive. If the server stops
+/// while the session still runs, the body breaks off, so that the client follows `Location` to
+/// the server that goes on with it.
+fn waiting(app: Shared, user: User, run: Arc<Run>) -> Response {
+    let location = format!("/threads/{}/runs/{}", run.thread_id, run.run_id);
+    let body = futures::stream::unfold(Some((app, user, run, 0u32)), |st| async move {
+        let (app, user, run, mut ticks) = st?;
+        let done = loop {
+            if tokio::time::timeout(Duration::from_millis(250), run.finished())
+                .await
+                .is_ok()
+            {
+                break true;
+            }
+            ticks += 1;
+            if crate::interrupt::is_requested() {
+                break false;
+            }
+            if ticks % 20 == 0 {
+                let beat = axum::body::Bytes::from_static(b"\n");
+                return Some((Ok(beat), Some((app, user, run, ticks))));
+            }
+        };
+        let still_running = || async {
+            app.store
+                .get(&run.thread_id)
+                .await
+                .map_or(true, |r| r.status == SessionStatus::Running)
+        };
+        if !done || (crate::interrupt::is_requested() && still_running().await) {
+            let stop = std::io::Error::other("the server stops; ask the run's Location again");
+            return Some((Err(stop), None));
+        }
+        let v = match final_values(&app, &user, &run).await {
+            Ok(Json(v)) => v,
+            Err(e) => json!({"__error__": {"error": "StoreError", "message": e.1}}),
+        };
+        Some((Ok(axum::body::Bytes::from(v.to_string())), None))
+    });
+    let mut resp = axum::body::Body::from_stream(body).into_response();
+    let headers = resp.headers_mut();
+    headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    if let Ok(v) = format!("{location}/join").parse() {
+        headers.insert(axum::http::header::LOCATION, v);
+    }
+    if let Ok(v) = location.parse() {
+        headers.insert(axum::http::header::CONTENT_LOCATION, v);
+    }
+    resp
 }
 
 pub async fn create_stream(
@@ -785,23 +842,33 @@ pub fn from_log(
         .position(|e| matches!(e.event, weft_core::Event::RunStarted { .. }))
         .map_or(log.len(), |k| at + 1 + k);
     let st = weft_core::State::fold(log[..next].iter().map(|e| &e.event));
+    Some(logged(rec, (run_id, *after, log[at].ts), &st))
+}
+
+/// A run found in the log: its marker (id, the event before it, when) and the session's state
+/// when the next run began (or now).
+fn logged(
+    rec: &SessionRecord,
+    (run_id, after, ts): (&String, u64, i64),
+    st: &weft_core::State,
+) -> Run {
     let status = match st.status {
         SessionStatus::Completed => RunStatus::Success,
         SessionStatus::Failed => RunStatus::Error,
         SessionStatus::WaitingForUser => RunStatus::Interrupted,
         SessionStatus::Running => RunStatus::Running,
     };
-    Some(Run {
+    Run {
         run_id: run_id.clone(),
         thread_id: rec.id.clone(),
         assistant_id: st.agent.clone(),
         user: rec.user_id.clone().unwrap_or_default(),
-        created_at: log[at].ts,
-        start_seq: (*after).into(),
+        created_at: ts,
+        start_seq: after.into(),
         metadata: json!({}),
         multitask_strategy: "reject".into(),
         status: tokio::sync::watch::channel((status, st.seq)).0,
-    })
+    }
 }
 
 /// Drives the sessions of this server's threads that no process drives (their server stopped
