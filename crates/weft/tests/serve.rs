@@ -201,6 +201,20 @@ fn needs_sdk_the_langgraph_client_drives_weft_serve() {
 /// losing and repeating nothing. Every step ran exactly once.
 #[test]
 fn needs_sdk_a_streaming_run_survives_a_server_restart() {
+    across_a_restart("restart", "a streaming run across a server restart");
+}
+
+/// `runs.wait` outlives its server: the answer's `Location` names the run's join, which the SDK
+/// follows when the connection drops; the answer comes from the next server. Runs are listed
+/// from the log, so the new server lists the runs of the old one (with limit, offset, status).
+#[test]
+fn needs_sdk_runs_wait_survives_a_server_restart_and_runs_are_listed_after_it() {
+    across_a_restart("wait-restart", "runs.wait across a server restart");
+}
+
+/// Runs the client script's `mode` against a server that is stopped (SIGTERM) and started
+/// again on the same store once the script writes `restart.now`; the script prints `ok: CHECK`.
+fn across_a_restart(mode: &str, check: &str) {
     let python = common::service_var("WEFT_TEST_SDK_PYTHON");
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
@@ -212,7 +226,7 @@ fn needs_sdk_a_streaming_run_survives_a_server_restart() {
         .arg(&script)
         .args([&format!("http://127.0.0.1:{port}"), ALICE, BOB])
         .arg(d)
-        .arg("restart")
+        .arg(mode)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -240,7 +254,7 @@ fn needs_sdk_a_streaming_run_survives_a_server_restart() {
     let _ = server.wait();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && stdout.contains("ok: a streaming run across a server restart"),
+        out.status.success() && stdout.contains(&format!("ok: {check}\n")),
         "{stdout}\n{}\nfirst server:\n{first_log}\nsecond server:\n{}",
         String::from_utf8_lossy(&out.stderr),
         std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()

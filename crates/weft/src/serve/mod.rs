@@ -303,7 +303,7 @@ fn api() -> Vec<Api> {
                 doc(
                     "get",
                     "/threads/{tid}/runs",
-                    "The thread's runs known to this server, newest first",
+                    "The thread's runs from its log, newest first (query: limit, offset, status)",
                     None,
                     "a list of runs",
                 ),

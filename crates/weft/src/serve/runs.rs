@@ -845,6 +845,26 @@ pub fn from_log(
     Some(logged(rec, (run_id, *after, log[at].ts), &st))
 }
 
+/// Every run of the thread, as its log tells them, oldest first (one fold of the log).
+pub fn all_from_log(rec: &SessionRecord, log: &[weft_core::Envelope]) -> Vec<Run> {
+    let mut out = Vec::new();
+    let mut st = weft_core::State::new();
+    let mut open: Option<(&String, u64, i64)> = None;
+    for e in log {
+        if let weft_core::Event::RunStarted { run_id, after } = &e.event {
+            if let Some((id, after, ts)) = open.take() {
+                out.push(logged(rec, (id, after, ts), &st));
+            }
+            open = Some((run_id, *after, e.ts));
+        }
+        st.apply(&e.event);
+    }
+    if let Some((id, after, ts)) = open {
+        out.push(logged(rec, (id, after, ts), &st));
+    }
+    out
+}
+
 /// A run found in the log: its marker (id, the event before it, when) and the session's state
 /// when the next run began (or now).
 fn logged(
@@ -955,25 +975,51 @@ pub async fn get(
     Ok(Json(found(&app, &user, &tid, &rid).await?.json()))
 }
 
+#[derive(Debug, Default, Deserialize)]
+pub struct ListQuery {
+    /// At most this many (default 10, at most 1,000).
+    limit: Option<usize>,
+    offset: Option<usize>,
+    /// Only runs with this status (`pending`, `running`, `success`, `error`, `interrupted`).
+    status: Option<String>,
+}
+
+/// The thread's runs, newest first: every run its log has a marker for (so a restarted server
+/// lists the runs of the one before), with this process's record of a run where it has one
+/// (its metadata), and the runs queued here that have not begun.
 pub async fn list(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
+    axum::extract::Query(q): axum::extract::Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    threads::load(&app, &user, &tid).await?;
-    let mut runs: Vec<Arc<Run>> = app
+    let (rec, log) = threads::load_log(&app, &user, &tid).await?;
+    let mut here: HashMap<String, Arc<Run>> = app
         .runs
         .runs
         .lock()
         .map(|r| {
             r.values()
                 .filter(|r| r.thread_id == tid && r.user == user.0)
-                .cloned()
+                .map(|r| (r.run_id.clone(), r.clone()))
                 .collect()
         })
         .unwrap_or_default();
+    let mut runs: Vec<Arc<Run>> = all_from_log(&rec, &log)
+        .into_iter()
+        .map(|r| here.remove(&r.run_id).unwrap_or_else(|| Arc::new(r)))
+        .collect();
+    runs.extend(here.into_values());
     runs.sort_by_key(|r| std::cmp::Reverse(r.created_at));
-    Ok(Json(Value::Array(runs.iter().map(|r| r.json()).collect())))
+    let limit = q.limit.unwrap_or(10).min(1000);
+    let listed: Vec<Value> = runs
+        .iter()
+        .map(|r| r.json())
+        .filter(|r| q.status.as_deref().is_none_or(|s| r["status"] == s))
+        .skip(q.offset.unwrap_or(0))
+        .take(limit)
+        .collect();
+    Ok(Json(Value::Array(listed)))
 }
 
 pub async fn join(
