@@ -181,6 +181,7 @@ fn needs_sdk_the_langgraph_client_drives_weft_serve() {
         "keys and users",
         "metrics",
         "openapi",
+        "info",
     ] {
         assert!(
             stdout.contains(&format!("ok: {check}\n")),

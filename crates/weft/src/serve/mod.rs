@@ -7,8 +7,8 @@
 //! - `runs.rs`: runs (a turn of a session, driven under the session's lease in this process),
 //!   wait, join, cancel.
 //! - `stream.rs`: a run's events as server-sent events (`values`, `updates`, `messages`,
-//!   `custom`, `end`), each with the session's sequence number as its id, so that a client that
-//!   reconnects with `Last-Event-ID` loses and repeats nothing.
+//!   `custom`, `end`), each part with an id of its own (its event and mode, or how far a text
+//!   reaches), so that a client that reconnects with `Last-Event-ID` loses and repeats nothing.
 //! - `agui.rs`: the AG-UI protocol (`POST /ag-ui/{agent}`) over the same runs and streams.
 //! - `sessions.rs`: weft's own routes (`/sessions`, `/agents`): sessions across agents with
 //!   their cost, a session at any event, its typed events live, fork, pause, cancel, and the
@@ -480,6 +480,17 @@ fn api() -> Vec<Api> {
             ),
         ),
         one(
+            "/info",
+            get(info),
+            doc(
+                "get",
+                "/info",
+                "What this server is, as LangGraph Server's /info says it: weft's version, and flags for the features it has (assistants) and has not (crons, langsmith)",
+                None,
+                "{version, flags, host}",
+            ),
+        ),
+        one(
             "/openapi.json",
             get(openapi_json),
             doc(
@@ -491,6 +502,15 @@ fn api() -> Vec<Api> {
             ),
         ),
     ]
+}
+
+/// LangGraph Server's `/info`: its version is weft's; the flags say what a client may use.
+async fn info() -> Json<serde_json::Value> {
+    Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "flags": {"assistants": true, "crons": false, "langsmith": false},
+        "host": {"kind": "weft"},
+    }))
 }
 
 async fn openapi_json() -> Json<serde_json::Value> {

@@ -241,9 +241,19 @@ async def main():
             assert method in paths.get(path, {}), (path, method, sorted(paths))
         body = paths["/threads/{tid}/runs/stream"]["post"]["requestBody"]["content"]["application/json"]["schema"]
         assert "assistant_id" in body["properties"] and "command" in body["properties"], body
+        assert "get" in paths["/info"], sorted(paths)
         agui = paths["/ag-ui/{agent}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
         assert "threadId" in agui["properties"] and "runId" in agui["properties"], agui
     ok("openapi")
+
+    # /info, as LangGraph Server answers it: the version and the feature flags; a key is needed.
+    async with httpx.AsyncClient(base_url=URL, timeout=10) as h:
+        assert (await h.get("/info")).status_code == 401
+        r = await h.get("/info", headers={"x-api-key": ALICE})
+        assert r.status_code == 200, r.text
+        info = r.json()
+        assert info["version"] and info["flags"] == {"assistants": True, "crons": False, "langsmith": False}, info
+    ok("info")
 
 
 async def restart():
