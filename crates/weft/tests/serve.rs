@@ -179,6 +179,7 @@ fn needs_sdk_the_langgraph_client_drives_weft_serve() {
         "multitask enqueue",
         "body limit",
         "keys and users",
+        "threads.search by metadata",
         "metrics",
         "openapi",
         "info",

@@ -245,6 +245,9 @@ pub async fn create_thread(
 pub struct SearchThreads {
     #[serde(default)]
     status: Option<String>,
+    /// Only threads whose metadata holds each of these keys with this value.
+    #[serde(default)]
+    metadata: Option<serde_json::Map<String, Value>>,
     #[serde(default)]
     limit: Option<usize>,
     #[serde(default)]
@@ -259,24 +262,47 @@ pub async fn search_threads(
     let q = body.map(|Json(b)| b).unwrap_or_default();
     let limit = q.limit.unwrap_or(10).min(1000);
     let offset = q.offset.unwrap_or(0);
+    let filtered = q.status.is_some() || q.metadata.as_ref().is_some_and(|m| !m.is_empty());
+    // With a filter, the offset counts matching threads: the newest SEARCH_SCAN are looked at.
     let recs = app
         .store
         .list(&ListFilter {
             user_id: Some(user.0.clone()),
             status: None,
-            limit: Some(offset + limit),
+            limit: Some(if filtered {
+                SEARCH_SCAN
+            } else {
+                offset + limit
+            }),
         })
         .await?;
+    let wanted = |rec: &SessionRecord| {
+        q.metadata
+            .iter()
+            .flatten()
+            .all(|(k, v)| rec.metadata.get(k) == Some(v))
+    };
     let mut out = Vec::new();
-    for rec in recs.into_iter().skip(offset) {
+    let mut skipped = 0;
+    for rec in recs.into_iter().filter(|r| wanted(r)) {
+        if out.len() >= limit {
+            break;
+        }
         let (rec, st) = load(&app, &user, &rec.id).await?;
         let t = thread_json(&app, &rec, &st);
         if q.status.as_deref().is_none_or(|s| t["status"] == s) {
-            out.push(t);
+            if skipped < offset {
+                skipped += 1;
+            } else {
+                out.push(t);
+            }
         }
     }
     Ok(Json(Value::Array(out)))
 }
+
+/// The most threads a search with a filter (status, metadata) looks at, newest first.
+const SEARCH_SCAN: usize = 10_000;
 
 pub async fn get_thread(
     State(app): State<Shared>,

@@ -53,6 +53,7 @@ async def main():
     assert "shout" in open(os.path.join(WORK, "tool.log")).read()
     thread = await alice.threads.get(t["thread_id"])
     assert thread["status"] == "idle" and thread["metadata"] == {"purpose": "wait"}, thread
+    waited = t["thread_id"]
     ok("runs.wait")
 
     # Stream, every mode at once; ids are the session's sequence numbers, in order.
@@ -211,6 +212,16 @@ async def main():
     assert await bob.threads.search() == []
     assert len(await alice.threads.search(limit=100)) >= 8
     ok("keys and users")
+
+    # threads.search by metadata: only the threads whose metadata holds every key given.
+    found = await alice.threads.search(metadata={"purpose": "wait"}, limit=100)
+    assert [f["thread_id"] for f in found] == [waited], found
+    assert await alice.threads.search(metadata={"purpose": "other"}) == []
+    assert await bob.threads.search(metadata={"purpose": "wait"}) == []
+    found = await alice.threads.search(metadata={"purpose": "wait"}, status="idle")
+    assert [f["thread_id"] for f in found] == [waited], found
+    assert await alice.threads.search(metadata={"purpose": "wait"}, offset=1) == []
+    ok("threads.search by metadata")
 
     # Metrics: the runs above, counted; a key is needed.
     async with httpx.AsyncClient(base_url=URL, timeout=10) as h:
