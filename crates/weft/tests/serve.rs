@@ -180,6 +180,7 @@ fn needs_sdk_the_langgraph_client_drives_weft_serve() {
         "body limit",
         "keys and users",
         "threads.search by metadata",
+        "counts",
         "metrics",
         "openapi",
         "info",

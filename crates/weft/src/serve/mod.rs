@@ -215,6 +215,17 @@ fn api() -> Vec<Api> {
             ),
         ),
         one(
+            "/assistants/count",
+            post(threads::count_assistants),
+            doc(
+                "post",
+                "/assistants/count",
+                "How many assistants match (graph_id, name, metadata)",
+                Some(schema_of::<threads::CountAssistants>),
+                "a number",
+            ),
+        ),
+        one(
             "/assistants/{id}",
             get(threads::get_assistant),
             doc(
@@ -245,6 +256,17 @@ fn api() -> Vec<Api> {
                 "The user's threads, newest first",
                 Some(schema_of::<threads::SearchThreads>),
                 "a list of threads",
+            ),
+        ),
+        one(
+            "/threads/count",
+            post(threads::count_threads),
+            doc(
+                "post",
+                "/threads/count",
+                "How many of the user's threads match (status, metadata, values; of the newest 10,000)",
+                Some(schema_of::<threads::CountThreads>),
+                "a number",
             ),
         ),
         Api {

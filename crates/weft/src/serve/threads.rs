@@ -56,6 +56,41 @@ pub async fn search_assistants(
     Json(Value::Array(list))
 }
 
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+pub struct CountAssistants {
+    #[serde(default)]
+    graph_id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    /// Only assistants whose metadata holds each of these keys with this value.
+    #[serde(default)]
+    metadata: Option<serde_json::Map<String, Value>>,
+}
+
+/// How many assistants match (`graph_id` and `name` are both the agent's name).
+pub async fn count_assistants(
+    State(app): State<Shared>,
+    body: Option<Json<CountAssistants>>,
+) -> Json<Value> {
+    let q = body.map(|Json(b)| b).unwrap_or_default();
+    let n = app
+        .agents
+        .iter()
+        .filter(|(n, _)| q.graph_id.as_ref().is_none_or(|g| g == *n))
+        .filter(|(n, _)| q.name.as_ref().is_none_or(|g| g == *n))
+        .filter(|(n, a)| holds(&assistant(n, &a.spec)["metadata"], q.metadata.as_ref()))
+        .count();
+    Json(json!(n))
+}
+
+/// Whether `v` (an object) holds every key of `wanted` with its value.
+fn holds(v: &Value, wanted: Option<&serde_json::Map<String, Value>>) -> bool {
+    wanted
+        .into_iter()
+        .flatten()
+        .all(|(k, want)| v.get(k) == Some(want))
+}
+
 pub async fn get_assistant(
     State(app): State<Shared>,
     Path(id): Path<String>,
@@ -276,12 +311,7 @@ pub async fn search_threads(
             }),
         })
         .await?;
-    let wanted = |rec: &SessionRecord| {
-        q.metadata
-            .iter()
-            .flatten()
-            .all(|(k, v)| rec.metadata.get(k) == Some(v))
-    };
+    let wanted = |rec: &SessionRecord| holds(&rec.metadata, q.metadata.as_ref());
     let mut out = Vec::new();
     let mut skipped = 0;
     for rec in recs.into_iter().filter(|r| wanted(r)) {
@@ -299,6 +329,53 @@ pub async fn search_threads(
         }
     }
     Ok(Json(Value::Array(out)))
+}
+
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+pub struct CountThreads {
+    #[serde(default)]
+    status: Option<String>,
+    /// Only threads whose metadata holds each of these keys with this value.
+    #[serde(default)]
+    metadata: Option<serde_json::Map<String, Value>>,
+    /// Only threads whose values hold each of these keys with this value.
+    #[serde(default)]
+    values: Option<serde_json::Map<String, Value>>,
+}
+
+/// How many of the user's threads match (of the newest [`SEARCH_SCAN`]).
+pub async fn count_threads(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    body: Option<Json<CountThreads>>,
+) -> Result<Json<Value>, ApiError> {
+    let q = body.map(|Json(b)| b).unwrap_or_default();
+    let recs = app
+        .store
+        .list(&ListFilter {
+            user_id: Some(user.0.clone()),
+            status: None,
+            limit: Some(SEARCH_SCAN),
+        })
+        .await?;
+    let mut n = 0usize;
+    for rec in recs
+        .into_iter()
+        .filter(|r| holds(&r.metadata, q.metadata.as_ref()))
+    {
+        if q.status.is_none() && q.values.is_none() {
+            n += 1;
+            continue;
+        }
+        let (rec, st) = load(&app, &user, &rec.id).await?;
+        let t = thread_json(&app, &rec, &st);
+        if q.status.as_deref().is_none_or(|s| t["status"] == s)
+            && holds(&t["values"], q.values.as_ref())
+        {
+            n += 1;
+        }
+    }
+    Ok(Json(json!(n)))
 }
 
 /// The most threads a search with a filter (status, metadata) looks at, newest first.

@@ -223,6 +223,18 @@ async def main():
     assert await alice.threads.search(metadata={"purpose": "wait"}, offset=1) == []
     ok("threads.search by metadata")
 
+    # Counts: assistants (by graph id) and the user's threads (by metadata, status, values).
+    assert await alice.assistants.count() == 5
+    assert await alice.assistants.count(graph_id="echoer") == 1
+    assert await alice.assistants.count(graph_id="nope") == 0
+    mine = len(await alice.threads.search(limit=1000))
+    assert await alice.threads.count() == mine and mine >= 8, mine
+    assert await alice.threads.count(metadata={"purpose": "wait"}) == 1
+    assert await alice.threads.count(status="error") == 1
+    assert await alice.threads.count(values={"answer": "Twice."}) == 1
+    assert await bob.threads.count() == 0
+    ok("counts")
+
     # Metrics: the runs above, counted; a key is needed.
     async with httpx.AsyncClient(base_url=URL, timeout=10) as h:
         assert (await h.get("/metrics")).status_code == 401
