@@ -171,6 +171,7 @@ fn needs_sdk_the_langgraph_client_drives_weft_serve() {
     );
     for check in [
         "assistants",
+        "assistants graph and schemas",
         "runs.wait",
         "runs.stream in each mode",
         "interrupt answered with Command(resume)",

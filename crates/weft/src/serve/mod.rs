@@ -237,6 +237,28 @@ fn api() -> Vec<Api> {
             ),
         ),
         one(
+            "/assistants/{id}/graph",
+            get(threads::assistant_graph),
+            doc(
+                "get",
+                "/assistants/{id}/graph",
+                "The agent as LangGraph's graph: the loop of `agent` and, when it has tools, `tools` (plan and workflow steps are not nodes)",
+                None,
+                "{nodes, edges}",
+            ),
+        ),
+        one(
+            "/assistants/{id}/schemas",
+            get(threads::assistant_schemas),
+            doc(
+                "get",
+                "/assistants/{id}/schemas",
+                "The input a run takes and the thread's values (state and output); no config or context",
+                None,
+                "{graph_id, input_schema, output_schema, state_schema, config_schema, context_schema}",
+            ),
+        ),
+        one(
             "/threads",
             post(threads::create_thread),
             doc(

@@ -56,6 +56,62 @@ pub async fn search_assistants(
     Json(Value::Array(list))
 }
 
+/// The assistant's graph as LangGraph draws one: weft runs an agent as one loop (the model
+/// decides, its tool calls run, their results go back), so the graph is that loop: `agent`, and
+/// `tools` when the agent has any. Plan steps and workflow steps are not nodes.
+pub async fn assistant_graph(
+    State(app): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let a = app
+        .agents
+        .get(&id)
+        .ok_or_else(|| ApiError::not_found("assistant"))?;
+    let node = |id: &str, kind: &str| json!({"id": id, "type": kind, "data": {"id": ["weft", id], "name": id}});
+    let mut nodes = vec![node("__start__", "schema"), node("agent", "runnable")];
+    let mut edges = vec![json!({"source": "__start__", "target": "agent"})];
+    if a.tools.infos().next().is_some() {
+        nodes.push(node("tools", "runnable"));
+        edges.push(json!({"source": "agent", "target": "tools", "conditional": true}));
+        edges.push(json!({"source": "tools", "target": "agent"}));
+    }
+    nodes.push(node("__end__", "schema"));
+    edges.push(json!({"source": "agent", "target": "__end__", "conditional": true}));
+    Ok(Json(json!({"nodes": nodes, "edges": edges})))
+}
+
+/// The assistant's schemas: the input a run takes, and the thread's values (its state and a
+/// run's output). weft agents take no config or context.
+pub async fn assistant_schemas(
+    State(app): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    if !app.agents.contains_key(&id) {
+        return Err(ApiError::not_found("assistant"));
+    }
+    let message = json!({"type": "object", "properties": {
+        "type": {"type": "string"}, "role": {"type": "string"}, "content": {}
+    }});
+    let input = json!({"title": "Input", "type": "object", "properties": {
+        "messages": {"type": "array", "items": message,
+            "description": "the last message's content is the task (or the answer to a wait)"},
+        "task": {"type": "string", "description": "the task, instead of messages"},
+    }});
+    let values = json!({"title": "State", "type": "object", "properties": {
+        "messages": {"type": "array", "items": message},
+        "data": {"type": "object", "description": "what the run's steps wrote"},
+        "answer": {"type": "string", "description": "the answer, once the run ended"},
+    }});
+    Ok(Json(json!({
+        "graph_id": id,
+        "input_schema": input,
+        "output_schema": values,
+        "state_schema": values,
+        "config_schema": {"title": "Config", "type": "object", "properties": {}},
+        "context_schema": null,
+    })))
+}
+
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 pub struct CountAssistants {
     #[serde(default)]

@@ -44,6 +44,21 @@ async def main():
     assert (await alice.assistants.get("echoer"))["graph_id"] == "echoer"
     ok("assistants")
 
+    # The graph: weft's agent loop, with a tools node for an agent that has tools.
+    graph = await alice.assistants.get_graph("echoer")
+    assert [n["id"] for n in graph["nodes"]] == ["__start__", "agent", "tools", "__end__"], graph
+    edges = {(e["source"], e["target"]) for e in graph["edges"]}
+    assert edges == {("__start__", "agent"), ("agent", "tools"), ("tools", "agent"), ("agent", "__end__")}, graph
+    schemas = await alice.assistants.get_schemas("echoer")
+    assert schemas["graph_id"] == "echoer" and "messages" in schemas["input_schema"]["properties"], schemas
+    assert "answer" in schemas["state_schema"]["properties"], schemas
+    try:
+        await alice.assistants.get_graph("nope")
+        raise AssertionError("a graph for an unknown assistant")
+    except NotFoundError:
+        pass
+    ok("assistants graph and schemas")
+
     # Wait: the model's tool call ran (the tool's log) and its result went back (the answer).
     t = await alice.threads.create(metadata={"purpose": "wait"})
     assert t["status"] == "idle" and t["values"] is None, t
