@@ -184,6 +184,7 @@ fn needs_sdk_the_langgraph_client_drives_weft_serve() {
     );
     for check in [
         "assistants",
+        "assistants graph and schemas",
         "runs.wait",
         "runs.stream in each mode",
         "interrupt answered with Command(resume)",
@@ -192,8 +193,11 @@ fn needs_sdk_the_langgraph_client_drives_weft_serve() {
         "multitask enqueue",
         "body limit",
         "keys and users",
+        "threads.search by metadata",
+        "counts",
         "metrics",
         "openapi",
+        "info",
     ] {
         assert!(
             stdout.contains(&format!("ok: {check}\n")),
@@ -216,13 +220,38 @@ fn needs_sdk_the_langgraph_client_drives_weft_serve() {
 fn needs_sdk_a_streaming_run_survives_a_server_restart() {
     let tmp = tempfile::tempdir().unwrap();
     agents(tmp.path());
-    run_across_a_restart(tmp.path(), "TERM", &[]);
+    run_across_a_restart(tmp.path(), RESTART, "TERM", &[]);
 }
 
-/// The slowpoke run of `langgraph_client.py restart`, whose server gets `signal` after the
-/// run's first tool call and is started again (with `env`); checks the run and its steps, and
-/// returns how long the run took from the restart on.
-fn run_across_a_restart(d: &Path, signal: &str, env: &[(&str, &str)]) -> Duration {
+/// `runs.wait` outlives its server: the answer's `Location` names the run's join, which the SDK
+/// follows when the connection drops; the answer comes from the next server. Runs are listed
+/// from the log, so the new server lists the runs of the old one (with limit, offset, status).
+#[test]
+fn needs_sdk_runs_wait_survives_a_server_restart_and_runs_are_listed_after_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    agents(tmp.path());
+    run_across_a_restart(
+        tmp.path(),
+        ("wait-restart", "runs.wait across a server restart"),
+        "TERM",
+        &[],
+    );
+}
+
+/// The client script's mode for a streaming run across a restart, and the check it prints.
+const RESTART: (&str, &str) = ("restart", "a streaming run across a server restart");
+
+/// The slowpoke run of `langgraph_client.py MODE` (`script`: the mode and the check it prints
+/// as `ok: CHECK`), whose server gets `signal` after the run's first tool call and is started
+/// again (with `env`); checks the run and its steps, and returns how long the run took from the
+/// restart on.
+fn run_across_a_restart(
+    d: &Path,
+    script: (&str, &str),
+    signal: &str,
+    env: &[(&str, &str)],
+) -> Duration {
+    let (mode, check) = script;
     let python = common::service_var("WEFT_TEST_SDK_PYTHON");
     let port = free_port();
     let start = || {
@@ -240,7 +269,7 @@ fn run_across_a_restart(d: &Path, signal: &str, env: &[(&str, &str)]) -> Duratio
         .arg(&script)
         .args([&format!("http://127.0.0.1:{port}"), ALICE, BOB])
         .arg(d)
-        .arg("restart")
+        .arg(mode)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -278,7 +307,7 @@ fn run_across_a_restart(d: &Path, signal: &str, env: &[(&str, &str)]) -> Duratio
     let _ = server.wait();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && stdout.contains("ok: a streaming run across a server restart"),
+        out.status.success() && stdout.contains(&format!("ok: {check}\n")),
         "{}{stdout}\n{}\nfirst server:\n{first_log}\nsecond server:\n{}",
         if finished {
             String::new()
@@ -302,6 +331,58 @@ fn run_across_a_restart(d: &Path, signal: &str, env: &[(&str, &str)]) -> Duratio
         "each step ran once: {calls:?}"
     );
     took
+}
+
+/// Runs the client script's `mode` against a fresh server; its output.
+fn scenario(mode: &str) -> String {
+    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agents(d);
+    let port = free_port();
+    let mut server = serve(d, port, "serve.db");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/langgraph_client.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .args([&format!("http://127.0.0.1:{port}"), ALICE, BOB])
+        .arg(d)
+        .arg(mode)
+        .output()
+        .unwrap();
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let _ = server.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the client script failed:\n{stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+    );
+    stdout
+}
+
+/// Every part of a stream in several modes has an id of its own: cut after any part, a join
+/// with its id sends exactly what followed, and a text cut mid-way goes on from its next byte.
+#[test]
+fn needs_sdk_a_stream_in_several_modes_resumes_after_any_part() {
+    let out = scenario("resume");
+    assert!(
+        out.contains("ok: a stream resumes after any of its parts\n"),
+        "{out}"
+    );
+}
+
+/// Bodies over `--max-body` (20 MB and 3 MB) get a 413 the async client reads, and the client's
+/// next request on the same connection pool works.
+#[test]
+fn needs_sdk_bodies_over_the_limit_get_a_readable_413() {
+    let out = scenario("body-limit");
+    assert!(
+        out.contains("ok: bodies over the limit are refused cleanly\n"),
+        "{out}"
+    );
 }
 
 /// The AG-UI endpoint, driven with the AG-UI protocol's own Python package: every event
@@ -410,7 +491,7 @@ asyncio.run(main())
 fn needs_sdk_a_run_killed_with_its_server_goes_on_without_waiting_for_its_lease() {
     let tmp = tempfile::tempdir().unwrap();
     agents(tmp.path());
-    let took = run_across_a_restart(tmp.path(), "KILL", &[("WEFT_LEASE_SECS", "30")]);
+    let took = run_across_a_restart(tmp.path(), RESTART, "KILL", &[("WEFT_LEASE_SECS", "30")]);
     assert!(
         took < Duration::from_secs(15),
         "the run took {took:?} after the restart"
@@ -444,7 +525,7 @@ fn needs_sdk_a_stopped_run_is_continued_past_threads_that_never_had_a_run() {
         .args(["-TERM", &server.id().to_string()])
         .status();
     server.wait().unwrap();
-    let took = run_across_a_restart(d, "TERM", &[]);
+    let took = run_across_a_restart(d, RESTART, "TERM", &[]);
     assert!(
         took < Duration::from_secs(15),
         "the run took {took:?} after the restart"

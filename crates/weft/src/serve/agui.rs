@@ -227,5 +227,5 @@ pub async fn run(
         thread_id: input.thread_id,
         run_id: input.run_id,
     };
-    Ok(stream::sse(app, run, after, format, true).into_response())
+    Ok(stream::sse(app, run, stream::Position::after(after), format, true).into_response())
 }

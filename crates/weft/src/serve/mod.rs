@@ -7,8 +7,8 @@
 //! - `runs.rs`: runs (a turn of a session, driven under the session's lease in this process),
 //!   wait, join, cancel.
 //! - `stream.rs`: a run's events as server-sent events (`values`, `updates`, `messages`,
-//!   `custom`, `end`), each with the session's sequence number as its id, so that a client that
-//!   reconnects with `Last-Event-ID` loses and repeats nothing.
+//!   `custom`, `end`), each part with an id of its own (its event and mode, or how far a text
+//!   reaches), so that a client that reconnects with `Last-Event-ID` loses and repeats nothing.
 //! - `agui.rs`: the AG-UI protocol (`POST /ag-ui/{agent}`) over the same runs and streams.
 //! - `sessions.rs`: weft's own routes (`/sessions`, `/agents`): sessions across agents with
 //!   their cost, a session at any event, its typed events live, fork, pause, cancel, and the
@@ -215,6 +215,17 @@ fn api() -> Vec<Api> {
             ),
         ),
         one(
+            "/assistants/count",
+            post(threads::count_assistants),
+            doc(
+                "post",
+                "/assistants/count",
+                "How many assistants match (graph_id, name, metadata)",
+                Some(schema_of::<threads::CountAssistants>),
+                "a number",
+            ),
+        ),
+        one(
             "/assistants/{id}",
             get(threads::get_assistant),
             doc(
@@ -223,6 +234,28 @@ fn api() -> Vec<Api> {
                 "An assistant, by its agent's name",
                 None,
                 "the assistant",
+            ),
+        ),
+        one(
+            "/assistants/{id}/graph",
+            get(threads::assistant_graph),
+            doc(
+                "get",
+                "/assistants/{id}/graph",
+                "The agent as LangGraph's graph: the loop of `agent` and, when it has tools, `tools` (plan and workflow steps are not nodes)",
+                None,
+                "{nodes, edges}",
+            ),
+        ),
+        one(
+            "/assistants/{id}/schemas",
+            get(threads::assistant_schemas),
+            doc(
+                "get",
+                "/assistants/{id}/schemas",
+                "The input a run takes and the thread's values (state and output); no config or context",
+                None,
+                "{graph_id, input_schema, output_schema, state_schema, config_schema, context_schema}",
             ),
         ),
         one(
@@ -245,6 +278,17 @@ fn api() -> Vec<Api> {
                 "The user's threads, newest first",
                 Some(schema_of::<threads::SearchThreads>),
                 "a list of threads",
+            ),
+        ),
+        one(
+            "/threads/count",
+            post(threads::count_threads),
+            doc(
+                "post",
+                "/threads/count",
+                "How many of the user's threads match (status, metadata, values; of the newest 10,000)",
+                Some(schema_of::<threads::CountThreads>),
+                "a number",
             ),
         ),
         Api {
@@ -303,7 +347,7 @@ fn api() -> Vec<Api> {
                 doc(
                     "get",
                     "/threads/{tid}/runs",
-                    "The thread's runs known to this server, newest first",
+                    "The thread's runs from its log, newest first (query: limit, offset, status)",
                     None,
                     "a list of runs",
                 ),
@@ -315,7 +359,7 @@ fn api() -> Vec<Api> {
             doc(
                 "post",
                 "/threads/{tid}/runs/wait",
-                "Start a run and answer with the thread's values when it ends or waits (`__interrupt__`)",
+                "Start a run and answer with the thread's values when it ends or waits (`__interrupt__`); the headers come at once (Location: the run's join, to ask again after a dropped connection)",
                 Some(schema_of::<runs::RunBody>),
                 "the thread's values",
             ),
@@ -480,6 +524,17 @@ fn api() -> Vec<Api> {
             ),
         ),
         one(
+            "/info",
+            get(info),
+            doc(
+                "get",
+                "/info",
+                "What this server is, as LangGraph Server's /info says it: weft's version, and flags for the features it has (assistants) and has not (crons, langsmith)",
+                None,
+                "{version, flags, host}",
+            ),
+        ),
+        one(
             "/openapi.json",
             get(openapi_json),
             doc(
@@ -491,6 +546,15 @@ fn api() -> Vec<Api> {
             ),
         ),
     ]
+}
+
+/// LangGraph Server's `/info`: its version is weft's; the flags say what a client may use.
+async fn info() -> Json<serde_json::Value> {
+    Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "flags": {"assistants": true, "crons": false, "langsmith": false},
+        "host": {"kind": "weft"},
+    }))
 }
 
 async fn openapi_json() -> Json<serde_json::Value> {
@@ -537,7 +601,47 @@ fn router(app: Shared, keys: auth::Keys, max_body: usize) -> Router {
         .merge(protected)
         .layer(axum::middleware::map_response(json_errors))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(max_body, over_limit))
+        .layer(axum::middleware::map_response(close_on_413))
         .with_state(app)
+}
+
+/// The most of a refused body that is read (and dropped) before the connection is closed.
+const DRAIN_MAX: usize = 64 << 20;
+
+/// A body declared larger than `max` is refused with 413 before a handler sees it. What the
+/// client sends is read and dropped first (at most [`DRAIN_MAX`] bytes, for at most 10 s), and
+/// the answer says `Connection: close`: a client still writing its body would otherwise find the
+/// connection reset and never read the answer.
+async fn over_limit(
+    axum::extract::State(max): axum::extract::State<usize>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_none_or(|n| n <= max as u64) {
+        return next.run(req).await;
+    }
+    let mut body = req.into_body().into_data_stream();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        let mut read = 0usize;
+        while let Some(Ok(chunk)) = futures::StreamExt::next(&mut body).await {
+            read += chunk.len();
+            if read > DRAIN_MAX {
+                break;
+            }
+        }
+    })
+    .await;
+    ApiError(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the request body is larger than {max} bytes; send less, or start the server with a larger --max-body"),
+    )
+    .into_response()
 }
 
 /// Errors axum writes itself as plain text (a body that is not JSON, a missing field, a body
@@ -557,4 +661,15 @@ async fn json_errors(res: Response) -> Response {
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();
     ApiError(status, text).into_response()
+}
+
+/// A 413 closes the connection (the rest of the body may be unread), and says so.
+async fn close_on_413(mut res: Response) -> Response {
+    if res.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        res.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    res
 }

@@ -93,6 +93,33 @@ impl Run {
     }
 }
 
+/// A piece of the model's text, and where it stands: it was generated after the session's event
+/// `after`, at byte `offset` of the text generated since that event. A stream gives each piece
+/// that position as its id, so a reconnection goes on from the next byte.
+#[derive(Clone, Debug)]
+pub struct Piece {
+    pub after: u64,
+    pub offset: usize,
+    pub text: String,
+}
+
+/// A thread's pieces of text as they come, and the text generated since its last stored event.
+struct TextFeed {
+    tx: tokio::sync::broadcast::Sender<Piece>,
+    after: u64,
+    so_far: String,
+}
+
+impl Default for TextFeed {
+    fn default() -> Self {
+        Self {
+            tx: tokio::sync::broadcast::channel(1024).0,
+            after: 0,
+            so_far: String::new(),
+        }
+    }
+}
+
 /// The runs of this process, and which thread each drives.
 #[derive(Default)]
 pub struct Runs {
@@ -102,7 +129,7 @@ pub struct Runs {
     /// Thread → woken after every event stored for it, and when its run ends.
     wakers: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
     /// Thread → the text the model is generating, piece by piece (never stored: live only).
-    texts: Mutex<HashMap<String, tokio::sync::broadcast::Sender<String>>>,
+    texts: Mutex<HashMap<String, TextFeed>>,
     tasks: tokio::sync::Mutex<tokio::task::JoinSet<()>>,
 }
 
@@ -161,14 +188,64 @@ impl Runs {
             .cloned()
     }
 
-    /// The pieces of text a model generates on `thread`, as they come.
-    pub fn texts(&self, thread: &str) -> tokio::sync::broadcast::Sender<String> {
+    /// The pieces of text a model generates on `thread`, as they come, and the text generated
+    /// since the thread's last stored event as one piece (empty when there is none), taken
+    /// together so that no piece falls between them.
+    pub fn texts(&self, thread: &str) -> (tokio::sync::broadcast::Receiver<Piece>, Piece) {
         match self.texts.lock() {
-            Ok(mut t) => t
-                .entry(thread.to_owned())
-                .or_insert_with(|| tokio::sync::broadcast::channel(1024).0)
-                .clone(),
-            Err(_) => tokio::sync::broadcast::channel(1).0,
+            Ok(mut t) => {
+                let feed = t.entry(thread.to_owned()).or_default();
+                let so_far = Piece {
+                    after: feed.after,
+                    offset: 0,
+                    text: feed.so_far.clone(),
+                };
+                (feed.tx.subscribe(), so_far)
+            }
+            Err(_) => (
+                tokio::sync::broadcast::channel(1).1,
+                Piece {
+                    after: 0,
+                    offset: 0,
+                    text: String::new(),
+                },
+            ),
+        }
+    }
+
+    /// Notes an event of `thread`: a piece of text is sent to its streams; a stored event
+    /// (`seq` > 0) begins the text after it.
+    fn text_observed(&self, thread: &str, e: &weft_core::Envelope) {
+        let Ok(mut t) = self.texts.lock() else {
+            return;
+        };
+        let feed = t.entry(thread.to_owned()).or_default();
+        match &e.event {
+            weft_core::Event::TextDelta { text } => {
+                let piece = Piece {
+                    after: feed.after,
+                    offset: feed.so_far.len(),
+                    text: text.clone(),
+                };
+                feed.so_far.push_str(text);
+                let _ = feed.tx.send(piece);
+            }
+            _ if e.seq > 0 => {
+                feed.after = feed.after.max(e.seq);
+                feed.so_far.clear();
+            }
+            _ => {}
+        }
+    }
+
+    /// The text `thread`'s model generates next comes after event `seq` (a run begins there).
+    fn text_after(&self, thread: &str, seq: u64) {
+        if let Ok(mut t) = self.texts.lock() {
+            let feed = t.entry(thread.to_owned()).or_default();
+            if feed.after != seq {
+                feed.after = seq;
+                feed.so_far.clear();
+            }
         }
     }
 
@@ -486,13 +563,11 @@ async fn execute(
 /// text goes to the thread's live streams, and the streams waiting for the log wake up.
 fn observer(app: &Shared, thread: &str) -> weft_runtime::Observer {
     let waker = app.runs.waker(thread);
-    let texts = app.runs.texts(thread);
     let counted = app.clone();
+    let thread = thread.to_owned();
     Arc::new(move |e: &weft_core::Envelope| {
         counted.metrics.observe(e);
-        if let weft_core::Event::TextDelta { text } = &e.event {
-            let _ = texts.send(text.clone());
-        }
+        counted.runs.text_observed(&thread, e);
         waker.notify_waiters();
     })
 }
@@ -609,6 +684,7 @@ async fn drive(
         &input,
     )?;
     let tid = run.thread_id.clone();
+    app.runs.text_after(&tid, run.start_seq());
     let marker = weft_core::Event::RunStarted {
         run_id: run.run_id.clone(),
         after: run.start_seq(),
@@ -697,9 +773,66 @@ pub async fn create_wait(
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
     Json(body): Json<RunBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let run = start(&app, &user, &tid, body).await?;
-    final_values(&app, &user, &run).await
+    Ok(waiting(app, user, run))
+}
+
+/// The answer of `runs/wait`. Its headers go at once: `Location` names the run's join, where a
+/// client whose connection dropped asks again (the SDK does so by itself), `Content-Location`
+/// the run. The body is the thread's values once the run has ended, after a newline every 5 s
+/// until then (JSON allows leading whitespace) to keep the connection alive. If the server stops
+/// while the session still runs, the body breaks off, so that the client follows `Location` to
+/// the server that goes on with it.
+fn waiting(app: Shared, user: User, run: Arc<Run>) -> Response {
+    let location = format!("/threads/{}/runs/{}", run.thread_id, run.run_id);
+    let body = futures::stream::unfold(Some((app, user, run, 0u32)), |st| async move {
+        let (app, user, run, mut ticks) = st?;
+        let done = loop {
+            if tokio::time::timeout(Duration::from_millis(250), run.finished())
+                .await
+                .is_ok()
+            {
+                break true;
+            }
+            ticks += 1;
+            if crate::interrupt::is_requested() {
+                break false;
+            }
+            if ticks % 20 == 0 {
+                let beat = axum::body::Bytes::from_static(b"\n");
+                return Some((Ok(beat), Some((app, user, run, ticks))));
+            }
+        };
+        let still_running = || async {
+            app.store
+                .get(&run.thread_id)
+                .await
+                .map_or(true, |r| r.status == SessionStatus::Running)
+        };
+        if !done || (crate::interrupt::is_requested() && still_running().await) {
+            let stop = std::io::Error::other("the server stops; ask the run's Location again");
+            return Some((Err(stop), None));
+        }
+        let v = match final_values(&app, &user, &run).await {
+            Ok(Json(v)) => v,
+            Err(e) => json!({"__error__": {"error": "StoreError", "message": e.1}}),
+        };
+        Some((Ok(axum::body::Bytes::from(v.to_string())), None))
+    });
+    let mut resp = axum::body::Body::from_stream(body).into_response();
+    let headers = resp.headers_mut();
+    headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    if let Ok(v) = format!("{location}/join").parse() {
+        headers.insert(axum::http::header::LOCATION, v);
+    }
+    if let Ok(v) = location.parse() {
+        headers.insert(axum::http::header::CONTENT_LOCATION, v);
+    }
+    resp
 }
 
 pub async fn create_stream(
@@ -718,7 +851,7 @@ pub async fn create_stream(
         run.run_id,
         query.join("&")
     );
-    let after = run.start_seq();
+    let after = stream::Position::after(run.start_seq());
     let mut resp =
         stream::sse(app, run, after, stream::Format::LangGraph(modes), true).into_response();
     if let Ok(v) = location.parse() {
@@ -760,23 +893,53 @@ pub fn from_log(
         .position(|e| matches!(e.event, weft_core::Event::RunStarted { .. }))
         .map_or(log.len(), |k| at + 1 + k);
     let st = weft_core::State::fold(log[..next].iter().map(|e| &e.event));
+    Some(logged(rec, (run_id, *after, log[at].ts), &st))
+}
+
+/// Every run of the thread, as its log tells them, oldest first (one fold of the log).
+pub fn all_from_log(rec: &SessionRecord, log: &[weft_core::Envelope]) -> Vec<Run> {
+    let mut out = Vec::new();
+    let mut st = weft_core::State::new();
+    let mut open: Option<(&String, u64, i64)> = None;
+    for e in log {
+        if let weft_core::Event::RunStarted { run_id, after } = &e.event {
+            if let Some((id, after, ts)) = open.take() {
+                out.push(logged(rec, (id, after, ts), &st));
+            }
+            open = Some((run_id, *after, e.ts));
+        }
+        st.apply(&e.event);
+    }
+    if let Some((id, after, ts)) = open {
+        out.push(logged(rec, (id, after, ts), &st));
+    }
+    out
+}
+
+/// A run found in the log: its marker (id, the event before it, when) and the session's state
+/// when the next run began (or now).
+fn logged(
+    rec: &SessionRecord,
+    (run_id, after, ts): (&String, u64, i64),
+    st: &weft_core::State,
+) -> Run {
     let status = match st.status {
         SessionStatus::Completed => RunStatus::Success,
         SessionStatus::Failed => RunStatus::Error,
         SessionStatus::WaitingForUser => RunStatus::Interrupted,
         SessionStatus::Running => RunStatus::Running,
     };
-    Some(Run {
+    Run {
         run_id: run_id.clone(),
         thread_id: rec.id.clone(),
         assistant_id: st.agent.clone(),
         user: rec.user_id.clone().unwrap_or_default(),
-        created_at: log[at].ts,
-        start_seq: (*after).into(),
+        created_at: ts,
+        start_seq: after.into(),
         metadata: json!({}),
         multitask_strategy: "reject".into(),
         status: tokio::sync::watch::channel((status, st.seq)).0,
-    })
+    }
 }
 
 /// Drives the sessions of this server's threads that no process drives (their server stopped
@@ -876,6 +1039,7 @@ async fn adopt(app: Shared, held: crate::ownership::Held<crate::store::CliStore>
         if let Ok(mut a) = app.runs.active.lock() {
             a.insert(tid.clone(), run.run_id.clone());
         }
+        app.runs.text_after(&tid, st.seq);
         let observer = observer(&app, &tid);
         tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
         let outcome = crate::drive::drive(app.store.clone(), &held, &rec, &agent, vec![observer])
@@ -903,25 +1067,51 @@ pub async fn get(
     Ok(Json(found(&app, &user, &tid, &rid).await?.json()))
 }
 
+#[derive(Debug, Default, Deserialize)]
+pub struct ListQuery {
+    /// At most this many (default 10, at most 1,000).
+    limit: Option<usize>,
+    offset: Option<usize>,
+    /// Only runs with this status (`pending`, `running`, `success`, `error`, `interrupted`).
+    status: Option<String>,
+}
+
+/// The thread's runs, newest first: every run its log has a marker for (so a restarted server
+/// lists the runs of the one before), with this process's record of a run where it has one
+/// (its metadata), and the runs queued here that have not begun.
 pub async fn list(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
+    axum::extract::Query(q): axum::extract::Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    threads::load(&app, &user, &tid).await?;
-    let mut runs: Vec<Arc<Run>> = app
+    let (rec, log) = threads::load_log(&app, &user, &tid).await?;
+    let mut here: HashMap<String, Arc<Run>> = app
         .runs
         .runs
         .lock()
         .map(|r| {
             r.values()
                 .filter(|r| r.thread_id == tid && r.user == user.0)
-                .cloned()
+                .map(|r| (r.run_id.clone(), r.clone()))
                 .collect()
         })
         .unwrap_or_default();
+    let mut runs: Vec<Arc<Run>> = all_from_log(&rec, &log)
+        .into_iter()
+        .map(|r| here.remove(&r.run_id).unwrap_or_else(|| Arc::new(r)))
+        .collect();
+    runs.extend(here.into_values());
     runs.sort_by_key(|r| std::cmp::Reverse(r.created_at));
-    Ok(Json(Value::Array(runs.iter().map(|r| r.json()).collect())))
+    let limit = q.limit.unwrap_or(10).min(1000);
+    let listed: Vec<Value> = runs
+        .iter()
+        .map(|r| r.json())
+        .filter(|r| q.status.as_deref().is_none_or(|s| r["status"] == s))
+        .skip(q.offset.unwrap_or(0))
+        .take(limit)
+        .collect();
+    Ok(Json(Value::Array(listed)))
 }
 
 pub async fn join(
@@ -942,11 +1132,12 @@ pub async fn join_stream(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let run = found(&app, &user, &tid, &rid).await?;
+    // The stream clamps a position before the run to its beginning.
     let after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(run.start_seq(), |seq| seq.max(run.start_seq()));
+        .and_then(stream::Position::parse)
+        .unwrap_or_else(|| stream::Position::after(run.start_seq()));
     // `stream_mode` may be repeated (`?stream_mode=values&stream_mode=updates`).
     let asked: Vec<Value> = query
         .unwrap_or_default()

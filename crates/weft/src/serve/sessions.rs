@@ -202,13 +202,13 @@ pub async fn events(
         app: Shared,
         id: String,
         seq: u64,
-        texts: tokio::sync::broadcast::Receiver<String>,
+        texts: tokio::sync::broadcast::Receiver<super::runs::Piece>,
         queue: std::collections::VecDeque<Sse>,
         ready: bool,
         done: bool,
     }
     let cursor = Cursor {
-        texts: app.runs.texts(&id).subscribe(),
+        texts: app.runs.texts(&id).0,
         app,
         id,
         seq: after,
@@ -233,11 +233,11 @@ pub async fn events(
                     // Text generated before these events were stored goes first (a reply's
                     // pieces all come before the reply is stored).
                     if !events.is_empty() {
-                        while let Ok(text) = c.texts.try_recv() {
+                        while let Ok(piece) = c.texts.try_recv() {
                             c.queue.push_back(
                                 Sse::default()
                                     .event("text")
-                                    .data(json!({ "text": text }).to_string()),
+                                    .data(json!({ "text": piece.text }).to_string()),
                             );
                         }
                     }
@@ -282,8 +282,8 @@ pub async fn events(
             tokio::select! {
                 _ = wait => {}
                 got = c.texts.recv() => {
-                    if let Ok(text) = got {
-                        c.queue.push_back(Sse::default().event("text").data(json!({"text": text}).to_string()));
+                    if let Ok(piece) = got {
+                        c.queue.push_back(Sse::default().event("text").data(json!({"text": piece.text}).to_string()));
                     }
                 }
             }

@@ -6,9 +6,13 @@
 //!   (a replay), the answer as one message;
 //! - `custom`: weft's own typed events, as stored.
 //!
-//! Every event from the session's log carries the log's sequence number as its SSE id, so a
-//! client that reconnects with `Last-Event-ID` gets exactly the events after it. The stream
-//! begins with `metadata` (the run's id) and ends with `end` (or `error` when the run failed).
+//! Every part has an SSE id of its own that says where it stands ([`Position`]): `S-K` is part K
+//! of the session's event S (K is the mode's place in the order values, updates, messages,
+//! custom, which is the order an event's parts are sent in), `S-tN` a piece of the model's text
+//! that ends at byte N of the text generated after event S. A client that reconnects with
+//! `Last-Event-ID` gets exactly the parts after it, in any mix of modes, and the rest of a text
+//! it had begun to receive (not the whole text again). The stream begins with `metadata` (the
+//! run's id) and ends with `end` (or `error` when the run failed).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -22,7 +26,7 @@ use weft_core::{Envelope, Event, State};
 use weft_store::Store;
 
 use super::Shared;
-use super::runs::{Run, RunStatus};
+use super::runs::{Piece, Run, RunStatus};
 use super::threads;
 
 /// The modes a request asks for (default `values`).
@@ -42,6 +46,57 @@ pub fn modes(v: Option<&Value>) -> Vec<String> {
     out
 }
 
+/// Where a client stands in a run's stream, read from its `Last-Event-ID`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Position {
+    /// The session's event.
+    pub seq: u64,
+    /// The last of the event's parts the client has (`None`: all of them).
+    pub part: Option<u8>,
+    /// Bytes of the text generated after the event the client has.
+    pub text: usize,
+}
+
+impl Position {
+    /// After every part of event `seq`.
+    pub fn after(seq: u64) -> Self {
+        Self {
+            seq,
+            part: None,
+            text: 0,
+        }
+    }
+
+    /// A `Last-Event-ID`: `S`, `S-K` or `S-tN`; `None` for anything else.
+    pub fn parse(id: &str) -> Option<Self> {
+        let id = id.trim();
+        let Some((seq, rest)) = id.split_once('-') else {
+            return id.parse().ok().map(Self::after);
+        };
+        let seq = seq.parse().ok()?;
+        match rest.strip_prefix('t') {
+            Some(n) => Some(Self {
+                seq,
+                part: None,
+                text: n.parse().ok()?,
+            }),
+            None => Some(Self {
+                seq,
+                part: Some(rest.parse().ok()?),
+                text: 0,
+            }),
+        }
+    }
+}
+
+/// The stream modes in the order an event's parts are sent, each with the modes that ask for it.
+const MODES: [&[&str]; 4] = [
+    &["values"],
+    &["updates"],
+    &["messages", "messages-tuple"],
+    &["custom", "events", "debug"],
+];
+
 /// How a run's events are written: LangGraph's stream modes, or AG-UI events (`agui.rs`).
 pub enum Format {
     LangGraph(Vec<String>),
@@ -60,16 +115,18 @@ impl Format {
         }
     }
 
+    /// The parts of a stored event; `skip`: the client has its parts up to this one;
+    /// `text_sent`: bytes of the answer's text the client has.
     fn parts(
         &self,
         env: &Envelope,
         st: &State,
-        streamed: bool,
+        (text_sent, skip): (usize, Option<u8>),
         out: &mut std::collections::VecDeque<Sse>,
     ) {
         match self {
-            Self::LangGraph(modes) => parts(modes, env, st, streamed, out),
-            Self::AgUi { .. } => super::agui::parts(env, st, streamed, out),
+            Self::LangGraph(modes) => parts(modes, env, st, (text_sent, skip), out),
+            Self::AgUi { .. } => super::agui::parts(env, st, text_sent > 0, out),
         }
     }
 
@@ -83,10 +140,16 @@ impl Format {
         }
     }
 
-    /// A piece of the model's text; `first`: the first piece this stream sends.
-    fn text(&self, st: &State, text: &str, first: bool) -> Vec<Sse> {
+    /// A piece of the model's text that ends at byte `end` of the text after event `after`;
+    /// `first`: the first piece this stream sends.
+    fn text(&self, st: &State, text: &str, first: bool, (after, end): (u64, usize)) -> Vec<Sse> {
         match self {
-            Self::LangGraph(_) => vec![part("messages", &chunk(st, text), None)],
+            Self::LangGraph(_) => vec![
+                Sse::default()
+                    .event("messages")
+                    .data(chunk(st, text).to_string())
+                    .id(format!("{after}-t{end}")),
+            ],
             Self::AgUi { .. } => super::agui::text(st, text, first),
         }
     }
@@ -120,10 +183,10 @@ impl Format {
     }
 }
 
-pub(super) fn part(event: &str, data: &Value, id: Option<u64>) -> Sse {
+pub(super) fn part(event: &str, data: &Value, id: Option<(u64, usize)>) -> Sse {
     let e = Sse::default().event(event).data(data.to_string());
     match id {
-        Some(seq) => e.id(seq.to_string()),
+        Some((seq, k)) => e.id(format!("{seq}-{k}")),
         None => e,
     }
 }
@@ -137,15 +200,15 @@ fn chunk(st: &State, text: &str) -> Value {
     ])
 }
 
-/// The SSE parts one stored event makes, after it was applied to `st`.
+/// The SSE parts one stored event makes, after it was applied to `st`, in the order of [`MODES`]
+/// and after part `skip`; the answer without its first `text_sent` bytes (sent as it came).
 fn parts(
     modes: &[String],
     env: &Envelope,
     st: &State,
-    streamed: bool,
+    (text_sent, skip): (usize, Option<u8>),
     out: &mut std::collections::VecDeque<Sse>,
 ) {
-    let id = Some(env.seq);
     let changes_values = matches!(
         env.event,
         Event::TurnStarted { .. }
@@ -171,24 +234,31 @@ fn parts(
         }})),
         _ => None,
     };
-    for mode in modes {
-        match mode.as_str() {
-            "values" if changes_values => out.push_back(part("values", &threads::values(st), id)),
-            "updates" => {
+    for (k, names) in MODES.iter().enumerate() {
+        if !modes.iter().any(|m| names.contains(&m.as_str()))
+            || skip.is_some_and(|s| k <= usize::from(s))
+        {
+            continue;
+        }
+        let id = Some((env.seq, k));
+        match k {
+            0 if changes_values => out.push_back(part("values", &threads::values(st), id)),
+            1 => {
                 if let Some(u) = &update {
                     out.push_back(part("updates", u, id));
                 }
             }
-            // The text came piece by piece already; a stream that saw none gets it whole.
-            "messages" | "messages-tuple" if !streamed => {
+            // What of the answer did not come piece by piece (a replay: all of it).
+            2 => {
                 if let Event::RunFinished {
                     answer: Some(a), ..
                 } = &env.event
+                    && let Some(rest) = a.get(text_sent..).filter(|r| !r.is_empty())
                 {
-                    out.push_back(part("messages", &chunk(st, a), id));
+                    out.push_back(part("messages", &chunk(st, rest), id));
                 }
             }
-            "custom" | "events" | "debug" => {
+            3 => {
                 if let Ok(v) = serde_json::to_value(env) {
                     out.push_back(part("custom", &v, id));
                 }
@@ -196,6 +266,28 @@ fn parts(
             _ => {}
         }
     }
+}
+
+/// Keeps the text of a reply without tool calls (a possible answer).
+fn note_reply(reply: &mut Option<String>, e: &Event) {
+    if let Event::ModelReplied { reply: r, .. } = e
+        && r.tool_calls.is_empty()
+    {
+        *reply = Some(r.content.clone());
+    }
+}
+
+/// Whether the text generated before `e` belonged to a reply that is not the answer (or to no
+/// reply): a text that follows begins at byte 0 for the answer's count.
+fn ends_text(e: &Event) -> bool {
+    matches!(
+        e,
+        Event::ToolCallStarted { .. }
+            | Event::ModelReplyRejected { .. }
+            | Event::ModelFailed { .. }
+            | Event::WaitingForUser { .. }
+            | Event::RunFinished { .. }
+    )
 }
 
 /// Where a run stands in its session's log: whether its marker (`RunStarted`) has been applied,
@@ -219,13 +311,13 @@ impl Progress {
     }
 }
 
-/// The run's stream: events after `after`, live until the run has ended. The format's first
-/// events (`metadata`, `RUN_STARTED`) when `announce` (a new run's stream; a reconnection goes
-/// on where it stopped).
+/// The run's stream: its parts after position `from`, live until the run has ended. The
+/// format's first events (`metadata`, `RUN_STARTED`) when `announce` (a new run's stream; a
+/// reconnection goes on where it stopped).
 pub fn sse(
     app: Shared,
     run: Arc<Run>,
-    after: u64,
+    from: Position,
     format: Format,
     announce: bool,
 ) -> SseResponse<impl Stream<Item = Result<Sse, Infallible>>> {
@@ -235,10 +327,20 @@ pub fn sse(
         format: Format,
         state: Option<State>,
         seq: u64,
+        /// The client has the parts of event `skip.0` up to `skip.1`.
+        skip: Option<(u64, u8)>,
         progress: Progress,
-        /// The model's text as it comes (`messages` mode of a live stream), and whether any came.
-        texts: Option<tokio::sync::broadcast::Receiver<String>>,
+        /// The model's text as it comes (a stream that sends text), pieces that come after
+        /// events not read yet, and whether any was sent.
+        texts: Option<tokio::sync::broadcast::Receiver<Piece>>,
+        pending: std::collections::VecDeque<Piece>,
         streamed: bool,
+        /// The text of the last reply without tool calls read (an answer's, when the run ends
+        /// with it: sent where the reply is).
+        reply: Option<String>,
+        /// Bytes of the text after event `text_at` the client has.
+        text_at: u64,
+        text_sent: usize,
         queue: std::collections::VecDeque<Sse>,
         done: bool,
     }
@@ -246,17 +348,36 @@ pub fn sse(
     if announce {
         first.extend(format.prologue(&run));
     }
-    let texts = format
-        .streams_text()
-        .then(|| app.runs.texts(&run.thread_id).subscribe());
+    // A position before the run is its beginning.
+    let from = if from.seq < run.start_seq() {
+        Position::after(run.start_seq())
+    } else {
+        from
+    };
+    let mut pending = std::collections::VecDeque::new();
+    let texts = format.streams_text().then(|| {
+        let (rx, so_far) = app.runs.texts(&run.thread_id);
+        if !so_far.text.is_empty() {
+            pending.push_back(so_far);
+        }
+        rx
+    });
     let cursor = Cursor {
         texts,
+        pending,
         streamed: false,
+        reply: None,
+        text_at: from.seq,
+        text_sent: from.text,
         app,
         run,
         format,
         state: None,
-        seq: after,
+        seq: match from.part {
+            Some(_) => from.seq.saturating_sub(1),
+            None => from.seq,
+        },
+        skip: from.part.map(|k| (from.seq, k)),
         progress: Progress::default(),
         queue: first,
         done: false,
@@ -267,6 +388,42 @@ pub fn sse(
             self.state
                 .as_ref()
                 .is_some_and(|s| self.progress.ended(s.status))
+        }
+
+        /// Sends the pieces of text that come after the last event sent, without what the
+        /// client has; drops those whose reply is in the log already (its parts carry it).
+        fn flush_text(&mut self) {
+            let Some(st) = self.state.as_ref() else {
+                return;
+            };
+            let mut later = std::collections::VecDeque::new();
+            while let Some(p) = self.pending.pop_front() {
+                if p.after > self.seq {
+                    later.push_back(p);
+                    continue;
+                }
+                if p.after < self.seq {
+                    continue;
+                }
+                if p.after != self.text_at {
+                    self.text_at = p.after;
+                    self.text_sent = 0;
+                }
+                let end = p.offset + p.text.len();
+                let Some(rest) = self
+                    .text_sent
+                    .checked_sub(p.offset)
+                    .map_or(Some(p.text.as_str()), |k| p.text.get(k..))
+                    .filter(|r| !r.is_empty())
+                else {
+                    continue;
+                };
+                let parts = self.format.text(st, rest, !self.streamed, (p.after, end));
+                self.queue.extend(parts);
+                self.streamed = true;
+                self.text_sent = end;
+            }
+            self.pending = later;
         }
     }
     let stream = futures::stream::unfold(cursor, |mut c| async move {
@@ -290,11 +447,15 @@ pub fn sse(
             }
             // The state before the first event to send, folded once.
             if c.state.is_none() {
-                c.seq = c.seq.max(c.run.start_seq());
+                if c.seq < c.run.start_seq() {
+                    c.seq = c.run.start_seq();
+                    c.skip = None;
+                }
                 match c.app.store.load(&c.run.thread_id).await {
                     Ok((_, log)) => {
                         let mut st = State::new();
                         for e in log.iter().take_while(|e| e.seq <= c.seq) {
+                            note_reply(&mut c.reply, &e.event);
                             st.apply(&e.event);
                             c.progress.note(&e.event, &c.run.run_id, st.status);
                         }
@@ -311,28 +472,78 @@ pub fn sse(
                     }
                 }
             }
+            // Text generated before the events read next was generated before they were stored.
+            if let Some(rx) = c.texts.as_mut() {
+                while let Ok(piece) = rx.try_recv() {
+                    c.pending.push_back(piece);
+                }
+            }
+            c.flush_text();
             match c.app.store.events_after(&c.run.thread_id, c.seq).await {
                 Ok(events) if !events.is_empty() => {
-                    // Text generated before these events were stored goes first (a reply's
-                    // pieces are all sent before the reply is stored).
-                    if let (Some(rx), Some(st)) = (c.texts.as_mut(), c.state.as_ref()) {
-                        while let Ok(text) = rx.try_recv() {
-                            c.queue.extend(c.format.text(st, &text, !c.streamed));
-                            c.streamed = true;
+                    // The answer, when the run ends in this read: its text is sent where it
+                    // was generated (before the reply that holds it), as it is live, so
+                    // that its id is the same in a replay and in a live stream.
+                    let answer = events.iter().find_map(|e| match &e.event {
+                        Event::RunFinished {
+                            answer: Some(a), ..
+                        } => Some(a.as_str()),
+                        _ => None,
+                    });
+                    let mut answer_sent = false;
+                    for env in &events {
+                        let Some(st) = c.state.as_mut() else {
+                            break;
+                        };
+                        if c.progress.ended(st.status) {
+                            // The run ended; what follows belongs to a later run.
+                            break;
                         }
-                    }
-                    if let Some(st) = c.state.as_mut() {
-                        for env in &events {
-                            if c.progress.ended(st.status) {
-                                // The run ended; what follows belongs to a later run.
-                                break;
+                        let skip = c.skip.filter(|(s, _)| *s == env.seq).map(|(_, k)| k);
+                        if let Event::ModelReplied { reply, .. } = &env.event
+                            && reply.tool_calls.is_empty()
+                            && answer == Some(reply.content.as_str())
+                            && matches!(c.format, Format::LangGraph(_))
+                        {
+                            answer_sent = true;
+                            let after = if c.text_sent > 0 && c.text_at < env.seq {
+                                c.text_at
+                            } else {
+                                env.seq.saturating_sub(1)
+                            };
+                            let sent = if after == c.text_at { c.text_sent } else { 0 };
+                            let text = reply.content.as_str();
+                            if skip.is_none()
+                                && c.format.streams_text()
+                                && let Some(rest) = text.get(sent..).filter(|r| !r.is_empty())
+                            {
+                                let parts =
+                                    c.format.text(st, rest, !c.streamed, (after, text.len()));
+                                c.queue.extend(parts);
+                                c.streamed = true;
                             }
-                            st.apply(&env.event);
-                            c.progress.note(&env.event, &c.run.run_id, st.status);
-                            c.format.parts(env, st, c.streamed, &mut c.queue);
-                            c.seq = env.seq;
                         }
+                        note_reply(&mut c.reply, &env.event);
+                        st.apply(&env.event);
+                        c.progress.note(&env.event, &c.run.run_id, st.status);
+                        let answered = matches!(c.format, Format::LangGraph(_))
+                            && matches!(&env.event, Event::RunFinished { answer: Some(a), .. } if c.reply.as_deref() == Some(a.as_str()));
+                        // A stream that sent text (the answer's, or a plan's replies) sends
+                        // no answer at the end; one that saw none sends it whole.
+                        let sent = if answer_sent || answered || c.streamed {
+                            usize::MAX
+                        } else {
+                            0
+                        };
+                        c.format.parts(env, st, (sent, skip), &mut c.queue);
+                        c.seq = env.seq;
+                        if ends_text(&env.event) {
+                            c.text_at = env.seq;
+                            c.text_sent = 0;
+                        }
+                        c.flush_text();
                     }
+                    c.skip = None;
                     if !c.ended_in_log() {
                         continue;
                     }
@@ -375,15 +586,18 @@ pub fn sse(
                 c.done = true;
                 continue;
             }
+            if !c.queue.is_empty() {
+                continue;
+            }
             let wait = tokio::time::timeout(Duration::from_millis(250), &mut notified);
             match c.texts.as_mut() {
                 Some(rx) => {
                     tokio::select! {
                         _ = wait => {}
                         got = rx.recv() => {
-                            if let (Ok(text), Some(st)) = (got, c.state.as_ref()) {
-                                c.queue.extend(c.format.text(st, &text, !c.streamed));
-                                c.streamed = true;
+                            if let Ok(piece) = got {
+                                c.pending.push_back(piece);
+                                c.flush_text();
                             }
                         }
                     }

@@ -56,6 +56,97 @@ pub async fn search_assistants(
     Json(Value::Array(list))
 }
 
+/// The assistant's graph as LangGraph draws one: weft runs an agent as one loop (the model
+/// decides, its tool calls run, their results go back), so the graph is that loop: `agent`, and
+/// `tools` when the agent has any. Plan steps and workflow steps are not nodes.
+pub async fn assistant_graph(
+    State(app): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let a = app
+        .agents
+        .get(&id)
+        .ok_or_else(|| ApiError::not_found("assistant"))?;
+    let node = |id: &str, kind: &str| json!({"id": id, "type": kind, "data": {"id": ["weft", id], "name": id}});
+    let mut nodes = vec![node("__start__", "schema"), node("agent", "runnable")];
+    let mut edges = vec![json!({"source": "__start__", "target": "agent"})];
+    if a.tools.infos().next().is_some() {
+        nodes.push(node("tools", "runnable"));
+        edges.push(json!({"source": "agent", "target": "tools", "conditional": true}));
+        edges.push(json!({"source": "tools", "target": "agent"}));
+    }
+    nodes.push(node("__end__", "schema"));
+    edges.push(json!({"source": "agent", "target": "__end__", "conditional": true}));
+    Ok(Json(json!({"nodes": nodes, "edges": edges})))
+}
+
+/// The assistant's schemas: the input a run takes, and the thread's values (its state and a
+/// run's output). weft agents take no config or context.
+pub async fn assistant_schemas(
+    State(app): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    if !app.agents.contains_key(&id) {
+        return Err(ApiError::not_found("assistant"));
+    }
+    let message = json!({"type": "object", "properties": {
+        "type": {"type": "string"}, "role": {"type": "string"}, "content": {}
+    }});
+    let input = json!({"title": "Input", "type": "object", "properties": {
+        "messages": {"type": "array", "items": message,
+            "description": "the last message's content is the task (or the answer to a wait)"},
+        "task": {"type": "string", "description": "the task, instead of messages"},
+    }});
+    let values = json!({"title": "State", "type": "object", "properties": {
+        "messages": {"type": "array", "items": message},
+        "data": {"type": "object", "description": "what the run's steps wrote"},
+        "answer": {"type": "string", "description": "the answer, once the run ended"},
+    }});
+    Ok(Json(json!({
+        "graph_id": id,
+        "input_schema": input,
+        "output_schema": values,
+        "state_schema": values,
+        "config_schema": {"title": "Config", "type": "object", "properties": {}},
+        "context_schema": null,
+    })))
+}
+
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+pub struct CountAssistants {
+    #[serde(default)]
+    graph_id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    /// Only assistants whose metadata holds each of these keys with this value.
+    #[serde(default)]
+    metadata: Option<serde_json::Map<String, Value>>,
+}
+
+/// How many assistants match (`graph_id` and `name` are both the agent's name).
+pub async fn count_assistants(
+    State(app): State<Shared>,
+    body: Option<Json<CountAssistants>>,
+) -> Json<Value> {
+    let q = body.map(|Json(b)| b).unwrap_or_default();
+    let n = app
+        .agents
+        .iter()
+        .filter(|(n, _)| q.graph_id.as_ref().is_none_or(|g| g == *n))
+        .filter(|(n, _)| q.name.as_ref().is_none_or(|g| g == *n))
+        .filter(|(n, a)| holds(&assistant(n, &a.spec)["metadata"], q.metadata.as_ref()))
+        .count();
+    Json(json!(n))
+}
+
+/// Whether `v` (an object) holds every key of `wanted` with its value.
+fn holds(v: &Value, wanted: Option<&serde_json::Map<String, Value>>) -> bool {
+    wanted
+        .into_iter()
+        .flatten()
+        .all(|(k, want)| v.get(k) == Some(want))
+}
+
 pub async fn get_assistant(
     State(app): State<Shared>,
     Path(id): Path<String>,
@@ -245,6 +336,9 @@ pub async fn create_thread(
 pub struct SearchThreads {
     #[serde(default)]
     status: Option<String>,
+    /// Only threads whose metadata holds each of these keys with this value.
+    #[serde(default)]
+    metadata: Option<serde_json::Map<String, Value>>,
     #[serde(default)]
     limit: Option<usize>,
     #[serde(default)]
@@ -259,24 +353,89 @@ pub async fn search_threads(
     let q = body.map(|Json(b)| b).unwrap_or_default();
     let limit = q.limit.unwrap_or(10).min(1000);
     let offset = q.offset.unwrap_or(0);
+    let filtered = q.status.is_some() || q.metadata.as_ref().is_some_and(|m| !m.is_empty());
+    // With a filter, the offset counts matching threads: the newest SEARCH_SCAN are looked at.
     let recs = app
         .store
         .list(&ListFilter {
             user_id: Some(user.0.clone()),
             status: None,
-            limit: Some(offset + limit),
+            limit: Some(if filtered {
+                SEARCH_SCAN
+            } else {
+                offset + limit
+            }),
         })
         .await?;
+    let wanted = |rec: &SessionRecord| holds(&rec.metadata, q.metadata.as_ref());
     let mut out = Vec::new();
-    for rec in recs.into_iter().skip(offset) {
+    let mut skipped = 0;
+    for rec in recs.into_iter().filter(|r| wanted(r)) {
+        if out.len() >= limit {
+            break;
+        }
         let (rec, st) = load(&app, &user, &rec.id).await?;
         let t = thread_json(&app, &rec, &st);
         if q.status.as_deref().is_none_or(|s| t["status"] == s) {
-            out.push(t);
+            if skipped < offset {
+                skipped += 1;
+            } else {
+                out.push(t);
+            }
         }
     }
     Ok(Json(Value::Array(out)))
 }
+
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+pub struct CountThreads {
+    #[serde(default)]
+    status: Option<String>,
+    /// Only threads whose metadata holds each of these keys with this value.
+    #[serde(default)]
+    metadata: Option<serde_json::Map<String, Value>>,
+    /// Only threads whose values hold each of these keys with this value.
+    #[serde(default)]
+    values: Option<serde_json::Map<String, Value>>,
+}
+
+/// How many of the user's threads match (of the newest [`SEARCH_SCAN`]).
+pub async fn count_threads(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    body: Option<Json<CountThreads>>,
+) -> Result<Json<Value>, ApiError> {
+    let q = body.map(|Json(b)| b).unwrap_or_default();
+    let recs = app
+        .store
+        .list(&ListFilter {
+            user_id: Some(user.0.clone()),
+            status: None,
+            limit: Some(SEARCH_SCAN),
+        })
+        .await?;
+    let mut n = 0usize;
+    for rec in recs
+        .into_iter()
+        .filter(|r| holds(&r.metadata, q.metadata.as_ref()))
+    {
+        if q.status.is_none() && q.values.is_none() {
+            n += 1;
+            continue;
+        }
+        let (rec, st) = load(&app, &user, &rec.id).await?;
+        let t = thread_json(&app, &rec, &st);
+        if q.status.as_deref().is_none_or(|s| t["status"] == s)
+            && holds(&t["values"], q.values.as_ref())
+        {
+            n += 1;
+        }
+    }
+    Ok(Json(json!(n)))
+}
+
+/// The most threads a search with a filter (status, metadata) looks at, newest first.
+const SEARCH_SCAN: usize = 10_000;
 
 pub async fn get_thread(
     State(app): State<Shared>,

@@ -44,6 +44,21 @@ async def main():
     assert (await alice.assistants.get("echoer"))["graph_id"] == "echoer"
     ok("assistants")
 
+    # The graph: weft's agent loop, with a tools node for an agent that has tools.
+    graph = await alice.assistants.get_graph("echoer")
+    assert [n["id"] for n in graph["nodes"]] == ["__start__", "agent", "tools", "__end__"], graph
+    edges = {(e["source"], e["target"]) for e in graph["edges"]}
+    assert edges == {("__start__", "agent"), ("agent", "tools"), ("tools", "agent"), ("agent", "__end__")}, graph
+    schemas = await alice.assistants.get_schemas("echoer")
+    assert schemas["graph_id"] == "echoer" and "messages" in schemas["input_schema"]["properties"], schemas
+    assert "answer" in schemas["state_schema"]["properties"], schemas
+    try:
+        await alice.assistants.get_graph("nope")
+        raise AssertionError("a graph for an unknown assistant")
+    except NotFoundError:
+        pass
+    ok("assistants graph and schemas")
+
     # Wait: the model's tool call ran (the tool's log) and its result went back (the answer).
     t = await alice.threads.create(metadata={"purpose": "wait"})
     assert t["status"] == "idle" and t["values"] is None, t
@@ -53,6 +68,7 @@ async def main():
     assert "shout" in open(os.path.join(WORK, "tool.log")).read()
     thread = await alice.threads.get(t["thread_id"])
     assert thread["status"] == "idle" and thread["metadata"] == {"purpose": "wait"}, thread
+    waited = t["thread_id"]
     ok("runs.wait")
 
     # Stream, every mode at once; ids are the session's sequence numbers, in order.
@@ -121,7 +137,8 @@ async def main():
             async for line in res.aiter_lines():
                 if line.startswith("id: "):
                     last_id = line[4:]
-                    first.append(int(last_id))
+                    # An id is `SEQ-PART`: the event's sequence number, and which of its parts.
+                    first.append(int(last_id.split("-")[0]))
                 if len(first) == 2:
                     break  # the connection drops here
     rest = await collect(alice.runs.join_stream(
@@ -211,6 +228,28 @@ async def main():
     assert len(await alice.threads.search(limit=100)) >= 8
     ok("keys and users")
 
+    # threads.search by metadata: only the threads whose metadata holds every key given.
+    found = await alice.threads.search(metadata={"purpose": "wait"}, limit=100)
+    assert [f["thread_id"] for f in found] == [waited], found
+    assert await alice.threads.search(metadata={"purpose": "other"}) == []
+    assert await bob.threads.search(metadata={"purpose": "wait"}) == []
+    found = await alice.threads.search(metadata={"purpose": "wait"}, status="idle")
+    assert [f["thread_id"] for f in found] == [waited], found
+    assert await alice.threads.search(metadata={"purpose": "wait"}, offset=1) == []
+    ok("threads.search by metadata")
+
+    # Counts: assistants (by graph id) and the user's threads (by metadata, status, values).
+    assert await alice.assistants.count() == 5
+    assert await alice.assistants.count(graph_id="echoer") == 1
+    assert await alice.assistants.count(graph_id="nope") == 0
+    mine = len(await alice.threads.search(limit=1000))
+    assert await alice.threads.count() == mine and mine >= 8, mine
+    assert await alice.threads.count(metadata={"purpose": "wait"}) == 1
+    assert await alice.threads.count(status="error") == 1
+    assert await alice.threads.count(values={"answer": "Twice."}) == 1
+    assert await bob.threads.count() == 0
+    ok("counts")
+
     # Metrics: the runs above, counted; a key is needed.
     async with httpx.AsyncClient(base_url=URL, timeout=10) as h:
         assert (await h.get("/metrics")).status_code == 401
@@ -240,9 +279,19 @@ async def main():
             assert method in paths.get(path, {}), (path, method, sorted(paths))
         body = paths["/threads/{tid}/runs/stream"]["post"]["requestBody"]["content"]["application/json"]["schema"]
         assert "assistant_id" in body["properties"] and "command" in body["properties"], body
+        assert "get" in paths["/info"], sorted(paths)
         agui = paths["/ag-ui/{agent}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
         assert "threadId" in agui["properties"] and "runId" in agui["properties"], agui
     ok("openapi")
+
+    # /info, as LangGraph Server answers it: the version and the feature flags; a key is needed.
+    async with httpx.AsyncClient(base_url=URL, timeout=10) as h:
+        assert (await h.get("/info")).status_code == 401
+        r = await h.get("/info", headers={"x-api-key": ALICE})
+        assert r.status_code == 200, r.text
+        info = r.json()
+        assert info["version"] and info["flags"] == {"assistants": True, "crons": False, "langsmith": False}, info
+    ok("info")
 
 
 async def restart():
@@ -269,4 +318,94 @@ async def restart():
     ok("a streaming run across a server restart")
 
 
-asyncio.run(restart() if MODE == "restart" else main())
+async def resume():
+    """A stream in four modes at once, cut after each of its parts in turn: a join with that
+    part's id as Last-Event-ID sends exactly the parts that followed it, and the answer's text
+    goes on from where the client's pieces stopped (never again from the start)."""
+    alice = get_client(url=URL, api_key=ALICE)
+    t = await alice.threads.create()
+    modes = ["values", "updates", "messages-tuple", "custom"]
+    whole = [p async for p in alice.runs.stream(t["thread_id"], "echoer", input=user_msg("shout"),
+                                                stream_mode=modes)]
+    run_id = whole[0].data["run_id"]
+    body = [p for p in whole if p.event not in ("metadata", "end")]
+    ids = [p.id for p in body]
+    assert all(ids) and len(set(ids)) == len(ids), ids
+
+    def text(parts):
+        return "".join(p.data[0]["content"] for p in parts if p.event == "messages")
+
+    def others(parts):
+        return [(p.event, p.data) for p in parts if p.event != "messages"]
+
+    assert text(body) == "Shouted: LOUD", body
+    assert sum(p.event == "messages" for p in body) >= 2, body
+    for i, p in enumerate(body):
+        rest = [q async for q in alice.runs.join_stream(t["thread_id"], run_id, stream_mode=modes,
+                                                        last_event_id=p.id)]
+        assert rest and rest[-1].event == "end", (p.id, rest)
+        rest = [q for q in rest[:-1] if q.event]
+        assert others(rest) == others(body[i + 1:]), (p.id, [q.id for q in rest], ids[i + 1:])
+        assert text(body[:i + 1]) + text(rest) == "Shouted: LOUD", (p.id, ids, text(rest))
+    ok("a stream resumes after any of its parts")
+
+
+async def wait_restart():
+    """runs.wait spans a restart of the server: the SDK follows the answer's Location to the
+    run's join on the next server. The runs are listed from the log after the restart."""
+    alice = get_client(url=URL, api_key=ALICE)
+    # Two runs on one thread before the restart, listed after it.
+    t2 = await alice.threads.create()
+    one = await alice.runs.create(t2["thread_id"], "twice", input=user_msg("one"))
+    await alice.runs.join(t2["thread_id"], one["run_id"])
+    two = await alice.runs.create(t2["thread_id"], "twice", input=user_msg("two"))
+    await alice.runs.join(t2["thread_id"], two["run_id"])
+    t = await alice.threads.create()
+
+    async def signal():
+        while not os.path.exists(os.path.join(WORK, "slow.log")):
+            await asyncio.sleep(0.05)
+        open(os.path.join(WORK, "restart.now"), "w").close()
+
+    sig = asyncio.create_task(signal())
+    created = []
+    out = await alice.runs.wait(t["thread_id"], "slowpoke", input=user_msg("three slow steps"),
+                                on_run_created=created.append)
+    await sig
+    assert os.path.exists(os.path.join(WORK, "restarted")), "the server was not restarted"
+    assert out["answer"] == "All three done.", out
+    assert created and created[0]["thread_id"] == t["thread_id"], created
+    ok("runs.wait across a server restart")
+
+    runs = await alice.runs.list(t["thread_id"])
+    assert [r["run_id"] for r in runs] == [created[0]["run_id"]], runs
+    assert runs[0]["status"] == "success" and runs[0]["assistant_id"] == "slowpoke", runs
+    runs = await alice.runs.list(t2["thread_id"])
+    assert [r["run_id"] for r in runs] == [two["run_id"], one["run_id"]], runs
+    assert [r["status"] for r in runs] == ["success", "success"], runs
+    runs = await alice.runs.list(t2["thread_id"], limit=1)
+    assert [r["run_id"] for r in runs] == [two["run_id"]], runs
+    runs = await alice.runs.list(t2["thread_id"], limit=1, offset=1)
+    assert [r["run_id"] for r in runs] == [one["run_id"]], runs
+    assert await alice.runs.list(t2["thread_id"], status="error") == []
+    assert len(await alice.runs.list(t2["thread_id"], status="success")) == 2
+    ok("runs.list from the log after a restart, with limit, offset and status")
+
+
+async def body_limit():
+    """Bodies over the limit, on one async client (the SDK's): each is answered 413 with a JSON
+    detail, and the client's next request works."""
+    async with httpx.AsyncClient(base_url=URL, headers={"x-api-key": ALICE}, timeout=30) as h:
+        for size in [20 << 20] * 10 + [3 << 20] * 10:
+            r = await h.post("/threads", content=b'{"metadata": {"x": "' + b"a" * size + b'"}}',
+                             headers={"content-type": "application/json"})
+            assert r.status_code == 413 and "detail" in r.json(), (size, r.status_code, r.text)
+            assert r.headers.get("connection") == "close", r.headers
+            r = await h.post("/threads", json={})
+            assert r.status_code == 200, (r.status_code, r.text)
+    ok("bodies over the limit are refused cleanly")
+
+
+SCENARIOS = {"restart": restart, "resume": resume, "wait-restart": wait_restart,
+             "body-limit": body_limit}
+asyncio.run(SCENARIOS[MODE]() if MODE in SCENARIOS else main())
