@@ -140,6 +140,9 @@ pub struct ValidateOptions<'a> {
     pub known_steps: &'a [String],
     /// Every step must name a tool (true for `weft plan`, which has no step executor).
     pub require_tools: bool,
+    /// Where the tools are declared, named in the hint for an unknown tool (default: the agent
+    /// file's `tools`).
+    pub tools_declared_in: Option<&'a str>,
 }
 
 /// Validates a plan against the tools available, returning every problem found.
@@ -182,8 +185,13 @@ pub fn validate(
                     sid,
                     Some("_tool"),
                     format!(
-                        "unknown tool `{t}`; declare it in the agent file's `tools` (known: {})",
-                        tools.tool_names().join(", ")
+                        "unknown tool `{t}`; declare it in {} (known: {})",
+                        opts.tools_declared_in
+                            .unwrap_or("the agent file's `tools`"),
+                        match tools.tool_names() {
+                            n if n.is_empty() => "none".to_owned(),
+                            n => n.join(", "),
+                        }
                     ),
                 )),
                 Some(info) => check_literal_args(s, &info.input_schema, &mut problems),

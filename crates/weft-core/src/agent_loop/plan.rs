@@ -286,6 +286,7 @@ fn planner_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<
             initial_state: Some(&state.data),
             known_steps: &known,
             require_tools: false,
+            tools_declared_in: None,
         },
     );
     if !problems.is_empty() {
