@@ -110,6 +110,11 @@ pub struct CommandToolDecl {
     /// Working directory, relative to the agent file. Default: the agent file's directory.
     #[serde(default)]
     pub cwd: Option<String>,
+    /// Exit codes that mean a passing failure (e.g. 75, EX_TEMPFAIL): a call of an idempotent
+    /// tool that exits with one is tried again. Any other non-zero exit is the tool's answer and
+    /// is not retried.
+    #[serde(default)]
+    pub retry_exit_codes: Vec<i32>,
 }
 
 /// A built-in tool, optionally renamed or re-described.

@@ -142,6 +142,9 @@ pub struct ValidateOptions<'a> {
     pub require_tools: bool,
     /// The agent's skills, which a step's `_skill` must name.
     pub skills: &'a [&'a str],
+    /// Where the tools are declared, named in the hint for an unknown tool (default: the agent
+    /// file's `tools`).
+    pub tools_declared_in: Option<&'a str>,
 }
 
 /// Validates a plan against the tools available, returning every problem found.
@@ -184,8 +187,13 @@ pub fn validate(
                     sid,
                     Some("_tool"),
                     format!(
-                        "unknown tool `{t}`; declare it in the agent file's `tools` (known: {})",
-                        tools.tool_names().join(", ")
+                        "unknown tool `{t}`; declare it in {} (known: {})",
+                        opts.tools_declared_in
+                            .unwrap_or("the agent file's `tools`"),
+                        match tools.tool_names() {
+                            n if n.is_empty() => "none".to_owned(),
+                            n => n.join(", "),
+                        }
                     ),
                 )),
                 Some(info) => check_literal_args(s, &info.input_schema, &mut problems),

@@ -31,6 +31,8 @@ pub struct CommandTool {
     cwd: PathBuf,
     timeout: Duration,
     secrets: Option<Secrets>,
+    /// Exit codes after which a call is tried again (the tool is idempotent).
+    retry_exit_codes: Vec<i32>,
 }
 
 impl CommandTool {
@@ -53,6 +55,12 @@ impl CommandTool {
             None => base_dir.to_path_buf(),
         };
         check_program(&decl.name, program, args, &cwd)?;
+        if !decl.retry_exit_codes.is_empty() && !decl.idempotent {
+            return Err(format!(
+                "`{}`: `retry_exit_codes` tries a call again, which only an idempotent tool allows; add `idempotent: true` if running it twice is safe, or remove `retry_exit_codes`",
+                decl.name
+            ));
+        }
         Ok(Self {
             info: ToolInfo {
                 name: decl.name,
@@ -70,6 +78,7 @@ impl CommandTool {
             cwd,
             timeout,
             secrets: None,
+            retry_exit_codes: decl.retry_exit_codes,
         })
     }
 
@@ -206,6 +215,12 @@ impl CommandTool {
             )
             .with_detail(
                 json!({"exit_code": status.code(), "stderr": stderr_text, "stdout": tail(&out)}),
+            )
+            // A non-zero exit is the command's answer, unless its code is declared passing.
+            .retryable(
+                status
+                    .code()
+                    .is_some_and(|c| self.retry_exit_codes.contains(&c)),
             ));
         }
         if out.len() > MAX_OUTPUT {
@@ -335,6 +350,7 @@ mod tests {
             timeout: Some(json!(timeout)),
             env: BTreeMap::new(),
             cwd: None,
+            retry_exit_codes: Vec::new(),
         };
         CommandTool::from_decl(decl, Path::new(".")).expect("valid declaration")
     }
@@ -406,6 +422,7 @@ mod tests {
             timeout: None,
             env: BTreeMap::new(),
             cwd: None,
+            retry_exit_codes: Vec::new(),
         };
         let t = CommandTool::from_decl(decl, Path::new("")).expect("valid declaration");
         assert_eq!(
@@ -434,6 +451,7 @@ mod tests {
             timeout: None,
             env,
             cwd: None,
+            retry_exit_codes: Vec::new(),
         };
         let secrets =
             Secrets::from_values(BTreeMap::from([("tok".to_owned(), "abcd-1234".to_owned())]))
@@ -466,6 +484,7 @@ mod tests {
             timeout: None,
             env: BTreeMap::new(),
             cwd: None,
+            retry_exit_codes: Vec::new(),
         }
     }
 
@@ -494,6 +513,32 @@ mod tests {
         assert!(CommandTool::from_decl(decl(&["python3", "-c", "print(1)"]), dir.path()).is_ok());
         std::fs::write(dir.path().join("ok.sh"), "echo '{}'").expect("write");
         assert!(CommandTool::from_decl(decl(&["sh", "ok.sh"]), dir.path()).is_ok());
+    }
+
+    #[tokio::test]
+    async fn only_a_declared_exit_code_is_retryable() {
+        let mut d = decl(&["sh", "-c", "cat > /dev/null; exit \"$CODE\""]);
+        d.idempotent = true;
+        d.retry_exit_codes = vec![75];
+        let retryable = |code: &str| {
+            let mut d = d.clone();
+            d.env.insert("CODE".into(), code.into());
+            async move {
+                let t = CommandTool::from_decl(d, Path::new(".")).expect("loads");
+                t.call(json!({}), ToolContext::default())
+                    .await
+                    .err()
+                    .map(|e| (e.kind, e.retryable))
+            }
+        };
+        assert_eq!(retryable("75").await, Some(("exit_status".into(), true)));
+        assert_eq!(retryable("1").await, Some(("exit_status".into(), false)));
+        // Trying a call again needs an idempotent tool.
+        d.idempotent = false;
+        let e = CommandTool::from_decl(d, Path::new("."))
+            .err()
+            .unwrap_or_default();
+        assert!(e.contains("`t`") && e.contains("idempotent: true"), "{e}");
     }
 
     #[tokio::test]

@@ -547,6 +547,8 @@ impl Registry {
                 redactor.redact_error(&mut error);
                 let retryable = match error.kind.as_str() {
                     "spawn" => true,
+                    // A command's exit code is its answer unless the tool declared it passing.
+                    "exit_status" => idempotent && error.retryable,
                     "invalid_arguments" | "unknown_tool" | "refused" | "ask_user"
                     | "agent_tool" | "process_tool" | "secret" | "template" | "tool_error" => false,
                     _ => idempotent,

@@ -150,11 +150,15 @@ fn check_plan(spec: &ProcessSpec, name: &str, path: &Path) -> Result<(), String>
         let list: Vec<String> = p.iter().map(ToString::to_string).collect();
         format!("process file {file}: `plan`: {}", list.join("; "))
     })?;
+    let declared_in = format!(
+        "the `tools` of the process file {file} (a process has the tools it declares, not those of the agent that calls it)"
+    );
     let problems = validate(
         &plan,
         &tools,
         &ValidateOptions {
             require_tools: true,
+            tools_declared_in: Some(&declared_in),
             ..ValidateOptions::default()
         },
     );
@@ -192,5 +196,36 @@ impl Tool for ProcessTool {
             ),
         )
         .with_detail(json!({"process": self.path.display().to_string()})))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_tool_of_a_process_is_to_be_declared_in_the_process_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("lookup.json");
+        let process = json!({
+            "description": "Looks an order up.",
+            "input_schema": {"type": "object"},
+            "state_schema": {"type": "object", "properties": {"order": {"type": "object"}}},
+            "tools": [{"builtin": "echo"}],
+            "plan": [{"_id": "find", "_tool": "findOrder", "_outputPath": "†state.order"}],
+        });
+        std::fs::write(&file, process.to_string()).expect("write");
+        let e = ProcessDecl::parse(&json!({"process": "lookup.json"}), dir.path())
+            .err()
+            .unwrap_or_default();
+        let path = file.display().to_string();
+        assert!(
+            e.contains(&format!(
+                "declare it in the `tools` of the process file {path}"
+            )),
+            "{e}"
+        );
+        assert!(!e.contains("the agent file"), "{e}");
+        assert!(e.contains("(known: echo)"), "{e}");
     }
 }

@@ -1,20 +1,27 @@
 //! `weft batch AGENT RECORDS.jsonl`: one session per record, `--concurrency` at a time, in this
-//! process. The batch is durable because its sessions are: record N of batch NAME is session
-//! `NAME-N`, so a re-run (after Ctrl-C, a crash, or to read the results again) finds what each
-//! record came to and runs only what is not done:
+//! process. The batch is durable because its sessions are. A record is known by an identity that
+//! does not move with its line: the digest of its content (JSON with keys sorted), or the value
+//! of the field `--id-field` names. Record K of batch NAME is session `NAME-c<digest>` (or
+//! `NAME-id-<value>`), so a re-run (after Ctrl-C, a crash, an edit of the file, or to read the
+//! results again) finds what each record came to and runs only what is not done:
 //! - no session yet: it is started;
 //! - running (its process stopped): it is continued, as `weft resume` would;
 //! - completed, failed or waiting for a person: its outcome is reported again, not re-run
 //!   (`--retry-failed` gives each failed record's session its task again, as a new turn).
 //!
+//! A record is refused (not run) when its session was started for other content (an id whose
+//! record changed), or when it repeats a record of an earlier line (it runs once). Sessions of
+//! the batch made by an older weft, keyed by line (`NAME-N`), are found by their content: a
+//! record equal to one of them is that session's, wherever its line now is.
+//!
 //! Each run rewrites `--out` (one JSON line per record that completed or waits: line, session,
-//! status, answer) and `--dead-letter` (one per record that failed or could not be read: line,
-//! session, error, and the record). A record whose text changed since its session was started
-//! is refused: that session belongs to other work (give the batch a new `--name`).
+//! status, answer, and what this run did with it) and `--dead-letter` (one per record that
+//! failed, was refused or could not be read: line, session, error, and the record).
 //!
 //! A record is a JSON object `{"task": "...", "input": {...}}` (`input` optional), or a JSON
 //! string, the task.
 
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -22,15 +29,20 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result, anyhow};
 use clap::Args;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 use weft_core::{SessionStatus, State};
 use weft_runtime::{Agent, Runtime, SessionInfo};
-use weft_store::{Store, StoreError};
+use weft_store::{ListFilter, Store, StoreError};
 
 use crate::drive::{AgentFile, Ended};
 use crate::{load, ownership};
 
 /// The longest record line read (bytes).
 const MAX_RECORD: usize = 1 << 20;
+/// The longest `--id-field` value put in a session id as it is (longer ones are digested).
+const MAX_PLAIN_ID: usize = 64;
+/// How many line numbers the summary names per kind of record.
+const SHOWN_LINES: usize = 10;
 
 #[derive(Debug, Args)]
 pub struct BatchArgs {
@@ -47,24 +59,156 @@ pub struct BatchArgs {
     /// Where failed records go, with their reasons (default: RECORDS with `.failed.jsonl`).
     #[arg(long)]
     pub dead_letter: Option<PathBuf>,
-    /// The batch's name: record N is session NAME-N (default: `batch-` and the records file's
-    /// name without its extension).
+    /// The batch's name: its sessions are NAME-c<digest of the record> (or NAME-id-<id>)
+    /// (default: `batch-` and the records file's name without its extension).
     #[arg(long)]
     pub name: Option<String>,
+    /// Know each record by this field of it (a string or an integer, unique in the file)
+    /// instead of by the digest of its content: a record whose content changed under the same
+    /// id is refused, not run again.
+    #[arg(long, value_name = "FIELD")]
+    pub id_field: Option<String>,
     /// Give the records whose session failed their task again (a new turn of the session).
     #[arg(long)]
     pub retry_failed: bool,
 }
 
+/// What this run did with a record.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Did {
+    /// Its session was started.
+    Started,
+    /// Its session was running (its process stopped) and was continued.
+    Continued,
+    /// Its session had failed and was given its task again (`--retry-failed`).
+    Retried,
+    /// It had ended in an earlier run: its outcome is reported again.
+    Earlier,
+    /// It was not run: it could not be read, or it was refused.
+    Refused,
+    /// It was not run: its session could not be read.
+    NotRun,
+}
+
+impl Did {
+    fn as_str(self) -> &'static str {
+        match self {
+            Did::Started => "started",
+            Did::Continued => "continued",
+            Did::Retried => "retried",
+            Did::Earlier => "earlier",
+            Did::Refused => "refused",
+            Did::NotRun => "not_run",
+        }
+    }
+}
+
 /// What a record came to.
-enum Outcome {
-    Done(Value),
-    Dead(Value),
+struct Outcome {
+    line: u64,
+    did: Did,
+    /// Its line of the results (`Ok`) or of the dead-letter file (`Err`).
+    entry: Result<Value, Value>,
+}
+
+/// A session of this batch found in the store before the run.
+struct Known {
+    /// The digest of the record it was started for.
+    digest: String,
+}
+
+/// The sessions of batch `name` in the store: those of this weft (metadata `weft_batch`) and
+/// those of an older one, keyed by line (`NAME-N`), with the record each was started for.
+struct Earlier {
+    by_session: HashMap<String, Known>,
+    /// The first session (by id) started for each content.
+    by_digest: HashMap<String, String>,
+    /// With `--id-field`: the session started for each id value.
+    by_id: HashMap<String, String>,
+}
+
+impl Earlier {
+    async fn read<S: Store>(store: &S, name: &str, id_field: Option<&str>) -> Result<Self> {
+        let legacy = |id: &str| {
+            id.strip_prefix(name)
+                .and_then(|r| r.strip_prefix('-'))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        };
+        let mut sessions: Vec<(String, Value)> = store
+            .list(&ListFilter::default())
+            .await
+            .context("cannot list the sessions to find this batch's")?
+            .into_iter()
+            .filter_map(|mut rec| {
+                let ours = rec.metadata.get("weft_batch").and_then(Value::as_str) == Some(name)
+                    || legacy(&rec.id);
+                let record = rec.metadata.get_mut("weft_batch_record")?.take();
+                ours.then_some((rec.id, record))
+            })
+            .collect();
+        // The lowest line first among an older weft's sessions of one content.
+        sessions.sort_by_key(|(id, _)| {
+            let n: Option<u64> = id.rsplit('-').next().and_then(|n| n.parse().ok());
+            (n.is_none(), n, id.clone())
+        });
+        let mut e = Self {
+            by_session: HashMap::new(),
+            by_digest: HashMap::new(),
+            by_id: HashMap::new(),
+        };
+        for (id, record) in sessions {
+            let digest = content_digest(&record);
+            e.by_digest
+                .entry(digest.clone())
+                .or_insert_with(|| id.clone());
+            if let Some(v) = id_field.and_then(|f| id_value(&record, f)) {
+                e.by_id.entry(v).or_insert_with(|| id.clone());
+            }
+            e.by_session.insert(id, Known { digest });
+        }
+        Ok(e)
+    }
+}
+
+/// The lines of one kind of record, for the summary.
+#[derive(Default)]
+struct Lines(Vec<(u64, String)>);
+
+impl Lines {
+    fn add(&mut self, line: u64, why: &str) {
+        self.0.push((line, why.to_owned()));
+    }
+
+    /// The first lines, in order, each with its reason if it has one.
+    fn list(&mut self) -> String {
+        self.0.sort();
+        let mut s: Vec<String> = self
+            .0
+            .iter()
+            .take(SHOWN_LINES)
+            .map(|(l, why)| {
+                if why.is_empty() {
+                    format!("line {l}")
+                } else {
+                    format!("line {l}: {why}")
+                }
+            })
+            .collect();
+        if self.0.len() > SHOWN_LINES {
+            s.push(format!("and {} more", self.0.len() - SHOWN_LINES));
+        }
+        s.join("; ")
+    }
 }
 
 pub async fn run<S: Store>(store: Arc<S>, a: BatchArgs) -> Result<u8> {
     if a.concurrency == 0 {
         return Err(anyhow!("--concurrency must be at least 1"));
+    }
+    if a.id_field.as_deref().is_some_and(str::is_empty) {
+        return Err(anyhow!(
+            "--id-field is empty; name the field of each record that identifies it (e.g. --id-field id)"
+        ));
     }
     let stem = a
         .records
@@ -85,19 +229,39 @@ pub async fn run<S: Store>(store: Arc<S>, a: BatchArgs) -> Result<u8> {
     crate::store::agent_durability(store.as_ref(), [&agent.spec]);
     crate::interrupt::set_quiet();
     let total = count_lines(&a.records)?;
+    let earlier = Earlier::read(store.as_ref(), &name, a.id_field.as_deref()).await?;
     let out = Arc::new(Mutex::new(create(&out_path)?));
     let dead = Arc::new(Mutex::new(create(&dead_path)?));
     let bar = progress(total);
     let mut tasks = tokio::task::JoinSet::new();
     let (mut done, mut failed) = (0_u64, 0_u64);
+    let (mut new, mut refused) = (Lines::default(), Lines::default());
+    let mut did_count: HashMap<&'static str, u64> = HashMap::new();
     let mut tally = |o: Outcome| -> Result<()> {
-        match o {
-            Outcome::Done(v) => {
+        *did_count.entry(o.did.as_str()).or_default() += 1;
+        match o.did {
+            Did::Started => new.add(o.line, ""),
+            Did::Refused => {
+                let why = o
+                    .entry
+                    .as_ref()
+                    .err()
+                    .and_then(|v| v.get("refused"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("refused");
+                refused.add(o.line, why);
+            }
+            _ => {}
+        }
+        match o.entry {
+            Ok(mut v) => {
                 done += 1;
+                v["this_run"] = json!(o.did.as_str());
                 write_line(&out, &v)?;
             }
-            Outcome::Dead(v) => {
+            Err(mut v) => {
                 failed += 1;
+                v["this_run"] = json!(o.did.as_str());
                 write_line(&dead, &v)?;
             }
         }
@@ -105,6 +269,9 @@ pub async fn run<S: Store>(store: Arc<S>, a: BatchArgs) -> Result<u8> {
         bar.set_message(format!("{done} done, {failed} failed"));
         Ok(())
     };
+    // Each identity's first line and content in this file, and the earlier sessions claimed.
+    let mut seen: HashMap<String, (u64, String)> = HashMap::new();
+    let mut claimed: HashSet<String> = HashSet::new();
     let mut lines = std::io::BufReader::new(file).split(b'\n');
     let mut line_no = 0_u64;
     loop {
@@ -122,21 +289,99 @@ pub async fn run<S: Store>(store: Arc<S>, a: BatchArgs) -> Result<u8> {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let id = format!("{name}-{line_no}");
+        let at = format!("{}:{line_no}", a.records.display());
+        let refuse = |session: Option<&str>, short: &str, why: String, record: Value| Outcome {
+            line: line_no,
+            did: Did::Refused,
+            entry: Err(json!({
+                "line": line_no, "session": session, "refused": short,
+                "error": format!("{at}: {why}"), "record": record,
+            })),
+        };
         let record = match parse_record(&line) {
             Ok(r) => r,
             Err(why) => {
                 let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
-                tally(Outcome::Dead(json!({
-                    "line": line_no, "error": format!("{}:{line_no}: {why}", a.records.display()), "record": shown,
-                })))?;
+                tally(refuse(None, "unreadable", why, json!(shown)))?;
                 continue;
             }
         };
+        let (key, id) = match &a.id_field {
+            None => (record.digest.clone(), format!("{name}-c{}", record.digest)),
+            Some(f) => match id_value(&record.raw, f) {
+                Some(v) => {
+                    let id = if v.len() <= MAX_PLAIN_ID
+                        && v.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+                    {
+                        format!("{name}-id-{v}")
+                    } else {
+                        format!("{name}-id-~{}", digest(v.as_bytes()))
+                    };
+                    (v, id)
+                }
+                None => {
+                    let why = format!(
+                        "the record has no \"{f}\" (--id-field {f}): give every record one, a non-empty string or an integer"
+                    );
+                    tally(refuse(None, "no id", why, record.raw))?;
+                    continue;
+                }
+            },
+        };
+        if let Some((first, first_digest)) = seen.get(&key) {
+            let (short, why) = if *first_digest == record.digest {
+                (
+                    "repeats an earlier line",
+                    format!(
+                        "the same record as line {first} (session {id}), which runs once; to run it again, make the copies differ (a field such as \"n\") or give each its own id (--id-field)"
+                    ),
+                )
+            } else {
+                (
+                    "id of an earlier line",
+                    format!(
+                        "the same id as line {first} but another record; give each record its own id"
+                    ),
+                )
+            };
+            tally(refuse(Some(&id), short, why, record.raw))?;
+            continue;
+        }
+        seen.insert(key.clone(), (line_no, record.digest.clone()));
+        // The session this record is: its own; else one of this batch started for the same
+        // content (by an older weft, keyed by line, or under the other kind of identity).
+        let session = match earlier.by_session.get(&id) {
+            Some(k) if k.digest != record.digest => {
+                claimed.insert(id.clone());
+                let why = format!(
+                    "session {id} was started for another version of this record; the records file changed since. Restore the record, give it a new id, or give this batch a new --name"
+                );
+                tally(refuse(Some(&id), "changed", why, record.raw))?;
+                continue;
+            }
+            Some(_) => id,
+            None => match earlier.by_digest.get(&record.digest) {
+                Some(found) if !claimed.contains(found) => found.clone(),
+                _ => match a.id_field.as_ref().and_then(|_| earlier.by_id.get(&key)) {
+                    Some(other) => {
+                        claimed.insert(other.clone());
+                        let why = format!(
+                            "session {other} was started for another version of the record with this id; the records file changed since. Restore the record, give it a new id, or give this batch a new --name"
+                        );
+                        tally(refuse(Some(other), "changed", why, record.raw))?;
+                        continue;
+                    }
+                    None => id,
+                },
+            },
+        };
+        claimed.insert(session.clone());
         tasks.spawn(one(
             store.clone(),
             agent.clone(),
-            id,
+            name.clone(),
+            session,
             line_no,
             record,
             a.retry_failed,
@@ -158,6 +403,40 @@ pub async fn run<S: Store>(store: Arc<S>, a: BatchArgs) -> Result<u8> {
         out_path.display(),
         dead_path.display()
     );
+    let count = |d: Did| did_count.get(d.as_str()).copied().unwrap_or(0);
+    if !new.0.is_empty() {
+        eprintln!("  started (new records): {} ({})", new.0.len(), new.list());
+    }
+    if count(Did::Continued) + count(Did::Retried) > 0 {
+        eprintln!(
+            "  continued: {}, retried: {}",
+            count(Did::Continued),
+            count(Did::Retried)
+        );
+    }
+    if count(Did::Earlier) > 0 {
+        eprintln!(
+            "  ended in an earlier run (reported again, not run): {}",
+            count(Did::Earlier)
+        );
+    }
+    if !refused.0.is_empty() {
+        eprintln!(
+            "  refused (not run; reasons in the failures file): {} ({})",
+            refused.0.len(),
+            refused.list()
+        );
+    }
+    let gone = earlier
+        .by_session
+        .keys()
+        .filter(|s| !claimed.contains(*s))
+        .count();
+    if gone > 0 && !interrupted {
+        eprintln!(
+            "  {gone} session(s) of this batch have no record in the file now (records removed or changed)"
+        );
+    }
     if interrupted {
         eprintln!(
             "interrupted: run the same command again to finish the batch (records already done are not run again)"
@@ -165,6 +444,30 @@ pub async fn run<S: Store>(store: Arc<S>, a: BatchArgs) -> Result<u8> {
         return Ok(crate::interrupt::EXIT_INTERRUPTED);
     }
     Ok(if failed > 0 { crate::EXIT_FAILED } else { 0 })
+}
+
+/// The first 16 hex digits of the SHA-256 of `bytes`.
+fn digest(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A record's identity by content: the digest of its JSON with object keys sorted, so that
+/// spacing and key order do not make another record.
+fn content_digest(raw: &Value) -> String {
+    digest(weft_core::state::call_signature("record", raw).as_bytes())
+}
+
+/// The value of a record's `field` as an identity: a non-empty string, or an integer.
+fn id_value(raw: &Value, field: &str) -> Option<String> {
+    match raw.get(field)? {
+        Value::String(s) if !s.trim().is_empty() => Some(s.clone()),
+        Value::Number(n) if n.is_i64() || n.is_u64() => Some(n.to_string()),
+        _ => None,
+    }
 }
 
 fn create(path: &Path) -> Result<std::io::BufWriter<std::fs::File>> {
@@ -210,11 +513,12 @@ fn progress(total: u64) -> indicatif::ProgressBar {
     bar
 }
 
-/// A record's task and input, and the record as it will be remembered.
+/// A record's task and input, the record as it will be remembered, and its content's digest.
 struct Record {
     task: String,
     input: Value,
     raw: Value,
+    digest: String,
 }
 
 fn parse_record(line: &[u8]) -> Result<Record, String> {
@@ -248,71 +552,115 @@ fn parse_record(line: &[u8]) -> Result<Record, String> {
     if task.trim().is_empty() {
         return Err("the record's task is empty".into());
     }
-    Ok(Record { task, input, raw })
+    let digest = content_digest(&raw);
+    Ok(Record {
+        task,
+        input,
+        raw,
+        digest,
+    })
 }
 
 /// Runs (or reports) one record.
 async fn one<S: Store>(
     store: Arc<S>,
     agent: Arc<AgentFile>,
+    batch: String,
     id: String,
     line: u64,
     record: Record,
     retry_failed: bool,
 ) -> Outcome {
     let raw = record.raw.clone();
-    match drive_record(store, &agent, &id, line, record, retry_failed).await {
-        Ok(state) => report(&id, line, &state, raw),
-        Err(e) => Outcome::Dead(json!({
-            "line": line, "session": id, "error": crate::message(&e), "record": raw,
-        })),
+    match drive_record(store, &agent, &batch, &id, record, retry_failed).await {
+        (did, Ok(state)) => report(&id, line, did, &state, raw),
+        (did, Err(e)) => {
+            let mut entry = json!({
+                "line": line, "session": id, "error": crate::message(&e), "record": raw,
+            });
+            if did == Did::Refused {
+                entry["refused"] = json!("changed");
+            }
+            Outcome {
+                line,
+                did,
+                entry: Err(entry),
+            }
+        }
     }
 }
 
-fn report(id: &str, line: u64, st: &State, raw: Value) -> Outcome {
-    match st.status {
-        SessionStatus::Completed => Outcome::Done(json!({
+fn report(id: &str, line: u64, did: Did, st: &State, raw: Value) -> Outcome {
+    let entry = match st.status {
+        SessionStatus::Completed => Ok(json!({
             "line": line, "session": id, "status": "completed", "answer": st.answer, "data": st.data,
         })),
-        SessionStatus::WaitingForUser => Outcome::Done(json!({
+        SessionStatus::WaitingForUser => Ok(json!({
             "line": line, "session": id, "status": "waiting_for_user",
             "question": st.waiting.as_ref().map(|w| w.question.clone()),
         })),
-        SessionStatus::Failed => Outcome::Dead(json!({
+        SessionStatus::Failed => Err(json!({
             "line": line, "session": id,
             "error": st.error.clone().unwrap_or_else(|| "unknown reason".into()), "record": raw,
         })),
-        SessionStatus::Running => Outcome::Dead(json!({
+        SessionStatus::Running => Err(json!({
             "line": line, "session": id, "error": "interrupted before it finished", "record": raw,
         })),
-    }
+    };
+    Outcome { line, did, entry }
 }
 
-/// Brings record `line`'s session as far as it goes and returns its state.
+/// Brings record `record`'s session `id` as far as it goes and returns its state and what was
+/// done with it.
 async fn drive_record<S: Store>(
     store: Arc<S>,
     agent: &AgentFile,
+    batch: &str,
     id: &str,
-    line: u64,
     record: Record,
     retry_failed: bool,
-) -> Result<State> {
+) -> (Did, Result<State>) {
     let existing = match store.get(id).await {
         Ok(rec) => Some(rec),
         Err(StoreError::NotFound(_)) => None,
-        Err(e) => return Err(e.into()),
+        Err(e) => return (Did::NotRun, Err(e.into())),
     };
-    if let Some(rec) = &existing {
-        if rec.metadata.get("weft_batch_record") != Some(&record.raw) {
-            return Err(anyhow!(
-                "session {id} was started for another record at line {line}; the records file changed since. Give this batch a new --name"
-            ));
+    let did = match &existing {
+        None => Did::Started,
+        Some(rec) => {
+            if rec.metadata.get("weft_batch_record") != Some(&record.raw) {
+                return (
+                    Did::Refused,
+                    Err(anyhow!(
+                        "session {id} was started for another record; the records file changed since. Give this batch a new --name"
+                    )),
+                );
+            }
+            match rec.status {
+                SessionStatus::Running => Did::Continued,
+                SessionStatus::Failed if retry_failed => Did::Retried,
+                _ => {
+                    let state = load_state(store.as_ref(), id).await.map_err(Into::into);
+                    return (Did::Earlier, state);
+                }
+            }
         }
-        let retry = retry_failed && rec.status == SessionStatus::Failed;
-        if rec.status != SessionStatus::Running && !retry {
-            return Ok(load_state(store.as_ref(), id).await?);
-        }
-    }
+    };
+    (
+        did,
+        run_record(store, agent, batch, id, record, existing).await,
+    )
+}
+
+/// Starts record `record`'s session `id`, continues it (running), or gives it its task again.
+async fn run_record<S: Store>(
+    store: Arc<S>,
+    agent: &AgentFile,
+    batch: &str,
+    id: &str,
+    record: Record,
+    existing: Option<weft_store::SessionRecord>,
+) -> Result<State> {
     let held = ownership::take(store.clone(), id, false).await?;
     let result = async {
         if let Some(rec) = &existing
@@ -325,6 +673,7 @@ async fn drive_record<S: Store>(
         }
         let metadata = json!({
             "weft_agent_file": load::absolute(&agent.path),
+            "weft_batch": batch,
             "weft_batch_record": record.raw,
         });
         let built = Agent::new(

@@ -8,6 +8,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::json;
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -132,16 +134,286 @@ fn a_batch_interrupted_and_run_again_finishes_without_repeating_a_record() {
         std::fs::read_to_string(d.join("ledger.txt")).unwrap(),
         before
     );
-    // A records file that changed under the same name is refused record by record.
-    std::fs::write(d.join("recs.jsonl"), "{\"task\": \"something else\"}\n").unwrap();
+}
+
+/// A plan agent whose one tool charges the record's `k` (not idempotent): each charge is a line
+/// of `charges.txt`, so a record run twice is seen.
+fn charger(d: &Path) {
+    std::fs::write(
+        d.join("agent.yaml"),
+        r#"name: charger
+mode: plan
+model: scripted:script.yaml
+review_responses: false
+tools:
+  - name: charge
+    description: Charges the record (not idempotent).
+    command: ["sh", "-c", "a=$(cat); printf '%s\n' \"$a\" >> charges.txt; echo '{\"charged\": true}'"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("script.yaml"),
+        r#"plan:
+  - json:
+      plan:
+        - { _id: c, _tool: charge, k: "†input.k", _outputPath: "†state.c" }
+review:
+  - json: { decision: FINAL_RESPONSE, reason: "charged" }
+respond:
+  - text: "Charged."
+"#,
+    )
+    .unwrap();
+}
+
+/// How many times each record's `k` was charged.
+fn charges(d: &Path) -> BTreeMap<i64, usize> {
+    let mut n = BTreeMap::new();
+    for l in std::fs::read_to_string(d.join("charges.txt"))
+        .unwrap_or_default()
+        .lines()
+    {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        *n.entry(v["k"].as_i64().unwrap()).or_default() += 1;
+    }
+    n
+}
+
+fn record(k: i64) -> String {
+    format!("{{\"task\": \"charge {k}\", \"input\": {{\"k\": {k}}}}}")
+}
+
+/// Runs `weft batch agent.yaml recs.jsonl` with `extra`; its exit code and stderr.
+fn batch(d: &Path, extra: &[&str]) -> (Option<i32>, String) {
     let out = weft(d)
-        .args(["batch", "agent.yaml", "recs.jsonl"])
+        .args(["batch", "agent.yaml", "recs.jsonl", "--concurrency", "3"])
+        .args(extra)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let dead = lines(&d.join("recs.failed.jsonl"));
+    (out.status.code(), text(&out.stderr))
+}
+
+fn write_records(d: &Path, lines: &[String]) {
+    std::fs::write(d.join("recs.jsonl"), lines.join("\n") + "\n").unwrap();
+}
+
+/// The results and failures of the last run, by what this run did with them.
+fn did(d: &Path, what: &str) -> Vec<serde_json::Value> {
+    lines(&d.join("recs.results.jsonl"))
+        .into_iter()
+        .chain(lines(&d.join("recs.failed.jsonl")))
+        .filter(|r| r["this_run"] == what)
+        .collect()
+}
+
+#[test]
+fn a_finished_batch_edited_every_way_charges_no_record_twice() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    charger(d);
+    // 50 lines; 7, 19 and 33 cannot be read (no task), so they have no session.
+    let mut file: Vec<String> = (1..=50)
+        .map(|l| {
+            if [7, 19, 33].contains(&l) {
+                "{\"input\": {}}".to_owned()
+            } else {
+                record(l)
+            }
+        })
+        .collect();
+    write_records(d, &file);
+    let (code, err) = batch(d, &[]);
+    assert_eq!(code, Some(1), "three lines are bad: {err}");
+    assert!(err.contains("47 done, 3 failed"), "{err}");
+    let once: BTreeMap<i64, usize> = (1..=50)
+        .filter(|k| ![7, 19, 33].contains(k))
+        .map(|k| (k, 1))
+        .collect();
+    assert_eq!(charges(d), once);
+
+    // A line inserted at the top: every record moves down one line, the last onto a new line.
+    file.insert(0, record(100));
+    write_records(d, &file);
+    let (code, err) = batch(d, &[]);
+    let mut expected = once.clone();
+    expected.insert(100, 1);
+    assert_eq!(charges(d), expected, "{err}");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("48 done, 3 failed"), "{err}");
+    assert!(err.contains("started (new records): 1 (line 1)"), "{err}");
+    assert_eq!(did(d, "earlier").len(), 47);
+
+    // Records removed: nothing runs; the command says their sessions have no record now.
+    file.retain(|l| *l != record(2) && *l != record(3));
+    write_records(d, &file);
+    let (_, err) = batch(d, &[]);
+    assert!(err.contains("46 done, 3 failed"), "{err}");
     assert!(
-        dead[0]["error"].as_str().unwrap().contains("--name"),
-        "{dead:?}"
+        err.contains("2 session(s) of this batch have no record in the file now"),
+        "{err}"
     );
+    assert!(!err.contains("started"), "{err}");
+    assert_eq!(charges(d), expected);
+
+    // Reordered: nothing runs.
+    file.reverse();
+    write_records(d, &file);
+    let (_, err) = batch(d, &[]);
+    assert!(err.contains("46 done, 3 failed"), "{err}");
+    assert!(!err.contains("started"), "{err}");
+    assert_eq!(charges(d), expected);
+
+    // Duplicated: a copy of a record, as it is and with keys in another order and other
+    // spacing, is refused (the record runs once) and says which line it repeats.
+    let at = file.iter().position(|l| *l == record(5)).unwrap() + 1;
+    file.push(record(5));
+    file.push("{ \"input\":{\"k\":5},   \"task\":\"charge 5\" }".to_owned());
+    write_records(d, &file);
+    let (code, err) = batch(d, &[]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("46 done, 5 failed"), "{err}");
+    assert!(err.contains("repeats an earlier line"), "{err}");
+    let refused = did(d, "refused");
+    let copies: Vec<_> = refused
+        .iter()
+        .filter(|r| r["refused"] == "repeats an earlier line")
+        .collect();
+    assert_eq!(copies.len(), 2, "{refused:?}");
+    assert!(
+        copies
+            .iter()
+            .all(|r| r["error"].as_str().unwrap().contains(&format!("line {at}"))),
+        "{copies:?}"
+    );
+    assert_eq!(charges(d), expected);
+
+    // Changed: the digest identity makes it another record, said to be new (and the old one's
+    // session said to have no record); every other record is left alone.
+    let i = file.iter().position(|l| *l == record(10)).unwrap();
+    file[i] = "{\"task\": \"charge 10 in euros\", \"input\": {\"k\": 10}}".to_owned();
+    write_records(d, &file);
+    let (_, err) = batch(d, &[]);
+    assert!(
+        err.contains(&format!("started (new records): 1 (line {})", i + 1)),
+        "{err}"
+    );
+    assert!(
+        err.contains("3 session(s) of this batch have no record in the file now"),
+        "{err}"
+    );
+    expected.insert(10, 2);
+    assert_eq!(charges(d), expected);
+}
+
+#[test]
+fn a_batch_keyed_by_an_id_field_refuses_a_changed_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    charger(d);
+    let rec = |k: i64, task: &str| {
+        format!("{{\"id\": \"order-{k}\", \"task\": \"{task}\", \"input\": {{\"k\": {k}}}}}")
+    };
+    let mut file: Vec<String> = (1..=12).map(|k| rec(k, &format!("charge {k}"))).collect();
+    write_records(d, &file);
+    // First by content; then by id, which finds the same sessions by their content.
+    let (code, err) = batch(d, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let once: BTreeMap<i64, usize> = (1..=12).map(|k| (k, 1)).collect();
+    assert_eq!(charges(d), once);
+    let (code, err) = batch(d, &["--id-field", "id"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("started"), "{err}");
+    assert_eq!(did(d, "earlier").len(), 12);
+    assert_eq!(charges(d), once);
+
+    // A new record at the top, the rest reordered: only the new one runs, under its id.
+    file.reverse();
+    file.insert(0, rec(13, "charge 13"));
+    write_records(d, &file);
+    let (code, err) = batch(d, &["--id-field", "id"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("started (new records): 1 (line 1)"), "{err}");
+    let started = did(d, "started");
+    assert_eq!(started[0]["session"], "batch-recs-id-order-13");
+    let mut expected = once.clone();
+    expected.insert(13, 1);
+    assert_eq!(charges(d), expected);
+
+    // Changed under its id (both for a session started by id and one started by content), the
+    // same id twice with other content, and no id: each refused with its reason; none runs.
+    let changed = |file: &mut Vec<String>, k: i64| {
+        let i = file
+            .iter()
+            .position(|l| *l == rec(k, &format!("charge {k}")))
+            .unwrap();
+        file[i] = rec(k, &format!("charge {k} in euros"));
+    };
+    changed(&mut file, 13);
+    changed(&mut file, 4);
+    file.push(rec(7, "charge 7 again"));
+    file.push(record(99));
+    write_records(d, &file);
+    let (code, err) = batch(d, &["--id-field", "id"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("11 done, 4 failed"), "{err}");
+    assert!(!err.contains("started"), "{err}");
+    // A refused record's session is still its record's: none is said to have been removed.
+    assert!(!err.contains("no record in the file now"), "{err}");
+    let refused = did(d, "refused");
+    let why = |what: &str| -> Vec<String> {
+        refused
+            .iter()
+            .filter(|r| r["refused"] == what)
+            .map(|r| r["error"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let changed = why("changed");
+    assert_eq!(changed.len(), 2, "{refused:?}");
+    assert!(changed.iter().any(|e| e.contains("batch-recs-id-order-13")));
+    assert!(changed.iter().all(|e| e.contains("another version")));
+    assert_eq!(why("id of an earlier line").len(), 1, "{refused:?}");
+    assert!(why("no id")[0].contains("--id-field id"), "{refused:?}");
+    assert_eq!(charges(d), expected);
+}
+
+#[test]
+fn a_batch_started_keyed_by_line_keeps_its_finished_records_after_its_lines_move() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    charger(d);
+    // Sessions as an older weft made them: record N of batch-recs is session batch-recs-N,
+    // with the record in its metadata.
+    let mut file: Vec<String> = (1..=6).map(record).collect();
+    for (n, r) in file.iter().enumerate() {
+        let v: serde_json::Value = serde_json::from_str(r).unwrap();
+        let out = weft(d)
+            .args(["run", "agent.yaml", v["task"].as_str().unwrap()])
+            .args(["--id", &format!("batch-recs-{}", n + 1)])
+            .args(["--input", &v["input"].to_string()])
+            .args(["--metadata", &json!({ "weft_batch_record": v }).to_string()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let once: BTreeMap<i64, usize> = (1..=6).map(|k| (k, 1)).collect();
+    assert_eq!(charges(d), once);
+    // A new record and a bad line at the top move every record two lines down.
+    file.insert(0, "not json".to_owned());
+    file.insert(0, record(7));
+    write_records(d, &file);
+    let (code, err) = batch(d, &[]);
+    let mut expected = once.clone();
+    expected.insert(7, 1);
+    assert_eq!(charges(d), expected, "{err}");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("7 done, 1 failed"), "{err}");
+    assert!(err.contains("started (new records): 1 (line 1)"), "{err}");
+    // Each old record is reported from its old session.
+    for r in did(d, "earlier") {
+        let line = r["line"].as_u64().unwrap();
+        assert_eq!(r["session"], format!("batch-recs-{}", line - 2), "{r}");
+        assert_eq!(r["answer"], "Charged.");
+    }
+    assert_eq!(did(d, "earlier").len(), 6);
 }

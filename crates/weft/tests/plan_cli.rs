@@ -1032,3 +1032,48 @@ fn dry_run_shows_waves_and_conditional_steps() {
     assert!(waves[2]["steps"][0]["conditional"].is_string());
     assert!(waves[0]["steps"][0].get("conditional").is_none());
 }
+
+/// A command that exits non-zero gave its answer: an idempotent tool's call is not tried again,
+/// unless the tool declares the code passing (`retry_exit_codes`), when it is tried
+/// `max_step_attempts` times in all.
+#[test]
+fn a_non_zero_exit_is_tried_again_only_when_the_tool_declares_its_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let tool = |name: &str, code: i32, extra: &str| {
+        format!(
+            "  - name: {name}\n    description: Counts its attempts, then exits {code}.\n    command: [\"sh\", \"-c\", \"cat > /dev/null; echo x >> {name}.txt; exit {code}\"]\n    idempotent: true\n{extra}"
+        )
+    };
+    let agent = d.join("agent.yaml");
+    std::fs::write(
+        &agent,
+        format!(
+            "name: exits\nmode: plan\nlimits: {{ max_step_attempts: 3 }}\ntools:\n{}{}",
+            tool("answers", 1, ""),
+            tool("passing", 75, "    retry_exit_codes: [75]\n")
+        ),
+    )
+    .unwrap();
+    for name in ["answers", "passing"] {
+        let plan = d.join(format!("{name}.json"));
+        std::fs::write(&plan, json!([{"_id": "s", "_tool": name}]).to_string()).unwrap();
+        let out = weft(&[
+            "plan",
+            "run",
+            plan.to_str().unwrap(),
+            "--agent",
+            agent.to_str().unwrap(),
+        ]);
+        out.assert_no_panic();
+        assert_eq!(out.code, 1, "{}", out.stderr);
+    }
+    let attempts = |name: &str| {
+        std::fs::read_to_string(d.join(format!("{name}.txt")))
+            .unwrap()
+            .lines()
+            .count()
+    };
+    assert_eq!(attempts("answers"), 1);
+    assert_eq!(attempts("passing"), 3);
+}

@@ -290,6 +290,7 @@ fn planner_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<
             known_steps: &known,
             require_tools: false,
             skills: &skills,
+            tools_declared_in: None,
         },
     );
     if !problems.is_empty() {
