@@ -368,6 +368,16 @@ pub fn against_schema(value: &mut Value, schema: &Value, at: &[Seg], out: &mut V
     };
     let mut wrong: Vec<(Vec<Seg>, String)> = Vec::new();
     for e in validator.iter_errors(value) {
+        // A value that may take several forms (a duration, a model) is left to the reader of
+        // that field, whose message says which forms it takes.
+        if matches!(
+            e.kind(),
+            jsonschema::error::ValidationErrorKind::AnyOf { .. }
+                | jsonschema::error::ValidationErrorKind::OneOfNotValid { .. }
+                | jsonschema::error::ValidationErrorKind::OneOfMultipleValid { .. }
+        ) {
+            continue;
+        }
         let mut path = Vec::new();
         let mut v = &*value;
         for seg in e.instance_path().as_str().split('/').skip(1) {
