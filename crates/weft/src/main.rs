@@ -201,55 +201,11 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
 ];
 
-/// The commands whose work needs no session store: `--db` and `--durability` mean nothing there.
-const NO_STORE: &[&[&str]] = &[
-    &["check"],
-    &["schema"],
-    &["completions"],
-    &["tools"],
-    &["plan", "check"],
-    &["plan", "dry-run"],
-];
-
-/// The commands that only read the store: `--durability` means nothing there.
-const READ_ONLY: &[&[&str]] = &[
-    &["sessions", "list"],
-    &["sessions", "show"],
-    &["sessions", "events"],
-    &["docs", "search"],
-    &["memory", "list"],
-    &["memory", "search"],
-];
-
-/// The command line's definition as `--help` shows it: global options only on the commands they
-/// apply to, examples and exit codes on the main commands.
+/// The command line's definition as `--help` shows it: examples and exit codes on the main
+/// commands.
 fn cli() -> clap::Command {
     use clap::CommandFactory;
     let mut cmd = Cli::command();
-    // Global options are copied into every command here, and can then be hidden where they
-    // mean nothing.
-    cmd.build();
-    fn hide(cmd: clap::Command, path: &[&str], args: &[&'static str]) -> clap::Command {
-        match path.split_first() {
-            None => {
-                let mut c = cmd;
-                for a in args {
-                    // `mut_arg` panics on an argument the command lacks (`help` has none).
-                    if c.get_arguments().any(|x| x.get_id() == *a) {
-                        c = c.mut_arg(*a, |x| x.hide(true));
-                    }
-                }
-                c.mut_subcommands(|s| hide(s, &[], args))
-            }
-            Some((first, rest)) => cmd.mut_subcommand(*first, |s| hide(s, rest, args)),
-        }
-    }
-    for path in NO_STORE {
-        cmd = hide(cmd, path, &["db", "durability"]);
-    }
-    for path in READ_ONLY {
-        cmd = hide(cmd, path, &["durability"]);
-    }
     for (name, examples) in EXAMPLES {
         let codes = matches!(*name, "run" | "answer" | "resume");
         cmd = cmd.mut_subcommand(*name, |c| {
