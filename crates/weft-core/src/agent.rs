@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::diagnose::{self, Problem, Seg};
 use crate::engine::Limits;
 
 /// How an agent works.
@@ -168,53 +169,142 @@ impl fmt::Display for AgentError {
 
 impl std::error::Error for AgentError {}
 
-impl AgentSpec {
-    /// Parses an agent file (YAML or JSON). `file` names it in errors.
-    pub fn parse(file: &str, text: &str) -> Result<Self, AgentError> {
-        let err = |message: String| AgentError {
+impl AgentError {
+    /// The error of a file with these problems, each with its line and column.
+    pub fn of(file: &str, problems: &[Problem]) -> Self {
+        let shown = |p: &Problem| match (p.line, p.column) {
+            (Some(l), Some(c)) => format!("line {l}, column {c}: {p}"),
+            _ => p.to_string(),
+        };
+        let message = match problems {
+            [one] => shown(one),
+            many => format!(
+                "{} problems:\n{}",
+                many.len(),
+                many.iter()
+                    .map(|p| format!("  - {}", shown(p)))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ),
+        };
+        Self {
             file: file.to_owned(),
             message,
-        };
-        crate::limits::check_text_depth(text, "the agent file").map_err(err)?;
-        let spec: AgentSpec = serde_yaml_ng::from_str(text).map_err(|e| err(format!("{e}")))?;
-        if spec.name.trim().is_empty() {
-            return Err(err("`name` is empty; give the agent a name".into()));
         }
-        if spec.limits.max_parallel == 0 || spec.limits.max_step_attempts == 0 {
-            return Err(err(
-                "`limits`: max_parallel and max_step_attempts must be at least 1".into(),
+    }
+}
+
+impl AgentSpec {
+    /// Parses an agent file (YAML or JSON). `file` names it in errors, which list every
+    /// problem of the file ([`AgentSpec::check`]).
+    pub fn parse(file: &str, text: &str) -> Result<Self, AgentError> {
+        match Self::check(text) {
+            (Some(spec), problems) if problems.is_empty() => Ok(spec),
+            (_, problems) => Err(AgentError::of(file, &problems)),
+        }
+    }
+
+    /// Every problem of an agent file's text, found in one pass, each with its YAML line and
+    /// column and, for a misspelt key, the key meant; and the agent the rest of the file makes
+    /// (what is wrong left out), so that what is built from it can be checked too. `None` when
+    /// nothing can be made of the file (not YAML, not a mapping, no `name`).
+    pub fn check(text: &str) -> (Option<Self>, Vec<Problem>) {
+        let mut out = Vec::new();
+        let spec = Self::read(text, &mut out);
+        if let Some(spec) = &spec {
+            spec.rules(&mut out);
+        }
+        let out = out.into_iter().map(|p| p.located(text)).collect();
+        (spec, out)
+    }
+
+    fn read(text: &str, out: &mut Vec<Problem>) -> Option<Self> {
+        if let Err(e) = crate::limits::check_text_depth(text, "the agent file") {
+            out.push(Problem::new("", e));
+            return None;
+        }
+        let mut value: Value = match serde_yaml_ng::from_str(text) {
+            Ok(v) => v,
+            Err(e) => {
+                out.push(Problem::yaml(&e));
+                return None;
+            }
+        };
+        if !value.is_object() {
+            out.push(Problem::new(
+                "",
+                "an agent file is a mapping with at least a `name` (e.g. `name: support`)",
+            ));
+            return None;
+        }
+        diagnose::against_schema(&mut value, &schema::of::<AgentSpec>(), &[], out);
+        if let Some(Value::Array(tools)) = value.get_mut("tools") {
+            for (i, t) in tools.iter_mut().enumerate() {
+                // A declaration of the wrong type was named by the schema's check.
+                if t.is_null() {
+                    continue;
+                }
+                if let Err(p) = tool_decl_problems(t, i) {
+                    out.extend(p);
+                    // Checked: what is built from the file later skips it.
+                    *t = Value::Null;
+                }
+            }
+        }
+        match serde_json::from_value::<AgentSpec>(value) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                if out.is_empty() {
+                    // What the schema let through and the reader refuses, where the reader is.
+                    match serde_yaml_ng::from_str::<AgentSpec>(text) {
+                        Err(e) => out.push(Problem::yaml(&e)),
+                        Ok(_) => out.push(Problem::new("", e.to_string())),
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// The rules across fields, each problem found.
+    fn rules(&self, out: &mut Vec<Problem>) {
+        if self.name.trim().is_empty() {
+            out.push(Problem::new(
+                "name",
+                "`name` is empty; give the agent a name",
             ));
         }
-        spec.tool_decls().map_err(err)?;
-        spec.check_mode().map_err(err)?;
-        Ok(spec)
+        if self.limits.max_parallel == 0 || self.limits.max_step_attempts == 0 {
+            out.push(Problem::new(
+                "limits",
+                "max_parallel and max_step_attempts must be at least 1",
+            ));
+        }
+        out.extend(self.check_mode().iter().map(|m| Problem::from_message(m)));
     }
 
     /// The mode and what it needs agree: `mode: workflow` comes with a sound `workflow:`, and
     /// only it.
-    fn check_mode(&self) -> Result<(), String> {
+    fn check_mode(&self) -> Vec<String> {
         match (&self.mode, &self.workflow) {
-            (Mode::Workflow, None) => Err(
-                "`mode: workflow` needs a `workflow:` with `initial` and `steps` (see docs/workflows.md)".into(),
-            ),
-            (Mode::Plan | Mode::React, Some(_)) => Err(
-                "`workflow:` belongs to `mode: workflow`; set the mode or remove the workflow".into(),
-            ),
+            (Mode::Workflow, None) => vec![
+                "mode: `mode: workflow` needs a `workflow:` with `initial` and `steps` (see docs/workflows.md)".into(),
+            ],
+            (Mode::Plan | Mode::React, Some(_)) => vec![
+                "workflow: `workflow:` belongs to `mode: workflow`; set the mode or remove the workflow".into(),
+            ],
             (Mode::Workflow, Some(wf)) => {
+                let mut problems = Vec::new();
                 if self.allowed_tools.is_some() {
-                    return Err("`allowed_tools` does not apply to a workflow: each step lists its own `tools`; remove it".into());
+                    problems.push("allowed_tools: `allowed_tools` does not apply to a workflow: each step lists its own `tools`; remove it".to_owned());
                 }
                 if self.limits.max_transitions == 0 {
-                    return Err("`limits`: max_transitions must be at least 1".into());
+                    problems.push("limits.max_transitions: must be at least 1".to_owned());
                 }
-                let problems = wf.problems();
-                if problems.is_empty() {
-                    Ok(())
-                } else {
-                    Err(problems.join("; "))
-                }
+                problems.extend(wf.problems());
+                problems
             }
-            _ => Ok(()),
+            _ => Vec::new(),
         }
     }
 
@@ -227,6 +317,40 @@ impl AgentSpec {
         Ok(out)
     }
 }
+
+/// The problems of one tool declaration (`tools[i]`) that the file itself shows: its kind, keys
+/// and their types, for the kinds this crate reads.
+fn tool_decl_problems(raw: &mut Value, i: usize) -> Result<(), Vec<Problem>> {
+    let at = [Seg::Key("tools".into()), Seg::Index(i)];
+    let mut out = Vec::new();
+    if let Value::Object(map) = &*raw
+        && !TOOL_KINDS.iter().any(|k| map.contains_key(*k))
+    {
+        let hint = map
+            .keys()
+            .find_map(|k| diagnose::closest(k, TOOL_KINDS.iter().copied()).map(|c| (k, c)))
+            .map(|(k, c)| format!(" (`{k}`: did you mean `{c}`?)"))
+            .unwrap_or_default();
+        let e = parse_tool_decl(raw).err().unwrap_or_default();
+        out.push(Problem::new(diagnose::show_path(&at), format!("{e}{hint}")));
+        return Err(out);
+    }
+    let schema = match &*raw {
+        Value::Object(m) if m.contains_key("command") => schema::of::<CommandToolDecl>(),
+        Value::Object(m) if m.contains_key("builtin") => schema::of::<BuiltinToolDecl>(),
+        _ => serde_json::json!({}),
+    };
+    diagnose::against_schema(raw, &schema, &at, &mut out);
+    if out.is_empty()
+        && let Err(e) = parse_tool_decl(raw)
+    {
+        out.push(Problem::new(diagnose::show_path(&at), e));
+    }
+    if out.is_empty() { Ok(()) } else { Err(out) }
+}
+
+/// The keys that say what kind of tool a declaration is.
+const TOOL_KINDS: [&str; 6] = ["command", "builtin", "http", "mcp", "agent", "process"];
 
 fn parse_tool_decl(raw: &Value) -> Result<ToolDecl, String> {
     let Value::Object(map) = raw else {

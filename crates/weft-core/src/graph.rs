@@ -32,6 +32,24 @@ impl<'p> WriteIndex<'p> {
         Self { under, exact }
     }
 
+    /// The written path closest to `path`, which no step writes (a misspelling of it), with the
+    /// rest of `path` below it; and a step that writes it.
+    pub fn meant(&self, path: &[String]) -> Option<(String, usize)> {
+        let candidates: Vec<(String, usize)> = self
+            .exact
+            .iter()
+            .filter(|(w, _)| w.len() <= path.len())
+            .filter_map(|(w, ws)| {
+                let mut full: Vec<&str> = w.iter().map(String::as_str).collect();
+                full.extend(path[w.len()..].iter().map(String::as_str));
+                Some((full.join("."), *ws.first()?))
+            })
+            .collect();
+        let c =
+            crate::diagnose::closest(&path.join("."), candidates.iter().map(|(c, _)| c.as_str()))?;
+        candidates.iter().find(|(n, _)| n == c).cloned()
+    }
+
     /// The steps writing `path`, a path below it, or a path above it.
     pub fn writers_of(&self, path: &[String]) -> Vec<usize> {
         let mut v: Vec<usize> = self.under.get(path).cloned().unwrap_or_default();
@@ -278,14 +296,14 @@ pub fn validate(
                         && !r.path.is_empty()
                         && path::get(input, &r.path).is_none()
                     {
-                        problems.push(PlanProblem::new(
-                            sid,
-                            Some(&at),
-                            format!(
+                        let message = match meant_input(input, &r.path) {
+                            Some(m) => format!("{r} is not in the input; did you mean `†input.{m}`?"),
+                            None => format!(
                                 "{r} is not in the input; pass it with --input '{{\"{}\": ...}}'",
                                 r.path[0]
                             ),
-                        ));
+                        };
+                        problems.push(PlanProblem::new(sid, Some(&at), message));
                     }
                 }
                 RefRoot::Step(id) => {
@@ -315,11 +333,16 @@ pub fn validate(
                             format!("{r} reads this step's own output"),
                         ));
                     } else if ws.is_empty() {
-                        problems.push(PlanProblem::new(
-                            sid,
-                            Some(&at),
-                            format!("{r} is written by no step; add `_outputPath: \"{r}\"` to the step that produces it"),
-                        ));
+                        let message = match writers.meant(&r.path) {
+                            Some((m, w)) => format!(
+                                "{r} is written by no step; did you mean `†state.{m}` (written by step `{}`)?",
+                                plan.steps[w].id
+                            ),
+                            None => format!(
+                                "{r} is written by no step; add `_outputPath: \"{r}\"` to the step that produces it"
+                            ),
+                        };
+                        problems.push(PlanProblem::new(sid, Some(&at), message));
                     }
                 }
             }
@@ -338,6 +361,25 @@ pub fn validate(
         ));
     }
     problems
+}
+
+/// The input path closest to `path`, which the input does not hold: the part of `path` that is
+/// there, then the key closest to the first part that is not.
+fn meant_input(input: &Value, path: &[String]) -> Option<String> {
+    let mut v = input;
+    for (i, k) in path.iter().enumerate() {
+        match v.get(k) {
+            Some(next) => v = next,
+            None => {
+                let c = crate::diagnose::closest(k, v.as_object()?.keys().map(String::as_str))?;
+                let mut out: Vec<&str> = path[..i].iter().map(String::as_str).collect();
+                out.push(c);
+                out.extend(path[i + 1..].iter().map(String::as_str));
+                return Some(out.join("."));
+            }
+        }
+    }
+    None
 }
 
 /// Validates the literal (non-reference) arguments against the tool's input schema. Fields given
@@ -447,6 +489,31 @@ mod tests {
 
     fn ids(p: &Plan, list: &[usize]) -> Vec<String> {
         list.iter().map(|&i| p.steps[i].id.clone()).collect()
+    }
+
+    #[test]
+    fn a_misspelt_reference_is_named_with_the_one_meant() {
+        let p = plan(json!([
+            {"_id": "look", "_tool": "t", "city": "†input.cty", "_outputPath": "†state.weather"},
+            {"_id": "say", "_tool": "t", "sunny": "†state.wether.sunny", "far": "†state.zzz"}
+        ]));
+        let input = json!({"city": "Oslo"});
+        let opts = ValidateOptions {
+            input: Some(&input),
+            ..ValidateOptions::default()
+        };
+        let text: Vec<String> = validate(&p, &catalog(), &opts)
+            .iter()
+            .map(|p| p.message.clone())
+            .collect();
+        let text = text.join("\n");
+        for needle in [
+            "†input.cty is not in the input; did you mean `†input.city`?",
+            "†state.wether.sunny is written by no step; did you mean `†state.weather.sunny` (written by step `look`)?",
+            "†state.zzz is written by no step; add `_outputPath: \"†state.zzz\"`",
+        ] {
+            assert!(text.contains(needle), "`{needle}` in:\n{text}");
+        }
     }
 
     #[test]

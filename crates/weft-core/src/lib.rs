@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod agent_loop;
 pub mod condition;
+pub mod diagnose;
 pub mod durability;
 pub mod engine;
 pub mod event;

@@ -127,7 +127,11 @@ impl WorkflowSpec {
         let target = |to: &str, at: &str, out: &mut Vec<String>| {
             if to != END && to != WAIT && !self.steps.contains_key(to) {
                 out.push(format!(
-                    "{at}: `{to}` is not a step; use one of {}, `end` or `wait`",
+                    "{at}: `{to}` is not a step{}; use one of {}, `end` or `wait`",
+                    crate::diagnose::did_you_mean(
+                        to,
+                        self.steps.keys().map(String::as_str).chain([END, WAIT])
+                    ),
                     self.step_list()
                 ));
             }
@@ -235,7 +239,20 @@ impl WorkflowSpec {
             }
         }
         let unreachable = self.unreachable();
-        if !unreachable.is_empty() && self.steps.contains_key(&self.initial) {
+        // A route to a step that does not exist (a misspelt name, named above) may be the one
+        // meant to reach it: the step is not reported unreachable as well.
+        let misrouted = self
+            .reentry
+            .iter()
+            .map(|r| &r.to)
+            .chain(
+                self.steps
+                    .values()
+                    .flat_map(|s| s.next.iter().map(|r| &r.to)),
+            )
+            .chain(self.steps.values().filter_map(|s| s.on_error.as_ref()))
+            .any(|to| to != END && to != WAIT && !self.steps.contains_key(to));
+        if !unreachable.is_empty() && !misrouted && self.steps.contains_key(&self.initial) {
             out.push(format!(
                 "workflow.steps: no route reaches {} (from `initial`, `reentry`, `next` or `on_error`); route to it or remove it",
                 unreachable
@@ -596,11 +613,23 @@ steps:
             "workflow.steps.classify.assign: `a..b` is not a State path",
             "workflow.steps.classify.assign.c:",
             "workflow.steps.classify.next[1].to: `missing` is not a step",
+            "workflow.reentry[1].to: `nowhere` is not a step; use one of",
             "workflow.steps.resolve.next[0].when: `secret.x` reads `secret`",
             "workflow.steps.orphan: a step that hands its work to an `agent` has no `tools`",
         ] {
             assert!(p.contains(needle), "missing {needle:?} in:\n{p}");
         }
+    }
+
+    #[test]
+    fn a_misspelt_step_is_named_with_the_step_meant() {
+        let s = spec("initial: start\nsteps:\n  start: { next: [{ to: finsh }] }\n  finish: {}\n");
+        let p = s.problems().join("\n");
+        assert!(
+            p.contains("`finsh` is not a step (did you mean `finish`?)"),
+            "{p}"
+        );
+        assert!(!p.contains("no route reaches"), "{p}");
     }
 
     #[test]

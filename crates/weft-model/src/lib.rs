@@ -256,7 +256,8 @@ pub fn from_spec_with_env(
             Ok(Arc::new(AnthropicModel::new(cfg)?))
         }
         other => Err(ModelError::Config(format!(
-            "unknown model provider `{other}`; known: scripted, openai, anthropic"
+            "unknown model provider `{other}`{}; known: scripted, openai, anthropic",
+            weft_core::diagnose::did_you_mean(other, ["scripted", "openai", "anthropic"])
         ))),
     }
 }
@@ -286,6 +287,10 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.to_string().contains("`gemini`"), "{e}");
+        let e = from_spec_with_env(&json!("opanai:gpt-4o"), dir, &env)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("did you mean `openai`?"), "{e}");
         let e = from_spec_with_env(&json!({"name": "gpt-4o"}), dir, &env)
             .err()
             .unwrap();

@@ -143,10 +143,12 @@ impl Agent {
             }
             for t in &step.tools {
                 if tools.tool_info(t).is_none() {
+                    let names = tools.tool_names();
                     return Err(RuntimeError::Config(format!(
-                        "agent `{}`: {at}.tools: `{t}` is not a tool of this agent; declare it in `tools` (the tools: {})",
+                        "agent `{}`: {at}.tools: `{t}` is not a tool of this agent{}; declare it in `tools` (the tools: {})",
                         spec.name,
-                        tools.tool_names().join(", ")
+                        weft_core::diagnose::did_you_mean(t, names.iter().map(String::as_str)),
+                        names.join(", ")
                     )));
                 }
             }
@@ -224,11 +226,35 @@ fn render_instructions(
              with --metadata, `input.*` with --input) or write a default, e.g. {{{{ x | default(\"...\") }}}}",
             missing
                 .iter()
-                .map(|m| format!("`{m}`"))
+                .map(|m| match meant(&ctx, m) {
+                    Some(c) => format!("`{m}` (did you mean `{c}`?)"),
+                    None => format!("`{m}`"),
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         ))
     })
+}
+
+/// The variable a template probably meant where it names `path`, which `ctx` does not hold:
+/// the part of `path` that is there, then the name closest to the first part that is not.
+fn meant(ctx: &Value, path: &str) -> Option<String> {
+    let parts: Vec<&str> = path.split('.').collect();
+    let mut v = ctx;
+    for (i, k) in parts.iter().enumerate() {
+        match v.get(k) {
+            Some(next) => v = next,
+            None => {
+                let keys = v.as_object()?.keys().map(String::as_str);
+                let c = weft_core::diagnose::closest(k, keys)?;
+                let mut out: Vec<&str> = parts[..i].to_vec();
+                out.push(c);
+                out.extend(&parts[i + 1..]);
+                return Some(out.join("."));
+            }
+        }
+    }
+    None
 }
 
 /// Who starts a session and what it is about.

@@ -237,7 +237,21 @@ impl Tool for AskUser {
     }
 }
 
-const BUILTINS: &str = "echo, template, http_get, fs_read, fs_write, fs_list, todo_write, ask_user";
+/// The names of the built-in tools, as `builtin:` names them; [`register`] builds each.
+pub const BUILTIN_NAMES: &[&str] = &[
+    "echo",
+    "template",
+    "todo_write",
+    "ask_user",
+    "remember",
+    "recall",
+    "forget",
+    "search_documents",
+    "http_get",
+    "fs_read",
+    "fs_write",
+    "fs_list",
+];
 
 fn no_config(decl: &BuiltinToolDecl) -> Result<(), ToolsError> {
     if decl.config.is_null() || decl.config.as_object().is_some_and(|m| m.is_empty()) {
@@ -320,7 +334,9 @@ pub(crate) fn register(
             }
         }
         other => Err(bad(format!(
-            "unknown built-in `{other}`; available: {BUILTINS}"
+            "unknown built-in `{other}`{}; the built-ins are {}",
+            weft_core::diagnose::did_you_mean(other, BUILTIN_NAMES.iter().copied()),
+            BUILTIN_NAMES.join(", ")
         ))),
     }
 }
@@ -355,5 +371,43 @@ mod tests {
             .await
             .err();
         assert_eq!(err.map(|e| e.kind), Some("template".to_owned()));
+    }
+
+    fn declare(name: &str) -> BuiltinToolDecl {
+        BuiltinToolDecl {
+            builtin: name.to_owned(),
+            name: None,
+            description: None,
+            category: None,
+            requires_approval: false,
+            config: Value::Null,
+        }
+    }
+
+    #[test]
+    fn every_listed_built_in_is_built_and_a_misspelt_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in BUILTIN_NAMES {
+            let mut decl = declare(name);
+            if name.starts_with("fs_") {
+                decl.config = json!({"workspace": "ws"});
+            }
+            let mut reg = Registry::new();
+            let r = register(&mut reg, decl, dir.path());
+            assert!(r.is_ok(), "{name}: {r:?}");
+            assert!(reg.infos().any(|i| i.name == *name), "{name}");
+        }
+        let mut reg = Registry::new();
+        let e = register(&mut reg, declare("ehco"), dir.path())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains("unknown built-in `ehco` (did you mean `echo`?)"),
+            "{e}"
+        );
+        for name in BUILTIN_NAMES {
+            assert!(e.contains(name), "{name} missing from: {e}");
+        }
     }
 }

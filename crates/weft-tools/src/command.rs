@@ -275,9 +275,15 @@ fn check_program(tool: &str, program: &str, args: &[String], cwd: &Path) -> Resu
         }
     } else {
         let path = std::env::var_os("PATH").unwrap_or_default();
-        if !std::env::split_paths(&path).any(|d| d.join(program).is_file()) {
+        let on_path = |p: &str| std::env::split_paths(&path).any(|d| d.join(p).is_file());
+        if !on_path(program) {
+            // A misspelt interpreter is the usual mistake; only one that is installed is named.
+            let meant = weft_core::diagnose::did_you_mean(
+                program,
+                INTERPRETERS.iter().copied().filter(|i| on_path(i)),
+            );
             return Err(format!(
-                "`{tool}`: `command`: program `{program}` is not found on PATH; install it or give its path"
+                "`{tool}`: `command`: program `{program}` is not found on PATH{meant}; install it or give its path"
             ));
         }
     }
@@ -502,9 +508,13 @@ mod tests {
             .err()
             .unwrap_or_default();
         assert!(
-            e.contains("`no-such-program-weft` is not found on PATH"),
+            e.contains("`no-such-program-weft` is not found on PATH;"),
             "{e}"
         );
+        let e = CommandTool::from_decl(decl(&["pyhton3", "t.py"]), dir.path())
+            .err()
+            .unwrap_or_default();
+        assert!(e.contains("(did you mean `python3`?)"), "{e}");
         let e = CommandTool::from_decl(decl(&["python3", "-u", "tools/gone.py", "x"]), dir.path())
             .err()
             .unwrap_or_default();

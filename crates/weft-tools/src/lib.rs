@@ -63,7 +63,7 @@ use weft_core::agent::{AgentSpec, ToolDecl};
 use weft_core::{ToolCatalog, ToolError, ToolInfo, ToolOutcome};
 
 pub use agent_tool::AgentToolDecl;
-pub use builtin::{ASK_USER, AskUser, Echo, Template, TodoWrite};
+pub use builtin::{ASK_USER, AskUser, BUILTIN_NAMES, Echo, Template, TodoWrite};
 pub use command::CommandTool;
 pub use fetch::{HttpGet, is_internal};
 pub use http::HttpTool;
@@ -347,7 +347,12 @@ impl Registry {
         let unknown: Vec<String> = allowed
             .iter()
             .filter(|n| !self.entries.contains_key(*n))
-            .map(|n| format!("`{n}`"))
+            .map(|n| {
+                match weft_core::diagnose::closest(n, self.entries.keys().map(String::as_str)) {
+                    Some(c) => format!("`{n}` (did you mean `{c}`?)"),
+                    None => format!("`{n}`"),
+                }
+            })
             .collect();
         if unknown.is_empty() {
             return Ok(());

@@ -54,17 +54,17 @@ pub async fn run(a: CheckArgs) -> Result<u8> {
         },
     };
     let empty = json!({});
-    let tools = agent_problems(
-        &a.agent,
-        &metadata,
-        input.as_ref().unwrap_or(&empty),
-        &mut problems,
-    )
-    .await;
+    let agent = agent_problems(&a.agent, &metadata, input.as_ref().unwrap_or(&empty)).await;
+    problems.extend(agent.lines());
     if let Some(plan_path) = &a.plan {
-        plan_problems(plan_path, tools.as_ref(), input.as_ref(), &mut problems);
+        plan_problems(
+            plan_path,
+            agent.tools.as_ref(),
+            input.as_ref(),
+            &mut problems,
+        );
     }
-    if let Some(t) = &tools {
+    if let Some(t) = &agent.tools {
         t.shutdown().await;
     }
     if a.json {
@@ -73,18 +73,17 @@ pub async fn run(a: CheckArgs) -> Result<u8> {
             "{}",
             json!({"ok": problems.is_empty(), "problems": problems})
         )?;
+        return Ok(if problems.is_empty() { 0 } else { EXIT_USAGE });
     }
     if problems.is_empty() {
-        if !a.json {
-            match &a.plan {
-                Some(p) => writeln!(
-                    std::io::stdout(),
-                    "{} and {}: no problems",
-                    a.agent.display(),
-                    p.display()
-                )?,
-                None => writeln!(std::io::stdout(), "{}: no problems", a.agent.display())?,
-            }
+        match &a.plan {
+            Some(p) => writeln!(
+                std::io::stdout(),
+                "{} and {}: no problems",
+                a.agent.display(),
+                p.display()
+            )?,
+            None => writeln!(std::io::stdout(), "{}: no problems", a.agent.display())?,
         }
         return Ok(0);
     }
@@ -95,74 +94,37 @@ pub async fn run(a: CheckArgs) -> Result<u8> {
     Ok(EXIT_USAGE)
 }
 
-/// Checks an agent file: its syntax, each tool declaration on its own, the whole set of tools
-/// (MCP servers started and listed, `allowed_tools`), the model and the instructions template.
-/// Returns the tools when they could be built.
-async fn agent_problems(
-    path: &Path,
-    metadata: &Value,
-    input: &Value,
-    problems: &mut Vec<String>,
-) -> Option<Registry> {
-    let file = path.display().to_string();
-    let text = match std::fs::File::open(path).and_then(weft_core::limits::read_text) {
-        Ok(t) => t,
-        Err(e) => {
-            problems.push(format!("cannot read agent file {file}: {e}"));
-            return None;
-        }
-    };
-    let spec = match AgentSpec::parse(&file, &text) {
-        Ok(s) => s,
-        Err(e) => {
-            problems.push(e.to_string());
-            return None;
-        }
+/// Checks an agent file: everything a load checks (the file, each tool declaration on its own,
+/// the whole set of tools with MCP servers started and listed, `allowed_tools`), then the
+/// model, the instructions template and the workflow's steps.
+async fn agent_problems(path: &Path, metadata: &Value, input: &Value) -> load::CheckedAgent {
+    let mut c = load::check_agent(path, Default::default()).await;
+    let Some(spec) = c.spec.clone() else {
+        return c;
     };
     let base = load::base_dir(path);
-    let before = problems.len();
-    // Each declaration alone, so that every bad one is named.
-    for (i, t) in spec.tools.iter().enumerate() {
-        let one = AgentSpec {
-            tools: vec![t.clone()],
-            allowed_tools: None,
-            secrets: spec.secrets.clone(),
-            ..spec.clone()
-        };
-        if let Err(e) = Registry::from_agent(&one, base) {
-            let msg = e.to_string();
-            let msg = msg
-                .strip_prefix("tools[0]: ")
-                .map_or(msg.clone(), |m| format!("tools[{i}]: {m}"));
-            problems.push(format!("agent file {file}: {msg}"));
-        }
-    }
-    let tools = if problems.len() == before {
-        match Registry::from_agent_async(&spec, base, Default::default()).await {
-            Ok(r) => Some(r),
-            Err(e) => {
-                problems.push(format!("agent file {file}: {e}"));
-                None
-            }
-        }
-    } else {
-        None
-    };
     // A file that only declares tools for plans needs no model.
     if spec.model.is_some()
         && let Err(e) = Agent::model_from_spec(&spec, base)
     {
-        problems.push(format!("agent file {file}: {e}"));
+        c.push(&format!("model: {}", unprefixed(&spec, &e.to_string())));
     }
     if let Err(e) = Agent::instructions(&spec, metadata, input) {
-        problems.push(format!("agent file {file}: {e}"));
+        c.push(&e.to_string());
     }
-    if let Some(t) = &tools
-        && let Err(e) = Agent::workflow(&spec, t, metadata, input)
+    if let Some(t) = c.tools.clone()
+        && let Err(e) = Agent::workflow(&spec, &t, metadata, input)
     {
-        problems.push(format!("agent file {file}: {e}"));
+        c.push(&e.to_string());
     }
-    tools
+    c
+}
+
+/// An agent-level error's text without the `agent `NAME`: ` it starts with.
+fn unprefixed<'a>(spec: &AgentSpec, message: &'a str) -> &'a str {
+    message
+        .strip_prefix(&format!("agent `{}`: ", spec.name))
+        .unwrap_or(message)
 }
 
 /// Checks a plan file against the agent's tools (and the input, when given).

@@ -20,6 +20,8 @@ pub enum DocsCommand {
     /// Add text, Markdown, HTML and PDF files (adding a file again replaces its chunks).
     Add {
         #[arg(required = true)]
+        /// The files to add: text, Markdown, HTML or PDF (each replaces what an earlier add of
+        /// the same path stored).
         paths: Vec<PathBuf>,
         /// Who may find them: `public` (everyone), `agent:NAME` or `user:ID`.
         #[arg(long, default_value = "public")]
@@ -27,6 +29,7 @@ pub enum DocsCommand {
     },
     /// Search the documents; each result cites its file and line (a PDF's: its page).
     Search {
+        /// What to look for, in a few words.
         query: String,
         /// Where to look (repeatable): `public`, `agent:NAME`, `user:ID`.
         #[arg(long, default_values_t = ["public".to_owned()])]

@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result, anyhow};
 use serde_json::Value;
 use weft_core::agent::AgentSpec;
+use weft_core::diagnose::Problem;
 use weft_tools::Registry;
 
 /// An agent file, parsed, with its tools built.
@@ -35,11 +36,6 @@ pub async fn agent(path: &Path) -> Result<LoadedAgent> {
 }
 
 pub async fn agent_with_secrets(path: &Path, secrets: &[String]) -> Result<LoadedAgent> {
-    let text = std::fs::File::open(path)
-        .and_then(weft_core::limits::read_text)
-        .with_context(|| format!("cannot read agent file {}", path.display()))?;
-    let spec = AgentSpec::parse(&path.display().to_string(), &text)?;
-    let base = base_dir(path);
     let mut overrides = BTreeMap::new();
     for s in secrets {
         let (k, v) = s
@@ -47,9 +43,17 @@ pub async fn agent_with_secrets(path: &Path, secrets: &[String]) -> Result<Loade
             .ok_or_else(|| anyhow!("--secret {s}: write NAME=VALUE"))?;
         overrides.insert(k.to_owned(), v.to_owned());
     }
-    let tools = Registry::from_agent_async(&spec, base, overrides)
-        .await
-        .map_err(|e| anyhow!("agent file {}: {e}", path.display()))?;
+    let checked = check_agent(path, overrides).await;
+    let (Some(spec), Some(tools), true) = (
+        checked.spec.clone(),
+        checked.tools.clone(),
+        checked.problems.is_empty(),
+    ) else {
+        if let Some(t) = &checked.tools {
+            t.shutdown().await;
+        }
+        return Err(checked.error());
+    };
     tracing::info!(
         file = %path.display(),
         agent = %spec.name,
@@ -57,6 +61,146 @@ pub async fn agent_with_secrets(path: &Path, secrets: &[String]) -> Result<Loade
         "agent loaded"
     );
     Ok(LoadedAgent { spec, tools })
+}
+
+/// What reading an agent file and building its tools found: every problem, each with its line
+/// and column, and what could be made of the rest (for `weft check` to go on checking).
+pub struct CheckedAgent {
+    pub file: String,
+    pub text: String,
+    pub spec: Option<AgentSpec>,
+    /// The tools, a declaration that has a problem standing in as an `echo` under its name (so
+    /// that what names it is not reported again). Its MCP servers run: shut it down.
+    pub tools: Option<Registry>,
+    pub problems: Vec<Problem>,
+}
+
+impl CheckedAgent {
+    /// Adds a problem written as `PATH: message` (an agent-level error's `agent `NAME`: `
+    /// left out), located in the file; the first name in backticks is where it points.
+    pub fn push(&mut self, message: &str) {
+        let name = self.spec.as_ref().map(|s| s.name.as_str()).unwrap_or("");
+        let message = message
+            .strip_prefix(&format!("agent `{name}`: "))
+            .unwrap_or(message);
+        // "`instructions` uses ...": the field in backticks leads.
+        let unquoted;
+        let message = match message.strip_prefix('`').and_then(|m| m.split_once("` ")) {
+            Some((path, rest)) if !path.contains(' ') => {
+                unquoted = format!("{path}: {rest}");
+                unquoted.as_str()
+            }
+            _ => message,
+        };
+        let mut p = Problem::from_message(message);
+        p.needle = p
+            .message
+            .split('`')
+            .nth(1)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned);
+        let p = p.located(&self.text);
+        if !self.problems.contains(&p) {
+            self.problems.push(p);
+        }
+    }
+
+    /// Every problem, one a line, as `FILE:LINE:COLUMN: PATH: message`, in the file's order.
+    pub fn lines(&self) -> Vec<String> {
+        let mut ps: Vec<&Problem> = self.problems.iter().collect();
+        ps.sort_by_key(|p| (p.line.unwrap_or(usize::MAX), p.column));
+        ps.iter().map(|p| p.in_file(&self.file)).collect()
+    }
+
+    /// The error that lists every problem.
+    pub fn error(&self) -> anyhow::Error {
+        match self.lines().as_slice() {
+            [one] => anyhow!("agent file {one}"),
+            many => anyhow!(
+                "agent file {}: {} problems:\n  {}",
+                self.file,
+                many.len(),
+                many.join("\n  ")
+            ),
+        }
+    }
+}
+
+/// Reads an agent file and builds its tools (MCP servers started and listed), finding every
+/// problem on the way: the file's own ([`AgentSpec::check`]), each tool declaration's on its
+/// own, then the whole set's (MCP servers, `allowed_tools`, workflow steps' agents).
+pub async fn check_agent(path: &Path, overrides: BTreeMap<String, String>) -> CheckedAgent {
+    let file = path.display().to_string();
+    let mut c = CheckedAgent {
+        file: file.clone(),
+        text: String::new(),
+        spec: None,
+        tools: None,
+        problems: Vec::new(),
+    };
+    match std::fs::File::open(path).and_then(weft_core::limits::read_text) {
+        Ok(t) => c.text = t,
+        Err(e) => {
+            c.problems.push(Problem::new(
+                "",
+                format!("cannot read agent file {file}: {e}"),
+            ));
+            return c;
+        }
+    }
+    let (spec, problems) = AgentSpec::check(&c.text);
+    c.problems = problems;
+    let Some(spec) = spec else { return c };
+    c.spec = Some(spec.clone());
+    let base = base_dir(path);
+    let mut tools = Vec::new();
+    for (i, t) in spec.tools.iter().enumerate() {
+        // A declaration the file's own check refused is left out (and named already).
+        if t.is_null() {
+            continue;
+        }
+        let one = AgentSpec {
+            tools: vec![t.clone()],
+            allowed_tools: None,
+            workflow: None,
+            ..spec.clone()
+        };
+        match Registry::from_agent(&one, base) {
+            Ok(_) => tools.push(t.clone()),
+            Err(e) => {
+                let msg = e.to_string();
+                match msg.strip_prefix("tools[0]") {
+                    Some(rest) => c.push(&format!("tools[{i}]{rest}")),
+                    None => c.push(&msg),
+                }
+                if let Some(name) = t.get("name").and_then(Value::as_str) {
+                    tools.push(serde_json::json!({"builtin": "echo", "name": name}));
+                }
+            }
+        }
+    }
+    let all = AgentSpec {
+        tools,
+        allowed_tools: None,
+        ..spec.clone()
+    };
+    match Registry::from_agent_async(&all, base, overrides).await {
+        Ok(reg) => {
+            let reg = match &spec.allowed_tools {
+                Some(allowed) => {
+                    let reg = reg.restrict(allowed);
+                    if let Err(e) = reg.check_allowed() {
+                        c.push(&e.to_string());
+                    }
+                    reg
+                }
+                None => reg,
+            };
+            c.tools = Some(reg);
+        }
+        Err(e) => c.push(&e.to_string()),
+    }
+    c
 }
 
 /// The directory relative paths of an agent file are taken from.

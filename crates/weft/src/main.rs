@@ -2,6 +2,8 @@
 
 mod batch;
 mod check;
+#[cfg(test)]
+mod cli_tests;
 mod docs_cmd;
 mod drive;
 mod interrupt;
@@ -34,7 +36,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(name = "weft", version, about, long_about = None, propagate_version = true)]
 struct Cli {
     /// Where sessions are stored: a SQLite file (default .weft/weft.db) or a postgres:// URL.
-    #[arg(long, global = true, env = "WEFT_DB")]
+    #[arg(long, global = true, env = "WEFT_DB", help_heading = GLOBAL)]
     db: Option<String>,
     /// What a committed step survives: `full` (synced to disk at every commit; survives a power
     /// cut) or `normal` (survives a crash of weft, not of the machine). Overrides the agent
@@ -43,12 +45,13 @@ struct Cli {
         long,
         global = true,
         env = "WEFT_DURABILITY",
-        value_name = "full|normal"
+        value_name = "full|normal",
+        help_heading = GLOBAL
     )]
     durability: Option<weft_core::Durability>,
     /// What weft logs on stderr: error, warn, info, debug or trace, or a filter such as
     /// `weft=debug,sqlx=warn` (default: RUST_LOG, else warnings only).
-    #[arg(long, global = true, value_name = "LEVEL")]
+    #[arg(long, global = true, value_name = "LEVEL", help_heading = GLOBAL)]
     log_level: Option<String>,
     #[command(subcommand)]
     command: Command,
@@ -59,8 +62,7 @@ enum Command {
     /// Validate, dry-run or execute a plan with no model involved.
     #[command(subcommand)]
     Plan(plan_cmd::PlanCommand),
-    /// Give an agent a task, or answer a session that waits (--session). Exit 0 answered,
-    /// 1 could not complete, 3 waiting for your answer.
+    /// Give an agent a task, or answer a session that waits (--session).
     Run(run_cmd::RunArgs),
     /// Answer a session that waits for a person (the agent file is the one it was started with).
     Answer(run_cmd::AnswerArgs),
@@ -89,8 +91,8 @@ enum Command {
     /// List an agent's tools with their source and schema.
     #[command(subcommand)]
     Tools(tools_cmd::ToolsCommand),
-    /// Check an agent file (and a plan) without running anything: every problem, at once.
-    /// Exit 0 when there is none, 2 otherwise.
+    /// Check an agent file (and a plan) without running anything: every problem, at once,
+    /// with its line and column. Exit 0 when there is none, 2 otherwise.
     Check(check::CheckArgs),
     /// Print the JSON Schema of agent files (published as schema/agent.schema.json).
     Schema {
@@ -100,7 +102,10 @@ enum Command {
         process: bool,
     },
     /// Print a shell completion script: `weft completions bash > ~/.local/share/bash-completion/completions/weft`.
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// The shell the script is for.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// A new run (of an agent or a plan) whose files were read before the store was opened.
@@ -129,16 +134,140 @@ fn init_logging(level: Option<&str>) -> Result<(), String> {
         .map_err(|e| format!("cannot set up logging: {e}"))
 }
 
+/// The heading the options every command takes are shown under.
+const GLOBAL: &str = "Global options";
+
+/// The exit codes, as `--help` shows them (the constants below and `interrupt::EXIT_INTERRUPTED`
+/// are the codes themselves).
+pub const EXIT_CODES: &str = "\
+Exit codes:
+  0    done (answered, or nothing wrong)
+  1    the run could not complete (a step or the agent failed)
+  2    bad input: a file, a field or an argument (named in the message)
+  3    the session waits for a person (answer with `weft answer ID TEXT`)
+  4    the session store failed (unreachable, connection dropped, write refused): try again later
+  130  interrupted (Ctrl-C or SIGTERM): the run stopped at a safe point; `weft resume ID` continues it
+";
+
 /// Exit codes: 0 success, 1 the run failed, 2 bad input (a file, a plan, an argument), 3 the
-/// session waits for a person.
+/// session waits for a person; see [`EXIT_CODES`].
 pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 /// The session store failed (its server unreachable, a connection dropped, a write refused):
 /// not the input's fault, so it has its own code; trying again later may work.
 pub const EXIT_STORE: u8 = 4;
 
+/// Examples for the long help of each main command (`--help`, and `weft help` with the command).
+const EXAMPLES: &[(&str, &str)] = &[
+    (
+        "run",
+        "weft run examples/weather-chat.yaml \"Where is it sunnier, Lisbon or Oslo?\"\n  \
+         weft run examples/refund-desk.yaml \"I'd like a refund.\" --input '{\"customerId\": \"cust_123\"}'\n  \
+         echo \"a task\" | weft run examples/weather-chat.yaml -",
+    ),
+    ("answer", "weft answer SESSION \"It is order A-2002.\""),
+    (
+        "resume",
+        "weft resume SESSION\n  weft resume SESSION --force",
+    ),
+    (
+        "check",
+        "weft check examples/refund-desk.yaml\n  \
+         weft check examples/shop.yaml examples/plans/refund.json --input '{\"customerId\": \"c1\", \"amount\": 5}'",
+    ),
+    (
+        "plan",
+        "weft plan check examples/plans/refund.json --agent examples/shop.yaml\n  \
+         weft plan run examples/plans/refund.json --agent examples/shop.yaml --input @input.json",
+    ),
+    (
+        "sessions",
+        "weft sessions list --status waiting_for_user\n  weft sessions show SESSION\n  \
+         weft sessions events --follow SESSION\n  weft sessions fork SESSION --at 12\n  \
+         weft sessions prune --older-than 30d --dry-run",
+    ),
+    (
+        "submit",
+        "weft submit examples/weather-chat.yaml \"Is it sunny in Oslo?\"\n  weft worker --agent examples/weather-chat.yaml",
+    ),
+    ("worker", "weft worker --agent examples/weather-chat.yaml"),
+    (
+        "docs",
+        "weft docs add guide.md handbook.pdf --scope public\n  weft docs search \"refund policy\"",
+    ),
+    (
+        "memory",
+        "weft memory add \"prefers email\" --user alice\n  weft memory search \"contact\" --user alice",
+    ),
+];
+
+/// The command line's definition as `--help` shows it: examples and exit codes on the main
+/// commands.
+fn cli() -> clap::Command {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    for (name, examples) in EXAMPLES {
+        let codes = matches!(*name, "run" | "answer" | "resume");
+        cmd = cmd.mut_subcommand(*name, |c| {
+            let mut text = format!("Examples:\n  {examples}\n");
+            if codes {
+                text.push('\n');
+                text.push_str(EXIT_CODES);
+            }
+            c.after_long_help(text)
+        });
+    }
+    cmd
+}
+
+/// Reads the command line as [`cli`] defines it. A mistyped command gets the closest one as a
+/// tip even when clap's own measure finds it too far (`rn` for `run`).
+fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::FromArgMatches;
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let mut cmd = cli();
+    let matches = match cmd.try_get_matches_from_mut(&args) {
+        Ok(m) => m,
+        Err(mut e) => {
+            if e.kind() == ErrorKind::InvalidSubcommand
+                && e.get(ContextKind::SuggestedSubcommand).is_none()
+                && let Some(ContextValue::String(word)) = e.get(ContextKind::InvalidSubcommand)
+            {
+                let word = word.clone();
+                // The command the mistyped word was given to.
+                let mut at = &cmd;
+                for a in args.iter().skip(1).filter_map(|a| a.to_str()) {
+                    if a == word {
+                        break;
+                    }
+                    if let Some(s) = at.find_subcommand(a) {
+                        at = s;
+                    }
+                }
+                let names: Vec<&str> = at.get_subcommands().map(|s| s.get_name()).collect();
+                if let Some(c) = weft_core::diagnose::closest(&word, names) {
+                    e.insert(
+                        ContextKind::SuggestedSubcommand,
+                        ContextValue::Strings(vec![c.to_owned()]),
+                    );
+                }
+            }
+            return Err(e);
+        }
+    };
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse_from(std::env::args_os()) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     if let Command::Completions { shell } = cli.command {
         use clap::CommandFactory;
         clap_complete::generate(shell, &mut Cli::command(), "weft", &mut std::io::stdout());

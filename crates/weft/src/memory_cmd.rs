@@ -55,6 +55,7 @@ impl Whose {
 pub enum MemoryCommand {
     /// Remember a fact for a user, an agent (shared by its users) or everyone.
     Add {
+        /// The memory, in a sentence or two.
         text: String,
         #[command(flatten)]
         whose: Whose,
@@ -82,6 +83,7 @@ pub enum MemoryCommand {
     },
     /// Search memories by their words, best first.
     Search {
+        /// What to look for, in a few words.
         query: String,
         #[command(flatten)]
         whose: Whose,
@@ -95,6 +97,7 @@ pub enum MemoryCommand {
     /// Forget one memory, by the id `list` or `search` shows. Exit 1 if there is no such
     /// memory on the shelves named.
     Forget {
+        /// The memory's id, as `weft memory list` shows it.
         id: i64,
         #[command(flatten)]
         whose: Whose,

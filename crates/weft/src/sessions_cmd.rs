@@ -19,11 +19,13 @@ use crate::run_cmd;
 pub enum SessionsCommand {
     /// List sessions, newest first.
     List {
+        /// Only the sessions of this user (the `--user` they were started with).
         #[arg(long)]
         user: Option<String>,
         /// running, waiting_for_user, completed or failed.
         #[arg(long)]
         status: Option<String>,
+        /// The most sessions listed.
         #[arg(long, default_value_t = 50)]
         limit: usize,
         /// Print JSON lines.
@@ -32,12 +34,15 @@ pub enum SessionsCommand {
     },
     /// Show a session: task, plan with statuses, answer, usage.
     Show {
+        /// The session's id.
         id: String,
+        /// Print the session's state as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Print a session's events as JSON lines.
     Events {
+        /// The session's id.
         id: String,
         /// Keep printing new events until the session completes, fails or waits.
         #[arg(long)]
@@ -45,12 +50,16 @@ pub enum SessionsCommand {
     },
     /// Start a new session from a session's state at event SEQ (the original is untouched).
     Fork {
+        /// The session to fork.
         id: String,
+        /// The event (its sequence number, as `weft sessions events` prints it) the fork starts
+        /// after.
         #[arg(long)]
         at: u64,
     },
     /// Delete completed and failed sessions not updated for DURATION (e.g. 30d, 12h).
     Prune {
+        /// How long ago a session was last updated: `30d`, `12h`, `90m`, `500ms`.
         #[arg(long)]
         older_than: String,
         /// Also delete running sessions and sessions waiting for a person.
@@ -63,10 +72,16 @@ pub enum SessionsCommand {
     /// Cancel a session: the process running it stops within a second, records its calls in
     /// flight as cancelled and ends the session as failed (a session no process runs is
     /// cancelled at once).
-    Cancel { id: String },
+    Cancel {
+        /// The session's id.
+        id: String,
+    },
     /// Pause a running session: the process running it stops within a second and lets go of
     /// it; `weft resume` continues it later, from any process.
-    Pause { id: String },
+    Pause {
+        /// The session's id.
+        id: String,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,6 @@
 //! `weft submit`: queue a run (or an answer to a session that waits) for `weft worker`. The
 //! session is written at once, running and held by no process, and the workers are woken; the
-//! session id is printed. `weft sessions show|follow ID` watches it.
+//! session id is printed. `weft sessions show ID` and `weft sessions events --follow ID` watch it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -124,7 +124,7 @@ pub async fn run<S: Store>(store: Arc<S>, p: run_cmd::Prepared) -> Result<u8> {
     }
     println!("{id}");
     eprintln!(
-        "queued: session {id} for agent `{}`; a `weft worker{}` runs it (watch it with `weft sessions follow{} {id}`)",
+        "queued: session {id} for agent `{}`; a `weft worker{}` runs it (watch it with `weft sessions events --follow{} {id}`)",
         agent.name,
         crate::store::db_flag(),
         crate::store::db_flag()

@@ -194,6 +194,90 @@ fn check_lists_every_problem_at_once() {
     assert_eq!(v["problems"].as_array().unwrap().len(), 4, "{v}");
 }
 
+/// One mistake of each kind, each on a line of its own.
+const EIGHT_MISTAKES: &str = "\
+name: forecaster
+descripton: Tells the weather.
+mode: workflow
+model: opanai:gpt-4o-mini
+instructions: |
+  You forecast the weather for {{ input.cty }}.
+limits:
+  max_transitions: lots
+tools:
+  - builtin: ehco
+  - name: getWeather
+    command: [python3, weather.py]
+  - name: getRadar
+    command: [pyhton3, radar.py]
+workflow:
+  initial: ask
+  steps:
+    ask:
+      tools: [getWether]
+      next:
+        - { when: output.done, to: finsh }
+        - to: ask
+    finish: {}
+";
+
+#[test]
+fn check_reports_eight_mistakes_of_eight_kinds_with_their_lines_and_the_names_meant() {
+    let dir = agent_dir(EIGHT_MISTAKES);
+    std::fs::write(dir.path().join("weather.py"), "print('{}')\n").unwrap();
+    let out = weft(
+        dir.path(),
+        &["check", "agent.yaml", "--input", r#"{"city": "Oslo"}"#],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("8 problem(s)"), "{stderr}");
+    for needle in [
+        "agent.yaml:2:1: descripton: unknown key `descripton` (did you mean `description`?)",
+        "agent.yaml:4:8: model: ",
+        "unknown model provider `opanai` (did you mean `openai`?)",
+        "agent.yaml:6:35: instructions: uses undefined variable(s) `input.cty` (did you mean `input.city`?)",
+        "agent.yaml:8:3: limits.max_transitions: \"lots\" is not of type \"integer\"",
+        "agent.yaml:10:14: tools[0]: unknown built-in `ehco` (did you mean `echo`?); the built-ins are echo, template, todo_write, ask_user, remember, recall, forget, search_documents,",
+        "agent.yaml:13:11: tools[2]: `getRadar`: `command`: program `pyhton3` is not found on PATH (did you mean `python3`?)",
+        "agent.yaml:19:15: workflow.steps.ask.tools: `getWether` is not a tool of this agent (did you mean `getWeather`?)",
+        "agent.yaml:21:32: workflow.steps.ask.next[0].to: `finsh` is not a step (did you mean `finish`?)",
+    ] {
+        assert!(stderr.contains(needle), "`{needle}` in {stderr}");
+    }
+    // --json: the same problems on stdout, nothing on stderr.
+    let out = weft(
+        dir.path(),
+        &[
+            "check",
+            "agent.yaml",
+            "--json",
+            "--input",
+            r#"{"city": "Oslo"}"#,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stderr), "");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["problems"].as_array().unwrap().len(), 8, "{v}");
+}
+
+#[test]
+fn a_load_names_every_problem_of_the_file_too() {
+    let stderr = refused(
+        &format!(
+            "{HEAD}nmae: x\nallowed_tools: [getWether]\ntools:\n  - builtin: ehco\n  - {{ name: getWeather, builtin: echo }}\n"
+        ),
+        &[
+            "3 problems",
+            "agent.yaml:4:1: nmae: unknown key `nmae` (did you mean `name`?)",
+            "agent.yaml:5:17: allowed_tools: `getWether` (did you mean `getWeather`?) matches no tool",
+            "agent.yaml:7:14: tools[0]: unknown built-in `ehco` (did you mean `echo`?)",
+        ],
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 #[test]
 fn check_with_a_plan_and_input() {
     let r = root();
