@@ -238,7 +238,7 @@ pub fn validate(
                 } else {
                     format!(
                         "unknown skill `{k}`{}; the agent's skills: {}",
-                        crate::suggest::did_you_mean(k, opts.skills.iter().copied()),
+                        crate::diagnose::did_you_mean(k, opts.skills.iter().copied()),
                         opts.skills.join(", ")
                     )
                 };
@@ -701,7 +701,7 @@ mod tests {
         assert_eq!(problems[0].field.as_deref(), Some("_skill"));
         assert_eq!(
             problems[0].message,
-            "unknown skill `refund-polcy`; did you mean `refund-policy`?; the agent's skills: refund-policy, tone"
+            "unknown skill `refund-polcy` (did you mean `refund-policy`?); the agent's skills: refund-policy, tone"
         );
         assert!(problems[1].message.contains("a step with `_tool` has none"));
         let none = validate(&good, &catalog(), &ValidateOptions::default());

@@ -22,7 +22,6 @@ pub mod recovery;
 pub mod redaction;
 pub mod snapshot;
 pub mod state;
-pub mod suggest;
 pub mod tool;
 pub mod workflow;
 

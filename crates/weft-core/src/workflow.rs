@@ -379,7 +379,7 @@ fn output_fields(expr: &str, schema: Option<&Value>) -> Result<(), String> {
             let known: Vec<&str> = props.keys().map(String::as_str).collect();
             return Err(format!(
                 "`{expr}` reads `{walked}.{field}`, which the step's output_schema does not allow (additionalProperties: false){}; its fields: {}",
-                crate::suggest::did_you_mean(field, known.iter().copied()),
+                crate::diagnose::did_you_mean(field, known.iter().copied()),
                 known.join(", ")
             ));
         }
@@ -575,7 +575,7 @@ steps:
         let all = p.join("\n");
         assert_eq!(p.len(), 3, "{all}");
         for needle in [
-            "workflow.steps.read.assign.line: `output.lnie` reads `output.lnie`, which the step's output_schema does not allow (additionalProperties: false); did you mean `line`?; its fields: line, place, extra",
+            "workflow.steps.read.assign.line: `output.lnie` reads `output.lnie`, which the step's output_schema does not allow (additionalProperties: false) (did you mean `line`?); its fields: line, place, extra",
             "workflow.steps.read.assign.city: `output.place.ctiy` reads `output.place.ctiy`",
             "did you mean `city`?",
             "workflow.steps.read.next[0].when: `output.lines == \"x\"` reads `output.lines`",

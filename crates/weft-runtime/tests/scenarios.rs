@@ -2548,7 +2548,7 @@ skills:\n  - name: refund-policy\n    description: How refunds are decided.\n   
     );
     let again = request_text(&h.requests.of(Purpose::Plan)[1]);
     assert!(
-        again.contains("unknown skill `refund-polcy`; did you mean `refund-policy`?"),
+        again.contains("unknown skill `refund-polcy` (did you mean `refund-policy`?)"),
         "{again}"
     );
 }
