@@ -170,6 +170,20 @@ pub fn from_spec(spec: &Value, base_dir: &Path) -> Result<SharedModel, ModelErro
     from_spec_with_env(spec, base_dir, &|k| std::env::var(k).ok())
 }
 
+/// The script an agent file's `model` names (`scripted:PATH`, or a mapping with `provider:
+/// scripted`), read from `base_dir`; `None` for any other model.
+pub fn script_of(spec: &Value, base_dir: &Path) -> Option<Result<ScriptedModel, ModelError>> {
+    let path = match spec {
+        Value::String(s) => s.strip_prefix("scripted:")?,
+        Value::Object(m) if m.get("provider").and_then(Value::as_str) == Some("scripted") => m
+            .get("script")
+            .or_else(|| m.get("name"))
+            .and_then(Value::as_str)?,
+        _ => return None,
+    };
+    Some(ScriptedModel::from_file(&base_dir.join(path)))
+}
+
 /// [`from_spec`] with the environment given as a lookup function.
 pub fn from_spec_with_env(
     spec: &Value,

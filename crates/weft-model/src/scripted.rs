@@ -276,6 +276,21 @@ impl ScriptedModel {
         Ok(model)
     }
 
+    /// The cases (by their `when`, `None`: any session) whose replies are all keyed by purpose
+    /// and hold none for `purpose`: a session of such a case fails at its first call of that
+    /// purpose. A case served in order can serve any purpose.
+    pub fn unserved(&self, purpose: Purpose) -> Vec<(Option<&str>, Vec<&'static str>)> {
+        self.cases
+            .iter()
+            .filter(|(_, r)| r.flat.is_empty() && !r.keyed.contains_key(&purpose))
+            .map(|(when, r)| {
+                let mut has: Vec<&'static str> = r.keyed.keys().map(|p| p.as_str()).collect();
+                has.sort_unstable();
+                (when.as_deref(), has)
+            })
+            .collect()
+    }
+
     /// The case a request belongs to: the first whose `when` its first user message contains
     /// (ignoring case).
     fn case(&self, req: &ModelRequest) -> Result<&Replies, ModelError> {

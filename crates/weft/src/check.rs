@@ -109,6 +109,27 @@ async fn agent_problems(path: &Path, metadata: &Value, input: &Value) -> load::C
     {
         c.push(&format!("model: {}", unprefixed(&spec, &e.to_string())));
     }
+    // A script keyed by purpose must hold replies for the calls its agent's mode makes first.
+    if let Some(Ok(script)) = spec
+        .model
+        .as_ref()
+        .and_then(|m| weft_model::script_of(m, base))
+    {
+        let (purpose, mode) = match spec.mode {
+            weft_core::agent::Mode::Plan => (weft_core::model::Purpose::Plan, "plan-mode"),
+            weft_core::agent::Mode::React => (weft_core::model::Purpose::React, "ReAct"),
+            weft_core::agent::Mode::Workflow => (weft_core::model::Purpose::Workflow, "workflow"),
+        };
+        for (when, has) in script.unserved(purpose) {
+            let case = when.map_or_else(String::new, |w| format!(" (the case `when: {w}`)"));
+            c.push(&format!(
+                "model: the script{case} has replies for {} but none for `{}` calls, which a {mode} agent makes; add a `{}:` list, or list the replies in order",
+                if has.is_empty() { "no purpose".to_owned() } else { has.join(", ") },
+                purpose.as_str(),
+                purpose.as_str()
+            ));
+        }
+    }
     if let Err(e) = Agent::instructions(&spec, metadata, input) {
         c.push(&e.to_string());
     }

@@ -373,3 +373,30 @@ tools:
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     assert!(!d.join(".weft").exists(), "a plan that does not parse");
 }
+
+/// A script keyed by purpose that holds no reply for the calls its agent's mode makes (a ReAct
+/// agent given a plan-mode script) is named by `weft check`, with the purposes it has; a script
+/// served in order, and one keyed for the right purpose, pass.
+#[test]
+fn check_names_a_script_with_no_reply_for_the_agents_mode() {
+    let dir = agent_dir(HEAD);
+    std::fs::copy(
+        root().join("examples/scripts/refund-desk.yaml"),
+        dir.path().join("script.yaml"),
+    )
+    .unwrap();
+    let out = weft(dir.path(), &["check", "agent.yaml"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("none for `react` calls, which a ReAct agent makes")
+            && stderr.contains("plan, respond, response_review, review"),
+        "{stderr}"
+    );
+    std::fs::write(dir.path().join("script.yaml"), "react:\n  - text: hi\n").unwrap();
+    let out = weft(dir.path(), &["check", "agent.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    std::fs::write(dir.path().join("script.yaml"), "- text: hi\n").unwrap();
+    let out = weft(dir.path(), &["check", "agent.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
