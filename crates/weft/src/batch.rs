@@ -71,6 +71,9 @@ pub struct BatchArgs {
     /// Give the records whose session failed their task again (a new turn of the session).
     #[arg(long)]
     pub retry_failed: bool,
+    /// The user the new sessions belong to (its sessions are theirs in `weft serve` and the playground).
+    #[arg(long, env = "WEFT_USER")]
+    pub user: Option<String>,
 }
 
 /// What this run did with a record.
@@ -380,7 +383,7 @@ pub async fn run<S: Store>(store: Arc<S>, a: BatchArgs) -> Result<u8> {
         tasks.spawn(one(
             store.clone(),
             agent.clone(),
-            name.clone(),
+            (name.clone(), a.user.clone()),
             session,
             line_no,
             record,
@@ -565,14 +568,15 @@ fn parse_record(line: &[u8]) -> Result<Record, String> {
 async fn one<S: Store>(
     store: Arc<S>,
     agent: Arc<AgentFile>,
-    batch: String,
+    batch: (String, Option<String>),
     id: String,
     line: u64,
     record: Record,
     retry_failed: bool,
 ) -> Outcome {
     let raw = record.raw.clone();
-    match drive_record(store, &agent, &batch, &id, record, retry_failed).await {
+    let batch = (batch.0.as_str(), batch.1.as_deref());
+    match drive_record(store, &agent, batch, &id, record, retry_failed).await {
         (did, Ok(state)) => report(&id, line, did, &state, raw),
         (did, Err(e)) => {
             let mut entry = json!({
@@ -615,7 +619,7 @@ fn report(id: &str, line: u64, did: Did, st: &State, raw: Value) -> Outcome {
 async fn drive_record<S: Store>(
     store: Arc<S>,
     agent: &AgentFile,
-    batch: &str,
+    batch: (&str, Option<&str>),
     id: &str,
     record: Record,
     retry_failed: bool,
@@ -652,11 +656,12 @@ async fn drive_record<S: Store>(
     )
 }
 
-/// Starts record `record`'s session `id`, continues it (running), or gives it its task again.
+/// Starts record `record`'s session `id` (for the batch's user), continues it (running), or
+/// gives it its task again. `batch` is the batch's name and the user of its sessions.
 async fn run_record<S: Store>(
     store: Arc<S>,
     agent: &AgentFile,
-    batch: &str,
+    (batch, user): (&str, Option<&str>),
     id: &str,
     record: Record,
     existing: Option<weft_store::SessionRecord>,
@@ -700,6 +705,7 @@ async fn run_record<S: Store>(
             } else {
                 let info = SessionInfo {
                     id: Some(id.to_owned()),
+                    user_id: user.map(str::to_owned),
                     metadata,
                     ..SessionInfo::default()
                 };

@@ -417,3 +417,37 @@ fn a_batch_started_keyed_by_line_keeps_its_finished_records_after_its_lines_move
     }
     assert_eq!(did(d, "earlier").len(), 6);
 }
+
+/// `--user` (or `WEFT_USER`) gives every session of the batch that user.
+#[test]
+fn a_batch_runs_as_its_user() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let agent = examples.join("refund-desk.yaml");
+    let records = examples.join("records/refunds.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["--db", "b.db", "batch"])
+        .arg(&agent)
+        .arg(&records)
+        .args(["--out", "out.jsonl", "--dead-letter", "failed.jsonl"])
+        .current_dir(d)
+        .env_remove("WEFT_DB")
+        .env("WEFT_USER", "erin")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args([
+            "--db", "b.db", "sessions", "list", "--user", "erin", "--json",
+        ])
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 3);
+}
