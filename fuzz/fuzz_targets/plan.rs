@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
         initial_state: None,
         known_steps: &[],
         require_tools: false,
-        skills: &[],
+        ..ValidateOptions::default()
     };
     let problems = validate(&plan, &tools(), &opts);
     let written = plan.to_value();

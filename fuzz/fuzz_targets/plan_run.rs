@@ -55,7 +55,7 @@ fuzz_target!(|data: &[u8]| {
         initial_state: None,
         known_steps: &[],
         require_tools: true,
-        skills: &[],
+        ..ValidateOptions::default()
     };
     if !validate(&plan, &catalog, &opts).is_empty() {
         return;
