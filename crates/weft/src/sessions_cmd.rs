@@ -145,11 +145,21 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
                     limit: Some(limit),
                 })
                 .await?;
+            // Each session's current task, read from its state (from the newest snapshot).
+            let mut tasks = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let task = weft_runtime::load_state(store.as_ref(), &r.id)
+                    .await?
+                    .state
+                    .task;
+                tasks.push(task);
+            }
             if json {
-                for r in &rows {
+                for (r, task) in rows.iter().zip(&tasks) {
                     let mut v = serde_json::to_value(r)?;
                     v["created_at"] = json!(fmt_time(r.created_at));
                     v["updated_at"] = json!(fmt_time(r.updated_at));
+                    v["task"] = json!(task);
                     writeln!(out, "{v}")?;
                 }
                 return Ok(0);
@@ -159,9 +169,11 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
                 return Ok(0);
             }
             // Columns as wide as their widest value (a child session's id is long).
-            let cells: Vec<[String; 6]> = rows
+            // The task comes last, on one line and cut to a screen's width.
+            let cells: Vec<[String; 7]> = rows
                 .iter()
-                .map(|r| {
+                .zip(&tasks)
+                .map(|(r, task)| {
                     [
                         r.id.clone(),
                         r.agent.clone(),
@@ -169,10 +181,12 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
                         r.user_id.clone().unwrap_or_else(|| "-".to_owned()),
                         fmt_time(r.updated_at),
                         r.last_seq.to_string(),
+                        task.as_deref().map_or_else(|| "-".to_owned(), one_line),
                     ]
                 })
                 .collect();
-            let head = ["id", "agent", "status", "user", "updated", "events"].map(str::to_owned);
+            let head =
+                ["id", "agent", "status", "user", "updated", "events", "task"].map(str::to_owned);
             let mut widths = head.clone().map(|h| h.chars().count());
             for row in &cells {
                 for (w, c) in widths.iter_mut().zip(row) {
@@ -464,6 +478,20 @@ pub async fn fork<S: Store>(
         .await?;
     Ok((new_id, state))
 }
+
+/// A task as one line of at most [`TASK_WIDTH`] characters (`…` where it was cut).
+fn one_line(task: &str) -> String {
+    let flat = task.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= TASK_WIDTH {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(TASK_WIDTH - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// How many characters of a task `weft sessions list` shows.
+const TASK_WIDTH: usize = 48;
 
 /// The agent file a session was started with (recorded in its metadata).
 pub fn agent_file_of(metadata: &Value) -> Option<PathBuf> {

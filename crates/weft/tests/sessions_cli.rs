@@ -302,7 +302,7 @@ fn bad_stores_give_clear_errors() {
 }
 
 /// The list's columns are as wide as their widest value: a long id (a child session's) does not
-/// push the rest of its row out of line.
+/// push the rest of its row out of line; each session's task is the last column.
 #[test]
 fn the_list_aligns_its_columns_whatever_the_ids() {
     let dir = workdir();
@@ -319,14 +319,17 @@ fn the_list_aligns_its_columns_whatever_the_ids() {
             .unwrap_or_else(|| panic!("no {word} in {line}"))
     };
     let (agent_at, status_at) = (col(lines[0], "agent"), col(lines[0], "status"));
+    let task_at = col(lines[0], "task");
     for line in &lines[1..] {
-        let agent = if line.contains("ask-amount") {
-            "ask-amount"
+        let (agent, task) = if line.contains("ask-amount") {
+            ("ask-amount", "Refund")
         } else {
-            "approve-plan"
+            ("approve-plan", "note")
         };
         assert_eq!(col(line, agent), agent_at, "{shown}");
         assert_eq!(col(line, "waiting_for_user"), status_at, "{shown}");
+        // The task is the last column.
+        assert_eq!(&line[task_at..], task, "{shown}");
     }
 }
 
