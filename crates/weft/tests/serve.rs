@@ -158,30 +158,7 @@ fn serve_command(d: &Path, port: u16, mut command: Command, log: &str) -> Child 
 
 #[test]
 fn needs_sdk_the_langgraph_client_drives_weft_serve() {
-    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
-    agents(d);
-    let port = free_port();
-    let mut server = serve(d, port, "serve.db");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/langgraph_client.py");
-    let out = Command::new(&python)
-        .arg(&script)
-        .args([&format!("http://127.0.0.1:{port}"), ALICE, BOB])
-        .arg(d)
-        .output()
-        .unwrap();
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status();
-    let _ = server.wait();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the client script failed:\n{stdout}\n{stderr}\nserver log:\n{}",
-        std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
-    );
+    let stdout = scenario(None);
     for check in [
         "assistants",
         "assistants graph and schemas",
@@ -333,8 +310,9 @@ fn run_across_a_restart(
     took
 }
 
-/// Runs the client script's `mode` against a fresh server; its output.
-fn scenario(mode: &str) -> String {
+/// Runs the client script (in `mode`, or all of its default checks) against a fresh server;
+/// its output.
+fn scenario(mode: Option<&str>) -> String {
     let python = common::service_var("WEFT_TEST_SDK_PYTHON");
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
@@ -346,7 +324,7 @@ fn scenario(mode: &str) -> String {
         .arg(&script)
         .args([&format!("http://127.0.0.1:{port}"), ALICE, BOB])
         .arg(d)
-        .arg(mode)
+        .args(mode)
         .output()
         .unwrap();
     let _ = Command::new("kill")
@@ -367,7 +345,7 @@ fn scenario(mode: &str) -> String {
 /// with its id sends exactly what followed, and a text cut mid-way goes on from its next byte.
 #[test]
 fn needs_sdk_a_stream_in_several_modes_resumes_after_any_part() {
-    let out = scenario("resume");
+    let out = scenario(Some("resume"));
     assert!(
         out.contains("ok: a stream resumes after any of its parts\n"),
         "{out}"
@@ -378,7 +356,7 @@ fn needs_sdk_a_stream_in_several_modes_resumes_after_any_part() {
 /// next request on the same connection pool works.
 #[test]
 fn needs_sdk_bodies_over_the_limit_get_a_readable_413() {
-    let out = scenario("body-limit");
+    let out = scenario(Some("body-limit"));
     assert!(
         out.contains("ok: bodies over the limit are refused cleanly\n"),
         "{out}"

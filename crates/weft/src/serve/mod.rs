@@ -73,6 +73,15 @@ pub struct App {
     pub summaries: sessions::Summaries,
 }
 
+impl App {
+    /// The assistant (agent) named `id`, or 404.
+    pub fn assistant(&self, id: &str) -> Result<&Arc<AgentFile>, ApiError> {
+        self.agents
+            .get(id)
+            .ok_or_else(|| ApiError::not_found("assistant"))
+    }
+}
+
 pub type Shared = Arc<App>;
 
 /// An API error: a status and a JSON body `{"detail": ...}` (what LangGraph's server sends),

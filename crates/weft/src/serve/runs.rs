@@ -384,11 +384,7 @@ pub async fn start_with_id(
             format!("run {id} exists already; give each run a new id"),
         ));
     }
-    let agent = app
-        .agents
-        .get(&body.assistant_id)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found("assistant"))?;
+    let agent = app.assistant(&body.assistant_id)?.clone();
     let (rec, st) = threads::load(app, user, tid).await?;
     if st.seq > 0 && st.agent != agent.spec.name {
         return Err(ApiError::bad(format!(

@@ -63,10 +63,7 @@ pub async fn assistant_graph(
     State(app): State<Shared>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let a = app
-        .agents
-        .get(&id)
-        .ok_or_else(|| ApiError::not_found("assistant"))?;
+    let a = app.assistant(&id)?;
     let node = |id: &str, kind: &str| json!({"id": id, "type": kind, "data": {"id": ["weft", id], "name": id}});
     let mut nodes = vec![node("__start__", "schema"), node("agent", "runnable")];
     let mut edges = vec![json!({"source": "__start__", "target": "agent"})];
@@ -86,9 +83,7 @@ pub async fn assistant_schemas(
     State(app): State<Shared>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    if !app.agents.contains_key(&id) {
-        return Err(ApiError::not_found("assistant"));
-    }
+    app.assistant(&id)?;
     let message = json!({"type": "object", "properties": {
         "type": {"type": "string"}, "role": {"type": "string"}, "content": {}
     }});
@@ -151,10 +146,7 @@ pub async fn get_assistant(
     State(app): State<Shared>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let a = app
-        .agents
-        .get(&id)
-        .ok_or_else(|| ApiError::not_found("assistant"))?;
+    let a = app.assistant(&id)?;
     Ok(Json(assistant(&id, &a.spec)))
 }
 
