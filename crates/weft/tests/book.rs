@@ -161,11 +161,10 @@ fn run_page(page: &str) {
     assert!(ran > 0, "{page} has no command to run");
 }
 
-/// Runs one command with bash in `dir`; the shell's variables do not outlive it, so a block that
-/// needs one (`fork=$(...)`) uses it on the same line or reads it back from a file.
+/// Runs one command with bash in `dir`, in a process group of its own. The variables a line sets
+/// (`fork=$(...)`) are kept in a file and read back before the next line, as in one shell.
 fn run_command(page: &str, line: usize, command: &str, dir: &Path, path: &str) {
     let script = dir.join(".book-vars");
-    // Variables a line sets are kept for the lines after it, as in one shell.
     let wrapped = format!(
         "[ -f {vars} ] && . {vars}\n{command}\nrc=$?\ndeclare -p | grep -E '^declare -- [a-z_]+=' > {vars}.new 2>/dev/null; mv {vars}.new {vars}\nexit $rc\n",
         vars = script.display()

@@ -244,17 +244,7 @@ fn needs_postgres_workers_survive_sigkill_and_dropped_connections() {
         }
     }
     // Within a session, no event was written at an older epoch than one before it.
-    let back: u64 = psql(
-        &db.url,
-        "SELECT count(*) FROM (SELECT epoch < lag(epoch) OVER (PARTITION BY session_id ORDER BY seq) AS back \
-         FROM events) e WHERE back",
-    )
-    .parse()
-    .unwrap();
-    assert_eq!(
-        back, 0,
-        "events written by an owner after a newer one took over"
-    );
+    epochs_never_go_back(&db.url);
     let owners: u64 = psql(
         &db.url,
         "SELECT count(*) FROM (SELECT DISTINCT session_id, epoch FROM events WHERE epoch > 0) e",
@@ -562,17 +552,7 @@ fn needs_postgres_a_frozen_owner_is_taken_over() {
     let posts = ledger(d);
     let repeated: Vec<_> = posts.iter().filter(|(_, n)| **n > 1).collect();
     assert!(repeated.is_empty(), "calls that ran twice: {repeated:?}");
-    let back: u64 = psql(
-        &db.url,
-        "SELECT count(*) FROM (SELECT epoch < lag(epoch) OVER (PARTITION BY session_id ORDER BY seq) AS back \
-         FROM events) e WHERE back",
-    )
-    .parse()
-    .unwrap();
-    assert_eq!(
-        back, 0,
-        "events written by an owner after a newer one took over"
-    );
+    epochs_never_go_back(&db.url);
     eprintln!("frozen: {refused} write(s) of the frozen workers refused after SIGCONT");
 }
 
@@ -732,5 +712,21 @@ tools:
     assert!(
         shown.contains("completed") && shown.contains("Done."),
         "{shown}"
+    );
+}
+
+/// Within each session of the database at `url`, no event was written at an older epoch than
+/// one before it (an owner wrote after a newer one took over).
+fn epochs_never_go_back(url: &str) {
+    let back: u64 = psql(
+        url,
+        "SELECT count(*) FROM (SELECT epoch < lag(epoch) OVER (PARTITION BY session_id ORDER BY seq) AS back \
+         FROM events) e WHERE back",
+    )
+    .parse()
+    .unwrap();
+    assert_eq!(
+        back, 0,
+        "events written by an owner after a newer one took over"
     );
 }
