@@ -1,0 +1,12 @@
+//! The integration tests of weft-store: the stores' behaviour, durability, errors, group commit, leases, the SQLite file.
+//!
+//! One test binary for the crate (its build and link happen once); each module is one
+//! former test file, `support` what they share.
+
+mod behaviour;
+mod durability;
+mod errors;
+mod group_commit;
+mod leases;
+mod sqlite_file;
+mod support;
