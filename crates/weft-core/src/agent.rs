@@ -76,7 +76,7 @@ pub struct AgentSpec {
     pub workflow: Option<crate::workflow::WorkflowSpec>,
     /// What a committed step survives: `full` (synced to disk before weft goes on; the
     /// default) or `normal` (survives a crash of weft, not a power cut). `--durability` overrides
-    /// it; see [`Durability`].
+    /// it; see [`Durability`](crate::Durability).
     #[serde(default)]
     pub durability: Option<crate::durability::Durability>,
 }

@@ -251,7 +251,7 @@ const KNOWN_KEYS: &[&str] = &[
 ];
 
 /// The schema of an agent file's `model`: `provider:name`, `scripted:PATH`, or a mapping whose
-/// keys are [`KNOWN_KEYS`] (a test keeps the two equal).
+/// keys are `KNOWN_KEYS` (a test keeps the two equal).
 pub fn model_schema() -> Value {
     let duration =
         serde_json::json!({"anyOf": [{"type": "string"}, {"type": "number", "minimum": 0}]});

@@ -237,7 +237,7 @@ impl Tool for AskUser {
     }
 }
 
-/// The names of the built-in tools, as `builtin:` names them; [`register`] builds each.
+/// The names of the built-in tools, as `builtin:` names them; `register` builds each.
 pub const BUILTIN_NAMES: &[&str] = &[
     "echo",
     "template",

@@ -130,7 +130,7 @@ impl Secrets {
     }
 
     /// Secrets given directly (tests, embedding): every value is a session override. A value
-    /// shorter than [`MIN_SECRET_LEN`] is refused.
+    /// shorter than `MIN_SECRET_LEN` is refused.
     pub fn from_values(values: BTreeMap<String, String>) -> Result<Self, SecretsError> {
         let sources = values
             .keys()

@@ -59,7 +59,7 @@ pub struct BatchArgs {
     /// Where failed records go, with their reasons (default: RECORDS with `.failed.jsonl`).
     #[arg(long)]
     pub dead_letter: Option<PathBuf>,
-    /// The batch's name: its sessions are NAME-c<digest of the record> (or NAME-id-<id>)
+    /// The batch's name: its sessions are `NAME-c<digest of the record>` (or `NAME-id-<id>`)
     /// (default: `batch-` and the records file's name without its extension).
     #[arg(long)]
     pub name: Option<String>,

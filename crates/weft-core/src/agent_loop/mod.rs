@@ -1,7 +1,7 @@
 //! The agent loops' decisions. Pure: `decide` says what must happen next, and `model_replied` /
 //! `model_failed` / `user_replied` turn outcomes into events.
 //!
-//! Each mode is a module behind one small interface ([`ModeLoop`]): `plan` (plan-and-execute),
+//! Each mode is a module behind one small interface (`ModeLoop`): `plan` (plan-and-execute),
 //! `react` and `workflow` (a state machine of steps). What every mode shares is here and in the
 //! modules beside it: the checks every decision starts with (a finished or waiting session, the
 //! bounds on failed model calls and unusable replies), reading model replies (`reply`), waits for

@@ -283,7 +283,7 @@ pub struct Listed {
 }
 
 /// The words of a query a search looks for: letters and digits, lower-cased, at most 32 distinct
-/// words of two characters or more, without [`STOP_WORDS`]. Everything else (quotes, operators)
+/// words of two characters or more, without `STOP_WORDS`. Everything else (quotes, operators)
 /// is dropped, so no query text reaches a database's query language.
 pub fn query_words(query: &str) -> Vec<String> {
     let mut words: Vec<String> = Vec::new();
