@@ -79,12 +79,6 @@ pub(crate) async fn recall_memories<S: Store>(
         .map_err(|e| format!("the memory search gave a result weft cannot read: {e}"))
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 impl<S: Store> KnowledgeBase for StoreKnowledge<S> {
     fn remember<'a>(
         &'a self,
@@ -104,7 +98,7 @@ impl<S: Store> KnowledgeBase for StoreKnowledge<S> {
             };
             let ids = self
                 .0
-                .add(Kind::Memory, &own, vec![entry], false, now_ms())
+                .add(Kind::Memory, &own, vec![entry], false, crate::now_ms())
                 .await
                 .map_err(|e| e.to_string())?;
             ids.first()

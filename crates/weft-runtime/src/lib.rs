@@ -4,6 +4,7 @@
 
 mod agent;
 mod calls;
+pub mod clock;
 mod knowledge;
 mod process;
 pub mod retrieval;
@@ -12,7 +13,6 @@ pub mod snapshots;
 mod subagent;
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use weft_core::agent::Mode;
@@ -24,6 +24,7 @@ use weft_tools::Registry;
 
 pub use agent::{Agent, SessionInfo};
 use calls::Calls;
+pub use clock::{Clock, ManualClock, SharedClock, SystemClock, system_clock};
 pub use knowledge::StoreKnowledge;
 pub use process::child_id as process_session_id;
 pub use session::{Observer, Redact, Session};
@@ -47,12 +48,10 @@ pub enum RuntimeError {
     Stopped,
 }
 
-/// Unix time in milliseconds.
+/// Unix time in milliseconds, by the system's clock. Code that a test must be able to move
+/// through time reads a [`Clock`] passed to it instead.
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    SystemClock.now_ms()
 }
 
 /// A new session id (time-ordered UUID).
@@ -84,6 +83,8 @@ pub struct Runtime<S: Store> {
     /// What makes the vectors of memories and documents (none: search by text alone); see
     /// [`retrieval`].
     pub embedder: Option<Arc<weft_model::Embedder>>,
+    /// Where events' timestamps come from (the system's clock unless a test sets another).
+    pub clock: SharedClock,
 }
 
 impl<S: Store> Runtime<S> {
@@ -121,6 +122,7 @@ impl<S: Store> Runtime<S> {
             stop: None,
             snapshot_every: snapshots::DEFAULT_EVERY,
             embedder,
+            clock: system_clock(),
         }
     }
 
@@ -175,6 +177,7 @@ impl<S: Store> Runtime<S> {
         };
         Session::new(self.store.as_ref(), id, state, self.observers.clone())
             .with_redactor(self.redact.clone())
+            .with_clock(Arc::clone(&self.clock))
             .with_epoch(epoch)
             .with_snapshots(self.snapshot_every, cursor)
     }

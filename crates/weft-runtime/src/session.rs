@@ -5,8 +5,8 @@ use std::sync::Arc;
 use weft_core::{EVENT_VERSION, Envelope, Event, State};
 use weft_store::{NewSession, Store, StoreError};
 
+use crate::RuntimeError;
 use crate::snapshots::Cursor;
-use crate::{RuntimeError, now_ms};
 
 /// Sees every event after it is stored.
 pub type Observer = Arc<dyn Fn(&Envelope) + Send + Sync>;
@@ -29,6 +29,8 @@ pub struct Session<'s, S: Store> {
     epoch: u64,
     /// Where the session's snapshots stand (see [`crate::snapshots`]).
     snapshots: Cursor,
+    /// Where the timestamps of the events come from.
+    clock: crate::SharedClock,
 }
 
 impl<'s, S: Store> Session<'s, S> {
@@ -42,7 +44,14 @@ impl<'s, S: Store> Session<'s, S> {
             pending: Vec::new(),
             epoch: 0,
             snapshots: Cursor::default(),
+            clock: crate::system_clock(),
         }
+    }
+
+    /// Stamps the session's events with `clock`'s time.
+    pub fn with_clock(mut self, clock: crate::SharedClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Writes a snapshot with an append once `every` events followed the last one (0: never),
@@ -89,7 +98,7 @@ impl<'s, S: Store> Session<'s, S> {
     /// that a reply and the tool calls it starts reach the store in one append.
     pub fn stage(&mut self, events: Vec<Event>) -> Result<(), RuntimeError> {
         let events = self.redacted(events);
-        let ts = now_ms();
+        let ts = self.clock.now_ms();
         for event in events {
             let seq = self.state.seq + 1;
             self.state.apply(&event);
@@ -111,7 +120,7 @@ impl<'s, S: Store> Session<'s, S> {
             return Ok(());
         };
         let base = first.seq - 1;
-        let ts = now_ms();
+        let ts = self.clock.now_ms();
         let pending = std::mem::take(&mut self.pending);
         let status = self.state.status;
         if let Err(e) = self.append(base, &pending, status, ts).await {
@@ -159,7 +168,7 @@ impl<'s, S: Store> Session<'s, S> {
             )));
         }
         let events = self.redacted(events);
-        let ts = now_ms();
+        let ts = self.clock.now_ms();
         let status = self.state.status_after(&events);
         let envelopes = self.number(events, ts);
         match self.store.create_with(new, &envelopes, status, ts).await {
@@ -214,7 +223,7 @@ impl<'s, S: Store> Session<'s, S> {
             return Ok(());
         }
         let events = self.redacted(events);
-        let ts = now_ms();
+        let ts = self.clock.now_ms();
         let base = self.state.seq;
         let status = self.state.status_after(&events);
         let envelopes = self.number(events, ts);

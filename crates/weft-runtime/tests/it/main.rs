@@ -6,6 +6,7 @@
 mod agents;
 mod big_plan;
 mod call_starts;
+mod clock;
 mod create;
 mod durable_scenarios;
 mod embed;
