@@ -59,6 +59,9 @@ pub struct ServeArgs {
     /// Runs one user may have going at once (more are refused with 429).
     #[arg(long, default_value_t = 100)]
     pub max_runs_per_user: usize,
+    /// Print the API's OpenAPI document (what `/openapi.json` answers) and exit.
+    #[arg(long)]
+    pub openapi: bool,
 }
 
 /// What every handler shares.
@@ -120,6 +123,12 @@ impl From<weft_store::StoreError> for ApiError {
 }
 
 pub async fn run(store: Arc<CliStore>, a: ServeArgs) -> Result<u8> {
+    if a.openapi {
+        let doc = format!("{:#}\n", openapi::document(&api()));
+        std::io::Write::write_all(&mut std::io::stdout().lock(), doc.as_bytes())
+            .map_err(|e| anyhow!("cannot write the OpenAPI document: {e}"))?;
+        return Ok(0);
+    }
     let keys = auth::Keys::load(a.keys.as_deref())?;
     let agents = crate::drive::agents(&a.agents).await?;
     crate::store::agent_durability(store.as_ref(), agents.values().map(|f| &f.spec));
