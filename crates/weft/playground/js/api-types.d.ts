@@ -2170,7 +2170,7 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": string;
+                        "application/json": Record<string, never>;
                     };
                 };
                 /** @description no valid API key */

@@ -148,10 +148,17 @@ pub fn document(routes: &[Route]) -> Value {
                     "itemSchema": schema(&mut generator),
                 }}}),
             ),
-            Answer::Media(media, what) => (
-                "200",
-                json!({"description": what, "content": {*media: {"schema": {"type": "string"}}}}),
-            ),
+            Answer::Media(media, what) => {
+                let kind = if *media == "application/json" {
+                    "object"
+                } else {
+                    "string"
+                };
+                (
+                    "200",
+                    json!({"description": what, "content": {*media: {"schema": {"type": kind}}}}),
+                )
+            }
             Answer::Empty(status, what) => {
                 let status: &'static str = match status {
                     204 => "204",
