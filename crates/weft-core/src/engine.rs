@@ -661,14 +661,14 @@ fn finished(
 }
 
 /// One wave of a dry run.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct DryWave {
     pub wave: u32,
     pub steps: Vec<DryStep>,
 }
 
 /// A step as a dry run shows it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct DryStep {
     pub id: String,
     pub tool: String,

@@ -70,7 +70,7 @@ impl SessionStatus {
 }
 
 /// A tool's failure as the engine records it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ToolError {
     /// `invalid_arguments`, `not_found`, `spawn`, `exit_status`, `invalid_output`, `timeout`,
     /// `io`, `refused`, `interrupted`, `unknown_outcome` or a tool's own kind.
@@ -205,7 +205,7 @@ impl std::fmt::Display for ToolError {
 }
 
 /// The result of one tool call.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum ToolOutcome {
     Ok { output: Value },
@@ -468,7 +468,7 @@ pub enum TransitionRule {
 }
 
 /// What the review after a wave decided.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ReviewDecision {
     Continue,
@@ -489,7 +489,7 @@ pub enum ResponseVerdict {
 }
 
 /// What a waiting session asks of a person.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct InputRequest {
     /// `missing_input`, `question`, `plan_approval`, `tool_approval`, or `message` (a workflow
     /// routed to `wait`: the user's next message enters at the step `reentry` picks).
@@ -508,6 +508,7 @@ pub struct InputRequest {
     pub partial_call: Value,
     /// The plan awaiting approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Vec<serde_json::Map<String, Value>>>")]
     pub plan: Option<Plan>,
     /// The model's tool call this request belongs to (ReAct `ask_user`, approvals).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -516,7 +517,7 @@ pub struct InputRequest {
 
 /// A memory as a turn's requests show it: its id and scope in the store (`user`, `agent`,
 /// `public`), and its text, made one line and bounded.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RecalledMemory {
     pub id: i64,
     pub scope: String,

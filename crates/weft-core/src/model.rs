@@ -275,7 +275,7 @@ pub struct ModelRequest {
 }
 
 /// Token usage of one call (or a sum of calls).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Usage {
     #[serde(default)]
     pub input_tokens: u64,

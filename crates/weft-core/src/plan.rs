@@ -427,7 +427,7 @@ pub struct Plan {
 }
 
 /// One problem found in a plan, naming the step and field it concerns.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PlanProblem {
     /// The step id (or `#n` for a call whose id could not be read).
     pub step: Option<String>,

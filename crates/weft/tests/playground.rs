@@ -974,3 +974,202 @@ fn needs_browser_see_a_failed_steps_error() {
         &["the failed step, its error, stderr and what to do are shown"],
     );
 }
+
+// --- The OpenAPI document against real answers -------------------------------------------------
+
+/// The schema `/openapi.json` declares for a route's answer (`200`), made a document of its own
+/// (the named schemas beside it), compiled.
+fn answer_schema(doc: &Value, method: &str, path: &str) -> jsonschema::Validator {
+    let op = &doc["paths"][path][method];
+    let schema = &op["responses"]["200"]["content"]["application/json"]["schema"];
+    assert!(
+        schema.is_object(),
+        "{method} {path} declares no JSON answer: {op:#}"
+    );
+    let mut root = schema.clone();
+    root["components"] = doc["components"].clone();
+    jsonschema::draft202012::new(&root)
+        .unwrap_or_else(|e| panic!("{method} {path}: the schema does not compile: {e}"))
+}
+
+/// Asserts that `answer`, what `method path` answered, is valid against its declared schema.
+fn conforms(doc: &Value, method: &str, path: &str, answer: &Value) {
+    let v = answer_schema(doc, method, path);
+    let errors: Vec<String> = v
+        .iter_errors(answer)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{method} {path}: the answer does not match its schema:\n{}\nthe answer: {answer:#}",
+        errors.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_main_routes_answer_as_the_openapi_document_declares() {
+    let server = Server::start();
+    let alice = Client::new(&server, ALICE);
+    let doc = alice.get("/openapi.json").await;
+    // Every operation declares what it answers: a JSON schema, another media type, or no body.
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            let responses = op["responses"].as_object().unwrap();
+            let ok = ["200", "204", "405"]
+                .iter()
+                .find_map(|s| responses.get(*s))
+                .unwrap_or_else(|| panic!("{method} {path} declares no answer"));
+            let declared = ok["content"]
+                .as_object()
+                .is_some_and(|c| c.values().all(|m| m["schema"].is_object()))
+                || !responses.contains_key("200");
+            assert!(declared, "{method} {path}: {ok:#}");
+        }
+    }
+    let check = |method: &str, path: &str, answer: &Value| conforms(&doc, method, path, answer);
+
+    // Assistants.
+    let list = alice.post("/assistants/search", json!({})).await;
+    check("post", "/assistants/search", &list);
+    check(
+        "post",
+        "/assistants/count",
+        &alice.post("/assistants/count", json!({})).await,
+    );
+    for sub in ["", "/graph", "/schemas"] {
+        let answer = alice.get(&format!("/assistants/desk{sub}")).await;
+        check("get", &format!("/assistants/{{id}}{sub}"), &answer);
+    }
+
+    // A plan session that completes: threads, runs, state, history, the session view.
+    let thread = alice.post("/threads", json!({"metadata": {"k": 1}})).await;
+    check("post", "/threads", &thread);
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let mut input = desk_input();
+    input["messages"] = json!([{"role": "user", "content": "Refund c-42."}]);
+    let values = alice
+        .post(
+            &format!("/threads/{tid}/runs/wait"),
+            json!({"assistant_id": "desk", "input": input}),
+        )
+        .await;
+    assert!(values["answer"].is_string(), "{values:#}");
+    check("post", "/threads/{tid}/runs/wait", &values);
+    check(
+        "get",
+        "/threads/{tid}",
+        &alice.get(&format!("/threads/{tid}")).await,
+    );
+    check(
+        "get",
+        "/threads/{tid}/state",
+        &alice.get(&format!("/threads/{tid}/state")).await,
+    );
+    let history = alice
+        .post(&format!("/threads/{tid}/history"), json!({}))
+        .await;
+    assert!(!history.as_array().unwrap().is_empty());
+    check("post", "/threads/{tid}/history", &history);
+    let runs = alice.get(&format!("/threads/{tid}/runs")).await;
+    check("get", "/threads/{tid}/runs", &runs);
+    let rid = runs[0]["run_id"].as_str().unwrap().to_owned();
+    check(
+        "get",
+        "/threads/{tid}/runs/{rid}",
+        &alice.get(&format!("/threads/{tid}/runs/{rid}")).await,
+    );
+    check(
+        "get",
+        "/threads/{tid}/runs/{rid}/join",
+        &alice.get(&format!("/threads/{tid}/runs/{rid}/join")).await,
+    );
+    check(
+        "post",
+        "/threads/search",
+        &alice.post("/threads/search", json!({})).await,
+    );
+    check(
+        "post",
+        "/threads/count",
+        &alice
+            .post("/threads/count", json!({"status": "idle"}))
+            .await,
+    );
+    let view = alice.get(&format!("/sessions/{tid}")).await;
+    assert!(view["plan"]["nodes"].is_array(), "{view:#}");
+    check("get", "/sessions/{id}", &view);
+    let early = alice.get(&format!("/sessions/{tid}?at=3")).await;
+    check("get", "/sessions/{id}", &early);
+
+    // A plan that waits for approval: the interrupt, the proposed plan, the check of an edit.
+    let waiting = alice.run_wait("gatekeeper", "Refund c-7.", json!({})).await;
+    let view = alice.get(&format!("/sessions/{waiting}")).await;
+    assert_eq!(view["waiting"]["kind"], "plan_approval");
+    check("get", "/sessions/{id}", &view);
+    let thread = alice.get(&format!("/threads/{waiting}")).await;
+    assert_eq!(thread["status"], "interrupted");
+    check("get", "/threads/{tid}", &thread);
+    check(
+        "get",
+        "/threads/{tid}/state",
+        &alice.get(&format!("/threads/{waiting}/state")).await,
+    );
+    let proposed = view["waiting"]["plan"].clone();
+    let ok = alice
+        .post(
+            &format!("/sessions/{waiting}/plan/check"),
+            json!({ "plan": proposed }),
+        )
+        .await;
+    assert_eq!(ok["ok"], true, "{ok:#}");
+    check("post", "/sessions/{id}/plan/check", &ok);
+    let bad = alice
+        .post(
+            &format!("/sessions/{waiting}/plan/check"),
+            json!({"plan": [{"_id": "x", "_tool": "nothing"}]}),
+        )
+        .await;
+    assert_eq!(bad["ok"], false, "{bad:#}");
+    check("post", "/sessions/{id}/plan/check", &bad);
+
+    // weft's own routes: agents, the list of sessions, fork, cancel.
+    check("get", "/agents", &alice.get("/agents").await);
+    let sessions = alice.get("/sessions").await;
+    assert!(sessions["sessions"].as_array().unwrap().len() >= 2);
+    check("get", "/sessions", &sessions);
+    let fork = alice
+        .post(&format!("/sessions/{tid}/fork"), json!({"at": 3}))
+        .await;
+    check("post", "/sessions/{id}/fork", &fork);
+    let cancelled = alice
+        .post(&format!("/sessions/{waiting}/cancel"), json!(null))
+        .await;
+    assert_eq!(cancelled["status"], "failed");
+    check("post", "/sessions/{id}/cancel", &cancelled);
+    // A run started in the background, and the server's own routes.
+    let tid2 = alice.post("/threads", json!({})).await["thread_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = alice
+        .post(
+            &format!("/threads/{tid2}/runs"),
+            json!({"assistant_id": "asker", "input": {"messages": [{"role": "user", "content": "Refund c1."}]}}),
+        )
+        .await;
+    check("post", "/threads/{tid}/runs", &run);
+    check("get", "/info", &alice.get("/info").await);
+    check("get", "/health", &alice.get("/health").await);
+    // An error is `{"detail": ...}`, as declared.
+    let (status, missing) = alice
+        .call(reqwest::Method::GET, "/threads/nothing-here", None)
+        .await;
+    assert_eq!(status, 404);
+    let op = &doc["paths"]["/threads/{tid}"]["get"]["responses"]["404"];
+    let mut root = op["content"]["application/json"]["schema"].clone();
+    root["components"] = doc["components"].clone();
+    assert!(
+        jsonschema::draft202012::is_valid(&root, &missing),
+        "{missing}"
+    );
+}

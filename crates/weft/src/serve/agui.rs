@@ -22,43 +22,151 @@ use axum::Json;
 use axum::extract::{Extension, Path, State};
 use axum::response::sse::Event as Sse;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use weft_core::{Envelope, Event, State as SessionState};
 use weft_store::{NewSession, Store, StoreError};
 
 use super::auth::User;
+use super::openapi::{self, Route};
 use super::runs::{self, RunBody};
 use super::stream::{self, Format};
 use super::{ApiError, Shared};
 
-fn event(data: &Value) -> Sse {
-    Sse::default().data(data.to_string())
+/// The route of AG-UI.
+pub fn routes() -> Vec<Route> {
+    vec![
+        openapi::post(
+            "/ag-ui/{agent}",
+            "Run an agent with an AG-UI RunAgentInput and stream AG-UI events",
+            run,
+        )
+        .body::<RunAgentInput>()
+        .events::<AgUiEvent>("text/event-stream of AG-UI events (`data:` lines)"),
+    ]
+}
+
+/// An AG-UI event, as each `data:` line of the stream carries it.
+#[derive(Serialize, JsonSchema)]
+#[serde(
+    tag = "type",
+    rename_all = "SCREAMING_SNAKE_CASE",
+    rename_all_fields = "camelCase"
+)]
+pub enum AgUiEvent {
+    RunStarted {
+        thread_id: String,
+        run_id: String,
+    },
+    StepStarted {
+        step_name: String,
+    },
+    StepFinished {
+        step_name: String,
+    },
+    StateSnapshot {
+        #[schemars(schema_with = "openapi::any")]
+        snapshot: Value,
+    },
+    ToolCallStart {
+        tool_call_id: String,
+        tool_call_name: String,
+    },
+    ToolCallArgs {
+        tool_call_id: String,
+        /// The arguments as JSON text.
+        delta: String,
+    },
+    ToolCallEnd {
+        tool_call_id: String,
+    },
+    ToolCallResult {
+        message_id: String,
+        tool_call_id: String,
+        /// The outcome as JSON text.
+        content: String,
+        role: String,
+    },
+    TextMessageStart {
+        message_id: String,
+        role: String,
+    },
+    TextMessageContent {
+        message_id: String,
+        delta: String,
+    },
+    TextMessageEnd {
+        message_id: String,
+    },
+    RunError {
+        message: String,
+        code: String,
+    },
+    RunFinished {
+        thread_id: String,
+        run_id: String,
+        result: Option<RunResult>,
+        outcome: Outcome,
+    },
+}
+
+/// What a finished run leaves: its answer and the plan's State object.
+#[derive(Serialize, JsonSchema)]
+pub struct RunResult {
+    answer: Option<String>,
+    #[schemars(schema_with = "openapi::any")]
+    data: Value,
+}
+
+/// How a run finished: `success`, or `interrupt` with the wait.
+#[derive(Serialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Outcome {
+    Success,
+    Interrupt { interrupts: Vec<AgUiInterrupt> },
+}
+
+/// A wait as AG-UI's interrupt: answered by the next input's `resume` entry.
+#[derive(Serialize, JsonSchema)]
+pub struct AgUiInterrupt {
+    id: String,
+    reason: String,
+    message: String,
+}
+
+fn event(data: &AgUiEvent) -> Sse {
+    Sse::default().data(serde_json::to_string(data).unwrap_or_default())
 }
 
 pub fn run_started(thread_id: &str, run_id: &str) -> Sse {
-    event(&json!({"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id}))
+    event(&AgUiEvent::RunStarted {
+        thread_id: thread_id.to_owned(),
+        run_id: run_id.to_owned(),
+    })
 }
 
 /// The AG-UI events one stored event makes, after it was applied to `st`.
 pub fn parts(env: &Envelope, st: &SessionState, streamed: bool, out: &mut VecDeque<Sse>) {
-    let step = |kind: &str, name: &str| event(&json!({"type": kind, "stepName": name}));
+    let started = |name: String| event(&AgUiEvent::StepStarted { step_name: name });
+    let finished = |name: String| event(&AgUiEvent::StepFinished { step_name: name });
+    let end = || {
+        event(&AgUiEvent::TextMessageEnd {
+            message_id: message_id(st),
+        })
+    };
     match &env.event {
-        Event::WaveStarted { wave, .. } => {
-            out.push_back(step("STEP_STARTED", &format!("wave {wave}")))
-        }
-        Event::WaveFinished { wave } => {
-            out.push_back(step("STEP_FINISHED", &format!("wave {wave}")))
-        }
-        Event::StepStarted { step: s, .. } => out.push_back(step("STEP_STARTED", s)),
+        Event::WaveStarted { wave, .. } => out.push_back(started(format!("wave {wave}"))),
+        Event::WaveFinished { wave } => out.push_back(finished(format!("wave {wave}"))),
+        Event::StepStarted { step: s, .. } => out.push_back(started(s.clone())),
         Event::StepCompleted { step: s, .. } => {
-            out.push_back(step("STEP_FINISHED", s));
-            out.push_back(event(
-                &json!({"type": "STATE_SNAPSHOT", "snapshot": st.data}),
-            ));
+            out.push_back(finished(s.clone()));
+            out.push_back(event(&AgUiEvent::StateSnapshot {
+                snapshot: st.data.clone(),
+            }));
         }
         Event::StepFailed { step: s, .. } | Event::StepSkipped { step: s, .. } => {
-            out.push_back(step("STEP_FINISHED", s));
+            out.push_back(finished(s.clone()));
         }
         Event::ToolCallStarted {
             call_id,
@@ -66,38 +174,37 @@ pub fn parts(env: &Envelope, st: &SessionState, streamed: bool, out: &mut VecDeq
             args,
             ..
         } => {
-            out.push_back(event(
-                &json!({"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": tool}),
-            ));
-            out.push_back(event(&json!({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": args.to_string()})));
-            out.push_back(event(
-                &json!({"type": "TOOL_CALL_END", "toolCallId": call_id}),
-            ));
+            out.push_back(event(&AgUiEvent::ToolCallStart {
+                tool_call_id: call_id.clone(),
+                tool_call_name: tool.clone(),
+            }));
+            out.push_back(event(&AgUiEvent::ToolCallArgs {
+                tool_call_id: call_id.clone(),
+                delta: args.to_string(),
+            }));
+            out.push_back(event(&AgUiEvent::ToolCallEnd {
+                tool_call_id: call_id.clone(),
+            }));
         }
         Event::ToolCallFinished {
             call_id, outcome, ..
         } => {
-            let content = serde_json::to_string(outcome).unwrap_or_default();
-            out.push_back(event(&json!({
-                "type": "TOOL_CALL_RESULT", "messageId": format!("{call_id}-result"),
-                "toolCallId": call_id, "content": content, "role": "tool",
-            })));
+            out.push_back(event(&AgUiEvent::ToolCallResult {
+                message_id: format!("{call_id}-result"),
+                tool_call_id: call_id.clone(),
+                content: serde_json::to_string(outcome).unwrap_or_default(),
+                role: "tool".into(),
+            }));
         }
         // The text came piece by piece already: the message ends here.
         Event::RunFinished {
             answer: Some(_), ..
-        } if streamed => {
-            out.push_back(event(
-                &json!({"type": "TEXT_MESSAGE_END", "messageId": message_id(st)}),
-            ));
-        }
+        } if streamed => out.push_back(end()),
         Event::RunFinished {
             answer: Some(a), ..
         } => {
             out.extend(text(st, a, true));
-            out.push_back(event(
-                &json!({"type": "TEXT_MESSAGE_END", "messageId": message_id(st)}),
-            ));
+            out.push_back(end());
         }
         _ => {}
     }
@@ -112,13 +219,15 @@ pub fn text(st: &SessionState, piece: &str, first: bool) -> Vec<Sse> {
     let id = message_id(st);
     let mut out = Vec::new();
     if first {
-        out.push(event(
-            &json!({"type": "TEXT_MESSAGE_START", "messageId": id, "role": "assistant"}),
-        ));
+        out.push(event(&AgUiEvent::TextMessageStart {
+            message_id: id.clone(),
+            role: "assistant".into(),
+        }));
     }
-    out.push(event(
-        &json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": piece}),
-    ));
+    out.push(event(&AgUiEvent::TextMessageContent {
+        message_id: id,
+        delta: piece.to_owned(),
+    }));
     out
 }
 
@@ -130,25 +239,31 @@ pub fn finished(
     error: Option<String>,
 ) -> Vec<Sse> {
     if let Some(message) = error {
-        return vec![event(
-            &json!({"type": "RUN_ERROR", "message": message, "code": "run_failed"}),
-        )];
+        return vec![event(&AgUiEvent::RunError {
+            message,
+            code: "run_failed".into(),
+        })];
     }
     let outcome = match st.and_then(|s| s.waiting.as_ref().map(|w| (s, w))) {
-        Some((s, w)) => json!({"type": "interrupt", "interrupts": [{
-            "id": super::threads::interrupt(s, w)["id"],
-            "reason": w.kind,
-            "message": w.question,
-        }]}),
-        None => json!({"type": "success"}),
+        Some((s, w)) => Outcome::Interrupt {
+            interrupts: vec![AgUiInterrupt {
+                id: super::threads::interrupt(s, w).id,
+                reason: w.kind.clone(),
+                message: w.question.clone(),
+            }],
+        },
+        None => Outcome::Success,
     };
-    let result = st
-        .map(|s| json!({"answer": s.answer, "data": s.data}))
-        .unwrap_or(Value::Null);
-    vec![event(&json!({
-        "type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id,
-        "result": result, "outcome": outcome,
-    }))]
+    let result = st.map(|s| RunResult {
+        answer: s.answer.clone(),
+        data: s.data.clone(),
+    });
+    vec![event(&AgUiEvent::RunFinished {
+        thread_id: thread_id.to_owned(),
+        run_id: run_id.to_owned(),
+        result,
+        outcome,
+    })]
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

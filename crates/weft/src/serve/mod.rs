@@ -34,10 +34,8 @@ use std::sync::Arc;
 use anyhow::{Result, anyhow};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Args;
-use serde_json::json;
 
 use crate::drive::AgentFile;
 use crate::store::CliStore;
@@ -61,6 +59,9 @@ pub struct ServeArgs {
     /// Runs one user may have going at once (more are refused with 429).
     #[arg(long, default_value_t = 100)]
     pub max_runs_per_user: usize,
+    /// Print the API's OpenAPI document (what `/openapi.json` answers) and exit.
+    #[arg(long)]
+    pub openapi: bool,
 }
 
 /// What every handler shares.
@@ -99,7 +100,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.0, Json(json!({"detail": self.1}))).into_response()
+        (self.0, Json(openapi::Detail { detail: self.1 })).into_response()
     }
 }
 
@@ -122,6 +123,12 @@ impl From<weft_store::StoreError> for ApiError {
 }
 
 pub async fn run(store: Arc<CliStore>, a: ServeArgs) -> Result<u8> {
+    if a.openapi {
+        let doc = format!("{:#}\n", openapi::document(&api()));
+        std::io::Write::write_all(&mut std::io::stdout().lock(), doc.as_bytes())
+            .map_err(|e| anyhow!("cannot write the OpenAPI document: {e}"))?;
+        return Ok(0);
+    }
     let keys = auth::Keys::load(a.keys.as_deref())?;
     let agents = crate::drive::agents(&a.agents).await?;
     crate::store::agent_durability(store.as_ref(), agents.values().map(|f| &f.spec));
@@ -180,434 +187,126 @@ async fn metrics_text(axum::extract::State(app): axum::extract::State<Shared>) -
         .into_response()
 }
 
-/// A documented route: its handlers, and one entry of the OpenAPI document per method.
-struct Api {
-    path: &'static str,
-    handler: axum::routing::MethodRouter<Shared>,
-    docs: Vec<openapi::Route>,
+/// Every route: each module's, and the server's own. The router and `/openapi.json` are both
+/// made from this list.
+fn api() -> Vec<openapi::Route> {
+    [
+        threads::routes(),
+        runs::routes(),
+        agui::routes(),
+        sessions::routes(),
+        routes(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
-fn doc(
-    method: &'static str,
-    path: &'static str,
-    summary: &'static str,
-    body: Option<fn() -> serde_json::Value>,
-    answers: &'static str,
-) -> openapi::Route {
-    openapi::Route {
-        method,
-        path,
-        summary,
-        body,
-        answers,
-    }
-}
-
-/// Every route that needs a key: the router and `/openapi.json` are both made from this table.
-fn api() -> Vec<Api> {
-    use openapi::schema_of;
-    let one = |path, handler, d: openapi::Route| Api {
-        path,
-        handler,
-        docs: vec![d],
-    };
+/// The server's own routes: health, metrics, info, this document, the playground's files.
+fn routes() -> Vec<openapi::Route> {
+    use openapi::get;
     vec![
-        one(
-            "/assistants/search",
-            post(threads::search_assistants),
-            doc(
-                "post",
-                "/assistants/search",
-                "List the assistants (one per agent file)",
-                Some(schema_of::<threads::SearchAssistants>),
-                "a list of assistants",
-            ),
-        ),
-        one(
-            "/assistants/count",
-            post(threads::count_assistants),
-            doc(
-                "post",
-                "/assistants/count",
-                "How many assistants match (graph_id, name, metadata)",
-                Some(schema_of::<threads::CountAssistants>),
-                "a number",
-            ),
-        ),
-        one(
-            "/assistants/{id}",
-            get(threads::get_assistant),
-            doc(
-                "get",
-                "/assistants/{id}",
-                "An assistant, by its agent's name",
-                None,
-                "the assistant",
-            ),
-        ),
-        one(
-            "/assistants/{id}/graph",
-            get(threads::assistant_graph),
-            doc(
-                "get",
-                "/assistants/{id}/graph",
-                "The agent as LangGraph's graph: the loop of `agent` and, when it has tools, `tools` (plan and workflow steps are not nodes)",
-                None,
-                "{nodes, edges}",
-            ),
-        ),
-        one(
-            "/assistants/{id}/schemas",
-            get(threads::assistant_schemas),
-            doc(
-                "get",
-                "/assistants/{id}/schemas",
-                "The input a run takes and the thread's values (state and output); no config or context",
-                None,
-                "{graph_id, input_schema, output_schema, state_schema, config_schema, context_schema}",
-            ),
-        ),
-        one(
-            "/threads",
-            post(threads::create_thread),
-            doc(
-                "post",
-                "/threads",
-                "Create a thread (a session) owned by the key's user",
-                Some(schema_of::<threads::CreateThread>),
-                "the thread",
-            ),
-        ),
-        one(
-            "/threads/search",
-            post(threads::search_threads),
-            doc(
-                "post",
-                "/threads/search",
-                "The user's threads, newest first",
-                Some(schema_of::<threads::SearchThreads>),
-                "a list of threads",
-            ),
-        ),
-        one(
-            "/threads/count",
-            post(threads::count_threads),
-            doc(
-                "post",
-                "/threads/count",
-                "How many of the user's threads match (status, metadata, values; of the newest 10,000)",
-                Some(schema_of::<threads::CountThreads>),
-                "a number",
-            ),
-        ),
-        Api {
-            path: "/threads/{tid}",
-            handler: get(threads::get_thread).delete(threads::delete_thread),
-            docs: vec![
-                doc(
-                    "get",
-                    "/threads/{tid}",
-                    "A thread: status (idle, busy, interrupted, error), values, interrupts",
-                    None,
-                    "the thread",
-                ),
-                doc(
-                    "delete",
-                    "/threads/{tid}",
-                    "Not supported (405): `weft sessions prune` removes old sessions",
-                    None,
-                    "never",
-                ),
-            ],
-        },
-        one(
-            "/threads/{tid}/state",
-            get(threads::get_state),
-            doc(
-                "get",
-                "/threads/{tid}/state",
-                "The thread's state: values, next, tasks with interrupts, checkpoint",
-                None,
-                "the state",
-            ),
-        ),
-        one(
-            "/threads/{tid}/history",
-            post(threads::history),
-            doc(
-                "post",
-                "/threads/{tid}/history",
-                "The thread's states after each turn ended or waited, newest first",
-                Some(schema_of::<threads::History>),
-                "a list of states",
-            ),
-        ),
-        Api {
-            path: "/threads/{tid}/runs",
-            handler: post(runs::create_background).get(runs::list),
-            docs: vec![
-                doc(
-                    "post",
-                    "/threads/{tid}/runs",
-                    "Start a run in the background",
-                    Some(schema_of::<runs::RunBody>),
-                    "the run (pending)",
-                ),
-                doc(
-                    "get",
-                    "/threads/{tid}/runs",
-                    "The thread's runs from its log, newest first (query: limit, offset, status)",
-                    None,
-                    "a list of runs",
-                ),
-            ],
-        },
-        one(
-            "/threads/{tid}/runs/wait",
-            post(runs::create_wait),
-            doc(
-                "post",
-                "/threads/{tid}/runs/wait",
-                "Start a run and answer with the thread's values when it ends or waits (`__interrupt__`); the headers come at once (Location: the run's join, to ask again after a dropped connection)",
-                Some(schema_of::<runs::RunBody>),
-                "the thread's values",
-            ),
-        ),
-        one(
-            "/threads/{tid}/runs/stream",
-            post(runs::create_stream),
-            doc(
-                "post",
-                "/threads/{tid}/runs/stream",
-                "Start a run and stream it (server-sent events: metadata, values, updates, messages, custom, end or error; ids are sequence numbers)",
-                Some(schema_of::<runs::RunBody>),
-                "text/event-stream; Location: where to reconnect",
-            ),
-        ),
-        one(
-            "/threads/{tid}/runs/{rid}",
-            get(runs::get),
-            doc("get", "/threads/{tid}/runs/{rid}", "A run", None, "the run"),
-        ),
-        one(
-            "/threads/{tid}/runs/{rid}/join",
-            get(runs::join),
-            doc(
-                "get",
-                "/threads/{tid}/runs/{rid}/join",
-                "Wait for a run and answer with the thread's values",
-                None,
-                "the thread's values",
-            ),
-        ),
-        one(
-            "/threads/{tid}/runs/{rid}/stream",
-            get(runs::join_stream),
-            doc(
-                "get",
-                "/threads/{tid}/runs/{rid}/stream",
-                "A run's stream after Last-Event-ID (all of it without), then live until it ends",
-                None,
-                "text/event-stream",
-            ),
-        ),
-        one(
-            "/threads/{tid}/runs/{rid}/cancel",
-            post(runs::cancel),
-            doc(
-                "post",
-                "/threads/{tid}/runs/{rid}/cancel",
-                "Cancel a run: its calls in flight are stopped and recorded, the session ends as failed",
-                None,
-                "204 once it stopped",
-            ),
-        ),
-        one(
-            "/ag-ui/{agent}",
-            post(agui::run),
-            doc(
-                "post",
-                "/ag-ui/{agent}",
-                "Run an agent with an AG-UI RunAgentInput and stream AG-UI events",
-                Some(schema_of::<agui::RunAgentInput>),
-                "text/event-stream of AG-UI events",
-            ),
-        ),
-        one(
-            "/agents",
-            get(sessions::agents),
-            doc(
-                "get",
-                "/agents",
-                "The agents this server runs, with their tools and the tools' input schemas, and the key's user",
-                None,
-                "{user, agents: [...]}",
-            ),
-        ),
-        one(
-            "/sessions",
-            get(sessions::list),
-            doc(
-                "get",
-                "/sessions",
-                "The user's sessions across agents, newest first, with status, agent, task, age, usage and cost (query: status, agent, limit, offset)",
-                None,
-                "{sessions: [...], more}",
-            ),
-        ),
-        one(
-            "/sessions/{id}",
-            get(sessions::get),
-            doc(
-                "get",
-                "/sessions/{id}",
-                "The session as it was after event `at` (query; default the last): state, the plan as a graph with each step's state and wave, tool calls, reviews, plan versions and their changes, usage",
-                None,
-                "the session",
-            ),
-        ),
-        one(
-            "/sessions/{id}/events",
-            get(sessions::events),
-            doc(
-                "get",
-                "/sessions/{id}/events",
-                "The session's typed events as server-sent events after Last-Event-ID (or `after`), then live: `event` (id: sequence number), `text` (the model's text as it comes), `ready`",
-                None,
-                "text/event-stream",
-            ),
-        ),
-        one(
-            "/sessions/{id}/fork",
-            post(sessions::fork),
-            doc(
-                "post",
-                "/sessions/{id}/fork",
-                "Fork the session at an event into a new session (a running fork is continued at once)",
-                Some(schema_of::<sessions::ForkBody>),
-                "{id, forked_from, status}",
-            ),
-        ),
-        one(
-            "/sessions/{id}/pause",
-            post(sessions::pause),
-            doc(
-                "post",
-                "/sessions/{id}/pause",
-                "Pause the run at its next safe point; the session waits (kind `paused`) until any answer continues it",
-                None,
-                "{id, status}",
-            ),
-        ),
-        one(
-            "/sessions/{id}/cancel",
-            post(sessions::cancel),
-            doc(
-                "post",
-                "/sessions/{id}/cancel",
-                "Cancel the session: calls in flight are stopped and recorded, it ends as failed",
-                None,
-                "{id, status}",
-            ),
-        ),
-        one(
-            "/sessions/{id}/plan/check",
-            post(sessions::check_plan),
-            doc(
-                "post",
-                "/sessions/{id}/plan/check",
-                "Check an edited plan as the answer to the session's plan approval: every problem, or the waves it would run in",
-                Some(schema_of::<sessions::PlanCheck>),
-                "{ok, problems, waves, plan}",
-            ),
-        ),
-        one(
-            "/metrics",
-            get(metrics_text),
-            doc(
-                "get",
-                "/metrics",
-                "Prometheus metrics (OpenMetrics text)",
-                None,
-                "the metrics",
-            ),
-        ),
-        one(
+        get("/metrics", "Prometheus metrics (OpenMetrics text)", metrics_text)
+            .media("application/openmetrics-text", "the metrics"),
+        get(
             "/info",
-            get(info),
-            doc(
-                "get",
-                "/info",
-                "What this server is, as LangGraph Server's /info says it: weft's version, and flags for the features it has (assistants) and has not (crons, langsmith)",
-                None,
-                "{version, flags, host}",
-            ),
-        ),
-        one(
-            "/openapi.json",
-            get(openapi_json),
-            doc(
-                "get",
-                "/openapi.json",
-                "This document",
-                None,
-                "the OpenAPI document",
-            ),
-        ),
+            "What this server is, as LangGraph Server's /info says it: weft's version, and flags for the features it has (assistants) and has not (crons, langsmith)",
+            info,
+        )
+        .json::<Info>("{version, flags, host}"),
+        get("/openapi.json", "This document", openapi_json)
+            .media("application/json", "the OpenAPI document"),
+        get(
+            "/health",
+            "Whether the server answers (no key needed)",
+            health,
+        )
+        .json::<Health>("{\"ok\": true}")
+        .open(),
+        get("/ok", "The same as /health", health)
+            .json::<Health>("{\"ok\": true}")
+            .open(),
+        // The playground's files hold no data; what it shows comes from the routes above.
+        get(
+            "/",
+            "The playground, a web page over this API (its files need no key; the page asks for one)",
+            playground::index,
+        )
+        .media("text/html", "the page")
+        .open(),
+        get(
+            "/playground/{*path}",
+            "The playground's scripts and styles",
+            playground::asset,
+        )
+        .media("application/octet-stream", "the file")
+        .open(),
     ]
 }
 
+/// What `/health` answers.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+struct Health {
+    ok: bool,
+}
+
+async fn health() -> Json<Health> {
+    Json(Health { ok: true })
+}
+
+/// LangGraph Server's `/info`.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+struct Info {
+    version: &'static str,
+    flags: InfoFlags,
+    host: InfoHost,
+}
+
+/// The features this server has.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+struct InfoFlags {
+    assistants: bool,
+    crons: bool,
+    langsmith: bool,
+}
+
+#[derive(serde::Serialize, schemars::JsonSchema)]
+struct InfoHost {
+    kind: &'static str,
+}
+
 /// LangGraph Server's `/info`: its version is weft's; the flags say what a client may use.
-async fn info() -> Json<serde_json::Value> {
-    Json(json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "flags": {"assistants": true, "crons": false, "langsmith": false},
-        "host": {"kind": "weft"},
-    }))
+async fn info() -> Json<Info> {
+    Json(Info {
+        version: env!("CARGO_PKG_VERSION"),
+        flags: InfoFlags {
+            assistants: true,
+            crons: false,
+            langsmith: false,
+        },
+        host: InfoHost { kind: "weft" },
+    })
 }
 
 async fn openapi_json() -> Json<serde_json::Value> {
-    let mut docs: Vec<openapi::Route> = api().into_iter().flat_map(|a| a.docs).collect();
-    docs.push(doc(
-        "get",
-        "/health",
-        "Whether the server answers (no key needed)",
-        None,
-        "{\"ok\": true}",
-    ));
-    docs.push(doc(
-        "get",
-        "/",
-        "The playground, a web page over this API (its files need no key; the page asks for one)",
-        None,
-        "text/html",
-    ));
-    docs.push(doc(
-        "get",
-        "/playground/{path}",
-        "The playground's scripts and styles",
-        None,
-        "the file",
-    ));
-    Json(openapi::document(&docs))
+    Json(openapi::document(&api()))
 }
 
 fn router(app: Shared, keys: auth::Keys, max_body: usize) -> Router {
+    let mut open = Router::new();
     let mut protected = Router::new();
-    for a in api() {
-        protected = protected.route(a.path, a.handler);
+    for r in api() {
+        if r.open {
+            open = open.route(r.path, r.handler);
+        } else {
+            protected = protected.route(r.path, r.handler);
+        }
     }
     let protected = protected.layer(axum::middleware::from_fn_with_state(
         Arc::new(keys),
         auth::require,
     ));
-    Router::new()
-        .route("/health", get(|| async { Json(json!({"ok": true})) }))
-        // The playground's files hold no data; what it shows comes from the routes above.
-        .route("/", get(playground::index))
-        .route("/playground/{*path}", get(playground::asset))
-        .route("/ok", get(|| async { Json(json!({"ok": true})) }))
-        .merge(protected)
+    open.merge(protected)
         .layer(axum::middleware::map_response(json_errors))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(max_body, over_limit))

@@ -1,44 +1,195 @@
-//! `/openapi.json`: the API as an OpenAPI 3.1 document. The request bodies' schemas are
-//! generated from the handlers' own request types (schemars), so the document cannot drift from
-//! what the handlers accept; the routes come from the same table the router is built from.
+//! The routes and `/openapi.json`. Each route module states its routes once, as [`Route`]s
+//! (method, path, handler, summary, the request type, the response type); the router and the
+//! OpenAPI 3.1 document are both made from them. Request and response schemas are generated
+//! from the handlers' own types (schemars): requests as they are read, responses as they are
+//! written (`components/schemas` holds the named response types), so the document cannot drift
+//! from what the handlers accept and answer.
 
-use schemars::JsonSchema;
+use axum::handler::Handler;
+use axum::routing::MethodRouter;
+use schemars::generate::{SchemaGenerator, SchemaSettings};
+use schemars::{JsonSchema, Schema};
 use serde_json::{Map, Value, json};
 
-/// One route: method, path, what it does, its request type's schema (if it takes a body), and
-/// what it answers.
+use super::Shared;
+
+/// What a route answers with when it succeeds.
+pub enum Answer {
+    /// A JSON body of a type: its schema, and what it is.
+    Json(fn(&mut SchemaGenerator) -> Schema, &'static str),
+    /// A body of another media type (server-sent events, HTML, text), and what it is.
+    Media(&'static str, &'static str),
+    /// Server-sent events whose `data` is JSON of a type: its schema, and what they are.
+    Events(fn(&mut SchemaGenerator) -> Schema, &'static str),
+    /// No body, with this status.
+    Empty(u16, &'static str),
+}
+
+/// One route: method, path, handler, what it does, its request body's schema (if it takes
+/// one), what it answers, and whether it needs a key.
 pub struct Route {
     pub method: &'static str,
     pub path: &'static str,
+    pub handler: MethodRouter<Shared>,
     pub summary: &'static str,
     pub body: Option<fn() -> Value>,
-    pub answers: &'static str,
+    pub answers: Answer,
+    pub open: bool,
 }
 
+macro_rules! method {
+    ($name:ident) => {
+        /// A route of this method; its answer is declared with [`Route::json`] and the like.
+        pub fn $name<H, T>(path: &'static str, summary: &'static str, handler: H) -> Route
+        where
+            H: Handler<T, Shared>,
+            T: 'static,
+        {
+            Route {
+                method: stringify!($name),
+                path,
+                handler: axum::routing::$name(handler),
+                summary,
+                body: None,
+                answers: Answer::Media("application/json", ""),
+                open: false,
+            }
+        }
+    };
+}
+
+method!(get);
+method!(post);
+method!(delete);
+
+impl Route {
+    /// The route takes a JSON body of type `B`.
+    pub fn body<B: JsonSchema>(mut self) -> Self {
+        self.body = Some(schema_of::<B>);
+        self
+    }
+
+    /// The route answers with a JSON body of type `R`.
+    pub fn json<R: JsonSchema>(mut self, what: &'static str) -> Self {
+        self.answers = Answer::Json(|g| g.subschema_for::<R>(), what);
+        self
+    }
+
+    /// The route answers with server-sent events whose data is JSON of type `E`.
+    pub fn events<E: JsonSchema>(mut self, what: &'static str) -> Self {
+        self.answers = Answer::Events(|g| g.subschema_for::<E>(), what);
+        self
+    }
+
+    /// The route answers with a body of `media` type.
+    pub fn media(mut self, media: &'static str, what: &'static str) -> Self {
+        self.answers = Answer::Media(media, what);
+        self
+    }
+
+    /// The route answers with `status` and no body.
+    pub fn empty(mut self, status: u16, what: &'static str) -> Self {
+        self.answers = Answer::Empty(status, what);
+        self
+    }
+
+    /// The route needs no key.
+    pub fn open(mut self) -> Self {
+        self.open = true;
+        self
+    }
+}
+
+/// The schema of a request type, whole (its definitions inside), as it is read.
 pub fn schema_of<T: JsonSchema>() -> Value {
     serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
 }
 
+/// The error every route may answer with: `{"detail": ...}`.
+#[derive(serde::Serialize, JsonSchema)]
+pub struct Detail {
+    pub detail: String,
+}
+
+/// The path as OpenAPI writes it (`{*path}` becomes `{path}`).
+fn doc_path(path: &str) -> String {
+    path.replace("{*", "{")
+}
+
 /// The document for `routes`.
 pub fn document(routes: &[Route]) -> Value {
+    let mut generator = SchemaSettings::draft2020_12()
+        .for_serialize()
+        .with(|s| {
+            s.definitions_path = "/components/schemas".into();
+            s.meta_schema = None;
+        })
+        .into_generator();
+    let error = generator.subschema_for::<Detail>();
+    let error = json!({"application/json": {"schema": error}});
     let mut paths = Map::new();
     for r in routes {
-        let params: Vec<Value> = r
-            .path
+        let path = doc_path(r.path);
+        let params: Vec<Value> = path
             .split('/')
             .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
             .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
             .collect();
+        let ok = match &r.answers {
+            Answer::Json(schema, what) => (
+                "200",
+                json!({"description": what, "content": {"application/json": {"schema": schema(&mut generator)}}}),
+            ),
+            // `itemSchema` (OpenAPI 3.2) is the schema of each event's data.
+            Answer::Events(schema, what) => (
+                "200",
+                json!({"description": what, "content": {"text/event-stream": {
+                    "schema": {"type": "string"},
+                    "itemSchema": schema(&mut generator),
+                }}}),
+            ),
+            Answer::Media(media, what) => {
+                let kind = if *media == "application/json" {
+                    "object"
+                } else {
+                    "string"
+                };
+                (
+                    "200",
+                    json!({"description": what, "content": {*media: {"schema": {"type": kind}}}}),
+                )
+            }
+            Answer::Empty(status, what) => {
+                let status: &'static str = match status {
+                    204 => "204",
+                    405 => "405",
+                    _ => "200",
+                };
+                (status, json!({"description": what}))
+            }
+        };
+        let mut responses = Map::new();
+        responses.insert(ok.0.into(), ok.1);
+        if !r.open {
+            responses.insert(
+                "401".into(),
+                json!({"description": "no valid API key", "content": error}),
+            );
+        }
+        responses.insert(
+            "404".into(),
+            json!({"description": "not found, or another user's", "content": error}),
+        );
+        responses.insert(
+            "default".into(),
+            json!({"description": "an error: 409, 413, 422, 429, 503...", "content": error}),
+        );
         let mut op = json!({
             "summary": r.summary,
             "parameters": params,
-            "responses": {
-                "200": {"description": r.answers},
-                "401": {"description": "no valid API key", "content": {"application/json": {"schema": error_schema()}}},
-                "404": {"description": "not found, or another user's", "content": {"application/json": {"schema": error_schema()}}},
-            },
+            "responses": responses,
         });
-        if r.path == "/health" || r.path == "/" || r.path.starts_with("/playground/") {
+        if r.open {
             op["security"] = json!([]);
         }
         if let Some(body) = r.body {
@@ -46,7 +197,7 @@ pub fn document(routes: &[Route]) -> Value {
                 json!({"required": false, "content": {"application/json": {"schema": body()}}});
         }
         let entry = paths
-            .entry(r.path.to_owned())
+            .entry(path)
             .or_insert_with(|| Value::Object(Map::new()));
         entry[r.method] = op;
     }
@@ -57,15 +208,80 @@ pub fn document(routes: &[Route]) -> Value {
             "version": env!("CARGO_PKG_VERSION"),
             "description": "LangGraph Server's API (assistants, threads, runs, streaming) and AG-UI over weft's durable sessions.",
         },
-        "components": {"securitySchemes": {
-            "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
-            "bearer": {"type": "http", "scheme": "bearer"},
-        }},
+        "components": {
+            "schemas": generator.take_definitions(true),
+            "securitySchemes": {
+                "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+                "bearer": {"type": "http", "scheme": "bearer"},
+            },
+        },
         "security": [{"apiKey": []}, {"bearer": []}],
         "paths": paths,
     })
 }
 
-fn error_schema() -> Value {
-    json!({"type": "object", "properties": {"detail": {"type": "string"}}, "required": ["detail"]})
+/// The schema of any JSON value (a field whose shape is the agent's or the tool's own).
+pub fn any(_: &mut SchemaGenerator) -> Schema {
+    Schema::from(true)
+}
+
+/// A stored event as it is sent: its place in the log and its type, with the event's own
+/// fields beside them.
+#[derive(Clone, serde::Serialize)]
+#[serde(transparent)]
+pub struct StoredEvent(pub weft_core::Envelope);
+
+impl JsonSchema for StoredEvent {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "StoredEvent".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        schemars::json_schema!({
+        "type": "object",
+        "properties": {
+            "seq": {"type": "integer", "minimum": 1},
+            "ts": {"type": "integer"},
+            "v": {"type": "integer"},
+            "epoch": {"type": "integer"},
+            "type": {"type": "string"},
+        },
+        "required": ["seq", "ts", "v", "type"],
+        })
+    }
+}
+
+/// A plan as it is sent: its calls (`_id`, `_tool` and the arguments).
+#[derive(serde::Serialize)]
+#[serde(transparent)]
+pub struct PlanCalls(pub weft_core::Plan);
+
+impl JsonSchema for PlanCalls {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PlanCalls".into()
+    }
+
+    fn json_schema(g: &mut SchemaGenerator) -> Schema {
+        calls(g)
+    }
+}
+
+/// The schema of a list of plan calls (`_id`, `_tool` and the arguments).
+pub fn calls(_: &mut SchemaGenerator) -> Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {"type": "object", "properties": {"_id": {"type": "string"}}, "required": ["_id"]},
+    })
+}
+
+/// The schema of the model's conversation: messages tagged by `role`.
+pub fn messages(_: &mut SchemaGenerator) -> Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {"role": {"type": "string"}},
+            "required": ["role"],
+        },
+    })
 }

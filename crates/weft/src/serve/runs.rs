@@ -11,19 +11,100 @@ use axum::Json;
 use axum::extract::{Extension, Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
 use weft_core::SessionStatus;
 use weft_runtime::{Agent, Runtime, SessionInfo};
 use weft_store::{SessionRecord, Store};
 
 use super::auth::User;
+use super::openapi::{self, Route};
 use super::{ApiError, Shared, stream, threads};
 use crate::drive::AgentFile;
 use crate::sessions_cmd::fmt_time;
 
+/// The routes of runs.
+pub fn routes() -> Vec<Route> {
+    vec![
+        openapi::post("/threads/{tid}/runs", "Start a run in the background", create_background)
+            .body::<RunBody>()
+            .json::<RunInfo>("the run (pending)"),
+        openapi::get(
+            "/threads/{tid}/runs",
+            "The thread's runs from its log, newest first (query: limit, offset, status)",
+            list,
+        )
+        .json::<Vec<RunInfo>>("a list of runs"),
+        openapi::post(
+            "/threads/{tid}/runs/wait",
+            "Start a run and answer with the thread's values when it ends or waits (`__interrupt__`); the headers come at once (Location: the run's join, to ask again after a dropped connection)",
+            create_wait,
+        )
+        .body::<RunBody>()
+        .json::<threads::Values>("the thread's values"),
+        openapi::post(
+            "/threads/{tid}/runs/stream",
+            "Start a run and stream it (server-sent events: metadata, values, updates, messages, custom, end or error; ids are sequence numbers)",
+            create_stream,
+        )
+        .body::<RunBody>()
+        .media("text/event-stream", "the run's events; Location: where to reconnect"),
+        openapi::get("/threads/{tid}/runs/{rid}", "A run", get).json::<RunInfo>("the run"),
+        openapi::get(
+            "/threads/{tid}/runs/{rid}/join",
+            "Wait for a run and answer with the thread's values",
+            join,
+        )
+        .json::<threads::Values>("the thread's values"),
+        openapi::get(
+            "/threads/{tid}/runs/{rid}/stream",
+            "A run's stream after Last-Event-ID (all of it without), then live until it ends",
+            join_stream,
+        )
+        .media("text/event-stream", "the run's events"),
+        openapi::post(
+            "/threads/{tid}/runs/{rid}/cancel",
+            "Cancel a run: its calls in flight are stopped and recorded, the session ends as failed",
+            cancel,
+        )
+        .empty(204, "once it stopped"),
+    ]
+}
+
+/// A run as LangGraph clients read it.
+#[derive(Serialize, JsonSchema)]
+pub struct RunInfo {
+    run_id: String,
+    thread_id: String,
+    assistant_id: String,
+    created_at: String,
+    updated_at: String,
+    status: RunStatus,
+    #[schemars(schema_with = "openapi::any")]
+    metadata: Value,
+    multitask_strategy: String,
+    kwargs: Map<String, Value>,
+}
+
+/// Why a run failed, in the values `runs/wait` and `join` answer with.
+#[derive(Clone, Serialize, JsonSchema)]
+pub struct RunError {
+    /// `RunError` (the session failed) or `StoreError`.
+    pub error: String,
+    pub message: Option<String>,
+}
+
+/// What `runs/wait` sends when the thread's values cannot be read once the run ended.
+#[derive(Serialize)]
+struct Unreadable {
+    #[serde(rename = "__error__")]
+    error: RunError,
+}
+
 /// A run's status, as LangGraph names them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum RunStatus {
     Pending,
     Running,
@@ -68,19 +149,19 @@ impl Run {
         self.start_seq.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    pub fn json(&self) -> Value {
+    pub fn json(&self) -> RunInfo {
         let (status, _) = *self.status.borrow();
-        json!({
-            "run_id": self.run_id,
-            "thread_id": self.thread_id,
-            "assistant_id": self.assistant_id,
-            "created_at": fmt_time(self.created_at),
-            "updated_at": fmt_time(weft_runtime::now_ms()),
-            "status": status.as_str(),
-            "metadata": self.metadata,
-            "multitask_strategy": self.multitask_strategy,
-            "kwargs": {},
-        })
+        RunInfo {
+            run_id: self.run_id.clone(),
+            thread_id: self.thread_id.clone(),
+            assistant_id: self.assistant_id.clone(),
+            created_at: fmt_time(self.created_at),
+            updated_at: fmt_time(weft_runtime::now_ms()),
+            status,
+            metadata: self.metadata.clone(),
+            multitask_strategy: self.multitask_strategy.clone(),
+            kwargs: Map::new(),
+        }
     }
 
     /// Waits until the run has ended; its final status and last event.
@@ -748,18 +829,25 @@ pub async fn create_background(
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
     Json(body): Json<RunBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RunInfo>, ApiError> {
     let run = start(&app, &user, &tid, body).await?;
     Ok(Json(run.json()))
 }
 
 /// The thread's values once the run has ended (with `__interrupt__` when it waits).
-async fn final_values(app: &Shared, user: &User, run: &Run) -> Result<Json<Value>, ApiError> {
+async fn final_values(
+    app: &Shared,
+    user: &User,
+    run: &Run,
+) -> Result<Json<threads::Values>, ApiError> {
     run.finished().await;
     let (_, st) = threads::load(app, user, &run.thread_id).await?;
     let mut v = threads::values(&st);
     if st.status == SessionStatus::Failed {
-        v["__error__"] = json!({"error": "RunError", "message": st.error});
+        v.error = Some(RunError {
+            error: "RunError".into(),
+            message: st.error.clone(),
+        });
     }
     Ok(Json(v))
 }
@@ -811,10 +899,16 @@ fn waiting(app: Shared, user: User, run: Arc<Run>) -> Response {
             return Some((Err(stop), None));
         }
         let v = match final_values(&app, &user, &run).await {
-            Ok(Json(v)) => v,
-            Err(e) => json!({"__error__": {"error": "StoreError", "message": e.1}}),
+            Ok(Json(v)) => serde_json::to_string(&v),
+            Err(e) => serde_json::to_string(&Unreadable {
+                error: RunError {
+                    error: "StoreError".into(),
+                    message: Some(e.1),
+                },
+            }),
         };
-        Some((Ok(axum::body::Bytes::from(v.to_string())), None))
+        let v = v.unwrap_or_default();
+        Some((Ok(axum::body::Bytes::from(v)), None))
     });
     let mut resp = axum::body::Body::from_stream(body).into_response();
     let headers = resp.headers_mut();
@@ -1059,7 +1153,7 @@ pub async fn get(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path((tid, rid)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RunInfo>, ApiError> {
     Ok(Json(found(&app, &user, &tid, &rid).await?.json()))
 }
 
@@ -1080,7 +1174,7 @@ pub async fn list(
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
     axum::extract::Query(q): axum::extract::Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Vec<RunInfo>>, ApiError> {
     let (rec, log) = threads::load_log(&app, &user, &tid).await?;
     let mut here: HashMap<String, Arc<Run>> = app
         .runs
@@ -1100,21 +1194,21 @@ pub async fn list(
     runs.extend(here.into_values());
     runs.sort_by_key(|r| std::cmp::Reverse(r.created_at));
     let limit = q.limit.unwrap_or(10).min(1000);
-    let listed: Vec<Value> = runs
+    let listed: Vec<RunInfo> = runs
         .iter()
         .map(|r| r.json())
-        .filter(|r| q.status.as_deref().is_none_or(|s| r["status"] == s))
+        .filter(|r| q.status.as_deref().is_none_or(|s| r.status.as_str() == s))
         .skip(q.offset.unwrap_or(0))
         .take(limit)
         .collect();
-    Ok(Json(Value::Array(listed)))
+    Ok(Json(listed))
 }
 
 pub async fn join(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path((tid, rid)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<threads::Values>, ApiError> {
     let run = found(&app, &user, &tid, &rid).await?;
     final_values(&app, &user, &run).await
 }

@@ -15,23 +15,81 @@ use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as Sse, KeepAlive};
 use axum::response::{IntoResponse, Response, Sse as SseResponse};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use weft_core::graph::{ValidateOptions, validate};
 use weft_core::{Plan, SessionStatus};
 use weft_store::{ListFilter, SessionRecord, Store};
 
 use super::auth::User;
+use super::openapi::{self, PlanCalls, Route};
 use super::{ApiError, Shared, threads, view};
+
+/// weft's own routes.
+pub fn routes() -> Vec<Route> {
+    vec![
+        openapi::get(
+            "/agents",
+            "The agents this server runs, with their tools and the tools' input schemas, and the key's user",
+            agents,
+        )
+        .json::<Agents>("{user, agents: [...]}"),
+        openapi::get(
+            "/sessions",
+            "The user's sessions across agents, newest first, with status, agent, task, age, usage and cost (query: status, agent, limit, offset)",
+            list,
+        )
+        .json::<SessionList>("{sessions: [...], more}"),
+        openapi::get(
+            "/sessions/{id}",
+            "The session as it was after event `at` (query; default the last): state, the plan as a graph with each step's state and wave, tool calls, reviews, plan versions and their changes, usage",
+            get,
+        )
+        .json::<view::SessionView>("the session"),
+        openapi::get(
+            "/sessions/{id}/events",
+            "The session's typed events as server-sent events after Last-Event-ID (or `after`), then live: `event` (id: sequence number), `text` (the model's text as it comes), `ready`",
+            events,
+        )
+        .media("text/event-stream", "the session's events"),
+        openapi::post(
+            "/sessions/{id}/fork",
+            "Fork the session at an event into a new session (a running fork is continued at once)",
+            fork,
+        )
+        .body::<ForkBody>()
+        .json::<Forked>("{id, forked_from, status, run_id}"),
+        openapi::post(
+            "/sessions/{id}/pause",
+            "Pause the run at its next safe point; the session waits (kind `paused`) until any answer continues it",
+            pause,
+        )
+        .json::<Stood>("{id, status}"),
+        openapi::post(
+            "/sessions/{id}/cancel",
+            "Cancel the session: calls in flight are stopped and recorded, it ends as failed",
+            cancel,
+        )
+        .json::<Stood>("{id, status}"),
+        openapi::post(
+            "/sessions/{id}/plan/check",
+            "Check an edited plan as the answer to the session's plan approval: every problem, or the waves it would run in",
+            check_plan,
+        )
+        .body::<PlanCheck>()
+        .json::<Checked>("{ok, problems, waves, plan}"),
+    ]
+}
 
 /// Summaries of sessions, kept until their log grows (a list polled every few seconds folds
 /// only the sessions that changed). At most [`Summaries::MAX`] are kept: past that the cache
 /// starts again, so that listing a store of any size holds bounded memory.
 #[derive(Default)]
-pub struct Summaries(Mutex<HashMap<String, (u64, Value)>>);
+pub struct Summaries(Mutex<HashMap<String, (u64, view::Summary)>>);
 
 impl Summaries {
-    async fn of(&self, app: &Shared, rec: &SessionRecord) -> Result<Value, ApiError> {
+    async fn of(&self, app: &Shared, rec: &SessionRecord) -> Result<view::Summary, ApiError> {
         if let Ok(cache) = self.0.lock()
             && let Some((seq, v)) = cache.get(&rec.id)
             && *seq == rec.last_seq
@@ -78,13 +136,20 @@ pub struct ListQuery {
     offset: Option<usize>,
 }
 
+/// A page of the user's sessions, and whether more follow.
+#[derive(Serialize, JsonSchema)]
+pub struct SessionList {
+    sessions: Vec<view::Summary>,
+    more: bool,
+}
+
 /// `GET /sessions`: the user's sessions across agents, newest first, each with its status,
 /// agent, task, age, usage and cost.
 pub async fn list(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Query(q): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionList>, ApiError> {
     let status = match q.status.as_deref().filter(|s| !s.is_empty()) {
         None => None,
         Some(s) => Some(SessionStatus::parse(s).ok_or_else(|| {
@@ -120,7 +185,7 @@ pub async fn list(
             continue;
         }
         let mut s = app.summaries.of(&app, &rec).await?;
-        if agent.as_ref().is_some_and(|a| s["agent"] != a.as_str()) {
+        if agent.as_ref().is_some_and(|a| &s.agent != a) {
             continue;
         }
         if skipped < offset {
@@ -131,10 +196,13 @@ pub async fn list(
             more = true;
             break;
         }
-        s["busy"] = json!(app.runs.active_on(&rec.id));
+        s.busy = Some(app.runs.active_on(&rec.id));
         out.push(s);
     }
-    Ok(Json(json!({"sessions": out, "more": more})))
+    Ok(Json(SessionList {
+        sessions: out,
+        more,
+    }))
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
@@ -150,7 +218,7 @@ pub async fn get(
     Extension(user): Extension<User>,
     Path(id): Path<String>,
     Query(q): Query<AtQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<view::SessionView>, ApiError> {
     let (rec, log) = load(&app, &user, &id).await?;
     Ok(Json(view::session(
         &rec,
@@ -300,6 +368,30 @@ pub struct ForkBody {
     at: u64,
 }
 
+/// A fork: the new session, where it came from, how it stands, and the run that continues it
+/// (when it is running).
+#[derive(Serialize, JsonSchema)]
+pub struct Forked {
+    id: String,
+    forked_from: ForkedFrom,
+    status: String,
+    run_id: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct ForkedFrom {
+    session: String,
+    at: u64,
+}
+
+/// A session and how it stands after a pause or a cancel.
+#[derive(Serialize, JsonSchema)]
+pub struct Stood {
+    id: String,
+    /// `running`, `waiting_for_user`, `completed` or `failed`.
+    status: String,
+}
+
 /// `POST /sessions/{id}/fork`: a new session with the events up to `at` (calls in flight then
 /// are recorded as interrupted). A fork that is running then is continued by this server at
 /// once; one that waits gets its answer; a finished one a new task.
@@ -308,7 +400,7 @@ pub async fn fork(
     Extension(user): Extension<User>,
     Path(id): Path<String>,
     Json(body): Json<ForkBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Forked>, ApiError> {
     let rec = owned(&app, &user, &id).await?;
     if body.at == 0 || body.at > rec.last_seq {
         return Err(ApiError::bad(format!(
@@ -329,12 +421,15 @@ pub async fn fork(
             })?;
     // A running fork is claimed by this server's loop for orphaned sessions; wake it.
     let _ = app.store.wake().await;
-    Ok(Json(json!({
-        "id": new_id,
-        "forked_from": {"session": id, "at": body.at},
-        "status": state.status.as_str(),
-        "run_id": (state.status == SessionStatus::Running).then_some(run_id),
-    })))
+    Ok(Json(Forked {
+        id: new_id,
+        forked_from: ForkedFrom {
+            session: id,
+            at: body.at,
+        },
+        status: state.status.as_str().to_owned(),
+        run_id: (state.status == SessionStatus::Running).then_some(run_id),
+    }))
 }
 
 /// `POST /sessions/{id}/pause`: the run stops at its next safe point (no new model or tool
@@ -344,7 +439,7 @@ pub async fn pause(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Stood>, ApiError> {
     let rec = owned(&app, &user, &id).await?;
     if rec.status != SessionStatus::Running {
         return Err(ApiError(
@@ -364,9 +459,8 @@ pub async fn pause(
             format!("no process runs session {id} at the moment; there is nothing to pause"),
         ));
     }
-    Ok(Json(
-        json!({"id": id, "status": app.store.get(&id).await?.status.as_str()}),
-    ))
+    let status = app.store.get(&id).await?.status.as_str().to_owned();
+    Ok(Json(Stood { id, status }))
 }
 
 /// `POST /sessions/{id}/cancel`: stops the session for good: calls in flight are stopped and
@@ -376,7 +470,7 @@ pub async fn cancel(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Stood>, ApiError> {
     let rec = owned(&app, &user, &id).await?;
     if rec.status.is_terminal() {
         return Err(ApiError(
@@ -396,22 +490,39 @@ pub async fn cancel(
             .map_err(|e| ApiError(StatusCode::CONFLICT, crate::message(&e)))?;
     }
     app.runs.waker(&id).notify_waiters();
-    Ok(Json(
-        json!({"id": id, "status": app.store.get(&id).await?.status.as_str()}),
-    ))
+    let status = app.store.get(&id).await?.status.as_str().to_owned();
+    Ok(Json(Stood { id, status }))
 }
 
 /// `GET /agents`: the agents this server runs, with their tools (name, description, input
 /// schema, whether a person approves each call): what a client needs to start a run; and the
 /// user the key belongs to.
-pub async fn agents(State(app): State<Shared>, Extension(user): Extension<User>) -> Json<Value> {
+/// The agents of this server, and the key's user.
+#[derive(Serialize, JsonSchema)]
+pub struct Agents {
+    user: String,
+    agents: Vec<AgentInfo>,
+}
+
+/// An agent: what a client needs to start a run of it.
+#[derive(Serialize, JsonSchema)]
+pub struct AgentInfo {
+    name: String,
+    mode: weft_core::agent::Mode,
+    description: Option<String>,
+    approve_plans: bool,
+    limits: weft_core::engine::Limits,
+    tools: Vec<weft_core::ToolInfo>,
+}
+
+pub async fn agents(State(app): State<Shared>, Extension(user): Extension<User>) -> Json<Agents> {
     let mut names: Vec<&String> = app.agents.keys().collect();
     names.sort();
-    let list: Vec<Value> = names
+    let list: Vec<AgentInfo> = names
         .into_iter()
         .map(|n| {
             let a = &app.agents[n];
-            let tools: Vec<&weft_core::ToolInfo> = a
+            let tools: Vec<weft_core::ToolInfo> = a
                 .tools
                 .infos()
                 .filter(|t| {
@@ -420,24 +531,40 @@ pub async fn agents(State(app): State<Shared>, Extension(user): Extension<User>)
                         .as_ref()
                         .is_none_or(|allowed| allowed.iter().any(|x| x == &t.name))
                 })
+                .cloned()
                 .collect();
-            json!({
-                "name": n,
-                "mode": a.spec.mode,
-                "description": a.spec.description,
-                "approve_plans": a.spec.approve_plans,
-                "limits": a.spec.limits,
-                "tools": tools,
-            })
+            AgentInfo {
+                name: n.clone(),
+                mode: a.spec.mode,
+                description: a.spec.description.clone(),
+                approve_plans: a.spec.approve_plans,
+                limits: a.spec.limits.clone(),
+                tools,
+            }
         })
         .collect();
-    Json(json!({ "user": user.0, "agents": list }))
+    Json(Agents {
+        user: user.0,
+        agents: list,
+    })
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct PlanCheck {
     /// The plan: an array of calls, or `{"steps": [...]}`.
     plan: Value,
+}
+
+/// What the check of an edited plan found: every problem, or (when there is none) the waves the
+/// plan would run in and the plan as it would be accepted (tool flags filled in).
+#[derive(Serialize, JsonSchema)]
+pub struct Checked {
+    ok: bool,
+    problems: Vec<weft_core::plan::PlanProblem>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waves: Option<Vec<weft_core::engine::DryWave>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    plan: Option<PlanCalls>,
 }
 
 /// `POST /sessions/{id}/plan/check`: whether an edited plan would be accepted as the answer to
@@ -448,7 +575,7 @@ pub async fn check_plan(
     Extension(user): Extension<User>,
     Path(id): Path<String>,
     Json(body): Json<PlanCheck>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Checked>, ApiError> {
     let (rec, st) = threads::load(&app, &user, &id)
         .await
         .map_err(|e| match e.0 {
@@ -494,12 +621,17 @@ pub async fn check_plan(
         }
     });
     Ok(Json(match checked {
-        Ok(plan) => json!({
-            "ok": true,
-            "problems": [],
-            "waves": weft_core::engine::dry_run(&plan, &built.config.limits),
-            "plan": plan,
-        }),
-        Err(problems) => json!({"ok": false, "problems": problems}),
+        Ok(plan) => Checked {
+            ok: true,
+            problems: Vec::new(),
+            waves: Some(weft_core::engine::dry_run(&plan, &built.config.limits)),
+            plan: Some(PlanCalls(plan)),
+        },
+        Err(problems) => Checked {
+            ok: false,
+            problems,
+            waves: None,
+            plan: None,
+        },
     }))
 }

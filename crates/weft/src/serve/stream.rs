@@ -183,8 +183,10 @@ impl Format {
     }
 }
 
-pub(super) fn part(event: &str, data: &Value, id: Option<(u64, usize)>) -> Sse {
-    let e = Sse::default().event(event).data(data.to_string());
+pub(super) fn part(event: &str, data: &impl serde::Serialize, id: Option<(u64, usize)>) -> Sse {
+    let e = Sse::default()
+        .event(event)
+        .data(serde_json::to_string(data).unwrap_or_default());
     match id {
         Some((seq, k)) => e.id(format!("{seq}-{k}")),
         None => e,

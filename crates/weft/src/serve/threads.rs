@@ -5,28 +5,117 @@
 use axum::Json;
 use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
 use weft_core::{SessionStatus, State as SessionState};
 use weft_store::{ListFilter, NewSession, SessionRecord, Store, StoreError};
 
 use super::auth::User;
-use super::{ApiError, Shared};
+use super::openapi::{self, Route};
+use super::{ApiError, Shared, runs};
 use crate::sessions_cmd::fmt_time;
 
-fn assistant(name: &str, spec: &weft_core::agent::AgentSpec) -> Value {
-    json!({
-        "assistant_id": name,
-        "graph_id": name,
-        "name": name,
-        "description": spec.description,
-        "config": {},
-        "context": {},
-        "metadata": {"mode": format!("{:?}", spec.mode).to_lowercase()},
-        "version": 1,
-        "created_at": fmt_time(0),
-        "updated_at": fmt_time(0),
-    })
+/// The routes of assistants and threads.
+pub fn routes() -> Vec<Route> {
+    vec![
+        openapi::post("/assistants/search", "List the assistants (one per agent file)", search_assistants)
+            .body::<SearchAssistants>()
+            .json::<Vec<Assistant>>("a list of assistants"),
+        openapi::post("/assistants/count", "How many assistants match (graph_id, name, metadata)", count_assistants)
+            .body::<CountAssistants>()
+            .json::<usize>("a number"),
+        openapi::get("/assistants/{id}", "An assistant, by its agent's name", get_assistant)
+            .json::<Assistant>("the assistant"),
+        openapi::get(
+            "/assistants/{id}/graph",
+            "The agent as LangGraph's graph: the loop of `agent` and, when it has tools, `tools` (plan and workflow steps are not nodes)",
+            assistant_graph,
+        )
+        .json::<Graph>("{nodes, edges}"),
+        openapi::get(
+            "/assistants/{id}/schemas",
+            "The input a run takes and the thread's values (state and output); no config or context",
+            assistant_schemas,
+        )
+        .json::<Schemas>("{graph_id, input_schema, output_schema, state_schema, config_schema, context_schema}"),
+        openapi::post("/threads", "Create a thread (a session) owned by the key's user", create_thread)
+            .body::<CreateThread>()
+            .json::<Thread>("the thread"),
+        openapi::post("/threads/search", "The user's threads, newest first", search_threads)
+            .body::<SearchThreads>()
+            .json::<Vec<Thread>>("a list of threads"),
+        openapi::post(
+            "/threads/count",
+            "How many of the user's threads match (status, metadata, values; of the newest 10,000)",
+            count_threads,
+        )
+        .body::<CountThreads>()
+        .json::<usize>("a number"),
+        openapi::get(
+            "/threads/{tid}",
+            "A thread: status (idle, busy, interrupted, error), values, interrupts",
+            get_thread,
+        )
+        .json::<Thread>("the thread"),
+        openapi::delete(
+            "/threads/{tid}",
+            "Not supported (405): `weft sessions prune` removes old sessions",
+            delete_thread,
+        )
+        .empty(405, "never"),
+        openapi::get(
+            "/threads/{tid}/state",
+            "The thread's state: values, next, tasks with interrupts, checkpoint",
+            get_state,
+        )
+        .json::<ThreadState>("the state"),
+        openapi::post(
+            "/threads/{tid}/history",
+            "The thread's states after each turn ended or waited, newest first",
+            history,
+        )
+        .body::<History>()
+        .json::<Vec<ThreadState>>("a list of states"),
+    ]
+}
+
+/// An assistant: an agent file, whose name is its id and its graph id.
+#[derive(Serialize, JsonSchema)]
+pub struct Assistant {
+    assistant_id: String,
+    graph_id: String,
+    name: String,
+    description: Option<String>,
+    config: Map<String, Value>,
+    context: Map<String, Value>,
+    metadata: AssistantMetadata,
+    version: u32,
+    created_at: String,
+    updated_at: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct AssistantMetadata {
+    /// `plan`, `react` or `workflow`.
+    mode: String,
+}
+
+fn assistant(name: &str, spec: &weft_core::agent::AgentSpec) -> Assistant {
+    Assistant {
+        assistant_id: name.to_owned(),
+        graph_id: name.to_owned(),
+        name: name.to_owned(),
+        description: spec.description.clone(),
+        config: Map::new(),
+        context: Map::new(),
+        metadata: AssistantMetadata {
+            mode: format!("{:?}", spec.mode).to_lowercase(),
+        },
+        version: 1,
+        created_at: fmt_time(0),
+        updated_at: fmt_time(0),
+    }
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
@@ -42,18 +131,48 @@ pub struct SearchAssistants {
 pub async fn search_assistants(
     State(app): State<Shared>,
     body: Option<Json<SearchAssistants>>,
-) -> Json<Value> {
+) -> Json<Vec<Assistant>> {
     let q = body.map(|Json(b)| b).unwrap_or_default();
     let mut names: Vec<&String> = app.agents.keys().collect();
     names.sort();
-    let list: Vec<Value> = names
+    let list: Vec<Assistant> = names
         .into_iter()
         .filter(|n| q.graph_id.as_ref().is_none_or(|g| g == *n))
         .skip(q.offset.unwrap_or(0))
         .take(q.limit.unwrap_or(10))
         .map(|n| assistant(n, &app.agents[n].spec))
         .collect();
-    Json(Value::Array(list))
+    Json(list)
+}
+
+/// LangGraph's drawing of a graph: its nodes and edges.
+#[derive(Serialize, JsonSchema)]
+pub struct Graph {
+    nodes: Vec<GraphNode>,
+    edges: Vec<GraphEdge>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct GraphNode {
+    id: String,
+    /// `schema` (`__start__`, `__end__`) or `runnable`.
+    #[serde(rename = "type")]
+    kind: String,
+    data: GraphNodeData,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct GraphNodeData {
+    id: Vec<String>,
+    name: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct GraphEdge {
+    source: String,
+    target: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    conditional: Option<bool>,
 }
 
 /// The assistant's graph as LangGraph draws one: weft runs an agent as one loop (the model
@@ -62,19 +181,42 @@ pub async fn search_assistants(
 pub async fn assistant_graph(
     State(app): State<Shared>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Graph>, ApiError> {
     let a = app.assistant(&id)?;
-    let node = |id: &str, kind: &str| json!({"id": id, "type": kind, "data": {"id": ["weft", id], "name": id}});
+    let node = |id: &str, kind: &str| GraphNode {
+        id: id.to_owned(),
+        kind: kind.to_owned(),
+        data: GraphNodeData {
+            id: vec!["weft".to_owned(), id.to_owned()],
+            name: id.to_owned(),
+        },
+    };
+    let edge = |source: &str, target: &str, conditional: Option<bool>| GraphEdge {
+        source: source.to_owned(),
+        target: target.to_owned(),
+        conditional,
+    };
     let mut nodes = vec![node("__start__", "schema"), node("agent", "runnable")];
-    let mut edges = vec![json!({"source": "__start__", "target": "agent"})];
+    let mut edges = vec![edge("__start__", "agent", None)];
     if a.tools.infos().next().is_some() {
         nodes.push(node("tools", "runnable"));
-        edges.push(json!({"source": "agent", "target": "tools", "conditional": true}));
-        edges.push(json!({"source": "tools", "target": "agent"}));
+        edges.push(edge("agent", "tools", Some(true)));
+        edges.push(edge("tools", "agent", None));
     }
     nodes.push(node("__end__", "schema"));
-    edges.push(json!({"source": "agent", "target": "__end__", "conditional": true}));
-    Ok(Json(json!({"nodes": nodes, "edges": edges})))
+    edges.push(edge("agent", "__end__", Some(true)));
+    Ok(Json(Graph { nodes, edges }))
+}
+
+/// An assistant's schemas, as LangGraph names them (each a JSON Schema).
+#[derive(Serialize, JsonSchema)]
+pub struct Schemas {
+    graph_id: String,
+    input_schema: Value,
+    output_schema: Value,
+    state_schema: Value,
+    config_schema: Value,
+    context_schema: Option<Value>,
 }
 
 /// The assistant's schemas: the input a run takes, and the thread's values (its state and a
@@ -82,7 +224,7 @@ pub async fn assistant_graph(
 pub async fn assistant_schemas(
     State(app): State<Shared>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Schemas>, ApiError> {
     app.assistant(&id)?;
     let message = json!({"type": "object", "properties": {
         "type": {"type": "string"}, "role": {"type": "string"}, "content": {}
@@ -97,14 +239,14 @@ pub async fn assistant_schemas(
         "data": {"type": "object", "description": "what the run's steps wrote"},
         "answer": {"type": "string", "description": "the answer, once the run ended"},
     }});
-    Ok(Json(json!({
-        "graph_id": id,
-        "input_schema": input,
-        "output_schema": values,
-        "state_schema": values,
-        "config_schema": {"title": "Config", "type": "object", "properties": {}},
-        "context_schema": null,
-    })))
+    Ok(Json(Schemas {
+        graph_id: id,
+        input_schema: input,
+        output_schema: values.clone(),
+        state_schema: values,
+        config_schema: json!({"title": "Config", "type": "object", "properties": {}}),
+        context_schema: None,
+    }))
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
@@ -122,16 +264,19 @@ pub struct CountAssistants {
 pub async fn count_assistants(
     State(app): State<Shared>,
     body: Option<Json<CountAssistants>>,
-) -> Json<Value> {
+) -> Json<usize> {
     let q = body.map(|Json(b)| b).unwrap_or_default();
     let n = app
         .agents
         .iter()
         .filter(|(n, _)| q.graph_id.as_ref().is_none_or(|g| g == *n))
         .filter(|(n, _)| q.name.as_ref().is_none_or(|g| g == *n))
-        .filter(|(n, a)| holds(&assistant(n, &a.spec)["metadata"], q.metadata.as_ref()))
+        .filter(|(n, a)| {
+            let metadata = serde_json::to_value(assistant(n, &a.spec).metadata);
+            holds(&metadata.unwrap_or_default(), q.metadata.as_ref())
+        })
         .count();
-    Json(json!(n))
+    Json(n)
 }
 
 /// Whether `v` (an object) holds every key of `wanted` with its value.
@@ -145,7 +290,7 @@ fn holds(v: &Value, wanted: Option<&serde_json::Map<String, Value>>) -> bool {
 pub async fn get_assistant(
     State(app): State<Shared>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Assistant>, ApiError> {
     let a = app.assistant(&id)?;
     Ok(Json(assistant(&id, &a.spec)))
 }
@@ -192,26 +337,79 @@ pub async fn load(
 
 /// LangGraph's thread status: `busy` while a run drives it, `interrupted` while it waits for a
 /// person, `error` after a failed run, `idle` otherwise.
-pub fn status(app: &Shared, rec: &SessionRecord, st: &SessionState) -> &'static str {
+pub fn status(app: &Shared, rec: &SessionRecord, st: &SessionState) -> ThreadStatus {
     if app.runs.active_on(&rec.id) {
-        return "busy";
+        return ThreadStatus::Busy;
     }
     match st.status {
-        SessionStatus::WaitingForUser => "interrupted",
-        SessionStatus::Failed => "error",
-        SessionStatus::Running if st.seq > 0 => "busy",
-        _ => "idle",
+        SessionStatus::WaitingForUser => ThreadStatus::Interrupted,
+        SessionStatus::Failed => ThreadStatus::Error,
+        SessionStatus::Running if st.seq > 0 => ThreadStatus::Busy,
+        _ => ThreadStatus::Idle,
+    }
+}
+
+/// A thread's status, as LangGraph names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ThreadStatus {
+    Idle,
+    Busy,
+    Interrupted,
+    Error,
+}
+
+impl ThreadStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Busy => "busy",
+            Self::Interrupted => "interrupted",
+            Self::Error => "error",
+        }
     }
 }
 
 /// A message as LangChain clients read it.
-fn message(kind: &str, content: &str, id: String) -> Value {
-    json!({"type": kind, "content": content, "id": id, "additional_kwargs": {}, "response_metadata": {}})
+#[derive(Clone, Serialize, JsonSchema)]
+pub struct Message {
+    /// `human` or `ai`.
+    #[serde(rename = "type")]
+    kind: String,
+    content: String,
+    id: String,
+    additional_kwargs: Map<String, Value>,
+    response_metadata: Map<String, Value>,
+}
+
+fn message(kind: &str, content: &str, id: String) -> Message {
+    Message {
+        kind: kind.to_owned(),
+        content: content.to_owned(),
+        id,
+        additional_kwargs: Map::new(),
+        response_metadata: Map::new(),
+    }
+}
+
+/// A thread's values: the conversation, the plan's State object, the answer once the run
+/// ended, the wait as an interrupt, and (from `runs/wait` and `join`) a failed run's error.
+#[derive(Clone, Serialize, JsonSchema)]
+pub struct Values {
+    pub messages: Vec<Message>,
+    #[schemars(schema_with = "openapi::any")]
+    pub data: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    #[serde(rename = "__interrupt__", skip_serializing_if = "Option::is_none")]
+    pub interrupt: Option<Vec<Interrupt>>,
+    #[serde(rename = "__error__", skip_serializing_if = "Option::is_none")]
+    pub error: Option<runs::RunError>,
 }
 
 /// The thread's values: the conversation (each turn's task, the person's answers, the agent's
 /// answer), the plan's State object and the answer.
-pub fn values(st: &SessionState) -> Value {
+pub fn values(st: &SessionState) -> Values {
     let mut messages = Vec::new();
     let id = |kind: &str, n: usize| format!("{}-{kind}-{n}", st.session_id);
     for (n, (task, answer)) in st.memory.iter().enumerate() {
@@ -230,51 +428,91 @@ pub fn values(st: &SessionState) -> Value {
     if let Some(a) = &st.answer {
         messages.push(message("ai", a, id("answer", turn)));
     }
-    let mut v = json!({"messages": messages, "data": st.data});
-    if let Some(a) = &st.answer {
-        v["answer"] = json!(a);
+    Values {
+        messages,
+        data: st.data.clone(),
+        answer: st.answer.clone(),
+        interrupt: st.waiting.as_ref().map(|w| vec![interrupt(st, w)]),
+        error: None,
     }
-    if let Some(w) = &st.waiting {
-        v["__interrupt__"] = json!([interrupt(st, w)]);
-    }
-    v
 }
 
 /// A wait as a LangGraph interrupt: answer it with a run whose `command` is `{resume: ...}`.
-pub fn interrupt(st: &SessionState, w: &weft_core::event::InputRequest) -> Value {
-    json!({
-        "value": {"question": w.question, "kind": w.kind, "step": w.step, "tool": w.tool, "missing": w.missing},
-        "id": format!("{}-wait-{}", st.session_id, st.seq),
-    })
+#[derive(Clone, Serialize, JsonSchema)]
+pub struct Interrupt {
+    pub value: InterruptValue,
+    pub id: String,
 }
 
-pub fn thread_json(app: &Shared, rec: &SessionRecord, st: &SessionState) -> Value {
-    let mut interrupts = serde_json::Map::new();
-    if let Some(w) = &st.waiting {
-        interrupts.insert("agent".into(), json!([interrupt(st, w)]));
+/// What the wait asks.
+#[derive(Clone, Serialize, JsonSchema)]
+pub struct InterruptValue {
+    pub question: String,
+    /// `missing_input`, `question`, `plan_approval`, `tool_approval`, `paused` or `message`.
+    pub kind: String,
+    pub step: Option<String>,
+    pub tool: Option<String>,
+    pub missing: Vec<String>,
+}
+
+pub fn interrupt(st: &SessionState, w: &weft_core::event::InputRequest) -> Interrupt {
+    Interrupt {
+        value: InterruptValue {
+            question: w.question.clone(),
+            kind: w.kind.clone(),
+            step: w.step.clone(),
+            tool: w.tool.clone(),
+            missing: w.missing.clone(),
+        },
+        id: format!("{}-wait-{}", st.session_id, st.seq),
     }
-    json!({
-        "thread_id": rec.id,
-        "created_at": fmt_time(rec.created_at),
-        "updated_at": fmt_time(rec.updated_at),
-        "metadata": public_metadata(&rec.metadata),
-        "status": status(app, rec, st),
-        "values": if st.seq == 0 { Value::Null } else { values(st) },
-        "interrupts": interrupts,
-        "config": {},
-    })
+}
+
+/// A thread: a session as LangGraph clients read it.
+#[derive(Serialize, JsonSchema)]
+pub struct Thread {
+    thread_id: String,
+    created_at: String,
+    updated_at: String,
+    metadata: Map<String, Value>,
+    status: ThreadStatus,
+    /// None before the thread's first run.
+    values: Option<Values>,
+    interrupts: ThreadInterrupts,
+    config: Map<String, Value>,
+}
+
+/// The interrupts that wait for an answer, by node (weft's one node is `agent`).
+#[derive(Serialize, JsonSchema)]
+struct ThreadInterrupts {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent: Option<Vec<Interrupt>>,
+}
+
+pub fn thread_json(app: &Shared, rec: &SessionRecord, st: &SessionState) -> Thread {
+    Thread {
+        thread_id: rec.id.clone(),
+        created_at: fmt_time(rec.created_at),
+        updated_at: fmt_time(rec.updated_at),
+        metadata: public_metadata(&rec.metadata),
+        status: status(app, rec, st),
+        values: (st.seq != 0).then(|| values(st)),
+        interrupts: ThreadInterrupts {
+            agent: st.waiting.as_ref().map(|w| vec![interrupt(st, w)]),
+        },
+        config: Map::new(),
+    }
 }
 
 /// Metadata as the client gave it (weft's own keys left out).
-fn public_metadata(m: &Value) -> Value {
+fn public_metadata(m: &Value) -> Map<String, Value> {
     match m {
-        Value::Object(o) => Value::Object(
-            o.iter()
-                .filter(|(k, _)| !k.starts_with("weft_"))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        ),
-        _ => json!({}),
+        Value::Object(o) => o
+            .iter()
+            .filter(|(k, _)| !k.starts_with("weft_"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        _ => Map::new(),
     }
 }
 
@@ -292,7 +530,7 @@ pub async fn create_thread(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     body: Option<Json<CreateThread>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Thread>, ApiError> {
     let b = body.map(|Json(b)| b).unwrap_or_default();
     let id = b
         .thread_id
@@ -341,7 +579,7 @@ pub async fn search_threads(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     body: Option<Json<SearchThreads>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Vec<Thread>>, ApiError> {
     let q = body.map(|Json(b)| b).unwrap_or_default();
     let limit = q.limit.unwrap_or(10).min(1000);
     let offset = q.offset.unwrap_or(0);
@@ -368,7 +606,7 @@ pub async fn search_threads(
         }
         let (rec, st) = load(&app, &user, &rec.id).await?;
         let t = thread_json(&app, &rec, &st);
-        if q.status.as_deref().is_none_or(|s| t["status"] == s) {
+        if q.status.as_deref().is_none_or(|s| t.status.as_str() == s) {
             if skipped < offset {
                 skipped += 1;
             } else {
@@ -376,7 +614,7 @@ pub async fn search_threads(
             }
         }
     }
-    Ok(Json(Value::Array(out)))
+    Ok(Json(out))
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
@@ -396,7 +634,7 @@ pub async fn count_threads(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     body: Option<Json<CountThreads>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<usize>, ApiError> {
     let q = body.map(|Json(b)| b).unwrap_or_default();
     let recs = app
         .store
@@ -417,13 +655,14 @@ pub async fn count_threads(
         }
         let (rec, st) = load(&app, &user, &rec.id).await?;
         let t = thread_json(&app, &rec, &st);
-        if q.status.as_deref().is_none_or(|s| t["status"] == s)
-            && holds(&t["values"], q.values.as_ref())
+        let values = serde_json::to_value(&t.values).unwrap_or_default();
+        if q.status.as_deref().is_none_or(|s| t.status.as_str() == s)
+            && holds(&values, q.values.as_ref())
         {
             n += 1;
         }
     }
-    Ok(Json(json!(n)))
+    Ok(Json(n))
 }
 
 /// The most threads a search with a filter (status, metadata) looks at, newest first.
@@ -433,34 +672,83 @@ pub async fn get_thread(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Thread>, ApiError> {
     let (rec, st) = load(&app, &user, &tid).await?;
     Ok(Json(thread_json(&app, &rec, &st)))
 }
 
+/// LangGraph's `ThreadState`.
+#[derive(Serialize, JsonSchema)]
+pub struct ThreadState {
+    values: Values,
+    next: Vec<String>,
+    tasks: Vec<Task>,
+    interrupts: Vec<Interrupt>,
+    checkpoint: Checkpoint,
+    parent_checkpoint: Option<Checkpoint>,
+    metadata: Map<String, Value>,
+    created_at: String,
+}
+
+/// A task that waits (weft's one: `agent`, while the session waits for a person).
+#[derive(Serialize, JsonSchema)]
+struct Task {
+    id: String,
+    name: String,
+    interrupts: Vec<Interrupt>,
+    error: Option<String>,
+    #[schemars(schema_with = "openapi::any")]
+    state: Option<Value>,
+}
+
+/// A checkpoint: the session's sequence number.
+#[derive(Serialize, JsonSchema)]
+struct Checkpoint {
+    thread_id: String,
+    checkpoint_ns: String,
+    checkpoint_id: String,
+}
+
 /// The thread's state as LangGraph's `ThreadState`: values, what runs next, the checkpoint
 /// (the session's sequence number) and the interrupts that wait for an answer.
-pub fn state_json(rec: &SessionRecord, st: &SessionState) -> Value {
-    let interrupts: Vec<Value> = st.waiting.iter().map(|w| interrupt(st, w)).collect();
-    json!({
-        "values": values(st),
-        "next": if st.waiting.is_some() { json!(["agent"]) } else { json!([]) },
-        "tasks": if interrupts.is_empty() { json!([]) } else {
-            json!([{"id": format!("{}-{}", rec.id, st.seq), "name": "agent", "interrupts": interrupts, "error": null, "state": null}])
+pub fn state_json(rec: &SessionRecord, st: &SessionState) -> ThreadState {
+    let interrupts: Vec<Interrupt> = st.waiting.iter().map(|w| interrupt(st, w)).collect();
+    let tasks = if interrupts.is_empty() {
+        Vec::new()
+    } else {
+        vec![Task {
+            id: format!("{}-{}", rec.id, st.seq),
+            name: "agent".into(),
+            interrupts: interrupts.clone(),
+            error: None,
+            state: None,
+        }]
+    };
+    ThreadState {
+        values: values(st),
+        next: if st.waiting.is_some() {
+            vec!["agent".into()]
+        } else {
+            Vec::new()
         },
-        "interrupts": interrupts,
-        "checkpoint": {"thread_id": rec.id, "checkpoint_ns": "", "checkpoint_id": st.seq.to_string()},
-        "parent_checkpoint": null,
-        "metadata": public_metadata(&rec.metadata),
-        "created_at": fmt_time(rec.updated_at),
-    })
+        tasks,
+        interrupts,
+        checkpoint: Checkpoint {
+            thread_id: rec.id.clone(),
+            checkpoint_ns: String::new(),
+            checkpoint_id: st.seq.to_string(),
+        },
+        parent_checkpoint: None,
+        metadata: public_metadata(&rec.metadata),
+        created_at: fmt_time(rec.updated_at),
+    }
 }
 
 pub async fn get_state(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ThreadState>, ApiError> {
     let (rec, st) = load(&app, &user, &tid).await?;
     Ok(Json(state_json(&rec, &st)))
 }
@@ -477,7 +765,7 @@ pub async fn history(
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
     body: Option<Json<History>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Vec<ThreadState>>, ApiError> {
     let limit = body.and_then(|Json(b)| b.limit).unwrap_or(10);
     let (rec, events) = load_log(&app, &user, &tid).await?;
     let mut st = SessionState::new();
@@ -494,7 +782,7 @@ pub async fn history(
     }
     out.reverse();
     out.truncate(limit);
-    Ok(Json(Value::Array(out)))
+    Ok(Json(out))
 }
 
 pub async fn delete_thread() -> ApiError {

@@ -2,41 +2,73 @@
 //! event (with `State::apply`, as every reader of a log folds it), the plan drawn as a graph
 //! (steps, the edges of `_dependsOn` and `†` references, the wave each step ran in), and the
 //! history a person reads (tool calls with their results, reviews, plan versions and what
-//! changed between them). Pure: a log in, JSON out.
+//! changed between them). Pure: a log in, typed values out (what the routes answer with).
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
+use weft_core::agent::Mode;
+use weft_core::event::{InputRequest, RecalledMemory, ReviewDecision, ToolError};
 use weft_core::graph::WriteIndex;
-use weft_core::plan::RefRoot;
+use weft_core::model::Usage;
+use weft_core::plan::{PlanProblem, RefRoot};
 use weft_core::{Envelope, Event, Plan, SessionStatus, State, StepStatus, ToolOutcome};
 use weft_store::SessionRecord;
 
+use super::openapi::{self, StoredEvent};
 use crate::sessions_cmd::fmt_time;
 
+/// A session in the list: who, what, how it stands, what it cost.
+#[derive(Clone, Serialize, JsonSchema)]
+pub struct Summary {
+    pub id: String,
+    pub agent: String,
+    pub mode: Option<Mode>,
+    pub user: Option<String>,
+    /// `running`, `waiting_for_user`, `completed` or `failed`.
+    pub status: String,
+    /// What the session waits for (its kind), if it waits.
+    pub waiting: Option<String>,
+    pub task: Option<String>,
+    pub turns: u32,
+    pub usage: Usage,
+    pub tool_calls: u64,
+    pub error: Option<String>,
+    pub parent_id: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub last_seq: u64,
+    /// Whether a run of this server drives it now (in `GET /sessions`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busy: Option<bool>,
+}
+
 /// A session in the list: who, what, how it stands, what it cost (from its current state).
-pub fn summary(rec: &SessionRecord, st: &State) -> Value {
+pub fn summary(rec: &SessionRecord, st: &State) -> Summary {
     let task = st
         .task
         .clone()
         .or_else(|| st.memory.first().map(|m| m.0.clone()));
-    json!({
-        "id": rec.id,
-        "agent": agent_of(rec, st),
-        "mode": st.mode,
-        "user": rec.user_id,
-        "status": rec.status.as_str(),
-        "waiting": st.waiting.as_ref().map(|w| w.kind.clone()),
-        "task": task,
-        "turns": st.turn,
-        "usage": st.usage,
-        "tool_calls": st.tool_invocations,
-        "error": st.error,
-        "parent_id": rec.parent_id,
-        "created_at": fmt_time(rec.created_at),
-        "updated_at": fmt_time(rec.updated_at),
-        "last_seq": rec.last_seq,
-    })
+    Summary {
+        id: rec.id.clone(),
+        agent: agent_of(rec, st),
+        mode: st.mode,
+        user: rec.user_id.clone(),
+        status: rec.status.as_str().to_owned(),
+        waiting: st.waiting.as_ref().map(|w| w.kind.clone()),
+        task,
+        turns: st.turn,
+        usage: st.usage.clone(),
+        tool_calls: st.tool_invocations,
+        error: st.error.clone(),
+        parent_id: rec.parent_id.clone(),
+        created_at: fmt_time(rec.created_at),
+        updated_at: fmt_time(rec.updated_at),
+        last_seq: rec.last_seq,
+        busy: None,
+    }
 }
 
 /// The agent's name: the record's, or (for a thread created empty and given its agent by its
@@ -50,39 +82,115 @@ pub fn agent_of(rec: &SessionRecord, st: &State) -> String {
 }
 
 /// A tool call as a card: the call, its result or error, how long it took, its retries.
-struct Card {
+#[derive(Clone, Serialize, JsonSchema)]
+pub struct Card {
     seq: u64,
-    ts: i64,
+    at: String,
     call_id: String,
     step: Option<String>,
     tool: String,
+    #[schemars(schema_with = "openapi::any")]
     args: Value,
     attempt: u32,
-    /// `running`, `ok`, `error`, `unknown_outcome`, `blocked`.
-    status: &'static str,
-    outcome: Option<Value>,
+    status: CardStatus,
+    outcome: Option<ToolOutcome>,
     duration_ms: Option<u64>,
-    retry: Option<Value>,
+    retry: Option<Retry>,
     reason: Option<String>,
 }
 
-impl Card {
-    fn json(&self) -> Value {
-        json!({
-            "seq": self.seq,
-            "at": fmt_time(self.ts),
-            "call_id": self.call_id,
-            "step": self.step,
-            "tool": self.tool,
-            "args": self.args,
-            "attempt": self.attempt,
-            "status": self.status,
-            "outcome": self.outcome,
-            "duration_ms": self.duration_ms,
-            "retry": self.retry,
-            "reason": self.reason,
-        })
-    }
+/// How a call stands.
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CardStatus {
+    Running,
+    Ok,
+    Error,
+    UnknownOutcome,
+    Blocked,
+}
+
+/// The retry a failed call's step waits for.
+#[derive(Clone, Serialize, JsonSchema)]
+pub struct Retry {
+    next_attempt: u32,
+    in_ms: u64,
+    error: ToolError,
+}
+
+/// Something a person reads in the session's history: a task, an answer, a wait, a failure...
+#[derive(Serialize, JsonSchema)]
+pub struct Note {
+    seq: u64,
+    at: String,
+    /// `task`, `reply`, a wait's kind, `reply_rejected`, `model_failed`, `execution_finished`,
+    /// `draft`, `response_review`, `step_action` or `run_finished`.
+    kind: String,
+    text: String,
+    step: Option<String>,
+}
+
+/// Where a run began in the log.
+#[derive(Serialize, JsonSchema)]
+pub struct RunMark {
+    run_id: String,
+    seq: u64,
+    at: String,
+}
+
+/// What the review after a wave decided.
+#[derive(Serialize, JsonSchema)]
+pub struct Review {
+    seq: u64,
+    at: String,
+    decision: ReviewDecision,
+    reason: String,
+}
+
+/// A version of the plan: rejected (with its problems), accepted, or revised (with why and
+/// what changed).
+#[derive(Serialize, JsonSchema)]
+pub struct PlanVersion {
+    seq: u64,
+    at: String,
+    kind: PlanVersionKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problems: Option<Vec<PlanProblem>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    /// The steps' ids.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    steps: Option<Vec<String>>,
+    /// What a revision changed (null when there was no plan before it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changes: Option<Option<Changes>>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PlanVersionKind {
+    Rejected,
+    Accepted,
+    Revised,
+}
+
+/// What a replan changed: the calls it added and removed, the steps whose call changed.
+#[derive(Serialize, JsonSchema)]
+pub struct Changes {
+    #[schemars(schema_with = "openapi::calls")]
+    added: Vec<Value>,
+    #[schemars(schema_with = "openapi::calls")]
+    removed: Vec<Value>,
+    changed: Vec<Changed>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Changed {
+    id: String,
+    #[schemars(schema_with = "openapi::any")]
+    before: Value,
+    #[schemars(schema_with = "openapi::any")]
+    after: Value,
 }
 
 /// What the page lists beside the state: collected while the log is folded.
@@ -94,10 +202,10 @@ struct History {
     /// Step → the wave it last ran in.
     wave_of: HashMap<String, u32>,
     waves: BTreeMap<u32, (u64, bool)>,
-    reviews: Vec<Value>,
-    plans: Vec<Value>,
-    notes: Vec<Value>,
-    runs: Vec<Value>,
+    reviews: Vec<Review>,
+    plans: Vec<PlanVersion>,
+    notes: Vec<Note>,
+    runs: Vec<RunMark>,
     /// The plan before the last revision, to say what changed.
     last_plan: Option<Plan>,
 }
@@ -108,8 +216,13 @@ impl History {
         let (seq, ts) = (env.seq, env.ts);
         let at = fmt_time(ts);
         let mut note = |kind: &str, text: String, step: Option<&String>| {
-            self.notes
-                .push(json!({"seq": seq, "at": at, "kind": kind, "text": text, "step": step}));
+            self.notes.push(Note {
+                seq,
+                at: at.clone(),
+                kind: kind.to_owned(),
+                text,
+                step: step.cloned(),
+            });
         };
         match &env.event {
             Event::TurnStarted { task, .. } => note("task", task.clone(), None),
@@ -151,8 +264,11 @@ impl History {
         }
         match &env.event {
             Event::RunStarted { run_id, .. } => {
-                self.runs
-                    .push(json!({"run_id": run_id, "seq": seq, "at": fmt_time(ts)}));
+                self.runs.push(RunMark {
+                    run_id: run_id.clone(),
+                    seq,
+                    at: at.clone(),
+                });
             }
             Event::WaveStarted { wave, steps } => {
                 for s in steps {
@@ -176,13 +292,13 @@ impl History {
                 self.card_of.insert(call_id.clone(), self.cards.len());
                 self.cards.push(Card {
                     seq,
-                    ts,
+                    at: at.clone(),
                     call_id: call_id.clone(),
                     step: step.clone(),
                     tool: tool.clone(),
                     args: args.clone(),
                     attempt: *attempt,
-                    status: "running",
+                    status: CardStatus::Running,
                     outcome: None,
                     duration_ms: None,
                     retry: None,
@@ -197,13 +313,13 @@ impl History {
                 if let Some(&i) = self.card_of.get(call_id) {
                     let c = &mut self.cards[i];
                     c.status = match outcome {
-                        ToolOutcome::Ok { .. } => "ok",
+                        ToolOutcome::Ok { .. } => CardStatus::Ok,
                         ToolOutcome::Error { error } if error.kind == "unknown_outcome" => {
-                            "unknown_outcome"
+                            CardStatus::UnknownOutcome
                         }
-                        ToolOutcome::Error { .. } => "error",
+                        ToolOutcome::Error { .. } => CardStatus::Error,
                     };
-                    c.outcome = serde_json::to_value(outcome).ok();
+                    c.outcome = Some(outcome.clone());
                     c.duration_ms = Some(*duration_ms);
                 }
             }
@@ -215,13 +331,13 @@ impl History {
                 reason,
             } => self.cards.push(Card {
                 seq,
-                ts,
+                at: at.clone(),
                 call_id: call_id.clone().unwrap_or_default(),
                 step: step.clone(),
                 tool: tool.clone(),
                 args: args.clone(),
                 attempt: 0,
-                status: "blocked",
+                status: CardStatus::Blocked,
                 outcome: None,
                 duration_ms: None,
                 retry: None,
@@ -239,33 +355,53 @@ impl History {
                     .rev()
                     .find(|c| c.step.as_deref() == Some(step.as_str()));
                 if let Some(c) = last {
-                    c.retry = Some(
-                        json!({"next_attempt": attempt + 1, "in_ms": delay_ms, "error": error}),
-                    );
+                    c.retry = Some(Retry {
+                        next_attempt: attempt + 1,
+                        in_ms: *delay_ms,
+                        error: error.clone(),
+                    });
                 }
             }
             Event::ReviewDecided { decision, reason } => {
-                self.reviews
-                    .push(json!({"seq": seq, "at": at, "decision": decision, "reason": reason}));
+                self.reviews.push(Review {
+                    seq,
+                    at,
+                    decision: *decision,
+                    reason: reason.clone(),
+                });
             }
-            Event::PlanRejected { problems } => {
-                self.plans
-                    .push(json!({"seq": seq, "at": at, "kind": "rejected", "problems": problems}));
-            }
+            Event::PlanRejected { problems } => self.plans.push(PlanVersion {
+                seq,
+                at,
+                kind: PlanVersionKind::Rejected,
+                problems: Some(problems.clone()),
+                reason: None,
+                steps: None,
+                changes: None,
+            }),
             Event::PlanAccepted { plan } => {
-                self.plans.push(json!({
-                    "seq": seq, "at": at, "kind": "accepted",
-                    "steps": plan.steps.iter().map(|s| &s.id).collect::<Vec<_>>(),
-                }));
+                self.plans.push(PlanVersion {
+                    seq,
+                    at,
+                    kind: PlanVersionKind::Accepted,
+                    problems: None,
+                    reason: None,
+                    steps: Some(plan.steps.iter().map(|s| s.id.clone()).collect()),
+                    changes: None,
+                });
                 self.last_plan = Some(plan.clone());
             }
             Event::PlanRevised { plan, reason } => {
                 let before = st.plan.as_ref().map(|p| (&p.plan, &p.steps));
-                self.plans.push(json!({
-                    "seq": seq, "at": at, "kind": "revised", "reason": reason,
-                    "steps": plan.steps.iter().map(|s| &s.id).collect::<Vec<_>>(),
-                    "changes": before.map(|(p, runs)| changes(p, runs, plan)),
-                }));
+                self.plans.push(PlanVersion {
+                    seq,
+                    at,
+                    kind: PlanVersionKind::Revised,
+                    problems: None,
+                    reason: Some(reason.clone()),
+                    steps: Some(plan.steps.iter().map(|s| s.id.clone()).collect()),
+                    changes: Some(before.map(|(p, runs)| changes(p, runs, plan))),
+                });
                 self.last_plan = Some(plan.clone());
             }
             _ => {}
@@ -275,7 +411,7 @@ impl History {
 
 /// What a replan changed: the pending steps it dropped, the steps it added, and the steps it
 /// kept under the same id with other arguments. Steps that ran stay as they were.
-fn changes(before: &Plan, runs: &[weft_core::state::StepRun], after: &Plan) -> Value {
+fn changes(before: &Plan, runs: &[weft_core::state::StepRun], after: &Plan) -> Changes {
     let pending: Vec<(&weft_core::PlanStep, bool)> = before
         .steps
         .iter()
@@ -291,9 +427,11 @@ fn changes(before: &Plan, runs: &[weft_core::state::StepRun], after: &Plan) -> V
     let mut changed = Vec::new();
     for s in &after.steps {
         match pending.iter().find(|(p, _)| p.id == s.id) {
-            Some((p, _)) if p.to_call() != s.to_call() => {
-                changed.push(json!({"id": s.id, "before": p.to_call(), "after": s.to_call()}))
-            }
+            Some((p, _)) if p.to_call() != s.to_call() => changed.push(Changed {
+                id: s.id.clone(),
+                before: p.to_call(),
+                after: s.to_call(),
+            }),
             Some(_) => {}
             None => added.push(s.to_call()),
         }
@@ -303,7 +441,11 @@ fn changes(before: &Plan, runs: &[weft_core::state::StepRun], after: &Plan) -> V
         .filter(|(p, open)| *open && !after.steps.iter().any(|s| s.id == p.id))
         .map(|(p, _)| p.to_call())
         .collect();
-    json!({"added": added, "removed": removed, "changed": changed})
+    Changes {
+        added,
+        removed,
+        changed,
+    }
 }
 
 /// JSON of a value on one line, cut for a note.
@@ -319,71 +461,199 @@ fn compact(v: &Value) -> String {
     }
 }
 
+/// A session as the playground draws it, at one event of its log.
+#[derive(Serialize, JsonSchema)]
+pub struct SessionView {
+    id: String,
+    agent: String,
+    mode: Option<Mode>,
+    user: Option<String>,
+    parent_id: Option<String>,
+    /// `{session, at}` for a fork.
+    #[schemars(schema_with = "openapi::any")]
+    forked_from: Option<Value>,
+    created_at: String,
+    updated_at: String,
+    /// The event shown.
+    seq: u64,
+    last_seq: u64,
+    /// Whether the event shown is the last.
+    latest: bool,
+    /// The event shown, as stored.
+    event: Option<StoredEvent>,
+    /// `running`, `waiting_for_user`, `completed` or `failed`.
+    status: String,
+    busy: bool,
+    #[schemars(with = "String")]
+    phase: weft_core::state::Phase,
+    turn: u32,
+    task: Option<String>,
+    #[schemars(schema_with = "openapi::any")]
+    input: Value,
+    #[schemars(schema_with = "openapi::any")]
+    data: Value,
+    answer: Option<String>,
+    drafts: Vec<String>,
+    error: Option<String>,
+    waiting: Option<InputRequest>,
+    usage: Usage,
+    model_calls: u32,
+    tool_calls: u64,
+    earlier_turns: Vec<EarlierTurn>,
+    #[schemars(schema_with = "openapi::messages")]
+    conversation: Vec<weft_core::model::Message>,
+    memories: Vec<RecalledMemory>,
+    plan: Option<PlanGraph>,
+    calls: Vec<Card>,
+    reviews: Vec<Review>,
+    plans: Vec<PlanVersion>,
+    notes: Vec<Note>,
+    runs: Vec<RunMark>,
+}
+
+/// An earlier turn of the session: its task and answer.
+#[derive(Serialize, JsonSchema)]
+pub struct EarlierTurn {
+    task: String,
+    answer: Option<String>,
+}
+
 /// The session as it was after event `at` (the last one when `None`, or when `at` is past it).
-pub fn session(rec: &SessionRecord, log: &[Envelope], at: Option<u64>, busy: bool) -> Value {
+pub fn session(rec: &SessionRecord, log: &[Envelope], at: Option<u64>, busy: bool) -> SessionView {
     let at = at.unwrap_or(rec.last_seq).min(rec.last_seq);
     let mut st = State::new();
     let mut h = History::default();
-    let mut at_event = Value::Null;
+    let mut at_event = None;
     for env in log.iter().take_while(|e| e.seq <= at) {
         h.note(env, &st);
         st.apply(&env.event);
         if env.seq == at {
-            at_event = serde_json::to_value(env).unwrap_or(Value::Null);
+            at_event = Some(StoredEvent(env.clone()));
         }
     }
     let latest = at == rec.last_seq;
     let plan = graph(&st, &h);
-    json!({
-        "id": rec.id,
-        "agent": agent_of(rec, &st),
-        "mode": st.mode,
-        "user": rec.user_id,
-        "parent_id": rec.parent_id,
-        "forked_from": rec.metadata.get("forked_from"),
-        "created_at": fmt_time(rec.created_at),
-        "updated_at": fmt_time(rec.updated_at),
-        "seq": at,
-        "last_seq": rec.last_seq,
-        "latest": latest,
-        "event": at_event,
-        "status": st.status.as_str(),
-        "busy": busy && latest,
-        "phase": st.phase,
-        "turn": st.turn,
-        "task": st.task,
-        "input": st.input,
-        "data": st.data,
-        "answer": st.answer,
-        "drafts": st.drafts,
-        "error": st.error,
-        "waiting": st.waiting,
-        "usage": st.usage,
-        "model_calls": st.model_calls,
-        "tool_calls": st.tool_invocations,
-        "earlier_turns": st.memory.iter().map(|(t, a)| json!({"task": t, "answer": a})).collect::<Vec<_>>(),
-        "conversation": st.history.iter().collect::<Vec<_>>(),
-        "memories": st.recalled,
-        "plan": plan,
-        "calls": h.cards.iter().map(Card::json).collect::<Vec<_>>(),
-        "reviews": h.reviews,
-        "plans": h.plans,
-        "notes": h.notes,
-        "runs": h.runs,
-    })
+    SessionView {
+        id: rec.id.clone(),
+        agent: agent_of(rec, &st),
+        mode: st.mode,
+        user: rec.user_id.clone(),
+        parent_id: rec.parent_id.clone(),
+        forked_from: rec.metadata.get("forked_from").cloned(),
+        created_at: fmt_time(rec.created_at),
+        updated_at: fmt_time(rec.updated_at),
+        seq: at,
+        last_seq: rec.last_seq,
+        latest,
+        event: at_event,
+        status: st.status.as_str().to_owned(),
+        busy: busy && latest,
+        phase: st.phase,
+        turn: st.turn,
+        task: st.task.clone(),
+        input: st.input.clone(),
+        data: st.data.clone(),
+        answer: st.answer.clone(),
+        drafts: st.drafts.clone(),
+        error: st.error.clone(),
+        waiting: st.waiting.clone(),
+        usage: st.usage.clone(),
+        model_calls: st.model_calls,
+        tool_calls: st.tool_invocations,
+        earlier_turns: st
+            .memory
+            .iter()
+            .map(|(t, a)| EarlierTurn {
+                task: t.clone(),
+                answer: a.clone(),
+            })
+            .collect(),
+        conversation: st.history.iter().cloned().collect(),
+        memories: st.recalled.clone(),
+        plan,
+        calls: h.cards,
+        reviews: h.reviews,
+        plans: h.plans,
+        notes: h.notes,
+        runs: h.runs,
+    }
+}
+
+/// The plan as a graph.
+#[derive(Serialize, JsonSchema)]
+pub struct PlanGraph {
+    /// A plan that waits for approval (its steps all `PROPOSED`).
+    proposed: bool,
+    /// How many plans were accepted or revised.
+    version: usize,
+    nodes: Vec<Node>,
+    edges: Vec<Edge>,
+    waves: Vec<WaveMark>,
+    open_wave: Option<u32>,
+    finished: bool,
+}
+
+/// A step of the plan: its call, its state, the wave it ran (or would run) in.
+#[derive(Serialize, JsonSchema)]
+pub struct Node {
+    id: String,
+    tool: Option<String>,
+    description: Option<String>,
+    category: Option<String>,
+    #[schemars(schema_with = "openapi::any")]
+    call: Value,
+    /// The step's status (`PENDING`, `RUNNING`, `COMPLETED`, `FAILED`, `SKIPPED`,
+    /// `WAITING_FOR_USER`), or `PROPOSED`.
+    status: String,
+    retrying: bool,
+    attempts: u32,
+    wave: u32,
+    /// The wave is where the step would run, not where it ran.
+    projected: bool,
+    error: Option<ToolError>,
+    handled: bool,
+    reason: Option<String>,
+    #[schemars(schema_with = "openapi::any")]
+    output: Option<Value>,
+    /// The ids of the step's calls.
+    calls: Vec<String>,
+}
+
+/// An edge between two steps: `order` (`_dependsOn`) or `data` (the references read).
+#[derive(Serialize, JsonSchema)]
+pub struct Edge {
+    from: String,
+    to: String,
+    kind: EdgeKind,
+    reads: Vec<String>,
+}
+
+#[derive(Clone, Copy, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EdgeKind {
+    Order,
+    Data,
+}
+
+/// A wave that began: at which event, and whether it finished.
+#[derive(Serialize, JsonSchema)]
+pub struct WaveMark {
+    wave: u32,
+    seq: u64,
+    finished: bool,
 }
 
 /// The plan as a graph: a node per step with its state and wave, an edge per dependency. While
 /// a plan waits for approval it is the proposed plan, every step pending.
-fn graph(st: &State, h: &History) -> Value {
+fn graph(st: &State, h: &History) -> Option<PlanGraph> {
     let proposed = st.plan.is_none();
     let (plan, runs): (&Plan, Vec<weft_core::state::StepRun>) = match (&st.plan, &st.waiting) {
         (Some(p), _) => (&p.plan, p.steps.clone()),
         (None, Some(w)) if w.plan.is_some() => match &w.plan {
             Some(p) => (p, vec![Default::default(); p.steps.len()]),
-            None => return Value::Null,
+            None => return None,
         },
-        _ => return Value::Null,
+        _ => return None,
     };
     let index = plan.index();
     let writers = WriteIndex::new(plan);
@@ -431,7 +701,7 @@ fn graph(st: &State, h: &History) -> Value {
             }
         }
     }
-    let nodes: Vec<Value> = plan
+    let nodes: Vec<Node> = plan
         .steps
         .iter()
         .zip(&runs)
@@ -445,53 +715,66 @@ fn graph(st: &State, h: &History) -> Value {
                     .and_then(|v| v.as_str().map(str::to_owned))
                     .unwrap_or_default()
             };
-            let retrying = st
-                .plan
-                .as_ref()
-                .is_some_and(|p| p.retrying.contains(&i));
-            json!({
-                "id": s.id,
-                "tool": s.tool,
-                "description": s.description,
-                "category": s.category,
-                "call": s.to_call(),
-                "status": status,
-                "retrying": retrying,
-                "attempts": r.attempts,
-                "wave": column[i],
-                "projected": projected[i],
-                "error": r.error,
-                "handled": r.handled,
-                "reason": r.reason,
-                "output": r.output,
-                "calls": h.cards.iter().filter(|c| c.step.as_deref() == Some(s.id.as_str())).map(|c| &c.call_id).collect::<Vec<_>>(),
-            })
+            let retrying = st.plan.as_ref().is_some_and(|p| p.retrying.contains(&i));
+            Node {
+                id: s.id.clone(),
+                tool: s.tool.clone(),
+                description: s.description.clone(),
+                category: s.category.clone(),
+                call: s.to_call(),
+                status,
+                retrying,
+                attempts: r.attempts,
+                wave: column[i],
+                projected: projected[i],
+                error: r.error.clone(),
+                handled: r.handled,
+                reason: r.reason.clone(),
+                output: r.output.clone(),
+                calls: h
+                    .cards
+                    .iter()
+                    .filter(|c| c.step.as_deref() == Some(s.id.as_str()))
+                    .map(|c| c.call_id.clone())
+                    .collect(),
+            }
         })
         .collect();
-    let edges: Vec<Value> = edges
+    let edges: Vec<Edge> = edges
         .iter()
-        .map(|(&(j, i), (order, reads))| {
-            json!({
-                "from": plan.steps[j].id,
-                "to": plan.steps[i].id,
-                "kind": if reads.is_empty() && *order { "order" } else { "data" },
-                "reads": reads,
-            })
+        .map(|(&(j, i), (order, reads))| Edge {
+            from: plan.steps[j].id.clone(),
+            to: plan.steps[i].id.clone(),
+            kind: if reads.is_empty() && *order {
+                EdgeKind::Order
+            } else {
+                EdgeKind::Data
+            },
+            reads: reads.clone(),
         })
         .collect();
-    let waves: Vec<Value> = h
+    let waves: Vec<WaveMark> = h
         .waves
         .iter()
-        .map(|(w, (seq, finished))| json!({"wave": w, "seq": seq, "finished": finished}))
+        .map(|(&wave, &(seq, finished))| WaveMark {
+            wave,
+            seq,
+            finished,
+        })
         .collect();
-    json!({
-        "proposed": proposed,
-        "version": h.plans.iter().filter(|p| p["kind"] != "rejected").count(),
-        "nodes": nodes,
-        "edges": edges,
-        "waves": waves,
-        "open_wave": st.open_wave,
-        "finished": st.status != SessionStatus::Running || st.phase != weft_core::state::Phase::Executing,
+    Some(PlanGraph {
+        proposed,
+        version: h
+            .plans
+            .iter()
+            .filter(|p| p.kind != PlanVersionKind::Rejected)
+            .count(),
+        nodes,
+        edges,
+        waves,
+        open_wave: st.open_wave,
+        finished: st.status != SessionStatus::Running
+            || st.phase != weft_core::state::Phase::Executing,
     })
 }
 
@@ -526,7 +809,12 @@ fn topological(deps: &[Vec<usize>]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weft_core::event::{InputRequest, ToolError};
+    use serde_json::json;
+
+    /// The view as JSON, as the route sends it.
+    fn view(rec: &SessionRecord, log: &[Envelope], at: Option<u64>) -> Value {
+        serde_json::to_value(session(rec, log, at, false)).unwrap_or_default()
+    }
 
     fn env(seq: u64, event: Event) -> Envelope {
         Envelope {
@@ -639,7 +927,7 @@ mod tests {
     #[test]
     fn the_graph_has_data_and_order_edges_and_waves() {
         let log = log();
-        let v = session(&record(8), &log, None, false);
+        let v = view(&record(8), &log, None);
         let edges = v["plan"]["edges"].as_array().cloned().unwrap_or_default();
         assert!(
             edges.contains(&json!({"from": "a", "to": "b", "kind": "data", "reads": ["†state.x"]})),
@@ -665,12 +953,12 @@ mod tests {
     #[test]
     fn the_view_at_an_earlier_event_is_the_state_then() {
         let log = log();
-        let v = session(&record(8), &log, Some(5), false);
+        let v = view(&record(8), &log, Some(5));
         assert_eq!(node(&v, "a")["status"], "RUNNING");
         assert_eq!(v["calls"].as_array().map(Vec::len), Some(0));
         assert_eq!(v["event"]["type"], "step_started");
         assert_eq!(v["latest"], false);
-        let v = session(&record(8), &log, Some(2), false);
+        let v = view(&record(8), &log, Some(2));
         assert!(v["plan"].is_null());
         assert_eq!(v["task"], "go");
     }
@@ -694,7 +982,7 @@ mod tests {
                 },
             },
         ));
-        let v = session(&record(3), &log, None, false);
+        let v = view(&record(3), &log, None);
         assert_eq!(v["plan"]["proposed"], true);
         assert_eq!(node(&v, "a")["status"], "PROPOSED");
         assert_eq!(node(&v, "b")["wave"], 2);
@@ -716,7 +1004,7 @@ mod tests {
                 reason: "a failed".into(),
             },
         ));
-        let v = session(&record(9), &log, None, false);
+        let v = view(&record(9), &log, None);
         let changes = &v["plans"][1]["changes"];
         assert_eq!(changes["added"][0]["_id"], "d", "{changes}");
         assert_eq!(changes["removed"][0]["_id"], "c", "{changes}");
