@@ -12,7 +12,7 @@ use weft_core::plan::RefRoot;
 use weft_core::{Envelope, Event, Plan, SessionStatus, State, StepStatus, ToolOutcome};
 use weft_store::SessionRecord;
 
-use crate::sessions_cmd::fmt_time;
+use weft_host::sessions::fmt_time;
 
 /// A session in the list: who, what, how it stands, what it cost (from its current state).
 pub fn summary(rec: &SessionRecord, st: &State) -> Value {

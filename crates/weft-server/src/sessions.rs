@@ -221,7 +221,7 @@ pub async fn events(
             if let Some(e) = c.queue.pop_front() {
                 return Some((Ok::<_, Infallible>(e), c));
             }
-            if c.done || crate::interrupt::is_requested() {
+            if c.done || c.app.host.shutdown.is_requested() {
                 return None;
             }
             let waker = c.app.runs.waker(&c.id);
@@ -318,7 +318,7 @@ pub async fn fork(
     }
     let run_id = uuid::Uuid::now_v7().to_string();
     let (new_id, state) =
-        crate::sessions_cmd::fork(app.store.as_ref(), &id, body.at, Some(run_id.clone()))
+        weft_host::sessions::fork(app.store.as_ref(), &id, body.at, Some(run_id.clone()))
             .await
             .map_err(|e| {
                 tracing::warn!(session = %id, "cannot fork: {e}");
@@ -355,9 +355,9 @@ pub async fn pause(
             ),
         ));
     }
-    let stopped = crate::ownership::request_and_wait(app.store.as_ref(), &id, "pause")
+    let stopped = weft_host::ownership::request_and_wait(app.store.as_ref(), &id, "pause")
         .await
-        .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e)))?;
+        .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e.into())))?;
     if !stopped {
         return Err(ApiError(
             StatusCode::CONFLICT,
@@ -387,13 +387,13 @@ pub async fn cancel(
             ),
         ));
     }
-    let stopped = crate::ownership::request_and_wait(app.store.as_ref(), &id, "cancel")
+    let stopped = weft_host::ownership::request_and_wait(app.store.as_ref(), &id, "cancel")
         .await
-        .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e)))?;
+        .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e.into())))?;
     if !stopped {
-        crate::ownership::cancel_unowned(app.store.clone(), &id)
+        weft_host::ownership::cancel_unowned(&app.host, app.store.clone(), &id)
             .await
-            .map_err(|e| ApiError(StatusCode::CONFLICT, crate::message(&e)))?;
+            .map_err(|e| ApiError(StatusCode::CONFLICT, crate::message(&e.into())))?;
     }
     app.runs.waker(&id).notify_waiters();
     Ok(Json(

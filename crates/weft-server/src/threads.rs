@@ -12,7 +12,7 @@ use weft_store::{ListFilter, NewSession, SessionRecord, Store, StoreError};
 
 use super::auth::User;
 use super::{ApiError, Shared};
-use crate::sessions_cmd::fmt_time;
+use weft_host::sessions::fmt_time;
 
 fn assistant(name: &str, spec: &weft_core::agent::AgentSpec) -> Value {
     json!({
