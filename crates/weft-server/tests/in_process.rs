@@ -87,11 +87,9 @@ async fn a_run_through_http_then_a_shutdown_stops_the_server() {
         .await
         .expect("the server stops once its Shutdown is triggered");
     stopped.unwrap().unwrap();
-    let refused = tokio::time::timeout(
-        Duration::from_secs(5),
-        tokio::net::TcpStream::connect(addr),
-    )
-    .await
-    .unwrap();
+    let refused =
+        tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
+            .await
+            .unwrap();
     assert!(refused.is_err(), "nothing listens on {addr} any more");
 }
