@@ -76,7 +76,7 @@ fn gone(host: &str, pid: u32) -> bool {
     host == me().host && !alive_here(pid)
 }
 
-/// Whether `owner` is known to be gone: [`gone`], or an earlier process of this host that had
+/// Whether `owner` is known to be gone: a process of this host that no longer exists, or an earlier process of this host that had
 /// this process's pid (a restarted container's server often gets the same pid again).
 pub fn owner_gone(owner: &Owner) -> bool {
     gone(&owner.host, owner.pid)
