@@ -1,29 +1,21 @@
 //! The `weft` command-line tool.
 
-mod batch;
-mod check;
 #[cfg(test)]
 mod cli_tests;
-mod docs_cmd;
-mod drive;
-mod interrupt;
-mod load;
-mod memory_cmd;
-mod ownership;
-mod plan_cmd;
-mod run_cmd;
-mod schema_cmd;
-mod serve;
-mod sessions_cmd;
+mod cmd;
+mod input;
+mod signals;
 mod store;
-mod submit_cmd;
-mod tools_cmd;
 mod view;
-mod worker;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use cmd::{
+    batch, check, docs as docs_cmd, memory as memory_cmd, plan as plan_cmd, run as run_cmd,
+    schema as schema_cmd, serve, sessions as sessions_cmd, submit as submit_cmd,
+    tools as tools_cmd, worker,
+};
 
 /// mimalloc: the runtime allocates many small, short-lived values on several threads at once,
 /// where the system allocator spends its time on its arenas' locks (see BENCHMARKS.md).
@@ -137,7 +129,7 @@ fn init_logging(level: Option<&str>) -> Result<(), String> {
 /// The heading the options every command takes are shown under.
 const GLOBAL: &str = "Global options";
 
-/// The exit codes, as `--help` shows them (the constants below and `interrupt::EXIT_INTERRUPTED`
+/// The exit codes, as `--help` shows them (the constants below and `weft_host::EXIT_INTERRUPTED`
 /// are the codes themselves).
 pub const EXIT_CODES: &str = "\
 Exit codes:
@@ -151,7 +143,7 @@ Exit codes:
 
 /// Exit codes: 0 success, 1 the run failed, 2 bad input (a file, a plan, an argument), 3 the
 /// session waits for a person; see [`EXIT_CODES`].
-pub const EXIT_FAILED: u8 = 1;
+pub const EXIT_FAILED: u8 = weft_host::EXIT_FAILED;
 pub const EXIT_USAGE: u8 = 2;
 /// The session store failed (its server unreachable, a connection dropped, a write refused):
 /// not the input's fault, so it has its own code; trying again later may work.
@@ -298,6 +290,7 @@ fn main() -> ExitCode {
             | Command::Batch(_)
             | Command::Plan(plan_cmd::PlanCommand::Run(_))
     );
+    let shutdown = weft_host::Shutdown::new();
     let work = async {
         // Commands about an existing session never create a store (a mistyped --db or a
         // lookup in the wrong directory must not leave an empty .weft/weft.db behind).
@@ -317,6 +310,12 @@ fn main() -> ExitCode {
         if std::env::var("WEFT_DB").ok() != cli.db {
             store::remember(cli.db.as_deref());
         }
+        let host = weft_host::Host {
+            shutdown: shutdown.clone(),
+            durability: weft_host::DurabilityPolicy::new(cli.durability),
+            db_flag: store::db_flag(),
+        };
+        let host = &host;
         let needs_store = !matches!(
             cli.command,
             Command::Plan(plan_cmd::PlanCommand::Check(_) | plan_cmd::PlanCommand::DryRun(_))
@@ -362,20 +361,20 @@ fn main() -> ExitCode {
         };
         let command = match command {
             Ok(c) => c,
-            Err(Prepared::Run(p)) => return run_cmd::execute(store, p).await,
-            Err(Prepared::Plan(p)) => return plan_cmd::execute(store, p).await,
-            Err(Prepared::Submit(p)) => return submit_cmd::run(store, p).await,
+            Err(Prepared::Run(p)) => return run_cmd::execute(host, store, p).await,
+            Err(Prepared::Plan(p)) => return plan_cmd::execute(host, store, p).await,
+            Err(Prepared::Submit(p)) => return submit_cmd::run(host, store, p).await,
         };
         match command {
-            Command::Plan(c) => plan_cmd::run(store, c).await,
-            Command::Run(a) => run_cmd::run(store, a).await,
-            Command::Answer(a) => run_cmd::answer(store, a).await,
-            Command::Resume(a) => sessions_cmd::resume(store, a).await,
+            Command::Plan(c) => plan_cmd::run(host, store, c).await,
+            Command::Run(a) => run_cmd::run(host, store, a).await,
+            Command::Answer(a) => run_cmd::answer(host, store, a).await,
+            Command::Resume(a) => sessions_cmd::resume(host, store, a).await,
             Command::Submit(_) => Ok(0),
-            Command::Worker(a) => worker::run(store, a).await,
-            Command::Batch(a) => batch::run(store, a).await,
-            Command::Serve(a) => serve::run(store, a).await,
-            Command::Sessions(c) => sessions_cmd::run(store, c).await,
+            Command::Worker(a) => worker::run(host, store, a).await,
+            Command::Batch(a) => batch::run(host, store, a).await,
+            Command::Serve(a) => serve::run(host, store, a).await,
+            Command::Sessions(c) => sessions_cmd::run(host, store, c).await,
             Command::Tools(c) => tools_cmd::run(c).await,
             Command::Docs(c) => docs_cmd::run(store, c).await,
             Command::Memory(c) => memory_cmd::run(store, c).await,
@@ -386,30 +385,31 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async {
         if own_signals {
+            signals::forward(shutdown.clone());
             return Some(work.await);
         }
         let mut work = std::pin::pin!(work);
         tokio::select! {
             r = &mut work => return Some(r),
-            () = interrupt::signal() => {}
+            () = signals::signal() => {}
         }
         if !graceful {
             return None;
         }
         // The run stops at its next safe point; calls in flight get a grace to finish.
-        interrupt::begin();
+        shutdown.trigger();
         tokio::select! {
             r = &mut work => Some(r),
-            () = tokio::time::sleep(interrupt::grace() + std::time::Duration::from_millis(500)) => None,
-            () = interrupt::signal() => None,
+            () = tokio::time::sleep(shutdown.grace() + std::time::Duration::from_millis(500)) => None,
+            () = signals::signal() => None,
         }
     });
     // Everything the command needed is done and stored. Work left on a blocking thread (a
     // template that ran past its time) is not waited for.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     let Some(result) = result else {
-        eprintln!("{}", interrupt::message());
-        return ExitCode::from(interrupt::EXIT_INTERRUPTED);
+        eprintln!("{}", signals::message(&shutdown));
+        return ExitCode::from(weft_host::EXIT_INTERRUPTED);
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -452,6 +452,12 @@ fn store_failed(e: &anyhow::Error) -> bool {
             || matches!(
                 c.downcast_ref::<weft_runtime::RuntimeError>(),
                 Some(weft_runtime::RuntimeError::Store(s)) if s.is_infrastructure()
+            )
+            || matches!(
+                c.downcast_ref::<weft_host::HostError>(),
+                Some(weft_host::HostError::Store(s)
+                    | weft_host::HostError::Runtime(weft_runtime::RuntimeError::Store(s)))
+                    if s.is_infrastructure()
             )
     })
 }

@@ -3,8 +3,7 @@
 use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context, Result};
-use weft_core::agent::AgentSpec;
-use weft_store::{AnyStore, Durability, Store};
+use weft_store::{AnyStore, Durability};
 
 /// The store the CLI uses.
 pub type CliStore = AnyStore;
@@ -12,12 +11,9 @@ pub type CliStore = AnyStore;
 /// The default store: a SQLite file in the working directory.
 pub const DEFAULT_DB: &str = ".weft/weft.db";
 
-/// `--durability` (or `WEFT_DURABILITY`), when given.
-static DURABILITY: OnceLock<Option<Durability>> = OnceLock::new();
-
 /// Opens `--db` (or `WEFT_DB`; default `.weft/weft.db`) writing at `durability` (`--durability`),
 /// else at what the agent file of a new run asks for (`agent`), else at the default until
-/// [`agent_durability`] says what the agent files ask for. With
+/// the host's `DurabilityPolicy` says what the agent files ask for. With
 /// `existing`, a SQLite file must already be there (commands that only read must not create an
 /// empty database).
 pub async fn open(
@@ -26,7 +22,6 @@ pub async fn open(
     durability: Option<Durability>,
     agent: Option<Durability>,
 ) -> Result<Arc<CliStore>> {
-    let _ = DURABILITY.set(durability);
     let spec = db.unwrap_or(DEFAULT_DB);
     let d = durability.or(agent).unwrap_or_default();
     // A SQLite file named with --db that is not there yet is created; say so, since a typo in
@@ -48,22 +43,6 @@ pub async fn open(
         weft_model::capabilities::use_file(file);
     }
     Ok(Arc::new(store))
-}
-
-/// Writes the appends of this process at what the agent files it drives ask for (`durability:`;
-/// the strongest when they differ, `full` when one says nothing), unless `--durability` chose.
-pub fn agent_durability<'a, S: Store>(store: &S, specs: impl IntoIterator<Item = &'a AgentSpec>) {
-    asked_durability(store, specs.into_iter().map(|s| s.durability));
-}
-
-/// [`agent_durability`] from what each agent file says (`None`: nothing).
-pub fn asked_durability<S: Store>(store: &S, asked: impl IntoIterator<Item = Option<Durability>>) {
-    if let Some(Some(_)) = DURABILITY.get() {
-        return;
-    }
-    if let Some(d) = Durability::strongest(asked.into_iter().map(Option::unwrap_or_default)) {
-        store.set_durability(d);
-    }
 }
 
 /// Where what weft learns about model servers is kept across processes: the file

@@ -1,7 +1,7 @@
 //! The view of a run that a person watches on stderr: the plan with each step's state, a card
 //! for each tool call (tool, arguments, duration, a short result or the error), reviews, retries
 //! with their count. The answer is not part of it: it is printed last, on stdout, when the run
-//! ends (`run_cmd::report`).
+//! ends (`cmd::run::report`).
 //!
 //! On a terminal the plan's steps are lines that change in place (pending, running, done,
 //! failed, skipped), an answer being written shows as one line that follows it, and colour is

@@ -12,14 +12,18 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use anyhow::{Result, anyhow};
 use weft_store::{Lease, Owner, Store, StoreError};
+
+use crate::{EXIT_FAILED, EXIT_INTERRUPTED, Host, HostError, Shutdown};
+
+type Result<T, E = HostError> = std::result::Result<T, E>;
 
 /// How long a lease runs without renewal (renewed every third of it). `WEFT_LEASE_SECS` sets it.
 pub fn ttl() -> Duration {
     weft_store::lease_time()
 }
 
+/// [`ttl`] in milliseconds.
 pub fn ttl_ms() -> i64 {
     i64::try_from(ttl().as_millis()).unwrap_or(15_000)
 }
@@ -72,7 +76,7 @@ fn gone(host: &str, pid: u32) -> bool {
     host == me().host && !alive_here(pid)
 }
 
-/// Whether `owner` is known to be gone: [`gone`], or an earlier process of this host that had
+/// Whether `owner` is known to be gone: a process of this host that no longer exists, or an earlier process of this host that had
 /// this process's pid (a restarted container's server often gets the same pid again).
 pub fn owner_gone(owner: &Owner) -> bool {
     gone(&owner.host, owner.pid)
@@ -96,14 +100,18 @@ pub struct Held<S: Store> {
     asked: tokio::sync::watch::Receiver<Option<Asked>>,
     /// Tells the run to stop at its next safe point ([`weft_runtime::Runtime::stop`]).
     stop: tokio::sync::watch::Sender<bool>,
+    shutdown: Shutdown,
 }
 
 /// Why a run stopped before its end: another process asked (`weft sessions cancel` / `pause`),
 /// or this one got SIGINT or SIGTERM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Asked {
+    /// `weft sessions cancel`: the session ends as failed, its calls in flight cancelled.
     Cancel,
+    /// `weft sessions pause`: the session stops at a safe point, for `weft resume`.
     Pause,
+    /// This process was asked to stop ([`Shutdown`]).
     Interrupt,
 }
 
@@ -111,12 +119,13 @@ pub enum Asked {
 const LOOK_EVERY: Duration = Duration::from_millis(500);
 
 /// Takes the lease of session `id` (see the module's documentation), or says who holds it.
-pub async fn take<S: Store>(store: Arc<S>, id: &str, force: bool) -> Result<Held<S>> {
-    take_as(store, id, force, me()).await
+pub async fn take<S: Store>(host: &Host, store: Arc<S>, id: &str, force: bool) -> Result<Held<S>> {
+    take_as(host, store, id, force, me()).await
 }
 
 /// [`take`] as `owner` (this process, or one of its [`driver`]s).
 pub async fn take_as<S: Store>(
+    host: &Host,
     store: Arc<S>,
     id: &str,
     force: bool,
@@ -130,14 +139,14 @@ pub async fn take_as<S: Store>(
             store.acquire(id, owner, now, ttl_ms(), true).await?
         }
         Err(e @ StoreError::Leased { .. }) => {
-            return Err(anyhow!(
+            return Err(HostError::Leased(format!(
                 "{e}; wait for it to finish, or if that process is gone, take the session over with `weft resume{} {id} --force`",
-                crate::store::db_flag()
-            ));
+                host.db_flag
+            )));
         }
         Err(e) => return Err(e.into()),
     };
-    Ok(hold(store, lease))
+    Ok(hold(&host.shutdown, store, lease))
 }
 
 /// Whether session `id`'s lease is held by an owner known to be gone ([`owner_gone`]).
@@ -146,8 +155,8 @@ async fn held_by_gone<S: Store>(store: &S, id: &str) -> bool {
 }
 
 /// Keeps a lease this process has just taken: renews it and listens for requests until it is
-/// released or dropped.
-pub fn hold<S: Store>(store: Arc<S>, lease: Lease) -> Held<S> {
+/// released or dropped. Triggering `shutdown` stops the run it drives (see [`Held::until_asked`]).
+pub fn hold<S: Store>(shutdown: &Shutdown, store: Arc<S>, lease: Lease) -> Held<S> {
     let (tell, asked) = tokio::sync::watch::channel(None);
     let beat = {
         let store = store.clone();
@@ -187,6 +196,7 @@ pub fn hold<S: Store>(store: Arc<S>, lease: Lease) -> Held<S> {
         beat,
         asked,
         stop: tokio::sync::watch::channel(false).0,
+        shutdown: shutdown.clone(),
     }
 }
 
@@ -206,7 +216,7 @@ impl<S: Store> Held<S> {
     /// - cancel (another process): `work` is dropped where it stands, its calls killed;
     /// - pause (another process): `work` starts nothing new and ends at its next safe point,
     ///   once the calls in flight finished and were recorded;
-    /// - SIGINT or SIGTERM: the same, but calls still running after [`crate::interrupt::grace`]
+    /// - SIGINT or SIGTERM: the same, but calls still running after [`Shutdown::grace`]
     ///   are dropped where they stand.
     pub async fn until_asked<F: std::future::Future>(&self, work: F) -> Result<F::Output, Asked> {
         let work = std::pin::pin!(work);
@@ -225,7 +235,7 @@ impl<S: Store> Held<S> {
         let why = tokio::select! {
             out = &mut work => return Ok(out),
             a = request => a,
-            () = crate::interrupt::requested() => Asked::Interrupt,
+            () = self.shutdown.requested() => Asked::Interrupt,
         };
         match why {
             Asked::Cancel => {}
@@ -235,7 +245,7 @@ impl<S: Store> Held<S> {
             }
             Asked::Interrupt => {
                 self.stop.send_replace(true);
-                let _ = tokio::time::timeout(crate::interrupt::grace(), work).await;
+                let _ = tokio::time::timeout(self.shutdown.grace(), work).await;
             }
         }
         Err(why)
@@ -260,6 +270,7 @@ impl<S: Store> Drop for Held<S> {
 /// flight as cancelled and ends as failed; a paused one is left as a stopped process leaves it,
 /// for `weft resume`. The caller then gives the lease up. Returns the exit code.
 pub async fn stopped<S: Store>(
+    host: &Host,
     rt: &weft_runtime::Runtime<S>,
     id: &str,
     asked: Asked,
@@ -270,7 +281,7 @@ pub async fn stopped<S: Store>(
             let events = weft_core::recovery::cancel(&session.state, &rt.limits);
             session.commit(events).await?;
             eprintln!("cancelled: session {id} (weft sessions cancel)");
-            Ok(crate::EXIT_FAILED)
+            Ok(EXIT_FAILED)
         }
         Asked::Pause => {
             let status = rt.store.get(id).await?.status;
@@ -283,18 +294,18 @@ pub async fn stopped<S: Store>(
             }
             eprintln!(
                 "paused: session {id}; continue it with `weft resume{} {id}`",
-                crate::store::db_flag()
+                host.db_flag
             );
-            Ok(crate::interrupt::EXIT_INTERRUPTED)
+            Ok(EXIT_INTERRUPTED)
         }
         Asked::Interrupt => {
-            if !crate::interrupt::is_quiet() {
+            if !host.shutdown.is_quiet() {
                 eprintln!(
                     "interrupted: session {id} stopped; continue it with `weft resume{} {id}`",
-                    crate::store::db_flag()
+                    host.db_flag
                 );
             }
-            Ok(crate::interrupt::EXIT_INTERRUPTED)
+            Ok(EXIT_INTERRUPTED)
         }
     }
 }
@@ -302,8 +313,8 @@ pub async fn stopped<S: Store>(
 /// Cancels a session that no process runs (one that waits for a person, or was queued): takes
 /// its lease, records the cancellation (calls in flight as cancelled, the session failed) and
 /// lets it go.
-pub async fn cancel_unowned<S: Store>(store: Arc<S>, id: &str) -> Result<()> {
-    let held = take(store.clone(), id, false).await?;
+pub async fn cancel_unowned<S: Store>(host: &Host, store: Arc<S>, id: &str) -> Result<()> {
+    let held = take(host, store.clone(), id, false).await?;
     let mut rt = weft_runtime::Runtime::new(
         store.clone(),
         Arc::new(weft_tools::Registry::new()),
@@ -348,47 +359,9 @@ pub async fn request_and_wait<S: Store>(store: &S, id: &str, verb: &str) -> Resu
             return Ok(true);
         }
         if began.elapsed() > Duration::from_secs(30) {
-            return Err(anyhow!(
+            return Err(HostError::Timeout(format!(
                 "asked the process running session {id} to {verb}, and it has not stopped in 30 s; it may be busy in a call that does not end"
-            ));
-        }
-    }
-}
-
-/// `weft sessions cancel ID` / `weft sessions pause ID`: asks the process that runs the session,
-/// and waits (up to 30 s) until it has stopped. A session no process runs is cancelled here; it
-/// has nothing to pause.
-pub async fn ask<S: Store>(store: Arc<S>, id: &str, what: Asked) -> Result<u8> {
-    let verb = match what {
-        Asked::Cancel => "cancel",
-        Asked::Pause | Asked::Interrupt => "pause",
-    };
-    let rec = store.get(id).await?;
-    if rec.status.is_terminal() {
-        return Err(anyhow!(
-            "session {id} has {}; there is nothing to {verb}",
-            rec.status.as_str()
-        ));
-    }
-    if request_and_wait(store.as_ref(), id, verb).await? {
-        println!("{verb}: session {id} stopped");
-        if what == Asked::Pause {
-            println!(
-                "continue it with `weft resume{} {id}`",
-                crate::store::db_flag()
-            );
-        }
-        return Ok(0);
-    }
-    match what {
-        Asked::Pause | Asked::Interrupt => Err(anyhow!(
-            "session {id} is not being run by any process; there is nothing to pause (`weft resume{} {id}` continues it)",
-            crate::store::db_flag()
-        )),
-        Asked::Cancel => {
-            cancel_unowned(store, id).await?;
-            println!("cancel: session {id} cancelled");
-            Ok(0)
+            )));
         }
     }
 }

@@ -14,7 +14,9 @@ use weft_runtime::{Agent, Runtime};
 use weft_store::MemoryStore;
 use weft_tools::Registry;
 
-use crate::{EXIT_USAGE, load};
+use weft_host::load;
+
+use crate::EXIT_USAGE;
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
@@ -36,7 +38,12 @@ pub struct CheckArgs {
 
 pub async fn run(a: CheckArgs) -> Result<u8> {
     let mut problems = Vec::new();
-    let input = match a.input.as_deref().map(|i| load::input(Some(i))).transpose() {
+    let input = match a
+        .input
+        .as_deref()
+        .map(|i| crate::input::input(Some(i)))
+        .transpose()
+    {
         Ok(v) => v,
         Err(e) => {
             problems.push(format!("{e:#}"));

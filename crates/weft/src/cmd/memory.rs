@@ -14,8 +14,9 @@ use weft_runtime::retrieval::{Retriever, configured_embedder};
 use weft_store::{Kind, Knowledge, NewEntry, Shelf};
 use weft_tools::{Redactor, Secrets};
 
-use crate::docs_cmd::parse_shelf;
-use crate::sessions_cmd::fmt_time;
+use weft_host::sessions::fmt_time;
+
+use crate::cmd::docs::parse_shelf;
 use crate::store::CliStore;
 
 /// The most memories one `list` shows.
@@ -119,8 +120,12 @@ fn redactor(agent: Option<&PathBuf>) -> Result<Redactor> {
         .and_then(weft_core::limits::read_text)
         .with_context(|| format!("cannot read agent file {}", path.display()))?;
     let spec = weft_core::agent::AgentSpec::parse(&path.display().to_string(), &text)?;
-    let secrets = Secrets::from_spec(&spec.secrets, crate::load::base_dir(path), BTreeMap::new())
-        .map_err(|e| anyhow!("agent file {}: {e}", path.display()))?;
+    let secrets = Secrets::from_spec(
+        &spec.secrets,
+        weft_host::load::base_dir(path),
+        BTreeMap::new(),
+    )
+    .map_err(|e| anyhow!("agent file {}: {e}", path.display()))?;
     Ok(secrets.redactor())
 }
 

@@ -289,7 +289,7 @@ pub async fn events(
             if let Some(e) = c.queue.pop_front() {
                 return Some((Ok::<_, Infallible>(e), c));
             }
-            if c.done || crate::interrupt::is_requested() {
+            if c.done || c.app.host.shutdown.is_requested() {
                 return None;
             }
             let waker = c.app.runs.waker(&c.id);
@@ -410,7 +410,7 @@ pub async fn fork(
     }
     let run_id = uuid::Uuid::now_v7().to_string();
     let (new_id, state) =
-        crate::sessions_cmd::fork(app.store.as_ref(), &id, body.at, Some(run_id.clone()))
+        weft_host::sessions::fork(app.store.as_ref(), &id, body.at, Some(run_id.clone()))
             .await
             .map_err(|e| {
                 tracing::warn!(session = %id, "cannot fork: {e}");
@@ -450,9 +450,9 @@ pub async fn pause(
             ),
         ));
     }
-    let stopped = crate::ownership::request_and_wait(app.store.as_ref(), &id, "pause")
+    let stopped = weft_host::ownership::request_and_wait(app.store.as_ref(), &id, "pause")
         .await
-        .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e)))?;
+        .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e.into())))?;
     if !stopped {
         return Err(ApiError(
             StatusCode::CONFLICT,
@@ -481,13 +481,13 @@ pub async fn cancel(
             ),
         ));
     }
-    let stopped = crate::ownership::request_and_wait(app.store.as_ref(), &id, "cancel")
+    let stopped = weft_host::ownership::request_and_wait(app.store.as_ref(), &id, "cancel")
         .await
-        .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e)))?;
+        .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e.into())))?;
     if !stopped {
-        crate::ownership::cancel_unowned(app.store.clone(), &id)
+        weft_host::ownership::cancel_unowned(&app.host, app.store.clone(), &id)
             .await
-            .map_err(|e| ApiError(StatusCode::CONFLICT, crate::message(&e)))?;
+            .map_err(|e| ApiError(StatusCode::CONFLICT, crate::message(&e.into())))?;
     }
     app.runs.waker(&id).notify_waiters();
     let status = app.store.get(&id).await?.status.as_str().to_owned();

@@ -8,12 +8,16 @@ use std::time::Duration;
 use anyhow::{Result, anyhow};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
+use weft_core::SessionStatus;
 use weft_core::agent::parse_duration_str;
-use weft_core::{SessionStatus, State};
 use weft_runtime::now_ms;
-use weft_store::{ListFilter, NewSession, Store};
+use weft_store::{ListFilter, Store};
 
-use crate::run_cmd;
+use weft_host::Host;
+use weft_host::ownership::{self, Asked};
+
+use crate::cmd::run as run_cmd;
+use weft_host::sessions::{fmt_time, fork};
 
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
@@ -100,30 +104,7 @@ pub struct ResumeArgs {
     pub force: bool,
 }
 
-/// A time as RFC 3339 in UTC (`2026-11-23T22:05:40Z`), in tables and JSON alike.
-pub fn fmt_time(ms: i64) -> String {
-    let secs = ms / 1000;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil date from days since the epoch (proleptic Gregorian).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
+pub async fn run<S: Store>(host: &Host, store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
     let mut out = std::io::stdout().lock();
     match cmd {
         SessionsCommand::List {
@@ -209,7 +190,7 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
             // A running session that no live process drives was paused, or its process died:
             // it goes on only when something continues it.
             let stopped = rec.status == SessionStatus::Running
-                && !crate::ownership::driven(store.as_ref(), &id).await?;
+                && !ownership::driven(store.as_ref(), &id).await?;
             let view = json!({
                 "id": rec.id,
                 "agent": rec.agent,
@@ -339,11 +320,11 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
         }
         SessionsCommand::Cancel { id } => {
             drop(out);
-            crate::ownership::ask(store, &id, crate::ownership::Asked::Cancel).await
+            ask(host, store, &id, Asked::Cancel).await
         }
         SessionsCommand::Pause { id } => {
             drop(out);
-            crate::ownership::ask(store, &id, crate::ownership::Asked::Pause).await
+            ask(host, store, &id, Asked::Pause).await
         }
         SessionsCommand::Fork { id, at } => {
             let (new_id, state) = fork(store.as_ref(), &id, at, None).await?;
@@ -414,71 +395,6 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
     }
 }
 
-/// Forks session `id` at event `at` into a new session of the same user and agent, written at
-/// once with its log (`weft_core::recovery::fork_log`: the events up to `at`, calls in flight
-/// then recorded as interrupted). The original is untouched. With `run`, a fork that is running
-/// ends with a `RunStarted` marker of that id, so that `weft serve` continues it as that run.
-/// Returns the new id and the state the fork folds to.
-pub async fn fork<S: Store>(
-    store: &S,
-    id: &str,
-    at: u64,
-    run: Option<String>,
-) -> Result<(String, State)> {
-    let (rec, events) = store.load(id).await?;
-    if at == 0 || at > rec.last_seq {
-        return Err(anyhow!(
-            "--at {at}: session {id} has events 1 to {}",
-            rec.last_seq
-        ));
-    }
-    let new_id = weft_runtime::new_session_id();
-    let now = now_ms();
-    let mut meta = rec.metadata.clone();
-    if let Value::Object(m) = &mut meta {
-        m.insert("forked_from".into(), json!({"session": id, "at": at}));
-    }
-    let (mut log, mut state) = weft_core::recovery::fork_log(events, at, &new_id, id, now);
-    if let Some(run_id) = run
-        && state.status == SessionStatus::Running
-    {
-        let marker = weft_core::Event::RunStarted {
-            run_id,
-            after: state.seq,
-        };
-        state.apply(&marker);
-        log.push(weft_core::Envelope {
-            seq: state.seq,
-            ts: now,
-            v: weft_core::EVENT_VERSION,
-            epoch: 0,
-            event: marker,
-        });
-    }
-    let agent = if rec.agent.is_empty() {
-        state.agent.clone()
-    } else {
-        rec.agent.clone()
-    };
-    // The new session and its log in one write.
-    store
-        .create_with(
-            NewSession {
-                id: new_id.clone(),
-                user_id: rec.user_id.clone(),
-                agent,
-                reference_id: rec.reference_id.clone(),
-                metadata: meta,
-                parent_id: Some(id.to_owned()),
-            },
-            &log,
-            state.status,
-            now,
-        )
-        .await?;
-    Ok((new_id, state))
-}
-
 /// A task as one line of at most [`TASK_WIDTH`] characters (`…` where it was cut).
 fn one_line(task: &str) -> String {
     let flat = task.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -501,7 +417,7 @@ pub fn agent_file_of(metadata: &Value) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
+pub async fn resume<S: Store>(host: &Host, store: Arc<S>, args: ResumeArgs) -> Result<u8> {
     let rec = store.get(&args.id).await?;
     let path = match args.agent.clone().or_else(|| agent_file_of(&rec.metadata)) {
         Some(p) => p,
@@ -530,43 +446,81 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
             ));
         }
     }
-    let held = crate::ownership::take(store.clone(), &args.id, args.force).await?;
-    let result: Result<u8> = async {
-        let agent = crate::drive::AgentFile::load_to_continue(&path).await?;
-        crate::store::agent_durability(store.as_ref(), [&agent.spec]);
-        let observer = if args.events {
-            run_cmd::json_lines()
-        } else {
-            // The calls in flight when the session stopped run again (or are recorded as
-            // unknown) in this run: their cards name their tool and arguments.
-            let open = weft_runtime::load_state(store.as_ref(), &args.id)
-                .await
-                .map(|l| l.state.open_calls)
-                .unwrap_or_default();
-            crate::view::resuming(&agent.spec.limits, &open)
-        };
-        crate::interrupt::note_session(&args.id);
-        let (state, before) =
-            match crate::drive::drive(store, &held, &rec, &agent, vec![observer]).await? {
-                crate::drive::Ended::Done(state, before) => (state, before),
-                crate::drive::Ended::Stopped(code) => return Ok(code),
+    let held = ownership::take(host, store.clone(), &args.id, args.force).await?;
+    let result: Result<u8> =
+        async {
+            let agent = weft_host::drive::AgentFile::load_to_continue(&path).await?;
+            host.durability.for_agents(store.as_ref(), [&agent.spec]);
+            let observer = if args.events {
+                run_cmd::json_lines()
+            } else {
+                // The calls in flight when the session stopped run again (or are recorded as
+                // unknown) in this run: their cards name their tool and arguments.
+                let open = weft_runtime::load_state(store.as_ref(), &args.id)
+                    .await
+                    .map(|l| l.state.open_calls)
+                    .unwrap_or_default();
+                crate::view::resuming(&agent.spec.limits, &open)
             };
-        agent.tools.shutdown().await;
-        if state.mode.is_none() {
-            writeln!(
-                std::io::stdout(),
-                "{}",
-                serde_json::to_string_pretty(&state.data)?
-            )?;
-            if state.status == SessionStatus::Completed {
-                return Ok(0);
+            host.shutdown.note_session(&args.id);
+            let (state, before) =
+                match weft_host::drive::drive(host, store, &held, &rec, &agent, vec![observer])
+                    .await?
+                {
+                    weft_host::drive::Ended::Done(state, before) => (state, before),
+                    weft_host::drive::Ended::Stopped(code) => return Ok(code),
+                };
+            agent.tools.shutdown().await;
+            if state.mode.is_none() {
+                writeln!(
+                    std::io::stdout(),
+                    "{}",
+                    serde_json::to_string_pretty(&state.data)?
+                )?;
+                if state.status == SessionStatus::Completed {
+                    return Ok(0);
+                }
+                crate::cmd::plan::report_failure(&state);
+                return Ok(crate::EXIT_FAILED);
             }
-            crate::plan_cmd::report_failure(&state);
-            return Ok(crate::EXIT_FAILED);
+            run_cmd::report(&state, &args.id, &path, Some(&before))
         }
-        run_cmd::report(&state, &args.id, &path, Some(&before))
-    }
-    .await;
+        .await;
     held.release().await;
     result
+}
+
+/// `weft sessions cancel ID` / `weft sessions pause ID`: asks the process that runs the session,
+/// and waits (up to 30 s) until it has stopped. A session no process runs is cancelled here; it
+/// has nothing to pause.
+async fn ask<S: Store>(host: &Host, store: Arc<S>, id: &str, what: Asked) -> Result<u8> {
+    let verb = match what {
+        Asked::Cancel => "cancel",
+        Asked::Pause | Asked::Interrupt => "pause",
+    };
+    let rec = store.get(id).await?;
+    if rec.status.is_terminal() {
+        return Err(anyhow!(
+            "session {id} has {}; there is nothing to {verb}",
+            rec.status.as_str()
+        ));
+    }
+    if ownership::request_and_wait(store.as_ref(), id, verb).await? {
+        println!("{verb}: session {id} stopped");
+        if what == Asked::Pause {
+            println!("continue it with `weft resume{} {id}`", host.db_flag);
+        }
+        return Ok(0);
+    }
+    match what {
+        Asked::Pause | Asked::Interrupt => Err(anyhow!(
+            "session {id} is not being run by any process; there is nothing to pause (`weft resume{} {id}` continues it)",
+            host.db_flag
+        )),
+        Asked::Cancel => {
+            ownership::cancel_unowned(host, store, id).await?;
+            println!("cancel: session {id} cancelled");
+            Ok(0)
+        }
+    }
 }

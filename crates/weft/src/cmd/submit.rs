@@ -11,7 +11,9 @@ use weft_core::SessionStatus;
 use weft_runtime::{Runtime, SessionInfo};
 use weft_store::Store;
 
-use crate::run_cmd::{self, RunArgs};
+use weft_host::Host;
+
+use crate::cmd::run::{self as run_cmd, RunArgs};
 
 #[derive(Debug, Args)]
 pub struct SubmitArgs {
@@ -61,7 +63,7 @@ pub async fn prepare(a: &SubmitArgs) -> Result<run_cmd::Prepared> {
     run_cmd::prepare(a.as_run()).await
 }
 
-pub async fn run<S: Store>(store: Arc<S>, p: run_cmd::Prepared) -> Result<u8> {
+pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> Result<u8> {
     let run_cmd::Prepared {
         args,
         limits,
@@ -72,13 +74,13 @@ pub async fn run<S: Store>(store: Arc<S>, p: run_cmd::Prepared) -> Result<u8> {
         metadata,
         durability,
     } = p;
-    crate::store::asked_durability(store.as_ref(), [durability]);
+    host.durability.for_asked(store.as_ref(), [durability]);
     let mut rt = Runtime::new(store.clone(), tools.clone(), limits);
     rt.redact = redact;
     let id = match &args.session {
         Some(id) => {
             // The answer is written under the session's lease, as any other write.
-            let held = crate::ownership::take(store.clone(), id, false).await?;
+            let held = weft_host::ownership::take(host, store.clone(), id, false).await?;
             held.bind(&mut rt);
             let queued = async {
                 let mut session = rt.load_session(id).await?;

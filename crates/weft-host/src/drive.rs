@@ -6,22 +6,47 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Result, anyhow};
+use weft_core::model::Usage;
 use weft_core::{Event, RunStatus, State};
 use weft_model::SharedModel;
 use weft_runtime::{Agent, Observer, Runtime};
 use weft_store::{SessionRecord, Store};
 
-use crate::load;
 use crate::ownership::Held;
-use crate::run_cmd::Before;
+use crate::{Host, HostError, load};
+
+type Result<T, E = HostError> = std::result::Result<T, E>;
+
+/// What a session had used before a run continued it (to show the run's own share).
+#[derive(Clone, Debug, Default)]
+pub struct Before {
+    /// The tokens and cost so far.
+    pub usage: Usage,
+    /// The tool calls so far.
+    pub tool_calls: u64,
+}
+
+impl Before {
+    /// What `st` has used.
+    pub fn of(st: &State) -> Self {
+        Self {
+            usage: st.usage.clone(),
+            tool_calls: st.tool_invocations,
+        }
+    }
+}
 
 /// An agent file loaded once, to drive any number of its sessions.
 pub struct AgentFile {
+    /// Where it was read from.
     pub path: PathBuf,
+    /// What it says.
     pub spec: weft_core::agent::AgentSpec,
+    /// Its tools, built.
     pub tools: Arc<weft_tools::Registry>,
+    /// Its model (one that refuses every call when the file names none).
     pub model: SharedModel,
+    /// Redacts its secrets from events.
     pub redact: Option<weft_runtime::Redact>,
 }
 
@@ -44,7 +69,7 @@ impl AgentFile {
             Arc::new(NoModel) as SharedModel
         } else {
             Agent::model_from_spec(&loaded.spec, load::base_dir(path))
-                .map_err(|e| anyhow!("agent file {}: {e}", path.display()))?
+                .map_err(|e| HostError::AgentFile(format!("agent file {}: {e}", path.display())))?
         };
         Ok(Self {
             path: path.to_owned(),
@@ -81,8 +106,12 @@ pub async fn agents(paths: &[PathBuf]) -> Result<HashMap<String, Arc<AgentFile>>
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let entries = std::fs::read_dir(p)
-                .map_err(|e| anyhow!("--agents {}: cannot read the directory: {e}", p.display()))?;
+            let entries = std::fs::read_dir(p).map_err(|e| {
+                HostError::Invalid(format!(
+                    "--agents {}: cannot read the directory: {e}",
+                    p.display()
+                ))
+            })?;
             let mut found: Vec<PathBuf> = entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|f| {
@@ -102,10 +131,10 @@ pub async fn agents(paths: &[PathBuf]) -> Result<HashMap<String, Arc<AgentFile>>
         } else if p.exists() {
             files.push((p.clone(), false));
         } else {
-            return Err(anyhow!(
+            return Err(HostError::Invalid(format!(
                 "--agents {}: no such file or directory",
                 p.display()
-            ));
+            )));
         }
     }
     let mut by_name: HashMap<String, Arc<AgentFile>> = HashMap::new();
@@ -116,7 +145,7 @@ pub async fn agents(paths: &[PathBuf]) -> Result<HashMap<String, Arc<AgentFile>>
         let agent = match AgentFile::load(&f).await {
             Ok(a) => a,
             Err(e) if in_dir => {
-                let why = crate::message(&e);
+                let why = e.to_string();
                 eprintln!("skipped {}: {why}", f.display());
                 skipped.push(why);
                 continue;
@@ -124,18 +153,18 @@ pub async fn agents(paths: &[PathBuf]) -> Result<HashMap<String, Arc<AgentFile>>
             Err(e) => return Err(e),
         };
         if let Some(other) = by_name.get(&agent.spec.name) {
-            return Err(anyhow!(
+            return Err(HostError::Invalid(format!(
                 "agents {} and {} are both named `{}`; sessions are matched to agents by name, so give them different names",
                 other.path.display(),
                 f.display(),
                 agent.spec.name
-            ));
+            )));
         }
         by_name.insert(agent.spec.name.clone(), Arc::new(agent));
     }
     if by_name.is_empty() {
         let named: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-        return Err(anyhow!(
+        return Err(HostError::Invalid(format!(
             "no agent file that can run in {}{}; name agent files or directories with --agents",
             named.join(", "),
             if skipped.is_empty() {
@@ -143,7 +172,7 @@ pub async fn agents(paths: &[PathBuf]) -> Result<HashMap<String, Arc<AgentFile>>
             } else {
                 format!(" ({} skipped: {})", skipped.len(), skipped.join("; "))
             }
-        ));
+        )));
     }
     Ok(by_name)
 }
@@ -159,6 +188,7 @@ fn is_agent_file(path: &Path) -> bool {
 }
 
 /// How driving a session ended.
+#[derive(Debug)]
 pub enum Ended {
     /// The session completed, failed or waits for a person; what it had used before.
     Done(State, Before),
@@ -171,6 +201,7 @@ pub enum Ended {
 /// or the agent goes on until the session ends or waits, or another process asks to cancel or
 /// pause it. The caller releases the lease.
 pub async fn drive<S: Store>(
+    host: &Host,
     store: Arc<S>,
     held: &Held<S>,
     rec: &SessionRecord,
@@ -185,11 +216,11 @@ pub async fn drive<S: Store>(
     }
     let mut session = rt.load_session(&rec.id).await?;
     if session.state.mode.is_some() && agent.spec.model.is_none() {
-        return Err(anyhow!(
+        return Err(HostError::AgentFile(format!(
             "agent file {} has no `model`, which the agent session {} needs; set one (e.g. `model: openai:gpt-4o-mini`)",
             agent.path.display(),
             rec.id
-        ));
+        )));
     }
     let before = Before::of(&session.state);
     let work = async {
@@ -221,7 +252,7 @@ pub async fn drive<S: Store>(
         Ok(done) => done?,
         Err(asked) => {
             return Ok(Ended::Stopped(
-                crate::ownership::stopped(&rt, &rec.id, asked).await?,
+                crate::ownership::stopped(host, &rt, &rec.id, asked).await?,
             ));
         }
     }

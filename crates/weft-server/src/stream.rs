@@ -562,7 +562,7 @@ pub fn sse(
                     continue;
                 }
             }
-            if crate::interrupt::is_requested() && !c.ended_in_log() {
+            if c.app.host.shutdown.is_requested() && !c.ended_in_log() {
                 // The server stops: the client reconnects (to the next server) and goes on.
                 return None;
             }

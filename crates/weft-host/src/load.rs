@@ -1,17 +1,22 @@
-//! Reading the files the user names, with errors that name them.
+//! Reading agent files, with errors that name them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::{Context, Result, anyhow};
 use serde_json::Value;
 use weft_core::agent::AgentSpec;
 use weft_core::diagnose::Problem;
 use weft_tools::Registry;
 
+use crate::HostError;
+
+type Result<T, E = HostError> = std::result::Result<T, E>;
+
 /// An agent file, parsed, with its tools built.
 pub struct LoadedAgent {
+    /// What the file says.
     pub spec: AgentSpec,
+    /// Its tools, built.
     pub tools: Registry,
 }
 
@@ -35,12 +40,14 @@ pub async fn agent(path: &Path) -> Result<LoadedAgent> {
     agent_with_secrets(path, &[]).await
 }
 
+/// [`agent`] with secrets given as `NAME=VALUE` (`--secret`), which override the declared
+/// sources.
 pub async fn agent_with_secrets(path: &Path, secrets: &[String]) -> Result<LoadedAgent> {
     let mut overrides = BTreeMap::new();
     for s in secrets {
         let (k, v) = s
             .split_once('=')
-            .ok_or_else(|| anyhow!("--secret {s}: write NAME=VALUE"))?;
+            .ok_or_else(|| HostError::Invalid(format!("--secret {s}: write NAME=VALUE")))?;
         overrides.insert(k.to_owned(), v.to_owned());
     }
     let checked = check_agent(path, overrides).await;
@@ -66,12 +73,16 @@ pub async fn agent_with_secrets(path: &Path, secrets: &[String]) -> Result<Loade
 /// What reading an agent file and building its tools found: every problem, each with its line
 /// and column, and what could be made of the rest (for `weft check` to go on checking).
 pub struct CheckedAgent {
+    /// The file's path, as given.
     pub file: String,
+    /// The file's text.
     pub text: String,
+    /// What it says, when it parses.
     pub spec: Option<AgentSpec>,
     /// The tools, a declaration that has a problem standing in as an `echo` under its name (so
     /// that what names it is not reported again). Its MCP servers run: shut it down.
     pub tools: Option<Registry>,
+    /// Every problem found.
     pub problems: Vec<Problem>,
 }
 
@@ -113,16 +124,16 @@ impl CheckedAgent {
     }
 
     /// The error that lists every problem.
-    pub fn error(&self) -> anyhow::Error {
-        match self.lines().as_slice() {
-            [one] => anyhow!("agent file {one}"),
-            many => anyhow!(
+    pub fn error(&self) -> HostError {
+        HostError::AgentFile(match self.lines().as_slice() {
+            [one] => format!("agent file {one}"),
+            many => format!(
                 "agent file {}: {} problems:\n  {}",
                 self.file,
                 many.len(),
                 many.join("\n  ")
             ),
-        }
+        })
     }
 }
 
@@ -208,31 +219,6 @@ pub fn base_dir(path: &Path) -> &Path {
     path.parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
-}
-
-/// `--input`: JSON text, or `@FILE` for a JSON file. Absent: `{}`.
-pub fn input(arg: Option<&str>) -> Result<Value> {
-    let Some(arg) = arg else {
-        return Ok(Value::Object(serde_json::Map::new()));
-    };
-    let (text, origin) = match arg.strip_prefix('@') {
-        Some(file) => (
-            std::fs::File::open(file)
-                .and_then(weft_core::limits::read_text)
-                .with_context(|| format!("cannot read input file {file}"))?,
-            format!("input file {file}"),
-        ),
-        None => (arg.to_owned(), "--input".to_owned()),
-    };
-    let v: Value =
-        serde_json::from_str(&text).with_context(|| format!("{origin} is not valid JSON"))?;
-    weft_core::limits::check_depth(&v, &origin).map_err(|e| anyhow!(e))?;
-    if !v.is_object() {
-        return Err(anyhow!(
-            "{origin} must be a JSON object, e.g. '{{\"customerId\": \"c1\"}}'"
-        ));
-    }
-    Ok(v)
 }
 
 /// A path made absolute (for recording where an agent file is).

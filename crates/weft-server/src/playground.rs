@@ -2,7 +2,7 @@
 //! wave, tool calls, reviews and replans, the streamed answer, usage and cost), starts runs,
 //! answers waits, approves, rejects and edits plans and tool calls, cancels and pauses, and
 //! travels back through a session's events to fork it. Its files (plain ES modules and CSS in
-//! `crates/weft/playground/`, no build step) are embedded in the binary and hold no data, so
+//! `crates/weft-server/playground/`, no build step) are embedded in the binary and hold no data, so
 //! they load without a key; everything the page shows comes from the HTTP API, called with the
 //! key the person signs in with, like any other client.
 

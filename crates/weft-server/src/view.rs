@@ -18,7 +18,7 @@ use weft_core::{Envelope, Event, Plan, SessionStatus, State, StepStatus, ToolOut
 use weft_store::SessionRecord;
 
 use super::openapi::{self, StoredEvent};
-use crate::sessions_cmd::fmt_time;
+use weft_host::sessions::fmt_time;
 
 /// A session in the list: who, what, how it stands, what it cost.
 #[derive(Clone, Serialize, JsonSchema)]

@@ -7,12 +7,14 @@ use std::sync::Arc;
 use anyhow::{Result, anyhow};
 use clap::Args;
 use serde_json::Value;
-use weft_core::model::Usage;
 use weft_core::{Envelope, SessionStatus};
 use weft_runtime::{Agent, Observer, Runtime, SessionInfo};
 use weft_store::Store;
 
-use crate::{EXIT_FAILED, load};
+use weft_host::drive::Before;
+use weft_host::{Host, load};
+
+use crate::EXIT_FAILED;
 
 /// Exit code: the session waits for a person.
 pub const EXIT_WAITING: u8 = 3;
@@ -67,9 +69,9 @@ pub struct AnswerArgs {
 
 /// `weft answer ID TEXT`: `weft run AGENT --session ID TEXT` with the agent file the session
 /// was started with.
-pub async fn answer<S: Store>(store: Arc<S>, a: AnswerArgs) -> Result<u8> {
+pub async fn answer<S: Store>(host: &Host, store: Arc<S>, a: AnswerArgs) -> Result<u8> {
     let rec = store.get(&a.id).await?;
-    let agent = crate::sessions_cmd::agent_file_of(&rec.metadata).ok_or_else(|| {
+    let agent = crate::cmd::sessions::agent_file_of(&rec.metadata).ok_or_else(|| {
         anyhow!(
             "session {} does not record its agent file; answer with `weft run AGENT --session {} \"...\"`",
             a.id,
@@ -77,6 +79,7 @@ pub async fn answer<S: Store>(store: Arc<S>, a: AnswerArgs) -> Result<u8> {
         )
     })?;
     run(
+        host,
         store,
         RunArgs {
             agent,
@@ -130,16 +133,16 @@ pub struct Prepared {
     pub durability: Option<weft_core::Durability>,
 }
 
-pub async fn run<S: Store>(store: Arc<S>, args: RunArgs) -> Result<u8> {
+pub async fn run<S: Store>(host: &Host, store: Arc<S>, args: RunArgs) -> Result<u8> {
     let prepared = prepare(args).await?;
-    execute(store, prepared).await
+    execute(host, store, prepared).await
 }
 
 /// Reads the task and the agent file and builds the agent (exit 2 on a mistake).
 pub async fn prepare(mut args: RunArgs) -> Result<Prepared> {
     args.task = task_text(&args.task)?;
     let loaded = load::agent_with_secrets(&args.agent, &args.secret).await?;
-    let input = load::input(args.input.as_deref())?;
+    let input = crate::input::input(args.input.as_deref())?;
     let mut metadata: Value = match &args.metadata {
         None => Value::Object(serde_json::Map::new()),
         Some(m) => {
@@ -175,7 +178,7 @@ pub async fn prepare(mut args: RunArgs) -> Result<Prepared> {
 }
 
 /// Runs a prepared run on `store`.
-pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
+pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Result<u8> {
     let Prepared {
         args,
         limits,
@@ -186,7 +189,7 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
         metadata,
         durability,
     } = p;
-    crate::store::asked_durability(store.as_ref(), [durability]);
+    host.durability.for_asked(store.as_ref(), [durability]);
     // This process owns the session while it drives it (a new one's id is chosen first).
     let id = match &args.session {
         Some(id) => id.clone(),
@@ -195,7 +198,7 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
             .clone()
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
     };
-    let held = crate::ownership::take(store.clone(), &id, false).await?;
+    let held = weft_host::ownership::take(host, store.clone(), &id, false).await?;
     let mut rt = Runtime::new(store, tools.clone(), limits.clone());
     held.bind(&mut rt);
     rt.redact = redact;
@@ -204,9 +207,9 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
     } else {
         crate::view::observer(&limits)
     });
-    rt = rt.observe(crate::interrupt::observer());
+    rt = rt.observe(host.shutdown.observer());
     if let Some(id) = &args.session {
-        crate::interrupt::note_session(id);
+        host.shutdown.note_session(id);
     }
     let run = async {
         let mut before = None;
@@ -254,10 +257,10 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
     let (session, before) = match held.until_asked(run).await {
         Ok(done) => done?,
         Err(asked) => {
-            let code = crate::ownership::stopped(&rt, &id, asked).await;
+            let code = weft_host::ownership::stopped(host, &rt, &id, asked).await;
             held.release().await;
             tools.shutdown().await;
-            return code;
+            return Ok(code?);
         }
     };
     let code = report(&session.state, &session.id, &args.agent, before.as_ref());
@@ -265,23 +268,6 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
     held.release().await;
     tools.shutdown().await;
     code
-}
-
-/// What a session had used when this run began: the usage line tells this run's share from the
-/// session's total.
-#[derive(Clone, Debug, Default)]
-pub struct Before {
-    pub usage: Usage,
-    pub tool_calls: u64,
-}
-
-impl Before {
-    pub fn of(st: &weft_core::State) -> Self {
-        Self {
-            usage: st.usage.clone(),
-            tool_calls: st.tool_invocations,
-        }
-    }
 }
 
 fn usage_text(input: u64, output: u64, cost: Option<f64>, tool_calls: u64) -> String {

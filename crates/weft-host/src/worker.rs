@@ -1,4 +1,4 @@
-//! `weft worker`: a process that claims sessions no process runs and drives them, as many at
+//! The workers' loop (`weft worker`): a process that claims sessions no process runs and drives them, as many at
 //! once as `--concurrency` says. Many workers share one store (PostgreSQL, or one SQLite file on
 //! one machine) and never drive one session together: each session is driven under its lease
 //! (see `ownership`), and every append is fenced by the lease's epoch.
@@ -21,63 +21,50 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, anyhow};
-use clap::Args;
 use weft_core::SessionStatus;
 use weft_store::{Lease, Store};
 
 use crate::drive::{AgentFile, Ended, drive};
-use crate::ownership;
+use crate::{EXIT_INTERRUPTED, Host, HostError, ownership};
 
-#[derive(Debug, Args)]
-pub struct WorkerArgs {
-    /// The agent files whose sessions this worker runs: files, or directories whose `.yaml`,
-    /// `.yml` and `.json` agent files are all taken (default: the current directory).
-    #[arg(long, default_value = ".")]
+type Result<T, E = HostError> = std::result::Result<T, E>;
+
+/// What a worker does: which agents' sessions, how many at once, how often it looks.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// Agent files, or directories whose `.yaml`, `.yml` and `.json` agent files are all taken.
     pub agents: Vec<PathBuf>,
-    /// How many sessions this worker drives at once.
-    #[arg(long, default_value_t = 4)]
+    /// How many sessions it drives at once (at least 1).
     pub concurrency: usize,
-    /// How often to look for work when nothing wakes the worker (seconds).
-    #[arg(long, default_value_t = 1.0)]
-    pub poll_secs: f64,
-    /// On SIGTERM or Ctrl-C: how long the sessions being driven get to end before they are
-    /// stopped and released for other workers (seconds).
-    #[arg(long, default_value_t = 10.0)]
-    pub drain_secs: f64,
-    /// Exit once no session has been runnable for this long (seconds); default: run until
-    /// stopped.
-    #[arg(long)]
-    pub exit_when_idle: Option<f64>,
-}
-
-fn secs(what: &str, v: f64) -> Result<Duration> {
-    if v.is_finite() && (0.0..=86_400.0).contains(&v) {
-        Ok(Duration::from_secs_f64(v))
-    } else {
-        Err(anyhow!(
-            "--{what} {v}: give a number of seconds from 0 to 86400"
-        ))
-    }
+    /// How often it looks for work when nothing wakes it.
+    pub poll: Duration,
+    /// On shutdown: how long the sessions being driven get to end before they are stopped and
+    /// released for other workers.
+    pub drain: Duration,
+    /// Stop once no session has been runnable for this long; `None`: run until shut down.
+    pub exit_when_idle: Option<Duration>,
 }
 
 /// The leases of the sessions being driven, to release them when the worker stops them.
 type Driving = Arc<Mutex<HashMap<String, Lease>>>;
 
-pub async fn run<S: Store>(store: Arc<S>, a: WorkerArgs) -> Result<u8> {
+/// Runs a worker until `host.shutdown` is triggered (then drains, and returns
+/// [`EXIT_INTERRUPTED`]) or, with [`WorkerConfig::exit_when_idle`], until there was no work for
+/// that long (then returns 0).
+pub async fn run<S: Store>(host: &Host, store: Arc<S>, a: WorkerConfig) -> Result<u8> {
     if a.concurrency == 0 {
-        return Err(anyhow!("--concurrency must be at least 1"));
+        return Err(HostError::Invalid(
+            "--concurrency must be at least 1".to_owned(),
+        ));
     }
-    let poll = secs("poll-secs", a.poll_secs)?.max(Duration::from_millis(10));
-    let drain = secs("drain-secs", a.drain_secs)?;
-    crate::interrupt::set_grace(drain);
-    crate::interrupt::set_quiet();
-    let idle_exit = a
-        .exit_when_idle
-        .map(|v| secs("exit-when-idle", v))
-        .transpose()?;
+    let poll = a.poll.max(Duration::from_millis(10));
+    let drain = a.drain;
+    host.shutdown.set_grace(drain);
+    host.shutdown.set_quiet();
+    let idle_exit = a.exit_when_idle;
     let agents = Arc::new(crate::drive::agents(&a.agents).await?);
-    crate::store::agent_durability(store.as_ref(), agents.values().map(|f| &f.spec));
+    host.durability
+        .for_agents(store.as_ref(), agents.values().map(|f| &f.spec));
     let names: Vec<String> = agents.keys().cloned().collect();
     let mut listed: Vec<String> = agents
         .values()
@@ -93,7 +80,7 @@ pub async fn run<S: Store>(store: Arc<S>, a: WorkerArgs) -> Result<u8> {
     );
     let driving: Driving = Arc::default();
     let mut tasks = tokio::task::JoinSet::new();
-    let stop = crate::interrupt::signal();
+    let stop = host.shutdown.requested();
     tokio::pin!(stop);
     let mut idle_since = Instant::now();
     // Sessions driven to an end (completed, failed, waiting), and sessions let go unfinished
@@ -120,7 +107,13 @@ pub async fn run<S: Store>(store: Arc<S>, a: WorkerArgs) -> Result<u8> {
                         if let Ok(mut d) = driving.lock() {
                             d.insert(lease.session.clone(), lease.clone());
                         }
-                        tasks.spawn(one(store.clone(), lease, agents.clone(), driving.clone()));
+                        tasks.spawn(one(
+                            host.clone(),
+                            store.clone(),
+                            lease,
+                            agents.clone(),
+                            driving.clone(),
+                        ));
                     }
                 }
                 // The store is unreachable for now (a restarted server, a dropped
@@ -150,14 +143,13 @@ pub async fn run<S: Store>(store: Arc<S>, a: WorkerArgs) -> Result<u8> {
     if stopped {
         // Every session being driven stops at its next safe point; calls in flight get the
         // drain time to finish (see `Held::until_asked`).
-        crate::interrupt::begin();
         eprintln!(
             "worker: stopping; {} session(s) being driven stop once their calls in flight end (at most {} s)",
             tasks.len(),
             drain.as_secs_f64()
         );
         let deadline = tokio::time::Instant::now() + drain + Duration::from_secs(5);
-        let again = crate::interrupt::signal();
+        let again = host.shutdown.forced();
         tokio::pin!(again);
         loop {
             tokio::select! {
@@ -182,7 +174,7 @@ pub async fn run<S: Store>(store: Arc<S>, a: WorkerArgs) -> Result<u8> {
         }
         released += left.len() as u64;
         eprintln!("worker: stopped after {done} session(s); {released} released for other workers");
-        return Ok(crate::interrupt::EXIT_INTERRUPTED);
+        return Ok(EXIT_INTERRUPTED);
     }
     eprintln!("worker: no work for a while; stopped after {done} session(s)");
     Ok(0)
@@ -199,13 +191,14 @@ enum Let {
 
 /// Drives one claimed session until it ends, waits or is stopped, then releases it.
 async fn one<S: Store>(
+    host: Host,
     store: Arc<S>,
     lease: Lease,
     agents: Arc<HashMap<String, Arc<AgentFile>>>,
     driving: Driving,
 ) -> Let {
     let id = lease.session.clone();
-    let held = ownership::hold(store.clone(), lease);
+    let held = ownership::hold(&host.shutdown, store.clone(), lease);
     let began = Instant::now();
     let outcome: Result<(String, Let)> = async {
         let rec = store.get(&id).await?;
@@ -213,11 +206,11 @@ async fn one<S: Store>(
             // It ended between the claim and now.
             return Ok((format!("already {}", rec.status.as_str()), Let::Ended));
         }
-        let agent = agents
-            .get(&rec.agent)
-            .ok_or_else(|| anyhow!("no agent file for agent `{}`", rec.agent))?;
+        let agent = agents.get(&rec.agent).ok_or_else(|| {
+            HostError::AgentFile(format!("no agent file for agent `{}`", rec.agent))
+        })?;
         Ok(
-            match drive(store.clone(), &held, &rec, agent, Vec::new()).await? {
+            match drive(&host, store.clone(), &held, &rec, agent, Vec::new()).await? {
                 Ended::Done(state, _) => match state.status {
                     SessionStatus::Failed => (
                         format!(
@@ -247,7 +240,7 @@ async fn one<S: Store>(
         // Left running: it is claimed again (by this worker or another) once released, after a
         // pause so that a session that fails this way every time does not spin.
         Err(e) => {
-            eprintln!("session {id}: not finished: {}", crate::message(&e));
+            eprintln!("session {id}: not finished: {e}");
             tokio::time::sleep(Duration::from_secs(1)).await;
             Let::Released
         }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Result, anyhow};
 use clap::Subcommand;
 
-use crate::load;
+use weft_host::load;
 
 #[derive(Debug, Subcommand)]
 pub enum ToolsCommand {

@@ -11,7 +11,9 @@ use weft_core::{Plan, SessionStatus};
 use weft_runtime::Runtime;
 use weft_store::MemoryStore;
 
-use crate::{EXIT_FAILED, EXIT_USAGE, load};
+use weft_host::{Host, load};
+
+use crate::{EXIT_FAILED, EXIT_USAGE};
 
 #[derive(Debug, Subcommand)]
 pub enum PlanCommand {
@@ -76,12 +78,12 @@ fn report(path: &std::path::Path, problems: &[weft_core::PlanProblem]) -> u8 {
     EXIT_USAGE
 }
 
-pub async fn run<S: weft_store::Store>(store: Arc<S>, cmd: PlanCommand) -> Result<u8> {
+pub async fn run<S: weft_store::Store>(host: &Host, store: Arc<S>, cmd: PlanCommand) -> Result<u8> {
     match cmd {
         PlanCommand::Check(a) => check(&a, false).await,
         PlanCommand::DryRun(a) => check(&a, true).await,
         PlanCommand::Run(a) => match prepare(a).await? {
-            Ok(p) => execute(store, p).await,
+            Ok(p) => execute(host, store, p).await,
             Err(code) => Ok(code),
         },
     }
@@ -106,7 +108,7 @@ impl Prepared {
 /// none behind). `Err(code)`: the plan's problems were reported.
 pub async fn prepare(a: RunArgs) -> Result<std::result::Result<Prepared, u8>> {
     let agent = load::agent(&a.plan.agent).await?;
-    let input = load::input(a.plan.input.as_deref())?;
+    let input = crate::input::input(a.plan.input.as_deref())?;
     let plan = match read_plan(&a.plan.plan)? {
         Ok(p) => p,
         Err(problems) => return Ok(Err(report(&a.plan.plan, &problems))),
@@ -124,7 +126,7 @@ async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
     let input = a
         .input
         .as_deref()
-        .map(|i| load::input(Some(i)))
+        .map(|i| crate::input::input(Some(i)))
         .transpose()?;
     let mut plan = match read_plan(&a.plan)? {
         Ok(p) => p,
@@ -198,14 +200,14 @@ async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
     Ok(0)
 }
 
-pub async fn execute<S: weft_store::Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
+pub async fn execute<S: weft_store::Store>(host: &Host, store: Arc<S>, p: Prepared) -> Result<u8> {
     let Prepared {
         a,
         agent,
         input,
         plan,
     } = p;
-    crate::store::agent_durability(store.as_ref(), [&agent.spec]);
+    host.durability.for_agents(store.as_ref(), [&agent.spec]);
     let mut limits = agent.spec.limits.clone();
     if let Some(p) = a.plan.max_parallel {
         limits.max_parallel = p.max(1);
@@ -216,19 +218,19 @@ pub async fn execute<S: weft_store::Store>(store: Arc<S>, p: Prepared) -> Result
     let redact = agent.redactor();
     let tools = Arc::new(agent.tools);
     let observer = if a.events {
-        crate::run_cmd::json_lines()
+        crate::cmd::run::json_lines()
     } else {
         crate::view::observer(&limits)
     };
     let id =
         a.id.clone()
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    let held = crate::ownership::take(store.clone(), &id, false).await?;
+    let held = weft_host::ownership::take(host, store.clone(), &id, false).await?;
     let mut rt = Runtime::new(store, tools.clone(), limits);
     held.bind(&mut rt);
     rt.redact = redact;
     rt = rt.observe(observer);
-    rt = rt.observe(crate::interrupt::observer());
+    rt = rt.observe(host.shutdown.observer());
     let problems = rt.check_plan(&plan, Some(&input));
     if !problems.is_empty() {
         return Ok(report(&a.plan.plan, &problems));
@@ -245,9 +247,9 @@ pub async fn execute<S: weft_store::Store>(store: Arc<S>, p: Prepared) -> Result
     {
         Ok(done) => done?,
         Err(asked) => {
-            let code = crate::ownership::stopped(&rt, &id, asked).await;
+            let code = weft_host::ownership::stopped(host, &rt, &id, asked).await;
             held.release().await;
-            return code;
+            return Ok(code?);
         }
     };
     held.release().await;

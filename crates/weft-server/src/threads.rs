@@ -14,7 +14,7 @@ use weft_store::{ListFilter, NewSession, SessionRecord, Store, StoreError};
 use super::auth::User;
 use super::openapi::{self, Route};
 use super::{ApiError, Shared, runs};
-use crate::sessions_cmd::fmt_time;
+use weft_host::sessions::fmt_time;
 
 /// The routes of assistants and threads.
 pub fn routes() -> Vec<Route> {

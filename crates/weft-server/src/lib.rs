@@ -1,4 +1,4 @@
-//! `weft serve`: weft over HTTP, speaking LangGraph Server's API so that the official
+//! weft over HTTP (`weft serve`), speaking LangGraph Server's API so that the official
 //! `langgraph-sdk` clients work against it unchanged.
 //!
 //! - `auth.rs`: API keys, each mapped to a user; every route but `/health` needs one.
@@ -14,6 +14,10 @@
 //!   their cost, a session at any event, its typed events live, fork, pause, cancel, and the
 //!   check of an edited plan; `view.rs` folds a log into what they answer.
 //! - `playground.rs`: the web page at `/`, whose embedded files call those routes.
+//!
+//! [`Server::bind`] binds the address (port 0 takes a free one; [`Server::local_addr`] says
+//! which) and [`Server::run`] serves until the [`weft_host::Shutdown`] of its [`Host`] is
+//! triggered; [`serve`] does both.
 
 mod agui;
 mod auth;
@@ -31,42 +35,72 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use clap::Args;
+use weft_host::Host;
+use weft_host::drive::AgentFile;
+use weft_store::AnyStore;
 
-use crate::drive::AgentFile;
-use crate::store::CliStore;
-
-#[derive(Debug, Args)]
-pub struct ServeArgs {
+/// What a server serves and how (the flags of `weft serve`).
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
     /// The agent files served as assistants: files, or directories whose `.yaml`, `.yml` and
-    /// `.json` agent files are all taken (default: the current directory).
-    #[arg(long, default_value = ".")]
+    /// `.json` agent files are all taken.
     pub agents: Vec<PathBuf>,
-    /// The address to listen on.
-    #[arg(long, default_value = "127.0.0.1:2024")]
+    /// The address to listen on (port 0: any free port).
     pub listen: SocketAddr,
     /// A file of API keys, one `KEY USER` pair per line (`#` starts a comment). `WEFT_API_KEYS`
     /// (`KEY=USER,KEY=USER`) adds more.
-    #[arg(long)]
     pub keys: Option<PathBuf>,
     /// The largest request body accepted (bytes).
-    #[arg(long, default_value_t = 1 << 20)]
     pub max_body: usize,
     /// Runs one user may have going at once (more are refused with 429).
-    #[arg(long, default_value_t = 100)]
     pub max_runs_per_user: usize,
-    /// Print the API's OpenAPI document (what `/openapi.json` answers) and exit.
-    #[arg(long)]
-    pub openapi: bool,
+}
+
+impl ServeConfig {
+    /// The defaults of `weft serve` for these agent files: `127.0.0.1:2024`, bodies up to
+    /// 1 MiB, 100 runs per user, keys from `WEFT_API_KEYS` only.
+    pub fn new(agents: Vec<PathBuf>) -> Self {
+        Self {
+            agents,
+            listen: SocketAddr::from(([127, 0, 0, 1], 2024)),
+            keys: None,
+            max_body: 1 << 20,
+            max_runs_per_user: 100,
+        }
+    }
+}
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The API keys could not be read; the message names the file or variable.
+    #[error("{0}")]
+    Keys(String),
+    /// The agent files could not be loaded.
+    #[error(transparent)]
+    Host(#[from] weft_host::HostError),
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Serving failed.
+    #[error("the server stopped: {0}")]
+    Serve(std::io::Error),
 }
 
 /// What every handler shares.
-pub struct App {
-    pub store: Arc<CliStore>,
+pub(crate) struct App {
+    pub store: Arc<AnyStore>,
+    /// The shutdown handle, durability policy and hints of the process.
+    pub host: Host,
     pub agents: HashMap<String, Arc<AgentFile>>,
     pub runs: runs::Runs,
     pub max_runs_per_user: usize,
@@ -83,11 +117,11 @@ impl App {
     }
 }
 
-pub type Shared = Arc<App>;
+pub(crate) type Shared = Arc<App>;
 
 /// An API error: a status and a JSON body `{"detail": ...}` (what LangGraph's server sends),
 /// never a stack trace or a secret.
-pub struct ApiError(pub StatusCode, pub String);
+pub(crate) struct ApiError(pub StatusCode, pub String);
 
 impl ApiError {
     pub fn not_found(what: &str) -> Self {
@@ -122,55 +156,121 @@ impl From<weft_store::StoreError> for ApiError {
     }
 }
 
-pub async fn run(store: Arc<CliStore>, a: ServeArgs) -> Result<u8> {
-    if a.openapi {
-        let doc = format!("{:#}\n", openapi::document(&api()));
-        std::io::Write::write_all(&mut std::io::stdout().lock(), doc.as_bytes())
-            .map_err(|e| anyhow!("cannot write the OpenAPI document: {e}"))?;
-        return Ok(0);
+/// The API's OpenAPI document: what `/openapi.json` answers.
+pub fn openapi_document() -> serde_json::Value {
+    openapi::document(&api())
+}
+
+/// A server bound to its address, not serving yet.
+pub struct Server {
+    app: Shared,
+    router: Router,
+    listener: tokio::net::TcpListener,
+}
+
+impl Server {
+    /// Loads the agent files and the keys, sets the store's durability by the agent files
+    /// (unless the host's policy chose one) and binds `config.listen`.
+    pub async fn bind(
+        host: Host,
+        store: Arc<AnyStore>,
+        config: ServeConfig,
+    ) -> Result<Self, ServerError> {
+        let a = config;
+        let keys =
+            auth::Keys::load(a.keys.as_deref()).map_err(|e| ServerError::Keys(message(&e)))?;
+        let agents = weft_host::drive::agents(&a.agents).await?;
+        host.durability
+            .for_agents(store.as_ref(), agents.values().map(|f| &f.spec));
+        let app: Shared = Arc::new(App {
+            store,
+            host,
+            agents,
+            runs: runs::Runs::default(),
+            max_runs_per_user: a.max_runs_per_user,
+            metrics: metrics::Metrics::default(),
+            summaries: sessions::Summaries::default(),
+        });
+        let router = router(app.clone(), keys, a.max_body);
+        let listener = tokio::net::TcpListener::bind(a.listen)
+            .await
+            .map_err(|source| ServerError::Listen {
+                addr: a.listen,
+                source,
+            })?;
+        Ok(Self {
+            app,
+            router,
+            listener,
+        })
     }
-    let keys = auth::Keys::load(a.keys.as_deref())?;
-    let agents = crate::drive::agents(&a.agents).await?;
-    crate::store::agent_durability(store.as_ref(), agents.values().map(|f| &f.spec));
-    let app: Shared = Arc::new(App {
-        store,
-        agents,
-        runs: runs::Runs::default(),
-        max_runs_per_user: a.max_runs_per_user,
-        metrics: metrics::Metrics::default(),
-        summaries: sessions::Summaries::default(),
-    });
-    let router = router(app.clone(), keys, a.max_body);
-    // Threads whose server stopped mid-run are continued here.
-    tokio::spawn(runs::adopt_orphans(app.clone()));
-    let listener = tokio::net::TcpListener::bind(a.listen)
-        .await
-        .map_err(|e| anyhow!("cannot listen on {}: {e}", a.listen))?;
-    let mut names: Vec<&String> = app.agents.keys().collect();
-    names.sort();
-    eprintln!(
-        "weft serve: listening on http://{} (the playground is at /) with assistants {}",
-        listener.local_addr().unwrap_or(a.listen),
-        names
-            .iter()
-            .map(|n| n.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    // On SIGTERM or Ctrl-C: runs stop at their next safe point and let their sessions go (the
-    // next `weft serve` on the store continues them); streams end without `end`, so clients
-    // reconnect with their last event id.
-    let stopping = async {
-        crate::interrupt::signal().await;
-        crate::interrupt::begin();
-    };
-    axum::serve(listener, router)
-        .with_graceful_shutdown(stopping)
-        .await
-        .map_err(|e| anyhow!("the server stopped: {e}"))?;
-    app.runs.wait_all(crate::interrupt::grace()).await;
-    eprintln!("weft serve: stopped");
-    Ok(0)
+
+    /// The address it listens on (the port chosen when it was bound on port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr, ServerError> {
+        self.listener.local_addr().map_err(ServerError::Serve)
+    }
+
+    /// Serves until the host's shutdown is triggered: runs then stop at their next safe point
+    /// and let their sessions go (the next server on the store continues them); streams end
+    /// without `end`, so clients reconnect with their last event id. Returns once the runs
+    /// have stopped (or the grace ran out).
+    pub async fn run(self) -> Result<(), ServerError> {
+        let Self {
+            app,
+            router,
+            listener,
+        } = self;
+        // Threads whose server stopped mid-run are continued here.
+        tokio::spawn(runs::adopt_orphans(app.clone()));
+        let mut names: Vec<&String> = app.agents.keys().collect();
+        names.sort();
+        eprintln!(
+            "weft serve: listening on http://{} (the playground is at /) with assistants {}",
+            listener
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+            names
+                .iter()
+                .map(|n| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let shutdown = app.host.shutdown.clone();
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { shutdown.requested().await })
+            .await
+            .map_err(ServerError::Serve)?;
+        app.runs.wait_all(app.host.shutdown.grace()).await;
+        eprintln!("weft serve: stopped");
+        Ok(())
+    }
+}
+
+/// [`Server::bind`], then [`Server::run`].
+pub async fn serve(
+    host: Host,
+    store: Arc<AnyStore>,
+    config: ServeConfig,
+) -> Result<(), ServerError> {
+    Server::bind(host, store, config).await?.run().await
+}
+
+/// The error and its causes, each said once: a cause whose text its wrapper already holds
+/// (a database error quoted in the store's message) is not repeated.
+pub(crate) fn message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 async fn metrics_text(axum::extract::State(app): axum::extract::State<Shared>) -> Response {

@@ -21,8 +21,8 @@ use weft_store::{SessionRecord, Store};
 use super::auth::User;
 use super::openapi::{self, Route};
 use super::{ApiError, Shared, stream, threads};
-use crate::drive::AgentFile;
-use crate::sessions_cmd::fmt_time;
+use weft_host::drive::AgentFile;
+use weft_host::sessions::fmt_time;
 
 /// The routes of runs.
 pub fn routes() -> Vec<Route> {
@@ -563,12 +563,13 @@ pub async fn start_with_id(
 async fn take(
     app: &Shared,
     run: &Arc<Run>,
-) -> Result<crate::ownership::Held<crate::store::CliStore>, ApiError> {
+) -> Result<weft_host::ownership::Held<weft_store::AnyStore>, ApiError> {
     // Each run is an owner of its own: a second run of this process on the thread is refused.
-    let owner = crate::ownership::driver();
-    let held = crate::ownership::take_as(app.store.clone(), &run.thread_id, false, &owner)
-        .await
-        .map_err(|e| ApiError(StatusCode::CONFLICT, crate::message(&e)))?;
+    let owner = weft_host::ownership::driver();
+    let held =
+        weft_host::ownership::take_as(&app.host, app.store.clone(), &run.thread_id, false, &owner)
+            .await
+            .map_err(|e| ApiError(StatusCode::CONFLICT, crate::message(&e.into())))?;
     if let Ok(mut a) = app.runs.active.lock() {
         a.insert(run.thread_id.clone(), run.run_id.clone());
     }
@@ -581,7 +582,7 @@ async fn take(
 async fn execute(
     app: Shared,
     run: Arc<Run>,
-    held: Option<crate::ownership::Held<crate::store::CliStore>>,
+    held: Option<weft_host::ownership::Held<weft_store::AnyStore>>,
     (work, task, resume): (Work, Option<String>, Option<String>),
     agent: Arc<AgentFile>,
     rec: SessionRecord,
@@ -655,10 +656,10 @@ fn observer(app: &Shared, thread: &str) -> weft_runtime::Observer {
 /// claims it, and an answer (`command: {resume: "continue"}`) continues it where it stopped.
 async fn hold_if_paused(
     app: &Shared,
-    held: &crate::ownership::Held<crate::store::CliStore>,
+    held: &weft_host::ownership::Held<weft_store::AnyStore>,
     outcome: anyhow::Result<SessionStatus>,
 ) -> anyhow::Result<SessionStatus> {
-    if !matches!(outcome, Ok(SessionStatus::Running)) || crate::interrupt::is_requested() {
+    if !matches!(outcome, Ok(SessionStatus::Running)) || app.host.shutdown.is_requested() {
         return outcome;
     }
     let mut rt = Runtime::new(
@@ -731,7 +732,7 @@ async fn finish(app: &Shared, run: &Run, outcome: anyhow::Result<SessionStatus>)
 async fn drive(
     app: &Shared,
     run: &Run,
-    held: &crate::ownership::Held<crate::store::CliStore>,
+    held: &weft_host::ownership::Held<weft_store::AnyStore>,
     work: Work,
     agent: &AgentFile,
     rec: &SessionRecord,
@@ -742,7 +743,7 @@ async fn drive(
     if let Value::Object(m) = &mut metadata {
         m.insert(
             "weft_agent_file".into(),
-            json!(crate::load::absolute(&agent.path)),
+            json!(weft_host::load::absolute(&agent.path)),
         );
     }
     let mut rt = Runtime::new(
@@ -816,8 +817,8 @@ async fn drive(
         Err(asked) => {
             // A pause is recorded as a wait by the caller (`hold_if_paused`), not left for
             // `weft resume` as a pause of the command line is.
-            if asked != crate::ownership::Asked::Pause {
-                crate::ownership::stopped(&rt, &tid, asked).await?;
+            if asked != weft_host::ownership::Asked::Pause {
+                weft_host::ownership::stopped(&app.host, &rt, &tid, asked).await?;
             }
             Ok(app.store.get(&tid).await?.status)
         }
@@ -880,7 +881,7 @@ fn waiting(app: Shared, user: User, run: Arc<Run>) -> Response {
                 break true;
             }
             ticks += 1;
-            if crate::interrupt::is_requested() {
+            if app.host.shutdown.is_requested() {
                 break false;
             }
             if ticks % 20 == 0 {
@@ -894,7 +895,7 @@ fn waiting(app: Shared, user: User, run: Arc<Run>) -> Response {
                 .await
                 .map_or(true, |r| r.status == SessionStatus::Running)
         };
-        if !done || (crate::interrupt::is_requested() && still_running().await) {
+        if !done || (app.host.shutdown.is_requested() && still_running().await) {
             let stop = std::io::Error::other("the server stops; ask the run's Location again");
             return Some((Err(stop), None));
         }
@@ -1035,7 +1036,7 @@ fn logged(
 /// Drives the sessions of this server's threads that no process drives (their server stopped
 /// or died mid-run): claims them as a worker would, and finishes their runs, which clients find
 /// by id and stream on from their last event id. A claim never takes a lease that runs, this
-/// process's included: each claim is an owner of its own ([`crate::ownership::driver`]), and a
+/// process's included: each claim is an owner of its own ([`weft_host::ownership::driver`]), and a
 /// thread that never had a run has no events and is not claimed.
 pub async fn adopt_orphans(app: Shared) {
     let mut agents: Vec<String> = app.agents.keys().cloned().collect();
@@ -1043,24 +1044,25 @@ pub async fn adopt_orphans(app: Shared) {
     agents.push(String::new());
     take_over_the_dead(&app, &agents).await;
     loop {
-        if crate::interrupt::is_requested() {
+        if app.host.shutdown.is_requested() {
             return;
         }
         let now = weft_runtime::now_ms();
         match app
             .store
             .claim(
-                &crate::ownership::driver(),
+                &weft_host::ownership::driver(),
                 &agents,
                 now,
-                crate::ownership::ttl_ms(),
+                weft_host::ownership::ttl_ms(),
                 8,
             )
             .await
         {
             Ok(leases) => {
                 for lease in leases {
-                    let held = crate::ownership::hold(app.store.clone(), lease);
+                    let held =
+                        weft_host::ownership::hold(&app.host.shutdown, app.store.clone(), lease);
                     app.runs.tasks.lock().await.spawn(adopt(app.clone(), held));
                 }
             }
@@ -1093,22 +1095,26 @@ async fn take_over_the_dead(app: &Shared, agents: &[String]) {
         }
         let dead = matches!(
             app.store.lease(&rec.id).await,
-            Ok(Some(l)) if l.expires_at > now && crate::ownership::owner_gone(&l.owner)
+            Ok(Some(l)) if l.expires_at > now && weft_host::ownership::owner_gone(&l.owner)
         );
         if !dead {
             continue;
         }
-        let owner = crate::ownership::driver();
-        match crate::ownership::take_as(app.store.clone(), &rec.id, false, &owner).await {
+        let owner = weft_host::ownership::driver();
+        match weft_host::ownership::take_as(&app.host, app.store.clone(), &rec.id, false, &owner)
+            .await
+        {
             Ok(held) => {
                 app.runs.tasks.lock().await.spawn(adopt(app.clone(), held));
             }
-            Err(e) => tracing::info!(thread = %rec.id, "not taken over: {}", crate::message(&e)),
+            Err(e) => {
+                tracing::info!(thread = %rec.id, "not taken over: {}", crate::message(&e.into()))
+            }
         }
     }
 }
 
-async fn adopt(app: Shared, held: crate::ownership::Held<crate::store::CliStore>) {
+async fn adopt(app: Shared, held: weft_host::ownership::Held<weft_store::AnyStore>) {
     let tid = held.fence().0;
     let result: anyhow::Result<()> = async {
         let (rec, log) = app.store.load(&tid).await?;
@@ -1132,12 +1138,20 @@ async fn adopt(app: Shared, held: crate::ownership::Held<crate::store::CliStore>
         app.runs.text_after(&tid, st.seq);
         let observer = observer(&app, &tid);
         tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
-        let outcome = crate::drive::drive(app.store.clone(), &held, &rec, &agent, vec![observer])
-            .await
-            .map(|ended| match ended {
-                crate::drive::Ended::Done(state, _) => state.status,
-                crate::drive::Ended::Stopped(_) => SessionStatus::Running,
-            });
+        let outcome = weft_host::drive::drive(
+            &app.host,
+            app.store.clone(),
+            &held,
+            &rec,
+            &agent,
+            vec![observer],
+        )
+        .await
+        .map(|ended| match ended {
+            weft_host::drive::Ended::Done(state, _) => state.status,
+            weft_host::drive::Ended::Stopped(_) => SessionStatus::Running,
+        })
+        .map_err(anyhow::Error::from);
         let outcome = hold_if_paused(&app, &held, outcome).await;
         finish(&app, &run, outcome).await;
         Ok(())

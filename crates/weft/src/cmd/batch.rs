@@ -34,8 +34,8 @@ use weft_core::{SessionStatus, State};
 use weft_runtime::{Agent, Runtime, SessionInfo};
 use weft_store::{ListFilter, Store, StoreError};
 
-use crate::drive::{AgentFile, Ended};
-use crate::{load, ownership};
+use weft_host::drive::{AgentFile, Ended};
+use weft_host::{Host, load, ownership};
 
 /// The longest record line read (bytes).
 const MAX_RECORD: usize = 1 << 20;
@@ -204,7 +204,7 @@ impl Lines {
     }
 }
 
-pub async fn run<S: Store>(store: Arc<S>, a: BatchArgs) -> Result<u8> {
+pub async fn run<S: Store>(host: &Host, store: Arc<S>, a: BatchArgs) -> Result<u8> {
     if a.concurrency == 0 {
         return Err(anyhow!("--concurrency must be at least 1"));
     }
@@ -229,8 +229,8 @@ pub async fn run<S: Store>(store: Arc<S>, a: BatchArgs) -> Result<u8> {
     let file = std::fs::File::open(&a.records)
         .with_context(|| format!("cannot read records file {}", a.records.display()))?;
     let agent = Arc::new(AgentFile::load(&a.agent).await?);
-    crate::store::agent_durability(store.as_ref(), [&agent.spec]);
-    crate::interrupt::set_quiet();
+    host.durability.for_agents(store.as_ref(), [&agent.spec]);
+    host.shutdown.set_quiet();
     let total = count_lines(&a.records)?;
     let earlier = Earlier::read(store.as_ref(), &name, a.id_field.as_deref()).await?;
     let out = Arc::new(Mutex::new(create(&out_path)?));
@@ -278,7 +278,7 @@ pub async fn run<S: Store>(store: Arc<S>, a: BatchArgs) -> Result<u8> {
     let mut lines = std::io::BufReader::new(file).split(b'\n');
     let mut line_no = 0_u64;
     loop {
-        if crate::interrupt::is_requested() {
+        if host.shutdown.is_requested() {
             break;
         }
         while tasks.len() >= a.concurrency {
@@ -381,7 +381,7 @@ pub async fn run<S: Store>(store: Arc<S>, a: BatchArgs) -> Result<u8> {
         };
         claimed.insert(session.clone());
         tasks.spawn(one(
-            store.clone(),
+            (host.clone(), store.clone()),
             agent.clone(),
             (name.clone(), a.user.clone()),
             session,
@@ -395,7 +395,7 @@ pub async fn run<S: Store>(store: Arc<S>, a: BatchArgs) -> Result<u8> {
     }
     bar.finish_and_clear();
     agent.tools.shutdown().await;
-    let interrupted = crate::interrupt::is_requested();
+    let interrupted = host.shutdown.is_requested();
     eprintln!(
         "batch {name}: {done} done, {failed} failed{} · results {} · failures {}",
         if interrupted {
@@ -444,7 +444,7 @@ pub async fn run<S: Store>(store: Arc<S>, a: BatchArgs) -> Result<u8> {
         eprintln!(
             "interrupted: run the same command again to finish the batch (records already done are not run again)"
         );
-        return Ok(crate::interrupt::EXIT_INTERRUPTED);
+        return Ok(weft_host::EXIT_INTERRUPTED);
     }
     Ok(if failed > 0 { crate::EXIT_FAILED } else { 0 })
 }
@@ -566,7 +566,7 @@ fn parse_record(line: &[u8]) -> Result<Record, String> {
 
 /// Runs (or reports) one record.
 async fn one<S: Store>(
-    store: Arc<S>,
+    (host, store): (Host, Arc<S>),
     agent: Arc<AgentFile>,
     batch: (String, Option<String>),
     id: String,
@@ -576,7 +576,7 @@ async fn one<S: Store>(
 ) -> Outcome {
     let raw = record.raw.clone();
     let batch = (batch.0.as_str(), batch.1.as_deref());
-    match drive_record(store, &agent, batch, &id, record, retry_failed).await {
+    match drive_record(&host, store, &agent, batch, &id, record, retry_failed).await {
         (did, Ok(state)) => report(&id, line, did, &state, raw),
         (did, Err(e)) => {
             let mut entry = json!({
@@ -617,6 +617,7 @@ fn report(id: &str, line: u64, did: Did, st: &State, raw: Value) -> Outcome {
 /// Brings record `record`'s session `id` as far as it goes and returns its state and what was
 /// done with it.
 async fn drive_record<S: Store>(
+    host: &Host,
     store: Arc<S>,
     agent: &AgentFile,
     batch: (&str, Option<&str>),
@@ -652,13 +653,14 @@ async fn drive_record<S: Store>(
     };
     (
         did,
-        run_record(store, agent, batch, id, record, existing).await,
+        run_record(host, store, agent, batch, id, record, existing).await,
     )
 }
 
 /// Starts record `record`'s session `id` (for the batch's user), continues it (running), or
 /// gives it its task again. `batch` is the batch's name and the user of its sessions.
 async fn run_record<S: Store>(
+    host: &Host,
     store: Arc<S>,
     agent: &AgentFile,
     (batch, user): (&str, Option<&str>),
@@ -666,12 +668,14 @@ async fn run_record<S: Store>(
     record: Record,
     existing: Option<weft_store::SessionRecord>,
 ) -> Result<State> {
-    let held = ownership::take(store.clone(), id, false).await?;
+    let held = ownership::take(host, store.clone(), id, false).await?;
     let result = async {
         if let Some(rec) = &existing
             && rec.status == SessionStatus::Running
         {
-            return match crate::drive::drive(store.clone(), &held, rec, agent, Vec::new()).await? {
+            return match weft_host::drive::drive(host, store.clone(), &held, rec, agent, Vec::new())
+                .await?
+            {
                 Ended::Done(state, _) => Ok(state),
                 Ended::Stopped(_) => Ok(load_state(store.as_ref(), id).await?),
             };
@@ -718,7 +722,7 @@ async fn run_record<S: Store>(
         match held.until_asked(work).await {
             Ok(state) => state,
             Err(asked) => {
-                crate::ownership::stopped(&rt, id, asked).await?;
+                ownership::stopped(host, &rt, id, asked).await?;
                 Ok(load_state(store.as_ref(), id).await?)
             }
         }

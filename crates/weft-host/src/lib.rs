@@ -1,0 +1,112 @@
+//! Hosting weft sessions: what a process needs to drive sessions beside other processes on one
+//! store, whatever its front end (the `weft` command line, the HTTP server, an application that
+//! embeds weft).
+//!
+//! - [`ownership`]: a session's lease and its holder ([`ownership::Held`]): renewed while a
+//!   session is driven, fencing its appends, listening for cancel and pause requests;
+//! - [`drive`]: continuing a session no process drives (queued, or left by a process that
+//!   stopped) with its agent file;
+//! - [`worker`]: the workers' loop, claiming such sessions and driving many at once;
+//! - [`load`]: agent files read and their tools built, with errors that name the file;
+//! - [`sessions`]: fork, and the time format of listings;
+//! - [`Shutdown`]: a handle the front end triggers (on Ctrl-C or SIGTERM) to stop the sessions
+//!   it drives at their next safe point;
+//! - [`DurabilityPolicy`]: at what durability the store writes the sessions this process drives;
+//! - [`Host`]: those three passed down together.
+
+pub mod drive;
+pub mod load;
+pub mod ownership;
+pub mod sessions;
+mod shutdown;
+pub mod worker;
+
+use weft_core::Durability;
+use weft_core::agent::AgentSpec;
+use weft_store::Store;
+
+pub use shutdown::Shutdown;
+
+/// Exit code after a run failed (a step or the agent failed, or it was cancelled).
+pub const EXIT_FAILED: u8 = 1;
+
+/// Exit code after an interruption (128 + SIGINT, as shells report it).
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// What went wrong while hosting a session.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// The session store refused or failed.
+    #[error(transparent)]
+    Store(#[from] weft_store::StoreError),
+    /// The runtime failed while driving the session.
+    #[error(transparent)]
+    Runtime(#[from] weft_runtime::RuntimeError),
+    /// Another live process holds the session's lease; the message says who and what to do.
+    #[error("{0}")]
+    Leased(String),
+    /// An agent file cannot be read or run; the message names the file and the problems.
+    #[error("{0}")]
+    AgentFile(String),
+    /// A setting given to the host is out of range; the message names it.
+    #[error("{0}")]
+    Invalid(String),
+    /// Asked a process to stop a session and it did not in time.
+    #[error("{0}")]
+    Timeout(String),
+}
+
+/// What the code that hosts sessions needs of its process, passed down instead of kept in
+/// process-wide globals.
+#[derive(Clone, Debug, Default)]
+pub struct Host {
+    /// Triggered to stop the sessions being driven at their next safe point.
+    pub shutdown: Shutdown,
+    /// At what durability the store writes.
+    pub durability: DurabilityPolicy,
+    /// How a suggested command names the store: ` --db SPEC`, or empty for the default store.
+    pub db_flag: String,
+}
+
+/// At what durability the store writes the sessions this process drives: what the user chose
+/// (`--durability`), else what the agent files ask for (`durability:`; the strongest when they
+/// differ, `full` when one says nothing).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DurabilityPolicy {
+    chosen: Option<Durability>,
+}
+
+impl DurabilityPolicy {
+    /// A policy where `chosen` (when given) overrides what agent files ask for.
+    pub fn new(chosen: Option<Durability>) -> Self {
+        Self { chosen }
+    }
+
+    /// What the user chose, if anything.
+    pub fn chosen(&self) -> Option<Durability> {
+        self.chosen
+    }
+
+    /// Makes `store` write at what the agent files `specs` ask for, unless the user chose.
+    pub fn for_agents<'a, S: Store>(
+        &self,
+        store: &S,
+        specs: impl IntoIterator<Item = &'a AgentSpec>,
+    ) {
+        self.for_asked(store, specs.into_iter().map(|s| s.durability));
+    }
+
+    /// [`DurabilityPolicy::for_agents`] from what each agent file says (`None`: nothing).
+    pub fn for_asked<S: Store>(
+        &self,
+        store: &S,
+        asked: impl IntoIterator<Item = Option<Durability>>,
+    ) {
+        if self.chosen.is_some() {
+            return;
+        }
+        if let Some(d) = Durability::strongest(asked.into_iter().map(Option::unwrap_or_default)) {
+            store.set_durability(d);
+        }
+    }
+}

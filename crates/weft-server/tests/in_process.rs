@@ -1,0 +1,95 @@
+//! The server started in this test's process: bound on port 0, a thread and a run created
+//! through HTTP with the scripted-model agent `examples/weather-chat.yaml`, the answer
+//! checked, then stopped through the host's `Shutdown`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use weft_host::Host;
+use weft_server::{ServeConfig, Server};
+use weft_store::{AnyStore, Durability};
+
+const KEY: &str = "in-process-key-0123456789";
+
+fn http() -> reqwest::Client {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+async fn post(http: &reqwest::Client, addr: SocketAddr, path: &str, body: Value) -> Value {
+    let r = http
+        .post(format!("http://{addr}{path}"))
+        .header("x-api-key", KEY)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    assert!(status.is_success(), "POST {path}: {status}: {text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_through_http_then_a_shutdown_stops_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.txt");
+    std::fs::write(&keys, format!("{KEY} alice\n")).unwrap();
+    let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/weather-chat.yaml");
+    let db = dir.path().join("weft.db");
+    let store = Arc::new(
+        AnyStore::open_with(db.to_str().unwrap(), Durability::Normal)
+            .await
+            .unwrap(),
+    );
+    let host = Host::default();
+    let config = ServeConfig {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        keys: Some(keys),
+        ..ServeConfig::new(vec![agent])
+    };
+    let server = Server::bind(host.clone(), store, config).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    assert_ne!(addr.port(), 0, "port 0 is replaced by the port chosen");
+    let serving = tokio::spawn(server.run());
+
+    let http = http();
+    let thread = post(&http, addr, "/threads", json!({})).await;
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let done = post(
+        &http,
+        addr,
+        &format!("/threads/{tid}/runs/wait"),
+        json!({
+            "assistant_id": "weather-chat",
+            "input": {"messages": [{"role": "user", "content": "Where is it sunnier, Lisbon or Oslo?"}]},
+        }),
+    )
+    .await;
+    let text = done.to_string();
+    assert!(
+        text.contains("Lisbon is sunny at 24°C, while Oslo is cloudy at 12°C"),
+        "the scripted answer: {text}"
+    );
+
+    host.shutdown.trigger();
+    let stopped = tokio::time::timeout(Duration::from_secs(20), serving)
+        .await
+        .expect("the server stops once its Shutdown is triggered");
+    stopped.unwrap().unwrap();
+    let refused =
+        tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
+            .await
+            .unwrap();
+    assert!(refused.is_err(), "nothing listens on {addr} any more");
+}

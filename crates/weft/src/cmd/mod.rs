@@ -1,0 +1,14 @@
+//! The commands, one module each.
+
+pub mod batch;
+pub mod check;
+pub mod docs;
+pub mod memory;
+pub mod plan;
+pub mod run;
+pub mod schema;
+pub mod serve;
+pub mod sessions;
+pub mod submit;
+pub mod tools;
+pub mod worker;

@@ -1,0 +1,55 @@
+//! `weft serve`: its arguments; the server is `weft_server`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Result;
+use clap::Args;
+use weft_host::Host;
+use weft_server::ServeConfig;
+
+use crate::store::CliStore;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The agent files served as assistants: files, or directories whose `.yaml`, `.yml` and
+    /// `.json` agent files are all taken (default: the current directory).
+    #[arg(long, default_value = ".")]
+    pub agents: Vec<PathBuf>,
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1:2024")]
+    pub listen: SocketAddr,
+    /// A file of API keys, one `KEY USER` pair per line (`#` starts a comment). `WEFT_API_KEYS`
+    /// (`KEY=USER,KEY=USER`) adds more.
+    #[arg(long)]
+    pub keys: Option<PathBuf>,
+    /// The largest request body accepted (bytes).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_body: usize,
+    /// Runs one user may have going at once (more are refused with 429).
+    #[arg(long, default_value_t = 100)]
+    pub max_runs_per_user: usize,
+    /// Print the API's OpenAPI document (what `/openapi.json` answers) and exit.
+    #[arg(long)]
+    pub openapi: bool,
+}
+
+/// Serves until SIGTERM or Ctrl-C.
+pub async fn run(host: &Host, store: Arc<CliStore>, a: ServeArgs) -> Result<u8> {
+    if a.openapi {
+        let doc = format!("{:#}\n", weft_server::openapi_document());
+        std::io::Write::write_all(&mut std::io::stdout().lock(), doc.as_bytes())
+            .map_err(|e| anyhow::anyhow!("cannot write the OpenAPI document: {e}"))?;
+        return Ok(0);
+    }
+    let config = ServeConfig {
+        agents: a.agents,
+        listen: a.listen,
+        keys: a.keys,
+        max_body: a.max_body,
+        max_runs_per_user: a.max_runs_per_user,
+    };
+    weft_server::serve(host.clone(), store, config).await?;
+    Ok(0)
+}

@@ -1,0 +1,59 @@
+//! `weft worker`: its arguments; the workers' loop is `weft_host::worker`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Result, anyhow};
+use clap::Args;
+use weft_host::Host;
+use weft_host::worker::WorkerConfig;
+use weft_store::Store;
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The agent files whose sessions this worker runs: files, or directories whose `.yaml`,
+    /// `.yml` and `.json` agent files are all taken (default: the current directory).
+    #[arg(long, default_value = ".")]
+    pub agents: Vec<PathBuf>,
+    /// How many sessions this worker drives at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// How often to look for work when nothing wakes the worker (seconds).
+    #[arg(long, default_value_t = 1.0)]
+    pub poll_secs: f64,
+    /// On SIGTERM or Ctrl-C: how long the sessions being driven get to end before they are
+    /// stopped and released for other workers (seconds).
+    #[arg(long, default_value_t = 10.0)]
+    pub drain_secs: f64,
+    /// Exit once no session has been runnable for this long (seconds); default: run until
+    /// stopped.
+    #[arg(long)]
+    pub exit_when_idle: Option<f64>,
+}
+
+fn secs(what: &str, v: f64) -> Result<Duration> {
+    if v.is_finite() && (0.0..=86_400.0).contains(&v) {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(anyhow!(
+            "--{what} {v}: give a number of seconds from 0 to 86400"
+        ))
+    }
+}
+
+/// Runs a worker until SIGTERM or Ctrl-C (it drains), or until it was idle for
+/// `--exit-when-idle`.
+pub async fn run<S: Store>(host: &Host, store: Arc<S>, a: WorkerArgs) -> Result<u8> {
+    let config = WorkerConfig {
+        agents: a.agents,
+        concurrency: a.concurrency,
+        poll: secs("poll-secs", a.poll_secs)?,
+        drain: secs("drain-secs", a.drain_secs)?,
+        exit_when_idle: a
+            .exit_when_idle
+            .map(|v| secs("exit-when-idle", v))
+            .transpose()?,
+    };
+    Ok(weft_host::worker::run(host, store, config).await?)
+}
