@@ -196,6 +196,7 @@ pub fn validate(
         opts.initial_state
             .is_some_and(|st| path::get(st, p).is_some())
     };
+    let mut validators = Validators::new();
     for s in &plan.steps {
         let me = index.get(s.id.as_str()).copied();
         let sid = Some(s.id.as_str());
@@ -214,7 +215,13 @@ pub fn validate(
                         }
                     ),
                 )),
-                Some(info) => check_literal_args(s, &info.input_schema, &mut problems),
+                Some(info) => check_literal_args(
+                    s,
+                    t,
+                    &info.input_schema,
+                    &mut validators,
+                    &mut problems,
+                ),
             },
             (None, true) => problems.push(PlanProblem::new(
                 sid,
@@ -382,34 +389,50 @@ fn meant_input(input: &Value, path: &[String]) -> Option<String> {
     None
 }
 
+/// The validators of literal arguments compiled so far in one validation, by tool and the
+/// fields given by reference (sorted): the steps of a plan mostly share a few of each, and
+/// compiling a schema costs far more than checking arguments against it.
+type Validators = HashMap<(String, Vec<String>), Result<jsonschema::Validator, String>>;
+
 /// Validates the literal (non-reference) arguments against the tool's input schema. Fields given
 /// by reference are checked when the step runs, with their values.
 fn check_literal_args(
     step: &crate::plan::PlanStep,
+    tool: &str,
     schema: &Value,
+    validators: &mut Validators,
     problems: &mut Vec<PlanProblem>,
 ) {
     if schema.is_null() || schema.as_object().is_some_and(serde_json::Map::is_empty) {
         return;
     }
-    let ref_fields: HashSet<String> = step
+    let mut ref_fields: Vec<String> = step
         .args
         .iter()
         .filter(|(_, v)| crate::plan::Reference::from_arg(v).is_some() || contains_ref(v))
         .map(|(k, _)| k.clone())
         .collect();
-    let mut schema = schema.clone();
-    if let Some(Value::Array(req)) = schema.get_mut("required") {
-        req.retain(|r| r.as_str().is_none_or(|n| !ref_fields.contains(n)));
-    }
-    if let Some(Value::Object(props)) = schema.get_mut("properties") {
-        for f in &ref_fields {
-            if let Some(p) = props.get_mut(f) {
-                *p = Value::Bool(true);
+    ref_fields.sort_unstable();
+    let validator = validators
+        .entry((tool.to_owned(), ref_fields))
+        .or_insert_with_key(|(_, ref_fields)| {
+            let mut schema = schema.clone();
+            if let Some(Value::Array(req)) = schema.get_mut("required") {
+                req.retain(|r| {
+                    r.as_str()
+                        .is_none_or(|n| !ref_fields.iter().any(|f| f == n))
+                });
             }
-        }
-    }
-    let validator = match jsonschema::validator_for(&schema) {
+            if let Some(Value::Object(props)) = schema.get_mut("properties") {
+                for f in ref_fields {
+                    if let Some(p) = props.get_mut(f) {
+                        *p = Value::Bool(true);
+                    }
+                }
+            }
+            jsonschema::validator_for(&schema).map_err(|e| e.to_string())
+        });
+    let validator = match validator {
         Ok(v) => v,
         Err(e) => {
             problems.push(PlanProblem::new(
