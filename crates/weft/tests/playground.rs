@@ -905,9 +905,11 @@ fn needs_browser_start_a_run_and_watch_its_nodes_turn_completed() {
             "nodes run live",
             "every node turned completed",
             "the answer, usage and cost are shown",
+            "a run started from the page is listed at once",
             "the sessions list updates live",
             "the list filters by status and agent",
             "tool call cards show arguments, results and durations",
+            "JSON values fold, long ones show all on request, and copy whole",
             "the reviews and the plan version are listed",
         ],
     );
@@ -971,6 +973,49 @@ fn needs_browser_scrub_the_slider_and_fork() {
 fn needs_browser_see_a_failed_steps_error() {
     browser(
         "failed",
-        &["the failed step, its error, stderr and what to do are shown"],
+        &[
+            "the failed step, its error, stderr and what to do are shown",
+            "the first click on the failed step keeps its error open",
+        ],
+    );
+}
+
+#[test]
+fn needs_browser_sign_out_stops_the_polls_and_sign_in_polls_once() {
+    browser(
+        "signout",
+        &[
+            "after signing out nothing polls and the form keeps what is typed",
+            "signing in again polls the list once",
+        ],
+    );
+}
+
+#[test]
+fn needs_browser_answer_ask_user_on_a_narrow_window() {
+    let server = browser(
+        "ask",
+        &[
+            "a question without missing arguments shows no undefined",
+            "an answered ask_user call is not pending",
+            "the conversation fits a narrow window",
+        ],
+    );
+    assert_eq!(server.calls().len(), 1, "the transfer ran once");
+}
+
+#[test]
+fn needs_browser_a_step_that_needs_a_failed_step_is_skipped() {
+    browser(
+        "skipped",
+        &["a step that needs a failed step is skipped, not pending in a wave to come"],
+    );
+}
+
+#[test]
+fn needs_browser_event_counts_agree_whichever_tab_is_open() {
+    browser(
+        "counts",
+        &["the Events tab, the header and the slider count the same events"],
     );
 }
