@@ -858,6 +858,89 @@ async fn the_page_loads_without_a_key_and_its_data_needs_one() {
     }
 }
 
+/// A response's body, decoded as its `content-encoding` says (`gzip`, `br`, or none).
+fn decoded(encoding: Option<&str>, body: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    match encoding {
+        Some("gzip") => {
+            flate2::read::GzDecoder::new(body)
+                .read_to_end(&mut out)
+                .unwrap();
+        }
+        Some("br") => {
+            brotli_decompressor::Decompressor::new(body, 4096)
+                .read_to_end(&mut out)
+                .unwrap();
+        }
+        None => out.extend_from_slice(body),
+        Some(other) => panic!("unexpected content-encoding {other}"),
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_and_the_api_are_compressed_for_clients_that_accept_it() {
+    let server = Server::start();
+    let alice = Client::new(&server, ALICE);
+    let sid = alice.run_wait("desk", "Refund c-42.", desk_input()).await;
+    let http = http();
+    let get = |path: String, accept: Option<&'static str>| {
+        let mut req = http
+            .get(format!("{}{path}", server.url))
+            .header("x-api-key", ALICE);
+        if let Some(a) = accept {
+            req = req.header("accept-encoding", a);
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), 200, "{path}");
+            let enc = resp
+                .headers()
+                .get("content-encoding")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let body = resp.bytes().await.unwrap().to_vec();
+            (enc, body)
+        }
+    };
+    for path in [
+        "/".to_owned(),
+        "/playground/js/session.js".to_owned(),
+        format!("/sessions/{sid}"),
+    ] {
+        let (plain_enc, plain) = get(path.clone(), None).await;
+        assert_eq!(
+            plain_enc, None,
+            "{path} compressed for a client that did not ask"
+        );
+        for (accept, expect) in [("gzip", "gzip"), ("br", "br"), ("gzip, br", "br")] {
+            let (enc, body) = get(path.clone(), Some(accept)).await;
+            assert_eq!(enc.as_deref(), Some(expect), "{path} with {accept}");
+            assert!(
+                body.len() * 2 < plain.len(),
+                "{path} with {accept}: {} bytes of {}",
+                body.len(),
+                plain.len()
+            );
+            assert_eq!(
+                decoded(enc.as_deref(), &body),
+                plain,
+                "{path} with {accept} decodes to the same body"
+            );
+        }
+    }
+    // The event stream is never held back to be compressed.
+    let resp = http
+        .get(format!("{}/sessions/{sid}/events", server.url))
+        .header("x-api-key", ALICE)
+        .header("accept-encoding", "gzip, br")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("content-encoding").is_none());
+}
+
 // --- The page in a real browser ---------------------------------------------------------------
 
 /// Runs one scenario of `tests/playground/browser.py` against a fresh server; the checks it
