@@ -1102,3 +1102,14 @@ fn needs_browser_event_counts_agree_whichever_tab_is_open() {
         &["the Events tab, the header and the slider count the same events"],
     );
 }
+
+#[test]
+fn needs_browser_the_timeline_shows_the_session_on_one_time_axis() {
+    browser(
+        "timeline",
+        &[
+            "the timeline shows the waves' calls on one time axis",
+            "a bar selects its step in the plan, and a node its row",
+        ],
+    );
+}

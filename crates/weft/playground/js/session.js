@@ -10,6 +10,7 @@ import { drawGraph, legend, stateClass, stateText } from "./graph.js";
 import { callCard, decisions, conversation, errorDetail } from "./cards.js";
 import { waitingPanel } from "./act.js";
 import { jsonTree } from "./json.js";
+import { timeline } from "./timeline.js";
 import { hint, runHint, sayApiError } from "./errors.js";
 
 const STATUS_LABEL = { running: "running", waiting_for_user: "waiting for you", completed: "completed", failed: "failed" };
@@ -419,6 +420,7 @@ export class SessionPage {
     this.picked = true;
     this.renderFlow();
     this.renderDetails();
+    this.renderTabs();
     if (this.selected) document.getElementById("details")?.scrollIntoView({ block: "nearest" });
   }
 
@@ -571,12 +573,14 @@ export class SessionPage {
     const tabs = [
       ["calls", `Tool calls (${v.calls.length})`],
       ["decisions", `Decisions (${v.reviews.length + v.plans.length})`],
+      ["timeline", "Timeline"],
       ["events", `Events (${this.events.length})`],
     ];
     const jump = (seq) => this.setAt(seq);
     const panel = () => {
       if (this.tab === "calls") return v.calls.length ? [...v.calls].reverse().map((c) => callCard(c, jump)) : h("p", { class: "muted" }, "No tool call yet.");
       if (this.tab === "decisions") return decisions(v, jump);
+      if (this.tab === "timeline") return timeline(this.at === null ? this.events : this.events.filter((e) => e.seq <= this.at), { selected: this.selected, onSelect: (id) => this.select(id, false) });
       const at = this.at ?? this.lastSeq();
       return h(
         "ol",
@@ -596,7 +600,7 @@ export class SessionPage {
         ),
       );
     };
-    const sig = { tab: this.tab, calls: v.calls, r: v.reviews, p: v.plans, n: this.tab === "events" ? [this.events.length, this.at] : 0 };
+    const sig = { tab: this.tab, calls: v.calls, r: v.reviews, p: v.plans, n: this.tab === "events" || this.tab === "timeline" ? [this.events.length, this.at] : 0, sel: this.tab === "timeline" ? this.selected : null };
     renderIfChanged(this.parts.tabs, sig, () => {
       const focused = document.activeElement?.dataset?.tab;
       const bar = h(

@@ -531,6 +531,43 @@ def event_counts_agree():
     no_page_errors()
 
 
+def session_timeline():
+    """The session on one time axis: the model's calls, the waves and their steps' calls;
+    overlapping lookups overlap, the refund comes after both; a bar selects its step."""
+    sign_in()
+    sid = start("desk", "Refund the last order of customer c-42.", '{"customerId": "c-42", "amount": 50}')
+    wait(lambda: session_status() == "completed", "the run", 40)
+    click("#tab-timeline")
+    one("#timeline")
+    groups = texts("#timeline .tl-group .tl-head .tl-label")
+    assert groups == ["Model", "Wave 1", "Wave 2", "Wave 3"], groups
+    rows = texts("#timeline .tl-group .tl-row:not(.tl-head) .tl-label")
+    assert {"plan", "review", "customer", "orders", "refund", "tell"} <= set(rows), rows
+    bar = lambda step: D.execute_script(
+        "const b = document.querySelector(`#timeline .tl-row[data-row='${arguments[0]}'] button.tl-bar`);"
+        "return b && [Number(b.dataset.from), Number(b.dataset.to), b.getBoundingClientRect().left, b.getBoundingClientRect().right];",
+        step,
+    )
+    c, o, r, t = bar("customer"), bar("orders"), bar("refund"), bar("tell")
+    assert c and o and r and t, (c, o, r, t)
+    assert c[0] < o[1] and o[0] < c[1], f"the lookups of wave 1 do not overlap: {c} {o}"
+    assert r[0] >= max(c[1], o[1]) and r[2] >= max(c[3], o[3]) - 1, f"the refund does not come after both lookups: {r} {c} {o}"
+    assert t[0] >= r[1], (t, r)
+    assert 1000 <= r[1] - r[0] <= 5000, f"the refund's bar lasts {r[1] - r[0]} ms (its tool sleeps 1 s)"
+    ok("the timeline shows the waves' calls on one time axis")
+    D.execute_script("document.querySelector(\"#timeline .tl-row[data-row='refund'] button.tl-bar\").click()")
+    wait(lambda: q('#step-details[data-step="refund"]'), "the refund selected from its bar")
+    wait(lambda: q('.node.selected[data-step="refund"]') and q("#timeline .tl-row.selected[data-row='refund']"), "the node and the row selected")
+    click('.node[data-step="orders"]')
+    wait(lambda: q("#timeline .tl-row.selected[data-row='orders']"), "the row of the node chosen in the plan")
+    ok("a bar selects its step in the plan, and a node its row")
+    if SHOTS:
+        D.execute_script("document.getElementById('activity').scrollIntoView()")
+        time.sleep(0.3)
+        D.save_screenshot(os.path.join(SHOTS, "playground-timeline.png"))
+    no_page_errors()
+
+
 SCENARIOS = {
     "run": run_and_watch,
     "question": answer_question_by_keyboard,
@@ -542,6 +579,7 @@ SCENARIOS = {
     "ask": ask_user_on_a_narrow_window,
     "skipped": steps_that_can_never_run,
     "counts": event_counts_agree,
+    "timeline": session_timeline,
 }
 
 D = browser()
