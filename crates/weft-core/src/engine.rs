@@ -543,7 +543,7 @@ fn finish(_state: &State, run: &PlanRun, error: Option<String>, agent: bool) -> 
     Next::Record(events)
 }
 
-fn blocked_reason(run: &PlanRun, i: usize) -> Option<String> {
+pub(crate) fn blocked_reason(run: &PlanRun, i: usize) -> Option<String> {
     let deps = &run.graph.deps[i];
     if let Some(&d) = deps
         .iter()

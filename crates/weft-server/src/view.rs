@@ -696,8 +696,20 @@ fn graph(st: &State, h: &History) -> Option<PlanGraph> {
             Some(&w) if !proposed => column[i] = w,
             _ => {
                 let after = deps[i].iter().map(|&j| column[j]).max().unwrap_or(0);
-                column[i] = after.max(last_wave) + 1;
-                projected[i] = true;
+                // A step settled without running (skipped, or failed before it could start)
+                // has no wave to come: it stays beside what it needed, within the waves run.
+                let settled = !proposed
+                    && matches!(
+                        runs[i].status,
+                        weft_core::state::StepStatus::Skipped
+                            | weft_core::state::StepStatus::Failed
+                    );
+                if settled && last_wave > 0 {
+                    column[i] = (after + 1).min(last_wave);
+                } else {
+                    column[i] = after.max(last_wave) + 1;
+                    projected[i] = true;
+                }
             }
         }
     }

@@ -858,6 +858,89 @@ async fn the_page_loads_without_a_key_and_its_data_needs_one() {
     }
 }
 
+/// A response's body, decoded as its `content-encoding` says (`gzip`, `br`, or none).
+fn decoded(encoding: Option<&str>, body: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    match encoding {
+        Some("gzip") => {
+            flate2::read::GzDecoder::new(body)
+                .read_to_end(&mut out)
+                .unwrap();
+        }
+        Some("br") => {
+            brotli_decompressor::Decompressor::new(body, 4096)
+                .read_to_end(&mut out)
+                .unwrap();
+        }
+        None => out.extend_from_slice(body),
+        Some(other) => panic!("unexpected content-encoding {other}"),
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_and_the_api_are_compressed_for_clients_that_accept_it() {
+    let server = Server::start();
+    let alice = Client::new(&server, ALICE);
+    let sid = alice.run_wait("desk", "Refund c-42.", desk_input()).await;
+    let http = http();
+    let get = |path: String, accept: Option<&'static str>| {
+        let mut req = http
+            .get(format!("{}{path}", server.url))
+            .header("x-api-key", ALICE);
+        if let Some(a) = accept {
+            req = req.header("accept-encoding", a);
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), 200, "{path}");
+            let enc = resp
+                .headers()
+                .get("content-encoding")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let body = resp.bytes().await.unwrap().to_vec();
+            (enc, body)
+        }
+    };
+    for path in [
+        "/".to_owned(),
+        "/playground/js/session.js".to_owned(),
+        format!("/sessions/{sid}"),
+    ] {
+        let (plain_enc, plain) = get(path.clone(), None).await;
+        assert_eq!(
+            plain_enc, None,
+            "{path} compressed for a client that did not ask"
+        );
+        for (accept, expect) in [("gzip", "gzip"), ("br", "br"), ("gzip, br", "br")] {
+            let (enc, body) = get(path.clone(), Some(accept)).await;
+            assert_eq!(enc.as_deref(), Some(expect), "{path} with {accept}");
+            assert!(
+                body.len() * 2 < plain.len(),
+                "{path} with {accept}: {} bytes of {}",
+                body.len(),
+                plain.len()
+            );
+            assert_eq!(
+                decoded(enc.as_deref(), &body),
+                plain,
+                "{path} with {accept} decodes to the same body"
+            );
+        }
+    }
+    // The event stream is never held back to be compressed.
+    let resp = http
+        .get(format!("{}/sessions/{sid}/events", server.url))
+        .header("x-api-key", ALICE)
+        .header("accept-encoding", "gzip, br")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("content-encoding").is_none());
+}
+
 // --- The page in a real browser ---------------------------------------------------------------
 
 /// Runs one scenario of `tests/playground/browser.py` against a fresh server; the checks it
@@ -905,9 +988,11 @@ fn needs_browser_start_a_run_and_watch_its_nodes_turn_completed() {
             "nodes run live",
             "every node turned completed",
             "the answer, usage and cost are shown",
+            "a run started from the page is listed at once",
             "the sessions list updates live",
             "the list filters by status and agent",
             "tool call cards show arguments, results and durations",
+            "JSON values fold, long ones show all on request, and copy whole",
             "the reviews and the plan version are listed",
         ],
     );
@@ -971,7 +1056,61 @@ fn needs_browser_scrub_the_slider_and_fork() {
 fn needs_browser_see_a_failed_steps_error() {
     browser(
         "failed",
-        &["the failed step, its error, stderr and what to do are shown"],
+        &[
+            "the failed step, its error, stderr and what to do are shown",
+            "the first click on the failed step keeps its error open",
+        ],
+    );
+}
+
+#[test]
+fn needs_browser_sign_out_stops_the_polls_and_sign_in_polls_once() {
+    browser(
+        "signout",
+        &[
+            "after signing out nothing polls and the form keeps what is typed",
+            "signing in again polls the list once",
+        ],
+    );
+}
+
+#[test]
+fn needs_browser_answer_ask_user_on_a_narrow_window() {
+    let server = browser(
+        "ask",
+        &[
+            "a question without missing arguments shows no undefined",
+            "an answered ask_user call is not pending",
+            "the conversation fits a narrow window",
+        ],
+    );
+    assert_eq!(server.calls().len(), 1, "the transfer ran once");
+}
+
+#[test]
+fn needs_browser_a_step_that_needs_a_failed_step_is_skipped() {
+    browser(
+        "skipped",
+        &["a step that needs a failed step is skipped, not pending in a wave to come"],
+    );
+}
+
+#[test]
+fn needs_browser_event_counts_agree_whichever_tab_is_open() {
+    browser(
+        "counts",
+        &["the Events tab, the header and the slider count the same events"],
+    );
+}
+
+#[test]
+fn needs_browser_the_timeline_shows_the_session_on_one_time_axis() {
+    browser(
+        "timeline",
+        &[
+            "the timeline shows the waves' calls on one time axis",
+            "a bar selects its step in the plan, and a node its row",
+        ],
     );
 }
 

@@ -630,8 +630,37 @@ fn review_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<E
             ));
             v
         }
+        ReviewDecision::FinalResponse => {
+            // The steps left will never run: each is skipped now, with why (a failed step it
+            // needs, or the review's decision), so that no finished session shows them pending.
+            let mut v = skip_pending(state, "the review decided to answer");
+            v.push(Event::ReviewDecided { decision, reason });
+            v
+        }
         _ => vec![Event::ReviewDecided { decision, reason }],
     }
+}
+
+/// A `step_skipped` for each step still pending or waiting: blocked by a failed step it
+/// needs, or not run because `why`.
+fn skip_pending(state: &State, why: &str) -> Vec<Event> {
+    let Some(run) = &state.plan else {
+        return Vec::new();
+    };
+    (0..run.steps.len())
+        .filter(|&i| {
+            matches!(
+                run.steps[i].status,
+                StepStatus::Pending | StepStatus::WaitingForUser
+            )
+        })
+        .map(|i| Event::StepSkipped {
+            step: run.plan.steps[i].id.clone(),
+            reason: crate::engine::blocked_reason(run, i)
+                .filter(|r| r.contains("failed"))
+                .unwrap_or_else(|| format!("not run: {why}")),
+        })
+        .collect()
 }
 
 fn respond_replied(_state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<Event> {

@@ -4,7 +4,7 @@
 // a LangGraph client answers an interrupt.
 
 import { api } from "./api.js";
-import { h, pretty, jsonError, announce } from "./dom.js";
+import { h, add, pretty, jsonError, announce } from "./dom.js";
 import { sayApiError } from "./errors.js";
 
 const TITLES = {
@@ -43,7 +43,7 @@ export function waitingPanel(view, done) {
   if (w.kind === "paused") {
     const go = h("button", { type: "button", class: "button primary", dataset: { act: "continue" } }, "Continue");
     go.addEventListener("click", () => send("continue", go));
-    panel.append(h("p", {}, "The run stopped at a safe point: calls in flight finished and were recorded, nothing new starts until you continue."), h("div", { class: "actions" }, go), status);
+    add(panel, h("p", {}, "The run stopped at a safe point: calls in flight finished and were recorded, nothing new starts until you continue."), h("div", { class: "actions" }, go), status);
     return panel;
   }
 
@@ -54,7 +54,8 @@ export function waitingPanel(view, done) {
     const no = h("button", { type: "button", class: "button danger", dataset: { act: "deny" } }, "Deny");
     yes.addEventListener("click", () => send("approve", yes, no));
     no.addEventListener("click", () => send(reason.value.trim() ? `deny: ${reason.value.trim()}` : "deny", yes, no));
-    panel.append(
+    add(
+      panel,
       h("p", {}, h("code", {}, call.tool || w.tool || "the tool"), w.step ? ` in step ${w.step}` : "", " wants to run with:"),
       h("pre", {}, pretty(call.arguments ?? {})),
       h("div", { class: "row approve-row" }, yes, no, reason),
@@ -76,7 +77,8 @@ export function waitingPanel(view, done) {
       edit.setAttribute("aria-expanded", String(!editor.hidden));
       if (!editor.hidden) editor.querySelector("textarea").focus();
     });
-    panel.append(
+    add(
+      panel,
       h("p", {}, `The agent proposes ${w.plan?.length ?? 0} steps, drawn below in the waves they would run in. Approve them, reject them (the run ends), or edit them.`),
       // The agent's own words, when they say more than the buttons do (an edit it refused).
       !w.question.startsWith("Approve this plan?") && h("div", { class: "callout" }, w.question),
@@ -105,9 +107,10 @@ export function waitingPanel(view, done) {
       submit();
     }
   });
-  panel.append(
+  add(
+      panel,
     question,
-    w.missing?.length && h("p", { class: "muted" }, `Missing: ${w.missing.join(", ")}${w.partial_call?.tool ? ` for ${w.partial_call.tool}` : ""}`),
+    w.missing?.length > 0 && h("p", { class: "muted", id: "waiting-missing" }, `Missing: ${w.missing.join(", ")}${w.partial_call?.tool ? ` for ${w.partial_call.tool}` : ""}`),
     text,
     h("div", { class: "row" }, go, h("span", { class: "muted" }, h("span", { class: "kbd" }, "Ctrl"), "+", h("span", { class: "kbd" }, "Enter"), " sends")),
     status,

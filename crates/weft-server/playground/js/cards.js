@@ -4,6 +4,7 @@
 
 import { h, pretty, duration, when, cut } from "./dom.js";
 import { hint } from "./errors.js";
+import { jsonTree } from "./json.js";
 
 const STATUS = {
   ok: "ok",
@@ -11,6 +12,7 @@ const STATUS = {
   unknown_outcome: "unknown outcome",
   running: "running",
   blocked: "blocked",
+  answered: "answered",
 };
 
 /** A tool error's detail: its text outputs (stderr, stdout, a body) as text, the rest as JSON. */
@@ -55,8 +57,8 @@ export function callCard(c, jump) {
       "div",
       { class: "card-body" },
       h("h4", {}, "Arguments"),
-      h("pre", {}, pretty(c.args)),
-      c.status === "ok" && [h("h4", {}, "Result"), h("pre", {}, pretty(c.outcome.output))],
+      jsonTree(c.args, "the arguments"),
+      c.status === "ok" && [h("h4", {}, "Result"), jsonTree(c.outcome.output, "the result")],
       error && [
         h("h4", {}, `Error · ${error.kind}`),
         h("div", { class: ["callout", "bad"] }, error.message),
@@ -134,6 +136,9 @@ function planVersion(p, version) {
 export function conversation(view, calls, jump) {
   const msgs = view.conversation;
   if (!msgs.length) return h("p", { class: "muted" }, "No message yet.");
+  // A call answered in the conversation (an `ask_user` the person answered, a denied call) is
+  // over even though no tool ran for it.
+  const results = new Map(msgs.filter((m) => m.role === "tool").map((m) => [m.call_id, m]));
   return h(
     "div",
     { class: "chat" },
@@ -152,7 +157,9 @@ export function conversation(view, calls, jump) {
               m.tool_calls.map((tc) => {
                 const c = calls.get(tc.id);
                 const asked = view.waiting?.call_id === tc.id;
-                const status = c ? c.status : asked ? (view.waiting.kind === "tool_approval" ? "waiting for your approval" : "waiting for your answer") : "pending";
+                const result = results.get(tc.id);
+                const over = result && (result.is_error ? "error" : tc.name === "ask_user" ? "answered" : "ok");
+                const status = c ? c.status : asked ? (view.waiting.kind === "tool_approval" ? "waiting for your approval" : "waiting for your answer") : over || "pending";
                 return h(
                   "button",
                   { type: "button", class: "chip mono", onclick: () => c && jump(c.seq), title: pretty(tc.arguments) },

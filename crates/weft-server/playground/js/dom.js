@@ -35,6 +35,13 @@ function append(el, children) {
   }
 }
 
+/** Appends children as `h` takes them (null, undefined and false are left out, arrays are
+ * flattened), where the DOM's own `append` would write "undefined" or "false". */
+export function add(el, ...children) {
+  append(el, children);
+  return el;
+}
+
 /** Replaces an element's children. */
 export function fill(el, ...children) {
   el.replaceChildren();

@@ -40,6 +40,7 @@ toggle.addEventListener("click", () => openSidebar(!sidebar.classList.contains("
 function showSignIn(message) {
   page?.destroy();
   page = null;
+  list?.stop();
   list = null;
   fill(sidebar);
   signOutButton.hidden = true;
@@ -75,6 +76,8 @@ function showSignIn(message) {
 }
 
 window.addEventListener("weft:unauthorized", () => {
+  // Already signed out (a request that left before): the form and what is typed in it stay.
+  if (!list && document.getElementById("signin")) return;
   signOut();
   showSignIn("The server refused the API key. Enter a valid one.");
 });
@@ -109,6 +112,7 @@ async function boot() {
   agents = got.agents;
   whoami.textContent = got.user ? `signed in as ${got.user}` : "";
   signOutButton.hidden = false;
+  list?.stop();
   list = new SessionList(sidebar, agents);
   list.start();
   route();

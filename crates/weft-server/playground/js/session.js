@@ -9,6 +9,8 @@ import { h, fill, renderIfChanged, age, when, usageText, pretty, cut, count, ann
 import { drawGraph, legend, stateClass, stateText } from "./graph.js";
 import { callCard, decisions, conversation, errorDetail } from "./cards.js";
 import { waitingPanel } from "./act.js";
+import { jsonTree } from "./json.js";
+import { timeline } from "./timeline.js";
 import { hint, runHint, sayApiError } from "./errors.js";
 
 const STATUS_LABEL = { running: "running", waiting_for_user: "waiting for you", completed: "completed", failed: "failed" };
@@ -234,6 +236,10 @@ export class SessionPage {
 
   updateTravel() {
     const last = this.lastSeq();
+    // The header, the slider and the Events tab count the same events, whichever tab is open.
+    if (this.eventCount) this.eventCount.textContent = count(last);
+    const eventsTab = document.getElementById("tab-events");
+    if (eventsTab) eventsTab.textContent = `Events (${this.events.length})`;
     const at = this.at ?? last;
     this.slider.max = String(Math.max(1, last));
     this.slider.value = String(at);
@@ -313,7 +319,7 @@ export class SessionPage {
       });
       actions.push(cancel);
     }
-    const data = { id: v.id, task, label, st: v.status, busy: v.busy, agent: v.agent, mode: v.mode, user: v.user, usage: v.usage, mc: v.model_calls, tc: v.tool_calls, last: v.last_seq, live, parent: v.parent_id, from: v.forked_from, created: v.created_at, n: actions.length };
+    const data = { id: v.id, task, label, st: v.status, busy: v.busy, agent: v.agent, mode: v.mode, user: v.user, usage: v.usage, mc: v.model_calls, tc: v.tool_calls, live, parent: v.parent_id, from: v.forked_from, created: v.created_at, n: actions.length };
     if (this.parts.head.dataset.sig === JSON.stringify(data)) return;
     this.parts.head.dataset.sig = JSON.stringify(data);
     fill(
@@ -340,7 +346,7 @@ export class SessionPage {
         h("span", {}, "tokens ", h("b", {}, usageText(v.usage) || "0")),
         h("span", {}, "model calls ", h("b", {}, count(v.model_calls))),
         h("span", {}, "tool calls ", h("b", {}, count(v.tool_calls))),
-        h("span", {}, "events ", h("b", {}, count(v.last_seq))),
+        h("span", {}, "events ", (this.eventCount = h("b", { id: "event-count" }, count(this.lastSeq())))),
       ),
     );
   }
@@ -408,10 +414,13 @@ export class SessionPage {
   }
 
   select(id, toggle = true) {
-    this.selected = toggle && this.selected === id ? null : id;
+    // A step shown by the page itself (the failed one) stays open on the first click: the
+    // person asked to see it, not to close it.
+    this.selected = toggle && this.picked && this.selected === id ? null : id;
     this.picked = true;
     this.renderFlow();
     this.renderDetails();
+    this.renderTabs();
     if (this.selected) document.getElementById("details")?.scrollIntoView({ block: "nearest" });
   }
 
@@ -462,8 +471,8 @@ export class SessionPage {
             h("div", {}, h("h3", {}, "Earlier turns"), h("ol", {}, v.earlier_turns.map((t) => h("li", {}, cut(t.task, 100), t.answer ? h("span", { class: "muted" }, ` → ${cut(t.answer, 100)}`) : "")))),
           v.memories?.length > 0 &&
             h("div", {}, h("h3", {}, "Remembered for this task"), h("ul", {}, v.memories.map((m) => h("li", {}, h("span", { class: "muted" }, `${m.scope} `), cut(m.text, 200))))),
-          h("div", {}, h("h3", {}, "Input"), h("pre", {}, pretty(v.input ?? {}))),
-          v.plan && h("div", {}, h("h3", {}, "State"), h("pre", { id: "state-json" }, pretty(v.data ?? {}))),
+          h("div", {}, h("h3", {}, "Input"), jsonTree(v.input ?? {}, "the input")),
+          v.plan && h("div", { id: "state-json" }, h("h3", {}, "State"), jsonTree(v.data ?? {}, "the state")),
         ),
       ]);
       return;
@@ -476,7 +485,7 @@ export class SessionPage {
         h("h2", {}, `Step ${node.id}`),
         h("span", { class: ["badge", stateClass(node).replace("s-", "")] }, stateText(node, this.calls)),
         h("span", { class: "spacer" }),
-        h("button", { type: "button", class: "button small ghost", onclick: () => this.select(node.id), "aria-label": "Close the step's details" }, "✕"),
+        h("button", { type: "button", class: "button small ghost", onclick: () => this.select(null, false), "aria-label": "Close the step's details" }, "✕"),
       ),
       h(
         "div",
@@ -502,8 +511,8 @@ export class SessionPage {
             errorDetail(node.error.detail),
             h("p", { class: "hint" }, h("b", {}, "What to do: "), hint(node.error.kind)),
           ),
-        h("div", {}, h("h3", {}, "Call as planned"), h("pre", {}, pretty(node.call))),
-        node.output !== undefined && node.output !== null && h("div", {}, h("h3", {}, "Output"), h("pre", {}, pretty(node.output))),
+        h("div", {}, h("h3", {}, "Call as planned"), jsonTree(node.call, "the call")),
+        node.output !== undefined && node.output !== null && h("div", {}, h("h3", {}, "Output"), jsonTree(node.output, "the output")),
         calls.length ? h("div", {}, h("h3", {}, `Tool calls (${calls.length})`), calls.map((c) => callCard(c, (seq) => this.setAt(seq)))) : h("p", { class: "muted" }, "No tool call yet."),
       ),
     ]);
@@ -564,12 +573,14 @@ export class SessionPage {
     const tabs = [
       ["calls", `Tool calls (${v.calls.length})`],
       ["decisions", `Decisions (${v.reviews.length + v.plans.length})`],
+      ["timeline", "Timeline"],
       ["events", `Events (${this.events.length})`],
     ];
     const jump = (seq) => this.setAt(seq);
     const panel = () => {
       if (this.tab === "calls") return v.calls.length ? [...v.calls].reverse().map((c) => callCard(c, jump)) : h("p", { class: "muted" }, "No tool call yet.");
       if (this.tab === "decisions") return decisions(v, jump);
+      if (this.tab === "timeline") return timeline(this.at === null ? this.events : this.events.filter((e) => e.seq <= this.at), { selected: this.selected, onSelect: (id) => this.select(id, false) });
       const at = this.at ?? this.lastSeq();
       return h(
         "ol",
@@ -589,7 +600,7 @@ export class SessionPage {
         ),
       );
     };
-    const sig = { tab: this.tab, calls: v.calls, r: v.reviews, p: v.plans, n: this.tab === "events" ? [this.events.length, this.at] : 0 };
+    const sig = { tab: this.tab, calls: v.calls, r: v.reviews, p: v.plans, n: this.tab === "events" || this.tab === "timeline" ? [this.events.length, this.at] : 0, sel: this.tab === "timeline" ? this.selected : null };
     renderIfChanged(this.parts.tabs, sig, () => {
       const focused = document.activeElement?.dataset?.tab;
       const bar = h(

@@ -83,11 +83,19 @@ export class SessionList {
   }
 
   start() {
+    this.stopped = false;
     this.refresh();
+  }
+
+  /** Stops polling for good (signing out): no request leaves once this is called. */
+  stop() {
+    this.stopped = true;
+    clearTimeout(this.timer);
   }
 
   async refresh() {
     clearTimeout(this.timer);
+    if (this.stopped) return;
     const q = new URLSearchParams({ limit: "100" });
     if (this.status) q.set("status", this.status);
     if (this.agent) q.set("agent", this.agent);
@@ -97,11 +105,15 @@ export class SessionList {
     } catch (e) {
       this.error = e;
     }
+    // Signed out while the request was on its way: nothing more is drawn or asked.
+    if (this.stopped) return;
     this.render();
+    clearTimeout(this.timer);
     this.timer = setTimeout(() => this.poll(), 2500);
   }
 
   poll() {
+    if (this.stopped) return;
     if (document.visibilityState === "visible") this.refresh();
     else this.timer = setTimeout(() => this.poll(), 2500);
   }

@@ -121,6 +121,8 @@ export function startPage(main, agents, go) {
           input: { messages: [{ role: "user", content: task.value.trim() }], ...p.value },
         },
       });
+      // The list shows the new session at once, not at its next poll.
+      window.dispatchEvent(new CustomEvent("weft:session-changed"));
       go(`#/s/${encodeURIComponent(thread.thread_id)}`);
     } catch (err) {
       status.textContent = sayApiError(err, "The run did not start");

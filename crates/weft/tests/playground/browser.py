@@ -159,7 +159,14 @@ def run_and_watch():
     the answer, usage and cost show; the sessions list picks the session up by itself."""
     sign_in()
     assert "No session yet" in text("#session-list")
+    # The list's polls pause while the page is hidden: the new session must come from the
+    # start itself, not from a poll.
+    D.execute_script("Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'hidden'})")
     sid = start("desk", "Refund the last order of customer c-42.", '{"customerId": "c-42", "amount": 50}')
+    wait(lambda: q(f'.session-item[data-id="{sid}"]'), "the new session in the list without a poll", 2)
+    assert "No session yet" not in text("#session-list"), text("#session-list")
+    D.execute_script("delete document.visibilityState")
+    ok("a run started from the page is listed at once")
     wait(lambda: statuses().get("customer") == "RUNNING" and statuses().get("orders") == "RUNNING", "both lookups running in wave 1")
     st = statuses()
     assert st.get("refund") == "PENDING" and st.get("tell") == "PENDING", st
@@ -212,6 +219,26 @@ def run_and_watch():
     shown = " ".join(cards)
     assert "issueRefund" in shown and "r-20931" in shown and "c-42" in shown, shown
     ok("tool call cards show arguments, results and durations")
+    # The history's result as a JSON tree: folded, cut, shown whole on request, copied.
+    history = next(c for c in q("#activity .card.call") if c.find_element(By.CSS_SELECTOR, ".tool").text == "billingHistory")
+    tree = history.find_elements(By.CSS_SELECTOR, ".json-tree")[-1]
+    payments = [d for d in tree.find_elements(By.CSS_SELECTOR, "details.j-node") if "40 items" in d.get_attribute("textContent")[:40]]
+    assert payments and payments[0].get_attribute("open") is None, "the 40 payments are not folded"
+    payments[0].find_element(By.TAG_NAME, "summary").click()
+    assert payments[0].get_attribute("open") is not None
+    assert len(payments[0].find_elements(By.CSS_SELECTOR, ":scope > ul > li")) == 26, "the first 25 payments and a show-all"
+    payments[0].find_element(By.CSS_SELECTOR, ":scope > ul > li > .j-more").click()
+    assert len(payments[0].find_elements(By.CSS_SELECTOR, ":scope > ul > li")) == 40
+    note = [b for b in tree.find_elements(By.CSS_SELECTOR, ".j-more") if "characters" in b.text]
+    assert note, "the long note is not cut"
+    note[0].click()
+    assert "Paid on time. " * 40 in tree.get_attribute("textContent")
+    D.execute_script("window.__copied = null; navigator.clipboard.writeText = (t) => { window.__copied = t; return Promise.resolve(); }")
+    tree.find_element(By.CSS_SELECTOR, ".json-copy").click()
+    wait(lambda: D.execute_script("return window.__copied"), "the copy")
+    copied = json.loads(D.execute_script("return window.__copied"))
+    assert len(copied["payments"]) == 40 and copied["last"]["id"] == "o-981", copied
+    ok("JSON values fold, long ones show all on request, and copy whole")
     click("#tab-decisions")
     decisions = text("#tab-panel")
     assert "CONTINUE" in decisions and "FINAL_RESPONSE" in decisions and "Plan v1" in decisions, decisions
@@ -395,6 +422,149 @@ def failed_step():
     assert "Traceback" in text('#step-details pre.output[data-field="stderr"]')
     ok("the failed step, its error, stderr and what to do are shown")
     shot("playground-failed.png")
+    # Clicking the failed step (shown by the page itself) keeps its error open.
+    click('.node[data-step="refund"]')
+    time.sleep(0.3)
+    assert q('#step-details[data-step="refund"] #step-error'), "the first click on the failed step closed its error"
+    click('.node[data-step="refund"]')
+    wait(lambda: not q('#step-details[data-step="refund"]'), "the second click closing it")
+    ok("the first click on the failed step keeps its error open")
+    no_page_errors()
+
+
+def sign_out_and_in():
+    """Signing out stops the list's polls: the form and a half-typed key stay; signing in again
+    polls once, not twice."""
+    sign_in()
+    polls = lambda: D.execute_script(
+        "return performance.getEntriesByType('resource').filter(e => e.name.includes('/sessions?')).length"
+    )
+    click("#sign-out")
+    wait(lambda: "Signed out." in text("#signin"), "the sign-in form")
+    one("#api-key").send_keys("half-a-k")
+    before = polls()
+    time.sleep(6)
+    assert polls() == before, f"{polls() - before} polls of /sessions after signing out"
+    assert "Signed out." in text("#signin"), text("#signin")
+    value = D.execute_script("return document.getElementById('api-key').value")
+    assert value == "half-a-k", f"the half-typed key became {value!r}"
+    ok("after signing out nothing polls and the form keeps what is typed")
+    key = one("#api-key")
+    key.clear()
+    key.send_keys(KEY)
+    click("#signin-submit")
+    one(".filters")
+    before = polls()
+    time.sleep(6.2)
+    n = polls() - before
+    # One poller: the list at sign-in, then every 2.5 s: 3 in 6 s (two pollers make 6).
+    assert n <= 4, f"{n} polls of /sessions in 6 s after signing in again"
+    ok("signing in again polls the list once")
+    no_page_errors()
+
+
+def ask_user_on_a_narrow_window():
+    """A ReAct question without missing arguments, answered on a narrow window: no
+    "undefined", the answered call is not pending, and the conversation fits the window."""
+    D.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 380, "height": 820, "deviceScaleFactor": 1, "mobile": True})
+    sign_in()
+    start("clerk", "Move 120 to savings.")
+    one("#waiting[data-kind=question]")
+    panel = text("#waiting")
+    assert "Which account should the 120 go to?" in panel, panel
+    assert "undefined" not in panel and "false" not in panel, panel
+    ok("a question without missing arguments shows no undefined")
+    one("#answer-text").send_keys("savings-account-0042-of-customer-c-42")
+    click("[data-act=send]")
+    wait(lambda: session_status() == "completed", "the session completed after the answer")
+    wait(lambda: any(t.startswith("transfer(") for t in texts(".msg .calls .chip")), "the transfer call drawn")
+    chips = texts(".msg .calls .chip")
+    asked = [t for t in chips if t.startswith("ask_user(")]
+    assert asked and all("pending" not in t for t in asked), chips
+    assert "answered" in asked[0], chips
+    ok("an answered ask_user call is not pending")
+    width = D.execute_script("const m = document.getElementById('main'); return [Math.max(document.documentElement.scrollWidth, m.scrollWidth), window.innerWidth]")
+    assert width[0] <= width[1], f"the conversation is wider than a narrow window: {width}"
+    ok("the conversation fits a narrow window")
+    no_page_errors()
+
+
+def steps_that_can_never_run():
+    """A step that needs a failed step's output, in a session that completed: skipped, in the
+    waves that ran, not pending in a wave to come."""
+    sign_in()
+    sid = start("partial", "Refund 900 to c-9 and tell them.", '{"customerId": "c-9", "amount": 900}')
+    wait(lambda: session_status() == "completed", "the completed run")
+    wait(lambda: statuses() == {"customer": "COMPLETED", "refund": "FAILED", "tell": "SKIPPED"}, "the steps settled")
+    head = text("#flow .panel-head")
+    assert "3 steps · 2 waves" in head, head
+    labels = texts(".graph .col-label")
+    assert not any("to come" in l for l in labels), labels
+    view = api(f"/sessions/{sid}")
+    tell = [n for n in view["plan"]["nodes"] if n["id"] == "tell"][0]
+    assert tell["status"] == "SKIPPED" and "refund" in (tell["reason"] or "") and not tell["projected"], tell
+    banner = text("#alerts")
+    assert "Step refund failed" in banner, banner
+    click('.node[data-step="tell"]')
+    details = text("#step-details")
+    assert "refund" in details and "to come" not in details, details
+    ok("a step that needs a failed step is skipped, not pending in a wave to come")
+    no_page_errors()
+
+
+def event_counts_agree():
+    """The Events tab, the header and the slider count the same events, with another tab open
+    and on a session opened after it finished."""
+    sign_in()
+    sid = start("desk", "Refund the last order of customer c-42.", '{"customerId": "c-42", "amount": 50}')
+    wait(lambda: session_status() == "completed", "the run", 40)
+    last = api(f"/sessions/{sid}")["last_seq"]
+    D.get(URL + "#/")
+    one(".filters")
+    D.get(URL + f"#/s/{sid}")
+    wait(lambda: session_status() == "completed", "the session page")
+    assert D.execute_script("return document.getElementById('tab-calls').getAttribute('aria-selected')") == "true"
+    wait(lambda: text("#tab-events") == f"Events ({last})", f"Events ({last}) with the calls tab open", 5)
+    wait(lambda: text("#event-count") == str(last), "the header's count", 5)
+    assert D.execute_script("return document.getElementById('travel').max") == str(last)
+    ok("the Events tab, the header and the slider count the same events")
+    no_page_errors()
+
+
+def session_timeline():
+    """The session on one time axis: the model's calls, the waves and their steps' calls;
+    overlapping lookups overlap, the refund comes after both; a bar selects its step."""
+    sign_in()
+    sid = start("desk", "Refund the last order of customer c-42.", '{"customerId": "c-42", "amount": 50}')
+    wait(lambda: session_status() == "completed", "the run", 40)
+    click("#tab-timeline")
+    one("#timeline")
+    groups = texts("#timeline .tl-group .tl-head .tl-label")
+    assert groups == ["Model", "Wave 1", "Wave 2", "Wave 3"], groups
+    rows = texts("#timeline .tl-group .tl-row:not(.tl-head) .tl-label")
+    assert {"plan", "review", "customer", "orders", "refund", "tell"} <= set(rows), rows
+    bar = lambda step: D.execute_script(
+        "const b = document.querySelector(`#timeline .tl-row[data-row='${arguments[0]}'] button.tl-bar`);"
+        "return b && [Number(b.dataset.from), Number(b.dataset.to), b.getBoundingClientRect().left, b.getBoundingClientRect().right];",
+        step,
+    )
+    c, o, r, t = bar("customer"), bar("orders"), bar("refund"), bar("tell")
+    assert c and o and r and t, (c, o, r, t)
+    assert c[0] < o[1] and o[0] < c[1], f"the lookups of wave 1 do not overlap: {c} {o}"
+    assert r[0] >= max(c[1], o[1]) and r[2] >= max(c[3], o[3]) - 1, f"the refund does not come after both lookups: {r} {c} {o}"
+    assert t[0] >= r[1], (t, r)
+    assert 1000 <= r[1] - r[0] <= 5000, f"the refund's bar lasts {r[1] - r[0]} ms (its tool sleeps 1 s)"
+    ok("the timeline shows the waves' calls on one time axis")
+    D.execute_script("document.querySelector(\"#timeline .tl-row[data-row='refund'] button.tl-bar\").click()")
+    wait(lambda: q('#step-details[data-step="refund"]'), "the refund selected from its bar")
+    wait(lambda: q('.node.selected[data-step="refund"]') and q("#timeline .tl-row.selected[data-row='refund']"), "the node and the row selected")
+    click('.node[data-step="orders"]')
+    wait(lambda: q("#timeline .tl-row.selected[data-row='orders']"), "the row of the node chosen in the plan")
+    ok("a bar selects its step in the plan, and a node its row")
+    if SHOTS:
+        D.execute_script("document.getElementById('activity').scrollIntoView()")
+        time.sleep(0.3)
+        D.save_screenshot(os.path.join(SHOTS, "playground-timeline.png"))
     no_page_errors()
 
 
@@ -405,6 +575,11 @@ SCENARIOS = {
     "plan": reject_and_edit_plan,
     "fork": scrub_and_fork,
     "failed": failed_step,
+    "signout": sign_out_and_in,
+    "ask": ask_user_on_a_narrow_window,
+    "skipped": steps_that_can_never_run,
+    "counts": event_counts_agree,
+    "timeline": session_timeline,
 }
 
 D = browser()

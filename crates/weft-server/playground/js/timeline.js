@@ -1,0 +1,151 @@
+// The session on one time axis, from its events: the model's calls (each from the event before
+// its reply to the reply), the waves with their steps' tool calls (and the waits before a
+// retry), and the waits for a person. A tool call's bar selects its step in the plan.
+
+import { h, duration } from "./dom.js";
+
+/** The rows of the timeline: groups of labelled rows, each with its bars
+ * `{from, to, kind, label, step, open}` (times in ms since the epoch). */
+export function timelineRows(events, now = Date.now()) {
+  const model = { title: "Model", rows: new Map() };
+  const people = { title: "Waiting for you", rows: new Map() };
+  const waves = new Map();
+  const stepWave = new Map();
+  const calls = new Map();
+  const row = (group, key, label) => {
+    if (!group.rows.has(key)) group.rows.set(key, { label, bars: [] });
+    return group.rows.get(key);
+  };
+  let prev = null;
+  let waiting = null;
+  for (const e of events) {
+    const ts = Number(e.ts);
+    switch (e.type) {
+      case "model_replied":
+      case "model_reply_rejected":
+        if (prev !== null) {
+          const rejected = e.type === "model_reply_rejected";
+          row(model, e.purpose, e.purpose).bars.push({ from: prev, to: ts, kind: rejected ? "rejected" : "model", label: `${e.purpose}${rejected ? " (rejected)" : ""}${usage(e.reply?.usage)}` });
+        }
+        break;
+      case "wave_started": {
+        const w = { title: `Wave ${e.wave}`, from: ts, to: null, rows: new Map() };
+        waves.set(e.wave, w);
+        for (const s of e.steps || []) {
+          stepWave.set(s, e.wave);
+          row(w, s, s);
+        }
+        break;
+      }
+      case "wave_finished": {
+        const w = waves.get(e.wave);
+        if (w) w.to = ts;
+        break;
+      }
+      case "tool_call_started": {
+        const w = waves.get(stepWave.get(e.step));
+        const target = w ? row(w, e.step, e.step) : row(model, `tool:${e.tool}`, e.tool);
+        const bar = { from: ts, to: null, kind: "call", label: `${e.tool}${e.attempt > 1 ? ` · attempt ${e.attempt}` : ""}`, step: e.step || null };
+        target.bars.push(bar);
+        calls.set(e.call_id, bar);
+        break;
+      }
+      case "tool_call_finished": {
+        const bar = calls.get(e.call_id);
+        if (bar) {
+          bar.to = ts;
+          bar.kind = e.outcome?.status === "ok" ? "call" : "call-bad";
+          bar.label += ` · ${e.outcome?.status || ""} · ${duration(e.duration_ms)}`;
+        }
+        break;
+      }
+      case "step_retrying": {
+        const w = waves.get(stepWave.get(e.step));
+        if (w) row(w, e.step, e.step).bars.push({ from: ts, to: ts + Number(e.delay_ms || 0), kind: "retry", label: `retry in ${duration(e.delay_ms)}`, step: e.step });
+        break;
+      }
+      case "waiting_for_user":
+        waiting = { from: ts, to: null, kind: "wait", label: e.request?.kind || "waiting" };
+        row(people, "wait", "you").bars.push(waiting);
+        break;
+      case "user_replied":
+      case "run_finished":
+        if (waiting) waiting.to = ts;
+        waiting = null;
+        break;
+      default:
+        break;
+    }
+    prev = ts;
+  }
+  const end = prev ?? now;
+  const groups = [model, ...[...waves.values()], people].filter((g) => g.rows.size);
+  for (const g of groups) {
+    for (const r of g.rows.values()) {
+      for (const b of r.bars) {
+        b.open = b.to === null;
+        if (b.to === null) b.to = end;
+      }
+    }
+  }
+  return { groups, from: events.length ? Number(events[0].ts) : now, to: end };
+}
+
+function usage(u) {
+  if (!u) return "";
+  const t = (u.input_tokens || 0) + (u.output_tokens || 0);
+  return t ? ` · ${t.toLocaleString()} tokens${u.cost_usd ? ` · $${u.cost_usd.toFixed(4)}` : ""}` : "";
+}
+
+/** The timeline as an element. `selected`: the step chosen in the plan; `onSelect(step)`. */
+export function timeline(events, { selected, onSelect }) {
+  const { groups, from, to } = timelineRows(events);
+  if (!groups.length) return h("p", { class: "muted" }, "Nothing has happened yet.");
+  const span = Math.max(1, to - from);
+  const pct = (t) => `${(((t - from) / span) * 100).toFixed(3)}%`;
+  const width = (a, b) => `${Math.max(0.4, ((b - a) / span) * 100).toFixed(3)}%`;
+  // Positions are set through the style object: the page's CSP refuses style attributes.
+  const at = (el, left, w) => {
+    el.style.left = left;
+    if (w) el.style.width = w;
+    return el;
+  };
+  const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => at(h("span", { class: "tl-tick" }, duration(Math.round(f * span))), `${f * 100}%`));
+  return h(
+    "div",
+    { class: "timeline-view", id: "timeline", role: "group", "aria-label": `Timeline: ${duration(span)}` },
+    h("div", { class: "tl-row tl-axis" }, h("span", { class: "tl-label" }), h("span", { class: "tl-track" }, ticks)),
+    groups.map((g) =>
+      h(
+        "div",
+        { class: "tl-group", dataset: { group: g.title } },
+        h(
+          "div",
+          { class: "tl-row tl-head" },
+          h("span", { class: "tl-label" }, g.title),
+          h("span", { class: "tl-track" }, g.from !== undefined && at(h("span", { class: "tl-bar wave", title: `${g.title}: ${duration((g.to ?? to) - g.from)}` }), pct(g.from), width(g.from, g.to ?? to))),
+        ),
+        [...g.rows.entries()].map(([key, r]) =>
+          h(
+            "div",
+            { class: ["tl-row", selected && key === selected && "selected"], dataset: { row: key } },
+            h("span", { class: "tl-label mono" }, r.label),
+            h(
+              "span",
+              { class: "tl-track" },
+              r.bars.map((b) => {
+                const attrs = {
+                  class: ["tl-bar", b.kind, b.open && "open"],
+                  title: `${b.label} · ${duration(b.to - b.from)}${b.open ? " (still going)" : ""}`,
+                  dataset: { from: String(b.from), to: String(b.to), step: b.step || "" },
+                };
+                const el = b.step ? h("button", { ...attrs, type: "button", "aria-label": `${b.step}: ${b.label}`, onclick: () => onSelect(b.step) }) : h("span", attrs);
+                return at(el, pct(b.from), width(b.from, b.to));
+              }),
+            ),
+          ),
+        ),
+      ),
+    ),
+  );
+}
