@@ -4,3 +4,6 @@
 pub mod derive;
 
 pub use derive::{Attr, Deriver, Kind, Options, Span, span_id, trace_id};
+pub mod export;
+
+pub use export::{Counts, Exporter};
