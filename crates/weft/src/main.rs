@@ -17,6 +17,7 @@ mod serve;
 mod sessions_cmd;
 mod store;
 mod submit_cmd;
+mod telemetry;
 mod tools_cmd;
 mod view;
 mod worker;

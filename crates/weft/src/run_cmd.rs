@@ -196,9 +196,14 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
     };
     let held = crate::ownership::take(store.clone(), &id, false).await?;
+    // OpenTelemetry traces of the session, when an OTLP endpoint is configured.
+    let live = crate::telemetry::Live::start(store.clone(), &id, redact.clone()).await?;
     let mut rt = Runtime::new(store, tools.clone(), limits.clone());
     held.bind(&mut rt);
     rt.redact = redact;
+    if let Some(l) = &live {
+        rt = rt.observe(l.observer());
+    }
     rt = rt.observe(if args.events {
         json_lines()
     } else {
@@ -257,6 +262,9 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
             let code = crate::ownership::stopped(&rt, &id, asked).await;
             held.release().await;
             tools.shutdown().await;
+            if let Some(l) = live {
+                l.finish().await;
+            }
             return code;
         }
     };
@@ -264,6 +272,9 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
     drop(session);
     held.release().await;
     tools.shutdown().await;
+    if let Some(l) = live {
+        l.finish().await;
+    }
     code
 }
 

@@ -48,6 +48,18 @@ pub enum SessionsCommand {
         #[arg(long)]
         follow: bool,
     },
+    /// Export a session's trace (OpenTelemetry GenAI spans derived from its events) over
+    /// OTLP HTTP/protobuf, or print its spans as JSON lines.
+    Trace {
+        /// The session's id.
+        id: String,
+        /// The collector's OTLP HTTP endpoint (default: OTEL_EXPORTER_OTLP_ENDPOINT).
+        #[arg(long, value_name = "URL")]
+        otlp: Option<String>,
+        /// Print the spans as JSON lines instead of exporting them.
+        #[arg(long, conflicts_with = "otlp")]
+        json: bool,
+    },
     /// Start a new session from a session's state at event SEQ (the original is untouched).
     Fork {
         /// The session to fork.
@@ -336,6 +348,9 @@ pub async fn run<S: Store>(store: Arc<S>, cmd: SessionsCommand) -> Result<u8> {
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
+        }
+        SessionsCommand::Trace { id, otlp, json } => {
+            crate::telemetry::trace(store.as_ref(), &id, otlp.as_deref(), json, &mut out).await
         }
         SessionsCommand::Cancel { id } => {
             drop(out);

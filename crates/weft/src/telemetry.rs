@@ -1,0 +1,151 @@
+//! Traces of sessions (`weft-telemetry`) read from the store: a past session's with
+//! `weft sessions trace`, and the live export of the session `weft run` drives.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Result, anyhow};
+use tokio::sync::Notify;
+use weft_runtime::Observer;
+use weft_store::Store;
+use weft_telemetry::derive::Redact;
+use weft_telemetry::{Deriver, Exporter, Options, export};
+
+/// The derivation's options from the environment.
+pub fn options(redact: Option<Redact>) -> Options {
+    Options {
+        capture_content: export::capture_content(),
+        redact,
+        ..Options::default()
+    }
+}
+
+/// `weft sessions trace ID [--otlp URL] [--json]`.
+pub async fn trace<S: Store>(
+    store: &S,
+    id: &str,
+    otlp: Option<&str>,
+    json: bool,
+    out: &mut impl std::io::Write,
+) -> Result<u8> {
+    let (_, events) = store.load(id).await?;
+    let spans = Deriver::derive(id, options(None), &events);
+    if json {
+        for s in &spans {
+            writeln!(out, "{}", export::span_json(s))?;
+        }
+        return Ok(0);
+    }
+    if export::disabled() {
+        return Err(anyhow!(
+            "OTEL_SDK_DISABLED=true: telemetry is off; unset it to export, or use --json"
+        ));
+    }
+    let exporter = Exporter::from_env(otlp)?.ok_or_else(|| {
+        anyhow!(
+            "no OTLP endpoint: give --otlp URL or set OTEL_EXPORTER_OTLP_ENDPOINT (or use --json)"
+        )
+    })?;
+    let url = exporter.url().to_owned();
+    let n = spans.len();
+    let trace = spans
+        .first()
+        .map(|s| export::span_json(s)["trace_id"].clone())
+        .unwrap_or_default();
+    exporter.send_all(spans).await;
+    let (counts, err) = exporter.finish(Duration::from_secs(30)).await;
+    if counts.exported as usize != n {
+        return Err(anyhow!(
+            "exported {} of {n} spans of session {id} to {url}: {}",
+            counts.exported,
+            err.unwrap_or_else(|| "the collector did not answer in time".to_owned())
+        ));
+    }
+    writeln!(
+        out,
+        "exported {n} spans of session {id} (trace {}) to {url}",
+        trace.as_str().unwrap_or_default()
+    )?;
+    Ok(0)
+}
+
+/// The live export of one session while this process drives it.
+pub struct Live {
+    wake: Arc<Notify>,
+    stop: Arc<Notify>,
+    task: tokio::task::JoinHandle<Option<Exporter>>,
+}
+
+impl Live {
+    /// Starts following session `id` when an endpoint is configured; `None` otherwise. Spans
+    /// closed by events already in the log were exported by the process that wrote them.
+    pub async fn start<S: Store + 'static>(
+        store: Arc<S>,
+        id: &str,
+        redact: Option<Redact>,
+    ) -> Result<Option<Self>> {
+        let Some(exporter) = Exporter::from_env(None)? else {
+            return Ok(None);
+        };
+        let id = id.to_owned();
+        let mut deriver = Deriver::new(&id, options(redact));
+        let mut last = 0;
+        // A session that does not exist yet has nothing before this run.
+        if let Ok(events) = store.events_after(&id, 0).await {
+            for e in &events {
+                deriver.push(e);
+                last = e.seq;
+            }
+        }
+        deriver.skip_through(last);
+        let wake = Arc::new(Notify::new());
+        let stop = Arc::new(Notify::new());
+        let (w, s) = (wake.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            let mut stopping = false;
+            loop {
+                if let Ok(events) = store.events_after(&id, last).await {
+                    for e in &events {
+                        exporter.send(deriver.push(e));
+                        last = e.seq;
+                    }
+                }
+                if stopping {
+                    return Some(exporter);
+                }
+                tokio::select! {
+                    () = w.notified() => {}
+                    () = s.notified() => stopping = true,
+                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+            }
+        });
+        Ok(Some(Self { wake, stop, task }))
+    }
+
+    /// An observer that wakes the export when events are committed.
+    pub fn observer(&self) -> Observer {
+        let w = self.wake.clone();
+        Arc::new(move |_| w.notify_one())
+    }
+
+    /// Exports what the log holds now and what is queued, waiting at most a few seconds; says
+    /// on stderr what could not be exported.
+    pub async fn finish(self) {
+        self.stop.notify_one();
+        let Ok(Some(exporter)) = self.task.await else {
+            return;
+        };
+        let url = exporter.url().to_owned();
+        let (c, err) = exporter.finish(Duration::from_secs(5)).await;
+        if c.dropped > 0 || c.failed > 0 {
+            eprintln!(
+                "telemetry: {} spans exported to {url}, {} dropped (queue full), {} lost{}; `weft sessions trace ID` exports them again",
+                c.exported,
+                c.dropped,
+                c.failed,
+                err.map(|e| format!(" ({e})")).unwrap_or_default()
+            );
+        }
+    }
+}
