@@ -561,11 +561,17 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
             crate::view::resuming(&agent.spec.limits, &open)
         };
         crate::interrupt::note_session(&args.id);
-        let (state, before) =
-            match crate::drive::drive(store, &held, &rec, &agent, vec![observer]).await? {
-                crate::drive::Ended::Done(state, before) => (state, before),
-                crate::drive::Ended::Stopped(code) => return Ok(code),
-            };
+        let live = crate::telemetry::Live::start(store.clone(), &args.id, None).await?;
+        let mut observers = vec![observer];
+        observers.extend(live.as_ref().map(crate::telemetry::Live::observer));
+        let ended = crate::drive::drive(store, &held, &rec, &agent, observers).await;
+        if let Some(l) = live {
+            l.finish().await;
+        }
+        let (state, before) = match ended? {
+            crate::drive::Ended::Done(state, before) => (state, before),
+            crate::drive::Ended::Stopped(code) => return Ok(code),
+        };
         agent.tools.shutdown().await;
         if state.mode.is_none() {
             writeln!(
