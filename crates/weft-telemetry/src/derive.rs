@@ -122,6 +122,18 @@ impl std::fmt::Debug for Options {
     }
 }
 
+/// `gen_ai.provider.name` for an agent file's `model:` (`openai:gpt-4o-mini`, or a mapping with
+/// `provider`): the provider as weft names it, which for OpenAI and Anthropic is the conventions'
+/// own value; `None` for the scripted model and a model not given.
+pub fn provider_of(model: Option<&Value>) -> Option<String> {
+    let p = match model? {
+        Value::String(s) => s.split_once(':').map(|(p, _)| p.to_owned())?,
+        Value::Object(m) => m.get("provider")?.as_str()?.to_owned(),
+        _ => return None,
+    };
+    (p != "scripted" && !p.is_empty()).then_some(p)
+}
+
 /// The trace id of a session: the same for every process that ever drives it.
 pub fn trace_id(session_id: &str) -> [u8; 16] {
     let d = Sha256::digest(format!("weft-trace\0{session_id}").as_bytes());

@@ -3,7 +3,7 @@
 
 pub mod derive;
 
-pub use derive::{Attr, Deriver, Kind, Options, Span, span_id, trace_id};
+pub use derive::{Attr, Deriver, Kind, Options, Span, provider_of, span_id, trace_id};
 pub mod export;
 
 pub use export::{Counts, Exporter};

@@ -206,3 +206,19 @@ fn contents_only_when_switched_on_and_through_the_redactor() {
             .contains("sunnier")
     );
 }
+
+#[test]
+fn the_provider_comes_from_the_agent_files_model() {
+    use serde_json::json;
+    use weft_telemetry::provider_of;
+    assert_eq!(
+        provider_of(Some(&json!("openai:gpt-4o-mini"))).as_deref(),
+        Some("openai")
+    );
+    assert_eq!(
+        provider_of(Some(&json!({"provider": "anthropic", "name": "claude"}))).as_deref(),
+        Some("anthropic")
+    );
+    assert_eq!(provider_of(Some(&json!("scripted:x.yaml"))), None);
+    assert_eq!(provider_of(None), None);
+}

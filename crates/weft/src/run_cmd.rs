@@ -197,7 +197,13 @@ pub async fn execute<S: Store>(store: Arc<S>, p: Prepared) -> Result<u8> {
     };
     let held = crate::ownership::take(store.clone(), &id, false).await?;
     // OpenTelemetry traces of the session, when an OTLP endpoint is configured.
-    let live = crate::telemetry::Live::start(store.clone(), &id, redact.clone()).await?;
+    let live = crate::telemetry::Live::start(
+        store.clone(),
+        &id,
+        crate::sessions_cmd::agent_file_of(&metadata),
+        redact.clone(),
+    )
+    .await?;
     let mut rt = Runtime::new(store, tools.clone(), limits.clone());
     held.bind(&mut rt);
     rt.redact = redact;

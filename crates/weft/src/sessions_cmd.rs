@@ -561,7 +561,8 @@ pub async fn resume<S: Store>(store: Arc<S>, args: ResumeArgs) -> Result<u8> {
             crate::view::resuming(&agent.spec.limits, &open)
         };
         crate::interrupt::note_session(&args.id);
-        let live = crate::telemetry::Live::start(store.clone(), &args.id, None).await?;
+        let live = crate::telemetry::Live::start(store.clone(), &args.id, Some(path.clone()), None)
+            .await?;
         let mut observers = vec![observer];
         observers.extend(live.as_ref().map(crate::telemetry::Live::observer));
         let ended = crate::drive::drive(store, &held, &rec, &agent, observers).await;

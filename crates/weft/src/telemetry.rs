@@ -1,6 +1,7 @@
 //! Traces of sessions (`weft-telemetry`) read from the store: a past session's with
 //! `weft sessions trace`, and the live export of the session `weft run` drives.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,13 +12,39 @@ use weft_store::Store;
 use weft_telemetry::derive::Redact;
 use weft_telemetry::{Deriver, Exporter, Options, export};
 
-/// The derivation's options from the environment.
-pub fn options(redact: Option<Redact>) -> Options {
+/// The derivation's options from the environment and the session's agent file (`agent_file`,
+/// or the one the session records).
+pub async fn options<S: Store>(
+    store: &S,
+    id: &str,
+    agent_file: Option<PathBuf>,
+    redact: Option<Redact>,
+) -> Options {
+    let file = match agent_file {
+        Some(f) => Some(f),
+        None => store
+            .get(id)
+            .await
+            .ok()
+            .and_then(|rec| crate::sessions_cmd::agent_file_of(&rec.metadata)),
+    };
+    let provider = match file {
+        Some(f) => provider(&f).await,
+        None => None,
+    };
     Options {
         capture_content: export::capture_content(),
         redact,
+        provider,
         ..Options::default()
     }
+}
+
+/// The model provider of an agent file (events do not name it).
+async fn provider(path: &Path) -> Option<String> {
+    let text = tokio::fs::read_to_string(&path).await.ok()?;
+    let spec = weft_core::agent::AgentSpec::parse(&path.display().to_string(), &text).ok()?;
+    weft_telemetry::provider_of(spec.model.as_ref())
 }
 
 /// `weft sessions trace ID [--otlp URL] [--json]`.
@@ -29,7 +56,7 @@ pub async fn trace<S: Store>(
     out: &mut impl std::io::Write,
 ) -> Result<u8> {
     let (_, events) = store.load(id).await?;
-    let spans = Deriver::derive(id, options(None), &events);
+    let spans = Deriver::derive(id, options(store, id, None, None).await, &events);
     if json {
         for s in &spans {
             writeln!(out, "{}", export::span_json(s))?;
@@ -82,13 +109,14 @@ impl Live {
     pub async fn start<S: Store + 'static>(
         store: Arc<S>,
         id: &str,
+        agent_file: Option<PathBuf>,
         redact: Option<Redact>,
     ) -> Result<Option<Self>> {
         let Some(exporter) = Exporter::from_env(None)? else {
             return Ok(None);
         };
         let id = id.to_owned();
-        let mut deriver = Deriver::new(&id, options(redact));
+        let mut deriver = Deriver::new(&id, options(store.as_ref(), &id, agent_file, redact).await);
         let mut last = 0;
         // A session that does not exist yet has nothing before this run.
         if let Ok(events) = store.events_after(&id, 0).await {
