@@ -28,6 +28,19 @@ const BATCH: usize = 512;
 /// How long a span waits for more to fill its request (`OTEL_BSP_SCHEDULE_DELAY`, ms).
 const DELAY_MS: u64 = 1000;
 
+/// A positive number from `var`, or `default` (a value that is not one is refused).
+fn number(var: &str, default: u64) -> Result<u64, ConfigError> {
+    match env(var) {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(ConfigError(format!(
+                "{var}={v}: not a positive whole number; unset it for the default ({default})"
+            ))),
+        },
+    }
+}
+
 /// A mistake in the exporter's settings, naming the variable or flag.
 #[derive(Debug)]
 pub struct ConfigError(pub String);
@@ -143,10 +156,15 @@ impl Exporter {
             .map_err(|e| ConfigError(format!("OTLP endpoint `{url}` is not a URL: {e}")))?;
         // One TLS stack for the whole process: rustls with ring, as weft's other clients.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let timeout = env("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
-            .or_else(|| env("OTEL_EXPORTER_OTLP_TIMEOUT"))
-            .and_then(|t| t.trim().parse::<u64>().ok())
-            .unwrap_or(10_000);
+        let timeout = number(
+            "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+            number("OTEL_EXPORTER_OTLP_TIMEOUT", 10_000)?,
+        )?;
+        let queue =
+            usize::try_from(number("OTEL_BSP_MAX_QUEUE_SIZE", QUEUE as u64)?).unwrap_or(QUEUE);
+        let max_batch = usize::try_from(number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", BATCH as u64)?)
+            .unwrap_or(BATCH);
+        let delay = number("OTEL_BSP_SCHEDULE_DELAY", DELAY_MS)?;
         let client = reqwest::Client::builder()
             .timeout(Duration::from_millis(timeout))
             .build()
@@ -161,7 +179,7 @@ impl Exporter {
             .map_err(|e| ConfigError(format!("OTLP exporter to {url}: {e}")))?;
         let service = env("OTEL_SERVICE_NAME").unwrap_or_else(|| "weft".to_owned());
         exporter.set_resource(&Resource::builder().with_service_name(service).build());
-        let (tx, mut rx) = mpsc::channel::<Span>(QUEUE);
+        let (tx, mut rx) = mpsc::channel::<Span>(queue);
         let shared = Arc::new(Shared::default());
         let sh = shared.clone();
         let task = tokio::spawn(async move {
@@ -170,7 +188,7 @@ impl Exporter {
                 let more = if batch.is_empty() {
                     rx.recv().await
                 } else {
-                    match tokio::time::timeout(Duration::from_millis(DELAY_MS), rx.recv()).await {
+                    match tokio::time::timeout(Duration::from_millis(delay), rx.recv()).await {
                         Ok(s) => s,
                         Err(_) => {
                             send(&exporter, &sh, std::mem::take(&mut batch)).await;
@@ -181,7 +199,7 @@ impl Exporter {
                 match more {
                     Some(s) => {
                         batch.push(s);
-                        if batch.len() >= BATCH {
+                        if batch.len() >= max_batch {
                             send(&exporter, &sh, std::mem::take(&mut batch)).await;
                         }
                     }
