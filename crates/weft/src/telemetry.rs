@@ -98,6 +98,7 @@ pub async fn trace<S: Store>(
 
 /// The live export of one session while this process drives it.
 pub struct Live {
+    id: String,
     wake: Arc<Notify>,
     stop: Arc<Notify>,
     task: tokio::task::JoinHandle<Option<Exporter>>,
@@ -112,8 +113,15 @@ impl Live {
         agent_file: Option<PathBuf>,
         redact: Option<Redact>,
     ) -> Result<Option<Self>> {
-        let Some(exporter) = Exporter::from_env(None)? else {
-            return Ok(None);
+        // A setting weft cannot follow (the user's tracing of other services may need it) turns
+        // the export off; the run goes on.
+        let exporter = match Exporter::from_env(None) {
+            Ok(Some(e)) => e,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                eprintln!("telemetry: not exported: {e}");
+                return Ok(None);
+            }
         };
         let id = id.to_owned();
         let mut deriver = Deriver::new(&id, options(store.as_ref(), &id, agent_file, redact).await);
@@ -129,6 +137,7 @@ impl Live {
         let wake = Arc::new(Notify::new());
         let stop = Arc::new(Notify::new());
         let (w, s) = (wake.clone(), stop.clone());
+        let session = id.clone();
         let task = tokio::spawn(async move {
             let mut stopping = false;
             loop {
@@ -148,7 +157,12 @@ impl Live {
                 }
             }
         });
-        Ok(Some(Self { wake, stop, task }))
+        Ok(Some(Self {
+            id: session,
+            wake,
+            stop,
+            task,
+        }))
     }
 
     /// An observer that wakes the export when events are committed.
@@ -168,11 +182,12 @@ impl Live {
         let (c, err) = exporter.finish(Duration::from_secs(5)).await;
         if c.dropped > 0 || c.failed > 0 {
             eprintln!(
-                "telemetry: {} spans exported to {url}, {} dropped (queue full), {} lost{}; `weft sessions trace ID` exports them again",
+                "telemetry: {} spans exported to {url}, {} dropped (queue full), {} lost{}; `weft sessions trace {}` exports them again",
                 c.exported,
                 c.dropped,
                 c.failed,
-                err.map(|e| format!(" ({e})")).unwrap_or_default()
+                err.map(|e| format!(" ({e})")).unwrap_or_default(),
+                self.id
             );
         }
     }
