@@ -47,7 +47,7 @@ async fn provider(path: &Path) -> Option<String> {
     weft_telemetry::provider_of(spec.model.as_ref())
 }
 
-/// `weft sessions trace ID [--otlp URL] [--json]`.
+/// `weft sessions trace ID [--otlp URL]`: sends the spans; with `--json`, prints them.
 pub async fn trace<S: Store>(
     store: &S,
     id: &str,
