@@ -19,6 +19,7 @@ pub mod load;
 pub mod ownership;
 pub mod sessions;
 mod shutdown;
+pub mod telemetry;
 pub mod worker;
 
 use weft_core::Durability;

@@ -94,3 +94,11 @@ pub async fn fork<S: Store>(
         .await?;
     Ok((new_id, state))
 }
+
+/// The agent file a session records (`weft_agent_file` in its metadata), if any.
+pub fn agent_file_of(metadata: &serde_json::Value) -> Option<std::path::PathBuf> {
+    metadata
+        .get("weft_agent_file")
+        .and_then(serde_json::Value::as_str)
+        .map(std::path::PathBuf::from)
+}

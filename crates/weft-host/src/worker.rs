@@ -209,24 +209,29 @@ async fn one<S: Store>(
         let agent = agents.get(&rec.agent).ok_or_else(|| {
             HostError::AgentFile(format!("no agent file for agent `{}`", rec.agent))
         })?;
-        Ok(
-            match drive(&host, store.clone(), &held, &rec, agent, Vec::new()).await? {
-                Ended::Done(state, _) => match state.status {
-                    SessionStatus::Failed => (
-                        format!(
-                            "failed: {}",
-                            state.error.as_deref().unwrap_or("unknown reason")
-                        ),
-                        Let::Ended,
+        // The session's spans, when an OTLP endpoint is configured (one trace across takeovers).
+        let live = crate::telemetry::Live::start(store.clone(), &rec.id, None, None).await;
+        let observers = live.iter().map(crate::telemetry::Live::observer).collect();
+        let ended = drive(&host, store.clone(), &held, &rec, agent, observers).await;
+        if let Some(l) = live {
+            l.finish().await;
+        }
+        Ok(match ended? {
+            Ended::Done(state, _) => match state.status {
+                SessionStatus::Failed => (
+                    format!(
+                        "failed: {}",
+                        state.error.as_deref().unwrap_or("unknown reason")
                     ),
-                    s => (s.as_str().to_owned(), Let::Ended),
-                },
-                Ended::Stopped(_) => (
-                    "stopped; released for other workers".to_owned(),
-                    Let::Released,
+                    Let::Ended,
                 ),
+                s => (s.as_str().to_owned(), Let::Ended),
             },
-        )
+            Ended::Stopped(_) => (
+                "stopped; released for other workers".to_owned(),
+                Let::Released,
+            ),
+        })
     }
     .await;
     let how = match outcome {

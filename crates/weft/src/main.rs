@@ -6,6 +6,7 @@ mod cmd;
 mod input;
 mod signals;
 mod store;
+mod telemetry;
 mod view;
 
 use std::process::ExitCode;

@@ -286,5 +286,6 @@ pages! {
     memory => "docs/memory.md",
     workers => "docs/workers.md",
     serve => "docs/serve.md",
+    telemetry => "docs/telemetry.md",
     command_line => "docs/command-line.md",
 }

@@ -199,9 +199,20 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
     };
     let held = weft_host::ownership::take(host, store.clone(), &id, false).await?;
+    // OpenTelemetry traces of the session, when an OTLP endpoint is configured.
+    let live = weft_host::telemetry::Live::start(
+        store.clone(),
+        &id,
+        weft_host::sessions::agent_file_of(&metadata),
+        redact.clone(),
+    )
+    .await;
     let mut rt = Runtime::new(store, tools.clone(), limits.clone());
     held.bind(&mut rt);
     rt.redact = redact;
+    if let Some(l) = &live {
+        rt = rt.observe(l.observer());
+    }
     rt = rt.observe(if args.events {
         json_lines()
     } else {
@@ -260,6 +271,9 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
             let code = weft_host::ownership::stopped(host, &rt, &id, asked).await;
             held.release().await;
             tools.shutdown().await;
+            if let Some(l) = live {
+                l.finish().await;
+            }
             return Ok(code?);
         }
     };
@@ -267,6 +281,9 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
     drop(session);
     held.release().await;
     tools.shutdown().await;
+    if let Some(l) = live {
+        l.finish().await;
+    }
     code
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Result, anyhow};
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use serde_json::json;
 use weft_core::SessionStatus;
 use weft_core::agent::parse_duration_str;
 use weft_runtime::now_ms;
@@ -51,6 +51,18 @@ pub enum SessionsCommand {
         /// Keep printing new events until the session completes, fails or waits.
         #[arg(long)]
         follow: bool,
+    },
+    /// Export a session's trace (OpenTelemetry GenAI spans derived from its events) over
+    /// OTLP HTTP/protobuf, or print its spans as JSON lines.
+    Trace {
+        /// The session's id.
+        id: String,
+        /// The collector's OTLP HTTP endpoint (default: OTEL_EXPORTER_OTLP_ENDPOINT).
+        #[arg(long, value_name = "URL")]
+        otlp: Option<String>,
+        /// Print the spans as JSON lines instead of exporting them.
+        #[arg(long, conflicts_with = "otlp")]
+        json: bool,
     },
     /// Start a new session from a session's state at event SEQ (the original is untouched).
     Fork {
@@ -318,6 +330,9 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, cmd: SessionsCommand) -> 
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
+        SessionsCommand::Trace { id, otlp, json } => {
+            crate::telemetry::trace(store.as_ref(), &id, otlp.as_deref(), json, &mut out).await
+        }
         SessionsCommand::Cancel { id } => {
             drop(out);
             ask(host, store, &id, Asked::Cancel).await
@@ -409,13 +424,7 @@ fn one_line(task: &str) -> String {
 /// How many characters of a task `weft sessions list` shows.
 const TASK_WIDTH: usize = 48;
 
-/// The agent file a session was started with (recorded in its metadata).
-pub fn agent_file_of(metadata: &Value) -> Option<PathBuf> {
-    metadata
-        .get("weft_agent_file")
-        .and_then(Value::as_str)
-        .map(PathBuf::from)
-}
+pub use weft_host::sessions::agent_file_of;
 
 pub async fn resume<S: Store>(host: &Host, store: Arc<S>, args: ResumeArgs) -> Result<u8> {
     let rec = store.get(&args.id).await?;
@@ -447,45 +456,50 @@ pub async fn resume<S: Store>(host: &Host, store: Arc<S>, args: ResumeArgs) -> R
         }
     }
     let held = ownership::take(host, store.clone(), &args.id, args.force).await?;
-    let result: Result<u8> =
-        async {
-            let agent = weft_host::drive::AgentFile::load_to_continue(&path).await?;
-            host.durability.for_agents(store.as_ref(), [&agent.spec]);
-            let observer = if args.events {
-                run_cmd::json_lines()
-            } else {
-                // The calls in flight when the session stopped run again (or are recorded as
-                // unknown) in this run: their cards name their tool and arguments.
-                let open = weft_runtime::load_state(store.as_ref(), &args.id)
-                    .await
-                    .map(|l| l.state.open_calls)
-                    .unwrap_or_default();
-                crate::view::resuming(&agent.spec.limits, &open)
-            };
-            host.shutdown.note_session(&args.id);
-            let (state, before) =
-                match weft_host::drive::drive(host, store, &held, &rec, &agent, vec![observer])
-                    .await?
-                {
-                    weft_host::drive::Ended::Done(state, before) => (state, before),
-                    weft_host::drive::Ended::Stopped(code) => return Ok(code),
-                };
-            agent.tools.shutdown().await;
-            if state.mode.is_none() {
-                writeln!(
-                    std::io::stdout(),
-                    "{}",
-                    serde_json::to_string_pretty(&state.data)?
-                )?;
-                if state.status == SessionStatus::Completed {
-                    return Ok(0);
-                }
-                crate::cmd::plan::report_failure(&state);
-                return Ok(crate::EXIT_FAILED);
-            }
-            run_cmd::report(&state, &args.id, &path, Some(&before))
+    let result: Result<u8> = async {
+        let agent = weft_host::drive::AgentFile::load_to_continue(&path).await?;
+        host.durability.for_agents(store.as_ref(), [&agent.spec]);
+        let observer = if args.events {
+            run_cmd::json_lines()
+        } else {
+            // The calls in flight when the session stopped run again (or are recorded as
+            // unknown) in this run: their cards name their tool and arguments.
+            let open = weft_runtime::load_state(store.as_ref(), &args.id)
+                .await
+                .map(|l| l.state.open_calls)
+                .unwrap_or_default();
+            crate::view::resuming(&agent.spec.limits, &open)
+        };
+        host.shutdown.note_session(&args.id);
+        let live =
+            weft_host::telemetry::Live::start(store.clone(), &args.id, Some(path.clone()), None)
+                .await;
+        let mut observers = vec![observer];
+        observers.extend(live.as_ref().map(weft_host::telemetry::Live::observer));
+        let ended = weft_host::drive::drive(host, store, &held, &rec, &agent, observers).await;
+        if let Some(l) = live {
+            l.finish().await;
         }
-        .await;
+        let (state, before) = match ended? {
+            weft_host::drive::Ended::Done(state, before) => (state, before),
+            weft_host::drive::Ended::Stopped(code) => return Ok(code),
+        };
+        agent.tools.shutdown().await;
+        if state.mode.is_none() {
+            writeln!(
+                std::io::stdout(),
+                "{}",
+                serde_json::to_string_pretty(&state.data)?
+            )?;
+            if state.status == SessionStatus::Completed {
+                return Ok(0);
+            }
+            crate::cmd::plan::report_failure(&state);
+            return Ok(crate::EXIT_FAILED);
+        }
+        run_cmd::report(&state, &args.id, &path, Some(&before))
+    }
+    .await;
     held.release().await;
     result
 }

@@ -1,0 +1,9 @@
+//! weft's telemetry: OpenTelemetry traces that follow the GenAI semantic conventions, derived
+//! from a session's events (`derive`, pure) and sent over OTLP HTTP/protobuf (`export`).
+
+pub mod derive;
+
+pub use derive::{Attr, Deriver, Kind, Options, Span, provider_of, span_id, trace_id};
+pub mod export;
+
+pub use export::{Counts, Exporter};
