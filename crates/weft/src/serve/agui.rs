@@ -134,7 +134,7 @@ pub fn finished(
             &json!({"type": "RUN_ERROR", "message": message, "code": "run_failed"}),
         )];
     }
-    let outcome = match st.and_then(|s| s.waiting.as_ref().map(|w| (s, w))) {
+    let outcome = match st.and_then(|s| s.turn.waiting.as_ref().map(|w| (s, w))) {
         Some((s, w)) => json!({"type": "interrupt", "interrupts": [{
             "id": super::threads::interrupt(s, w)["id"],
             "reason": w.kind,
@@ -143,7 +143,7 @@ pub fn finished(
         None => json!({"type": "success"}),
     };
     let result = st
-        .map(|s| json!({"answer": s.answer, "data": s.data}))
+        .map(|s| json!({"answer": s.turn.answer, "data": s.data}))
         .unwrap_or(Value::Null);
     vec![event(&json!({
         "type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id,

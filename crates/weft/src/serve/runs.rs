@@ -759,7 +759,7 @@ async fn final_values(app: &Shared, user: &User, run: &Run) -> Result<Json<Value
     let (_, st) = threads::load(app, user, &run.thread_id).await?;
     let mut v = threads::values(&st);
     if st.status == SessionStatus::Failed {
-        v["__error__"] = json!({"error": "RunError", "message": st.error});
+        v["__error__"] = json!({"error": "RunError", "message": st.turn.error});
     }
     Ok(Json(v))
 }

@@ -221,20 +221,20 @@ pub fn values(st: &SessionState) -> Value {
         }
     }
     let turn = st.memory.len();
-    if let Some(task) = &st.task {
+    if let Some(task) = &st.turn.task {
         messages.push(message("human", task, id("task", turn)));
     }
-    for (k, reply) in st.user_inputs.iter().enumerate() {
+    for (k, reply) in st.turn.user_inputs.iter().enumerate() {
         messages.push(message("human", reply, id(&format!("reply{k}"), turn)));
     }
-    if let Some(a) = &st.answer {
+    if let Some(a) = &st.turn.answer {
         messages.push(message("ai", a, id("answer", turn)));
     }
     let mut v = json!({"messages": messages, "data": st.data});
-    if let Some(a) = &st.answer {
+    if let Some(a) = &st.turn.answer {
         v["answer"] = json!(a);
     }
-    if let Some(w) = &st.waiting {
+    if let Some(w) = &st.turn.waiting {
         v["__interrupt__"] = json!([interrupt(st, w)]);
     }
     v
@@ -250,7 +250,7 @@ pub fn interrupt(st: &SessionState, w: &weft_core::event::InputRequest) -> Value
 
 pub fn thread_json(app: &Shared, rec: &SessionRecord, st: &SessionState) -> Value {
     let mut interrupts = serde_json::Map::new();
-    if let Some(w) = &st.waiting {
+    if let Some(w) = &st.turn.waiting {
         interrupts.insert("agent".into(), json!([interrupt(st, w)]));
     }
     json!({
@@ -441,10 +441,10 @@ pub async fn get_thread(
 /// The thread's state as LangGraph's `ThreadState`: values, what runs next, the checkpoint
 /// (the session's sequence number) and the interrupts that wait for an answer.
 pub fn state_json(rec: &SessionRecord, st: &SessionState) -> Value {
-    let interrupts: Vec<Value> = st.waiting.iter().map(|w| interrupt(st, w)).collect();
+    let interrupts: Vec<Value> = st.turn.waiting.iter().map(|w| interrupt(st, w)).collect();
     json!({
         "values": values(st),
-        "next": if st.waiting.is_some() { json!(["agent"]) } else { json!([]) },
+        "next": if st.turn.waiting.is_some() { json!(["agent"]) } else { json!([]) },
         "tasks": if interrupts.is_empty() { json!([]) } else {
             json!([{"id": format!("{}-{}", rec.id, st.seq), "name": "agent", "interrupts": interrupts, "error": null, "state": null}])
         },

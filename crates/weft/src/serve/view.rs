@@ -17,6 +17,7 @@ use crate::sessions_cmd::fmt_time;
 /// A session in the list: who, what, how it stands, what it cost (from its current state).
 pub fn summary(rec: &SessionRecord, st: &State) -> Value {
     let task = st
+        .turn
         .task
         .clone()
         .or_else(|| st.memory.first().map(|m| m.0.clone()));
@@ -26,12 +27,12 @@ pub fn summary(rec: &SessionRecord, st: &State) -> Value {
         "mode": st.mode,
         "user": rec.user_id,
         "status": rec.status.as_str(),
-        "waiting": st.waiting.as_ref().map(|w| w.kind.clone()),
+        "waiting": st.turn.waiting.as_ref().map(|w| w.kind.clone()),
         "task": task,
-        "turns": st.turn,
-        "usage": st.usage,
-        "tool_calls": st.tool_invocations,
-        "error": st.error,
+        "turns": st.turn.number,
+        "usage": st.usage.tokens,
+        "tool_calls": st.calls.started,
+        "error": st.turn.error,
         "parent_id": rec.parent_id,
         "created_at": fmt_time(rec.created_at),
         "updated_at": fmt_time(rec.updated_at),
@@ -350,20 +351,20 @@ pub fn session(rec: &SessionRecord, log: &[Envelope], at: Option<u64>, busy: boo
         "status": st.status.as_str(),
         "busy": busy && latest,
         "phase": st.phase,
-        "turn": st.turn,
-        "task": st.task,
+        "turn": st.turn.number,
+        "task": st.turn.task,
         "input": st.input,
         "data": st.data,
-        "answer": st.answer,
-        "drafts": st.drafts,
-        "error": st.error,
-        "waiting": st.waiting,
-        "usage": st.usage,
-        "model_calls": st.model_calls,
-        "tool_calls": st.tool_invocations,
+        "answer": st.turn.answer,
+        "drafts": st.turn.drafts,
+        "error": st.turn.error,
+        "waiting": st.turn.waiting,
+        "usage": st.usage.tokens,
+        "model_calls": st.usage.calls,
+        "tool_calls": st.calls.started,
         "earlier_turns": st.memory.iter().map(|(t, a)| json!({"task": t, "answer": a})).collect::<Vec<_>>(),
         "conversation": st.history.iter().collect::<Vec<_>>(),
-        "memories": st.recalled,
+        "memories": st.turn.recalled,
         "plan": plan,
         "calls": h.cards.iter().map(Card::json).collect::<Vec<_>>(),
         "reviews": h.reviews,
@@ -377,7 +378,7 @@ pub fn session(rec: &SessionRecord, log: &[Envelope], at: Option<u64>, busy: boo
 /// a plan waits for approval it is the proposed plan, every step pending.
 fn graph(st: &State, h: &History) -> Value {
     let proposed = st.plan.is_none();
-    let (plan, runs): (&Plan, Vec<weft_core::state::StepRun>) = match (&st.plan, &st.waiting) {
+    let (plan, runs): (&Plan, Vec<weft_core::state::StepRun>) = match (&st.plan, &st.turn.waiting) {
         (Some(p), _) => (&p.plan, p.steps.clone()),
         (None, Some(w)) if w.plan.is_some() => match &w.plan {
             Some(p) => (p, vec![Default::default(); p.steps.len()]),
@@ -448,7 +449,7 @@ fn graph(st: &State, h: &History) -> Value {
             let retrying = st
                 .plan
                 .as_ref()
-                .is_some_and(|p| p.retrying.contains(&i));
+                .is_some_and(|p| p.retrying().contains(&i));
             json!({
                 "id": s.id,
                 "tool": s.tool,
@@ -490,7 +491,7 @@ fn graph(st: &State, h: &History) -> Value {
         "nodes": nodes,
         "edges": edges,
         "waves": waves,
-        "open_wave": st.open_wave,
+        "open_wave": st.waves.open,
         "finished": st.status != SessionStatus::Running || st.phase != weft_core::state::Phase::Executing,
     })
 }
