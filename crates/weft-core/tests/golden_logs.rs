@@ -7,6 +7,7 @@
 //! State's fields move.
 
 #![recursion_limit = "256"]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
