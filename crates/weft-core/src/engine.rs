@@ -196,7 +196,7 @@ fn condition_context(state: &State, run: &PlanRun, step: &PlanStep) -> Value {
 }
 
 fn readiness(state: &State, run: &PlanRun, i: usize) -> Readiness {
-    for &d in &run.graph.deps[i] {
+    for &d in &run.graph().deps[i] {
         let ds = &run.steps[d];
         if ds.status == StepStatus::Failed && !ds.handled {
             return Readiness::Blocked;
@@ -332,15 +332,15 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
         }]);
     };
     // Retries that are due.
-    if !run.retrying.is_empty() {
+    if !run.retrying().is_empty() {
         let mut events = Vec::new();
         let mut calls = Vec::new();
-        for &i in &run.retrying {
+        for &i in run.retrying() {
             let step = &run.plan.steps[i];
             let r = &run.steps[i];
             match resolve_value(state, run, &Value::Object(step.args.clone()), None) {
                 Ok(args) => {
-                    let nth = state.tool_invocations + calls.len() as u64 + 1;
+                    let nth = state.calls.started + calls.len() as u64 + 1;
                     let inv = invocation(
                         state,
                         step,
@@ -366,11 +366,11 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
     if let Some(next) = crate::fan_out::progress(state, run, limits) {
         return next;
     }
-    if !state.open_calls.is_empty() {
+    if !state.calls.open.is_empty() {
         return Next::Wait;
     }
     if agent {
-        for id in &state.wave_steps {
+        for id in &state.waves.steps {
             let Some((i, r)) = run.step(id) else { continue };
             let step = &run.plan.steps[i];
             if r.status != StepStatus::Running || step.tool.is_some() {
@@ -390,7 +390,7 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
                     attempt: n,
                     idempotency_key: call_key(
                         &state.session_id,
-                        state.tool_invocations + 1,
+                        state.calls.started + 1,
                         tool,
                         args,
                     ),
@@ -409,7 +409,7 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
     }
     // An agent reviews after each wave: steps the wave's outcomes rule out (data not written, a
     // false condition) are settled first, so the review sees them as skipped.
-    if let Some(wave) = state.open_wave
+    if let Some(wave) = state.waves.open
         && !agent
     {
         return Next::Record(vec![Event::WaveFinished { wave }]);
@@ -419,7 +419,7 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
     let mut runnable = Vec::new();
     let mut args_of = std::collections::HashMap::new();
     let quota = limits.max_parallel.max(1);
-    for &i in &run.candidates {
+    for &i in run.candidates() {
         let step = &run.plan.steps[i];
         match readiness(state, run, i) {
             Readiness::Blocked => {}
@@ -448,11 +448,11 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
     if !settle.is_empty() {
         return Next::Record(settle);
     }
-    if let Some(wave) = state.open_wave {
+    if let Some(wave) = state.waves.open {
         return Next::Record(vec![Event::WaveFinished { wave }]);
     }
     if !runnable.is_empty() {
-        if state.waves >= limits.max_waves {
+        if state.waves.started >= limits.max_waves {
             return finish(
                 state,
                 run,
@@ -464,7 +464,7 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
             );
         }
         let wave = select_wave(&runnable, &run.plan, limits.max_parallel);
-        let n = state.waves + 1;
+        let n = state.waves.started + 1;
         let mut events = vec![Event::WaveStarted {
             wave: n,
             steps: wave.iter().map(|&i| run.plan.steps[i].id.clone()).collect(),
@@ -473,7 +473,7 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
         for i in wave {
             let step = &run.plan.steps[i];
             if step.for_each.is_some() {
-                let nth = state.tool_invocations + calls.len() as u64 + 1;
+                let nth = state.calls.started + calls.len() as u64 + 1;
                 crate::fan_out::begin(state, run, i, limits, nth, &mut events, &mut calls);
                 continue;
             }
@@ -485,7 +485,7 @@ pub fn decide_execution(state: &State, limits: &Limits, agent: bool) -> Next {
                 continue;
             }
             let args = args_of.remove(&i).unwrap_or(Value::Null);
-            let nth = state.tool_invocations + calls.len() as u64 + 1;
+            let nth = state.calls.started + calls.len() as u64 + 1;
             let inv = invocation(state, step, &run.steps[i], 1, args, 0, nth);
             events.extend(start_events(&inv));
             calls.push(inv);
@@ -544,7 +544,7 @@ fn finish(_state: &State, run: &PlanRun, error: Option<String>, agent: bool) -> 
 }
 
 pub(crate) fn blocked_reason(run: &PlanRun, i: usize) -> Option<String> {
-    let deps = &run.graph.deps[i];
+    let deps = &run.graph().deps[i];
     if let Some(&d) = deps
         .iter()
         .find(|&&d| run.steps[d].status == StepStatus::Failed && !run.steps[d].handled)
@@ -600,8 +600,8 @@ fn finished(
     duration_ms: u64,
     stopped: &mut Vec<String>,
 ) -> Vec<Event> {
-    let step_id = state.open_calls.get(call_id).and_then(|c| c.step.clone());
-    let item = state.open_calls.get(call_id).and_then(|c| c.item);
+    let step_id = state.calls.open.get(call_id).and_then(|c| c.step.clone());
+    let item = state.calls.open.get(call_id).and_then(|c| c.item);
     let mut events = vec![Event::ToolCallFinished {
         call_id: call_id.to_owned(),
         outcome: outcome.clone(),
@@ -690,7 +690,7 @@ pub fn dry_run(plan: &Plan, limits: &Limits) -> Vec<DryWave> {
         .iter()
         .filter_map(|s| s.output.as_ref().and_then(|o| o.err.as_deref()))
         .collect();
-    let mut open: Vec<usize> = run.graph.deps.iter().map(Vec::len).collect();
+    let mut open: Vec<usize> = run.graph().deps.iter().map(Vec::len).collect();
     let mut ready: std::collections::BTreeSet<usize> = (0..n).filter(|&i| open[i] == 0).collect();
     let mut waves = Vec::new();
     let mut wave_no = 0;
@@ -723,7 +723,7 @@ pub fn dry_run(plan: &Plan, limits: &Limits) -> Vec<DryWave> {
                 });
             }
             if why.is_none() {
-                why = run.graph.deps[i]
+                why = run.graph().deps[i]
                     .iter()
                     .find(|&&d| conditional[d].is_some())
                     .map(|&d| format!("after conditional step `{}`", plan.steps[d].id));
@@ -735,7 +735,7 @@ pub fn dry_run(plan: &Plan, limits: &Limits) -> Vec<DryWave> {
                 parallel: s.parallel == Some(true),
                 conditional: why,
             });
-            for &d in &run.graph.dependants[i] {
+            for &d in &run.graph().dependants[i] {
                 open[d] -= 1;
                 if open[d] == 0 {
                     ready.insert(d);

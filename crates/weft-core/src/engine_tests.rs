@@ -363,7 +363,7 @@ fn an_unhandled_failure_blocks_and_fails_the_run() {
         }
     });
     assert_eq!(s.status, SessionStatus::Failed);
-    assert_eq!(s.error.as_deref(), Some("step(s) failed: a"));
+    assert_eq!(s.turn.error.as_deref(), Some("step(s) failed: a"));
     assert_eq!(status(&s, "d"), StepStatus::Completed);
     let reason = |id: &str| {
         log.iter()
@@ -397,7 +397,8 @@ fn max_waves_ends_the_run() {
     drive(&mut s, &limits, echo);
     assert_eq!(s.status, SessionStatus::Failed);
     assert!(
-        s.error
+        s.turn
+            .error
             .as_deref()
             .unwrap_or_default()
             .contains("max_waves (1)")
@@ -527,7 +528,7 @@ fn steps_behind_an_unhandled_failure_are_not_candidates() {
         s.apply(&e);
     }
     let run = s.plan.as_ref().unwrap_or_else(|| unreachable!());
-    let candidates: Vec<usize> = run.candidates.iter().copied().collect();
+    let candidates: Vec<usize> = run.candidates().iter().copied().collect();
     assert_eq!(candidates, vec![3], "only `d` can still run");
     let log = drive(&mut s, &limits, echo);
     let skipped: Vec<(&str, &str)> = log
@@ -606,6 +607,6 @@ fn an_item_failed_for_good_stops_the_retries_of_the_others() {
             .and_then(|r| r.step("after"))
             .and_then(|(_, r)| r.reason.clone());
         assert_eq!(reason.as_deref(), Some("blocked: step `each` failed"));
-        assert!(s.open_calls.is_empty());
+        assert!(s.calls.open.is_empty());
     }
 }

@@ -122,7 +122,7 @@ pub(crate) fn begin(
 pub(crate) fn progress(state: &State, run: &PlanRun, limits: &Limits) -> Option<Next> {
     let mut events = Vec::new();
     let mut calls = Vec::new();
-    for id in &state.wave_steps {
+    for id in &state.waves.steps {
         let Some((i, r)) = run.step(id) else { continue };
         let step = &run.plan.steps[i];
         let (Some(f), Some(items)) = (&step.for_each, &r.items) else {
@@ -157,7 +157,7 @@ pub(crate) fn progress(state: &State, run: &PlanRun, limits: &Limits) -> Option<
                         attempt,
                         items.keys.get(k).and_then(Option::as_ref),
                         delay,
-                        state.tool_invocations + calls.len() as u64 + 1,
+                        state.calls.started + calls.len() as u64 + 1,
                     ),
                     None => Err(ToolError::new(
                         "invalid_arguments",

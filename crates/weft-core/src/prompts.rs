@@ -12,8 +12,8 @@ use crate::tool::ToolInfo;
 fn request(state: &State, purpose: Purpose, messages: Messages) -> ModelRequest {
     ModelRequest {
         purpose,
-        call_index: state.model_calls,
-        purpose_index: state.purpose_calls.get(&purpose).copied().unwrap_or(0),
+        call_index: state.usage.calls,
+        purpose_index: state.usage.by_purpose.get(&purpose).copied().unwrap_or(0),
         messages,
         tools: Vec::new(),
         response_schema: None,
@@ -58,11 +58,11 @@ pub(crate) fn memory_line(m: &RecalledMemory) -> String {
 
 /// The "What you remember" section: the memories recalled for this turn (none: empty).
 fn memories_block(state: &State) -> String {
-    if state.recalled.is_empty() {
+    if state.turn.recalled.is_empty() {
         return String::new();
     }
     let mut out = format!("{MEMORY_INTRO}\n<memories>\n");
-    for m in &state.recalled {
+    for m in &state.turn.recalled {
         out.push_str(&memory_line(m));
     }
     out.push_str("</memories>\n\n");
@@ -128,14 +128,17 @@ fn plan_report(run: &PlanRun) -> Value {
 }
 
 fn user_inputs_block(state: &State) -> String {
-    if state.user_inputs.is_empty() {
+    if state.turn.user_inputs.is_empty() {
         return String::new();
     }
-    format!("The user's answers so far: {}\n", json!(state.user_inputs))
+    format!(
+        "The user's answers so far: {}\n",
+        json!(state.turn.user_inputs)
+    )
 }
 
 fn feedback_block(state: &State) -> String {
-    match &state.feedback {
+    match &state.turn.feedback {
         Some(f) => format!(
             "\nYour previous reply could not be used:\n{f}\nAnswer again, following the format exactly.\n"
         ),
@@ -247,7 +250,7 @@ pub fn planner(state: &State, cfg: &AgentConfig) -> ModelRequest {
     if let Some(run) = &state.plan {
         body.push_str(&format!(
             "\nThis is a replan. Completed and failed steps are immutable; give only the new steps, which may depend on them.\nReason: {}\nCurrent plan: {}\nState: {}\n",
-            state.replan_reason.as_deref().unwrap_or("the review asked for it"),
+            state.turn.replan_reason.as_deref().unwrap_or("the review asked for it"),
             plan_report(run),
             state.data
         ));
@@ -255,7 +258,7 @@ pub fn planner(state: &State, cfg: &AgentConfig) -> ModelRequest {
     body.push_str(&user_inputs_block(state));
     body.push_str(&format!(
         "\nTask: {}\n",
-        state.task.as_deref().unwrap_or_default()
+        state.turn.task.as_deref().unwrap_or_default()
     ));
     body.push_str(&feedback_block(state));
     let mut messages = conversation(state, vec![system(cfg, PLANNER_ROLE)]);
@@ -313,7 +316,7 @@ pub fn executor(state: &State, cfg: &AgentConfig, step_id: &str) -> ModelRequest
     let mut body = String::new();
     body.push_str(&format!(
         "Task: {}\n",
-        state.task.as_deref().unwrap_or_default()
+        state.turn.task.as_deref().unwrap_or_default()
     ));
     if let Some(run) = &state.plan
         && let Some((i, r)) = run.step(step_id)
@@ -324,7 +327,7 @@ pub fn executor(state: &State, cfg: &AgentConfig, step_id: &str) -> ModelRequest
             step.id,
             step.description.as_deref().unwrap_or_default()
         ));
-        let deps: Vec<Value> = run.graph.deps[i]
+        let deps: Vec<Value> = run.graph().deps[i]
             .iter()
             .filter(|&&d| run.steps[d].status == StepStatus::Completed)
             .map(|&d| json!({"step": run.plan.steps[d].id, "output": run.steps[d].output}))
@@ -388,14 +391,14 @@ pub fn review_schema() -> Value {
 }
 
 pub fn review(state: &State, cfg: &AgentConfig) -> ModelRequest {
-    let mut body = format!("Task: {}\n", state.task.as_deref().unwrap_or_default());
+    let mut body = format!("Task: {}\n", state.turn.task.as_deref().unwrap_or_default());
     if let Some(run) = &state.plan {
         body.push_str(&format!("Plan and results: {}\n", plan_report(run)));
     }
     body.push_str(&format!("State: {}\n", state.data));
     body.push_str(&format!(
         "Replans so far: {} of {}\n",
-        state.replans, cfg.limits.max_replans
+        state.turn.replans, cfg.limits.max_replans
     ));
     body.push_str(&user_inputs_block(state));
     body.push_str(&feedback_block(state));
@@ -418,17 +421,17 @@ pub fn respond(state: &State, cfg: &AgentConfig) -> ModelRequest {
     let mut body = memories_block(state);
     body.push_str(&format!(
         "Task: {}\n",
-        state.task.as_deref().unwrap_or_default()
+        state.turn.task.as_deref().unwrap_or_default()
     ));
     if let Some(run) = &state.plan {
         body.push_str(&format!("Plan and results: {}\n", plan_report(run)));
     }
     body.push_str(&format!("State: {}\n", state.data));
     body.push_str(&user_inputs_block(state));
-    if let Some((_, reason)) = state.reviews.last() {
+    if let Some((_, reason)) = state.turn.reviews.last() {
         body.push_str(&format!("Last review: {reason}\n"));
     }
-    if let (Some(draft), Some(fb)) = (state.drafts.last(), &state.response_feedback) {
+    if let (Some(draft), Some(fb)) = (state.turn.drafts.last(), &state.turn.response_feedback) {
         body.push_str(&format!(
             "Your previous draft: {draft}\nThe reviewer asked you to refine it: {fb}\n"
         ));
@@ -454,13 +457,18 @@ pub fn response_review_schema() -> Value {
 }
 
 pub fn response_review(state: &State, cfg: &AgentConfig) -> ModelRequest {
-    let mut body = format!("Task: {}\n", state.task.as_deref().unwrap_or_default());
+    let mut body = format!("Task: {}\n", state.turn.task.as_deref().unwrap_or_default());
     if let Some(run) = &state.plan {
         body.push_str(&format!("Plan and results: {}\n", plan_report(run)));
     }
     body.push_str(&format!(
         "Draft answer: {}\n",
-        state.drafts.last().map(String::as_str).unwrap_or_default()
+        state
+            .turn
+            .drafts
+            .last()
+            .map(String::as_str)
+            .unwrap_or_default()
     ));
     body.push_str(&feedback_block(state));
     let mut req = request(

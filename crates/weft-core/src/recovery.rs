@@ -24,7 +24,7 @@ pub struct Recovery {
 /// Decides what to do with the calls that were in flight when the process stopped.
 pub fn recover(state: &State, tools: &dyn ToolCatalog, limits: &Limits) -> Recovery {
     let mut out = Recovery::default();
-    for (call_id, c) in &state.open_calls {
+    for (call_id, c) in &state.calls.open {
         let idempotent = tools.tool_info(&c.tool).is_some_and(|t| t.idempotent);
         if idempotent {
             out.rerun.push(Invocation {
@@ -64,7 +64,7 @@ pub fn recover(state: &State, tools: &dyn ToolCatalog, limits: &Limits) -> Recov
 pub fn cancel(state: &State, limits: &Limits) -> Vec<Event> {
     let mut st = state.clone();
     let mut events = Vec::new();
-    let open: Vec<String> = state.open_calls.keys().cloned().collect();
+    let open: Vec<String> = state.calls.open.keys().cloned().collect();
     for call_id in open {
         let error = ToolError::new(
             "cancelled",
@@ -89,7 +89,7 @@ pub fn cancel(state: &State, limits: &Limits) -> Vec<Event> {
 /// (the fork must never repeat or await the original's side effects).
 pub fn interrupt_open_calls(state: &State, limits: &Limits) -> Vec<Event> {
     let mut events = Vec::new();
-    for call_id in state.open_calls.keys() {
+    for call_id in state.calls.open.keys() {
         let error = ToolError::new(
             "interrupted",
             "the session was forked while this call was running; its result belongs to the original session",
@@ -210,7 +210,7 @@ mod tests {
                 if call_id == "c1" && error.kind == "interrupted"
         ));
         assert_eq!(forked[2].ts, 9);
-        assert!(state.open_calls.is_empty());
+        assert!(state.calls.open.is_empty());
         assert_eq!(state.seq, forked.len() as u64);
         // At the end of the log nothing is open: a plain copy, renamed.
         let (whole, _) = fork_log(log.clone(), 3, "copy2", "orig", 9);

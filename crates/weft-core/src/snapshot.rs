@@ -485,16 +485,18 @@ mod tests {
             assert!(e.contains(why), "{e}");
         }
         // Counters at their largest saturate instead of overflowing.
-        let big = enc
-            .head
-            .replacen("\"turn\":1", &format!("\"turn\":{}", u32::MAX), 1);
+        let big = enc.head.replacen(
+            "\"turn\":{\"number\":1",
+            &format!("\"turn\":{{\"number\":{}", u32::MAX),
+            1,
+        );
         assert_ne!(big, enc.head);
         let (mut back, _) = read(&big).unwrap();
         back.apply(&Event::TurnStarted {
             task: "more".into(),
             input: serde_json::Value::Null,
         });
-        assert_eq!(back.turn, u32::MAX);
+        assert_eq!(back.turn.number, u32::MAX);
     }
 
     #[test]
@@ -624,7 +626,7 @@ mod tests {
                 && let Some(p) = &back.plan
             {
                 proptest::prop_assert_eq!(p.steps.len(), p.plan.steps.len());
-                proptest::prop_assert!(p.candidates.iter().all(|&c| c < p.steps.len()));
+                proptest::prop_assert!(p.candidates().iter().all(|&c| c < p.steps.len()));
             }
         }
     }
@@ -651,7 +653,7 @@ mod tests {
         let (back, _) = decode("p", state.seq, enc.version, &enc.head, &[]).unwrap();
         assert_eq!(back, state);
         assert_eq!(
-            back.plan.as_ref().unwrap().graph.deps,
+            back.plan.as_ref().unwrap().graph().deps,
             vec![vec![], vec![0]]
         );
         // Counters that do not fit the plan are refused (they would index past its end).

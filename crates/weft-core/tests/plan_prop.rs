@@ -325,7 +325,7 @@ proptest! {
 
         // The run ended, and no step is left running or waiting.
         prop_assert!(state.status.is_terminal(), "{:?}", state.status);
-        prop_assert!(state.open_calls.is_empty());
+        prop_assert!(state.calls.open.is_empty());
         let run = state.plan.as_ref().unwrap();
         for (s, r) in run.plan.steps.iter().zip(&run.steps) {
             prop_assert!(r.status.is_terminal(), "step {} is {:?} in an ended run", s.id, r.status);
@@ -356,7 +356,7 @@ proptest! {
             if r.status == StepStatus::Failed && r.handled {
                 prop_assert!(steps[i].error_path, "step {} was handled without an error path", s.id);
             }
-            let blocked_by = run.graph.deps[i]
+            let blocked_by = run.graph().deps[i]
                 .iter()
                 .find(|&&d| run.steps[d].status == StepStatus::Failed && !run.steps[d].handled);
             if let Some(&d) = blocked_by {

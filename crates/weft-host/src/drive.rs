@@ -30,8 +30,8 @@ impl Before {
     /// What `st` has used.
     pub fn of(st: &State) -> Self {
         Self {
-            usage: st.usage.clone(),
-            tool_calls: st.tool_invocations,
+            usage: st.usage.tokens.clone(),
+            tool_calls: st.calls.started,
         }
     }
 }

@@ -221,7 +221,7 @@ async fn one<S: Store>(
                 SessionStatus::Failed => (
                     format!(
                         "failed: {}",
-                        state.error.as_deref().unwrap_or("unknown reason")
+                        state.turn.error.as_deref().unwrap_or("unknown reason")
                     ),
                     Let::Ended,
                 ),

@@ -160,7 +160,7 @@ fn outcome(st: &weft_core::State) -> (SessionStatus, Value, Option<String>) {
         })
         .collect();
     if why.is_empty() {
-        why.extend(st.error.clone());
+        why.extend(st.turn.error.clone());
     }
     let why = (!why.is_empty()).then(|| why.join("; "));
     (st.status, st.data.clone(), why)

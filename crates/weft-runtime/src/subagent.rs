@@ -168,7 +168,7 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
                     let st = &session.state;
                     match st.status {
                         SessionStatus::Completed => ToolOutcome::Ok {
-                            output: json!({"answer": st.answer, "session_id": session.id}),
+                            output: json!({"answer": st.turn.answer, "session_id": session.id}),
                         },
                         SessionStatus::WaitingForUser => error(
                             "agent_tool",
@@ -176,7 +176,8 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
                                 "the sub-agent `{}` (session {}) needs a person: {}",
                                 decl.name,
                                 session.id,
-                                st.waiting
+                                st.turn
+                                    .waiting
                                     .as_ref()
                                     .map(|w| w.question.as_str())
                                     .unwrap_or_default()
@@ -188,7 +189,7 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
                                 "the sub-agent `{}` (session {}) could not complete: {}",
                                 decl.name,
                                 session.id,
-                                st.error.as_deref().unwrap_or("unknown reason")
+                                st.turn.error.as_deref().unwrap_or("unknown reason")
                             ),
                         ),
                     }

@@ -244,7 +244,7 @@ pub fn finished(
             code: "run_failed".into(),
         })];
     }
-    let outcome = match st.and_then(|s| s.waiting.as_ref().map(|w| (s, w))) {
+    let outcome = match st.and_then(|s| s.turn.waiting.as_ref().map(|w| (s, w))) {
         Some((s, w)) => Outcome::Interrupt {
             interrupts: vec![AgUiInterrupt {
                 id: super::threads::interrupt(s, w).id,
@@ -255,7 +255,7 @@ pub fn finished(
         None => Outcome::Success,
     };
     let result = st.map(|s| RunResult {
-        answer: s.answer.clone(),
+        answer: s.turn.answer.clone(),
         data: s.data.clone(),
     });
     vec![event(&AgUiEvent::RunFinished {

@@ -847,7 +847,7 @@ async fn final_values(
     if st.status == SessionStatus::Failed {
         v.error = Some(RunError {
             error: "RunError".into(),
-            message: st.error.clone(),
+            message: st.turn.error.clone(),
         });
     }
     Ok(Json(v))

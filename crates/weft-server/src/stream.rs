@@ -575,7 +575,7 @@ pub fn sse(
                     (failed || (!c.ended_in_log() && status == RunStatus::Error)).then(|| {
                         c.state
                             .as_ref()
-                            .and_then(|s| s.error.clone())
+                            .and_then(|s| s.turn.error.clone())
                             .unwrap_or_else(|| "the run failed".into())
                     });
                 let status = match c.state.as_ref().map(|s| s.status) {

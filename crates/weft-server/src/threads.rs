@@ -419,20 +419,20 @@ pub fn values(st: &SessionState) -> Values {
         }
     }
     let turn = st.memory.len();
-    if let Some(task) = &st.task {
+    if let Some(task) = &st.turn.task {
         messages.push(message("human", task, id("task", turn)));
     }
-    for (k, reply) in st.user_inputs.iter().enumerate() {
+    for (k, reply) in st.turn.user_inputs.iter().enumerate() {
         messages.push(message("human", reply, id(&format!("reply{k}"), turn)));
     }
-    if let Some(a) = &st.answer {
+    if let Some(a) = &st.turn.answer {
         messages.push(message("ai", a, id("answer", turn)));
     }
     Values {
         messages,
         data: st.data.clone(),
-        answer: st.answer.clone(),
-        interrupt: st.waiting.as_ref().map(|w| vec![interrupt(st, w)]),
+        answer: st.turn.answer.clone(),
+        interrupt: st.turn.waiting.as_ref().map(|w| vec![interrupt(st, w)]),
         error: None,
     }
 }
@@ -498,7 +498,7 @@ pub fn thread_json(app: &Shared, rec: &SessionRecord, st: &SessionState) -> Thre
         status: status(app, rec, st),
         values: (st.seq != 0).then(|| values(st)),
         interrupts: ThreadInterrupts {
-            agent: st.waiting.as_ref().map(|w| vec![interrupt(st, w)]),
+            agent: st.turn.waiting.as_ref().map(|w| vec![interrupt(st, w)]),
         },
         config: Map::new(),
     }
@@ -712,7 +712,7 @@ struct Checkpoint {
 /// The thread's state as LangGraph's `ThreadState`: values, what runs next, the checkpoint
 /// (the session's sequence number) and the interrupts that wait for an answer.
 pub fn state_json(rec: &SessionRecord, st: &SessionState) -> ThreadState {
-    let interrupts: Vec<Interrupt> = st.waiting.iter().map(|w| interrupt(st, w)).collect();
+    let interrupts: Vec<Interrupt> = st.turn.waiting.iter().map(|w| interrupt(st, w)).collect();
     let tasks = if interrupts.is_empty() {
         Vec::new()
     } else {
@@ -726,7 +726,7 @@ pub fn state_json(rec: &SessionRecord, st: &SessionState) -> ThreadState {
     };
     ThreadState {
         values: values(st),
-        next: if st.waiting.is_some() {
+        next: if st.turn.waiting.is_some() {
             vec!["agent".into()]
         } else {
             Vec::new()

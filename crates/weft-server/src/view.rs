@@ -48,6 +48,7 @@ pub struct Summary {
 /// A session in the list: who, what, how it stands, what it cost (from its current state).
 pub fn summary(rec: &SessionRecord, st: &State) -> Summary {
     let task = st
+        .turn
         .task
         .clone()
         .or_else(|| st.memory.first().map(|m| m.0.clone()));
@@ -57,12 +58,12 @@ pub fn summary(rec: &SessionRecord, st: &State) -> Summary {
         mode: st.mode,
         user: rec.user_id.clone(),
         status: rec.status.as_str().to_owned(),
-        waiting: st.waiting.as_ref().map(|w| w.kind.clone()),
+        waiting: st.turn.waiting.as_ref().map(|w| w.kind.clone()),
         task,
-        turns: st.turn,
-        usage: st.usage.clone(),
-        tool_calls: st.tool_invocations,
-        error: st.error.clone(),
+        turns: st.turn.number,
+        usage: st.usage.tokens.clone(),
+        tool_calls: st.calls.started,
+        error: st.turn.error.clone(),
         parent_id: rec.parent_id.clone(),
         created_at: fmt_time(rec.created_at),
         updated_at: fmt_time(rec.updated_at),
@@ -549,17 +550,17 @@ pub fn session(rec: &SessionRecord, log: &[Envelope], at: Option<u64>, busy: boo
         status: st.status.as_str().to_owned(),
         busy: busy && latest,
         phase: st.phase,
-        turn: st.turn,
-        task: st.task.clone(),
+        turn: st.turn.number,
+        task: st.turn.task.clone(),
         input: st.input.clone(),
         data: st.data.clone(),
-        answer: st.answer.clone(),
-        drafts: st.drafts.clone(),
-        error: st.error.clone(),
-        waiting: st.waiting.clone(),
-        usage: st.usage.clone(),
-        model_calls: st.model_calls,
-        tool_calls: st.tool_invocations,
+        answer: st.turn.answer.clone(),
+        drafts: st.turn.drafts.clone(),
+        error: st.turn.error.clone(),
+        waiting: st.turn.waiting.clone(),
+        usage: st.usage.tokens.clone(),
+        model_calls: st.usage.calls,
+        tool_calls: st.calls.started,
         earlier_turns: st
             .memory
             .iter()
@@ -569,7 +570,7 @@ pub fn session(rec: &SessionRecord, log: &[Envelope], at: Option<u64>, busy: boo
             })
             .collect(),
         conversation: st.history.iter().cloned().collect(),
-        memories: st.recalled.clone(),
+        memories: st.turn.recalled.clone(),
         plan,
         calls: h.cards,
         reviews: h.reviews,
@@ -647,7 +648,7 @@ pub struct WaveMark {
 /// a plan waits for approval it is the proposed plan, every step pending.
 fn graph(st: &State, h: &History) -> Option<PlanGraph> {
     let proposed = st.plan.is_none();
-    let (plan, runs): (&Plan, Vec<weft_core::state::StepRun>) = match (&st.plan, &st.waiting) {
+    let (plan, runs): (&Plan, Vec<weft_core::state::StepRun>) = match (&st.plan, &st.turn.waiting) {
         (Some(p), _) => (&p.plan, p.steps.clone()),
         (None, Some(w)) if w.plan.is_some() => match &w.plan {
             Some(p) => (p, vec![Default::default(); p.steps.len()]),
@@ -727,7 +728,7 @@ fn graph(st: &State, h: &History) -> Option<PlanGraph> {
                     .and_then(|v| v.as_str().map(str::to_owned))
                     .unwrap_or_default()
             };
-            let retrying = st.plan.as_ref().is_some_and(|p| p.retrying.contains(&i));
+            let retrying = st.plan.as_ref().is_some_and(|p| p.retrying().contains(&i));
             Node {
                 id: s.id.clone(),
                 tool: s.tool.clone(),
@@ -784,7 +785,7 @@ fn graph(st: &State, h: &History) -> Option<PlanGraph> {
         nodes,
         edges,
         waves,
-        open_wave: st.open_wave,
+        open_wave: st.waves.open,
         finished: st.status != SessionStatus::Running
             || st.phase != weft_core::state::Phase::Executing,
     })

@@ -136,7 +136,7 @@ pub(super) fn before_call(
     text.push_str("Conversation to add to the summary:\n");
     let max_bytes = usize::try_from(budget.saturating_mul(3)).unwrap_or(usize::MAX);
     text.push_str(&transcript(part, max_bytes));
-    if let Some(f) = &state.feedback {
+    if let Some(f) = &state.turn.feedback {
         text.push_str(&format!("\nYour last summary could not be used: {f}\n"));
     }
     let messages = vec![
@@ -148,9 +148,10 @@ pub(super) fn before_call(
     Some(AgentNext::CallModel {
         request: ModelRequest {
             purpose: Purpose::Compact,
-            call_index: state.model_calls,
+            call_index: state.usage.calls,
             purpose_index: state
-                .purpose_calls
+                .usage
+                .by_purpose
                 .get(&Purpose::Compact)
                 .copied()
                 .unwrap_or(0),

@@ -33,7 +33,7 @@ pub(super) fn due(state: &State, cfg: &AgentConfig) -> Option<AgentNext> {
     if !cfg.recall_memories || cfg.limits.memory_tokens == 0 || cfg.limits.memory_items == 0 {
         return None;
     }
-    let query = state.recall_due.as_deref()?;
+    let query = state.turn.recall_due.as_deref()?;
     Some(AgentNext::Recall {
         query: cut(query.trim(), MEMORY_QUERY_BYTES),
         limit: usize::try_from(cfg.limits.memory_items.min(MAX_MEMORY_ITEMS)).unwrap_or(1),
@@ -229,11 +229,11 @@ mod tests {
     #[test]
     fn each_task_and_each_next_message_of_a_workflow_is_searched_once() {
         let mut state = super::super::react_session_started();
-        assert_eq!(state.recall_due.as_deref(), Some("go"));
+        assert_eq!(state.turn.recall_due.as_deref(), Some("go"));
         let found = vec![memory(1, "a fact about go")];
         state.apply(&memories_recalled(&cfg(400, 5), "go", Ok(found.clone()))[0]);
         assert_eq!(
-            (state.recall_due.as_deref(), &state.recalled),
+            (state.turn.recall_due.as_deref(), &state.turn.recalled),
             (None, &found)
         );
         // A workflow waits for the user's next message: the message is searched for anew.
@@ -244,14 +244,14 @@ mod tests {
         state.apply(&Event::UserReplied {
             text: "and tomorrow".into(),
         });
-        assert_eq!(state.recall_due.as_deref(), Some("and tomorrow"));
-        assert!(state.recalled.is_empty());
+        assert_eq!(state.turn.recall_due.as_deref(), Some("and tomorrow"));
+        assert!(state.turn.recalled.is_empty());
         // A new task too.
         state.apply(&Event::TurnStarted {
             task: "next".into(),
             input: serde_json::Value::Null,
         });
-        assert_eq!(state.recall_due.as_deref(), Some("next"));
+        assert_eq!(state.turn.recall_due.as_deref(), Some("next"));
     }
 
     #[test]

@@ -166,26 +166,27 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
     if state.status.is_terminal() || state.status == crate::SessionStatus::WaitingForUser {
         return AgentNext::Done;
     }
-    if state.task.is_none() {
+    if state.turn.task.is_none() {
         return AgentNext::Done;
     }
     let retries = cfg.limits.max_model_retries.max(1);
-    if state.model_failures >= retries {
+    if state.turn.model_failures >= retries {
         return AgentNext::Record(end_run(
             state,
             RunStatus::Failed,
             Some(format!(
                 "the model failed {} times in a row: {}",
-                state.model_failures,
-                state.error.as_deref().unwrap_or("unknown error")
+                state.turn.model_failures,
+                state.turn.error.as_deref().unwrap_or("unknown error")
             )),
             None,
         ));
     }
-    if state.rejections >= retries {
+    if state.turn.rejections >= retries {
         // One bound for every unusable reply of the current purpose: prose, wrong JSON and
         // rejected plans all count together.
         let why = state
+            .turn
             .feedback
             .as_deref()
             .unwrap_or("unusable reply")
@@ -193,12 +194,12 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
         let message = if state.phase == Phase::Planning {
             format!(
                 "CANNOT_COMPLETE: the planner gave no valid plan in {} attempts: {why}",
-                state.rejections
+                state.turn.rejections
             )
         } else {
             format!(
                 "CANNOT_COMPLETE: the model's replies could not be used after {} attempts: {why}",
-                state.rejections
+                state.turn.rejections
             )
         };
         return AgentNext::Record(end_run(state, RunStatus::Failed, Some(message), None));
@@ -263,7 +264,7 @@ pub fn model_failed(
         retryable,
         usage,
     }];
-    if !retryable || state.model_failures + 1 >= cfg.limits.max_model_retries.max(1) {
+    if !retryable || state.turn.model_failures + 1 >= cfg.limits.max_model_retries.max(1) {
         v.extend(end_run(
             state,
             RunStatus::Failed,
@@ -282,7 +283,7 @@ pub fn user_replied(state: &State, cfg: &AgentConfig, text: &str) -> Vec<Event> 
     let mut events = vec![Event::UserReplied {
         text: text.to_owned(),
     }];
-    let Some(req) = &state.waiting else {
+    let Some(req) = &state.turn.waiting else {
         return events;
     };
     events.extend(match cfg.mode {

@@ -58,7 +58,7 @@ impl ModeLoop for PlanLoop {
                     AgentNext::Record(vec![finished(
                         RunStatus::Completed,
                         None,
-                        state.drafts.last().cloned(),
+                        state.turn.drafts.last().cloned(),
                     )])
                 }
             }
@@ -300,7 +300,7 @@ fn planner_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<
     if state.plan.is_some() {
         return vec![Event::PlanRevised {
             plan,
-            reason: state.replan_reason.clone().unwrap_or_default(),
+            reason: state.turn.replan_reason.clone().unwrap_or_default(),
         }];
     }
     if cfg.approve_plans {
@@ -590,7 +590,7 @@ fn review_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<E
         }
     };
     match decision {
-        ReviewDecision::Replan if state.replans >= cfg.limits.max_replans => {
+        ReviewDecision::Replan if state.turn.replans >= cfg.limits.max_replans => {
             let why = format!(
                 "replan limit ({}) reached; {reason}",
                 cfg.limits.max_replans
@@ -677,7 +677,7 @@ fn respond_replied(_state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec
             "the answer was empty; write the answer as text",
         )];
     }
-    let round = u32::try_from(_state.drafts.len()).unwrap_or(u32::MAX);
+    let round = u32::try_from(_state.turn.drafts.len()).unwrap_or(u32::MAX);
     let mut v = vec![Event::AnswerDrafted {
         text: text.clone(),
         round,
@@ -696,7 +696,7 @@ fn response_review_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply)
     let feedback = str_field(&value, &["feedback", "reason", "question"])
         .unwrap_or_default()
         .to_owned();
-    let draft = state.drafts.last().cloned();
+    let draft = state.turn.drafts.last().cloned();
     let verdict = match upper_field(&value, &["verdict", "decision"]).as_deref() {
         Some("ACCEPT") => ResponseVerdict::Accept,
         Some("REFINE") => ResponseVerdict::Refine,
@@ -717,7 +717,7 @@ fn response_review_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply)
     match verdict {
         ResponseVerdict::Accept => vec![reviewed, finished(RunStatus::Completed, None, draft)],
         ResponseVerdict::Refine => {
-            let rounds = u32::try_from(state.drafts.len()).unwrap_or(u32::MAX);
+            let rounds = u32::try_from(state.turn.drafts.len()).unwrap_or(u32::MAX);
             if rounds >= cfg.limits.max_response_rounds {
                 // Out of rounds: the last draft stands.
                 vec![reviewed, finished(RunStatus::Completed, None, draft)]

@@ -13,7 +13,7 @@ pub(crate) struct React;
 
 impl ModeLoop for React {
     fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
-        if !state.open_calls.is_empty() {
+        if !state.calls.open.is_empty() {
             return AgentNext::Wait;
         }
         if let Some(next) =
@@ -24,7 +24,7 @@ impl ModeLoop for React {
         if state.phase != Phase::React {
             return AgentNext::Done;
         }
-        if state.iterations >= cfg.limits.max_iterations {
+        if state.turn.iterations >= cfg.limits.max_iterations {
             return AgentNext::Record(vec![finished(
                 RunStatus::Failed,
                 Some(format!(

@@ -71,13 +71,13 @@ pub(crate) fn identify_calls(state: &State, calls: &mut [ToolCall]) {
         id.is_empty()
             || mine.contains(id)
             || state.history.has_call(id)
-            || state.open_calls.contains_key(id)
+            || state.calls.open.contains_key(id)
             || super::wait::approval(state, id).is_some()
     };
     for (k, c) in calls.iter_mut().enumerate() {
         if taken(&c.id, &mine) {
             let base = if c.id.is_empty() {
-                format!("call_{}_{}", state.model_calls.saturating_add(1), k + 1)
+                format!("call_{}_{}", state.usage.calls.saturating_add(1), k + 1)
             } else {
                 c.id.clone()
             };

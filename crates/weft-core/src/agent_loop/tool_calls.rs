@@ -121,7 +121,7 @@ pub(crate) fn start(
             attempt: 1,
             idempotency_key: call_key(
                 &state.session_id,
-                state.tool_invocations + calls.len() as u64 + 1,
+                state.calls.started + calls.len() as u64 + 1,
                 &c.name,
                 &c.arguments,
             ),

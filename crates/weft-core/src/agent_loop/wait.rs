@@ -19,7 +19,8 @@ pub(crate) fn is_yes(text: &str) -> bool {
 pub(crate) fn approval<'s>(state: &'s State, call_id: &str) -> Option<&'s str> {
     let prefix = format!("{call_id}=");
     state
-        .approved_calls
+        .calls
+        .approved
         .iter()
         .find_map(|a| a.strip_prefix(&prefix))
 }

@@ -44,7 +44,7 @@ impl ModeLoop for WorkflowLoop {
                 None,
             )]);
         };
-        if !state.open_calls.is_empty() {
+        if !state.calls.open.is_empty() {
             return AgentNext::Wait;
         }
         let Some(name) = state.workflow.step.as_deref() else {
@@ -132,7 +132,7 @@ fn context(state: &State, wf: &WorkflowConfig, output: Option<&Value>) -> Value 
         "state": state.data,
         "input": state.input,
         "steps": state.workflow.steps_value(),
-        "session": {"id": state.session_id, "metadata": wf.metadata, "turn": state.turn},
+        "session": {"id": state.session_id, "metadata": wf.metadata, "turn": state.turn.number},
     })
 }
 
@@ -142,7 +142,7 @@ fn last_message(state: &State) -> String {
         .history
         .last_person()
         .map(str::to_owned)
-        .or_else(|| state.task.clone())
+        .or_else(|| state.turn.task.clone())
         .unwrap_or_default()
 }
 
@@ -233,7 +233,7 @@ fn delegation_task(state: &State, wf: &WorkflowConfig, name: &str, step: &StepSp
 fn delegate(state: &State, wf: &WorkflowConfig, name: &str, step: &StepSpec) -> AgentNext {
     let tool = workflow::delegate_tool(name);
     let args = json!({"task": delegation_task(state, wf, name, step)});
-    let n = state.tool_invocations + 1;
+    let n = state.calls.started + 1;
     let inv = Invocation {
         call_id: format!("{name}#{n}"),
         step: Some(name.to_owned()),

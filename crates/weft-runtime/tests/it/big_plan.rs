@@ -78,7 +78,11 @@ async fn run_big(label: &str, plan: Value, max_parallel: usize) -> weft_core::St
     let id = session.id.clone();
     drop(session);
     let (rec, log) = store.load(&id).await.unwrap();
-    println!("{label}: {} events, {} waves", log.len(), state.waves);
+    println!(
+        "{label}: {} events, {} waves",
+        log.len(),
+        state.waves.started
+    );
     assert_eq!(rec.status, SessionStatus::Completed);
     state
 }
@@ -90,12 +94,12 @@ async fn ten_thousand_steps_in_a_chain() {
     let run = state.plan.as_ref().unwrap();
     assert!(run.steps.iter().all(|s| s.status == StepStatus::Completed));
     assert_eq!(run.steps.len(), N);
-    assert_eq!(state.waves as usize, N);
+    assert_eq!(state.waves.started as usize, N);
     assert_eq!(
         state.data[format!("s{}", N - 1).as_str()]["prev"],
         json!(N - 2)
     );
-    assert_eq!(state.tool_invocations as usize, N);
+    assert_eq!(state.calls.started as usize, N);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,7 +110,7 @@ async fn ten_thousand_independent_parallel_steps() {
         assert_eq!(state.status, SessionStatus::Completed);
         let run = state.plan.as_ref().unwrap();
         assert!(run.steps.iter().all(|s| s.status == StepStatus::Completed));
-        assert_eq!(state.waves as usize, N.div_ceil(max_parallel));
+        assert_eq!(state.waves.started as usize, N.div_ceil(max_parallel));
         assert_eq!(state.data.as_object().unwrap().len(), N);
         assert_eq!(state.data["w9999"], json!({"n": 9999}));
     }

@@ -49,7 +49,7 @@ async fn each_item_gets_a_call_within_the_window_and_results_keep_item_order() {
         ran.state.status,
         SessionStatus::Completed,
         "{:?}",
-        ran.state.error
+        ran.state.turn.error
     );
     assert_eq!(log.calls_of("each").len(), 10);
     assert_eq!(log.max_inflight(), 3, "the window is _maxParallel");
@@ -192,7 +192,7 @@ async fn a_failed_step_retries_no_item_and_fails_the_run() {
         "a failed step scheduled a retry"
     );
     assert_eq!(log.calls_of("each").len(), 2, "item 1 ran once");
-    assert!(ran.state.open_calls.is_empty());
+    assert!(ran.state.calls.open.is_empty());
 }
 
 #[tokio::test]

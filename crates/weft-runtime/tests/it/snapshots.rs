@@ -53,7 +53,7 @@ async fn loads_start_from_the_newest_snapshot<S: Store>(store: Arc<S>) {
         .run_agent(&a, SessionInfo::default(), "post", Value::Null)
         .await
         .unwrap();
-    assert_eq!(s.state.answer.as_deref(), Some("posted"));
+    assert_eq!(s.state.turn.answer.as_deref(), Some("posted"));
     let (id, seq) = (s.id.clone(), s.state.seq);
     drop(s);
     let loaded = load_state(store.as_ref(), &id).await.unwrap();
@@ -125,10 +125,13 @@ async fn a_waiting_session_continues_from_its_snapshot<S: Store>(store: Arc<S>) 
     let loaded = load_state(store.as_ref(), &id).await.unwrap();
     assert!(loaded.snapshot.is_some(), "{loaded:?}");
     let mut s = rt.load_session(&id).await.unwrap();
-    assert_eq!(s.state.waiting.as_ref().unwrap().missing, vec!["amount"]);
+    assert_eq!(
+        s.state.turn.waiting.as_ref().unwrap().missing,
+        vec!["amount"]
+    );
     rt.reply(&a, &mut s, "20").await.unwrap();
     assert_eq!(s.state.status, SessionStatus::Completed);
-    assert_eq!(s.state.answer.as_deref(), Some("Refunded 20."));
+    assert_eq!(s.state.turn.answer.as_deref(), Some("Refunded 20."));
     assert_eq!(log.count("issueRefund"), 1);
     assert_eq!(s.state, folded(store.as_ref(), &id).await);
 }
@@ -201,7 +204,7 @@ async fn unusable_snapshots_are_passed_over<S: Store>(store: Arc<S>) {
     rt.run_task(&a, &mut s, "once more", Value::Null)
         .await
         .unwrap();
-    assert_eq!(s.state.answer.as_deref(), Some("again"));
+    assert_eq!(s.state.turn.answer.as_deref(), Some("again"));
     let loaded = load_state(store.as_ref(), &id).await.unwrap();
     assert!(loaded.snapshot.is_some(), "{:?}", loaded.passed_over);
     assert_eq!(loaded.state, folded(store.as_ref(), &id).await);
@@ -234,7 +237,7 @@ async fn a_compacted_session_loads_its_window<S: Store>(store: Arc<S>) {
         .run_agent(&a, SessionInfo::default(), "echo", Value::Null)
         .await
         .unwrap();
-    assert_eq!(s.state.answer.as_deref(), Some("echoed"));
+    assert_eq!(s.state.turn.answer.as_deref(), Some("echoed"));
     let id = s.id.clone();
     drop(s);
     let truth = folded(store.as_ref(), &id).await;
@@ -271,7 +274,7 @@ async fn a_compacted_session_loads_its_window<S: Store>(store: Arc<S>) {
     // The next turn runs from the window, compacts again, and ends where the log says.
     let mut s = rt.load_session(&id).await.unwrap();
     rt.run_task(&a, &mut s, "more", Value::Null).await.unwrap();
-    assert_eq!(s.state.answer.as_deref(), Some("again"));
+    assert_eq!(s.state.turn.answer.as_deref(), Some("again"));
     let truth = folded(store.as_ref(), &id).await;
     assert!(truth.compaction.as_ref().unwrap().upto > upto);
     let mut want = truth.clone();

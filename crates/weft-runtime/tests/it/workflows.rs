@@ -146,6 +146,7 @@ async fn answer_of<S: Store>(store: &Arc<S>, agent: &Agent, id: &str) -> Option<
         .await
         .unwrap()
         .state
+        .turn
         .answer
 }
 
@@ -203,6 +204,7 @@ async fn triage_routes<S: Store>(store: Arc<S>, tag: &str) {
         .await
         .unwrap()
         .state
+        .turn
         .waiting
         .unwrap();
     assert_eq!(waiting.kind, "message");
@@ -429,7 +431,7 @@ async fn a_loop_between_steps_ends_at_max_transitions() {
     );
     let rt = runtime(&store, &agent);
     let s = rt.load_session("loop").await.unwrap();
-    let error = s.state.error.unwrap();
+    let error = s.state.turn.error.unwrap();
     // The list shows exactly the transitions counted (one arrow each), then the one refused.
     assert!(
         error.ends_with(
@@ -596,7 +598,7 @@ workflow:
     );
     let rt = runtime(&store, &agent);
     let s = rt.load_session("desk").await.unwrap();
-    assert_eq!(s.state.answer.as_deref(), Some("Lisbon"));
+    assert_eq!(s.state.turn.answer.as_deref(), Some("Lisbon"));
     assert_eq!(s.state.data, json!({"capital": "Lisbon"}));
     let p = Log::of(&store, "desk").await;
     assert_eq!(p.count("workflow_output_rejected"), 1);

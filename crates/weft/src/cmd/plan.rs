@@ -283,7 +283,7 @@ pub fn report_failure(state: &weft_core::State) {
             }
         }
     }
-    if let Some(e) = &state.error {
+    if let Some(e) = &state.turn.error {
         eprintln!("run failed: {e}");
     }
 }

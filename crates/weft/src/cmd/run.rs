@@ -295,12 +295,12 @@ fn usage_text(input: u64, output: u64, cost: Option<f64>, tool_calls: u64) -> St
 /// The usage line. A new session's run is the whole session; a run that continues a session
 /// (a follow-up task, an answer, a resume) shows its own share and the session's total.
 pub fn usage_line(st: &weft_core::State, id: &str, before: Option<&Before>) -> String {
-    let total = &st.usage;
+    let total = &st.usage.tokens;
     let whole = usage_text(
         total.input_tokens,
         total.output_tokens,
         total.cost_usd,
-        st.tool_invocations,
+        st.calls.started,
     );
     match before {
         None => format!("usage: {whole} · session {id}"),
@@ -313,7 +313,7 @@ pub fn usage_line(st: &weft_core::State, id: &str, before: Option<&Before>) -> S
                 total.input_tokens.saturating_sub(b.usage.input_tokens),
                 total.output_tokens.saturating_sub(b.usage.output_tokens),
                 cost,
-                st.tool_invocations.saturating_sub(b.tool_calls),
+                st.calls.started.saturating_sub(b.tool_calls),
             );
             format!("usage: this run {run} · session total {whole} · session {id}")
         }
@@ -333,13 +333,14 @@ pub fn report(
     let summary = usage_line(st, id, before);
     match st.status {
         SessionStatus::Completed => {
-            let answer = st.answer.clone().unwrap_or_default();
+            let answer = st.turn.answer.clone().unwrap_or_default();
             writeln!(std::io::stdout(), "{answer}")?;
             writeln!(err, "{summary}")?;
             Ok(0)
         }
         SessionStatus::WaitingForUser => {
             let q = st
+                .turn
                 .waiting
                 .as_ref()
                 .map(|w| w.question.clone())
@@ -360,13 +361,13 @@ pub fn report(
             Ok(EXIT_WAITING)
         }
         SessionStatus::Failed | SessionStatus::Running => {
-            if let Some(a) = &st.answer {
+            if let Some(a) = &st.turn.answer {
                 writeln!(std::io::stdout(), "{a}")?;
             }
             writeln!(
                 err,
                 "could not complete: {}",
-                st.error.as_deref().unwrap_or("unknown reason")
+                st.turn.error.as_deref().unwrap_or("unknown reason")
             )?;
             writeln!(err, "{summary}")?;
             Ok(EXIT_FAILED)

@@ -144,6 +144,7 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, cmd: SessionsCommand) -> 
                 let task = weft_runtime::load_state(store.as_ref(), &r.id)
                     .await?
                     .state
+                    .turn
                     .task;
                 tasks.push(task);
             }
@@ -214,7 +215,7 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, cmd: SessionsCommand) -> 
                 "created_at": fmt_time(rec.created_at),
                 "updated_at": fmt_time(rec.updated_at),
                 "events": rec.last_seq,
-                "task": state.task,
+                "task": state.turn.task,
                 "plan": state.plan.as_ref().map(|p| p.view()),
                 "workflow": (state.mode == Some(weft_core::agent::Mode::Workflow)).then(|| json!({
                     "step": state.workflow.step,
@@ -222,12 +223,12 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, cmd: SessionsCommand) -> 
                     "outputs": state.workflow.outputs,
                 })),
                 "state": state.data,
-                "answer": state.answer,
-                "waiting": state.waiting,
-                "error": state.error,
-                "usage": state.usage,
-                "model_calls": state.model_calls,
-                "tool_calls": state.tool_invocations,
+                "answer": state.turn.answer,
+                "waiting": state.turn.waiting,
+                "error": state.turn.error,
+                "usage": state.usage.tokens,
+                "model_calls": state.usage.calls,
+                "tool_calls": state.calls.started,
             });
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&view)?)?;
@@ -258,7 +259,7 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, cmd: SessionsCommand) -> 
                 fmt_time(rec.updated_at),
                 rec.last_seq
             )?;
-            if let Some(t) = &state.task {
+            if let Some(t) = &state.turn.task {
                 writeln!(out, "task     {t}")?;
             }
             if let Some(run) = &state.plan {
@@ -292,21 +293,21 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, cmd: SessionsCommand) -> 
                 };
                 writeln!(out, "steps    {}{now}", state.workflow.path.join(" -> "))?;
             }
-            if let Some(w) = &state.waiting {
+            if let Some(w) = &state.turn.waiting {
                 writeln!(out, "waiting  {}", w.question)?;
             }
-            if let Some(a) = &state.answer {
+            if let Some(a) = &state.turn.answer {
                 writeln!(out, "answer   {a}")?;
             }
-            if let Some(e) = &state.error {
+            if let Some(e) = &state.turn.error {
                 writeln!(out, "error    {e}")?;
             }
-            let u = &state.usage;
+            let u = &state.usage.tokens;
             let cost = u.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
             writeln!(
                 out,
                 "usage    {} input + {} output tokens{cost}, {} model call(s), {} tool call(s)",
-                u.input_tokens, u.output_tokens, state.model_calls, state.tool_invocations
+                u.input_tokens, u.output_tokens, state.usage.calls, state.calls.started
             )?;
             Ok(0)
         }
@@ -466,7 +467,7 @@ pub async fn resume<S: Store>(host: &Host, store: Arc<S>, args: ResumeArgs) -> R
             // unknown) in this run: their cards name their tool and arguments.
             let open = weft_runtime::load_state(store.as_ref(), &args.id)
                 .await
-                .map(|l| l.state.open_calls)
+                .map(|l| l.state.calls.open)
                 .unwrap_or_default();
             crate::view::resuming(&agent.spec.limits, &open)
         };

@@ -1,0 +1,122 @@
+//! The turn: what one task given to the agent has gathered. A new turn starts from a fresh one.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{Event, InputRequest, RecalledMemory, ResponseVerdict, ReviewDecision};
+use crate::model::Purpose;
+use crate::plan::PlanProblem;
+
+/// The current turn (one task given to the agent): its task, its answer or error, the loop's
+/// counters and what was fed back, the person's answers. `TurnStarted` replaces it as one
+/// value, keeping only the count of turns.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Turn {
+    /// Turns started (tasks given): the current turn's number, from 1.
+    pub number: u32,
+    /// The current task.
+    pub task: Option<String>,
+    pub error: Option<String>,
+    pub answer: Option<String>,
+    /// The text (a new task, or a workflow's next message) whose long-term memories have not
+    /// been searched for yet; the search happens only for an agent that recalls memories.
+    pub recall_due: Option<String>,
+    /// The long-term memories recalled for the current turn, as its requests carry them.
+    pub recalled: Vec<RecalledMemory>,
+    /// The problems of the last plan rejected.
+    pub last_problems: Vec<PlanProblem>,
+    pub replans: u32,
+    pub replan_reason: Option<String>,
+    /// Model turns in the current ReAct turn.
+    pub iterations: u32,
+    /// Consecutive unusable replies (prose, bad JSON, rejected plans: one count for all) and
+    /// model failures.
+    pub rejections: u32,
+    pub model_failures: u32,
+    /// Feedback for the next model call (why the last reply was refused).
+    pub feedback: Option<String>,
+    pub waiting: Option<InputRequest>,
+    /// Answers of a person in this turn (the review and resolver see them).
+    pub user_inputs: Vec<String>,
+    pub reviews: Vec<(ReviewDecision, String)>,
+    pub drafts: Vec<String>,
+    pub response_feedback: Option<String>,
+}
+
+impl Turn {
+    /// Turn `number`, for `task`: nothing gathered yet, the task's memories not searched.
+    pub(super) fn start(number: u32, task: &str) -> Self {
+        Self {
+            number,
+            task: Some(task.to_owned()),
+            recall_due: Some(task.to_owned()),
+            ..Self::default()
+        }
+    }
+
+    /// Applies what an event says about the turn. The waits (`WaitingForUser`, `UserReplied`)
+    /// and `TurnStarted` are applied by the state, which reads the turn before it changes.
+    pub(super) fn apply(&mut self, event: &Event) {
+        match event {
+            Event::ModelReplied { purpose, .. } => {
+                self.model_failures = 0;
+                if matches!(purpose, Purpose::React | Purpose::Workflow) {
+                    self.iterations = self.iterations.saturating_add(1);
+                }
+            }
+            Event::ModelReplyRejected { reason, .. } => {
+                self.rejections = self.rejections.saturating_add(1);
+                self.feedback = Some(reason.clone());
+            }
+            Event::ModelFailed { error, .. } => {
+                self.model_failures = self.model_failures.saturating_add(1);
+                self.error = Some(error.clone());
+            }
+            Event::PlanRejected { problems } => {
+                self.rejections = self.rejections.saturating_add(1);
+                self.last_problems.clone_from(problems);
+                let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                self.feedback = Some(text.join("\n"));
+            }
+            Event::PlanRevised { reason, .. } => {
+                self.replans = self.replans.saturating_add(1);
+                self.replan_reason = Some(reason.clone());
+                self.feedback = None;
+                self.rejections = 0;
+            }
+            Event::PlanAccepted { .. } | Event::HistoryCompacted { .. } => {
+                self.feedback = None;
+                self.rejections = 0;
+            }
+            Event::StepAction { .. } => {
+                self.rejections = 0;
+            }
+            Event::AnswerDrafted { text, .. } => {
+                self.drafts.push(text.clone());
+                self.rejections = 0;
+            }
+            Event::ReviewDecided { decision, reason } => {
+                self.reviews.push((*decision, reason.clone()));
+                self.rejections = 0;
+                if *decision == ReviewDecision::Replan {
+                    self.replan_reason = Some(reason.clone());
+                }
+            }
+            Event::ResponseReviewed { verdict, feedback } => {
+                self.rejections = 0;
+                if matches!(verdict, ResponseVerdict::Refine | ResponseVerdict::AskUser) {
+                    self.response_feedback = Some(feedback.clone());
+                }
+            }
+            Event::MemoriesRecalled { memories, .. } => {
+                self.recall_due = None;
+                self.recalled.clone_from(memories);
+            }
+            Event::RunFinished { error, answer, .. } => {
+                self.error.clone_from(error);
+                self.answer.clone_from(answer);
+            }
+            _ => {}
+        }
+    }
+}
