@@ -383,7 +383,7 @@ async fn a_failing_command_goes_back_to_the_model_bounded() {
     use weft_core::model::Message;
     use weft_model::{ScriptedModel, ScriptedReply};
     use weft_runtime::{Agent, Runtime, SessionInfo};
-    use weft_store::MemoryStore;
+    use weft_store::RamStore;
 
     let decl: CommandToolDecl = serde_json::from_value(json!({
         "name": "convert",
@@ -405,7 +405,7 @@ async fn a_failing_command_goes_back_to_the_model_bounded() {
         ],
     ));
     let agent = Agent::new(&spec, Arc::clone(&reg), model, &json!({}), &json!({})).unwrap();
-    let rt = Runtime::new(Arc::new(MemoryStore::new()), reg, spec.limits.clone());
+    let rt = Runtime::new(Arc::new(RamStore::new()), reg, spec.limits.clone());
     let s = rt
         .run_agent(&agent, SessionInfo::default(), "Convert.", json!({}))
         .await

@@ -4,16 +4,16 @@ use weft_core::snapshot::Encoded;
 use weft_core::{Envelope, SessionStatus};
 
 use crate::{
-    Durability, ListFilter, MemoryStore, NewSession, PgStore, SessionRecord, Settings, Snapshot,
+    Durability, ListFilter, NewSession, PgStore, RamStore, SessionRecord, Settings, Snapshot,
     SqliteStore, Store, StoreError,
 };
 
-/// A SQLite, PostgreSQL or in-memory store, chosen at run time.
+/// A SQLite, PostgreSQL or in-RAM store, chosen at run time.
 #[derive(Debug)]
 pub enum AnyStore {
     Sqlite(SqliteStore),
     Postgres(PgStore),
-    Memory(MemoryStore),
+    Ram(RamStore),
 }
 
 /// What a store specification names.
@@ -73,7 +73,7 @@ impl AnyStore {
                 SqliteStore::open_with(crate::sqlite::url_path(url)?, durability).await?,
             ),
             Spec::SqlitePath(path) => Self::Sqlite(SqliteStore::open_with(path, durability).await?),
-            Spec::Memory => Self::Memory(MemoryStore::new()),
+            Spec::Memory => Self::Ram(RamStore::new()),
         })
     }
 
@@ -98,7 +98,7 @@ impl AnyStore {
             Spec::SqlitePath(path) => {
                 Self::Sqlite(SqliteStore::open_existing_with(path, durability).await?)
             }
-            Spec::Memory => Self::Memory(MemoryStore::new()),
+            Spec::Memory => Self::Ram(RamStore::new()),
         })
     }
 
@@ -108,7 +108,7 @@ impl AnyStore {
         Ok(match self {
             Self::Sqlite(st) => Some(st.settings()),
             Self::Postgres(st) => Some(st.settings().await?),
-            Self::Memory(_) => None,
+            Self::Ram(_) => None,
         })
     }
 
@@ -117,7 +117,7 @@ impl AnyStore {
         match self {
             Self::Sqlite(_) => "sqlite",
             Self::Postgres(_) => "postgres",
-            Self::Memory(_) => "memory",
+            Self::Ram(_) => "memory",
         }
     }
 }
@@ -127,7 +127,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.set_durability(durability),
             Self::Postgres(st) => st.set_durability(durability),
-            Self::Memory(st) => st.set_durability(durability),
+            Self::Ram(st) => st.set_durability(durability),
         }
     }
 
@@ -135,7 +135,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.create(s, now).await,
             Self::Postgres(st) => st.create(s, now).await,
-            Self::Memory(st) => st.create(s, now).await,
+            Self::Ram(st) => st.create(s, now).await,
         }
     }
 
@@ -149,7 +149,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.create_with(s, events, status, now).await,
             Self::Postgres(st) => st.create_with(s, events, status, now).await,
-            Self::Memory(st) => st.create_with(s, events, status, now).await,
+            Self::Ram(st) => st.create_with(s, events, status, now).await,
         }
     }
 
@@ -164,7 +164,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.append(id, expected_seq, events, status, now).await,
             Self::Postgres(st) => st.append(id, expected_seq, events, status, now).await,
-            Self::Memory(st) => st.append(id, expected_seq, events, status, now).await,
+            Self::Ram(st) => st.append(id, expected_seq, events, status, now).await,
         }
     }
 
@@ -172,7 +172,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.get(id).await,
             Self::Postgres(st) => st.get(id).await,
-            Self::Memory(st) => st.get(id).await,
+            Self::Ram(st) => st.get(id).await,
         }
     }
 
@@ -180,7 +180,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.load(id).await,
             Self::Postgres(st) => st.load(id).await,
-            Self::Memory(st) => st.load(id).await,
+            Self::Ram(st) => st.load(id).await,
         }
     }
 
@@ -188,7 +188,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.events_after(id, after_seq).await,
             Self::Postgres(st) => st.events_after(id, after_seq).await,
-            Self::Memory(st) => st.events_after(id, after_seq).await,
+            Self::Ram(st) => st.events_after(id, after_seq).await,
         }
     }
 
@@ -196,7 +196,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.list(filter).await,
             Self::Postgres(st) => st.list(filter).await,
-            Self::Memory(st) => st.list(filter).await,
+            Self::Ram(st) => st.list(filter).await,
         }
     }
 
@@ -204,7 +204,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.prune(before, active).await,
             Self::Postgres(st) => st.prune(before, active).await,
-            Self::Memory(st) => st.prune(before, active).await,
+            Self::Ram(st) => st.prune(before, active).await,
         }
     }
 
@@ -226,7 +226,7 @@ impl Store for AnyStore {
                 st.append_with_snapshot(id, expected_seq, events, status, now, snapshot)
                     .await
             }
-            Self::Memory(st) => {
+            Self::Ram(st) => {
                 st.append_with_snapshot(id, expected_seq, events, status, now, snapshot)
                     .await
             }
@@ -244,7 +244,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.acquire(id, owner, now, ttl_ms, force).await,
             Self::Postgres(st) => st.acquire(id, owner, now, ttl_ms, force).await,
-            Self::Memory(st) => st.acquire(id, owner, now, ttl_ms, force).await,
+            Self::Ram(st) => st.acquire(id, owner, now, ttl_ms, force).await,
         }
     }
 
@@ -252,7 +252,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.renew(lease, expires_at).await,
             Self::Postgres(st) => st.renew(lease, expires_at).await,
-            Self::Memory(st) => st.renew(lease, expires_at).await,
+            Self::Ram(st) => st.renew(lease, expires_at).await,
         }
     }
 
@@ -260,7 +260,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.release(lease).await,
             Self::Postgres(st) => st.release(lease).await,
-            Self::Memory(st) => st.release(lease).await,
+            Self::Ram(st) => st.release(lease).await,
         }
     }
 
@@ -268,7 +268,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.request(id, what, now).await,
             Self::Postgres(st) => st.request(id, what, now).await,
-            Self::Memory(st) => st.request(id, what, now).await,
+            Self::Ram(st) => st.request(id, what, now).await,
         }
     }
 
@@ -276,7 +276,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.lease(id).await,
             Self::Postgres(st) => st.lease(id).await,
-            Self::Memory(st) => st.lease(id).await,
+            Self::Ram(st) => st.lease(id).await,
         }
     }
 
@@ -291,7 +291,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.claim(owner, agents, now, ttl_ms, limit).await,
             Self::Postgres(st) => st.claim(owner, agents, now, ttl_ms, limit).await,
-            Self::Memory(st) => st.claim(owner, agents, now, ttl_ms, limit).await,
+            Self::Ram(st) => st.claim(owner, agents, now, ttl_ms, limit).await,
         }
     }
 
@@ -299,7 +299,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.wake().await,
             Self::Postgres(st) => st.wake().await,
-            Self::Memory(st) => st.wake().await,
+            Self::Ram(st) => st.wake().await,
         }
     }
 
@@ -307,7 +307,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.wait_for_work(max).await,
             Self::Postgres(st) => st.wait_for_work(max).await,
-            Self::Memory(st) => st.wait_for_work(max).await,
+            Self::Ram(st) => st.wait_for_work(max).await,
         }
     }
 
@@ -315,7 +315,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.latest_snapshot(id).await,
             Self::Postgres(st) => st.latest_snapshot(id).await,
-            Self::Memory(st) => st.latest_snapshot(id).await,
+            Self::Ram(st) => st.latest_snapshot(id).await,
         }
     }
 
@@ -323,7 +323,7 @@ impl Store for AnyStore {
         match self {
             Self::Sqlite(st) => st.snapshot_parts(id, from).await,
             Self::Postgres(st) => st.snapshot_parts(id, from).await,
-            Self::Memory(st) => st.snapshot_parts(id, from).await,
+            Self::Ram(st) => st.snapshot_parts(id, from).await,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! writers of one session cannot interleave: one wins, the other gets [`StoreError::Conflict`].
 //!
 //! Backends: [`SqliteStore`] (one file, the default), [`PgStore`] (a PostgreSQL URL, for many
-//! processes) and [`MemoryStore`]; [`AnyStore::open`] picks one from a `--db` string. The SQL
+//! processes) and [`RamStore`]; [`AnyStore::open`] picks one from a `--db` string. The SQL
 //! stores share one layout (`migrations/sqlite`, `migrations/postgres`), versioned in a
 //! `weft_schema` table and brought up to date when a store is opened:
 //!
@@ -38,8 +38,8 @@ mod any;
 pub mod fuzzing;
 pub mod knowledge;
 mod lease;
-mod memory;
 mod postgres;
+mod ram;
 mod row;
 mod sqlite;
 mod sqlite_writer;
@@ -57,8 +57,8 @@ pub use weft_core::Durability;
 pub use any::AnyStore;
 pub use knowledge::{Embedding, Hit, Kind, Knowledge, Listed, NewEntry, Scope, Shelf, fuse};
 pub use lease::{DEFAULT_LEASE, time as lease_time};
-pub use memory::MemoryStore;
 pub use postgres::{PgBounds, PgStore};
+pub use ram::RamStore;
 pub use sqlite::SqliteStore;
 
 /// The version of the SQLite schema this build writes and reads. A database whose schema is
@@ -440,7 +440,7 @@ pub trait Store: knowledge::Knowledge + Send + Sync + 'static {
         snapshot: &Encoded,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Writes every append from now on at `durability` (a store with nothing to choose, such
-    /// as the memory store, ignores it).
+    /// as the in-RAM store, ignores it).
     fn set_durability(&self, durability: Durability) {
         let _ = durability;
     }

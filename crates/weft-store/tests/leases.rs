@@ -5,7 +5,7 @@
 mod common;
 
 use weft_core::{EVENT_VERSION, Envelope, Event, SessionStatus};
-use weft_store::{MemoryStore, NewSession, Owner, PgStore, SqliteStore, Store, StoreError};
+use weft_store::{NewSession, Owner, PgStore, RamStore, SqliteStore, Store, StoreError};
 
 fn owner(name: &str, pid: u32) -> Owner {
     Owner {
@@ -259,7 +259,7 @@ async fn concurrent_claims_never_overlap<S: Store>(store: &S) {
 
 #[tokio::test]
 async fn memory_claims() {
-    let store = MemoryStore::new();
+    let store = RamStore::new();
     claims_are_exclusive(&store).await;
     concurrent_claims_never_overlap(&store).await;
 }
@@ -283,8 +283,8 @@ async fn needs_postgres_claims() {
 
 #[tokio::test]
 async fn memory_leases() {
-    leases_behave(&MemoryStore::new()).await;
-    appends_are_fenced(&MemoryStore::new()).await;
+    leases_behave(&RamStore::new()).await;
+    appends_are_fenced(&RamStore::new()).await;
 }
 
 #[tokio::test]

@@ -1,4 +1,5 @@
-//! A store in memory, for tests and one-off runs.
+//! The in-RAM store (`--db memory:`), for tests and one-off runs. Not to be confused with
+//! long-term memory (`crate::knowledge`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -19,16 +20,16 @@ struct Entry {
 
 type Sessions = HashMap<String, Entry>;
 
-/// Sessions in memory; lost when the process ends.
+/// Sessions in RAM; lost when the process ends.
 #[derive(Debug, Default)]
-pub struct MemoryStore {
+pub struct RamStore {
     sessions: Mutex<Sessions>,
     leases: Mutex<std::collections::HashMap<String, crate::Lease>>,
     work: tokio::sync::Notify,
-    pub(crate) knowledge: Mutex<crate::knowledge::memory::Entries>,
+    pub(crate) knowledge: Mutex<crate::knowledge::ram::Entries>,
 }
 
-impl MemoryStore {
+impl RamStore {
     pub fn new() -> Self {
         Self::default()
     }
@@ -90,7 +91,7 @@ impl MemoryStore {
     }
 }
 
-impl Store for MemoryStore {
+impl Store for RamStore {
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
         let mut map = self.lock()?;
         if map.contains_key(&s.id) {
