@@ -13,7 +13,7 @@ use weft_core::graph::{ValidateOptions, validate};
 use weft_core::{Envelope, Limits, SessionStatus, State};
 use weft_model::ScriptedReply;
 use weft_runtime::{Runtime, SessionInfo};
-use weft_store::{NewSession, RamStore, Store};
+use weft_store::{NewSession, RamStore, SessionLog};
 
 /// The log of a ReAct session of 20 echo calls.
 fn react_log(rt: &tokio::runtime::Runtime) -> Vec<Envelope> {

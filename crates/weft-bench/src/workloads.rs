@@ -13,7 +13,7 @@ use weft_core::graph::{ValidateOptions, validate};
 use weft_core::{Limits, Plan, SessionStatus, State};
 use weft_model::{ScriptedModel, ScriptedReply};
 use weft_runtime::{Agent, Runtime, SessionInfo};
-use weft_store::{Durability, RamStore, SqliteStore, Store};
+use weft_store::{Durability, RamStore, SessionLog, SqliteStore, Store};
 use weft_tools::{Echo, Registry, Tool, ToolContext};
 
 use crate::{BenchError, Report, db_size_mb, peak_rss_mb};

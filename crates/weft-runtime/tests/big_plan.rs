@@ -8,7 +8,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 use weft_core::{Limits, Plan, SessionStatus, StepStatus};
 use weft_runtime::Runtime;
-use weft_store::{RamStore, Store};
+use weft_store::{RamStore, SessionLog};
 use weft_tools::{Echo, Registry};
 
 const N: usize = 10_000;

@@ -11,7 +11,7 @@ use weft_core::agent::AgentSpec;
 use weft_core::{Event, SessionStatus, ToolError, ToolInfo};
 use weft_model::{ScriptedModel, ScriptedReply};
 use weft_runtime::{Agent, Runtime, SessionInfo};
-use weft_store::{RamStore, Store};
+use weft_store::{RamStore, SessionLog};
 use weft_tools::{Registry, Tool, ToolContext};
 
 /// A tool that looks in the store, when it starts and again after `wait_ms`, for the start of

@@ -9,7 +9,7 @@ use weft_core::agent::AgentSpec;
 use weft_core::{Event, SessionStatus};
 use weft_model::{ScriptedModel, ScriptedReply};
 use weft_runtime::{Agent, Runtime, RuntimeError, SessionInfo};
-use weft_store::{NewSession, RamStore, Store, StoreError};
+use weft_store::{NewSession, RamStore, SessionLog, StoreError};
 use weft_tools::{Echo, Registry};
 
 #[tokio::test]

@@ -537,7 +537,7 @@ async fn an_invalid_plan_is_refused_before_a_session_starts() {
         }
         other => panic!("unexpected error {other}"),
     }
-    use weft_store::Store;
+    use weft_store::SessionLog;
     let listed = store
         .list(&weft_store::ListFilter::default())
         .await
@@ -701,7 +701,9 @@ async fn a_resumed_run_reruns_an_idempotent_call_with_its_recorded_key() {
         session.id.clone()
     };
     let recorded: String = {
-        let (_, events) = weft_store::Store::load(store.as_ref(), &id).await.unwrap();
+        let (_, events) = weft_store::SessionLog::load(store.as_ref(), &id)
+            .await
+            .unwrap();
         events
             .iter()
             .find_map(|e| match &e.event {

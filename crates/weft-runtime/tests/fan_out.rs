@@ -11,7 +11,7 @@ use common::{Log, Recorder, limits, registry, run};
 use serde_json::{Value, json};
 use weft_core::{Event, Plan, SessionStatus, StepStatus, ToolError};
 use weft_runtime::Runtime;
-use weft_store::{NewSession, RamStore, Store};
+use weft_store::{NewSession, RamStore, SessionLog};
 
 fn items(n: usize) -> Value {
     Value::Array(

@@ -438,7 +438,7 @@ async fn a_failing_command_goes_back_to_the_model_bounded() {
         "{content}"
     );
     // The event keeps the whole stderr.
-    let (_, events) = weft_store::Store::load(rt.store.as_ref(), &s.id)
+    let (_, events) = weft_store::SessionLog::load(rt.store.as_ref(), &s.id)
         .await
         .unwrap();
     let stderr = events

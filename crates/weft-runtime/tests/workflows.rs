@@ -17,7 +17,7 @@ use weft_core::agent::AgentSpec;
 use weft_core::event::{StepEntry, TransitionRule};
 use weft_core::{Envelope, Event, SessionStatus};
 use weft_runtime::{Agent, Runtime, SessionInfo};
-use weft_store::{PgStore, RamStore, SqliteStore, Store};
+use weft_store::{PgStore, RamStore, SessionLog, SqliteStore, Store};
 use weft_tools::Registry;
 
 fn examples() -> PathBuf {

@@ -7,7 +7,9 @@ use std::sync::Mutex;
 use weft_core::snapshot::Encoded;
 use weft_core::{Envelope, SessionStatus};
 
-use crate::{ListFilter, NewSession, SessionRecord, Snapshot, Store, StoreError, check_batch};
+use crate::{
+    Leases, ListFilter, NewSession, SessionLog, SessionRecord, Snapshot, StoreError, check_batch,
+};
 
 #[derive(Debug)]
 struct Entry {
@@ -42,13 +44,13 @@ impl RamStore {
     > {
         self.leases
             .lock()
-            .map_err(|_| StoreError::Backend("the in-memory store was poisoned by a panic".into()))
+            .map_err(|_| StoreError::Poisoned("leases"))
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Sessions>, StoreError> {
         self.sessions
             .lock()
-            .map_err(|_| StoreError::Backend("the in-memory store was poisoned by a panic".into()))
+            .map_err(|_| StoreError::Poisoned("sessions"))
     }
 
     /// An append, and the snapshot written with it, under one lock.
@@ -91,7 +93,7 @@ impl RamStore {
     }
 }
 
-impl Store for RamStore {
+impl SessionLog for RamStore {
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
         let mut map = self.lock()?;
         if map.contains_key(&s.id) {
@@ -196,6 +198,37 @@ impl Store for RamStore {
         Ok(pruned)
     }
 
+    async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError> {
+        let map = self.lock()?;
+        let entry = map
+            .get(id)
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        Ok(entry.head.as_ref().map(|(seq, version, head)| Snapshot {
+            seq: *seq,
+            version: *version,
+            head: head.clone(),
+        }))
+    }
+
+    async fn snapshot_parts(&self, id: &str, from: u64) -> Result<Vec<(u64, String)>, StoreError> {
+        let map = self.lock()?;
+        let entry = map
+            .get(id)
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        let first = entry
+            .parts
+            .range(..=from)
+            .next_back()
+            .map_or(0, |(k, _)| *k);
+        Ok(entry
+            .parts
+            .range(first..)
+            .map(|(k, v)| (*k, v.clone()))
+            .collect())
+    }
+}
+
+impl Leases for RamStore {
     async fn acquire(
         &self,
         id: &str,
@@ -292,34 +325,5 @@ impl Store for RamStore {
 
     async fn wait_for_work(&self, max: std::time::Duration) {
         let _ = tokio::time::timeout(max, self.work.notified()).await;
-    }
-
-    async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError> {
-        let map = self.lock()?;
-        let entry = map
-            .get(id)
-            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        Ok(entry.head.as_ref().map(|(seq, version, head)| Snapshot {
-            seq: *seq,
-            version: *version,
-            head: head.clone(),
-        }))
-    }
-
-    async fn snapshot_parts(&self, id: &str, from: u64) -> Result<Vec<(u64, String)>, StoreError> {
-        let map = self.lock()?;
-        let entry = map
-            .get(id)
-            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        let first = entry
-            .parts
-            .range(..=from)
-            .next_back()
-            .map_or(0, |(k, _)| *k);
-        Ok(entry
-            .parts
-            .range(first..)
-            .map(|(k, v)| (*k, v.clone()))
-            .collect())
     }
 }

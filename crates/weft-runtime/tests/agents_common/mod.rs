@@ -18,7 +18,7 @@ use weft_core::model::{Message, ModelReply, ModelRequest, Purpose};
 use weft_core::{Event, State, ToolError, ToolInfo};
 use weft_model::{DeltaSink, Model, ModelError, ScriptedModel, ScriptedReply, SharedModel};
 use weft_runtime::{Agent, Runtime, Session, SessionInfo};
-use weft_store::{RamStore, Store};
+use weft_store::{RamStore, SessionLog, Store};
 use weft_tools::{Registry, Tool, ToolContext};
 
 /// One call a test tool served.

@@ -15,6 +15,7 @@
 
 mod postgres;
 pub(crate) mod ram;
+mod sql;
 mod sqlite;
 
 use std::future::Future;
@@ -356,74 +357,6 @@ pub trait Knowledge: Send + Sync {
         limit: usize,
         offset: usize,
     ) -> impl Future<Output = Result<Vec<Listed>, StoreError>> + Send;
-}
-
-impl Knowledge for crate::AnyStore {
-    async fn add(
-        &self,
-        kind: Kind,
-        shelf: &Shelf,
-        entries: Vec<NewEntry>,
-        replace: bool,
-        now: i64,
-    ) -> Result<Vec<i64>, StoreError> {
-        match self {
-            Self::Sqlite(s) => s.add(kind, shelf, entries, replace, now).await,
-            Self::Postgres(s) => s.add(kind, shelf, entries, replace, now).await,
-            Self::Ram(s) => s.add(kind, shelf, entries, replace, now).await,
-        }
-    }
-
-    async fn search(
-        &self,
-        kind: Kind,
-        shelves: &[Shelf],
-        query: &str,
-        limit: usize,
-    ) -> Result<Vec<Hit>, StoreError> {
-        match self {
-            Self::Sqlite(s) => s.search(kind, shelves, query, limit).await,
-            Self::Postgres(s) => s.search(kind, shelves, query, limit).await,
-            Self::Ram(s) => s.search(kind, shelves, query, limit).await,
-        }
-    }
-
-    async fn search_vector(
-        &self,
-        kind: Kind,
-        shelves: &[Shelf],
-        model: &str,
-        vector: &[f32],
-        limit: usize,
-    ) -> Result<Vec<Hit>, StoreError> {
-        match self {
-            Self::Sqlite(s) => s.search_vector(kind, shelves, model, vector, limit).await,
-            Self::Postgres(s) => s.search_vector(kind, shelves, model, vector, limit).await,
-            Self::Ram(s) => s.search_vector(kind, shelves, model, vector, limit).await,
-        }
-    }
-
-    async fn forget(&self, kind: Kind, shelves: &[Shelf], id: i64) -> Result<bool, StoreError> {
-        match self {
-            Self::Sqlite(s) => s.forget(kind, shelves, id).await,
-            Self::Postgres(s) => s.forget(kind, shelves, id).await,
-            Self::Ram(s) => s.forget(kind, shelves, id).await,
-        }
-    }
-
-    async fn list_entries(
-        &self,
-        kind: Kind,
-        shelves: &[Shelf],
-        limit: usize,
-        offset: usize,
-    ) -> Result<Vec<Listed>, StoreError> {
-        match self {
-            Self::Sqlite(s) => s.list_entries(kind, shelves, limit, offset).await,
-            Self::Postgres(s) => s.list_entries(kind, shelves, limit, offset).await,
-            Self::Ram(s) => s.list_entries(kind, shelves, limit, offset).await,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -173,5 +173,5 @@ impl Knowledge for RamStore {
 }
 
 fn poisoned() -> StoreError {
-    StoreError::Backend("the memory store's knowledge lock was poisoned".into())
+    StoreError::Poisoned("memories and documents")
 }

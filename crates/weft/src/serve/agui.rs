@@ -25,7 +25,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use weft_core::{Envelope, Event, State as SessionState};
-use weft_store::{NewSession, Store, StoreError};
+use weft_store::{NewSession, SessionLog, StoreError};
 
 use super::auth::User;
 use super::runs::{self, RunBody};

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use weft_core::SessionStatus;
 use weft_runtime::{Agent, Runtime, SessionInfo};
-use weft_store::{SessionRecord, Store};
+use weft_store::{Leases, SessionLog, SessionRecord};
 
 use super::auth::User;
 use super::{ApiError, Shared, stream, threads};

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use weft_core::{SessionStatus, State as SessionState};
-use weft_store::{ListFilter, NewSession, SessionRecord, Store, StoreError};
+use weft_store::{ListFilter, NewSession, SessionLog, SessionRecord, StoreError};
 
 use super::auth::User;
 use super::{ApiError, Shared};
