@@ -13,7 +13,7 @@ use weft_core::graph::{ValidateOptions, validate};
 use weft_core::{Envelope, Limits, SessionStatus, State};
 use weft_model::ScriptedReply;
 use weft_runtime::{Runtime, SessionInfo};
-use weft_store::{MemoryStore, NewSession, Store};
+use weft_store::{NewSession, RamStore, SessionLog};
 
 /// The log of a ReAct session of 20 echo calls.
 fn react_log(rt: &tokio::runtime::Runtime) -> Vec<Envelope> {
@@ -22,7 +22,7 @@ fn react_log(rt: &tokio::runtime::Runtime) -> Vec<Envelope> {
         let mut call = ScriptedReply::tool_call("echo", serde_json::json!({"text": "step"}));
         call.repeat = Some(20);
         let agent = react_agent(&tools, vec![call, ScriptedReply::text("done")], 30).unwrap();
-        let store = Arc::new(MemoryStore::new());
+        let store = Arc::new(RamStore::new());
         let runtime = Runtime::new(Arc::clone(&store), tools, Limits::default());
         let s = runtime
             .run_agent(&agent, SessionInfo::default(), "go", Value::Null)

@@ -13,7 +13,7 @@ use weft_core::graph::{ValidateOptions, validate};
 use weft_core::{Limits, Plan, SessionStatus, State};
 use weft_model::{ScriptedModel, ScriptedReply};
 use weft_runtime::{Agent, Runtime, SessionInfo};
-use weft_store::{Durability, MemoryStore, SqliteStore, Store};
+use weft_store::{Durability, RamStore, SessionLog, SqliteStore, Store};
 use weft_tools::{Echo, Registry, Tool, ToolContext};
 
 use crate::{BenchError, Report, db_size_mb, peak_rss_mb};
@@ -245,7 +245,7 @@ pub async fn react_with(n: u32, kind: StoreKind, tool: ToolKind) -> Result<Repor
     };
     let (secs, state, db) = match kind {
         StoreKind::Memory => {
-            let (s, st) = react_run_with(Arc::new(MemoryStore::new()), n, tool).await?;
+            let (s, st) = react_run_with(Arc::new(RamStore::new()), n, tool).await?;
             (s, st, 0.0)
         }
         StoreKind::Sqlite => {
@@ -272,7 +272,7 @@ pub async fn concurrent(m: u32, k: u32, kind: StoreKind) -> Result<Report, Bench
     let mut appends_per_commit = 0.0;
     let (secs, db) = match kind {
         StoreKind::Memory => (
-            concurrent_run(Arc::new(MemoryStore::new()), m, k, THINK_MS).await?,
+            concurrent_run(Arc::new(RamStore::new()), m, k, THINK_MS).await?,
             0.0,
         ),
         StoreKind::Sqlite => {
@@ -461,7 +461,7 @@ pub async fn plan(n: u32) -> Result<Vec<Report>, BenchError> {
                 message: format!("validation found {} problems", problems.len()),
             });
         }
-        let mem_s = run_plan_on(Arc::new(MemoryStore::new()), plan.clone(), n).await?;
+        let mem_s = run_plan_on(Arc::new(RamStore::new()), plan.clone(), n).await?;
         let (_dir, _path, store) = temp_sqlite().await?;
         let sql_s = run_plan_on(Arc::new(store), plan, n).await?;
         let per = |s: f64| s / f64::from(n.max(1)) * 1e6;
@@ -517,8 +517,8 @@ fn compacting_agent(
 /// and continued by one more turn of one tool call.
 pub async fn resume(events: u64) -> Result<Report, BenchError> {
     // Events per iteration of a ReAct turn, measured rather than assumed.
-    let (_, small) = react_run(Arc::new(MemoryStore::new()), 10).await?;
-    let (_, big) = react_run(Arc::new(MemoryStore::new()), 20).await?;
+    let (_, small) = react_run(Arc::new(RamStore::new()), 10).await?;
+    let (_, big) = react_run(Arc::new(RamStore::new()), 20).await?;
     let per_iter = (big.seq.saturating_sub(small.seq) / 10).max(1);
     let fixed = small.seq.saturating_sub(per_iter * 10);
     let n = u32::try_from(events.saturating_sub(fixed).div_ceil(per_iter)).unwrap_or(u32::MAX);

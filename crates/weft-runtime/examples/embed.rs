@@ -14,7 +14,7 @@ use weft_core::agent::AgentSpec;
 use weft_core::{Event, ToolError, ToolInfo, ToolOutcome};
 use weft_model::{ScriptedModel, SharedModel};
 use weft_runtime::{Agent, Runtime, SessionInfo};
-use weft_store::{SqliteStore, Store};
+use weft_store::{SessionLog, SqliteStore};
 use weft_tools::{Registry, Tool, ToolContext};
 
 /// A tool is a type with its metadata and an async `call`.

@@ -532,7 +532,7 @@ impl<S: Store> Runtime<S> {
 mod tests {
     use serde_json::json;
     use weft_model::{ScriptedModel, ScriptedReply};
-    use weft_store::MemoryStore;
+    use weft_store::RamStore;
     use weft_tools::Echo;
 
     use super::*;
@@ -562,7 +562,7 @@ mod tests {
         ));
         let agent =
             Agent::new(&spec, Arc::clone(&tools), model, &Value::Null, &Value::Null).unwrap();
-        let rt = Runtime::new(Arc::new(MemoryStore::new()), tools, spec.limits.clone());
+        let rt = Runtime::new(Arc::new(RamStore::new()), tools, spec.limits.clone());
         let mut session = rt
             .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
             .await

@@ -1,7 +1,7 @@
 //! When a session's state is snapshotted, and how a session is loaded: from its newest snapshot
 //! and the events after it, or, when there is no usable snapshot, by folding its whole log.
 //!
-//! A snapshot is written with an append, in its transaction ([`weft_store::Store::
+//! A snapshot is written with an append, in its transaction ([`weft_store::SessionLog::
 //! append_with_snapshot`]), once [`DEFAULT_EVERY`] events (or [`crate::Runtime::snapshot_every`])
 //! have been appended since the last one, and later when the state is large: never more often
 //! than once per [`HEAD_BYTES_PER_EVENT`] bytes of the last head, so that writing heads costs at

@@ -26,7 +26,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use weft_core::{Envelope, Event, State as SessionState};
-use weft_store::{NewSession, Store, StoreError};
+use weft_store::{NewSession, SessionLog, StoreError};
 
 use super::auth::User;
 use super::openapi::{self, Route};

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use weft_core::SessionStatus;
 use weft_runtime::{Agent, Runtime, SessionInfo};
-use weft_store::{SessionRecord, Store};
+use weft_store::{Leases, SessionLog, SessionRecord};
 
 use super::auth::User;
 use super::openapi::{self, Route};

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use weft_core::graph::{ValidateOptions, validate};
 use weft_core::{Plan, SessionStatus};
-use weft_store::{ListFilter, SessionRecord, Store};
+use weft_store::{Leases, ListFilter, SessionLog, SessionRecord};
 
 use super::auth::User;
 use super::openapi::{self, PlanCalls, Route};

@@ -23,7 +23,7 @@ use axum::response::sse::{Event as Sse, KeepAlive};
 use futures::Stream;
 use serde_json::{Value, json};
 use weft_core::{Envelope, Event, State};
-use weft_store::Store;
+use weft_store::SessionLog;
 
 use super::Shared;
 use super::runs::{Piece, Run, RunStatus};

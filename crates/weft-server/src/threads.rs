@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use weft_core::{SessionStatus, State as SessionState};
-use weft_store::{ListFilter, NewSession, SessionRecord, Store, StoreError};
+use weft_store::{ListFilter, NewSession, SessionLog, SessionRecord, StoreError};
 
 use super::auth::User;
 use super::openapi::{self, Route};

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use weft_core::{EVENT_VERSION, Envelope, Event, SessionStatus, ToolOutcome};
-use weft_store::{AnyStore, NewSession, Store, StoreError};
+use weft_store::{AnyStore, NewSession, SessionLog, StoreError};
 
 fn batch(i: u64, from: u64) -> Vec<Envelope> {
     let env = |seq, event| Envelope {

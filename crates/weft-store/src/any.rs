@@ -3,17 +3,18 @@
 use weft_core::snapshot::Encoded;
 use weft_core::{Envelope, SessionStatus};
 
+use crate::knowledge::{Hit, Kind, Knowledge, Listed, NewEntry, Shelf};
 use crate::{
-    Durability, ListFilter, MemoryStore, NewSession, PgStore, SessionRecord, Settings, Snapshot,
-    SqliteStore, Store, StoreError,
+    Durability, Lease, Leases, ListFilter, NewSession, Owner, PgStore, RamStore, SessionLog,
+    SessionRecord, Settings, Snapshot, SqliteStore, StoreError,
 };
 
-/// A SQLite, PostgreSQL or in-memory store, chosen at run time.
+/// A SQLite, PostgreSQL or in-RAM store, chosen at run time.
 #[derive(Debug)]
 pub enum AnyStore {
     Sqlite(SqliteStore),
     Postgres(PgStore),
-    Memory(MemoryStore),
+    Ram(RamStore),
 }
 
 /// What a store specification names.
@@ -73,7 +74,7 @@ impl AnyStore {
                 SqliteStore::open_with(crate::sqlite::url_path(url)?, durability).await?,
             ),
             Spec::SqlitePath(path) => Self::Sqlite(SqliteStore::open_with(path, durability).await?),
-            Spec::Memory => Self::Memory(MemoryStore::new()),
+            Spec::Memory => Self::Ram(RamStore::new()),
         })
     }
 
@@ -98,7 +99,7 @@ impl AnyStore {
             Spec::SqlitePath(path) => {
                 Self::Sqlite(SqliteStore::open_existing_with(path, durability).await?)
             }
-            Spec::Memory => Self::Memory(MemoryStore::new()),
+            Spec::Memory => Self::Ram(RamStore::new()),
         })
     }
 
@@ -108,7 +109,7 @@ impl AnyStore {
         Ok(match self {
             Self::Sqlite(st) => Some(st.settings()),
             Self::Postgres(st) => Some(st.settings().await?),
-            Self::Memory(_) => None,
+            Self::Ram(_) => None,
         })
     }
 
@@ -117,214 +118,132 @@ impl AnyStore {
         match self {
             Self::Sqlite(_) => "sqlite",
             Self::Postgres(_) => "postgres",
-            Self::Memory(_) => "memory",
+            Self::Ram(_) => "memory",
         }
     }
 }
 
-impl Store for AnyStore {
+/// Methods of a store trait for [`AnyStore`], each calling the same method of the store it
+/// holds: every `async fn` is written once, as its signature.
+macro_rules! delegate {
+    ($(async fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) $(-> $ret:ty)?;)*) => {
+        $(
+            async fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
+                match self {
+                    Self::Sqlite(st) => st.$name($($arg),*).await,
+                    Self::Postgres(st) => st.$name($($arg),*).await,
+                    Self::Ram(st) => st.$name($($arg),*).await,
+                }
+            }
+        )*
+    };
+}
+
+impl SessionLog for AnyStore {
     fn set_durability(&self, durability: Durability) {
         match self {
             Self::Sqlite(st) => st.set_durability(durability),
             Self::Postgres(st) => st.set_durability(durability),
-            Self::Memory(st) => st.set_durability(durability),
+            Self::Ram(st) => st.set_durability(durability),
         }
     }
 
-    async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
-        match self {
-            Self::Sqlite(st) => st.create(s, now).await,
-            Self::Postgres(st) => st.create(s, now).await,
-            Self::Memory(st) => st.create(s, now).await,
-        }
+    delegate! {
+        async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError>;
+        async fn create_with(
+            &self,
+            s: NewSession,
+            events: &[Envelope],
+            status: SessionStatus,
+            now: i64,
+        ) -> Result<SessionRecord, StoreError>;
+        async fn append(
+            &self,
+            id: &str,
+            expected_seq: u64,
+            events: &[Envelope],
+            status: SessionStatus,
+            now: i64,
+        ) -> Result<(), StoreError>;
+        async fn append_with_snapshot(
+            &self,
+            id: &str,
+            expected_seq: u64,
+            events: &[Envelope],
+            status: SessionStatus,
+            now: i64,
+            snapshot: &Encoded,
+        ) -> Result<(), StoreError>;
+        async fn get(&self, id: &str) -> Result<SessionRecord, StoreError>;
+        async fn load(&self, id: &str) -> Result<(SessionRecord, Vec<Envelope>), StoreError>;
+        async fn events_after(&self, id: &str, after_seq: u64) -> Result<Vec<Envelope>, StoreError>;
+        async fn list(&self, filter: &ListFilter) -> Result<Vec<SessionRecord>, StoreError>;
+        async fn prune(&self, before: i64, active: bool) -> Result<u64, StoreError>;
+        async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError>;
+        async fn snapshot_parts(&self, id: &str, from: u64) -> Result<Vec<(u64, String)>, StoreError>;
     }
+}
 
-    async fn create_with(
-        &self,
-        s: NewSession,
-        events: &[Envelope],
-        status: SessionStatus,
-        now: i64,
-    ) -> Result<SessionRecord, StoreError> {
-        match self {
-            Self::Sqlite(st) => st.create_with(s, events, status, now).await,
-            Self::Postgres(st) => st.create_with(s, events, status, now).await,
-            Self::Memory(st) => st.create_with(s, events, status, now).await,
-        }
+impl Leases for AnyStore {
+    delegate! {
+        async fn acquire(
+            &self,
+            id: &str,
+            owner: &Owner,
+            now: i64,
+            ttl_ms: i64,
+            force: bool,
+        ) -> Result<Lease, StoreError>;
+        async fn renew(&self, lease: &Lease, expires_at: i64) -> Result<(), StoreError>;
+        async fn release(&self, lease: &Lease) -> Result<(), StoreError>;
+        async fn request(&self, id: &str, what: &str, now: i64) -> Result<bool, StoreError>;
+        async fn lease(&self, id: &str) -> Result<Option<Lease>, StoreError>;
+        async fn claim(
+            &self,
+            owner: &Owner,
+            agents: &[String],
+            now: i64,
+            ttl_ms: i64,
+            limit: usize,
+        ) -> Result<Vec<Lease>, StoreError>;
+        async fn wake(&self) -> Result<(), StoreError>;
+        async fn wait_for_work(&self, max: std::time::Duration);
     }
+}
 
-    async fn append(
-        &self,
-        id: &str,
-        expected_seq: u64,
-        events: &[Envelope],
-        status: SessionStatus,
-        now: i64,
-    ) -> Result<(), StoreError> {
-        match self {
-            Self::Sqlite(st) => st.append(id, expected_seq, events, status, now).await,
-            Self::Postgres(st) => st.append(id, expected_seq, events, status, now).await,
-            Self::Memory(st) => st.append(id, expected_seq, events, status, now).await,
-        }
-    }
-
-    async fn get(&self, id: &str) -> Result<SessionRecord, StoreError> {
-        match self {
-            Self::Sqlite(st) => st.get(id).await,
-            Self::Postgres(st) => st.get(id).await,
-            Self::Memory(st) => st.get(id).await,
-        }
-    }
-
-    async fn load(&self, id: &str) -> Result<(SessionRecord, Vec<Envelope>), StoreError> {
-        match self {
-            Self::Sqlite(st) => st.load(id).await,
-            Self::Postgres(st) => st.load(id).await,
-            Self::Memory(st) => st.load(id).await,
-        }
-    }
-
-    async fn events_after(&self, id: &str, after_seq: u64) -> Result<Vec<Envelope>, StoreError> {
-        match self {
-            Self::Sqlite(st) => st.events_after(id, after_seq).await,
-            Self::Postgres(st) => st.events_after(id, after_seq).await,
-            Self::Memory(st) => st.events_after(id, after_seq).await,
-        }
-    }
-
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<SessionRecord>, StoreError> {
-        match self {
-            Self::Sqlite(st) => st.list(filter).await,
-            Self::Postgres(st) => st.list(filter).await,
-            Self::Memory(st) => st.list(filter).await,
-        }
-    }
-
-    async fn prune(&self, before: i64, active: bool) -> Result<u64, StoreError> {
-        match self {
-            Self::Sqlite(st) => st.prune(before, active).await,
-            Self::Postgres(st) => st.prune(before, active).await,
-            Self::Memory(st) => st.prune(before, active).await,
-        }
-    }
-
-    async fn append_with_snapshot(
-        &self,
-        id: &str,
-        expected_seq: u64,
-        events: &[Envelope],
-        status: SessionStatus,
-        now: i64,
-        snapshot: &Encoded,
-    ) -> Result<(), StoreError> {
-        match self {
-            Self::Sqlite(st) => {
-                st.append_with_snapshot(id, expected_seq, events, status, now, snapshot)
-                    .await
-            }
-            Self::Postgres(st) => {
-                st.append_with_snapshot(id, expected_seq, events, status, now, snapshot)
-                    .await
-            }
-            Self::Memory(st) => {
-                st.append_with_snapshot(id, expected_seq, events, status, now, snapshot)
-                    .await
-            }
-        }
-    }
-
-    async fn acquire(
-        &self,
-        id: &str,
-        owner: &crate::Owner,
-        now: i64,
-        ttl_ms: i64,
-        force: bool,
-    ) -> Result<crate::Lease, StoreError> {
-        match self {
-            Self::Sqlite(st) => st.acquire(id, owner, now, ttl_ms, force).await,
-            Self::Postgres(st) => st.acquire(id, owner, now, ttl_ms, force).await,
-            Self::Memory(st) => st.acquire(id, owner, now, ttl_ms, force).await,
-        }
-    }
-
-    async fn renew(&self, lease: &crate::Lease, expires_at: i64) -> Result<(), StoreError> {
-        match self {
-            Self::Sqlite(st) => st.renew(lease, expires_at).await,
-            Self::Postgres(st) => st.renew(lease, expires_at).await,
-            Self::Memory(st) => st.renew(lease, expires_at).await,
-        }
-    }
-
-    async fn release(&self, lease: &crate::Lease) -> Result<(), StoreError> {
-        match self {
-            Self::Sqlite(st) => st.release(lease).await,
-            Self::Postgres(st) => st.release(lease).await,
-            Self::Memory(st) => st.release(lease).await,
-        }
-    }
-
-    async fn request(&self, id: &str, what: &str, now: i64) -> Result<bool, StoreError> {
-        match self {
-            Self::Sqlite(st) => st.request(id, what, now).await,
-            Self::Postgres(st) => st.request(id, what, now).await,
-            Self::Memory(st) => st.request(id, what, now).await,
-        }
-    }
-
-    async fn lease(&self, id: &str) -> Result<Option<crate::Lease>, StoreError> {
-        match self {
-            Self::Sqlite(st) => st.lease(id).await,
-            Self::Postgres(st) => st.lease(id).await,
-            Self::Memory(st) => st.lease(id).await,
-        }
-    }
-
-    async fn claim(
-        &self,
-        owner: &crate::Owner,
-        agents: &[String],
-        now: i64,
-        ttl_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<crate::Lease>, StoreError> {
-        match self {
-            Self::Sqlite(st) => st.claim(owner, agents, now, ttl_ms, limit).await,
-            Self::Postgres(st) => st.claim(owner, agents, now, ttl_ms, limit).await,
-            Self::Memory(st) => st.claim(owner, agents, now, ttl_ms, limit).await,
-        }
-    }
-
-    async fn wake(&self) -> Result<(), StoreError> {
-        match self {
-            Self::Sqlite(st) => st.wake().await,
-            Self::Postgres(st) => st.wake().await,
-            Self::Memory(st) => st.wake().await,
-        }
-    }
-
-    async fn wait_for_work(&self, max: std::time::Duration) {
-        match self {
-            Self::Sqlite(st) => st.wait_for_work(max).await,
-            Self::Postgres(st) => st.wait_for_work(max).await,
-            Self::Memory(st) => st.wait_for_work(max).await,
-        }
-    }
-
-    async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError> {
-        match self {
-            Self::Sqlite(st) => st.latest_snapshot(id).await,
-            Self::Postgres(st) => st.latest_snapshot(id).await,
-            Self::Memory(st) => st.latest_snapshot(id).await,
-        }
-    }
-
-    async fn snapshot_parts(&self, id: &str, from: u64) -> Result<Vec<(u64, String)>, StoreError> {
-        match self {
-            Self::Sqlite(st) => st.snapshot_parts(id, from).await,
-            Self::Postgres(st) => st.snapshot_parts(id, from).await,
-            Self::Memory(st) => st.snapshot_parts(id, from).await,
-        }
+impl Knowledge for AnyStore {
+    delegate! {
+        async fn add(
+            &self,
+            kind: Kind,
+            shelf: &Shelf,
+            entries: Vec<NewEntry>,
+            replace: bool,
+            now: i64,
+        ) -> Result<Vec<i64>, StoreError>;
+        async fn search(
+            &self,
+            kind: Kind,
+            shelves: &[Shelf],
+            query: &str,
+            limit: usize,
+        ) -> Result<Vec<Hit>, StoreError>;
+        async fn search_vector(
+            &self,
+            kind: Kind,
+            shelves: &[Shelf],
+            model: &str,
+            vector: &[f32],
+            limit: usize,
+        ) -> Result<Vec<Hit>, StoreError>;
+        async fn forget(&self, kind: Kind, shelves: &[Shelf], id: i64) -> Result<bool, StoreError>;
+        async fn list_entries(
+            &self,
+            kind: Kind,
+            shelves: &[Shelf],
+            limit: usize,
+            offset: usize,
+        ) -> Result<Vec<Listed>, StoreError>;
     }
 }
 

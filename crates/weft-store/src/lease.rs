@@ -1,5 +1,6 @@
 //! Leases, shared by the stores: the statements (written once, with the placeholder each
-//! database wants) and how a lease row reads back.
+//! database wants), how a lease row reads back, and the lease methods of the SQL stores
+//! ([`sql_lease_methods`]).
 
 use std::time::Duration;
 
@@ -56,7 +57,7 @@ pub(crate) fn prune_sql(p: fn(usize) -> String) -> String {
     )
 }
 
-/// The sessions a worker may claim (see `Store::claim`): running, with events (a session with
+/// The sessions a worker may claim (see `Leases::claim`): running, with events (a session with
 /// none, such as a thread created empty, has nothing to drive), of one of the agents, with no
 /// lease or an expired one; those whose owner stopped first (they were started already, and a
 /// backlog of new sessions must not delay their takeover), then the least recently updated.
@@ -154,22 +155,153 @@ pub(crate) fn request_sql(p: fn(usize) -> String) -> String {
 /// A lease row: (owner, host, pid, epoch, expires_at, request).
 pub(crate) type Row = (String, String, i64, i64, i64, Option<String>);
 
+/// A lease as read from its row. A pid or an epoch that this build cannot have written is
+/// [`StoreError::Corrupt`], never read as 0 (which would mean "no lease" to the fence).
 pub(crate) fn from_row(
     session: &str,
     (owner, host, pid, epoch, expires_at, request): Row,
-) -> Lease {
-    Lease {
+) -> Result<Lease, StoreError> {
+    Ok(Lease {
         session: session.to_owned(),
         owner: Owner {
             id: owner,
             host,
-            pid: u32::try_from(pid).unwrap_or_default(),
+            pid: u32::try_from(pid).map_err(|_| {
+                StoreError::Corrupt(format!(
+                    "session {session}: the lease names process id {pid}"
+                ))
+            })?,
         },
-        epoch: u64::try_from(epoch).unwrap_or_default(),
+        epoch: read_epoch(session, epoch)?,
         expires_at,
         request,
-    }
+    })
 }
+
+/// A lease's epoch as stored: at least 1 (every lease row is written with epoch 1 or more).
+pub(crate) fn read_epoch(session: &str, epoch: i64) -> Result<u64, StoreError> {
+    u64::try_from(epoch).ok().filter(|e| *e > 0).ok_or_else(|| {
+        StoreError::Corrupt(format!("session {session}: the lease has epoch {epoch}"))
+    })
+}
+
+/// [`acquire_sql`] with its parameters bound, for `$p`'s placeholders; fetch it for the new epoch.
+macro_rules! acquire_query {
+    ($p:path, $id:expr, $owner:expr, $expires_at:expr, $now:expr, $force:expr) => {
+        sqlx::query_scalar::<_, i64>(&$crate::lease::acquire_sql($p))
+            .bind($id)
+            .bind(&$owner.id)
+            .bind(&$owner.host)
+            .bind(i64::from($owner.pid))
+            .bind($expires_at)
+            .bind($now)
+            .bind(i64::from($force))
+    };
+}
+pub(crate) use acquire_query;
+
+/// The [`crate::Leases`] methods that the SQL stores share, written once: `acquire`, `renew`,
+/// `release`, `request` and `lease`, for a store with a `pool` and an `err(context, sqlx::Error)`
+/// and the placeholders `$p` makes (`question` or `dollar`). Each store writes its own `claim`,
+/// `wake` and `wait_for_work`.
+macro_rules! sql_lease_methods {
+    ($p:path) => {
+        async fn acquire(
+            &self,
+            id: &str,
+            owner: &$crate::Owner,
+            now: i64,
+            ttl_ms: i64,
+            force: bool,
+        ) -> Result<$crate::Lease, $crate::StoreError> {
+            let ctx = || format!("cannot take the lease of session {id}");
+            let expires_at = now.saturating_add(ttl_ms);
+            let epoch = $crate::lease::acquire_query!($p, id, owner, expires_at, now, force)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| self.err(&ctx(), e))?;
+            match epoch {
+                Some(epoch) => Ok($crate::Lease {
+                    session: id.to_owned(),
+                    owner: owner.clone(),
+                    epoch: $crate::lease::read_epoch(id, epoch)?,
+                    expires_at,
+                    request: None,
+                }),
+                // The upsert wrote nothing: a lease row is there, held by another owner.
+                None => match self.lease(id).await? {
+                    Some(l) => Err($crate::lease::held(&l, now)),
+                    None => Err($crate::StoreError::Corrupt(format!(
+                        "{}: the lease was neither taken nor found",
+                        ctx()
+                    ))),
+                },
+            }
+        }
+
+        async fn renew(
+            &self,
+            l: &$crate::Lease,
+            expires_at: i64,
+        ) -> Result<(), $crate::StoreError> {
+            let done = sqlx::query(&$crate::lease::renew_sql($p))
+                .bind(expires_at)
+                .bind(&l.session)
+                .bind(&l.owner.id)
+                .bind($crate::row::to_i64("epoch", l.epoch)?)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| {
+                    self.err(
+                        &format!("cannot renew the lease of session {}", l.session),
+                        e,
+                    )
+                })?;
+            if done.rows_affected() == 0 {
+                return Err($crate::StoreError::LeaseLost(l.session.clone()));
+            }
+            Ok(())
+        }
+
+        async fn release(&self, l: &$crate::Lease) -> Result<(), $crate::StoreError> {
+            match self.renew(l, 0).await {
+                Err($crate::StoreError::LeaseLost(_)) => Ok(()),
+                other => other,
+            }
+        }
+
+        async fn request(
+            &self,
+            id: &str,
+            what: &str,
+            now: i64,
+        ) -> Result<bool, $crate::StoreError> {
+            let done = sqlx::query(&$crate::lease::request_sql($p))
+                .bind(what)
+                .bind(id)
+                .bind(now)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| {
+                    self.err(
+                        &format!("cannot ask the owner of session {id} to {what}"),
+                        e,
+                    )
+                })?;
+            Ok(done.rows_affected() > 0)
+        }
+
+        async fn lease(&self, id: &str) -> Result<Option<$crate::Lease>, $crate::StoreError> {
+            let row: Option<$crate::lease::Row> = sqlx::query_as(&$crate::lease::select_sql($p))
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| self.err(&format!("cannot read the lease of session {id}"), e))?;
+            row.map(|r| $crate::lease::from_row(id, r)).transpose()
+        }
+    };
+}
+pub(crate) use sql_lease_methods;
 
 /// Whether a batch written at `epoch` may be appended to a session whose lease is `lease`
 /// (checked in the append's own transaction). A batch at an epoch is accepted only while that

@@ -3,7 +3,7 @@
 //! writers of one session cannot interleave: one wins, the other gets [`StoreError::Conflict`].
 //!
 //! Backends: [`SqliteStore`] (one file, the default), [`PgStore`] (a PostgreSQL URL, for many
-//! processes) and [`MemoryStore`]; [`AnyStore::open`] picks one from a `--db` string. The SQL
+//! processes) and [`RamStore`]; [`AnyStore::open`] picks one from a `--db` string. The SQL
 //! stores share one layout (`migrations/sqlite`, `migrations/postgres`), versioned in a
 //! `weft_schema` table and brought up to date when a store is opened:
 //!
@@ -38,9 +38,10 @@ mod any;
 pub mod fuzzing;
 pub mod knowledge;
 mod lease;
-mod memory;
 mod postgres;
+mod ram;
 mod row;
+mod sql_log;
 mod sqlite;
 mod sqlite_writer;
 
@@ -57,8 +58,8 @@ pub use weft_core::Durability;
 pub use any::AnyStore;
 pub use knowledge::{Embedding, Hit, Kind, Knowledge, Listed, NewEntry, Scope, Shelf, fuse};
 pub use lease::{DEFAULT_LEASE, time as lease_time};
-pub use memory::MemoryStore;
 pub use postgres::{PgBounds, PgStore};
+pub use ram::RamStore;
 pub use sqlite::SqliteStore;
 
 /// The version of the SQLite schema this build writes and reads. A database whose schema is
@@ -119,7 +120,7 @@ pub struct SessionRecord {
 }
 
 /// A stored snapshot's head: the newest of a session (see [`weft_core::snapshot`], which reads
-/// it and says which parts of the conversation a load needs, [`Store::snapshot_parts`]).
+/// it and says which parts of the conversation a load needs, [`SessionLog::snapshot_parts`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Snapshot {
     /// The snapshot covers the log up to this event.
@@ -166,6 +167,10 @@ pub struct ListFilter {
     pub limit: Option<usize>,
 }
 
+/// The error behind a failed query, connection or write, boxed so that no database driver's
+/// types are part of this crate's API.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Store failures.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -181,24 +186,47 @@ pub enum StoreError {
     NotFound(String),
     #[error("session {0} already exists")]
     Exists(String),
+    /// A value read back from the store is not one this build could have written (a negative
+    /// epoch or sequence number, a lease naming no process, JSON that does not parse...). Never
+    /// read as a default.
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// A query or a write failed; `context` says what was being done and where.
+    #[error("{context}: {source}")]
+    Query {
+        context: String,
+        #[source]
+        source: BoxError,
+    },
+    /// A write broke a rule the database enforces (a reference to a row that is not there, a
+    /// value a column does not take), other than the conflicts that have their own variants.
+    #[error("{context}: {source}")]
+    Constraint {
+        context: String,
+        #[source]
+        source: BoxError,
+    },
+    /// A value that cannot be stored: a number too large for its column, an event or metadata
+    /// that does not encode as JSON.
+    #[error("cannot store {what}: {reason}")]
+    Unstorable { what: String, reason: String },
+    /// A file the store needs could not be made or read.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The store was closed (by [`SqliteStore::close`] or [`PgStore::close`]) before the request
+    /// was answered.
+    #[error("{context}: the store {place} is closed")]
+    Closed { context: String, place: String },
+    /// The database stayed busy with another connection's work for longer than the store waits.
     #[error("{0}")]
-    Backend(String),
-    /// A database query failed; `context` says what was being done.
-    #[error("{context}: {source}")]
-    Sql {
-        context: String,
-        #[source]
-        source: sqlx::Error,
-    },
-    /// The SQLite store's writer could not write; `context` says what was being done.
-    #[error("{context}: {source}")]
-    Write {
-        context: String,
-        #[source]
-        source: rusqlite::Error,
-    },
+    Busy(String),
+    /// A lock of the in-RAM store was poisoned by a panic in another thread.
+    #[error("the in-RAM store's {0} were left inconsistent by a panic; start again")]
+    Poisoned(&'static str),
     /// The database server could not be reached.
     #[error(
         "cannot connect to {target}: {source}; check that the server is running and the URL is right"
@@ -207,7 +235,7 @@ pub enum StoreError {
         /// What was being connected to, e.g. `PostgreSQL at 127.0.0.1:5432`.
         target: String,
         #[source]
-        source: sqlx::Error,
+        source: BoxError,
     },
     /// The database server answered and refused the URL: its database or role does not exist, or
     /// the password is wrong. A mistake in the URL, not an outage: trying again cannot help.
@@ -277,8 +305,56 @@ impl StoreError {
     pub fn is_infrastructure(&self) -> bool {
         matches!(
             self,
-            Self::Sql { .. } | Self::Write { .. } | Self::Unavailable { .. }
+            Self::Query { .. } | Self::Constraint { .. } | Self::Unavailable { .. }
         )
+    }
+}
+
+impl StoreError {
+    /// A failed query: a broken constraint as [`StoreError::Constraint`], the rest as
+    /// [`StoreError::Query`].
+    pub(crate) fn sql(context: String, e: sqlx::Error) -> Self {
+        use sqlx::error::ErrorKind;
+        let constraint =
+            matches!(&e, sqlx::Error::Database(db) if !matches!(db.kind(), ErrorKind::Other));
+        if constraint {
+            Self::Constraint {
+                context,
+                source: Box::new(e),
+            }
+        } else {
+            Self::Query {
+                context,
+                source: Box::new(e),
+            }
+        }
+    }
+
+    /// A failed write of the SQLite writer, as [`StoreError::sql`] sorts a query's.
+    pub(crate) fn write(context: String, e: rusqlite::Error) -> Self {
+        let constraint = matches!(
+            &e,
+            rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation
+        );
+        if constraint {
+            Self::Constraint {
+                context,
+                source: Box::new(e),
+            }
+        } else {
+            Self::Query {
+                context,
+                source: Box::new(e),
+            }
+        }
+    }
+
+    /// A number too large for its column.
+    pub(crate) fn too_large(what: &str, n: impl std::fmt::Display) -> Self {
+        Self::Unstorable {
+            what: format!("{what} {n}"),
+            reason: "it is too large for the database".into(),
+        }
     }
 }
 
@@ -303,8 +379,16 @@ pub struct Lease {
     pub request: Option<String>,
 }
 
-/// Where sessions live.
-pub trait Store: knowledge::Knowledge + Send + Sync + 'static {
+/// Where sessions live: everything a store does. Implemented for every type that implements
+/// the three concerns, [`SessionLog`], [`Leases`] and [`Knowledge`]; code that needs only one of
+/// them (the runtime needs the log and snapshots) can ask for that one alone.
+pub trait Store: SessionLog + Leases + Knowledge {}
+
+impl<T: SessionLog + Leases + Knowledge> Store for T {}
+
+/// Leases on sessions and the queue of work: who drives a session, and which sessions wait for
+/// a worker.
+pub trait Leases: Send + Sync + 'static {
     /// Takes the lease on session `id` for `owner` until `now + ttl_ms`: when no one holds it,
     /// when its holder's lease expired (or was released), when `owner` holds it already, or
     /// with `force`. Otherwise [`StoreError::Leased`], naming the holder. The session need not
@@ -327,7 +411,7 @@ pub trait Store: knowledge::Knowledge + Send + Sync + 'static {
     /// Gives a lease up (it expires now), if it is still this one.
     fn release(&self, lease: &Lease) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Asks the process that holds the session's running lease for `what` (`cancel`, `pause`);
-    /// false when no process holds it. The owner reads it with [`Store::lease`].
+    /// false when no process holds it. The owner reads it with [`Leases::lease`].
     fn request(
         &self,
         id: &str,
@@ -341,7 +425,7 @@ pub trait Store: knowledge::Knowledge + Send + Sync + 'static {
     /// of one of `agents`, with no lease or an expired one, least recently updated first. Each
     /// lease comes with the session's next epoch. On PostgreSQL, workers claiming at once skip
     /// each other's candidates (`FOR UPDATE SKIP LOCKED`) instead of waiting for them; every
-    /// store takes each lease with the same check as [`Store::acquire`], so a session is never
+    /// store takes each lease with the same check as [`Leases::acquire`], so a session is never
     /// claimed twice.
     fn claim(
         &self,
@@ -354,8 +438,12 @@ pub trait Store: knowledge::Knowledge + Send + Sync + 'static {
     /// Tells waiting workers that there is work (PostgreSQL: `NOTIFY`; other stores: the
     /// workers of this process). It only shortens their wait: polling finds the work anyway.
     fn wake(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Waits until [`Store::wake`] is called or `max` has passed.
+    /// Waits until [`Leases::wake`] is called or `max` has passed.
     fn wait_for_work(&self, max: std::time::Duration) -> impl Future<Output = ()> + Send;
+}
+
+/// Sessions, their logs and their snapshots: what the runtime needs.
+pub trait SessionLog: Send + Sync + 'static {
     /// Creates a session with no events.
     fn create(
         &self,
@@ -424,7 +512,7 @@ pub trait Store: knowledge::Knowledge + Send + Sync + 'static {
         before: i64,
         active: bool,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
-    /// Appends a batch as [`Store::append`] does and, in the same transaction, a snapshot of
+    /// Appends a batch as [`SessionLog::append`] does and, in the same transaction, a snapshot of
     /// the session's state: its head replaces the session's last one, and its part (the
     /// conversation from `part.start` on) replaces every part from that start on. The snapshot
     /// may not be ahead of the log once the batch is written ([`StoreError::OutOfRange`]).
@@ -440,11 +528,11 @@ pub trait Store: knowledge::Knowledge + Send + Sync + 'static {
         snapshot: &Encoded,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Writes every append from now on at `durability` (a store with nothing to choose, such
-    /// as the memory store, ignores it).
+    /// as the in-RAM store, ignores it).
     fn set_durability(&self, durability: Durability) {
         let _ = durability;
     }
-    /// The newest snapshot's head; its conversation is in [`Store::snapshot_parts`], and
+    /// The newest snapshot's head; its conversation is in [`SessionLog::snapshot_parts`], and
     /// `events_after(seq)` fold on top of it.
     fn latest_snapshot(
         &self,
@@ -487,8 +575,8 @@ pub fn epoch_of(events: &[Envelope]) -> u64 {
 }
 
 /// Takes the leases of `candidates` in order, up to `limit`, passing over those another owner
-/// took meanwhile: the second half of [`Store::claim`] for stores that pick candidates first.
-pub(crate) async fn take_each<S: Store + ?Sized>(
+/// took meanwhile: the second half of [`Leases::claim`] for stores that pick candidates first.
+pub(crate) async fn take_each<S: Leases + ?Sized>(
     store: &S,
     candidates: impl IntoIterator<Item = String>,
     owner: &Owner,

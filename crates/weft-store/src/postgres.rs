@@ -5,7 +5,7 @@
 //! disk, and to synchronous standbys if there are any), `normal` with `off` (a commit returns
 //! before the flush; a crash of the server can lose the last few hundred milliseconds of commits,
 //! never leave them half-written). The pool's connections start with the durability the store
-//! was connected with; an append made after [`Store::set_durability`] chose another sets it for
+//! was connected with; an append made after [`SessionLog::set_durability`] chose another sets it for
 //! its own transaction (`SET LOCAL`).
 
 use std::collections::BTreeMap;
@@ -14,16 +14,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Connection, Executor, Row};
+use sqlx::{Connection, Executor};
 use weft_core::snapshot::Encoded;
 use weft_core::{Envelope, SessionStatus};
 
-use crate::row::{self, SessionCols};
+use crate::row;
 use crate::{
-    Durability, Lease, ListFilter, NewSession, Owner, POSTGRES_SCHEMA_VERSION, SessionRecord,
-    Settings, Snapshot, Store, StoreError, check_batch, lease,
+    Durability, Lease, Leases, NewSession, Owner, POSTGRES_SCHEMA_VERSION, SessionLog,
+    SessionRecord, Settings, StoreError, check_batch, lease,
 };
 
 /// The schema migrations, in order: (version, SQL).
@@ -92,8 +91,13 @@ impl PgBounds {
 /// The advisory lock held while migrating, so that processes starting together do not race.
 const MIGRATION_LOCK: i64 = 0x7765_6674_5f6d_6967; // "weft_mig"
 
-const SESSION_COLS: &str = "id, user_id, agent, reference_id, metadata, parent_id, status, \
-                            created_at, updated_at, last_seq";
+/// How this store reads sessions: by their ids, the last sequence number in the session row.
+const POSTGRES: crate::sql_log::Dialect = crate::sql_log::Dialect {
+    p: lease::dollar,
+    session_cols: "id, user_id, agent, reference_id, metadata::text, parent_id, status, \
+                   created_at, updated_at, last_seq",
+    of_session: |n| format!("session_id = ${n}"),
+};
 
 /// A store in a PostgreSQL database.
 #[derive(Clone, Debug)]
@@ -101,12 +105,12 @@ pub struct PgStore {
     pub(crate) pool: PgPool,
     /// `PostgreSQL at host:port`, for messages.
     target: String,
-    /// Hears `NOTIFY weft_work` for [`Store::wait_for_work`] (connected at the first wait).
+    /// Hears `NOTIFY weft_work` for [`Leases::wait_for_work`] (connected at the first wait).
     listener: Arc<tokio::sync::Mutex<Option<PgListener>>>,
     /// The `synchronous_commit` of each durability, and the durability the pool's connections
     /// start with.
     commit: Commit,
-    /// Whether appends are written at `full` now (see [`Store::set_durability`]).
+    /// Whether appends are written at `full` now (see [`SessionLog::set_durability`]).
     full: Arc<AtomicBool>,
 }
 
@@ -138,6 +142,8 @@ impl Commit {
 }
 
 impl PgStore {
+    crate::sql_log::sql_log_rows!(POSTGRES, PgRow);
+
     /// Connects to `postgres://...` and brings the schema up to date. Fails after about five
     /// seconds when the server does not answer. Writes at the default durability (`full`).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
@@ -313,7 +319,9 @@ impl PgStore {
                 Some(a) => StoreError::Conflict {
                     session: id.to_owned(),
                     expected: expected_seq,
-                    actual: u64::try_from(a).unwrap_or_default(),
+                    actual: u64::try_from(a).map_err(|_| {
+                        StoreError::Corrupt(format!("session {id}: its last event is numbered {a}"))
+                    })?,
                 },
             });
         }
@@ -339,36 +347,16 @@ impl PgStore {
         Ok(())
     }
 
-    fn err(&self, context: &str, e: sqlx::Error) -> StoreError {
+    pub(crate) fn err(&self, context: &str, e: sqlx::Error) -> StoreError {
         match e {
             sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
                 StoreError::Unavailable {
                     target: self.target.clone(),
-                    source: e,
+                    source: Box::new(e),
                 }
             }
-            e => StoreError::Sql {
-                context: format!("{context} ({})", self.target),
-                source: e,
-            },
+            e => StoreError::sql(format!("{context} ({})", self.target), e),
         }
-    }
-
-    fn session(&self, r: &PgRow) -> Result<SessionRecord, StoreError> {
-        let ctx = "cannot read a session row";
-        SessionCols {
-            id: r.try_get(0).map_err(|e| self.err(ctx, e))?,
-            user_id: r.try_get(1).map_err(|e| self.err(ctx, e))?,
-            agent: r.try_get(2).map_err(|e| self.err(ctx, e))?,
-            reference_id: r.try_get(3).map_err(|e| self.err(ctx, e))?,
-            metadata: r.try_get::<Value, _>(4).map_err(|e| self.err(ctx, e))?,
-            parent_id: r.try_get(5).map_err(|e| self.err(ctx, e))?,
-            status: r.try_get(6).map_err(|e| self.err(ctx, e))?,
-            created_at: r.try_get(7).map_err(|e| self.err(ctx, e))?,
-            updated_at: r.try_get(8).map_err(|e| self.err(ctx, e))?,
-            last_seq: r.try_get(9).map_err(|e| self.err(ctx, e))?,
-        }
-        .into_record()
     }
 
     /// Checks, inside an append's transaction, that a batch written at `epoch` may be appended
@@ -387,45 +375,14 @@ impl PgStore {
                 .fetch_optional(tx)
                 .await
                 .map_err(|e| self.err(&format!("cannot read the lease of session {id}"), e))?;
-        let current = row.map(|r| lease::from_row(id, r));
+        let current = row.map(|r| lease::from_row(id, r)).transpose()?;
         lease::fence(id, epoch, current.as_ref(), now)
-    }
-
-    async fn read_events(
-        &self,
-        id: &str,
-        after: u64,
-        last: u64,
-    ) -> Result<Vec<Envelope>, StoreError> {
-        let ctx = || format!("cannot read the events of session {id}");
-        let rows = sqlx::query(
-            "SELECT seq, ts, v, type, payload, epoch FROM events \
-             WHERE session_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq",
-        )
-        .bind(id)
-        .bind(row::to_i64("sequence number", after)?)
-        .bind(row::to_i64("sequence number", last)?)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| self.err(&ctx(), e))?;
-        let mut log = Vec::with_capacity(rows.len());
-        for r in rows {
-            let seq: i64 = r.try_get(0).map_err(|e| self.err(&ctx(), e))?;
-            let ts: i64 = r.try_get(1).map_err(|e| self.err(&ctx(), e))?;
-            let v: i32 = r.try_get(2).map_err(|e| self.err(&ctx(), e))?;
-            let kind: String = r.try_get(3).map_err(|e| self.err(&ctx(), e))?;
-            let payload: Value = r.try_get(4).map_err(|e| self.err(&ctx(), e))?;
-            let epoch: i64 = r.try_get(5).map_err(|e| self.err(&ctx(), e))?;
-            let mut e = row::decode(id, seq, ts, i64::from(v), &kind, payload)?;
-            e.epoch = row::epoch(id, seq, epoch)?;
-            log.push(e);
-        }
-        row::check_contiguous(id, after, last, &log)?;
-        Ok(log)
     }
 }
 
-impl Store for PgStore {
+impl SessionLog for PgStore {
+    crate::sql_log::sql_log_reads!(POSTGRES, sqlx::Postgres);
+
     fn set_durability(&self, durability: Durability) {
         self.full
             .store(durability == Durability::Full, Ordering::Release);
@@ -496,119 +453,10 @@ impl Store for PgStore {
         self.write(id, expected_seq, events, status, now, Some(snapshot))
             .await
     }
+}
 
-    async fn get(&self, id: &str) -> Result<SessionRecord, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {SESSION_COLS} FROM sessions WHERE id = $1"
-        ))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(|e| self.err(&format!("cannot read session {id}"), e))?;
-        match row {
-            Some(r) => self.session(&r),
-            None => Err(StoreError::NotFound(id.to_owned())),
-        }
-    }
-
-    async fn load(&self, id: &str) -> Result<(SessionRecord, Vec<Envelope>), StoreError> {
-        let rec = self.get(id).await?;
-        let log = self.read_events(id, 0, rec.last_seq).await?;
-        Ok((rec, log))
-    }
-
-    async fn events_after(&self, id: &str, after_seq: u64) -> Result<Vec<Envelope>, StoreError> {
-        let rec = self.get(id).await?;
-        if after_seq >= rec.last_seq {
-            return Ok(Vec::new());
-        }
-        self.read_events(id, after_seq, rec.last_seq).await
-    }
-
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<SessionRecord>, StoreError> {
-        let mut sql = format!("SELECT {SESSION_COLS} FROM sessions");
-        let mut conds = Vec::new();
-        if filter.user_id.is_some() {
-            conds.push(format!("user_id = ${}", conds.len() + 1));
-        }
-        if filter.status.is_some() {
-            conds.push(format!("status = ${}", conds.len() + 1));
-        }
-        if !conds.is_empty() {
-            sql.push_str(" WHERE ");
-            sql.push_str(&conds.join(" AND "));
-        }
-        sql.push_str(&format!(
-            " ORDER BY updated_at DESC, id DESC LIMIT ${}",
-            conds.len() + 1
-        ));
-        let mut q = sqlx::query(&sql);
-        if let Some(u) = &filter.user_id {
-            q = q.bind(u);
-        }
-        if let Some(s) = filter.status {
-            q = q.bind(s.as_str());
-        }
-        let limit: Option<i64> = filter.limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-        let rows = q
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| self.err("cannot list sessions", e))?;
-        rows.iter().map(|r| self.session(r)).collect()
-    }
-
-    async fn prune(&self, before: i64, active: bool) -> Result<u64, StoreError> {
-        let res = sqlx::query(
-            "DELETE FROM sessions WHERE updated_at < $1 AND ($2 OR status IN ('completed', 'failed'))",
-        )
-        .bind(before)
-        .bind(active)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.err("cannot prune sessions", e))?;
-        sqlx::query(&lease::prune_sql(lease::dollar))
-            .bind(before)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.err("cannot prune the leases of pruned sessions", e))?;
-        Ok(res.rows_affected())
-    }
-
-    async fn acquire(
-        &self,
-        id: &str,
-        owner: &Owner,
-        now: i64,
-        ttl_ms: i64,
-        force: bool,
-    ) -> Result<Lease, StoreError> {
-        let ctx = || format!("cannot take the lease of session {id}");
-        let epoch: Option<i64> = sqlx::query_scalar(&lease::acquire_sql(lease::dollar))
-            .bind(id)
-            .bind(&owner.id)
-            .bind(&owner.host)
-            .bind(i64::from(owner.pid))
-            .bind(now.saturating_add(ttl_ms))
-            .bind(now)
-            .bind(i64::from(force))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.err(&ctx(), e))?;
-        match epoch {
-            Some(epoch) => Ok(Lease {
-                session: id.to_owned(),
-                owner: owner.clone(),
-                epoch: u64::try_from(epoch).unwrap_or_default(),
-                expires_at: now.saturating_add(ttl_ms),
-                request: None,
-            }),
-            None => match self.lease(id).await? {
-                Some(l) => Err(lease::held(&l, now)),
-                None => Err(StoreError::Backend(format!("{}: no lease row", ctx()))),
-            },
-        }
-    }
+impl Leases for PgStore {
+    lease::sql_lease_methods!(lease::dollar);
 
     async fn claim(
         &self,
@@ -656,23 +504,16 @@ impl Store for PgStore {
         let mut got = Vec::with_capacity(ids.len());
         let expires_at = now.saturating_add(ttl_ms);
         for id in ids {
-            let epoch: Option<i64> = sqlx::query_scalar(&lease::acquire_sql(lease::dollar))
-                .bind(&id)
-                .bind(&owner.id)
-                .bind(&owner.host)
-                .bind(i64::from(owner.pid))
-                .bind(expires_at)
-                .bind(now)
-                .bind(0_i64)
+            let epoch = lease::acquire_query!(lease::dollar, &id, owner, expires_at, now, false)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(|e| self.err(ctx, e))?;
             // None: a process that is not a worker (`weft resume`) took it meanwhile.
             if let Some(epoch) = epoch {
                 got.push(Lease {
+                    epoch: lease::read_epoch(&id, epoch)?,
                     session: id,
                     owner: owner.clone(),
-                    epoch: u64::try_from(epoch).unwrap_or_default(),
                     expires_at,
                     request: None,
                 });
@@ -716,89 +557,6 @@ impl Store for PgStore {
                 Ok(Err(_)) => *slot = None,
             }
         }
-    }
-
-    async fn renew(&self, l: &Lease, expires_at: i64) -> Result<(), StoreError> {
-        let done = sqlx::query(&lease::renew_sql(lease::dollar))
-            .bind(expires_at)
-            .bind(&l.session)
-            .bind(&l.owner.id)
-            .bind(row::to_i64("epoch", l.epoch)?)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| {
-                self.err(
-                    &format!("cannot renew the lease of session {}", l.session),
-                    e,
-                )
-            })?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::LeaseLost(l.session.clone()));
-        }
-        Ok(())
-    }
-
-    async fn release(&self, l: &Lease) -> Result<(), StoreError> {
-        match self.renew(l, 0).await {
-            Err(StoreError::LeaseLost(_)) => Ok(()),
-            other => other,
-        }
-    }
-
-    async fn request(&self, id: &str, what: &str, now: i64) -> Result<bool, StoreError> {
-        let done = sqlx::query(&lease::request_sql(lease::dollar))
-            .bind(what)
-            .bind(id)
-            .bind(now)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| {
-                self.err(
-                    &format!("cannot ask the owner of session {id} to {what}"),
-                    e,
-                )
-            })?;
-        Ok(done.rows_affected() > 0)
-    }
-
-    async fn lease(&self, id: &str) -> Result<Option<Lease>, StoreError> {
-        let row: Option<lease::Row> = sqlx::query_as(&lease::select_sql(lease::dollar))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.err(&format!("cannot read the lease of session {id}"), e))?;
-        Ok(row.map(|r| lease::from_row(id, r)))
-    }
-
-    async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError> {
-        self.get(id).await?;
-        let ctx = || format!("cannot read the snapshot of session {id}");
-        let head: Option<(i64, i32, String)> = sqlx::query_as(
-            "SELECT seq, v, state FROM snapshots WHERE session_id = $1 ORDER BY seq DESC LIMIT 1",
-        )
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(|e| self.err(&ctx(), e))?;
-        let Some((seq, version, head)) = head else {
-            return Ok(None);
-        };
-        row::snapshot(id, seq, i64::from(version), head)
-    }
-
-    async fn snapshot_parts(&self, id: &str, from: u64) -> Result<Vec<(u64, String)>, StoreError> {
-        self.get(id).await?;
-        let parts: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT start, part FROM snapshot_parts WHERE session_id = $1 \
-             AND start >= coalesce((SELECT max(start) FROM snapshot_parts \
-                 WHERE session_id = $1 AND start <= $2), 0) ORDER BY start",
-        )
-        .bind(id)
-        .bind(row::to_i64("a message position", from)?)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| self.err(&format!("cannot read the snapshot of session {id}"), e))?;
-        row::parts(id, parts)
     }
 }
 
@@ -924,9 +682,9 @@ fn target(opts: &PgConnectOptions) -> String {
 
 /// One connection, or [`StoreError::Unavailable`] with the reason (refused, timed out, ...).
 async fn open_conn(opts: &PgConnectOptions, target: &str) -> Result<PgConnection, StoreError> {
-    let unavailable = |source| StoreError::Unavailable {
+    let unavailable = |source: sqlx::Error| StoreError::Unavailable {
         target: target.to_owned(),
-        source,
+        source: Box::new(source),
     };
     match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(opts)).await {
         Ok(Ok(c)) => Ok(c),
@@ -971,10 +729,7 @@ async fn server_settings(
     target: &str,
 ) -> Result<ServerSettings, StoreError> {
     let mut conn = open_conn(opts, target).await?;
-    let sql_err = |source| StoreError::Sql {
-        context: format!("cannot read the server's settings ({target})"),
-        source,
-    };
+    let sql_err = |e| StoreError::sql(format!("cannot read the server's settings ({target})"), e);
     let synchronous_commit: String = sqlx::query_scalar("SHOW synchronous_commit")
         .fetch_one(&mut conn)
         .await
@@ -1013,10 +768,7 @@ async fn create_schema(opts: &PgConnectOptions, schema: &str) -> Result<(), Stor
     }
     let target = target(opts);
     let mut conn = open_conn(opts, &target).await?;
-    let sql_err = |e| StoreError::Sql {
-        context: format!("cannot create the schema {schema} ({target})"),
-        source: e,
-    };
+    let sql_err = |e| StoreError::sql(format!("cannot create the schema {schema} ({target})"), e);
     let mut tx = conn.begin().await.map_err(sql_err)?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(MIGRATION_LOCK)
@@ -1034,10 +786,7 @@ async fn create_schema(opts: &PgConnectOptions, schema: &str) -> Result<(), Stor
 async fn migrate(pool: &PgPool, target: &str) -> Result<(), StoreError> {
     let sql_err = |context: String| {
         let target = target.to_owned();
-        move |source| StoreError::Sql {
-            context: format!("{context} ({target})"),
-            source,
-        }
+        move |e| StoreError::sql(format!("{context} ({target})"), e)
     };
     let ctx = || "cannot bring the database schema up to date".to_owned();
     let mut tx = pool.begin().await.map_err(sql_err(ctx()))?;

@@ -48,23 +48,22 @@ pub(crate) fn parts(id: &str, parts: Vec<(i64, String)>) -> Result<Vec<(u64, Str
 }
 
 pub(crate) fn to_i64(what: &str, n: u64) -> Result<i64, StoreError> {
-    i64::try_from(n).map_err(|_| StoreError::Backend(format!("{what} {n} is too large to store")))
+    i64::try_from(n).map_err(|_| StoreError::too_large(what, n))
 }
 
 /// A session's metadata as JSON text.
 pub(crate) fn encode_metadata(s: &crate::NewSession) -> Result<String, StoreError> {
-    serde_json::to_string(&s.metadata).map_err(|e| {
-        StoreError::Backend(format!("session {}: cannot encode the metadata: {e}", s.id))
+    serde_json::to_string(&s.metadata).map_err(|e| StoreError::Unstorable {
+        what: format!("the metadata of session {}", s.id),
+        reason: e.to_string(),
     })
 }
 
 pub(crate) fn encode(session: &str, e: &Envelope) -> Result<EventRow, StoreError> {
     let kind = e.event.kind();
-    let text = serde_json::to_string(&e.event).map_err(|err| {
-        StoreError::Backend(format!(
-            "session {session}: cannot encode event {}: {err}",
-            e.seq
-        ))
+    let text = serde_json::to_string(&e.event).map_err(|err| StoreError::Unstorable {
+        what: format!("event {} of session {session}", e.seq),
+        reason: err.to_string(),
     })?;
     // The tag comes first in the JSON of an internally tagged enum: cut it off the text, which
     // is the object without its `type` key. Anything else takes the long way through a value.
@@ -75,11 +74,9 @@ pub(crate) fn encode(session: &str, e: &Envelope) -> Result<EventRow, StoreError
     Ok(EventRow {
         seq: to_i64("sequence number", e.seq)?,
         ts: e.ts,
-        v: i32::try_from(e.v).map_err(|_| {
-            StoreError::Backend(format!(
-                "session {session}: event {} has version {} which is too large to store",
-                e.seq, e.v
-            ))
+        v: i32::try_from(e.v).map_err(|_| StoreError::Unstorable {
+            what: format!("event {} of session {session}", e.seq),
+            reason: format!("its version {} is too large for the database", e.v),
         })?,
         kind,
         payload,
@@ -105,27 +102,23 @@ fn without_tag(text: &str, kind: &str) -> Option<String> {
 
 /// The payload through a JSON value: the event's object with its `type` key removed.
 fn payload_via_value(session: &str, e: &Envelope) -> Result<String, StoreError> {
-    let value = serde_json::to_value(&e.event).map_err(|err| {
-        StoreError::Backend(format!(
-            "session {session}: cannot encode event {} as JSON: {err}",
-            e.seq
-        ))
+    let value = serde_json::to_value(&e.event).map_err(|err| StoreError::Unstorable {
+        what: format!("event {} of session {session}", e.seq),
+        reason: format!("it does not encode as JSON: {err}"),
     })?;
     let mut obj = match value {
         Value::Object(m) => m,
         other => {
-            return Err(StoreError::Backend(format!(
-                "session {session}: event {} did not encode as a JSON object but as {other}",
-                e.seq
-            )));
+            return Err(StoreError::Unstorable {
+                what: format!("event {} of session {session}", e.seq),
+                reason: format!("it encodes as {other}, not as a JSON object"),
+            });
         }
     };
     obj.shift_remove("type");
-    serde_json::to_string(&obj).map_err(|err| {
-        StoreError::Backend(format!(
-            "session {session}: cannot encode event {}: {err}",
-            e.seq
-        ))
+    serde_json::to_string(&obj).map_err(|err| StoreError::Unstorable {
+        what: format!("event {} of session {session}", e.seq),
+        reason: err.to_string(),
     })
 }
 

@@ -2,7 +2,7 @@
 //! says, a busy timeout and foreign keys. The default store of a single weft process.
 //!
 //! Appends (and the snapshots written with them) go through the group-commit writer, whose
-//! durability can change while the store is open ([`Store::set_durability`]). The pool's
+//! durability can change while the store is open ([`SessionLog::set_durability`]). The pool's
 //! connections (leases, pruning, reads) keep the durability the store was opened with: in WAL
 //! mode a synced commit makes every earlier commit durable with it, so an append at `full` is
 //! never durable without the lease it was written under.
@@ -11,22 +11,22 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
+use sqlx::Executor;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Executor, Row};
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
 use weft_core::{Envelope, SessionStatus};
 
-use crate::row::{self, SessionCols};
+use crate::row;
 pub use crate::sqlite_writer::WriteStats;
 use crate::sqlite_writer::{Job, SnapshotRow, Writer};
 use crate::{
-    Durability, Lease, ListFilter, NewSession, Owner, SQLITE_SCHEMA_VERSION, SessionRecord,
-    Settings, Snapshot, Store, StoreError, check_batch, lease,
+    Durability, Lease, Leases, NewSession, Owner, SQLITE_SCHEMA_VERSION, SessionLog, SessionRecord,
+    Settings, StoreError, check_batch, lease,
 };
 use weft_core::snapshot::Encoded;
 
@@ -53,10 +53,15 @@ const MIGRATIONS: &[(i64, &str)] = &[
 /// How long a writer waits for another writer's lock before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A session's columns, its last sequence number read from its log.
-const SESSION_COLS: &str = "id, user_id, agent, reference_id, metadata, parent_id, status, \
-     created_at, updated_at, \
-     COALESCE((SELECT seq FROM events WHERE session = sessions.pk ORDER BY seq DESC LIMIT 1), 0)";
+/// How this store reads sessions: a session's last sequence number is read from its log, and
+/// its rows elsewhere are keyed by its integer key.
+const SQLITE: crate::sql_log::Dialect = crate::sql_log::Dialect {
+    p: lease::question,
+    session_cols: "id, user_id, agent, reference_id, metadata, parent_id, status, \
+         created_at, updated_at, \
+         COALESCE((SELECT seq FROM events WHERE session = sessions.pk ORDER BY seq DESC LIMIT 1), 0)",
+    of_session: |n| format!("session = (SELECT pk FROM sessions WHERE id = ?{n})"),
+};
 
 /// SQLite's primary result codes that mean the file is not a usable database.
 const SQLITE_CORRUPT: i32 = 11;
@@ -76,6 +81,8 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
+    crate::sql_log::sql_log_rows!(SQLITE, SqliteRow);
+
     /// Opens the database at `path`, creating the file (and its parent directories) when it is
     /// missing, and brings its schema up to date. Writes at the default durability (`full`).
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
@@ -91,12 +98,15 @@ impl SqliteStore {
         if let Some(parent) = path.parent()
             && !parent.as_os_str().is_empty()
         {
-            tokio::fs::create_dir_all(parent).await.map_err(|e| {
-                StoreError::Backend(format!(
-                    "cannot create the directory {} for the database: {e}",
-                    parent.display()
-                ))
-            })?;
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|source| StoreError::Io {
+                    context: format!(
+                        "cannot create the directory {} for the database",
+                        parent.display()
+                    ),
+                    source,
+                })?;
         }
         Self::open_inner(path, true, durability).await
     }
@@ -116,10 +126,10 @@ impl SqliteStore {
         match tokio::fs::try_exists(path).await {
             Ok(true) => Self::open_inner(path, false, durability).await,
             Ok(false) => Err(StoreError::NoDatabase(path.to_owned())),
-            Err(e) => Err(StoreError::Backend(format!(
-                "cannot look for the database {}: {e}",
-                path.display()
-            ))),
+            Err(source) => Err(StoreError::Io {
+                context: format!("cannot look for the database {}", path.display()),
+                source,
+            }),
         }
     }
 
@@ -130,7 +140,7 @@ impl SqliteStore {
 
     /// The durability appends are written at, and the writing connection's `synchronous` and
     /// `journal_mode` as it reported them when they were set (a change made with
-    /// [`Store::set_durability`] is read back once the next append is written).
+    /// [`SessionLog::set_durability`] is read back once the next append is written).
     pub fn settings(&self) -> Settings {
         Settings {
             durability: self.writer.durability(),
@@ -151,7 +161,7 @@ impl SqliteStore {
     /// Copies the write-ahead log into the database file and empties the log
     /// (`PRAGMA wal_checkpoint(TRUNCATE)`). While another checkpoint is running (this store's
     /// own checkpointer, or another process's) SQLite refuses at once; this tries again for up
-    /// to the store's busy timeout, then fails with [`StoreError::Backend`].
+    /// to the store's busy timeout, then fails with [`StoreError::Busy`].
     pub async fn checkpoint(&self) -> Result<(), StoreError> {
         let deadline = tokio::time::Instant::now() + BUSY_TIMEOUT;
         let mut pause = Duration::from_millis(1);
@@ -166,7 +176,7 @@ impl SqliteStore {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(StoreError::Backend(format!(
+                return Err(StoreError::Busy(format!(
                     "cannot checkpoint the write-ahead log of {}: still busy after {} s \
                      ({done} of {log} pages copied); another connection keeps it in use",
                     self.path.display(),
@@ -239,7 +249,7 @@ impl SqliteStore {
         })
     }
 
-    fn err(&self, context: &str, e: sqlx::Error) -> StoreError {
+    pub(crate) fn err(&self, context: &str, e: sqlx::Error) -> StoreError {
         sql_error(&self.path, context, e)
     }
 
@@ -270,76 +280,19 @@ impl SqliteStore {
             snapshot,
             reply,
         };
-        let closed = || {
-            StoreError::Backend(format!(
-                "cannot append to session {id}: the store {} is closed",
-                self.path.display()
-            ))
+        let closed = || StoreError::Closed {
+            context: format!("cannot append to session {id}"),
+            place: self.path.display().to_string(),
         };
         // Usually written by this call already; otherwise by the append that holds the writer.
         self.writer.submit(job);
         answer.await.map_err(|_| closed())?
     }
-
-    async fn read_events(
-        &self,
-        id: &str,
-        after: u64,
-        last: u64,
-    ) -> Result<Vec<Envelope>, StoreError> {
-        let ctx = || format!("cannot read the events of session {id}");
-        let rows = sqlx::query(
-            "SELECT seq, ts, v, type, payload, epoch FROM events \
-             WHERE session = (SELECT pk FROM sessions WHERE id = ?) AND seq > ? AND seq <= ? \
-             ORDER BY seq",
-        )
-        .bind(id)
-        .bind(row::to_i64("sequence number", after)?)
-        .bind(row::to_i64("sequence number", last)?)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| self.err(&ctx(), e))?;
-        let mut log = Vec::with_capacity(rows.len());
-        for r in rows {
-            let seq: i64 = r.try_get(0).map_err(|e| self.err(&ctx(), e))?;
-            let ts: i64 = r.try_get(1).map_err(|e| self.err(&ctx(), e))?;
-            let v: i64 = r.try_get(2).map_err(|e| self.err(&ctx(), e))?;
-            let kind: String = r.try_get(3).map_err(|e| self.err(&ctx(), e))?;
-            let payload: String = r.try_get(4).map_err(|e| self.err(&ctx(), e))?;
-            let epoch: i64 = r.try_get(5).map_err(|e| self.err(&ctx(), e))?;
-            let payload = row::parse_payload(id, seq, &payload)?;
-            let mut e = row::decode(id, seq, ts, v, &kind, payload)?;
-            e.epoch = row::epoch(id, seq, epoch)?;
-            log.push(e);
-        }
-        row::check_contiguous(id, after, last, &log)?;
-        Ok(log)
-    }
-
-    fn session(&self, r: &SqliteRow) -> Result<SessionRecord, StoreError> {
-        let ctx = "cannot read a session row";
-        let id: String = r.try_get(0).map_err(|e| self.err(ctx, e))?;
-        let metadata: String = r.try_get(4).map_err(|e| self.err(ctx, e))?;
-        let metadata = serde_json::from_str(&metadata).map_err(|e| {
-            StoreError::Corrupt(format!("session {id}: the metadata is not valid JSON: {e}"))
-        })?;
-        SessionCols {
-            user_id: r.try_get(1).map_err(|e| self.err(ctx, e))?,
-            agent: r.try_get(2).map_err(|e| self.err(ctx, e))?,
-            reference_id: r.try_get(3).map_err(|e| self.err(ctx, e))?,
-            metadata,
-            parent_id: r.try_get(5).map_err(|e| self.err(ctx, e))?,
-            status: r.try_get(6).map_err(|e| self.err(ctx, e))?,
-            created_at: r.try_get(7).map_err(|e| self.err(ctx, e))?,
-            updated_at: r.try_get(8).map_err(|e| self.err(ctx, e))?,
-            last_seq: r.try_get(9).map_err(|e| self.err(ctx, e))?,
-            id,
-        }
-        .into_record()
-    }
 }
 
-impl Store for SqliteStore {
+impl SessionLog for SqliteStore {
+    crate::sql_log::sql_log_reads!(SQLITE, sqlx::Sqlite);
+
     fn set_durability(&self, durability: Durability) {
         // The appends being written now keep the durability they began with.
         self.writer.set_durability(durability);
@@ -377,11 +330,9 @@ impl Store for SqliteStore {
             snapshot: None,
             reply,
         };
-        let closed = || {
-            StoreError::Backend(format!(
-                "cannot create session {id}: the store {} is closed",
-                self.path.display()
-            ))
+        let closed = || StoreError::Closed {
+            context: format!("cannot create session {id}"),
+            place: self.path.display().to_string(),
         };
         self.writer.submit(job);
         answer.await.map_err(|_| closed())??;
@@ -424,116 +375,10 @@ impl Store for SqliteStore {
         self.write(id, expected_seq, events, status, now, Some(row))
             .await
     }
+}
 
-    async fn get(&self, id: &str) -> Result<SessionRecord, StoreError> {
-        let row = sqlx::query(&format!("SELECT {SESSION_COLS} FROM sessions WHERE id = ?"))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.err(&format!("cannot read session {id}"), e))?;
-        match row {
-            Some(r) => self.session(&r),
-            None => Err(StoreError::NotFound(id.to_owned())),
-        }
-    }
-
-    async fn load(&self, id: &str) -> Result<(SessionRecord, Vec<Envelope>), StoreError> {
-        let rec = self.get(id).await?;
-        let log = self.read_events(id, 0, rec.last_seq).await?;
-        Ok((rec, log))
-    }
-
-    async fn events_after(&self, id: &str, after_seq: u64) -> Result<Vec<Envelope>, StoreError> {
-        let rec = self.get(id).await?;
-        if after_seq >= rec.last_seq {
-            return Ok(Vec::new());
-        }
-        self.read_events(id, after_seq, rec.last_seq).await
-    }
-
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<SessionRecord>, StoreError> {
-        let mut sql = format!("SELECT {SESSION_COLS} FROM sessions");
-        let mut conds = Vec::new();
-        if filter.user_id.is_some() {
-            conds.push("user_id = ?");
-        }
-        if filter.status.is_some() {
-            conds.push("status = ?");
-        }
-        if !conds.is_empty() {
-            sql.push_str(" WHERE ");
-            sql.push_str(&conds.join(" AND "));
-        }
-        sql.push_str(" ORDER BY updated_at DESC, id DESC LIMIT ?");
-        let mut q = sqlx::query(&sql);
-        if let Some(u) = &filter.user_id {
-            q = q.bind(u);
-        }
-        if let Some(s) = filter.status {
-            q = q.bind(s.as_str());
-        }
-        let limit = filter
-            .limit
-            .map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
-        let rows = q
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| self.err("cannot list sessions", e))?;
-        rows.iter().map(|r| self.session(r)).collect()
-    }
-
-    async fn prune(&self, before: i64, active: bool) -> Result<u64, StoreError> {
-        let res = sqlx::query(
-            "DELETE FROM sessions WHERE updated_at < ? AND (? OR status IN ('completed', 'failed'))",
-        )
-        .bind(before)
-        .bind(active)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.err("cannot prune sessions", e))?;
-        sqlx::query(&lease::prune_sql(lease::question))
-            .bind(before)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.err("cannot prune the leases of pruned sessions", e))?;
-        Ok(res.rows_affected())
-    }
-
-    async fn acquire(
-        &self,
-        id: &str,
-        owner: &Owner,
-        now: i64,
-        ttl_ms: i64,
-        force: bool,
-    ) -> Result<Lease, StoreError> {
-        let ctx = || format!("cannot take the lease of session {id}");
-        let epoch: Option<i64> = sqlx::query_scalar(&lease::acquire_sql(lease::question))
-            .bind(id)
-            .bind(&owner.id)
-            .bind(&owner.host)
-            .bind(i64::from(owner.pid))
-            .bind(now.saturating_add(ttl_ms))
-            .bind(now)
-            .bind(i64::from(force))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.err(&ctx(), e))?;
-        match epoch {
-            Some(epoch) => Ok(Lease {
-                session: id.to_owned(),
-                owner: owner.clone(),
-                epoch: u64::try_from(epoch).unwrap_or_default(),
-                expires_at: now.saturating_add(ttl_ms),
-                request: None,
-            }),
-            None => match self.lease(id).await? {
-                Some(l) => Err(lease::held(&l, now)),
-                None => Err(StoreError::Backend(format!("{}: no lease row", ctx()))),
-            },
-        }
-    }
+impl Leases for SqliteStore {
+    lease::sql_lease_methods!(lease::question);
 
     async fn claim(
         &self,
@@ -543,8 +388,10 @@ impl Store for SqliteStore {
         ttl_ms: i64,
         limit: usize,
     ) -> Result<Vec<Lease>, StoreError> {
-        let names = serde_json::to_string(agents)
-            .map_err(|e| StoreError::Backend(format!("cannot encode the agents' names: {e}")))?;
+        let names = serde_json::to_string(agents).map_err(|e| StoreError::Unstorable {
+            what: "the agents' names".into(),
+            reason: e.to_string(),
+        })?;
         let sql = lease::claimable_sql(
             lease::question,
             "IN (SELECT value FROM json_each(?1))",
@@ -568,91 +415,6 @@ impl Store for SqliteStore {
 
     async fn wait_for_work(&self, max: Duration) {
         let _ = tokio::time::timeout(max, self.work.notified()).await;
-    }
-
-    async fn renew(&self, l: &Lease, expires_at: i64) -> Result<(), StoreError> {
-        let done = sqlx::query(&lease::renew_sql(lease::question))
-            .bind(expires_at)
-            .bind(&l.session)
-            .bind(&l.owner.id)
-            .bind(row::to_i64("epoch", l.epoch)?)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| {
-                self.err(
-                    &format!("cannot renew the lease of session {}", l.session),
-                    e,
-                )
-            })?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::LeaseLost(l.session.clone()));
-        }
-        Ok(())
-    }
-
-    async fn release(&self, l: &Lease) -> Result<(), StoreError> {
-        match self.renew(l, 0).await {
-            Err(StoreError::LeaseLost(_)) => Ok(()),
-            other => other,
-        }
-    }
-
-    async fn request(&self, id: &str, what: &str, now: i64) -> Result<bool, StoreError> {
-        let done = sqlx::query(&lease::request_sql(lease::question))
-            .bind(what)
-            .bind(id)
-            .bind(now)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| {
-                self.err(
-                    &format!("cannot ask the owner of session {id} to {what}"),
-                    e,
-                )
-            })?;
-        Ok(done.rows_affected() > 0)
-    }
-
-    async fn lease(&self, id: &str) -> Result<Option<Lease>, StoreError> {
-        let row: Option<lease::Row> = sqlx::query_as(&lease::select_sql(lease::question))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.err(&format!("cannot read the lease of session {id}"), e))?;
-        Ok(row.map(|r| lease::from_row(id, r)))
-    }
-
-    async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError> {
-        self.get(id).await?;
-        let ctx = || format!("cannot read the snapshot of session {id}");
-        let head: Option<(i64, i64, String)> = sqlx::query_as(
-            "SELECT seq, v, state FROM snapshots \
-             WHERE session = (SELECT pk FROM sessions WHERE id = ?) ORDER BY seq DESC LIMIT 1",
-        )
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(|e| self.err(&ctx(), e))?;
-        let Some((seq, version, head)) = head else {
-            return Ok(None);
-        };
-        row::snapshot(id, seq, version, head)
-    }
-
-    async fn snapshot_parts(&self, id: &str, from: u64) -> Result<Vec<(u64, String)>, StoreError> {
-        self.get(id).await?;
-        let parts: Vec<(i64, String)> = sqlx::query_as(
-            "WITH s AS (SELECT pk FROM sessions WHERE id = ?1) \
-             SELECT start, part FROM snapshot_parts WHERE session = (SELECT pk FROM s) \
-             AND start >= coalesce((SELECT max(start) FROM snapshot_parts \
-                 WHERE session = (SELECT pk FROM s) AND start <= ?2), 0) ORDER BY start",
-        )
-        .bind(id)
-        .bind(row::to_i64("a message position", from)?)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| self.err(&format!("cannot read the snapshot of session {id}"), e))?;
-        row::parts(id, parts)
     }
 }
 
@@ -758,8 +520,9 @@ pub(crate) fn url_path(url: &str) -> Result<PathBuf, StoreError> {
 /// before SQLite sees them.
 async fn check_header(path: &Path) -> Result<Option<String>, StoreError> {
     use tokio::io::AsyncReadExt;
-    let cannot = |e: std::io::Error| {
-        StoreError::Backend(format!("cannot read the database {}: {e}", path.display()))
+    let cannot = |source: std::io::Error| StoreError::Io {
+        context: format!("cannot read the database {}", path.display()),
+        source,
     };
     let mut file = match tokio::fs::File::open(path).await {
         Ok(f) => f,
@@ -850,10 +613,7 @@ pub(crate) fn sql_error(path: &Path, context: &str, e: sqlx::Error) -> StoreErro
             reason,
         };
     }
-    StoreError::Sql {
-        context: format!("{} ({})", context, path.display()),
-        source: e,
-    }
+    StoreError::sql(format!("{} ({})", context, path.display()), e)
 }
 
 fn open_err(path: &Path, e: sqlx::Error) -> StoreError {
@@ -863,10 +623,7 @@ fn open_err(path: &Path, e: sqlx::Error) -> StoreError {
             reason,
         };
     }
-    StoreError::Sql {
-        context: format!("cannot open the database {}", path.display()),
-        source: e,
-    }
+    StoreError::sql(format!("cannot open the database {}", path.display()), e)
 }
 
 #[cfg(test)]

@@ -417,11 +417,9 @@ fn start_checkpointer(
                 }
             }
         })
-        .map_err(|e| {
-            StoreError::Backend(format!(
-                "cannot start the checkpointer of {}: {e}",
-                path.display()
-            ))
+        .map_err(|source| StoreError::Io {
+            context: format!("cannot start the checkpointer of {}", path.display()),
+            source,
         })?;
     Ok(tx)
 }
@@ -548,8 +546,11 @@ fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result
                     ))
                 })
                 .optional()?;
-            let current = current.map(|r| crate::lease::from_row(&job.id, r));
-            if let Err(e) = crate::lease::fence(&job.id, job.epoch, current.as_ref(), job.now) {
+            let fenced = current
+                .map(|r| crate::lease::from_row(&job.id, r))
+                .transpose()
+                .and_then(|l| crate::lease::fence(&job.id, job.epoch, l.as_ref(), job.now));
+            if let Err(e) = fenced {
                 answers.push(Err(e));
                 continue;
             }
@@ -583,7 +584,14 @@ fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result
                 answers.push(Err(StoreError::NotFound(job.id.clone())));
                 continue;
             };
-            let last = u64::try_from(last.unwrap_or(0)).unwrap_or_default();
+            let last = last.unwrap_or(0);
+            let Ok(last) = u64::try_from(last) else {
+                answers.push(Err(StoreError::Corrupt(format!(
+                    "session {}: its last event is numbered {last}",
+                    job.id
+                ))));
+                continue;
+            };
             if last != job.expected_seq {
                 answers.push(Err(StoreError::Conflict {
                     session: job.id.clone(),
@@ -657,8 +665,5 @@ fn write_error(path: &Path, context: &str, e: rusqlite::Error) -> StoreError {
             reason: e.to_string(),
         };
     }
-    StoreError::Write {
-        context: format!("{} ({})", context, path.display()),
-        source: e,
-    }
+    StoreError::write(format!("{} ({})", context, path.display()), e)
 }

@@ -358,7 +358,7 @@ fn main() -> ExitCode {
                 store::open(cli.db.as_deref(), read_only, cli.durability, agent).await?
             }
         } else {
-            std::sync::Arc::new(weft_store::AnyStore::Memory(weft_store::MemoryStore::new()))
+            std::sync::Arc::new(weft_store::AnyStore::Ram(weft_store::RamStore::new()))
         };
         let command = match command {
             Ok(c) => c,

@@ -254,7 +254,7 @@ async fn check(dir: &Path, what: &str) -> u64 {
     let store = weft_store::SqliteStore::open_existing(&path)
         .await
         .unwrap_or_else(|e| panic!("{what}: weft cannot open it: {e}"));
-    let (_, log) = weft_store::Store::load(&store, &id)
+    let (_, log) = weft_store::SessionLog::load(&store, &id)
         .await
         .unwrap_or_else(|e| panic!("{what}: the log does not read back: {e}"));
     store.close().await;

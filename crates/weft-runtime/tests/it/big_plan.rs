@@ -8,7 +8,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 use weft_core::{Limits, Plan, SessionStatus, StepStatus};
 use weft_runtime::Runtime;
-use weft_store::{MemoryStore, Store};
+use weft_store::{RamStore, SessionLog};
 use weft_tools::{Echo, Registry};
 
 const N: usize = 10_000;
@@ -58,7 +58,7 @@ async fn run_big(label: &str, plan: Value, max_parallel: usize) -> weft_core::St
         max_waves: u32::MAX,
         ..Limits::default()
     };
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(RamStore::new());
     let rt = Runtime::new(Arc::clone(&store), Arc::new(reg), limits);
 
     let t = Instant::now();

@@ -11,14 +11,14 @@ use weft_core::agent::AgentSpec;
 use weft_core::{Event, SessionStatus, ToolError, ToolInfo};
 use weft_model::{ScriptedModel, ScriptedReply};
 use weft_runtime::{Agent, Runtime, SessionInfo};
-use weft_store::{MemoryStore, Store};
+use weft_store::{RamStore, SessionLog};
 use weft_tools::{Registry, Tool, ToolContext};
 
 /// A tool that looks in the store, when it starts and again after `wait_ms`, for the start of
 /// the call it serves.
 struct Probe {
     info: ToolInfo,
-    store: Arc<MemoryStore>,
+    store: Arc<RamStore>,
     wait_ms: u64,
     /// (start stored when the call began, start stored after the wait)
     seen: Arc<Mutex<Vec<(bool, bool)>>>,
@@ -51,7 +51,7 @@ impl Tool for Probe {
 /// Runs a ReAct agent that calls the probe twice, then answers; returns what the probe saw
 /// and the stored log.
 async fn run(idempotent: bool, wait_ms: u64) -> (Vec<(bool, bool)>, Vec<Event>) {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(RamStore::new());
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut reg = Registry::new();
     reg.register(Probe {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::json;
 use weft_core::{Envelope, Plan};
 use weft_runtime::{ManualClock, Runtime};
-use weft_store::{MemoryStore, Store};
+use weft_store::{RamStore, SessionLog};
 
 use crate::support as common;
 
@@ -15,7 +15,7 @@ async fn events_are_stamped_with_the_runtimes_clock() {
     let clock = ManualClock::starting_at(1_700_000_000_000);
     let seen: Arc<Mutex<Vec<Envelope>>> = Arc::default();
     let sink = Arc::clone(&seen);
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(RamStore::new());
     let mut rt = Runtime::new(
         Arc::clone(&store),
         Arc::new(common::registry(vec![])),

@@ -9,12 +9,12 @@ use weft_core::agent::AgentSpec;
 use weft_core::{Event, SessionStatus};
 use weft_model::{ScriptedModel, ScriptedReply};
 use weft_runtime::{Agent, Runtime, RuntimeError, SessionInfo};
-use weft_store::{MemoryStore, NewSession, Store, StoreError};
+use weft_store::{NewSession, RamStore, SessionLog, StoreError};
 use weft_tools::{Echo, Registry};
 
 #[tokio::test]
 async fn an_empty_session_is_taken_over_and_a_started_one_is_refused() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(RamStore::new());
     store
         .create(
             NewSession {

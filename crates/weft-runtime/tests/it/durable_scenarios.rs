@@ -13,7 +13,7 @@ use weft_core::agent::AgentSpec;
 use weft_core::{SessionStatus, State, StepStatus};
 use weft_model::{Purpose, ScriptedModel};
 use weft_runtime::{Agent, Runtime, SessionInfo};
-use weft_store::{MemoryStore, SqliteStore, Store};
+use weft_store::{RamStore, SqliteStore, Store};
 use weft_tools::Registry;
 
 fn agent(
@@ -477,7 +477,7 @@ async fn all_scenarios<S: Store>(make: impl AsyncFn() -> Arc<S>) {
 
 #[tokio::test]
 async fn scenarios_in_memory() {
-    all_scenarios(async || Arc::new(MemoryStore::new())).await;
+    all_scenarios(async || Arc::new(RamStore::new())).await;
 }
 
 #[tokio::test]

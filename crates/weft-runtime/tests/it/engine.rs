@@ -11,7 +11,7 @@ use common::{Log, Recorder, limits, registry, run};
 use serde_json::{Value, json};
 use weft_core::{Event, Limits, Plan, SessionStatus, StepStatus, ToolError};
 use weft_runtime::{Runtime, RuntimeError};
-use weft_store::MemoryStore;
+use weft_store::RamStore;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_parallel_steps_overlap_in_time() {
@@ -526,7 +526,7 @@ async fn step_outputs_and_input_flow_through_references() {
 
 #[tokio::test]
 async fn an_invalid_plan_is_refused_before_a_session_starts() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(RamStore::new());
     let rt = Runtime::new(Arc::clone(&store), Arc::new(registry(vec![])), limits());
     let plan = Plan::from_value(&json!([{"_id": "a", "_tool": "nope"}])).unwrap();
     let err = rt.run_plan("t", plan, json!({})).await.err().unwrap();
@@ -537,7 +537,7 @@ async fn an_invalid_plan_is_refused_before_a_session_starts() {
         }
         other => panic!("unexpected error {other}"),
     }
-    use weft_store::Store;
+    use weft_store::SessionLog;
     let listed = store
         .list(&weft_store::ListFilter::default())
         .await
@@ -657,7 +657,7 @@ async fn a_resumed_run_reruns_an_idempotent_call_with_its_recorded_key() {
                 Ok(args.clone())
             }),
     ]));
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(RamStore::new());
     let plan = Plan::from_value(&json!([
         {"_id": "a", "_tool": "book", "n": 1, "_outputPath": "†state.a"},
         {"_id": "b", "_tool": "book", "n": 1, "_dependsOn": ["a"], "_outputPath": "†state.b"}
@@ -701,7 +701,9 @@ async fn a_resumed_run_reruns_an_idempotent_call_with_its_recorded_key() {
         session.id.clone()
     };
     let recorded: String = {
-        let (_, events) = weft_store::Store::load(store.as_ref(), &id).await.unwrap();
+        let (_, events) = weft_store::SessionLog::load(store.as_ref(), &id)
+            .await
+            .unwrap();
         events
             .iter()
             .find_map(|e| match &e.event {

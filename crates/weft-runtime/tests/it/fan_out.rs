@@ -11,7 +11,7 @@ use common::{Log, Recorder, limits, registry, run};
 use serde_json::{Value, json};
 use weft_core::{Event, Plan, SessionStatus, StepStatus, ToolError};
 use weft_runtime::Runtime;
-use weft_store::{MemoryStore, NewSession, Store};
+use weft_store::{NewSession, RamStore, SessionLog};
 
 fn items(n: usize) -> Value {
     Value::Array(
@@ -280,11 +280,7 @@ async fn an_empty_list_completes_at_once_and_a_non_list_fails_saying_so() {
 #[test]
 fn fan_out_mistakes_are_plan_problems() {
     let reg = registry(vec![]);
-    let rt = Runtime::new(
-        Arc::new(MemoryStore::new()),
-        Arc::new(reg),
-        Default::default(),
-    );
+    let rt = Runtime::new(Arc::new(RamStore::new()), Arc::new(reg), Default::default());
     let check = |plan: Value| -> Vec<String> {
         match Plan::from_value(&plan) {
             Err(p) => p.iter().map(ToString::to_string).collect(),
@@ -354,7 +350,7 @@ async fn a_run_cut_mid_fan_out_resumes_every_item_once() {
         .filter(|e| matches!(e.event, Event::ToolCallFinished { .. }))
         .count();
     assert!(finished_before < 4);
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(RamStore::new());
     store
         .create_with(
             NewSession {

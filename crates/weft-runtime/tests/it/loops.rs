@@ -382,7 +382,7 @@ async fn a_failing_command_goes_back_to_the_model_bounded() {
     use weft_core::model::Message;
     use weft_model::{ScriptedModel, ScriptedReply};
     use weft_runtime::{Agent, Runtime, SessionInfo};
-    use weft_store::MemoryStore;
+    use weft_store::RamStore;
 
     let decl: CommandToolDecl = serde_json::from_value(json!({
         "name": "convert",
@@ -404,7 +404,7 @@ async fn a_failing_command_goes_back_to_the_model_bounded() {
         ],
     ));
     let agent = Agent::new(&spec, Arc::clone(&reg), model, &json!({}), &json!({})).unwrap();
-    let rt = Runtime::new(Arc::new(MemoryStore::new()), reg, spec.limits.clone());
+    let rt = Runtime::new(Arc::new(RamStore::new()), reg, spec.limits.clone());
     let s = rt
         .run_agent(&agent, SessionInfo::default(), "Convert.", json!({}))
         .await
@@ -437,7 +437,7 @@ async fn a_failing_command_goes_back_to_the_model_bounded() {
         "{content}"
     );
     // The event keeps the whole stderr.
-    let (_, events) = weft_store::Store::load(rt.store.as_ref(), &s.id)
+    let (_, events) = weft_store::SessionLog::load(rt.store.as_ref(), &s.id)
         .await
         .unwrap();
     let stderr = events

@@ -19,7 +19,7 @@ use weft_core::prompts::MEMORY_INTRO;
 use weft_core::{Envelope, Event, SessionStatus};
 use weft_model::{ModelRequest, Purpose, ScriptedModel, ScriptedReply};
 use weft_runtime::{Agent, Runtime, RuntimeError, SessionInfo};
-use weft_store::{Kind, MemoryStore, NewEntry, NewSession, Shelf, SqliteStore, Store};
+use weft_store::{Kind, NewEntry, NewSession, RamStore, Shelf, SqliteStore, Store};
 use weft_tools::Registry;
 
 const REACT_AGENT: &str = "name: desk\nmode: react\ntools:\n  - builtin: recall\n";
@@ -531,7 +531,7 @@ async fn all<S: Store>(mut make: impl AsyncFnMut() -> Arc<S>) {
 
 #[tokio::test]
 async fn memories_in_memory() {
-    all(async || Arc::new(MemoryStore::new())).await;
+    all(async || Arc::new(RamStore::new())).await;
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use weft_core::snapshot::{Encoded, Part};
 use weft_core::{SNAPSHOT_VERSION, SessionStatus, State};
 use weft_model::{Purpose, ScriptedModel, ScriptedReply};
 use weft_runtime::{Agent, Runtime, SessionInfo, load_state};
-use weft_store::{MemoryStore, SqliteStore, Store};
+use weft_store::{RamStore, SqliteStore, Store};
 use weft_tools::Registry;
 
 fn agent(yaml: &str, tools: Vec<TestTool>, replies: Vec<(Purpose, Vec<ScriptedReply>)>) -> Agent {
@@ -294,7 +294,7 @@ async fn all<S: Store>(make: impl AsyncFn() -> Arc<S>) {
 
 #[tokio::test]
 async fn snapshots_in_memory() {
-    all(async || Arc::new(MemoryStore::new())).await;
+    all(async || Arc::new(RamStore::new())).await;
 }
 
 #[tokio::test]

@@ -16,7 +16,7 @@ use weft_core::agent::AgentSpec;
 use weft_core::event::{StepEntry, TransitionRule};
 use weft_core::{Envelope, Event, SessionStatus};
 use weft_runtime::{Agent, Runtime, SessionInfo};
-use weft_store::{MemoryStore, PgStore, SqliteStore, Store};
+use weft_store::{PgStore, RamStore, SessionLog, SqliteStore, Store};
 use weft_tools::Registry;
 
 fn examples() -> PathBuf {
@@ -362,7 +362,7 @@ async fn triage_routes<S: Store>(store: Arc<S>, tag: &str) {
 
 #[tokio::test]
 async fn triage_routes_in_memory() {
-    triage_routes(Arc::new(MemoryStore::new()), "mem").await;
+    triage_routes(Arc::new(RamStore::new()), "mem").await;
 }
 
 #[tokio::test]
@@ -424,7 +424,7 @@ async fn a_loop_between_steps_ends_at_max_transitions() {
         ],
     )
     .await;
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(RamStore::new());
     assert_eq!(
         start(&store, &agent, "loop", "go").await,
         SessionStatus::Failed
@@ -462,7 +462,7 @@ async fn a_steps_requests_only_grow_and_keep_the_notice_of_the_step() {
     )
     .unwrap();
     let (agent, requests) = load_recorded(&dir.path().join("agent.yaml")).await;
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(RamStore::new());
     assert_eq!(
         start(&store, &agent, "grow", "go").await,
         SessionStatus::Completed
@@ -524,7 +524,7 @@ async fn a_step_after_a_delegated_one_sees_its_answer_as_the_steps_reply() {
     )
     .unwrap();
     let (agent, requests) = load_recorded(&dir.path().join("agent.yaml")).await;
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(RamStore::new());
     assert_eq!(
         start(&store, &agent, "d", "Capital of Portugal?").await,
         SessionStatus::Completed
@@ -591,7 +591,7 @@ workflow:
         ],
     )
     .await;
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(RamStore::new());
     assert_eq!(
         start(&store, &agent, "desk", "What is the capital of Portugal?").await,
         SessionStatus::Completed
@@ -748,7 +748,7 @@ async fn a_step_calls_a_plan_reused_as_a_tool() {
         "{}",
         offered.description
     );
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(RamStore::new());
     assert_eq!(
         start(&store, &agent, "s", "Where is order A-1002?").await,
         SessionStatus::Completed

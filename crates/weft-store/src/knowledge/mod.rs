@@ -1,6 +1,6 @@
 //! Long-term memory and documents ("knowledge"): short texts kept across sessions, each on a
 //! shelf (a scope and its owner), found again by full-text search. SQLite searches with FTS5,
-//! PostgreSQL with its own full-text search, the memory store by counting the words a text shares
+//! PostgreSQL with its own full-text search, the in-RAM store by counting the words a text shares
 //! with the query.
 //!
 //! An entry may also keep an embedding (a vector of length 1 and the name of the model that made
@@ -13,8 +13,9 @@
 //! deleted outside them. Callers build the shelves from who is asking (the session's user, the
 //! agent), never from what a model wrote, so one user's memories never reach another's search.
 
-pub(crate) mod memory;
 mod postgres;
+pub(crate) mod ram;
+mod sql;
 mod sqlite;
 
 use std::future::Future;
@@ -142,7 +143,7 @@ pub(crate) fn similarity(query: &[f32], stored: &[u8]) -> Option<f64> {
     )
 }
 
-/// [`similarity`] of a vector held in memory (the memory store's), without encoding it.
+/// [`similarity`] of a vector held in memory (the in-RAM store's), without encoding it.
 pub(crate) fn similarity_to(query: &[f32], v: &[f32]) -> Option<f64> {
     (v.len() == query.len())
         .then(|| dot(query, v.iter().copied()))
@@ -356,74 +357,6 @@ pub trait Knowledge: Send + Sync {
         limit: usize,
         offset: usize,
     ) -> impl Future<Output = Result<Vec<Listed>, StoreError>> + Send;
-}
-
-impl Knowledge for crate::AnyStore {
-    async fn add(
-        &self,
-        kind: Kind,
-        shelf: &Shelf,
-        entries: Vec<NewEntry>,
-        replace: bool,
-        now: i64,
-    ) -> Result<Vec<i64>, StoreError> {
-        match self {
-            Self::Sqlite(s) => s.add(kind, shelf, entries, replace, now).await,
-            Self::Postgres(s) => s.add(kind, shelf, entries, replace, now).await,
-            Self::Memory(s) => s.add(kind, shelf, entries, replace, now).await,
-        }
-    }
-
-    async fn search(
-        &self,
-        kind: Kind,
-        shelves: &[Shelf],
-        query: &str,
-        limit: usize,
-    ) -> Result<Vec<Hit>, StoreError> {
-        match self {
-            Self::Sqlite(s) => s.search(kind, shelves, query, limit).await,
-            Self::Postgres(s) => s.search(kind, shelves, query, limit).await,
-            Self::Memory(s) => s.search(kind, shelves, query, limit).await,
-        }
-    }
-
-    async fn search_vector(
-        &self,
-        kind: Kind,
-        shelves: &[Shelf],
-        model: &str,
-        vector: &[f32],
-        limit: usize,
-    ) -> Result<Vec<Hit>, StoreError> {
-        match self {
-            Self::Sqlite(s) => s.search_vector(kind, shelves, model, vector, limit).await,
-            Self::Postgres(s) => s.search_vector(kind, shelves, model, vector, limit).await,
-            Self::Memory(s) => s.search_vector(kind, shelves, model, vector, limit).await,
-        }
-    }
-
-    async fn forget(&self, kind: Kind, shelves: &[Shelf], id: i64) -> Result<bool, StoreError> {
-        match self {
-            Self::Sqlite(s) => s.forget(kind, shelves, id).await,
-            Self::Postgres(s) => s.forget(kind, shelves, id).await,
-            Self::Memory(s) => s.forget(kind, shelves, id).await,
-        }
-    }
-
-    async fn list_entries(
-        &self,
-        kind: Kind,
-        shelves: &[Shelf],
-        limit: usize,
-        offset: usize,
-    ) -> Result<Vec<Listed>, StoreError> {
-        match self {
-            Self::Sqlite(s) => s.list_entries(kind, shelves, limit, offset).await,
-            Self::Postgres(s) => s.list_entries(kind, shelves, limit, offset).await,
-            Self::Memory(s) => s.list_entries(kind, shelves, limit, offset).await,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -955,7 +955,7 @@ macro_rules! suite {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name(&std::sync::Arc::new(weft_store::MemoryStore::new())).await;
+                    super::$name(&std::sync::Arc::new(weft_store::RamStore::new())).await;
                 }
             )*
         }

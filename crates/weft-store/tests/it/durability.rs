@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use weft_core::{EVENT_VERSION, Envelope, Event, SessionStatus};
-use weft_store::{Durability, NewSession, PgStore, SqliteStore, Store};
+use weft_store::{Durability, NewSession, PgStore, SessionLog, SqliteStore, Store};
 
 fn batch(from: u64, n: u64) -> Vec<Envelope> {
     (0..n)

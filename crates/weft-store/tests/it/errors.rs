@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::json;
 use sqlx::Connection;
 use weft_core::{EVENT_VERSION, Envelope, Event, SessionStatus};
-use weft_store::{AnyStore, NewSession, PgStore, SqliteStore, Store, StoreError};
+use weft_store::{AnyStore, NewSession, PgStore, SessionLog, SqliteStore, StoreError};
 
 fn session(id: &str) -> NewSession {
     NewSession {
@@ -453,4 +453,66 @@ async fn memory_spec_gives_an_empty_memory_store() {
     assert!(st.list(&Default::default()).await.unwrap().is_empty());
     st.create(session("m"), 1).await.unwrap();
     assert_eq!(st.get("m").await.unwrap().id, "m");
+}
+
+/// A log whose last event has a negative number (SQLite reads a session's end from its log) is
+/// reported as corrupt by the append that would follow it, never taken for an empty log that a
+/// batch numbered from 1 may start.
+#[tokio::test]
+async fn sqlite_appends_after_a_corrupt_log_end_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.db");
+    let st = SqliteStore::open(&path).await.unwrap();
+    st.create(session("neg"), 1).await.unwrap();
+    st.append("neg", 0, &waves(1, 1), SessionStatus::Running, 2)
+        .await
+        .unwrap();
+    let mut conn = raw_sqlite(&path).await;
+    sqlx::query(
+        "UPDATE events SET seq = -5 WHERE session = (SELECT pk FROM sessions WHERE id = 'neg')",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+    for expected in [0, 1] {
+        let err = st
+            .append(
+                "neg",
+                expected,
+                &waves(expected + 1, 1),
+                SessionStatus::Running,
+                3,
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+        assert!(err.to_string().contains("numbered -5"), "{err}");
+    }
+}
+
+/// A session row whose `last_seq` is negative is reported as corrupt by an append to it on
+/// PostgreSQL, not as a conflict with a log that ends at 0.
+#[tokio::test]
+async fn needs_postgres_appends_after_a_corrupt_log_end_are_refused() {
+    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
+    let schema = format!("corrupt_end_{}", std::process::id());
+    let st = PgStore::connect_in_schema(&url, &schema).await.unwrap();
+    st.create(session("neg"), 1).await.unwrap();
+    let opts: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    let mut conn =
+        sqlx::PgConnection::connect_with(&opts.options([("search_path", schema.as_str())]))
+            .await
+            .unwrap();
+    sqlx::query("UPDATE sessions SET last_seq = -5 WHERE id = 'neg'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let err = st
+        .append("neg", 0, &waves(1, 1), SessionStatus::Running, 3)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+    assert!(err.to_string().contains("numbered -5"), "{err}");
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use weft_core::{EVENT_VERSION, Envelope, Event, SessionStatus};
-use weft_store::{NewSession, SqliteStore, Store, StoreError};
+use weft_store::{NewSession, SessionLog, SqliteStore, StoreError};
 
 fn batch(from: u64, n: u64) -> Vec<Envelope> {
     (0..n)

@@ -5,7 +5,9 @@
 use crate::support as common;
 
 use weft_core::{EVENT_VERSION, Envelope, Event, SessionStatus};
-use weft_store::{MemoryStore, NewSession, Owner, PgStore, SqliteStore, Store, StoreError};
+use weft_store::{
+    Leases, NewSession, Owner, PgStore, RamStore, SessionLog, SqliteStore, Store, StoreError,
+};
 
 fn owner(name: &str, pid: u32) -> Owner {
     Owner {
@@ -259,7 +261,7 @@ async fn concurrent_claims_never_overlap<S: Store>(store: &S) {
 
 #[tokio::test]
 async fn memory_claims() {
-    let store = MemoryStore::new();
+    let store = RamStore::new();
     claims_are_exclusive(&store).await;
     concurrent_claims_never_overlap(&store).await;
 }
@@ -283,8 +285,8 @@ async fn needs_postgres_claims() {
 
 #[tokio::test]
 async fn memory_leases() {
-    leases_behave(&MemoryStore::new()).await;
-    appends_are_fenced(&MemoryStore::new()).await;
+    leases_behave(&RamStore::new()).await;
+    appends_are_fenced(&RamStore::new()).await;
 }
 
 #[tokio::test]
@@ -388,4 +390,90 @@ async fn needs_postgres_connections_are_bounded_by_the_lease() {
         read["idle_in_transaction_session_timeout"], "1s",
         "{read:?}"
     );
+}
+
+/// A lease row this build cannot have written (a negative epoch, epoch 0, a process id out of
+/// range) is reported as corruption by every read of it: [`Leases::lease`], the fence of an
+/// append, and a forced [`Leases::acquire`]; it is never read as "no lease" (epoch 0), which
+/// would let a writer without a lease through the fence. `corrupt` runs SQL on the database
+/// behind the store's back.
+async fn corrupt_leases_are_reported<S, F, Fut>(store: &S, corrupt: F)
+where
+    S: Store,
+    F: Fn(&'static str) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let new = NewSession {
+        id: "c".into(),
+        agent: "x".into(),
+        ..Default::default()
+    };
+    store.create(new, 1_000).await.unwrap();
+    store
+        .acquire("c", &owner("a", 1), 1_000, 60_000, false)
+        .await
+        .unwrap();
+
+    corrupt("UPDATE leases SET epoch = -3 WHERE session = 'c'").await;
+    let err = store.lease("c").await.unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+    assert!(err.to_string().contains("epoch -3"), "{err}");
+    // The fence reads the same row: a batch without a lease is refused as corrupt, where a
+    // defaulted epoch would have let it through or blamed another owner.
+    let err = store
+        .append("c", 0, &batch(1, 1, 0), SessionStatus::Running, 1_100)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+    // A forced takeover would follow the corrupt epoch with another one (-2).
+    let err = store
+        .acquire("c", &owner("b", 2), 1_200, 60_000, true)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+
+    corrupt("UPDATE leases SET epoch = 0 WHERE session = 'c'").await;
+    let err = store.lease("c").await.unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+    assert!(err.to_string().contains("epoch 0"), "{err}");
+
+    corrupt("UPDATE leases SET epoch = 4, pid = -1 WHERE session = 'c'").await;
+    let err = store.lease("c").await.unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+    assert!(err.to_string().contains("process id -1"), "{err}");
+    // Nothing was written meanwhile.
+    let (_, log) = store.load("c").await.unwrap();
+    assert!(log.is_empty());
+}
+
+#[tokio::test]
+async fn sqlite_corrupt_leases_are_reported() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let url = format!("sqlite://{}", path.display());
+    corrupt_leases_are_reported(&store, |sql| {
+        let url = url.clone();
+        async move {
+            let mut c = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            sqlx::query(sql).execute(&mut c).await.unwrap();
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn needs_postgres_corrupt_leases_are_reported() {
+    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
+    let schema = format!("corrupt_leases_{}", std::process::id());
+    let store = PgStore::connect_in_schema(&url, &schema).await.unwrap();
+    corrupt_leases_are_reported(&store, |sql| {
+        let (url, schema) = (url.clone(), schema.clone());
+        async move {
+            let mut c = raw_connection(&url, &schema).await;
+            sqlx::query(sql).execute(&mut c).await.unwrap();
+        }
+    })
+    .await;
 }

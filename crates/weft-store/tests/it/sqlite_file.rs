@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use weft_core::{EVENT_VERSION, Envelope, Event, SessionStatus, ToolOutcome};
-use weft_store::{AnyStore, ListFilter, NewSession, SqliteStore, Store};
+use weft_store::{AnyStore, ListFilter, NewSession, SessionLog, SqliteStore};
 
 fn env(seq: u64, event: Event) -> Envelope {
     Envelope {

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use weft_core::Plan;
 use weft_core::agent::AgentSpec;
 use weft_runtime::{Agent, Runtime};
-use weft_store::MemoryStore;
+use weft_store::RamStore;
 use weft_tools::Registry;
 
 use weft_host::load;
@@ -184,7 +184,7 @@ fn plan_problems(
         return;
     };
     let rt = Runtime::new(
-        Arc::new(MemoryStore::new()),
+        Arc::new(RamStore::new()),
         Arc::new(tools.clone()),
         Default::default(),
     );

@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use weft_core::engine::dry_run;
 use weft_core::{Plan, SessionStatus};
 use weft_runtime::Runtime;
-use weft_store::MemoryStore;
+use weft_store::RamStore;
 
 use weft_host::{Host, load};
 
@@ -146,7 +146,7 @@ async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
         limits.max_parallel = p.max(1);
     }
     let rt = Runtime::new(
-        Arc::new(MemoryStore::new()),
+        Arc::new(RamStore::new()),
         Arc::new(agent.tools),
         limits.clone(),
     );

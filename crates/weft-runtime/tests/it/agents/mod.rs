@@ -1,5 +1,5 @@
 //! Helpers for driving whole agents in tests: in-process tools that record their calls, a
-//! model wrapper that records every request, and a harness that wires them to a memory store.
+//! model wrapper that records every request, and a harness that wires them to an in-RAM store.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -18,7 +18,7 @@ use weft_core::model::{Message, ModelReply, ModelRequest, Purpose};
 use weft_core::{Event, State, ToolError, ToolInfo};
 use weft_model::{DeltaSink, Model, ModelError, ScriptedModel, ScriptedReply, SharedModel};
 use weft_runtime::{Agent, Runtime, Session, SessionInfo};
-use weft_store::{MemoryStore, Store};
+use weft_store::{RamStore, SessionLog, Store};
 use weft_tools::{Registry, Tool, ToolContext};
 
 /// One call a test tool served.
@@ -327,10 +327,10 @@ pub fn tool_calls(calls: &[(&str, Value)]) -> ScriptedReply {
     serde_json::from_value(json!({ "tool_calls": calls })).unwrap()
 }
 
-/// An agent wired to a memory store, recording tools and a recording scripted model.
+/// An agent wired to an in-RAM store, recording tools and a recording scripted model.
 pub struct Harness {
-    pub store: Arc<MemoryStore>,
-    pub runtime: Runtime<MemoryStore>,
+    pub store: Arc<RamStore>,
+    pub runtime: Runtime<RamStore>,
     pub agent: Agent,
     pub calls: CallLog,
     pub requests: Requests,
@@ -344,12 +344,12 @@ impl Harness {
         replies: HashMap<Purpose, Vec<ScriptedReply>>,
         input: &Value,
     ) -> Self {
-        Self::with_store(Arc::new(MemoryStore::new()), yaml, tools, replies, input)
+        Self::with_store(Arc::new(RamStore::new()), yaml, tools, replies, input)
     }
 
     /// The same, on an existing store (a new process continuing a session).
     pub fn with_store(
-        store: Arc<MemoryStore>,
+        store: Arc<RamStore>,
         yaml: &str,
         tools: Vec<TestTool>,
         replies: HashMap<Purpose, Vec<ScriptedReply>>,
@@ -380,7 +380,7 @@ impl Harness {
     }
 
     /// Starts a session and runs `task` until it answers, fails or waits.
-    pub async fn run(&self, task: &str, input: Value) -> Session<'_, MemoryStore> {
+    pub async fn run(&self, task: &str, input: Value) -> Session<'_, RamStore> {
         let s = self
             .runtime
             .run_agent(&self.agent, SessionInfo::default(), task, input)
@@ -391,7 +391,7 @@ impl Harness {
     }
 
     /// Answers a waiting session.
-    pub async fn reply(&self, session: &mut Session<'_, MemoryStore>, text: &str) {
+    pub async fn reply(&self, session: &mut Session<'_, RamStore>, text: &str) {
         self.runtime
             .reply(&self.agent, session, text)
             .await
@@ -401,7 +401,7 @@ impl Harness {
 
     /// The fold of the stored log is the live state: what a new process would load. And every
     /// request so far alternated roles.
-    pub async fn assert_replays(&self, s: &Session<'_, MemoryStore>) {
+    pub async fn assert_replays(&self, s: &Session<'_, RamStore>) {
         self.requests.assert_alternate();
         let events = self.events(&s.id).await;
         let folded = State::fold(events.iter());

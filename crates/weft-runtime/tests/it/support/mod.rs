@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use weft_core::{Envelope, Event, Limits, Plan, State, ToolError, ToolInfo};
 use weft_runtime::Runtime;
-use weft_store::MemoryStore;
+use weft_store::RamStore;
 use weft_tools::{Echo, Registry, Template, Tool, ToolContext};
 
 /// One call a recording tool served: its step, attempt and logical start/finish ticks.
@@ -226,7 +226,7 @@ pub async fn run(reg: Registry, limits: Limits, plan: Value, input: Value) -> Ra
 pub async fn run_plan(reg: Registry, limits: Limits, plan: Plan, input: Value) -> Ran {
     let seen: Arc<Mutex<Vec<Envelope>>> = Arc::default();
     let sink = Arc::clone(&seen);
-    let rt = Runtime::new(Arc::new(MemoryStore::new()), Arc::new(reg), limits)
+    let rt = Runtime::new(Arc::new(RamStore::new()), Arc::new(reg), limits)
         .observe(Arc::new(move |e| sink.lock().unwrap().push(e.clone())));
     let session = rt
         .run_plan("test", plan, input)

@@ -1,10 +1,10 @@
-//! Knowledge in the memory store: ranked by how many of the query's words an entry holds.
+//! Knowledge in the in-RAM store: ranked by how many of the query's words an entry holds.
 
 use super::{
     Embedding, Hit, Kind, Knowledge, Listed, NewEntry, Shelf, TopK, query_words, similarity_to,
 };
 use crate::StoreError;
-use crate::memory::MemoryStore;
+use crate::ram::RamStore;
 
 /// One stored entry.
 #[derive(Clone, Debug)]
@@ -21,14 +21,14 @@ pub(crate) struct Entry {
     created_at: i64,
 }
 
-/// The memory store's entries.
+/// The in-RAM store's entries.
 #[derive(Debug, Default)]
 pub(crate) struct Entries {
     next: i64,
     all: Vec<Entry>,
 }
 
-impl Knowledge for MemoryStore {
+impl Knowledge for RamStore {
     async fn add(
         &self,
         kind: Kind,
@@ -173,5 +173,5 @@ impl Knowledge for MemoryStore {
 }
 
 fn poisoned() -> StoreError {
-    StoreError::Backend("the memory store's knowledge lock was poisoned".into())
+    StoreError::Poisoned("memories and documents")
 }

@@ -1,4 +1,5 @@
-//! A store in memory, for tests and one-off runs.
+//! The in-RAM store (`--db memory:`), for tests and one-off runs. Not to be confused with
+//! long-term memory (`crate::knowledge`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -6,7 +7,9 @@ use std::sync::Mutex;
 use weft_core::snapshot::Encoded;
 use weft_core::{Envelope, SessionStatus};
 
-use crate::{ListFilter, NewSession, SessionRecord, Snapshot, Store, StoreError, check_batch};
+use crate::{
+    Leases, ListFilter, NewSession, SessionLog, SessionRecord, Snapshot, StoreError, check_batch,
+};
 
 #[derive(Debug)]
 struct Entry {
@@ -19,16 +22,16 @@ struct Entry {
 
 type Sessions = HashMap<String, Entry>;
 
-/// Sessions in memory; lost when the process ends.
+/// Sessions in RAM; lost when the process ends.
 #[derive(Debug, Default)]
-pub struct MemoryStore {
+pub struct RamStore {
     sessions: Mutex<Sessions>,
     leases: Mutex<std::collections::HashMap<String, crate::Lease>>,
     work: tokio::sync::Notify,
-    pub(crate) knowledge: Mutex<crate::knowledge::memory::Entries>,
+    pub(crate) knowledge: Mutex<crate::knowledge::ram::Entries>,
 }
 
-impl MemoryStore {
+impl RamStore {
     pub fn new() -> Self {
         Self::default()
     }
@@ -41,13 +44,13 @@ impl MemoryStore {
     > {
         self.leases
             .lock()
-            .map_err(|_| StoreError::Backend("the in-memory store was poisoned by a panic".into()))
+            .map_err(|_| StoreError::Poisoned("leases"))
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Sessions>, StoreError> {
         self.sessions
             .lock()
-            .map_err(|_| StoreError::Backend("the in-memory store was poisoned by a panic".into()))
+            .map_err(|_| StoreError::Poisoned("sessions"))
     }
 
     /// An append, and the snapshot written with it, under one lock.
@@ -90,7 +93,7 @@ impl MemoryStore {
     }
 }
 
-impl Store for MemoryStore {
+impl SessionLog for RamStore {
     async fn create(&self, s: NewSession, now: i64) -> Result<SessionRecord, StoreError> {
         let mut map = self.lock()?;
         if map.contains_key(&s.id) {
@@ -195,6 +198,37 @@ impl Store for MemoryStore {
         Ok(pruned)
     }
 
+    async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError> {
+        let map = self.lock()?;
+        let entry = map
+            .get(id)
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        Ok(entry.head.as_ref().map(|(seq, version, head)| Snapshot {
+            seq: *seq,
+            version: *version,
+            head: head.clone(),
+        }))
+    }
+
+    async fn snapshot_parts(&self, id: &str, from: u64) -> Result<Vec<(u64, String)>, StoreError> {
+        let map = self.lock()?;
+        let entry = map
+            .get(id)
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        let first = entry
+            .parts
+            .range(..=from)
+            .next_back()
+            .map_or(0, |(k, _)| *k);
+        Ok(entry
+            .parts
+            .range(first..)
+            .map(|(k, v)| (*k, v.clone()))
+            .collect())
+    }
+}
+
+impl Leases for RamStore {
     async fn acquire(
         &self,
         id: &str,
@@ -291,34 +325,5 @@ impl Store for MemoryStore {
 
     async fn wait_for_work(&self, max: std::time::Duration) {
         let _ = tokio::time::timeout(max, self.work.notified()).await;
-    }
-
-    async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError> {
-        let map = self.lock()?;
-        let entry = map
-            .get(id)
-            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        Ok(entry.head.as_ref().map(|(seq, version, head)| Snapshot {
-            seq: *seq,
-            version: *version,
-            head: head.clone(),
-        }))
-    }
-
-    async fn snapshot_parts(&self, id: &str, from: u64) -> Result<Vec<(u64, String)>, StoreError> {
-        let map = self.lock()?;
-        let entry = map
-            .get(id)
-            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        let first = entry
-            .parts
-            .range(..=from)
-            .next_back()
-            .map_or(0, |(k, _)| *k);
-        Ok(entry
-            .parts
-            .range(first..)
-            .map(|(k, v)| (*k, v.clone()))
-            .collect())
     }
 }

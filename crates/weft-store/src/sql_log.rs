@@ -1,0 +1,229 @@
+//! The reading side of the SQL stores' session log, written once for SQLite and PostgreSQL:
+//! sessions, their events and their snapshots, and pruning. The two differ in how a session is
+//! keyed (SQLite: an integer key, its last sequence number read from its log; PostgreSQL: its
+//! id, `last_seq` in its row, see the crate's documentation) and in their placeholders; a
+//! [`Dialect`] says how. Their append paths differ on purpose and stay in `sqlite.rs` (through
+//! the group-commit writer) and `postgres.rs`.
+
+/// How a SQL store's reads are written.
+pub(crate) struct Dialect {
+    /// The placeholder of parameter `n` (`?n` or `$n`).
+    pub p: fn(usize) -> String,
+    /// The columns of a `sessions` row as [`crate::row::SessionCols`] reads them, the metadata
+    /// as JSON text and the last sequence number last.
+    pub session_cols: &'static str,
+    /// The condition that a row of `events`, `snapshots` or `snapshot_parts` belongs to the
+    /// session whose id is parameter `n`.
+    pub of_session: fn(usize) -> String,
+}
+
+/// The methods of a SQL store that read rows, for its inherent `impl`: `read_events` and
+/// `session`. `$row` is the database's row type; the store has a `pool` and an
+/// `err(context, sqlx::Error)`.
+macro_rules! sql_log_rows {
+    ($dialect:expr, $row:ty) => {
+        /// The events numbered `after + 1` to `last`, checked to be all there.
+        async fn read_events(
+            &self,
+            id: &str,
+            after: u64,
+            last: u64,
+        ) -> Result<Vec<weft_core::Envelope>, $crate::StoreError> {
+            use sqlx::Row;
+            let d: &$crate::sql_log::Dialect = &$dialect;
+            let ctx = || format!("cannot read the events of session {id}");
+            let sql = format!(
+                "SELECT seq, ts, CAST(v AS BIGINT), type, CAST(payload AS TEXT), epoch FROM events \
+                 WHERE {} AND seq > {} AND seq <= {} ORDER BY seq",
+                (d.of_session)(1),
+                (d.p)(2),
+                (d.p)(3)
+            );
+            let rows = sqlx::query(&sql)
+                .bind(id)
+                .bind($crate::row::to_i64("sequence number", after)?)
+                .bind($crate::row::to_i64("sequence number", last)?)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| self.err(&ctx(), e))?;
+            let mut log = Vec::with_capacity(rows.len());
+            for r in rows {
+                let seq: i64 = r.try_get(0).map_err(|e| self.err(&ctx(), e))?;
+                let ts: i64 = r.try_get(1).map_err(|e| self.err(&ctx(), e))?;
+                let v: i64 = r.try_get(2).map_err(|e| self.err(&ctx(), e))?;
+                let kind: String = r.try_get(3).map_err(|e| self.err(&ctx(), e))?;
+                let payload: String = r.try_get(4).map_err(|e| self.err(&ctx(), e))?;
+                let epoch: i64 = r.try_get(5).map_err(|e| self.err(&ctx(), e))?;
+                let payload = $crate::row::parse_payload(id, seq, &payload)?;
+                let mut e = $crate::row::decode(id, seq, ts, v, &kind, payload)?;
+                e.epoch = $crate::row::epoch(id, seq, epoch)?;
+                log.push(e);
+            }
+            $crate::row::check_contiguous(id, after, last, &log)?;
+            Ok(log)
+        }
+
+        /// A session's record from a row of the dialect's `session_cols`.
+        fn session(&self, r: &$row) -> Result<$crate::SessionRecord, $crate::StoreError> {
+            use sqlx::Row;
+            let ctx = "cannot read a session row";
+            let id: String = r.try_get(0).map_err(|e| self.err(ctx, e))?;
+            let metadata: String = r.try_get(4).map_err(|e| self.err(ctx, e))?;
+            let metadata = serde_json::from_str(&metadata).map_err(|e| {
+                $crate::StoreError::Corrupt(format!(
+                    "session {id}: the metadata is not valid JSON: {e}"
+                ))
+            })?;
+            $crate::row::SessionCols {
+                user_id: r.try_get(1).map_err(|e| self.err(ctx, e))?,
+                agent: r.try_get(2).map_err(|e| self.err(ctx, e))?,
+                reference_id: r.try_get(3).map_err(|e| self.err(ctx, e))?,
+                metadata,
+                parent_id: r.try_get(5).map_err(|e| self.err(ctx, e))?,
+                status: r.try_get(6).map_err(|e| self.err(ctx, e))?,
+                created_at: r.try_get(7).map_err(|e| self.err(ctx, e))?,
+                updated_at: r.try_get(8).map_err(|e| self.err(ctx, e))?,
+                last_seq: r.try_get(9).map_err(|e| self.err(ctx, e))?,
+                id,
+            }
+            .into_record()
+        }
+    };
+}
+pub(crate) use sql_log_rows;
+
+/// The [`crate::SessionLog`] methods that read (and prune), for a SQL store's `impl`: `get`,
+/// `load`, `events_after`, `list`, `prune`, `latest_snapshot` and `snapshot_parts`, over the
+/// methods [`sql_log_rows`] makes.
+macro_rules! sql_log_reads {
+    ($dialect:expr, $db:ty) => {
+        async fn get(&self, id: &str) -> Result<$crate::SessionRecord, $crate::StoreError> {
+            let d: &$crate::sql_log::Dialect = &$dialect;
+            let sql = format!("SELECT {} FROM sessions WHERE id = {}", d.session_cols, (d.p)(1));
+            let row = sqlx::query(&sql)
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| self.err(&format!("cannot read session {id}"), e))?;
+            match row {
+                Some(r) => self.session(&r),
+                None => Err($crate::StoreError::NotFound(id.to_owned())),
+            }
+        }
+
+        async fn load(
+            &self,
+            id: &str,
+        ) -> Result<($crate::SessionRecord, Vec<weft_core::Envelope>), $crate::StoreError> {
+            let rec = self.get(id).await?;
+            let log = self.read_events(id, 0, rec.last_seq).await?;
+            Ok((rec, log))
+        }
+
+        async fn events_after(
+            &self,
+            id: &str,
+            after_seq: u64,
+        ) -> Result<Vec<weft_core::Envelope>, $crate::StoreError> {
+            let rec = self.get(id).await?;
+            if after_seq >= rec.last_seq {
+                return Ok(Vec::new());
+            }
+            self.read_events(id, after_seq, rec.last_seq).await
+        }
+
+        async fn list(
+            &self,
+            filter: &$crate::ListFilter,
+        ) -> Result<Vec<$crate::SessionRecord>, $crate::StoreError> {
+            let d: &$crate::sql_log::Dialect = &$dialect;
+            let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                "SELECT {} FROM sessions WHERE TRUE",
+                d.session_cols
+            ));
+            if let Some(u) = &filter.user_id {
+                q.push(" AND user_id = ").push_bind(u.clone());
+            }
+            if let Some(s) = filter.status {
+                q.push(" AND status = ").push_bind(s.as_str());
+            }
+            q.push(" ORDER BY updated_at DESC, id DESC");
+            if let Some(n) = filter.limit {
+                q.push(" LIMIT ").push_bind(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+            let rows = q
+                .build()
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| self.err("cannot list sessions", e))?;
+            rows.iter().map(|r| self.session(r)).collect()
+        }
+
+        async fn prune(&self, before: i64, active: bool) -> Result<u64, $crate::StoreError> {
+            let d: &$crate::sql_log::Dialect = &$dialect;
+            let sql = format!(
+                "DELETE FROM sessions WHERE updated_at < {} AND ({} OR status IN ('completed', 'failed'))",
+                (d.p)(1),
+                (d.p)(2)
+            );
+            let res = sqlx::query(&sql)
+                .bind(before)
+                .bind(active)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| self.err("cannot prune sessions", e))?;
+            sqlx::query(&$crate::lease::prune_sql(d.p))
+                .bind(before)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| self.err("cannot prune the leases of pruned sessions", e))?;
+            Ok(res.rows_affected())
+        }
+
+        async fn latest_snapshot(
+            &self,
+            id: &str,
+        ) -> Result<Option<$crate::Snapshot>, $crate::StoreError> {
+            self.get(id).await?;
+            let d: &$crate::sql_log::Dialect = &$dialect;
+            let sql = format!(
+                "SELECT seq, CAST(v AS BIGINT), state FROM snapshots WHERE {} \
+                 ORDER BY seq DESC LIMIT 1",
+                (d.of_session)(1)
+            );
+            let head: Option<(i64, i64, String)> = sqlx::query_as(&sql)
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| self.err(&format!("cannot read the snapshot of session {id}"), e))?;
+            let Some((seq, version, head)) = head else {
+                return Ok(None);
+            };
+            $crate::row::snapshot(id, seq, version, head)
+        }
+
+        async fn snapshot_parts(
+            &self,
+            id: &str,
+            from: u64,
+        ) -> Result<Vec<(u64, String)>, $crate::StoreError> {
+            self.get(id).await?;
+            let d: &$crate::sql_log::Dialect = &$dialect;
+            let sql = format!(
+                "SELECT start, part FROM snapshot_parts WHERE {mine} \
+                 AND start >= coalesce((SELECT max(start) FROM snapshot_parts \
+                     WHERE {mine} AND start <= {from}), 0) ORDER BY start",
+                mine = (d.of_session)(1),
+                from = (d.p)(2)
+            );
+            let parts: Vec<(i64, String)> = sqlx::query_as(&sql)
+                .bind(id)
+                .bind($crate::row::to_i64("a message position", from)?)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| self.err(&format!("cannot read the snapshot of session {id}"), e))?;
+            $crate::row::parts(id, parts)
+        }
+    };
+}
+pub(crate) use sql_log_reads;
