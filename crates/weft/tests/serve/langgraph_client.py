@@ -6,7 +6,7 @@ WORKDIR/restart.now after the run's first tool call finished, the test restarts 
 the SDK reconnects by itself with the last event id it saw.
 
 Each check prints `ok: NAME`; the first failed assertion ends the script with a traceback (exit 1).
-The agents are the ones `crates/weft/tests/serve.rs` writes into WORKDIR.
+The agents are the ones `crates/weft/tests/it/serve.rs` writes into WORKDIR.
 """
 import asyncio
 import os

@@ -4,7 +4,7 @@
 //! writes the agents, runs the script and checks what only the server side can see.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::support as common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

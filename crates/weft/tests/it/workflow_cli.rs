@@ -4,7 +4,7 @@
 //! SQLite file and on PostgreSQL.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::support as common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -18,15 +18,7 @@ fn weft(dir: &Path) -> Command {
 }
 
 fn wait_for(path: &Path) {
-    let began = Instant::now();
-    while !path.exists() {
-        assert!(
-            began.elapsed() < Duration::from_secs(60),
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    weft_testkit::wait_for_file(path, Duration::from_secs(60));
 }
 
 #[test]

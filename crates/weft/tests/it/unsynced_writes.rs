@@ -14,7 +14,7 @@
 //! (`needs_strace_*`: `WEFT_TEST_STRACE` names the strace binary.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::support as common;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! reach the store, and one user's memories are never listed, found or forgotten by another.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::support as common;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -2,7 +2,7 @@
 //! must never show, and sub-agents linked to their parent session.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::support as common;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

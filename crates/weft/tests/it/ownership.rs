@@ -19,15 +19,7 @@ fn weft(dir: &Path) -> Command {
 }
 
 fn wait_for(path: &Path) {
-    let began = Instant::now();
-    while !path.exists() {
-        assert!(
-            began.elapsed() < Duration::from_secs(60),
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    weft_testkit::wait_for_file(path, Duration::from_secs(60));
 }
 
 fn signal(child: &Child, sig: &str) {

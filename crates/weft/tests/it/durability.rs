@@ -5,7 +5,7 @@
 //! (`needs_strace_*`: `WEFT_TEST_STRACE` names the strace binary.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::support as common;
 
 use std::path::Path;
 use std::process::Command;

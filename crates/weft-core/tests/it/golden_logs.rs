@@ -6,7 +6,6 @@
 //! JSON with names of its own (not State's serialised form), so that it stays valid when
 //! State's fields move.
 
-#![recursion_limit = "256"]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 //! the database dropping its connections) costs a takeover, never a repeated call.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::support as common;
 
 use std::collections::{BTreeMap, HashMap};
 

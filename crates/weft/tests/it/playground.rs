@@ -9,7 +9,7 @@
 //! `WEFT_PLAYGROUND_SCREENSHOTS=DIR` makes the browser tests write the pictures of the docs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::support as common;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

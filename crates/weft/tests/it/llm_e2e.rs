@@ -7,7 +7,7 @@
 //! unless `CI` is set.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::support as common;
 
 use std::path::Path;
 use std::process::Command;

@@ -1,0 +1,32 @@
+//! The integration tests of the weft command: every command run as a process, the server under real client libraries, the playground in a real browser, the book's commands.
+//!
+//! One test binary for the crate (its build and link happen once); each module is one
+//! former test file, `support` what they share.
+
+mod batch;
+mod book;
+mod crash;
+mod docs;
+mod docs_cli;
+mod durability;
+mod hints_cli;
+mod interrupt;
+mod live_view;
+mod llm_e2e;
+mod load_checks;
+mod memory_cli;
+mod ownership;
+mod plan_cli;
+mod playground;
+mod process_cli;
+mod run_cli;
+mod safety_cli;
+mod schema;
+mod serve;
+mod sessions_cli;
+mod support;
+mod telemetry;
+mod tools_cli;
+mod unsynced_writes;
+mod workers;
+mod workflow_cli;
