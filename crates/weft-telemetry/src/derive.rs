@@ -360,6 +360,15 @@ impl Deriver {
     }
 
     fn event(&mut self, env: &Envelope, out: &mut Vec<Span>) {
+        let _ = self.turn_event(env, out)
+            || self.model_event(env, out)
+            || self.plan_event(env, out)
+            || self.tool_event(env, out)
+            || self.workflow_event(env, out);
+    }
+
+    /// A session's and a turn's lifecycle: the turn span, waits for a person, the run's end. Whether the event was one of these.
+    fn turn_event(&mut self, env: &Envelope, out: &mut Vec<Span>) -> bool {
         match &env.event {
             Event::SessionStarted { agent, mode, .. } => {
                 self.agent = agent.clone();
@@ -414,6 +423,14 @@ impl Deriver {
                 }
                 self.end_turn(env, err, out);
             }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Model calls and what they decide: chat spans, reviews, replans. Whether the event was one of these.
+    fn model_event(&mut self, env: &Envelope, out: &mut Vec<Span>) -> bool {
+        match &env.event {
             Event::ModelReplied {
                 purpose,
                 step,
@@ -500,6 +517,14 @@ impl Deriver {
                     .push(("weft.plan.steps", Attr::from(plan.steps.len() as u64)));
                 Self::close(o, env, out);
             }
+            _ => return false,
+        }
+        true
+    }
+
+    /// A plan's waves, steps and fan-outs. Whether the event was one of these.
+    fn plan_event(&mut self, env: &Envelope, out: &mut Vec<Span>) -> bool {
+        match &env.event {
             Event::WaveStarted { wave, steps } => {
                 self.ensure_turn(env);
                 if let Some(w) = self.wave.take() {
@@ -563,6 +588,14 @@ impl Deriver {
                     .push(("weft.step.skip_reason", reason.as_str().into()));
                 Self::close(o, env, out);
             }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Tool calls: execute_tool spans. Whether the event was one of these.
+    fn tool_event(&mut self, env: &Envelope, out: &mut Vec<Span>) -> bool {
+        match &env.event {
             Event::ToolCallStarted {
                 call_id,
                 step,
@@ -608,7 +641,7 @@ impl Deriver {
                 duration_ms,
             } => {
                 let Some(mut o) = self.calls.remove(call_id) else {
-                    return;
+                    return true;
                 };
                 let dur = i64::try_from(*duration_ms).unwrap_or(i64::MAX);
                 // A start stored with its outcome (a staged start) carries the outcome's time.
@@ -659,6 +692,14 @@ impl Deriver {
                 o.span.error = Some("blocked".to_owned());
                 Self::close(o, env, out);
             }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Workflow steps and transitions, and the end of an execution. Whether the event was one of these.
+    fn workflow_event(&mut self, env: &Envelope, out: &mut Vec<Span>) -> bool {
+        match &env.event {
             Event::WorkflowStepEntered { step, .. } => {
                 self.ensure_turn(env);
                 if let Some(o) = self.workflow_step.take() {
@@ -694,8 +735,9 @@ impl Deriver {
                     Self::close(w, env, out);
                 }
             }
-            _ => {}
+            _ => return false,
         }
+        true
     }
 
     fn model_span(
