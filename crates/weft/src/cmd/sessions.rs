@@ -124,193 +124,8 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, cmd: SessionsCommand) -> 
             status,
             limit,
             json,
-        } => {
-            let status = match status {
-                None => None,
-                Some(s) => Some(SessionStatus::parse(&s).ok_or_else(|| {
-                    anyhow!("--status {s}: use running, waiting_for_user, completed or failed")
-                })?),
-            };
-            let rows = store
-                .list(&ListFilter {
-                    user_id: user,
-                    status,
-                    limit: Some(limit),
-                })
-                .await?;
-            // Each session's current task, read from its state (from the newest snapshot).
-            let mut tasks = Vec::with_capacity(rows.len());
-            for r in &rows {
-                let task = weft_runtime::load_state(store.as_ref(), &r.id)
-                    .await?
-                    .state
-                    .turn
-                    .task;
-                tasks.push(task);
-            }
-            if json {
-                for (r, task) in rows.iter().zip(&tasks) {
-                    let mut v = serde_json::to_value(r)?;
-                    v["created_at"] = json!(fmt_time(r.created_at));
-                    v["updated_at"] = json!(fmt_time(r.updated_at));
-                    v["task"] = json!(task);
-                    writeln!(out, "{v}")?;
-                }
-                return Ok(0);
-            }
-            if rows.is_empty() {
-                writeln!(std::io::stderr(), "no sessions")?;
-                return Ok(0);
-            }
-            // Columns as wide as their widest value (a child session's id is long).
-            // The task comes last, on one line and cut to a screen's width.
-            let cells: Vec<[String; 7]> = rows
-                .iter()
-                .zip(&tasks)
-                .map(|(r, task)| {
-                    [
-                        r.id.clone(),
-                        r.agent.clone(),
-                        r.status.as_str().to_owned(),
-                        r.user_id.clone().unwrap_or_else(|| "-".to_owned()),
-                        fmt_time(r.updated_at),
-                        r.last_seq.to_string(),
-                        task.as_deref().map_or_else(|| "-".to_owned(), one_line),
-                    ]
-                })
-                .collect();
-            let head =
-                ["id", "agent", "status", "user", "updated", "events", "task"].map(str::to_owned);
-            let mut widths = head.clone().map(|h| h.chars().count());
-            for row in &cells {
-                for (w, c) in widths.iter_mut().zip(row) {
-                    *w = (*w).max(c.chars().count());
-                }
-            }
-            for row in std::iter::once(&head).chain(&cells) {
-                let line: Vec<String> = row
-                    .iter()
-                    .zip(widths)
-                    .map(|(c, w)| format!("{c:<w$}"))
-                    .collect();
-                writeln!(out, "{}", line.join("  ").trim_end())?;
-            }
-            Ok(0)
-        }
-        SessionsCommand::Show { id, json } => {
-            let rec = store.get(&id).await?;
-            let state = weft_runtime::load_state(store.as_ref(), &id).await?.state;
-            // A running session that no live process drives was paused, or its process died:
-            // it goes on only when something continues it.
-            let stopped = rec.status == SessionStatus::Running
-                && !ownership::driven(store.as_ref(), &id).await?;
-            let view = json!({
-                "id": rec.id,
-                "agent": rec.agent,
-                "status": rec.status.as_str(),
-                "driven": rec.status == SessionStatus::Running && !stopped,
-                "user_id": rec.user_id,
-                "reference_id": rec.reference_id,
-                "parent_id": rec.parent_id,
-                "created_at": fmt_time(rec.created_at),
-                "updated_at": fmt_time(rec.updated_at),
-                "events": rec.last_seq,
-                "task": state.turn.task,
-                "plan": state.plan.as_ref().map(|p| p.view()),
-                "workflow": (state.mode == Some(weft_core::agent::Mode::Workflow)).then(|| json!({
-                    "step": state.workflow.step,
-                    "path": state.workflow.path,
-                    "outputs": state.workflow.outputs,
-                })),
-                "state": state.data,
-                "answer": state.turn.answer,
-                "waiting": state.turn.waiting,
-                "error": state.turn.error,
-                "usage": state.usage.tokens,
-                "model_calls": state.usage.calls,
-                "tool_calls": state.calls.started,
-            });
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&view)?)?;
-                return Ok(0);
-            }
-            writeln!(
-                out,
-                "session  {}  ({}, agent {})",
-                rec.id,
-                rec.status.as_str(),
-                rec.agent
-            )?;
-            if stopped {
-                writeln!(
-                    out,
-                    "stopped  no process drives it (paused, or its process stopped); continue it with `weft resume{} {}`",
-                    crate::store::db_flag(),
-                    rec.id
-                )?;
-            }
-            if let Some(p) = &rec.parent_id {
-                writeln!(out, "parent   {p}")?;
-            }
-            writeln!(
-                out,
-                "created  {}   updated {}   events {}",
-                fmt_time(rec.created_at),
-                fmt_time(rec.updated_at),
-                rec.last_seq
-            )?;
-            if let Some(t) = &state.turn.task {
-                writeln!(out, "task     {t}")?;
-            }
-            if let Some(run) = &state.plan {
-                writeln!(out, "plan")?;
-                for (s, r) in run.plan.steps.iter().zip(&run.steps) {
-                    let what = s
-                        .tool
-                        .clone()
-                        .or_else(|| s.description.clone())
-                        .unwrap_or_default();
-                    let status = serde_json::to_value(r.status)?
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned();
-                    let extra = r
-                        .reason
-                        .clone()
-                        .or_else(|| r.error.as_ref().map(|e| e.message.clone()))
-                        .map(|x| format!("  ({x})"))
-                        .unwrap_or_default();
-                    writeln!(out, "  {:<16} {:<12} {what}{extra}", s.id, status)?;
-                }
-            }
-            if state.mode == Some(weft_core::agent::Mode::Workflow)
-                && !state.workflow.path.is_empty()
-            {
-                // The steps since the last message came in (where the session stands now).
-                let now = match &state.workflow.step {
-                    Some(s) => format!("  (in `{s}`)"),
-                    None => String::new(),
-                };
-                writeln!(out, "steps    {}{now}", state.workflow.path.join(" -> "))?;
-            }
-            if let Some(w) = &state.turn.waiting {
-                writeln!(out, "waiting  {}", w.question)?;
-            }
-            if let Some(a) = &state.turn.answer {
-                writeln!(out, "answer   {a}")?;
-            }
-            if let Some(e) = &state.turn.error {
-                writeln!(out, "error    {e}")?;
-            }
-            let u = &state.usage.tokens;
-            let cost = u.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
-            writeln!(
-                out,
-                "usage    {} input + {} output tokens{cost}, {} model call(s), {} tool call(s)",
-                u.input_tokens, u.output_tokens, state.usage.calls, state.calls.started
-            )?;
-            Ok(0)
-        }
+        } => list(store.as_ref(), &mut out, user, status, limit, json).await,
+        SessionsCommand::Show { id, json } => show(store.as_ref(), &mut out, id, json).await,
         SessionsCommand::Events { id, follow } => {
             let mut after = 0;
             loop {
@@ -409,6 +224,200 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, cmd: SessionsCommand) -> 
             Ok(0)
         }
     }
+}
+
+/// `weft sessions list`: the sessions, newest first, as aligned columns or JSON lines.
+async fn list<S: Store>(
+    store: &S,
+    out: &mut impl Write,
+    user: Option<String>,
+    status: Option<String>,
+    limit: usize,
+    json: bool,
+) -> Result<u8> {
+    let status = match status {
+        None => None,
+        Some(s) => Some(SessionStatus::parse(&s).ok_or_else(|| {
+            anyhow!("--status {s}: use running, waiting_for_user, completed or failed")
+        })?),
+    };
+    let rows = store
+        .list(&ListFilter {
+            user_id: user,
+            status,
+            limit: Some(limit),
+        })
+        .await?;
+    // Each session's current task, read from its state (from the newest snapshot).
+    let mut tasks = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let task = weft_runtime::load_state(store, &r.id)
+            .await?
+            .state
+            .turn
+            .task;
+        tasks.push(task);
+    }
+    if json {
+        for (r, task) in rows.iter().zip(&tasks) {
+            let mut v = serde_json::to_value(r)?;
+            v["created_at"] = json!(fmt_time(r.created_at));
+            v["updated_at"] = json!(fmt_time(r.updated_at));
+            v["task"] = json!(task);
+            writeln!(out, "{v}")?;
+        }
+        return Ok(0);
+    }
+    if rows.is_empty() {
+        writeln!(std::io::stderr(), "no sessions")?;
+        return Ok(0);
+    }
+    // Columns as wide as their widest value (a child session's id is long).
+    // The task comes last, on one line and cut to a screen's width.
+    let cells: Vec<[String; 7]> = rows
+        .iter()
+        .zip(&tasks)
+        .map(|(r, task)| {
+            [
+                r.id.clone(),
+                r.agent.clone(),
+                r.status.as_str().to_owned(),
+                r.user_id.clone().unwrap_or_else(|| "-".to_owned()),
+                fmt_time(r.updated_at),
+                r.last_seq.to_string(),
+                task.as_deref().map_or_else(|| "-".to_owned(), one_line),
+            ]
+        })
+        .collect();
+    let head = ["id", "agent", "status", "user", "updated", "events", "task"].map(str::to_owned);
+    let mut widths = head.clone().map(|h| h.chars().count());
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    for row in std::iter::once(&head).chain(&cells) {
+        let line: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        writeln!(out, "{}", line.join("  ").trim_end())?;
+    }
+    Ok(0)
+}
+
+/// `weft sessions show`: a session's record and state, for a person or as JSON.
+async fn show<S: Store>(store: &S, out: &mut impl Write, id: String, json: bool) -> Result<u8> {
+    let rec = store.get(&id).await?;
+    let state = weft_runtime::load_state(store, &id).await?.state;
+    // A running session that no live process drives was paused, or its process died:
+    // it goes on only when something continues it.
+    let stopped = rec.status == SessionStatus::Running && !ownership::driven(store, &id).await?;
+    let view = json!({
+        "id": rec.id,
+        "agent": rec.agent,
+        "status": rec.status.as_str(),
+        "driven": rec.status == SessionStatus::Running && !stopped,
+        "user_id": rec.user_id,
+        "reference_id": rec.reference_id,
+        "parent_id": rec.parent_id,
+        "created_at": fmt_time(rec.created_at),
+        "updated_at": fmt_time(rec.updated_at),
+        "events": rec.last_seq,
+        "task": state.turn.task,
+        "plan": state.plan.as_ref().map(|p| p.view()),
+        "workflow": (state.mode == Some(weft_core::agent::Mode::Workflow)).then(|| json!({
+            "step": state.workflow.step,
+            "path": state.workflow.path,
+            "outputs": state.workflow.outputs,
+        })),
+        "state": state.data,
+        "answer": state.turn.answer,
+        "waiting": state.turn.waiting,
+        "error": state.turn.error,
+        "usage": state.usage.tokens,
+        "model_calls": state.usage.calls,
+        "tool_calls": state.calls.started,
+    });
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&view)?)?;
+        return Ok(0);
+    }
+    writeln!(
+        out,
+        "session  {}  ({}, agent {})",
+        rec.id,
+        rec.status.as_str(),
+        rec.agent
+    )?;
+    if stopped {
+        writeln!(
+            out,
+            "stopped  no process drives it (paused, or its process stopped); continue it with `weft resume{} {}`",
+            crate::store::db_flag(),
+            rec.id
+        )?;
+    }
+    if let Some(p) = &rec.parent_id {
+        writeln!(out, "parent   {p}")?;
+    }
+    writeln!(
+        out,
+        "created  {}   updated {}   events {}",
+        fmt_time(rec.created_at),
+        fmt_time(rec.updated_at),
+        rec.last_seq
+    )?;
+    if let Some(t) = &state.turn.task {
+        writeln!(out, "task     {t}")?;
+    }
+    if let Some(run) = &state.plan {
+        writeln!(out, "plan")?;
+        for (s, r) in run.plan.steps.iter().zip(&run.steps) {
+            let what = s
+                .tool
+                .clone()
+                .or_else(|| s.description.clone())
+                .unwrap_or_default();
+            let status = serde_json::to_value(r.status)?
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let extra = r
+                .reason
+                .clone()
+                .or_else(|| r.error.as_ref().map(|e| e.message.clone()))
+                .map(|x| format!("  ({x})"))
+                .unwrap_or_default();
+            writeln!(out, "  {:<16} {:<12} {what}{extra}", s.id, status)?;
+        }
+    }
+    if state.mode == Some(weft_core::agent::Mode::Workflow) && !state.workflow.path.is_empty() {
+        // The steps since the last message came in (where the session stands now).
+        let now = match &state.workflow.step {
+            Some(s) => format!("  (in `{s}`)"),
+            None => String::new(),
+        };
+        writeln!(out, "steps    {}{now}", state.workflow.path.join(" -> "))?;
+    }
+    if let Some(w) = &state.turn.waiting {
+        writeln!(out, "waiting  {}", w.question)?;
+    }
+    if let Some(a) = &state.turn.answer {
+        writeln!(out, "answer   {a}")?;
+    }
+    if let Some(e) = &state.turn.error {
+        writeln!(out, "error    {e}")?;
+    }
+    let u = &state.usage.tokens;
+    let cost = u.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
+    writeln!(
+        out,
+        "usage    {} input + {} output tokens{cost}, {} model call(s), {} tool call(s)",
+        u.input_tokens, u.output_tokens, state.usage.calls, state.calls.started
+    )?;
+    Ok(0)
 }
 
 /// A task as one line of at most [`TASK_WIDTH`] characters (`…` where it was cut).
