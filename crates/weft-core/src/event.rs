@@ -251,8 +251,8 @@ pub enum Event {
     SessionStarted {
         /// The session's id.
         session_id: String,
-        /// The name of the agent that runs the session (its agent file's `name`, or the plan
-        /// file's name for a bare plan run).
+        /// The name of the agent that runs the session (its agent file's `name`, also for a
+        /// bare plan run, whose tools the agent file declares).
         agent: String,
         /// The values the session was given to start with (the plan's input data); `null` when
         /// none were given.
@@ -307,7 +307,8 @@ pub enum Event {
     /// as "What you remember". Recorded once per turn, so a resumed or forked session sends the
     /// same prompt without searching again. `error` says why the search found nothing.
     MemoriesRecalled {
-        /// The text searched for (the task, cut to a bounded length).
+        /// The text searched for: the task (or a workflow's next message), cut to at most
+        /// 1000 bytes.
         query: String,
         /// What was found, best first.
         memories: Vec<RecalledMemory>,
