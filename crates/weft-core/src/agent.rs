@@ -29,9 +29,12 @@ pub enum Mode {
 #[serde(deny_unknown_fields)]
 #[schemars(title = "weft agent file")]
 pub struct AgentSpec {
+    /// The agent's name: what sessions, traces and other agents call it by.
     pub name: String,
+    /// What the agent is for, for people (and for another agent that offers it as a tool).
     #[serde(default)]
     pub description: Option<String>,
+    /// How the agent works: `react` (the default), `plan` or `workflow`.
     #[serde(default)]
     pub mode: Mode,
     /// `provider:model` or a mapping (`provider`, `name`, `base_url`, `api_key_env`, `script`, ...).
@@ -41,6 +44,7 @@ pub struct AgentSpec {
     /// System instructions (a minijinja template).
     #[serde(default)]
     pub instructions: Option<String>,
+    /// Bounds on the agent's work: steps, attempts, replans, iterations, tokens and more.
     #[serde(default)]
     pub limits: Limits,
     /// Secrets by name: `{env: VARIABLE}` or `{file: PATH}`.
@@ -85,19 +89,26 @@ pub struct AgentSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommandToolDecl {
+    /// The tool's name, as the model calls it.
     pub name: String,
+    /// What the tool does; its first line is what the planner sees.
     #[serde(default)]
     pub description: String,
+    /// A group the planner's tool list shows the tool in (`general` when absent).
     #[serde(default)]
     pub category: Option<String>,
     /// The program and its arguments; never run through a shell.
     pub command: Vec<String>,
+    /// JSON Schema of the arguments (default: any object).
     #[serde(default = "any_object")]
     pub input_schema: Value,
+    /// Safe to run twice with the same arguments: re-run after a crash, retried on failure.
     #[serde(default)]
     pub idempotent: bool,
+    /// May run at the same time as other parallel calls.
     #[serde(default)]
     pub parallel: bool,
+    /// A person approves each call before it runs.
     #[serde(default)]
     pub requires_approval: bool,
     /// `30s`, `500ms`, `2m`, or a number of seconds. Default 60 s.
@@ -122,13 +133,18 @@ pub struct CommandToolDecl {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BuiltinToolDecl {
+    /// Which built-in tool (`echo`, `http_get`, `fs_read`, ...).
     pub builtin: String,
+    /// The name the model calls it by (default: the built-in's own).
     #[serde(default)]
     pub name: Option<String>,
+    /// A description in place of the built-in's own.
     #[serde(default)]
     pub description: Option<String>,
+    /// A group the planner's tool list shows the tool in (`general` when absent).
     #[serde(default)]
     pub category: Option<String>,
+    /// A person approves each call before it runs.
     #[serde(default)]
     pub requires_approval: bool,
     /// Tool-specific settings (e.g. a workspace directory, an allow-list of hosts).
@@ -140,12 +156,16 @@ pub struct BuiltinToolDecl {
 /// One tool declaration of the agent file.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ToolDecl {
+    /// A local command (a declaration with `command`).
     Command(CommandToolDecl),
+    /// A built-in tool (a declaration with `builtin`).
     Builtin(BuiltinToolDecl),
     /// A kind this build knows by name but whose declaration is handled elsewhere
     /// (`http`, `mcp`, `agent`, `process`): kept raw for the tool crate.
     Other {
+        /// The declaration's kind: the key that names it (`http`, `mcp`, `agent`, `process`).
         kind: &'static str,
+        /// The declaration as written.
         raw: Value,
     },
 }
@@ -157,7 +177,9 @@ fn any_object() -> Value {
 /// An error in an agent file, naming the file and the place in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentError {
+    /// The agent file, as the caller named it.
     pub file: String,
+    /// Every problem found, each with its line and column when known.
     pub message: String,
 }
 
@@ -526,6 +548,7 @@ pub mod schema {
         })
     }
 
+    /// Secrets by name: each `{env: VARIABLE}` or `{file: PATH}`.
     pub fn secrets(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
             "type": "object",
@@ -538,10 +561,12 @@ pub mod schema {
         })
     }
 
+    /// A list of tool declarations, each a mapping (the weft binary fills in their kinds).
     pub fn tools(_: &mut SchemaGenerator) -> Schema {
         json_schema!({"type": "array", "items": {"type": "object"}})
     }
 
+    /// A mapping of settings, or nothing.
     pub fn object(_: &mut SchemaGenerator) -> Schema {
         json_schema!({"type": ["object", "null"]})
     }

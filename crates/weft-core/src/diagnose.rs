@@ -12,9 +12,11 @@ pub struct Problem {
     /// The field, as `tools[2].builtin` or `workflow.steps.triage.next[0].to`; empty for the
     /// whole file.
     pub path: String,
+    /// What is wrong and what to write instead (a misspelt key names the one meant).
     pub message: String,
     /// Where the field is in the file (1-based), when it was found.
     pub line: Option<usize>,
+    /// The field's column on that line (1-based); `None` when its line is unknown.
     pub column: Option<usize>,
     /// Text inside the field the problem is about (a template's variable): its position is
     /// given rather than the field's.
@@ -22,6 +24,7 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// A problem of the field at `path` (empty: the whole file), not located in the text yet.
     pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             path: path.into(),
@@ -128,7 +131,9 @@ where
 /// One step of a path into a file's structure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Seg {
+    /// A mapping's key.
     Key(String),
+    /// A list's position, from 0.
     Index(usize),
 }
 

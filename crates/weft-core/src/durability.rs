@@ -39,6 +39,7 @@ pub enum Durability {
 }
 
 impl Durability {
+    /// The setting as an agent file and `--durability` write it (`normal`, `full`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Normal => "normal",

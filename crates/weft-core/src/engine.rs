@@ -79,13 +79,20 @@ impl Limits {
 /// A tool call the shell must perform.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Invocation {
+    /// The call's id (`step#attempt` for a plan step's call, the model's id for its own).
     pub call_id: String,
+    /// The plan step the call serves; `None` for a model's own call.
     pub step: Option<String>,
     /// The item of a fan-out step the call serves.
     pub item: Option<usize>,
+    /// The tool's name.
     pub tool: String,
+    /// The arguments, references resolved.
     pub args: Value,
+    /// The attempt's number, from 1.
     pub attempt: u32,
+    /// The key the tool is given to recognise a repeat of the call; a retry keeps the first
+    /// attempt's.
     pub idempotency_key: String,
     /// Wait this long before running (a retry's backoff).
     pub delay_ms: u64,
@@ -98,13 +105,18 @@ pub enum Next {
     Record(Vec<Event>),
     /// Record these events (durably), then start these calls.
     Start {
+        /// Events to append first (`tool_call_started` among them).
         events: Vec<Event>,
+        /// The calls to perform, each reported with [`tool_finished`].
         calls: Vec<Invocation>,
     },
     /// Calls are in flight: wait for an outcome and report it with [`tool_finished`].
     Wait,
     /// A step without a literal tool call needs the step executor (agent plan mode).
-    CallExecutor { step: String },
+    CallExecutor {
+        /// The step's id.
+        step: String,
+    },
     /// Nothing more to do.
     Done,
 }
@@ -663,15 +675,20 @@ fn finished(
 /// One wave of a dry run.
 #[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct DryWave {
+    /// The wave's number, from 1.
     pub wave: u32,
+    /// The steps that would run in it, in plan order.
     pub steps: Vec<DryStep>,
 }
 
 /// A step as a dry run shows it.
 #[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct DryStep {
+    /// The step's id.
     pub id: String,
+    /// The tool it calls, or `(step executor)` for a step without one.
     pub tool: String,
+    /// Whether the step says it may run beside others (`_parallel: true`).
     pub parallel: bool,
     /// Why the step may be skipped at run time (its condition, or data that may not be written).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -25,6 +25,7 @@ pub struct Envelope {
     /// epoch is not the session's current one, so a process that lost its lease cannot write.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub epoch: u64,
+    /// The event itself; its fields are flattened into the envelope's JSON object.
     #[serde(flatten)]
     pub event: Event,
 }
@@ -37,14 +38,19 @@ fn is_zero(n: &u64) -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionStatus {
+    /// The session is working on a task (or was when its process stopped).
     #[default]
     Running,
+    /// The session waits for a person's answer before it can go on.
     WaitingForUser,
+    /// The last run ended with an answer.
     Completed,
+    /// The last run ended with an error.
     Failed,
 }
 
 impl SessionStatus {
+    /// The status as stored and shown (`waiting_for_user`), the inverse of [`Self::parse`].
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Running => "running",
@@ -54,6 +60,7 @@ impl SessionStatus {
         }
     }
 
+    /// The status named by `s` as [`Self::as_str`] writes it; `None` for any other text.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "running" => Some(Self::Running),
@@ -64,6 +71,8 @@ impl SessionStatus {
         }
     }
 
+    /// Whether the session's run has ended (completed or failed); a new task may still start
+    /// another turn.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed)
     }
@@ -75,6 +84,7 @@ pub struct ToolError {
     /// `invalid_arguments`, `not_found`, `spawn`, `exit_status`, `invalid_output`, `timeout`,
     /// `io`, `refused`, `interrupted`, `unknown_outcome` or a tool's own kind.
     pub kind: String,
+    /// What went wrong, in one sentence for a person or a model.
     pub message: String,
     /// Whatever helps a person or the model: stderr, an exit status, a response body.
     #[serde(default, skip_serializing_if = "Value::is_null")]
@@ -86,6 +96,7 @@ pub struct ToolError {
 }
 
 impl ToolError {
+    /// An error of `kind` saying `message`, with no detail and not retryable.
     pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             kind: kind.into(),
@@ -95,12 +106,14 @@ impl ToolError {
         }
     }
 
+    /// The error with `detail` (stderr, an exit status, a response body) attached.
     #[must_use]
     pub fn with_detail(mut self, detail: Value) -> Self {
         self.detail = detail;
         self
     }
 
+    /// The error marked as safe to retry (`yes`) or not.
     #[must_use]
     pub fn retryable(mut self, yes: bool) -> Self {
         self.retryable = yes;
@@ -208,15 +221,25 @@ impl std::fmt::Display for ToolError {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum ToolOutcome {
-    Ok { output: Value },
-    Error { error: ToolError },
+    /// The tool succeeded.
+    Ok {
+        /// What the tool returned.
+        output: Value,
+    },
+    /// The tool failed.
+    Error {
+        /// Why, as the engine records it.
+        error: ToolError,
+    },
 }
 
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// The run ended with an answer.
     Completed,
+    /// The run ended with an error (its `run_finished` event says which).
     Failed,
 }
 
@@ -226,8 +249,13 @@ pub enum RunStatus {
 pub enum Event {
     /// A session began.
     SessionStarted {
+        /// The session's id.
         session_id: String,
+        /// The name of the agent that runs the session (its agent file's `name`, also for a
+        /// bare plan run, whose tools the agent file declares).
         agent: String,
+        /// The values the session was given to start with (the plan's input data); `null` when
+        /// none were given.
         #[serde(default)]
         input: Value,
         /// The agent's mode; absent for a bare plan run (`weft plan run`).
@@ -239,146 +267,251 @@ pub enum Event {
     },
     /// A person gave the agent a task (a new turn of the session).
     TurnStarted {
+        /// The task, as the person wrote it.
         task: String,
+        /// Values given with the task; when not `null` they replace the session's input.
         #[serde(default, skip_serializing_if = "Value::is_null")]
         input: Value,
     },
     /// A model answered. `step` is set for a step executor's call.
     ModelReplied {
+        /// What the call was for (planning, a step, a review, ...).
         purpose: Purpose,
+        /// The plan step the call served; `None` for a call that served no step.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         step: Option<String>,
+        /// The reply: text, tool calls and usage.
         reply: ModelReply,
     },
     /// A model's reply could not be used; the reason is fed back on the next call.
     ModelReplyRejected {
+        /// What the call was for.
         purpose: Purpose,
+        /// The plan step the call served; `None` for a call that served no step.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         step: Option<String>,
+        /// Why the reply could not be used, as the model is told on its next call.
         reason: String,
     },
     /// The conversation's messages before `upto` are replaced, in what later requests carry, by
     /// `summary` (which covers every earlier compaction too). The messages stay in the log.
-    HistoryCompacted { upto: u64, summary: String },
+    HistoryCompacted {
+        /// The position in the conversation (counted in messages, from 0) where the messages
+        /// still carried begin.
+        upto: u64,
+        /// The model-written summary of every message before `upto`.
+        summary: String,
+    },
     /// Long-term memories found for a new task (or a workflow's next message) before the turn's
     /// first model call, already cut to the agent's budget: the requests of the turn carry them
     /// as "What you remember". Recorded once per turn, so a resumed or forked session sends the
     /// same prompt without searching again. `error` says why the search found nothing.
     MemoriesRecalled {
+        /// The text searched for: the task (or a workflow's next message), cut to at most
+        /// 1000 bytes.
         query: String,
+        /// What was found, best first.
         memories: Vec<RecalledMemory>,
+        /// Why the search failed; `None` when it ran (even if it found nothing).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
     /// A model call failed (after the provider's own retries).
     ModelFailed {
+        /// What the call was for.
         purpose: Purpose,
+        /// The provider's error, as the model layer reported it.
         error: String,
+        /// Whether calling again may succeed (a rate limit, a timeout, a server error).
         retryable: bool,
         /// Tokens the failed call used (attempts whose replies were unusable).
         #[serde(default, skip_serializing_if = "Usage::is_empty")]
         usage: Usage,
     },
     /// The planner's plan was invalid; the problems go back to the planner.
-    PlanRejected { problems: Vec<PlanProblem> },
+    PlanRejected {
+        /// Every problem found, each naming the step and field at fault.
+        problems: Vec<PlanProblem>,
+    },
     /// A replan: the pending steps are replaced by these. Completed and failed steps stay.
-    PlanRevised { plan: Plan, reason: String },
+    PlanRevised {
+        /// The new steps.
+        plan: Plan,
+        /// Why the plan was revised (the review's reason).
+        reason: String,
+    },
     /// What the step executor decided for a step (for people; the raw reply is in
     /// `model_replied`).
     StepAction {
+        /// The plan step.
         step: String,
+        /// The executor's decision: `USE_TOOL`, `REQUEST_TOOL_INPUT`, `ASK_USER`,
+        /// `DIRECT_RESPONSE` or `DESIGN_INSTRUCTIONS`.
         action: String,
+        /// What goes with the decision (the tool and its arguments for `USE_TOOL`, the question
+        /// for `ASK_USER`, ...); `null` when nothing does.
         #[serde(default, skip_serializing_if = "Value::is_null")]
         detail: Value,
     },
     /// A tool call was refused without running: a repeat of the same call in a step, a tool
     /// the agent may not use, or arguments that do not fit.
     ToolCallBlocked {
+        /// The plan step that asked for the call; `None` outside a plan.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         step: Option<String>,
+        /// The model's id for the call (ReAct), which its refusal answers; `None` for a plan
+        /// step's call.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         call_id: Option<String>,
+        /// The tool asked for.
         tool: String,
+        /// The arguments it was given.
         args: Value,
+        /// Why the call was refused, as the model is told.
         reason: String,
     },
     /// The review after a wave.
     ReviewDecided {
+        /// What happens next.
         decision: ReviewDecision,
+        /// The reviewer's reason (or, for `ASK_USER`, its question).
         #[serde(default)]
         reason: String,
     },
     /// A draft of the final answer.
-    AnswerDrafted { text: String, round: u32 },
+    AnswerDrafted {
+        /// The draft.
+        text: String,
+        /// How many drafts came before this one in the turn (0 for the first).
+        round: u32,
+    },
     /// The reviewer's verdict on the draft.
     ResponseReviewed {
+        /// Whether the draft stands.
         verdict: ResponseVerdict,
+        /// What to change, or the question for the person.
         #[serde(default)]
         feedback: String,
     },
     /// The session waits for a person.
-    WaitingForUser { request: InputRequest },
+    WaitingForUser {
+        /// What is asked of the person.
+        request: InputRequest,
+    },
     /// A person answered the session's request.
-    UserReplied { text: String },
+    UserReplied {
+        /// The answer, as the person wrote it.
+        text: String,
+    },
     /// Conversation messages carried into this session (a fork or an import).
-    MessagesImported { messages: Vec<Message> },
+    MessagesImported {
+        /// The messages, appended to the conversation in order.
+        messages: Vec<Message>,
+    },
     /// A client's run (`weft serve`) began here: its events are those after event `after`.
     /// Changes nothing in the state; it lets any process find the run by its id (after a
     /// restart, or on another server).
-    RunStarted { run_id: String, after: u64 },
+    RunStarted {
+        /// The run's id, as the client was given it.
+        run_id: String,
+        /// The sequence number of the last event before the run (0 for a new session).
+        after: u64,
+    },
     /// A piece of the answer as the model generates it. Published live, never stored.
-    TextDelta { text: String },
+    TextDelta {
+        /// The text generated since the last delta.
+        text: String,
+    },
     /// A plan was accepted for execution (validated, tool flags filled in).
-    PlanAccepted { plan: Plan },
+    PlanAccepted {
+        /// The plan as it will run.
+        plan: Plan,
+    },
     /// A wave of ready steps begins.
-    WaveStarted { wave: u32, steps: Vec<String> },
+    WaveStarted {
+        /// The wave's number in the turn, from 1.
+        wave: u32,
+        /// The ids of the steps that run in it.
+        steps: Vec<String>,
+    },
     /// A step's attempt begins.
-    StepStarted { step: String, attempt: u32 },
+    StepStarted {
+        /// The step's id.
+        step: String,
+        /// The attempt's number, from 1.
+        attempt: u32,
+    },
     /// A tool call is about to run. Durable before the tool runs.
     ToolCallStarted {
+        /// The call's id (a plan step's `step#attempt`, or the model's id for the call).
         call_id: String,
+        /// The plan step the call serves; `None` for a model's own call (ReAct).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         step: Option<String>,
         /// The item (its position in the list) a fan-out step's call serves.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         item: Option<usize>,
+        /// The tool's name.
         tool: String,
+        /// The arguments, validated against the tool's schema.
         args: Value,
+        /// The attempt's number, from 1.
         attempt: u32,
         /// Stable across a re-run after a crash: `session:step:attempt`.
         idempotency_key: String,
     },
     /// A tool call ended.
     ToolCallFinished {
+        /// The id its `tool_call_started` gave.
         call_id: String,
+        /// What the tool returned, or its error.
         outcome: ToolOutcome,
+        /// Wall-clock time the call took, in milliseconds.
         duration_ms: u64,
     },
     /// A step's attempt failed and the step will be tried again after `delay_ms`.
     StepRetrying {
+        /// The step's id.
         step: String,
+        /// The number of the attempt that failed, from 1.
         attempt: u32,
+        /// Why it failed.
         error: ToolError,
+        /// The wait before the next attempt, in milliseconds.
         delay_ms: u64,
     },
     /// A fan-out step (`_forEach`) began: its tool runs once for each of `items` items.
-    FanOutStarted { step: String, items: usize },
+    FanOutStarted {
+        /// The step's id.
+        step: String,
+        /// How many items its list holds.
+        items: usize,
+    },
     /// A fan-out step's call for item `item` failed and will be tried again after `delay_ms`.
     ItemRetrying {
+        /// The step's id.
         step: String,
+        /// The item's position in the list, from 0.
         item: usize,
+        /// The number of the item's attempt that failed, from 1.
         attempt: u32,
+        /// Why it failed.
         error: ToolError,
+        /// The wait before the next attempt, in milliseconds.
         delay_ms: u64,
     },
     /// A fan-out step's item failed without a call (its arguments could not be made from it).
     ItemFailed {
+        /// The step's id.
         step: String,
+        /// The item's position in the list, from 0.
         item: usize,
+        /// Why its arguments could not be made.
         error: ToolError,
     },
     /// A step completed; its output went to its `_outputPath`.
     StepCompleted {
+        /// The step's id.
         step: String,
         /// The raw result, for the model and for references.
         output: Value,
@@ -388,45 +521,77 @@ pub enum Event {
     },
     /// A step failed for good. `handled`: the error went to the step's error path.
     StepFailed {
+        /// The step's id.
         step: String,
+        /// The error of its last attempt.
         error: ToolError,
+        /// Whether the step has an error path that received the error (its dependents may then
+        /// run).
         handled: bool,
     },
     /// A step was skipped: its condition was false, the data it reads was not written, or a step
     /// it depends on failed.
-    StepSkipped { step: String, reason: String },
+    StepSkipped {
+        /// The step's id.
+        step: String,
+        /// Which of those it was, for people.
+        reason: String,
+    },
     /// A wave ended (every step in it reached an outcome).
-    WaveFinished { wave: u32 },
+    WaveFinished {
+        /// The wave's number, as its `wave_started` gave it.
+        wave: u32,
+    },
     /// No step of the plan can run any more; the agent goes on to its answer.
-    ExecutionFinished { reason: String },
+    ExecutionFinished {
+        /// Why execution stopped (every step done, a step failed, a limit reached).
+        reason: String,
+    },
     /// A workflow step began: the session is in `step` until routing takes it elsewhere.
-    WorkflowStepEntered { step: String, via: StepEntry },
+    WorkflowStepEntered {
+        /// The workflow step's name.
+        step: String,
+        /// How the session came to it.
+        via: StepEntry,
+    },
     /// A workflow step's output was accepted (it matched the step's `output_schema`, if any).
     /// `assigned`: the State paths the step's `assign` set; `reply`: the text the user is given.
     WorkflowOutputAccepted {
+        /// The workflow step's name.
         step: String,
+        /// The step's output.
         output: Value,
+        /// Each State path the step's `assign` set, with its new value.
         #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
         assigned: serde_json::Map<String, Value>,
+        /// The text the user is given; `None` when the step replies nothing.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reply: Option<String>,
     },
     /// A workflow step's output was refused; the reason goes back to the model (or the step's
     /// agent), which tries again. `attempt`: the refused outputs of the step so far.
     WorkflowOutputRejected {
+        /// The workflow step's name.
         step: String,
+        /// Why the output was refused, as the model is told.
         reason: String,
+        /// How many of the step's outputs have been refused so far, this one included.
         attempt: u32,
     },
     /// Routing took the session from step `from` to `to` (a step, `end` or `wait`).
     WorkflowTransition {
+        /// The step left.
         from: String,
+        /// The step entered, or `end` or `wait`.
         to: String,
+        /// The rule that chose `to`.
         rule: TransitionRule,
     },
     /// The run ended.
     RunFinished {
+        /// Whether it ended with an answer or an error.
         status: RunStatus,
+        /// Why the run failed; `None` when it completed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
         /// The answer given to the person.
@@ -443,12 +608,17 @@ pub enum StepEntry {
     Initial,
     /// A later message entered by rule `rule` of `reentry` (`when` absent: the default).
     Reentry {
+        /// The rule's position in `reentry`, from 0.
         rule: usize,
+        /// The rule's `when` expression; `None` for the default rule.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         when: Option<String>,
     },
     /// Routing came from step `from` (the `workflow_transition` just before says by which rule).
-    Transition { from: String },
+    Transition {
+        /// The step routing came from.
+        from: String,
+    },
 }
 
 /// Which routing rule a workflow transition took.
@@ -458,23 +628,34 @@ pub enum TransitionRule {
     /// Rule `rule` of the step's `next` (`when` absent: the default); no `rule` when the step
     /// has no `next` (the turn ends).
     Next {
+        /// The rule's position in `next`, from 0; `None` when the step has no `next`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rule: Option<usize>,
+        /// The rule's `when` expression; `None` for the default rule.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         when: Option<String>,
     },
     /// The step failed (`error` says why) and went to its `on_error`.
-    OnError { error: String },
+    OnError {
+        /// Why the step failed.
+        error: String,
+    },
 }
 
 /// What the review after a wave decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ReviewDecision {
+    /// Runnable pending steps remain and still make sense: run the next wave.
     Continue,
+    /// The results change what should happen next: plan again.
     Replan,
+    /// The evidence suffices: write the answer.
     FinalResponse,
+    /// Only the person can unblock the task: ask them.
     AskUser,
+    /// The task cannot be done with the tools and evidence available: the run fails, with the
+    /// reason as its answer.
     CannotComplete,
 }
 
@@ -482,9 +663,13 @@ pub enum ReviewDecision {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ResponseVerdict {
+    /// The draft is the answer.
     Accept,
+    /// The draft is written again with the reviewer's feedback.
     Refine,
+    /// The person is asked the reviewer's question first.
     AskUser,
+    /// The task cannot be done: the run fails, with the draft (or the feedback) as its answer.
     CannotComplete,
 }
 
@@ -496,8 +681,10 @@ pub struct InputRequest {
     pub kind: String,
     /// The question shown to the person.
     pub question: String,
+    /// The plan step that asks; `None` outside a plan step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<String>,
+    /// The tool a `missing_input` or `tool_approval` request is about; `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
     /// Required arguments the call lacks.
@@ -519,8 +706,11 @@ pub struct InputRequest {
 /// `public`), and its text, made one line and bounded.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RecalledMemory {
+    /// The memory's id in the store.
     pub id: i64,
+    /// `user`, `agent` or `public`.
     pub scope: String,
+    /// The memory's text, on one line and bounded.
     pub text: String,
 }
 

@@ -18,6 +18,7 @@ pub struct WriteIndex<'p> {
 }
 
 impl<'p> WriteIndex<'p> {
+    /// The index of every `_outputPath` (and error path) of `plan`'s steps.
     pub fn new(plan: &'p Plan) -> Self {
         let mut under: HashMap<&[String], Vec<usize>> = HashMap::new();
         let mut exact: HashMap<&[String], Vec<usize>> = HashMap::new();

@@ -255,6 +255,7 @@ pub struct History {
 }
 
 impl History {
+    /// An empty conversation.
     pub fn new() -> Self {
         Self::default()
     }
@@ -289,6 +290,7 @@ impl History {
         self.log.total()
     }
 
+    /// Whether the conversation has no message (held or not).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

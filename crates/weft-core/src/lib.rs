@@ -2,6 +2,8 @@
 //! their validation, and the decisions of the engine. Nothing here does I/O or reads a clock:
 //! the shell (`weft-runtime`) performs effects and reports their outcomes as events.
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod agent;
 pub mod agent_loop;
 pub mod condition;

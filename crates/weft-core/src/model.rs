@@ -31,6 +31,8 @@ pub enum Purpose {
 }
 
 impl Purpose {
+    /// The purpose as serialized (`response_review`): the key of a scripted model's replies and
+    /// the name traces show.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Plan => "plan",
@@ -52,6 +54,7 @@ pub struct ToolCall {
     /// The provider's own id, unless that was empty or repeated an id of the same reply or of
     /// the conversation (see [`crate::agent_loop::model_replied`]).
     pub id: String,
+    /// The name of the tool the model asks for.
     pub name: String,
     /// Arguments as the model gave them. A provider that returned unparsable argument text
     /// keeps it as a JSON string, so the runtime can report it.
@@ -66,23 +69,34 @@ pub struct ToolCall {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
+    /// Instructions from weft (the agent's prompt, the rules of a reply).
     System {
+        /// The instructions.
         content: String,
     },
+    /// What a person (or weft speaking for the task) says.
     User {
+        /// The text.
         content: String,
     },
+    /// What the model said: text, tool calls, or both.
     Assistant {
+        /// The text; empty when the model only called tools.
         #[serde(default)]
         content: String,
+        /// The tools the model asked to call, in order.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
     },
+    /// A tool call's result, answering one call of the assistant message before it.
     Tool {
+        /// The id of the [`ToolCall`] this answers.
         call_id: String,
+        /// The tool's name.
         name: String,
         /// The result as text (JSON for structured results).
         content: String,
+        /// Whether the call failed (`content` then holds the error).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
     },
@@ -91,7 +105,9 @@ pub enum Message {
 /// A tool offered to the model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolDef {
+    /// The name the model calls the tool by.
     pub name: String,
+    /// What the tool does and when to use it, as the model reads it.
     pub description: String,
     /// JSON Schema of the arguments.
     pub parameters: Value,
@@ -111,6 +127,7 @@ pub struct Messages {
 }
 
 impl Messages {
+    /// No messages.
     pub fn new() -> Self {
         Self::default()
     }
@@ -132,10 +149,13 @@ impl Messages {
         }
     }
 
+    /// How many messages the request carries: the leading ones, the conversation's from its
+    /// first carried message, the repairs and the ones added after.
     pub fn len(&self) -> usize {
         self.head.len() + self.history.as_ref().map_or(0, |h| h.len(self.from)) + self.tail.len()
     }
 
+    /// Whether the request carries no message.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -145,6 +165,7 @@ impl Messages {
         self.tail.push(m);
     }
 
+    /// The messages in order, without copying them.
     pub fn iter(&self) -> Iter<'_> {
         Iter {
             head: self.head.iter(),
@@ -257,19 +278,24 @@ impl<'de> Deserialize<'de> for Messages {
 /// One call to a model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelRequest {
+    /// Why the call is made.
     pub purpose: Purpose,
     /// How many model calls this session made before this one (all purposes).
     pub call_index: u32,
     /// How many model calls of this purpose this session made before this one.
     pub purpose_index: u32,
+    /// The conversation sent, system prompt first.
     pub messages: Messages,
+    /// The tools the model may call; empty when it may call none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolDef>,
     /// When set, the reply's text must be JSON matching this schema.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_schema: Option<Value>,
+    /// The most tokens the reply may have; `None` leaves it to the provider's settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// Sampling temperature; `None` leaves it to the provider's settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
 }
@@ -277,12 +303,16 @@ pub struct ModelRequest {
 /// Token usage of one call (or a sum of calls).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Usage {
+    /// Tokens of the request (prompt), cached ones included.
     #[serde(default)]
     pub input_tokens: u64,
+    /// Tokens the model generated.
     #[serde(default)]
     pub output_tokens: u64,
+    /// Of the input tokens, those read from the provider's prompt cache.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_read_tokens: u64,
+    /// Of the input tokens, those written to the provider's prompt cache.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_write_tokens: u64,
     /// Cost in US dollars, when the model's prices are known.
@@ -302,6 +332,8 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl Usage {
+    /// Adds `other` to this sum: counts saturate, costs add (an unknown cost counts as 0 once
+    /// either is known), and the sum is an estimate if either part is.
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
@@ -318,10 +350,12 @@ impl Usage {
         self.estimated |= other.estimated;
     }
 
+    /// Whether nothing was used: no tokens and no known cost.
     pub fn is_empty(&self) -> bool {
         self.total_tokens() == 0 && self.cost_usd.is_none()
     }
 
+    /// Input and output tokens together.
     pub fn total_tokens(&self) -> u64 {
         self.input_tokens + self.output_tokens
     }
@@ -330,15 +364,20 @@ impl Usage {
 /// A model's reply.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ModelReply {
+    /// The reply's text; empty when the model only called tools.
     #[serde(default)]
     pub content: String,
+    /// The tools the model asks to call, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
+    /// Tokens (and cost) of the call.
     #[serde(default)]
     pub usage: Usage,
     /// The model that answered, as the provider names it.
     #[serde(default)]
     pub model: String,
+    /// Why the model stopped, as the provider says it (`stop`, `length`, `tool_calls`, ...);
+    /// `None` when it did not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
 }

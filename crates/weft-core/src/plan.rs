@@ -50,7 +50,10 @@ pub enum RefRoot {
 /// A parsed reference: a root and a path below it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Reference {
+    /// What the reference reads from: the input, the State, a step's result or a fan-out item.
     pub root: RefRoot,
+    /// The keys (or list positions, as text) below the root, outermost first; empty for the
+    /// root itself.
     pub path: Vec<String>,
 }
 
@@ -162,7 +165,10 @@ impl fmt::Display for Reference {
 /// Where a step's result goes: the output on success, the error object on failure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutputPath {
+    /// The State path (below `†state`) the output is written to.
     pub ok: Vec<String>,
+    /// The State path the error object is written to (after `||`); `None` when the step has no
+    /// error path, and a failure then blocks its dependants.
     pub err: Option<Vec<String>>,
 }
 
@@ -211,6 +217,7 @@ pub enum ItemPolicy {
 }
 
 impl ItemPolicy {
+    /// The policy as written in a plan (`fail`, `skip`, `collect`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Fail => "fail",
@@ -291,20 +298,30 @@ impl Condition {
 /// One call of a plan.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlanStep {
+    /// `_id`: the step's id, unique in the plan (`s1`, `s2`, ... by position when not written).
     pub id: String,
     /// The tool to call. `None` for a step the step executor carries out (plan mode).
     pub tool: Option<String>,
+    /// `_description`: what the step is to do, for the step executor and for people.
     pub description: Option<String>,
+    /// `_category`: the category of tools the step's executor is offered (all allowed tools when
+    /// `None` or when no tool has it).
     pub category: Option<String>,
     /// `_skill`: the agent's skill whose instructions the step executor follows for this step
     /// (a step without `_tool` only; its executor sees no other skill's instructions).
     pub skill: Option<String>,
     /// Arguments as written, references included.
     pub args: Map<String, Value>,
+    /// `_outputPath`: where the step's result (and, optionally, its error) is written; `None`
+    /// when it is written nowhere (later steps can still read it as `†steps.<id>`).
     pub output: Option<OutputPath>,
+    /// `_dependsOn`: ids of steps that must reach an outcome first, beyond those whose output
+    /// the step reads.
     pub depends_on: Vec<String>,
     /// `_parallel` as written; `None` falls back to the tool's own `parallel` flag.
     pub parallel: Option<bool>,
+    /// `_when`: the condition the step runs under (it is skipped when false); `None` runs it
+    /// always.
     pub when: Option<Condition>,
     /// `_forEach`: run the tool once per item of a list.
     pub for_each: Option<ForEach>,
@@ -423,6 +440,7 @@ fn collect_refs(at: String, v: &Value, out: &mut Vec<(String, Result<Reference, 
 /// A plan: its steps in the order written.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Plan {
+    /// The steps, in the order written.
     pub steps: Vec<PlanStep>,
 }
 
@@ -431,11 +449,15 @@ pub struct Plan {
 pub struct PlanProblem {
     /// The step id (or `#n` for a call whose id could not be read).
     pub step: Option<String>,
+    /// The field at fault (`_tool`, an argument's name, ...); `None` when the problem is the
+    /// step or the plan as a whole.
     pub field: Option<String>,
+    /// What is wrong and, where it helps, what to write instead.
     pub message: String,
 }
 
 impl PlanProblem {
+    /// A problem of `step`'s `field` (either may be absent).
     pub fn new(step: Option<&str>, field: Option<&str>, message: impl Into<String>) -> Self {
         Self {
             step: step.map(str::to_owned),

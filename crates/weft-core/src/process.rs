@@ -38,6 +38,7 @@ pub struct ProcessSpec {
     #[serde(default)]
     #[schemars(schema_with = "crate::agent::schema::secrets")]
     pub secrets: BTreeMap<String, Value>,
+    /// Bounds on the plan's run (steps, attempts, waves), as in an agent file.
     #[serde(default)]
     pub limits: Limits,
     /// The plan: an array of calls, or `{"steps": [...]}`.

@@ -146,6 +146,8 @@ fn feedback_block(state: &State) -> String {
     }
 }
 
+/// The planner's role (its system message, after the agent's instructions): the two reply
+/// forms and how a plan's calls are written.
 pub const PLANNER_ROLE: &str = "You are the planner of an agent runtime. Decide whether the task needs tool calls. \
 Reply with JSON only, in one of two forms:\n\
 {\"plan\": [<calls>]} when tools are needed, or\n\
@@ -268,6 +270,8 @@ pub fn planner(state: &State, cfg: &AgentConfig) -> ModelRequest {
     req
 }
 
+/// The step executor's role (its system message, after the agent's instructions): the actions
+/// it may reply with.
 pub const EXECUTOR_ROLE: &str = "You are the step executor of an agent runtime. Carry out the current step only. \
 Reply with JSON only, one of:\n\
 {\"action\": \"USE_TOOL\", \"tool\": \"<name>\", \"arguments\": {...}}\n\
@@ -276,6 +280,7 @@ Reply with JSON only, one of:\n\
 {\"action\": \"DESIGN_INSTRUCTIONS\", \"instructions\": \"<instructions drawn from the step's selected skill, for the steps after it>\"}\n\
 Never invent a required argument: ask for it with REQUEST_TOOL_INPUT. Do not repeat a call already made in this step.";
 
+/// The JSON Schema of the step executor's reply: an `action` and what that action needs.
 pub fn executor_schema() -> Value {
     json!({
         "type": "object",
@@ -372,12 +377,15 @@ pub fn executor(state: &State, cfg: &AgentConfig, step_id: &str) -> ModelRequest
     req
 }
 
+/// The reviewer's role after a wave: the decisions it may take and when each fits.
 pub const REVIEW_ROLE: &str = "You review the progress of a plan after a wave of steps. Reply with JSON only: \
 {\"decision\": \"CONTINUE\" | \"REPLAN\" | \"FINAL_RESPONSE\" | \"ASK_USER\" | \"CANNOT_COMPLETE\", \"reason\": \"...\", \"question\": \"<for ASK_USER>\"}. \
 CONTINUE when runnable pending steps remain and still make sense; REPLAN when results change what should happen next; \
 FINAL_RESPONSE when the evidence suffices to answer; ASK_USER when only the user can unblock the task; \
 CANNOT_COMPLETE when the task cannot be done with the tools and evidence available.";
 
+/// The JSON Schema of the review's reply: a `decision`, its `reason`, and a `question` for
+/// `ASK_USER`.
 pub fn review_schema() -> Value {
     json!({
         "type": "object",
@@ -390,6 +398,8 @@ pub fn review_schema() -> Value {
     })
 }
 
+/// The review's request after a wave: the task, the plan with its results, the State, the
+/// replans used of those allowed, the person's answers and the feedback on a refused reply.
 pub fn review(state: &State, cfg: &AgentConfig) -> ModelRequest {
     let mut body = format!("Task: {}\n", state.turn.task.as_deref().unwrap_or_default());
     if let Some(run) = &state.plan {
@@ -411,6 +421,7 @@ pub fn review(state: &State, cfg: &AgentConfig) -> ModelRequest {
     req
 }
 
+/// The resolver's role: write the final answer from the evidence, grounded in the results.
 pub const RESPOND_ROLE: &str = "Write the final answer to the user's task from the evidence gathered. \
 Ground every statement in the completed steps' results; mention failed or missing work only when it changes the answer. \
 Reply with the answer text only.";
@@ -442,9 +453,11 @@ pub fn respond(state: &State, cfg: &AgentConfig) -> ModelRequest {
     request(state, Purpose::Respond, messages)
 }
 
+/// The response reviewer's role: the verdicts it may give on a draft answer.
 pub const RESPONSE_REVIEW_ROLE: &str = "You review a draft answer before it goes to the user. Reply with JSON only: \
 {\"verdict\": \"ACCEPT\" | \"REFINE\" | \"ASK_USER\" | \"CANNOT_COMPLETE\", \"feedback\": \"<what to change, or the question for the user>\"}.";
 
+/// The JSON Schema of the response reviewer's reply: a `verdict` and its `feedback`.
 pub fn response_review_schema() -> Value {
     json!({
         "type": "object",
@@ -456,6 +469,8 @@ pub fn response_review_schema() -> Value {
     })
 }
 
+/// The response reviewer's request: the task, the plan with its results, the last draft and
+/// the feedback on a refused reply.
 pub fn response_review(state: &State, cfg: &AgentConfig) -> ModelRequest {
     let mut body = format!("Task: {}\n", state.turn.task.as_deref().unwrap_or_default());
     if let Some(run) = &state.plan {
@@ -484,6 +499,8 @@ pub fn response_review(state: &State, cfg: &AgentConfig) -> ModelRequest {
     req
 }
 
+/// The ReAct loop's role, after the agent's instructions: call tools when they help, answer in
+/// text.
 pub const REACT_ROLE: &str = "Use the tools when they help; you may call several at once. When you have the answer, reply with it as text.";
 
 /// The ReAct request: the conversation so far, with every tool call paired with a result (a
@@ -532,6 +549,7 @@ pub fn conversation(state: &State, mut head: Vec<Message>) -> Messages {
 /// How the summary of a compacted conversation is introduced to the model.
 pub const SUMMARY_INTRO: &str = "Summary of the earlier part of this conversation:";
 
+/// A workflow step's role: do this step only; the workflow routes.
 pub const WORKFLOW_ROLE: &str = "You carry out one step of a workflow: do what this step asks and nothing else. \
 The workflow, not you, decides which step comes next.";
 

@@ -25,9 +25,11 @@ use crate::state::{SNAPSHOT_VERSION, State};
 pub struct Encoded {
     /// The state's sequence number: the snapshot covers the log up to this event.
     pub seq: u64,
+    /// The [`SNAPSHOT_VERSION`] the head was written at.
     pub version: u32,
     /// JSON text.
     pub head: String,
+    /// The conversation's messages since the last part; `None` when none arrived.
     pub part: Option<Part>,
     /// The conversation's length, i.e. where the next snapshot's part starts.
     pub history_len: u64,
@@ -36,25 +38,51 @@ pub struct Encoded {
 /// Messages of the conversation from `start` on, as a JSON array.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Part {
+    /// The position in the conversation (from 0) of the part's first message.
     pub start: u64,
+    /// The messages, as a JSON array.
     pub text: String,
 }
 
 /// Why a snapshot cannot be used (the log is folded instead).
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
+    /// The snapshot was written at another [`SNAPSHOT_VERSION`].
     #[error("snapshot version {found}, this build reads {SNAPSHOT_VERSION}")]
-    Version { found: u32 },
+    Version {
+        /// The version the snapshot was written at.
+        found: u32,
+    },
+    /// The state could not be serialised, or its conversation is not all held.
     #[error("cannot encode the state: {0}")]
     Encode(String),
+    /// The head is not a state this build reads (the decoder's message).
     #[error("the state does not decode: {0}")]
     Head(String),
+    /// The head's sequence number is not the one it is stored at.
     #[error("the snapshot says event {found}, but it is stored at event {expected}")]
-    Seq { expected: u64, found: u64 },
+    Seq {
+        /// The sequence number the store keeps the snapshot at.
+        expected: u64,
+        /// The sequence number the head records.
+        found: u64,
+    },
+    /// The head is of another session.
     #[error("the snapshot is of session {found:?}")]
-    Session { found: String },
+    Session {
+        /// The session id the head records.
+        found: String,
+    },
+    /// A part of the conversation is not a JSON array of messages.
     #[error("the conversation's part at message {start} does not decode: {reason}")]
-    Part { start: u64, reason: String },
+    Part {
+        /// The position of the part's first message.
+        start: u64,
+        /// The decoder's message.
+        reason: String,
+    },
+    /// The parts do not add up to the conversation the head records (a gap, an overlap, a
+    /// wrong length).
     #[error("the conversation's parts {0}")]
     Parts(String),
 }

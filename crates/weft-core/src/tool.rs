@@ -8,9 +8,12 @@ use serde_json::Value;
 /// A tool's metadata: what the planner, the validator and the step executor see.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ToolInfo {
+    /// The tool's name, as plans and models call it.
     pub name: String,
+    /// What the tool does; its first line is what the planner sees.
     #[serde(default)]
     pub description: String,
+    /// A group the planner's tool list shows the tool in; `None` shows as `general`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub category: Option<String>,
     /// JSON Schema of the arguments (`{}` accepts anything).
@@ -43,7 +46,9 @@ impl ToolInfo {
 
 /// Looks tools up by name.
 pub trait ToolCatalog {
+    /// The tool called `name`; `None` when there is none.
     fn tool_info(&self, name: &str) -> Option<&ToolInfo>;
+    /// The names of every tool, in the catalog's order.
     fn tool_names(&self) -> Vec<String>;
 }
 

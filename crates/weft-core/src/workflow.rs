@@ -96,6 +96,8 @@ pub struct StepSpec {
 }
 
 impl StepSpec {
+    /// How many refused outputs the step asks again after before it fails (`output_retries`,
+    /// default [`DEFAULT_OUTPUT_RETRIES`]).
     pub fn output_retries(&self) -> u32 {
         self.output_retries.unwrap_or(DEFAULT_OUTPUT_RETRIES)
     }
@@ -497,6 +499,8 @@ impl WorkflowRun {
         self.delegating = false;
     }
 
+    /// The session entered `step`: it goes on the path, and what belonged to the step before
+    /// is forgotten.
     pub fn enter(&mut self, step: &str) {
         self.step = Some(step.to_owned());
         self.entered = true;

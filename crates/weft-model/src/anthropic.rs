@@ -23,6 +23,8 @@ pub struct AnthropicModel {
 }
 
 impl AnthropicModel {
+    /// A model for `cfg`, which must be an `anthropic` configuration; an error names what is
+    /// wrong with it (another provider, an HTTP client that cannot be built).
     pub fn new(cfg: ProviderConfig) -> Result<Self, ModelError> {
         if cfg.kind != ProviderKind::Anthropic {
             return Err(ModelError::Config(format!(
@@ -38,6 +40,7 @@ impl AnthropicModel {
         })
     }
 
+    /// The configuration the model was built from.
     pub fn config(&self) -> &ProviderConfig {
         &self.cfg
     }

@@ -17,7 +17,9 @@ use crate::ModelError;
 /// Whether exchanges are recorded or replayed, and where.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CassetteMode {
+    /// Every exchange is appended to this file (which is started afresh).
     Record(PathBuf),
+    /// Exchanges are served from this file in order; no network is used.
     Replay(PathBuf),
 }
 
@@ -33,6 +35,7 @@ impl CassetteMode {
         }
     }
 
+    /// The cassette file, recorded or replayed.
     pub fn path(&self) -> &Path {
         match self {
             Self::Record(p) | Self::Replay(p) => p,
@@ -43,11 +46,16 @@ impl CassetteMode {
 /// One recorded exchange.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Exchange {
+    /// The HTTP method (`POST`).
     pub method: String,
     /// The URL path (`/v1/chat/completions`), without host or query.
     pub path: String,
+    /// The request's JSON body (auth headers are never recorded).
     pub request: Value,
+    /// The response's HTTP status code.
     pub status: u16,
+    /// The few response headers replays need (`retry-after`, `content-type`, ...), by
+    /// lower-case name.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// The response body as text, exactly as received (SSE included).
@@ -60,6 +68,7 @@ pub struct Exchange {
 /// A cassette file.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct CassetteFile {
+    /// The exchanges, in the order they happened.
     pub exchanges: Vec<Exchange>,
 }
 
@@ -122,6 +131,7 @@ impl Cassette {
         Ok(c)
     }
 
+    /// Whether the cassette records or replays, and its file.
     pub fn mode(&self) -> &CassetteMode {
         &self.mode
     }

@@ -18,6 +18,7 @@ pub enum ProviderKind {
 }
 
 impl ProviderKind {
+    /// The provider's name as a `model` field writes it (`openai`, `anthropic`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::OpenAi => "openai",
@@ -50,7 +51,9 @@ impl ProviderKind {
 /// Prices in US dollars per million tokens.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Prices {
+    /// Price of input tokens not read from or written to the prompt cache.
     pub input_per_mtok: f64,
+    /// Price of output tokens.
     pub output_per_mtok: f64,
     /// Price of input tokens read from the provider's prompt cache (default: the input price).
     pub cache_read_per_mtok: Option<f64>,
@@ -122,11 +125,14 @@ pub fn builtin_prices(kind: ProviderKind, model: &str) -> Option<Prices> {
 /// How a provider is reached and behaves.
 #[derive(Clone, Debug)]
 pub struct ProviderConfig {
+    /// The wire protocol the provider speaks.
     pub kind: ProviderKind,
     /// The model name the provider knows (`gpt-4o-mini`, `claude-sonnet-4-20250514`).
     pub name: String,
     /// Without a trailing slash: `https://api.openai.com/v1`, `https://api.anthropic.com`.
     pub base_url: String,
+    /// The environment variable the key is read from (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`
+    /// unless set).
     pub api_key_env: String,
     /// The key, read from `api_key_env` when the model was built.
     pub api_key: Option<String>,
@@ -144,6 +150,7 @@ pub struct ProviderConfig {
     pub max_tokens_field: MaxTokensField,
     /// Limit on the whole request, body included.
     pub timeout: Duration,
+    /// Limit on opening the connection (10 s unless set).
     pub connect_timeout: Duration,
     /// How many times a rate-limited (429), failed (5xx) or unreachable call is tried again.
     pub max_retries: u32,
@@ -213,6 +220,7 @@ pub enum MaxTokensField {
 }
 
 impl MaxTokensField {
+    /// The field's name on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::MaxTokens => "max_tokens",

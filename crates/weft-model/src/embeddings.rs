@@ -26,9 +26,13 @@ pub const MAX_DIMENSION: usize = 8192;
 /// 256–8192 tokens and the rest would be cut or refused by the server anyway).
 pub const MAX_TEXT_BYTES: usize = 2000;
 
-/// The environment variables that configure embeddings.
+/// The environment variables that configure embeddings. This one holds the endpoint's base URL
+/// (`http://127.0.0.1:8090/v1`); embeddings are off when it is unset or empty.
 pub const URL_ENV: &str = "WEFT_EMBEDDINGS_URL";
+/// The variable holding the model name sent with each request (`default` when unset).
 pub const MODEL_ENV: &str = "WEFT_EMBEDDINGS_MODEL";
+/// The variable holding the name of another variable that holds the server's key (no key is
+/// sent when unset).
 pub const KEY_ENV_ENV: &str = "WEFT_EMBEDDINGS_API_KEY_ENV";
 
 /// A client of an embeddings endpoint.

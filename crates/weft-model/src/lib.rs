@@ -9,6 +9,8 @@
 //! twice), report token usage and cost, and can record or replay their HTTP exchanges
 //! (`WEFT_CASSETTE=record:PATH` / `replay:PATH`, see [`Cassette`]).
 
+#![warn(missing_docs, unreachable_pub)]
+
 mod anthropic;
 pub mod capabilities;
 mod cassette;
@@ -54,31 +56,57 @@ pub enum ModelError {
     /// The provider answered with an HTTP error.
     #[error("{provider} returned HTTP {status}: {body}")]
     Http {
+        /// The provider (`openai`, `anthropic`, ...).
         provider: String,
+        /// The HTTP status code.
         status: u16,
+        /// The response body, as the provider sent it.
         body: String,
         /// Seconds the provider asked to wait (`Retry-After`).
         retry_after: Option<f64>,
     },
     /// The prompt is longer than the model's context window.
     #[error("{provider}: the request exceeds the model's context length: {body}")]
-    ContextLength { provider: String, body: String },
+    ContextLength {
+        /// The provider.
+        provider: String,
+        /// The provider's error body.
+        body: String,
+    },
+    /// The provider did not connect or answer within the time allowed.
     #[error("{provider}: timed out after {seconds:.1} s ({phase})")]
     Timeout {
+        /// The provider.
         provider: String,
+        /// What weft was doing (`connecting to URL`, `waiting for URL`, `reading the reply`).
         phase: String,
+        /// The time limit that ran out, in seconds.
         seconds: f64,
     },
+    /// The connection to the provider failed (DNS, TLS, refused, reset).
     #[error("{provider}: connection failed: {message}")]
-    Transport { provider: String, message: String },
+    Transport {
+        /// The provider.
+        provider: String,
+        /// The address and the chain of errors below it.
+        message: String,
+    },
     /// The stream ended before the reply was complete.
     #[error("{provider}: the stream was cut mid-reply: {message}")]
-    StreamCut { provider: String, message: String },
+    StreamCut {
+        /// The provider.
+        provider: String,
+        /// Why the stream ended.
+        message: String,
+    },
     /// The provider's reply could not be read.
     #[error("{provider}: malformed reply: {message}; body: {body}")]
     Malformed {
+        /// The provider.
         provider: String,
+        /// What is wrong with the reply.
         message: String,
+        /// The reply's body (or the part that was read).
         body: String,
         /// Tokens spent on the unusable replies, when they were counted.
         usage: Usage,
@@ -88,13 +116,22 @@ pub enum ModelError {
         "the script {script} has no reply left for a `{purpose}` call (call #{index}); add one"
     )]
     ScriptExhausted {
+        /// Where the script came from (its file, or the name it was built under).
         script: String,
+        /// The call's purpose (`plan`, `react`, ...).
         purpose: String,
+        /// The call's number in the session, from 1.
         index: u32,
     },
     /// A scripted reply does not fit the call.
     #[error("the script {script}: {message}")]
-    ScriptMismatch { script: String, message: String },
+    ScriptMismatch {
+        /// Where the script came from.
+        script: String,
+        /// How the reply does not fit.
+        message: String,
+    },
+    /// The call was given up before the model answered.
     #[error("the model call was cancelled")]
     Cancelled,
 }
@@ -134,7 +171,9 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The object-safe form of [`Model`], for choosing a provider at run time.
 pub trait DynModel: Send + Sync {
+    /// `provider:model`, as [`Model::name`].
     fn name(&self) -> &str;
+    /// One call, as [`Model::complete`], its future boxed.
     fn complete_boxed<'a>(
         &'a self,
         req: &'a ModelRequest,

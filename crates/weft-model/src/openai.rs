@@ -21,6 +21,8 @@ pub struct OpenAiModel {
 }
 
 impl OpenAiModel {
+    /// A model for `cfg`, which must be an `openai` configuration; an error names what is wrong
+    /// with it (another provider, an HTTP client that cannot be built).
     pub fn new(cfg: ProviderConfig) -> Result<Self, ModelError> {
         if cfg.kind != ProviderKind::OpenAi {
             return Err(ModelError::Config(format!(
@@ -36,6 +38,7 @@ impl OpenAiModel {
         })
     }
 
+    /// The configuration the model was built from.
     pub fn config(&self) -> &ProviderConfig {
         &self.cfg
     }

@@ -27,9 +27,12 @@ use crate::{DeltaSink, Model, ModelError, ModelReply, ModelRequest, Purpose, Too
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptedCall {
+    /// The tool to call.
     pub name: String,
+    /// The call's arguments (`null` when not given).
     #[serde(default)]
     pub arguments: Value,
+    /// The call's id; `None` gives it `call_<call number>_<position>`.
     #[serde(default)]
     pub id: Option<String>,
 }
@@ -38,23 +41,32 @@ pub struct ScriptedCall {
 #[derive(Clone, Debug, PartialEq, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptedReply {
+    /// In a list, the purpose the call must have (the script fails loudly otherwise); `None`
+    /// accepts any.
     #[serde(default)]
     pub purpose: Option<Purpose>,
+    /// The reply's text.
     #[serde(default)]
     pub text: Option<String>,
+    /// A reply sent as JSON text.
     #[serde(default)]
     pub json: Option<Value>,
+    /// The tool calls the reply makes.
     #[serde(default)]
     pub tool_calls: Vec<ScriptedCall>,
+    /// Think time before the reply, in milliseconds.
     #[serde(default)]
     pub delay_ms: u64,
+    /// The usage reported; `None` estimates it (a token per four bytes).
     #[serde(default)]
     pub usage: Option<Usage>,
+    /// How many calls the reply stands for (`None`: one).
     #[serde(default)]
     pub repeat: Option<u32>,
 }
 
 impl ScriptedReply {
+    /// A reply with text `t`.
     pub fn text(t: impl Into<String>) -> Self {
         Self {
             text: Some(t.into()),
@@ -62,6 +74,7 @@ impl ScriptedReply {
         }
     }
 
+    /// A reply whose text is `v` as JSON.
     pub fn json(v: Value) -> Self {
         Self {
             json: Some(v),
@@ -69,6 +82,7 @@ impl ScriptedReply {
         }
     }
 
+    /// A reply that calls tool `name` once with `arguments`.
     pub fn tool_call(name: impl Into<String>, arguments: Value) -> Self {
         Self {
             tool_calls: vec![ScriptedCall {
@@ -80,12 +94,14 @@ impl ScriptedReply {
         }
     }
 
+    /// The reply, served only to a call of purpose `p`.
     #[must_use]
     pub fn for_purpose(mut self, p: Purpose) -> Self {
         self.purpose = Some(p);
         self
     }
 
+    /// The reply, sent after `ms` milliseconds.
     #[must_use]
     pub fn delayed(mut self, ms: u64) -> Self {
         self.delay_ms = ms;
@@ -168,7 +184,7 @@ pub struct ScriptedModel {
 
 /// The most replies a script serves, `repeat` counted ([`ScriptedModel::parse`] refuses more;
 /// [`ScriptedModel::new`] stops expanding there).
-pub const MAX_REPLIES: u64 = 100_000;
+pub(crate) const MAX_REPLIES: u64 = 100_000;
 
 fn expand(replies: Vec<ScriptedReply>) -> Vec<ScriptedReply> {
     let mut out = Vec::with_capacity(replies.len());

@@ -19,10 +19,10 @@ use crate::state::State;
 pub const MEMORY_ITEM_BYTES: usize = 600;
 
 /// The longest query a search is given (bytes of the task; the rest is left out).
-pub const MEMORY_QUERY_BYTES: usize = 1000;
+pub(crate) const MEMORY_QUERY_BYTES: usize = 1000;
 
 /// The most memories one search asks for, whatever `limits.memory_items` says.
-pub const MAX_MEMORY_ITEMS: u32 = 20;
+pub(crate) const MAX_MEMORY_ITEMS: u32 = 20;
 
 /// A memory cut shorter than this is left out rather than shown as a stub.
 const MIN_ITEM_BYTES: usize = 24;

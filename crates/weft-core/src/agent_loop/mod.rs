@@ -59,13 +59,17 @@ pub struct Skill {
 /// the tool registry).
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
+    /// How the agent works (plan, ReAct, workflow).
     pub mode: Mode,
+    /// The agent's bounds (steps, attempts, replans, iterations, tokens).
     pub limits: Limits,
     /// System instructions, already rendered.
     pub instructions: String,
     /// The tools the model is offered (and may call).
     pub tools: Vec<ToolInfo>,
+    /// The agent's skills, which plan steps may name in `_skill`.
     pub skills: Vec<Skill>,
+    /// A person approves each plan before it runs (plan mode).
     pub approve_plans: bool,
     /// A reviewer checks each answer (plan mode).
     pub review_responses: bool,
@@ -117,16 +121,25 @@ pub enum AgentNext {
     Record(Vec<Event>),
     /// Search the session's long-term memories for `query` (at most `limit`, best first) and
     /// report what was found with [`memories_recalled`], before any model call of the turn.
-    Recall { query: String, limit: usize },
+    Recall {
+        /// The text to search for.
+        query: String,
+        /// The most memories to return.
+        limit: usize,
+    },
     /// Call the model; report the reply with [`model_replied`] (or the failure with
     /// [`model_failed`]).
     CallModel {
+        /// The request to send.
         request: ModelRequest,
+        /// The plan step the call serves (the step executor's); `None` otherwise.
         step: Option<String>,
     },
     /// Record these events, then start these tool calls.
     Start {
+        /// Events to append first (`tool_call_started` among them).
         events: Vec<Event>,
+        /// The calls to perform; each one's end is recorded as a `tool_call_finished` event.
         calls: Vec<Invocation>,
     },
     /// Tool calls are in flight.

@@ -25,6 +25,7 @@ use crate::workflow::{self, END, StepSpec, WAIT, WorkflowSpec};
 /// What the workflow loop needs of a workflow agent (built by the shell from the agent file).
 #[derive(Clone, Debug)]
 pub struct WorkflowConfig {
+    /// The workflow as the agent file declares it.
     pub spec: WorkflowSpec,
     /// Each step's instructions, rendered.
     pub instructions: BTreeMap<String, String>,

@@ -10,13 +10,18 @@ use serde_json::Value;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OpenCall {
+    /// The plan step (or workflow step) the call serves; `None` for the model's own call.
     pub step: Option<String>,
     /// The item of a fan-out step the call serves.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub item: Option<usize>,
+    /// The tool's name.
     pub tool: String,
+    /// The call's arguments.
     pub args: Value,
+    /// The attempt's number, from 1.
     pub attempt: u32,
+    /// The key the tool is given to recognise a repeat of the call (see [`super::call_key`]).
     pub idempotency_key: String,
 }
 

@@ -56,7 +56,9 @@ pub const SNAPSHOT_VERSION: u32 = 4;
 /// `upto` (an index into [`State::history`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Compaction {
+    /// The position in the conversation (from 0) of the first message still carried.
     pub upto: usize,
+    /// The model-written summary of the messages before `upto`.
     pub summary: String,
 }
 
@@ -64,11 +66,16 @@ pub struct Compaction {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct State {
+    /// The session's id (empty before `session_started` is applied).
     pub session_id: String,
+    /// The name of the agent that runs the session.
     pub agent: String,
     /// The last event applied.
     pub seq: u64,
+    /// Whether the session runs, waits for a person or has ended.
     pub status: SessionStatus,
+    /// The values the session was given: the session's start's, replaced by those of a later
+    /// task that gives some; `null` when none were given.
     pub input: Value,
     /// The State object that `†state.*` paths address.
     pub data: Value,
@@ -150,18 +157,27 @@ pub fn value_text(v: &Value) -> String {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
+    /// No task yet.
     #[default]
     Idle,
+    /// Plan mode: the planner is asked for a plan.
     Planning,
+    /// Plan mode: the plan's waves run.
     Executing,
+    /// Plan mode: the review after a wave decides what comes next.
     Reviewing,
+    /// Plan mode: the final answer is drafted.
     Responding,
+    /// Plan mode: the reviewer checks the draft.
     ReviewingResponse,
+    /// ReAct and workflow modes: the model is called in a loop.
     React,
+    /// The run ended.
     Finished,
 }
 
 impl State {
+    /// A state before any event: an empty State object (`†state`), no turn, no plan.
     pub fn new() -> Self {
         Self {
             data: Value::Object(Map::new()),

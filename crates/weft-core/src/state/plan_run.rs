@@ -17,16 +17,23 @@ use super::{OpenCall, call_signature};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum StepStatus {
+    /// Not started yet (or waiting for a retry).
     #[default]
     Pending,
+    /// An attempt is under way.
     Running,
+    /// Done; its output was written.
     Completed,
+    /// Failed for good.
     Failed,
+    /// Will not run: its condition was false, its data was missing, or a step it needs failed.
     Skipped,
+    /// Waits for a person's answer (a missing argument, a question, an approval).
     WaitingForUser,
 }
 
 impl StepStatus {
+    /// Whether the step has its outcome for good: completed, failed or skipped.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Skipped)
     }
@@ -36,15 +43,20 @@ impl StepStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StepRun {
+    /// Where the step stands.
     pub status: StepStatus,
+    /// Attempts started so far.
     pub attempts: u32,
+    /// The step's result once it completed; `None` before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
+    /// The error of the last failed attempt; `None` while none failed and once it completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ToolError>,
     /// The failure went to the step's error path (its dependants are not blocked).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub handled: bool,
+    /// Why the step was skipped; `None` unless it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// A retry is due after this many milliseconds.
@@ -140,6 +152,7 @@ impl TryFrom<StoredItems> for Items {
 }
 
 impl Items {
+    /// `n` items, none started.
     pub fn new(n: usize) -> Self {
         Self {
             done: vec![None; n],
@@ -149,10 +162,12 @@ impl Items {
         }
     }
 
+    /// How many items the fan-out has.
     pub fn len(&self) -> usize {
         self.done.len()
     }
 
+    /// Whether the fan-out has no item.
     pub fn is_empty(&self) -> bool {
         self.done.is_empty()
     }
@@ -210,9 +225,11 @@ impl Items {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "StoredPlanRun")]
 pub struct PlanRun {
+    /// The plan as accepted (and revised by replans).
     pub plan: Plan,
     #[serde(skip)]
     graph: Graph,
+    /// Each step's record, in the plan's order.
     pub steps: Vec<StepRun>,
     #[serde(skip)]
     index: HashMap<String, usize>,
@@ -531,6 +548,8 @@ impl PlanRun {
             .collect()
     }
 
+    /// The step `id`'s position in the plan and its record; `None` when the plan has no such
+    /// step.
     pub fn step(&self, id: &str) -> Option<(usize, &StepRun)> {
         let &i = self.index.get(id)?;
         Some((i, &self.steps[i]))

@@ -16,7 +16,11 @@ pub struct Turn {
     pub number: u32,
     /// The current task.
     pub task: Option<String>,
+    /// Why the turn's run failed, or the last model failure's error; `None` while nothing
+    /// failed.
     pub error: Option<String>,
+    /// The answer given to the person; `None` until the run ends (and when it ends without
+    /// one).
     pub answer: Option<String>,
     /// The text (a new task, or a workflow's next message) whose long-term memories have not
     /// been searched for yet; the search happens only for an agent that recalls memories.
@@ -25,21 +29,29 @@ pub struct Turn {
     pub recalled: Vec<RecalledMemory>,
     /// The problems of the last plan rejected.
     pub last_problems: Vec<PlanProblem>,
+    /// Plans revised in this turn.
     pub replans: u32,
+    /// Why the plan is to be made again (the review's reason); `None` before any replan.
     pub replan_reason: Option<String>,
     /// Model turns in the current ReAct turn.
     pub iterations: u32,
     /// Consecutive unusable replies (prose, bad JSON, rejected plans: one count for all) and
     /// model failures.
     pub rejections: u32,
+    /// Consecutive failed model calls (a reply resets it).
     pub model_failures: u32,
     /// Feedback for the next model call (why the last reply was refused).
     pub feedback: Option<String>,
+    /// What the session asks of a person while it waits; `None` when it does not wait.
     pub waiting: Option<InputRequest>,
     /// Answers of a person in this turn (the review and resolver see them).
     pub user_inputs: Vec<String>,
+    /// The reviews after waves in this turn: each decision with its reason, in order.
     pub reviews: Vec<(ReviewDecision, String)>,
+    /// The drafts of the answer in this turn, in order.
     pub drafts: Vec<String>,
+    /// What the response reviewer asked to change in the last draft (or asked the person);
+    /// `None` until it asked.
     pub response_feedback: Option<String>,
 }
 

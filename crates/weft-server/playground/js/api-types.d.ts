@@ -2796,9 +2796,14 @@ export interface components {
         };
         /** @description A tool's metadata: what the planner, the validator and the step executor see. */
         ToolInfo: {
+            /** @description The tool's name, as plans and models call it. */
             name: string;
-            /** @default  */
+            /**
+             * @description What the tool does; its first line is what the planner sees.
+             * @default
+             */
             description: string;
+            /** @description A group the planner's tool list shows the tool in; `None` shows as `general`. */
             category?: string | null;
             /**
              * @description JSON Schema of the arguments (`{}` accepts anything).
@@ -2860,17 +2865,25 @@ export interface components {
         Usage: {
             /**
              * Format: uint64
+             * @description Tokens of the request (prompt), cached ones included.
              * @default 0
              */
             input_tokens: number;
             /**
              * Format: uint64
+             * @description Tokens the model generated.
              * @default 0
              */
             output_tokens: number;
-            /** Format: uint64 */
+            /**
+             * Format: uint64
+             * @description Of the input tokens, those read from the provider's prompt cache.
+             */
             cache_read_tokens?: number;
-            /** Format: uint64 */
+            /**
+             * Format: uint64
+             * @description Of the input tokens, those written to the provider's prompt cache.
+             */
             cache_write_tokens?: number;
             /**
              * Format: double
@@ -2948,7 +2961,9 @@ export interface components {
             kind: string;
             /** @description The question shown to the person. */
             question: string;
+            /** @description The plan step that asks; `None` outside a plan step. */
             step?: string | null;
+            /** @description The tool a `missing_input` or `tool_approval` request is about; `None` otherwise. */
             tool?: string | null;
             /** @description Required arguments the call lacks. */
             missing?: string[];
@@ -2971,9 +2986,14 @@ export interface components {
          *     `public`), and its text, made one line and bounded.
          */
         RecalledMemory: {
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description The memory's id in the store.
+             */
             id: number;
+            /** @description `user`, `agent` or `public`. */
             scope: string;
+            /** @description The memory's text, on one line and bounded. */
             text: string;
         };
         /** @description The plan as a graph. */
@@ -3025,6 +3045,7 @@ export interface components {
              *     `io`, `refused`, `interrupted`, `unknown_outcome` or a tool's own kind.
              */
             kind: string;
+            /** @description What went wrong, in one sentence for a person or a model. */
             message: string;
             /** @description Whatever helps a person or the model: stderr, an exit status, a response body. */
             detail?: unknown;
@@ -3079,10 +3100,12 @@ export interface components {
         ToolOutcome: {
             /** @constant */
             status: "ok";
+            /** @description What the tool returned. */
             output: unknown;
         } | {
             /** @constant */
             status: "error";
+            /** @description Why, as the engine records it. */
             error: components["schemas"]["ToolError"];
         };
         /** @description The retry a failed call's step waits for. */
@@ -3101,10 +3124,7 @@ export interface components {
             decision: components["schemas"]["ReviewDecision"];
             reason: string;
         };
-        /**
-         * @description What the review after a wave decided.
-         * @enum {string}
-         */
+        /** @description What the review after a wave decided. */
         ReviewDecision: "CONTINUE" | "REPLAN" | "FINAL_RESPONSE" | "ASK_USER" | "CANNOT_COMPLETE";
         /**
          * @description A version of the plan: rejected (with its problems), accepted, or revised (with why and
@@ -3128,7 +3148,12 @@ export interface components {
         PlanProblem: {
             /** @description The step id (or `#n` for a call whose id could not be read). */
             step: string | null;
+            /**
+             * @description The field at fault (`_tool`, an argument's name, ...); `None` when the problem is the
+             *     step or the plan as a whole.
+             */
             field: string | null;
+            /** @description What is wrong and, where it helps, what to write instead. */
             message: string;
         };
         /** @description What a replan changed: the calls it added and removed, the steps whose call changed. */
@@ -3199,14 +3224,21 @@ export interface components {
         };
         /** @description One wave of a dry run. */
         DryWave: {
-            /** Format: uint32 */
+            /**
+             * Format: uint32
+             * @description The wave's number, from 1.
+             */
             wave: number;
+            /** @description The steps that would run in it, in plan order. */
             steps: components["schemas"]["DryStep"][];
         };
         /** @description A step as a dry run shows it. */
         DryStep: {
+            /** @description The step's id. */
             id: string;
+            /** @description The tool it calls, or `(step executor)` for a step without one. */
             tool: string;
+            /** @description Whether the step says it may run beside others (`_parallel: true`). */
             parallel: boolean;
             /** @description Why the step may be skipped at run time (its condition, or data that may not be written). */
             conditional?: string | null;
