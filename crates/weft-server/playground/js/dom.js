@@ -1,3 +1,4 @@
+// @ts-check
 // Small helpers: building elements, formatting times, money and JSON.
 
 /** An element: h("div", {class: "x", onclick: f}, child, "text", [more children]). */
@@ -156,5 +157,5 @@ export function typing(e) {
   const t = e.target;
   if (!(t instanceof HTMLElement)) return false;
   if (t.isContentEditable || t.tagName === "TEXTAREA" || t.tagName === "SELECT") return true;
-  return t.tagName === "INPUT" && !["range", "checkbox", "radio", "button", "submit"].includes(t.type);
+  return t instanceof HTMLInputElement && !["range", "checkbox", "radio", "button", "submit"].includes(t.type);
 }

@@ -1,3 +1,4 @@
+// @ts-check
 // The playground's entry: signing in with an API key, the routes of the page (#/ the sessions,
 // #/s/ID a session, #/new a new run), keyboard shortcuts and the narrow-window sidebar.
 

@@ -1,3 +1,4 @@
+// @ts-check
 // One session: the plan drawn live (or a ReAct agent's conversation), the step chosen in detail
 // with its tool calls, the answer as it streams, usage and cost, the decisions of the run, and
 // its events with a slider that shows the session as it was at any of them, to fork from there.

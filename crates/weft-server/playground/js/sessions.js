@@ -1,3 +1,4 @@
+// @ts-check
 // The sessions list: every session of the signed-in user across agents, newest first, with its
 // status, agent, task, user, age and cost; filtered by status and agent; refreshed every few
 // seconds while the page is visible.

@@ -1,3 +1,4 @@
+// @ts-check
 // Starting a run: an agent, a task, and the run's input as JSON, with the agent's tools and
 // their input schemas beside it (what the planner can fill from `†input.*`). The input is
 // checked as it is typed; the run is a new thread and a run of it, through LangGraph's routes.
