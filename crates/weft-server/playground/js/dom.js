@@ -102,7 +102,10 @@ export function cost(usd) {
   return usd < 0.01 ? `$${usd.toFixed(4)}` : `$${usd.toFixed(2)}`;
 }
 
-/** Tokens and cost of a usage record, e.g. "1,204 in · 310 out · $0.0021". */
+/**
+ * Tokens and cost of a usage record, e.g. "1,204 in · 310 out · $0.0021".
+ * @param {import("./api-types").components["schemas"]["Usage"] | null | undefined} u
+ */
 export function usageText(u) {
   if (!u) return "";
   const parts = [`${count(u.input_tokens)} in`, `${count(u.output_tokens)} out`];
