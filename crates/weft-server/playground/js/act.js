@@ -1,3 +1,4 @@
+// @ts-check
 // What a person does for a session that waits: answer its question, approve or deny a tool call,
 // approve, reject or edit a plan (the edit is checked by the server before it can be sent), or
 // continue a paused run. Every answer is a run of the thread with `command: {resume: text}`, as
@@ -7,6 +8,10 @@ import { api } from "./api.js";
 import { h, add, pretty, jsonError, announce } from "./dom.js";
 import { sayApiError } from "./errors.js";
 
+/** @typedef {import("./api-types").components["schemas"]["SessionView"]} SessionView */
+/** @typedef {import("./api-types").components["schemas"]["Checked"]} Checked */
+/** A call waiting for approval or input (`InputRequest.partial_call`, untyped in the API). @typedef {{ tool?: string, arguments?: unknown }} PartialCall */
+
 const TITLES = {
   question: "The agent asks",
   missing_input: "A tool call needs more input",
@@ -15,9 +20,15 @@ const TITLES = {
   paused: "Paused",
 };
 
-/** The panel for `view.waiting`; `done()` is called once an answer was accepted. */
+/**
+ * The panel for `view.waiting`; `done()` is called once an answer was accepted.
+ * @param {SessionView} view
+ * @param {() => void} done
+ */
 export function waitingPanel(view, done) {
   const w = view.waiting;
+  if (!w) return null;
+  const partial = /** @type {PartialCall | null | undefined} */ (w.partial_call);
   const status = h("div", { class: "problems", role: "alert" });
   const busy = (on, ...buttons) => buttons.forEach((b) => b && (b.disabled = on));
   const send = async (text, ...buttons) => {
@@ -48,7 +59,7 @@ export function waitingPanel(view, done) {
   }
 
   if (w.kind === "tool_approval") {
-    const call = w.partial_call || {};
+    const call = partial || {};
     const reason = h("input", { type: "text", id: "deny-reason", placeholder: "Why not? (the agent is told)", "aria-label": "Reason for denying the call" });
     const yes = h("button", { type: "button", class: "button ok", dataset: { act: "approve" } }, "Approve");
     const no = h("button", { type: "button", class: "button danger", dataset: { act: "deny" } }, "Deny");
@@ -110,7 +121,7 @@ export function waitingPanel(view, done) {
   add(
       panel,
     question,
-    w.missing?.length > 0 && h("p", { class: "muted", id: "waiting-missing" }, `Missing: ${w.missing.join(", ")}${w.partial_call?.tool ? ` for ${w.partial_call.tool}` : ""}`),
+    w.missing && w.missing.length > 0 && h("p", { class: "muted", id: "waiting-missing" }, `Missing: ${w.missing.join(", ")}${partial?.tool ? ` for ${partial.tool}` : ""}`),
     text,
     h("div", { class: "row" }, go, h("span", { class: "muted" }, h("span", { class: "kbd" }, "Ctrl"), "+", h("span", { class: "kbd" }, "Enter"), " sends")),
     status,
@@ -118,7 +129,11 @@ export function waitingPanel(view, done) {
   return panel;
 }
 
-/** The editor of a plan waiting for approval: JSON, checked as it is typed. */
+/**
+ * The editor of a plan waiting for approval: JSON, checked as it is typed.
+ * @param {SessionView} view
+ * @param {(text: string, button: HTMLElement) => void} send
+ */
 function planEditor(view, send) {
   const area = h("textarea", {
     class: "code",
@@ -128,7 +143,7 @@ function planEditor(view, send) {
     "aria-label": "The plan as JSON",
     "aria-describedby": "plan-check",
   });
-  area.value = pretty(view.waiting.plan || []);
+  area.value = pretty(view.waiting?.plan || []);
   const result = h("div", { id: "plan-check", class: "problems", "aria-live": "polite" });
   const go = h("button", { type: "button", class: "button primary", dataset: { act: "send-plan" }, disabled: true }, "Send edited plan");
   let checked = null;
@@ -147,12 +162,13 @@ function planEditor(view, send) {
       return null;
     }
     try {
+      /** @type {Checked} */
       const r = await api(`/sessions/${encodeURIComponent(view.id)}/plan/check`, { method: "POST", body: { plan } });
       if (mine !== seq) return null;
       if (r.ok) {
         result.className = "problems ok";
-        const waves = r.waves.map((w) => `wave ${w.wave}: ${w.steps.map((s) => s.id).join(", ")}`).join("; ");
-        result.replaceChildren(h("li", {}, `✓ Valid: ${r.plan.length} steps (${waves}).`));
+        const waves = (r.waves || []).map((w) => `wave ${w.wave}: ${w.steps.map((s) => s.id).join(", ")}`).join("; ");
+        result.replaceChildren(h("li", {}, `✓ Valid: ${(r.plan || []).length} steps (${waves}).`));
         checked = area.value;
         go.disabled = false;
       } else {

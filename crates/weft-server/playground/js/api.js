@@ -1,3 +1,4 @@
+// @ts-check
 // The HTTP API of `weft serve`, called with the API key the person signed in with. The page uses
 // the same routes as any client (see /openapi.json): LangGraph's for runs and answers, weft's
 // own (/sessions, /agents) for the rest.
@@ -21,6 +22,7 @@ export function signOut() {
 
 /** A refused or failed request: its status (0 when the server could not be reached) and why. */
 export class ApiError extends Error {
+  /** @param {number} status @param {string} detail @param {string} path */
   constructor(status, detail, path) {
     super(detail);
     this.status = status;
@@ -33,7 +35,13 @@ function headers(extra = {}) {
   return { "x-api-key": apiKey(), ...extra };
 }
 
-/** Calls a route; resolves to its JSON, rejects with an ApiError that says why. */
+/**
+ * Calls a route; resolves to its JSON, rejects with an ApiError that says why. The JSON is `any`:
+ * the caller names its type from api-types.d.ts (`@type {SessionView}`), which `tsc` checks.
+ * @param {string} path
+ * @param {{ method?: string, body?: unknown, signal?: AbortSignal }} [options]
+ * @returns {Promise<any>}
+ */
 export async function api(path, { method = "GET", body, signal } = {}) {
   let res;
   try {
@@ -44,7 +52,7 @@ export async function api(path, { method = "GET", body, signal } = {}) {
       body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (e) {
-    if (e.name === "AbortError") throw e;
+    if (e instanceof Error && e.name === "AbortError") throw e;
     throw new ApiError(0, "cannot reach weft serve; is it running? (retrying)", path);
   }
   const text = await res.text();

@@ -1,3 +1,4 @@
+// @ts-check
 // Tool calls as cards (the call, its result or error, duration, retries, unknown outcomes), the
 // decisions of a plan run (reviews, plan versions and what each replan changed), and a ReAct
 // agent's conversation.
@@ -5,6 +6,20 @@
 import { h, pretty, duration, when, cut } from "./dom.js";
 import { hint } from "./errors.js";
 import { jsonTree } from "./json.js";
+
+/** @typedef {import("./api-types").components["schemas"]["SessionView"]} SessionView */
+/** @typedef {import("./api-types").components["schemas"]["Card"]} Card */
+/** @typedef {import("./api-types").components["schemas"]["ToolError"]} ToolError */
+/** @typedef {import("./api-types").components["schemas"]["Review"]} Review */
+/** @typedef {import("./api-types").components["schemas"]["PlanVersion"]} PlanVersion */
+/**
+ * A message of `SessionView.conversation`. The API's schema names only `role`; the rest are the
+ * fields of weft-core's `Message` that the page reads.
+ * @typedef {SessionView["conversation"][number] & {
+ *   content?: string | null, call_id?: string, name?: string, is_error?: boolean,
+ *   tool_calls?: { id: string, name: string, arguments: unknown }[],
+ * }} Message
+ */
 
 const STATUS = {
   ok: "ok",
@@ -15,7 +30,10 @@ const STATUS = {
   answered: "answered",
 };
 
-/** A tool error's detail: its text outputs (stderr, stdout, a body) as text, the rest as JSON. */
+/**
+ * A tool error's detail: its text outputs (stderr, stdout, a body) as text, the rest as JSON.
+ * @param {ToolError["detail"]} detail
+ */
 export function errorDetail(detail) {
   if (detail === undefined || detail === null) return null;
   if (typeof detail !== "object" || Array.isArray(detail)) return h("pre", {}, pretty(detail));
@@ -31,7 +49,11 @@ export function errorDetail(detail) {
   ];
 }
 
-/** A tool call's card. `jump(seq)`: show the session at that event. */
+/**
+ * A tool call's card. `jump(seq)`: show the session at that event.
+ * @param {Card} c
+ * @param {(seq: number) => void} jump
+ */
 export function callCard(c, jump) {
   const error = c.outcome && c.outcome.status === "error" ? c.outcome.error : null;
   return h(
@@ -58,7 +80,7 @@ export function callCard(c, jump) {
       { class: "card-body" },
       h("h4", {}, "Arguments"),
       jsonTree(c.args, "the arguments"),
-      c.status === "ok" && [h("h4", {}, "Result"), jsonTree(c.outcome.output, "the result")],
+      c.status === "ok" && [h("h4", {}, "Result"), jsonTree(c.outcome?.status === "ok" ? c.outcome.output : undefined, "the result")],
       error && [
         h("h4", {}, `Error · ${error.kind}`),
         h("div", { class: ["callout", "bad"] }, error.message),
@@ -76,7 +98,11 @@ export function callCard(c, jump) {
   );
 }
 
-/** The reviews and plan versions, in the order they happened. */
+/**
+ * The reviews and plan versions, in the order they happened.
+ * @param {SessionView} view
+ * @param {(seq: number) => void} jump
+ */
 export function decisions(view, jump) {
   const items = [
     ...view.reviews.map((r) => ({ seq: r.seq, node: review(r) })),
@@ -97,10 +123,12 @@ export function decisions(view, jump) {
   );
 }
 
+/** @param {Review} r */
 function review(r) {
   return [h("span", { class: ["decision", r.decision] }, r.decision), " ", h("span", {}, r.reason || "")];
 }
 
+/** @param {PlanVersion} p @param {number} version */
 function planVersion(p, version) {
   if (p.kind === "rejected") {
     return [
@@ -109,12 +137,12 @@ function planVersion(p, version) {
       h(
         "ul",
         { class: "problems" },
-        p.problems.map((x) => h("li", {}, [x.step && `step ${x.step}`, x.field && `field ${x.field}`].filter(Boolean).join(", ") + (x.step || x.field ? ": " : "") + x.message)),
+        (p.problems || []).map((x) => h("li", {}, [x.step && `step ${x.step}`, x.field && `field ${x.field}`].filter(Boolean).join(", ") + (x.step || x.field ? ": " : "") + x.message)),
       ),
     ];
   }
   if (p.kind === "accepted") {
-    return [h("b", {}, `Plan v${version}`), h("span", { class: "muted" }, ` accepted: ${p.steps.join(", ")}`)];
+    return [h("b", {}, `Plan v${version}`), h("span", { class: "muted" }, ` accepted: ${(p.steps || []).join(", ")}`)];
   }
   const ch = p.changes || { added: [], removed: [], changed: [] };
   const call = (c) => `${c._id} ${c._tool || "(step executor)"}`;
@@ -132,9 +160,14 @@ function planVersion(p, version) {
   ];
 }
 
-/** A ReAct agent's conversation: tasks, the model's replies with their tool calls, results. */
+/**
+ * A ReAct agent's conversation: tasks, the model's replies with their tool calls, results.
+ * @param {SessionView} view
+ * @param {Map<string, Card>} calls the session's calls by id
+ * @param {(seq: number) => void} jump
+ */
 export function conversation(view, calls, jump) {
-  const msgs = view.conversation;
+  const msgs = /** @type {Message[]} */ (view.conversation);
   if (!msgs.length) return h("p", { class: "muted" }, "No message yet.");
   // A call answered in the conversation (an `ask_user` the person answered, a denied call) is
   // over even though no tool ran for it.
@@ -159,7 +192,7 @@ export function conversation(view, calls, jump) {
                 const asked = view.waiting?.call_id === tc.id;
                 const result = results.get(tc.id);
                 const over = result && (result.is_error ? "error" : tc.name === "ask_user" ? "answered" : "ok");
-                const status = c ? c.status : asked ? (view.waiting.kind === "tool_approval" ? "waiting for your approval" : "waiting for your answer") : over || "pending";
+                const status = c ? c.status : asked ? (view.waiting?.kind === "tool_approval" ? "waiting for your approval" : "waiting for your answer") : over || "pending";
                 return h(
                   "button",
                   { type: "button", class: "chip mono", onclick: () => c && jump(c.seq), title: pretty(tc.arguments) },

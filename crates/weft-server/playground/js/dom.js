@@ -1,3 +1,4 @@
+// @ts-check
 // Small helpers: building elements, formatting times, money and JSON.
 
 /** An element: h("div", {class: "x", onclick: f}, child, "text", [more children]). */
@@ -101,7 +102,10 @@ export function cost(usd) {
   return usd < 0.01 ? `$${usd.toFixed(4)}` : `$${usd.toFixed(2)}`;
 }
 
-/** Tokens and cost of a usage record, e.g. "1,204 in · 310 out · $0.0021". */
+/**
+ * Tokens and cost of a usage record, e.g. "1,204 in · 310 out · $0.0021".
+ * @param {import("./api-types").components["schemas"]["Usage"] | null | undefined} u
+ */
 export function usageText(u) {
   if (!u) return "";
   const parts = [`${count(u.input_tokens)} in`, `${count(u.output_tokens)} out`];
@@ -156,5 +160,5 @@ export function typing(e) {
   const t = e.target;
   if (!(t instanceof HTMLElement)) return false;
   if (t.isContentEditable || t.tagName === "TEXTAREA" || t.tagName === "SELECT") return true;
-  return t.tagName === "INPUT" && !["range", "checkbox", "radio", "button", "submit"].includes(t.type);
+  return t instanceof HTMLInputElement && !["range", "checkbox", "radio", "button", "submit"].includes(t.type);
 }

@@ -1,3 +1,4 @@
+// @ts-check
 // What a person can do about an error, by its kind (the `kind` of a tool error as weft records
 // it), and how an error of the API is said.
 

@@ -1,9 +1,14 @@
+// @ts-check
 // The plan as a graph: one column per wave (the wave a step ran in, or the one it would run in),
 // a node per step coloured by its state, an edge per dependency (solid: data read through a
 // `†` reference; dashed: `_dependsOn`). Nodes are buttons: Tab reaches them, arrow keys move
 // between them, Enter or Space shows a step's details.
 
 import { h, cut, duration } from "./dom.js";
+
+/** @typedef {import("./api-types").components["schemas"]["PlanGraph"]} PlanGraph */
+/** @typedef {import("./api-types").components["schemas"]["Node"]} Node */
+/** @typedef {import("./api-types").components["schemas"]["Card"]} Card */
 
 const W = 184;
 const H = 64;
@@ -22,13 +27,20 @@ const ICON = {
   PROPOSED: "◇",
 };
 
-/** The class a node's state gives it (a failure sent to an error path is `handled`). */
+/**
+ * The class a node's state gives it (a failure sent to an error path is `handled`).
+ * @param {Node} node
+ */
 export function stateClass(node) {
   if (node.status === "FAILED" && node.handled) return "s-handled";
   return `s-${String(node.status || "pending").toLowerCase()}`;
 }
 
-/** The short account of a step's state shown on its node. */
+/**
+ * The short account of a step's state shown on its node.
+ * @param {Node} node
+ * @param {Map<string, Card>} calls the session's calls by id
+ */
 export function stateText(node, calls) {
   const last = (node.calls || []).map((id) => calls.get(id)).filter(Boolean).pop();
   switch (node.status) {
@@ -56,6 +68,9 @@ export function stateText(node, calls) {
 /**
  * Draws `plan` (the `plan` of `GET /sessions/{id}`). `selected`: the step shown in detail;
  * `onSelect(id)`: a node was chosen.
+ * @param {PlanGraph} plan
+ * @param {Map<string, Card>} calls the session's calls by id
+ * @param {{ selected: string | null, onSelect: (id: string) => void }} options
  */
 export function drawGraph(plan, calls, { selected, onSelect }) {
   const cols = [...new Set(plan.nodes.map((n) => n.wave))].sort((a, b) => a - b);
@@ -63,7 +78,7 @@ export function drawGraph(plan, calls, { selected, onSelect }) {
   const rows = new Map();
   const pos = new Map();
   for (const n of plan.nodes) {
-    const c = colOf.get(n.wave);
+    const c = colOf.get(n.wave) ?? 0;
     const r = rows.get(c) || 0;
     rows.set(c, r + 1);
     pos.set(n.id, { c, r, x: PAD + c * (W + GX), y: PAD + HEAD + r * (H + GY) });

@@ -1,3 +1,4 @@
+// @ts-check
 // JSON as a tree: objects and arrays fold (the first level open, deeper ones open while they
 // are small), long strings and long lists are cut with a "show all" button, and a copy button
 // copies the whole value as indented JSON.

@@ -1,20 +1,36 @@
+// @ts-check
 // The playground's entry: signing in with an API key, the routes of the page (#/ the sessions,
 // #/s/ID a session, #/new a new run), keyboard shortcuts and the narrow-window sidebar.
 
-import { api, apiKey, signIn, signOut } from "./api.js";
+import { api, apiKey, signIn, signOut, ApiError } from "./api.js";
 import { h, fill, typing } from "./dom.js";
 import { sayApiError } from "./errors.js";
 import { SessionList } from "./sessions.js";
 import { SessionPage } from "./session.js";
 import { startPage } from "./start.js";
 
-const main = document.getElementById("main");
-const sidebar = document.getElementById("sidebar");
-const conn = document.getElementById("conn");
-const toggle = document.getElementById("toggle-sessions");
-const signOutButton = document.getElementById("sign-out");
-const whoami = document.getElementById("whoami");
+/** @typedef {import("./api-types").components["schemas"]["Agents"]} Agents */
+/** @typedef {import("./api-types").components["schemas"]["AgentInfo"]} AgentInfo */
 
+/**
+ * An element of index.html the page cannot work without.
+ * @param {string} id
+ * @returns {HTMLElement}
+ */
+function part(id) {
+  const el = document.getElementById(id);
+  if (!el) throw new Error(`index.html has no element #${id}; the playground cannot start`);
+  return el;
+}
+
+const main = part("main");
+const sidebar = part("sidebar");
+const conn = part("conn");
+const toggle = part("toggle-sessions");
+const signOutButton = part("sign-out");
+const whoami = part("whoami");
+
+/** @type {AgentInfo[]} */
 let agents = [];
 let list = null;
 let page = null;
@@ -32,7 +48,7 @@ function go(hash) {
 function openSidebar(open) {
   sidebar.classList.toggle("open", open);
   toggle.setAttribute("aria-expanded", String(open));
-  if (open) sidebar.querySelector("button, a, select")?.focus();
+  if (open) /** @type {HTMLElement | null} */ (sidebar.querySelector("button, a, select"))?.focus();
 }
 
 toggle.addEventListener("click", () => openSidebar(!sidebar.classList.contains("open")));
@@ -92,11 +108,12 @@ async function boot() {
     showSignIn();
     return;
   }
+  /** @type {Agents} */
   let got;
   try {
     got = await api("/agents");
   } catch (e) {
-    if (e.status === 401) return;
+    if (e instanceof ApiError && e.status === 401) return;
     fill(
       main,
       h(
@@ -196,7 +213,7 @@ document.addEventListener("keydown", (e) => {
   } else if (e.key === "s") {
     e.preventDefault();
     if (getComputedStyle(toggle).display !== "none") openSidebar(true);
-    else sidebar.querySelector(".session-item, button")?.focus();
+    else /** @type {HTMLElement | null} */ (sidebar.querySelector(".session-item, button"))?.focus();
   } else if (page && e.key === "[") {
     page.step(-1);
   } else if (page && e.key === "]") {

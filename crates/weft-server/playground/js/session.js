@@ -1,10 +1,11 @@
+// @ts-check
 // One session: the plan drawn live (or a ReAct agent's conversation), the step chosen in detail
 // with its tool calls, the answer as it streams, usage and cost, the decisions of the run, and
 // its events with a slider that shows the session as it was at any of them, to fork from there.
 // Live updates come from the session's event stream; what is drawn comes from
 // `GET /sessions/{id}?at=N`, which folds the log on the server.
 
-import { api, follow } from "./api.js";
+import { api, follow, ApiError } from "./api.js";
 import { h, fill, renderIfChanged, age, when, usageText, pretty, cut, count, announce } from "./dom.js";
 import { drawGraph, legend, stateClass, stateText } from "./graph.js";
 import { callCard, decisions, conversation, errorDetail } from "./cards.js";
@@ -13,18 +14,37 @@ import { jsonTree } from "./json.js";
 import { timeline } from "./timeline.js";
 import { hint, runHint, sayApiError } from "./errors.js";
 
+/** @typedef {import("./api-types").components["schemas"]["SessionView"]} SessionView */
+/** @typedef {import("./api-types").components["schemas"]["StoredEvent"]} StoredEvent */
+/** @typedef {import("./api-types").components["schemas"]["Card"]} Card */
+/** @typedef {import("./api-types").components["schemas"]["Forked"]} Forked */
+/** @typedef {import("./api-types").components["schemas"]["ForkedFrom"]} ForkedFrom */
+
 const STATUS_LABEL = { running: "running", waiting_for_user: "waiting for you", completed: "completed", failed: "failed" };
 
 export class SessionPage {
+  /**
+   * @param {HTMLElement} main
+   * @param {string} id
+   * @param {{ go: (hash: string) => void, setConn: (text: string) => void }} nav
+   */
   constructor(main, id, { go, setConn }) {
     this.main = main;
     this.id = id;
     this.go = go;
     this.setConn = setConn;
+    /** @type {SessionView | null} the session as shown (at `at`, or the latest) */
     this.view = null;
+    /** @type {SessionView | null} */
     this.latest = null;
+    /** @type {StoredEvent[]} */
     this.events = [];
+    /** @type {number | null} */
     this.at = null;
+    /** @type {Map<string, Card>} */
+    this.calls = new Map();
+    /** @type {any} the page's parts, made by build() */
+    this.parts;
     this.text = "";
     this.selected = null;
     this.picked = false;
@@ -44,8 +64,8 @@ export class SessionPage {
         h(
           "div",
           { class: "alert bad", role: "alert" },
-          h("h2", {}, e.status === 404 ? "No such session" : "The session could not be loaded"),
-          h("p", {}, e.status === 404 ? `Session ${this.id} does not exist, or belongs to another user.` : sayApiError(e)),
+          h("h2", {}, e instanceof ApiError && e.status === 404 ? "No such session" : "The session could not be loaded"),
+          h("p", {}, e instanceof ApiError && e.status === 404 ? `Session ${this.id} does not exist, or belongs to another user.` : sayApiError(e)),
           h("a", { href: "#/" }, "Back to the sessions"),
         ),
       );
@@ -108,6 +128,7 @@ export class SessionPage {
 
   // --- Live updates -------------------------------------------------------------------------
 
+  /** @param {StoredEvent} env */
   onEvent(env) {
     if (this.events.length && env.seq <= this.events[this.events.length - 1].seq) return;
     this.events.push(env);
@@ -136,6 +157,7 @@ export class SessionPage {
     }
     this.inflight = true;
     try {
+      /** @type {SessionView} */
       const v = await api(`/sessions/${encodeURIComponent(this.id)}`);
       if (this.closed) return;
       this.announceChanges(this.latest, v);
@@ -153,7 +175,7 @@ export class SessionPage {
       }
       this.setConn("live");
     } catch (e) {
-      if (e.name !== "AbortError") this.setConn(e.status === 0 ? "cannot reach the server" : sayApiError(e));
+      if (!(e instanceof Error && e.name === "AbortError")) this.setConn(e instanceof ApiError && e.status === 0 ? "cannot reach the server" : sayApiError(e));
     } finally {
       this.inflight = false;
       if (this.again) {
@@ -163,6 +185,7 @@ export class SessionPage {
     }
   }
 
+  /** @param {SessionView | null} before @param {SessionView} after */
   announceChanges(before, after) {
     if (!before?.plan || !after?.plan) return;
     const old = new Map(before.plan.nodes.map((n) => [n.id, n.status]));
@@ -225,12 +248,13 @@ export class SessionPage {
     const ctl = new AbortController();
     this.pending = ctl;
     try {
+      /** @type {SessionView} */
       const v = await api(`/sessions/${encodeURIComponent(this.id)}?at=${this.at}`, { signal: ctl.signal });
       if (ctl.signal.aborted || this.closed) return;
       this.view = v;
       this.render();
     } catch (e) {
-      if (e.name !== "AbortError") this.flash(sayApiError(e, `The session at event ${n} could not be shown`));
+      if (!(e instanceof Error && e.name === "AbortError")) this.flash(sayApiError(e, `The session at event ${n} could not be shown`));
     }
   }
 
@@ -263,6 +287,7 @@ export class SessionPage {
     const at = this.at ?? this.lastSeq();
     this.forkBtn.disabled = true;
     try {
+      /** @type {Forked} */
       const r = await api(`/sessions/${encodeURIComponent(this.id)}/fork`, { method: "POST", body: { at } });
       announce(`Forked at event ${at} into a new session.`);
       this.go(`#/s/${encodeURIComponent(r.id)}`);
@@ -295,6 +320,9 @@ export class SessionPage {
   renderHead() {
     const v = this.latest;
     const shown = this.view;
+    if (!v || !shown) return;
+    // `forked_from` is untyped in the API's schema; it is a `ForkedFrom` or null.
+    const forked = /** @type {ForkedFrom | null} */ (v.forked_from);
     const paused = v.waiting?.kind === "paused";
     const label = paused ? "paused" : STATUS_LABEL[v.status] || v.status;
     const task = shown.task || shown.earlier_turns?.[0]?.task || "(no task yet)";
@@ -338,7 +366,7 @@ export class SessionPage {
         v.user && h("span", {}, "user ", h("b", {}, v.user)),
         h("span", {}, "session ", h("span", { class: "mono" }, v.id)),
         h("span", { title: when(v.created_at) }, `started ${age(v.created_at)}`),
-        v.forked_from && h("span", {}, "forked from ", h("a", { href: `#/s/${encodeURIComponent(v.forked_from.session)}` }, cut(v.forked_from.session, 14)), ` at event ${v.forked_from.at}`),
+        forked && h("span", {}, "forked from ", h("a", { href: `#/s/${encodeURIComponent(forked.session)}` }, cut(forked.session, 14)), ` at event ${forked.at}`),
       ),
       h(
         "div",
@@ -366,6 +394,7 @@ export class SessionPage {
 
   renderAlerts() {
     const v = this.latest;
+    if (!v) return;
     const live = this.at === null;
     const w = v.waiting;
     if (!this.waitingBox) {
@@ -382,8 +411,8 @@ export class SessionPage {
       }
       return null;
     });
-    const failedSteps = (this.view.plan?.nodes || []).filter((n) => n.status === "FAILED");
-    const failed = this.view.status === "failed" ? this.view.error || "the run failed" : null;
+    const failedSteps = (this.view?.plan?.nodes || []).filter((n) => n.status === "FAILED");
+    const failed = this.view?.status === "failed" ? this.view.error || "the run failed" : null;
     const sig = { failed, steps: failedSteps.map((n) => [n.id, n.tool, n.error?.kind, n.error?.message, n.handled]) };
     renderIfChanged(this.failureBox, sig, () => {
       if (failed) {
@@ -426,19 +455,21 @@ export class SessionPage {
 
   renderFlow() {
     const v = this.view;
+    if (!v) return;
     const el = this.parts.left;
-    const focusStep = document.activeElement?.closest?.(".node")?.dataset.step;
-    if (v.plan) {
-      const sig = { plan: v.plan, sel: this.selected, calls: v.calls.map((c) => [c.call_id, c.status, c.duration_ms]) };
+    const focusStep = /** @type {HTMLElement | null | undefined} */ (document.activeElement?.closest?.(".node"))?.dataset.step;
+    const plan = v.plan;
+    if (plan) {
+      const sig = { plan, sel: this.selected, calls: v.calls.map((c) => [c.call_id, c.status, c.duration_ms]) };
       if (!renderIfChanged(el, sig, () => [
         h(
           "div",
           { class: "panel-head" },
-          h("h2", {}, v.plan.proposed ? "Proposed plan" : `Plan${v.plan.version > 1 ? ` v${v.plan.version}` : ""}`),
-          h("span", { class: "muted" }, `${v.plan.nodes.length} steps · ${new Set(v.plan.nodes.map((n) => n.wave)).size} waves`),
+          h("h2", {}, plan.proposed ? "Proposed plan" : `Plan${plan.version > 1 ? ` v${plan.version}` : ""}`),
+          h("span", { class: "muted" }, `${plan.nodes.length} steps · ${new Set(plan.nodes.map((n) => n.wave)).size} waves`),
         ),
-        h("div", { class: "graph-wrap", id: "graph" }, drawGraph(v.plan, this.calls, { selected: this.selected, onSelect: (id) => this.select(id) })),
-        legend(v.plan.proposed),
+        h("div", { class: "graph-wrap", id: "graph" }, drawGraph(plan, this.calls, { selected: this.selected, onSelect: (id) => this.select(id) })),
+        legend(plan.proposed),
       ])) return;
       if (focusStep) el.querySelector(`.node[data-step="${CSS.escape(focusStep)}"]`)?.focus({ preventScroll: true });
       return;
@@ -458,6 +489,7 @@ export class SessionPage {
 
   renderDetails() {
     const v = this.view;
+    if (!v) return;
     const node = v.plan?.nodes.find((n) => n.id === this.selected);
     const el = this.parts.right;
     if (!node) {
@@ -477,7 +509,7 @@ export class SessionPage {
       ]);
       return;
     }
-    const calls = (node.calls || []).map((id) => this.calls.get(id)).filter(Boolean);
+    const calls = (node.calls || []).flatMap((id) => this.calls.get(id) ?? []);
     renderIfChanged(el, { node, calls }, () => [
       h(
         "div",
@@ -520,6 +552,7 @@ export class SessionPage {
 
   renderAnswer() {
     const v = this.view;
+    if (!v) return;
     const live = this.at === null;
     const streaming = live && this.text && !v.answer;
     const text = v.answer || (streaming ? this.text : "") || (v.drafts.length ? v.drafts[v.drafts.length - 1] : "");
@@ -539,6 +572,7 @@ export class SessionPage {
 
   renderFollowup() {
     const v = this.latest;
+    if (!v) return;
     const show = this.at === null && (v.status === "completed" || v.status === "failed");
     renderIfChanged(this.parts.followup, { show, id: v.id }, () => {
       if (!show) return null;
@@ -570,6 +604,7 @@ export class SessionPage {
 
   renderTabs() {
     const v = this.view;
+    if (!v) return;
     const tabs = [
       ["calls", `Tool calls (${v.calls.length})`],
       ["decisions", `Decisions (${v.reviews.length + v.plans.length})`],
@@ -580,7 +615,8 @@ export class SessionPage {
     const panel = () => {
       if (this.tab === "calls") return v.calls.length ? [...v.calls].reverse().map((c) => callCard(c, jump)) : h("p", { class: "muted" }, "No tool call yet.");
       if (this.tab === "decisions") return decisions(v, jump);
-      if (this.tab === "timeline") return timeline(this.at === null ? this.events : this.events.filter((e) => e.seq <= this.at), { selected: this.selected, onSelect: (id) => this.select(id, false) });
+      const upTo = this.at;
+      if (this.tab === "timeline") return timeline(upTo === null ? this.events : this.events.filter((e) => e.seq <= upTo), { selected: this.selected, onSelect: (id) => this.select(id, false) });
       const at = this.at ?? this.lastSeq();
       return h(
         "ol",
@@ -602,7 +638,7 @@ export class SessionPage {
     };
     const sig = { tab: this.tab, calls: v.calls, r: v.reviews, p: v.plans, n: this.tab === "events" || this.tab === "timeline" ? [this.events.length, this.at] : 0, sel: this.tab === "timeline" ? this.selected : null };
     renderIfChanged(this.parts.tabs, sig, () => {
-      const focused = document.activeElement?.dataset?.tab;
+      const focused = /** @type {HTMLElement | null} */ (document.activeElement)?.dataset?.tab;
       const bar = h(
         "div",
         { class: "tabs", role: "tablist", "aria-label": "Activity" },
@@ -644,8 +680,15 @@ export class SessionPage {
 }
 
 /** A few words about an event, for the slider and the event list. */
-function describe(e) {
-  switch (e.type) {
+/**
+ * A short account of an event, after its type.
+ * @param {StoredEvent} stored
+ */
+function describe(stored) {
+  // Each event type's own fields are not in the API's schema (`StoredEvent` names the envelope).
+  /** @type {any} */
+  const e = stored;
+  switch (stored.type) {
     case "turn_started":
       return ` "${cut(e.task, 60)}"`;
     case "wave_started":

@@ -1,3 +1,4 @@
+// @ts-check
 // The sessions list: every session of the signed-in user across agents, newest first, with its
 // status, agent, task, user, age and cost; filtered by status and agent; refreshed every few
 // seconds while the page is visible.
@@ -5,6 +6,10 @@
 import { api } from "./api.js";
 import { h, fill, age, when, usageText, cut } from "./dom.js";
 import { sayApiError } from "./errors.js";
+
+/** @typedef {import("./api-types").components["schemas"]["SessionList"]} SessionListData */
+/** @typedef {import("./api-types").components["schemas"]["Summary"]} Summary */
+/** @typedef {import("./api-types").components["schemas"]["AgentInfo"]} AgentInfo */
 
 const STATUSES = [
   ["", "All"],
@@ -22,13 +27,16 @@ const LABEL = {
 };
 
 export class SessionList {
+  /** @param {HTMLElement} root @param {AgentInfo[]} agents */
   constructor(root, agents) {
     this.root = root;
     this.agents = agents;
     this.status = "";
     this.agent = "";
+    /** @type {string | null} */
     this.current = null;
     this.timer = 0;
+    /** @type {SessionListData | null} */
     this.data = null;
     this.error = null;
     this.build();
@@ -135,7 +143,7 @@ export class SessionList {
       );
     } else {
       // Keep the focused item focused across refreshes.
-      const focused = document.activeElement?.closest?.(".session-item")?.dataset.id;
+      const focused = /** @type {HTMLElement | null | undefined} */ (document.activeElement?.closest?.(".session-item"))?.dataset.id;
       fill(this.list, sessions.map((s) => this.item(s)));
       if (focused) this.list.querySelector(`.session-item[data-id="${CSS.escape(focused)}"]`)?.focus();
     }
@@ -145,6 +153,7 @@ export class SessionList {
       : `${sessions.length} session${sessions.length === 1 ? "" : "s"}${more} · updated ${new Date().toLocaleTimeString()}`;
   }
 
+  /** @param {Summary} s */
   item(s) {
     const status = s.busy && s.status === "running" ? "running" : s.status;
     const label = s.waiting === "paused" ? "paused" : LABEL[status] || status;

@@ -1,3 +1,4 @@
+// @ts-check
 // Starting a run: an agent, a task, and the run's input as JSON, with the agent's tools and
 // their input schemas beside it (what the planner can fill from `†input.*`). The input is
 // checked as it is typed; the run is a new thread and a run of it, through LangGraph's routes.
@@ -6,8 +7,19 @@ import { api } from "./api.js";
 import { h, fill, jsonError, pretty } from "./dom.js";
 import { sayApiError } from "./errors.js";
 
+/** @typedef {import("./api-types").components["schemas"]["AgentInfo"]} AgentInfo */
+/** @typedef {import("./api-types").components["schemas"]["ToolInfo"]} ToolInfo */
+/** @typedef {import("./api-types").components["schemas"]["Thread"]} Thread */
+/** A tool's input schema (JSON Schema; `ToolInfo.input_schema` is untyped in the API). @typedef {{ properties?: Record<string, any>, required?: string[] }} InputSchema */
+
 const RESERVED = ["messages", "task"];
 
+/**
+ * The page that starts a run.
+ * @param {HTMLElement} main
+ * @param {AgentInfo[]} agents
+ * @param {(hash: string) => void} go
+ */
 export function startPage(main, agents, go) {
   if (!agents.length) {
     fill(main, h("div", { class: "welcome" }, h("h1", {}, "No agent to run"), h("p", {}, "Start weft serve with --agents DIR holding agent files.")));
@@ -113,6 +125,7 @@ export function startPage(main, agents, go) {
     }
     submit.disabled = true;
     try {
+      /** @type {Thread} */
       const thread = await api("/threads", { method: "POST", body: {} });
       await api(`/threads/${encodeURIComponent(thread.thread_id)}/runs`, {
         method: "POST",
@@ -135,10 +148,15 @@ export function startPage(main, agents, go) {
   task.focus();
 }
 
-/** A tool, its description and its arguments, each insertable into the input. */
+/**
+ * A tool, its description and its arguments, each insertable into the input.
+ * @param {ToolInfo} t
+ * @param {(name: string, schema: any) => void} insert
+ */
 function toolHelp(t, insert) {
-  const props = t.input_schema?.properties || {};
-  const required = new Set(t.input_schema?.required || []);
+  const schema = /** @type {InputSchema | null | undefined} */ (t.input_schema);
+  const props = schema?.properties || {};
+  const required = new Set(schema?.required || []);
   return h(
     "details",
     { open: true },

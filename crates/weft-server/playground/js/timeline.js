@@ -1,11 +1,19 @@
+// @ts-check
 // The session on one time axis, from its events: the model's calls (each from the event before
 // its reply to the reply), the waves with their steps' tool calls (and the waits before a
 // retry), and the waits for a person. A tool call's bar selects its step in the plan.
 
 import { h, duration } from "./dom.js";
 
+/** @typedef {import("./api-types").components["schemas"]["StoredEvent"]} StoredEvent */
+/** @typedef {import("./api-types").components["schemas"]["Usage"]} Usage */
+/** @typedef {{ from: number, to: number | null, kind: string, label: string, step?: string | null, open?: boolean }} Bar */
+
 /** The rows of the timeline: groups of labelled rows, each with its bars
- * `{from, to, kind, label, step, open}` (times in ms since the epoch). */
+ * `{from, to, kind, label, step, open}` (times in ms since the epoch).
+ * @param {StoredEvent[]} events
+ * @param {number} [now]
+ */
 export function timelineRows(events, now = Date.now()) {
   const model = { title: "Model", rows: new Map() };
   const people = { title: "Waiting for you", rows: new Map() };
@@ -17,10 +25,14 @@ export function timelineRows(events, now = Date.now()) {
     return group.rows.get(key);
   };
   let prev = null;
+  /** @type {Bar | null} */
   let waiting = null;
-  for (const e of events) {
-    const ts = Number(e.ts);
-    switch (e.type) {
+  for (const stored of events) {
+    const ts = Number(stored.ts);
+    // Each event type's own fields are not in the API's schema (`StoredEvent` names the envelope).
+    /** @type {any} */
+    const e = stored;
+    switch (stored.type) {
       case "model_replied":
       case "model_reply_rejected":
         if (prev !== null) {
@@ -45,6 +57,7 @@ export function timelineRows(events, now = Date.now()) {
       case "tool_call_started": {
         const w = waves.get(stepWave.get(e.step));
         const target = w ? row(w, e.step, e.step) : row(model, `tool:${e.tool}`, e.tool);
+        /** @type {Bar} */
         const bar = { from: ts, to: null, kind: "call", label: `${e.tool}${e.attempt > 1 ? ` · attempt ${e.attempt}` : ""}`, step: e.step || null };
         target.bars.push(bar);
         calls.set(e.call_id, bar);
@@ -91,13 +104,18 @@ export function timelineRows(events, now = Date.now()) {
   return { groups, from: events.length ? Number(events[0].ts) : now, to: end };
 }
 
+/** @param {Usage | undefined} u */
 function usage(u) {
   if (!u) return "";
   const t = (u.input_tokens || 0) + (u.output_tokens || 0);
   return t ? ` · ${t.toLocaleString()} tokens${u.cost_usd ? ` · $${u.cost_usd.toFixed(4)}` : ""}` : "";
 }
 
-/** The timeline as an element. `selected`: the step chosen in the plan; `onSelect(step)`. */
+/**
+ * The timeline as an element. `selected`: the step chosen in the plan; `onSelect(step)`.
+ * @param {StoredEvent[]} events
+ * @param {{ selected: string | null, onSelect: (step: string) => void }} options
+ */
 export function timeline(events, { selected, onSelect }) {
   const { groups, from, to } = timelineRows(events);
   if (!groups.length) return h("p", { class: "muted" }, "Nothing has happened yet.");
