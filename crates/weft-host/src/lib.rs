@@ -13,6 +13,7 @@
 //!   it drives at their next safe point;
 //! - [`DurabilityPolicy`]: at what durability the store writes the sessions this process drives;
 //! - [`Host`]: those three passed down together.
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod drive;
 pub mod load;

@@ -20,9 +20,13 @@ use crate::{Observer, Runtime, RuntimeError, Session, now_ms};
 /// An agent ready to run: its configuration, model and tools.
 #[derive(Clone)]
 pub struct Agent {
+    /// The agent's name, as its file gives it.
     pub name: String,
+    /// How the agent runs: its mode, rendered instructions, tools offered and limits.
     pub config: AgentConfig,
+    /// The model the agent asks for its turns.
     pub model: SharedModel,
+    /// The tools the agent may call.
     pub tools: Arc<Registry>,
 }
 
@@ -262,9 +266,13 @@ fn meant(ctx: &Value, path: &str) -> Option<String> {
 pub struct SessionInfo {
     /// The new session's id (a time-ordered UUID when absent).
     pub id: Option<String>,
+    /// The user the session belongs to; None for a session without one.
     pub user_id: Option<String>,
+    /// An outside reference, e.g. a chat id.
     pub reference_id: Option<String>,
+    /// Free-form JSON stored with the session; the instructions see it as `session.metadata`.
     pub metadata: Value,
+    /// The session this one runs under (a sub-agent's parent); None for a top-level session.
     pub parent_id: Option<String>,
 }
 

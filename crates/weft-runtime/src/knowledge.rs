@@ -19,6 +19,8 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub struct StoreKnowledge<S: Store>(pub Retriever<S>);
 
 impl<S: Store> StoreKnowledge<S> {
+    /// The knowledge base over `store`, embedding with `embedder` when there is one (without
+    /// one, texts are stored and searched without vectors).
     pub fn new(store: Arc<S>, embedder: Option<Arc<Embedder>>) -> Self {
         Self(Retriever::new(store, embedder))
     }

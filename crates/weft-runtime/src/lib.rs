@@ -1,6 +1,7 @@
 //! weft's shell. It asks the core what to do next (`decide`), performs it (tool calls), turns
 //! outcomes into events, appends them to the store atomically, applies them to the state and
 //! publishes them to observers. It holds no engine logic of its own.
+#![warn(missing_docs, unreachable_pub)]
 
 mod agent;
 mod calls;
@@ -34,12 +35,18 @@ pub use subagent::{MAX_DEPTH, StoreSubAgents, SubAgents};
 /// Runtime failures (a failed step is not one: it is an outcome recorded in the session).
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
+    /// The store failed, or refused an append (another writer, a lost lease).
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The plan does not pass validation; every problem found is listed.
     #[error("the plan is invalid:\n{}", .0.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
     InvalidPlan(Vec<PlanProblem>),
+    /// An agent's file cannot be run as written (a skill, a template, a tool it names); the
+    /// message names the agent and the field.
     #[error("{0}")]
     Config(String),
+    /// The runtime found itself in a state it should never reach, e.g. a tool task that
+    /// vanished; the message says which.
     #[error("{0}")]
     Internal(String),
     /// The run stopped at a safe point because it was asked to ([`Runtime::stop`]): no call
@@ -61,9 +68,13 @@ pub fn new_session_id() -> String {
 
 /// Runs plans and agents against a store and a registry of tools.
 pub struct Runtime<S: Store> {
+    /// Where sessions are stored.
     pub store: Arc<S>,
+    /// The tools plans call.
     pub tools: Arc<Registry>,
+    /// The limits every run is held to (steps, time, retries).
     pub limits: Limits,
+    /// Called with every event once it is stored, in order.
     pub observers: Vec<Observer>,
     /// Applied to every event before it is stored or shown (secrets).
     pub redact: Option<Redact>,

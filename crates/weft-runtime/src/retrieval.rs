@@ -21,8 +21,10 @@ fn candidates(limit: usize) -> usize {
 /// Why an addition or a search failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RetrievalError {
+    /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The embedder could not make the vectors.
     #[error(
         "cannot make embeddings: {0}; check the server at WEFT_EMBEDDINGS_URL, or unset it to store text without embeddings"
     )]
@@ -31,7 +33,9 @@ pub enum RetrievalError {
 
 /// The knowledge store and, optionally, the embedder its vectors come from.
 pub struct Retriever<S> {
+    /// Where entries are stored and searched.
     pub store: Arc<S>,
+    /// Makes the vectors of texts and queries; None to store and search text only.
     pub embedder: Option<Arc<Embedder>>,
 }
 
@@ -45,6 +49,7 @@ impl<S> Clone for Retriever<S> {
 }
 
 impl<S: Knowledge> Retriever<S> {
+    /// A retriever over `store`, embedding with `embedder` when there is one.
     pub fn new(store: Arc<S>, embedder: Option<Arc<Embedder>>) -> Self {
         Self { store, embedder }
     }

@@ -18,7 +18,9 @@ pub type Redact = Arc<dyn Fn(&mut String) + Send + Sync>;
 /// A session being driven by this process.
 pub struct Session<'s, S: Store> {
     store: &'s S,
+    /// The session's id.
     pub id: String,
+    /// The session's state: every event stored or staged so far, applied.
     pub state: State,
     observers: Vec<Observer>,
     redact: Option<Redact>,
@@ -34,6 +36,9 @@ pub struct Session<'s, S: Store> {
 }
 
 impl<'s, S: Store> Session<'s, S> {
+    /// A handle on session `id` of `store` whose state is `state`, publishing its events to
+    /// `observers`: no redaction, no lease (epoch 0) and the system's clock until the `with_`
+    /// methods say otherwise.
     pub fn new(store: &'s S, id: String, state: State, observers: Vec<Observer>) -> Self {
         Self {
             store,

@@ -70,6 +70,7 @@ impl Cursor {
 /// A session's state as loaded.
 #[derive(Debug)]
 pub struct Loaded {
+    /// The state the session's log folds to.
     pub state: State,
     /// The snapshot the load started from (its sequence number), if one was used.
     pub snapshot: Option<u64>,

@@ -18,6 +18,9 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// Runs the linked child sessions of calls: sub-agents, and processes (plans reused as tools).
 pub trait SubAgents: Send + Sync {
+    /// Runs the sub-agent `decl` names on `task` as a child session of `parent_session`, at
+    /// nesting `depth` (a call from a top-level session is at 0); its answer, or an error
+    /// outcome when it fails or nests deeper than [`MAX_DEPTH`].
     fn run(
         &self,
         decl: AgentToolDecl,
@@ -40,8 +43,11 @@ pub trait SubAgents: Send + Sync {
 
 /// Sub-agents in the same store as their parent.
 pub struct StoreSubAgents<S: Store> {
+    /// The store of the parent sessions, where the children are stored too.
     pub store: Arc<S>,
+    /// Called with every event of a child session.
     pub observers: Vec<Observer>,
+    /// Applied to every event of a child session before it is stored or shown.
     pub redact: Option<Redact>,
 }
 

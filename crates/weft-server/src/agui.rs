@@ -35,7 +35,7 @@ use super::stream::{self, Format};
 use super::{ApiError, Shared};
 
 /// The route of AG-UI.
-pub fn routes() -> Vec<Route> {
+pub(crate) fn routes() -> Vec<Route> {
     vec![
         openapi::post(
             "/ag-ui/{agent}",
@@ -54,7 +54,7 @@ pub fn routes() -> Vec<Route> {
     rename_all = "SCREAMING_SNAKE_CASE",
     rename_all_fields = "camelCase"
 )]
-pub enum AgUiEvent {
+pub(crate) enum AgUiEvent {
     RunStarted {
         thread_id: String,
         run_id: String,
@@ -113,7 +113,7 @@ pub enum AgUiEvent {
 
 /// What a finished run leaves: its answer and the plan's State object.
 #[derive(Serialize, JsonSchema)]
-pub struct RunResult {
+pub(crate) struct RunResult {
     answer: Option<String>,
     #[schemars(schema_with = "openapi::any")]
     data: Value,
@@ -122,14 +122,14 @@ pub struct RunResult {
 /// How a run finished: `success`, or `interrupt` with the wait.
 #[derive(Serialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "lowercase")]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Success,
     Interrupt { interrupts: Vec<AgUiInterrupt> },
 }
 
 /// A wait as AG-UI's interrupt: answered by the next input's `resume` entry.
 #[derive(Serialize, JsonSchema)]
-pub struct AgUiInterrupt {
+pub(crate) struct AgUiInterrupt {
     id: String,
     reason: String,
     message: String,
@@ -139,7 +139,7 @@ fn event(data: &AgUiEvent) -> Sse {
     Sse::default().data(serde_json::to_string(data).unwrap_or_default())
 }
 
-pub fn run_started(thread_id: &str, run_id: &str) -> Sse {
+pub(crate) fn run_started(thread_id: &str, run_id: &str) -> Sse {
     event(&AgUiEvent::RunStarted {
         thread_id: thread_id.to_owned(),
         run_id: run_id.to_owned(),
@@ -147,7 +147,7 @@ pub fn run_started(thread_id: &str, run_id: &str) -> Sse {
 }
 
 /// The AG-UI events one stored event makes, after it was applied to `st`.
-pub fn parts(env: &Envelope, st: &SessionState, streamed: bool, out: &mut VecDeque<Sse>) {
+pub(crate) fn parts(env: &Envelope, st: &SessionState, streamed: bool, out: &mut VecDeque<Sse>) {
     let started = |name: String| event(&AgUiEvent::StepStarted { step_name: name });
     let finished = |name: String| event(&AgUiEvent::StepFinished { step_name: name });
     let end = || {
@@ -215,7 +215,7 @@ fn message_id(st: &SessionState) -> String {
 }
 
 /// A piece of the agent's text (`first`: the message starts with it).
-pub fn text(st: &SessionState, piece: &str, first: bool) -> Vec<Sse> {
+pub(crate) fn text(st: &SessionState, piece: &str, first: bool) -> Vec<Sse> {
     let id = message_id(st);
     let mut out = Vec::new();
     if first {
@@ -232,7 +232,7 @@ pub fn text(st: &SessionState, piece: &str, first: bool) -> Vec<Sse> {
 }
 
 /// The run's last event: `RUN_FINISHED` (with the wait as an interrupt outcome) or `RUN_ERROR`.
-pub fn finished(
+pub(crate) fn finished(
     thread_id: &str,
     run_id: &str,
     st: Option<&SessionState>,
@@ -268,7 +268,7 @@ pub fn finished(
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct RunAgentInput {
+pub(crate) struct RunAgentInput {
     thread_id: String,
     run_id: String,
     #[serde(default)]
@@ -279,7 +279,7 @@ pub struct RunAgentInput {
     state: Option<Value>,
 }
 
-pub async fn run(
+pub(crate) async fn run(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(agent): Path<String>,

@@ -16,15 +16,15 @@ use super::ApiError;
 
 /// The user a request acts for.
 #[derive(Clone, Debug)]
-pub struct User(pub String);
+pub(crate) struct User(pub String);
 
 /// Known keys and their users.
-pub struct Keys(HashMap<String, String>);
+pub(crate) struct Keys(HashMap<String, String>);
 
 impl Keys {
     /// Reads `--keys FILE` (lines `KEY USER`) and `WEFT_API_KEYS` (`KEY=USER,...`). No key at
     /// all is a mistake: a server that anyone can use is never what `weft serve` starts.
-    pub fn load(file: Option<&Path>) -> Result<Self> {
+    pub(crate) fn load(file: Option<&Path>) -> Result<Self> {
         let mut keys = HashMap::new();
         if let Some(f) = file {
             let text = std::fs::read_to_string(f)
@@ -86,7 +86,11 @@ fn redact(s: &str) -> String {
 }
 
 /// Rejects a request without a known key; gives the others their [`User`].
-pub async fn require(State(keys): State<Arc<Keys>>, mut req: Request, next: Next) -> Response {
+pub(crate) async fn require(
+    State(keys): State<Arc<Keys>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let headers = req.headers();
     let given = headers
         .get("x-api-key")

@@ -18,6 +18,7 @@
 //! [`Server::bind`] binds the address (port 0 takes a free one; [`Server::local_addr`] says
 //! which) and [`Server::run`] serves until the [`weft_host::Shutdown`] of its [`Host`] is
 //! triggered; [`serve`] does both.
+#![warn(missing_docs, unreachable_pub)]
 
 mod agui;
 mod auth;
@@ -110,7 +111,7 @@ pub(crate) struct App {
 
 impl App {
     /// The assistant (agent) named `id`, or 404.
-    pub fn assistant(&self, id: &str) -> Result<&Arc<AgentFile>, ApiError> {
+    pub(crate) fn assistant(&self, id: &str) -> Result<&Arc<AgentFile>, ApiError> {
         self.agents
             .get(id)
             .ok_or_else(|| ApiError::not_found("assistant"))
@@ -124,10 +125,10 @@ pub(crate) type Shared = Arc<App>;
 pub(crate) struct ApiError(pub StatusCode, pub String);
 
 impl ApiError {
-    pub fn not_found(what: &str) -> Self {
+    pub(crate) fn not_found(what: &str) -> Self {
         Self(StatusCode::NOT_FOUND, format!("{what} not found"))
     }
-    pub fn bad(msg: impl Into<String>) -> Self {
+    pub(crate) fn bad(msg: impl Into<String>) -> Self {
         Self(StatusCode::UNPROCESSABLE_ENTITY, msg.into())
     }
 }

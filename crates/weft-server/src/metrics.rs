@@ -31,7 +31,7 @@ struct Kind {
     kind: String,
 }
 
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Mutex<Registry>,
     runs: Family<Status, Counter>,
     run_seconds: Histogram,
@@ -98,7 +98,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Counts what one stored event says (tool calls, tokens).
-    pub fn observe(&self, e: &Envelope) {
+    pub(crate) fn observe(&self, e: &Envelope) {
         match &e.event {
             Event::ToolCallFinished {
                 outcome,
@@ -130,7 +130,7 @@ impl Metrics {
     }
 
     /// A run ended with `status` after `seconds`.
-    pub fn run_ended(&self, status: &str, seconds: f64) {
+    pub(crate) fn run_ended(&self, status: &str, seconds: f64) {
         self.runs
             .get_or_create(&Status {
                 status: status.to_owned(),
@@ -140,7 +140,7 @@ impl Metrics {
     }
 
     /// The text exposition.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         if let Ok(r) = self.registry.lock() {
             let _ = prometheus_client::encoding::text::encode(&mut out, &r);

@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use super::Shared;
 
 /// What a route answers with when it succeeds.
-pub enum Answer {
+pub(crate) enum Answer {
     /// A JSON body of a type: its schema, and what it is.
     Json(fn(&mut SchemaGenerator) -> Schema, &'static str),
     /// A body of another media type (server-sent events, HTML, text), and what it is.
@@ -27,7 +27,7 @@ pub enum Answer {
 
 /// One route: method, path, handler, what it does, its request body's schema (if it takes
 /// one), what it answers, and whether it needs a key.
-pub struct Route {
+pub(crate) struct Route {
     pub method: &'static str,
     pub path: &'static str,
     pub handler: MethodRouter<Shared>,
@@ -40,7 +40,7 @@ pub struct Route {
 macro_rules! method {
     ($name:ident) => {
         /// A route of this method; its answer is declared with [`Route::json`] and the like.
-        pub fn $name<H, T>(path: &'static str, summary: &'static str, handler: H) -> Route
+        pub(crate) fn $name<H, T>(path: &'static str, summary: &'static str, handler: H) -> Route
         where
             H: Handler<T, Shared>,
             T: 'static,
@@ -64,50 +64,50 @@ method!(delete);
 
 impl Route {
     /// The route takes a JSON body of type `B`.
-    pub fn body<B: JsonSchema>(mut self) -> Self {
+    pub(crate) fn body<B: JsonSchema>(mut self) -> Self {
         self.body = Some(schema_of::<B>);
         self
     }
 
     /// The route answers with a JSON body of type `R`.
-    pub fn json<R: JsonSchema>(mut self, what: &'static str) -> Self {
+    pub(crate) fn json<R: JsonSchema>(mut self, what: &'static str) -> Self {
         self.answers = Answer::Json(|g| g.subschema_for::<R>(), what);
         self
     }
 
     /// The route answers with server-sent events whose data is JSON of type `E`.
-    pub fn events<E: JsonSchema>(mut self, what: &'static str) -> Self {
+    pub(crate) fn events<E: JsonSchema>(mut self, what: &'static str) -> Self {
         self.answers = Answer::Events(|g| g.subschema_for::<E>(), what);
         self
     }
 
     /// The route answers with a body of `media` type.
-    pub fn media(mut self, media: &'static str, what: &'static str) -> Self {
+    pub(crate) fn media(mut self, media: &'static str, what: &'static str) -> Self {
         self.answers = Answer::Media(media, what);
         self
     }
 
     /// The route answers with `status` and no body.
-    pub fn empty(mut self, status: u16, what: &'static str) -> Self {
+    pub(crate) fn empty(mut self, status: u16, what: &'static str) -> Self {
         self.answers = Answer::Empty(status, what);
         self
     }
 
     /// The route needs no key.
-    pub fn open(mut self) -> Self {
+    pub(crate) fn open(mut self) -> Self {
         self.open = true;
         self
     }
 }
 
 /// The schema of a request type, whole (its definitions inside), as it is read.
-pub fn schema_of<T: JsonSchema>() -> Value {
+pub(crate) fn schema_of<T: JsonSchema>() -> Value {
     serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
 }
 
 /// The error every route may answer with: `{"detail": ...}`.
 #[derive(serde::Serialize, JsonSchema)]
-pub struct Detail {
+pub(crate) struct Detail {
     pub detail: String,
 }
 
@@ -117,7 +117,7 @@ fn doc_path(path: &str) -> String {
 }
 
 /// The document for `routes`.
-pub fn document(routes: &[Route]) -> Value {
+pub(crate) fn document(routes: &[Route]) -> Value {
     let mut generator = SchemaSettings::draft2020_12()
         .for_serialize()
         .with(|s| {
@@ -221,7 +221,7 @@ pub fn document(routes: &[Route]) -> Value {
 }
 
 /// The schema of any JSON value (a field whose shape is the agent's or the tool's own).
-pub fn any(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn any(_: &mut SchemaGenerator) -> Schema {
     Schema::from(true)
 }
 
@@ -229,7 +229,7 @@ pub fn any(_: &mut SchemaGenerator) -> Schema {
 /// fields beside them.
 #[derive(Clone, serde::Serialize)]
 #[serde(transparent)]
-pub struct StoredEvent(pub weft_core::Envelope);
+pub(crate) struct StoredEvent(pub weft_core::Envelope);
 
 impl JsonSchema for StoredEvent {
     fn schema_name() -> std::borrow::Cow<'static, str> {
@@ -254,7 +254,7 @@ impl JsonSchema for StoredEvent {
 /// A plan as it is sent: its calls (`_id`, `_tool` and the arguments).
 #[derive(serde::Serialize)]
 #[serde(transparent)]
-pub struct PlanCalls(pub weft_core::Plan);
+pub(crate) struct PlanCalls(pub weft_core::Plan);
 
 impl JsonSchema for PlanCalls {
     fn schema_name() -> std::borrow::Cow<'static, str> {
@@ -267,7 +267,7 @@ impl JsonSchema for PlanCalls {
 }
 
 /// The schema of a list of plan calls (`_id`, `_tool` and the arguments).
-pub fn calls(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn calls(_: &mut SchemaGenerator) -> Schema {
     schemars::json_schema!({
         "type": "array",
         "items": {"type": "object", "properties": {"_id": {"type": "string"}}, "required": ["_id"]},
@@ -275,7 +275,7 @@ pub fn calls(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// The schema of the model's conversation: messages tagged by `role`.
-pub fn messages(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn messages(_: &mut SchemaGenerator) -> Schema {
     schemars::json_schema!({
         "type": "array",
         "items": {

@@ -19,12 +19,12 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
     connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// `GET /`: the page.
-pub async fn index(headers: HeaderMap) -> Response {
+pub(crate) async fn index(headers: HeaderMap) -> Response {
     file("index.html", &headers)
 }
 
 /// `GET /playground/{*path}`: its scripts, styles and icons.
-pub async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Response {
+pub(crate) async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Response {
     file(&path, &headers)
 }
 

@@ -25,7 +25,7 @@ use weft_host::drive::AgentFile;
 use weft_host::sessions::fmt_time;
 
 /// The routes of runs.
-pub fn routes() -> Vec<Route> {
+pub(crate) fn routes() -> Vec<Route> {
     vec![
         openapi::post("/threads/{tid}/runs", "Start a run in the background", create_background)
             .body::<RunBody>()
@@ -74,7 +74,7 @@ pub fn routes() -> Vec<Route> {
 
 /// A run as LangGraph clients read it.
 #[derive(Serialize, JsonSchema)]
-pub struct RunInfo {
+pub(crate) struct RunInfo {
     run_id: String,
     thread_id: String,
     assistant_id: String,
@@ -89,7 +89,7 @@ pub struct RunInfo {
 
 /// Why a run failed, in the values `runs/wait` and `join` answer with.
 #[derive(Clone, Serialize, JsonSchema)]
-pub struct RunError {
+pub(crate) struct RunError {
     /// `RunError` (the session failed) or `StoreError`.
     pub error: String,
     pub message: Option<String>,
@@ -105,7 +105,7 @@ struct Unreadable {
 /// A run's status, as LangGraph names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum RunStatus {
+pub(crate) enum RunStatus {
     Pending,
     Running,
     Success,
@@ -114,7 +114,7 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
             Self::Running => "running",
@@ -123,13 +123,13 @@ impl RunStatus {
             Self::Interrupted => "interrupted",
         }
     }
-    pub fn is_final(self) -> bool {
+    pub(crate) fn is_final(self) -> bool {
         !matches!(self, Self::Pending | Self::Running)
     }
 }
 
 /// A run: who started it, on which thread, from which event on, and how it stands.
-pub struct Run {
+pub(crate) struct Run {
     pub run_id: String,
     pub thread_id: String,
     pub assistant_id: String,
@@ -145,11 +145,11 @@ pub struct Run {
 }
 
 impl Run {
-    pub fn start_seq(&self) -> u64 {
+    pub(crate) fn start_seq(&self) -> u64 {
         self.start_seq.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    pub fn json(&self) -> RunInfo {
+    pub(crate) fn json(&self) -> RunInfo {
         let (status, _) = *self.status.borrow();
         RunInfo {
             run_id: self.run_id.clone(),
@@ -165,7 +165,7 @@ impl Run {
     }
 
     /// Waits until the run has ended; its final status and last event.
-    pub async fn finished(&self) -> (RunStatus, u64) {
+    pub(crate) async fn finished(&self) -> (RunStatus, u64) {
         let mut rx = self.status.subscribe();
         match rx.wait_for(|(s, _)| s.is_final()).await {
             Ok(v) => *v,
@@ -178,7 +178,7 @@ impl Run {
 /// `after`, at byte `offset` of the text generated since that event. A stream gives each piece
 /// that position as its id, so a reconnection goes on from the next byte.
 #[derive(Clone, Debug)]
-pub struct Piece {
+pub(crate) struct Piece {
     pub after: u64,
     pub offset: usize,
     pub text: String,
@@ -203,7 +203,7 @@ impl Default for TextFeed {
 
 /// The runs of this process, and which thread each drives.
 #[derive(Default)]
-pub struct Runs {
+pub(crate) struct Runs {
     runs: Mutex<HashMap<String, Arc<Run>>>,
     /// Thread → the run driving it.
     active: Mutex<HashMap<String, String>>,
@@ -215,7 +215,7 @@ pub struct Runs {
 }
 
 impl Runs {
-    pub fn active_on(&self, thread: &str) -> bool {
+    pub(crate) fn active_on(&self, thread: &str) -> bool {
         self.active
             .lock()
             .map(|a| a.contains_key(thread))
@@ -243,7 +243,7 @@ impl Runs {
     }
 
     /// Runs being driven, and runs waiting for their thread.
-    pub fn counts(&self) -> (i64, i64) {
+    pub(crate) fn counts(&self) -> (i64, i64) {
         let active = self.active.lock().map(|a| a.len()).unwrap_or(0);
         let pending = self
             .runs
@@ -260,7 +260,7 @@ impl Runs {
         )
     }
 
-    pub fn get(&self, thread: &str, run: &str) -> Option<Arc<Run>> {
+    pub(crate) fn get(&self, thread: &str, run: &str) -> Option<Arc<Run>> {
         self.runs
             .lock()
             .ok()?
@@ -272,7 +272,7 @@ impl Runs {
     /// The pieces of text a model generates on `thread`, as they come, and the text generated
     /// since the thread's last stored event as one piece (empty when there is none), taken
     /// together so that no piece falls between them.
-    pub fn texts(&self, thread: &str) -> (tokio::sync::broadcast::Receiver<Piece>, Piece) {
+    pub(crate) fn texts(&self, thread: &str) -> (tokio::sync::broadcast::Receiver<Piece>, Piece) {
         match self.texts.lock() {
             Ok(mut t) => {
                 let feed = t.entry(thread.to_owned()).or_default();
@@ -330,7 +330,7 @@ impl Runs {
         }
     }
 
-    pub fn waker(&self, thread: &str) -> Arc<tokio::sync::Notify> {
+    pub(crate) fn waker(&self, thread: &str) -> Arc<tokio::sync::Notify> {
         match self.wakers.lock() {
             Ok(mut w) => w.entry(thread.to_owned()).or_default().clone(),
             Err(_) => Arc::new(tokio::sync::Notify::new()),
@@ -339,7 +339,7 @@ impl Runs {
 
     /// Waits for the runs still going, at most `grace` plus a little (they stop at their next
     /// safe point once `interrupt::begin` was called).
-    pub async fn wait_all(&self, grace: Duration) {
+    pub(crate) async fn wait_all(&self, grace: Duration) {
         let mut tasks = self.tasks.lock().await;
         let _ = tokio::time::timeout(grace + Duration::from_secs(2), async {
             while tasks.join_next().await.is_some() {}
@@ -350,7 +350,7 @@ impl Runs {
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-pub struct RunBody {
+pub(crate) struct RunBody {
     pub assistant_id: String,
     #[serde(default)]
     pub input: Option<Value>,
@@ -450,7 +450,7 @@ async fn start(app: &Shared, user: &User, tid: &str, body: RunBody) -> Result<Ar
 }
 
 /// [`start`] with the run's id given by the client (AG-UI's `runId`), which must be new.
-pub async fn start_with_id(
+pub(crate) async fn start_with_id(
     app: &Shared,
     user: &User,
     tid: &str,
@@ -693,7 +693,7 @@ async fn hold_if_paused(
 }
 
 /// The kind of wait a paused session is in.
-pub const PAUSED: &str = "paused";
+pub(crate) const PAUSED: &str = "paused";
 
 /// Records how a run ended and wakes whoever waits for it.
 async fn finish(app: &Shared, run: &Run, outcome: anyhow::Result<SessionStatus>) {
@@ -825,7 +825,7 @@ async fn drive(
     }
 }
 
-pub async fn create_background(
+pub(crate) async fn create_background(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
@@ -853,7 +853,7 @@ async fn final_values(
     Ok(Json(v))
 }
 
-pub async fn create_wait(
+pub(crate) async fn create_wait(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
@@ -926,7 +926,7 @@ fn waiting(app: Shared, user: User, run: Arc<Run>) -> Response {
     resp
 }
 
-pub async fn create_stream(
+pub(crate) async fn create_stream(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
@@ -968,7 +968,7 @@ async fn found(app: &Shared, user: &User, tid: &str, rid: &str) -> Result<Arc<Ru
 
 /// Run `rid` (the last run when `None`) as the thread's log tells it: where it began, and how
 /// it stands (it ended when the session stopped running after its marker).
-pub fn from_log(
+pub(crate) fn from_log(
     rec: &SessionRecord,
     log: &[weft_core::Envelope],
     rid: Option<&str>,
@@ -988,7 +988,7 @@ pub fn from_log(
 }
 
 /// Every run of the thread, as its log tells them, oldest first (one fold of the log).
-pub fn all_from_log(rec: &SessionRecord, log: &[weft_core::Envelope]) -> Vec<Run> {
+pub(crate) fn all_from_log(rec: &SessionRecord, log: &[weft_core::Envelope]) -> Vec<Run> {
     let mut out = Vec::new();
     let mut st = weft_core::State::new();
     let mut open: Option<(&String, u64, i64)> = None;
@@ -1038,7 +1038,7 @@ fn logged(
 /// by id and stream on from their last event id. A claim never takes a lease that runs, this
 /// process's included: each claim is an owner of its own ([`weft_host::ownership::driver`]), and a
 /// thread that never had a run has no events and is not claimed.
-pub async fn adopt_orphans(app: Shared) {
+pub(crate) async fn adopt_orphans(app: Shared) {
     let mut agents: Vec<String> = app.agents.keys().cloned().collect();
     // A thread created empty (`POST /threads`) has no agent name on its record.
     agents.push(String::new());
@@ -1163,7 +1163,7 @@ async fn adopt(app: Shared, held: weft_host::ownership::Held<weft_store::AnyStor
     held.release().await;
 }
 
-pub async fn get(
+pub(crate) async fn get(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path((tid, rid)): Path<(String, String)>,
@@ -1172,7 +1172,7 @@ pub async fn get(
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     /// At most this many (default 10, at most 1,000).
     limit: Option<usize>,
     offset: Option<usize>,
@@ -1183,7 +1183,7 @@ pub struct ListQuery {
 /// The thread's runs, newest first: every run its log has a marker for (so a restarted server
 /// lists the runs of the one before), with this process's record of a run where it has one
 /// (its metadata), and the runs queued here that have not begun.
-pub async fn list(
+pub(crate) async fn list(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
@@ -1218,7 +1218,7 @@ pub async fn list(
     Ok(Json(listed))
 }
 
-pub async fn join(
+pub(crate) async fn join(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path((tid, rid)): Path<(String, String)>,
@@ -1228,7 +1228,7 @@ pub async fn join(
 }
 
 /// The run's events after `Last-Event-ID` (all of them without it), then live until it ends.
-pub async fn join_stream(
+pub(crate) async fn join_stream(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path((tid, rid)): Path<(String, String)>,
@@ -1256,7 +1256,7 @@ pub async fn join_stream(
 
 /// Cancels a run: its calls in flight are stopped and recorded as cancelled, and the session
 /// ends as failed (a new run gives the thread a new task).
-pub async fn cancel(
+pub(crate) async fn cancel(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path((tid, rid)): Path<(String, String)>,

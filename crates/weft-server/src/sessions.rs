@@ -27,7 +27,7 @@ use super::openapi::{self, PlanCalls, Route};
 use super::{ApiError, Shared, threads, view};
 
 /// weft's own routes.
-pub fn routes() -> Vec<Route> {
+pub(crate) fn routes() -> Vec<Route> {
     vec![
         openapi::get(
             "/agents",
@@ -86,7 +86,7 @@ pub fn routes() -> Vec<Route> {
 /// only the sessions that changed). At most [`Summaries::MAX`] are kept: past that the cache
 /// starts again, so that listing a store of any size holds bounded memory.
 #[derive(Default)]
-pub struct Summaries(Mutex<HashMap<String, (u64, view::Summary)>>);
+pub(crate) struct Summaries(Mutex<HashMap<String, (u64, view::Summary)>>);
 
 impl Summaries {
     async fn of(&self, app: &Shared, rec: &SessionRecord) -> Result<view::Summary, ApiError> {
@@ -122,7 +122,7 @@ async fn owned(app: &Shared, user: &User, id: &str) -> Result<SessionRecord, Api
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     /// `running`, `waiting_for_user`, `completed` or `failed`.
     #[serde(default)]
     status: Option<String>,
@@ -138,14 +138,14 @@ pub struct ListQuery {
 
 /// A page of the user's sessions, and whether more follow.
 #[derive(Serialize, JsonSchema)]
-pub struct SessionList {
+pub(crate) struct SessionList {
     sessions: Vec<view::Summary>,
     more: bool,
 }
 
 /// `GET /sessions`: the user's sessions across agents, newest first, each with its status,
 /// agent, task, age, usage and cost.
-pub async fn list(
+pub(crate) async fn list(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Query(q): Query<ListQuery>,
@@ -206,14 +206,14 @@ pub async fn list(
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-pub struct AtQuery {
+pub(crate) struct AtQuery {
     /// The event to show the session at (default: the last).
     #[serde(default)]
     at: Option<u64>,
 }
 
 /// `GET /sessions/{id}`: the session as it was after event `at` (the last by default).
-pub async fn get(
+pub(crate) async fn get(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(id): Path<String>,
@@ -242,7 +242,7 @@ async fn load(
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-pub struct AfterQuery {
+pub(crate) struct AfterQuery {
     /// Send the events after this one (`Last-Event-ID` does the same and wins).
     #[serde(default)]
     after: Option<u64>,
@@ -252,7 +252,7 @@ pub struct AfterQuery {
 /// with the sequence number as id), after `Last-Event-ID` (or `?after=`), then live for as
 /// long as the client listens: the model's text as it is generated (`text`, no id: it is never
 /// stored), and `ready` once the events stored so far were sent.
-pub async fn events(
+pub(crate) async fn events(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(id): Path<String>,
@@ -363,7 +363,7 @@ pub async fn events(
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
-pub struct ForkBody {
+pub(crate) struct ForkBody {
     /// The last event the fork keeps.
     at: u64,
 }
@@ -371,7 +371,7 @@ pub struct ForkBody {
 /// A fork: the new session, where it came from, how it stands, and the run that continues it
 /// (when it is running).
 #[derive(Serialize, JsonSchema)]
-pub struct Forked {
+pub(crate) struct Forked {
     id: String,
     forked_from: ForkedFrom,
     status: String,
@@ -379,14 +379,14 @@ pub struct Forked {
 }
 
 #[derive(Serialize, JsonSchema)]
-pub struct ForkedFrom {
+pub(crate) struct ForkedFrom {
     session: String,
     at: u64,
 }
 
 /// A session and how it stands after a pause or a cancel.
 #[derive(Serialize, JsonSchema)]
-pub struct Stood {
+pub(crate) struct Stood {
     id: String,
     /// `running`, `waiting_for_user`, `completed` or `failed`.
     status: String,
@@ -395,7 +395,7 @@ pub struct Stood {
 /// `POST /sessions/{id}/fork`: a new session with the events up to `at` (calls in flight then
 /// are recorded as interrupted). A fork that is running then is continued by this server at
 /// once; one that waits gets its answer; a finished one a new task.
-pub async fn fork(
+pub(crate) async fn fork(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(id): Path<String>,
@@ -435,7 +435,7 @@ pub async fn fork(
 /// `POST /sessions/{id}/pause`: the run stops at its next safe point (no new model or tool
 /// call; calls in flight finish and are recorded) and the session waits (kind `paused`) until a
 /// person continues it with any answer.
-pub async fn pause(
+pub(crate) async fn pause(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(id): Path<String>,
@@ -466,7 +466,7 @@ pub async fn pause(
 /// `POST /sessions/{id}/cancel`: stops the session for good: calls in flight are stopped and
 /// recorded as cancelled, and it ends as failed. A session that waits, or that no process
 /// runs, is cancelled here.
-pub async fn cancel(
+pub(crate) async fn cancel(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(id): Path<String>,
@@ -499,14 +499,14 @@ pub async fn cancel(
 /// user the key belongs to.
 /// The agents of this server, and the key's user.
 #[derive(Serialize, JsonSchema)]
-pub struct Agents {
+pub(crate) struct Agents {
     user: String,
     agents: Vec<AgentInfo>,
 }
 
 /// An agent: what a client needs to start a run of it.
 #[derive(Serialize, JsonSchema)]
-pub struct AgentInfo {
+pub(crate) struct AgentInfo {
     name: String,
     mode: weft_core::agent::Mode,
     description: Option<String>,
@@ -515,7 +515,10 @@ pub struct AgentInfo {
     tools: Vec<weft_core::ToolInfo>,
 }
 
-pub async fn agents(State(app): State<Shared>, Extension(user): Extension<User>) -> Json<Agents> {
+pub(crate) async fn agents(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+) -> Json<Agents> {
     let mut names: Vec<&String> = app.agents.keys().collect();
     names.sort();
     let list: Vec<AgentInfo> = names
@@ -550,7 +553,7 @@ pub async fn agents(State(app): State<Shared>, Extension(user): Extension<User>)
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
-pub struct PlanCheck {
+pub(crate) struct PlanCheck {
     /// The plan: an array of calls, or `{"steps": [...]}`.
     plan: Value,
 }
@@ -558,7 +561,7 @@ pub struct PlanCheck {
 /// What the check of an edited plan found: every problem, or (when there is none) the waves the
 /// plan would run in and the plan as it would be accepted (tool flags filled in).
 #[derive(Serialize, JsonSchema)]
-pub struct Checked {
+pub(crate) struct Checked {
     ok: bool,
     problems: Vec<weft_core::plan::PlanProblem>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -570,7 +573,7 @@ pub struct Checked {
 /// `POST /sessions/{id}/plan/check`: whether an edited plan would be accepted as the answer to
 /// the session's plan approval (the checks the agent runs on it: shape, tools, arguments,
 /// references, cycles), with every problem, and the waves it would run in.
-pub async fn check_plan(
+pub(crate) async fn check_plan(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(id): Path<String>,

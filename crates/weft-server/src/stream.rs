@@ -30,7 +30,7 @@ use super::runs::{Piece, Run, RunStatus};
 use super::threads;
 
 /// The modes a request asks for (default `values`).
-pub fn modes(v: Option<&Value>) -> Vec<String> {
+pub(crate) fn modes(v: Option<&Value>) -> Vec<String> {
     let mut out: Vec<String> = match v {
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(a)) => a
@@ -48,7 +48,7 @@ pub fn modes(v: Option<&Value>) -> Vec<String> {
 
 /// Where a client stands in a run's stream, read from its `Last-Event-ID`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Position {
+pub(crate) struct Position {
     /// The session's event.
     pub seq: u64,
     /// The last of the event's parts the client has (`None`: all of them).
@@ -59,7 +59,7 @@ pub struct Position {
 
 impl Position {
     /// After every part of event `seq`.
-    pub fn after(seq: u64) -> Self {
+    pub(crate) fn after(seq: u64) -> Self {
         Self {
             seq,
             part: None,
@@ -68,7 +68,7 @@ impl Position {
     }
 
     /// A `Last-Event-ID`: `S`, `S-K` or `S-tN`; `None` for anything else.
-    pub fn parse(id: &str) -> Option<Self> {
+    pub(crate) fn parse(id: &str) -> Option<Self> {
         let id = id.trim();
         let Some((seq, rest)) = id.split_once('-') else {
             return id.parse().ok().map(Self::after);
@@ -98,7 +98,7 @@ const MODES: [&[&str]; 4] = [
 ];
 
 /// How a run's events are written: LangGraph's stream modes, or AG-UI events (`agui.rs`).
-pub enum Format {
+pub(crate) enum Format {
     LangGraph(Vec<String>),
     AgUi { thread_id: String, run_id: String },
 }
@@ -316,7 +316,7 @@ impl Progress {
 /// The run's stream: its parts after position `from`, live until the run has ended. The
 /// format's first events (`metadata`, `RUN_STARTED`) when `announce` (a new run's stream; a
 /// reconnection goes on where it stopped).
-pub fn sse(
+pub(crate) fn sse(
     app: Shared,
     run: Arc<Run>,
     from: Position,

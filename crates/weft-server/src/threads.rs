@@ -17,7 +17,7 @@ use super::{ApiError, Shared, runs};
 use weft_host::sessions::fmt_time;
 
 /// The routes of assistants and threads.
-pub fn routes() -> Vec<Route> {
+pub(crate) fn routes() -> Vec<Route> {
     vec![
         openapi::post("/assistants/search", "List the assistants (one per agent file)", search_assistants)
             .body::<SearchAssistants>()
@@ -82,7 +82,7 @@ pub fn routes() -> Vec<Route> {
 
 /// An assistant: an agent file, whose name is its id and its graph id.
 #[derive(Serialize, JsonSchema)]
-pub struct Assistant {
+pub(crate) struct Assistant {
     assistant_id: String,
     graph_id: String,
     name: String,
@@ -119,7 +119,7 @@ fn assistant(name: &str, spec: &weft_core::agent::AgentSpec) -> Assistant {
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-pub struct SearchAssistants {
+pub(crate) struct SearchAssistants {
     #[serde(default)]
     graph_id: Option<String>,
     #[serde(default)]
@@ -128,7 +128,7 @@ pub struct SearchAssistants {
     offset: Option<usize>,
 }
 
-pub async fn search_assistants(
+pub(crate) async fn search_assistants(
     State(app): State<Shared>,
     body: Option<Json<SearchAssistants>>,
 ) -> Json<Vec<Assistant>> {
@@ -147,7 +147,7 @@ pub async fn search_assistants(
 
 /// LangGraph's drawing of a graph: its nodes and edges.
 #[derive(Serialize, JsonSchema)]
-pub struct Graph {
+pub(crate) struct Graph {
     nodes: Vec<GraphNode>,
     edges: Vec<GraphEdge>,
 }
@@ -178,7 +178,7 @@ struct GraphEdge {
 /// The assistant's graph as LangGraph draws one: weft runs an agent as one loop (the model
 /// decides, its tool calls run, their results go back), so the graph is that loop: `agent`, and
 /// `tools` when the agent has any. Plan steps and workflow steps are not nodes.
-pub async fn assistant_graph(
+pub(crate) async fn assistant_graph(
     State(app): State<Shared>,
     Path(id): Path<String>,
 ) -> Result<Json<Graph>, ApiError> {
@@ -210,7 +210,7 @@ pub async fn assistant_graph(
 
 /// An assistant's schemas, as LangGraph names them (each a JSON Schema).
 #[derive(Serialize, JsonSchema)]
-pub struct Schemas {
+pub(crate) struct Schemas {
     graph_id: String,
     input_schema: Value,
     output_schema: Value,
@@ -221,7 +221,7 @@ pub struct Schemas {
 
 /// The assistant's schemas: the input a run takes, and the thread's values (its state and a
 /// run's output). weft agents take no config or context.
-pub async fn assistant_schemas(
+pub(crate) async fn assistant_schemas(
     State(app): State<Shared>,
     Path(id): Path<String>,
 ) -> Result<Json<Schemas>, ApiError> {
@@ -250,7 +250,7 @@ pub async fn assistant_schemas(
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-pub struct CountAssistants {
+pub(crate) struct CountAssistants {
     #[serde(default)]
     graph_id: Option<String>,
     #[serde(default)]
@@ -261,7 +261,7 @@ pub struct CountAssistants {
 }
 
 /// How many assistants match (`graph_id` and `name` are both the agent's name).
-pub async fn count_assistants(
+pub(crate) async fn count_assistants(
     State(app): State<Shared>,
     body: Option<Json<CountAssistants>>,
 ) -> Json<usize> {
@@ -287,7 +287,7 @@ fn holds(v: &Value, wanted: Option<&serde_json::Map<String, Value>>) -> bool {
         .all(|(k, want)| v.get(k) == Some(want))
 }
 
-pub async fn get_assistant(
+pub(crate) async fn get_assistant(
     State(app): State<Shared>,
     Path(id): Path<String>,
 ) -> Result<Json<Assistant>, ApiError> {
@@ -296,7 +296,7 @@ pub async fn get_assistant(
 }
 
 /// The thread's record and log, if it is this user's; another user's thread is not found.
-pub async fn load_log(
+pub(crate) async fn load_log(
     app: &Shared,
     user: &User,
     tid: &str,
@@ -315,7 +315,7 @@ pub async fn load_log(
 /// The thread's record and current state, if it is this user's; another user's thread is not
 /// found. The state is loaded as a run continues it (`weft_runtime::load_state`: the newest
 /// snapshot and the events after it), not folded from the whole log.
-pub async fn load(
+pub(crate) async fn load(
     app: &Shared,
     user: &User,
     tid: &str,
@@ -337,7 +337,7 @@ pub async fn load(
 
 /// LangGraph's thread status: `busy` while a run drives it, `interrupted` while it waits for a
 /// person, `error` after a failed run, `idle` otherwise.
-pub fn status(app: &Shared, rec: &SessionRecord, st: &SessionState) -> ThreadStatus {
+pub(crate) fn status(app: &Shared, rec: &SessionRecord, st: &SessionState) -> ThreadStatus {
     if app.runs.active_on(&rec.id) {
         return ThreadStatus::Busy;
     }
@@ -352,7 +352,7 @@ pub fn status(app: &Shared, rec: &SessionRecord, st: &SessionState) -> ThreadSta
 /// A thread's status, as LangGraph names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum ThreadStatus {
+pub(crate) enum ThreadStatus {
     Idle,
     Busy,
     Interrupted,
@@ -360,7 +360,7 @@ pub enum ThreadStatus {
 }
 
 impl ThreadStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Idle => "idle",
             Self::Busy => "busy",
@@ -372,7 +372,7 @@ impl ThreadStatus {
 
 /// A message as LangChain clients read it.
 #[derive(Clone, Serialize, JsonSchema)]
-pub struct Message {
+pub(crate) struct Message {
     /// `human` or `ai`.
     #[serde(rename = "type")]
     kind: String,
@@ -395,7 +395,7 @@ fn message(kind: &str, content: &str, id: String) -> Message {
 /// A thread's values: the conversation, the plan's State object, the answer once the run
 /// ended, the wait as an interrupt, and (from `runs/wait` and `join`) a failed run's error.
 #[derive(Clone, Serialize, JsonSchema)]
-pub struct Values {
+pub(crate) struct Values {
     pub messages: Vec<Message>,
     #[schemars(schema_with = "openapi::any")]
     pub data: Value,
@@ -409,7 +409,7 @@ pub struct Values {
 
 /// The thread's values: the conversation (each turn's task, the person's answers, the agent's
 /// answer), the plan's State object and the answer.
-pub fn values(st: &SessionState) -> Values {
+pub(crate) fn values(st: &SessionState) -> Values {
     let mut messages = Vec::new();
     let id = |kind: &str, n: usize| format!("{}-{kind}-{n}", st.session_id);
     for (n, (task, answer)) in st.memory.iter().enumerate() {
@@ -439,14 +439,14 @@ pub fn values(st: &SessionState) -> Values {
 
 /// A wait as a LangGraph interrupt: answer it with a run whose `command` is `{resume: ...}`.
 #[derive(Clone, Serialize, JsonSchema)]
-pub struct Interrupt {
+pub(crate) struct Interrupt {
     pub value: InterruptValue,
     pub id: String,
 }
 
 /// What the wait asks.
 #[derive(Clone, Serialize, JsonSchema)]
-pub struct InterruptValue {
+pub(crate) struct InterruptValue {
     pub question: String,
     /// `missing_input`, `question`, `plan_approval`, `tool_approval`, `paused` or `message`.
     pub kind: String,
@@ -455,7 +455,7 @@ pub struct InterruptValue {
     pub missing: Vec<String>,
 }
 
-pub fn interrupt(st: &SessionState, w: &weft_core::event::InputRequest) -> Interrupt {
+pub(crate) fn interrupt(st: &SessionState, w: &weft_core::event::InputRequest) -> Interrupt {
     Interrupt {
         value: InterruptValue {
             question: w.question.clone(),
@@ -470,7 +470,7 @@ pub fn interrupt(st: &SessionState, w: &weft_core::event::InputRequest) -> Inter
 
 /// A thread: a session as LangGraph clients read it.
 #[derive(Serialize, JsonSchema)]
-pub struct Thread {
+pub(crate) struct Thread {
     thread_id: String,
     created_at: String,
     updated_at: String,
@@ -489,7 +489,7 @@ struct ThreadInterrupts {
     agent: Option<Vec<Interrupt>>,
 }
 
-pub fn thread_json(app: &Shared, rec: &SessionRecord, st: &SessionState) -> Thread {
+pub(crate) fn thread_json(app: &Shared, rec: &SessionRecord, st: &SessionState) -> Thread {
     Thread {
         thread_id: rec.id.clone(),
         created_at: fmt_time(rec.created_at),
@@ -517,7 +517,7 @@ fn public_metadata(m: &Value) -> Map<String, Value> {
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-pub struct CreateThread {
+pub(crate) struct CreateThread {
     #[serde(default)]
     thread_id: Option<String>,
     #[serde(default)]
@@ -526,7 +526,7 @@ pub struct CreateThread {
     if_exists: Option<String>,
 }
 
-pub async fn create_thread(
+pub(crate) async fn create_thread(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     body: Option<Json<CreateThread>>,
@@ -563,7 +563,7 @@ pub async fn create_thread(
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-pub struct SearchThreads {
+pub(crate) struct SearchThreads {
     #[serde(default)]
     status: Option<String>,
     /// Only threads whose metadata holds each of these keys with this value.
@@ -575,7 +575,7 @@ pub struct SearchThreads {
     offset: Option<usize>,
 }
 
-pub async fn search_threads(
+pub(crate) async fn search_threads(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     body: Option<Json<SearchThreads>>,
@@ -618,7 +618,7 @@ pub async fn search_threads(
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-pub struct CountThreads {
+pub(crate) struct CountThreads {
     #[serde(default)]
     status: Option<String>,
     /// Only threads whose metadata holds each of these keys with this value.
@@ -630,7 +630,7 @@ pub struct CountThreads {
 }
 
 /// How many of the user's threads match (of the newest [`SEARCH_SCAN`]).
-pub async fn count_threads(
+pub(crate) async fn count_threads(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     body: Option<Json<CountThreads>>,
@@ -668,7 +668,7 @@ pub async fn count_threads(
 /// The most threads a search with a filter (status, metadata) looks at, newest first.
 const SEARCH_SCAN: usize = 10_000;
 
-pub async fn get_thread(
+pub(crate) async fn get_thread(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
@@ -679,7 +679,7 @@ pub async fn get_thread(
 
 /// LangGraph's `ThreadState`.
 #[derive(Serialize, JsonSchema)]
-pub struct ThreadState {
+pub(crate) struct ThreadState {
     values: Values,
     next: Vec<String>,
     tasks: Vec<Task>,
@@ -711,7 +711,7 @@ struct Checkpoint {
 
 /// The thread's state as LangGraph's `ThreadState`: values, what runs next, the checkpoint
 /// (the session's sequence number) and the interrupts that wait for an answer.
-pub fn state_json(rec: &SessionRecord, st: &SessionState) -> ThreadState {
+pub(crate) fn state_json(rec: &SessionRecord, st: &SessionState) -> ThreadState {
     let interrupts: Vec<Interrupt> = st.turn.waiting.iter().map(|w| interrupt(st, w)).collect();
     let tasks = if interrupts.is_empty() {
         Vec::new()
@@ -744,7 +744,7 @@ pub fn state_json(rec: &SessionRecord, st: &SessionState) -> ThreadState {
     }
 }
 
-pub async fn get_state(
+pub(crate) async fn get_state(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
@@ -754,13 +754,13 @@ pub async fn get_state(
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-pub struct History {
+pub(crate) struct History {
     #[serde(default)]
     limit: Option<usize>,
 }
 
 /// The thread's states after each turn ended or waited, newest first.
-pub async fn history(
+pub(crate) async fn history(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
@@ -785,7 +785,7 @@ pub async fn history(
     Ok(Json(out))
 }
 
-pub async fn delete_thread() -> ApiError {
+pub(crate) async fn delete_thread() -> ApiError {
     ApiError(
         StatusCode::METHOD_NOT_ALLOWED,
         "deleting a thread is not supported; `weft sessions prune` removes old sessions".into(),

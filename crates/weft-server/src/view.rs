@@ -22,7 +22,7 @@ use weft_host::sessions::fmt_time;
 
 /// A session in the list: who, what, how it stands, what it cost.
 #[derive(Clone, Serialize, JsonSchema)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub id: String,
     pub agent: String,
     pub mode: Option<Mode>,
@@ -46,7 +46,7 @@ pub struct Summary {
 }
 
 /// A session in the list: who, what, how it stands, what it cost (from its current state).
-pub fn summary(rec: &SessionRecord, st: &State) -> Summary {
+pub(crate) fn summary(rec: &SessionRecord, st: &State) -> Summary {
     let task = st
         .turn
         .task
@@ -74,7 +74,7 @@ pub fn summary(rec: &SessionRecord, st: &State) -> Summary {
 
 /// The agent's name: the record's, or (for a thread created empty and given its agent by its
 /// first run) the log's.
-pub fn agent_of(rec: &SessionRecord, st: &State) -> String {
+pub(crate) fn agent_of(rec: &SessionRecord, st: &State) -> String {
     if rec.agent.is_empty() {
         st.agent.clone()
     } else {
@@ -84,7 +84,7 @@ pub fn agent_of(rec: &SessionRecord, st: &State) -> String {
 
 /// A tool call as a card: the call, its result or error, how long it took, its retries.
 #[derive(Clone, Serialize, JsonSchema)]
-pub struct Card {
+pub(crate) struct Card {
     seq: u64,
     at: String,
     call_id: String,
@@ -103,7 +103,7 @@ pub struct Card {
 /// How a call stands.
 #[derive(Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum CardStatus {
+pub(crate) enum CardStatus {
     Running,
     Ok,
     Error,
@@ -113,7 +113,7 @@ pub enum CardStatus {
 
 /// The retry a failed call's step waits for.
 #[derive(Clone, Serialize, JsonSchema)]
-pub struct Retry {
+pub(crate) struct Retry {
     next_attempt: u32,
     in_ms: u64,
     error: ToolError,
@@ -121,7 +121,7 @@ pub struct Retry {
 
 /// Something a person reads in the session's history: a task, an answer, a wait, a failure...
 #[derive(Serialize, JsonSchema)]
-pub struct Note {
+pub(crate) struct Note {
     seq: u64,
     at: String,
     /// `task`, `reply`, a wait's kind, `reply_rejected`, `model_failed`, `execution_finished`,
@@ -133,7 +133,7 @@ pub struct Note {
 
 /// Where a run began in the log.
 #[derive(Serialize, JsonSchema)]
-pub struct RunMark {
+pub(crate) struct RunMark {
     run_id: String,
     seq: u64,
     at: String,
@@ -141,7 +141,7 @@ pub struct RunMark {
 
 /// What the review after a wave decided.
 #[derive(Serialize, JsonSchema)]
-pub struct Review {
+pub(crate) struct Review {
     seq: u64,
     at: String,
     decision: ReviewDecision,
@@ -151,7 +151,7 @@ pub struct Review {
 /// A version of the plan: rejected (with its problems), accepted, or revised (with why and
 /// what changed).
 #[derive(Serialize, JsonSchema)]
-pub struct PlanVersion {
+pub(crate) struct PlanVersion {
     seq: u64,
     at: String,
     kind: PlanVersionKind,
@@ -169,7 +169,7 @@ pub struct PlanVersion {
 
 #[derive(Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum PlanVersionKind {
+pub(crate) enum PlanVersionKind {
     Rejected,
     Accepted,
     Revised,
@@ -177,7 +177,7 @@ pub enum PlanVersionKind {
 
 /// What a replan changed: the calls it added and removed, the steps whose call changed.
 #[derive(Serialize, JsonSchema)]
-pub struct Changes {
+pub(crate) struct Changes {
     #[schemars(schema_with = "openapi::calls")]
     added: Vec<Value>,
     #[schemars(schema_with = "openapi::calls")]
@@ -186,7 +186,7 @@ pub struct Changes {
 }
 
 #[derive(Serialize, JsonSchema)]
-pub struct Changed {
+pub(crate) struct Changed {
     id: String,
     #[schemars(schema_with = "openapi::any")]
     before: Value,
@@ -464,7 +464,7 @@ fn compact(v: &Value) -> String {
 
 /// A session as the playground draws it, at one event of its log.
 #[derive(Serialize, JsonSchema)]
-pub struct SessionView {
+pub(crate) struct SessionView {
     id: String,
     agent: String,
     mode: Option<Mode>,
@@ -514,13 +514,18 @@ pub struct SessionView {
 
 /// An earlier turn of the session: its task and answer.
 #[derive(Serialize, JsonSchema)]
-pub struct EarlierTurn {
+pub(crate) struct EarlierTurn {
     task: String,
     answer: Option<String>,
 }
 
 /// The session as it was after event `at` (the last one when `None`, or when `at` is past it).
-pub fn session(rec: &SessionRecord, log: &[Envelope], at: Option<u64>, busy: bool) -> SessionView {
+pub(crate) fn session(
+    rec: &SessionRecord,
+    log: &[Envelope],
+    at: Option<u64>,
+    busy: bool,
+) -> SessionView {
     let at = at.unwrap_or(rec.last_seq).min(rec.last_seq);
     let mut st = State::new();
     let mut h = History::default();
@@ -582,7 +587,7 @@ pub fn session(rec: &SessionRecord, log: &[Envelope], at: Option<u64>, busy: boo
 
 /// The plan as a graph.
 #[derive(Serialize, JsonSchema)]
-pub struct PlanGraph {
+pub(crate) struct PlanGraph {
     /// A plan that waits for approval (its steps all `PROPOSED`).
     proposed: bool,
     /// How many plans were accepted or revised.
@@ -596,7 +601,7 @@ pub struct PlanGraph {
 
 /// A step of the plan: its call, its state, the wave it ran (or would run) in.
 #[derive(Serialize, JsonSchema)]
-pub struct Node {
+pub(crate) struct Node {
     id: String,
     tool: Option<String>,
     description: Option<String>,
@@ -622,7 +627,7 @@ pub struct Node {
 
 /// An edge between two steps: `order` (`_dependsOn`) or `data` (the references read).
 #[derive(Serialize, JsonSchema)]
-pub struct Edge {
+pub(crate) struct Edge {
     from: String,
     to: String,
     kind: EdgeKind,
@@ -631,14 +636,14 @@ pub struct Edge {
 
 #[derive(Clone, Copy, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum EdgeKind {
+pub(crate) enum EdgeKind {
     Order,
     Data,
 }
 
 /// A wave that began: at which event, and whether it finished.
 #[derive(Serialize, JsonSchema)]
-pub struct WaveMark {
+pub(crate) struct WaveMark {
     wave: u32,
     seq: u64,
     finished: bool,

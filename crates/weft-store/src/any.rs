@@ -12,8 +12,11 @@ use crate::{
 /// A SQLite, PostgreSQL or in-RAM store, chosen at run time.
 #[derive(Debug)]
 pub enum AnyStore {
+    /// A SQLite file (a path, `sqlite:` URL, or the default).
     Sqlite(SqliteStore),
+    /// A PostgreSQL database (a `postgres://` URL).
     Postgres(PgStore),
+    /// Memory only, gone when the process ends (`memory:`).
     Ram(RamStore),
 }
 

@@ -32,6 +32,7 @@
 //! Every store sets a session's `updated_at` by the same rule: an append records its time when
 //! it changes the status, or when the stored time is [`UPDATED_AT_GRAIN_MS`] or more behind it.
 //! A session busy with many appends a second thus rewrites its row about once a second.
+#![warn(missing_docs, unreachable_pub)]
 
 mod any;
 #[cfg(feature = "fuzzing")]
@@ -90,11 +91,15 @@ pub fn updated_at_after(
 /// A session to create.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NewSession {
+    /// The session's id, unique in the store.
     pub id: String,
+    /// The user the session belongs to; None for a session without one (the command line's).
     pub user_id: Option<String>,
+    /// The agent that runs the session, as its file's name.
     pub agent: String,
     /// An outside reference, e.g. a chat id.
     pub reference_id: Option<String>,
+    /// Free-form JSON the caller attaches to the session (null when there is none).
     pub metadata: Value,
     /// The session this one was forked from or runs under (a sub-agent's parent).
     pub parent_id: Option<String>,
@@ -103,12 +108,19 @@ pub struct NewSession {
 /// A stored session's metadata.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
+    /// The session's id.
     pub id: String,
+    /// The user the session belongs to, as given at creation.
     pub user_id: Option<String>,
+    /// The agent that runs the session.
     pub agent: String,
+    /// An outside reference given at creation, e.g. a chat id.
     pub reference_id: Option<String>,
+    /// The JSON given at creation.
     pub metadata: Value,
+    /// The session this one was forked from or runs under; None for a top-level session.
     pub parent_id: Option<String>,
+    /// The status the last append left the session in.
     pub status: SessionStatus,
     /// Unix milliseconds.
     pub created_at: i64,
@@ -134,6 +146,7 @@ pub struct Snapshot {
 /// The durability a store writes at, and the settings behind it as the database reports them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Settings {
+    /// The durability the store was opened with.
     pub durability: Durability,
     /// Read back from the database, e.g. `synchronous` = `2` (FULL) for SQLite,
     /// `synchronous_commit` = `on` for PostgreSQL. Empty for a store in memory.
@@ -162,8 +175,11 @@ pub fn check_snapshot(
 /// Which sessions to list.
 #[derive(Clone, Debug, Default)]
 pub struct ListFilter {
+    /// Only this user's sessions; None for every user's.
     pub user_id: Option<String>,
+    /// Only sessions in this status; None for any status.
     pub status: Option<SessionStatus>,
+    /// At most this many sessions; None for all of them.
     pub limit: Option<usize>,
 }
 
@@ -174,16 +190,22 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// Store failures.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// An append expected the log to end at another event: another writer appended first.
     #[error(
         "session {session} was changed by another writer (expected to append after event {expected}, but the log ends at {actual}); reload the session and try again"
     )]
     Conflict {
+        /// The session's id.
         session: String,
+        /// The sequence number the append expected the log to end at.
         expected: u64,
+        /// The sequence number the log ends at.
         actual: u64,
     },
+    /// No session has this id.
     #[error("no session {0}; `weft sessions list` shows the sessions there are")]
     NotFound(String),
+    /// A session with this id was already created.
     #[error("session {0} already exists")]
     Exists(String),
     /// A value read back from the store is not one this build could have written (a negative
@@ -194,7 +216,9 @@ pub enum StoreError {
     /// A query or a write failed; `context` says what was being done and where.
     #[error("{context}: {source}")]
     Query {
+        /// What was being done and where.
         context: String,
+        /// The driver's error.
         #[source]
         source: BoxError,
     },
@@ -202,25 +226,39 @@ pub enum StoreError {
     /// value a column does not take), other than the conflicts that have their own variants.
     #[error("{context}: {source}")]
     Constraint {
+        /// What was being written and where.
         context: String,
+        /// The driver's error.
         #[source]
         source: BoxError,
     },
     /// A value that cannot be stored: a number too large for its column, an event or metadata
     /// that does not encode as JSON.
     #[error("cannot store {what}: {reason}")]
-    Unstorable { what: String, reason: String },
+    Unstorable {
+        /// The value, e.g. `sequence number 18446744073709551615`.
+        what: String,
+        /// Why it cannot be stored.
+        reason: String,
+    },
     /// A file the store needs could not be made or read.
     #[error("{context}: {source}")]
     Io {
+        /// What was being done, naming the file.
         context: String,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
     /// The store was closed (by [`SqliteStore::close`] or [`PgStore::close`]) before the request
     /// was answered.
     #[error("{context}: the store {place} is closed")]
-    Closed { context: String, place: String },
+    Closed {
+        /// What was being asked of the store.
+        context: String,
+        /// The store, e.g. its file's path.
+        place: String,
+    },
     /// The database stayed busy with another connection's work for longer than the store waits.
     #[error("{0}")]
     Busy(String),
@@ -234,6 +272,7 @@ pub enum StoreError {
     Unavailable {
         /// What was being connected to, e.g. `PostgreSQL at 127.0.0.1:5432`.
         target: String,
+        /// The driver's error.
         #[source]
         source: BoxError,
     },
@@ -250,7 +289,12 @@ pub enum StoreError {
     },
     /// The file is not a SQLite database, or it is damaged.
     #[error("{} is not a weft database or is corrupt: {reason}; move it aside or pass another --db", path.display())]
-    NotADatabase { path: PathBuf, reason: String },
+    NotADatabase {
+        /// The file's path.
+        path: PathBuf,
+        /// SQLite's error.
+        reason: String,
+    },
     /// A database that must already exist does not.
     #[error("no database at {}; run a session first or pass --db", .0.display())]
     NoDatabase(PathBuf),
@@ -259,8 +303,11 @@ pub enum StoreError {
         "{place} was written by a newer weft (schema {found}, this build knows {known}); upgrade weft"
     )]
     NewerSchema {
+        /// The database, e.g. its file's path.
         place: String,
+        /// The schema version the database has.
         found: i64,
+        /// The newest schema version this build knows.
         known: i64,
     },
     /// An event in the log has a version this build cannot read.
@@ -268,16 +315,23 @@ pub enum StoreError {
         "session {session}: event {seq} was written by a newer weft (event version {v}, this build reads up to {known}); upgrade weft"
     )]
     NewerEvent {
+        /// The session's id.
         session: String,
+        /// The event's sequence number.
         seq: u64,
+        /// The event's version.
         v: u32,
+        /// The newest event version this build reads.
         known: u32,
     },
     /// A sequence number past the end of a session's log.
     #[error("session {session} has no event {seq} (its log ends at event {last})")]
     OutOfRange {
+        /// The session's id.
         session: String,
+        /// The sequence number asked for.
         seq: u64,
+        /// The sequence number of the log's last event.
         last: u64,
     },
     /// Another process drives the session and its lease has not expired.
@@ -285,9 +339,13 @@ pub enum StoreError {
         "session {session} is being run by pid {pid} on {host} (its lease runs for {seconds_left} s more, renewed while it runs)"
     )]
     Leased {
+        /// The session's id.
         session: String,
+        /// The host name of the process that holds the lease.
         host: String,
+        /// The process id of the process that holds the lease.
         pid: u32,
+        /// Seconds until the lease expires unless it is renewed.
         seconds_left: u64,
     },
     /// This process's lease on the session was taken over (it expired, or was forced).
@@ -295,7 +353,12 @@ pub enum StoreError {
     LeaseLost(String),
     /// A store specification (`--db`) that names no known store.
     #[error("cannot use {spec:?} as a store: {reason}")]
-    BadSpec { spec: String, reason: String },
+    BadSpec {
+        /// The specification as given.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl StoreError {
@@ -363,7 +426,9 @@ impl StoreError {
 pub struct Owner {
     /// Unique per process run.
     pub id: String,
+    /// The host name of the machine the process runs on.
     pub host: String,
+    /// The operating system's process id.
     pub pid: u32,
 }
 
@@ -371,9 +436,13 @@ pub struct Owner {
 /// the next `epoch`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
+    /// The session's id.
     pub session: String,
+    /// The process that holds the lease.
     pub owner: Owner,
+    /// Counts the session's owners: one more each time another process takes the lease.
     pub epoch: u64,
+    /// When the lease expires unless renewed, Unix milliseconds.
     pub expires_at: i64,
     /// What another process asked of the owner (`cancel`, `pause`), if anything.
     pub request: Option<String>,

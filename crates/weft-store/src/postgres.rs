@@ -58,8 +58,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// longer than half a lease either, and none runs longer than a whole lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PgBounds {
+    /// The longest a statement may run (`statement_timeout`).
     pub statement: Duration,
+    /// The longest a statement waits for a lock (`lock_timeout`).
     pub lock: Duration,
+    /// The longest a transaction may stay open and idle before the server ends its session
+    /// (`idle_in_transaction_session_timeout`).
     pub idle_in_transaction: Duration,
 }
 

@@ -32,6 +32,7 @@ pub struct RamStore {
 }
 
 impl RamStore {
+    /// An empty store.
     pub fn new() -> Self {
         Self::default()
     }

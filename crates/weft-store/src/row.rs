@@ -218,7 +218,7 @@ pub(crate) struct SessionCols {
 }
 
 impl SessionCols {
-    pub fn into_record(self) -> Result<SessionRecord, StoreError> {
+    pub(crate) fn into_record(self) -> Result<SessionRecord, StoreError> {
         let status = SessionStatus::parse(&self.status).ok_or_else(|| {
             StoreError::Corrupt(format!(
                 "session {}: unknown status {:?}",

@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 use weft_core::{Envelope, SessionStatus};
 
 use crate::row;
-pub use crate::sqlite_writer::WriteStats;
+pub(crate) use crate::sqlite_writer::WriteStats;
 use crate::sqlite_writer::{Job, SnapshotRow, Writer};
 use crate::{
     Durability, Lease, Leases, NewSession, Owner, SQLITE_SCHEMA_VERSION, SessionLog, SessionRecord,

@@ -26,10 +26,15 @@ pub enum Kind {
 /// An attribute's value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Attr {
+    /// A string.
     Str(String),
+    /// An integer (counts such as tokens; a `u64` past `i64::MAX` is clamped to it).
     Int(i64),
+    /// A floating-point number.
     F64(f64),
+    /// A boolean.
     Bool(bool),
+    /// A list of strings (e.g. `gen_ai.response.finish_reasons`).
     StrList(Vec<String>),
 }
 
@@ -57,22 +62,33 @@ impl From<u32> for Attr {
 /// A finished span, ready for an exporter.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Span {
+    /// The trace the span belongs to: the session's (see [`trace_id`]) or the one a caller
+    /// passed in ([`Options::parent`]).
     pub trace_id: [u8; 16],
+    /// The span's own id, derived from the session id and the event that opened it (see
+    /// [`span_id`]).
     pub span_id: [u8; 8],
     /// The parent span; `None` for a turn with no trace context from outside.
     pub parent: Option<[u8; 8]>,
     /// The parent came from outside the session (a `traceparent` a server received).
     pub parent_remote: bool,
+    /// The span's name as the GenAI conventions give it, e.g. `invoke_agent NAME`,
+    /// `execute_tool TOOL`.
     pub name: String,
+    /// Whether the span's work was done in the process or by a remote server.
     pub kind: Kind,
     /// Unix time in milliseconds.
     pub start_ms: i64,
+    /// Unix time in milliseconds.
     pub end_ms: i64,
+    /// The span's attributes by their OpenTelemetry names (`gen_ai.*`, `weft.*`), in the order
+    /// they were set.
     pub attributes: Vec<(&'static str, Attr)>,
     /// `Some(error type)` when the operation failed.
     pub error: Option<String>,
-    /// The events that opened and closed the span.
+    /// The sequence number of the event that opened the span.
     pub first_seq: u64,
+    /// The sequence number of the event that closed the span.
     pub last_seq: u64,
 }
 
@@ -189,6 +205,7 @@ pub struct Deriver {
 }
 
 impl Deriver {
+    /// A deriver for the session `session_id`, which has given out no span yet.
     pub fn new(session_id: &str, opts: Options) -> Self {
         let trace = opts
             .parent

@@ -1,5 +1,6 @@
 //! weft's telemetry: OpenTelemetry traces that follow the GenAI semantic conventions, derived
 //! from a session's events (`derive`, pure) and sent over OTLP HTTP/protobuf (`export`).
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod derive;
 

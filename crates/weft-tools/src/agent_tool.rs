@@ -16,7 +16,9 @@ pub struct AgentToolDecl {
     pub path: PathBuf,
     /// The tool name (default: the file name without its extension).
     pub name: String,
+    /// What the model is told the tool does (default: that it hands a task to the agent).
     pub description: String,
+    /// Whether each call waits for a person's approval before it runs.
     pub requires_approval: bool,
 }
 
@@ -34,6 +36,8 @@ pub(crate) struct Raw {
 }
 
 impl AgentToolDecl {
+    /// Reads an `agent:` declaration, resolving its path against `base_dir` (the agent file's
+    /// directory); an error names the declaration and what is wrong, e.g. a missing file.
     pub fn parse(raw: &Value, base_dir: &Path) -> Result<Self, String> {
         let r: Raw = serde_json::from_value(raw.clone()).map_err(|e| format!("agent tool: {e}"))?;
         let path = base_dir.join(&r.agent);
@@ -63,6 +67,7 @@ impl AgentToolDecl {
         })
     }
 
+    /// The tool's name, description and category (`agents`) as the model sees them.
     pub fn info(&self) -> ToolInfo {
         ToolInfo {
             name: self.name.clone(),

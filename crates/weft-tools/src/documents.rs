@@ -19,9 +19,13 @@ pub const CHUNK_BYTES: usize = 800;
 /// What a document is, by its extension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
+    /// Plain text (`.txt`, `.text`, or no extension).
     Text,
+    /// Markdown (`.md`, `.markdown`).
     Markdown,
+    /// HTML (`.html`, `.htm`, `.xhtml`), read as its text.
     Html,
+    /// PDF (`.pdf`), read as the text of its pages.
     Pdf,
 }
 
@@ -50,7 +54,10 @@ impl Format {
 /// or HTML file, the page (from 1) of a PDF.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Chunk {
+    /// Where the chunk starts: a line (from 1) of a text, Markdown or HTML file, a page (from 1)
+    /// of a PDF.
     pub line: usize,
+    /// The chunk's text, at most [`CHUNK_BYTES`] long.
     pub text: String,
 }
 

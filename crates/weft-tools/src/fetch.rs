@@ -40,6 +40,8 @@ pub struct HttpGet {
 }
 
 impl HttpGet {
+    /// The tool with the settings of its declaration (null for the defaults); an error says
+    /// which setting is wrong.
     pub fn from_config(config: &Value) -> Result<Self, String> {
         let config: FetchConfig = if config.is_null() {
             FetchConfig::default()

@@ -17,7 +17,7 @@ use crate::{Redactor, Tool, ToolContext};
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The most results one call returns.
-pub const MAX_RESULTS: usize = 20;
+pub(crate) const MAX_RESULTS: usize = 20;
 
 /// The longest memory, in bytes: a fact in a few sentences, not a document (documents are added
 /// with `weft docs add`).

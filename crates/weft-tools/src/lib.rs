@@ -38,6 +38,7 @@
 //! listed by [`Registry::load_mcp_tools`] or [`Registry::from_agent_async`], which start the
 //! servers. Call [`Registry::shutdown`] to stop them (dropping the last clone of the registry
 //! inside the tokio runtime stops them too).
+#![warn(missing_docs, unreachable_pub)]
 
 mod agent_tool;
 mod builtin;
@@ -76,17 +77,24 @@ pub use workspace::{FsList, FsRead, FsWrite, Workspace};
 /// What a tool knows about the call it is serving.
 #[derive(Clone, Debug, Default)]
 pub struct ToolContext {
+    /// The id of the session that makes the call.
     pub session_id: String,
+    /// The id of the plan step that makes the call; None for a call an agent's model makes.
     pub step: Option<String>,
+    /// The call's id, as the model or the plan gave it.
     pub call_id: String,
     /// Stable for the same session, step and attempt, also when a call is re-run after a crash.
     pub idempotency_key: String,
+    /// Which attempt at the call this is: 1 for the first, one more for each retry.
     pub attempt: u32,
 }
 
 /// A tool: metadata and a call.
 pub trait Tool: Send + Sync + 'static {
+    /// The tool's name, description, category and argument schema.
     fn info(&self) -> &ToolInfo;
+    /// Runs the tool with `args` (already validated against its schema by the registry): its
+    /// result as JSON, or an error the model is shown.
     fn call(
         &self,
         args: Value,
@@ -114,14 +122,24 @@ impl<T: Tool> DynTool for T {
 /// Errors building a registry.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolsError {
+    /// Two tools have the same name.
     #[error("tool `{0}` is declared twice; tool names must be unique")]
     Duplicate(String),
+    /// A tool's `input_schema` does not compile as a JSON Schema.
     #[error("tool `{name}`: input_schema is not a valid JSON Schema: {message}")]
-    BadSchema { name: String, message: String },
+    BadSchema {
+        /// The tool's name.
+        name: String,
+        /// The schema compiler's error.
+        message: String,
+    },
+    /// A tool declaration is wrong; the message names it (`tools[i]`) and what to change.
     #[error("{0}")]
     Declaration(String),
+    /// A secret the tools use is not declared or does not resolve.
     #[error(transparent)]
     Secrets(#[from] SecretsError),
+    /// An MCP server could not be started or connected to, or would not list its tools.
     #[error("{0}")]
     Mcp(ToolError),
 }
@@ -166,6 +184,7 @@ fn at(i: usize) -> impl Fn(String) -> ToolsError {
 }
 
 impl Registry {
+    /// An empty registry without secrets.
     pub fn new() -> Self {
         Self::default()
     }

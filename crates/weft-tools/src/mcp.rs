@@ -50,6 +50,7 @@ pub(crate) struct McpDeclOuter {
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerDecl {
+    /// The server's name: the default tool-name prefix, and how errors name the server.
     pub name: String,
     /// The program and its first arguments (stdio servers).
     #[serde(default)]
@@ -79,8 +80,10 @@ pub struct McpServerDecl {
     #[serde(default)]
     #[schemars(schema_with = "weft_core::agent::schema::duration")]
     pub timeout: Option<Value>,
+    /// Whether each call of the server's tools waits for a person's approval before it runs.
     #[serde(default)]
     pub requires_approval: bool,
+    /// The category the server's tools are listed under.
     #[serde(default)]
     pub category: Option<String>,
 }

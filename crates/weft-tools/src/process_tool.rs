@@ -22,7 +22,9 @@ pub struct ProcessDecl {
     pub path: PathBuf,
     /// The tool name (default: the process's `name`, else the file name without extension).
     pub name: String,
+    /// The process file's plan, parsed and checked.
     pub spec: Arc<ProcessSpec>,
+    /// Whether each call waits for a person's approval before it runs.
     pub requires_approval: bool,
     description: Option<String>,
 }
@@ -47,6 +49,9 @@ thread_local! {
 }
 
 impl ProcessDecl {
+    /// Reads a `process:` declaration and the process file it names (resolved against
+    /// `base_dir`, the agent file's directory); an error names the file and what is wrong,
+    /// including a process that calls itself.
     pub fn parse(raw: &Value, base_dir: &Path) -> Result<Self, String> {
         let r: Raw =
             serde_json::from_value(raw.clone()).map_err(|e| format!("process tool: {e}"))?;
@@ -99,6 +104,8 @@ impl ProcessDecl {
         })
     }
 
+    /// The tool's name, description (what the process does and the slots it fills) and
+    /// argument schema as a model or planner sees them.
     pub fn info(&self) -> ToolInfo {
         // A planner sees the first line: what the process does, and the slots it fills.
         let what = self

@@ -12,7 +12,7 @@ use weft_core::ToolError;
 /// The shortest secret value weft accepts. Secrets are redacted by value, and a shorter value
 /// would match inside ordinary text everywhere (or not be redacted at all), so such a secret is
 /// refused when it is read, with an error that says so.
-pub const MIN_SECRET_LEN: usize = 4;
+pub(crate) const MIN_SECRET_LEN: usize = 4;
 
 /// Where a secret's value comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,30 +39,57 @@ impl std::fmt::Display for SecretSource {
 /// Errors declaring or resolving secrets.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretsError {
+    /// A `secrets:` entry that is neither `{env: VARIABLE}` nor `{file: path}`.
     #[error("secrets.{name}: declare it as {{env: VARIABLE}} or {{file: path}} (got {got})")]
-    BadDeclaration { name: String, got: String },
+    BadDeclaration {
+        /// The secret's name.
+        name: String,
+        /// The entry as written.
+        got: String,
+    },
+    /// A secret's environment variable is not set (and no value was given for the session).
     #[error(
         "secret `{name}` does not resolve: {source_desc} is not set; set it or give the secret for this session"
     )]
-    MissingEnv { name: String, source_desc: String },
+    MissingEnv {
+        /// The secret's name.
+        name: String,
+        /// The variable, as [`SecretSource`] displays it.
+        source_desc: String,
+    },
+    /// A secret's file could not be read.
     #[error("secret `{name}` does not resolve: could not read {source_desc}: {cause}")]
     File {
+        /// The secret's name.
         name: String,
+        /// The file, as [`SecretSource`] displays it.
         source_desc: String,
+        /// The operating system's error.
         #[source]
         cause: std::io::Error,
     },
+    /// A secret is used (`{{ secrets.NAME }}`) but not declared.
     #[error(
         "secret `{name}` is used by {used_by} but not declared under `secrets:`; declare it as {{env: VARIABLE}} or {{file: path}}"
     )]
-    Undeclared { name: String, used_by: String },
+    Undeclared {
+        /// The secret's name.
+        name: String,
+        /// What uses it, e.g. `a tool`.
+        used_by: String,
+    },
+    /// A secret's value is shorter than the shortest value weft can redact safely.
     #[error(
         "secret `{name}` from {source_desc} is {len} bytes long; weft replaces every secret value with [secret:{name}] wherever it appears, and cannot do that safely for values shorter than {min} bytes: use a longer value"
     )]
     TooShort {
+        /// The secret's name.
         name: String,
+        /// Where the value came from, as [`SecretSource`] displays it.
         source_desc: String,
+        /// The value's length in bytes.
         len: usize,
+        /// The shortest length accepted, in bytes.
         min: usize,
     },
 }
@@ -152,6 +179,7 @@ impl Secrets {
         self.sources.keys().map(String::as_str)
     }
 
+    /// Whether a secret named `name` is declared.
     pub fn contains(&self, name: &str) -> bool {
         self.sources.contains_key(name)
     }

@@ -60,6 +60,7 @@ impl Workspace {
         }))
     }
 
+    /// The workspace's directory, canonical: every path a tool takes is resolved under it.
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -171,6 +172,7 @@ pub struct FsRead {
 }
 
 impl FsRead {
+    /// The `fs_read` tool over the workspace `ws`.
     pub fn new(ws: Arc<Workspace>) -> Self {
         Self {
             info: info(
@@ -221,6 +223,7 @@ pub struct FsWrite {
 }
 
 impl FsWrite {
+    /// The `fs_write` tool over the workspace `ws`.
     pub fn new(ws: Arc<Workspace>) -> Self {
         Self {
             info: info(
@@ -267,6 +270,7 @@ pub struct FsList {
 }
 
 impl FsList {
+    /// The `fs_list` tool over the workspace `ws`.
     pub fn new(ws: Arc<Workspace>) -> Self {
         Self {
             info: info(

@@ -37,6 +37,7 @@ pub enum Scope {
 }
 
 impl Scope {
+    /// The scope's name as stored and as [`Scope::parse`] reads it: `user`, `agent` or `public`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::User => "user",
@@ -67,6 +68,7 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kind's name as stored: `memory` or `document`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Memory => "memory",
@@ -78,11 +80,15 @@ impl Kind {
 /// A scope and its owner: the user's id, the agent's name, or nobody (public).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Shelf {
+    /// Who may read the shelf's entries.
     pub scope: Scope,
+    /// The user's id for [`Scope::User`], the agent's name for [`Scope::Agent`], empty for
+    /// [`Scope::Public`].
     pub owner: String,
 }
 
 impl Shelf {
+    /// The shelf of the user with id `id`.
     pub fn user(id: &str) -> Self {
         Self {
             scope: Scope::User,
@@ -90,6 +96,7 @@ impl Shelf {
         }
     }
 
+    /// The shelf of the agent named `name`, shared by its users.
     pub fn agent(name: &str) -> Self {
         Self {
             scope: Scope::Agent,
@@ -97,6 +104,7 @@ impl Shelf {
         }
     }
 
+    /// The shelf everyone reads.
     pub fn public() -> Self {
         Self {
             scope: Scope::Public,
@@ -108,6 +116,7 @@ impl Shelf {
 /// An entry to store: its text and, for a document chunk, where it comes from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewEntry {
+    /// The text to store and search.
     pub text: String,
     /// The document's path or name; empty for a memory.
     pub source: String,
@@ -120,7 +129,9 @@ pub struct NewEntry {
 /// A vector of length 1 and the model that made it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Embedding {
+    /// The name of the model that made the vector; only vectors of one model are compared.
     pub model: String,
+    /// The vector, normalised to length 1.
     pub vector: Vec<f32>,
 }
 
@@ -247,10 +258,15 @@ pub fn fuse(rankings: &[Vec<Hit>], limit: usize) -> Vec<Hit> {
 /// An entry found by a search, best first.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Hit {
+    /// The entry's id in the store.
     pub id: i64,
+    /// The scope of the shelf the entry is on.
     pub scope: Scope,
+    /// The document's path or name; empty for a memory.
     pub source: String,
+    /// The chunk's position in its document (0, 1, ...); 0 for a memory.
     pub position: i64,
+    /// The entry's text.
     pub text: String,
     /// Higher is better; comparable within one search only.
     pub score: f64,
@@ -272,12 +288,17 @@ const STOP_WORDS: &[&str] = &[
 /// A stored entry as a listing shows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Listed {
+    /// The entry's id in the store.
     pub id: i64,
+    /// The scope of the shelf the entry is on.
     pub scope: Scope,
     /// The shelf's owner: the user's id, the agent's name, or empty (public).
     pub owner: String,
+    /// The document's path or name; empty for a memory.
     pub source: String,
+    /// The chunk's position in its document (0, 1, ...); 0 for a memory.
     pub position: i64,
+    /// The entry's text.
     pub text: String,
     /// When it was stored, in milliseconds since the Unix epoch.
     pub created_at: i64,

@@ -21,7 +21,7 @@ use pdf_extract::{Document, ObjectId, OutputError, PlainTextOutput};
 pub const MAX_PDF_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The most text weft keeps from one PDF: as much as from a text file.
-pub const MAX_PDF_TEXT_BYTES: usize = weft_core::limits::MAX_FILE_BYTES as usize;
+pub(crate) const MAX_PDF_TEXT_BYTES: usize = weft_core::limits::MAX_FILE_BYTES as usize;
 
 /// The longest weft waits for the text of one PDF.
 pub const PDF_TIME_LIMIT: Duration = Duration::from_secs(60);
