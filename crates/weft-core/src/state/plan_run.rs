@@ -2,9 +2,12 @@
 //! (open-dependency counters, candidates, retries due) that only this module changes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, OnceLock};
 
+use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::event::{Event, ToolError, ToolOutcome};
 use crate::graph::Graph;
@@ -207,10 +210,16 @@ impl Items {
 
 /// A plan being executed. Serialised without its graph and index, which are rebuilt from the
 /// plan when it is read back (and the counters checked against it).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+///
+/// The plan is not changed in place once the run exists (a revision makes a new run): its JSON
+/// text is made once, on the first serialisation, and reused by every later one (each snapshot
+/// writes the whole run, and for a large plan the plan is most of it).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(try_from = "StoredPlanRun")]
 pub struct PlanRun {
     pub plan: Plan,
+    #[serde(skip)]
+    plan_text: PlanText,
     #[serde(skip)]
     graph: Graph,
     pub steps: Vec<StepRun>,
@@ -223,6 +232,39 @@ pub struct PlanRun {
     candidates: BTreeSet<usize>,
     /// Steps with a retry due.
     retrying: BTreeSet<usize>,
+}
+
+/// The plan's JSON text, made on the first serialisation of its run (see [`PlanRun`]). Not part
+/// of the run's value: two runs that differ only in whether it was made yet are equal.
+#[derive(Clone, Debug, Default)]
+struct PlanText(OnceLock<Arc<RawValue>>);
+
+impl PartialEq for PlanText {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Serialize for PlanRun {
+    /// The fields of [`StoredPlanRun`], in its order; the plan as its kept JSON text.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let plan: &RawValue = match self.plan_text.0.get() {
+            Some(text) => text,
+            None => {
+                let text = serde_json::to_string(&self.plan)
+                    .and_then(RawValue::from_string)
+                    .map_err(serde::ser::Error::custom)?;
+                self.plan_text.0.get_or_init(|| Arc::from(text))
+            }
+        };
+        let mut s = serializer.serialize_struct("PlanRun", 5)?;
+        s.serialize_field("plan", plan)?;
+        s.serialize_field("steps", &self.steps)?;
+        s.serialize_field("open_deps", &self.open_deps)?;
+        s.serialize_field("candidates", &self.candidates)?;
+        s.serialize_field("retrying", &self.retrying)?;
+        s.end()
+    }
 }
 
 impl PlanRun {
@@ -513,6 +555,7 @@ impl PlanRun {
         let index = Self::index_of(&plan);
         Self {
             plan,
+            plan_text: PlanText::default(),
             graph,
             steps: vec![StepRun::default(); n],
             index,
@@ -613,6 +656,7 @@ impl TryFrom<StoredPlanRun> for PlanRun {
             graph: Graph::build(&s.plan),
             index: Self::index_of(&s.plan),
             plan: s.plan,
+            plan_text: PlanText::default(),
             steps: s.steps,
             open_deps: s.open_deps,
             candidates: s.candidates,
