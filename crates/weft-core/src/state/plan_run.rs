@@ -686,3 +686,61 @@ impl Waves {
         self.started = 0;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> PlanRun {
+        let plan = Plan::from_value(&serde_json::json!([
+            {"_id": "a", "_tool": "echo", "text": "x", "_outputPath": "\u{2020}state.a"},
+            {"_id": "b", "_tool": "echo", "text": "\u{2020}state.a.text"}
+        ]));
+        match plan {
+            Ok(p) => PlanRun::new(p),
+            Err(problems) => panic!("the test plan is invalid: {problems:?}"),
+        }
+    }
+
+    /// The kept text is the plan's own serialisation, the same at every write, and a run read
+    /// back from it equals the run written (as the derived form did before the text was kept).
+    #[test]
+    fn the_plan_text_is_kept_and_reads_back() -> Result<(), serde_json::Error> {
+        let run = run();
+        let first = serde_json::to_string(&run)?;
+        let second = serde_json::to_string(&run)?;
+        assert_eq!(first, second);
+        let value = serde_json::to_value(&run)?;
+        assert_eq!(value["plan"], serde_json::to_value(&run.plan)?);
+        let keys: Vec<&str> = value
+            .as_object()
+            .map(|m| m.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(
+            keys,
+            ["plan", "steps", "open_deps", "candidates", "retrying"]
+        );
+        let back: PlanRun = serde_json::from_str(&first)?;
+        assert_eq!(back, run);
+        assert_eq!(serde_json::to_string(&back)?, first);
+        Ok(())
+    }
+
+    /// A revised run writes its new plan, not the text kept for the old one.
+    #[test]
+    fn a_revision_writes_the_new_plan() -> Result<(), serde_json::Error> {
+        let mut run = run();
+        let _ = serde_json::to_string(&run)?;
+        let new = Plan::from_value_after(
+            &serde_json::json!([{"_id": "c", "_tool": "echo", "text": "y"}]),
+            &["a", "b"],
+        );
+        let Ok(new) = new else {
+            panic!("the revision is invalid: {new:?}");
+        };
+        run.revise(&new);
+        let value = serde_json::to_value(&run)?;
+        assert_eq!(value["plan"], serde_json::to_value(&run.plan)?);
+        Ok(())
+    }
+}
