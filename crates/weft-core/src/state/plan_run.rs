@@ -2,9 +2,12 @@
 //! (open-dependency counters, candidates, retries due) that only this module changes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, OnceLock};
 
+use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::event::{Event, ToolError, ToolOutcome};
 use crate::graph::Graph;
@@ -222,11 +225,17 @@ impl Items {
 
 /// A plan being executed. Serialised without its graph and index, which are rebuilt from the
 /// plan when it is read back (and the counters checked against it).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+///
+/// The plan is not changed in place once the run exists (a revision makes a new run): its JSON
+/// text is made once, on the first serialisation, and reused by every later one (each snapshot
+/// writes the whole run, and for a large plan the plan is most of it).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(try_from = "StoredPlanRun")]
 pub struct PlanRun {
     /// The plan as accepted (and revised by replans).
     pub plan: Plan,
+    #[serde(skip)]
+    plan_text: PlanText,
     #[serde(skip)]
     graph: Graph,
     /// Each step's record, in the plan's order.
@@ -240,6 +249,39 @@ pub struct PlanRun {
     candidates: BTreeSet<usize>,
     /// Steps with a retry due.
     retrying: BTreeSet<usize>,
+}
+
+/// The plan's JSON text, made on the first serialisation of its run (see [`PlanRun`]). Not part
+/// of the run's value: two runs that differ only in whether it was made yet are equal.
+#[derive(Clone, Debug, Default)]
+struct PlanText(OnceLock<Arc<RawValue>>);
+
+impl PartialEq for PlanText {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Serialize for PlanRun {
+    /// The fields of [`StoredPlanRun`], in its order; the plan as its kept JSON text.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let plan: &RawValue = match self.plan_text.0.get() {
+            Some(text) => text,
+            None => {
+                let text = serde_json::to_string(&self.plan)
+                    .and_then(RawValue::from_string)
+                    .map_err(serde::ser::Error::custom)?;
+                self.plan_text.0.get_or_init(|| Arc::from(text))
+            }
+        };
+        let mut s = serializer.serialize_struct("PlanRun", 5)?;
+        s.serialize_field("plan", plan)?;
+        s.serialize_field("steps", &self.steps)?;
+        s.serialize_field("open_deps", &self.open_deps)?;
+        s.serialize_field("candidates", &self.candidates)?;
+        s.serialize_field("retrying", &self.retrying)?;
+        s.end()
+    }
 }
 
 impl PlanRun {
@@ -530,6 +572,7 @@ impl PlanRun {
         let index = Self::index_of(&plan);
         Self {
             plan,
+            plan_text: PlanText::default(),
             graph,
             steps: vec![StepRun::default(); n],
             index,
@@ -632,6 +675,7 @@ impl TryFrom<StoredPlanRun> for PlanRun {
             graph: Graph::build(&s.plan),
             index: Self::index_of(&s.plan),
             plan: s.plan,
+            plan_text: PlanText::default(),
             steps: s.steps,
             open_deps: s.open_deps,
             candidates: s.candidates,
@@ -659,5 +703,63 @@ impl Waves {
     pub(super) fn new_turn(&mut self) {
         self.open = None;
         self.started = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> PlanRun {
+        let plan = Plan::from_value(&serde_json::json!([
+            {"_id": "a", "_tool": "echo", "text": "x", "_outputPath": "\u{2020}state.a"},
+            {"_id": "b", "_tool": "echo", "text": "\u{2020}state.a.text"}
+        ]));
+        match plan {
+            Ok(p) => PlanRun::new(p),
+            Err(problems) => panic!("the test plan is invalid: {problems:?}"),
+        }
+    }
+
+    /// The kept text is the plan's own serialisation, the same at every write, and a run read
+    /// back from it equals the run written (as the derived form did before the text was kept).
+    #[test]
+    fn the_plan_text_is_kept_and_reads_back() -> Result<(), serde_json::Error> {
+        let run = run();
+        let first = serde_json::to_string(&run)?;
+        let second = serde_json::to_string(&run)?;
+        assert_eq!(first, second);
+        let value = serde_json::to_value(&run)?;
+        assert_eq!(value["plan"], serde_json::to_value(&run.plan)?);
+        let keys: Vec<&str> = value
+            .as_object()
+            .map(|m| m.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(
+            keys,
+            ["plan", "steps", "open_deps", "candidates", "retrying"]
+        );
+        let back: PlanRun = serde_json::from_str(&first)?;
+        assert_eq!(back, run);
+        assert_eq!(serde_json::to_string(&back)?, first);
+        Ok(())
+    }
+
+    /// A revised run writes its new plan, not the text kept for the old one.
+    #[test]
+    fn a_revision_writes_the_new_plan() -> Result<(), serde_json::Error> {
+        let mut run = run();
+        let _ = serde_json::to_string(&run)?;
+        let new = Plan::from_value_after(
+            &serde_json::json!([{"_id": "c", "_tool": "echo", "text": "y"}]),
+            &["a", "b"],
+        );
+        let Ok(new) = new else {
+            panic!("the revision is invalid: {new:?}");
+        };
+        run.revise(&new);
+        let value = serde_json::to_value(&run)?;
+        assert_eq!(value["plan"], serde_json::to_value(&run.plan)?);
+        Ok(())
     }
 }
