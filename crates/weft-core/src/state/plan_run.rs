@@ -263,7 +263,7 @@ impl PartialEq for PlanText {
 }
 
 impl Serialize for PlanRun {
-    /// The fields of [`StoredPlanRun`], in its order; the plan as its kept JSON text.
+    /// The fields of `StoredPlanRun`, in its order; the plan as its kept JSON text.
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let plan: &RawValue = match self.plan_text.0.get() {
             Some(text) => text,
