@@ -60,7 +60,7 @@ pub enum HostError {
 
 /// What the code that hosts sessions needs of its process, passed down instead of kept in
 /// process-wide globals.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Host {
     /// Triggered to stop the sessions being driven at their next safe point.
     pub shutdown: Shutdown,
@@ -68,6 +68,20 @@ pub struct Host {
     pub durability: DurabilityPolicy,
     /// How a suggested command names the store: ` --db SPEC`, or empty for the default store.
     pub db_flag: String,
+    /// Where leases read the time: when they are taken, until when they run, whether they ran
+    /// out. The system's clock, or a [`weft_runtime::clock::ManualClock`] in tests.
+    pub clock: weft_runtime::clock::SharedClock,
+}
+
+impl Default for Host {
+    fn default() -> Self {
+        Self {
+            shutdown: Shutdown::default(),
+            durability: DurabilityPolicy::default(),
+            db_flag: String::new(),
+            clock: weft_runtime::clock::system_clock(),
+        }
+    }
 }
 
 /// At what durability the store writes the sessions this process drives: what the user chose

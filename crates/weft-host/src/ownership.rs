@@ -12,6 +12,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use weft_runtime::clock::Clock;
 use weft_store::{Lease, Owner, Store, StoreError};
 
 use crate::{EXIT_FAILED, EXIT_INTERRUPTED, Host, HostError, Shutdown};
@@ -131,7 +132,7 @@ pub async fn take_as<S: Store>(
     force: bool,
     owner: &Owner,
 ) -> Result<Held<S>> {
-    let now = weft_runtime::now_ms();
+    let now = host.clock.now_ms();
     let lease = match store.acquire(id, owner, now, ttl_ms(), force).await {
         Ok(l) => l,
         Err(StoreError::Leased { .. }) if held_by_gone(store.as_ref(), id).await => {
@@ -146,7 +147,7 @@ pub async fn take_as<S: Store>(
         }
         Err(e) => return Err(e.into()),
     };
-    Ok(hold(&host.shutdown, store, lease))
+    Ok(hold(host, store, lease))
 }
 
 /// Whether session `id`'s lease is held by an owner known to be gone ([`owner_gone`]).
@@ -155,12 +156,14 @@ async fn held_by_gone<S: Store>(store: &S, id: &str) -> bool {
 }
 
 /// Keeps a lease this process has just taken: renews it and listens for requests until it is
-/// released or dropped. Triggering `shutdown` stops the run it drives (see [`Held::until_asked`]).
-pub fn hold<S: Store>(shutdown: &Shutdown, store: Arc<S>, lease: Lease) -> Held<S> {
+/// released or dropped. Triggering the host's shutdown stops the run it drives (see
+/// [`Held::until_asked`]); a renewal runs until the host's clock reads now plus [`ttl`].
+pub fn hold<S: Store>(host: &Host, store: Arc<S>, lease: Lease) -> Held<S> {
     let (tell, asked) = tokio::sync::watch::channel(None);
     let beat = {
         let store = store.clone();
         let lease = lease.clone();
+        let clock = host.clock.clone();
         tokio::spawn(async move {
             let renew_every = ttl() / 3;
             let mut renewed = tokio::time::Instant::now();
@@ -180,7 +183,7 @@ pub fn hold<S: Store>(shutdown: &Shutdown, store: Arc<S>, lease: Lease) -> Held<
                     continue;
                 }
                 renewed = tokio::time::Instant::now();
-                let until = weft_runtime::now_ms().saturating_add(ttl_ms());
+                let until = clock.now_ms().saturating_add(ttl_ms());
                 if let Err(e) = store.renew(&lease, until).await {
                     tracing::warn!(session = %lease.session, "cannot renew the session's lease: {e}");
                     if matches!(e, StoreError::LeaseLost(_)) {
@@ -196,7 +199,7 @@ pub fn hold<S: Store>(shutdown: &Shutdown, store: Arc<S>, lease: Lease) -> Held<
         beat,
         asked,
         stop: tokio::sync::watch::channel(false).0,
-        shutdown: shutdown.clone(),
+        shutdown: host.shutdown.clone(),
     }
 }
 
@@ -332,9 +335,9 @@ pub async fn cancel_unowned<S: Store>(host: &Host, store: Arc<S>, id: &str) -> R
 }
 
 /// Whether a live process holds session `id`'s lease: its lease has not run out and its owner,
-/// if on this host, still exists.
-pub async fn driven<S: Store>(store: &S, id: &str) -> Result<bool> {
-    let now = weft_runtime::now_ms();
+/// if on this host, still exists (by `clock`).
+pub async fn driven<S: Store>(clock: &dyn Clock, store: &S, id: &str) -> Result<bool> {
+    let now = clock.now_ms();
     Ok(store
         .lease(id)
         .await?
@@ -343,9 +346,14 @@ pub async fn driven<S: Store>(store: &S, id: &str) -> Result<bool> {
 
 /// Asks the live process that holds session `id`'s lease for `verb` (`cancel`, `pause`) and
 /// waits (up to 30 s) until it has let the session go. False when no live process holds it.
-pub async fn request_and_wait<S: Store>(store: &S, id: &str, verb: &str) -> Result<bool> {
-    let now = weft_runtime::now_ms();
-    if !driven(store, id).await? || !store.request(id, verb, now).await? {
+pub async fn request_and_wait<S: Store>(
+    clock: &dyn Clock,
+    store: &S,
+    id: &str,
+    verb: &str,
+) -> Result<bool> {
+    let now = clock.now_ms();
+    if !driven(clock, store, id).await? || !store.request(id, verb, now).await? {
         return Ok(false);
     }
     let began = std::time::Instant::now();
@@ -354,7 +362,7 @@ pub async fn request_and_wait<S: Store>(store: &S, id: &str, verb: &str) -> Resu
         let done = store
             .lease(id)
             .await?
-            .is_none_or(|l| l.expires_at <= weft_runtime::now_ms() || l.request.is_none());
+            .is_none_or(|l| l.expires_at <= clock.now_ms() || l.request.is_none());
         if done {
             return Ok(true);
         }

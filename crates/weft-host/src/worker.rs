@@ -96,7 +96,7 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, a: WorkerConfig) -> Resul
         let free = a.concurrency.saturating_sub(tasks.len());
         let mut claimed = 0;
         if free > 0 {
-            let now = weft_runtime::now_ms();
+            let now = host.clock.now_ms();
             match store
                 .claim(ownership::me(), &names, now, ownership::ttl_ms(), free)
                 .await
@@ -198,7 +198,7 @@ async fn one<S: Store>(
     driving: Driving,
 ) -> Let {
     let id = lease.session.clone();
-    let held = ownership::hold(&host.shutdown, store.clone(), lease);
+    let held = ownership::hold(&host, store.clone(), lease);
     let began = Instant::now();
     let outcome: Result<(String, Let)> = async {
         let rec = store.get(&id).await?;

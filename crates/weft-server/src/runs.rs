@@ -1061,8 +1061,7 @@ pub(crate) async fn adopt_orphans(app: Shared) {
         {
             Ok(leases) => {
                 for lease in leases {
-                    let held =
-                        weft_host::ownership::hold(&app.host.shutdown, app.store.clone(), lease);
+                    let held = weft_host::ownership::hold(&app.host, app.store.clone(), lease);
                     app.runs.tasks.lock().await.spawn(adopt(app.clone(), held));
                 }
             }

@@ -450,9 +450,14 @@ pub(crate) async fn pause(
             ),
         ));
     }
-    let stopped = weft_host::ownership::request_and_wait(app.store.as_ref(), &id, "pause")
-        .await
-        .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e.into())))?;
+    let stopped = weft_host::ownership::request_and_wait(
+        app.host.clock.as_ref(),
+        app.store.as_ref(),
+        &id,
+        "pause",
+    )
+    .await
+    .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e.into())))?;
     if !stopped {
         return Err(ApiError(
             StatusCode::CONFLICT,
@@ -481,9 +486,14 @@ pub(crate) async fn cancel(
             ),
         ));
     }
-    let stopped = weft_host::ownership::request_and_wait(app.store.as_ref(), &id, "cancel")
-        .await
-        .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e.into())))?;
+    let stopped = weft_host::ownership::request_and_wait(
+        app.host.clock.as_ref(),
+        app.store.as_ref(),
+        &id,
+        "cancel",
+    )
+    .await
+    .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e.into())))?;
     if !stopped {
         weft_host::ownership::cancel_unowned(&app.host, app.store.clone(), &id)
             .await

@@ -315,6 +315,7 @@ fn main() -> ExitCode {
             shutdown: shutdown.clone(),
             durability: weft_host::DurabilityPolicy::new(cli.durability),
             db_flag: store::db_flag(),
+            clock: weft_runtime::clock::system_clock(),
         };
         let host = &host;
         let needs_store = !matches!(

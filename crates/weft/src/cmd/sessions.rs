@@ -125,7 +125,7 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, cmd: SessionsCommand) -> 
             limit,
             json,
         } => list(store.as_ref(), &mut out, user, status, limit, json).await,
-        SessionsCommand::Show { id, json } => show(store.as_ref(), &mut out, id, json).await,
+        SessionsCommand::Show { id, json } => show(host, store.as_ref(), &mut out, id, json).await,
         SessionsCommand::Events { id, follow } => {
             let mut after = 0;
             loop {
@@ -308,12 +308,19 @@ async fn list<S: Store>(
 }
 
 /// `weft sessions show`: a session's record and state, for a person or as JSON.
-async fn show<S: Store>(store: &S, out: &mut impl Write, id: String, json: bool) -> Result<u8> {
+async fn show<S: Store>(
+    host: &Host,
+    store: &S,
+    out: &mut impl Write,
+    id: String,
+    json: bool,
+) -> Result<u8> {
     let rec = store.get(&id).await?;
     let state = weft_runtime::load_state(store, &id).await?.state;
     // A running session that no live process drives was paused, or its process died:
     // it goes on only when something continues it.
-    let stopped = rec.status == SessionStatus::Running && !ownership::driven(store, &id).await?;
+    let stopped = rec.status == SessionStatus::Running
+        && !ownership::driven(host.clock.as_ref(), store, &id).await?;
     let view = json!({
         "id": rec.id,
         "agent": rec.agent,
@@ -529,7 +536,7 @@ async fn ask<S: Store>(host: &Host, store: Arc<S>, id: &str, what: Asked) -> Res
             rec.status.as_str()
         ));
     }
-    if ownership::request_and_wait(store.as_ref(), id, verb).await? {
+    if ownership::request_and_wait(host.clock.as_ref(), store.as_ref(), id, verb).await? {
         println!("{verb}: session {id} stopped");
         if what == Asked::Pause {
             println!("continue it with `weft resume{} {id}`", host.db_flag);

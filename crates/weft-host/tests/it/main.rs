@@ -1,0 +1,3 @@
+//! weft-host's tests: one binary, a module per concern.
+
+mod leases;
