@@ -2,6 +2,8 @@
 //! how a renewal extends it, with no sleep. The store's own lease rules (epochs, fencing) are
 //! tested in weft-store; here the times come from the host's [`Host::clock`].
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::sync::Arc;
 use std::time::Duration;
 
