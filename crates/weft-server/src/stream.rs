@@ -323,292 +323,339 @@ pub(crate) fn sse(
     format: Format,
     announce: bool,
 ) -> SseResponse<impl Stream<Item = Result<Sse, Infallible>>> {
-    struct Cursor {
-        app: Shared,
-        run: Arc<Run>,
-        format: Format,
-        state: Option<State>,
-        seq: u64,
-        /// The client has the parts of event `skip.0` up to `skip.1`.
-        skip: Option<(u64, u8)>,
-        progress: Progress,
-        /// The model's text as it comes (a stream that sends text), pieces that come after
-        /// events not read yet, and whether any was sent.
-        texts: Option<tokio::sync::broadcast::Receiver<Piece>>,
-        pending: std::collections::VecDeque<Piece>,
-        streamed: bool,
-        /// The text of the last reply without tool calls read (an answer's, when the run ends
-        /// with it: sent where the reply is).
-        reply: Option<String>,
-        /// Bytes of the text after event `text_at` the client has.
-        text_at: u64,
-        text_sent: usize,
-        queue: std::collections::VecDeque<Sse>,
-        done: bool,
-    }
-    let mut first = std::collections::VecDeque::new();
-    if announce {
-        first.extend(format.prologue(&run));
-    }
-    // A position before the run is its beginning.
-    let from = if from.seq < run.start_seq() {
-        Position::after(run.start_seq())
-    } else {
-        from
-    };
-    let mut pending = std::collections::VecDeque::new();
-    let texts = format.streams_text().then(|| {
-        let (rx, so_far) = app.runs.texts(&run.thread_id);
-        if !so_far.text.is_empty() {
-            pending.push_back(so_far);
-        }
-        rx
-    });
-    let cursor = Cursor {
-        texts,
-        pending,
-        streamed: false,
-        reply: None,
-        text_at: from.seq,
-        text_sent: from.text,
-        app,
-        run,
-        format,
-        state: None,
-        seq: match from.part {
-            Some(_) => from.seq.saturating_sub(1),
-            None => from.seq,
-        },
-        skip: from.part.map(|k| (from.seq, k)),
-        progress: Progress::default(),
-        queue: first,
-        done: false,
-    };
-    impl Cursor {
-        /// The run's events are all in the log: after its marker the session ran, then stopped.
-        fn ended_in_log(&self) -> bool {
-            self.state
-                .as_ref()
-                .is_some_and(|s| self.progress.ended(s.status))
-        }
-
-        /// Sends the pieces of text that come after the last event sent, without what the
-        /// client has; drops those whose reply is in the log already (its parts carry it).
-        fn flush_text(&mut self) {
-            let Some(st) = self.state.as_ref() else {
-                return;
-            };
-            let mut later = std::collections::VecDeque::new();
-            while let Some(p) = self.pending.pop_front() {
-                if p.after > self.seq {
-                    later.push_back(p);
-                    continue;
-                }
-                if p.after < self.seq {
-                    continue;
-                }
-                if p.after != self.text_at {
-                    self.text_at = p.after;
-                    self.text_sent = 0;
-                }
-                let end = p.offset + p.text.len();
-                let Some(rest) = self
-                    .text_sent
-                    .checked_sub(p.offset)
-                    .map_or(Some(p.text.as_str()), |k| p.text.get(k..))
-                    .filter(|r| !r.is_empty())
-                else {
-                    continue;
-                };
-                let parts = self.format.text(st, rest, !self.streamed, (p.after, end));
-                self.queue.extend(parts);
-                self.streamed = true;
-                self.text_sent = end;
-            }
-            self.pending = later;
-        }
-    }
+    let cursor = Cursor::new(app, run, from, format, announce);
     let stream = futures::stream::unfold(cursor, |mut c| async move {
-        loop {
-            if let Some(e) = c.queue.pop_front() {
-                return Some((Ok(e), c));
+        c.next_part().await.map(|part| (Ok(part), c))
+    });
+    SseResponse::new(stream).keep_alive(KeepAlive::default())
+}
+
+/// Where one client's stream of a run stands: the state folded up to the last event sent, the
+/// parts made and not sent yet, and the model's text as it comes.
+struct Cursor {
+    app: Shared,
+    run: Arc<Run>,
+    format: Format,
+    state: Option<State>,
+    seq: u64,
+    /// The client has the parts of event `skip.0` up to `skip.1`.
+    skip: Option<(u64, u8)>,
+    progress: Progress,
+    /// The model's text as it comes (a stream that sends text), pieces that come after
+    /// events not read yet, and whether any was sent.
+    texts: Option<tokio::sync::broadcast::Receiver<Piece>>,
+    pending: std::collections::VecDeque<Piece>,
+    streamed: bool,
+    /// The text of the last reply without tool calls read (an answer's, when the run ends
+    /// with it: sent where the reply is).
+    reply: Option<String>,
+    /// Bytes of the text after event `text_at` the client has.
+    text_at: u64,
+    text_sent: usize,
+    queue: std::collections::VecDeque<Sse>,
+    done: bool,
+}
+
+impl Cursor {
+    fn new(app: Shared, run: Arc<Run>, from: Position, format: Format, announce: bool) -> Self {
+        let mut first = std::collections::VecDeque::new();
+        if announce {
+            first.extend(format.prologue(&run));
+        }
+        // A position before the run is its beginning.
+        let from = if from.seq < run.start_seq() {
+            Position::after(run.start_seq())
+        } else {
+            from
+        };
+        let mut pending = std::collections::VecDeque::new();
+        let texts = format.streams_text().then(|| {
+            let (rx, so_far) = app.runs.texts(&run.thread_id);
+            if !so_far.text.is_empty() {
+                pending.push_back(so_far);
             }
-            if c.done {
+            rx
+        });
+        Self {
+            texts,
+            pending,
+            streamed: false,
+            reply: None,
+            text_at: from.seq,
+            text_sent: from.text,
+            app,
+            run,
+            format,
+            state: None,
+            seq: match from.part {
+                Some(_) => from.seq.saturating_sub(1),
+                None => from.seq,
+            },
+            skip: from.part.map(|k| (from.seq, k)),
+            progress: Progress::default(),
+            queue: first,
+            done: false,
+        }
+    }
+
+    /// The next part to send, waiting for the run when it has none; `None` at the stream's end.
+    async fn next_part(&mut self) -> Option<Sse> {
+        loop {
+            if let Some(e) = self.queue.pop_front() {
+                return Some(e);
+            }
+            if self.done {
                 return None;
             }
-            let waker = c.app.runs.waker(&c.run.thread_id);
+            let waker = self.app.runs.waker(&self.run.thread_id);
             // Registered before looking, so that an event stored meanwhile wakes the wait.
             let notified = waker.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (status, end) = *c.run.status.borrow();
+            let (status, end) = *self.run.status.borrow();
             // A queued run has not begun: its events come after whatever runs before it.
-            if status == RunStatus::Pending && c.state.is_none() {
+            if status == RunStatus::Pending && self.state.is_none() {
                 let _ = tokio::time::timeout(Duration::from_millis(250), &mut notified).await;
                 continue;
             }
-            // The state before the first event to send, folded once.
-            if c.state.is_none() {
-                if c.seq < c.run.start_seq() {
-                    c.seq = c.run.start_seq();
-                    c.skip = None;
-                }
-                match c.app.store.load(&c.run.thread_id).await {
-                    Ok((_, log)) => {
-                        let mut st = State::new();
-                        for e in log.iter().take_while(|e| e.seq <= c.seq) {
-                            note_reply(&mut c.reply, &e.event);
-                            st.apply(&e.event);
-                            c.progress.note(&e.event, &c.run.run_id, st.status);
-                        }
-                        c.state = Some(st);
-                    }
-                    Err(e) => {
-                        c.queue.push_back(part(
-                            "error",
-                            &json!({"error": "StoreError", "message": e.to_string()}),
-                            None,
-                        ));
-                        c.done = true;
-                        continue;
-                    }
-                }
+            if self.state.is_none() && !self.fold_to_start().await {
+                continue;
             }
             // Text generated before the events read next was generated before they were stored.
-            if let Some(rx) = c.texts.as_mut() {
+            if let Some(rx) = self.texts.as_mut() {
                 while let Ok(piece) = rx.try_recv() {
-                    c.pending.push_back(piece);
+                    self.pending.push_back(piece);
                 }
             }
-            c.flush_text();
-            match c.app.store.events_after(&c.run.thread_id, c.seq).await {
+            self.flush_text();
+            match self
+                .app
+                .store
+                .events_after(&self.run.thread_id, self.seq)
+                .await
+            {
                 Ok(events) if !events.is_empty() => {
-                    // The answer, when the run ends in this read: its text is sent where it
-                    // was generated (before the reply that holds it), as it is live, so
-                    // that its id is the same in a replay and in a live stream.
-                    let answer = events.iter().find_map(|e| match &e.event {
-                        Event::RunFinished {
-                            answer: Some(a), ..
-                        } => Some(a.as_str()),
-                        _ => None,
-                    });
-                    let mut answer_sent = false;
-                    for env in &events {
-                        let Some(st) = c.state.as_mut() else {
-                            break;
-                        };
-                        if c.progress.ended(st.status) {
-                            // The run ended; what follows belongs to a later run.
-                            break;
-                        }
-                        let skip = c.skip.filter(|(s, _)| *s == env.seq).map(|(_, k)| k);
-                        if let Event::ModelReplied { reply, .. } = &env.event
-                            && reply.tool_calls.is_empty()
-                            && answer == Some(reply.content.as_str())
-                            && matches!(c.format, Format::LangGraph(_))
-                        {
-                            answer_sent = true;
-                            let after = if c.text_sent > 0 && c.text_at < env.seq {
-                                c.text_at
-                            } else {
-                                env.seq.saturating_sub(1)
-                            };
-                            let sent = if after == c.text_at { c.text_sent } else { 0 };
-                            let text = reply.content.as_str();
-                            if skip.is_none()
-                                && c.format.streams_text()
-                                && let Some(rest) = text.get(sent..).filter(|r| !r.is_empty())
-                            {
-                                let parts =
-                                    c.format.text(st, rest, !c.streamed, (after, text.len()));
-                                c.queue.extend(parts);
-                                c.streamed = true;
-                            }
-                        }
-                        note_reply(&mut c.reply, &env.event);
-                        st.apply(&env.event);
-                        c.progress.note(&env.event, &c.run.run_id, st.status);
-                        let answered = matches!(c.format, Format::LangGraph(_))
-                            && matches!(&env.event, Event::RunFinished { answer: Some(a), .. } if c.reply.as_deref() == Some(a.as_str()));
-                        // A stream that sent text (the answer's, or a plan's replies) sends
-                        // no answer at the end; one that saw none sends it whole.
-                        let sent = if answer_sent || answered || c.streamed {
-                            usize::MAX
-                        } else {
-                            0
-                        };
-                        c.format.parts(env, st, (sent, skip), &mut c.queue);
-                        c.seq = env.seq;
-                        if ends_text(&env.event) {
-                            c.text_at = env.seq;
-                            c.text_sent = 0;
-                        }
-                        c.flush_text();
-                    }
-                    c.skip = None;
-                    if !c.ended_in_log() {
+                    self.read(&events);
+                    if !self.ended_in_log() {
                         continue;
                     }
                     // The run ended within this batch: finish below.
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    c.queue.push_back(part(
-                        "error",
-                        &json!({"error": "StoreError", "message": e.to_string()}),
-                        None,
-                    ));
-                    c.done = true;
+                    self.fail(&e);
                     continue;
                 }
             }
-            if c.app.host.shutdown.is_requested() && !c.ended_in_log() {
+            if self.app.host.shutdown.is_requested() && !self.ended_in_log() {
                 // The server stops: the client reconnects (to the next server) and goes on.
                 return None;
             }
-            if c.ended_in_log() || (status.is_final() && c.seq >= end) {
-                let failed = c
-                    .state
-                    .as_ref()
-                    .is_some_and(|s| s.status == weft_core::SessionStatus::Failed);
-                let error =
-                    (failed || (!c.ended_in_log() && status == RunStatus::Error)).then(|| {
-                        c.state
-                            .as_ref()
-                            .and_then(|s| s.turn.error.clone())
-                            .unwrap_or_else(|| "the run failed".into())
-                    });
-                let status = match c.state.as_ref().map(|s| s.status) {
-                    Some(weft_core::SessionStatus::WaitingForUser) => RunStatus::Interrupted,
-                    Some(weft_core::SessionStatus::Completed) => RunStatus::Success,
-                    _ => status,
+            if self.ended_in_log() || (status.is_final() && self.seq >= end) {
+                self.finish(status);
+                continue;
+            }
+            if !self.queue.is_empty() {
+                continue;
+            }
+            self.wait(notified).await;
+        }
+    }
+
+    /// Folds the state before the first event to send, once. False when the log cannot be read
+    /// (the stream then ends with an error).
+    async fn fold_to_start(&mut self) -> bool {
+        if self.seq < self.run.start_seq() {
+            self.seq = self.run.start_seq();
+            self.skip = None;
+        }
+        match self.app.store.load(&self.run.thread_id).await {
+            Ok((_, log)) => {
+                let mut st = State::new();
+                for e in log.iter().take_while(|e| e.seq <= self.seq) {
+                    note_reply(&mut self.reply, &e.event);
+                    st.apply(&e.event);
+                    self.progress.note(&e.event, &self.run.run_id, st.status);
+                }
+                self.state = Some(st);
+                true
+            }
+            Err(e) => {
+                self.fail(&e);
+                false
+            }
+        }
+    }
+
+    /// Ends the stream with an `error` part: the log could not be read.
+    fn fail(&mut self, e: &weft_store::StoreError) {
+        self.queue.push_back(part(
+            "error",
+            &json!({"error": "StoreError", "message": e.to_string()}),
+            None,
+        ));
+        self.done = true;
+    }
+
+    /// Makes the parts of `events` (read from the log after the last event sent), up to the
+    /// end of the run.
+    fn read(&mut self, events: &[Envelope]) {
+        // The answer, when the run ends in this read: its text is sent where it was generated
+        // (before the reply that holds it), as it is live, so that its id is the same in a
+        // replay and in a live stream.
+        let answer = events.iter().find_map(|e| match &e.event {
+            Event::RunFinished {
+                answer: Some(a), ..
+            } => Some(a.as_str()),
+            _ => None,
+        });
+        let mut answer_sent = false;
+        for env in events {
+            let Some(st) = self.state.as_mut() else {
+                break;
+            };
+            if self.progress.ended(st.status) {
+                // The run ended; what follows belongs to a later run.
+                break;
+            }
+            let skip = self.skip.filter(|(s, _)| *s == env.seq).map(|(_, k)| k);
+            if let Event::ModelReplied { reply, .. } = &env.event
+                && reply.tool_calls.is_empty()
+                && answer == Some(reply.content.as_str())
+                && matches!(self.format, Format::LangGraph(_))
+            {
+                answer_sent = true;
+                let after = if self.text_sent > 0 && self.text_at < env.seq {
+                    self.text_at
+                } else {
+                    env.seq.saturating_sub(1)
                 };
-                let last = c.format.epilogue(&c.run, c.state.as_ref(), status, error);
-                c.queue.extend(last);
-                c.done = true;
-                continue;
+                let sent = if after == self.text_at {
+                    self.text_sent
+                } else {
+                    0
+                };
+                let text = reply.content.as_str();
+                if skip.is_none()
+                    && self.format.streams_text()
+                    && let Some(rest) = text.get(sent..).filter(|r| !r.is_empty())
+                {
+                    let parts = self
+                        .format
+                        .text(st, rest, !self.streamed, (after, text.len()));
+                    self.queue.extend(parts);
+                    self.streamed = true;
+                }
             }
-            if !c.queue.is_empty() {
-                continue;
+            note_reply(&mut self.reply, &env.event);
+            st.apply(&env.event);
+            self.progress.note(&env.event, &self.run.run_id, st.status);
+            let answered = matches!(self.format, Format::LangGraph(_))
+                && matches!(&env.event, Event::RunFinished { answer: Some(a), .. } if self.reply.as_deref() == Some(a.as_str()));
+            // A stream that sent text (the answer's, or a plan's replies) sends no answer at
+            // the end; one that saw none sends it whole.
+            let sent = if answer_sent || answered || self.streamed {
+                usize::MAX
+            } else {
+                0
+            };
+            self.format.parts(env, st, (sent, skip), &mut self.queue);
+            self.seq = env.seq;
+            if ends_text(&env.event) {
+                self.text_at = env.seq;
+                self.text_sent = 0;
             }
-            let wait = tokio::time::timeout(Duration::from_millis(250), &mut notified);
-            match c.texts.as_mut() {
-                Some(rx) => {
-                    tokio::select! {
-                        _ = wait => {}
-                        got = rx.recv() => {
-                            if let Ok(piece) = got {
-                                c.pending.push_back(piece);
-                                c.flush_text();
-                            }
+            self.flush_text();
+        }
+        self.skip = None;
+    }
+
+    /// Queues the format's last parts (`end`, or `error` when the run failed).
+    fn finish(&mut self, status: RunStatus) {
+        let failed = self
+            .state
+            .as_ref()
+            .is_some_and(|s| s.status == weft_core::SessionStatus::Failed);
+        let error = (failed || (!self.ended_in_log() && status == RunStatus::Error)).then(|| {
+            self.state
+                .as_ref()
+                .and_then(|s| s.turn.error.clone())
+                .unwrap_or_else(|| "the run failed".into())
+        });
+        let status = match self.state.as_ref().map(|s| s.status) {
+            Some(weft_core::SessionStatus::WaitingForUser) => RunStatus::Interrupted,
+            Some(weft_core::SessionStatus::Completed) => RunStatus::Success,
+            _ => status,
+        };
+        let last = self
+            .format
+            .epilogue(&self.run, self.state.as_ref(), status, error);
+        self.queue.extend(last);
+        self.done = true;
+    }
+
+    /// Waits for the run's next event (a quarter second at most) or, in a stream that sends
+    /// text, for the model's next piece of text.
+    async fn wait(&mut self, notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>) {
+        let wait = tokio::time::timeout(Duration::from_millis(250), notified);
+        match self.texts.as_mut() {
+            Some(rx) => {
+                tokio::select! {
+                    _ = wait => {}
+                    got = rx.recv() => {
+                        if let Ok(piece) = got {
+                            self.pending.push_back(piece);
+                            self.flush_text();
                         }
                     }
                 }
-                None => {
-                    let _ = wait.await;
-                }
+            }
+            None => {
+                let _ = wait.await;
             }
         }
-    });
-    SseResponse::new(stream).keep_alive(KeepAlive::default())
+    }
+
+    /// The run's events are all in the log: after its marker the session ran, then stopped.
+    fn ended_in_log(&self) -> bool {
+        self.state
+            .as_ref()
+            .is_some_and(|s| self.progress.ended(s.status))
+    }
+
+    /// Sends the pieces of text that come after the last event sent, without what the client
+    /// has; drops those whose reply is in the log already (its parts carry it).
+    fn flush_text(&mut self) {
+        let Some(st) = self.state.as_ref() else {
+            return;
+        };
+        let mut later = std::collections::VecDeque::new();
+        while let Some(p) = self.pending.pop_front() {
+            if p.after > self.seq {
+                later.push_back(p);
+                continue;
+            }
+            if p.after < self.seq {
+                continue;
+            }
+            if p.after != self.text_at {
+                self.text_at = p.after;
+                self.text_sent = 0;
+            }
+            let end = p.offset + p.text.len();
+            let Some(rest) = self
+                .text_sent
+                .checked_sub(p.offset)
+                .map_or(Some(p.text.as_str()), |k| p.text.get(k..))
+                .filter(|r| !r.is_empty())
+            else {
+                continue;
+            };
+            let parts = self.format.text(st, rest, !self.streamed, (p.after, end));
+            self.queue.extend(parts);
+            self.streamed = true;
+            self.text_sent = end;
+        }
+        self.pending = later;
+    }
 }
