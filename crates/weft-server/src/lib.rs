@@ -10,6 +10,7 @@
 //!   `custom`, `end`), each part with an id of its own (its event and mode, or how far a text
 //!   reaches), so that a client that reconnects with `Last-Event-ID` loses and repeats nothing.
 //! - `agui.rs`: the AG-UI protocol (`POST /ag-ui/{agent}`) over the same runs and streams.
+//! - `store.rs`: LangGraph's store API (`/store/...`) on the user's long-term memory.
 //! - `sessions.rs`: weft's own routes (`/sessions`, `/agents`): sessions across agents with
 //!   their cost, a session at any event, its typed events live, fork, pause, cancel, and the
 //!   check of an edited plan; `view.rs` folds a log into what they answer.
@@ -27,6 +28,7 @@ mod openapi;
 mod playground;
 mod runs;
 mod sessions;
+mod store;
 mod stream;
 mod threads;
 mod view;
@@ -295,6 +297,7 @@ fn api() -> Vec<openapi::Route> {
         threads::routes(),
         runs::routes(),
         agui::routes(),
+        store::routes(),
         sessions::routes(),
         routes(),
     ]

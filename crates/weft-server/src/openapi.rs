@@ -60,6 +60,8 @@ macro_rules! method {
 
 method!(get);
 method!(post);
+method!(put);
+method!(patch);
 method!(delete);
 
 impl Route {

@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use weft_core::{SessionStatus, State as SessionState};
-use weft_store::{ListFilter, NewSession, SessionLog, SessionRecord, StoreError};
+use weft_store::{Leases, ListFilter, NewSession, SessionLog, SessionRecord, StoreError};
 
 use super::auth::User;
 use super::openapi::{self, Route};
@@ -60,10 +60,29 @@ pub(crate) fn routes() -> Vec<Route> {
         .json::<Thread>("the thread"),
         openapi::delete(
             "/threads/{tid}",
-            "Not supported (405): `weft sessions prune` removes old sessions",
+            "Delete the thread: its session, events, snapshots and runs (409 while a run drives it)",
             delete_thread,
         )
-        .empty(405, "never"),
+        .empty(204, "once it is deleted"),
+        openapi::patch(
+            "/threads/{tid}",
+            "Merge metadata into the thread's (`threads.update`); a key set to null is removed",
+            update_thread,
+        )
+        .body::<UpdateThread>()
+        .json::<Thread>("the thread"),
+        openapi::post(
+            "/threads/{tid}/copy",
+            "A new thread with the thread's log up to now (`threads.copy`: a fork at its last event; 409 while a run drives it)",
+            copy_thread,
+        )
+        .json::<Thread>("the new thread"),
+        openapi::post(
+            "/threads/{tid}/state",
+            "Not supported (501): weft's state is the fold of its log; the answer names what to use instead",
+            update_state,
+        )
+        .empty(501, "never"),
         openapi::get(
             "/threads/{tid}/state",
             "The thread's state: values, next, tasks with interrupts, checkpoint",
@@ -370,25 +389,193 @@ impl ThreadStatus {
     }
 }
 
-/// A message as LangChain clients read it.
+/// A message as LangChain clients read it: `human`, `ai` (with the tool calls it asked for) or
+/// `tool` (a call's result, naming the call it answers).
 #[derive(Clone, Serialize, JsonSchema)]
 pub(crate) struct Message {
-    /// `human` or `ai`.
+    /// `human`, `ai` or `tool`.
     #[serde(rename = "type")]
     kind: String,
     content: String,
+    /// `{thread}-{N}`: the message's position N in the conversation.
     id: String,
+    /// An `ai` message's tool calls (`[]` when it has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<MessageToolCall>>,
+    /// A `tool` message: the tool's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    /// A `tool` message: the id of the call it answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<String>,
+    /// A `tool` message: `success` or `error`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<String>,
     additional_kwargs: Map<String, Value>,
     response_metadata: Map<String, Value>,
 }
 
-fn message(kind: &str, content: &str, id: String) -> Message {
-    Message {
-        kind: kind.to_owned(),
-        content: content.to_owned(),
-        id,
-        additional_kwargs: Map::new(),
-        response_metadata: Map::new(),
+/// A tool call of an `ai` message, as LangChain writes it.
+#[derive(Clone, Serialize, JsonSchema)]
+pub(crate) struct MessageToolCall {
+    name: String,
+    #[schemars(schema_with = "openapi::any")]
+    args: Value,
+    id: String,
+    /// Always `tool_call`.
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+impl Message {
+    fn new(kind: &str, content: &str, id: String) -> Self {
+        Self {
+            kind: kind.to_owned(),
+            content: content.to_owned(),
+            id,
+            tool_calls: (kind == "ai").then(Vec::new),
+            name: None,
+            tool_call_id: None,
+            status: None,
+            additional_kwargs: Map::new(),
+            response_metadata: Map::new(),
+        }
+    }
+
+    /// A tool call's result: the output as text (JSON for structured output), or the error.
+    pub(crate) fn tool(id: String, call_id: &str, tool: &str, content: &str, error: bool) -> Self {
+        Self {
+            name: Some(tool.to_owned()),
+            tool_call_id: Some(call_id.to_owned()),
+            status: Some(if error { "error" } else { "success" }.to_owned()),
+            ..Self::new("tool", content, id)
+        }
+    }
+
+    /// The message's id.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// The id of the message at position `n` of the thread's conversation.
+fn message_id(st: &SessionState, n: usize) -> String {
+    format!("{}-{n}", st.session_id)
+}
+
+/// A message of weft's conversation as LangChain's, with its id: what weft says to the model
+/// in the user's place (`[weft] ...`) and system prompts are not shown.
+fn from_history(st: &SessionState, n: usize, m: &weft_core::model::Message) -> Option<Message> {
+    use weft_core::model::Message as M;
+    let id = message_id(st, n);
+    match m {
+        M::System { .. } => None,
+        M::User { content } if content.starts_with(weft_core::history::WEFT_PREFIX) => None,
+        M::User { content } => Some(Message::new("human", content, id)),
+        M::Assistant {
+            content,
+            tool_calls,
+        } => Some(Message {
+            tool_calls: Some(
+                tool_calls
+                    .iter()
+                    .map(|c| MessageToolCall {
+                        name: c.name.clone(),
+                        args: c.arguments.clone(),
+                        id: c.id.clone(),
+                        kind: "tool_call".into(),
+                    })
+                    .collect(),
+            ),
+            ..Message::new("ai", content, id)
+        }),
+        M::Tool {
+            call_id,
+            name,
+            content,
+            is_error,
+        } => Some(Message::tool(id, call_id, name, content, *is_error)),
+    }
+}
+
+/// The thread's messages as LangGraph's `messages` value: weft's conversation (the tasks, the
+/// model's replies with their tool calls, each call's result, the answers), each message with
+/// its position as its id. A plan's steps are not messages (they are in `data`), and a plan
+/// agent's conversation is its turns: the task and the answer of each. A thread loaded from a
+/// compacted snapshot holds its conversation from the snapshot's window on.
+pub(crate) fn messages(st: &SessionState) -> Vec<Message> {
+    let h = &st.history;
+    let mut out: Vec<Message> = h
+        .iter()
+        .enumerate()
+        .filter_map(|(k, m)| from_history(st, h.start() + k, m))
+        .collect();
+    let end = h.len();
+    if st.mode == Some(weft_core::agent::Mode::Plan) || st.mode.is_none() {
+        // A plan turn's task and answer join the conversation when the next turn begins, at
+        // these positions.
+        if let Some(task) = &st.turn.task {
+            out.push(Message::new("human", task, message_id(st, end)));
+        }
+        for (k, reply) in st.turn.user_inputs.iter().enumerate() {
+            let id = format!("{}-{end}-reply{k}", st.session_id);
+            out.push(Message::new("human", reply, id));
+        }
+        if let Some(a) = &st.turn.answer {
+            out.push(Message::new("ai", a, message_id(st, end + 1)));
+        }
+    } else if let Some(a) = &st.turn.answer {
+        // A workflow's answer may be its reply template rather than the model's last reply.
+        let said = out
+            .last()
+            .is_some_and(|m| m.kind == "ai" && &m.content == a);
+        if !said {
+            out.push(Message::new("ai", a, message_id(st, end)));
+        }
+    }
+    out
+}
+
+/// The id of the message the model's next reply becomes (`st`: the thread before the reply),
+/// which the pieces of its text streamed in `messages` mode carry.
+pub(crate) fn reply_id(st: &SessionState) -> String {
+    match st.mode {
+        Some(weft_core::agent::Mode::Plan) | None => message_id(st, st.history.len() + 1),
+        _ => message_id(st, st.history.len()),
+    }
+}
+
+/// The turn's answer as the `ai` message of [`messages`] (`st`: the thread once the turn
+/// ended).
+pub(crate) fn answer_message(st: &SessionState, answer: &str) -> Message {
+    messages(st)
+        .into_iter()
+        .rev()
+        .find(|m| m.kind == "ai" && m.content == answer)
+        .unwrap_or_else(|| Message::new("ai", answer, reply_id(st)))
+}
+
+/// The conversation's last message as [`messages`] shows it, if it is the result of call
+/// `call_id` (`st`: the thread after the call finished).
+pub(crate) fn result_message(st: &SessionState, call_id: &str) -> Option<Message> {
+    let n = st.history.len().checked_sub(1)?;
+    match st.history.get(n)? {
+        m @ weft_core::model::Message::Tool { call_id: c, .. } if c == call_id => {
+            from_history(st, n, m)
+        }
+        _ => None,
+    }
+}
+
+/// The conversation's last message as [`messages`] shows it, if it is the model's reply with
+/// tool calls (`st`: the thread after the reply).
+pub(crate) fn calls_message(st: &SessionState) -> Option<Message> {
+    let n = st.history.len().checked_sub(1)?;
+    match st.history.get(n)? {
+        m @ weft_core::model::Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => {
+            from_history(st, n, m)
+        }
+        _ => None,
     }
 }
 
@@ -407,29 +594,11 @@ pub(crate) struct Values {
     pub error: Option<runs::RunError>,
 }
 
-/// The thread's values: the conversation (each turn's task, the person's answers, the agent's
-/// answer), the plan's State object and the answer.
+/// The thread's values: the conversation ([`messages`]), the plan's State object and the
+/// answer.
 pub(crate) fn values(st: &SessionState) -> Values {
-    let mut messages = Vec::new();
-    let id = |kind: &str, n: usize| format!("{}-{kind}-{n}", st.session_id);
-    for (n, (task, answer)) in st.memory.iter().enumerate() {
-        messages.push(message("human", task, id("task", n)));
-        if let Some(a) = answer {
-            messages.push(message("ai", a, id("answer", n)));
-        }
-    }
-    let turn = st.memory.len();
-    if let Some(task) = &st.turn.task {
-        messages.push(message("human", task, id("task", turn)));
-    }
-    for (k, reply) in st.turn.user_inputs.iter().enumerate() {
-        messages.push(message("human", reply, id(&format!("reply{k}"), turn)));
-    }
-    if let Some(a) = &st.turn.answer {
-        messages.push(message("ai", a, id("answer", turn)));
-    }
     Values {
-        messages,
+        messages: messages(st),
         data: st.data.clone(),
         answer: st.turn.answer.clone(),
         interrupt: st.turn.waiting.as_ref().map(|w| vec![interrupt(st, w)]),
@@ -785,9 +954,136 @@ pub(crate) async fn history(
     Ok(Json(out))
 }
 
-pub(crate) async fn delete_thread() -> ApiError {
+/// Whether a process drives the thread now: a run of this server, or a live lease of another.
+async fn busy(app: &Shared, tid: &str) -> Result<bool, ApiError> {
+    if app.runs.active_on(tid) {
+        return Ok(true);
+    }
+    let now = weft_runtime::now_ms();
+    Ok(matches!(
+        app.store.lease(tid).await?,
+        Some(l) if l.expires_at > now
+    ))
+}
+
+fn busy_error(tid: &str, what: &str) -> ApiError {
     ApiError(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "deleting a thread is not supported; `weft sessions prune` removes old sessions".into(),
+        StatusCode::CONFLICT,
+        format!("thread {tid} is busy with a run; cancel it (runs.cancel) or {what} once it ended"),
     )
+}
+
+/// `DELETE /threads/{tid}`: the session, its events, its snapshots and its lease are deleted,
+/// and with them its runs (whose identity is in the log). A thread a process drives is refused.
+pub(crate) async fn delete_thread(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(tid): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let _ = load(&app, &user, &tid).await?;
+    if busy(&app, &tid).await? {
+        return Err(busy_error(&tid, "delete it"));
+    }
+    match app.store.delete(&tid).await {
+        Ok(()) | Err(StoreError::NotFound(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    app.runs.forget_thread(&tid);
+    app.summaries.forget(&tid);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+pub(crate) struct UpdateThread {
+    /// Merged into the thread's metadata: each key replaces the thread's, a key set to null is
+    /// removed.
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+}
+
+/// `PATCH /threads/{tid}` (`threads.update`): the body's metadata merged into the thread's.
+pub(crate) async fn update_thread(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(tid): Path<String>,
+    body: Option<Json<UpdateThread>>,
+) -> Result<Json<Thread>, ApiError> {
+    let (rec, _) = load(&app, &user, &tid).await?;
+    let update = body.and_then(|Json(b)| b.metadata).unwrap_or_default();
+    if let Some(k) = update.keys().find(|k| k.starts_with("weft_")) {
+        return Err(ApiError::bad(format!(
+            "metadata.{k}: keys that begin with `weft_` are weft's own; choose another name"
+        )));
+    }
+    let mut metadata = match rec.metadata {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    for (k, v) in update {
+        if v.is_null() {
+            metadata.remove(&k);
+        } else {
+            metadata.insert(k, v);
+        }
+    }
+    app.store
+        .set_metadata(&tid, &Value::Object(metadata), weft_runtime::now_ms())
+        .await?;
+    let (rec, st) = load(&app, &user, &tid).await?;
+    Ok(Json(thread_json(&app, &rec, &st)))
+}
+
+/// `POST /threads/{tid}/copy` (`threads.copy`): a new thread of the same user with the
+/// thread's log up to its last event and its metadata (plus `forked_from`), made with
+/// `weft_host::sessions::fork` as `weft sessions fork` makes one. A thread that never had a run
+/// is copied as a new empty thread with its metadata.
+pub(crate) async fn copy_thread(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(tid): Path<String>,
+) -> Result<Json<Thread>, ApiError> {
+    let (rec, st) = load(&app, &user, &tid).await?;
+    if busy(&app, &tid).await? || (st.seq > 0 && st.status == SessionStatus::Running) {
+        return Err(busy_error(&tid, "copy it"));
+    }
+    let new_id = if st.seq == 0 {
+        let new = NewSession {
+            id: uuid::Uuid::now_v7().to_string(),
+            user_id: Some(user.0.clone()),
+            agent: String::new(),
+            metadata: rec.metadata.clone(),
+            parent_id: Some(tid.clone()),
+            ..NewSession::default()
+        };
+        app.store.create(new, weft_runtime::now_ms()).await?.id
+    } else {
+        weft_host::sessions::fork(app.store.as_ref(), &tid, st.seq, None)
+            .await
+            .map_err(|e| match e {
+                weft_host::HostError::Store(e) => e.into(),
+                other => ApiError::bad(crate::message(&other.into())),
+            })?
+            .0
+    };
+    let (rec, st) = load(&app, &user, &new_id).await?;
+    Ok(Json(thread_json(&app, &rec, &st)))
+}
+
+/// `POST /threads/{tid}/state` (`threads.update_state`) is refused with 501: a weft thread's
+/// state is the fold of its log of typed events, written only by runs, so values cannot be
+/// written over it. The answer says what to use instead.
+pub(crate) async fn update_state(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(tid): Path<String>,
+) -> Result<ApiError, ApiError> {
+    let _ = load(&app, &user, &tid).await?;
+    Ok(ApiError(
+        StatusCode::NOT_IMPLEMENTED,
+        "threads.update_state is not supported: a weft thread's state is the fold of its event log, which only runs write. \
+         To add to the conversation, start a run (runs.create with input messages); to answer an interrupt, \
+         start a run with command={\"resume\": ...}; to change metadata, use threads.update; to branch from an \
+         earlier point, use threads.copy or POST /sessions/{id}/fork with `at`."
+            .into(),
+    ))
 }
