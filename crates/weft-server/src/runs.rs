@@ -1341,7 +1341,15 @@ pub(crate) async fn join_stream(
         .map(|(_, v)| Value::String(v.to_owned()))
         .collect();
     let modes = stream::modes(Some(&Value::Array(asked)));
-    Ok(stream::sse(app, run, after, stream::Format::LangGraph(modes), false, None).into_response())
+    Ok(stream::sse(
+        app,
+        run,
+        after,
+        stream::Format::LangGraph(modes),
+        false,
+        None,
+    )
+    .into_response())
 }
 
 /// Cancels a run: its calls in flight are stopped and recorded as cancelled, and the session
@@ -1507,7 +1515,10 @@ pub(crate) async fn create_batch(
         if !app.agents.contains_key(&b.assistant_id) {
             return Err(ApiError(
                 StatusCode::NOT_FOUND,
-                format!("[{i}].assistant_id: assistant `{}` not found", b.assistant_id),
+                format!(
+                    "[{i}].assistant_id: assistant `{}` not found",
+                    b.assistant_id
+                ),
             ));
         }
     }
@@ -1560,9 +1571,7 @@ pub(crate) async fn cancel_many(
             ));
         }
         Some(other) => {
-            return Err(ApiError::bad(format!(
-                "action `{other}`: use `interrupt`"
-            )));
+            return Err(ApiError::bad(format!("action `{other}`: use `interrupt`")));
         }
     }
     let status = match body.status.as_deref() {

@@ -219,7 +219,9 @@ fn update(env: &Envelope, st: &State, call: Option<&OpenCall>) -> Option<Value> 
         } => {
             let message = threads::result_message(st, call_id).unwrap_or_else(|| {
                 let (content, error) = match outcome {
-                    weft_core::ToolOutcome::Ok { output } => (weft_core::state::value_text(output), false),
+                    weft_core::ToolOutcome::Ok { output } => {
+                        (weft_core::state::value_text(output), false)
+                    }
                     weft_core::ToolOutcome::Error { error } => {
                         (error.bounded().to_value().to_string(), true)
                     }
@@ -591,7 +593,8 @@ pub(crate) fn sse(
                         } else {
                             0
                         };
-                        c.format.parts((env, call.as_ref()), st, (sent, skip), &mut c.queue);
+                        c.format
+                            .parts((env, call.as_ref()), st, (sent, skip), &mut c.queue);
                         c.seq = env.seq;
                         if ends_text(&env.event) {
                             c.text_at = env.seq;

@@ -101,6 +101,19 @@ tools:
         "- tool_calls: [ { name: nap, arguments: {} } ]\n- text: Once.\n- tool_calls: [ { name: nap, arguments: {} } ]\n- text: Twice.\n",
     )
     .unwrap();
+    // As `stuck`, for the scenarios that run beside the one that looks for `stuck`'s process.
+    std::fs::write(
+        d.join("hold.yaml"),
+        r#"name: hold
+mode: react
+model: scripted:stuck.script.yaml
+tools:
+  - name: hang
+    description: Never ends.
+    command: ["sh", "-c", "cat > /dev/null; touch hold.started; sleep 60; echo '{}'"]
+"#,
+    )
+    .unwrap();
     std::fs::write(
         d.join("rememberer.yaml"),
         "name: rememberer\nmode: react\nmodel: scripted:rememberer.script.yaml\ntools:\n  - builtin: remember\n",

@@ -42,7 +42,7 @@ async def main():
     # Assistants: one per agent file, found by name.
     found = await alice.assistants.search()
     names = sorted(a["assistant_id"] for a in found)
-    assert names == ["ask", "echoer", "rememberer", "slowpoke", "stuck", "twice"], names
+    assert names == ["ask", "echoer", "hold", "rememberer", "slowpoke", "stuck", "twice"], names
     assert (await alice.assistants.get("echoer"))["graph_id"] == "echoer"
     ok("assistants")
 
@@ -242,7 +242,7 @@ async def main():
     ok("threads.search by metadata")
 
     # Counts: assistants (by graph id) and the user's threads (by metadata, status, values).
-    assert await alice.assistants.count() == 6
+    assert await alice.assistants.count() == 7
     assert await alice.assistants.count(graph_id="echoer") == 1
     assert await alice.assistants.count(graph_id="nope") == 0
     mine = len(await alice.threads.search(limit=1000))
@@ -506,10 +506,10 @@ async def threads_api():
     ok("threads.copy")
 
     busy = await alice.threads.create()
-    run = await alice.runs.create(busy["thread_id"], "stuck", input=user_msg("wait forever"))
+    run = await alice.runs.create(busy["thread_id"], "hold", input=user_msg("wait forever"))
     began = time.time()
-    while not os.path.exists(os.path.join(WORK, "stuck.started")):
-        assert time.time() - began < 30, "the stuck tool never started"
+    while not os.path.exists(os.path.join(WORK, "hold.started")):
+        assert time.time() - began < 30, "the hold tool never started"
         await asyncio.sleep(0.05)
     try:
         await alice.threads.delete(busy["thread_id"])
@@ -607,8 +607,8 @@ async def threadless():
     ok("runs.create_batch")
 
     s = await alice.threads.create()
-    first = await alice.runs.create(s["thread_id"], "stuck", input=user_msg("wait forever"))
-    queued = await alice.runs.create(s["thread_id"], "stuck", input=user_msg("and again"),
+    first = await alice.runs.create(s["thread_id"], "hold", input=user_msg("wait forever"))
+    queued = await alice.runs.create(s["thread_id"], "hold", input=user_msg("and again"),
                                      multitask_strategy="enqueue")
     assert queued["status"] == "pending", queued
     began = time.time()
@@ -620,7 +620,7 @@ async def threadless():
     for r in [first, queued]:
         assert (await alice.runs.get(s["thread_id"], r["run_id"]))["status"] == "error", r
     other = await alice.threads.create()
-    third = await alice.runs.create(other["thread_id"], "stuck", input=user_msg("wait forever"))
+    third = await alice.runs.create(other["thread_id"], "hold", input=user_msg("wait forever"))
     began = time.time()
     while (await alice.runs.get(other["thread_id"], third["run_id"]))["status"] != "running":
         assert time.time() - began < 30, "the run never ran"
