@@ -82,7 +82,7 @@ pub(crate) fn routes() -> Vec<Route> {
             "Not supported (501): weft's state is the fold of its log; the answer names what to use instead",
             update_state,
         )
-        .empty(501, "never"),
+        .empty(501, "always: {detail} says what to use instead"),
         openapi::get(
             "/threads/{tid}/state",
             "The thread's state: values, next, tasks with interrupts, checkpoint",
