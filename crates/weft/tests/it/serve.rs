@@ -124,6 +124,16 @@ tools:
         "- tool_calls: [ { name: remember, arguments: { text: \"Alice's dog is called Biscuit.\" } } ]\n- text: Noted.\n",
     )
     .unwrap();
+    std::fs::write(
+        d.join("recaller.yaml"),
+        "name: recaller\nmode: react\nmodel: scripted:recaller.script.yaml\nrecall_memories: false\ntools:\n  - builtin: recall\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("recaller.script.yaml"),
+        "- tool_calls: [ { name: recall, arguments: { query: \"parcel\" } } ]\n- text: Found it.\n",
+    )
+    .unwrap();
     std::fs::write(d.join("keys.txt"), format!("{ALICE} alice\n{BOB} bob\n")).unwrap();
 }
 
@@ -420,7 +430,11 @@ fn needs_sdk_threadless_runs_batches_and_cancel_many() {
 #[test]
 fn needs_sdk_the_store_api_is_the_users_long_term_memory() {
     let out = scenario(Some("store"));
-    for check in ["store items", "store memories"] {
+    for check in [
+        "store items",
+        "store items are the user's memories",
+        "store memories",
+    ] {
         assert!(out.contains(&format!("ok: {check}\n")), "{check}: {out}");
     }
 }

@@ -42,7 +42,7 @@ async def main():
     # Assistants: one per agent file, found by name.
     found = await alice.assistants.search()
     names = sorted(a["assistant_id"] for a in found)
-    assert names == ["ask", "echoer", "hold", "rememberer", "slowpoke", "stuck", "twice"], names
+    assert names == ["ask", "echoer", "hold", "recaller", "rememberer", "slowpoke", "stuck", "twice"], names
     assert (await alice.assistants.get("echoer"))["graph_id"] == "echoer"
     ok("assistants")
 
@@ -242,7 +242,7 @@ async def main():
     ok("threads.search by metadata")
 
     # Counts: assistants (by graph id) and the user's threads (by metadata, status, values).
-    assert await alice.assistants.count() == 7
+    assert await alice.assistants.count() == 8
     assert await alice.assistants.count(graph_id="echoer") == 1
     assert await alice.assistants.count(graph_id="nope") == 0
     mine = len(await alice.threads.search(limit=1000))
@@ -627,6 +627,14 @@ async def threadless():
         await asyncio.sleep(0.05)
     await alice.runs.cancel_many(status="running")
     assert (await alice.runs.get(other["thread_id"], third["run_id"]))["status"] == "error"
+    last = await alice.threads.create()
+    fourth = await alice.runs.create(last["thread_id"], "hold", input=user_msg("wait forever"))
+    began = time.time()
+    while (await alice.runs.get(last["thread_id"], fourth["run_id"]))["status"] != "running":
+        assert time.time() - began < 30, "the run never ran"
+        await asyncio.sleep(0.05)
+    await alice.runs.cancel_many(thread_id=last["thread_id"], run_ids=[fourth["run_id"]])
+    assert (await alice.runs.get(last["thread_id"], fourth["run_id"]))["status"] == "error"
     try:
         await alice.runs.cancel_many(thread_id=s["thread_id"], action="rollback")
         raise AssertionError("a rollback was accepted")
@@ -675,6 +683,18 @@ async def store():
     except httpx.HTTPStatusError as e:
         assert e.response.status_code == 422 and "ttl" in e.response.json()["detail"], e.response.text
     ok("store items")
+
+    # An item is a memory of the user's: her agent's `recall` finds it (the call's result is
+    # the tool message of the run); bob's agent does not.
+    t = await alice.threads.create()
+    out = await alice.runs.wait(t["thread_id"], "recaller", input=user_msg("what about my parcel?"))
+    results = [m["content"] for m in out["messages"] if m["type"] == "tool"]
+    assert len(results) == 1 and "the parcel arrived on tuesday" in results[0], out
+    t = await bob.threads.create()
+    out = await bob.runs.wait(t["thread_id"], "recaller", input=user_msg("what about my parcel?"))
+    results = [m["content"] for m in out["messages"] if m["type"] == "tool"]
+    assert len(results) == 1 and "tuesday" not in results[0], out
+    ok("store items are the user's memories")
 
     # What the `remember` agent remembered for alice is hers to read, and is recalled.
     t = await alice.threads.create()
