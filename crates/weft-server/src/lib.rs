@@ -3,7 +3,8 @@
 //!
 //! - `auth.rs`: API keys, each mapped to a user; every route but `/health` needs one.
 //! - `threads.rs`: assistants (one per agent file) and threads (sessions), their state and
-//!   history as LangGraph clients read them.
+//!   history as LangGraph clients read them; `messages.rs` their conversation as LangChain
+//!   messages, tool calls and results included.
 //! - `runs.rs`: runs (a turn of a session, driven under the session's lease in this process),
 //!   wait, join, cancel.
 //! - `stream.rs`: a run's events as server-sent events (`values`, `updates`, `messages`,
@@ -23,6 +24,7 @@
 
 mod agui;
 mod auth;
+mod messages;
 mod metrics;
 mod openapi;
 mod playground;

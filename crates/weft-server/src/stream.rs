@@ -28,7 +28,7 @@ use weft_store::SessionLog;
 
 use super::Shared;
 use super::runs::{Piece, Run, RunStatus};
-use super::threads;
+use super::{messages, threads};
 
 /// The modes a request asks for (default `values`).
 pub(crate) fn modes(v: Option<&Value>) -> Vec<String> {
@@ -149,7 +149,7 @@ impl Format {
             Self::LangGraph(_) => vec![
                 Sse::default()
                     .event("messages")
-                    .data(chunk(&threads::reply_id(st), text).to_string())
+                    .data(chunk(&messages::reply_id(st), text).to_string())
                     .id(format!("{after}-t{end}")),
             ],
             Self::AgUi { .. } => super::agui::text(st, text, first),
@@ -213,11 +213,11 @@ fn update(env: &Envelope, st: &State, call: Option<&OpenCall>) -> Option<Value> 
         Event::ModelReplied {
             purpose: weft_core::model::Purpose::React | weft_core::model::Purpose::Workflow,
             ..
-        } => threads::calls_message(st).map(|m| json!({"agent": {"messages": [m]}})),
+        } => messages::calls_message(st).map(|m| json!({"agent": {"messages": [m]}})),
         Event::ToolCallFinished {
             call_id, outcome, ..
         } => {
-            let message = threads::result_message(st, call_id).unwrap_or_else(|| {
+            let message = messages::result_message(st, call_id).unwrap_or_else(|| {
                 let (content, error) = match outcome {
                     weft_core::ToolOutcome::Ok { output } => {
                         (weft_core::state::value_text(output), false)
@@ -227,7 +227,7 @@ fn update(env: &Envelope, st: &State, call: Option<&OpenCall>) -> Option<Value> 
                     }
                 };
                 let tool = call.map_or("", |c| c.tool.as_str());
-                threads::Message::tool(format!("{call_id}-result"), call_id, tool, &content, error)
+                messages::Message::tool(format!("{call_id}-result"), call_id, tool, &content, error)
             });
             Some(json!({"tools": {"messages": [message]}}))
         }
@@ -239,9 +239,9 @@ fn update(env: &Envelope, st: &State, call: Option<&OpenCall>) -> Option<Value> 
         }
         Event::RunFinished { answer, error, .. } => {
             let mut agent = serde_json::Map::new();
-            let messages: Vec<threads::Message> = answer
+            let messages: Vec<messages::Message> = answer
                 .iter()
-                .map(|a| threads::answer_message(st, a))
+                .map(|a| messages::answer_message(st, a))
                 .collect();
             agent.insert("messages".into(), json!(messages));
             agent.insert("answer".into(), json!(answer));
@@ -301,7 +301,7 @@ fn parts(
                 } = &env.event
                     && let Some(rest) = a.get(text_sent..).filter(|r| !r.is_empty())
                 {
-                    let id_of = threads::answer_message(st, a);
+                    let id_of = messages::answer_message(st, a);
                     out.push_back(part("messages", &chunk(id_of.id(), rest), id));
                 }
             }

@@ -311,7 +311,7 @@ async def restart():
                 signalled = True
         elif part.event in ("end", "error"):
             last = part
-    assert last is not None and last.event == "end" and last.data["status"] == "success", last
+    assert last is not None and last.event == "end" and last.data["status"] == "success", (last, kinds, seqs)
     # Nothing lost, nothing repeated: the ids run on without a gap across the restart.
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
     assert kinds.count("tool_call_finished") == 3 and kinds[-1] == "run_finished", kinds
