@@ -325,9 +325,7 @@ pub(crate) async fn run(
         assistant_id: agent,
         input: Some(run_input),
         command: resume.map(|r| json!({"resume": r})),
-        stream_mode: None,
-        metadata: None,
-        multitask_strategy: None,
+        ..RunBody::default()
     };
     let run = runs::start_with_id(
         &app,
@@ -342,5 +340,5 @@ pub(crate) async fn run(
         thread_id: input.thread_id,
         run_id: input.run_id,
     };
-    Ok(stream::sse(app, run, stream::Position::after(after), format, true).into_response())
+    Ok(stream::sse(app, run, stream::Position::after(after), format, true, None).into_response())
 }

@@ -3,13 +3,15 @@
 //!
 //! - `auth.rs`: API keys, each mapped to a user; every route but `/health` needs one.
 //! - `threads.rs`: assistants (one per agent file) and threads (sessions), their state and
-//!   history as LangGraph clients read them.
+//!   history as LangGraph clients read them; `messages.rs` their conversation as LangChain
+//!   messages, tool calls and results included.
 //! - `runs.rs`: runs (a turn of a session, driven under the session's lease in this process),
 //!   wait, join, cancel.
 //! - `stream.rs`: a run's events as server-sent events (`values`, `updates`, `messages`,
 //!   `custom`, `end`), each part with an id of its own (its event and mode, or how far a text
 //!   reaches), so that a client that reconnects with `Last-Event-ID` loses and repeats nothing.
 //! - `agui.rs`: the AG-UI protocol (`POST /ag-ui/{agent}`) over the same runs and streams.
+//! - `store.rs`: LangGraph's store API (`/store/...`) on the user's long-term memory.
 //! - `sessions.rs`: weft's own routes (`/sessions`, `/agents`): sessions across agents with
 //!   their cost, a session at any event, its typed events live, fork, pause, cancel, and the
 //!   check of an edited plan; `view.rs` folds a log into what they answer.
@@ -22,11 +24,13 @@
 
 mod agui;
 mod auth;
+mod messages;
 mod metrics;
 mod openapi;
 mod playground;
 mod runs;
 mod sessions;
+mod store;
 mod stream;
 mod threads;
 mod view;
@@ -295,6 +299,7 @@ fn api() -> Vec<openapi::Route> {
         threads::routes(),
         runs::routes(),
         agui::routes(),
+        store::routes(),
         sessions::routes(),
         routes(),
     ]

@@ -60,6 +60,8 @@ macro_rules! method {
 
 method!(get);
 method!(post);
+method!(put);
+method!(patch);
 method!(delete);
 
 impl Route {
@@ -100,9 +102,14 @@ impl Route {
     }
 }
 
-/// The schema of a request type, whole (its definitions inside), as it is read.
+/// The schema of a request type, whole (the types it holds written out in place, so that no
+/// reference points outside it), as it is read.
 pub(crate) fn schema_of<T: JsonSchema>() -> Value {
-    serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
+    let schema = SchemaSettings::draft2020_12()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator()
+        .into_root_schema_for::<T>();
+    serde_json::to_value(schema).unwrap_or(Value::Null)
 }
 
 /// The error every route may answer with: `{"detail": ...}`.
@@ -159,14 +166,12 @@ pub(crate) fn document(routes: &[Route]) -> Value {
                     json!({"description": what, "content": {*media: {"schema": {"type": kind}}}}),
                 )
             }
-            Answer::Empty(status, what) => {
-                let status: &'static str = match status {
-                    204 => "204",
-                    405 => "405",
-                    _ => "200",
-                };
-                (status, json!({"description": what}))
-            }
+            Answer::Empty(status, what) => match status {
+                204 => ("204", json!({"description": what})),
+                // A route that is there only to say what to use instead.
+                501 => ("501", json!({"description": what, "content": error})),
+                _ => ("200", json!({"description": what})),
+            },
         };
         let mut responses = Map::new();
         responses.insert(ok.0.into(), ok.1);

@@ -64,6 +64,41 @@ pub(crate) fn routes() -> Vec<Route> {
         )
         .media("text/event-stream", "the run's events"),
         openapi::post(
+            "/runs",
+            "Start a run in the background on a thread made for it (a threadless run; `on_completion`: `delete`, the default, or `keep`)",
+            create_threadless,
+        )
+        .body::<RunBody>()
+        .json::<RunInfo>("the run (pending)"),
+        openapi::post(
+            "/runs/wait",
+            "A threadless run: start it on a thread made for it and answer with the thread's values when it ends or waits",
+            wait_threadless,
+        )
+        .body::<RunBody>()
+        .json::<threads::Values>("the thread's values"),
+        openapi::post(
+            "/runs/stream",
+            "A threadless run: start it on a thread made for it and stream it (as /threads/{tid}/runs/stream)",
+            stream_threadless,
+        )
+        .body::<RunBody>()
+        .media("text/event-stream", "the run's events; Location: where to reconnect"),
+        openapi::post(
+            "/runs/batch",
+            "Start several runs in the background (`runs.create_batch`): each on its `thread_id`, or on a thread made for it",
+            create_batch,
+        )
+        .body::<Vec<RunBody>>()
+        .json::<Vec<RunInfo>>("the runs, in the order asked"),
+        openapi::post(
+            "/runs/cancel",
+            "Cancel runs (`runs.cancel_many`): by `run_ids` (of `thread_id`), every run of `thread_id`, or every run of the user with `status` (pending, running, all); action `interrupt` only",
+            cancel_many,
+        )
+        .body::<CancelMany>()
+        .empty(204, "once they stopped"),
+        openapi::post(
             "/threads/{tid}/runs/{rid}/cancel",
             "Cancel a run: its calls in flight are stopped and recorded, the session ends as failed",
             cancel,
@@ -142,6 +177,8 @@ pub(crate) struct Run {
     pub multitask_strategy: String,
     /// The status, and the session's last event when the run ended.
     pub status: tokio::sync::watch::Sender<(RunStatus, u64)>,
+    /// A queued run was cancelled before it began.
+    pub cancelled: std::sync::atomic::AtomicBool,
 }
 
 impl Run {
@@ -330,6 +367,19 @@ impl Runs {
         }
     }
 
+    /// Forgets what this process keeps of a deleted thread: its runs, its waker, its text.
+    pub(crate) fn forget_thread(&self, thread: &str) {
+        if let Ok(mut runs) = self.runs.lock() {
+            runs.retain(|_, r| r.thread_id != thread);
+        }
+        if let Ok(mut w) = self.wakers.lock() {
+            w.remove(thread);
+        }
+        if let Ok(mut t) = self.texts.lock() {
+            t.remove(thread);
+        }
+    }
+
     pub(crate) fn waker(&self, thread: &str) -> Arc<tokio::sync::Notify> {
         match self.wakers.lock() {
             Ok(mut w) => w.entry(thread.to_owned()).or_default().clone(),
@@ -362,6 +412,15 @@ pub(crate) struct RunBody {
     pub metadata: Option<Value>,
     #[serde(default)]
     pub multitask_strategy: Option<String>,
+    /// `create`: a thread that does not exist is made for the run; `reject` (the default): 404.
+    #[serde(default)]
+    pub if_not_exists: Option<String>,
+    /// A threadless run's thread once the run ended: `delete` (the default) or `keep`.
+    #[serde(default)]
+    pub on_completion: Option<String>,
+    /// The thread of a run of `/runs/batch` (none: a thread is made for it).
+    #[serde(default)]
+    pub thread_id: Option<String>,
 }
 
 /// What a run does to its thread.
@@ -466,6 +525,15 @@ pub(crate) async fn start_with_id(
         ));
     }
     let agent = app.assistant(&body.assistant_id)?.clone();
+    match body.if_not_exists.as_deref() {
+        None | Some("reject") => {}
+        Some("create") => create_thread(app, user, tid, true).await?,
+        Some(other) => {
+            return Err(ApiError::bad(format!(
+                "if_not_exists `{other}`: use `create` or `reject`"
+            )));
+        }
+    }
     let (rec, st) = threads::load(app, user, tid).await?;
     if st.seq > 0 && st.agent != agent.spec.name {
         return Err(ApiError::bad(format!(
@@ -514,6 +582,7 @@ pub(crate) async fn start_with_id(
         metadata: body.metadata.clone().unwrap_or_else(|| json!({})),
         multitask_strategy: strategy,
         status: tokio::sync::watch::channel((RunStatus::Pending, st.seq)).0,
+        cancelled: false.into(),
     });
     if let Ok(mut runs) = app.runs.runs.lock() {
         runs.insert(run.run_id.clone(), run.clone());
@@ -596,6 +665,12 @@ async fn execute(
         // Enqueued: wait for the run before it to end, then decide from the thread as it is.
         None => {
             let held = loop {
+                if run.cancelled.load(std::sync::atomic::Ordering::Acquire) {
+                    break Err(ApiError(
+                        StatusCode::CONFLICT,
+                        "the run was cancelled before it began".into(),
+                    ));
+                }
                 if !app.runs.active_on(&run.thread_id) {
                     break take(&app, &run).await;
                 }
@@ -860,7 +935,7 @@ pub(crate) async fn create_wait(
     Json(body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
     let run = start(&app, &user, &tid, body).await?;
-    Ok(waiting(app, user, run))
+    Ok(waiting(app, user, run, None))
 }
 
 /// The answer of `runs/wait`. Its headers go at once: `Location` names the run's join, where a
@@ -869,7 +944,7 @@ pub(crate) async fn create_wait(
 /// until then (JSON allows leading whitespace) to keep the connection alive. If the server stops
 /// while the session still runs, the body breaks off, so that the client follows `Location` to
 /// the server that goes on with it.
-fn waiting(app: Shared, user: User, run: Arc<Run>) -> Response {
+fn waiting(app: Shared, user: User, run: Arc<Run>, temporary: Option<Temporary>) -> Response {
     let location = format!("/threads/{}/runs/{}", run.thread_id, run.run_id);
     let body = futures::stream::unfold(Some((app, user, run, 0u32)), |st| async move {
         let (app, user, run, mut ticks) = st?;
@@ -911,6 +986,11 @@ fn waiting(app: Shared, user: User, run: Arc<Run>) -> Response {
         let v = v.unwrap_or_default();
         Some((Ok(axum::body::Bytes::from(v)), None))
     });
+    // The thread of a threadless run goes once the answer is sent (or the client left).
+    let body = futures::StreamExt::map(futures::StreamExt::fuse(body), move |part| {
+        let _ = &temporary;
+        part
+    });
     let mut resp = axum::body::Body::from_stream(body).into_response();
     let headers = resp.headers_mut();
     headers.insert(
@@ -934,21 +1014,31 @@ pub(crate) async fn create_stream(
 ) -> Result<Response, ApiError> {
     let modes = stream::modes(body.stream_mode.as_ref());
     let run = start(&app, &user, &tid, body).await?;
-    // Where the client reconnects after a dropped connection (the SDK does so by itself), with
-    // the same stream modes.
+    Ok(streaming(app, run, modes, None))
+}
+
+/// A new run's stream, with `Location`: where the client reconnects after a dropped connection
+/// (the SDK does so by itself), with the same stream modes.
+fn streaming(
+    app: Shared,
+    run: Arc<Run>,
+    modes: Vec<String>,
+    temporary: Option<Temporary>,
+) -> Response {
     let query: Vec<String> = modes.iter().map(|m| format!("stream_mode={m}")).collect();
     let location = format!(
-        "/threads/{tid}/runs/{}/stream?{}",
+        "/threads/{}/runs/{}/stream?{}",
+        run.thread_id,
         run.run_id,
         query.join("&")
     );
     let after = stream::Position::after(run.start_seq());
-    let mut resp =
-        stream::sse(app, run, after, stream::Format::LangGraph(modes), true).into_response();
+    let format = stream::Format::LangGraph(modes);
+    let mut resp = stream::sse(app, run, after, format, true, temporary).into_response();
     if let Ok(v) = location.parse() {
         resp.headers_mut().insert("location", v);
     }
-    Ok(resp)
+    resp
 }
 
 /// The run, from memory or, for a run this process does not know (it began before a restart,
@@ -1030,6 +1120,7 @@ fn logged(
         metadata: json!({}),
         multitask_strategy: "reject".into(),
         status: tokio::sync::watch::channel((status, st.seq)).0,
+        cancelled: false.into(),
     }
 }
 
@@ -1250,7 +1341,15 @@ pub(crate) async fn join_stream(
         .map(|(_, v)| Value::String(v.to_owned()))
         .collect();
     let modes = stream::modes(Some(&Value::Array(asked)));
-    Ok(stream::sse(app, run, after, stream::Format::LangGraph(modes), false).into_response())
+    Ok(stream::sse(
+        app,
+        run,
+        after,
+        stream::Format::LangGraph(modes),
+        false,
+        None,
+    )
+    .into_response())
 }
 
 /// Cancels a run: its calls in flight are stopped and recorded as cancelled, and the session
@@ -1261,12 +1360,276 @@ pub(crate) async fn cancel(
     Path((tid, rid)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let run = found(&app, &user, &tid, &rid).await?;
-    if run.status.borrow().0.is_final() {
-        return Ok(StatusCode::NO_CONTENT);
-    }
-    app.store
-        .request(&tid, "cancel", weft_runtime::now_ms())
-        .await?;
+    stop(&app, &run).await?;
     let _ = tokio::time::timeout(Duration::from_secs(30), run.finished()).await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Asks a run to stop: a queued run never begins; a running one is cancelled through its
+/// thread's lease (its calls in flight stopped and recorded).
+async fn stop(app: &Shared, run: &Run) -> Result<(), ApiError> {
+    let (status, _) = *run.status.borrow();
+    match status {
+        s if s.is_final() => Ok(()),
+        RunStatus::Pending => {
+            run.cancelled
+                .store(true, std::sync::atomic::Ordering::Release);
+            app.runs.waker(&run.thread_id).notify_waiters();
+            Ok(())
+        }
+        _ => {
+            app.store
+                .request(&run.thread_id, "cancel", weft_runtime::now_ms())
+                .await?;
+            Ok(())
+        }
+    }
+}
+
+/// Makes thread `tid` for `user` (`exists_ok`: a thread of that id is left as it is; whose it
+/// is is checked when it is loaded).
+async fn create_thread(
+    app: &Shared,
+    user: &User,
+    tid: &str,
+    exists_ok: bool,
+) -> Result<(), ApiError> {
+    let new = weft_store::NewSession {
+        id: tid.to_owned(),
+        user_id: Some(user.0.clone()),
+        agent: String::new(),
+        metadata: json!({}),
+        ..weft_store::NewSession::default()
+    };
+    match app.store.create(new, weft_runtime::now_ms()).await {
+        Ok(_) => Ok(()),
+        Err(weft_store::StoreError::Exists(_)) if exists_ok => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The thread made for a threadless run, deleted once the run has ended and whoever holds
+/// this (the request's answer, its stream) has let it go, unless `keep`. A run that waits for
+/// a person, or stopped with its server, keeps its thread (it can still be answered or
+/// continued).
+pub(crate) struct Temporary {
+    app: Shared,
+    run: Arc<Run>,
+}
+
+impl Drop for Temporary {
+    fn drop(&mut self) {
+        let (app, run) = (self.app.clone(), self.run.clone());
+        tokio::spawn(async move {
+            run.finished().await;
+            if app.host.shutdown.is_requested() {
+                return;
+            }
+            let tid = &run.thread_id;
+            let ended = matches!(
+                app.store.get(tid).await,
+                Ok(r) if r.status.is_terminal()
+            );
+            if ended && !app.runs.active_on(tid) {
+                if let Err(e) = app.store.delete(tid).await {
+                    tracing::warn!(thread = %tid, "cannot delete a threadless run's thread: {e}");
+                }
+                app.runs.forget_thread(tid);
+            }
+        });
+    }
+}
+
+/// Starts a threadless run: on a thread made for it, deleted when the run ends unless
+/// `on_completion` is `keep` (then `None`).
+async fn start_threadless(
+    app: &Shared,
+    user: &User,
+    body: RunBody,
+) -> Result<(Arc<Run>, Option<Temporary>), ApiError> {
+    let keep = match body.on_completion.as_deref() {
+        None | Some("delete") => false,
+        Some("keep") => true,
+        Some(other) => {
+            return Err(ApiError::bad(format!(
+                "on_completion `{other}`: use `delete` or `keep`"
+            )));
+        }
+    };
+    app.assistant(&body.assistant_id)?;
+    let tid = uuid::Uuid::now_v7().to_string();
+    create_thread(app, user, &tid, false).await?;
+    let run = match start(app, user, &tid, body).await {
+        Ok(run) => run,
+        Err(e) => {
+            // Nothing ran on it: the thread goes with the refusal.
+            let _ = app.store.delete(&tid).await;
+            return Err(e);
+        }
+    };
+    let temporary = (!keep).then(|| Temporary {
+        app: app.clone(),
+        run: run.clone(),
+    });
+    Ok((run, temporary))
+}
+
+pub(crate) async fn create_threadless(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Json(body): Json<RunBody>,
+) -> Result<Json<RunInfo>, ApiError> {
+    let (run, temporary) = start_threadless(&app, &user, body).await?;
+    drop(temporary);
+    Ok(Json(run.json()))
+}
+
+pub(crate) async fn wait_threadless(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Json(body): Json<RunBody>,
+) -> Result<Response, ApiError> {
+    let (run, temporary) = start_threadless(&app, &user, body).await?;
+    Ok(waiting(app, user, run, temporary))
+}
+
+pub(crate) async fn stream_threadless(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Json(body): Json<RunBody>,
+) -> Result<Response, ApiError> {
+    let modes = stream::modes(body.stream_mode.as_ref());
+    let (run, temporary) = start_threadless(&app, &user, body).await?;
+    Ok(streaming(app, run, modes, temporary))
+}
+
+/// `runs.create_batch`: each run started in the background in the order given, on its
+/// `thread_id` or on a thread made for it. The assistants are checked first; a run refused
+/// after that stops the batch with its error (the runs before it go on).
+pub(crate) async fn create_batch(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Json(bodies): Json<Vec<RunBody>>,
+) -> Result<Json<Vec<RunInfo>>, ApiError> {
+    for (i, b) in bodies.iter().enumerate() {
+        if !app.agents.contains_key(&b.assistant_id) {
+            return Err(ApiError(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "[{i}].assistant_id: assistant `{}` not found",
+                    b.assistant_id
+                ),
+            ));
+        }
+    }
+    let mut out = Vec::with_capacity(bodies.len());
+    for (i, mut b) in bodies.into_iter().enumerate() {
+        let started = match b.thread_id.take() {
+            Some(tid) => start(&app, &user, &tid, b).await,
+            None => start_threadless(&app, &user, b).await.map(|(run, _)| run),
+        };
+        let run = started.map_err(|e| ApiError(e.0, format!("[{i}]: {}", e.1)))?;
+        out.push(run.json());
+    }
+    Ok(Json(out))
+}
+
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+pub(crate) struct CancelMany {
+    /// The thread whose runs are cancelled (all of them, or those of `run_ids`).
+    #[serde(default)]
+    thread_id: Option<String>,
+    #[serde(default)]
+    run_ids: Option<Vec<String>>,
+    /// Every run of the user with this status: `pending`, `running` or `all`.
+    #[serde(default)]
+    status: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct CancelQuery {
+    /// `interrupt` (the default); `rollback` is not supported.
+    action: Option<String>,
+}
+
+/// `runs.cancel_many`: the runs named (by `run_ids` of `thread_id`, every run of `thread_id`,
+/// or every run of the user with `status`) are cancelled as `runs.cancel` cancels one; answers
+/// once they stopped (at most 30 s).
+pub(crate) async fn cancel_many(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    axum::extract::Query(q): axum::extract::Query<CancelQuery>,
+    Json(body): Json<CancelMany>,
+) -> Result<StatusCode, ApiError> {
+    match q.action.as_deref() {
+        None | Some("interrupt") => {}
+        Some("rollback") => {
+            return Err(ApiError::bad(
+                "action `rollback` is not supported: a weft run's events stay in its thread's log; \
+                 cancel with action `interrupt`, then delete the thread (threads.delete) or fork it \
+                 before the run (POST /sessions/{id}/fork with `at`)",
+            ));
+        }
+        Some(other) => {
+            return Err(ApiError::bad(format!("action `{other}`: use `interrupt`")));
+        }
+    }
+    let status = match body.status.as_deref() {
+        None => None,
+        Some(s @ ("pending" | "running" | "all")) => Some(s),
+        Some(other) => {
+            return Err(ApiError::bad(format!(
+                "status `{other}`: use `pending`, `running` or `all`"
+            )));
+        }
+    };
+    let mine: Vec<Arc<Run>> = app
+        .runs
+        .runs
+        .lock()
+        .map(|r| r.values().filter(|r| r.user == user.0).cloned().collect())
+        .unwrap_or_default();
+    let chosen: Vec<Arc<Run>> = match (&body.thread_id, &body.run_ids, status) {
+        (Some(tid), Some(ids), _) => {
+            let mut out = Vec::new();
+            for id in ids {
+                out.push(found(&app, &user, tid, id).await?);
+            }
+            out
+        }
+        (None, Some(ids), _) => mine
+            .into_iter()
+            .filter(|r| ids.contains(&r.run_id))
+            .collect(),
+        (Some(tid), None, _) => {
+            threads::load(&app, &user, tid).await?;
+            mine.into_iter().filter(|r| &r.thread_id == tid).collect()
+        }
+        (None, None, Some(status)) => mine
+            .into_iter()
+            .filter(|r| {
+                let s = r.status.borrow().0;
+                match status {
+                    "pending" => s == RunStatus::Pending,
+                    "running" => s == RunStatus::Running,
+                    _ => !s.is_final(),
+                }
+            })
+            .collect(),
+        (None, None, None) => {
+            return Err(ApiError::bad(
+                "say which runs: thread_id, run_ids (with thread_id), or status",
+            ));
+        }
+    };
+    for run in &chosen {
+        stop(&app, run).await?;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(30), async {
+        for run in &chosen {
+            run.finished().await;
+        }
+    })
+    .await;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -110,6 +110,13 @@ impl Summaries {
     }
 
     const MAX: usize = 10_000;
+
+    /// Forgets the summary of a deleted session.
+    pub(crate) fn forget(&self, id: &str) {
+        if let Ok(mut cache) = self.0.lock() {
+            cache.remove(id);
+        }
+    }
 }
 
 /// The session's record, if it is this user's; another user's session is not found.

@@ -22,12 +22,13 @@ use axum::response::Sse as SseResponse;
 use axum::response::sse::{Event as Sse, KeepAlive};
 use futures::Stream;
 use serde_json::{Value, json};
+use weft_core::state::OpenCall;
 use weft_core::{Envelope, Event, State};
 use weft_store::SessionLog;
 
 use super::Shared;
 use super::runs::{Piece, Run, RunStatus};
-use super::threads;
+use super::{messages, threads};
 
 /// The modes a request asks for (default `values`).
 pub(crate) fn modes(v: Option<&Value>) -> Vec<String> {
@@ -116,16 +117,17 @@ impl Format {
     }
 
     /// The parts of a stored event; `skip`: the client has its parts up to this one;
-    /// `text_sent`: bytes of the answer's text the client has.
+    /// `text_sent`: bytes of the answer's text the client has; `call`: the call a
+    /// `tool_call_finished` ends.
     fn parts(
         &self,
-        env: &Envelope,
+        (env, call): (&Envelope, Option<&OpenCall>),
         st: &State,
         (text_sent, skip): (usize, Option<u8>),
         out: &mut std::collections::VecDeque<Sse>,
     ) {
         match self {
-            Self::LangGraph(modes) => parts(modes, env, st, (text_sent, skip), out),
+            Self::LangGraph(modes) => parts(modes, (env, call), st, (text_sent, skip), out),
             Self::AgUi { .. } => super::agui::parts(env, st, text_sent > 0, out),
         }
     }
@@ -147,7 +149,7 @@ impl Format {
             Self::LangGraph(_) => vec![
                 Sse::default()
                     .event("messages")
-                    .data(chunk(st, text).to_string())
+                    .data(chunk(&messages::reply_id(st), text).to_string())
                     .id(format!("{after}-t{end}")),
             ],
             Self::AgUi { .. } => super::agui::text(st, text, first),
@@ -193,49 +195,91 @@ pub(super) fn part(event: &str, data: &impl serde::Serialize, id: Option<(u64, u
     }
 }
 
-/// A piece of the agent's text as LangGraph's `messages` mode sends it: the chunk and its
-/// metadata.
-fn chunk(st: &State, text: &str) -> Value {
+/// A piece of the agent's text as LangGraph's `messages` mode sends it: the chunk (with the id
+/// of the message it becomes in the thread's values, `id`) and its metadata.
+fn chunk(id: &str, text: &str) -> Value {
     json!([
-        {"type": "AIMessageChunk", "content": text, "id": format!("{}-answer-{}", st.session_id, st.memory.len())},
+        {"type": "AIMessageChunk", "content": text, "id": id},
         {"langgraph_node": "agent", "run_attempt": 1},
     ])
 }
 
-/// The SSE parts one stored event makes, after it was applied to `st`, in the order of [`MODES`]
-/// and after part `skip`; the answer without its first `text_sent` bytes (sent as it came).
-fn parts(
-    modes: &[String],
-    env: &Envelope,
-    st: &State,
-    (text_sent, skip): (usize, Option<u8>),
-    out: &mut std::collections::VecDeque<Sse>,
-) {
-    let changes_values = matches!(
-        env.event,
-        Event::TurnStarted { .. }
-            | Event::UserReplied { .. }
-            | Event::StepCompleted { .. }
-            | Event::ToolCallFinished { .. }
-            | Event::WaitingForUser { .. }
-            | Event::RunFinished { .. }
-    );
-    let update = match &env.event {
+/// What one stored event changed, as LangGraph's `updates` mode sends it: by node, what it
+/// added (`agent`: the model's reply with its tool calls, or the answer; `tools`: a call's
+/// result; a plan step's output under its id; `__interrupt__`: a wait). `call`: the call a
+/// `tool_call_finished` ends, as it was in flight.
+fn update(env: &Envelope, st: &State, call: Option<&OpenCall>) -> Option<Value> {
+    match &env.event {
+        Event::ModelReplied {
+            purpose: weft_core::model::Purpose::React | weft_core::model::Purpose::Workflow,
+            ..
+        } => messages::calls_message(st).map(|m| json!({"agent": {"messages": [m]}})),
         Event::ToolCallFinished {
             call_id, outcome, ..
-        } => Some(json!({"tools": {"call_id": call_id, "outcome": outcome}})),
+        } => {
+            let message = messages::result_message(st, call_id).unwrap_or_else(|| {
+                let (content, error) = match outcome {
+                    weft_core::ToolOutcome::Ok { output } => {
+                        (weft_core::state::value_text(output), false)
+                    }
+                    weft_core::ToolOutcome::Error { error } => {
+                        (error.bounded().to_value().to_string(), true)
+                    }
+                };
+                let tool = call.map_or("", |c| c.tool.as_str());
+                messages::Message::tool(format!("{call_id}-result"), call_id, tool, &content, error)
+            });
+            Some(json!({"tools": {"messages": [message]}}))
+        }
         Event::StepCompleted { step, output, .. } => {
             Some(json!({ step.clone(): {"output": output} }))
         }
         Event::WaitingForUser { request } => {
             Some(json!({"__interrupt__": [threads::interrupt(st, request)]}))
         }
-        Event::RunFinished { answer, error, .. } => Some(json!({"agent": {
-            "answer": answer, "error": error,
-            "messages": answer.iter().map(|a| json!({"type": "ai", "content": a})).collect::<Vec<_>>(),
-        }})),
+        Event::RunFinished { answer, error, .. } => {
+            let mut agent = serde_json::Map::new();
+            let messages: Vec<messages::Message> = answer
+                .iter()
+                .map(|a| messages::answer_message(st, a))
+                .collect();
+            agent.insert("messages".into(), json!(messages));
+            agent.insert("answer".into(), json!(answer));
+            if let Some(e) = error {
+                agent.insert("error".into(), json!(e));
+            }
+            Some(json!({ "agent": agent }))
+        }
         _ => None,
-    };
+    }
+}
+
+/// The SSE parts one stored event makes, after it was applied to `st`, in the order of [`MODES`]
+/// and after part `skip`; the answer without its first `text_sent` bytes (sent as it came).
+fn parts(
+    modes: &[String],
+    (env, call): (&Envelope, Option<&OpenCall>),
+    st: &State,
+    (text_sent, skip): (usize, Option<u8>),
+    out: &mut std::collections::VecDeque<Sse>,
+) {
+    let changes_values = matches!(
+        env.event,
+        Event::ModelReplied {
+            purpose: weft_core::model::Purpose::React | weft_core::model::Purpose::Workflow,
+            ..
+        } | Event::TurnStarted { .. }
+            | Event::UserReplied { .. }
+            | Event::StepCompleted { .. }
+            | Event::ToolCallFinished { .. }
+            | Event::WaitingForUser { .. }
+            | Event::RunFinished { .. }
+    );
+    let update = modes
+        .iter()
+        .any(|m| m == "updates")
+        .then(|| update(env, st, call))
+        .flatten();
     for (k, names) in MODES.iter().enumerate() {
         if !modes.iter().any(|m| names.contains(&m.as_str()))
             || skip.is_some_and(|s| k <= usize::from(s))
@@ -257,7 +301,8 @@ fn parts(
                 } = &env.event
                     && let Some(rest) = a.get(text_sent..).filter(|r| !r.is_empty())
                 {
-                    out.push_back(part("messages", &chunk(st, rest), id));
+                    let id_of = messages::answer_message(st, a);
+                    out.push_back(part("messages", &chunk(id_of.id(), rest), id));
                 }
             }
             3 => {
@@ -315,15 +360,17 @@ impl Progress {
 
 /// The run's stream: its parts after position `from`, live until the run has ended. The
 /// format's first events (`metadata`, `RUN_STARTED`) when `announce` (a new run's stream; a
-/// reconnection goes on where it stopped).
+/// reconnection goes on where it stopped). `temporary`: the thread made for a threadless run,
+/// deleted once the run ended and this stream is done with it.
 pub(crate) fn sse(
     app: Shared,
     run: Arc<Run>,
     from: Position,
     format: Format,
     announce: bool,
+    temporary: Option<super::runs::Temporary>,
 ) -> SseResponse<impl Stream<Item = Result<Sse, Infallible>>> {
-    let cursor = Cursor::new(app, run, from, format, announce);
+    let cursor = Cursor::new(app, run, from, (format, announce), temporary);
     let stream = futures::stream::unfold(cursor, |mut c| async move {
         c.next_part().await.map(|part| (Ok(part), c))
     });
@@ -333,6 +380,8 @@ pub(crate) fn sse(
 /// Where one client's stream of a run stands: the state folded up to the last event sent, the
 /// parts made and not sent yet, and the model's text as it comes.
 struct Cursor {
+    /// Dropped with the stream.
+    _temporary: Option<super::runs::Temporary>,
     app: Shared,
     run: Arc<Run>,
     format: Format,
@@ -357,7 +406,13 @@ struct Cursor {
 }
 
 impl Cursor {
-    fn new(app: Shared, run: Arc<Run>, from: Position, format: Format, announce: bool) -> Self {
+    fn new(
+        app: Shared,
+        run: Arc<Run>,
+        from: Position,
+        (format, announce): (Format, bool),
+        temporary: Option<super::runs::Temporary>,
+    ) -> Self {
         let mut first = std::collections::VecDeque::new();
         if announce {
             first.extend(format.prologue(&run));
@@ -377,6 +432,7 @@ impl Cursor {
             rx
         });
         Self {
+            _temporary: temporary,
             texts,
             pending,
             streamed: false,
@@ -452,6 +508,12 @@ impl Cursor {
                 return None;
             }
             if self.ended_in_log() || (status.is_final() && self.seq >= end) {
+                if !status.is_final() {
+                    // The run's last events are stored; its process lets the thread go next.
+                    // `end` waits for that, so that a client may start the next run at once.
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(10), self.run.finished()).await;
+                }
                 self.finish(status);
                 continue;
             }
@@ -548,6 +610,10 @@ impl Cursor {
                 }
             }
             note_reply(&mut self.reply, &env.event);
+            let call = match &env.event {
+                Event::ToolCallFinished { call_id, .. } => st.calls.open.get(call_id).cloned(),
+                _ => None,
+            };
             st.apply(&env.event);
             self.progress.note(&env.event, &self.run.run_id, st.status);
             let answered = matches!(self.format, Format::LangGraph(_))
@@ -559,7 +625,8 @@ impl Cursor {
             } else {
                 0
             };
-            self.format.parts(env, st, (sent, skip), &mut self.queue);
+            self.format
+                .parts((env, call.as_ref()), st, (sent, skip), &mut self.queue);
             self.seq = env.seq;
             if ends_text(&env.event) {
                 self.text_at = env.seq;

@@ -9,9 +9,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use weft_core::{SessionStatus, State as SessionState};
-use weft_store::{ListFilter, NewSession, SessionLog, SessionRecord, StoreError};
+use weft_store::{Leases, ListFilter, NewSession, SessionLog, SessionRecord, StoreError};
 
 use super::auth::User;
+use super::messages::{Message, messages};
 use super::openapi::{self, Route};
 use super::{ApiError, Shared, runs};
 use weft_host::sessions::fmt_time;
@@ -60,10 +61,29 @@ pub(crate) fn routes() -> Vec<Route> {
         .json::<Thread>("the thread"),
         openapi::delete(
             "/threads/{tid}",
-            "Not supported (405): `weft sessions prune` removes old sessions",
+            "Delete the thread: its session, events, snapshots and runs (409 while a run drives it)",
             delete_thread,
         )
-        .empty(405, "never"),
+        .empty(204, "once it is deleted"),
+        openapi::patch(
+            "/threads/{tid}",
+            "Merge metadata into the thread's (`threads.update`); a key set to null is removed",
+            update_thread,
+        )
+        .body::<UpdateThread>()
+        .json::<Thread>("the thread"),
+        openapi::post(
+            "/threads/{tid}/copy",
+            "A new thread with the thread's log up to now (`threads.copy`: a fork at its last event; 409 while a run drives it)",
+            copy_thread,
+        )
+        .json::<Thread>("the new thread"),
+        openapi::post(
+            "/threads/{tid}/state",
+            "Not supported (501): weft's state is the fold of its log; the answer names what to use instead",
+            update_state,
+        )
+        .empty(501, "always: {detail} says what to use instead"),
         openapi::get(
             "/threads/{tid}/state",
             "The thread's state: values, next, tasks with interrupts, checkpoint",
@@ -370,28 +390,6 @@ impl ThreadStatus {
     }
 }
 
-/// A message as LangChain clients read it.
-#[derive(Clone, Serialize, JsonSchema)]
-pub(crate) struct Message {
-    /// `human` or `ai`.
-    #[serde(rename = "type")]
-    kind: String,
-    content: String,
-    id: String,
-    additional_kwargs: Map<String, Value>,
-    response_metadata: Map<String, Value>,
-}
-
-fn message(kind: &str, content: &str, id: String) -> Message {
-    Message {
-        kind: kind.to_owned(),
-        content: content.to_owned(),
-        id,
-        additional_kwargs: Map::new(),
-        response_metadata: Map::new(),
-    }
-}
-
 /// A thread's values: the conversation, the plan's State object, the answer once the run
 /// ended, the wait as an interrupt, and (from `runs/wait` and `join`) a failed run's error.
 #[derive(Clone, Serialize, JsonSchema)]
@@ -407,29 +405,11 @@ pub(crate) struct Values {
     pub error: Option<runs::RunError>,
 }
 
-/// The thread's values: the conversation (each turn's task, the person's answers, the agent's
-/// answer), the plan's State object and the answer.
+/// The thread's values: the conversation ([`messages`]), the plan's State object and the
+/// answer.
 pub(crate) fn values(st: &SessionState) -> Values {
-    let mut messages = Vec::new();
-    let id = |kind: &str, n: usize| format!("{}-{kind}-{n}", st.session_id);
-    for (n, (task, answer)) in st.memory.iter().enumerate() {
-        messages.push(message("human", task, id("task", n)));
-        if let Some(a) = answer {
-            messages.push(message("ai", a, id("answer", n)));
-        }
-    }
-    let turn = st.memory.len();
-    if let Some(task) = &st.turn.task {
-        messages.push(message("human", task, id("task", turn)));
-    }
-    for (k, reply) in st.turn.user_inputs.iter().enumerate() {
-        messages.push(message("human", reply, id(&format!("reply{k}"), turn)));
-    }
-    if let Some(a) = &st.turn.answer {
-        messages.push(message("ai", a, id("answer", turn)));
-    }
     Values {
-        messages,
+        messages: messages(st),
         data: st.data.clone(),
         answer: st.turn.answer.clone(),
         interrupt: st.turn.waiting.as_ref().map(|w| vec![interrupt(st, w)]),
@@ -785,9 +765,136 @@ pub(crate) async fn history(
     Ok(Json(out))
 }
 
-pub(crate) async fn delete_thread() -> ApiError {
+/// Whether a process drives the thread now: a run of this server, or a live lease of another.
+async fn busy(app: &Shared, tid: &str) -> Result<bool, ApiError> {
+    if app.runs.active_on(tid) {
+        return Ok(true);
+    }
+    let now = weft_runtime::now_ms();
+    Ok(matches!(
+        app.store.lease(tid).await?,
+        Some(l) if l.expires_at > now
+    ))
+}
+
+fn busy_error(tid: &str, what: &str) -> ApiError {
     ApiError(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "deleting a thread is not supported; `weft sessions prune` removes old sessions".into(),
+        StatusCode::CONFLICT,
+        format!("thread {tid} is busy with a run; cancel it (runs.cancel) or {what} once it ended"),
     )
+}
+
+/// `DELETE /threads/{tid}`: the session, its events, its snapshots and its lease are deleted,
+/// and with them its runs (whose identity is in the log). A thread a process drives is refused.
+pub(crate) async fn delete_thread(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(tid): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let _ = load(&app, &user, &tid).await?;
+    if busy(&app, &tid).await? {
+        return Err(busy_error(&tid, "delete it"));
+    }
+    match app.store.delete(&tid).await {
+        Ok(()) | Err(StoreError::NotFound(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    app.runs.forget_thread(&tid);
+    app.summaries.forget(&tid);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+pub(crate) struct UpdateThread {
+    /// Merged into the thread's metadata: each key replaces the thread's, a key set to null is
+    /// removed.
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+}
+
+/// `PATCH /threads/{tid}` (`threads.update`): the body's metadata merged into the thread's.
+pub(crate) async fn update_thread(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(tid): Path<String>,
+    body: Option<Json<UpdateThread>>,
+) -> Result<Json<Thread>, ApiError> {
+    let (rec, _) = load(&app, &user, &tid).await?;
+    let update = body.and_then(|Json(b)| b.metadata).unwrap_or_default();
+    if let Some(k) = update.keys().find(|k| k.starts_with("weft_")) {
+        return Err(ApiError::bad(format!(
+            "metadata.{k}: keys that begin with `weft_` are weft's own; choose another name"
+        )));
+    }
+    let mut metadata = match rec.metadata {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    for (k, v) in update {
+        if v.is_null() {
+            metadata.remove(&k);
+        } else {
+            metadata.insert(k, v);
+        }
+    }
+    app.store
+        .set_metadata(&tid, &Value::Object(metadata), weft_runtime::now_ms())
+        .await?;
+    let (rec, st) = load(&app, &user, &tid).await?;
+    Ok(Json(thread_json(&app, &rec, &st)))
+}
+
+/// `POST /threads/{tid}/copy` (`threads.copy`): a new thread of the same user with the
+/// thread's log up to its last event and its metadata (plus `forked_from`), made with
+/// `weft_host::sessions::fork` as `weft sessions fork` makes one. A thread that never had a run
+/// is copied as a new empty thread with its metadata.
+pub(crate) async fn copy_thread(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(tid): Path<String>,
+) -> Result<Json<Thread>, ApiError> {
+    let (rec, st) = load(&app, &user, &tid).await?;
+    if busy(&app, &tid).await? || (st.seq > 0 && st.status == SessionStatus::Running) {
+        return Err(busy_error(&tid, "copy it"));
+    }
+    let new_id = if st.seq == 0 {
+        let new = NewSession {
+            id: uuid::Uuid::now_v7().to_string(),
+            user_id: Some(user.0.clone()),
+            agent: String::new(),
+            metadata: rec.metadata.clone(),
+            parent_id: Some(tid.clone()),
+            ..NewSession::default()
+        };
+        app.store.create(new, weft_runtime::now_ms()).await?.id
+    } else {
+        weft_host::sessions::fork(app.store.as_ref(), &tid, st.seq, None)
+            .await
+            .map_err(|e| match e {
+                weft_host::HostError::Store(e) => e.into(),
+                other => ApiError::bad(crate::message(&other.into())),
+            })?
+            .0
+    };
+    let (rec, st) = load(&app, &user, &new_id).await?;
+    Ok(Json(thread_json(&app, &rec, &st)))
+}
+
+/// `POST /threads/{tid}/state` (`threads.update_state`) is refused with 501: a weft thread's
+/// state is the fold of its log of typed events, written only by runs, so values cannot be
+/// written over it. The answer says what to use instead.
+pub(crate) async fn update_state(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(tid): Path<String>,
+) -> Result<ApiError, ApiError> {
+    let _ = load(&app, &user, &tid).await?;
+    Ok(ApiError(
+        StatusCode::NOT_IMPLEMENTED,
+        "threads.update_state is not supported: a weft thread's state is the fold of its event log, which only runs write. \
+         To add to the conversation, start a run (runs.create with input messages); to answer an interrupt, \
+         start a run with command={\"resume\": ...}; to change metadata, use threads.update; to branch from an \
+         earlier point, use threads.copy or POST /sessions/{id}/fork with `at`."
+            .into(),
+    ))
 }

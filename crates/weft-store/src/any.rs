@@ -182,6 +182,8 @@ impl SessionLog for AnyStore {
         async fn events_after(&self, id: &str, after_seq: u64) -> Result<Vec<Envelope>, StoreError>;
         async fn list(&self, filter: &ListFilter) -> Result<Vec<SessionRecord>, StoreError>;
         async fn prune(&self, before: i64, active: bool) -> Result<u64, StoreError>;
+        async fn delete(&self, id: &str) -> Result<(), StoreError>;
+        async fn set_metadata(&self, id: &str, metadata: &serde_json::Value, now: i64) -> Result<(), StoreError>;
         async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError>;
         async fn snapshot_parts(&self, id: &str, from: u64) -> Result<Vec<(u64, String)>, StoreError>;
     }
@@ -246,6 +248,12 @@ impl Knowledge for AnyStore {
             shelves: &[Shelf],
             limit: usize,
             offset: usize,
+        ) -> Result<Vec<Listed>, StoreError>;
+        async fn find(
+            &self,
+            kind: Kind,
+            shelves: &[Shelf],
+            source: &str,
         ) -> Result<Vec<Listed>, StoreError>;
     }
 }

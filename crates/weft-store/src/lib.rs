@@ -581,6 +581,17 @@ pub trait SessionLog: Send + Sync + 'static {
         before: i64,
         active: bool,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// Deletes session `id` with its events, snapshots and lease ([`StoreError::NotFound`] if
+    /// there is none). The caller makes sure no process drives it.
+    fn delete(&self, id: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Replaces session `id`'s metadata and sets its `updated_at` to `now`
+    /// ([`StoreError::NotFound`] if there is none).
+    fn set_metadata(
+        &self,
+        id: &str,
+        metadata: &serde_json::Value,
+        now: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Appends a batch as [`SessionLog::append`] does and, in the same transaction, a snapshot of
     /// the session's state: its head replaces the session's last one, and its part (the
     /// conversation from `part.start` on) replaces every part from that start on. The snapshot

@@ -101,6 +101,7 @@ const POSTGRES: crate::sql_log::Dialect = crate::sql_log::Dialect {
     session_cols: "id, user_id, agent, reference_id, metadata::text, parent_id, status, \
                    created_at, updated_at, last_seq",
     of_session: |n| format!("session_id = ${n}"),
+    json: |n| format!("${n}::json"),
 };
 
 /// A store in a PostgreSQL database.

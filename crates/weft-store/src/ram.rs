@@ -199,6 +199,29 @@ impl SessionLog for RamStore {
         Ok(pruned)
     }
 
+    async fn delete(&self, id: &str) -> Result<(), StoreError> {
+        let mut map = self.lock()?;
+        map.remove(id)
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        self.leases()?.remove(id);
+        Ok(())
+    }
+
+    async fn set_metadata(
+        &self,
+        id: &str,
+        metadata: &serde_json::Value,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let mut map = self.lock()?;
+        let e = map
+            .get_mut(id)
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        e.rec.metadata = metadata.clone();
+        e.rec.updated_at = now;
+        Ok(())
+    }
+
     async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError> {
         let map = self.lock()?;
         let entry = map

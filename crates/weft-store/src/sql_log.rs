@@ -15,6 +15,8 @@ pub(crate) struct Dialect {
     /// The condition that a row of `events`, `snapshots` or `snapshot_parts` belongs to the
     /// session whose id is parameter `n`.
     pub of_session: fn(usize) -> String,
+    /// Parameter `n` as a JSON value of a `metadata` column (`?n`, `$n::json`).
+    pub json: fn(usize) -> String,
 }
 
 /// The methods of a SQL store that read rows, for its inherent `impl`: `read_events` and
@@ -92,8 +94,9 @@ macro_rules! sql_log_rows {
 }
 pub(crate) use sql_log_rows;
 
-/// The [`crate::SessionLog`] methods that read (and prune), for a SQL store's `impl`: `get`,
-/// `load`, `events_after`, `list`, `prune`, `latest_snapshot` and `snapshot_parts`, over the
+/// The [`crate::SessionLog`] methods that read (and prune, delete and set metadata), for a SQL
+/// store's `impl`: `get`, `load`, `events_after`, `list`, `prune`, `delete`, `set_metadata`,
+/// `latest_snapshot` and `snapshot_parts`, over the
 /// methods [`sql_log_rows`] makes.
 macro_rules! sql_log_reads {
     ($dialect:expr, $db:ty) => {
@@ -178,6 +181,59 @@ macro_rules! sql_log_reads {
                 .await
                 .map_err(|e| self.err("cannot prune the leases of pruned sessions", e))?;
             Ok(res.rows_affected())
+        }
+
+        async fn delete(&self, id: &str) -> Result<(), $crate::StoreError> {
+            let d: &$crate::sql_log::Dialect = &$dialect;
+            let mut tx = self
+                .pool
+                .begin()
+                .await
+                .map_err(|e| self.err(&format!("cannot delete session {id}"), e))?;
+            let sql = format!("DELETE FROM sessions WHERE id = {}", (d.p)(1));
+            let res = sqlx::query(&sql)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.err(&format!("cannot delete session {id}"), e))?;
+            if res.rows_affected() == 0 {
+                return Err($crate::StoreError::NotFound(id.to_owned()));
+            }
+            let sql = format!("DELETE FROM leases WHERE session = {}", (d.p)(1));
+            sqlx::query(&sql)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.err(&format!("cannot delete the lease of session {id}"), e))?;
+            tx.commit()
+                .await
+                .map_err(|e| self.err(&format!("cannot delete session {id}"), e))
+        }
+
+        async fn set_metadata(
+            &self,
+            id: &str,
+            metadata: &serde_json::Value,
+            now: i64,
+        ) -> Result<(), $crate::StoreError> {
+            let d: &$crate::sql_log::Dialect = &$dialect;
+            let sql = format!(
+                "UPDATE sessions SET metadata = {}, updated_at = {} WHERE id = {}",
+                (d.json)(1),
+                (d.p)(2),
+                (d.p)(3)
+            );
+            let res = sqlx::query(&sql)
+                .bind(metadata.to_string())
+                .bind(now)
+                .bind(id)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| self.err(&format!("cannot change the metadata of session {id}"), e))?;
+            if res.rows_affected() == 0 {
+                return Err($crate::StoreError::NotFound(id.to_owned()));
+            }
+            Ok(())
         }
 
         async fn latest_snapshot(

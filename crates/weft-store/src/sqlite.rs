@@ -61,6 +61,7 @@ const SQLITE: crate::sql_log::Dialect = crate::sql_log::Dialect {
          created_at, updated_at, \
          COALESCE((SELECT seq FROM events WHERE session = sessions.pk ORDER BY seq DESC LIMIT 1), 0)",
     of_session: |n| format!("session = (SELECT pk FROM sessions WHERE id = ?{n})"),
+    json: |n| format!("?{n}"),
 };
 
 /// SQLite's primary result codes that mean the file is not a usable database.

@@ -663,7 +663,7 @@ export interface paths {
         };
         put?: never;
         post?: never;
-        /** Not supported (405): `weft sessions prune` removes old sessions */
+        /** Delete the thread: its session, events, snapshots and runs (409 while a run drives it) */
         delete: {
             parameters: {
                 query?: never;
@@ -675,6 +675,13 @@ export interface paths {
             };
             requestBody?: never;
             responses: {
+                /** @description once it is deleted */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
                 /** @description no valid API key */
                 401: {
                     headers: {
@@ -693,12 +700,70 @@ export interface paths {
                         "application/json": components["schemas"]["Detail"];
                     };
                 };
-                /** @description never */
-                405: {
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
                     headers: {
                         [name: string]: unknown;
                     };
-                    content?: never;
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        /** Merge metadata into the thread's (`threads.update`); a key set to null is removed */
+        patch: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    tid: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Merged into the thread's metadata: each key replaces the thread's, a key set to null is
+                         *     removed.
+                         * @default null
+                         */
+                        metadata?: {
+                            [key: string]: unknown;
+                        } | null;
+                    };
+                };
+            };
+            responses: {
+                /** @description the thread */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Thread"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
                 };
                 /** @description an error: 409, 413, 422, 429, 503... */
                 default: {
@@ -711,6 +776,68 @@ export interface paths {
                 };
             };
         };
+        trace?: never;
+    };
+    "/threads/{tid}/copy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A new thread with the thread's log up to now (`threads.copy`: a fork at its last event; 409 while a run drives it) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    tid: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the new thread */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Thread"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -774,7 +901,56 @@ export interface paths {
             };
         };
         put?: never;
-        post?: never;
+        /** Not supported (501): weft's state is the fold of its log; the answer names what to use instead */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    tid: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description always: {detail} says what to use instead */
+                501: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
         delete?: never;
         options?: never;
         head?: never;
@@ -938,6 +1114,21 @@ export interface paths {
                         metadata?: unknown;
                         /** @default null */
                         multitask_strategy?: string | null;
+                        /**
+                         * @description `create`: a thread that does not exist is made for the run; `reject` (the default): 404.
+                         * @default null
+                         */
+                        if_not_exists?: string | null;
+                        /**
+                         * @description A threadless run's thread once the run ended: `delete` (the default) or `keep`.
+                         * @default null
+                         */
+                        on_completion?: string | null;
+                        /**
+                         * @description The thread of a run of `/runs/batch` (none: a thread is made for it).
+                         * @default null
+                         */
+                        thread_id?: string | null;
                     };
                 };
             };
@@ -1019,6 +1210,21 @@ export interface paths {
                         metadata?: unknown;
                         /** @default null */
                         multitask_strategy?: string | null;
+                        /**
+                         * @description `create`: a thread that does not exist is made for the run; `reject` (the default): 404.
+                         * @default null
+                         */
+                        if_not_exists?: string | null;
+                        /**
+                         * @description A threadless run's thread once the run ended: `delete` (the default) or `keep`.
+                         * @default null
+                         */
+                        on_completion?: string | null;
+                        /**
+                         * @description The thread of a run of `/runs/batch` (none: a thread is made for it).
+                         * @default null
+                         */
+                        thread_id?: string | null;
                     };
                 };
             };
@@ -1100,6 +1306,21 @@ export interface paths {
                         metadata?: unknown;
                         /** @default null */
                         multitask_strategy?: string | null;
+                        /**
+                         * @description `create`: a thread that does not exist is made for the run; `reject` (the default): 404.
+                         * @default null
+                         */
+                        if_not_exists?: string | null;
+                        /**
+                         * @description A threadless run's thread once the run ended: `delete` (the default) or `keep`.
+                         * @default null
+                         */
+                        on_completion?: string | null;
+                        /**
+                         * @description The thread of a run of `/runs/batch` (none: a thread is made for it).
+                         * @default null
+                         */
+                        thread_id?: string | null;
                     };
                 };
             };
@@ -1346,6 +1567,460 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/runs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Start a run in the background on a thread made for it (a threadless run; `on_completion`: `delete`, the default, or `keep`) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        assistant_id: string;
+                        /** @default null */
+                        input?: unknown;
+                        /** @default null */
+                        command?: unknown;
+                        /** @default null */
+                        stream_mode?: unknown;
+                        /** @default null */
+                        metadata?: unknown;
+                        /** @default null */
+                        multitask_strategy?: string | null;
+                        /**
+                         * @description `create`: a thread that does not exist is made for the run; `reject` (the default): 404.
+                         * @default null
+                         */
+                        if_not_exists?: string | null;
+                        /**
+                         * @description A threadless run's thread once the run ended: `delete` (the default) or `keep`.
+                         * @default null
+                         */
+                        on_completion?: string | null;
+                        /**
+                         * @description The thread of a run of `/runs/batch` (none: a thread is made for it).
+                         * @default null
+                         */
+                        thread_id?: string | null;
+                    };
+                };
+            };
+            responses: {
+                /** @description the run (pending) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RunInfo"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/wait": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A threadless run: start it on a thread made for it and answer with the thread's values when it ends or waits */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        assistant_id: string;
+                        /** @default null */
+                        input?: unknown;
+                        /** @default null */
+                        command?: unknown;
+                        /** @default null */
+                        stream_mode?: unknown;
+                        /** @default null */
+                        metadata?: unknown;
+                        /** @default null */
+                        multitask_strategy?: string | null;
+                        /**
+                         * @description `create`: a thread that does not exist is made for the run; `reject` (the default): 404.
+                         * @default null
+                         */
+                        if_not_exists?: string | null;
+                        /**
+                         * @description A threadless run's thread once the run ended: `delete` (the default) or `keep`.
+                         * @default null
+                         */
+                        on_completion?: string | null;
+                        /**
+                         * @description The thread of a run of `/runs/batch` (none: a thread is made for it).
+                         * @default null
+                         */
+                        thread_id?: string | null;
+                    };
+                };
+            };
+            responses: {
+                /** @description the thread's values */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Values"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A threadless run: start it on a thread made for it and stream it (as /threads/{tid}/runs/stream) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        assistant_id: string;
+                        /** @default null */
+                        input?: unknown;
+                        /** @default null */
+                        command?: unknown;
+                        /** @default null */
+                        stream_mode?: unknown;
+                        /** @default null */
+                        metadata?: unknown;
+                        /** @default null */
+                        multitask_strategy?: string | null;
+                        /**
+                         * @description `create`: a thread that does not exist is made for the run; `reject` (the default): 404.
+                         * @default null
+                         */
+                        if_not_exists?: string | null;
+                        /**
+                         * @description A threadless run's thread once the run ended: `delete` (the default) or `keep`.
+                         * @default null
+                         */
+                        on_completion?: string | null;
+                        /**
+                         * @description The thread of a run of `/runs/batch` (none: a thread is made for it).
+                         * @default null
+                         */
+                        thread_id?: string | null;
+                    };
+                };
+            };
+            responses: {
+                /** @description the run's events; Location: where to reconnect */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/event-stream": string;
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Start several runs in the background (`runs.create_batch`): each on its `thread_id`, or on a thread made for it */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        assistant_id: string;
+                        /** @default null */
+                        input?: unknown;
+                        /** @default null */
+                        command?: unknown;
+                        /** @default null */
+                        stream_mode?: unknown;
+                        /** @default null */
+                        metadata?: unknown;
+                        /** @default null */
+                        multitask_strategy?: string | null;
+                        /**
+                         * @description `create`: a thread that does not exist is made for the run; `reject` (the default): 404.
+                         * @default null
+                         */
+                        if_not_exists?: string | null;
+                        /**
+                         * @description A threadless run's thread once the run ended: `delete` (the default) or `keep`.
+                         * @default null
+                         */
+                        on_completion?: string | null;
+                        /**
+                         * @description The thread of a run of `/runs/batch` (none: a thread is made for it).
+                         * @default null
+                         */
+                        thread_id?: string | null;
+                    }[];
+                };
+            };
+            responses: {
+                /** @description the runs, in the order asked */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RunInfo"][];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Cancel runs (`runs.cancel_many`): by `run_ids` (of `thread_id`), every run of `thread_id`, or every run of the user with `status` (pending, running, all); action `interrupt` only */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /**
+                         * @description The thread whose runs are cancelled (all of them, or those of `run_ids`).
+                         * @default null
+                         */
+                        thread_id?: string | null;
+                        /** @default null */
+                        run_ids?: string[] | null;
+                        /**
+                         * @description Every run of the user with this status: `pending`, `running` or `all`.
+                         * @default null
+                         */
+                        status?: string | null;
+                    };
+                };
+            };
+            responses: {
+                /** @description once they stopped */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/threads/{tid}/runs/{rid}/cancel": {
         parameters: {
             query?: never;
@@ -1451,6 +2126,367 @@ export interface paths {
                     };
                     content: {
                         "text/event-stream": string;
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/store/items": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** An item by namespace (labels joined by `.`) and key (`store.get_item`) */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the item */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Item"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        /** Put an item (`store.put_item`): a memory on the key's user's shelf, replacing the item of the same namespace and key */
+        put: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        namespace: string[];
+                        key: string;
+                        value: {
+                            [key: string]: unknown;
+                        };
+                        /**
+                         * @description Which fields to index: every value is searched as its whole JSON text, so this is
+                         *     accepted and has no effect.
+                         * @default null
+                         */
+                        index?: unknown;
+                        /**
+                         * @description Not supported: items are kept until deleted.
+                         * @default null
+                         */
+                        ttl?: unknown;
+                    };
+                };
+            };
+            responses: {
+                /** @description once it is stored */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        post?: never;
+        /** Delete an item (`store.delete_item`) */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        namespace: string[];
+                        key: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description once it is deleted */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/store/items/search": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** The user's items under a namespace prefix (`store.search_items`): newest first, or ranked by full-text search with `query`; `filter` matches values' top-level keys */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /** @default [] */
+                        namespace_prefix?: string[];
+                        /**
+                         * @description Only items whose value holds each of these keys with this value.
+                         * @default null
+                         */
+                        filter?: {
+                            [key: string]: unknown;
+                        } | null;
+                        /**
+                         * Format: uint
+                         * @default null
+                         */
+                        limit?: number | null;
+                        /**
+                         * Format: uint
+                         * @default null
+                         */
+                        offset?: number | null;
+                        /**
+                         * @description Words to search for (full-text search over the values' text).
+                         * @default null
+                         */
+                        query?: string | null;
+                    };
+                };
+            };
+            responses: {
+                /** @description {items} */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["SearchItemsAnswer"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/store/namespaces": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** The namespaces of the user's items (`store.list_namespaces`), with prefix, suffix and max_depth */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /** @default null */
+                        prefix?: string[] | null;
+                        /** @default null */
+                        suffix?: string[] | null;
+                        /**
+                         * Format: uint
+                         * @description Namespaces longer than this are cut to this many labels.
+                         * @default null
+                         */
+                        max_depth?: number | null;
+                        /**
+                         * Format: uint
+                         * @default null
+                         */
+                        limit?: number | null;
+                        /**
+                         * Format: uint
+                         * @default null
+                         */
+                        offset?: number | null;
+                    };
+                };
+            };
+            responses: {
+                /** @description {namespaces} */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["NamespacesAnswer"];
                     };
                 };
                 /** @description no valid API key */
@@ -2519,18 +3555,38 @@ export interface components {
             __interrupt__?: components["schemas"]["Interrupt"][] | null;
             __error__?: components["schemas"]["RunError"] | null;
         };
-        /** @description A message as LangChain clients read it. */
+        /**
+         * @description A message as LangChain clients read it: `human`, `ai` (with the tool calls it asked for) or
+         *     `tool` (a call's result, naming the call it answers).
+         */
         Message: {
-            /** @description `human` or `ai`. */
+            /** @description `human`, `ai` or `tool`. */
             type: string;
             content: string;
+            /** @description `{thread}-{N}`: the message's position N in the conversation. */
             id: string;
+            /** @description An `ai` message's tool calls (`[]` when it has none). */
+            tool_calls?: components["schemas"]["MessageToolCall"][] | null;
+            /** @description A `tool` message: the tool's name. */
+            name?: string | null;
+            /** @description A `tool` message: the id of the call it answers. */
+            tool_call_id?: string | null;
+            /** @description A `tool` message: `success` or `error`. */
+            status?: string | null;
             additional_kwargs: {
                 [key: string]: unknown;
             };
             response_metadata: {
                 [key: string]: unknown;
             };
+        };
+        /** @description A tool call of an `ai` message, as LangChain writes it. */
+        MessageToolCall: {
+            name: string;
+            args: unknown;
+            id: string;
+            /** @description Always `tool_call`. */
+            type: string;
         };
         /** @description A wait as a LangGraph interrupt: answer it with a run whose `command` is `{resume: ...}`. */
         Interrupt: {
@@ -2689,6 +3745,28 @@ export interface components {
             id: string;
             reason: string;
             message: string;
+        };
+        /** @description An item as LangGraph's store answers it. */
+        Item: {
+            namespace: string[];
+            key: string;
+            value: unknown;
+            /** @description When the value was put (a put replaces the item: both times are the last put's). */
+            created_at: string;
+            updated_at: string;
+            /**
+             * Format: double
+             * @description Higher is better, within one search with a `query`.
+             */
+            score?: number | null;
+        };
+        /** @description What a search answers. */
+        SearchItemsAnswer: {
+            items: components["schemas"]["Item"][];
+        };
+        /** @description What a listing of namespaces answers. */
+        NamespacesAnswer: {
+            namespaces: string[][];
         };
         /**
          * @description `GET /agents`: the agents this server runs, with their tools (name, description, input

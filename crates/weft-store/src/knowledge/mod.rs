@@ -378,6 +378,14 @@ pub trait Knowledge: Send + Sync {
         limit: usize,
         offset: usize,
     ) -> impl Future<Output = Result<Vec<Listed>, StoreError>> + Send;
+
+    /// The entries of `kind` on `shelves` whose source is `source`, newest first.
+    fn find(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        source: &str,
+    ) -> impl Future<Output = Result<Vec<Listed>, StoreError>> + Send;
 }
 
 #[cfg(test)]

@@ -148,11 +148,35 @@ impl Knowledge for RamStore {
         limit: usize,
         offset: usize,
     ) -> Result<Vec<Listed>, StoreError> {
+        self.listed(kind, shelves, None, (limit, offset))
+    }
+
+    async fn find(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        source: &str,
+    ) -> Result<Vec<Listed>, StoreError> {
+        self.listed(kind, shelves, Some(source), (usize::MAX, 0))
+    }
+}
+
+impl RamStore {
+    /// The entries of `kind` on `shelves` (from `source` only, if given), newest first, `limit`
+    /// of them after skipping `offset`.
+    fn listed(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        source: Option<&str>,
+        (limit, offset): (usize, usize),
+    ) -> Result<Vec<Listed>, StoreError> {
         let k = self.knowledge.lock().map_err(|_| poisoned())?;
         let mut found: Vec<&Entry> = k
             .all
             .iter()
             .filter(|e| e.kind == kind && shelves.contains(&e.shelf))
+            .filter(|e| source.is_none_or(|s| e.source == s))
             .collect();
         found.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
         Ok(found

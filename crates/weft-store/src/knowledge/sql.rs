@@ -228,6 +228,29 @@ impl $crate::knowledge::Knowledge for $store {
         limit: usize,
         offset: usize,
     ) -> Result<Vec<Listed>, StoreError> {
+        self.listed(kind, shelves, None, (limit, offset)).await
+    }
+
+    async fn find(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        source: &str,
+    ) -> Result<Vec<Listed>, StoreError> {
+        self.listed(kind, shelves, Some(source), (usize::MAX, 0)).await
+    }
+}
+
+impl $store {
+    /// The entries of `kind` on `shelves` (from `source` only, if given), newest first, `limit`
+    /// of them after skipping `offset`.
+    async fn listed(
+        &self,
+        kind: Kind,
+        shelves: &[Shelf],
+        source: Option<&str>,
+        (limit, offset): (usize, usize),
+    ) -> Result<Vec<Listed>, StoreError> {
         if shelves.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
@@ -237,6 +260,9 @@ impl $crate::knowledge::Knowledge for $store {
         );
         q.push_bind(kind.as_str());
         shelves_clause(&mut q, shelves);
+        if let Some(source) = source {
+            q.push(" AND k.source = ").push_bind(source.to_owned());
+        }
         q.push(" ORDER BY k.created_at DESC, k.id DESC LIMIT ")
             .push_bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .push(" OFFSET ")

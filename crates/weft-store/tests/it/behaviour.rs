@@ -919,6 +919,138 @@ async fn memories_are_listed_per_shelf<S: Knowledge>(st: &Arc<S>) {
     assert_eq!(list(vec![alice, bob], 10, 0).await.len(), 5);
 }
 
+/// A deleted session is gone with its events, snapshots and lease; its id is free again, and
+/// another session is untouched. Deleting what is not there is `NotFound`.
+async fn delete_removes_a_session_and_its_lease<S: Store>(st: &Arc<S>) {
+    for id in ["d1", "d2"] {
+        st.create(new_session(id, Some("u")), 10).await.unwrap();
+        st.append_with_snapshot(
+            id,
+            0,
+            &small_batch(1, 3),
+            SessionStatus::Running,
+            11,
+            &snapshot(3, "{}", Some((0, "[]"))),
+        )
+        .await
+        .unwrap();
+    }
+    let owner = weft_store::Owner {
+        id: "o".into(),
+        host: "h".into(),
+        pid: 1,
+    };
+    st.acquire("d1", &owner, 20, 1_000, false).await.unwrap();
+    st.delete("d1").await.unwrap();
+    assert!(matches!(st.get("d1").await, Err(StoreError::NotFound(_))));
+    assert!(st.lease("d1").await.unwrap().is_none());
+    assert!(matches!(
+        st.delete("d1").await,
+        Err(StoreError::NotFound(_))
+    ));
+    let (rec, log) = st.load("d2").await.unwrap();
+    assert_eq!((rec.last_seq, log.len()), (3, 3));
+    // The id is free again: a new session of that id has no old events or snapshot.
+    st.create(new_session("d1", None), 30).await.unwrap();
+    let (rec, log) = st.load("d1").await.unwrap();
+    assert!(log.is_empty() && rec.last_seq == 0);
+    assert!(st.latest_snapshot("d1").await.unwrap().is_none());
+    assert!(st.snapshot_parts("d1", 0).await.unwrap().is_empty());
+    assert_eq!(
+        st.acquire("d1", &owner, 40, 1_000, false)
+            .await
+            .unwrap()
+            .epoch,
+        1
+    );
+}
+
+/// Metadata is replaced whole, and the session's `updated_at` moves to the change.
+async fn set_metadata_replaces_it<S: Store>(st: &Arc<S>) {
+    let mut s = new_session("m", None);
+    s.metadata = json!({"a": 1, "b": "x"});
+    st.create(s, 10).await.unwrap();
+    st.set_metadata("m", &json!({"b": "y", "c": [1, 2]}), 20)
+        .await
+        .unwrap();
+    let rec = st.get("m").await.unwrap();
+    assert_eq!(rec.metadata, json!({"b": "y", "c": [1, 2]}));
+    assert_eq!(rec.updated_at, 20);
+    assert!(matches!(
+        st.set_metadata("none", &json!({}), 20).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+/// `find` reads the entries of one source, on the shelves asked for only.
+async fn entries_are_found_by_source<S: Knowledge>(st: &Arc<S>) {
+    let (alice, bob) = (Shelf::user("alice"), Shelf::user("bob"));
+    let with_source = |text: &str, source: &str| NewEntry {
+        source: source.into(),
+        ..entry(text)
+    };
+    st.add(
+        Kind::Memory,
+        &alice,
+        vec![with_source("one", "s1")],
+        false,
+        10,
+    )
+    .await
+    .unwrap();
+    st.add(
+        Kind::Memory,
+        &alice,
+        vec![with_source("two", "s2")],
+        false,
+        20,
+    )
+    .await
+    .unwrap();
+    st.add(
+        Kind::Memory,
+        &bob,
+        vec![with_source("bob's", "s1")],
+        false,
+        30,
+    )
+    .await
+    .unwrap();
+    // Replaced by source: the newer entry alone is found.
+    st.add(
+        Kind::Memory,
+        &alice,
+        vec![with_source("one again", "s1")],
+        true,
+        40,
+    )
+    .await
+    .unwrap();
+    let found = st
+        .find(Kind::Memory, std::slice::from_ref(&alice), "s1")
+        .await
+        .unwrap();
+    let texts: Vec<&str> = found.iter().map(|l| l.text.as_str()).collect();
+    assert_eq!(texts, ["one again"]);
+    assert_eq!(found[0].created_at, 40);
+    let theirs = st.find(Kind::Memory, &[bob], "s1").await.unwrap();
+    assert_eq!(theirs.len(), 1);
+    assert_eq!(theirs[0].text, "bob's");
+    assert!(
+        st.find(Kind::Memory, std::slice::from_ref(&alice), "s3")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        st.find(Kind::Document, std::slice::from_ref(&alice), "s1")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(st.find(Kind::Memory, &[], "s1").await.unwrap().is_empty());
+}
+
 static SCHEMA_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A store in a fresh schema, or `None` (and a note) when no server is configured.
@@ -1001,4 +1133,7 @@ suite!(
     memories_are_searched_per_user,
     documents_are_replaced_by_source,
     memories_are_listed_per_shelf,
+    delete_removes_a_session_and_its_lease,
+    set_metadata_replaces_it,
+    entries_are_found_by_source,
 );

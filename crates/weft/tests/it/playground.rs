@@ -1154,7 +1154,7 @@ async fn the_main_routes_answer_as_the_openapi_document_declares() {
     for (path, ops) in doc["paths"].as_object().unwrap() {
         for (method, op) in ops.as_object().unwrap() {
             let responses = op["responses"].as_object().unwrap();
-            let ok = ["200", "204", "405"]
+            let ok = ["200", "204", "501"]
                 .iter()
                 .find_map(|s| responses.get(*s))
                 .unwrap_or_else(|| panic!("{method} {path} declares no answer"));
@@ -1234,6 +1234,70 @@ async fn the_main_routes_answer_as_the_openapi_document_declares() {
             .post("/threads/count", json!({"status": "idle"}))
             .await,
     );
+    // threads.update, threads.copy, a threadless run, a batch, the store.
+    let (status, updated) = alice
+        .call(
+            reqwest::Method::PATCH,
+            &format!("/threads/{tid}"),
+            Some(json!({"metadata": {"k": 2}})),
+        )
+        .await;
+    assert_eq!(
+        (status, &updated["metadata"]["k"]),
+        (200, &json!(2)),
+        "{updated:#}"
+    );
+    check("patch", "/threads/{tid}", &updated);
+    let copy = alice
+        .post(&format!("/threads/{tid}/copy"), json!(null))
+        .await;
+    check("post", "/threads/{tid}/copy", &copy);
+    let mut input = desk_input();
+    input["messages"] = json!([{"role": "user", "content": "Refund c-43."}]);
+    let threadless = alice
+        .post(
+            "/runs/wait",
+            json!({"assistant_id": "desk", "input": input.clone()}),
+        )
+        .await;
+    assert!(threadless["answer"].is_string(), "{threadless:#}");
+    check("post", "/runs/wait", &threadless);
+    let batch = alice
+        .post(
+            "/runs/batch",
+            json!([{"assistant_id": "desk", "input": input, "on_completion": "keep"}]),
+        )
+        .await;
+    check("post", "/runs/batch", &batch);
+    let (status, _) = alice
+        .call(
+            reqwest::Method::PUT,
+            "/store/items",
+            Some(json!({"namespace": ["a", "b"], "key": "k", "value": {"v": 1}})),
+        )
+        .await;
+    assert_eq!(status, 204);
+    let item = alice.get("/store/items?namespace=a.b&key=k").await;
+    assert_eq!(item["value"], json!({"v": 1}), "{item:#}");
+    check("get", "/store/items", &item);
+    let found = alice
+        .post("/store/items/search", json!({"namespace_prefix": ["a"]}))
+        .await;
+    assert_eq!(found["items"].as_array().unwrap().len(), 1, "{found:#}");
+    check("post", "/store/items/search", &found);
+    let spaces = alice.post("/store/namespaces", json!({})).await;
+    assert_eq!(spaces["namespaces"], json!([["a", "b"]]), "{spaces:#}");
+    check("post", "/store/namespaces", &spaces);
+    let (status, refused) = alice
+        .call(
+            reqwest::Method::POST,
+            &format!("/threads/{tid}/state"),
+            Some(json!({"values": {}})),
+        )
+        .await;
+    assert_eq!(status, 501, "{refused:#}");
+    assert!(refused["detail"].as_str().unwrap().contains("threads.copy"));
+
     let view = alice.get(&format!("/sessions/{tid}")).await;
     assert!(view["plan"]["nodes"].is_array(), "{view:#}");
     check("get", "/sessions/{id}", &view);

@@ -101,6 +101,39 @@ tools:
         "- tool_calls: [ { name: nap, arguments: {} } ]\n- text: Once.\n- tool_calls: [ { name: nap, arguments: {} } ]\n- text: Twice.\n",
     )
     .unwrap();
+    // As `stuck`, for the scenarios that run beside the one that looks for `stuck`'s process.
+    std::fs::write(
+        d.join("hold.yaml"),
+        r#"name: hold
+mode: react
+model: scripted:stuck.script.yaml
+tools:
+  - name: hang
+    description: Never ends.
+    command: ["sh", "-c", "cat > /dev/null; touch hold.started; sleep 60; echo '{}'"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("rememberer.yaml"),
+        "name: rememberer\nmode: react\nmodel: scripted:rememberer.script.yaml\ntools:\n  - builtin: remember\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("rememberer.script.yaml"),
+        "- tool_calls: [ { name: remember, arguments: { text: \"Alice's dog is called Biscuit.\" } } ]\n- text: Noted.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("recaller.yaml"),
+        "name: recaller\nmode: react\nmodel: scripted:recaller.script.yaml\nrecall_memories: false\ntools:\n  - builtin: recall\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("recaller.script.yaml"),
+        "- tool_calls: [ { name: recall, arguments: { query: \"parcel\" } } ]\n- text: Found it.\n",
+    )
+    .unwrap();
     std::fs::write(d.join("keys.txt"), format!("{ALICE} alice\n{BOB} bob\n")).unwrap();
 }
 
@@ -348,6 +381,70 @@ fn needs_sdk_a_stream_in_several_modes_resumes_after_any_part() {
     let out = scenario(Some("resume"));
     assert!(
         out.contains("ok: a stream resumes after any of its parts\n"),
+        "{out}"
+    );
+}
+
+/// A ReAct run's tool call as chat UIs read it: in `values.messages` an `ai` message with
+/// `tool_calls`, then a `tool` message with the call's `tool_call_id`, then the answer; in the
+/// `updates` stream `{"agent": {"messages": [...]}}` and `{"tools": {"messages": [...]}}`; the
+/// answer's streamed pieces carry its message's id.
+#[test]
+fn needs_sdk_tool_calls_and_tool_messages_reach_langgraph_clients() {
+    let out = scenario(Some("tools"));
+    assert!(
+        out.contains("ok: tool calls and tool messages in values and updates\n"),
+        "{out}"
+    );
+}
+
+/// `threads.update` merges metadata, `threads.copy` forks a thread at its last event,
+/// `threads.delete` deletes the session and its runs and refuses a busy thread; another user
+/// can do none of it.
+#[test]
+fn needs_sdk_threads_are_updated_copied_and_deleted() {
+    let out = scenario(Some("threads"));
+    for check in ["threads.update", "threads.copy", "threads.delete"] {
+        assert!(out.contains(&format!("ok: {check}\n")), "{check}: {out}");
+    }
+}
+
+/// Threadless runs (`runs.wait`, `runs.stream`, `runs.create` without a thread), whose thread
+/// goes when the run ends unless kept; `if_not_exists: create`; `runs.create_batch`;
+/// `runs.cancel_many` by thread and by status, a queued run included.
+#[test]
+fn needs_sdk_threadless_runs_batches_and_cancel_many() {
+    let out = scenario(Some("threadless"));
+    for check in [
+        "threadless runs",
+        "if_not_exists create",
+        "runs.create_batch",
+        "runs.cancel_many",
+    ] {
+        assert!(out.contains(&format!("ok: {check}\n")), "{check}: {out}");
+    }
+}
+
+/// `client.store` on the user's long-term memory: items put, read, searched, listed by
+/// namespace and deleted, isolated per user; what an agent remembered is listed and deletable.
+#[test]
+fn needs_sdk_the_store_api_is_the_users_long_term_memory() {
+    let out = scenario(Some("store"));
+    for check in [
+        "store items",
+        "store items are the user's memories",
+        "store memories",
+    ] {
+        assert!(out.contains(&format!("ok: {check}\n")), "{check}: {out}");
+    }
+}
+
+/// `threads.update_state` is refused with 501 and a body naming what to use instead.
+#[test]
+fn needs_sdk_update_state_is_refused_with_what_to_use_instead() {
+    let out = scenario(Some("update-state"));
+    assert!(
+        out.contains("ok: threads.update_state refused with what to use instead\n"),
         "{out}"
     );
 }

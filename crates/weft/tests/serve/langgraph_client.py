@@ -9,9 +9,11 @@ Each check prints `ok: NAME`; the first failed assertion ends the script with a 
 The agents are the ones `crates/weft/tests/it/serve.rs` writes into WORKDIR.
 """
 import asyncio
+import json
 import os
 import sys
 import time
+import uuid
 
 import httpx
 from langgraph_sdk import get_client
@@ -40,7 +42,7 @@ async def main():
     # Assistants: one per agent file, found by name.
     found = await alice.assistants.search()
     names = sorted(a["assistant_id"] for a in found)
-    assert names == ["ask", "echoer", "slowpoke", "stuck", "twice"], names
+    assert names == ["ask", "echoer", "hold", "recaller", "rememberer", "slowpoke", "stuck", "twice"], names
     assert (await alice.assistants.get("echoer"))["graph_id"] == "echoer"
     ok("assistants")
 
@@ -64,7 +66,7 @@ async def main():
     assert t["status"] == "idle" and t["values"] is None, t
     out = await alice.runs.wait(t["thread_id"], "echoer", input=user_msg("shout hello"))
     assert out["answer"] == "Shouted: LOUD", out
-    assert [m["type"] for m in out["messages"]] == ["human", "ai"], out
+    assert [m["type"] for m in out["messages"]] == ["human", "ai", "tool", "ai"], out
     assert "shout" in open(os.path.join(WORK, "tool.log")).read()
     thread = await alice.threads.get(t["thread_id"])
     assert thread["status"] == "idle" and thread["metadata"] == {"purpose": "wait"}, thread
@@ -82,7 +84,7 @@ async def main():
     values = [d for e, d in parts if e == "values"]
     assert values[-1]["answer"] == "Shouted: LOUD", values[-1]
     updates = [d for e, d in parts if e == "updates"]
-    assert any("tools" in u and u["tools"]["outcome"]["status"] == "ok" for u in updates), updates
+    assert any("tools" in u and u["tools"]["messages"][0]["status"] == "success" for u in updates), updates
     # The answer streams in pieces as the model generates it.
     msgs = [d for e, d in parts if e == "messages"]
     assert len(msgs) >= 2 and "".join(m[0]["content"] for m in msgs) == "Shouted: LOUD", msgs
@@ -183,7 +185,8 @@ async def main():
                                      multitask_strategy="enqueue")
     assert second["status"] == "pending", second
     out = await alice.runs.join(t["thread_id"], second["run_id"])
-    assert [m["content"] for m in out["messages"]] == ["one", "Once.", "two", "Twice."], out
+    said = [m["content"] for m in out["messages"] if m["type"] == "human" or (m["type"] == "ai" and not m["tool_calls"])]
+    assert said == ["one", "Once.", "two", "Twice."], out
     assert (await alice.runs.get(t["thread_id"], first["run_id"]))["status"] == "success"
     ok("multitask enqueue")
 
@@ -239,7 +242,7 @@ async def main():
     ok("threads.search by metadata")
 
     # Counts: assistants (by graph id) and the user's threads (by metadata, status, values).
-    assert await alice.assistants.count() == 5
+    assert await alice.assistants.count() == 8
     assert await alice.assistants.count(graph_id="echoer") == 1
     assert await alice.assistants.count(graph_id="nope") == 0
     mine = len(await alice.threads.search(limit=1000))
@@ -308,7 +311,7 @@ async def restart():
                 signalled = True
         elif part.event in ("end", "error"):
             last = part
-    assert last is not None and last.event == "end" and last.data["status"] == "success", last
+    assert last is not None and last.event == "end" and last.data["status"] == "success", (last, kinds, seqs)
     # Nothing lost, nothing repeated: the ids run on without a gap across the restart.
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
     assert kinds.count("tool_call_finished") == 3 and kinds[-1] == "run_finished", kinds
@@ -406,6 +409,323 @@ async def body_limit():
     ok("bodies over the limit are refused cleanly")
 
 
+async def tools():
+    """Tool calls as chat UIs read them: the model's reply with its tool calls (an `ai` message
+    with `tool_calls`), the call's result (a `tool` message naming its call), then the answer, in
+    the thread's `values.messages` and in LangGraph's `updates` shape."""
+    alice = get_client(url=URL, api_key=ALICE)
+    t = await alice.threads.create()
+    parts = await collect(alice.runs.stream(t["thread_id"], "echoer", input=user_msg("shout"),
+                                            stream_mode=["updates", "values"]))
+    updates = [d for e, d in parts if e == "updates"]
+    nodes = [next(iter(u)) for u in updates]
+    assert nodes == ["agent", "tools", "agent"], updates
+    asked = updates[0]["agent"]["messages"]
+    assert len(asked) == 1 and asked[0]["type"] == "ai", asked
+    call = asked[0]["tool_calls"]
+    assert len(call) == 1 and call[0]["name"] == "shout" and call[0]["type"] == "tool_call", call
+    assert call[0]["id"] and call[0]["args"] == {}, call
+    result = updates[1]["tools"]["messages"]
+    assert len(result) == 1 and result[0]["type"] == "tool", result
+    assert result[0]["tool_call_id"] == call[0]["id"] and result[0]["name"] == "shout", result
+    assert result[0]["status"] == "success" and json.loads(result[0]["content"]) == {"shouted": "LOUD"}, result
+    answer = updates[2]["agent"]["messages"]
+    assert [(m["type"], m["content"], m["tool_calls"]) for m in answer] == [("ai", "Shouted: LOUD", [])], answer
+    last = [d for e, d in parts if e == "values"][-1]["messages"]
+    assert [m["type"] for m in last] == ["human", "ai", "tool", "ai"], last
+    assert last[0]["content"] == "shout", last
+    assert last[1]["tool_calls"] == call and last[2]["tool_call_id"] == call[0]["id"], last
+    assert last[2] == result[0] and last[3] == answer[0], (last, result, answer)
+    assert len({m["id"] for m in last}) == 4, last
+    # The thread's state, and runs.wait, say the same.
+    state = await alice.threads.get_state(t["thread_id"])
+    assert state["values"]["messages"] == last, state["values"]["messages"]
+    # The answer's streamed pieces carry the id its message has in the values.
+    t = await alice.threads.create()
+    parts = await collect(alice.runs.stream(t["thread_id"], "echoer", input=user_msg("shout"),
+                                            stream_mode=["messages-tuple", "values"]))
+    chunks = [d[0] for e, d in parts if e == "messages"]
+    final = [d for e, d in parts if e == "values"][-1]["messages"]
+    assert "".join(c["content"] for c in chunks) == "Shouted: LOUD", chunks
+    assert {c["id"] for c in chunks} == {final[-1]["id"]}, (chunks, final)
+    # A second turn, started as soon as the stream of the first ended (not refused as busy),
+    # follows the first in the messages.
+    t = await alice.threads.create()
+    parts = await collect(alice.runs.stream(t["thread_id"], "twice", input=user_msg("one"),
+                                            stream_mode="values"))
+    assert parts[-1][0] == "end", parts
+    first = [d for e, d in parts if e == "values"][-1]["messages"]
+    out = await alice.runs.wait(t["thread_id"], "twice", input=user_msg("two"))
+    assert [m["type"] for m in out["messages"]] == ["human", "ai", "tool", "ai"] * 2, out
+    assert out["messages"][:4] == first, (out["messages"], first)
+    assert [m["content"] for m in out["messages"] if m["type"] == "tool"] == ["{}", "{}"], out
+    ok("tool calls and tool messages in values and updates")
+
+
+async def threads_api():
+    """threads.update (a metadata merge), threads.copy (a fork at the head) and threads.delete
+    (the session and its runs; a busy thread refused), each for its owner only."""
+    alice = get_client(url=URL, api_key=ALICE)
+    bob = get_client(url=URL, api_key=BOB)
+    t = await alice.threads.create(metadata={"a": 1, "b": "x", "gone": True})
+    tid = t["thread_id"]
+    updated = await alice.threads.update(tid, metadata={"b": "y", "c": True, "gone": None})
+    assert updated["metadata"] == {"a": 1, "b": "y", "c": True}, updated
+    assert (await alice.threads.get(tid))["metadata"] == {"a": 1, "b": "y", "c": True}
+    try:
+        await bob.threads.update(tid, metadata={"b": "bob"})
+        raise AssertionError("bob updated alice's thread")
+    except NotFoundError:
+        pass
+    assert [f["thread_id"] for f in await alice.threads.search(metadata={"b": "y"})] == [tid]
+    assert await alice.threads.search(metadata={"b": "x"}) == []
+    assert await alice.threads.count(metadata={"c": True}) == 1
+    ok("threads.update")
+
+    await alice.runs.wait(tid, "twice", input=user_msg("one"))
+    copy = await alice.threads.copy(tid)
+    cid = copy["thread_id"]
+    assert cid != tid and copy["metadata"]["b"] == "y", copy
+    said = lambda ms: [(m["type"], m["content"]) for m in ms]
+    original = (await alice.threads.get_state(tid))["values"]
+    assert said(copy["values"]["messages"]) == said(original["messages"]), (copy, original)
+    assert copy["values"]["answer"] == "Once." and copy["status"] == "idle", copy
+    # The copy goes on by itself: a new turn there leaves the original as it was.
+    await alice.runs.wait(cid, "twice", input=user_msg("two"))
+    assert len((await alice.threads.get_state(cid))["values"]["messages"]) == 8
+    assert (await alice.threads.get_state(tid))["values"] == original
+    try:
+        await bob.threads.copy(tid)
+        raise AssertionError("bob copied alice's thread")
+    except NotFoundError:
+        pass
+    empty = await alice.threads.create(metadata={"empty": True})
+    copied = await alice.threads.copy(empty["thread_id"])
+    assert copied["thread_id"] != empty["thread_id"] and copied["values"] is None, copied
+    assert copied["metadata"] == {"empty": True}, copied
+    ok("threads.copy")
+
+    busy = await alice.threads.create()
+    run = await alice.runs.create(busy["thread_id"], "hold", input=user_msg("wait forever"))
+    began = time.time()
+    while not os.path.exists(os.path.join(WORK, "hold.started")):
+        assert time.time() - began < 30, "the hold tool never started"
+        await asyncio.sleep(0.05)
+    try:
+        await alice.threads.delete(busy["thread_id"])
+        raise AssertionError("a busy thread was deleted")
+    except ConflictError:
+        pass
+    try:
+        await alice.threads.copy(busy["thread_id"])
+        raise AssertionError("a busy thread was copied")
+    except ConflictError:
+        pass
+    await alice.runs.cancel(busy["thread_id"], run["run_id"], wait=True)
+    try:
+        await bob.threads.delete(busy["thread_id"])
+        raise AssertionError("bob deleted alice's thread")
+    except NotFoundError:
+        pass
+    before = await alice.threads.count()
+    for gone in [busy["thread_id"], tid]:
+        await alice.threads.delete(gone)
+        try:
+            await alice.threads.get(gone)
+            raise AssertionError("a deleted thread was found")
+        except NotFoundError:
+            pass
+    try:
+        await alice.runs.get(busy["thread_id"], run["run_id"])
+        raise AssertionError("a deleted thread's run was found")
+    except NotFoundError:
+        pass
+    assert await alice.threads.count() == before - 2
+    assert tid not in [f["thread_id"] for f in await alice.threads.search(limit=100)]
+    # The copy is a thread of its own: it outlives the original.
+    assert (await alice.threads.get(cid))["values"]["answer"] == "Twice."
+    ok("threads.delete")
+
+
+async def not_found(call):
+    """Whether `call` is answered 404 (the SDK raises NotFoundError, or httpx's error for the
+    routes it reads with httpx directly)."""
+    try:
+        await call
+    except NotFoundError:
+        return True
+    except httpx.HTTPStatusError as e:
+        return e.response.status_code == 404
+    return False
+
+
+async def threadless():
+    """Runs without a thread (runs.wait, runs.stream and runs.create with thread_id None), on a
+    thread made for the run and deleted after it unless on_completion="keep"; if_not_exists;
+    runs.create_batch; runs.cancel_many."""
+    alice = get_client(url=URL, api_key=ALICE)
+    bob = get_client(url=URL, api_key=BOB)
+    created = []
+    out = await alice.runs.wait(None, "echoer", input=user_msg("shout"), on_run_created=created.append)
+    assert out["answer"] == "Shouted: LOUD", out
+    gone = created[0]["thread_id"]
+    began = time.time()
+    while not await not_found(alice.threads.get(gone)):
+        assert time.time() - began < 30, "the threadless run's thread was never deleted"
+        await asyncio.sleep(0.05)
+    created = []
+    out = await alice.runs.wait(None, "echoer", input=user_msg("shout"), on_completion="keep",
+                                on_run_created=created.append)
+    kept = await alice.threads.get(created[0]["thread_id"])
+    assert kept["status"] == "idle" and kept["values"]["answer"] == "Shouted: LOUD", kept
+    parts = await collect(alice.runs.stream(None, "echoer", input=user_msg("shout"), stream_mode="values"))
+    assert parts[0][0] == "metadata" and parts[-1] == ("end", parts[-1][1]), parts
+    assert parts[-2][1]["answer"] == "Shouted: LOUD", parts
+    run = await alice.runs.create(None, "echoer", input=user_msg("shout"), on_completion="keep")
+    assert run["thread_id"], run
+    assert (await alice.runs.join(run["thread_id"], run["run_id"]))["answer"] == "Shouted: LOUD"
+    ok("threadless runs")
+
+    tid = str(uuid.uuid4())
+    assert await not_found(alice.runs.wait(tid, "echoer", input=user_msg("shout")))
+    out = await alice.runs.wait(tid, "echoer", input=user_msg("shout"), if_not_exists="create")
+    assert out["answer"] == "Shouted: LOUD", out
+    assert (await alice.threads.get(tid))["status"] == "idle"
+    # Another user's thread is not made anew for bob, nor run.
+    assert await not_found(bob.runs.wait(tid, "echoer", input=user_msg("shout"), if_not_exists="create"))
+    ok("if_not_exists create")
+
+    t = await alice.threads.create()
+    runs = await alice.runs.create_batch([
+        {"assistant_id": "echoer", "input": user_msg("a"), "thread_id": t["thread_id"]},
+        {"assistant_id": "twice", "input": user_msg("b"), "on_completion": "keep"},
+    ])
+    assert len(runs) == 2 and runs[0]["thread_id"] == t["thread_id"], runs
+    assert runs[1]["thread_id"] not in (None, t["thread_id"]), runs
+    answers = [(await alice.runs.join(r["thread_id"], r["run_id"]))["answer"] for r in runs]
+    assert answers == ["Shouted: LOUD", "Once."], answers
+    ok("runs.create_batch")
+
+    s = await alice.threads.create()
+    first = await alice.runs.create(s["thread_id"], "hold", input=user_msg("wait forever"))
+    queued = await alice.runs.create(s["thread_id"], "hold", input=user_msg("and again"),
+                                     multitask_strategy="enqueue")
+    assert queued["status"] == "pending", queued
+    began = time.time()
+    while (await alice.runs.get(s["thread_id"], first["run_id"]))["status"] != "running":
+        assert time.time() - began < 30, "the first run never ran"
+        await asyncio.sleep(0.05)
+    assert await not_found(bob.runs.cancel_many(thread_id=s["thread_id"]))
+    await alice.runs.cancel_many(thread_id=s["thread_id"])
+    for r in [first, queued]:
+        assert (await alice.runs.get(s["thread_id"], r["run_id"]))["status"] == "error", r
+    other = await alice.threads.create()
+    third = await alice.runs.create(other["thread_id"], "hold", input=user_msg("wait forever"))
+    began = time.time()
+    while (await alice.runs.get(other["thread_id"], third["run_id"]))["status"] != "running":
+        assert time.time() - began < 30, "the run never ran"
+        await asyncio.sleep(0.05)
+    await alice.runs.cancel_many(status="running")
+    assert (await alice.runs.get(other["thread_id"], third["run_id"]))["status"] == "error"
+    last = await alice.threads.create()
+    fourth = await alice.runs.create(last["thread_id"], "hold", input=user_msg("wait forever"))
+    began = time.time()
+    while (await alice.runs.get(last["thread_id"], fourth["run_id"]))["status"] != "running":
+        assert time.time() - began < 30, "the run never ran"
+        await asyncio.sleep(0.05)
+    await alice.runs.cancel_many(thread_id=last["thread_id"], run_ids=[fourth["run_id"]])
+    assert (await alice.runs.get(last["thread_id"], fourth["run_id"]))["status"] == "error"
+    try:
+        await alice.runs.cancel_many(thread_id=s["thread_id"], action="rollback")
+        raise AssertionError("a rollback was accepted")
+    except httpx.HTTPStatusError as e:
+        assert e.response.status_code == 422 and "rollback" in e.response.json()["detail"], e.response.text
+    ok("runs.cancel_many")
+
+
+async def store():
+    """The store API on the user's long-term memory: put, get, search (by prefix, filter and
+    words), namespaces, delete; another user sees none of it; what an agent remembered is listed
+    under ["memories"]."""
+    alice = get_client(url=URL, api_key=ALICE)
+    bob = get_client(url=URL, api_key=BOB)
+    await alice.store.put_item(["prefs", "ui"], "theme", {"color": "teal", "size": 3})
+    await alice.store.put_item(["prefs", "ui"], "font", {"family": "serif"})
+    await alice.store.put_item(["notes"], "n1", {"text": "the parcel arrived on tuesday"})
+    got = await alice.store.get_item(["prefs", "ui"], key="theme")
+    assert got["namespace"] == ["prefs", "ui"] and got["key"] == "theme", got
+    assert got["value"] == {"color": "teal", "size": 3} and got["created_at"], got
+    # A second put replaces the item.
+    await alice.store.put_item(["prefs", "ui"], "theme", {"color": "plum"})
+    assert (await alice.store.get_item(["prefs", "ui"], key="theme"))["value"] == {"color": "plum"}
+    found = (await alice.store.search_items(["prefs"]))["items"]
+    assert sorted(i["key"] for i in found) == ["font", "theme"], found
+    found = (await alice.store.search_items(["prefs"], filter={"color": "plum"}))["items"]
+    assert [i["key"] for i in found] == ["theme"], found
+    found = (await alice.store.search_items([], query="parcel tuesday"))["items"]
+    assert [i["key"] for i in found] == ["n1"] and found[0]["score"] is not None, found
+    assert len((await alice.store.search_items([], limit=2))["items"]) == 2
+    spaces = (await alice.store.list_namespaces())["namespaces"]
+    assert spaces == [["notes"], ["prefs", "ui"]], spaces
+    assert (await alice.store.list_namespaces(prefix=["prefs"]))["namespaces"] == [["prefs", "ui"]]
+    assert (await alice.store.list_namespaces(max_depth=1))["namespaces"] == [["notes"], ["prefs"]]
+    # Bob's store is his own.
+    assert await not_found(bob.store.get_item(["prefs", "ui"], key="theme"))
+    assert (await bob.store.search_items([]))["items"] == []
+    assert (await bob.store.list_namespaces())["namespaces"] == []
+    await bob.store.delete_item(["prefs", "ui"], key="theme")
+    assert (await alice.store.get_item(["prefs", "ui"], key="theme"))["value"] == {"color": "plum"}
+    await alice.store.delete_item(["prefs", "ui"], key="theme")
+    assert await not_found(alice.store.get_item(["prefs", "ui"], key="theme"))
+    try:
+        await alice.store.put_item(["prefs"], "x", {"a": 1}, ttl=5)
+        raise AssertionError("a ttl was accepted")
+    except httpx.HTTPStatusError as e:
+        assert e.response.status_code == 422 and "ttl" in e.response.json()["detail"], e.response.text
+    ok("store items")
+
+    # An item is a memory of the user's: her agent's `recall` finds it (the call's result is
+    # the tool message of the run); bob's agent does not.
+    t = await alice.threads.create()
+    out = await alice.runs.wait(t["thread_id"], "recaller", input=user_msg("what about my parcel?"))
+    results = [m["content"] for m in out["messages"] if m["type"] == "tool"]
+    assert len(results) == 1 and "the parcel arrived on tuesday" in results[0], out
+    t = await bob.threads.create()
+    out = await bob.runs.wait(t["thread_id"], "recaller", input=user_msg("what about my parcel?"))
+    results = [m["content"] for m in out["messages"] if m["type"] == "tool"]
+    assert len(results) == 1 and "tuesday" not in results[0], out
+    ok("store items are the user's memories")
+
+    # What the `remember` agent remembered for alice is hers to read, and is recalled.
+    t = await alice.threads.create()
+    out = await alice.runs.wait(t["thread_id"], "rememberer", input=user_msg("remember my dog"))
+    assert out.get("__error__") is None, out
+    mems = (await alice.store.search_items(["memories"]))["items"]
+    assert [i["value"]["text"] for i in mems] == ["Alice's dog is called Biscuit."], mems
+    key = mems[0]["key"]
+    assert (await alice.store.get_item(["memories"], key=key))["value"]["text"].startswith("Alice's dog")
+    assert (await bob.store.search_items(["memories"]))["items"] == []
+    await alice.store.delete_item(["memories"], key=key)
+    assert (await alice.store.search_items(["memories"]))["items"] == []
+    ok("store memories")
+
+
+async def update_state():
+    """threads.update_state is refused with 501 and a body that says what to use instead."""
+    alice = get_client(url=URL, api_key=ALICE)
+    t = await alice.threads.create()
+    try:
+        await alice.threads.update_state(t["thread_id"], {"messages": []})
+        raise AssertionError("update_state was accepted")
+    except httpx.HTTPStatusError as e:
+        assert e.response.status_code == 501, e.response.text
+        detail = e.response.json()["detail"]
+        for hint in ["runs.create", "command", "threads.update", "threads.copy"]:
+            assert hint in detail, detail
+    ok("threads.update_state refused with what to use instead")
+
+
 SCENARIOS = {"restart": restart, "resume": resume, "wait-restart": wait_restart,
-             "body-limit": body_limit}
+             "body-limit": body_limit, "tools": tools, "threads": threads_api,
+             "threadless": threadless, "store": store, "update-state": update_state}
 asyncio.run(SCENARIOS[MODE]() if MODE in SCENARIOS else main())
