@@ -13,6 +13,7 @@ use serde_json::Value;
 use weft_core::diagnose::{Problem, did_you_mean, locate, parse_path};
 
 use crate::EvalError;
+use crate::replay::Replay;
 use crate::trajectory::TrajectoryExpect;
 
 /// The largest dataset file read (bytes).
@@ -63,6 +64,9 @@ pub struct Case {
     /// What is expected of the session.
     #[serde(default)]
     pub expect: Expect,
+    /// A recorded session's model replies, replayed (`weft eval record`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<Replay>,
     /// The line of the file the case starts on.
     #[serde(skip)]
     pub line: usize,
@@ -222,6 +226,7 @@ const CASE_FIELDS: &[&str] = &[
     "user",
     "replies",
     "expect",
+    "replay",
 ];
 
 /// Reads and checks the dataset at `path`.
@@ -417,6 +422,18 @@ fn check(c: &Case) -> Result<(), Problem> {
         && !input.is_object()
     {
         return Err(Problem::new("input", "the input must be a JSON object"));
+    }
+    if let Some(r) = &c.replay
+        && r.replies.len() != r.requests.len()
+    {
+        return Err(Problem::new(
+            "replay",
+            format!(
+                "{} replies but {} requests; record the session again with `weft eval record`",
+                r.replies.len(),
+                r.requests.len()
+            ),
+        ));
     }
     let e = &c.expect;
     if let Some(a) = &e.answer {

@@ -11,6 +11,8 @@
 //!   order, any order, subset, superset);
 //! - [`scorer`]: the scorers that run outside weft: a command given the session's JSON, and a
 //!   model as judge with a rubric;
+//! - [`replay`]: recorded sessions as cases (`weft eval record`), their replies replayed
+//!   strictly (the same requests), with tools live, or not at all (a live model);
 //! - [`runner`]: a case run as a session with `weft run`'s code path, cases in parallel;
 //! - [`results`]: a run's JSON lines and its summary (pass rates, pass@k, mean and spread);
 //! - [`compare`]: what changed per case between two runs, regressions first.
@@ -20,6 +22,7 @@ pub mod compare;
 pub mod dataset;
 pub mod expect;
 pub mod observed;
+pub mod replay;
 pub mod results;
 pub mod runner;
 pub mod scorer;

@@ -95,6 +95,16 @@ impl CaseResult {
         }
     }
 
+    /// Pass and score again after a scorer was added.
+    pub fn rescore(&mut self) {
+        self.pass = self.error.is_none() && self.scores.iter().all(|s| s.pass);
+        self.score = if self.scores.is_empty() {
+            0.0
+        } else {
+            self.scores.iter().map(|s| s.score).sum::<f64>() / self.scores.len() as f64
+        };
+    }
+
     /// The result of a session that could not run: it fails.
     pub fn not_run(run: &str, case: &Case, repeat: u32, session: &str, error: String) -> Self {
         Self {

@@ -17,6 +17,7 @@ use crate::EvalError;
 use crate::dataset::{Case, Dataset};
 use crate::expect::{self, Score};
 use crate::observed::Observed;
+use crate::replay::{self, ReplayMode, ReplayModel};
 use crate::results::CaseResult;
 use crate::scorer;
 
@@ -41,6 +42,8 @@ pub struct Runner<S: Store> {
     /// The judge of judge scorers that name no model.
     judge: Option<SharedModel>,
     run_id: String,
+    /// How recorded cases are replayed, instead of the mode each was recorded with.
+    replay_mode: Option<ReplayMode>,
 }
 
 /// A case to run: the case and which of its repeats.
@@ -71,7 +74,14 @@ impl<S: Store> Runner<S> {
             dataset_dir: dataset.dir(),
             judge,
             run_id,
+            replay_mode: None,
         }
+    }
+
+    /// Replays recorded cases in `mode`, whatever mode each was recorded with.
+    pub fn replay_in(mut self, mode: Option<ReplayMode>) -> Self {
+        self.replay_mode = mode;
+        self
     }
 
     /// The id of the session of `case`'s repeat `k`.
@@ -115,8 +125,31 @@ impl<S: Store> Runner<S> {
     /// Runs repeat `k` of `case` as a session and scores it.
     pub async fn run(&self, case: &Case, k: u32) -> CaseResult {
         let id = self.session_id(&case.id, k);
-        match self.session(case, &id).await {
-            Ok((obs, events)) => self.score(case, k, obs, &events).await,
+        // A recorded case's replies are replayed (unless live).
+        let replay = case.replay.as_ref().and_then(|r| {
+            let mode = self.replay_mode.unwrap_or(r.mode);
+            (mode != ReplayMode::Live).then(|| {
+                let model = Arc::new(ReplayModel::new(
+                    Arc::new(r.clone()),
+                    mode == ReplayMode::Strict,
+                ));
+                (r, mode, model)
+            })
+        });
+        let model: SharedModel = match &replay {
+            Some((_, _, m)) => m.clone(),
+            None => self.agent.model.clone(),
+        };
+        match self.session(case, &id, model).await {
+            Ok((obs, events)) => {
+                let mut r = self.score(case, k, obs, &events).await;
+                if let Some((rec, mode, m)) = &replay {
+                    r.scores
+                        .push(replay::score(rec, *mode, &m.drift(), &events));
+                    r.rescore();
+                }
+                r
+            }
             Err(e) => CaseResult::not_run(&self.run_id, case, k, &id, e.to_string()),
         }
     }
@@ -126,6 +159,7 @@ impl<S: Store> Runner<S> {
         &self,
         case: &Case,
         id: &str,
+        model: SharedModel,
     ) -> Result<(Observed, Vec<weft_core::Envelope>), EvalError> {
         match self.store.get(id).await {
             Ok(_) => {
@@ -137,15 +171,20 @@ impl<S: Store> Runner<S> {
             Err(e) => return Err(e.into()),
         }
         let input = case.input.clone().unwrap_or_else(|| json!({}));
-        let metadata = json!({
-            "weft_agent_file": load::absolute(&self.agent.path),
-            "weft_eval": self.run_id,
-            "weft_eval_case": case.id,
-        });
+        // A recorded case's metadata (what its instructions saw), and the run's own keys.
+        let mut metadata = case
+            .replay
+            .as_ref()
+            .and_then(|r| r.metadata.clone())
+            .filter(Value::is_object)
+            .unwrap_or_else(|| json!({}));
+        metadata["weft_agent_file"] = json!(load::absolute(&self.agent.path));
+        metadata["weft_eval"] = json!(self.run_id);
+        metadata["weft_eval_case"] = json!(case.id);
         let agent = Agent::new(
             &self.agent.spec,
             self.agent.tools.clone(),
-            self.agent.model.clone(),
+            model,
             &metadata,
             &input,
         )

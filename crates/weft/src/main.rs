@@ -317,7 +317,8 @@ fn main() -> ExitCode {
                         | memory_cmd::MemoryCommand::Search { .. }
                         | memory_cmd::MemoryCommand::Forget { .. }
                 )
-        ) || matches!(&cli.command, Command::Run(a) if a.session.is_some());
+        ) || matches!(&cli.command, Command::Run(a) if a.session.is_some())
+            || matches!(&cli.command, Command::Eval(a) if eval_cmd::reads_only(a));
         // A store named by WEFT_DB needs no --db in hints (and a URL may hold a password).
         if std::env::var("WEFT_DB").ok() != cli.db {
             store::remember(cli.db.as_deref());
@@ -348,7 +349,7 @@ fn main() -> ExitCode {
                 Err(Prepared::Run(run_cmd::prepare(a).await?))
             }
             Command::Submit(a) => Err(Prepared::Submit(submit_cmd::prepare(&a).await?)),
-            Command::Eval(a) if eval_cmd::needs_store(&a) => {
+            Command::Eval(a) if eval_cmd::is_run(&a) => {
                 Err(Prepared::Eval(Box::new(eval_cmd::prepare(a).await?)))
             }
             Command::Plan(plan_cmd::PlanCommand::Run(a)) => match plan_cmd::prepare(a).await? {
@@ -391,7 +392,7 @@ fn main() -> ExitCode {
             Command::Submit(_) => Ok(0),
             Command::Worker(a) => worker::run(host, store, a).await,
             Command::Batch(a) => batch::run(host, store, a).await,
-            Command::Eval(a) => eval_cmd::compare(a),
+            Command::Eval(a) => eval_cmd::other(store, a).await,
             Command::Serve(a) => serve::run(host, store, a).await,
             Command::Sessions(c) => sessions_cmd::run(host, store, c).await,
             Command::Tools(c) => tools_cmd::run(c).await,

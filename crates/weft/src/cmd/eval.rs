@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, Subcommand};
 use serde_json::Value;
+use weft_eval::replay::{self, ReplayMode};
 use weft_eval::results::{self, RESULTS_FILE, SUMMARY_FILE};
 use weft_eval::runner::{Job, Runner};
 use weft_eval::{compare, dataset};
@@ -52,6 +53,10 @@ pub struct EvalArgs {
     /// Only the cases with these ids (repeatable).
     #[arg(long = "case", value_name = "ID")]
     pub cases: Vec<String>,
+    /// Replay recorded cases in this mode instead of the one each was recorded with:
+    /// strict, tools-live or live.
+    #[arg(long, value_parser = parse_mode)]
+    pub replay: Option<ReplayMode>,
     /// Print the summary as JSON on stdout instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -70,11 +75,46 @@ pub enum EvalCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Turn sessions of the store into cases whose model replies are replayed and whose
+    /// expectations are the sessions' outcomes, appended to a JSON-lines dataset.
+    Record {
+        /// The sessions (made by `weft run`, `weft submit` or `weft eval`).
+        #[arg(required = true)]
+        sessions: Vec<String>,
+        /// The dataset the cases are appended to (`.jsonl`; made if absent).
+        #[arg(long)]
+        into: PathBuf,
+        /// How the cases replay: `strict` (the same requests must be sent), `tools-live`
+        /// (replies replayed, tools run, their drift reported) or `live` (a new model run).
+        #[arg(long, default_value = "strict", value_parser = parse_mode)]
+        mode: ReplayMode,
+    },
+}
+
+fn parse_mode(s: &str) -> Result<ReplayMode, String> {
+    match s {
+        "strict" => Ok(ReplayMode::Strict),
+        "tools-live" => Ok(ReplayMode::ToolsLive),
+        "live" => Ok(ReplayMode::Live),
+        _ => Err(format!(
+            "`{s}` is not a replay mode: strict, tools-live or live"
+        )),
+    }
+}
+
+/// Whether this is a new evaluation (not `compare` or `record`).
+pub fn is_run(a: &EvalArgs) -> bool {
+    a.command.is_none()
 }
 
 /// Whether the command needs the session store (`compare` reads files only).
 pub fn needs_store(a: &EvalArgs) -> bool {
-    a.command.is_none()
+    !matches!(a.command, Some(EvalCommand::Compare { .. }))
+}
+
+/// Whether the command only reads the store (`record`).
+pub fn reads_only(a: &EvalArgs) -> bool {
+    matches!(a.command, Some(EvalCommand::Record { .. }))
 }
 
 /// An evaluation whose arguments, dataset and agent file are read and checked; nothing is
@@ -87,10 +127,32 @@ pub struct Prepared {
     judge: Option<weft_model::SharedModel>,
 }
 
-/// `weft eval compare A B`.
-pub fn compare(a: EvalArgs) -> Result<u8> {
+/// `weft eval compare A B` and `weft eval record SESSION... --into DATASET`.
+pub async fn other<S: Store>(store: Arc<S>, a: EvalArgs) -> Result<u8> {
     match a.command {
         Some(EvalCommand::Compare { run_a, run_b, json }) => compare_runs(&run_a, &run_b, json),
+        Some(EvalCommand::Record {
+            sessions,
+            into,
+            mode,
+        }) => {
+            let mut cases = Vec::new();
+            for id in &sessions {
+                let case = replay::record(store.as_ref(), id, mode)
+                    .await
+                    .with_context(|| format!("cannot record session {id}"))?;
+                let r = case.replay.as_ref().map_or(0, |r| r.replies.len());
+                eprintln!(
+                    "recorded session {id} as case {} ({r} model replies, {} mode)",
+                    case.id,
+                    mode.as_str()
+                );
+                cases.push(case);
+            }
+            replay::append(&into, &cases)?;
+            eprintln!("{} case(s) added to {}", cases.len(), into.display());
+            Ok(0)
+        }
         None => Err(anyhow!(
             "give the agent file and the dataset: weft eval AGENT DATASET"
         )),
@@ -184,14 +246,17 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
     std::fs::create_dir_all(&out)
         .with_context(|| format!("cannot create the results directory {}", out.display()))?;
     let agent = Arc::new(agent);
-    let runner = Arc::new(Runner::new(
-        host.clone(),
-        store,
-        agent.clone(),
-        &data,
-        judge,
-        name.clone(),
-    ));
+    let runner = Arc::new(
+        Runner::new(
+            host.clone(),
+            store,
+            agent.clone(),
+            &data,
+            judge,
+            name.clone(),
+        )
+        .replay_in(a.replay),
+    );
     let jobs: Vec<Job> = data
         .cases
         .iter()

@@ -479,3 +479,202 @@ fn needs_llm_eval_repeats_and_a_model_as_judge() {
         s["sessions"]["passed"], s["pass_at_k"], s["pass_all_k"], s["pass_rate_stdev"]
     );
 }
+
+/// The `replay` scorer's verdict of the one result in `dir`.
+fn replay_score(dir: &Path) -> Value {
+    let rs = results(dir);
+    assert_eq!(rs.len(), 1);
+    rs[0]["scores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["scorer"] == "replay")
+        .unwrap_or_else(|| panic!("no replay scorer: {}", rs[0]))
+        .clone()
+}
+
+#[test]
+fn recorded_sessions_replay_strictly_and_a_changed_tool_description_is_drift() {
+    let tmp = workdir();
+    let d = tmp.path();
+    // Sessions of the three modes made by `weft run` (the workflow waits and is answered).
+    let run = |args: &[&str], code: i32| {
+        let out = weft(d, args);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    };
+    run(
+        &[
+            "run",
+            "examples/weather-chat.yaml",
+            "Where is it sunnier, Lisbon or Oslo?",
+            "--id",
+            "s-react",
+        ],
+        0,
+    );
+    run(
+        &[
+            "run",
+            "examples/support-triage.yaml",
+            "I want a refund, the parcel never came.",
+            "--id",
+            "s-flow",
+        ],
+        3,
+    );
+    run(&["answer", "s-flow", "It is order A-2002."], 0);
+    run(
+        &[
+            "run",
+            "examples/refund-desk.yaml",
+            "I'd like a refund.",
+            "--input",
+            r#"{"customerId": "cust_123", "amount": 50.0}"#,
+            "--id",
+            "s-plan",
+        ],
+        0,
+    );
+    run(
+        &[
+            "eval",
+            "record",
+            "s-react",
+            "s-flow",
+            "s-plan",
+            "--into",
+            "recorded.jsonl",
+        ],
+        0,
+    );
+    let cases: Vec<Value> = std::fs::read_to_string(d.join("recorded.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(cases.len(), 3);
+    assert_eq!(
+        cases[1]["replies"],
+        serde_json::json!(["It is order A-2002."])
+    );
+    assert_eq!(cases[1]["expect"]["status"], "completed");
+    assert_eq!(cases[2]["input"]["customerId"], "cust_123");
+    // Strict replay with the agent files they ran with: zero drift, every expectation met.
+    for (agent, case) in [
+        ("weather-chat", "rec-s-react"),
+        ("support-triage", "rec-s-flow"),
+        ("refund-desk", "rec-s-plan"),
+    ] {
+        let out_dir = format!("strict-{agent}");
+        let out = weft(
+            d,
+            &[
+                "eval",
+                &format!("examples/{agent}.yaml"),
+                "recorded.jsonl",
+                "--case",
+                case,
+                "--out",
+                &out_dir,
+            ],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{agent}: {}\n{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        let r = &results(&d.join(&out_dir))[0];
+        assert_eq!(r["pass"], true, "{r}");
+        let replay = replay_score(&d.join(&out_dir));
+        assert_eq!(replay["pass"], true, "{replay}");
+        assert!(replay.get("detail").is_none(), "no drift: {replay}");
+    }
+    // A changed tool description is drift: strict replay fails with the request's difference.
+    let agent = std::fs::read_to_string(d.join("examples/weather-chat.yaml")).unwrap();
+    let described = agent.replace(
+        "description: Current weather for a city.",
+        "description: Current weather for a city, in Celsius.",
+    );
+    assert_ne!(agent, described);
+    std::fs::write(d.join("examples/weather-described.yaml"), described).unwrap();
+    let out = weft(
+        d,
+        &[
+            "eval",
+            "examples/weather-described.yaml",
+            "recorded.jsonl",
+            "--case",
+            "rec-s-react",
+            "--out",
+            "described",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let replay = replay_score(&d.join("described"));
+    assert_eq!(replay["pass"], false);
+    let detail = replay["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(
+            "request 1 differs from the recording:\n  tools[0].description: recorded \"Current weather for a city.\", now \"Current weather for a city, in Celsius.\""
+        ),
+        "{detail}"
+    );
+    assert!(
+        text(&out.stderr).contains("tools[0].description"),
+        "{}",
+        text(&out.stderr)
+    );
+    // With tools live, replies are served whatever the requests; a tool whose result changed
+    // is drift.
+    let changed_tool = agent.replace(
+        r#"command: ["python3", "tools/demo_tools.py", "weather"]"#,
+        r#"command: ["python3", "-c", "import json, sys; a = json.load(sys.stdin); print(json.dumps({'city': a['city'], 'sunny': False, 'tempC': 5}))"]"#,
+    );
+    assert_ne!(agent, changed_tool);
+    std::fs::write(d.join("examples/weather-cloudy.yaml"), changed_tool).unwrap();
+    let out = weft(
+        d,
+        &[
+            "eval",
+            "examples/weather-cloudy.yaml",
+            "recorded.jsonl",
+            "--case",
+            "rec-s-react",
+            "--replay",
+            "tools-live",
+            "--out",
+            "cloudy",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let replay = replay_score(&d.join("cloudy"));
+    assert_eq!(replay["pass"], false);
+    let detail = replay["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("tool results drifted: tool call 1: ok.sunny: recorded true, now false"),
+        "{detail}"
+    );
+    // The same agent with tools live and an unchanged tool: no drift.
+    let out = weft(
+        d,
+        &[
+            "eval",
+            "examples/weather-chat.yaml",
+            "recorded.jsonl",
+            "--case",
+            "rec-s-react",
+            "--replay",
+            "tools-live",
+            "--out",
+            "same",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
