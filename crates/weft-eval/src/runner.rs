@@ -148,6 +148,9 @@ impl<S: Store> Runner<S> {
                         .push(replay::score(rec, *mode, &m.drift(), &events));
                     r.rescore();
                 }
+                if let Err(e) = self.record_scores(&id, &r.scores).await {
+                    tracing::warn!(session = %id, "cannot record the evaluation on the session: {e}");
+                }
                 r
             }
             Err(e) => CaseResult::not_run(&self.run_id, case, k, &id, e.to_string()),
@@ -229,6 +232,39 @@ impl<S: Store> Runner<S> {
         let state = state?;
         let (_, events) = self.store.load(id).await?;
         Ok((Observed::of(&state, &events), events))
+    }
+
+    /// Records each verdict on the case's session as an `evaluation_result` event (OpenTelemetry's
+    /// `gen_ai.evaluation.result`), under the session's lease.
+    async fn record_scores(&self, id: &str, scores: &[Score]) -> Result<(), EvalError> {
+        let events: Vec<weft_core::Event> = scores
+            .iter()
+            .map(|s| weft_core::Event::EvaluationResult {
+                name: s.scorer.clone(),
+                score: s.score,
+                label: if s.pass { "pass" } else { "fail" }.to_owned(),
+                explanation: s
+                    .reasoning
+                    .clone()
+                    .or_else(|| (!s.detail.is_empty()).then(|| s.detail.clone())),
+                run: self.run_id.clone(),
+            })
+            .collect();
+        let held = ownership::take(&self.host, self.store.clone(), id, false).await?;
+        let mut rt = Runtime::new(
+            self.store.clone(),
+            self.agent.tools.clone(),
+            self.agent.spec.limits.clone(),
+        );
+        rt.redact = self.agent.redact.clone();
+        held.bind(&mut rt);
+        let done = async {
+            let mut session = rt.load_session(id).await?;
+            session.commit(events).await
+        }
+        .await;
+        held.release().await;
+        done.map_err(|e| EvalError::Host(e.into()))
     }
 
     /// Scores a session: the case's expectations, then its command and judge scorers.

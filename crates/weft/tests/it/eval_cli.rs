@@ -114,6 +114,56 @@ fn the_example_datasets_pass_and_a_broken_agent_is_caught() {
         let first: Value =
             serde_json::from_str(text(&events.stdout).lines().next().unwrap()).unwrap();
         modes.push(first["mode"].as_str().unwrap().to_owned());
+        // Each scorer's verdict is recorded on the session, after the run ended...
+        let events: Vec<Value> = text(&events.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let end = events
+            .iter()
+            .position(|e| e["type"] == "run_finished" || e["type"] == "waiting_for_user")
+            .unwrap();
+        let verdicts: Vec<(String, String)> = events[end + 1..]
+            .iter()
+            .map(|e| {
+                assert_eq!(e["type"], "evaluation_result", "{e}");
+                assert_eq!(e["run"], agent);
+                (
+                    e["name"].as_str().unwrap().to_owned(),
+                    e["label"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        let scored: Vec<(String, String)> = rs[0]["scores"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["scorer"].as_str().unwrap().to_owned(), "pass".to_owned()))
+            .collect();
+        assert_eq!(verdicts, scored);
+        // ...and its trace holds them as `gen_ai.evaluation.result` spans under the turn.
+        let trace = weft(d, &["sessions", "trace", session, "--json"]);
+        let spans: Vec<Value> = text(&trace.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let turn = spans
+            .iter()
+            .find(|s| {
+                let n = s["name"].as_str().unwrap();
+                n.starts_with("invoke_agent") || n.starts_with("invoke_workflow")
+            })
+            .unwrap();
+        let evals: Vec<&Value> = spans
+            .iter()
+            .filter(|s| s["name"] == "gen_ai.evaluation.result")
+            .collect();
+        assert_eq!(evals.len(), scored.len(), "{spans:?}");
+        for e in evals {
+            assert_eq!(e["parent_span_id"], turn["span_id"], "{e}");
+            assert_eq!(e["attributes"]["gen_ai.evaluation.score.label"], "pass");
+            assert_eq!(e["attributes"]["gen_ai.evaluation.score.value"], 1.0);
+        }
     }
     assert!(total >= 30, "{total} cases in all");
     modes.sort();
