@@ -744,3 +744,75 @@ fn recorded_sessions_replay_strictly_and_a_changed_tool_description_is_drift() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+#[test]
+fn another_model_runs_the_agent_with_model() {
+    let tmp = workdir();
+    let d = tmp.path();
+    // A model that looks both cities up but calls the wrong one sunnier.
+    std::fs::write(
+        d.join("wrong.yaml"),
+        "- tool_calls:\n    - { name: getWeather, arguments: { city: Lisbon } }\n    - { name: getWeather, arguments: { city: Oslo } }\n- text: \"Oslo is sunnier.\"\n",
+    )
+    .unwrap();
+    let out = weft(
+        d,
+        &[
+            "eval",
+            "examples/weather-chat.yaml",
+            "examples/evals/weather-chat.yaml",
+            "--case",
+            "lisbon-oslo",
+            "--case",
+            "answer-follows-the-tools",
+            "--model",
+            "scripted:wrong.yaml",
+            "--out",
+            "r",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let rs = results(&d.join("r"));
+    assert_eq!(rs.len(), 2);
+    for r in &rs {
+        assert_eq!(r["answer"], "Oslo is sunnier.", "{r}");
+        assert_eq!(r["pass"], false, "{r}");
+    }
+    // The trajectory still matches; the answer and the command scorer do not.
+    let failed = |r: &Value| -> Vec<String> {
+        r["scores"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["pass"] == false)
+            .map(|s| s["scorer"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(failed(&rs[0]), ["answer.contains"]);
+    assert_eq!(failed(&rs[1]), ["grounded"]);
+    let grounded = &rs[1]["scores"].as_array().unwrap()[1];
+    assert!(
+        grounded["detail"]
+            .as_str()
+            .unwrap()
+            .contains("Oslo was not reported sunny"),
+        "{grounded}"
+    );
+    // A mistyped case is named with the closest one.
+    let out = weft(
+        d,
+        &[
+            "eval",
+            "examples/weather-chat.yaml",
+            "examples/evals/weather-chat.yaml",
+            "--case",
+            "athen",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("did you mean `athens`"),
+        "{}",
+        text(&out.stderr)
+    );
+}
