@@ -227,6 +227,26 @@ fn the_example_datasets_pass_and_a_broken_agent_is_caught() {
         "{report}"
     );
     assert!(report.contains("4 regressed"), "{report}");
+    // The same comparison as data.
+    let cmp = weft(
+        d,
+        &[
+            "eval",
+            "compare",
+            "runs/support-triage",
+            "runs/broken",
+            "--json",
+        ],
+    );
+    let changes: Vec<Value> = serde_json::from_str(&text(&cmp.stdout)).unwrap();
+    let regressed: Vec<&str> = changes
+        .iter()
+        .filter(|c| c["verdict"] == "regressed")
+        .map(|c| c["case"].as_str().unwrap())
+        .collect();
+    assert_eq!(regressed, failed);
+    assert_eq!(changes[0]["a"]["passed"], 1);
+    assert_eq!(changes[0]["b"]["passed"], 0);
     // A run compared with itself has no change.
     let same = weft(d, &["eval", "compare", "runs/broken", "runs/broken"]);
     assert_eq!(same.status.code(), Some(0));
