@@ -391,7 +391,7 @@ fn a_judge_keeps_its_reasoning() {
     scorers:
       - judge: { rubric: "The answer names the sunnier city.", model: "scripted:judge.yaml" }
 - id: greets
-  task: hello
+  task: hello there
   expect:
     scorers:
       - judge: { rubric: "The answer names the sunnier city.", model: "scripted:judge.yaml" }
