@@ -417,6 +417,21 @@ pub enum Event {
         /// The sequence number of the last event before the run (0 for a new session).
         after: u64,
     },
+    /// An evaluation's scorer judged the session (`weft eval`): OpenTelemetry's
+    /// `gen_ai.evaluation.result`. Changes nothing in the state; written after the run ended.
+    EvaluationResult {
+        /// The scorer (`trajectory`, `answer.contains`, `judge`, ...).
+        name: String,
+        /// Its score, from 0 to 1.
+        score: f64,
+        /// `pass` or `fail`.
+        label: String,
+        /// Why: what was wrong, or a judge's reasoning.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        explanation: Option<String>,
+        /// The evaluation run (`weft eval --name`).
+        run: String,
+    },
     /// A piece of the answer as the model generates it. Published live, never stored.
     TextDelta {
         /// The text generated since the last delta.
@@ -736,6 +751,7 @@ impl Event {
             Self::UserReplied { .. } => "user_replied",
             Self::MessagesImported { .. } => "messages_imported",
             Self::RunStarted { .. } => "run_started",
+            Self::EvaluationResult { .. } => "evaluation_result",
             Self::TextDelta { .. } => "text_delta",
             Self::PlanAccepted { .. } => "plan_accepted",
             Self::WaveStarted { .. } => "wave_started",

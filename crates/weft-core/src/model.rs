@@ -28,6 +28,9 @@ pub enum Purpose {
     Workflow,
     /// Any mode: summarise the older part of a conversation that outgrew its token budget.
     Compact,
+    /// `weft eval`: a model as judge grades a session against a rubric (never asked by an
+    /// agent's own loop).
+    Judge,
 }
 
 impl Purpose {
@@ -43,6 +46,7 @@ impl Purpose {
             Self::React => "react",
             Self::Workflow => "workflow",
             Self::Compact => "compact",
+            Self::Judge => "judge",
         }
     }
 }

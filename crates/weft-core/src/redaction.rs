@@ -62,6 +62,7 @@ impl Event {
             Self::MessagesImported { messages } => messages.iter_mut().for_each(|m| message(m, f)),
             // Ids and positions only.
             Self::RunStarted { .. } => {}
+            Self::EvaluationResult { explanation, .. } => explanation.iter_mut().for_each(f),
             Self::PlanAccepted { plan } => self::plan(plan, f),
             Self::ToolCallStarted { args, .. } => value(args, f),
             Self::ToolCallFinished { outcome, .. } => match outcome {

@@ -202,6 +202,8 @@ pub struct Deriver {
     turn_usage: Usage,
     /// Spans closed by events up to this one are not given out (already exported).
     skip_through: u64,
+    /// The span of the last turn that ended (what an evaluation judged).
+    last_turn: Option<[u8; 8]>,
 }
 
 impl Deriver {
@@ -230,6 +232,7 @@ impl Deriver {
             wait: None,
             turn_usage: Usage::default(),
             skip_through: 0,
+            last_turn: None,
         }
     }
 
@@ -364,6 +367,7 @@ impl Deriver {
             Self::close(o, env, out);
         }
         if let Some(mut t) = self.turn.take() {
+            self.last_turn = Some(t.span.span_id);
             usage_attrs(&mut t.span.attributes, &self.turn_usage);
             t.span.error = error;
             Self::close(t, env, out);
@@ -422,6 +426,36 @@ impl Deriver {
                         .push(("weft.step.id", step.as_str().into()));
                 }
                 self.wait = Some(w);
+            }
+            Event::EvaluationResult {
+                name,
+                score,
+                label,
+                explanation,
+                run,
+            } => {
+                // OpenTelemetry's `gen_ai.evaluation.result`, as a span of no length under the
+                // turn it judged (the explanation is content: it may quote the answer).
+                let mut o = self.open(
+                    env,
+                    "evaluation",
+                    "gen_ai.evaluation.result".to_owned(),
+                    self.turn_id().or(self.last_turn),
+                );
+                let a = &mut o.span.attributes;
+                a.push(("gen_ai.evaluation.name", name.as_str().into()));
+                a.push(("gen_ai.evaluation.score.value", Attr::F64(*score)));
+                a.push(("gen_ai.evaluation.score.label", label.as_str().into()));
+                a.push(("weft.evaluation.run", run.as_str().into()));
+                if self.opts.capture_content
+                    && let Some(e) = explanation
+                {
+                    let e = self.content(e.clone());
+                    o.span
+                        .attributes
+                        .push(("gen_ai.evaluation.explanation", e.into()));
+                }
+                Self::close(o, env, out);
             }
             Event::RunFinished { status, error, .. } => {
                 let err = match status {

@@ -13,8 +13,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use cmd::{
-    batch, check, docs as docs_cmd, memory as memory_cmd, plan as plan_cmd, run as run_cmd,
-    schema as schema_cmd, serve, sessions as sessions_cmd, submit as submit_cmd,
+    batch, check, docs as docs_cmd, eval as eval_cmd, memory as memory_cmd, plan as plan_cmd,
+    run as run_cmd, schema as schema_cmd, serve, sessions as sessions_cmd, submit as submit_cmd,
     tools as tools_cmd, worker,
 };
 
@@ -69,6 +69,9 @@ enum Command {
     /// Run an agent once per record of a JSON-lines file, N at a time; a re-run continues the
     /// batch and runs no finished record again. Exit 0 all done, 1 some failed, 130 interrupted.
     Batch(batch::BatchArgs),
+    /// Run an agent over a dataset of cases, each as a session, and score what it did (exit 1
+    /// below --min-pass-rate); `weft eval compare A B` compares two runs.
+    Eval(eval_cmd::EvalArgs),
     /// Serve the agents over HTTP with LangGraph Server's API (assistants, threads, runs,
     /// streaming), for the langgraph-sdk clients; API keys required.
     Serve(serve::ServeArgs),
@@ -106,6 +109,7 @@ enum Prepared {
     Run(run_cmd::Prepared),
     Plan(plan_cmd::Prepared),
     Submit(run_cmd::Prepared),
+    Eval(Box<eval_cmd::Prepared>),
 }
 
 /// Logs on stderr: `--log-level`, else `RUST_LOG`, else warnings only.
@@ -184,6 +188,12 @@ const EXAMPLES: &[(&str, &str)] = &[
         "weft submit examples/weather-chat.yaml \"Is it sunny in Oslo?\"\n  weft worker --agent examples/weather-chat.yaml",
     ),
     ("worker", "weft worker --agent examples/weather-chat.yaml"),
+    (
+        "eval",
+        "weft eval examples/support-triage.yaml examples/evals/support-triage.yaml --out runs/a\n  \
+         weft eval examples/weather-chat.yaml cases.jsonl --model openai:qwen --repeat 5 --min-pass-rate 0.8\n  \
+         weft eval compare runs/a runs/b",
+    ),
     (
         "docs",
         "weft docs add guide.md handbook.pdf --scope public\n  weft docs search \"refund policy\"",
@@ -289,6 +299,7 @@ fn main() -> ExitCode {
             | Command::Answer(_)
             | Command::Resume(_)
             | Command::Batch(_)
+            | Command::Eval(_)
             | Command::Plan(plan_cmd::PlanCommand::Run(_))
     );
     let shutdown = weft_host::Shutdown::new();
@@ -306,7 +317,8 @@ fn main() -> ExitCode {
                         | memory_cmd::MemoryCommand::Search { .. }
                         | memory_cmd::MemoryCommand::Forget { .. }
                 )
-        ) || matches!(&cli.command, Command::Run(a) if a.session.is_some());
+        ) || matches!(&cli.command, Command::Run(a) if a.session.is_some())
+            || matches!(&cli.command, Command::Eval(a) if eval_cmd::reads_only(a));
         // A store named by WEFT_DB needs no --db in hints (and a URL may hold a password).
         if std::env::var("WEFT_DB").ok() != cli.db {
             store::remember(cli.db.as_deref());
@@ -325,7 +337,7 @@ fn main() -> ExitCode {
                 | Command::Check(_)
                 | Command::Completions { .. }
                 | Command::Schema { .. }
-        );
+        ) && !matches!(&cli.command, Command::Eval(a) if !eval_cmd::needs_store(a));
         // A wrong embeddings setting (WEFT_EMBEDDINGS_URL, ...) is reported before anything runs.
         if needs_store {
             weft_runtime::retrieval::configured_embedder().map_err(anyhow::Error::msg)?;
@@ -337,6 +349,9 @@ fn main() -> ExitCode {
                 Err(Prepared::Run(run_cmd::prepare(a).await?))
             }
             Command::Submit(a) => Err(Prepared::Submit(submit_cmd::prepare(&a).await?)),
+            Command::Eval(a) if eval_cmd::is_run(&a) => {
+                Err(Prepared::Eval(Box::new(eval_cmd::prepare(a).await?)))
+            }
             Command::Plan(plan_cmd::PlanCommand::Run(a)) => match plan_cmd::prepare(a).await? {
                 Ok(p) => Err(Prepared::Plan(p)),
                 Err(code) => return Ok(code),
@@ -354,6 +369,7 @@ fn main() -> ExitCode {
                 let agent = match &command {
                     Err(Prepared::Run(p) | Prepared::Submit(p)) => p.durability,
                     Err(Prepared::Plan(p)) => p.durability(),
+                    Err(Prepared::Eval(p)) => p.agent.spec.durability,
                     Ok(_) => None,
                 };
                 store::open(cli.db.as_deref(), read_only, cli.durability, agent).await?
@@ -366,6 +382,7 @@ fn main() -> ExitCode {
             Err(Prepared::Run(p)) => return run_cmd::execute(host, store, p).await,
             Err(Prepared::Plan(p)) => return plan_cmd::execute(host, store, p).await,
             Err(Prepared::Submit(p)) => return submit_cmd::run(host, store, p).await,
+            Err(Prepared::Eval(p)) => return eval_cmd::execute(host, store, *p).await,
         };
         match command {
             Command::Plan(c) => plan_cmd::run(host, store, c).await,
@@ -375,6 +392,7 @@ fn main() -> ExitCode {
             Command::Submit(_) => Ok(0),
             Command::Worker(a) => worker::run(host, store, a).await,
             Command::Batch(a) => batch::run(host, store, a).await,
+            Command::Eval(a) => eval_cmd::other(store, a).await,
             Command::Serve(a) => serve::run(host, store, a).await,
             Command::Sessions(c) => sessions_cmd::run(host, store, c).await,
             Command::Tools(c) => tools_cmd::run(c).await,

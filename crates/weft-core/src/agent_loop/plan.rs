@@ -82,11 +82,13 @@ impl ModeLoop for PlanLoop {
             Purpose::Review => review_replied(state, cfg, reply),
             Purpose::Respond => respond_replied(state, cfg, reply),
             Purpose::ResponseReview => response_review_replied(state, cfg, reply),
-            Purpose::React | Purpose::Workflow | Purpose::Compact => vec![rejected(
-                purpose,
-                step,
-                format!("a {} reply in plan mode", purpose.as_str()),
-            )],
+            Purpose::React | Purpose::Workflow | Purpose::Compact | Purpose::Judge => {
+                vec![rejected(
+                    purpose,
+                    step,
+                    format!("a {} reply in plan mode", purpose.as_str()),
+                )]
+            }
         }
     }
 

@@ -3,6 +3,7 @@
 pub mod batch;
 pub mod check;
 pub mod docs;
+pub mod eval;
 pub mod memory;
 pub mod plan;
 pub mod run;

@@ -287,5 +287,6 @@ pages! {
     workers => "docs/workers.md",
     serve => "docs/serve.md",
     telemetry => "docs/telemetry.md",
+    evals => "docs/evals.md",
     command_line => "docs/command-line.md",
 }

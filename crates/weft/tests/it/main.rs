@@ -9,6 +9,7 @@ mod crash;
 mod docs;
 mod docs_cli;
 mod durability;
+mod eval_cli;
 mod hints_cli;
 mod interrupt;
 mod live_view;
