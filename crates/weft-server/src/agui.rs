@@ -328,6 +328,7 @@ pub(crate) async fn run(
         stream_mode: None,
         metadata: None,
         multitask_strategy: None,
+        config: None,
     };
     let run = runs::start_with_id(
         &app,

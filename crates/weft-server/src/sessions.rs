@@ -410,7 +410,7 @@ pub(crate) async fn fork(
     }
     let run_id = uuid::Uuid::now_v7().to_string();
     let (new_id, state) =
-        weft_host::sessions::fork(app.store.as_ref(), &id, body.at, Some(run_id.clone()))
+        weft_host::sessions::fork(app.store.as_ref(), &id, body.at, Some(run_id.clone()), None)
             .await
             .map_err(|e| {
                 tracing::warn!(session = %id, "cannot fork: {e}");

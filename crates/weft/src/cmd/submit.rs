@@ -54,6 +54,7 @@ impl SubmitArgs {
             metadata: self.metadata.clone(),
             id: self.id.clone(),
             secret: Vec::new(),
+            budget: None,
         }
     }
 }
@@ -73,6 +74,7 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> 
         input,
         metadata,
         durability,
+        budget: _,
     } = p;
     host.durability.for_asked(store.as_ref(), [durability]);
     let mut rt = Runtime::new(store.clone(), tools.clone(), limits);

@@ -465,3 +465,95 @@ recall_memories: true
         }
     );
 }
+
+/// A token budget against the real server: a ReAct agent made to call its tool on every turn
+/// (`tool_choice: required`) stops between two model calls, before the one whose `max_tokens`
+/// could take the run's output tokens past the limit; what was counted is exactly what the
+/// server reported for each call.
+#[test]
+fn needs_llm_a_token_budget_stops_a_run_between_model_calls() {
+    let url = base_url();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_agent(dir, "react", &url);
+    let agent = std::fs::read_to_string(dir.join("agent.yaml"))
+        .unwrap()
+        .replace("max_tokens: 200", "max_tokens: 48")
+        .replace("tool_choice: auto", "tool_choice: required")
+        .replace("max_iterations: 2", "max_iterations: 20")
+        + "budget: { run: { output_tokens: 150 } }\n";
+    std::fs::write(dir.join("agent.yaml"), agent).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args([
+            "run",
+            "agent.yaml",
+            "Log the word hello, then the word world, then more words.",
+            "--events",
+            "--db",
+            "weft.db",
+        ])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stopped by its budget: {stderr}"
+    );
+    let events: Vec<Value> = stderr
+        .lines()
+        .filter(|l| l.starts_with("{\"seq\":"))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let exceeded: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "budget_exceeded")
+        .collect();
+    assert_eq!(exceeded.len(), 1, "{stderr}");
+    let e = exceeded[0];
+    assert_eq!(e["which"], "run.output_tokens", "{e}");
+    assert_eq!(
+        e["call"].as_u64(),
+        Some(48),
+        "the next call's most is its max_tokens"
+    );
+    let replies: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "model_replied" || e["type"] == "model_failed")
+        .collect();
+    assert!(
+        replies.len() >= 2,
+        "several model calls before the stop: {stderr}"
+    );
+    // Every call's usage is the server's (not weft's estimate), and their sum is what the
+    // budget counted.
+    let mut output = 0;
+    for r in &replies {
+        let usage = if r["type"] == "model_replied" {
+            &r["reply"]["usage"]
+        } else {
+            &r["usage"]
+        };
+        assert_ne!(
+            usage["usage_estimated"], true,
+            "the server reported usage: {r}"
+        );
+        output += usage["output_tokens"].as_u64().unwrap_or(0);
+    }
+    assert_eq!(e["spent"].as_u64(), Some(output), "{e}");
+    assert!(output <= 150, "the limit was not crossed: {output}");
+    assert!(output + 48 > 150, "the refused call could have crossed it");
+    // Between model calls: the stop follows a model call's tool results, and no call follows.
+    let at = events.iter().position(|x| x == e).unwrap();
+    assert!(
+        events[at + 1..]
+            .iter()
+            .all(|x| x["type"] != "model_replied" && x["type"] != "tool_call_started"),
+        "{stderr}"
+    );
+    eprintln!(
+        "token budget 150: {} model calls, {output} output tokens as the server reported them",
+        replies.len()
+    );
+}
