@@ -443,8 +443,13 @@ pub fn reached(state: &State, budget: &Budget, reached: &Reached) -> Vec<Event> 
             request: InputRequest {
                 kind: WAIT_KIND.into(),
                 question: format!(
-                    "The {}. Raise the budget to go on (`weft answer ID --budget {}=N continue`, or the run's `config.budget` over HTTP), or answer `stop`.",
+                    "The {}. Raise the budget to go on (`weft answer {} --budget {}=N continue`, or the run's `config.budget` over HTTP), or answer `stop`.",
                     reached.describe(),
+                    if state.session_id.is_empty() {
+                        "ID"
+                    } else {
+                        &state.session_id
+                    },
                     reached.which
                 ),
                 step: None,

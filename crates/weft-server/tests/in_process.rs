@@ -96,7 +96,7 @@ async fn a_run_through_http_then_a_shutdown_stops_the_server() {
 
 /// A run's `config.budget` over HTTP: the example agent whose model calls a tool forever waits
 /// at its budget (`on_budget: ask`, an interrupt), an answer with a raised budget goes on to the
-/// new limit, and a budget that is not one is refused with 400 naming `config.budget`.
+/// new limit, and a budget that is not one is refused with 422 naming `config.budget`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runs_config_budget_raises_a_budget_that_was_reached() {
     use weft_store::SessionLog;
@@ -158,7 +158,7 @@ async fn a_runs_config_budget_raises_a_budget_that_was_reached() {
         .send()
         .await
         .unwrap();
-    assert_eq!(bad.status().as_u16(), 400);
+    assert_eq!(bad.status().as_u16(), 422);
     let text = bad.text().await.unwrap();
     assert!(
         text.contains("config.budget") && text.contains("on_budgets"),

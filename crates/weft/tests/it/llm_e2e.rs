@@ -495,7 +495,11 @@ fn needs_llm_a_token_budget_stops_a_run_between_model_calls() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "stopped by its budget: {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stopped by its budget: {stderr}"
+    );
     let events: Vec<Value> = stderr
         .lines()
         .filter(|l| l.starts_with("{\"seq\":"))
@@ -508,7 +512,11 @@ fn needs_llm_a_token_budget_stops_a_run_between_model_calls() {
     assert_eq!(exceeded.len(), 1, "{stderr}");
     let e = exceeded[0];
     assert_eq!(e["which"], "run.output_tokens", "{e}");
-    assert_eq!(e["call"].as_u64(), Some(64), "the next call's most is its max_tokens");
+    assert_eq!(
+        e["call"].as_u64(),
+        Some(64),
+        "the next call's most is its max_tokens"
+    );
     let calls: Vec<&Value> = events
         .iter()
         .filter(|e| e["type"] == "model_replied" || e["type"] == "model_failed")
@@ -523,7 +531,10 @@ fn needs_llm_a_token_budget_stops_a_run_between_model_calls() {
         } else {
             &r["usage"]
         };
-        assert_ne!(usage["usage_estimated"], true, "the server reported usage: {r}");
+        assert_ne!(
+            usage["usage_estimated"], true,
+            "the server reported usage: {r}"
+        );
         output += usage["output_tokens"].as_u64().unwrap_or(0);
     }
     assert!(output > 0, "{stderr}");
