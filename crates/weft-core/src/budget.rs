@@ -11,7 +11,7 @@
 //! resumes), a *session* is every task of it. Model calls count their replies and their
 //! failures (with the tokens the failed attempts used), tool calls count their starts.
 //!
-//! **The check** ([`guard`], the one hook after compaction in [`crate::agent_loop::decide`]) is
+//! **The check** (`guard`, the one hook after compaction in [`crate::agent_loop::decide`]) is
 //! made before a call with what the call may cost at most ([`call_max`]: the request's estimated
 //! input tokens, its `max_tokens` (or the model's, else [`DEFAULT_OUTPUT_CEILING`]), and the
 //! model's prices, which the shell supplies in [`ModelCosts`]): a call that could take a measure

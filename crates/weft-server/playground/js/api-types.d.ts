@@ -938,6 +938,14 @@ export interface paths {
                         metadata?: unknown;
                         /** @default null */
                         multitask_strategy?: string | null;
+                        /**
+                         * @description The run's settings. `budget`: the run's budget, a mapping as the agent file's `budget:`
+                         *     (it replaces the one in force) or a string `KEY=VALUE,...` as `weft run --budget` takes
+                         *     it (over the one in force); with an answer (`command.resume`) it raises a budget that
+                         *     was reached.
+                         * @default null
+                         */
+                        config?: unknown;
                     };
                 };
             };
@@ -1019,6 +1027,14 @@ export interface paths {
                         metadata?: unknown;
                         /** @default null */
                         multitask_strategy?: string | null;
+                        /**
+                         * @description The run's settings. `budget`: the run's budget, a mapping as the agent file's `budget:`
+                         *     (it replaces the one in force) or a string `KEY=VALUE,...` as `weft run --budget` takes
+                         *     it (over the one in force); with an answer (`command.resume`) it raises a budget that
+                         *     was reached.
+                         * @default null
+                         */
+                        config?: unknown;
                     };
                 };
             };
@@ -1100,6 +1116,14 @@ export interface paths {
                         metadata?: unknown;
                         /** @default null */
                         multitask_strategy?: string | null;
+                        /**
+                         * @description The run's settings. `budget`: the run's budget, a mapping as the agent file's `budget:`
+                         *     (it replaces the one in force) or a string `KEY=VALUE,...` as `weft run --budget` takes
+                         *     it (over the one in force); with an answer (`command.resume`) it raises a budget that
+                         *     was reached.
+                         * @default null
+                         */
+                        config?: unknown;
                     };
                 };
             };
