@@ -403,7 +403,19 @@ pub fn report(
                 err,
                 "waiting for your answer (session {id}); continue with:"
             )?;
-            writeln!(err, "  weft answer{db} {id} \"<answer>\"")?;
+            let at_budget = st
+                .turn
+                .waiting
+                .as_ref()
+                .is_some_and(|w| w.kind == weft_core::budget::WAIT_KIND);
+            if at_budget {
+                writeln!(
+                    err,
+                    "  weft answer{db} {id} --budget KEY=VALUE \"go on\"   (a raised limit; or answer `stop`)"
+                )?;
+            } else {
+                writeln!(err, "  weft answer{db} {id} \"<answer>\"")?;
+            }
             writeln!(
                 err,
                 "  (or: weft run{db} {} --session {id} \"<answer>\")",
