@@ -211,6 +211,49 @@ impl Budget {
     }
 }
 
+/// A budget given to a run, an answer or a fork: a whole budget that replaces the one in force,
+/// or `KEY=VALUE,...` limits over it ([`Budget::with_overrides`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum BudgetChange {
+    /// This budget, in place of the one in force.
+    Replace(Budget),
+    /// These limits over the budget in force.
+    Over(String),
+}
+
+impl BudgetChange {
+    /// The change a JSON value gives: a mapping (as the agent file's `budget:`) or a string
+    /// (`KEY=VALUE,...`); `None` for `null`. `at` names the field in errors.
+    pub fn from_json(v: &serde_json::Value, at: &str) -> Result<Option<Self>, String> {
+        match v {
+            serde_json::Value::Null => Ok(None),
+            serde_json::Value::String(text) => Ok(Some(Self::Over(text.clone()))),
+            serde_json::Value::Object(_) => {
+                let b: Budget = serde_json::from_value(v.clone()).map_err(|e| {
+                    format!(
+                        "{at}: {e}; give e.g. {{\"run\": {{\"cost_usd\": 0.5}}, \"on_budget\": \"ask\"}}"
+                    )
+                })?;
+                if let Some((field, why)) = b.problems(at).into_iter().next() {
+                    return Err(format!("{field}: {why}"));
+                }
+                Ok(Some(Self::Replace(b)))
+            }
+            _ => Err(format!(
+                "{at} must be a mapping (as the agent file's `budget:`) or a string KEY=VALUE,..."
+            )),
+        }
+    }
+
+    /// The budget this change makes of `base` (the one in force; none: no limits).
+    pub fn over(self, base: Option<&Budget>) -> Result<Budget, String> {
+        match self {
+            Self::Replace(b) => Ok(b),
+            Self::Over(text) => base.cloned().unwrap_or_default().with_overrides(&text),
+        }
+    }
+}
+
 /// A model's prices and output bound, as the shell knows them (from the model's settings).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ModelCosts {

@@ -376,34 +376,18 @@ fn run_budget(
     config: Option<&Value>,
     base: Option<&weft_core::budget::Budget>,
 ) -> Result<Option<weft_core::budget::Budget>, ApiError> {
-    let Some(b) = config
-        .and_then(|c| c.get("budget"))
-        .filter(|b| !b.is_null())
+    let Some(b) = config.and_then(|c| c.get("budget")) else {
+        return Ok(None);
+    };
+    let Some(change) =
+        weft_core::budget::BudgetChange::from_json(b, "config.budget").map_err(ApiError::bad)?
     else {
         return Ok(None);
     };
-    let budget = match b {
-        Value::String(text) => base
-            .cloned()
-            .unwrap_or_default()
-            .with_overrides(text)
-            .map_err(|e| ApiError::bad(format!("config.budget: {e}")))?,
-        Value::Object(_) => serde_json::from_value::<weft_core::budget::Budget>(b.clone())
-            .map_err(|e| {
-                ApiError::bad(format!(
-                    "config.budget: {e}; give e.g. {{\"run\": {{\"cost_usd\": 0.5}}, \"on_budget\": \"ask\"}}"
-                ))
-            })?,
-        _ => {
-            return Err(ApiError::bad(
-                "config.budget must be a mapping (as the agent file's `budget:`) or a string KEY=VALUE,...",
-            ));
-        }
-    };
-    if let Some((at, why)) = budget.problems("config.budget").into_iter().next() {
-        return Err(ApiError::bad(format!("{at}: {why}")));
-    }
-    Ok(Some(budget))
+    change
+        .over(base)
+        .map(Some)
+        .map_err(|e| ApiError::bad(format!("config.budget: {e}")))
 }
 
 /// What a run does to its thread.

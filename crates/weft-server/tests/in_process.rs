@@ -192,6 +192,37 @@ async fn a_runs_config_budget_raises_a_budget_that_was_reached() {
         .collect();
     assert_eq!(limits, vec![0.25, 0.5]);
 
+    // A fork at the first wait, with a budget of its own: recorded as its last event, and what
+    // was spent until then is the fork's too.
+    let first_wait = events
+        .iter()
+        .find(|e| e.event.kind() == "waiting_for_user")
+        .unwrap()
+        .seq;
+    let forked = post(
+        &http,
+        addr,
+        &format!("/sessions/{tid}/fork"),
+        json!({"at": first_wait, "budget": {"run": {"cost_usd": 0.3}}}),
+    )
+    .await;
+    let fid = forked["id"].as_str().unwrap();
+    let fork_events = store.events_after(fid, 0).await.unwrap();
+    let Some(weft_core::Event::BudgetSet { budget }) = fork_events.last().map(|e| &e.event) else {
+        panic!("the fork ends with its budget: {fork_events:?}");
+    };
+    assert_eq!(budget.run.cost_usd, Some(0.3));
+    assert_eq!(budget.on_budget, weft_core::budget::OnBudget::Stop);
+    let folded = weft_core::State::fold(fork_events.iter().map(|e| &e.event));
+    let original = weft_core::State::fold(
+        events
+            .iter()
+            .take_while(|e| e.seq <= first_wait)
+            .map(|e| &e.event),
+    );
+    assert_eq!(folded.spending.session, original.spending.session);
+    assert!(folded.spending.session.cost_usd > 0.0);
+
     host.shutdown.trigger();
     tokio::time::timeout(Duration::from_secs(20), serving)
         .await

@@ -1795,6 +1795,12 @@ export interface paths {
                          * @description The last event the fork keeps.
                          */
                         at: number;
+                        /**
+                         * @description A budget of the fork's own: a mapping as the agent file's `budget:` (it replaces the one
+                         *     in force at `at`) or a string `KEY=VALUE,...` (over it). What was spent is kept.
+                         * @default null
+                         */
+                        budget?: unknown;
                     };
                 };
             };

@@ -162,7 +162,8 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, cmd: SessionsCommand) -> 
             ask(host, store, &id, Asked::Pause).await
         }
         SessionsCommand::Fork { id, at, budget } => {
-            let (new_id, state) = fork(store.as_ref(), &id, at, None, budget.as_deref()).await?;
+            let budget = budget.map(weft_core::budget::BudgetChange::Over);
+            let (new_id, state) = fork(store.as_ref(), &id, at, None, budget).await?;
             let rec = store.get(&id).await?;
             writeln!(out, "{new_id}")?;
             // The hint names the one command that accepts the fork in its state.
