@@ -17,7 +17,9 @@ fn weft(dir: &Path) -> Command {
 }
 
 /// A ReAct agent whose model (a script with prices) calls `tick` on every turn, forever; each
-/// call of `tick` appends a line to `ticks.txt`. `budget` is the agent file's `budget:`.
+/// call of `tick` appends a line to `ticks.txt`, and from the third on waits while a file `hold`
+/// exists (so a test can kill the process in the middle of a call). `budget` is the agent
+/// file's `budget:`.
 fn write_agent(dir: &Path, budget: &str) {
     let agent = format!(
         r#"name: spender
@@ -28,7 +30,7 @@ budget: {budget}
 tools:
   - name: tick
     description: Count one tick.
-    command: ["sh", "-c", "cat > /dev/null; echo tick >> ticks.txt; echo '{{\"ok\": true}}'"]
+    command: ["sh", "-c", "cat > /dev/null; echo tick >> ticks.txt; if [ -f hold ] && [ $(wc -l < ticks.txt) -ge 3 ]; then while [ -f hold ]; do sleep 0.01; done; fi; echo '{{\"ok\": true}}'"]
     idempotent: true
 "#
     );
@@ -158,6 +160,7 @@ fn a_run_killed_and_resumed_keeps_what_it_spent() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     write_agent(dir, "{ session: { cost_usd: 0.5 } }");
+    std::fs::write(dir.join("hold"), "").unwrap();
     let mut child = weft(dir)
         .args([
             "run",
@@ -172,10 +175,16 @@ fn a_run_killed_and_resumed_keeps_what_it_spent() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // The third call of the tool holds: the process is killed while it runs.
     wait_for_ticks(dir, 3, &mut child);
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
+    std::fs::remove_file(dir.join("hold")).unwrap();
     let before = events(dir, "s2");
+    assert!(
+        of_type(&before, "tool_call_started").len() > of_type(&before, "tool_call_finished").len(),
+        "killed with a call in flight"
+    );
     let spent_before = cost(&before);
     assert!(spent_before > 0.0, "calls were recorded before the kill");
     assert!(
