@@ -37,6 +37,8 @@ fn config(mode: Mode) -> AgentConfig {
         workflow: None,
         // The memory search a turn starts with is the runtime's; this target feeds model replies.
         recall_memories: false,
+        budget: None,
+        model_costs: weft_core::budget::ModelCosts::default(),
     }
 }
 

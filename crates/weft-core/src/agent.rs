@@ -47,6 +47,11 @@ pub struct AgentSpec {
     /// Bounds on the agent's work: steps, attempts, replans, iterations, tokens and more.
     #[serde(default)]
     pub limits: Limits,
+    /// What a run (the current task) and the session may spend: tokens, cost, model calls,
+    /// tool calls (in all and per tool), wall time; and `on_budget: stop | ask`. Checked before
+    /// every model call and tool call (see docs/budgets.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::Budget>,
     /// Secrets by name: `{env: VARIABLE}` or `{file: PATH}`.
     #[serde(default)]
     #[schemars(schema_with = "schema::secrets")]
@@ -302,6 +307,11 @@ impl AgentSpec {
                 "max_parallel and max_step_attempts must be at least 1",
             ));
         }
+        if let Some(b) = &self.budget {
+            for (at, why) in b.problems("budget") {
+                out.push(Problem::new(&at, why));
+            }
+        }
         out.extend(self.check_mode().iter().map(|m| Problem::from_message(m)));
     }
 
@@ -502,6 +512,7 @@ mod tests {
             skills: vec![],
             workflow: None,
             durability: None,
+            budget: None,
         })
     }
 

@@ -328,6 +328,29 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Usage::is_empty")]
         usage: Usage,
     },
+    /// The session was given a budget (`weft run --budget`, a run's `config.budget`, a raised
+    /// budget with an answer, a fork's own): it replaces the agent file's, and every earlier
+    /// one, from here on. What was spent is not reset.
+    BudgetSet {
+        /// The budget in force from here on.
+        budget: crate::budget::Budget,
+    },
+    /// A call was not made because it could take a budget's limit past it (see
+    /// [`crate::budget`]); the run stops here (or waits, with `on_budget: ask`).
+    BudgetExceeded {
+        /// The limit, scope first: `run.cost_usd`, `session.tool_calls.search`,
+        /// `run.wall_time_secs`.
+        which: String,
+        /// The limit's value.
+        #[serde(serialize_with = "crate::budget::whole_if_whole")]
+        limit: f64,
+        /// What the scope had spent of it.
+        #[serde(serialize_with = "crate::budget::whole_if_whole")]
+        spent: f64,
+        /// What the call that was not made could have added at most.
+        #[serde(default, serialize_with = "crate::budget::whole_if_whole")]
+        call: f64,
+    },
     /// The planner's plan was invalid; the problems go back to the planner.
     PlanRejected {
         /// Every problem found, each naming the step and field at fault.
@@ -740,6 +763,8 @@ impl Event {
             Self::ModelFailed { .. } => "model_failed",
             Self::HistoryCompacted { .. } => "history_compacted",
             Self::MemoriesRecalled { .. } => "memories_recalled",
+            Self::BudgetSet { .. } => "budget_set",
+            Self::BudgetExceeded { .. } => "budget_exceeded",
             Self::PlanRejected { .. } => "plan_rejected",
             Self::PlanRevised { .. } => "plan_revised",
             Self::StepAction { .. } => "step_action",

@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod agent_loop;
+pub mod budget;
 pub mod condition;
 pub mod diagnose;
 pub mod durability;

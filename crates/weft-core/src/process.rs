@@ -187,6 +187,7 @@ impl ProcessSpec {
             skills: Vec::new(),
             workflow: None,
             durability: None,
+            budget: None,
         }
     }
 }

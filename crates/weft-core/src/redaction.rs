@@ -60,8 +60,8 @@ impl Event {
                 }
             }
             Self::MessagesImported { messages } => messages.iter_mut().for_each(|m| message(m, f)),
-            // Ids and positions only.
-            Self::RunStarted { .. } => {}
+            // Ids and positions only; a budget's limits and names of tools.
+            Self::RunStarted { .. } | Self::BudgetSet { .. } | Self::BudgetExceeded { .. } => {}
             Self::EvaluationResult { explanation, .. } => explanation.iter_mut().for_each(f),
             Self::PlanAccepted { plan } => self::plan(plan, f),
             Self::ToolCallStarted { args, .. } => value(args, f),

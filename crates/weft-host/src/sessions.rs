@@ -34,12 +34,16 @@ pub fn fmt_time(ms: i64) -> String {
 /// once with its log (`weft_core::recovery::fork_log`: the events up to `at`, calls in flight
 /// then recorded as interrupted). The original is untouched. With `run`, a fork that is running
 /// ends with a `RunStarted` marker of that id, so that `weft serve` continues it as that run.
+/// With `budget`, the fork gets a budget of its own (a whole one, or limits over the budget in
+/// force at `at`: the session's last, else its agent file's), recorded as its last event before
+/// the marker; what was spent is kept.
 /// Returns the new id and the state the fork folds to.
 pub async fn fork<S: Store>(
     store: &S,
     id: &str,
     at: u64,
     run: Option<String>,
+    budget: Option<weft_core::budget::BudgetChange>,
 ) -> Result<(String, State), HostError> {
     let (rec, events) = store.load(id).await?;
     if at == 0 || at > rec.last_seq {
@@ -55,6 +59,25 @@ pub async fn fork<S: Store>(
         m.insert("forked_from".into(), json!({"session": id, "at": at}));
     }
     let (mut log, mut state) = weft_core::recovery::fork_log(events, at, &new_id, id, now);
+    if let Some(change) = budget {
+        let base = state
+            .spending
+            .budget
+            .clone()
+            .or_else(|| agent_budget(&rec.metadata));
+        let given = change
+            .over(base.as_ref())
+            .map_err(|e| HostError::Invalid(format!("budget: {e}")))?;
+        let event = weft_core::Event::BudgetSet { budget: given };
+        state.apply(&event);
+        log.push(weft_core::Envelope {
+            seq: state.seq,
+            ts: now,
+            v: weft_core::EVENT_VERSION,
+            epoch: 0,
+            event,
+        });
+    }
     if let Some(run_id) = run
         && state.status == SessionStatus::Running
     {
@@ -93,6 +116,17 @@ pub async fn fork<S: Store>(
         )
         .await?;
     Ok((new_id, state))
+}
+
+/// The `budget:` of the agent file a session records, when it can be read.
+fn agent_budget(metadata: &Value) -> Option<weft_core::budget::Budget> {
+    let path = agent_file_of(metadata)?;
+    let text = std::fs::File::open(&path)
+        .and_then(weft_core::limits::read_text)
+        .ok()?;
+    weft_core::agent::AgentSpec::parse(&path.display().to_string(), &text)
+        .ok()?
+        .budget
 }
 
 /// The agent file a session records (`weft_agent_file` in its metadata), if any.

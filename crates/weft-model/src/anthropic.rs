@@ -512,4 +512,12 @@ impl Model for AnthropicModel {
     ) -> Result<ModelReply, ModelError> {
         structured::complete(self, req, deltas).await
     }
+
+    fn prices(&self) -> Option<crate::Prices> {
+        self.cfg.effective_prices()
+    }
+
+    fn max_output_tokens(&self) -> Option<u32> {
+        Some(self.cfg.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS))
+    }
 }

@@ -263,6 +263,16 @@ const KNOWN_KEYS: &[&str] = &[
 pub fn model_schema() -> Value {
     let duration =
         serde_json::json!({"anyOf": [{"type": "string"}, {"type": "number", "minimum": 0}]});
+    let prices = serde_json::json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "input_per_mtok": {"type": "number"},
+            "output_per_mtok": {"type": "number"},
+            "cache_read_per_mtok": {"type": "number"},
+            "cache_write_per_mtok": {"type": "number"}
+        }
+    });
     serde_json::json!({
         "description": "`openai:NAME`, `anthropic:NAME`, `scripted:PATH`, or a mapping",
         "anyOf": [
@@ -286,16 +296,7 @@ pub fn model_schema() -> Value {
                     "max_tokens_field": {"enum": ["max_tokens", "max_completion_tokens"]},
                     "temperature": {"type": "number", "minimum": 0, "maximum": 2},
                     "tool_choice": {"enum": ["auto", "required", "none", "omit"]},
-                    "prices": {
-                        "type": "object",
-                        "additionalProperties": false,
-                        "properties": {
-                            "input_per_mtok": {"type": "number"},
-                            "output_per_mtok": {"type": "number"},
-                            "cache_read_per_mtok": {"type": "number"},
-                            "cache_write_per_mtok": {"type": "number"}
-                        }
-                    },
+                    "prices": prices,
                     "strict": {"type": "boolean"},
                     "structured_output": {"enum": ["json_schema", "prompt"]}
                 }
@@ -306,7 +307,9 @@ pub fn model_schema() -> Value {
                 "properties": {
                     "provider": {"const": "scripted"},
                     "script": {"type": "string", "description": "the script, relative to the agent file"},
-                    "name": {"type": "string"}
+                    "name": {"type": "string"},
+                    "prices": prices,
+                    "max_tokens": {"type": "integer", "minimum": 1}
                 }
             }
         ]
@@ -483,7 +486,7 @@ impl ProviderConfig {
     }
 }
 
-fn prices(v: &Value) -> Result<Prices, ModelError> {
+pub(crate) fn prices(v: &Value) -> Result<Prices, ModelError> {
     let m = v.as_object().ok_or_else(|| {
         ModelError::Config(format!(
             "model mapping: `prices` must be a mapping with input_per_mtok and output_per_mtok, found {v}"

@@ -134,6 +134,15 @@ pub enum ModelError {
     /// The call was given up before the model answered.
     #[error("the model call was cancelled")]
     Cancelled,
+    /// A call that failed after earlier attempts of it were answered (replies that did not fit
+    /// the schema): the failure, and the tokens those attempts used, so they are counted.
+    #[error("{error}")]
+    AfterAttempts {
+        /// The failure of the last attempt.
+        error: Box<ModelError>,
+        /// What the earlier attempts used.
+        usage: Usage,
+    },
 }
 
 impl ModelError {
@@ -141,13 +150,32 @@ impl ModelError {
     pub fn usage(&self) -> Usage {
         match self {
             Self::Malformed { usage, .. } => usage.clone(),
+            Self::AfterAttempts { error, usage } => {
+                let mut all = usage.clone();
+                all.add(&error.usage());
+                all
+            }
             _ => Usage::default(),
+        }
+    }
+
+    /// The error with the tokens of earlier attempts of the same call added to what it used
+    /// (unchanged when they used none).
+    #[must_use]
+    pub fn with_usage(self, usage: Usage) -> Self {
+        if usage.is_empty() {
+            return self;
+        }
+        Self::AfterAttempts {
+            error: Box::new(self),
+            usage,
         }
     }
 
     /// Whether trying the same call again may succeed (rate limits, server errors, cuts).
     pub fn is_retryable(&self) -> bool {
         match self {
+            Self::AfterAttempts { error, .. } => error.is_retryable(),
             Self::Http { status, body, .. } => http::retryable_status(*status, body),
             Self::Timeout { .. } | Self::Transport { .. } | Self::StreamCut { .. } => true,
             _ => false,
@@ -165,6 +193,15 @@ pub trait Model: Send + Sync + 'static {
         req: &ModelRequest,
         deltas: Option<DeltaSink>,
     ) -> impl Future<Output = Result<ModelReply, ModelError>> + Send;
+    /// The prices a call's cost is counted with; `None` when the model has none (its cost is
+    /// then unknown, and cost budgets cannot be enforced).
+    fn prices(&self) -> Option<Prices> {
+        None
+    }
+    /// The `max_tokens` sent when a request sets none; `None` when the provider decides.
+    fn max_output_tokens(&self) -> Option<u32> {
+        None
+    }
 }
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -179,6 +216,10 @@ pub trait DynModel: Send + Sync {
         req: &'a ModelRequest,
         deltas: Option<DeltaSink>,
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>>;
+    /// The model's prices, as [`Model::prices`].
+    fn prices(&self) -> Option<Prices>;
+    /// The model's default `max_tokens`, as [`Model::max_output_tokens`].
+    fn max_output_tokens(&self) -> Option<u32>;
 }
 
 impl<M: Model> DynModel for M {
@@ -191,6 +232,12 @@ impl<M: Model> DynModel for M {
         deltas: Option<DeltaSink>,
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
         Box::pin(self.complete(req, deltas))
+    }
+    fn prices(&self) -> Option<Prices> {
+        Model::prices(self)
+    }
+    fn max_output_tokens(&self) -> Option<u32> {
+        Model::max_output_tokens(self)
     }
 }
 
@@ -280,12 +327,12 @@ pub fn from_spec_with_env(
     match provider.as_str() {
         "scripted" => {
             if let Some(m) = map
-                && let Some(k) = m
-                    .keys()
-                    .find(|k| !["provider", "script", "name"].contains(&k.as_str()))
+                && let Some(k) = m.keys().find(|k| {
+                    !["provider", "script", "name", "prices", "max_tokens"].contains(&k.as_str())
+                })
             {
                 return Err(ModelError::Config(format!(
-                    "the `model` mapping: unknown key `{k}` for the scripted provider; known keys: provider, script"
+                    "the `model` mapping: unknown key `{k}` for the scripted provider; known keys: provider, script, prices, max_tokens"
                 )));
             }
             // A cassette records and replays a provider's HTTP exchanges; a script makes none,
@@ -298,7 +345,25 @@ pub fn from_spec_with_env(
                      file); unset WEFT_CASSETTE for this agent"
                 )));
             }
-            Ok(Arc::new(ScriptedModel::from_file(&base_dir.join(&rest))?))
+            let mut model = ScriptedModel::from_file(&base_dir.join(&rest))?;
+            if let Some(m) = map {
+                if let Some(p) = m.get("prices") {
+                    model = model.with_prices(config::prices(p)?);
+                }
+                if let Some(v) = m.get("max_tokens") {
+                    let n = v
+                        .as_u64()
+                        .and_then(|n| u32::try_from(n).ok())
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| {
+                            ModelError::Config(format!(
+                                "the `model` mapping: `max_tokens` must be a whole number of tokens, at least 1, found {v}"
+                            ))
+                        })?;
+                    model = model.with_max_tokens(n);
+                }
+            }
+            Ok(Arc::new(model))
         }
         "openai" => {
             let cfg = ProviderConfig::from_spec(ProviderKind::OpenAi, &rest, map, env)?;

@@ -618,4 +618,12 @@ impl Model for OpenAiModel {
     ) -> Result<ModelReply, ModelError> {
         structured::complete(self, req, deltas).await
     }
+
+    fn prices(&self) -> Option<crate::Prices> {
+        self.cfg.effective_prices()
+    }
+
+    fn max_output_tokens(&self) -> Option<u32> {
+        self.cfg.max_tokens
+    }
 }

@@ -21,7 +21,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::{DeltaSink, Model, ModelError, ModelReply, ModelRequest, Purpose, ToolCall, Usage};
+use crate::{
+    DeltaSink, Model, ModelError, ModelReply, ModelRequest, Prices, Purpose, ToolCall, Usage,
+};
 
 /// A tool call in a script.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -180,6 +182,10 @@ pub struct ScriptedModel {
     /// The script's cases, tried in order (`None`: any session); a script without cases is
     /// one case for any session.
     cases: Vec<(Option<String>, Replies)>,
+    /// Prices its usage is costed at (`prices` in the agent file's model mapping).
+    prices: Option<Prices>,
+    /// The `max_tokens` it reports (`max_tokens` in the model mapping), for budgets.
+    max_tokens: Option<u32>,
 }
 
 /// The most replies a script serves, `repeat` counted ([`ScriptedModel::parse`] refuses more;
@@ -209,6 +215,8 @@ impl ScriptedModel {
             name: format!("scripted:{origin}"),
             origin,
             cases: vec![(None, Replies::from_body(ScriptBody::List(replies)))],
+            prices: None,
+            max_tokens: None,
         }
     }
 
@@ -219,7 +227,24 @@ impl ScriptedModel {
             name: format!("scripted:{origin}"),
             origin,
             cases: vec![(None, Replies::from_body(ScriptBody::Keyed(replies)))],
+            prices: None,
+            max_tokens: None,
         }
+    }
+
+    /// The model with prices: each reply's usage gets its cost at them.
+    #[must_use]
+    pub fn with_prices(mut self, prices: Prices) -> Self {
+        self.prices = Some(prices);
+        self
+    }
+
+    /// The model reporting `max_tokens` as its bound on a reply (for budgets; replies are not
+    /// cut to it).
+    #[must_use]
+    pub fn with_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
     }
 
     /// Reads a script file (YAML or JSON).
@@ -275,6 +300,8 @@ impl ScriptedModel {
                         .into_iter()
                         .map(|c| (c.when, Replies::from_body(c.script)))
                         .collect(),
+                    prices: None,
+                    max_tokens: None,
                 }
             }
         };
@@ -415,6 +442,14 @@ impl Model for ScriptedModel {
         &self.name
     }
 
+    fn prices(&self) -> Option<Prices> {
+        self.prices.clone()
+    }
+
+    fn max_output_tokens(&self) -> Option<u32> {
+        self.max_tokens
+    }
+
     async fn complete(
         &self,
         req: &ModelRequest,
@@ -466,7 +501,7 @@ impl Model for ScriptedModel {
                 provider_id: None,
             })
             .collect();
-        let usage = reply.usage.clone().unwrap_or_else(|| {
+        let mut usage = reply.usage.clone().unwrap_or_else(|| {
             let prompt: u64 = req.messages.iter().map(message_tokens).sum();
             Usage {
                 input_tokens: prompt,
@@ -474,6 +509,14 @@ impl Model for ScriptedModel {
                 ..Usage::default()
             }
         });
+        if let (Some(p), None) = (&self.prices, usage.cost_usd) {
+            usage.cost_usd = Some(p.cost(
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens,
+            ));
+        }
         Ok(ModelReply {
             content,
             tool_calls,

@@ -185,7 +185,11 @@ pub(crate) async fn complete<W: Wire>(
     let mut usage = Usage::default();
     let mut attempt = 0;
     loop {
-        let mut reply = wire.call_once(&attempt_req, deltas.clone()).await?;
+        // An attempt that fails after earlier ones were answered keeps what they used.
+        let mut reply = match wire.call_once(&attempt_req, deltas.clone()).await {
+            Ok(r) => r,
+            Err(e) => return Err(e.with_usage(usage)),
+        };
         usage.add(&reply.usage);
         if !reply.tool_calls.is_empty() && reply.content.trim().is_empty() {
             reply.usage = usage;
@@ -225,6 +229,63 @@ pub(crate) async fn complete<W: Wire>(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A wire whose first reply does not fit the schema (and used tokens) and whose second
+    /// attempt fails.
+    struct FailsSecond(std::sync::atomic::AtomicU32);
+
+    impl Wire for FailsSecond {
+        fn provider(&self) -> &str {
+            "test"
+        }
+        async fn call_once(
+            &self,
+            _req: &ModelRequest,
+            _deltas: Option<DeltaSink>,
+        ) -> Result<ModelReply, ModelError> {
+            match self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0 => Ok(ModelReply {
+                    content: "not json".into(),
+                    usage: Usage {
+                        input_tokens: 100,
+                        output_tokens: 7,
+                        cost_usd: Some(0.25),
+                        ..Usage::default()
+                    },
+                    ..ModelReply::default()
+                }),
+                _ => Err(ModelError::Http {
+                    provider: "test".into(),
+                    status: 503,
+                    body: "overloaded".into(),
+                    retry_after: None,
+                }),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_that_fails_after_an_unusable_reply_keeps_that_replys_usage() {
+        let req = ModelRequest {
+            purpose: crate::Purpose::Review,
+            call_index: 0,
+            purpose_index: 0,
+            messages: Messages::from(vec![Message::User {
+                content: "hi".into(),
+            }]),
+            tools: Vec::new(),
+            response_schema: Some(json!({"type": "object"})),
+            max_tokens: None,
+            temperature: None,
+        };
+        let wire = FailsSecond(std::sync::atomic::AtomicU32::new(0));
+        let e = complete(&wire, &req, None).await.unwrap_err();
+        assert!(e.is_retryable(), "{e}");
+        assert!(e.to_string().contains("HTTP 503"), "{e}");
+        let u = e.usage();
+        assert_eq!((u.input_tokens, u.output_tokens), (100, 7));
+        assert_eq!(u.cost_usd, Some(0.25));
+    }
 
     #[test]
     fn fences_are_stripped_and_errors_named() {

@@ -88,6 +88,8 @@ impl Agent {
                 .iter()
                 .any(|t| t.name == "recall" && t.source == "builtin")
         });
+        crate::budget::warn_unpriced(model.as_ref(), spec.budget.as_ref());
+        let model_costs = crate::budget::costs_of(model.as_ref());
         Ok(Self {
             name: spec.name.clone(),
             config: AgentConfig {
@@ -100,6 +102,8 @@ impl Agent {
                 review_responses: spec.review_responses.unwrap_or(true),
                 recall_memories,
                 workflow,
+                budget: spec.budget.clone(),
+                model_costs,
             },
             model,
             tools,
@@ -410,8 +414,27 @@ impl<S: Store> Runtime<S> {
         for call in rerun {
             inflight.spawn(&agent.tools, &session.state, call);
         }
+        let mut wall = crate::budget::WallClock::default();
         loop {
-            match agent_loop::decide(&session.state, &agent.config) {
+            let next = agent_loop::decide(&session.state, &agent.config);
+            // A wall-time limit is checked here, before a call, as the core checks the others
+            // (the core reads no clock); at a safe point: no call in flight.
+            if matches!(next, AgentNext::CallModel { .. } | AgentNext::Start { .. })
+                && session.state.calls.open.is_empty()
+                && !inflight.busy()
+            {
+                let budget = weft_core::budget::in_force(&session.state, &agent.config).cloned();
+                let id = session.id.clone();
+                if let Some(events) = self
+                    .wall_time_reached(budget.as_ref(), &id, &session.state, &mut wall)
+                    .await?
+                {
+                    drop(next);
+                    session.commit(events).await?;
+                    continue;
+                }
+            }
+            match next {
                 AgentNext::Record(events) => session.commit(events).await?,
                 AgentNext::Recall { query, limit } => {
                     let found = crate::knowledge::recall_memories(

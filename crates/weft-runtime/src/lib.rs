@@ -4,6 +4,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod agent;
+pub mod budget;
 mod calls;
 pub mod clock;
 mod knowledge;

@@ -421,6 +421,32 @@ pub(crate) struct RunBody {
     /// The thread of a run of `/runs/batch` (none: a thread is made for it).
     #[serde(default)]
     pub thread_id: Option<String>,
+    /// The run's settings. `budget`: the run's budget, a mapping as the agent file's `budget:`
+    /// (it replaces the one in force) or a string `KEY=VALUE,...` as `weft run --budget` takes
+    /// it (over the one in force); with an answer (`command.resume`) it raises a budget that
+    /// was reached.
+    #[serde(default)]
+    pub config: Option<Value>,
+}
+
+/// The budget a run's `config.budget` gives, over `base` (the one in force); `None` when it
+/// gives none.
+fn run_budget(
+    config: Option<&Value>,
+    base: Option<&weft_core::budget::Budget>,
+) -> Result<Option<weft_core::budget::Budget>, ApiError> {
+    let Some(b) = config.and_then(|c| c.get("budget")) else {
+        return Ok(None);
+    };
+    let Some(change) =
+        weft_core::budget::BudgetChange::from_json(b, "config.budget").map_err(ApiError::bad)?
+    else {
+        return Ok(None);
+    };
+    change
+        .over(base)
+        .map(Some)
+        .map_err(|e| ApiError::bad(format!("config.budget: {e}")))
 }
 
 /// What a run does to its thread.
@@ -572,6 +598,13 @@ pub(crate) async fn start_with_id(
         ));
     }
     let work = decide(tid, &st, task.clone(), resume.clone())?;
+    let budget = run_budget(
+        body.config.as_ref(),
+        st.spending.budget.as_ref().or(agent.spec.budget.as_ref()),
+    )?;
+    if let Some(b) = &budget {
+        weft_runtime::budget::warn_unpriced(agent.model.as_ref(), Some(b));
+    }
     let run = Arc::new(Run {
         run_id: run_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
         thread_id: tid.to_owned(),
@@ -599,7 +632,7 @@ pub(crate) async fn start_with_id(
         app.clone(),
         run.clone(),
         held,
-        (work, task, resume),
+        (work, task, resume, budget),
         agent,
         rec,
         input,
@@ -652,7 +685,12 @@ async fn execute(
     app: Shared,
     run: Arc<Run>,
     held: Option<weft_host::ownership::Held<weft_store::AnyStore>>,
-    (work, task, resume): (Work, Option<String>, Option<String>),
+    (work, task, resume, budget): (
+        Work,
+        Option<String>,
+        Option<String>,
+        Option<weft_core::budget::Budget>,
+    ),
     agent: Arc<AgentFile>,
     rec: SessionRecord,
     input: Value,
@@ -696,7 +734,17 @@ async fn execute(
         (Ok(held), Ok(work)) => {
             run.status
                 .send_replace((RunStatus::Running, run.start_seq()));
-            let out = drive(&app, &run, &held, work, &agent, &rec, input, &mut accept).await;
+            let out = drive(
+                &app,
+                &run,
+                &held,
+                (work, budget),
+                &agent,
+                &rec,
+                input,
+                &mut accept,
+            )
+            .await;
             let out = hold_if_paused(&app, &held, out).await;
             held.release().await;
             out
@@ -808,7 +856,7 @@ async fn drive(
     app: &Shared,
     run: &Run,
     held: &weft_host::ownership::Held<weft_store::AnyStore>,
-    work: Work,
+    (work, budget): (Work, Option<weft_core::budget::Budget>),
     agent: &AgentFile,
     rec: &SessionRecord,
     input: Value,
@@ -842,6 +890,11 @@ async fn drive(
         run_id: run.run_id.clone(),
         after: run.start_seq(),
     };
+    // The run's budget goes with its marker, before its task or answer.
+    let mut first = vec![marker];
+    if let Some(budget) = budget {
+        first.push(weft_core::Event::BudgetSet { budget });
+    }
     let go = async {
         // The run's marker goes into the same write as its first events: a crash cannot leave
         // one without the other.
@@ -854,18 +907,18 @@ async fn drive(
                         metadata: metadata.clone(),
                         ..SessionInfo::default()
                     };
-                    rt.queue_agent(&built, info, &task, input.clone(), vec![marker])
+                    rt.queue_agent(&built, info, &task, input.clone(), first)
                         .await
                 }
                 Work::Turn(task) => {
                     let mut s = rt.load_session(&tid).await?;
-                    s.stage(vec![marker])?;
+                    s.stage(first)?;
                     rt.queue_task(&mut s, &task, input.clone()).await?;
                     Ok(s)
                 }
                 Work::Answer(text) => {
                     let mut s = rt.load_session(&tid).await?;
-                    s.stage(vec![marker])?;
+                    s.stage(first)?;
                     rt.queue_reply(&built, &mut s, &text).await?;
                     Ok(s)
                 }

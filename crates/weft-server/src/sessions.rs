@@ -373,6 +373,10 @@ pub(crate) async fn events(
 pub(crate) struct ForkBody {
     /// The last event the fork keeps.
     at: u64,
+    /// A budget of the fork's own: a mapping as the agent file's `budget:` (it replaces the one
+    /// in force at `at`) or a string `KEY=VALUE,...` (over it). What was spent is kept.
+    #[serde(default)]
+    budget: Option<serde_json::Value>,
 }
 
 /// A fork: the new session, where it came from, how it stands, and the run that continues it
@@ -415,17 +419,31 @@ pub(crate) async fn fork(
             rec.last_seq
         )));
     }
+    let budget = match &body.budget {
+        Some(v) => {
+            weft_core::budget::BudgetChange::from_json(v, "budget").map_err(ApiError::bad)?
+        }
+        None => None,
+    };
     let run_id = uuid::Uuid::now_v7().to_string();
-    let (new_id, state) =
-        weft_host::sessions::fork(app.store.as_ref(), &id, body.at, Some(run_id.clone()))
-            .await
-            .map_err(|e| {
-                tracing::warn!(session = %id, "cannot fork: {e}");
-                ApiError(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the session store failed; try again".into(),
-                )
-            })?;
+    let (new_id, state) = weft_host::sessions::fork(
+        app.store.as_ref(),
+        &id,
+        body.at,
+        Some(run_id.clone()),
+        budget,
+    )
+    .await
+    .map_err(|e| {
+        if let weft_host::HostError::Invalid(why) = &e {
+            return ApiError::bad(why.clone());
+        }
+        tracing::warn!(session = %id, "cannot fork: {e}");
+        ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the session store failed; try again".into(),
+        )
+    })?;
     // A running fork is claimed by this server's loop for orphaned sessions; wake it.
     let _ = app.store.wake().await;
     Ok(Json(Forked {

@@ -868,7 +868,7 @@ pub(crate) async fn copy_thread(
         };
         app.store.create(new, weft_runtime::now_ms()).await?.id
     } else {
-        weft_host::sessions::fork(app.store.as_ref(), &tid, st.seq, None)
+        weft_host::sessions::fork(app.store.as_ref(), &tid, st.seq, None, None)
             .await
             .map_err(|e| match e {
                 weft_host::HostError::Store(e) => e.into(),

@@ -237,6 +237,22 @@ impl History {
                 note("reply_rejected", reason.clone(), step.as_ref())
             }
             Event::ModelFailed { error, .. } => note("model_failed", error.clone(), None),
+            Event::BudgetExceeded {
+                which,
+                limit,
+                spent,
+                call,
+            } => note(
+                "budget_exceeded",
+                weft_core::budget::Reached {
+                    which: which.clone(),
+                    limit: *limit,
+                    spent: *spent,
+                    call: *call,
+                }
+                .describe(),
+                None,
+            ),
             Event::ExecutionFinished { reason } => note("execution_finished", reason.clone(), None),
             Event::AnswerDrafted { text, round } => {
                 note("draft", format!("draft {round}: {text}"), None)

@@ -93,3 +93,140 @@ async fn a_run_through_http_then_a_shutdown_stops_the_server() {
             .unwrap();
     assert!(refused.is_err(), "nothing listens on {addr} any more");
 }
+
+/// A run's `config.budget` over HTTP: the example agent whose model calls a tool forever waits
+/// at its budget (`on_budget: ask`, an interrupt), an answer with a raised budget goes on to the
+/// new limit, and a budget that is not one is refused with 422 naming `config.budget`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_config_budget_raises_a_budget_that_was_reached() {
+    use weft_store::SessionLog;
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.txt");
+    std::fs::write(&keys, format!("{KEY} alice\n")).unwrap();
+    let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/budgeted-loop.yaml");
+    let db = dir.path().join("weft.db");
+    let store = Arc::new(
+        AnyStore::open_with(db.to_str().unwrap(), Durability::Normal)
+            .await
+            .unwrap(),
+    );
+    let host = Host::default();
+    let config = ServeConfig {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        keys: Some(keys),
+        ..ServeConfig::new(vec![agent])
+    };
+    let server = Server::bind(host.clone(), store.clone(), config)
+        .await
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    let serving = tokio::spawn(server.run());
+    let http = http();
+    let thread = post(&http, addr, "/threads", json!({})).await;
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let runs = format!("/threads/{tid}/runs/wait");
+
+    let first = post(
+        &http,
+        addr,
+        &runs,
+        json!({
+            "assistant_id": "budgeted-loop",
+            "input": {"messages": [{"role": "user", "content": "Echo until the budget says stop."}]},
+        }),
+    )
+    .await;
+    assert!(
+        first
+            .to_string()
+            .contains("budget reached: run.cost_usd is 0.25"),
+        "an interrupt at the budget: {first}"
+    );
+
+    let bad = http
+        .post(format!("http://{addr}{runs}"))
+        .header("x-api-key", KEY)
+        .header("content-type", "application/json")
+        .body(
+            json!({
+                "assistant_id": "budgeted-loop",
+                "command": {"resume": "go on"},
+                "config": {"budget": {"run": {"cost_usd": 1}, "on_budgets": "ask"}},
+            })
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status().as_u16(), 422);
+    let text = bad.text().await.unwrap();
+    assert!(
+        text.contains("config.budget") && text.contains("on_budgets"),
+        "{text}"
+    );
+
+    let second = post(
+        &http,
+        addr,
+        &runs,
+        json!({
+            "assistant_id": "budgeted-loop",
+            "command": {"resume": "go on"},
+            "config": {"budget": "run.cost_usd=0.5"},
+        }),
+    )
+    .await;
+    assert!(
+        second
+            .to_string()
+            .contains("budget reached: run.cost_usd is 0.5"),
+        "went on to the raised limit: {second}"
+    );
+    let events = store.events_after(&tid, 0).await.unwrap();
+    let limits: Vec<f64> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            weft_core::Event::BudgetExceeded { limit, .. } => Some(*limit),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(limits, vec![0.25, 0.5]);
+
+    // A fork at the first wait, with a budget of its own: recorded as its last event, and what
+    // was spent until then is the fork's too.
+    let first_wait = events
+        .iter()
+        .find(|e| e.event.kind() == "waiting_for_user")
+        .unwrap()
+        .seq;
+    let forked = post(
+        &http,
+        addr,
+        &format!("/sessions/{tid}/fork"),
+        json!({"at": first_wait, "budget": {"run": {"cost_usd": 0.3}}}),
+    )
+    .await;
+    let fid = forked["id"].as_str().unwrap();
+    let fork_events = store.events_after(fid, 0).await.unwrap();
+    let Some(weft_core::Event::BudgetSet { budget }) = fork_events.last().map(|e| &e.event) else {
+        panic!("the fork ends with its budget: {fork_events:?}");
+    };
+    assert_eq!(budget.run.cost_usd, Some(0.3));
+    assert_eq!(budget.on_budget, weft_core::budget::OnBudget::Stop);
+    let folded = weft_core::State::fold(fork_events.iter().map(|e| &e.event));
+    let original = weft_core::State::fold(
+        events
+            .iter()
+            .take_while(|e| e.seq <= first_wait)
+            .map(|e| &e.event),
+    );
+    assert_eq!(folded.spending.session, original.spending.session);
+    assert!(folded.spending.session.cost_usd > 0.0);
+
+    host.shutdown.trigger();
+    tokio::time::timeout(Duration::from_secs(20), serving)
+        .await
+        .expect("the server stops")
+        .unwrap()
+        .unwrap();
+}

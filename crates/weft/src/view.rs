@@ -382,6 +382,20 @@ impl View {
             Event::ModelReplyRejected { reason, .. } => {
                 self.say(&p.warn(&format!("reply rejected: {reason}")));
             }
+            Event::BudgetExceeded {
+                which,
+                limit,
+                spent,
+                call,
+            } => {
+                use weft_core::budget::number;
+                self.say(&p.warn(&format!(
+                    "budget reached: {which} is {}, {} spent; the next call may take up to {} more",
+                    number(*limit),
+                    number(*spent),
+                    number(*call)
+                )));
+            }
             Event::ModelFailed {
                 purpose,
                 error,

@@ -36,7 +36,7 @@ fn carries_conversation(purpose: Purpose) -> bool {
 }
 
 /// The estimated tokens of a request: its messages and the tools it offers.
-fn request_tokens(request: &ModelRequest) -> u64 {
+pub(super) fn request_tokens(request: &ModelRequest) -> u64 {
     let messages: u64 = request.messages.iter().map(estimate_tokens).sum();
     let tools: u64 = request
         .tools
@@ -212,6 +212,8 @@ mod tests {
             review_responses: false,
             recall_memories: false,
             workflow: None,
+            budget: None,
+            model_costs: crate::budget::ModelCosts::default(),
         }
     }
 

@@ -147,6 +147,8 @@ mod tests {
             review_responses: false,
             recall_memories: true,
             workflow: None,
+            budget: None,
+            model_costs: crate::budget::ModelCosts::default(),
         }
     }
 

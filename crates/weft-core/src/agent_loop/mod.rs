@@ -78,6 +78,11 @@ pub struct AgentConfig {
     pub recall_memories: bool,
     /// The state machine (workflow mode).
     pub workflow: Option<std::sync::Arc<WorkflowConfig>>,
+    /// The agent file's budget; a budget recorded in the session (`budget_set`) replaces it.
+    pub budget: Option<crate::budget::Budget>,
+    /// The model's prices and output bound, for what a call may cost at most
+    /// ([`crate::budget::call_max`]).
+    pub model_costs: crate::budget::ModelCosts,
 }
 
 impl AgentConfig {
@@ -226,12 +231,25 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
         Mode::Workflow => WorkflowLoop::decide(state, cfg),
     };
     // The one hook before every model call: a conversation over its budget is compacted first.
-    if let AgentNext::CallModel { request, .. } = &next
-        && let Some(compaction) = compact::before_call(state, cfg, request)
-    {
-        return compaction;
-    }
-    next
+    let next = match &next {
+        AgentNext::CallModel { request, .. } => {
+            compact::before_call(state, cfg, request).unwrap_or(next)
+        }
+        _ => next,
+    };
+    // Then every model call and every tool call is checked against the budget in force.
+    crate::budget::guard(state, cfg, next)
+}
+
+/// The estimated input tokens of a request (its messages and the tools it offers), as
+/// compaction and budgets count them.
+pub(crate) fn request_tokens(request: &ModelRequest) -> u64 {
+    compact::request_tokens(request)
+}
+
+/// The events that end a run as failed with `error` (pending plan steps skipped).
+pub(crate) fn end_run_failed(state: &State, error: String) -> Vec<Event> {
+    end_run(state, RunStatus::Failed, Some(error), None)
 }
 
 /// Turns a model's reply into events. Every tool call of the reply gets an id of its own first
@@ -299,6 +317,10 @@ pub fn user_replied(state: &State, cfg: &AgentConfig, text: &str) -> Vec<Event> 
     let Some(req) = &state.turn.waiting else {
         return events;
     };
+    if req.kind == crate::budget::WAIT_KIND {
+        events.extend(crate::budget::answered(state, text));
+        return events;
+    }
     events.extend(match cfg.mode {
         Mode::Plan => PlanLoop::answered(state, cfg, req, text),
         Mode::React => React::answered(state, cfg, req, text),
@@ -356,6 +378,8 @@ mod tests {
             review_responses: false,
             recall_memories: false,
             workflow: None,
+            budget: None,
+            model_costs: crate::budget::ModelCosts::default(),
         }
     }
 

@@ -46,12 +46,12 @@ use crate::workflow::WorkflowRun;
 pub use calls::{Calls, OpenCall};
 pub use plan_run::{Items, PlanRun, StepRun, StepStatus, Waves};
 pub use turn::Turn;
-pub use usage::ModelUse;
+pub use usage::{ModelUse, Spending, Spent};
 
 /// The version of State's serialised form (and of what `apply` makes of events) that snapshots
 /// are written and read at. Bump it with every change of State's shape (see the module's
 /// documentation); a snapshot of another version is ignored and the log is folded.
-pub const SNAPSHOT_VERSION: u32 = 4;
+pub const SNAPSHOT_VERSION: u32 = 5;
 /// A conversation's compacted part: requests carry `summary` in place of the messages before
 /// `upto` (an index into [`State::history`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,6 +107,8 @@ pub struct State {
     pub memory: Vec<(String, Option<String>)>,
     /// Model calls and what they used.
     pub usage: ModelUse,
+    /// What the current run and the session spent, and the budget recorded for them.
+    pub spending: Spending,
 }
 
 /// A tool call's signature: its name and canonical arguments (object keys sorted).
@@ -227,6 +229,7 @@ impl State {
     /// Dispatches the event to the parts it concerns.
     pub fn apply(&mut self, event: &Event) {
         self.seq = self.seq.saturating_add(1);
+        self.spending.apply(event, self.seq);
         match event {
             Event::SessionStarted {
                 session_id,

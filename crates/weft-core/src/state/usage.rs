@@ -33,3 +33,77 @@ impl ModelUse {
         }
     }
 }
+
+/// What one scope (a run or a session) has spent, as budgets measure it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spent {
+    /// Input tokens of model calls, failed calls' included.
+    pub input_tokens: u64,
+    /// Output tokens of model calls, failed calls' included.
+    pub output_tokens: u64,
+    /// US dollars of model calls with known prices.
+    pub cost_usd: f64,
+    /// Model calls: replies and failures.
+    pub model_calls: u64,
+    /// Tool calls started.
+    pub tool_calls: u64,
+    /// Tool calls started, by tool.
+    pub per_tool: BTreeMap<String, u64>,
+}
+
+impl Spent {
+    fn model_call(&mut self, usage: &Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(usage.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(usage.output_tokens);
+        self.cost_usd += usage.cost_usd.unwrap_or(0.0);
+        self.model_calls = self.model_calls.saturating_add(1);
+    }
+
+    fn tool_call(&mut self, tool: &str) {
+        self.tool_calls = self.tool_calls.saturating_add(1);
+        let n = self.per_tool.entry(tool.to_owned()).or_default();
+        *n = n.saturating_add(1);
+    }
+}
+
+/// What the current run and the session have spent, derived from the log (never reset by a
+/// resume, a takeover or a fork), and the budget the session was given last (`budget_set`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spending {
+    /// Spent by the current task, from its `turn_started`.
+    pub run: Spent,
+    /// Spent by the whole session.
+    pub session: Spent,
+    /// The position of the current task's `turn_started` in the log (0 before any task).
+    pub run_started_seq: u64,
+    /// The budget recorded last (it replaces the agent file's); `None` when none was.
+    pub budget: Option<crate::budget::Budget>,
+}
+
+impl Spending {
+    /// Applies an event; `seq` is its position in the log.
+    pub(super) fn apply(&mut self, event: &Event, seq: u64) {
+        match event {
+            Event::TurnStarted { .. } => {
+                self.run = Spent::default();
+                self.run_started_seq = seq;
+            }
+            Event::ModelReplied { reply, .. } => {
+                self.run.model_call(&reply.usage);
+                self.session.model_call(&reply.usage);
+            }
+            Event::ModelFailed { usage, .. } => {
+                self.run.model_call(usage);
+                self.session.model_call(usage);
+            }
+            Event::ToolCallStarted { tool, .. } => {
+                self.run.tool_call(tool);
+                self.session.tool_call(tool);
+            }
+            Event::BudgetSet { budget } => self.budget = Some(budget.clone()),
+            _ => {}
+        }
+    }
+}

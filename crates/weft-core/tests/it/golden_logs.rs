@@ -121,7 +121,7 @@ fn facts(s: &State) -> Value {
         })
         .collect();
     let w = &s.workflow;
-    json!({
+    let mut facts = json!({
         "session": s.session_id,
         "agent": s.agent,
         "seq": s.seq,
@@ -168,7 +168,25 @@ fn facts(s: &State) -> Value {
             "rejected": w.rejected, "feedback": w.feedback, "delegated": w.delegated,
             "delegating": w.delegating, "outputs": w.outputs, "reply": w.reply, "path": w.path,
         },
-    })
+    });
+    // What a session given a budget spent, and the budget: only for such a session (a
+    // `budget_set` event), so that the logs made before budgets keep their digests.
+    if let Some(budget) = &s.spending.budget {
+        let spent = |x: &weft_core::state::Spent| {
+            json!({
+                "input_tokens": x.input_tokens, "output_tokens": x.output_tokens,
+                "cost_usd": x.cost_usd, "model_calls": x.model_calls,
+                "tool_calls": x.tool_calls, "per_tool": x.per_tool,
+            })
+        };
+        facts["budget"] = json!({
+            "budget": budget,
+            "run": spent(&s.spending.run),
+            "session": spent(&s.spending.session),
+            "run_started_seq": s.spending.run_started_seq,
+        });
+    }
+    facts
 }
 
 /// The digest of the facts of the state after each event of `events`, one JSON line each: a
@@ -243,6 +261,8 @@ fn the_committed_logs_cover_the_events_they_are_for() {
         "workflow_output_rejected",
         "workflow_transition",
         "step_action",
+        "budget_set",
+        "budget_exceeded",
     ] {
         assert!(kinds.contains(k), "no committed log has a {k} event");
     }

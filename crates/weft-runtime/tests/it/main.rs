@@ -5,6 +5,7 @@
 
 mod agents;
 mod big_plan;
+mod budgets;
 mod call_starts;
 mod clock;
 mod create;

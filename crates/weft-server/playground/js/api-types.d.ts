@@ -1129,6 +1129,14 @@ export interface paths {
                          * @default null
                          */
                         thread_id?: string | null;
+                        /**
+                         * @description The run's settings. `budget`: the run's budget, a mapping as the agent file's `budget:`
+                         *     (it replaces the one in force) or a string `KEY=VALUE,...` as `weft run --budget` takes
+                         *     it (over the one in force); with an answer (`command.resume`) it raises a budget that
+                         *     was reached.
+                         * @default null
+                         */
+                        config?: unknown;
                     };
                 };
             };
@@ -1225,6 +1233,14 @@ export interface paths {
                          * @default null
                          */
                         thread_id?: string | null;
+                        /**
+                         * @description The run's settings. `budget`: the run's budget, a mapping as the agent file's `budget:`
+                         *     (it replaces the one in force) or a string `KEY=VALUE,...` as `weft run --budget` takes
+                         *     it (over the one in force); with an answer (`command.resume`) it raises a budget that
+                         *     was reached.
+                         * @default null
+                         */
+                        config?: unknown;
                     };
                 };
             };
@@ -1321,6 +1337,14 @@ export interface paths {
                          * @default null
                          */
                         thread_id?: string | null;
+                        /**
+                         * @description The run's settings. `budget`: the run's budget, a mapping as the agent file's `budget:`
+                         *     (it replaces the one in force) or a string `KEY=VALUE,...` as `weft run --budget` takes
+                         *     it (over the one in force); with an answer (`command.resume`) it raises a budget that
+                         *     was reached.
+                         * @default null
+                         */
+                        config?: unknown;
                     };
                 };
             };
@@ -1613,6 +1637,14 @@ export interface paths {
                          * @default null
                          */
                         thread_id?: string | null;
+                        /**
+                         * @description The run's settings. `budget`: the run's budget, a mapping as the agent file's `budget:`
+                         *     (it replaces the one in force) or a string `KEY=VALUE,...` as `weft run --budget` takes
+                         *     it (over the one in force); with an answer (`command.resume`) it raises a budget that
+                         *     was reached.
+                         * @default null
+                         */
+                        config?: unknown;
                     };
                 };
             };
@@ -1707,6 +1739,14 @@ export interface paths {
                          * @default null
                          */
                         thread_id?: string | null;
+                        /**
+                         * @description The run's settings. `budget`: the run's budget, a mapping as the agent file's `budget:`
+                         *     (it replaces the one in force) or a string `KEY=VALUE,...` as `weft run --budget` takes
+                         *     it (over the one in force); with an answer (`command.resume`) it raises a budget that
+                         *     was reached.
+                         * @default null
+                         */
+                        config?: unknown;
                     };
                 };
             };
@@ -1801,6 +1841,14 @@ export interface paths {
                          * @default null
                          */
                         thread_id?: string | null;
+                        /**
+                         * @description The run's settings. `budget`: the run's budget, a mapping as the agent file's `budget:`
+                         *     (it replaces the one in force) or a string `KEY=VALUE,...` as `weft run --budget` takes
+                         *     it (over the one in force); with an answer (`command.resume`) it raises a budget that
+                         *     was reached.
+                         * @default null
+                         */
+                        config?: unknown;
                     };
                 };
             };
@@ -1895,6 +1943,14 @@ export interface paths {
                          * @default null
                          */
                         thread_id?: string | null;
+                        /**
+                         * @description The run's settings. `budget`: the run's budget, a mapping as the agent file's `budget:`
+                         *     (it replaces the one in force) or a string `KEY=VALUE,...` as `weft run --budget` takes
+                         *     it (over the one in force); with an answer (`command.resume`) it raises a budget that
+                         *     was reached.
+                         * @default null
+                         */
+                        config?: unknown;
                     }[];
                 };
             };
@@ -2807,6 +2863,12 @@ export interface paths {
                          * @description The last event the fork keeps.
                          */
                         at: number;
+                        /**
+                         * @description A budget of the fork's own: a mapping as the agent file's `budget:` (it replaces the one
+                         *     in force at `at`) or a string `KEY=VALUE,...` (over it). What was spent is kept.
+                         * @default null
+                         */
+                        budget?: unknown;
                     };
                 };
             };

@@ -51,6 +51,12 @@ pub struct RunArgs {
     /// sources, since command lines are visible to other users of the machine).
     #[arg(long)]
     pub secret: Vec<String>,
+    /// The run's budget, over the agent file's (or the session's): KEY=VALUE pairs separated by
+    /// commas, KEY `[run.|session.]LIMIT` with LIMIT one of input_tokens, output_tokens,
+    /// cost_usd, model_calls, tool_calls, tool_calls.TOOL, wall_time_secs; or `on_budget=stop|ask`.
+    /// E.g. `--budget cost_usd=0.5,session.tool_calls=100`.
+    #[arg(long, value_name = "KEY=VALUE,...")]
+    pub budget: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -65,6 +71,10 @@ pub struct AnswerArgs {
     /// A secret for this run, NAME=VALUE (as for `weft run`).
     #[arg(long)]
     pub secret: Vec<String>,
+    /// A new budget for the session from here on, over the one it has (as for `weft run`):
+    /// answer a session that reached its budget with a raised one to go on.
+    #[arg(long, value_name = "KEY=VALUE,...")]
+    pub budget: Option<String>,
 }
 
 /// `weft answer ID TEXT`: `weft run AGENT --session ID TEXT` with the agent file the session
@@ -92,6 +102,7 @@ pub async fn answer<S: Store>(host: &Host, store: Arc<S>, a: AnswerArgs) -> Resu
             metadata: None,
             id: None,
             secret: a.secret,
+            budget: a.budget,
         },
     )
     .await
@@ -131,6 +142,8 @@ pub struct Prepared {
     pub metadata: Value,
     /// The agent file's `durability:`.
     pub durability: Option<weft_core::Durability>,
+    /// The agent file's `budget:`.
+    pub budget: Option<weft_core::budget::Budget>,
 }
 
 pub async fn run<S: Store>(host: &Host, store: Arc<S>, args: RunArgs) -> Result<u8> {
@@ -141,6 +154,12 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, args: RunArgs) -> Result<
 /// Reads the task and the agent file and builds the agent (exit 2 on a mistake).
 pub async fn prepare(mut args: RunArgs) -> Result<Prepared> {
     args.task = task_text(&args.task)?;
+    if let Some(b) = &args.budget {
+        // Checked before anything is stored; applied over the session's budget when it runs.
+        weft_core::budget::Budget::default()
+            .with_overrides(b)
+            .map_err(|e| anyhow!("--budget: {e}"))?;
+    }
     let loaded = load::agent_with_secrets(&args.agent, &args.secret).await?;
     let input = crate::input::input(args.input.as_deref())?;
     let mut metadata: Value = match &args.metadata {
@@ -174,6 +193,7 @@ pub async fn prepare(mut args: RunArgs) -> Result<Prepared> {
         input,
         metadata,
         durability: loaded.spec.durability,
+        budget: loaded.spec.budget.clone(),
     })
 }
 
@@ -188,7 +208,23 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
         input,
         metadata,
         durability,
+        budget,
     } = p;
+    // `--budget` over the budget in force: the agent file's for a new session, the session's
+    // (the last one it was given) for one it continues.
+    let given =
+        |base: Option<&weft_core::budget::Budget>| -> Result<Option<weft_core::budget::Budget>> {
+            match &args.budget {
+                None => Ok(None),
+                Some(text) => Ok(Some(
+                    base.or(budget.as_ref())
+                        .cloned()
+                        .unwrap_or_default()
+                        .with_overrides(text)
+                        .map_err(|e| anyhow!("--budget: {e}"))?,
+                )),
+            }
+        };
     host.durability.for_asked(store.as_ref(), [durability]);
     // This process owns the session while it drives it (a new one's id is chosen first).
     let id = match &args.session {
@@ -233,7 +269,18 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
                     metadata,
                     parent_id: None,
                 };
-                rt.run_agent(&agent, info, &args.task, input).await?
+                let extra = match given(None)? {
+                    Some(b) => {
+                        weft_runtime::budget::warn_unpriced(agent.model.as_ref(), Some(&b));
+                        vec![weft_core::Event::BudgetSet { budget: b }]
+                    }
+                    None => Vec::new(),
+                };
+                let mut session = rt
+                    .queue_agent(&agent, info, &args.task, input, extra)
+                    .await?;
+                rt.drive_agent(&agent, &mut session).await?;
+                session
             }
             Some(id) => {
                 let mut session = rt.load_session(id).await?;
@@ -244,6 +291,11 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
                         session.state.agent,
                         agent.name
                     ));
+                }
+                if let Some(b) = given(session.state.spending.budget.as_ref())?
+                    && session.state.status != SessionStatus::Running
+                {
+                    rt.set_budget(agent.model.as_ref(), &mut session, b).await?;
                 }
                 match session.state.status {
                     SessionStatus::WaitingForUser => {
@@ -351,7 +403,19 @@ pub fn report(
                 err,
                 "waiting for your answer (session {id}); continue with:"
             )?;
-            writeln!(err, "  weft answer{db} {id} \"<answer>\"")?;
+            let at_budget = st
+                .turn
+                .waiting
+                .as_ref()
+                .is_some_and(|w| w.kind == weft_core::budget::WAIT_KIND);
+            if at_budget {
+                writeln!(
+                    err,
+                    "  weft answer{db} {id} --budget KEY=VALUE \"go on\"   (a raised limit; or answer `stop`)"
+                )?;
+            } else {
+                writeln!(err, "  weft answer{db} {id} \"<answer>\"")?;
+            }
             writeln!(
                 err,
                 "  (or: weft run{db} {} --session {id} \"<answer>\")",

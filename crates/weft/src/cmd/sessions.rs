@@ -72,6 +72,10 @@ pub enum SessionsCommand {
         /// after.
         #[arg(long)]
         at: u64,
+        /// A budget of the fork's own, over the one in force at SEQ (KEY=VALUE,... as `weft run
+        /// --budget` takes it); what the session spent until SEQ is kept.
+        #[arg(long, value_name = "KEY=VALUE,...")]
+        budget: Option<String>,
     },
     /// Delete completed and failed sessions not updated for DURATION (e.g. 30d, 12h).
     Prune {
@@ -157,8 +161,9 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, cmd: SessionsCommand) -> 
             drop(out);
             ask(host, store, &id, Asked::Pause).await
         }
-        SessionsCommand::Fork { id, at } => {
-            let (new_id, state) = fork(store.as_ref(), &id, at, None).await?;
+        SessionsCommand::Fork { id, at, budget } => {
+            let budget = budget.map(weft_core::budget::BudgetChange::Over);
+            let (new_id, state) = fork(store.as_ref(), &id, at, None, budget).await?;
             let rec = store.get(&id).await?;
             writeln!(out, "{new_id}")?;
             // The hint names the one command that accepts the fork in its state.

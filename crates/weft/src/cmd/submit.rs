@@ -39,6 +39,10 @@ pub struct SubmitArgs {
     /// The id of the new session (default: a new time-ordered UUID).
     #[arg(long)]
     pub id: Option<String>,
+    /// The run's budget over the agent file's (or, with --session, the session's), as for
+    /// `weft run --budget`.
+    #[arg(long, value_name = "KEY=VALUE,...")]
+    pub budget: Option<String>,
 }
 
 impl SubmitArgs {
@@ -54,6 +58,7 @@ impl SubmitArgs {
             metadata: self.metadata.clone(),
             id: self.id.clone(),
             secret: Vec::new(),
+            budget: self.budget.clone(),
         }
     }
 }
@@ -73,7 +78,22 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> 
         input,
         metadata,
         durability,
+        budget,
     } = p;
+    // `--budget` over the budget in force (the session's last, else the agent file's).
+    let given = |base: Option<&weft_core::budget::Budget>| -> Result<Option<weft_core::Event>> {
+        let Some(text) = &args.budget else {
+            return Ok(None);
+        };
+        let b = base
+            .or(budget.as_ref())
+            .cloned()
+            .unwrap_or_default()
+            .with_overrides(text)
+            .map_err(|e| anyhow!("--budget: {e}"))?;
+        weft_runtime::budget::warn_unpriced(agent.model.as_ref(), Some(&b));
+        Ok(Some(weft_core::Event::BudgetSet { budget: b }))
+    };
     host.durability.for_asked(store.as_ref(), [durability]);
     let mut rt = Runtime::new(store.clone(), tools.clone(), limits);
     rt.redact = redact;
@@ -97,6 +117,9 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> 
                         session.state.status.as_str()
                     ));
                 }
+                if let Some(set) = given(session.state.spending.budget.as_ref())? {
+                    session.commit(vec![set]).await?;
+                }
                 rt.queue_reply(&agent, &mut session, &args.task).await?;
                 Ok(())
             }
@@ -113,8 +136,9 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> 
                 metadata,
                 parent_id: None,
             };
+            let extra = given(None)?.into_iter().collect();
             let session = rt
-                .queue_agent(&agent, info, &args.task, input, Vec::new())
+                .queue_agent(&agent, info, &args.task, input, extra)
                 .await?;
             session.id.clone()
         }

@@ -283,6 +283,7 @@ pages! {
     agents => "docs/agents.md",
     plans_guide => "docs/plans-guide.md",
     sessions => "docs/sessions.md",
+    budgets => "docs/budgets.md",
     memory => "docs/memory.md",
     workers => "docs/workers.md",
     serve => "docs/serve.md",

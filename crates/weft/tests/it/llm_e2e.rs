@@ -465,3 +465,98 @@ recall_memories: true
         }
     );
 }
+
+/// A token budget against the real server: a ReAct agent whose run may produce as many output
+/// tokens as one call's `max_tokens` makes its first call (its tool call runs), and is stopped
+/// before the second, which could pass the limit whatever the first used; what was counted is
+/// exactly what the server reported.
+#[test]
+fn needs_llm_a_token_budget_stops_a_run_between_model_calls() {
+    let url = base_url();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_agent(dir, "react", &url);
+    let agent = std::fs::read_to_string(dir.join("agent.yaml"))
+        .unwrap()
+        .replace("max_tokens: 200", "max_tokens: 64")
+        .replace("max_iterations: 2", "max_iterations: 20")
+        + "budget: { run: { output_tokens: 64 } }\n";
+    std::fs::write(dir.join("agent.yaml"), agent).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args([
+            "run",
+            "agent.yaml",
+            "Log the word hello.",
+            "--events",
+            "--db",
+            "weft.db",
+        ])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stopped by its budget: {stderr}"
+    );
+    let events: Vec<Value> = stderr
+        .lines()
+        .filter(|l| l.starts_with("{\"seq\":"))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let exceeded: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "budget_exceeded")
+        .collect();
+    assert_eq!(exceeded.len(), 1, "{stderr}");
+    let e = exceeded[0];
+    assert_eq!(e["which"], "run.output_tokens", "{e}");
+    assert_eq!(
+        e["call"].as_u64(),
+        Some(64),
+        "the next call's most is its max_tokens"
+    );
+    let calls: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "model_replied" || e["type"] == "model_failed")
+        .collect();
+    assert!(!calls.is_empty(), "{stderr}");
+    // Every call's usage is the server's (not weft's estimate), and their sum is what the
+    // budget counted.
+    let mut output = 0;
+    for r in &calls {
+        let usage = if r["type"] == "model_replied" {
+            &r["reply"]["usage"]
+        } else {
+            &r["usage"]
+        };
+        assert_ne!(
+            usage["usage_estimated"], true,
+            "the server reported usage: {r}"
+        );
+        output += usage["output_tokens"].as_u64().unwrap_or(0);
+    }
+    assert!(output > 0, "{stderr}");
+    assert_eq!(e["spent"].as_u64(), Some(output), "{e}");
+    assert!(output <= 64, "the limit was not crossed: {output}");
+    // Between model calls: the model's tool call ran and its result is in, then the stop, and
+    // no call after it.
+    let at = events.iter().position(|x| x == e).unwrap();
+    assert!(
+        events[..at]
+            .iter()
+            .any(|x| x["type"] == "tool_call_finished"),
+        "the first call's tool ran before the stop: {stderr}"
+    );
+    assert!(
+        events[at + 1..]
+            .iter()
+            .all(|x| x["type"] != "model_replied" && x["type"] != "tool_call_started"),
+        "{stderr}"
+    );
+    eprintln!(
+        "token budget 64 output tokens: {} model call(s), {output} output tokens as the server reported them, stopped before a call of up to 64 more",
+        calls.len()
+    );
+}

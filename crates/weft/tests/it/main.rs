@@ -5,6 +5,7 @@
 
 mod batch;
 mod book;
+mod budget_cli;
 mod crash;
 mod docs;
 mod docs_cli;

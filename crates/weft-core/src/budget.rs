@@ -1,0 +1,758 @@
+//! Budgets: what a run and a session may spend (tokens, cost, model calls, tool calls, wall
+//! time), and the check made before every model call and every tool call.
+//!
+//! **Where a budget comes from.** The agent file's `budget:`; a run may replace it (`weft run
+//! --budget`, a run's `config.budget` in `weft serve`, a raised budget given with an answer),
+//! and the budget a run is given is recorded in the log (`budget_set`), so a resumed, taken-over
+//! or forked session keeps it. The last `budget_set` wins over the agent file's.
+//!
+//! **What was spent** is derived from the log and never reset ([`crate::state::Spending`]): a
+//! *run* is the current task (from its `turn_started`, across waits, answers, crashes and
+//! resumes), a *session* is every task of it. Model calls count their replies and their
+//! failures (with the tokens the failed attempts used), tool calls count their starts.
+//!
+//! **The check** (`guard`, the one hook after compaction in [`crate::agent_loop::decide`]) is
+//! made before a call with what the call may cost at most ([`call_max`]: the request's estimated
+//! input tokens, its `max_tokens` (or the model's, else [`DEFAULT_OUTPUT_CEILING`]), and the
+//! model's prices, which the shell supplies in [`ModelCosts`]): a call that could take a measure
+//! past its limit is not made. So a limit is crossed at most by the error of the input estimate
+//! of the one call in flight. Reaching a limit records `budget_exceeded {which, limit, spent,
+//! call}` and then, at a safe point (no tool call in flight), either ends the run (`on_budget:
+//! stop`) or waits for a person (`on_budget: ask`, a wait of kind [`WAIT_KIND`]), who answers
+//! with a raised budget to go on, or `stop`.
+//!
+//! A per-user quota can hook in at the same two places: [`call_max`] says what a call may cost
+//! at most, and [`crate::state::Spending`] is the one place spending is counted.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::agent_loop::{AgentConfig, AgentNext};
+use crate::event::{Event, InputRequest};
+use crate::model::ModelRequest;
+use crate::state::{Spent, State};
+
+/// The kind of wait (`waiting_for_user.request.kind`) of a session that reached its budget
+/// with `on_budget: ask`.
+pub const WAIT_KIND: &str = "budget";
+
+/// The most output tokens a model call is taken to produce when neither the request nor the
+/// model sets `max_tokens` (set `max_tokens` on the model for a tighter bound).
+pub const DEFAULT_OUTPUT_CEILING: u64 = 4096;
+
+/// What a run and a session may spend, and what happens when a limit is reached.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// Limits on the current task (from its start, across waits, answers and resumes).
+    #[serde(default, skip_serializing_if = "BudgetLimits::is_empty")]
+    pub run: BudgetLimits,
+    /// Limits on the whole session (every task of it).
+    #[serde(default, skip_serializing_if = "BudgetLimits::is_empty")]
+    pub session: BudgetLimits,
+    /// `stop` (the default): the run ends, failed, when a limit is reached. `ask`: the session
+    /// waits for a person, who can raise the budget and continue.
+    #[serde(default)]
+    pub on_budget: OnBudget,
+}
+
+/// What happens when a budget is reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnBudget {
+    /// The run ends (failed, with the limit as its error).
+    #[default]
+    Stop,
+    /// The session waits for a person, who can answer with a raised budget.
+    Ask,
+}
+
+/// The limits of one scope (a run or a session). Every limit is optional.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetLimits {
+    /// Input (prompt) tokens of model calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    /// Output tokens of model calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    /// Cost of model calls in US dollars (needs the model's prices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub cost_usd: Option<f64>,
+    /// Model calls (replies and failures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_calls: Option<u64>,
+    /// Tool calls started, of every tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<u64>,
+    /// Tool calls started, per tool name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tool_calls_per_tool: BTreeMap<String, u64>,
+    /// Seconds since the scope began (the task's start; the session's first event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_time_secs: Option<u64>,
+}
+
+impl BudgetLimits {
+    /// Whether no limit is set.
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+
+    /// Whether a cost limit is set.
+    pub fn has_cost(&self) -> bool {
+        self.cost_usd.is_some()
+    }
+}
+
+impl Budget {
+    /// Whether a cost limit is set, in either scope.
+    pub fn has_cost(&self) -> bool {
+        self.run.has_cost() || self.session.has_cost()
+    }
+
+    /// Whether a wall-time limit is set, in either scope.
+    pub fn has_wall_time(&self) -> bool {
+        self.run.wall_time_secs.is_some() || self.session.wall_time_secs.is_some()
+    }
+
+    /// The problems of a budget (a negative or non-finite cost), each naming its field under
+    /// `at` (`budget`, `--budget`).
+    pub fn problems(&self, at: &str) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (scope, l) in [("run", &self.run), ("session", &self.session)] {
+            if let Some(c) = l.cost_usd
+                && !(c.is_finite() && c >= 0.0)
+            {
+                out.push((
+                    format!("{at}.{scope}.cost_usd"),
+                    format!("{c} is not a cost; give a number of US dollars, 0 or more"),
+                ));
+            }
+        }
+        out
+    }
+
+    /// `self` with every limit and the `on_budget` that `text` sets replaced: `KEY=VALUE` pairs
+    /// separated by commas, where KEY is `[run.|session.]LIMIT` (a run's when the scope is left
+    /// out), LIMIT one of `input_tokens`, `output_tokens`, `cost_usd`, `model_calls`,
+    /// `tool_calls`, `tool_calls.TOOL`, `wall_time_secs`, or KEY is `on_budget` (`stop` or
+    /// `ask`). `--budget run.cost_usd=0.5,tool_calls.search=3,on_budget=ask`.
+    pub fn with_overrides(mut self, text: &str) -> Result<Self, String> {
+        for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Some((key, value)) = pair.split_once('=') else {
+                return Err(format!(
+                    "`{pair}` is not KEY=VALUE; write e.g. `cost_usd=0.5` or `session.tool_calls=100`"
+                ));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            if key == "on_budget" {
+                self.on_budget = match value {
+                    "stop" => OnBudget::Stop,
+                    "ask" => OnBudget::Ask,
+                    other => return Err(format!("on_budget={other}: write `stop` or `ask`")),
+                };
+                continue;
+            }
+            let (limits, field) = match key.split_once('.') {
+                Some(("session", f)) => (&mut self.session, f),
+                Some(("run", f)) => (&mut self.run, f),
+                _ => (&mut self.run, key),
+            };
+            let count = || {
+                value.parse::<u64>().map_err(|_| {
+                    format!("{key}={value}: the limit must be a whole number, 0 or more")
+                })
+            };
+            match field {
+                "input_tokens" => limits.input_tokens = Some(count()?),
+                "output_tokens" => limits.output_tokens = Some(count()?),
+                "model_calls" => limits.model_calls = Some(count()?),
+                "tool_calls" => limits.tool_calls = Some(count()?),
+                "wall_time_secs" => limits.wall_time_secs = Some(count()?),
+                "cost_usd" => {
+                    let c = value
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|c| c.is_finite() && *c >= 0.0)
+                        .ok_or_else(|| {
+                            format!("{key}={value}: the limit must be US dollars, 0 or more")
+                        })?;
+                    limits.cost_usd = Some(c);
+                }
+                f => match f.strip_prefix("tool_calls.") {
+                    Some(tool) if !tool.is_empty() => {
+                        limits.tool_calls_per_tool.insert(tool.to_owned(), count()?);
+                    }
+                    _ => {
+                        return Err(format!(
+                            "`{key}` is not a budget limit{}; known: input_tokens, output_tokens, cost_usd, model_calls, tool_calls, tool_calls.TOOL, wall_time_secs (each after `run.` or `session.`), on_budget",
+                            crate::diagnose::did_you_mean(
+                                f,
+                                [
+                                    "input_tokens",
+                                    "output_tokens",
+                                    "cost_usd",
+                                    "model_calls",
+                                    "tool_calls",
+                                    "wall_time_secs"
+                                ]
+                            )
+                        ));
+                    }
+                },
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// A budget given to a run, an answer or a fork: a whole budget that replaces the one in force,
+/// or `KEY=VALUE,...` limits over it ([`Budget::with_overrides`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum BudgetChange {
+    /// This budget, in place of the one in force.
+    Replace(Budget),
+    /// These limits over the budget in force.
+    Over(String),
+}
+
+impl BudgetChange {
+    /// The change a JSON value gives: a mapping (as the agent file's `budget:`) or a string
+    /// (`KEY=VALUE,...`); `None` for `null`. `at` names the field in errors.
+    pub fn from_json(v: &serde_json::Value, at: &str) -> Result<Option<Self>, String> {
+        match v {
+            serde_json::Value::Null => Ok(None),
+            serde_json::Value::String(text) => Ok(Some(Self::Over(text.clone()))),
+            serde_json::Value::Object(_) => {
+                let b: Budget = serde_json::from_value(v.clone()).map_err(|e| {
+                    format!(
+                        "{at}: {e}; give e.g. {{\"run\": {{\"cost_usd\": 0.5}}, \"on_budget\": \"ask\"}}"
+                    )
+                })?;
+                if let Some((field, why)) = b.problems(at).into_iter().next() {
+                    return Err(format!("{field}: {why}"));
+                }
+                Ok(Some(Self::Replace(b)))
+            }
+            _ => Err(format!(
+                "{at} must be a mapping (as the agent file's `budget:`) or a string KEY=VALUE,..."
+            )),
+        }
+    }
+
+    /// The budget this change makes of `base` (the one in force; none: no limits).
+    pub fn over(self, base: Option<&Budget>) -> Result<Budget, String> {
+        match self {
+            Self::Replace(b) => Ok(b),
+            Self::Over(text) => base.cloned().unwrap_or_default().with_overrides(&text),
+        }
+    }
+}
+
+/// A model's prices and output bound, as the shell knows them (from the model's settings).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModelCosts {
+    /// US dollars per million input tokens (the highest of the model's input prices, cache
+    /// writes included); `None` when the model has no prices.
+    pub input_per_mtok: Option<f64>,
+    /// US dollars per million output tokens; `None` when the model has no prices.
+    pub output_per_mtok: Option<f64>,
+    /// The model's own `max_tokens`, used when a request sets none.
+    pub max_output_tokens: Option<u32>,
+}
+
+/// What one model call may cost at most.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CallMax {
+    /// Input tokens (estimated from the request's bytes, as compaction estimates them).
+    pub input_tokens: u64,
+    /// Output tokens: the request's `max_tokens`, else the model's, else
+    /// [`DEFAULT_OUTPUT_CEILING`].
+    pub output_tokens: u64,
+    /// Cost of both at the model's prices; `None` without prices.
+    pub cost_usd: Option<f64>,
+}
+
+/// What `request` may cost at most with a model of `costs`: the one estimate every budget check
+/// (and a quota) uses.
+pub fn call_max(request: &ModelRequest, costs: &ModelCosts) -> CallMax {
+    let input_tokens = crate::agent_loop::request_tokens(request);
+    let output_tokens = request
+        .max_tokens
+        .or(costs.max_output_tokens)
+        .map_or(DEFAULT_OUTPUT_CEILING, u64::from);
+    let cost_usd = match (costs.input_per_mtok, costs.output_per_mtok) {
+        (Some(i), Some(o)) => {
+            Some((input_tokens as f64 * i + output_tokens as f64 * o) / 1_000_000.0)
+        }
+        _ => None,
+    };
+    CallMax {
+        input_tokens,
+        output_tokens,
+        cost_usd,
+    }
+}
+
+/// A limit that a call would cross: `which` (`run.cost_usd`, `session.tool_calls.search`), the
+/// limit, what was spent, and what the call may add at most.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reached {
+    /// The limit's name, scope first.
+    pub which: String,
+    /// The limit.
+    pub limit: f64,
+    /// What the scope has spent of it.
+    pub spent: f64,
+    /// What the call about to be made may add at most.
+    pub call: f64,
+}
+
+impl Reached {
+    /// The event that records it.
+    pub fn event(&self) -> Event {
+        Event::BudgetExceeded {
+            which: self.which.clone(),
+            limit: self.limit,
+            spent: self.spent,
+            call: self.call,
+        }
+    }
+
+    /// One sentence for a person: the limit, what was spent, what the next call may take.
+    pub fn describe(&self) -> String {
+        format!(
+            "budget reached: {} is {}, {} spent, and the next call may take up to {} more",
+            self.which,
+            number(self.limit),
+            number(self.spent),
+            number(self.call)
+        )
+    }
+}
+
+/// A number as a person reads it: whole numbers without a fraction, costs with up to 6 places.
+pub fn number(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        let s = format!("{n:.6}");
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    }
+}
+
+/// Serializes a measure as a whole number when it is one (`150`, not `150.0`: tokens and calls
+/// read as counts), else as a number with a fraction (a cost).
+pub fn whole_if_whole<S: serde::Serializer>(n: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if n.fract() == 0.0 && *n >= 0.0 && *n < 9.0e15 {
+        s.serialize_u64(*n as u64)
+    } else {
+        s.serialize_f64(*n)
+    }
+}
+
+/// The budget in force: the last one recorded in the session, else the agent file's.
+pub fn in_force<'a>(state: &'a State, cfg: &'a AgentConfig) -> Option<&'a Budget> {
+    state.spending.budget.as_ref().or(cfg.budget.as_ref())
+}
+
+/// The first limit of `limits` (scope `scope`) that spending `spent` plus `add` would cross.
+fn first_crossed(
+    scope: &str,
+    limits: &BudgetLimits,
+    spent: &Spent,
+    add: &Spent,
+) -> Option<Reached> {
+    let measures: [(&str, Option<f64>, f64, f64); 5] = [
+        (
+            "input_tokens",
+            limits.input_tokens.map(|l| l as f64),
+            spent.input_tokens as f64,
+            add.input_tokens as f64,
+        ),
+        (
+            "output_tokens",
+            limits.output_tokens.map(|l| l as f64),
+            spent.output_tokens as f64,
+            add.output_tokens as f64,
+        ),
+        ("cost_usd", limits.cost_usd, spent.cost_usd, add.cost_usd),
+        (
+            "model_calls",
+            limits.model_calls.map(|l| l as f64),
+            spent.model_calls as f64,
+            add.model_calls as f64,
+        ),
+        (
+            "tool_calls",
+            limits.tool_calls.map(|l| l as f64),
+            spent.tool_calls as f64,
+            add.tool_calls as f64,
+        ),
+    ];
+    for (name, limit, s, a) in measures {
+        if let Some(limit) = limit
+            && a > 0.0
+            && s + a > limit
+        {
+            return Some(Reached {
+                which: format!("{scope}.{name}"),
+                limit,
+                spent: s,
+                call: a,
+            });
+        }
+    }
+    for (tool, n) in &add.per_tool {
+        if let Some(&limit) = limits.tool_calls_per_tool.get(tool) {
+            let s = spent.per_tool.get(tool).copied().unwrap_or(0);
+            if s.saturating_add(*n) > limit {
+                return Some(Reached {
+                    which: format!("{scope}.tool_calls.{tool}"),
+                    limit: limit as f64,
+                    spent: s as f64,
+                    call: *n as f64,
+                });
+            }
+        }
+    }
+    None
+}
+
+/// The first limit of `budget` that adding `add` to what the run and the session spent would
+/// cross; `None` when it fits.
+pub fn check(state: &State, budget: &Budget, add: &Spent) -> Option<Reached> {
+    first_crossed("run", &budget.run, &state.spending.run, add)
+        .or_else(|| first_crossed("session", &budget.session, &state.spending.session, add))
+}
+
+/// What a model call may add, as spending.
+pub fn model_call_spend(max: &CallMax) -> Spent {
+    Spent {
+        input_tokens: max.input_tokens,
+        output_tokens: max.output_tokens,
+        cost_usd: max.cost_usd.unwrap_or(0.0),
+        model_calls: 1,
+        ..Spent::default()
+    }
+}
+
+/// What starting calls of `tools` adds, as spending.
+pub fn tool_calls_spend<'a>(tools: impl IntoIterator<Item = &'a str>) -> Spent {
+    let mut add = Spent::default();
+    for t in tools {
+        add.tool_calls = add.tool_calls.saturating_add(1);
+        *add.per_tool.entry(t.to_owned()).or_default() += 1;
+    }
+    add
+}
+
+/// The wall-time limit of `budget` that `run_ms` (milliseconds since the task began) or
+/// `session_ms` (since the session's first event) crossed.
+pub fn wall_time_reached(budget: &Budget, run_ms: u64, session_ms: u64) -> Option<Reached> {
+    for (scope, limit, spent) in [
+        ("run", budget.run.wall_time_secs, run_ms),
+        ("session", budget.session.wall_time_secs, session_ms),
+    ] {
+        if let Some(limit) = limit
+            && spent >= limit.saturating_mul(1000)
+        {
+            return Some(Reached {
+                which: format!("{scope}.wall_time_secs"),
+                limit: limit as f64,
+                spent: spent as f64 / 1000.0,
+                call: 0.0,
+            });
+        }
+    }
+    None
+}
+
+/// The events that record `reached` and stop the run at this (safe) point: the run ends
+/// (`on_budget: stop`) or the session waits for a person (`ask`).
+pub fn reached(state: &State, budget: &Budget, reached: &Reached) -> Vec<Event> {
+    let mut events = vec![reached.event()];
+    match budget.on_budget {
+        OnBudget::Stop => events.extend(crate::agent_loop::end_run_failed(
+            state,
+            reached.describe(),
+        )),
+        OnBudget::Ask => events.push(Event::WaitingForUser {
+            request: InputRequest {
+                kind: WAIT_KIND.into(),
+                question: format!(
+                    "The {}. Raise the budget to go on (`weft answer {} --budget {}=N continue`, or the run's `config.budget` over HTTP), or answer `stop`.",
+                    reached.describe(),
+                    if state.session_id.is_empty() {
+                        "ID"
+                    } else {
+                        &state.session_id
+                    },
+                    reached.which
+                ),
+                step: None,
+                tool: None,
+                missing: Vec::new(),
+                partial_call: serde_json::Value::Null,
+                plan: None,
+                call_id: None,
+            },
+        }),
+    }
+    events
+}
+
+/// The budget check of [`crate::agent_loop::decide`]: `next` as it is when its call fits the
+/// budget in force; otherwise the events that record the limit and stop the run, once no tool
+/// call is in flight (until then, [`AgentNext::Wait`]).
+pub(crate) fn guard(state: &State, cfg: &AgentConfig, next: AgentNext) -> AgentNext {
+    let Some(budget) = in_force(state, cfg) else {
+        return next;
+    };
+    let over = match &next {
+        AgentNext::CallModel { request, .. } => check(
+            state,
+            budget,
+            &model_call_spend(&call_max(request, &cfg.model_costs)),
+        ),
+        AgentNext::Start { calls, .. } => check(
+            state,
+            budget,
+            &tool_calls_spend(calls.iter().map(|c| c.tool.as_str())),
+        ),
+        _ => None,
+    };
+    match over {
+        None => next,
+        Some(_) if !state.calls.open.is_empty() => AgentNext::Wait,
+        Some(r) => AgentNext::Record(reached(state, budget, &r)),
+    }
+}
+
+/// What a person's answer to a budget wait means: `stop` ends the run; any other answer goes
+/// on (and the budget is checked again before the next call, so an answer without a raised
+/// budget is asked again).
+pub(crate) fn answered(state: &State, text: &str) -> Vec<Event> {
+    if text.trim().eq_ignore_ascii_case("stop") {
+        return crate::agent_loop::end_run_failed(
+            state,
+            "stopped at its budget by a person".to_owned(),
+        );
+    }
+    Vec::new()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn overrides_name_their_scope_and_limit() {
+        let b = Budget::default()
+            .with_overrides("cost_usd=0.5, session.tool_calls=10,tool_calls.search=3,on_budget=ask")
+            .unwrap();
+        assert_eq!(b.run.cost_usd, Some(0.5));
+        assert_eq!(b.session.tool_calls, Some(10));
+        assert_eq!(b.run.tool_calls_per_tool.get("search"), Some(&3));
+        assert_eq!(b.on_budget, OnBudget::Ask);
+        let e = Budget::default().with_overrides("cost_ud=1").unwrap_err();
+        assert!(e.contains("did you mean `cost_usd`"), "{e}");
+        let e = Budget::default()
+            .with_overrides("tool_calls=-1")
+            .unwrap_err();
+        assert!(e.contains("whole number"), "{e}");
+        let e = Budget::default().with_overrides("cost_usd").unwrap_err();
+        assert!(e.contains("KEY=VALUE"), "{e}");
+    }
+
+    #[test]
+    fn a_call_that_could_cross_a_limit_is_refused_before_it_is_made() {
+        let mut state = State::new();
+        state.spending.run.cost_usd = 0.9;
+        let budget = Budget {
+            run: BudgetLimits {
+                cost_usd: Some(1.0),
+                ..BudgetLimits::default()
+            },
+            ..Budget::default()
+        };
+        let small = Spent {
+            cost_usd: 0.05,
+            model_calls: 1,
+            ..Spent::default()
+        };
+        assert_eq!(check(&state, &budget, &small), None);
+        let big = Spent {
+            cost_usd: 0.2,
+            ..small
+        };
+        let r = check(&state, &budget, &big).unwrap();
+        assert_eq!(r.which, "run.cost_usd");
+        assert!(
+            r.describe().contains("run.cost_usd is 1, 0.9 spent"),
+            "{}",
+            r.describe()
+        );
+    }
+
+    /// A ReAct agent offered `echo`, with `budget`, in a session whose first task started.
+    fn react(budget: Budget) -> (State, AgentConfig) {
+        use crate::agent::Mode;
+        let echo: crate::tool::ToolInfo =
+            serde_json::from_value(serde_json::json!({"name": "echo"})).unwrap();
+        let cfg = AgentConfig {
+            mode: Mode::React,
+            limits: crate::engine::Limits::default(),
+            instructions: String::new(),
+            tools: vec![echo],
+            skills: Vec::new(),
+            approve_plans: false,
+            review_responses: false,
+            recall_memories: false,
+            workflow: None,
+            budget: Some(budget),
+            model_costs: ModelCosts {
+                input_per_mtok: Some(1.0),
+                output_per_mtok: Some(1.0),
+                max_output_tokens: Some(10),
+            },
+        };
+        let state = State::fold(&[
+            Event::SessionStarted {
+                session_id: "s".into(),
+                agent: "a".into(),
+                input: serde_json::Value::Null,
+                mode: Some(Mode::React),
+                parent_id: None,
+            },
+            Event::TurnStarted {
+                task: "go".into(),
+                input: serde_json::Value::Null,
+            },
+        ]);
+        (state, cfg)
+    }
+
+    fn echo_reply() -> crate::model::ModelReply {
+        crate::model::ModelReply {
+            tool_calls: vec![crate::model::ToolCall {
+                id: "c1".into(),
+                name: "echo".into(),
+                arguments: serde_json::json!({"text": "x"}),
+                provider_id: None,
+            }],
+            ..crate::model::ModelReply::default()
+        }
+    }
+
+    #[test]
+    fn decide_stops_before_the_tool_call_past_the_limit_and_a_raise_goes_on() {
+        use crate::agent_loop::{decide, model_replied, user_replied};
+        let budget = Budget {
+            run: BudgetLimits {
+                tool_calls: Some(0),
+                ..BudgetLimits::default()
+            },
+            on_budget: OnBudget::Ask,
+            ..Budget::default()
+        };
+        let (mut state, cfg) = react(budget);
+        let AgentNext::CallModel { request, .. } = decide(&state, &cfg) else {
+            panic!("the model call fits: no limit on it");
+        };
+        for e in model_replied(&state, &cfg, request.purpose, None, echo_reply()) {
+            state.apply(&e);
+        }
+        let AgentNext::Record(events) = decide(&state, &cfg) else {
+            panic!("the tool call is refused");
+        };
+        assert_eq!(events[0].kind(), "budget_exceeded");
+        assert_eq!(events[1].kind(), "waiting_for_user");
+        for e in &events {
+            state.apply(e);
+        }
+        assert_eq!(decide(&state, &cfg), AgentNext::Done);
+        // A raised budget recorded with the answer: the same call starts now.
+        state.apply(&Event::BudgetSet {
+            budget: Budget {
+                run: BudgetLimits {
+                    tool_calls: Some(1),
+                    ..BudgetLimits::default()
+                },
+                ..Budget::default()
+            },
+        });
+        for e in user_replied(&state, &cfg, "go on") {
+            state.apply(&e);
+        }
+        let AgentNext::Start { calls, .. } = decide(&state, &cfg) else {
+            panic!("the raised budget lets the call start");
+        };
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].tool, "echo");
+    }
+
+    #[test]
+    fn a_limit_reached_while_a_call_runs_waits_for_it() {
+        let budget = Budget {
+            run: BudgetLimits {
+                model_calls: Some(0),
+                ..BudgetLimits::default()
+            },
+            ..Budget::default()
+        };
+        let (mut state, cfg) = react(budget);
+        state.apply(&Event::ToolCallStarted {
+            call_id: "c0".into(),
+            step: None,
+            item: None,
+            tool: "echo".into(),
+            args: serde_json::json!({}),
+            attempt: 1,
+            idempotency_key: "k".into(),
+        });
+        let request = crate::prompts::react(&state, &cfg);
+        let next = AgentNext::CallModel {
+            request,
+            step: None,
+        };
+        assert_eq!(guard(&state, &cfg, next), AgentNext::Wait);
+        assert_eq!(state.spending.run.tool_calls, 1);
+        assert_eq!(state.spending.run.per_tool.get("echo"), Some(&1));
+    }
+
+    #[test]
+    fn the_estimate_uses_max_tokens_and_prices() {
+        let req = ModelRequest {
+            purpose: crate::model::Purpose::React,
+            call_index: 0,
+            purpose_index: 0,
+            messages: vec![crate::model::Message::User {
+                content: "x".repeat(400),
+            }]
+            .into(),
+            tools: Vec::new(),
+            response_schema: None,
+            max_tokens: Some(100),
+            temperature: None,
+        };
+        let costs = ModelCosts {
+            input_per_mtok: Some(1.0),
+            output_per_mtok: Some(2.0),
+            max_output_tokens: Some(7),
+        };
+        let m = call_max(&req, &costs);
+        assert_eq!(m.output_tokens, 100);
+        assert!(m.input_tokens >= 100, "{}", m.input_tokens);
+        let cost = m.cost_usd.unwrap();
+        assert!((cost - (m.input_tokens as f64 + 200.0) / 1e6).abs() < 1e-12);
+        let none = call_max(&req, &ModelCosts::default());
+        assert_eq!(none.cost_usd, None);
+    }
+}
