@@ -5,9 +5,10 @@
 //! append_with_snapshot`]), once [`DEFAULT_EVERY`] events (or [`crate::Runtime::snapshot_every`])
 //! have been appended since the last one, and later when the state is large: never more often
 //! than once per [`HEAD_BYTES_PER_EVENT`] bytes of the last head, so that writing heads costs at
-//! most about what writing the events does. The conversation goes into parts that are written
-//! once (see [`weft_core::snapshot`]). A load therefore folds at most about that many events
-//! after decoding the snapshot.
+//! most about a quarter of what writing the events does (an event is some 250 bytes). The
+//! conversation goes into parts that are written once (see [`weft_core::snapshot`]). A load
+//! therefore folds at most about that many events after decoding the snapshot: about four heads'
+//! worth of events, for a state as large as a 10,000-step plan's.
 //!
 //! A load holds the conversation from the snapshot's window on (the messages a request still
 //! carries after a compaction; see [`weft_core::history::History::window`]) and reads only the
@@ -24,8 +25,10 @@ use weft_store::{Store, StoreError};
 /// Events between two snapshots of a session, by default.
 pub const DEFAULT_EVERY: u64 = 1000;
 
-/// A head of this many bytes pushes the next snapshot back by one event.
-pub const HEAD_BYTES_PER_EVENT: u64 = 256;
+/// A head of this many bytes pushes the next snapshot back by one event. 256 made a 10,000-step
+/// plan's run spend about a sixth of its time in memory (a tenth on SQLite) encoding heads (BENCHMARKS.md, "What was profiled
+/// and changed", 12); 64 trades that for a longer fold after a large head on load.
+pub const HEAD_BYTES_PER_EVENT: u64 = 64;
 
 /// Where a session's snapshots stand: what the last one covered.
 #[derive(Clone, Debug, Default)]
