@@ -416,6 +416,10 @@ pub enum Event {
         run_id: String,
         /// The sequence number of the last event before the run (0 for a new session).
         after: u64,
+        /// The W3C trace context the client sent with the request that created the run
+        /// (`traceparent`): the run's spans are its children, whichever process drives it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        traceparent: Option<String>,
     },
     /// A piece of the answer as the model generates it. Published live, never stored.
     TextDelta {
