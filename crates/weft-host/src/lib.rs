@@ -12,7 +12,9 @@
 //! - [`Shutdown`]: a handle the front end triggers (on Ctrl-C or SIGTERM) to stop the sessions
 //!   it drives at their next safe point;
 //! - [`DurabilityPolicy`]: at what durability the store writes the sessions this process drives;
-//! - [`Host`]: those three passed down together.
+//! - [`telemetry`]: the process's OpenTelemetry exporters, and the live export of each session
+//!   it drives;
+//! - [`Host`]: those passed down together.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod drive;
@@ -68,6 +70,8 @@ pub struct Host {
     pub durability: DurabilityPolicy,
     /// How a suggested command names the store: ` --db SPEC`, or empty for the default store.
     pub db_flag: String,
+    /// Where the spans and metrics of the sessions this process drives go.
+    pub telemetry: telemetry::Telemetry,
 }
 
 /// At what durability the store writes the sessions this process drives: what the user chose
