@@ -283,6 +283,7 @@ pub(crate) async fn run(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(agent): Path<String>,
+    headers: axum::http::HeaderMap,
     Json(input): Json<RunAgentInput>,
 ) -> Result<Response, ApiError> {
     if !app.agents.contains_key(&agent) {
@@ -328,6 +329,7 @@ pub(crate) async fn run(
         stream_mode: None,
         metadata: None,
         multitask_strategy: None,
+        traceparent: runs::traceparent(&headers),
     };
     let run = runs::start_with_id(
         &app,
