@@ -40,13 +40,9 @@ fn telemetry() -> Telemetry {
     TELEMETRY.get().cloned().unwrap_or_default()
 }
 
-/// `otlp=on` when the workloads' sessions are exported, `otlp=off` otherwise.
+/// ` otlp=on` when the workloads' sessions are exported (the labels are unchanged otherwise).
 fn otlp_label() -> &'static str {
-    if telemetry().on() {
-        "otlp=on"
-    } else {
-        "otlp=off"
-    }
+    if telemetry().on() { " otlp=on" } else { "" }
 }
 
 /// A runtime for the new session `id`, followed live by the telemetry when it is on (as a
@@ -284,9 +280,9 @@ pub async fn react(n: u32, kind: StoreKind) -> Result<Report, BenchError> {
 /// `react N --tool T`: one ReAct run of `n` calls of `tool` then an answer.
 pub async fn react_with(n: u32, kind: StoreKind, tool: ToolKind) -> Result<Report, BenchError> {
     let label = match tool {
-        ToolKind::Echo => format!("react n={n} store={} {}", kind.name(), otlp_label()),
+        ToolKind::Echo => format!("react n={n} store={}{}", kind.name(), otlp_label()),
         t => format!(
-            "react n={n} store={} tool={} {}",
+            "react n={n} store={} tool={}{}",
             kind.name(),
             t.name(),
             otlp_label()
@@ -335,7 +331,7 @@ pub async fn concurrent(m: u32, k: u32, kind: StoreKind) -> Result<Report, Bench
     };
     let ideal = (f64::from(k) + 1.0) * THINK_MS as f64 / 1e3;
     Ok(Report::new(format!(
-        "concurrent m={m} k={k} store={} {}",
+        "concurrent m={m} k={k} store={}{}",
         kind.name(),
         otlp_label()
     ))
