@@ -13,6 +13,9 @@ use weft_store::Store;
 use weft_telemetry::derive::Redact;
 use weft_telemetry::{Deriver, Exporter, Meters, Options, Point, Recorder, export};
 
+/// How long the live export waits after a commit for the next ones before it reads the store.
+const GATHER: Duration = Duration::from_millis(100);
+
 /// Where metric points go besides OTLP (the server's `/metrics`).
 pub type PointSink = Arc<dyn Fn(&[Point]) + Send + Sync>;
 
@@ -301,7 +304,14 @@ impl Live {
                     return;
                 }
                 tokio::select! {
-                    () = w.notified() => {}
+                    () = w.notified() => {
+                        // The commits of the next moments are read together: one read of the
+                        // store for a burst of commits, not one each.
+                        tokio::select! {
+                            () = s.notified() => stopping = true,
+                            () = tokio::time::sleep(GATHER) => {}
+                        }
+                    }
                     () = s.notified() => stopping = true,
                     () = tokio::time::sleep(Duration::from_millis(500)) => {}
                 }
