@@ -179,6 +179,13 @@ impl Exporter {
 
     /// An exporter to `url` (the whole traces URL).
     pub fn start(url: &str) -> Result<Self, ConfigError> {
+        let queue =
+            usize::try_from(number("OTEL_BSP_MAX_QUEUE_SIZE", QUEUE as u64)?).unwrap_or(QUEUE);
+        Self::start_queued(url, queue)
+    }
+
+    /// [`Exporter::start`] with a queue of `queue` spans.
+    fn start_queued(url: &str, queue: usize) -> Result<Self, ConfigError> {
         let _ = url
             .parse::<reqwest::Url>()
             .map_err(|e| ConfigError(format!("OTLP endpoint `{url}` is not a URL: {e}")))?;
@@ -188,8 +195,6 @@ impl Exporter {
             "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
             number("OTEL_EXPORTER_OTLP_TIMEOUT", 10_000)?,
         )?;
-        let queue =
-            usize::try_from(number("OTEL_BSP_MAX_QUEUE_SIZE", QUEUE as u64)?).unwrap_or(QUEUE);
         let max_batch = usize::try_from(number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", BATCH as u64)?)
             .unwrap_or(BATCH);
         let delay = number("OTEL_BSP_SCHEDULE_DELAY", DELAY_MS)?;
@@ -641,6 +646,37 @@ mod tests {
         assert!(
             parse_traceparent("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").is_none()
         );
+    }
+
+    fn span(n: u8) -> Span {
+        Span {
+            trace_id: [1; 16],
+            span_id: [n.max(1); 8],
+            parent: None,
+            parent_remote: false,
+            name: "x".into(),
+            kind: Kind::Internal,
+            start_ms: 1,
+            end_ms: 2,
+            attributes: vec![],
+            error: None,
+            first_seq: 1,
+            last_seq: 1,
+        }
+    }
+
+    /// Sending never waits: spans that find the queue full are dropped and counted, and every
+    /// span is accounted for (sent, dropped, or lost to the collector that is down).
+    #[tokio::test]
+    async fn a_full_queue_drops_spans_and_counts_them() {
+        let ex = Exporter::start_queued("http://127.0.0.1:9/v1/traces", 4)
+            .unwrap_or_else(|e| panic!("{e}"));
+        // On this thread the exporter's task cannot run between the sends: the queue fills.
+        ex.send((0..100).map(span).collect());
+        assert_eq!(ex.counts().dropped, 96);
+        let (counts, _) = ex.finish(Duration::from_secs(20)).await;
+        assert_eq!(counts.exported, 0);
+        assert_eq!(counts.dropped + counts.failed, 100);
     }
 
     #[tokio::test]
