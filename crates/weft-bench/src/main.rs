@@ -88,6 +88,9 @@ async fn run(cli: Cli) -> Result<()> {
     };
     let runs = cli.runs.max(1);
     workloads::set_durability(cli.durability);
+    // `react` and `concurrent` export their sessions when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    let telemetry = weft_host::telemetry::Telemetry::from_env();
+    workloads::set_telemetry(telemetry.clone());
     let tool = workloads::ToolKind::parse(&cli.tool).unwrap_or(workloads::ToolKind::Echo);
     match cli.workload {
         Workload::All { full } => {
@@ -103,6 +106,16 @@ async fn run(cli: Cli) -> Result<()> {
             one(runs, Workload::Resume { events: 10_000 }, kind, tool).await?;
         }
         w => one(runs, w, kind, tool).await?,
+    }
+    if telemetry.on() {
+        telemetry
+            .finish(std::time::Duration::from_secs(5), None)
+            .await;
+        let c = telemetry.counts();
+        eprintln!(
+            "telemetry: {} spans exported, {} dropped (queue full), {} lost",
+            c.exported, c.dropped, c.failed
+        );
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 use weft_core::agent::AgentSpec;
 use weft_core::graph::{ValidateOptions, validate};
 use weft_core::{Limits, Plan, SessionStatus, State};
+use weft_host::telemetry::{Live, Telemetry};
 use weft_model::{ScriptedModel, ScriptedReply};
 use weft_runtime::{Agent, Runtime, SessionInfo};
 use weft_store::{Durability, RamStore, SessionLog, SqliteStore, Store};
@@ -24,6 +25,39 @@ static NORMAL: AtomicBool = AtomicBool::new(false);
 /// The durability every workload's SQLite store writes at from now on.
 pub fn set_durability(d: Durability) {
     NORMAL.store(d == Durability::Normal, Ordering::Relaxed);
+}
+
+/// The telemetry `react` and `concurrent` export their sessions' spans and metrics with (the
+/// standard `OTEL_*` variables; off when none is set).
+static TELEMETRY: std::sync::OnceLock<Telemetry> = std::sync::OnceLock::new();
+
+/// Sets the telemetry of the workloads (once).
+pub fn set_telemetry(t: Telemetry) {
+    let _ = TELEMETRY.set(t);
+}
+
+fn telemetry() -> Telemetry {
+    TELEMETRY.get().cloned().unwrap_or_default()
+}
+
+/// ` otlp=on` when the workloads' sessions are exported (the labels are unchanged otherwise).
+fn otlp_label() -> &'static str {
+    if telemetry().on() { " otlp=on" } else { "" }
+}
+
+/// A runtime for the new session `id`, followed live by the telemetry when it is on (as a
+/// worker follows each session it drives).
+async fn traced<S: Store + 'static>(
+    store: Arc<S>,
+    tools: Arc<Registry>,
+    id: &str,
+) -> (Runtime<S>, Option<Live>) {
+    let live = Live::start(&telemetry(), Arc::clone(&store), id, None, None).await;
+    let mut rt = Runtime::new(store, tools, Limits::default());
+    if let Some(l) = &live {
+        rt = rt.observe(l.observer());
+    }
+    (rt, live)
 }
 
 /// The durability the workloads write at.
@@ -210,24 +244,30 @@ async fn settled_size(store: &SqliteStore, path: &Path) -> Result<f64, BenchErro
 }
 
 /// Runs one ReAct session of `n` echo calls; returns the elapsed seconds and the final state.
-async fn react_run<S: Store>(store: Arc<S>, n: u32) -> Result<(f64, State), BenchError> {
+async fn react_run<S: Store + 'static>(store: Arc<S>, n: u32) -> Result<(f64, State), BenchError> {
     react_run_with(store, n, ToolKind::Echo).await
 }
 
 /// Runs one ReAct session of `n` calls of `tool`.
-async fn react_run_with<S: Store>(
+async fn react_run_with<S: Store + 'static>(
     store: Arc<S>,
     n: u32,
     tool: ToolKind,
 ) -> Result<(f64, State), BenchError> {
     let tools = tools_for(tool)?;
     let agent = react_agent(&tools, calls_then_answer(n, 0), n + 5)?;
-    let rt = Runtime::new(store, tools, Limits::default());
+    let id = weft_runtime::new_session_id();
+    let (rt, live) = traced(store, tools, &id).await;
+    let info = SessionInfo {
+        id: Some(id),
+        ..SessionInfo::default()
+    };
     let t = Instant::now();
-    let session = rt
-        .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
-        .await?;
+    let session = rt.run_agent(&agent, info, "go", Value::Null).await?;
     let secs = t.elapsed().as_secs_f64();
+    if let Some(l) = live {
+        l.finish().await;
+    }
     expect_answer("react", &session.state)?;
     Ok((secs, session.state))
 }
@@ -240,8 +280,13 @@ pub async fn react(n: u32, kind: StoreKind) -> Result<Report, BenchError> {
 /// `react N --tool T`: one ReAct run of `n` calls of `tool` then an answer.
 pub async fn react_with(n: u32, kind: StoreKind, tool: ToolKind) -> Result<Report, BenchError> {
     let label = match tool {
-        ToolKind::Echo => format!("react n={n} store={}", kind.name()),
-        t => format!("react n={n} store={} tool={}", kind.name(), t.name()),
+        ToolKind::Echo => format!("react n={n} store={}{}", kind.name(), otlp_label()),
+        t => format!(
+            "react n={n} store={} tool={}{}",
+            kind.name(),
+            t.name(),
+            otlp_label()
+        ),
     };
     let (secs, state, db) = match kind {
         StoreKind::Memory => {
@@ -285,20 +330,22 @@ pub async fn concurrent(m: u32, k: u32, kind: StoreKind) -> Result<Report, Bench
         }
     };
     let ideal = (f64::from(k) + 1.0) * THINK_MS as f64 / 1e3;
-    Ok(
-        Report::new(format!("concurrent m={m} k={k} store={}", kind.name()))
-            .with("wall_s", secs)
-            .with("ideal_s", ideal)
-            .with("x_ideal", secs / ideal)
-            .with("runs_per_s", f64::from(m) / secs)
-            .with("rss_mb", peak_rss_mb().unwrap_or(0.0))
-            .with("db_mb", db)
-            .with("appends_per_commit", appends_per_commit),
-    )
+    Ok(Report::new(format!(
+        "concurrent m={m} k={k} store={}{}",
+        kind.name(),
+        otlp_label()
+    ))
+    .with("wall_s", secs)
+    .with("ideal_s", ideal)
+    .with("x_ideal", secs / ideal)
+    .with("runs_per_s", f64::from(m) / secs)
+    .with("rss_mb", peak_rss_mb().unwrap_or(0.0))
+    .with("db_mb", db)
+    .with("appends_per_commit", appends_per_commit))
 }
 
 /// Runs `m` sessions at once on `store`; returns the elapsed seconds.
-async fn concurrent_run<S: Store>(
+async fn concurrent_run<S: Store + 'static>(
     store: Arc<S>,
     m: u32,
     k: u32,
@@ -306,16 +353,24 @@ async fn concurrent_run<S: Store>(
 ) -> Result<f64, BenchError> {
     let tools = echo_tools()?;
     let agent = Arc::new(react_agent(&tools, calls_then_answer(k, think_ms), k + 5)?);
-    let rt = Arc::new(Runtime::new(store, tools, Limits::default()));
     let t = Instant::now();
     let mut set = JoinSet::new();
     for _ in 0..m {
-        let rt = Arc::clone(&rt);
         let agent = Arc::clone(&agent);
+        let store = Arc::clone(&store);
+        let tools = Arc::clone(&tools);
+        // A runtime per session, as a worker has: it carries the session's telemetry.
         set.spawn(async move {
-            let s = rt
-                .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
-                .await?;
+            let id = weft_runtime::new_session_id();
+            let (rt, live) = traced(store, tools, &id).await;
+            let info = SessionInfo {
+                id: Some(id),
+                ..SessionInfo::default()
+            };
+            let s = rt.run_agent(&agent, info, "go", Value::Null).await?;
+            if let Some(l) = live {
+                l.finish().await;
+            }
             expect_answer("concurrent", &s.state)
         });
     }

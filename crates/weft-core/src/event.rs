@@ -439,6 +439,10 @@ pub enum Event {
         run_id: String,
         /// The sequence number of the last event before the run (0 for a new session).
         after: u64,
+        /// The W3C trace context the client sent with the request that created the run
+        /// (`traceparent`): the run's spans are its children, whichever process drives it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        traceparent: Option<String>,
     },
     /// An evaluation's scorer judged the session (`weft eval`): OpenTelemetry's
     /// `gen_ai.evaluation.result`. Changes nothing in the state; written after the run ended.

@@ -12,7 +12,9 @@
 //! - [`Shutdown`]: a handle the front end triggers (on Ctrl-C or SIGTERM) to stop the sessions
 //!   it drives at their next safe point;
 //! - [`DurabilityPolicy`]: at what durability the store writes the sessions this process drives;
-//! - [`Host`]: those three passed down together.
+//! - [`telemetry`]: the process's OpenTelemetry exporters, and the live export of each session
+//!   it drives;
+//! - [`Host`]: those passed down together.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod drive;
@@ -71,6 +73,8 @@ pub struct Host {
     /// Where leases read the time: when they are taken, until when they run, whether they ran
     /// out. The system's clock, or a [`weft_runtime::clock::ManualClock`] in tests.
     pub clock: weft_runtime::clock::SharedClock,
+    /// Where the spans and metrics of the sessions this process drives go.
+    pub telemetry: telemetry::Telemetry,
 }
 
 impl Default for Host {
@@ -80,6 +84,7 @@ impl Default for Host {
             durability: DurabilityPolicy::default(),
             db_flag: String::new(),
             clock: weft_runtime::clock::system_clock(),
+            telemetry: telemetry::Telemetry::default(),
         }
     }
 }

@@ -84,6 +84,7 @@ pub async fn fork<S: Store>(
         let marker = weft_core::Event::RunStarted {
             run_id,
             after: state.seq,
+            traceparent: None,
         };
         state.apply(&marker);
         log.push(weft_core::Envelope {

@@ -1,16 +1,23 @@
-//! The live export of a session's OpenTelemetry spans (`weft-telemetry`) while this process
-//! drives it, read from the store as events are committed, and the derivation's options for a
-//! session (its agent file's provider, content capture).
+//! The telemetry of a process that drives sessions: one span exporter and one set of meters for
+//! the whole process ([`Telemetry`], from the standard `OTEL_*` variables), and the live export
+//! of each session it drives ([`Live`]): its spans and metrics (`weft-telemetry`), derived from
+//! its events as they are committed, read back from the store.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use weft_runtime::Observer;
 use weft_store::Store;
 use weft_telemetry::derive::Redact;
-use weft_telemetry::{Deriver, Exporter, Options, export};
+use weft_telemetry::{Deriver, Exporter, Meters, Options, Point, Recorder, export};
+
+/// How long the live export waits after a commit for the next ones before it reads the store.
+const GATHER: Duration = Duration::from_millis(100);
+
+/// Where metric points go besides OTLP (the server's `/metrics`).
+pub type PointSink = Arc<dyn Fn(&[Point]) + Send + Sync>;
 
 /// The derivation's options from the environment and the session's agent file (`agent_file`,
 /// or the one the session records).
@@ -36,6 +43,7 @@ pub async fn options<S: Store>(
         capture_content: export::capture_content(),
         redact,
         provider,
+        latest: export::latest_conventions(),
         ..Options::default()
     }
 }
@@ -47,63 +55,263 @@ async fn provider(path: &Path) -> Option<String> {
     weft_telemetry::provider_of(spec.model.as_ref())
 }
 
+#[derive(Default)]
+struct Inner {
+    spans: Option<Exporter>,
+    meters: Option<Meters>,
+    sinks: Mutex<Vec<PointSink>>,
+}
+
+/// The telemetry of this process: where the spans and metrics of the sessions it drives go.
+/// Off (the default) unless an OTLP endpoint is configured or a sink is added. Cheap to clone
+/// (clones share the exporters and sinks).
+#[derive(Clone, Default)]
+pub struct Telemetry {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let i = &self.inner;
+        f.debug_struct("Telemetry")
+            .field("spans", &i.spans.as_ref().map(Exporter::url))
+            .field("meters", &i.meters.as_ref().map(Meters::url))
+            .field("sinks", &i.sinks.lock().map_or(0, |s| s.len()))
+            .finish()
+    }
+}
+
+impl Telemetry {
+    /// The exporters the standard variables configure (`OTEL_EXPORTER_OTLP_ENDPOINT`, ...), and
+    /// `sinks` for the metrics. A setting weft cannot follow turns that export off, said on
+    /// stderr: the runs go on (the user's tracing of other services may need the setting).
+    /// Must be called inside a Tokio runtime.
+    pub fn from_env() -> Self {
+        let spans = Exporter::from_env(None).unwrap_or_else(|e| {
+            eprintln!("telemetry: spans not exported: {e}");
+            None
+        });
+        let meters = Meters::from_env().unwrap_or_else(|e| {
+            eprintln!("telemetry: metrics not exported: {e}");
+            None
+        });
+        Self {
+            inner: Arc::new(Inner {
+                spans,
+                meters,
+                sinks: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// Sends the metrics to `sink` too (every clone of this handle).
+    pub fn add_sink(&self, sink: PointSink) {
+        if let Ok(mut s) = self.inner.sinks.lock() {
+            s.push(sink);
+        }
+    }
+
+    /// Whether anything is exported or recorded (sessions are followed only then).
+    pub fn on(&self) -> bool {
+        self.inner.spans.is_some()
+            || self.inner.meters.is_some()
+            || self.inner.sinks.lock().is_ok_and(|s| !s.is_empty())
+    }
+
+    /// Whether spans go anywhere (the trace ids then go into the logs).
+    pub fn traces(&self) -> bool {
+        self.inner.spans.is_some()
+    }
+
+    /// What the span exporter did so far (zero when there is none).
+    pub fn counts(&self) -> weft_telemetry::Counts {
+        self.inner
+            .spans
+            .as_ref()
+            .map(Exporter::counts)
+            .unwrap_or_default()
+    }
+
+    fn send(&self, spans: Vec<weft_telemetry::Span>) {
+        if let Some(ex) = &self.inner.spans
+            && !spans.is_empty()
+        {
+            ex.send(spans);
+        }
+    }
+
+    fn record(&self, points: &[Point]) {
+        if points.is_empty() {
+            return;
+        }
+        if let Some(m) = &self.inner.meters {
+            m.record(points);
+        }
+        if let Ok(sinks) = self.inner.sinks.lock() {
+            for s in sinks.iter() {
+                s(points);
+            }
+        }
+    }
+
+    /// Sends what is queued (waiting at most `grace` for the spans) and stops; says on stderr
+    /// what could not be sent. `hint`: a session whose spans `weft sessions trace` sends again.
+    pub async fn finish(&self, grace: Duration, hint: Option<&str>) {
+        let i = &self.inner;
+        if let Some(ex) = &i.spans {
+            let (c, err) = ex.finish(grace).await;
+            if c.dropped > 0 || c.failed > 0 {
+                let again = match hint {
+                    Some(id) => format!("`weft sessions trace {id}` exports them again"),
+                    None => "`weft sessions trace ID` exports a session's spans again".to_owned(),
+                };
+                eprintln!(
+                    "telemetry: {} spans exported to {}, {} dropped (queue full), {} lost{}; {again}",
+                    c.exported,
+                    ex.url(),
+                    c.dropped,
+                    c.failed,
+                    err.map(|e| format!(" ({e})")).unwrap_or_default(),
+                );
+            }
+        }
+        if let Some(m) = &i.meters
+            && let Some(e) = m.finish().await
+        {
+            eprintln!("telemetry: metrics not all exported to {}: {e}", m.url());
+        }
+    }
+}
+
+/// What the observer follows as events are committed: the first piece of text of each model
+/// call (pieces are never stored), and the turn the logs name.
+#[derive(Default)]
+struct Chunks {
+    /// A `traceparent` recorded with the run, for the turn it starts.
+    run_trace: Option<[u8; 16]>,
+    /// The event that started the current turn.
+    turn: u64,
+    /// The ids of the turn just started, named in the logs from the next event on (its run's
+    /// marker may follow it in the same write and move it to the caller's trace).
+    pending: Option<([u8; 16], [u8; 8])>,
+    /// The last stored event seen: its sequence number and time.
+    last: (u64, i64),
+    /// A first piece was seen after `last` already.
+    seen: bool,
+    /// (event the call followed, seconds to its first piece), for the export task.
+    found: Vec<(u64, f64)>,
+}
+
 /// The live export of one session while this process drives it.
-#[derive(Debug)]
 pub struct Live {
     id: String,
     wake: Arc<Notify>,
     stop: Arc<Notify>,
-    task: tokio::task::JoinHandle<Option<Exporter>>,
+    chunks: Arc<Mutex<Chunks>>,
+    log_span: tracing::Span,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Live").finish_non_exhaustive()
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Names a turn's trace and span in the logs' context.
+fn name_turn(log_span: &tracing::Span, trace: [u8; 16], span: [u8; 8]) {
+    log_span.record("trace_id", tracing::field::display(hex(&trace)));
+    log_span.record("span_id", tracing::field::display(hex(&span)));
 }
 
 impl Live {
-    /// Starts following session `id` when an endpoint is configured; `None` otherwise. Spans
-    /// closed by events already in the log were exported by the process that wrote them.
+    /// Starts following session `id` when `telemetry` is on; `None` otherwise. Spans and
+    /// points of events already in the log were sent by the process that wrote them.
     pub async fn start<S: Store + 'static>(
+        telemetry: &Telemetry,
         store: Arc<S>,
         id: &str,
         agent_file: Option<PathBuf>,
         redact: Option<Redact>,
     ) -> Option<Self> {
-        // A setting weft cannot follow (the user's tracing of other services may need it) turns
-        // the export off; the run goes on.
-        let exporter = match Exporter::from_env(None) {
-            Ok(Some(e)) => e,
-            Ok(None) => return None,
-            Err(e) => {
-                eprintln!("telemetry: not exported: {e}");
-                return None;
-            }
-        };
+        if !telemetry.on() {
+            return None;
+        }
+        let telemetry = telemetry.clone();
         let id = id.to_owned();
-        let mut deriver = Deriver::new(&id, options(store.as_ref(), &id, agent_file, redact).await);
+        let session = id.clone();
+        let opts = options(store.as_ref(), &id, agent_file, redact).await;
+        let latest = opts.latest;
+        let mut deriver = Deriver::new(&id, opts);
+        let mut recorder = Recorder::new(latest);
         let mut last = 0;
         // A session that does not exist yet has nothing before this run.
         if let Ok(events) = store.events_after(&id, 0).await {
             for e in &events {
-                deriver.push(e);
+                let spans = deriver.push(e);
+                recorder.push(e, &spans);
                 last = e.seq;
             }
         }
         deriver.skip_through(last);
+        recorder.skip_through(last);
+        // The logs of the work on this session carry its trace and the current turn's span
+        // (recorded once the turn is known: here for a turn a process before this one began).
+        let log_span = if telemetry.traces() {
+            tracing::info_span!(
+                "session",
+                trace_id = tracing::field::Empty,
+                span_id = tracing::field::Empty
+            )
+        } else {
+            tracing::Span::none()
+        };
+        if let Some((t, s)) = deriver.turn() {
+            name_turn(&log_span, t, s);
+        }
         let wake = Arc::new(Notify::new());
         let stop = Arc::new(Notify::new());
-        let (w, s) = (wake.clone(), stop.clone());
-        let session = id.clone();
+        let chunks = Arc::new(Mutex::new(Chunks {
+            last: (last, 0),
+            ..Chunks::default()
+        }));
+        let (w, s, c) = (wake.clone(), stop.clone(), chunks.clone());
         let task = tokio::spawn(async move {
             let mut stopping = false;
             loop {
-                if let Ok(events) = store.events_after(&id, last).await {
-                    for e in &events {
-                        exporter.send(deriver.push(e));
-                        last = e.seq;
+                if let Ok(mut c) = c.lock() {
+                    for (after, secs) in c.found.drain(..) {
+                        recorder.first_chunk(after, secs);
                     }
                 }
+                if let Ok(events) = store.events_after(&id, last).await {
+                    let mut spans = Vec::new();
+                    let mut points = Vec::new();
+                    for e in &events {
+                        let closed = deriver.push(e);
+                        points.extend(recorder.push(e, &closed));
+                        spans.extend(closed);
+                        last = e.seq;
+                    }
+                    telemetry.send(spans);
+                    telemetry.record(&points);
+                }
                 if stopping {
-                    return Some(exporter);
+                    return;
                 }
                 tokio::select! {
-                    () = w.notified() => {}
+                    () = w.notified() => {
+                        // The commits of the next moments are read together: one read of the
+                        // store for a burst of commits, not one each.
+                        tokio::select! {
+                            () = s.notified() => stopping = true,
+                            () = tokio::time::sleep(GATHER) => {}
+                        }
+                    }
                     () = s.notified() => stopping = true,
                     () = tokio::time::sleep(Duration::from_millis(500)) => {}
                 }
@@ -113,34 +321,83 @@ impl Live {
             id: session,
             wake,
             stop,
+            chunks,
+            log_span,
             task,
         })
     }
 
-    /// An observer that wakes the export when events are committed.
+    /// An observer that wakes the export when events are committed, times the first piece of
+    /// text of each model call, and names the turn in the logs' context as it starts (its ids
+    /// are derived as the spans' are).
     pub fn observer(&self) -> Observer {
         let w = self.wake.clone();
-        Arc::new(move |_| w.notify_one())
+        let chunks = self.chunks.clone();
+        let log_span = self.log_span.clone();
+        let id = self.id.clone();
+        Arc::new(move |e| {
+            if e.seq == 0 {
+                if let weft_core::Event::TextDelta { .. } = e.event
+                    && let Ok(mut c) = chunks.lock()
+                    && !c.seen
+                {
+                    c.seen = true;
+                    let (after, at) = c.last;
+                    if at > 0 {
+                        c.found.push((after, (e.ts - at).max(0) as f64 / 1000.0));
+                    }
+                }
+                return;
+            }
+            if let Ok(mut c) = chunks.lock() {
+                c.last = (e.seq, e.ts);
+                c.seen = false;
+                match &e.event {
+                    // As the spans' derivation does: the marker precedes the turn it starts,
+                    // or follows it in a new session's first write.
+                    weft_core::Event::RunStarted {
+                        traceparent: Some(tp),
+                        after,
+                        ..
+                    } => {
+                        let trace = export::parse_traceparent(tp).map(|(t, _)| t);
+                        let this_turn = c.turn > *after;
+                        match (trace, c.pending.as_mut()) {
+                            (Some(t), Some(p)) if this_turn => p.0 = t,
+                            _ => c.run_trace = trace,
+                        }
+                    }
+                    weft_core::Event::TurnStarted { .. } | weft_core::Event::UserReplied { .. }
+                        if !log_span.is_disabled() =>
+                    {
+                        c.turn = e.seq;
+                        let trace = c
+                            .run_trace
+                            .take()
+                            .unwrap_or_else(|| weft_telemetry::trace_id(&id));
+                        c.pending = Some((trace, weft_telemetry::span_id(&id, e.seq, "turn")));
+                    }
+                    _ => {
+                        if let Some((t, s)) = c.pending.take() {
+                            name_turn(&log_span, t, s);
+                        }
+                    }
+                }
+            }
+            w.notify_one();
+        })
     }
 
-    /// Exports what the log holds now and what is queued, waiting at most a few seconds; says
-    /// on stderr what could not be exported.
+    /// The span the work on this session runs in, so that its logs carry the trace and span
+    /// ids (a disabled span when no spans are exported).
+    pub fn log_span(&self) -> tracing::Span {
+        self.log_span.clone()
+    }
+
+    /// Exports what the log holds now; the process's exporters send it (see
+    /// [`Telemetry::finish`]).
     pub async fn finish(self) {
         self.stop.notify_one();
-        let Ok(Some(exporter)) = self.task.await else {
-            return;
-        };
-        let url = exporter.url().to_owned();
-        let (c, err) = exporter.finish(Duration::from_secs(5)).await;
-        if c.dropped > 0 || c.failed > 0 {
-            eprintln!(
-                "telemetry: {} spans exported to {url}, {} dropped (queue full), {} lost{}; `weft sessions trace {}` exports them again",
-                c.exported,
-                c.dropped,
-                c.failed,
-                err.map(|e| format!(" ({e})")).unwrap_or_default(),
-                self.id
-            );
-        }
+        let _ = self.task.await;
     }
 }

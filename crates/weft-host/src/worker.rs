@@ -210,9 +210,18 @@ async fn one<S: Store>(
             HostError::AgentFile(format!("no agent file for agent `{}`", rec.agent))
         })?;
         // The session's spans, when an OTLP endpoint is configured (one trace across takeovers).
-        let live = crate::telemetry::Live::start(store.clone(), &rec.id, None, None).await;
+        let live =
+            crate::telemetry::Live::start(&host.telemetry, store.clone(), &rec.id, None, None)
+                .await;
         let observers = live.iter().map(crate::telemetry::Live::observer).collect();
-        let ended = drive(&host, store.clone(), &held, &rec, agent, observers).await;
+        let span = live
+            .as_ref()
+            .map_or_else(tracing::Span::none, crate::telemetry::Live::log_span);
+        let ended = tracing::Instrument::instrument(
+            drive(&host, store.clone(), &held, &rec, agent, observers),
+            span,
+        )
+        .await;
         if let Some(l) = live {
             l.finish().await;
         }

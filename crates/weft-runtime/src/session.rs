@@ -133,6 +133,7 @@ impl<'s, S: Store> Session<'s, S> {
             return Err(e);
         }
         for e in pending {
+            tracing::debug!(seq = e.seq, event = e.event.kind(), "committed");
             for o in &self.observers {
                 o(&e);
             }
@@ -211,6 +212,7 @@ impl<'s, S: Store> Session<'s, S> {
             self.state.apply(&e.event);
         }
         for e in envelopes {
+            tracing::debug!(seq = e.seq, event = e.event.kind(), "committed");
             for o in &self.observers {
                 o(e);
             }

@@ -283,6 +283,7 @@ pub(crate) async fn run(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(agent): Path<String>,
+    headers: axum::http::HeaderMap,
     Json(input): Json<RunAgentInput>,
 ) -> Result<Response, ApiError> {
     if !app.agents.contains_key(&agent) {
@@ -325,6 +326,7 @@ pub(crate) async fn run(
         assistant_id: agent,
         input: Some(run_input),
         command: resume.map(|r| json!({"resume": r})),
+        traceparent: runs::traceparent(&headers),
         ..RunBody::default()
     };
     let run = runs::start_with_id(

@@ -109,7 +109,7 @@ pub(crate) struct App {
     pub agents: HashMap<String, Arc<AgentFile>>,
     pub runs: runs::Runs,
     pub max_runs_per_user: usize,
-    pub metrics: metrics::Metrics,
+    pub metrics: Arc<metrics::Metrics>,
     pub summaries: sessions::Summaries,
 }
 
@@ -187,13 +187,25 @@ impl Server {
         let agents = weft_host::drive::agents(&a.agents).await?;
         host.durability
             .for_agents(store.as_ref(), agents.values().map(|f| &f.spec));
+        // The metrics derived from the runs' events go to `/metrics` as well as over OTLP, when
+        // telemetry is configured: deriving them follows every run's log from the store, which a
+        // server without a collector does not pay for (its `/metrics` keeps the server's own
+        // counters).
+        let metrics = Arc::new(metrics::Metrics::default());
+        if host.telemetry.on() {
+            let sink = metrics.clone();
+            host.telemetry
+                .add_sink(Arc::new(move |points: &[weft_telemetry::Point]| {
+                    sink.points(points)
+                }));
+        }
         let app: Shared = Arc::new(App {
             store,
             host,
             agents,
             runs: runs::Runs::default(),
             max_runs_per_user: a.max_runs_per_user,
-            metrics: metrics::Metrics::default(),
+            metrics,
             summaries: sessions::Summaries::default(),
         });
         let router = router(app.clone(), keys, a.max_body);
@@ -282,6 +294,7 @@ async fn metrics_text(axum::extract::State(app): axum::extract::State<Shared>) -
     let (active, pending) = app.runs.counts();
     app.metrics.active.set(active);
     app.metrics.pending.set(pending);
+    app.metrics.spans(app.host.telemetry.counts());
     (
         [(
             axum::http::header::CONTENT_TYPE,

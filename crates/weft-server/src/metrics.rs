@@ -4,17 +4,46 @@
 //! - `weft_runs_active`: runs being driven by this server, and `weft_runs_pending`: runs
 //!   waiting for their thread (queued with `multitask_strategy: enqueue`);
 //! - `weft_tool_calls_total{outcome}` and `weft_tool_call_duration_seconds`;
-//! - `weft_model_tokens_total{kind}`: input and output tokens the models reported.
+//! - `weft_model_tokens_total{kind}`: input and output tokens the models reported;
+//! - the metrics `weft-telemetry` derives from the events of the runs this server drives (the
+//!   same as it sends over OTLP), under their OpenTelemetry names with dots made underscores:
+//!   `gen_ai_client_token_usage`, `gen_ai_client_operation_duration_seconds`,
+//!   `gen_ai_client_operation_time_to_first_chunk_seconds` (with the conventions' buckets),
+//!   `weft_turns_total`, `weft_waits_total`, `weft_lease_takeovers_total`,
+//!   `weft_tool_errors_total`, `weft_cost_usd_total`;
+//! - `weft_telemetry_spans_total{outcome}`: spans exported, dropped (queue full) or lost (the
+//!   collector failed), when spans are exported.
 
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Registry, Unit};
 use weft_core::{Envelope, Event, ToolOutcome};
+use weft_telemetry::metrics::{Instrument, Point, Shape};
+
+/// A metric's attributes as labels (dots made underscores).
+type Labels = Vec<(String, String)>;
+
+/// Makes a histogram with these bucket boundaries.
+#[derive(Clone, Copy)]
+struct Buckets(&'static [f64]);
+
+impl prometheus_client::metrics::family::MetricConstructor<Histogram> for Buckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(self.0.iter().copied())
+    }
+}
+
+/// A derived metric as Prometheus keeps it.
+enum Derived {
+    Histogram(Family<Labels, Histogram, Buckets>),
+    Counter(Family<Labels, Counter<f64, AtomicU64>>),
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Status {
@@ -40,11 +69,48 @@ pub(crate) struct Metrics {
     tool_calls: Family<Outcome, Counter>,
     tool_seconds: Histogram,
     tokens: Family<Kind, Counter>,
+    derived: Vec<(Instrument, Derived)>,
+    spans: Family<Outcome, Counter>,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("weft");
+        let mut root = Registry::default();
+        let mut derived = Vec::new();
+        for i in Instrument::ALL {
+            let name = i.name().replace('.', "_");
+            let unit = match i.unit() {
+                "s" => Some(Unit::Seconds),
+                "USD" => Some(Unit::Other("usd".into())),
+                _ => None,
+            };
+            let d = match i.shape() {
+                Shape::Histogram(bounds) => {
+                    let f = Family::new_with_constructor(Buckets(bounds));
+                    match unit {
+                        Some(u) => root.register_with_unit(name, i.description(), u, f.clone()),
+                        None => root.register(name, i.description(), f.clone()),
+                    }
+                    Derived::Histogram(f)
+                }
+                Shape::Counter => {
+                    let f = Family::<Labels, Counter<f64, AtomicU64>>::default();
+                    match unit {
+                        Some(u) => root.register_with_unit(name, i.description(), u, f.clone()),
+                        None => root.register(name, i.description(), f.clone()),
+                    }
+                    Derived::Counter(f)
+                }
+            };
+            derived.push((i, d));
+        }
+        let registry = root.sub_registry_with_prefix("weft");
+        let spans = Family::<Outcome, Counter>::default();
+        registry.register(
+            "telemetry_spans",
+            "Spans exported, dropped (queue full) or lost (the collector failed)",
+            spans.clone(),
+        );
         let runs = Family::<Status, Counter>::default();
         registry.register("runs", "Runs ended, by status", runs.clone());
         let run_seconds = Histogram::new(exponential_buckets(0.01, 2.0, 16));
@@ -84,7 +150,7 @@ impl Default for Metrics {
             tokens.clone(),
         );
         Self {
-            registry: Mutex::new(registry),
+            registry: Mutex::new(root),
             runs,
             run_seconds,
             active,
@@ -92,6 +158,8 @@ impl Default for Metrics {
             tool_calls,
             tool_seconds,
             tokens,
+            derived,
+            spans,
         }
     }
 }
@@ -126,6 +194,38 @@ impl Metrics {
                     .inc_by(u.output_tokens);
             }
             _ => {}
+        }
+    }
+
+    /// Records points derived from the events of a session this server drives.
+    pub(crate) fn points(&self, points: &[Point]) {
+        for p in points {
+            let labels: Labels = p
+                .attributes
+                .iter()
+                .map(|(k, v)| (k.replace('.', "_"), v.clone()))
+                .collect();
+            match self.derived.iter().find(|(i, _)| *i == p.instrument) {
+                Some((_, Derived::Histogram(f))) => f.get_or_create(&labels).observe(p.value),
+                Some((_, Derived::Counter(f))) => {
+                    f.get_or_create(&labels).inc_by(p.value);
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// What the span exporter did so far (a count only grows).
+    pub(crate) fn spans(&self, c: weft_telemetry::Counts) {
+        for (outcome, n) in [
+            ("exported", c.exported),
+            ("dropped", c.dropped),
+            ("failed", c.failed),
+        ] {
+            let counter = self.spans.get_or_create(&Outcome {
+                outcome: outcome.into(),
+            });
+            counter.inc_by(n.saturating_sub(counter.get()));
         }
     }
 

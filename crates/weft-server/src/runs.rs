@@ -175,6 +175,9 @@ pub(crate) struct Run {
     start_seq: std::sync::atomic::AtomicU64,
     pub metadata: Value,
     pub multitask_strategy: String,
+    /// The trace context the request that created the run carried (`traceparent`): the run's
+    /// spans are its children. Stored with the run's marker.
+    pub traceparent: Option<String>,
     /// The status, and the session's last event when the run ended.
     pub status: tokio::sync::watch::Sender<(RunStatus, u64)>,
     /// A queued run was cancelled before it began.
@@ -427,6 +430,10 @@ pub(crate) struct RunBody {
     /// was reached.
     #[serde(default)]
     pub config: Option<Value>,
+    /// The request's W3C `traceparent` header (not part of the body).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub traceparent: Option<String>,
 }
 
 /// The budget a run's `config.budget` gives, over `base` (the one in force); `None` when it
@@ -447,6 +454,24 @@ fn run_budget(
         .over(base)
         .map(Some)
         .map_err(|e| ApiError::bad(format!("config.budget: {e}")))
+}
+
+/// The `traceparent` header of a request that creates a run, when it is a valid W3C trace
+/// context. One that is not is ignored (W3C Trace Context: the run starts a trace of its own)
+/// and logged, naming the header.
+pub(crate) fn traceparent(headers: &HeaderMap) -> Option<String> {
+    let h = headers.get("traceparent")?;
+    let text = h.to_str().ok().map(str::trim);
+    match text.filter(|t| weft_telemetry::export::parse_traceparent(t).is_some()) {
+        Some(t) => Some(t.to_ascii_lowercase()),
+        None => {
+            tracing::warn!(
+                header = ?h,
+                "ignored a traceparent header that is not a W3C trace context (00-<32 hex>-<16 hex>-<2 hex>); the run starts its own trace"
+            );
+            None
+        }
+    }
 }
 
 /// What a run does to its thread.
@@ -614,6 +639,7 @@ pub(crate) async fn start_with_id(
         start_seq: st.seq.into(),
         metadata: body.metadata.clone().unwrap_or_else(|| json!({})),
         multitask_strategy: strategy,
+        traceparent: body.traceparent.clone(),
         status: tokio::sync::watch::channel((RunStatus::Pending, st.seq)).0,
         cancelled: false.into(),
     });
@@ -791,12 +817,24 @@ async fn hold_if_paused(
         weft_core::Limits::default(),
     );
     rt = rt.observe(observer(app, &held.fence().0));
+    // The wait closes the turn's spans: they are exported as the run's others.
+    let live = weft_host::telemetry::Live::start(
+        &app.host.telemetry,
+        app.store.clone(),
+        &held.fence().0,
+        None,
+        None,
+    )
+    .await;
+    if let Some(l) = &live {
+        rt = rt.observe(l.observer());
+    }
     held.bind(&mut rt);
     let mut session = rt.load_session(&held.fence().0).await?;
     if session.state.status != SessionStatus::Running {
         return Ok(session.state.status);
     }
-    session
+    let committed = session
         .commit(vec![weft_core::Event::WaitingForUser {
             request: weft_core::event::InputRequest {
                 kind: PAUSED.into(),
@@ -811,7 +849,11 @@ async fn hold_if_paused(
                 call_id: None,
             },
         }])
-        .await?;
+        .await;
+    if let Some(l) = live {
+        l.finish().await;
+    }
+    committed?;
     Ok(session.state.status)
 }
 
@@ -889,12 +931,28 @@ async fn drive(
     let marker = weft_core::Event::RunStarted {
         run_id: run.run_id.clone(),
         after: run.start_seq(),
+        traceparent: run.traceparent.clone(),
     };
     // The run's budget goes with its marker, before its task or answer.
     let mut first = vec![marker];
     if let Some(budget) = budget {
         first.push(weft_core::Event::BudgetSet { budget });
     }
+    // The run's spans and metrics, as it commits its events.
+    let live = weft_host::telemetry::Live::start(
+        &app.host.telemetry,
+        app.store.clone(),
+        &tid,
+        Some(agent.path.clone()),
+        agent.redact.clone(),
+    )
+    .await;
+    if let Some(l) = &live {
+        rt = rt.observe(l.observer());
+    }
+    let span = live
+        .as_ref()
+        .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
     let go = async {
         // The run's marker goes into the same write as its first events: a crash cannot leave
         // one without the other.
@@ -940,7 +998,10 @@ async fn drive(
         rt.drive_agent(&built, &mut session).await?;
         Ok::<_, anyhow::Error>(session.state.status)
     };
-    match held.until_asked(go).await {
+    let out = match held
+        .until_asked(tracing::Instrument::instrument(go, span))
+        .await
+    {
         Ok(r) => r,
         Err(asked) => {
             // A pause is recorded as a wait by the caller (`hold_if_paused`), not left for
@@ -950,15 +1011,21 @@ async fn drive(
             }
             Ok(app.store.get(&tid).await?.status)
         }
+    };
+    if let Some(l) = live {
+        l.finish().await;
     }
+    out
 }
 
 pub(crate) async fn create_background(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
-    Json(body): Json<RunBody>,
+    headers: HeaderMap,
+    Json(mut body): Json<RunBody>,
 ) -> Result<Json<RunInfo>, ApiError> {
+    body.traceparent = traceparent(&headers);
     let run = start(&app, &user, &tid, body).await?;
     Ok(Json(run.json()))
 }
@@ -985,8 +1052,10 @@ pub(crate) async fn create_wait(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
-    Json(body): Json<RunBody>,
+    headers: HeaderMap,
+    Json(mut body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
+    body.traceparent = traceparent(&headers);
     let run = start(&app, &user, &tid, body).await?;
     Ok(waiting(app, user, run, None))
 }
@@ -1063,8 +1132,10 @@ pub(crate) async fn create_stream(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path(tid): Path<String>,
-    Json(body): Json<RunBody>,
+    headers: HeaderMap,
+    Json(mut body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
+    body.traceparent = traceparent(&headers);
     let modes = stream::modes(body.stream_mode.as_ref());
     let run = start(&app, &user, &tid, body).await?;
     Ok(streaming(app, run, modes, None))
@@ -1119,7 +1190,12 @@ pub(crate) fn from_log(
     let at = log.iter().rposition(|e| {
         matches!(&e.event, weft_core::Event::RunStarted { run_id, .. } if rid.is_none_or(|r| r == run_id))
     })?;
-    let weft_core::Event::RunStarted { run_id, after } = &log[at].event else {
+    let weft_core::Event::RunStarted {
+        run_id,
+        after,
+        traceparent,
+    } = &log[at].event
+    else {
         return None;
     };
     let next = log[at + 1..]
@@ -1127,7 +1203,9 @@ pub(crate) fn from_log(
         .position(|e| matches!(e.event, weft_core::Event::RunStarted { .. }))
         .map_or(log.len(), |k| at + 1 + k);
     let st = weft_core::State::fold(log[..next].iter().map(|e| &e.event));
-    Some(logged(rec, (run_id, *after, log[at].ts), &st))
+    let mut run = logged(rec, (run_id, *after, log[at].ts), &st);
+    run.traceparent = traceparent.clone();
+    Some(run)
 }
 
 /// Every run of the thread, as its log tells them, oldest first (one fold of the log).
@@ -1136,7 +1214,7 @@ pub(crate) fn all_from_log(rec: &SessionRecord, log: &[weft_core::Envelope]) -> 
     let mut st = weft_core::State::new();
     let mut open: Option<(&String, u64, i64)> = None;
     for e in log {
-        if let weft_core::Event::RunStarted { run_id, after } = &e.event {
+        if let weft_core::Event::RunStarted { run_id, after, .. } = &e.event {
             if let Some((id, after, ts)) = open.take() {
                 out.push(logged(rec, (id, after, ts), &st));
             }
@@ -1172,6 +1250,7 @@ fn logged(
         start_seq: after.into(),
         metadata: json!({}),
         multitask_strategy: "reject".into(),
+        traceparent: None,
         status: tokio::sync::watch::channel((status, st.seq)).0,
         cancelled: false.into(),
     }
@@ -1279,22 +1358,35 @@ async fn adopt(app: Shared, held: weft_host::ownership::Held<weft_store::AnyStor
             a.insert(tid.clone(), run.run_id.clone());
         }
         app.runs.text_after(&tid, st.seq);
-        let observer = observer(&app, &tid);
-        tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
-        let outcome = weft_host::drive::drive(
-            &app.host,
+        let mut observers = vec![observer(&app, &tid)];
+        // Its spans continue the run's trace (under the `traceparent` its marker recorded).
+        let live = weft_host::telemetry::Live::start(
+            &app.host.telemetry,
             app.store.clone(),
-            &held,
-            &rec,
-            &agent,
-            vec![observer],
+            &tid,
+            Some(agent.path.clone()),
+            agent.redact.clone(),
         )
-        .await
-        .map(|ended| match ended {
-            weft_host::drive::Ended::Done(state, _) => state.status,
-            weft_host::drive::Ended::Stopped(_) => SessionStatus::Running,
-        })
-        .map_err(anyhow::Error::from);
+        .await;
+        observers.extend(live.as_ref().map(weft_host::telemetry::Live::observer));
+        let span = live
+            .as_ref()
+            .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
+        tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
+        let outcome = tracing::Instrument::instrument(
+            weft_host::drive::drive(&app.host, app.store.clone(), &held, &rec, &agent, observers),
+            span,
+        )
+        .await;
+        if let Some(l) = live {
+            l.finish().await;
+        }
+        let outcome = outcome
+            .map(|ended| match ended {
+                weft_host::drive::Ended::Done(state, _) => state.status,
+                weft_host::drive::Ended::Stopped(_) => SessionStatus::Running,
+            })
+            .map_err(anyhow::Error::from);
         let outcome = hold_if_paused(&app, &held, outcome).await;
         finish(&app, &run, outcome).await;
         Ok(())
@@ -1530,8 +1622,10 @@ async fn start_threadless(
 pub(crate) async fn create_threadless(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
-    Json(body): Json<RunBody>,
+    headers: HeaderMap,
+    Json(mut body): Json<RunBody>,
 ) -> Result<Json<RunInfo>, ApiError> {
+    body.traceparent = traceparent(&headers);
     let (run, temporary) = start_threadless(&app, &user, body).await?;
     drop(temporary);
     Ok(Json(run.json()))
@@ -1540,8 +1634,10 @@ pub(crate) async fn create_threadless(
 pub(crate) async fn wait_threadless(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
-    Json(body): Json<RunBody>,
+    headers: HeaderMap,
+    Json(mut body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
+    body.traceparent = traceparent(&headers);
     let (run, temporary) = start_threadless(&app, &user, body).await?;
     Ok(waiting(app, user, run, temporary))
 }
@@ -1549,8 +1645,10 @@ pub(crate) async fn wait_threadless(
 pub(crate) async fn stream_threadless(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
-    Json(body): Json<RunBody>,
+    headers: HeaderMap,
+    Json(mut body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
+    body.traceparent = traceparent(&headers);
     let modes = stream::modes(body.stream_mode.as_ref());
     let (run, temporary) = start_threadless(&app, &user, body).await?;
     Ok(streaming(app, run, modes, temporary))
@@ -1562,8 +1660,13 @@ pub(crate) async fn stream_threadless(
 pub(crate) async fn create_batch(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
-    Json(bodies): Json<Vec<RunBody>>,
+    headers: HeaderMap,
+    Json(mut bodies): Json<Vec<RunBody>>,
 ) -> Result<Json<Vec<RunInfo>>, ApiError> {
+    let parent = traceparent(&headers);
+    for b in &mut bodies {
+        b.traceparent.clone_from(&parent);
+    }
     for (i, b) in bodies.iter().enumerate() {
         if !app.agents.contains_key(&b.assistant_id) {
             return Err(ApiError(

@@ -126,6 +126,10 @@ pub struct Options {
     /// Applied to every text that carries content, after the redaction the events had when
     /// they were stored (the same redactor: a secret added since is hidden too).
     pub redact: Option<Redact>,
+    /// The conventions' latest experimental names
+    /// (`OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental`): `gen_ai.provider.name`
+    /// instead of v1.36's `gen_ai.system`.
+    pub latest: bool,
 }
 
 impl std::fmt::Debug for Options {
@@ -134,6 +138,7 @@ impl std::fmt::Debug for Options {
             .field("capture_content", &self.capture_content)
             .field("provider", &self.provider)
             .field("parent", &self.parent.is_some())
+            .field("latest", &self.latest)
             .finish_non_exhaustive()
     }
 }
@@ -184,6 +189,11 @@ struct Open {
 pub struct Deriver {
     session: String,
     trace: [u8; 16],
+    /// The trace of the current turn: the session's, or that of the `traceparent` its run was
+    /// created with.
+    turn_trace: [u8; 16],
+    /// A `traceparent` recorded with a run (`RunStarted`), for the turn it starts.
+    run_parent: Option<([u8; 16], [u8; 8])>,
     opts: Options,
     agent: String,
     mode: Option<Mode>,
@@ -216,6 +226,8 @@ impl Deriver {
         Self {
             session: session_id.to_owned(),
             trace,
+            turn_trace: trace,
+            run_parent: None,
             opts,
             agent: String::new(),
             mode: None,
@@ -240,6 +252,13 @@ impl Deriver {
     /// while it drove the session (the events are still fed, for the spans they open).
     pub fn skip_through(&mut self, seq: u64) {
         self.skip_through = seq;
+    }
+
+    /// The trace and span ids of the turn open now, if one is.
+    pub fn turn(&self) -> Option<([u8; 16], [u8; 8])> {
+        self.turn
+            .as_ref()
+            .map(|o| (o.span.trace_id, o.span.span_id))
     }
 
     /// The agent's name, once the log's first event was fed.
@@ -274,7 +293,7 @@ impl Deriver {
         }
         Open {
             span: Span {
-                trace_id: self.trace,
+                trace_id: self.turn_trace,
                 span_id: span_id(&self.session, env.seq, role),
                 parent,
                 parent_remote: false,
@@ -309,6 +328,9 @@ impl Deriver {
 
     fn start_turn(&mut self, env: &Envelope, task: Option<&str>) {
         self.turns += 1;
+        // A run created with a trace context puts its turn in that trace, under that span.
+        let parent = self.run_parent.take().or(self.opts.parent);
+        self.turn_trace = parent.map_or(self.trace, |(t, _)| t);
         let workflow = self.mode == Some(Mode::Workflow);
         let op = if workflow {
             "invoke_workflow"
@@ -316,7 +338,7 @@ impl Deriver {
             "invoke_agent"
         };
         let mut o = self.open(env, "turn", format!("{op} {}", self.agent), None);
-        if let Some((_, parent)) = self.opts.parent {
+        if let Some((_, parent)) = parent {
             o.span.parent = Some(parent);
             o.span.parent_remote = true;
         }
@@ -344,8 +366,15 @@ impl Deriver {
         self.turn = Some(o);
     }
 
-    /// Ends the turn (and whatever is still open in it) at `env`.
-    fn end_turn(&mut self, env: &Envelope, error: Option<String>, out: &mut Vec<Span>) {
+    /// Ends the turn (and whatever is still open in it) at `env`; `outcome` says how
+    /// (`weft.turn.outcome`: `completed`, `failed`, `waiting`, or `superseded` by a new task).
+    fn end_turn(
+        &mut self,
+        env: &Envelope,
+        outcome: &str,
+        error: Option<String>,
+        out: &mut Vec<Span>,
+    ) {
         for (_, o) in std::mem::take(&mut self.calls) {
             Self::close(o, env, out);
         }
@@ -369,6 +398,9 @@ impl Deriver {
         if let Some(mut t) = self.turn.take() {
             self.last_turn = Some(t.span.span_id);
             usage_attrs(&mut t.span.attributes, &self.turn_usage);
+            t.span
+                .attributes
+                .push(("weft.turn.outcome", outcome.into()));
             t.span.error = error;
             Self::close(t, env, out);
         }
@@ -397,7 +429,7 @@ impl Deriver {
             }
             Event::TurnStarted { task, .. } => {
                 if self.turn.is_some() {
-                    self.end_turn(env, None, out);
+                    self.end_turn(env, "superseded", None, out);
                 }
                 self.start_turn(env, Some(task));
             }
@@ -415,8 +447,9 @@ impl Deriver {
             }
             Event::WaitingForUser { request } => {
                 let parent = self.turn_id();
-                self.end_turn(env, None, out);
+                // The wait belongs to the turn's trace (opened before the turn's trace is left).
                 let mut w = self.open(env, "wait", "weft.wait".to_owned(), parent);
+                self.end_turn(env, "waiting", None, out);
                 w.span
                     .attributes
                     .push(("weft.wait.kind", request.kind.as_str().into()));
@@ -458,9 +491,9 @@ impl Deriver {
                 Self::close(o, env, out);
             }
             Event::RunFinished { status, error, .. } => {
-                let err = match status {
-                    RunStatus::Completed => None,
-                    RunStatus::Failed => Some("run_failed".to_owned()),
+                let (outcome, err) = match status {
+                    RunStatus::Completed => ("completed", None),
+                    RunStatus::Failed => ("failed", Some("run_failed".to_owned())),
                 };
                 self.ensure_turn(env);
                 if self.opts.capture_content
@@ -472,7 +505,27 @@ impl Deriver {
                     }
                     t.span.attributes.push(("weft.error.message", e.into()));
                 }
-                self.end_turn(env, err, out);
+                self.end_turn(env, outcome, err, out);
+            }
+            Event::RunStarted {
+                traceparent: Some(tp),
+                after,
+                ..
+            } => {
+                // A header that is not a valid trace context was refused when it was received;
+                // one read back that is not is ignored, as W3C Trace Context asks.
+                let parent = crate::export::parse_traceparent(tp);
+                match (self.turn.as_mut(), parent) {
+                    // A new session's marker follows the turn it starts, in the same write:
+                    // that turn (nothing in it opened yet) moves to the caller's trace.
+                    (Some(t), Some((trace, span))) if t.span.first_seq > *after => {
+                        t.span.trace_id = trace;
+                        t.span.parent = Some(span);
+                        t.span.parent_remote = true;
+                        self.turn_trace = trace;
+                    }
+                    _ => self.run_parent = parent,
+                }
             }
             _ => return false,
         }
@@ -845,7 +898,12 @@ impl Deriver {
             (None, false) => None,
         };
         if let Some(p) = provider {
-            a.push(("gen_ai.provider.name", p.into()));
+            let key = if self.opts.latest {
+                "gen_ai.provider.name"
+            } else {
+                "gen_ai.system"
+            };
+            a.push((key, p.into()));
         }
         if !model.is_empty() {
             a.push(("gen_ai.request.model", model.into()));

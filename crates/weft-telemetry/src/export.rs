@@ -107,6 +107,31 @@ fn check_protocol() -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The metrics endpoint: `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` (the whole URL), else
+/// `/v1/metrics` under `OTEL_EXPORTER_OTLP_ENDPOINT`; `None` when neither is set or
+/// `OTEL_METRICS_EXPORTER=none`.
+pub fn metrics_endpoint() -> Option<String> {
+    if env("OTEL_METRICS_EXPORTER").is_some_and(|v| v.trim() == "none") {
+        return None;
+    }
+    if let Some(e) = env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") {
+        return Some(e);
+    }
+    env("OTEL_EXPORTER_OTLP_ENDPOINT").map(|e| {
+        let base = e.trim().trim_end_matches('/');
+        format!("{base}/v1/metrics")
+    })
+}
+
+/// Whether `OTEL_SEMCONV_STABILITY_OPT_IN` asks for the GenAI conventions' latest experimental
+/// names (`gen_ai_latest_experimental`, in a comma-separated list).
+pub fn latest_conventions() -> bool {
+    env("OTEL_SEMCONV_STABILITY_OPT_IN").is_some_and(|v| {
+        v.split(',')
+            .any(|x| x.trim() == "gen_ai_latest_experimental")
+    })
+}
+
 /// What an exporter did, for the report at its end.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -126,12 +151,15 @@ struct Shared {
     last_error: std::sync::Mutex<Option<String>>,
 }
 
-/// A running exporter: spans in, OTLP requests out.
+/// A running exporter: spans in, OTLP requests out. One serves the whole process (every session
+/// it drives).
 #[derive(Debug)]
 pub struct Exporter {
     tx: mpsc::Sender<Span>,
     shared: Arc<Shared>,
-    task: tokio::task::JoinHandle<()>,
+    /// Told to send what is queued and stop.
+    stop: Arc<tokio::sync::Notify>,
+    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     url: String,
 }
 
@@ -151,6 +179,13 @@ impl Exporter {
 
     /// An exporter to `url` (the whole traces URL).
     pub fn start(url: &str) -> Result<Self, ConfigError> {
+        let queue =
+            usize::try_from(number("OTEL_BSP_MAX_QUEUE_SIZE", QUEUE as u64)?).unwrap_or(QUEUE);
+        Self::start_queued(url, queue)
+    }
+
+    /// [`Exporter::start`] with a queue of `queue` spans.
+    fn start_queued(url: &str, queue: usize) -> Result<Self, ConfigError> {
         let _ = url
             .parse::<reqwest::Url>()
             .map_err(|e| ConfigError(format!("OTLP endpoint `{url}` is not a URL: {e}")))?;
@@ -160,8 +195,6 @@ impl Exporter {
             "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
             number("OTEL_EXPORTER_OTLP_TIMEOUT", 10_000)?,
         )?;
-        let queue =
-            usize::try_from(number("OTEL_BSP_MAX_QUEUE_SIZE", QUEUE as u64)?).unwrap_or(QUEUE);
         let max_batch = usize::try_from(number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", BATCH as u64)?)
             .unwrap_or(BATCH);
         let delay = number("OTEL_BSP_SCHEDULE_DELAY", DELAY_MS)?;
@@ -182,18 +215,29 @@ impl Exporter {
         let (tx, mut rx) = mpsc::channel::<Span>(queue);
         let shared = Arc::new(Shared::default());
         let sh = shared.clone();
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let stopped = stop.clone();
         let task = tokio::spawn(async move {
             let mut batch: Vec<Span> = Vec::new();
+            let mut stopping = false;
             loop {
-                let more = if batch.is_empty() {
-                    rx.recv().await
+                let more = if stopping {
+                    rx.try_recv().ok()
+                } else if batch.is_empty() {
+                    tokio::select! {
+                        s = rx.recv() => s,
+                        () = stopped.notified() => { stopping = true; continue; }
+                    }
                 } else {
-                    match tokio::time::timeout(Duration::from_millis(delay), rx.recv()).await {
-                        Ok(s) => s,
-                        Err(_) => {
-                            send(&exporter, &sh, std::mem::take(&mut batch)).await;
-                            continue;
-                        }
+                    tokio::select! {
+                        s = tokio::time::timeout(Duration::from_millis(delay), rx.recv()) => match s {
+                            Ok(s) => s,
+                            Err(_) => {
+                                send(&exporter, &sh, std::mem::take(&mut batch)).await;
+                                continue;
+                            }
+                        },
+                        () = stopped.notified() => { stopping = true; continue; }
                     }
                 };
                 match more {
@@ -215,7 +259,8 @@ impl Exporter {
         Ok(Self {
             tx,
             shared,
-            task,
+            stop,
+            task: std::sync::Mutex::new(Some(task)),
             url: url.to_owned(),
         })
     }
@@ -252,23 +297,192 @@ impl Exporter {
         }
     }
 
-    /// Sends what is queued, waiting at most `grace`; returns the counts and the last error.
-    pub async fn finish(self, grace: Duration) -> (Counts, Option<String>) {
-        let Self {
-            tx, shared, task, ..
-        } = self;
-        drop(tx);
-        let abort = task.abort_handle();
-        if tokio::time::timeout(grace, task).await.is_err() {
-            abort.abort();
+    /// The last error of a request, if one failed.
+    pub fn last_error(&self) -> Option<String> {
+        self.shared.last_error.lock().ok().and_then(|e| e.clone())
+    }
+
+    /// Sends what is queued, waiting at most `grace`, and stops (spans sent later are dropped
+    /// and counted); returns the counts and the last error.
+    pub async fn finish(&self, grace: Duration) -> (Counts, Option<String>) {
+        let task = self.task.lock().ok().and_then(|mut t| t.take());
+        if let Some(task) = task {
+            self.stop.notify_one();
+            let abort = task.abort_handle();
+            if tokio::time::timeout(grace, task).await.is_err() {
+                abort.abort();
+            }
         }
-        let counts = Counts {
-            exported: shared.exported.load(Ordering::Relaxed),
-            dropped: shared.dropped.load(Ordering::Relaxed),
-            failed: shared.failed.load(Ordering::Relaxed),
+        (self.counts(), self.last_error())
+    }
+}
+
+/// The OpenTelemetry SDK's HTTP client interface over weft's `reqwest` client, its requests run
+/// on the process's Tokio runtime: the SDK's metric reader exports from a thread of its own,
+/// where `reqwest` cannot run by itself.
+#[derive(Debug)]
+struct OnRuntime {
+    client: reqwest::Client,
+    runtime: tokio::runtime::Handle,
+}
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for OnRuntime {
+    async fn send_bytes(
+        &self,
+        request: opentelemetry_http::Request<opentelemetry_http::Bytes>,
+    ) -> Result<
+        opentelemetry_http::Response<opentelemetry_http::Bytes>,
+        opentelemetry_http::HttpError,
+    > {
+        let client = self.client.clone();
+        self.runtime
+            .spawn(
+                async move { opentelemetry_http::HttpClient::send_bytes(&client, request).await },
+            )
+            .await
+            .map_err(|e| -> opentelemetry_http::HttpError { Box::new(e) })?
+    }
+}
+
+/// The metrics sent over OTLP HTTP/protobuf: the SDK's instruments, with the conventions'
+/// bucket boundaries, read and sent every `OTEL_METRIC_EXPORT_INTERVAL` ms (60,000) and when
+/// the process ends.
+pub struct Meters {
+    provider: opentelemetry_sdk::metrics::SdkMeterProvider,
+    histograms: Vec<(
+        crate::metrics::Instrument,
+        opentelemetry::metrics::Histogram<f64>,
+    )>,
+    counters: Vec<(
+        crate::metrics::Instrument,
+        opentelemetry::metrics::Counter<f64>,
+    )>,
+    url: String,
+}
+
+impl std::fmt::Debug for Meters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Meters").field("url", &self.url).finish()
+    }
+}
+
+impl Meters {
+    /// Meters sending to the configured endpoint (see [`metrics_endpoint`]), or `None` when
+    /// none is configured or `OTEL_SDK_DISABLED=true`. Must be called inside a Tokio runtime.
+    pub fn from_env() -> Result<Option<Self>, ConfigError> {
+        if disabled() {
+            return Ok(None);
+        }
+        let Some(url) = metrics_endpoint() else {
+            return Ok(None);
         };
-        let err = shared.last_error.lock().ok().and_then(|e| e.clone());
-        (counts, err)
+        check_protocol()?;
+        Self::start(&url).map(Some)
+    }
+
+    /// Meters sending to `url` (the whole metrics URL).
+    pub fn start(url: &str) -> Result<Self, ConfigError> {
+        use opentelemetry::metrics::MeterProvider as _;
+        use opentelemetry_otlp::WithHttpConfig as _;
+
+        use crate::metrics::{Instrument, Shape};
+        let _ = url
+            .parse::<reqwest::Url>()
+            .map_err(|e| ConfigError(format!("OTLP metrics endpoint `{url}` is not a URL: {e}")))?;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| ConfigError(format!("the metrics exporter needs a Tokio runtime: {e}")))?;
+        let timeout = number(
+            "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+            number("OTEL_EXPORTER_OTLP_TIMEOUT", 10_000)?,
+        )?;
+        let interval = number("OTEL_METRIC_EXPORT_INTERVAL", 60_000)?;
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_millis(timeout))
+            .build()
+            .map_err(|e| ConfigError(format!("cannot build the OTLP client: {e}")))?;
+        let exporter = opentelemetry_otlp::MetricExporter::builder()
+            .with_http()
+            .with_http_client(OnRuntime { client, runtime })
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(url)
+            .with_timeout(Duration::from_millis(timeout))
+            .build()
+            .map_err(|e| ConfigError(format!("OTLP metrics exporter to {url}: {e}")))?;
+        let reader = opentelemetry_sdk::metrics::PeriodicReader::builder(exporter)
+            .with_interval(Duration::from_millis(interval))
+            .build();
+        let service = env("OTEL_SERVICE_NAME").unwrap_or_else(|| "weft".to_owned());
+        let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder()
+            .with_reader(reader)
+            .with_resource(Resource::builder().with_service_name(service).build())
+            .build();
+        let meter = provider.meter_with_scope(
+            InstrumentationScope::builder("weft")
+                .with_version(env!("CARGO_PKG_VERSION"))
+                .build(),
+        );
+        let mut histograms = Vec::new();
+        let mut counters = Vec::new();
+        for i in Instrument::ALL {
+            match i.shape() {
+                Shape::Histogram(bounds) => histograms.push((
+                    i,
+                    meter
+                        .f64_histogram(i.name())
+                        .with_unit(i.unit())
+                        .with_description(i.description())
+                        .with_boundaries(bounds.to_vec())
+                        .build(),
+                )),
+                Shape::Counter => counters.push((
+                    i,
+                    meter
+                        .f64_counter(i.name())
+                        .with_unit(i.unit())
+                        .with_description(i.description())
+                        .build(),
+                )),
+            }
+        }
+        Ok(Self {
+            provider,
+            histograms,
+            counters,
+            url: url.to_owned(),
+        })
+    }
+
+    /// The metrics URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Records points (in memory: the reader sends them later, never on the run's path).
+    pub fn record(&self, points: &[crate::metrics::Point]) {
+        for p in points {
+            let attrs: Vec<KeyValue> = p
+                .attributes
+                .iter()
+                .map(|(k, v)| KeyValue::new(*k, v.clone()))
+                .collect();
+            if let Some((_, h)) = self.histograms.iter().find(|(i, _)| *i == p.instrument) {
+                h.record(p.value, &attrs);
+            } else if let Some((_, c)) = self.counters.iter().find(|(i, _)| *i == p.instrument) {
+                c.add(p.value, &attrs);
+            }
+        }
+    }
+
+    /// Sends what was recorded and stops; the error when the last send failed.
+    pub async fn finish(&self) -> Option<String> {
+        let provider = self.provider.clone();
+        match tokio::task::spawn_blocking(move || provider.shutdown()).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(e) => Some(e.to_string()),
+        }
     }
 }
 
@@ -432,6 +646,37 @@ mod tests {
         assert!(
             parse_traceparent("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").is_none()
         );
+    }
+
+    fn span(n: u8) -> Span {
+        Span {
+            trace_id: [1; 16],
+            span_id: [n.max(1); 8],
+            parent: None,
+            parent_remote: false,
+            name: "x".into(),
+            kind: Kind::Internal,
+            start_ms: 1,
+            end_ms: 2,
+            attributes: vec![],
+            error: None,
+            first_seq: 1,
+            last_seq: 1,
+        }
+    }
+
+    /// Sending never waits: spans that find the queue full are dropped and counted, and every
+    /// span is accounted for (sent, dropped, or lost to the collector that is down).
+    #[tokio::test]
+    async fn a_full_queue_drops_spans_and_counts_them() {
+        let ex = Exporter::start_queued("http://127.0.0.1:9/v1/traces", 4)
+            .unwrap_or_else(|e| panic!("{e}"));
+        // On this thread the exporter's task cannot run between the sends: the queue fills.
+        ex.send((0..100).map(span).collect());
+        assert_eq!(ex.counts().dropped, 96);
+        let (counts, _) = ex.finish(Duration::from_secs(20)).await;
+        assert_eq!(counts.exported, 0);
+        assert_eq!(counts.dropped + counts.failed, 100);
     }
 
     #[tokio::test]

@@ -61,7 +61,9 @@ fn a_plan_run_nests_tool_calls_in_steps_in_waves_in_the_turn() {
     assert_eq!(chats.len(), 5);
     for c in &chats {
         assert_eq!(c.str_attr("gen_ai.operation.name"), Some("chat"));
-        assert_eq!(c.str_attr("gen_ai.provider.name"), Some("weft.scripted"));
+        // v1.36's name unless the latest conventions are asked for.
+        assert_eq!(c.str_attr("gen_ai.system"), Some("weft.scripted"));
+        assert_eq!(c.attr("gen_ai.provider.name"), None);
         assert!(c.str_attr("gen_ai.request.model").is_some());
         assert!(
             matches!(c.attr("gen_ai.response.finish_reasons"), Some(Attr::StrList(v)) if v == &["stop"])
@@ -221,4 +223,227 @@ fn the_provider_comes_from_the_agent_files_model() {
     );
     assert_eq!(provider_of(Some(&json!("scripted:x.yaml"))), None);
     assert_eq!(provider_of(None), None);
+}
+
+#[test]
+fn the_latest_conventions_name_the_provider_gen_ai_provider_name() {
+    let opts = Options {
+        latest: true,
+        ..Options::default()
+    };
+    let s = Deriver::derive("react-1", opts, &log("react-1"));
+    let chat = s.iter().find(|x| x.name.starts_with("chat ")).unwrap();
+    assert_eq!(chat.str_attr("gen_ai.provider.name"), Some("weft.scripted"));
+    assert_eq!(chat.attr("gen_ai.system"), None);
+}
+
+/// A run created with a `traceparent` (its `RunStarted` marker records it, before the turn it
+/// starts, or just after it for a new session) puts its turn in the caller's trace, under the
+/// caller's span, and everything in the turn with it.
+#[test]
+fn a_runs_traceparent_parents_its_turn_and_only_that_turn() {
+    let mut events = log("wf-1");
+    let second_turn = events
+        .iter()
+        .position(|e| matches!(e.event, weft_core::Event::UserReplied { .. }))
+        .unwrap();
+    let mut marker = events[second_turn].clone();
+    marker.event = weft_core::Event::RunStarted {
+        run_id: "r2".into(),
+        after: marker.seq - 1,
+        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+    };
+    events.insert(second_turn, marker);
+    // The first run's marker follows the turn it starts, as a new session's does.
+    let mut first = events[1].clone();
+    assert!(matches!(first.event, weft_core::Event::TurnStarted { .. }));
+    first.event = weft_core::Event::RunStarted {
+        run_id: "r1".into(),
+        after: 0,
+        traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+    };
+    events.insert(2, first);
+    for (k, e) in events.iter_mut().enumerate() {
+        e.seq = k as u64 + 1;
+    }
+    let s = Deriver::derive("wf-1", Options::default(), &events);
+    let turns = by_name(&s, "invoke_workflow outing-desk");
+    assert_eq!(turns.len(), 2);
+    let caller = [
+        0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47,
+        0x36,
+    ];
+    assert_eq!(turns[1].trace_id, caller);
+    assert_eq!(
+        turns[1].parent,
+        Some([0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7])
+    );
+    assert!(turns[1].parent_remote);
+    let first_caller = [
+        0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84, 0x48, 0xeb, 0x21, 0x1c, 0x80, 0x31,
+        0x9c,
+    ];
+    assert_eq!(turns[0].trace_id, first_caller);
+    assert_eq!(
+        turns[0].parent,
+        Some([0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31])
+    );
+    // The first turn's wait is in the first turn's trace; the second turn's spans in the second
+    // caller's.
+    assert_eq!(by_name(&s, "weft.wait")[0].trace_id, turns[0].trace_id);
+    let suggest = by_name(&s, "weft.workflow_step suggest")[0];
+    assert_eq!(suggest.trace_id, caller);
+    assert!(
+        s.iter()
+            .filter(|x| x.first_seq > turns[1].first_seq)
+            .all(|x| x.trace_id == caller)
+    );
+    // How each turn ended.
+    assert_eq!(turns[0].str_attr("weft.turn.outcome"), Some("waiting"));
+    assert_eq!(turns[1].str_attr("weft.turn.outcome"), Some("completed"));
+}
+
+/// The points a whole log gives, as one process would record them.
+fn points(name: &str, events: &[Envelope], latest: bool) -> Vec<weft_telemetry::Point> {
+    let opts = Options {
+        latest,
+        ..Options::default()
+    };
+    let mut d = Deriver::new(name, opts);
+    let mut r = weft_telemetry::Recorder::new(latest);
+    events
+        .iter()
+        .flat_map(|e| {
+            let closed = d.push(e);
+            r.push(e, &closed)
+        })
+        .collect()
+}
+
+#[test]
+fn metrics_come_from_the_spans_with_the_conventions_names() {
+    use weft_telemetry::Instrument;
+    let p = points("plan-1", &log("plan-1"), true);
+    let of = |i: Instrument| p.iter().filter(|x| x.instrument == i).collect::<Vec<_>>();
+    // Two token points (input, output) per model call, typed.
+    let tokens = of(Instrument::TokenUsage);
+    assert_eq!(tokens.len(), 10);
+    assert!(tokens.iter().all(|t| {
+        t.attributes
+            .iter()
+            .any(|(k, v)| *k == "gen_ai.token.type" && (v == "input" || v == "output"))
+    }));
+    assert!(tokens.iter().all(|t| {
+        t.attributes
+            .iter()
+            .any(|(k, v)| *k == "gen_ai.provider.name" && v == "weft.scripted")
+    }));
+    // Durations of model calls, tool calls and the turn, by operation.
+    let durations = of(Instrument::OperationDuration);
+    let ops = |op: &str| {
+        durations
+            .iter()
+            .filter(|d| {
+                d.attributes
+                    .iter()
+                    .any(|(k, v)| *k == "gen_ai.operation.name" && v == op)
+            })
+            .count()
+    };
+    assert_eq!(ops("chat"), 5);
+    assert_eq!(ops("invoke_agent"), 1);
+    assert!(ops("execute_tool") >= 2);
+    let tool = durations
+        .iter()
+        .find(|d| {
+            d.attributes
+                .contains(&("gen_ai.tool.name", "getWeather".into()))
+        })
+        .unwrap();
+    assert!(tool.value >= 0.4, "{tool:?}");
+    assert_eq!(of(Instrument::Turns).len(), 1);
+    assert_eq!(
+        of(Instrument::Turns)[0].attributes,
+        vec![("weft.turn.outcome", "completed".to_owned())]
+    );
+    assert!(of(Instrument::Takeovers).is_empty());
+    // The same log recorded by v1.36's names.
+    let old = points("plan-1", &log("plan-1"), false);
+    assert!(
+        old.iter()
+            .filter(|x| x.instrument == Instrument::TokenUsage)
+            .all(|t| t.attributes.iter().any(|(k, _)| *k == "gen_ai.system"))
+    );
+}
+
+/// A wait is counted when it begins; an answer taken by a new lease holder is no takeover,
+/// but a running session continued under a new epoch is one, counted once.
+#[test]
+fn waits_and_takeovers_are_counted_from_the_events() {
+    use weft_telemetry::Instrument;
+    let wf = points("wf-1", &log("wf-1"), false);
+    let waits: Vec<_> = wf
+        .iter()
+        .filter(|p| p.instrument == Instrument::Waits)
+        .collect();
+    assert_eq!(waits.len(), 1);
+    assert_eq!(
+        waits[0].attributes,
+        vec![("weft.wait.kind", "message".to_owned())]
+    );
+    assert!(wf.iter().all(|p| p.instrument != Instrument::Takeovers));
+    // react-1 taken over after its model's first reply: its later events carry epoch 2.
+    let mut events = log("react-1");
+    let cut = events
+        .iter()
+        .position(|e| matches!(e.event, weft_core::Event::ModelReplied { .. }))
+        .unwrap()
+        + 1;
+    for e in &mut events[cut..] {
+        e.epoch = 2;
+    }
+    let p = points("react-1", &events, false);
+    assert_eq!(
+        p.iter()
+            .filter(|x| x.instrument == Instrument::Takeovers)
+            .count(),
+        1
+    );
+    // The second process, which fed the log before it without recording, counts it too, once;
+    // the first process did not.
+    let mut d = Deriver::new("react-1", Options::default());
+    let mut r = weft_telemetry::Recorder::new(false);
+    let first: Vec<_> = events[..cut]
+        .iter()
+        .flat_map(|e| {
+            let c = d.push(e);
+            r.push(e, &c)
+        })
+        .collect();
+    assert!(first.iter().all(|x| x.instrument != Instrument::Takeovers));
+    let mut d = Deriver::new("react-1", Options::default());
+    let mut r = weft_telemetry::Recorder::new(false);
+    d.skip_through(events[cut - 1].seq);
+    r.skip_through(events[cut - 1].seq);
+    let second: Vec<_> = events
+        .iter()
+        .flat_map(|e| {
+            let c = d.push(e);
+            r.push(e, &c)
+        })
+        .collect();
+    assert_eq!(
+        second
+            .iter()
+            .filter(|x| x.instrument == Instrument::Takeovers)
+            .count(),
+        1
+    );
+    // Between them, every model call's tokens once.
+    let tokens = |v: &[weft_telemetry::Point]| {
+        v.iter()
+            .filter(|x| x.instrument == Instrument::TokenUsage)
+            .count()
+    };
+    assert_eq!(tokens(&first) + tokens(&second), tokens(&p));
 }

@@ -303,6 +303,13 @@ fn main() -> ExitCode {
             | Command::Plan(plan_cmd::PlanCommand::Run(_))
     );
     let shutdown = weft_host::Shutdown::new();
+    // The commands that drive sessions export their spans and metrics when OTLP is configured.
+    let drives = graceful || own_signals;
+    let telemetry = if drives {
+        rt.block_on(async { weft_host::telemetry::Telemetry::from_env() })
+    } else {
+        weft_host::telemetry::Telemetry::default()
+    };
     let work = async {
         // Commands about an existing session never create a store (a mistyped --db or a
         // lookup in the wrong directory must not leave an empty .weft/weft.db behind).
@@ -328,6 +335,7 @@ fn main() -> ExitCode {
             durability: weft_host::DurabilityPolicy::new(cli.durability),
             db_flag: store::db_flag(),
             clock: weft_runtime::clock::system_clock(),
+            telemetry: telemetry.clone(),
         };
         let host = &host;
         let needs_store = !matches!(
@@ -424,6 +432,10 @@ fn main() -> ExitCode {
             () = signals::signal() => None,
         }
     });
+    // What is queued for the collector is sent (a collector that is down costs a few seconds
+    // at most, and is reported).
+    let grace = std::time::Duration::from_secs(if result.is_some() { 5 } else { 1 });
+    rt.block_on(telemetry.finish(grace, shutdown.session().as_deref()));
     // Everything the command needed is done and stored. Work left on a blocking thread (a
     // template that ran past its time) is not waited for.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));

@@ -237,6 +237,7 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
     let held = weft_host::ownership::take(host, store.clone(), &id, false).await?;
     // OpenTelemetry traces of the session, when an OTLP endpoint is configured.
     let live = weft_host::telemetry::Live::start(
+        &host.telemetry,
         store.clone(),
         &id,
         weft_host::sessions::agent_file_of(&metadata),
@@ -317,6 +318,11 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
         Ok::<_, anyhow::Error>((session, before))
     };
     // Another process may ask this one to cancel or pause the session while it runs.
+    // Its logs carry the session's trace and span ids when spans are exported.
+    let span = live
+        .as_ref()
+        .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
+    let run = tracing::Instrument::instrument(run, span);
     let (session, before) = match held.until_asked(run).await {
         Ok(done) => done?,
         Err(asked) => {

@@ -493,12 +493,24 @@ pub async fn resume<S: Store>(host: &Host, store: Arc<S>, args: ResumeArgs) -> R
             crate::view::resuming(&agent.spec.limits, &open)
         };
         host.shutdown.note_session(&args.id);
-        let live =
-            weft_host::telemetry::Live::start(store.clone(), &args.id, Some(path.clone()), None)
-                .await;
+        let live = weft_host::telemetry::Live::start(
+            &host.telemetry,
+            store.clone(),
+            &args.id,
+            Some(path.clone()),
+            None,
+        )
+        .await;
         let mut observers = vec![observer];
         observers.extend(live.as_ref().map(weft_host::telemetry::Live::observer));
-        let ended = weft_host::drive::drive(host, store, &held, &rec, &agent, observers).await;
+        let span = live
+            .as_ref()
+            .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
+        let ended = tracing::Instrument::instrument(
+            weft_host::drive::drive(host, store, &held, &rec, &agent, observers),
+            span,
+        )
+        .await;
         if let Some(l) = live {
             l.finish().await;
         }

@@ -93,11 +93,18 @@ fn seen() -> HashMap<String, Vec<Seen>> {
             out.entry(service.to_owned()).or_default().push(s);
         }
     };
+    // Metrics are printed in the same log: their blocks are skipped.
+    let mut in_metrics = false;
     for line in text.lines() {
         let t = line.trim();
-        if t.starts_with("ResourceSpans #") {
+        if t.starts_with("ResourceMetrics #") {
             flush(&mut cur, &service, &mut out);
+            in_metrics = true;
+        } else if t.starts_with("ResourceSpans #") {
+            flush(&mut cur, &service, &mut out);
+            in_metrics = false;
             in_resource = true;
+        } else if in_metrics {
         } else if t.starts_with("Span #") {
             flush(&mut cur, &service, &mut out);
             in_resource = false;
@@ -405,4 +412,396 @@ tools:
     assert!(turn.attrs.contains_key("gen_ai.input.messages"));
     let log = std::fs::read_to_string(collector_log()).unwrap();
     assert!(!log.contains(&canary), "the secret reached the collector");
+}
+
+const KEY: &str = "otel-key-0123456789abcdef";
+const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A ReAct agent for `weft serve` whose one tool call waits for the file `release` in the
+/// server's directory when `gate` (idempotent: run again after a takeover), then answers.
+fn served_agent(dir: &Path, gate: bool) {
+    let wait = if gate {
+        "touch started; while [ ! -e release ]; do sleep 0.05; done; "
+    } else {
+        ""
+    };
+    std::fs::write(
+        dir.join("shouter.yaml"),
+        format!(
+            r#"name: shouter
+mode: react
+model: scripted:shouter.script.yaml
+tools:
+  - name: shout
+    description: Shouts.
+    idempotent: true
+    command: ["sh", "-c", "cat > /dev/null; {wait}echo '{{\"shouted\": \"LOUD\"}}'"]
+"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("shouter.script.yaml"),
+        "- tool_calls: [ { name: shout, arguments: {} } ]\n- text: \"Shouted: LOUD\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("keys.txt"), format!("{KEY} otel\n")).unwrap();
+}
+
+/// Starts `weft serve` in `dir` exporting as `service`, and waits until it answers.
+fn serve(dir: &Path, port: u16, service: &str, extra_env: &[(&str, &str)]) -> std::process::Child {
+    let log = std::fs::File::create(dir.join(format!("{service}.log"))).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .current_dir(dir)
+        .args([
+            "--db", "serve.db", "serve", "--agents", ".", "--keys", "keys.txt",
+        ])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env_remove("WEFT_DB")
+        .env_remove("WEFT_API_KEYS")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+        .env_remove("OTEL_SDK_DISABLED")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint())
+        .env("OTEL_SERVICE_NAME", service)
+        .env(
+            "OTEL_SEMCONV_STABILITY_OPT_IN",
+            "gen_ai_latest_experimental",
+        )
+        .env("RUST_LOG", "weft=info")
+        .envs(extra_env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("http://127.0.0.1:{port}/health"))
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout) == "200" {
+            return child;
+        }
+        if start.elapsed() > Duration::from_secs(30) || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!(
+                "weft serve did not come up: {}",
+                std::fs::read_to_string(dir.join(format!("{service}.log"))).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A request to the server with its API key; the body it answered with.
+fn http(port: u16, method: &str, path: &str, headers: &[&str], body: Option<&str>) -> String {
+    let mut c = Command::new("curl");
+    c.args(["-sS", "--fail-with-body", "-X", method])
+        .args(["-H", &format!("x-api-key: {KEY}")])
+        .args(["-H", "content-type: application/json"]);
+    for h in headers {
+        c.args(["-H", h]);
+    }
+    if let Some(b) = body {
+        c.args(["--data", b]);
+    }
+    let out = c
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{method} {path}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// The spans `weft sessions trace --json` derives from the log of a server's store.
+fn derived_in(dir: &Path, id: &str) -> Vec<serde_json::Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .current_dir(dir)
+        .args(["--db", "serve.db", "sessions", "trace", id, "--json"])
+        .env(
+            "OTEL_SEMCONV_STABILITY_OPT_IN",
+            "gen_ai_latest_experimental",
+        )
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn stop(mut child: std::process::Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+fn ids(spans: &[serde_json::Value]) -> HashSet<String> {
+    spans
+        .iter()
+        .map(|s| s["span_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A `traceparent` sent with a run to `weft serve` parents the run's spans, which the server
+/// exports live as it drives the run; its metrics go to the collector and to `/metrics`, with
+/// the conventions' names and buckets.
+#[test]
+fn needs_otel_a_traceparent_sent_to_weft_serve_parents_the_runs_spans() {
+    let (tmp, id) = (tempfile::tempdir().unwrap(), workdir("serve").1);
+    let dir = tmp.path();
+    served_agent(dir, false);
+    let port = free_port();
+    let service = format!("weft-serve-{id}");
+    let server = serve(
+        dir,
+        port,
+        &service,
+        &[("RUST_LOG", "weft=info,weft_runtime=debug")],
+    );
+    http(
+        port,
+        "POST",
+        "/threads",
+        &[],
+        Some(&format!(r#"{{"thread_id": "{id}"}}"#)),
+    );
+    let caller_span = "00f067aa0ba902b7";
+    let values = http(
+        port,
+        "POST",
+        &format!("/threads/{id}/runs/wait"),
+        &[&format!("traceparent: 00-{CALLER_TRACE}-{caller_span}-01")],
+        Some(
+            r#"{"assistant_id": "shouter", "input": {"messages": [{"role": "user", "content": "Shout."}]}}"#,
+        ),
+    );
+    assert!(values.contains("Shouted: LOUD"), "{values}");
+    let want = derived_in(dir, &id);
+    let spans = spans_of(&service, want.len());
+    assert_eq!(ids(&want), spans.iter().map(|s| s.id.clone()).collect());
+    // The run's turn is a child of the caller's span, in the caller's trace, and so is all of it.
+    let turn = one(&spans, "invoke_agent shouter");
+    assert_eq!(turn.parent, caller_span);
+    assert!(spans.iter().all(|s| s.trace == CALLER_TRACE), "{spans:#?}");
+    let tool = one(&spans, "execute_tool shout");
+    assert_eq!(tool.parent, turn.id);
+    let chats: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("chat"))
+        .collect();
+    assert_eq!(chats.len(), 2);
+    for c in chats {
+        assert_eq!(c.parent, turn.id);
+        // The latest conventions were asked for.
+        assert_eq!(c.attrs["gen_ai.provider.name"], "Str(weft.scripted)");
+        assert!(!c.attrs.contains_key("gen_ai.system"));
+    }
+    // The same metrics on /metrics, with the conventions' buckets.
+    let text = http(port, "GET", "/metrics", &[], None);
+    for line in [
+        r#"gen_ai_client_token_usage_bucket{le="4.0",gen_ai_operation_name="chat",gen_ai_provider_name="weft.scripted""#,
+        r#"gen_ai_client_token_usage_bucket{le="67108864.0",gen_ai_operation_name="chat",gen_ai_provider_name="weft.scripted""#,
+        r#"gen_ai_client_operation_duration_seconds_bucket{le="0.01",gen_ai_operation_name="execute_tool",gen_ai_tool_name="shout"}"#,
+        r#"gen_ai_client_operation_duration_seconds_bucket{le="81.92",gen_ai_operation_name="execute_tool",gen_ai_tool_name="shout"} 1"#,
+        r#"weft_turns_total{weft_turn_outcome="completed"} 1.0"#,
+        r#"weft_telemetry_spans_total{outcome="dropped"} 0"#,
+    ] {
+        assert!(text.contains(line), "{line} not in:\n{text}");
+    }
+    stop(server);
+    // And over OTLP, the instruments with their units and the conventions' bucket boundaries.
+    let tokens = metrics_of(&service, "gen_ai.client.token.usage");
+    assert!(tokens.contains("-> Unit: {token}\n"), "{tokens}");
+    assert!(tokens.contains("-> DataType: Histogram\n"), "{tokens}");
+    assert!(
+        tokens.contains("-> gen_ai.token.type: Str(input)"),
+        "{tokens}"
+    );
+    let token_bounds = [
+        "1", "4", "16", "64", "256", "1024", "4096", "16384", "65536", "262144", "1048576",
+        "4194304", "16777216", "67108864",
+    ];
+    for (i, b) in token_bounds.iter().enumerate() {
+        let line = format!("ExplicitBounds #{i}: {b}\n");
+        assert!(tokens.contains(&line), "{line} not in {tokens}");
+    }
+    let durations = metrics_of(&service, "gen_ai.client.operation.duration");
+    assert!(durations.contains("-> Unit: s\n"), "{durations}");
+    let duration_bounds = [
+        "0.01", "0.02", "0.04", "0.08", "0.16", "0.32", "0.64", "1.28", "2.56", "5.12", "10.24",
+        "20.48", "40.96", "81.92",
+    ];
+    for (i, b) in duration_bounds.iter().enumerate() {
+        let line = format!("ExplicitBounds #{i}: {b}\n");
+        assert!(durations.contains(&line), "{line} not in {durations}");
+    }
+    for op in ["chat", "execute_tool", "invoke_agent"] {
+        assert!(
+            durations.contains(&format!("-> gen_ai.operation.name: Str({op})")),
+            "{op}: {durations}"
+        );
+    }
+    let turns = metrics_of(&service, "weft.turns");
+    assert!(
+        turns.contains("-> weft.turn.outcome: Str(completed)"),
+        "{turns}"
+    );
+    assert!(turns.contains("Value: 1\n"), "{turns}");
+    // The server's logs of the run carry the caller's trace and the turn's span.
+    let log = std::fs::read_to_string(dir.join(format!("{service}.log"))).unwrap();
+    let ids = format!("trace_id={CALLER_TRACE} span_id={}", turn.id);
+    assert!(
+        log.lines()
+            .any(|l| l.contains(&ids) && l.contains("committed")),
+        "no log line with {ids}:\n{log}"
+    );
+}
+
+/// A run whose server is SIGKILLed mid-run and taken over by the next server on the store is
+/// one trace, under the `traceparent` the first server received (stored with the run), with no
+/// span sent twice; the second server counts the takeover.
+#[test]
+fn needs_otel_a_run_taken_over_by_another_server_is_one_trace_without_a_span_twice() {
+    let (tmp, id) = (tempfile::tempdir().unwrap(), workdir("takeover").1);
+    let dir = tmp.path();
+    served_agent(dir, true);
+    let port = free_port();
+    let first = format!("weft-first-{id}");
+    // Spans go out at once, so that the first server has sent what it closed before it dies.
+    let server = serve(dir, port, &first, &[("OTEL_BSP_SCHEDULE_DELAY", "20")]);
+    http(
+        port,
+        "POST",
+        "/threads",
+        &[],
+        Some(&format!(r#"{{"thread_id": "{id}"}}"#)),
+    );
+    let caller_span = "b7ad6b7169203331";
+    http(
+        port,
+        "POST",
+        &format!("/threads/{id}/runs"),
+        &[&format!("traceparent: 00-{CALLER_TRACE}-{caller_span}-01")],
+        Some(
+            r#"{"assistant_id": "shouter", "input": {"messages": [{"role": "user", "content": "Shout."}]}}"#,
+        ),
+    );
+    weft_testkit::wait_for_file(&dir.join("started"), Duration::from_secs(30));
+    // The model's first reply (its span closed) reached the collector from the first server.
+    let sent = spans_of(&first, 1);
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    let mut server = server;
+    let _ = Command::new("kill")
+        .args(["-KILL", &server.id().to_string()])
+        .status();
+    let _ = server.wait();
+    std::fs::write(dir.join("release"), "").unwrap();
+    let second = format!("weft-second-{id}");
+    let server = serve(dir, port, &second, &[]);
+    // The next server takes the run over at once (its owner's process is gone) and finishes it.
+    let start = Instant::now();
+    let want = loop {
+        let d = derived_in(dir, &id);
+        if d.iter().any(|s| s["name"] == "invoke_agent shouter") {
+            break d;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the run was not finished by the second server: {}",
+            std::fs::read_to_string(dir.join(format!("{second}.log"))).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let later = spans_of(&second, want.len() - sent.len());
+    let metrics = http(port, "GET", "/metrics", &[], None);
+    stop(server);
+    let mut all = sent.clone();
+    all.extend(later.iter().cloned());
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for s in &all {
+        *count.entry(s.id.as_str()).or_default() += 1;
+    }
+    assert!(
+        count.values().all(|n| *n == 1),
+        "a span sent twice: {all:#?}"
+    );
+    assert_eq!(ids(&want), all.iter().map(|s| s.id.clone()).collect());
+    assert!(all.iter().all(|s| s.trace == CALLER_TRACE), "{all:#?}");
+    // The turn began in the first server and ended in the second: one span, the caller's child.
+    let turn = one(&later, "invoke_agent shouter");
+    assert_eq!(turn.parent, caller_span);
+    assert_eq!(turn.attrs["weft.epoch"], "Int(1)");
+    assert_eq!(one(&later, "execute_tool shout").parent, turn.id);
+    assert!(
+        metrics.contains("weft_lease_takeovers_total{} 1.0"),
+        "{metrics}"
+    );
+}
+
+/// The collector's log text of `metric` as `service` sent it last (waits until it came).
+fn metrics_of(service: &str, metric: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let raw = std::fs::read_to_string(collector_log()).unwrap_or_default();
+        let text = strip_colours(&raw);
+        let mut found = None;
+        for resource in text.split("ResourceMetrics #").skip(1) {
+            if !resource.contains(&format!("service.name: Str({service})")) {
+                continue;
+            }
+            for m in resource.split("Metric #").skip(1) {
+                if m.contains(&format!("-> Name: {metric}\n")) {
+                    found = Some(m.to_owned());
+                }
+            }
+        }
+        if let Some(m) = found {
+            return m;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{service} sent no {metric} to the collector"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn strip_colours(raw: &str) -> String {
+    let mut text = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            text.push(c);
+        }
+    }
+    text
 }
