@@ -431,7 +431,15 @@ recall_memories: true
         "{}",
         recalled[0]
     );
-    assert!(!recalled[0].to_string().contains("9051"), "Bob's memory");
+    // Bob's memory is not among them (its texts are looked at, not the whole event, whose
+    // timestamp or ids may hold Bob's four digits by chance).
+    assert!(
+        memories
+            .iter()
+            .all(|m| !m["text"].as_str().unwrap_or_default().contains("Bob")),
+        "Bob's memory was recalled for alice: {}",
+        recalled[0]
+    );
     let first_reply = events
         .iter()
         .position(|e| e["type"] == "model_replied")
@@ -449,7 +457,10 @@ recall_memories: true
     assert_eq!(first["messages"][0]["role"], "system", "{first}");
     assert!(system.contains("What you remember"), "{system}");
     assert!(system.contains("Alice's locker code is 4417"), "{system}");
-    assert!(!first.to_string().contains("9051"));
+    assert!(
+        !first.to_string().contains("Bob's locker code"),
+        "Bob's memory reached alice's request: {first}"
+    );
     let answer = events
         .iter()
         .rev()
