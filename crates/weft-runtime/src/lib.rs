@@ -92,6 +92,9 @@ pub struct Runtime<S: Store> {
     /// A session's state is snapshotted with an append once this many events followed the
     /// last snapshot (0: never); see [`snapshots`].
     pub snapshot_every: u64,
+    /// A head of this many bytes pushes a session's next snapshot back by one event (0: heads
+    /// never push it back); [`snapshots::HEAD_BYTES_PER_EVENT`] by default.
+    pub snapshot_head_bytes: u64,
     /// What makes the vectors of memories and documents (none: search by text alone); see
     /// [`retrieval`].
     pub embedder: Option<Arc<weft_model::Embedder>>,
@@ -133,6 +136,7 @@ impl<S: Store> Runtime<S> {
             fence: None,
             stop: None,
             snapshot_every: snapshots::DEFAULT_EVERY,
+            snapshot_head_bytes: snapshots::HEAD_BYTES_PER_EVENT,
             embedder,
             clock: system_clock(),
         }
@@ -191,7 +195,7 @@ impl<S: Store> Runtime<S> {
             .with_redactor(self.redact.clone())
             .with_clock(Arc::clone(&self.clock))
             .with_epoch(epoch)
-            .with_snapshots(self.snapshot_every, cursor)
+            .with_snapshots((self.snapshot_every, self.snapshot_head_bytes), cursor)
     }
 
     /// Loads a session: its newest snapshot and the events after it, or, when it has no usable

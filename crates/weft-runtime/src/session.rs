@@ -62,8 +62,16 @@ impl<'s, S: Store> Session<'s, S> {
     /// Writes a snapshot with an append once `every` events followed the last one (0: never),
     /// starting from where a load left `cursor`.
     #[must_use]
-    pub(crate) fn with_snapshots(mut self, every: u64, cursor: Cursor) -> Self {
-        self.snapshots = Cursor { every, ..cursor };
+    pub(crate) fn with_snapshots(
+        mut self,
+        (every, head_bytes): (u64, u64),
+        cursor: Cursor,
+    ) -> Self {
+        self.snapshots = Cursor {
+            every,
+            head_bytes,
+            ..cursor
+        };
         self
     }
 

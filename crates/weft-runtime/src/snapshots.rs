@@ -4,7 +4,8 @@
 //! A snapshot is written with an append, in its transaction ([`weft_store::SessionLog::
 //! append_with_snapshot`]), once [`DEFAULT_EVERY`] events (or [`crate::Runtime::snapshot_every`])
 //! have been appended since the last one, and later when the state is large: never more often
-//! than once per [`HEAD_BYTES_PER_EVENT`] bytes of the last head, so that writing heads costs at
+//! than once per [`HEAD_BYTES_PER_EVENT`] bytes of the last head (or
+//! [`crate::Runtime::snapshot_head_bytes`]), so that writing heads costs at
 //! most about a quarter of what writing the events does (an event is some 250 bytes). The
 //! conversation goes into parts that are written once (see [`weft_core::snapshot`]). A load
 //! therefore folds at most about that many events after decoding the snapshot: about four heads'
@@ -35,6 +36,8 @@ pub const HEAD_BYTES_PER_EVENT: u64 = 64;
 pub(crate) struct Cursor {
     /// Events between snapshots (0: none are written).
     pub every: u64,
+    /// Bytes of the last head that push the next snapshot back by one event (0: none do).
+    pub head_bytes: u64,
     /// The sequence number the last snapshot (or the load) covered.
     pub at: u64,
     /// Messages of the conversation already kept in parts.
@@ -49,7 +52,8 @@ impl Cursor {
         if self.every == 0 {
             return None;
         }
-        let gap = self.every.max(self.head_len / HEAD_BYTES_PER_EVENT);
+        let pushed = self.head_len.checked_div(self.head_bytes).unwrap_or(0);
+        let gap = self.every.max(pushed);
         if state.seq < self.at.saturating_add(gap) {
             return None;
         }
@@ -132,6 +136,7 @@ pub async fn load_state_holding<S: Store + ?Sized>(
                     passed_over: None,
                     cursor: Cursor {
                         every: 0,
+                        head_bytes: 0,
                         at: snap.seq,
                         parts_end,
                         head_len: snap.head.len() as u64,

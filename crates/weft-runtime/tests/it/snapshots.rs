@@ -49,6 +49,7 @@ async fn loads_start_from_the_newest_snapshot<S: Store>(store: Arc<S>) {
     );
     let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
     rt.snapshot_every = 5;
+    rt.snapshot_head_bytes = 0;
     let s = rt
         .run_agent(&a, SessionInfo::default(), "post", Value::Null)
         .await
@@ -113,6 +114,7 @@ async fn a_waiting_session_continues_from_its_snapshot<S: Store>(store: Arc<S>) 
     );
     let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
     rt.snapshot_every = 1;
+    rt.snapshot_head_bytes = 0;
     let s = rt
         .run_agent(&a, SessionInfo::default(), "refund me", json!({}))
         .await
@@ -122,6 +124,7 @@ async fn a_waiting_session_continues_from_its_snapshot<S: Store>(store: Arc<S>) 
     drop(s);
     let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
     rt.snapshot_every = 1;
+    rt.snapshot_head_bytes = 0;
     let loaded = load_state(store.as_ref(), &id).await.unwrap();
     assert!(loaded.snapshot.is_some(), "{loaded:?}");
     let mut s = rt.load_session(&id).await.unwrap();
@@ -150,6 +153,7 @@ async fn unusable_snapshots_are_passed_over<S: Store>(store: Arc<S>) {
     );
     let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
     rt.snapshot_every = 4;
+    rt.snapshot_head_bytes = 0;
     let s = rt
         .run_agent(&a, SessionInfo::default(), "go", Value::Null)
         .await
@@ -233,6 +237,7 @@ async fn a_compacted_session_loads_its_window<S: Store>(store: Arc<S>) {
     );
     let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
     rt.snapshot_every = 8;
+    rt.snapshot_head_bytes = 0;
     let s = rt
         .run_agent(&a, SessionInfo::default(), "echo", Value::Null)
         .await
@@ -290,6 +295,49 @@ async fn all<S: Store>(make: impl AsyncFn() -> Arc<S>) {
     loads_start_from_the_newest_snapshot(make().await).await;
     a_waiting_session_continues_from_its_snapshot(make().await).await;
     unusable_snapshots_are_passed_over(make().await).await;
+}
+
+/// A large head pushes the next snapshot back: with a snapshot due every 5 events but one event
+/// more per 16 bytes of the last head (a head of a few kilobytes), the same 30-call session
+/// writes far fewer snapshots, and a load folds more than 5 events after the newest.
+#[tokio::test]
+async fn a_large_head_pushes_the_next_snapshot_back() {
+    let store = Arc::new(RamStore::new());
+    let post = TestTool::returning("post", json!({"ok": true}));
+    let mut call = tool_calls(&[("post", json!({"n": 1}))]);
+    call.repeat = Some(30);
+    let a = agent(
+        "name: poster\nmode: react\nlimits: { max_iterations: 40 }\n",
+        vec![post],
+        vec![(Purpose::React, vec![call, t("posted")])],
+    );
+    let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
+    rt.snapshot_every = 5;
+    rt.snapshot_head_bytes = 16;
+    let s = rt
+        .run_agent(&a, SessionInfo::default(), "post", Value::Null)
+        .await
+        .unwrap();
+    let (id, seq) = (s.id.clone(), s.state.seq);
+    drop(s);
+    let loaded = load_state(store.as_ref(), &id).await.unwrap();
+    let head = weft_store::SessionLog::latest_snapshot(store.as_ref(), &id)
+        .await
+        .unwrap()
+        .expect("a snapshot")
+        .head
+        .len() as u64;
+    assert!(
+        loaded.folded as u64 > 5,
+        "a snapshot every 5 events despite a head of {head} bytes: {} events folded of {seq}",
+        loaded.folded
+    );
+    assert!(
+        (loaded.folded as u64) <= head / 16 + 1,
+        "{} events folded after a head of {head} bytes",
+        loaded.folded
+    );
+    assert_eq!(loaded.state, folded(store.as_ref(), &id).await);
 }
 
 #[tokio::test]
