@@ -248,22 +248,11 @@ pub struct Condition {
     pub reads: Vec<Reference>,
 }
 
-/// A condition's text as an expression, once [`crate::condition::check`] found it says only what
-/// a condition may say (the expression compiler panics on a template's closing marker and can
-/// build values without bound, both found by fuzzing).
-fn compile_condition<'e>(
-    env: &'e minijinja::Environment<'e>,
-    expr: &'e str,
-) -> Result<minijinja::Expression<'e, 'e>, String> {
-    crate::condition::check(expr)?;
-    env.compile_expression(expr).map_err(|e| e.to_string())
-}
-
 impl Condition {
     fn parse(text: &str) -> Result<Self, String> {
         let expr = text.replace(REF_MARK, "");
         let env = minijinja::Environment::new();
-        let compiled = compile_condition(&env, &expr)
+        let compiled = crate::condition::compile(&env, &expr)
             .map_err(|e| format!("`{text}` is not a valid condition: {e}"))?;
         let mut reads = Vec::new();
         let mut names: Vec<String> = compiled.undeclared_variables(true).into_iter().collect();
@@ -286,7 +275,7 @@ impl Condition {
     pub fn eval(&self, ctx: &Value) -> Result<bool, String> {
         let expr = self.source.replace(REF_MARK, "");
         let env = minijinja::Environment::new();
-        let compiled = compile_condition(&env, &expr)
+        let compiled = crate::condition::compile(&env, &expr)
             .map_err(|e| format!("condition `{}`: {e}", self.source))?;
         let v = compiled
             .eval(ctx)

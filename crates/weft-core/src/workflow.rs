@@ -325,10 +325,8 @@ fn check_expr(expr: &str, vars: &[&str]) -> Result<(), String> {
     if expr.trim().is_empty() {
         return Err("the expression is empty".into());
     }
-    crate::condition::check(expr).map_err(|e| format!("`{expr}`: {e}"))?;
     let env = minijinja::Environment::new();
-    let compiled = env
-        .compile_expression(expr)
+    let compiled = crate::condition::compile(&env, expr)
         .map_err(|e| format!("`{expr}` is not a valid expression: {e}"))?;
     let mut names: Vec<String> = compiled.undeclared_variables(false).into_iter().collect();
     names.sort();
@@ -349,7 +347,7 @@ fn check_expr(expr: &str, vars: &[&str]) -> Result<(), String> {
 /// it has. An expression that does not compile is left to [`check_expr`].
 fn output_fields(expr: &str, schema: Option<&Value>) -> Result<(), String> {
     let env = minijinja::Environment::new();
-    let Ok(compiled) = env.compile_expression(expr) else {
+    let Ok(compiled) = crate::condition::compile(&env, expr) else {
         return Ok(());
     };
     let mut reads: Vec<String> = compiled
@@ -392,11 +390,8 @@ fn output_fields(expr: &str, schema: Option<&Value>) -> Result<(), String> {
 /// Evaluates an expression against `ctx` (checked when the file loaded; checked again here, as
 /// the file on disk may have changed under a running session).
 pub fn eval(expr: &str, ctx: &Value) -> Result<Value, String> {
-    crate::condition::check(expr).map_err(|e| format!("`{expr}`: {e}"))?;
     let env = minijinja::Environment::new();
-    let compiled = env
-        .compile_expression(expr)
-        .map_err(|e| format!("`{expr}`: {e}"))?;
+    let compiled = crate::condition::compile(&env, expr).map_err(|e| format!("`{expr}`: {e}"))?;
     let v = compiled.eval(ctx).map_err(|e| format!("`{expr}`: {e}"))?;
     if v.is_undefined() {
         return Ok(Value::Null);
@@ -406,11 +401,8 @@ pub fn eval(expr: &str, ctx: &Value) -> Result<Value, String> {
 
 /// Evaluates a condition: its value's truth.
 pub fn holds(expr: &str, ctx: &Value) -> Result<bool, String> {
-    crate::condition::check(expr).map_err(|e| format!("`{expr}`: {e}"))?;
     let env = minijinja::Environment::new();
-    let compiled = env
-        .compile_expression(expr)
-        .map_err(|e| format!("`{expr}`: {e}"))?;
+    let compiled = crate::condition::compile(&env, expr).map_err(|e| format!("`{expr}`: {e}"))?;
     compiled
         .eval(ctx)
         .map(|v| v.is_true())
@@ -552,6 +544,30 @@ steps:
     #[test]
     fn a_sound_workflow_has_no_problems() {
         assert_eq!(spec(TRIAGE).problems(), Vec::<String>::new());
+    }
+
+    /// Found by fuzzing the agent file: a template's closing marker in an expression that reads
+    /// a closed output schema's fields made the expression compiler panic ("empty lexer stack").
+    #[test]
+    fn a_closing_marker_in_an_expression_is_a_problem_not_a_panic() {
+        let wf = spec(
+            r#"
+initial: ask
+steps:
+  ask:
+    output_schema:
+      type: object
+      additionalProperties: false
+      properties: { complete: { type: boolean }, question: { type: string } }
+    reply: 'none if output.complete else output.q}}}}'
+    next: [{ to: end }]
+"#,
+        );
+        let problems = wf.problems();
+        assert!(
+            problems.iter().any(|p| p.contains("not a template")),
+            "{problems:?}"
+        );
     }
 
     #[test]
