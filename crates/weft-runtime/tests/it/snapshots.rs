@@ -34,11 +34,10 @@ async fn folded<S: Store>(store: &S, id: &str) -> State {
     State::fold(log.iter().map(|e| &e.event))
 }
 
-/// A ReAct session of 30 tool calls (a tool that is not idempotent: its starts are stored on
-/// their own) with a snapshot every 5 events: the load folds at most a few events after the
-/// newest snapshot, the conversation is in several parts written once each, and the state is
-/// the fold of the log.
-async fn loads_start_from_the_newest_snapshot<S: Store>(store: Arc<S>) {
+/// Runs a ReAct session of 30 calls of a tool that is not idempotent (its starts are stored on
+/// their own) to its answer, with a snapshot due every 5 events and one event more per
+/// `head_bytes` of the last head (0: heads push nothing back). Returns its id and last sequence.
+async fn run_poster<S: Store>(store: Arc<S>, head_bytes: u64) -> (String, u64) {
     let post = TestTool::returning("post", json!({"ok": true}));
     let mut call = tool_calls(&[("post", json!({"n": 1}))]);
     call.repeat = Some(30);
@@ -47,16 +46,23 @@ async fn loads_start_from_the_newest_snapshot<S: Store>(store: Arc<S>) {
         vec![post],
         vec![(Purpose::React, vec![call, t("posted")])],
     );
-    let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
+    let mut rt = Runtime::new(store, a.tools.clone(), a.config.limits.clone());
     rt.snapshot_every = 5;
-    rt.snapshot_head_bytes = 0;
+    rt.snapshot_head_bytes = head_bytes;
     let s = rt
         .run_agent(&a, SessionInfo::default(), "post", Value::Null)
         .await
         .unwrap();
     assert_eq!(s.state.turn.answer.as_deref(), Some("posted"));
-    let (id, seq) = (s.id.clone(), s.state.seq);
-    drop(s);
+    (s.id.clone(), s.state.seq)
+}
+
+/// A ReAct session of 30 tool calls (a tool that is not idempotent: its starts are stored on
+/// their own) with a snapshot every 5 events: the load folds at most a few events after the
+/// newest snapshot, the conversation is in several parts written once each, and the state is
+/// the fold of the log.
+async fn loads_start_from_the_newest_snapshot<S: Store>(store: Arc<S>) {
+    let (id, seq) = run_poster(store.clone(), 0).await;
     let loaded = load_state(store.as_ref(), &id).await.unwrap();
     let at = loaded.snapshot.expect("a snapshot was used");
     assert!(
@@ -303,23 +309,7 @@ async fn all<S: Store>(make: impl AsyncFn() -> Arc<S>) {
 #[tokio::test]
 async fn a_large_head_pushes_the_next_snapshot_back() {
     let store = Arc::new(RamStore::new());
-    let post = TestTool::returning("post", json!({"ok": true}));
-    let mut call = tool_calls(&[("post", json!({"n": 1}))]);
-    call.repeat = Some(30);
-    let a = agent(
-        "name: poster\nmode: react\nlimits: { max_iterations: 40 }\n",
-        vec![post],
-        vec![(Purpose::React, vec![call, t("posted")])],
-    );
-    let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
-    rt.snapshot_every = 5;
-    rt.snapshot_head_bytes = 16;
-    let s = rt
-        .run_agent(&a, SessionInfo::default(), "post", Value::Null)
-        .await
-        .unwrap();
-    let (id, seq) = (s.id.clone(), s.state.seq);
-    drop(s);
+    let (id, seq) = run_poster(store.clone(), 16).await;
     let loaded = load_state(store.as_ref(), &id).await.unwrap();
     let head = weft_store::SessionLog::latest_snapshot(store.as_ref(), &id)
         .await
