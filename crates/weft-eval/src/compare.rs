@@ -10,7 +10,10 @@ use crate::results::CaseResult;
 use crate::trajectory::show_calls;
 
 /// What happened to a case between run A and run B, in the order they are listed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[schemars(rename = "EvalVerdict")]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// It passes less often in B.
@@ -42,7 +45,8 @@ impl Verdict {
 }
 
 /// One side of a case: its repeats in one run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "EvalSide")]
 pub struct Side {
     /// Sessions that passed.
     pub passed: u32,
@@ -107,7 +111,8 @@ impl Side {
 }
 
 /// One case compared.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "EvalCaseChange")]
 pub struct CaseChange {
     /// The case.
     pub case: String,

@@ -10,7 +10,8 @@ use crate::observed::{Observed, Outcome};
 use crate::trajectory;
 
 /// One scorer's verdict on one session.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "EvalScore")]
 pub struct Score {
     /// The scorer (`status`, `answer.contains`, `trajectory`, `limits.tokens`, `judge`, ...).
     pub scorer: String,

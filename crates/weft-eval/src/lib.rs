@@ -15,7 +15,9 @@
 //!   strictly (the same requests), with tools live, or not at all (a live model);
 //! - [`runner`]: a case run as a session with `weft run`'s code path, cases in parallel;
 //! - [`results`]: a run's JSON lines and its summary (pass rates, pass@k, mean and spread);
-//! - [`compare`]: what changed per case between two runs, regressions first.
+//! - [`compare`]: what changed per case between two runs, regressions first;
+//! - [`stored`]: eval runs read back from the store: each case's result rebuilt from its
+//!   session (its metadata and its `evaluation_result` events), for `weft serve`.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod compare;
@@ -26,6 +28,7 @@ pub mod replay;
 pub mod results;
 pub mod runner;
 pub mod scorer;
+pub mod stored;
 pub mod trajectory;
 
 /// What went wrong in an evaluation.

@@ -8,7 +8,8 @@ use weft_core::{Envelope, Event, SessionStatus, State};
 use crate::trajectory::Call;
 
 /// How a session ended, as datasets name it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "EvalOutcome")]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// With an answer.
@@ -34,7 +35,8 @@ impl Outcome {
 }
 
 /// What a session used.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "EvalUsed")]
 pub struct Used {
     /// Input tokens.
     pub input_tokens: u64,

@@ -22,7 +22,8 @@ pub const SUMMARY_FILE: &str = "summary.json";
 const MAX_LINE: u64 = 16 << 20;
 
 /// What one session of a case came to.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "EvalCaseResult")]
 pub struct CaseResult {
     /// The run's id.
     pub run: String,
@@ -180,7 +181,8 @@ pub fn read_results(path: &Path) -> Result<Vec<CaseResult>, EvalError> {
 }
 
 /// A summary of many sessions (a case's repeats, a scorer's verdicts, or a whole run).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "EvalStats")]
 pub struct Stats {
     /// Sessions (or verdicts).
     pub n: u32,
@@ -257,7 +259,8 @@ pub fn pass_all_k(n: u32, c: u32, k: u32) -> f64 {
 }
 
 /// One case's repeats.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "EvalCaseSummary")]
 pub struct CaseSummary {
     /// The case.
     pub case: String,
@@ -280,7 +283,8 @@ pub struct CaseSummary {
 }
 
 /// A run's summary.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "EvalSummary")]
 pub struct Summary {
     /// The run's id.
     pub run: String,

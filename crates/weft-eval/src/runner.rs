@@ -19,7 +19,7 @@ use crate::expect::{self, Score};
 use crate::observed::Observed;
 use crate::replay::{self, ReplayMode, ReplayModel};
 use crate::results::CaseResult;
-use crate::scorer;
+use crate::{scorer, stored};
 
 /// What a run of a dataset is.
 #[derive(Clone, Debug)]
@@ -44,6 +44,12 @@ pub struct Runner<S: Store> {
     run_id: String,
     /// How recorded cases are replayed, instead of the mode each was recorded with.
     replay_mode: Option<ReplayMode>,
+    /// The user of the sessions of cases that name none.
+    user: Option<String>,
+    /// The dataset file, as recorded on each session.
+    dataset_path: String,
+    /// Each case's place in the dataset, as recorded on its sessions (readers list cases in it).
+    order: std::collections::HashMap<String, usize>,
 }
 
 /// A case to run: the case and which of its repeats.
@@ -75,7 +81,22 @@ impl<S: Store> Runner<S> {
             judge,
             run_id,
             replay_mode: None,
+            user: None,
+            dataset_path: load::absolute(&dataset.path),
+            order: dataset
+                .cases
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.id.clone(), i))
+                .collect(),
         }
+    }
+
+    /// Gives the sessions of cases that name no `user` to `user` (as `weft run --user` does), so
+    /// that they are that user's in `weft serve` and the playground.
+    pub fn user(mut self, user: Option<String>) -> Self {
+        self.user = user;
+        self
     }
 
     /// Replays recorded cases in `mode`, whatever mode each was recorded with.
@@ -182,8 +203,12 @@ impl<S: Store> Runner<S> {
             .filter(Value::is_object)
             .unwrap_or_else(|| json!({}));
         metadata["weft_agent_file"] = json!(load::absolute(&self.agent.path));
-        metadata["weft_eval"] = json!(self.run_id);
-        metadata["weft_eval_case"] = json!(case.id);
+        metadata[stored::RUN_KEY] = json!(self.run_id);
+        metadata[stored::CASE_KEY] = json!(case.id);
+        metadata[stored::DATASET_KEY] = json!(self.dataset_path);
+        if let Some(i) = self.order.get(&case.id) {
+            metadata[stored::ORDER_KEY] = json!(i);
+        }
         let agent = Agent::new(
             &self.agent.spec,
             self.agent.tools.clone(),
@@ -205,7 +230,7 @@ impl<S: Store> Runner<S> {
         let work = async {
             let info = SessionInfo {
                 id: Some(id.to_owned()),
-                user_id: case.user.clone(),
+                user_id: case.user.clone().or_else(|| self.user.clone()),
                 metadata,
                 ..SessionInfo::default()
             };

@@ -87,7 +87,8 @@ pub struct ExpectedCall {
 }
 
 /// One call a session made.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "EvalCall")]
 pub struct Call {
     /// The tool.
     pub tool: String,

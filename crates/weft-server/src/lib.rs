@@ -24,6 +24,7 @@
 
 mod agui;
 mod auth;
+mod evals;
 mod messages;
 mod metrics;
 mod openapi;
@@ -111,6 +112,7 @@ pub(crate) struct App {
     pub max_runs_per_user: usize,
     pub metrics: Arc<metrics::Metrics>,
     pub summaries: sessions::Summaries,
+    pub eval_results: evals::Results,
 }
 
 impl App {
@@ -207,6 +209,7 @@ impl Server {
             max_runs_per_user: a.max_runs_per_user,
             metrics,
             summaries: sessions::Summaries::default(),
+            eval_results: evals::Results::default(),
         });
         let router = router(app.clone(), keys, a.max_body);
         let listener = tokio::net::TcpListener::bind(a.listen)
@@ -314,6 +317,7 @@ fn api() -> Vec<openapi::Route> {
         agui::routes(),
         store::routes(),
         sessions::routes(),
+        evals::routes(),
         routes(),
     ]
     .into_iter()

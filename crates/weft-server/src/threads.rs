@@ -801,6 +801,7 @@ pub(crate) async fn delete_thread(
     }
     app.runs.forget_thread(&tid);
     app.summaries.forget(&tid);
+    app.eval_results.forget(&tid);
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -3119,6 +3119,200 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/evals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The user's eval runs (`weft eval`), newest first: agent, dataset, when, cases passed, pass rates and mean scores per scorer */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description {runs: [...]} */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["EvalRuns"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/evals/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** An eval run: its summary and each session's result (case, repeat, session id, pass, each scorer's verdict and reason, answer, tool calls, usage) */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description {run, results: [...]} */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["EvalRunView"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/evals/{a}/compare/{b}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Two eval runs compared case by case as `weft eval compare` does: what changed (pass rate, score, answer, trajectory, cost, latency), regressions first */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    a: string;
+                    b: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description {a, b, cases: [...]} */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["EvalComparison"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/metrics": {
         parameters: {
             query?: never;
@@ -4386,6 +4580,324 @@ export interface components {
         PlanCalls: {
             _id: string;
         }[];
+        /** @description The user's eval runs. */
+        EvalRuns: {
+            runs: components["schemas"]["EvalRun"][];
+        };
+        /** @description An eval run: who ran what, when, and its summary. */
+        EvalRun: {
+            /** @description The run's id (`weft eval --name`); its sessions are `ID-CASE-rK`. */
+            id: string;
+            /** @description The agents its sessions ran. */
+            agents: string[];
+            /** @description The dataset file, when the sessions say. */
+            dataset: string | null;
+            /** @description When its first session was created. */
+            created_at: string;
+            /** @description When its last session last changed. */
+            updated_at: string;
+            /**
+             * Format: uint32
+             * @description Sessions still running (the run is not over).
+             */
+            running: number;
+            /**
+             * @description Pass rates, pass@k, mean scores and their spread, per case and per scorer, tokens and
+             *     cost, as `weft eval` writes them to `summary.json`.
+             */
+            summary: components["schemas"]["EvalSummary"];
+        };
+        /** @description A run's summary. */
+        EvalSummary: {
+            /** @description The run's id. */
+            run: string;
+            /**
+             * Format: uint32
+             * @description Repeats per case (k).
+             */
+            repeat: number;
+            /** @description Every session. */
+            sessions: components["schemas"]["EvalStats"];
+            /**
+             * Format: uint32
+             * @description Cases all of whose repeats passed.
+             */
+            cases_passed: number;
+            /**
+             * Format: uint32
+             * @description Cases.
+             */
+            cases: number;
+            /**
+             * Format: double
+             * @description The mean over cases of pass@k.
+             */
+            pass_at_k: number;
+            /**
+             * Format: double
+             * @description The mean over cases of pass^k.
+             */
+            pass_all_k: number;
+            /**
+             * Format: double
+             * @description The spread over cases of each case's pass rate (standard deviation).
+             */
+            pass_rate_stdev: number;
+            /**
+             * Format: uint64
+             * @description Tokens of every session.
+             */
+            tokens: number;
+            /**
+             * Format: double
+             * @description Cost of every session whose cost is known.
+             */
+            cost_usd?: number | null;
+            /** @description Per case, in the dataset's order. */
+            per_case: components["schemas"]["EvalCaseSummary"][];
+            /** @description Per scorer, by name. */
+            per_scorer: {
+                [key: string]: components["schemas"]["EvalStats"];
+            };
+        };
+        /** @description A summary of many sessions (a case's repeats, a scorer's verdicts, or a whole run). */
+        EvalStats: {
+            /**
+             * Format: uint32
+             * @description Sessions (or verdicts).
+             */
+            n: number;
+            /**
+             * Format: uint32
+             * @description Those that passed.
+             */
+            passed: number;
+            /**
+             * Format: double
+             * @description `passed / n`.
+             */
+            pass_rate: number;
+            /**
+             * Format: double
+             * @description The mean score.
+             */
+            score_mean: number;
+            /**
+             * Format: double
+             * @description The scores' standard deviation (of the sample; 0 for one).
+             */
+            score_stdev: number;
+        };
+        /** @description One case's repeats. */
+        EvalCaseSummary: {
+            /** @description The case. */
+            case: string;
+            /** @description Its sessions. */
+            stats: components["schemas"]["EvalStats"];
+            /**
+             * Format: double
+             * @description pass@k with k = the repeats.
+             */
+            pass_at_k: number;
+            /**
+             * Format: double
+             * @description pass^k with k = the repeats: all of them pass.
+             */
+            pass_all_k: number;
+            /**
+             * Format: double
+             * @description Mean tokens per session.
+             */
+            tokens_mean: number;
+            /**
+             * Format: double
+             * @description Mean cost per session, when known.
+             */
+            cost_mean?: number | null;
+            /**
+             * Format: double
+             * @description Mean latency per session (ms).
+             */
+            latency_ms_mean: number;
+            /** @description The scorers that failed at least once, with how many times. */
+            failed?: {
+                [key: string]: number;
+            };
+        };
+        /** @description One eval run and its sessions' results. */
+        EvalRunView: {
+            run: components["schemas"]["EvalRun"];
+            /** @description One per session (a case's repeat), in the order they were created. */
+            results: components["schemas"]["EvalCaseResult"][];
+        };
+        /** @description What one session of a case came to. */
+        EvalCaseResult: {
+            /** @description The run's id. */
+            run: string;
+            /** @description The case's id. */
+            case: string;
+            /**
+             * Format: uint32
+             * @description Which repeat, from 1.
+             */
+            repeat: number;
+            /** @description The session's id (`weft sessions show ID`). */
+            session: string;
+            /** @description Whether every scorer passed. */
+            pass: boolean;
+            /**
+             * Format: double
+             * @description The mean of the scorers' scores, from 0 to 1.
+             */
+            score: number;
+            /** @description Each scorer's verdict. */
+            scores: components["schemas"]["EvalScore"][];
+            /** @description How the session ended; `None` when it could not run. */
+            status?: components["schemas"]["EvalOutcome"] | null;
+            /** @description Its answer. */
+            answer?: string | null;
+            /**
+             * @description The tools it called.
+             * @default []
+             */
+            calls: components["schemas"]["EvalCall"][];
+            /**
+             * @description What it used.
+             * @default {
+             *       "input_tokens": 0,
+             *       "output_tokens": 0,
+             *       "model_calls": 0,
+             *       "latency_ms": 0
+             *     }
+             */
+            used: components["schemas"]["EvalUsed"];
+            /**
+             * Format: uint64
+             * @description Tokens the judges used (not the session's).
+             */
+            judge_tokens?: number;
+            /** @description Why the session could not run. */
+            error?: string | null;
+        };
+        /** @description One scorer's verdict on one session. */
+        EvalScore: {
+            /** @description The scorer (`status`, `answer.contains`, `trajectory`, `limits.tokens`, `judge`, ...). */
+            scorer: string;
+            /** @description Whether the session passed it. */
+            pass: boolean;
+            /**
+             * Format: double
+             * @description From 0 to 1 (1 or 0 for a scorer that only passes or fails).
+             */
+            score: number;
+            /** @description What was wrong, or what was found. */
+            detail?: string;
+            /** @description A judge's reasoning, kept as it gave it. */
+            reasoning?: string | null;
+        };
+        /** @description How a session ended, as datasets name it. */
+        EvalOutcome: "completed" | "waiting" | "cannot_complete" | "running";
+        /** @description One call a session made. */
+        EvalCall: {
+            /** @description The tool. */
+            tool: string;
+            /** @description Its arguments. */
+            args: unknown;
+        };
+        /** @description What a session used. */
+        EvalUsed: {
+            /**
+             * Format: uint64
+             * @description Input tokens.
+             */
+            input_tokens: number;
+            /**
+             * Format: uint64
+             * @description Output tokens.
+             */
+            output_tokens: number;
+            /**
+             * Format: double
+             * @description Cost in US dollars, when the model's prices are known.
+             */
+            cost_usd?: number | null;
+            /**
+             * Format: uint32
+             * @description Model calls that replied.
+             */
+            model_calls: number;
+            /**
+             * Format: uint64
+             * @description Milliseconds from the session's first event to its last.
+             */
+            latency_ms: number;
+        };
+        /** @description Two eval runs compared. */
+        EvalComparison: {
+            a: components["schemas"]["EvalRun"];
+            b: components["schemas"]["EvalRun"];
+            /**
+             * @description Every case of either run: regressions first, then cases removed, added, improved,
+             *     changed, and those that stayed the same.
+             */
+            cases: components["schemas"]["EvalCaseChange"][];
+        };
+        /** @description One case compared. */
+        EvalCaseChange: {
+            /** @description The case. */
+            case: string;
+            /** @description What happened to it. */
+            verdict: components["schemas"]["EvalVerdict"];
+            /** @description In run A. */
+            a: components["schemas"]["EvalSide"] | null;
+            /** @description In run B. */
+            b: components["schemas"]["EvalSide"] | null;
+            /** @description What changed, one line each. */
+            changes: string[];
+        };
+        /** @description What happened to a case between run A and run B, in the order they are listed. */
+        EvalVerdict: "regressed" | "removed" | "added" | "improved" | "changed" | "same";
+        /** @description One side of a case: its repeats in one run. */
+        EvalSide: {
+            /**
+             * Format: uint32
+             * @description Sessions that passed.
+             */
+            passed: number;
+            /**
+             * Format: uint32
+             * @description Sessions.
+             */
+            n: number;
+            /**
+             * Format: double
+             * @description The mean score.
+             */
+            score: number;
+            /** @description The first repeat's answer. */
+            answer: string | null;
+            /** @description The first repeat's tool calls, as text. */
+            trajectory: string;
+            /**
+             * Format: double
+             * @description Mean cost, when known.
+             */
+            cost_usd: number | null;
+            /**
+             * Format: double
+             * @description Mean tokens.
+             */
+            tokens: number;
+            /**
+             * Format: double
+             * @description Mean latency (ms).
+             */
+            latency_ms: number;
+            /** @description The scorers that failed (any repeat). */
+            failed: string[];
+            /** @description The first repeat's session. */
+            session: string;
+        };
         /** @description LangGraph Server's `/info`. */
         Info: {
             version: string;

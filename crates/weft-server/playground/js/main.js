@@ -1,6 +1,7 @@
 // @ts-check
 // The playground's entry: signing in with an API key, the routes of the page (#/ the sessions,
-// #/s/ID a session, #/new a new run), keyboard shortcuts and the narrow-window sidebar.
+// #/s/ID a session, #/new a new run, #/evals the eval runs, #/evals/ID one run,
+// #/evals/A/compare/B two runs), keyboard shortcuts and the narrow-window sidebar.
 
 import { api, apiKey, signIn, signOut, ApiError } from "./api.js";
 import { h, fill, typing } from "./dom.js";
@@ -8,6 +9,7 @@ import { sayApiError } from "./errors.js";
 import { SessionList } from "./sessions.js";
 import { SessionPage } from "./session.js";
 import { startPage } from "./start.js";
+import { EvalsPage } from "./evals.js";
 
 /** @typedef {import("./api-types").components["schemas"]["Agents"]} Agents */
 /** @typedef {import("./api-types").components["schemas"]["AgentInfo"]} AgentInfo */
@@ -29,11 +31,14 @@ const conn = part("conn");
 const toggle = part("toggle-sessions");
 const signOutButton = part("sign-out");
 const whoami = part("whoami");
+const evalsLink = part("evals-link");
 
 /** @type {AgentInfo[]} */
 let agents = [];
 let list = null;
 let page = null;
+/** @type {EvalsPage | null} */
+let evalsPage = null;
 
 function setConn(text) {
   conn.textContent = text === "live" ? "● live" : text;
@@ -56,6 +61,8 @@ toggle.addEventListener("click", () => openSidebar(!sidebar.classList.contains("
 function showSignIn(message) {
   page?.destroy();
   page = null;
+  evalsPage?.destroy();
+  evalsPage = null;
   list?.stop();
   list = null;
   fill(sidebar);
@@ -139,9 +146,21 @@ function route() {
   if (!list) return;
   page?.destroy();
   page = null;
+  evalsPage?.destroy();
+  evalsPage = null;
   setConn("");
   openSidebar(false);
   const hash = location.hash || "#/";
+  if (hash.startsWith("#/evals")) evalsLink.setAttribute("aria-current", "page");
+  else evalsLink.removeAttribute("aria-current");
+  const ev = /^#\/evals(?:\/([^/]+)(?:\/compare\/([^/]+))?)?\/?$/.exec(hash);
+  if (ev) {
+    list.select(null);
+    const [a, b] = [ev[1], ev[2]].map((x) => (x === undefined ? undefined : decodeURIComponent(x)));
+    evalsPage = new EvalsPage(main, b === undefined ? { run: a } : { a, b }, go);
+    evalsPage.mount();
+    return;
+  }
   const m = /^#\/s\/(.+)$/.exec(hash);
   if (m) {
     const id = decodeURIComponent(m[1]);
@@ -169,6 +188,8 @@ function route() {
         "Keys: ",
         h("span", { class: "kbd" }, "n"),
         " new run · ",
+        h("span", { class: "kbd" }, "e"),
+        " eval runs · ",
         h("span", { class: "kbd" }, "s"),
         " sessions · ",
         h("span", { class: "kbd" }, "["),
@@ -210,6 +231,9 @@ document.addEventListener("keydown", (e) => {
   if (e.key === "n") {
     e.preventDefault();
     go("#/new");
+  } else if (e.key === "e") {
+    e.preventDefault();
+    go("#/evals");
   } else if (e.key === "s") {
     e.preventDefault();
     if (getComputedStyle(toggle).display !== "none") openSidebar(true);

@@ -57,6 +57,10 @@ pub struct EvalArgs {
     /// strict, tools-live or live.
     #[arg(long, value_parser = parse_mode)]
     pub replay: Option<ReplayMode>,
+    /// The user the sessions of cases that name no `user` belong to (their sessions are theirs
+    /// in `weft serve` and the playground, as with `weft run --user`).
+    #[arg(long, env = "WEFT_USER")]
+    pub user: Option<String>,
     /// Print the summary as JSON on stdout instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -255,7 +259,8 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
             judge,
             name.clone(),
         )
-        .replay_in(a.replay),
+        .replay_in(a.replay)
+        .user(a.user.clone()),
     );
     let jobs: Vec<Job> = data
         .cases

@@ -23,24 +23,8 @@ fn text(b: &[u8]) -> String {
 /// A directory holding a copy of `examples/`, where `weft` runs with its own store.
 fn workdir() -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
-    copy_dir(&repo().join("examples"), &tmp.path().join("examples"));
+    common::copy_dir(&repo().join("examples"), &tmp.path().join("examples"));
     tmp
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name();
-        if name == ".weft" || name == "__pycache__" {
-            continue;
-        }
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &to.join(&name));
-        } else {
-            std::fs::copy(entry.path(), to.join(&name)).unwrap();
-        }
-    }
 }
 
 fn weft(dir: &Path, args: &[&str]) -> Output {

@@ -30,12 +30,19 @@ struct Server {
 
 impl Server {
     fn start() -> Self {
+        Self::start_with(|_| {})
+    }
+
+    /// A server whose directory `prepare` was given first (to put sessions into its store,
+    /// `serve.db`, before it serves them).
+    fn start_with(prepare: impl FnOnce(&Path)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/playground");
         for f in std::fs::read_dir(&fixtures).unwrap() {
             let f = f.unwrap().path();
             std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
         }
+        prepare(dir.path());
         std::fs::write(
             dir.path().join("keys.txt"),
             format!("{ALICE} alice\n{BOB} bob\n"),
@@ -946,10 +953,15 @@ async fn the_page_and_the_api_are_compressed_for_clients_that_accept_it() {
 /// Runs one scenario of `tests/playground/browser.py` against a fresh server; the checks it
 /// passed.
 fn browser(scenario: &str, expect: &[&str]) -> Server {
+    browser_with(scenario, expect, |_| {})
+}
+
+/// [`browser`] against a server whose directory `prepare` was given first.
+fn browser_with(scenario: &str, expect: &[&str], prepare: impl FnOnce(&Path)) -> Server {
     let python = common::service_var("WEFT_TEST_BROWSER_PYTHON");
     common::service_var("WEFT_TEST_CHROMIUM");
     common::service_var("WEFT_TEST_CHROMEDRIVER");
-    let server = Server::start();
+    let server = Server::start_with(prepare);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/playground/browser.py");
     let shots: Option<PathBuf> = std::env::var_os("WEFT_PLAYGROUND_SCREENSHOTS").map(PathBuf::from);
     let mut cmd = Command::new(python);
@@ -1111,6 +1123,206 @@ fn needs_browser_the_timeline_shows_the_session_on_one_time_axis() {
             "the timeline shows the waves' calls on one time axis",
             "a bar selects its step in the plan, and a node its row",
         ],
+    );
+}
+
+// --- Eval runs ---------------------------------------------------------------------------------
+
+/// Puts two real `weft eval` runs of three cases of `examples/evals/support-triage.yaml` into
+/// the server's store, as alice (`WEFT_USER`): `good` (the example agent: all pass) and then
+/// `broken` (the deliberately broken agent: `refund-a1001` fails its trajectory). Their results
+/// files are in `runs/good` and `runs/broken`.
+fn two_eval_runs(dir: &Path) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    common::copy_dir(&repo.join("examples"), &dir.join("examples"));
+    for (name, agent, code) in [
+        ("good", "examples/support-triage.yaml", 0),
+        ("broken", "examples/evals/broken-support-triage.yaml", 1),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["--db", "serve.db", "eval", agent])
+            .arg("examples/evals/support-triage.yaml")
+            .args(["--name", name, "--out", &format!("runs/{name}")])
+            .args(["--case", "delivery-address", "--case", "refund-a1001"])
+            .args(["--case", "refund-asks-for-the-order"])
+            .current_dir(dir)
+            .env_remove("WEFT_DB")
+            .env("WEFT_USER", "alice")
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "weft eval {name}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// A run's `results.jsonl`, by case.
+fn results_file(dir: &Path, run: &str) -> Vec<Value> {
+    let mut rs: Vec<Value> = std::fs::read_to_string(dir.join(format!("runs/{run}/results.jsonl")))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    rs.sort_by_key(|r| r["case"].as_str().unwrap().to_owned());
+    rs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_runs_are_listed_with_their_cases_and_compared_for_their_user_only() {
+    let server = Server::start_with(two_eval_runs);
+    let alice = Client::new(&server, ALICE);
+    let doc = alice.get("/openapi.json").await;
+
+    // The list: both runs, newest first, with what ran, on what, and how it went.
+    let list = alice.get("/evals").await;
+    conforms(&doc, "get", "/evals", &list);
+    let runs = list["runs"].as_array().unwrap();
+    let ids: Vec<&str> = runs.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["broken", "good"], "{list:#}");
+    for r in runs {
+        assert_eq!(r["agents"], json!(["support-triage"]), "{r:#}");
+        assert!(
+            r["dataset"]
+                .as_str()
+                .unwrap()
+                .ends_with("examples/evals/support-triage.yaml"),
+            "{r:#}"
+        );
+        assert_eq!(r["running"], 0);
+        assert_eq!(r["summary"]["cases"], 3);
+    }
+    assert_eq!(runs[0]["summary"]["cases_passed"], 2);
+    assert_eq!(runs[1]["summary"]["cases_passed"], 3);
+    let trajectory = &runs[0]["summary"]["per_scorer"]["trajectory"];
+    assert_eq!(
+        (&trajectory["passed"], &trajectory["n"]),
+        (&json!(2), &json!(3))
+    );
+
+    // One run: what the store holds is what `weft eval` wrote, summary and every result.
+    for run in ["good", "broken"] {
+        let view = alice.get(&format!("/evals/{run}")).await;
+        conforms(&doc, "get", "/evals/{id}", &view);
+        let file: Value = serde_json::from_str(
+            &std::fs::read_to_string(server.path().join(format!("runs/{run}/summary.json")))
+                .unwrap(),
+        )
+        .unwrap();
+        // The file lists cases in the dataset's order, the store in the sessions' order.
+        let by_case = |mut s: Value| {
+            s["per_case"]
+                .as_array_mut()
+                .unwrap()
+                .sort_by_key(|c| c["case"].as_str().unwrap().to_owned());
+            s
+        };
+        let (summary, file) = (by_case(view["run"]["summary"].clone()), by_case(file));
+        assert_eq!(
+            summary, file,
+            "{run}: the summary differs from summary.json"
+        );
+        let mut results = view["results"].as_array().unwrap().clone();
+        results.sort_by_key(|r| r["case"].as_str().unwrap().to_owned());
+        assert_eq!(
+            results,
+            results_file(server.path(), run),
+            "{run}: the results differ from results.jsonl"
+        );
+        // Each case opens its session, alice's.
+        for r in &results {
+            let session = alice
+                .get(&format!("/sessions/{}", r["session"].as_str().unwrap()))
+                .await;
+            assert_eq!(session["user"], "alice", "{session:#}");
+        }
+    }
+    let broken = alice.get("/evals/broken").await;
+    let failed: Vec<&Value> = broken["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["pass"] == false)
+        .collect();
+    assert_eq!(failed.len(), 1, "{broken:#}");
+    assert_eq!(failed[0]["case"], "refund-a1001");
+    assert_eq!(failed[0]["session"], "broken-refund-a1001-r1");
+    let verdict = failed[0]["scores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["scorer"] == "trajectory")
+        .unwrap();
+    assert_eq!(verdict["pass"], false);
+    assert!(
+        verdict["detail"].as_str().unwrap().contains("issueRefund"),
+        "{verdict:#}"
+    );
+
+    // Two runs compared, as `weft eval compare` compares their results files.
+    let cmp = alice.get("/evals/good/compare/broken").await;
+    conforms(&doc, "get", "/evals/{a}/compare/{b}", &cmp);
+    assert_eq!(cmp["a"]["id"], "good");
+    assert_eq!(cmp["b"]["id"], "broken");
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["eval", "compare", "runs/good", "runs/broken", "--json"])
+        .current_dir(server.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "a case regressed");
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let verdicts = |v: &Value| -> Vec<(String, String, Value)> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["case"].as_str().unwrap().to_owned(),
+                    c["verdict"].as_str().unwrap().to_owned(),
+                    c["changes"].clone(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(verdicts(&cmp["cases"]), verdicts(&cli));
+    assert_eq!(cmp["cases"][0]["case"], "refund-a1001");
+    assert_eq!(cmp["cases"][0]["verdict"], "regressed");
+
+    // Bob sees none of alice's runs.
+    let bob = Client::new(&server, BOB);
+    assert_eq!(bob.get("/evals").await, json!({"runs": []}));
+    for path in ["/evals/good", "/evals/good/compare/broken"] {
+        let (status, _) = bob.call(reqwest::Method::GET, path, None).await;
+        assert_eq!(status, 404, "bob: GET {path}");
+    }
+    let (status, _) = alice
+        .call(reqwest::Method::GET, "/evals/no-such-run", None)
+        .await;
+    assert_eq!(status, 404);
+    // And no key, no runs.
+    let resp = http()
+        .get(format!("{}/evals", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+}
+
+#[test]
+fn needs_browser_the_evals_view_lists_runs_their_cases_and_opens_a_cases_session() {
+    browser_with(
+        "evals",
+        &[
+            "the Evals view lists both runs with their cases passed",
+            "a run shows each case's verdict and each scorer's reason",
+            "a case opens its session",
+            "two ticked runs are compared, regressions first",
+        ],
+        two_eval_runs,
     );
 }
 

@@ -568,6 +568,54 @@ def session_timeline():
     no_page_errors()
 
 
+def eval_runs():
+    """Two `weft eval` runs put into the store before the server started (`good`, all pass;
+    `broken`, whose refund-a1001 case fails its trajectory): the Evals view lists them, a run
+    shows its cases and each scorer's verdict and reason, a case opens its session, and two
+    ticked runs are compared."""
+    sign_in()
+    click("#evals-link")
+    wait(lambda: len(q("#eval-runs tr.eval-run")) == 2, "both eval runs listed")
+    runs = D.execute_script("return [...document.querySelectorAll('#eval-runs tr.eval-run')].map(r => r.dataset.run)")
+    assert runs == ["broken", "good"], runs
+    assert "2/3" in text("#eval-runs tr[data-run='broken'] td.cases-passed"), text("#eval-runs")
+    assert "3/3" in text("#eval-runs tr[data-run='good'] td.cases-passed"), text("#eval-runs")
+    assert "support-triage" in text("#eval-runs tr[data-run='broken']"), text("#eval-runs")
+    ok("the Evals view lists both runs with their cases passed")
+    click("#eval-runs tr[data-run='broken'] a.run-link")
+    wait(lambda: "#/evals/broken" in D.current_url and len(q("#eval-cases tr.eval-case")) == 3, "the run's cases")
+    verdicts = D.execute_script("return Object.fromEntries([...document.querySelectorAll('#eval-cases tr.eval-case')].map(r => [r.dataset.case, r.dataset.pass]))")
+    assert verdicts == {"delivery-address": "true", "refund-a1001": "false", "refund-asks-for-the-order": "true"}, verdicts
+    reason = text("#eval-cases tr[data-case='refund-a1001'] li.verdict.fail[data-scorer='trajectory'] .reason")
+    assert "issueRefund" in reason, text("#eval-cases")
+    assert q("#eval-cases tr[data-case='delivery-address'] li.verdict.pass[data-scorer='status']"), text("#eval-cases")
+    assert "2/3" in text("#eval-body .stats"), text("#eval-body .stats")
+    ok("a run shows each case's verdict and each scorer's reason")
+    shot("playground-evals.png")
+    click("#eval-failed-only")
+    wait(lambda: len(q("#eval-cases tr.eval-case")) == 1, "only the failed case")
+    click("#eval-failed-only")
+    wait(lambda: len(q("#eval-cases tr.eval-case")) == 3, "every case again")
+    click("#eval-cases tr[data-case='refund-a1001'] a.session-link")
+    wait(lambda: D.current_url.endswith("#/s/broken-refund-a1001-r1"), "the case's session")
+    wait(lambda: session_status() is not None, "the session drawn")
+    assert "refund" in text("main").lower(), text("main")
+    ok("a case opens its session")
+    D.get(URL + "#/evals")
+    wait(lambda: len(q("#eval-runs input.pick")) == 2, "the runs' boxes")
+    assert not one("#evals-compare").is_enabled()
+    for box in q("#eval-runs input.pick"):
+        box.click()
+    wait(lambda: one("#evals-compare").is_enabled(), "the compare button enabled")
+    click("#evals-compare")
+    wait(lambda: "#/evals/good/compare/broken" in D.current_url and q("#eval-compare tr.eval-change"), "the comparison")
+    first = D.execute_script("const r = document.querySelector('#eval-compare tr.eval-change'); return [r.dataset.case, r.dataset.verdict]")
+    assert first == ["refund-a1001", "regressed"], first
+    assert "1 case regressed" in text("#compare-verdict"), text("#compare-verdict")
+    ok("two ticked runs are compared, regressions first")
+    no_page_errors()
+
+
 SCENARIOS = {
     "run": run_and_watch,
     "question": answer_question_by_keyboard,
@@ -580,6 +628,7 @@ SCENARIOS = {
     "skipped": steps_that_can_never_run,
     "counts": event_counts_agree,
     "timeline": session_timeline,
+    "evals": eval_runs,
 }
 
 D = browser()

@@ -1,4 +1,25 @@
 //! What the integration tests of this crate share: weft-testkit's service variables,
-//! PostgreSQL databases of a test's own and `psql`.
+//! PostgreSQL databases of a test's own and `psql`, and a copy of a directory tree.
+
+#![allow(clippy::unwrap_used)]
 
 pub use weft_testkit::{Database, psql, service_var};
+
+use std::path::Path;
+
+/// Copies the tree at `from` to `to`, leaving out stores (`.weft`) and Python's caches.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name == ".weft" || name == "__pycache__" {
+            continue;
+        }
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &to.join(&name));
+        } else {
+            std::fs::copy(entry.path(), to.join(&name)).unwrap();
+        }
+    }
+}

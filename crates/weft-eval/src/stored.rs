@@ -1,0 +1,166 @@
+//! Eval runs read back from the session store, for a reader that has the store but not the
+//! run's results file (`weft serve`'s `/evals`, the playground's Evals view). A case's session
+//! carries the run's id, its case and its dataset in its metadata, and after its run one
+//! `evaluation_result` event per verdict; its [`CaseResult`] is rebuilt from that and from what
+//! its log says it did ([`Observed`]), so the store and `results.jsonl` tell the same story.
+
+use std::collections::BTreeMap;
+
+use weft_core::{Envelope, Event, SessionStatus, State};
+use weft_store::SessionRecord;
+
+use crate::expect::Score;
+use crate::observed::Observed;
+use crate::results::CaseResult;
+
+/// The session metadata key that holds the eval run's id.
+pub const RUN_KEY: &str = "weft_eval";
+/// The session metadata key that holds the case's id.
+pub const CASE_KEY: &str = "weft_eval_case";
+/// The session metadata key that holds the dataset file the case was read from.
+pub const DATASET_KEY: &str = "weft_eval_dataset";
+/// The session metadata key that holds the case's place in its dataset (from 0).
+pub const ORDER_KEY: &str = "weft_eval_order";
+
+/// The eval run and case a session was run for, if it was one of a run's sessions.
+pub fn case_of(rec: &SessionRecord) -> Option<(&str, &str)> {
+    let run = rec.metadata.get(RUN_KEY)?.as_str()?;
+    let case = rec.metadata.get(CASE_KEY)?.as_str()?;
+    Some((run, case))
+}
+
+/// The result of a case's session `rec`, rebuilt from its state and log; `None` when the
+/// session is not an eval run's. A session whose verdicts are not recorded (still running, or
+/// its `weft eval` stopped before scoring it) fails, with the reason as its error.
+pub fn result_of(rec: &SessionRecord, state: &State, events: &[Envelope]) -> Option<CaseResult> {
+    let (run, case) = case_of(rec)?;
+    // Sessions are named `RUN-CASE-rK`.
+    let repeat = rec
+        .id
+        .strip_prefix(&format!("{run}-{case}-r"))
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(1);
+    let scores: Vec<Score> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::EvaluationResult {
+                name,
+                score,
+                label,
+                explanation,
+                run: of,
+            } if of == run => Some(Score {
+                scorer: name.clone(),
+                pass: label == "pass",
+                score: *score,
+                detail: explanation.clone().unwrap_or_default(),
+                reasoning: None,
+            }),
+            _ => None,
+        })
+        .collect();
+    // What the session did, without the verdicts added after it ran (they would stretch its
+    // latency by the time scoring took).
+    let ran: Vec<Envelope> = events
+        .iter()
+        .filter(|e| !matches!(e.event, Event::EvaluationResult { .. }))
+        .cloned()
+        .collect();
+    let obs = Observed::of(state, &ran);
+    let mut r = CaseResult {
+        run: run.to_owned(),
+        case: case.to_owned(),
+        repeat,
+        session: rec.id.clone(),
+        pass: false,
+        score: 0.0,
+        scores,
+        status: Some(obs.status),
+        answer: obs.answer,
+        calls: obs.calls,
+        used: obs.used,
+        judge_tokens: 0,
+        error: None,
+    };
+    if r.scores.is_empty() {
+        r.error = Some(if state.status == SessionStatus::Running {
+            "not scored yet: the session is still running".to_owned()
+        } else {
+            "not scored: its `weft eval` stopped before scoring it".to_owned()
+        });
+    }
+    r.rescore();
+    Some(r)
+}
+
+/// An eval run as its sessions in the store tell it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredRun {
+    /// The run's id (`weft eval --name`).
+    pub id: String,
+    /// The agents its sessions ran (one, unless sessions of two runs share a name).
+    pub agents: Vec<String>,
+    /// The dataset file, when its sessions say (runs of older versions do not).
+    pub dataset: Option<String>,
+    /// When its first session was created (Unix ms).
+    pub created_at: i64,
+    /// When its last session last changed (Unix ms).
+    pub updated_at: i64,
+    /// Its sessions still running.
+    pub running: u32,
+    /// Repeats per case (the highest repeat seen).
+    pub repeat: u32,
+    /// Each session's result: the cases in the dataset's order, each case's repeats in order
+    /// (sessions that do not say their case's place last).
+    pub results: Vec<CaseResult>,
+}
+
+/// Groups the results of eval sessions into their runs, the newest run first.
+pub fn runs(sessions: Vec<(SessionRecord, CaseResult)>) -> Vec<StoredRun> {
+    let mut by_run: BTreeMap<String, Vec<(SessionRecord, CaseResult)>> = BTreeMap::new();
+    for (rec, r) in sessions {
+        by_run.entry(r.run.clone()).or_default().push((rec, r));
+    }
+    let mut out: Vec<StoredRun> = by_run
+        .into_iter()
+        .map(|(id, mut ss)| {
+            let place = |rec: &SessionRecord| {
+                rec.metadata
+                    .get(ORDER_KEY)
+                    .and_then(|o| o.as_u64())
+                    .unwrap_or(u64::MAX)
+            };
+            ss.sort_by(|(a, ra), (b, rb)| {
+                (place(a), ra.repeat, a.created_at, &a.id).cmp(&(
+                    place(b),
+                    rb.repeat,
+                    b.created_at,
+                    &b.id,
+                ))
+            });
+            let mut agents: Vec<String> = ss.iter().map(|(rec, _)| rec.agent.clone()).collect();
+            agents.sort();
+            agents.dedup();
+            StoredRun {
+                id,
+                agents,
+                dataset: ss.iter().find_map(|(rec, _)| {
+                    rec.metadata
+                        .get(DATASET_KEY)
+                        .and_then(|d| d.as_str())
+                        .map(str::to_owned)
+                }),
+                created_at: ss.iter().map(|(rec, _)| rec.created_at).min().unwrap_or(0),
+                updated_at: ss.iter().map(|(rec, _)| rec.updated_at).max().unwrap_or(0),
+                running: ss
+                    .iter()
+                    .filter(|(rec, _)| rec.status == SessionStatus::Running)
+                    .count() as u32,
+                repeat: ss.iter().map(|(_, r)| r.repeat).max().unwrap_or(1),
+                results: ss.into_iter().map(|(_, r)| r).collect(),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+    out
+}
