@@ -164,3 +164,130 @@ pub fn runs(sessions: Vec<(SessionRecord, CaseResult)>) -> Vec<StoredRun> {
     out.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use weft_core::EVENT_VERSION;
+
+    use super::*;
+
+    fn record(id: &str, run: &str, case: &str, order: u64, created_at: i64) -> SessionRecord {
+        SessionRecord {
+            id: id.to_owned(),
+            user_id: Some("alice".into()),
+            agent: "desk".into(),
+            reference_id: None,
+            metadata: json!({RUN_KEY: run, CASE_KEY: case, ORDER_KEY: order, DATASET_KEY: "/d/cases.yaml"}),
+            parent_id: None,
+            status: SessionStatus::Completed,
+            created_at,
+            updated_at: created_at + 5,
+            last_seq: 1,
+        }
+    }
+
+    fn verdict(seq: u64, run: &str, name: &str, pass: bool, why: Option<&str>) -> Envelope {
+        Envelope {
+            seq,
+            ts: 1_000 + seq as i64 * 1_000,
+            v: EVENT_VERSION,
+            epoch: 1,
+            event: Event::EvaluationResult {
+                name: name.into(),
+                score: if pass { 1.0 } else { 0.0 },
+                label: if pass { "pass" } else { "fail" }.into(),
+                explanation: why.map(str::to_owned),
+                run: run.into(),
+            },
+        }
+    }
+
+    fn done() -> State {
+        let mut st = State::new();
+        st.status = SessionStatus::Completed;
+        st
+    }
+
+    #[test]
+    fn a_sessions_verdicts_of_its_run_make_its_result() {
+        let rec = record("r1-c1-r2", "r1", "c1", 0, 10);
+        let events = vec![
+            verdict(1, "r1", "status", true, None),
+            verdict(
+                2,
+                "r1",
+                "trajectory",
+                false,
+                Some("expected call 1 was not made"),
+            ),
+            // A verdict of another run (a session recorded twice under two names) is not this
+            // run's.
+            verdict(3, "r0", "answer", false, Some("other run")),
+        ];
+        let r = result_of(&rec, &done(), &events).unwrap();
+        assert_eq!((r.run.as_str(), r.case.as_str(), r.repeat), ("r1", "c1", 2));
+        assert!(!r.pass);
+        assert_eq!(r.score, 0.5);
+        let names: Vec<&str> = r.scores.iter().map(|s| s.scorer.as_str()).collect();
+        assert_eq!(names, ["status", "trajectory"]);
+        assert_eq!(r.scores[1].detail, "expected call 1 was not made");
+        assert_eq!(r.error, None);
+        // The verdicts, written after the run, are not part of its latency.
+        assert_eq!(r.used.latency_ms, 0);
+    }
+
+    #[test]
+    fn a_session_without_verdicts_fails_and_says_why() {
+        let rec = record("r1-c1-r1", "r1", "c1", 0, 10);
+        let r = result_of(&rec, &done(), &[]).unwrap();
+        assert!(!r.pass);
+        assert!(r.error.unwrap().contains("stopped before scoring"));
+        let mut running = State::new();
+        running.status = SessionStatus::Running;
+        let r = result_of(&rec, &running, &[]).unwrap();
+        assert!(r.error.unwrap().contains("still running"));
+        let mut plain = rec.clone();
+        plain.metadata = json!({});
+        assert_eq!(result_of(&plain, &done(), &[]), None);
+    }
+
+    #[test]
+    fn sessions_group_into_runs_newest_first_with_cases_in_the_datasets_order() {
+        let pass = |rec: &SessionRecord| {
+            result_of(
+                rec,
+                &done(),
+                &[verdict(
+                    1,
+                    rec.metadata[RUN_KEY].as_str().unwrap(),
+                    "status",
+                    true,
+                    None,
+                )],
+            )
+            .unwrap()
+        };
+        let recs = [
+            record("old-b-r1", "old", "b", 1, 1),
+            record("old-a-r1", "old", "a", 0, 2),
+            record("new-b-r2", "new", "b", 1, 20),
+            record("new-b-r1", "new", "b", 1, 21),
+            record("new-a-r1", "new", "a", 0, 22),
+        ];
+        let runs = runs(recs.iter().map(|r| (r.clone(), pass(r))).collect());
+        let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["new", "old"]);
+        let order: Vec<(&str, u32)> = runs[0]
+            .results
+            .iter()
+            .map(|r| (r.case.as_str(), r.repeat))
+            .collect();
+        assert_eq!(order, [("a", 1), ("b", 1), ("b", 2)]);
+        assert_eq!(runs[0].repeat, 2);
+        assert_eq!((runs[0].created_at, runs[0].updated_at), (20, 27));
+        assert_eq!(runs[0].agents, ["desk"]);
+        assert_eq!(runs[0].dataset.as_deref(), Some("/d/cases.yaml"));
+        assert_eq!(runs[1].results.len(), 2);
+    }
+}
