@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use weft_core::model::Usage;
-use weft_core::{Event, RunStatus, State};
+
+use weft_core::{Event, Limits, RunStatus, State};
 use weft_model::SharedModel;
 use weft_runtime::{Agent, Observer, Runtime};
 use weft_store::{SessionRecord, Store};
@@ -24,6 +25,9 @@ pub struct Before {
     pub usage: Usage,
     /// The tool calls so far.
     pub tool_calls: u64,
+    /// Calls that were in flight when the session's last process stopped and that this run
+    /// runs again (a resume): they ran in this run, though they were started before it.
+    pub rerun: u64,
 }
 
 impl Before {
@@ -32,7 +36,25 @@ impl Before {
         Self {
             usage: st.usage.tokens.clone(),
             tool_calls: st.calls.started,
+            rerun: 0,
         }
+    }
+
+    /// What `st` has used, before a run that resumes it with `tools`: the calls in flight that
+    /// recovery runs again count as this run's (those it records as unknown outcomes do not).
+    pub fn resuming(st: &State, tools: &weft_tools::Registry, limits: &Limits) -> Self {
+        Self {
+            rerun: weft_core::recovery::recover(st, tools, limits).rerun.len() as u64,
+            ..Self::of(st)
+        }
+    }
+
+    /// The tool calls made since: those started, and those run again.
+    pub fn tool_calls_since(&self, st: &State) -> u64 {
+        st.calls
+            .started
+            .saturating_sub(self.tool_calls)
+            .saturating_add(self.rerun)
     }
 }
 
@@ -222,7 +244,7 @@ pub async fn drive<S: Store>(
             rec.id
         )));
     }
-    let before = Before::of(&session.state);
+    let before = Before::resuming(&session.state, &agent.tools, &agent.spec.limits);
     let work = async {
         if session.state.mode.is_none() {
             rt.resume_plan(&mut session).await

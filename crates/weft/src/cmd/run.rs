@@ -371,7 +371,7 @@ pub fn usage_line(st: &weft_core::State, id: &str, before: Option<&Before>) -> S
                 total.input_tokens.saturating_sub(b.usage.input_tokens),
                 total.output_tokens.saturating_sub(b.usage.output_tokens),
                 cost,
-                st.calls.started.saturating_sub(b.tool_calls),
+                b.tool_calls_since(st),
             );
             format!("usage: this run {run} · session total {whole} · session {id}")
         }

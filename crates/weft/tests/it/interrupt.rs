@@ -1,6 +1,7 @@
 //! Ctrl-C (SIGINT) during `weft run`: the run stops, says which session stopped and how to
 //! continue it (with `--db`), exits 130; `weft resume` then finishes the session, recording the
-//! interrupted call of a non-idempotent tool as an unknown outcome rather than running it again.
+//! interrupted call of a non-idempotent tool as an unknown outcome rather than running it again,
+//! and running an idempotent tool's call again, which its usage line counts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
@@ -84,6 +85,78 @@ tools:
         "run\n"
     );
     assert!(err.contains("unknown_outcome"), "{err}");
+    // The resume ran no tool call: the interrupted one was recorded, not run.
+    let usage = err.lines().find(|l| l.starts_with("usage: ")).unwrap();
+    assert!(usage.starts_with("usage: this run "), "{usage}");
+    assert!(
+        usage.contains("output tokens · 0 tool call(s) · session total"),
+        "{usage}"
+    );
+}
+
+/// An idempotent tool's call interrupted by Ctrl-C runs again on `weft resume`, and the resume's
+/// usage line counts it as the run's tool call (it was started before, by the run that stopped).
+#[test]
+fn a_call_run_again_on_resume_counts_as_the_resumes_tool_call() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::write(
+        d.join("agent.yaml"),
+        r#"name: lookup
+mode: react
+model: scripted:script.yaml
+tools:
+  - name: lookup
+    description: Looks an order up (idempotent), slowly the first time.
+    idempotent: true
+    command: ["sh", "-c", "cat > /dev/null; echo run >> lookups.log; if [ ! -f started ]; then touch started; sleep 30; fi; echo '{\"status\": \"shipped\"}'"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("script.yaml"),
+        "- tool_calls: [ { name: lookup, arguments: {} } ]\n- text: The order has shipped.\n",
+    )
+    .unwrap();
+    let child = weft(d)
+        .args(["run", "agent.yaml", "where is my order", "--db", "w.db"])
+        .args(["--id", "lookup-1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&d.join("started"));
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out: Output = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+
+    let out = weft(d)
+        .args(["resume", "lookup-1", "--db", "w.db"])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(text(&out.stdout).trim(), "The order has shipped.");
+    // The call ran again...
+    assert_eq!(
+        std::fs::read_to_string(d.join("lookups.log")).unwrap(),
+        "run\nrun\n"
+    );
+    // ...in this run, which its usage line says.
+    let usage = err.lines().find(|l| l.starts_with("usage: ")).unwrap();
+    assert!(
+        usage.contains("output tokens · 1 tool call(s) · session total"),
+        "{usage}"
+    );
+    assert!(
+        usage.ends_with("output tokens · 1 tool call(s) · session lookup-1"),
+        "{usage}"
+    );
 }
 
 /// Ctrl-C typed on a terminal: `weft run` under a pseudo-terminal (util-linux `script`) gets the
