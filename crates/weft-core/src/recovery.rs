@@ -60,8 +60,13 @@ pub fn recover(state: &State, tools: &dyn ToolCatalog, limits: &Limits) -> Recov
 
 /// A person cancelled the session (`weft sessions cancel`): every call in flight is recorded as
 /// cancelled with an unknown outcome (its process was stopped; whether it acted is not known),
-/// and the run ends as failed, saying so.
-pub fn cancel(state: &State, limits: &Limits) -> Vec<Event> {
+/// with how long it had run (`ran_ms`, by call id, which the shell measures from the time its
+/// start was recorded; 0 for a call it does not give), and the run ends as failed, saying so.
+pub fn cancel(
+    state: &State,
+    limits: &Limits,
+    ran_ms: &std::collections::BTreeMap<String, u64>,
+) -> Vec<Event> {
     let mut st = state.clone();
     let mut events = Vec::new();
     let open: Vec<String> = state.calls.open.keys().cloned().collect();
@@ -70,7 +75,8 @@ pub fn cancel(state: &State, limits: &Limits) -> Vec<Event> {
             "cancelled",
             "the session was cancelled while this call ran; its outcome is unknown",
         );
-        for e in engine::tool_finished(&st, limits, &call_id, ToolOutcome::Error { error }, 0) {
+        let ran = ran_ms.get(&call_id).copied().unwrap_or(0);
+        for e in engine::tool_finished(&st, limits, &call_id, ToolOutcome::Error { error }, ran) {
             st.apply(&e);
             events.push(e);
         }

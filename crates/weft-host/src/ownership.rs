@@ -281,7 +281,8 @@ pub async fn stopped<S: Store>(
     match asked {
         Asked::Cancel => {
             let mut session = rt.load_session(id).await?;
-            let events = weft_core::recovery::cancel(&session.state, &rt.limits);
+            let ran = running_for(rt.store.as_ref(), id, &session.state).await?;
+            let events = weft_core::recovery::cancel(&session.state, &rt.limits, &ran);
             session.commit(events).await?;
             eprintln!("cancelled: session {id} (weft sessions cancel)");
             Ok(EXIT_FAILED)
@@ -313,6 +314,32 @@ pub async fn stopped<S: Store>(
     }
 }
 
+/// How long each call in flight in `st` (session `id`) has run, in ms: from the time its start
+/// was recorded to now. A cancelled call is recorded with it, not with a duration of 0.
+async fn running_for<S: Store + ?Sized>(
+    store: &S,
+    id: &str,
+    st: &weft_core::State,
+) -> Result<std::collections::BTreeMap<String, u64>, StoreError> {
+    let mut out = std::collections::BTreeMap::new();
+    if st.calls.open.is_empty() {
+        return Ok(out);
+    }
+    let (_, events) = store.load(id).await?;
+    let now = weft_runtime::now_ms();
+    for env in &events {
+        if let weft_core::Event::ToolCallStarted { call_id, .. } = &env.event
+            && st.calls.open.contains_key(call_id)
+        {
+            out.insert(
+                call_id.clone(),
+                u64::try_from(now.saturating_sub(env.ts)).unwrap_or(0),
+            );
+        }
+    }
+    Ok(out)
+}
+
 /// Cancels a session that no process runs (one that waits for a person, or was queued): takes
 /// its lease, records the cancellation (calls in flight as cancelled, the session failed) and
 /// lets it go.
@@ -326,7 +353,8 @@ pub async fn cancel_unowned<S: Store>(host: &Host, store: Arc<S>, id: &str) -> R
     held.bind(&mut rt);
     let result = async {
         let mut session = rt.load_session(id).await?;
-        let events = weft_core::recovery::cancel(&session.state, &rt.limits);
+        let ran = running_for(store.as_ref(), id, &session.state).await?;
+        let events = weft_core::recovery::cancel(&session.state, &rt.limits, &ran);
         session.commit(events).await
     }
     .await;

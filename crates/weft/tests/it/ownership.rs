@@ -138,6 +138,8 @@ fn cancel_from_another_process_stops_the_run_and_fails_the_session() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     let (child, id) = slow_run(d);
+    // The call runs a while before it is cancelled.
+    std::thread::sleep(std::time::Duration::from_millis(400));
     let out = weft(d)
         .args(["sessions", "cancel", &id, "--db", "w.db"])
         .output()
@@ -154,6 +156,16 @@ fn cancel_from_another_process_stops_the_run_and_fails_the_session() {
         .find(|e| e["type"] == "tool_call_finished")
         .unwrap();
     assert_eq!(finished["outcome"]["error"]["kind"], "cancelled");
+    // It is recorded with how long it ran before it was cancelled, not 0 ms: at least the wait
+    // above, at most from its start to the cancellation's record.
+    let started = evs
+        .iter()
+        .find(|e| e["type"] == "tool_call_started")
+        .unwrap();
+    let ran = finished["duration_ms"].as_i64().unwrap();
+    let span = finished["ts"].as_i64().unwrap() - started["ts"].as_i64().unwrap();
+    assert!((400..=span).contains(&ran), "ran {ran} ms of {span} ms");
+    assert!(!err.contains(" 0 ms"), "{err}");
     let last = evs.last().unwrap();
     assert_eq!(
         (last["type"].as_str(), last["status"].as_str()),
