@@ -219,6 +219,89 @@ fn global_options_are_shown_apart() {
     assert!(!run[..globals].contains("--db"), "{run}");
 }
 
+/// `--db` and `--durability` are listed only on the commands that open a store, `--log-level`
+/// on all but `schema` and `completions`; all three are still accepted before or after any
+/// command.
+#[test]
+fn global_options_are_listed_only_where_they_apply() {
+    fn visit(cmd: &clap::Command, path: &mut Vec<String>, out: &mut Vec<(Vec<String>, String)>) {
+        let help = cmd.clone().render_long_help().to_string();
+        out.push((path.clone(), help));
+        for sub in cmd.get_subcommands() {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            path.push(sub.get_name().to_owned());
+            visit(sub, path, out);
+            path.pop();
+        }
+    }
+    let mut cmd = crate::cli();
+    cmd.build();
+    let mut helps = Vec::new();
+    visit(&cmd, &mut Vec::new(), &mut helps);
+    let under = |path: &[String], list: &[&[&str]]| {
+        list.iter()
+            .any(|p| path.len() >= p.len() && path.iter().zip(p.iter()).all(|(a, b)| a == b))
+    };
+    let mut wrong = Vec::new();
+    for (path, help) in &helps {
+        let name = format!("weft {}", path.join(" "));
+        let store = !under(path, crate::WITHOUT_STORE);
+        let logs = !under(path, crate::WITHOUT_LOGS);
+        for (flag, want) in [
+            ("--db", store),
+            ("--durability", store),
+            ("--log-level", logs),
+        ] {
+            if help.contains(flag) != want {
+                wrong.push(format!(
+                    "{name}: {flag} {}",
+                    if want { "missing" } else { "listed" }
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    // The ones that must not list them, by name (the lists above could be wrong too).
+    for path in [
+        &["schema"][..],
+        &["completions"],
+        &["check"],
+        &["plan", "check"],
+    ] {
+        let (_, help) = helps.iter().find(|(p, _)| p == path).unwrap();
+        assert!(!help.contains("--db"), "{path:?}: {help}");
+    }
+    let (_, run) = helps.iter().find(|(p, _)| p == &["run"]).unwrap();
+    assert!(
+        run.contains("--durability") && run.contains("--log-level"),
+        "{run}"
+    );
+    // `weft help schema` as `weft schema --help`.
+    let e = crate::parse_from(["weft", "help", "schema"]).unwrap_err();
+    assert!(e.to_string().contains("--process"), "{e}");
+    assert!(!e.to_string().contains("--db"), "{e}");
+    // Still accepted before and after the command.
+    for args in [
+        &["weft", "--db", "x.db", "run", "a.yaml", "t"][..],
+        &["weft", "run", "a.yaml", "t", "--db", "x.db"],
+        &["weft", "schema", "--db", "x.db"],
+        &[
+            "weft",
+            "--log-level",
+            "debug",
+            "sessions",
+            "list",
+            "--db",
+            "x.db",
+        ],
+    ] {
+        let cli = crate::parse_from(args.iter().copied()).unwrap();
+        assert_eq!(cli.db.as_deref(), Some("x.db"), "{args:?}");
+    }
+}
+
 #[test]
 fn a_misspelt_command_gets_a_suggestion() {
     let e = crate::parse_from(["weft", "rn"]).unwrap_err();

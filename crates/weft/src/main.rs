@@ -204,8 +204,24 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The commands (with the commands under them) that open no session store: `--db` and
+/// `--durability` do nothing there, so their help does not list them.
+const WITHOUT_STORE: &[&[&str]] = &[
+    &["plan", "check"],
+    &["plan", "dry-run"],
+    &["eval", "compare"],
+    &["tools"],
+    &["check"],
+    &["schema"],
+    &["completions"],
+];
+
+/// The commands that log nothing: `--log-level` is not listed on them either.
+const WITHOUT_LOGS: &[&[&str]] = &[&["schema"], &["completions"]];
+
 /// The command line's definition as `--help` shows it: examples and exit codes on the main
-/// commands.
+/// commands; the global options only on the commands they apply to (they are still accepted
+/// before or after any command, `weft --db X run` as `weft run --db X`).
 fn cli() -> clap::Command {
     use clap::CommandFactory;
     let mut cmd = Cli::command();
@@ -220,7 +236,40 @@ fn cli() -> clap::Command {
             c.after_long_help(text)
         });
     }
+    // Global options are given to every subcommand when the command is built.
+    cmd.build();
+    for path in WITHOUT_STORE {
+        cmd = hide_under(cmd, path, &["db", "durability"]);
+    }
+    for path in WITHOUT_LOGS {
+        cmd = hide_under(cmd, path, &["log_level"]);
+    }
     cmd
+}
+
+/// `cmd` with the options `ids` hidden from the help of the command at `path` below it and of
+/// every command under that one.
+fn hide_under(cmd: clap::Command, path: &[&str], ids: &[&str]) -> clap::Command {
+    match path.split_first() {
+        Some((first, rest)) => cmd.mut_subcommand(*first, |c| hide_under(c, rest, ids)),
+        None => {
+            let subs: Vec<String> = cmd
+                .get_subcommands()
+                .map(|s| s.get_name().to_owned())
+                .collect();
+            let mut cmd = cmd.mut_args(|a| {
+                if ids.contains(&a.get_id().as_str()) {
+                    a.hide(true)
+                } else {
+                    a
+                }
+            });
+            for s in subs {
+                cmd = cmd.mut_subcommand(s, |c| hide_under(c, &[], ids));
+            }
+            cmd
+        }
+    }
 }
 
 /// Reads the command line as [`cli`] defines it. A mistyped command gets the closest one as a
