@@ -102,29 +102,12 @@ fn setup_command(command: &str) -> Option<&str> {
     c.strip_prefix("cargo install --path crates/weft --locked && ")
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let path = entry.path();
-        let name = entry.file_name();
-        if name == ".weft" || name == "__pycache__" {
-            continue;
-        }
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&path, &to.join(&name));
-        } else {
-            std::fs::copy(&path, to.join(&name)).unwrap();
-        }
-    }
-}
-
 /// Runs every `sh` block of `page` (a path from the repository's root) and checks its `file:`
 /// blocks.
 fn run_page(page: &str) {
     let text = std::fs::read_to_string(repo().join(page)).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    copy_dir(&repo().join("examples"), &dir.path().join("examples"));
+    crate::support::copy_dir(&repo().join("examples"), &dir.path().join("examples"));
     let weft = PathBuf::from(env!("CARGO_BIN_EXE_weft"));
     let path = format!(
         "{}:{}",
@@ -282,6 +265,8 @@ pages! {
     tutorial => "docs/tutorial.md",
     agents => "docs/agents.md",
     plans_guide => "docs/plans-guide.md",
+    models => "docs/models.md",
+    mcp => "docs/mcp.md",
     sessions => "docs/sessions.md",
     budgets => "docs/budgets.md",
     memory => "docs/memory.md",
