@@ -213,12 +213,12 @@ async fn one<S: Store>(
         let live =
             crate::telemetry::Live::start(&host.telemetry, store.clone(), &rec.id, None, None)
                 .await;
-        let observers = live.iter().map(crate::telemetry::Live::observer).collect();
+        let own = live.iter().map(crate::telemetry::Live::observer).collect();
         let span = live
             .as_ref()
             .map_or_else(tracing::Span::none, crate::telemetry::Live::log_span);
         let ended = tracing::Instrument::instrument(
-            drive(&host, store.clone(), &held, &rec, agent, observers),
+            drive(&host, store.clone(), &held, &rec, agent, Vec::new(), own),
             span,
         )
         .await;

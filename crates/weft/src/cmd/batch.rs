@@ -673,8 +673,16 @@ async fn run_record<S: Store>(
         if let Some(rec) = &existing
             && rec.status == SessionStatus::Running
         {
-            return match weft_host::drive::drive(host, store.clone(), &held, rec, agent, Vec::new())
-                .await?
+            return match weft_host::drive::drive(
+                host,
+                store.clone(),
+                &held,
+                rec,
+                agent,
+                Vec::new(),
+                Vec::new(),
+            )
+            .await?
             {
                 Ended::Done(state, _) => Ok(state),
                 Ended::Stopped(_) => Ok(load_state(store.as_ref(), id).await?),
