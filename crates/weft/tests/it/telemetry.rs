@@ -805,3 +805,96 @@ fn strip_colours(raw: &str) -> String {
     }
     text
 }
+
+/// The span ids `weft sessions trace --json` derives from a session's log.
+fn derived_ids(dir: &Path, id: &str) -> HashSet<String> {
+    derived(dir, id)
+        .iter()
+        .map(|s| s["span_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Runs `weft` with `args` in `dir`'s copy of the examples, exporting as `service`; fails the
+/// test on a non-zero exit.
+fn run_ok(dir: &Path, service: &str, args: &[&str]) -> String {
+    let out = weft(dir, service).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "weft {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `weft plan run` exports its session's spans as it runs: each span `weft sessions trace`
+/// derives from the log, once, in the session's trace.
+#[test]
+fn needs_otel_a_plan_run_of_a_plan_file_exports_its_spans_live() {
+    let (dir, id) = workdir("planrun");
+    let live = format!("weft-live-{id}");
+    run_ok(
+        dir.path(),
+        &live,
+        &[
+            "plan",
+            "run",
+            "plans/payment.json",
+            "--agent",
+            "shop.yaml",
+            "--input",
+            r#"{"amount": 500}"#,
+            "--id",
+            &id,
+        ],
+    );
+    let want = derived_ids(dir.path(), &id);
+    assert!(want.len() >= 3, "{want:?}");
+    let spans = spans_of(&live, want.len());
+    let got: Vec<String> = spans.iter().map(|s| s.id.clone()).collect();
+    assert_eq!(got.len(), want.len(), "a span twice or missing: {spans:#?}");
+    assert_eq!(got.into_iter().collect::<HashSet<_>>(), want);
+    assert!(spans.iter().any(|s| s.name.starts_with("execute_tool ")));
+    assert!(spans.iter().all(|s| s.trace == spans[0].trace));
+}
+
+/// `weft batch` exports the spans of every record's session as it runs, each session in a
+/// trace of its own.
+#[test]
+fn needs_otel_a_batch_exports_each_records_spans_live() {
+    let (dir, id) = workdir("batch");
+    let live = format!("weft-live-{id}");
+    run_ok(
+        dir.path(),
+        &live,
+        &[
+            "batch",
+            "refund-desk.yaml",
+            "records/refunds.jsonl",
+            "--name",
+            &id,
+            "--concurrency",
+            "2",
+            "--out",
+            "results.jsonl",
+        ],
+    );
+    let results = std::fs::read_to_string(dir.path().join("examples/results.jsonl")).unwrap();
+    let sessions: Vec<String> = results
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["session"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(sessions.len(), 3, "{results}");
+    let mut want = HashSet::new();
+    for s in &sessions {
+        want.extend(derived_ids(dir.path(), s));
+    }
+    let spans = spans_of(&live, want.len());
+    let got: Vec<String> = spans.iter().map(|s| s.id.clone()).collect();
+    assert_eq!(got.len(), want.len(), "a span twice or missing: {spans:#?}");
+    assert_eq!(got.into_iter().collect::<HashSet<_>>(), want);
+    let traces: HashSet<&str> = spans.iter().map(|s| s.trace.as_str()).collect();
+    assert_eq!(traces.len(), 3, "one trace per record's session");
+}
