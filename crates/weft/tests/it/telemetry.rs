@@ -898,3 +898,111 @@ fn needs_otel_a_batch_exports_each_records_spans_live() {
     let traces: HashSet<&str> = spans.iter().map(|s| s.trace.as_str()).collect();
     assert_eq!(traces.len(), 3, "one trace per record's session");
 }
+
+/// Starts `weft worker` in `dir` (store `serve.db`) exporting as `service`, with a lease of
+/// two seconds so that a killed worker's session is taken over soon.
+fn worker(dir: &Path, service: &str) -> std::process::Child {
+    let log = std::fs::File::create(dir.join(format!("{service}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_weft"))
+        .current_dir(dir)
+        .args(["--db", "serve.db", "worker", "--agents", "."])
+        .args(["--poll-secs", "0.2"])
+        .env_remove("WEFT_DB")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+        .env_remove("OTEL_SDK_DISABLED")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint())
+        .env("OTEL_SERVICE_NAME", service)
+        // Spans go out at once, so that the first worker has sent what it closed before it dies.
+        .env("OTEL_BSP_SCHEDULE_DELAY", "20")
+        .env("WEFT_LEASE_SECS", "2")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// A session queued with `weft submit`, begun by one worker that is SIGKILLed during its tool
+/// call and finished by another worker once the lease ran out: the two workers' spans are the
+/// spans of one trace that the log derives, none sent twice.
+#[test]
+fn needs_otel_a_session_taken_over_by_another_worker_is_one_trace_without_a_span_twice() {
+    let (tmp, id) = (tempfile::tempdir().unwrap(), workdir("workers").1);
+    let dir = tmp.path();
+    served_agent(dir, true);
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .current_dir(dir)
+        .args([
+            "--db",
+            "serve.db",
+            "submit",
+            "shouter.yaml",
+            "Shout.",
+            "--id",
+            &id,
+        ])
+        .env_remove("WEFT_DB")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first = format!("weft-worker-1-{id}");
+    let mut a = worker(dir, &first);
+    weft_testkit::wait_for_file(&dir.join("started"), Duration::from_secs(30));
+    // The model's first reply (its span closed) reached the collector from the first worker.
+    let sent = spans_of(&first, 1);
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    let _ = Command::new("kill")
+        .args(["-KILL", &a.id().to_string()])
+        .status();
+    let _ = a.wait();
+    std::fs::write(dir.join("release"), "").unwrap();
+    let second = format!("weft-worker-2-{id}");
+    let mut b = worker(dir, &second);
+    let start = Instant::now();
+    let want = loop {
+        let d = derived_in(dir, &id);
+        if d.iter().any(|s| s["name"] == "invoke_agent shouter") {
+            break d;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the session was not finished by the second worker: {}",
+            std::fs::read_to_string(dir.join(format!("{second}.log"))).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let later = spans_of(&second, want.len() - sent.len());
+    let _ = Command::new("kill")
+        .args(["-TERM", &b.id().to_string()])
+        .status();
+    let _ = b.wait();
+    let mut all = sent.clone();
+    all.extend(later.iter().cloned());
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for s in &all {
+        *count.entry(s.id.as_str()).or_default() += 1;
+    }
+    assert!(
+        count.values().all(|n| *n == 1),
+        "a span sent twice: {all:#?}"
+    );
+    assert_eq!(ids(&want), all.iter().map(|s| s.id.clone()).collect());
+    assert!(all.iter().all(|s| s.trace == all[0].trace), "{all:#?}");
+    // The turn (begun by `weft submit`) ended under the second worker: one span. Its tool call,
+    // started under the first worker's lease (epoch 1) and finished by the second worker, is
+    // one span too, the turn's child, sent by the second worker.
+    let turn = one(&later, "invoke_agent shouter");
+    let tool = one(&later, "execute_tool shout");
+    assert_eq!(tool.parent, turn.id);
+    assert_eq!(
+        tool.attrs.get("weft.epoch").map(String::as_str),
+        Some("Int(1)"),
+        "{tool:#?}"
+    );
+}
