@@ -19,6 +19,9 @@ use weft_telemetry::{Deriver, Exporter, Meters, Options, Point, Recorder, export
 /// spans (one pass for a burst of commits).
 const GATHER: Duration = Duration::from_millis(100);
 
+/// How often a process that drives sessions samples the depth of the work queue.
+const QUEUE_EVERY: Duration = Duration::from_secs(5);
+
 /// Where metric points go besides OTLP (the server's `/metrics`).
 pub type PointSink = Arc<dyn Fn(&[Point]) + Send + Sync>;
 
@@ -155,6 +158,33 @@ impl Telemetry {
                 s(points);
             }
         }
+    }
+
+    /// Samples the depth of `store`'s work queue (`weft.queue.depth`: sessions waiting for a
+    /// worker) now and every few seconds while the process runs, when metrics go anywhere;
+    /// `None` otherwise. A failed count is skipped (the next sample tries again).
+    pub fn sample_queue<S: Store + 'static>(
+        &self,
+        store: Arc<S>,
+        clock: weft_runtime::SharedClock,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let metrics =
+            self.inner.meters.is_some() || self.inner.sinks.lock().is_ok_and(|s| !s.is_empty());
+        if !metrics {
+            return None;
+        }
+        let this = self.clone();
+        Some(tokio::spawn(async move {
+            let mut every = tokio::time::interval(QUEUE_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                match store.waiting(clock.now_ms()).await {
+                    Ok(n) => this.record(&[weft_telemetry::metrics::queue_depth(n)]),
+                    Err(e) => tracing::debug!(error = %e, "the queue's depth was not sampled"),
+                }
+            }
+        }))
     }
 
     /// Sends what is queued (waiting at most `grace` for the spans) and stops; says on stderr

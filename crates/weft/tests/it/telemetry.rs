@@ -1006,3 +1006,61 @@ fn needs_otel_a_session_taken_over_by_another_worker_is_one_trace_without_a_span
         "{tool:#?}"
     );
 }
+
+/// The depth of the work queue (sessions waiting for a worker) is sampled from the store by
+/// `weft serve`: on `/metrics` as `weft_queue_depth` and over OTLP as the gauge
+/// `weft.queue.depth`.
+#[test]
+fn needs_otel_the_queue_depth_is_sampled_for_metrics_and_the_collector() {
+    let (tmp, id) = (tempfile::tempdir().unwrap(), workdir("queue").1);
+    let dir = tmp.path();
+    served_agent(dir, false);
+    // Sessions of an agent this server does not serve wait in the queue for a worker.
+    std::fs::create_dir(dir.join("queued")).unwrap();
+    let shouter = std::fs::read_to_string(dir.join("shouter.yaml")).unwrap();
+    std::fs::write(
+        dir.join("queued/waiter.yaml"),
+        shouter.replace("name: shouter", "name: waiter"),
+    )
+    .unwrap();
+    std::fs::copy(
+        dir.join("shouter.script.yaml"),
+        dir.join("queued/shouter.script.yaml"),
+    )
+    .unwrap();
+    for k in 0..2 {
+        let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .current_dir(dir)
+            .args(["--db", "serve.db", "submit", "queued/waiter.yaml"])
+            .arg(format!("Wait {k}."))
+            .env_remove("WEFT_DB")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let port = free_port();
+    let service = format!("weft-queue-{id}");
+    let server = serve(dir, port, &service, &[]);
+    let start = Instant::now();
+    loop {
+        let text = http(port, "GET", "/metrics", &[], None);
+        if text.lines().any(|l| l == "weft_queue_depth{} 2.0") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no weft_queue_depth 2 on /metrics:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop(server);
+    let depth = metrics_of(&service, "weft.queue.depth");
+    assert!(depth.contains("-> DataType: Gauge\n"), "{depth}");
+    assert!(depth.contains("-> Unit: {session}\n"), "{depth}");
+    assert!(depth.contains("Value: 2\n"), "{depth}");
+}
