@@ -55,7 +55,7 @@ async fn traced<S: Store + 'static>(
     let live = Live::start(&telemetry(), Arc::clone(&store), id, None, None).await;
     let mut rt = Runtime::new(store, tools, Limits::default());
     if let Some(l) = &live {
-        rt = rt.observe(l.observer());
+        rt = rt.observe_own(l.observer());
     }
     (rt, live)
 }

@@ -221,7 +221,8 @@ pub enum Ended {
 /// Continues session `rec` (whose lease `held` is) with `agent`: calls in flight when its last
 /// process stopped are re-run (idempotent tools) or recorded as unknown outcomes, then the plan
 /// or the agent goes on until the session ends or waits, or another process asks to cancel or
-/// pause it. The caller releases the lease.
+/// pause it. The caller releases the lease. `observers` see its events and its sub-agents',
+/// `own` its events alone (see [`Runtime::observe_own`]).
 pub async fn drive<S: Store>(
     host: &Host,
     store: Arc<S>,
@@ -229,12 +230,16 @@ pub async fn drive<S: Store>(
     rec: &SessionRecord,
     agent: &AgentFile,
     observers: Vec<Observer>,
+    own: Vec<Observer>,
 ) -> Result<Ended> {
     let mut rt = Runtime::new(store, agent.tools.clone(), agent.spec.limits.clone());
     held.bind(&mut rt);
     rt.redact = agent.redact.clone();
     for o in observers {
         rt = rt.observe(o);
+    }
+    for o in own {
+        rt = rt.observe_own(o);
     }
     let mut session = rt.load_session(&rec.id).await?;
     if session.state.mode.is_some() && agent.spec.model.is_none() {

@@ -1,7 +1,9 @@
 //! The telemetry of a process that drives sessions: one span exporter and one set of meters for
 //! the whole process ([`Telemetry`], from the standard `OTEL_*` variables), and the live export
 //! of each session it drives ([`Live`]): its spans and metrics (`weft-telemetry`), derived from
-//! its events as they are committed, read back from the store.
+//! its events as they are committed. The runtime hands the committed events over (an observer
+//! of the session's own events); the store is read only for what was not handed over: the log
+//! before this process, a gap, and at the end what another path appended.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -13,8 +15,12 @@ use weft_store::Store;
 use weft_telemetry::derive::Redact;
 use weft_telemetry::{Deriver, Exporter, Meters, Options, Point, Recorder, export};
 
-/// How long the live export waits after a commit for the next ones before it reads the store.
+/// How long the live export waits after a commit for the next ones before it derives their
+/// spans (one pass for a burst of commits).
 const GATHER: Duration = Duration::from_millis(100);
+
+/// How often a process that drives sessions samples the depth of the work queue.
+const QUEUE_EVERY: Duration = Duration::from_secs(5);
 
 /// Where metric points go besides OTLP (the server's `/metrics`).
 pub type PointSink = Arc<dyn Fn(&[Point]) + Send + Sync>;
@@ -154,6 +160,33 @@ impl Telemetry {
         }
     }
 
+    /// Samples the depth of `store`'s work queue (`weft.queue.depth`: sessions waiting for a
+    /// worker) now and every few seconds while the process runs, when metrics go anywhere;
+    /// `None` otherwise. A failed count is skipped (the next sample tries again).
+    pub fn sample_queue<S: Store + 'static>(
+        &self,
+        store: Arc<S>,
+        clock: weft_runtime::SharedClock,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let metrics =
+            self.inner.meters.is_some() || self.inner.sinks.lock().is_ok_and(|s| !s.is_empty());
+        if !metrics {
+            return None;
+        }
+        let this = self.clone();
+        Some(tokio::spawn(async move {
+            let mut every = tokio::time::interval(QUEUE_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                match store.waiting(clock.now_ms()).await {
+                    Ok(n) => this.record(&[weft_telemetry::metrics::queue_depth(n)]),
+                    Err(e) => tracing::debug!(error = %e, "the queue's depth was not sampled"),
+                }
+            }
+        }))
+    }
+
     /// Sends what is queued (waiting at most `grace` for the spans) and stops; says on stderr
     /// what could not be sent. `hint`: a session whose spans `weft sessions trace` sends again.
     pub async fn finish(&self, grace: Duration, hint: Option<&str>) {
@@ -200,6 +233,43 @@ struct Chunks {
     seen: bool,
     /// (event the call followed, seconds to its first piece), for the export task.
     found: Vec<(u64, f64)>,
+    /// The committed events handed over by the observer and not derived yet, in order.
+    handed: Vec<weft_core::Envelope>,
+}
+
+/// The events after `last` to derive: those handed over when they follow on from `last`;
+/// otherwise (a gap, or `read` asked for: the end) the store's, which holds every committed one.
+async fn events_after<S: Store>(
+    store: &S,
+    id: &str,
+    last: u64,
+    handed: Vec<weft_core::Envelope>,
+    read: bool,
+) -> Vec<weft_core::Envelope> {
+    let mut handed: Vec<_> = handed.into_iter().filter(|e| e.seq > last).collect();
+    let follows = handed
+        .iter()
+        .enumerate()
+        .all(|(i, e)| e.seq == last + 1 + i as u64);
+    if !read && follows {
+        return handed;
+    }
+    let from = if follows {
+        last + handed.len() as u64
+    } else {
+        handed.clear();
+        last
+    };
+    match store.events_after(id, from).await {
+        Ok(more) => {
+            handed.extend(more);
+            handed
+        }
+        Err(e) => {
+            tracing::warn!(session = id, error = %e, "telemetry: the log could not be read; `weft sessions trace` exports it again");
+            handed
+        }
+    }
 }
 
 /// The live export of one session while this process drives it.
@@ -283,37 +353,39 @@ impl Live {
         let task = tokio::spawn(async move {
             let mut stopping = false;
             loop {
-                if let Ok(mut c) = c.lock() {
-                    for (after, secs) in c.found.drain(..) {
-                        recorder.first_chunk(after, secs);
+                let handed = match c.lock() {
+                    Ok(mut c) => {
+                        for (after, secs) in c.found.drain(..) {
+                            recorder.first_chunk(after, secs);
+                        }
+                        std::mem::take(&mut c.handed)
                     }
+                    Err(_) => Vec::new(),
+                };
+                let events = events_after(store.as_ref(), &id, last, handed, stopping).await;
+                let mut spans = Vec::new();
+                let mut points = Vec::new();
+                for e in &events {
+                    let closed = deriver.push(e);
+                    points.extend(recorder.push(e, &closed));
+                    spans.extend(closed);
+                    last = e.seq;
                 }
-                if let Ok(events) = store.events_after(&id, last).await {
-                    let mut spans = Vec::new();
-                    let mut points = Vec::new();
-                    for e in &events {
-                        let closed = deriver.push(e);
-                        points.extend(recorder.push(e, &closed));
-                        spans.extend(closed);
-                        last = e.seq;
-                    }
-                    telemetry.send(spans);
-                    telemetry.record(&points);
-                }
+                telemetry.send(spans);
+                telemetry.record(&points);
                 if stopping {
                     return;
                 }
                 tokio::select! {
                     () = w.notified() => {
-                        // The commits of the next moments are read together: one read of the
-                        // store for a burst of commits, not one each.
+                        // The commits of the next moments are derived together: one pass for
+                        // a burst of commits, not one each.
                         tokio::select! {
                             () = s.notified() => stopping = true,
                             () = tokio::time::sleep(GATHER) => {}
                         }
                     }
                     () = s.notified() => stopping = true,
-                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
                 }
             }
         });
@@ -327,9 +399,10 @@ impl Live {
         })
     }
 
-    /// An observer that wakes the export when events are committed, times the first piece of
-    /// text of each model call, and names the turn in the logs' context as it starts (its ids
-    /// are derived as the spans' are).
+    /// An observer of the session's own events (give it to [`weft_runtime::Runtime::observe_own`]:
+    /// it must not see a sub-agent's) that hands the committed events over to the export and
+    /// wakes it, times the first piece of text of each model call, and names the turn in the
+    /// logs' context as it starts (its ids are derived as the spans' are).
     pub fn observer(&self) -> Observer {
         let w = self.wake.clone();
         let chunks = self.chunks.clone();
@@ -350,6 +423,7 @@ impl Live {
                 return;
             }
             if let Ok(mut c) = chunks.lock() {
+                c.handed.push(e.clone());
                 c.last = (e.seq, e.ts);
                 c.seen = false;
                 match &e.event {

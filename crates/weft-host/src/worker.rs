@@ -65,6 +65,11 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, a: WorkerConfig) -> Resul
     let agents = Arc::new(crate::drive::agents(&a.agents).await?);
     host.durability
         .for_agents(store.as_ref(), agents.values().map(|f| &f.spec));
+    // The depth of the queue this worker works down, while it runs (when metrics go anywhere).
+    let _sampling = host
+        .telemetry
+        .sample_queue(store.clone(), host.clock.clone())
+        .map(AbortOnDrop);
     let names: Vec<String> = agents.keys().cloned().collect();
     let mut listed: Vec<String> = agents
         .values()
@@ -213,12 +218,12 @@ async fn one<S: Store>(
         let live =
             crate::telemetry::Live::start(&host.telemetry, store.clone(), &rec.id, None, None)
                 .await;
-        let observers = live.iter().map(crate::telemetry::Live::observer).collect();
+        let own = live.iter().map(crate::telemetry::Live::observer).collect();
         let span = live
             .as_ref()
             .map_or_else(tracing::Span::none, crate::telemetry::Live::log_span);
         let ended = tracing::Instrument::instrument(
-            drive(&host, store.clone(), &held, &rec, agent, observers),
+            drive(&host, store.clone(), &held, &rec, agent, Vec::new(), own),
             span,
         )
         .await;
@@ -264,4 +269,13 @@ async fn one<S: Store>(
     }
     held.release().await;
     how
+}
+
+/// Stops a background task when dropped (when the worker returns).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -483,7 +483,7 @@ impl<S: Store> Runtime<S> {
         let purpose = request.purpose;
         let stream = matches!(purpose, Purpose::React | Purpose::Respond);
         let deltas = if stream {
-            delta_sink(&self.observers)
+            delta_sink(&self.session_observers())
         } else {
             None
         };

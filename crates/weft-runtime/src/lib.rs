@@ -75,8 +75,13 @@ pub struct Runtime<S: Store> {
     pub tools: Arc<Registry>,
     /// The limits every run is held to (steps, time, retries).
     pub limits: Limits,
-    /// Called with every event once it is stored, in order.
+    /// Called with every event once it is stored, in order: the events of this runtime's
+    /// sessions and of the sub-agents' sessions they start (an event does not say whose it is).
     pub observers: Vec<Observer>,
+    /// Called with the events of this runtime's own sessions only, in order, not with those of
+    /// the sub-agents' sessions (which run in runtimes of their own): what follows one session,
+    /// such as its live telemetry, needs that session's events alone.
+    pub own_observers: Vec<Observer>,
     /// Applied to every event before it is stored or shown (secrets).
     pub redact: Option<Redact>,
     /// Runs `agent:` tools (default: sub-agents in this runtime's store).
@@ -130,6 +135,7 @@ impl<S: Store> Runtime<S> {
             tools,
             limits,
             observers: Vec::new(),
+            own_observers: Vec::new(),
             redact: None,
             sub_agents: None,
             depth: 0,
@@ -147,6 +153,23 @@ impl<S: Store> Runtime<S> {
     pub fn observe(mut self, o: Observer) -> Self {
         self.observers.push(o);
         self
+    }
+
+    /// Adds an observer that sees every event of this runtime's own sessions after it is
+    /// stored, and none of its sub-agents' sessions (see [`Runtime::own_observers`]).
+    #[must_use]
+    pub fn observe_own(mut self, o: Observer) -> Self {
+        self.own_observers.push(o);
+        self
+    }
+
+    /// The observers of this runtime's own sessions: both kinds.
+    pub(crate) fn session_observers(&self) -> Vec<Observer> {
+        self.observers
+            .iter()
+            .chain(&self.own_observers)
+            .cloned()
+            .collect()
     }
 
     /// The runner of `agent:` tools.
@@ -191,7 +214,7 @@ impl<S: Store> Runtime<S> {
             Some((fenced, epoch)) if *fenced == id => *epoch,
             _ => 0,
         };
-        Session::new(self.store.as_ref(), id, state, self.observers.clone())
+        Session::new(self.store.as_ref(), id, state, self.session_observers())
             .with_redactor(self.redact.clone())
             .with_clock(Arc::clone(&self.clock))
             .with_epoch(epoch)

@@ -242,6 +242,11 @@ impl Server {
         } = self;
         // Threads whose server stopped mid-run are continued here.
         tokio::spawn(runs::adopt_orphans(app.clone()));
+        // The depth of the work queue on `/metrics` and over OTLP (when telemetry is on).
+        let sampling = app
+            .host
+            .telemetry
+            .sample_queue(app.store.clone(), app.host.clock.clone());
         let mut names: Vec<&String> = app.agents.keys().collect();
         names.sort();
         eprintln!(
@@ -262,6 +267,9 @@ impl Server {
             .await
             .map_err(ServerError::Serve)?;
         app.runs.wait_all(app.host.shutdown.grace()).await;
+        if let Some(s) = sampling {
+            s.abort();
+        }
         eprintln!("weft serve: stopped");
         Ok(())
     }

@@ -10,7 +10,8 @@
 //!   `gen_ai_client_token_usage`, `gen_ai_client_operation_duration_seconds`,
 //!   `gen_ai_client_operation_time_to_first_chunk_seconds` (with the conventions' buckets),
 //!   `weft_turns_total`, `weft_waits_total`, `weft_lease_takeovers_total`,
-//!   `weft_tool_errors_total`, `weft_cost_usd_total`;
+//!   `weft_tool_errors_total`, `weft_cost_usd_total`, and the gauge `weft_queue_depth`
+//!   (sessions waiting for a worker, sampled from the store);
 //! - `weft_telemetry_spans_total{outcome}`: spans exported, dropped (queue full) or lost (the
 //!   collector failed), when spans are exported.
 
@@ -43,6 +44,7 @@ impl prometheus_client::metrics::family::MetricConstructor<Histogram> for Bucket
 enum Derived {
     Histogram(Family<Labels, Histogram, Buckets>),
     Counter(Family<Labels, Counter<f64, AtomicU64>>),
+    Gauge(Family<Labels, Gauge<f64, AtomicU64>>),
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -100,6 +102,11 @@ impl Default for Metrics {
                         None => root.register(name, i.description(), f.clone()),
                     }
                     Derived::Counter(f)
+                }
+                Shape::Gauge => {
+                    let f = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+                    root.register(name, i.description(), f.clone());
+                    Derived::Gauge(f)
                 }
             };
             derived.push((i, d));
@@ -209,6 +216,9 @@ impl Metrics {
                 Some((_, Derived::Histogram(f))) => f.get_or_create(&labels).observe(p.value),
                 Some((_, Derived::Counter(f))) => {
                     f.get_or_create(&labels).inc_by(p.value);
+                }
+                Some((_, Derived::Gauge(f))) => {
+                    f.get_or_create(&labels).set(p.value);
                 }
                 None => {}
             }

@@ -827,7 +827,7 @@ async fn hold_if_paused(
     )
     .await;
     if let Some(l) = &live {
-        rt = rt.observe(l.observer());
+        rt = rt.observe_own(l.observer());
     }
     held.bind(&mut rt);
     let mut session = rt.load_session(&held.fence().0).await?;
@@ -948,7 +948,7 @@ async fn drive(
     )
     .await;
     if let Some(l) = &live {
-        rt = rt.observe(l.observer());
+        rt = rt.observe_own(l.observer());
     }
     let span = live
         .as_ref()
@@ -1358,7 +1358,7 @@ async fn adopt(app: Shared, held: weft_host::ownership::Held<weft_store::AnyStor
             a.insert(tid.clone(), run.run_id.clone());
         }
         app.runs.text_after(&tid, st.seq);
-        let mut observers = vec![observer(&app, &tid)];
+        let observers = vec![observer(&app, &tid)];
         // Its spans continue the run's trace (under the `traceparent` its marker recorded).
         let live = weft_host::telemetry::Live::start(
             &app.host.telemetry,
@@ -1368,13 +1368,24 @@ async fn adopt(app: Shared, held: weft_host::ownership::Held<weft_store::AnyStor
             agent.redact.clone(),
         )
         .await;
-        observers.extend(live.as_ref().map(weft_host::telemetry::Live::observer));
+        let own = live
+            .iter()
+            .map(weft_host::telemetry::Live::observer)
+            .collect();
         let span = live
             .as_ref()
             .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
         tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
         let outcome = tracing::Instrument::instrument(
-            weft_host::drive::drive(&app.host, app.store.clone(), &held, &rec, &agent, observers),
+            weft_host::drive::drive(
+                &app.host,
+                app.store.clone(),
+                &held,
+                &rec,
+                &agent,
+                observers,
+                own,
+            ),
             span,
         )
         .await;

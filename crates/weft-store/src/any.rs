@@ -211,6 +211,7 @@ impl Leases for AnyStore {
             ttl_ms: i64,
             limit: usize,
         ) -> Result<Vec<Lease>, StoreError>;
+        async fn waiting(&self, now: i64) -> Result<u64, StoreError>;
         async fn wake(&self) -> Result<(), StoreError>;
         async fn wait_for_work(&self, max: std::time::Duration);
     }

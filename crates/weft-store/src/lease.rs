@@ -76,6 +76,17 @@ pub(crate) fn claimable_sql(p: fn(usize) -> String, agents: &str, has_events: &s
     )
 }
 
+/// How many sessions wait for a process to run them (see `Leases::waiting`): running, with
+/// events, of any agent, with no lease or an expired one. Parameter: now.
+pub(crate) fn waiting_sql(p: fn(usize) -> String, has_events: &str) -> String {
+    format!(
+        "SELECT COUNT(*) FROM sessions s LEFT JOIN leases l ON l.session = s.id \
+         WHERE s.status = 'running' AND {has_events} \
+         AND (l.session IS NULL OR l.expires_at <= {now})",
+        now = p(1),
+    )
+}
+
 /// PostgreSQL's claim, first part: running sessions of one of the agents whose lease ran out,
 /// least recently updated first. `lock` (`FOR UPDATE OF l SKIP LOCKED`) locks their *lease*
 /// rows and only reads their session rows: a session row held by an owner's open transaction

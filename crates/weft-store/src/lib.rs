@@ -504,6 +504,11 @@ pub trait Leases: Send + Sync + 'static {
         ttl_ms: i64,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Lease>, StoreError>> + Send;
+    /// How many sessions wait for a process to run them at `now`: running sessions with events,
+    /// of any agent, whose lease ran out or that never had one (new ones queued by `weft
+    /// submit`, answered ones, those whose owner stopped). The depth of the queue workers
+    /// work down; what [`Leases::claim`] would find for every agent.
+    fn waiting(&self, now: i64) -> impl Future<Output = Result<u64, StoreError>> + Send;
     /// Tells waiting workers that there is work (PostgreSQL: `NOTIFY`; other stores: the
     /// workers of this process). It only shortens their wait: polling finds the work anyway.
     fn wake(&self) -> impl Future<Output = Result<(), StoreError>> + Send;

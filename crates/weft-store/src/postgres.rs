@@ -528,6 +528,15 @@ impl Leases for PgStore {
         Ok(got)
     }
 
+    async fn waiting(&self, now: i64) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar(&lease::waiting_sql(lease::dollar, "s.last_seq > 0"))
+            .bind(now)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.err("cannot count the sessions waiting for a worker", e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     async fn wake(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT pg_notify($1, '')")
             .bind(lease::WORK_CHANNEL)

@@ -342,6 +342,19 @@ impl Leases for RamStore {
         crate::take_each(self, ids, owner, now, ttl_ms, limit).await
     }
 
+    async fn waiting(&self, now: i64) -> Result<u64, StoreError> {
+        let map = self.lock()?;
+        let leases = self.leases()?;
+        Ok(map
+            .values()
+            .filter(|e| {
+                e.rec.status == SessionStatus::Running
+                    && !e.log.is_empty()
+                    && leases.get(&e.rec.id).is_none_or(|l| l.expires_at <= now)
+            })
+            .count() as u64)
+    }
+
     async fn wake(&self) -> Result<(), StoreError> {
         self.work.notify_waiters();
         Ok(())

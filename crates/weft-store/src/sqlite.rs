@@ -409,6 +409,19 @@ impl Leases for SqliteStore {
         crate::take_each(self, ids, owner, now, ttl_ms, limit).await
     }
 
+    async fn waiting(&self, now: i64) -> Result<u64, StoreError> {
+        let sql = lease::waiting_sql(
+            lease::question,
+            "EXISTS (SELECT 1 FROM events e WHERE e.session = s.pk)",
+        );
+        let n: i64 = sqlx::query_scalar(&sql)
+            .bind(now)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.err("cannot count the sessions waiting for a worker", e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     async fn wake(&self) -> Result<(), StoreError> {
         self.work.notify_waiters();
         Ok(())

@@ -358,6 +358,10 @@ pub struct Meters {
         crate::metrics::Instrument,
         opentelemetry::metrics::Counter<f64>,
     )>,
+    gauges: Vec<(
+        crate::metrics::Instrument,
+        opentelemetry::metrics::Gauge<f64>,
+    )>,
     url: String,
 }
 
@@ -425,6 +429,7 @@ impl Meters {
         );
         let mut histograms = Vec::new();
         let mut counters = Vec::new();
+        let mut gauges = Vec::new();
         for i in Instrument::ALL {
             match i.shape() {
                 Shape::Histogram(bounds) => histograms.push((
@@ -444,12 +449,21 @@ impl Meters {
                         .with_description(i.description())
                         .build(),
                 )),
+                Shape::Gauge => gauges.push((
+                    i,
+                    meter
+                        .f64_gauge(i.name())
+                        .with_unit(i.unit())
+                        .with_description(i.description())
+                        .build(),
+                )),
             }
         }
         Ok(Self {
             provider,
             histograms,
             counters,
+            gauges,
             url: url.to_owned(),
         })
     }
@@ -471,6 +485,8 @@ impl Meters {
                 h.record(p.value, &attrs);
             } else if let Some((_, c)) = self.counters.iter().find(|(i, _)| *i == p.instrument) {
                 c.add(p.value, &attrs);
+            } else if let Some((_, g)) = self.gauges.iter().find(|(i, _)| *i == p.instrument) {
+                g.record(p.value, &attrs);
             }
         }
     }

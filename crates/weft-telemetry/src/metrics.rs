@@ -3,7 +3,8 @@
 //! The GenAI conventions' client instruments, with their names, units and bucket boundaries
 //! (`gen_ai.client.token.usage`, `gen_ai.client.operation.duration` for model calls, tool
 //! calls and turns, `gen_ai.client.operation.time_to_first_chunk` for streamed model calls),
-//! and weft's own counters (turns by outcome, waits, lease takeovers, tool errors, cost). A
+//! and weft's own counters (turns by outcome, waits, lease takeovers, tool errors, cost) and
+//! the queue's depth (a gauge the process samples from the store, [`queue_depth`]). A
 //! [`Recorder`] follows one session beside its [`crate::Deriver`]: each point comes from a span
 //! that an event closed, or from an event, so the process that commits the event records it
 //! and a process that continues the session never records it again.
@@ -58,6 +59,9 @@ pub enum Instrument {
     ToolErrors,
     /// `weft.cost`: what model calls cost, in US dollars, by `gen_ai.request.model`.
     Cost,
+    /// `weft.queue.depth`: sessions waiting for a worker (running, with no live lease), as
+    /// the store counted them last.
+    QueueDepth,
 }
 
 /// How an instrument aggregates.
@@ -67,11 +71,13 @@ pub enum Shape {
     Histogram(&'static [f64]),
     /// A monotonic sum.
     Counter,
+    /// The last value sampled.
+    Gauge,
 }
 
 impl Instrument {
     /// Every instrument.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::TokenUsage,
         Self::OperationDuration,
         Self::TimeToFirstChunk,
@@ -80,6 +86,7 @@ impl Instrument {
         Self::Takeovers,
         Self::ToolErrors,
         Self::Cost,
+        Self::QueueDepth,
     ];
 
     /// The OpenTelemetry name.
@@ -93,6 +100,7 @@ impl Instrument {
             Self::Takeovers => "weft.lease.takeovers",
             Self::ToolErrors => "weft.tool.errors",
             Self::Cost => "weft.cost",
+            Self::QueueDepth => "weft.queue.depth",
         }
     }
 
@@ -106,6 +114,7 @@ impl Instrument {
             Self::Takeovers => "{takeover}",
             Self::ToolErrors => "{error}",
             Self::Cost => "USD",
+            Self::QueueDepth => "{session}",
         }
     }
 
@@ -120,6 +129,7 @@ impl Instrument {
             Self::Takeovers => "Running sessions continued by another lease holder",
             Self::ToolErrors => "Tool calls that failed, by tool and error type",
             Self::Cost => "Cost of model calls, by model",
+            Self::QueueDepth => "Sessions waiting for a worker: running, with no live lease",
         }
     }
 
@@ -128,6 +138,7 @@ impl Instrument {
         match self {
             Self::TokenUsage => Shape::Histogram(&TOKEN_BUCKETS),
             Self::OperationDuration | Self::TimeToFirstChunk => Shape::Histogram(&DURATION_BUCKETS),
+            Self::QueueDepth => Shape::Gauge,
             _ => Shape::Counter,
         }
     }
@@ -143,6 +154,15 @@ pub struct Point {
     /// Its attributes, by their OpenTelemetry names (never ids, text or secrets: bounded sets
     /// of values only).
     pub attributes: Vec<(&'static str, String)>,
+}
+
+/// The depth of the work queue: `waiting` sessions (see `weft_store::Leases::waiting`).
+pub fn queue_depth(waiting: u64) -> Point {
+    Point {
+        instrument: Instrument::QueueDepth,
+        value: waiting as f64,
+        attributes: Vec::new(),
+    }
 }
 
 /// Follows one session's events and closed spans, and gives the points they make.

@@ -554,11 +554,11 @@ async fn a_step_after_a_delegated_one_sees_its_answer_as_the_steps_reply() {
     requests.assert_alternate();
 }
 
-#[tokio::test]
-async fn a_step_hands_its_work_to_a_react_agent_in_a_linked_session() {
-    let dir = tempfile::tempdir().unwrap();
-    let agent = agent_in(
-        dir.path(),
+/// A workflow whose one step hands its work to a ReAct agent (`researcher.yaml`) in a linked
+/// session; the researcher's first answer breaks the step's schema.
+async fn desk_with_a_researcher(dir: &Path) -> Agent {
+    agent_in(
+        dir,
         &[
             (
                 "agent.yaml",
@@ -590,7 +590,13 @@ workflow:
             ),
         ],
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn a_step_hands_its_work_to_a_react_agent_in_a_linked_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = desk_with_a_researcher(dir.path()).await;
     let store = Arc::new(RamStore::new());
     assert_eq!(
         start(&store, &agent, "desk", "What is the capital of Portugal?").await,
@@ -639,6 +645,65 @@ workflow:
     assert!(
         task.contains("Find the capital.") && task.contains("could not be used"),
         "{task}"
+    );
+}
+
+/// An observer of the runtime's own sessions sees the workflow's events, each once and in
+/// order, and none of the linked sessions' (which every other observer sees too): what the
+/// live telemetry of one session relies on.
+#[tokio::test]
+async fn an_own_observer_sees_its_session_and_not_the_sub_agents() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = desk_with_a_researcher(dir.path()).await;
+    let store = Arc::new(RamStore::new());
+    let all = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let own = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (a, o) = (all.clone(), own.clone());
+    let rt = runtime(&store, &agent)
+        .observe(Arc::new(move |e: &Envelope| {
+            if e.seq > 0 {
+                a.lock().unwrap().push(e.event.kind().to_owned());
+            }
+        }))
+        .observe_own(Arc::new(move |e: &Envelope| {
+            if e.seq > 0 {
+                o.lock().unwrap().push((e.seq, e.event.kind().to_owned()));
+            }
+        }));
+    let info = SessionInfo {
+        id: Some("desk".to_owned()),
+        ..SessionInfo::default()
+    };
+    let s = rt
+        .run_agent(&agent, info, "What is the capital of Portugal?", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(s.state.status, SessionStatus::Completed);
+    let log: Vec<(u64, String)> = Log::of(&store, "desk")
+        .await
+        .events
+        .iter()
+        .map(|e| (e.seq, e.event.kind().to_owned()))
+        .collect();
+    assert_eq!(*own.lock().unwrap(), log);
+    // The other observers saw the two linked sessions' events as well.
+    let children = store
+        .list(&weft_store::ListFilter::default())
+        .await
+        .unwrap()
+        .len()
+        - 1;
+    assert_eq!(children, 2);
+    let all = all.lock().unwrap();
+    assert!(
+        all.len() > log.len(),
+        "{} events seen, {} in the log",
+        all.len(),
+        log.len()
+    );
+    assert!(
+        all.iter().filter(|k| *k == "session_started").count() == 3,
+        "{all:?}"
     );
 }
 

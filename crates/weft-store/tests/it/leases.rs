@@ -200,12 +200,25 @@ async fn claims_are_exclusive<S: Store>(store: &S) {
     // c3 is being run by a live process; c4's owner stopped (its lease ran out).
     store.acquire("c3", &z, 1_000, 10_000, false).await.unwrap();
     store.acquire("c4", &z, 1_000, 100, false).await.unwrap();
+    // Waiting for a worker: c1, c2, c4 (owner stopped), c5 and c6 (another agent's); not c3
+    // (running under a live lease), c7, c8 (not running) or c9 (no events).
+    assert_eq!(store.waiting(2_000).await.unwrap(), 5);
+    assert_eq!(
+        store.waiting(1_050).await.unwrap(),
+        4,
+        "c4's lease still runs"
+    );
     let first = store.claim(&w1, &agents, 2_000, 500, 2).await.unwrap();
     let second = store.claim(&w2, &agents, 2_000, 500, 10).await.unwrap();
     let ids = |ls: &[weft_store::Lease]| ls.iter().map(|l| l.session.clone()).collect::<Vec<_>>();
     // c4, whose owner stopped, comes before sessions no one started.
     assert_eq!(ids(&first), ["c4", "c1"]);
     assert_eq!(ids(&second), ["c2", "c5"]);
+    assert_eq!(
+        store.waiting(2_000).await.unwrap(),
+        1,
+        "only c6 (agent b) is left"
+    );
     assert_eq!(first[0].epoch, 2, "c4 is taken over at the next epoch");
     assert_eq!(store.lease("c1").await.unwrap().unwrap().owner, w1);
     // Nothing is left until a lease runs out.

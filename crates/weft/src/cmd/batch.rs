@@ -669,12 +669,36 @@ async fn run_record<S: Store>(
     existing: Option<weft_store::SessionRecord>,
 ) -> Result<State> {
     let held = ownership::take(host, store.clone(), id, false).await?;
+    // OpenTelemetry traces of the session, when an OTLP endpoint is configured.
+    let live = weft_host::telemetry::Live::start(
+        &host.telemetry,
+        store.clone(),
+        id,
+        Some(agent.path.clone()),
+        agent.redact.clone(),
+    )
+    .await;
+    let own: Vec<_> = live
+        .iter()
+        .map(weft_host::telemetry::Live::observer)
+        .collect();
+    let span = live
+        .as_ref()
+        .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
     let result = async {
         if let Some(rec) = &existing
             && rec.status == SessionStatus::Running
         {
-            return match weft_host::drive::drive(host, store.clone(), &held, rec, agent, Vec::new())
-                .await?
+            return match weft_host::drive::drive(
+                host,
+                store.clone(),
+                &held,
+                rec,
+                agent,
+                Vec::new(),
+                own.clone(),
+            )
+            .await?
             {
                 Ended::Done(state, _) => Ok(state),
                 Ended::Stopped(_) => Ok(load_state(store.as_ref(), id).await?),
@@ -700,6 +724,9 @@ async fn run_record<S: Store>(
         );
         rt.redact = agent.redact.clone();
         held.bind(&mut rt);
+        for o in &own {
+            rt = rt.observe_own(o.clone());
+        }
         let work = async {
             if existing.is_some() {
                 let mut session = rt.load_session(id).await?;
@@ -726,9 +753,12 @@ async fn run_record<S: Store>(
                 Ok(load_state(store.as_ref(), id).await?)
             }
         }
-    }
-    .await;
+    };
+    let result = tracing::Instrument::instrument(result, span).await;
     held.release().await;
+    if let Some(l) = live {
+        l.finish().await;
+    }
     result
 }
 

@@ -226,33 +226,54 @@ pub async fn execute<S: weft_store::Store>(host: &Host, store: Arc<S>, p: Prepar
         a.id.clone()
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     let held = weft_host::ownership::take(host, store.clone(), &id, false).await?;
+    let agent_file = load::absolute(&a.plan.agent);
+    // OpenTelemetry traces of the session, when an OTLP endpoint is configured.
+    let live = weft_host::telemetry::Live::start(
+        &host.telemetry,
+        store.clone(),
+        &id,
+        Some(agent_file.clone().into()),
+        redact.clone(),
+    )
+    .await;
     let mut rt = Runtime::new(store, tools.clone(), limits);
     held.bind(&mut rt);
     rt.redact = redact;
     rt = rt.observe(observer);
     rt = rt.observe(host.shutdown.observer());
+    if let Some(l) = &live {
+        rt = rt.observe_own(l.observer());
+    }
     let problems = rt.check_plan(&plan, Some(&input));
     if !problems.is_empty() {
         return Ok(report(&a.plan.plan, &problems));
     }
+    let span = live
+        .as_ref()
+        .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
     let info = weft_runtime::SessionInfo {
         id: Some(id.clone()),
         user_id: a.user.clone(),
-        metadata: serde_json::json!({"weft_agent_file": load::absolute(&a.plan.agent)}),
+        metadata: serde_json::json!({"weft_agent_file": agent_file}),
         ..weft_runtime::SessionInfo::default()
     };
-    let session = match held
-        .until_asked(rt.run_plan_in(&agent.spec.name, plan, input, info))
-        .await
-    {
+    let run =
+        tracing::Instrument::instrument(rt.run_plan_in(&agent.spec.name, plan, input, info), span);
+    let session = match held.until_asked(run).await {
         Ok(done) => done?,
         Err(asked) => {
             let code = weft_host::ownership::stopped(host, &rt, &id, asked).await;
             held.release().await;
+            if let Some(l) = live {
+                l.finish().await;
+            }
             return Ok(code?);
         }
     };
     held.release().await;
+    if let Some(l) = live {
+        l.finish().await;
+    }
     let state = &session.state;
     writeln!(
         std::io::stdout(),

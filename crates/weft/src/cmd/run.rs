@@ -248,7 +248,7 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
     held.bind(&mut rt);
     rt.redact = redact;
     if let Some(l) = &live {
-        rt = rt.observe(l.observer());
+        rt = rt.observe_own(l.observer());
     }
     rt = rt.observe(if args.events {
         json_lines()

@@ -501,13 +501,15 @@ pub async fn resume<S: Store>(host: &Host, store: Arc<S>, args: ResumeArgs) -> R
             None,
         )
         .await;
-        let mut observers = vec![observer];
-        observers.extend(live.as_ref().map(weft_host::telemetry::Live::observer));
+        let own = live
+            .iter()
+            .map(weft_host::telemetry::Live::observer)
+            .collect();
         let span = live
             .as_ref()
             .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
         let ended = tracing::Instrument::instrument(
-            weft_host::drive::drive(host, store, &held, &rec, &agent, observers),
+            weft_host::drive::drive(host, store, &held, &rec, &agent, vec![observer], own),
             span,
         )
         .await;

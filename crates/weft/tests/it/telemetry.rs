@@ -805,3 +805,262 @@ fn strip_colours(raw: &str) -> String {
     }
     text
 }
+
+/// The span ids `weft sessions trace --json` derives from a session's log.
+fn derived_ids(dir: &Path, id: &str) -> HashSet<String> {
+    derived(dir, id)
+        .iter()
+        .map(|s| s["span_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Runs `weft` with `args` in `dir`'s copy of the examples, exporting as `service`; fails the
+/// test on a non-zero exit.
+fn run_ok(dir: &Path, service: &str, args: &[&str]) -> String {
+    let out = weft(dir, service).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "weft {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `weft plan run` exports its session's spans as it runs: each span `weft sessions trace`
+/// derives from the log, once, in the session's trace.
+#[test]
+fn needs_otel_a_plan_run_of_a_plan_file_exports_its_spans_live() {
+    let (dir, id) = workdir("planrun");
+    let live = format!("weft-live-{id}");
+    run_ok(
+        dir.path(),
+        &live,
+        &[
+            "plan",
+            "run",
+            "plans/payment.json",
+            "--agent",
+            "shop.yaml",
+            "--input",
+            r#"{"amount": 500}"#,
+            "--id",
+            &id,
+        ],
+    );
+    let want = derived_ids(dir.path(), &id);
+    assert!(want.len() >= 3, "{want:?}");
+    let spans = spans_of(&live, want.len());
+    let got: Vec<String> = spans.iter().map(|s| s.id.clone()).collect();
+    assert_eq!(got.len(), want.len(), "a span twice or missing: {spans:#?}");
+    assert_eq!(got.into_iter().collect::<HashSet<_>>(), want);
+    assert!(spans.iter().any(|s| s.name.starts_with("execute_tool ")));
+    assert!(spans.iter().all(|s| s.trace == spans[0].trace));
+}
+
+/// `weft batch` exports the spans of every record's session as it runs, each session in a
+/// trace of its own.
+#[test]
+fn needs_otel_a_batch_exports_each_records_spans_live() {
+    let (dir, id) = workdir("batch");
+    let live = format!("weft-live-{id}");
+    run_ok(
+        dir.path(),
+        &live,
+        &[
+            "batch",
+            "refund-desk.yaml",
+            "records/refunds.jsonl",
+            "--name",
+            &id,
+            "--concurrency",
+            "2",
+            "--out",
+            "results.jsonl",
+        ],
+    );
+    let results = std::fs::read_to_string(dir.path().join("examples/results.jsonl")).unwrap();
+    let sessions: Vec<String> = results
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["session"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(sessions.len(), 3, "{results}");
+    let mut want = HashSet::new();
+    for s in &sessions {
+        want.extend(derived_ids(dir.path(), s));
+    }
+    let spans = spans_of(&live, want.len());
+    let got: Vec<String> = spans.iter().map(|s| s.id.clone()).collect();
+    assert_eq!(got.len(), want.len(), "a span twice or missing: {spans:#?}");
+    assert_eq!(got.into_iter().collect::<HashSet<_>>(), want);
+    let traces: HashSet<&str> = spans.iter().map(|s| s.trace.as_str()).collect();
+    assert_eq!(traces.len(), 3, "one trace per record's session");
+}
+
+/// Starts `weft worker` in `dir` (store `serve.db`) exporting as `service`, with a lease of
+/// two seconds so that a killed worker's session is taken over soon.
+fn worker(dir: &Path, service: &str) -> std::process::Child {
+    let log = std::fs::File::create(dir.join(format!("{service}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_weft"))
+        .current_dir(dir)
+        .args(["--db", "serve.db", "worker", "--agents", "."])
+        .args(["--poll-secs", "0.2"])
+        .env_remove("WEFT_DB")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+        .env_remove("OTEL_SDK_DISABLED")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint())
+        .env("OTEL_SERVICE_NAME", service)
+        // Spans go out at once, so that the first worker has sent what it closed before it dies.
+        .env("OTEL_BSP_SCHEDULE_DELAY", "20")
+        .env("WEFT_LEASE_SECS", "2")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// A session queued with `weft submit`, begun by one worker that is SIGKILLed during its tool
+/// call and finished by another worker once the lease ran out: the two workers' spans are the
+/// spans of one trace that the log derives, none sent twice.
+#[test]
+fn needs_otel_a_session_taken_over_by_another_worker_is_one_trace_without_a_span_twice() {
+    let (tmp, id) = (tempfile::tempdir().unwrap(), workdir("workers").1);
+    let dir = tmp.path();
+    served_agent(dir, true);
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .current_dir(dir)
+        .args([
+            "--db",
+            "serve.db",
+            "submit",
+            "shouter.yaml",
+            "Shout.",
+            "--id",
+            &id,
+        ])
+        .env_remove("WEFT_DB")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first = format!("weft-worker-1-{id}");
+    let mut a = worker(dir, &first);
+    weft_testkit::wait_for_file(&dir.join("started"), Duration::from_secs(30));
+    // The model's first reply (its span closed) reached the collector from the first worker.
+    let sent = spans_of(&first, 1);
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    let _ = Command::new("kill")
+        .args(["-KILL", &a.id().to_string()])
+        .status();
+    let _ = a.wait();
+    std::fs::write(dir.join("release"), "").unwrap();
+    let second = format!("weft-worker-2-{id}");
+    let mut b = worker(dir, &second);
+    let start = Instant::now();
+    let want = loop {
+        let d = derived_in(dir, &id);
+        if d.iter().any(|s| s["name"] == "invoke_agent shouter") {
+            break d;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the session was not finished by the second worker: {}",
+            std::fs::read_to_string(dir.join(format!("{second}.log"))).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let later = spans_of(&second, want.len() - sent.len());
+    let _ = Command::new("kill")
+        .args(["-TERM", &b.id().to_string()])
+        .status();
+    let _ = b.wait();
+    let mut all = sent.clone();
+    all.extend(later.iter().cloned());
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for s in &all {
+        *count.entry(s.id.as_str()).or_default() += 1;
+    }
+    assert!(
+        count.values().all(|n| *n == 1),
+        "a span sent twice: {all:#?}"
+    );
+    assert_eq!(ids(&want), all.iter().map(|s| s.id.clone()).collect());
+    assert!(all.iter().all(|s| s.trace == all[0].trace), "{all:#?}");
+    // The turn (begun by `weft submit`) ended under the second worker: one span. Its tool call,
+    // started under the first worker's lease (epoch 1) and finished by the second worker, is
+    // one span too, the turn's child, sent by the second worker.
+    let turn = one(&later, "invoke_agent shouter");
+    let tool = one(&later, "execute_tool shout");
+    assert_eq!(tool.parent, turn.id);
+    assert_eq!(
+        tool.attrs.get("weft.epoch").map(String::as_str),
+        Some("Int(1)"),
+        "{tool:#?}"
+    );
+}
+
+/// The depth of the work queue (sessions waiting for a worker) is sampled from the store by
+/// `weft serve`: on `/metrics` as `weft_queue_depth` and over OTLP as the gauge
+/// `weft.queue.depth`.
+#[test]
+fn needs_otel_the_queue_depth_is_sampled_for_metrics_and_the_collector() {
+    let (tmp, id) = (tempfile::tempdir().unwrap(), workdir("queue").1);
+    let dir = tmp.path();
+    served_agent(dir, false);
+    // Sessions of an agent this server does not serve wait in the queue for a worker.
+    std::fs::create_dir(dir.join("queued")).unwrap();
+    let shouter = std::fs::read_to_string(dir.join("shouter.yaml")).unwrap();
+    std::fs::write(
+        dir.join("queued/waiter.yaml"),
+        shouter.replace("name: shouter", "name: waiter"),
+    )
+    .unwrap();
+    std::fs::copy(
+        dir.join("shouter.script.yaml"),
+        dir.join("queued/shouter.script.yaml"),
+    )
+    .unwrap();
+    for k in 0..2 {
+        let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .current_dir(dir)
+            .args(["--db", "serve.db", "submit", "queued/waiter.yaml"])
+            .arg(format!("Wait {k}."))
+            .env_remove("WEFT_DB")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let port = free_port();
+    let service = format!("weft-queue-{id}");
+    let server = serve(dir, port, &service, &[]);
+    let start = Instant::now();
+    loop {
+        let text = http(port, "GET", "/metrics", &[], None);
+        if text.lines().any(|l| l == "weft_queue_depth{} 2.0") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no weft_queue_depth 2 on /metrics:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop(server);
+    let depth = metrics_of(&service, "weft.queue.depth");
+    assert!(depth.contains("-> DataType: Gauge\n"), "{depth}");
+    assert!(depth.contains("-> Unit: {session}\n"), "{depth}");
+    assert!(depth.contains("Value: 2\n"), "{depth}");
+}
