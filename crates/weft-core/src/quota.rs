@@ -146,7 +146,9 @@ impl QuotaFile {
 }
 
 /// A calendar period a quota counts over (UTC).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Period {
     /// A calendar day.
@@ -189,6 +191,14 @@ impl Period {
         next.and_then(|n| n.and_hms_opt(0, 0, 0))
             .map_or(i64::MAX, |t| t.and_utc().timestamp_millis())
     }
+}
+
+/// A Unix time in ms as people read it, `2026-11-27T00:00:00Z`.
+pub fn utc_text(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms).map_or_else(
+        || ms.to_string(),
+        |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    )
 }
 
 /// The calendar day (UTC) of `ms`; out of chrono's range, the epoch's (never reached by a clock).
@@ -331,7 +341,8 @@ mod tests {
 
     #[test]
     fn a_quota_file_names_the_field_and_line_at_fault() {
-        let text = "default:\n  day: { cost_usd: 5 }\nusers:\n  alice:\n    month: { cost_usd: -1 }\n";
+        let text =
+            "default:\n  day: { cost_usd: 5 }\nusers:\n  alice:\n    month: { cost_usd: -1 }\n";
         let e = QuotaFile::parse(text).unwrap_err();
         assert_eq!(e[0].path, "users.alice.month.cost_usd");
         assert_eq!(e[0].line, Some(5), "{e:?}");

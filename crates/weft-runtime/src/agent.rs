@@ -457,8 +457,7 @@ impl<S: Store> Runtime<S> {
                     // The user's quota, read from the store (shared by every process), is
                     // checked as the core checks a budget: with what the call may cost at most.
                     if self.quota.is_some() {
-                        let max =
-                            weft_core::budget::call_max(&request, &agent.config.model_costs);
+                        let max = weft_core::budget::call_max(&request, &agent.config.model_costs);
                         if let Some(r) = self.quota_reached(&max).await? {
                             drop(request);
                             if session.state.calls.open.is_empty() && !inflight.busy() {

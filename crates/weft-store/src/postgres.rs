@@ -42,7 +42,8 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (
         7,
         include_str!("../migrations/postgres/0007_knowledge_vectors.sql"),
-    ),    (8, include_str!("../migrations/postgres/0008_usage.sql")),
+    ),
+    (8, include_str!("../migrations/postgres/0008_usage.sql")),
 ];
 
 /// How long to wait for the server to answer before giving up.

@@ -47,7 +47,8 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (
         7,
         include_str!("../migrations/sqlite/0007_knowledge_vectors.sql"),
-    ),    (8, include_str!("../migrations/sqlite/0008_usage.sql")),
+    ),
+    (8, include_str!("../migrations/sqlite/0008_usage.sql")),
 ];
 
 /// How long a writer waits for another writer's lock before giving up.

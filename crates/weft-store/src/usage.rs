@@ -114,9 +114,7 @@ macro_rules! sql_usage_methods {
                     .bind(period)
                     .fetch_optional(&self.pool)
                     .await
-                    .map_err(|e| {
-                        self.err(&format!("cannot read the usage of user {user}"), e)
-                    })?;
+                    .map_err(|e| self.err(&format!("cannot read the usage of user {user}"), e))?;
                 out.push(match row {
                     Some(r) => $crate::usage::from_row(user, period, r)?,
                     None => weft_core::quota::Used::default(),

@@ -3,7 +3,7 @@
 //! The GenAI conventions' client instruments, with their names, units and bucket boundaries
 //! (`gen_ai.client.token.usage`, `gen_ai.client.operation.duration` for model calls, tool
 //! calls and turns, `gen_ai.client.operation.time_to_first_chunk` for streamed model calls),
-//! and weft's own counters (turns by outcome, waits, lease takeovers, tool errors, cost). A
+//! and weft's own counters (turns by outcome, waits, lease takeovers, tool errors, cost, budget and quota stops). A
 //! [`Recorder`] follows one session beside its [`crate::Deriver`]: each point comes from a span
 //! that an event closed, or from an event, so the process that commits the event records it
 //! and a process that continues the session never records it again.
@@ -58,6 +58,10 @@ pub enum Instrument {
     ToolErrors,
     /// `weft.cost`: what model calls cost, in US dollars, by `gen_ai.request.model`.
     Cost,
+    /// `weft.budget.stops`: budgets and quotas reached (`budget_exceeded`), by
+    /// `weft.budget.scope` (`run`, `session`, or `user` for a user's quota) and
+    /// `weft.budget.limit` (`cost_usd`, `tool_calls`, ...).
+    BudgetStops,
 }
 
 /// How an instrument aggregates.
@@ -71,7 +75,7 @@ pub enum Shape {
 
 impl Instrument {
     /// Every instrument.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::TokenUsage,
         Self::OperationDuration,
         Self::TimeToFirstChunk,
@@ -80,6 +84,7 @@ impl Instrument {
         Self::Takeovers,
         Self::ToolErrors,
         Self::Cost,
+        Self::BudgetStops,
     ];
 
     /// The OpenTelemetry name.
@@ -93,6 +98,7 @@ impl Instrument {
             Self::Takeovers => "weft.lease.takeovers",
             Self::ToolErrors => "weft.tool.errors",
             Self::Cost => "weft.cost",
+            Self::BudgetStops => "weft.budget.stops",
         }
     }
 
@@ -106,6 +112,7 @@ impl Instrument {
             Self::Takeovers => "{takeover}",
             Self::ToolErrors => "{error}",
             Self::Cost => "USD",
+            Self::BudgetStops => "{stop}",
         }
     }
 
@@ -120,6 +127,7 @@ impl Instrument {
             Self::Takeovers => "Running sessions continued by another lease holder",
             Self::ToolErrors => "Tool calls that failed, by tool and error type",
             Self::Cost => "Cost of model calls, by model",
+            Self::BudgetStops => "Budgets and users' quotas reached, by scope and limit",
         }
     }
 
@@ -211,6 +219,23 @@ impl Recorder {
                 }
             }
             Event::RunFinished { .. } => self.running = false,
+            Event::BudgetExceeded { which, .. } if fresh => {
+                // `run.cost_usd`, `session.tool_calls.search`, `user.day.tokens`: the scope, and
+                // the limit without a tool's or a period's name.
+                let mut parts = which.split('.');
+                let scope = parts.next().unwrap_or_default().to_owned();
+                let rest: Vec<&str> = parts.collect();
+                let limit = match (scope.as_str(), rest.as_slice()) {
+                    ("user", [_, limit, ..]) => (*limit).to_owned(),
+                    (_, [limit, ..]) => (*limit).to_owned(),
+                    _ => String::new(),
+                };
+                out.push(Point {
+                    instrument: Instrument::BudgetStops,
+                    value: 1.0,
+                    attributes: vec![("weft.budget.scope", scope), ("weft.budget.limit", limit)],
+                });
+            }
             _ => {}
         }
         for s in closed {
@@ -335,5 +360,46 @@ mod tests {
                 .all(|w| (w[1] - w[0] * 2.0).abs() < 1e-9)
         );
         assert_eq!(DURATION_BUCKETS[13], 81.92);
+    }
+
+    #[test]
+    fn budget_and_quota_stops_are_counted_by_scope_and_limit_once() {
+        let stop = |seq: u64, which: &str| Envelope {
+            seq,
+            ts: 0,
+            v: weft_core::EVENT_VERSION,
+            epoch: 0,
+            event: Event::BudgetExceeded {
+                which: which.into(),
+                limit: 1.0,
+                spent: 1.0,
+                call: 0.1,
+            },
+        };
+        let mut r = Recorder::new(false);
+        let attrs = |p: Vec<Point>| {
+            assert_eq!(p.len(), 1);
+            assert_eq!(p[0].instrument, Instrument::BudgetStops);
+            p[0].attributes
+                .iter()
+                .map(|(_, v)| v.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            attrs(r.push(&stop(1, "run.cost_usd"), &[])),
+            ["run", "cost_usd"]
+        );
+        assert_eq!(
+            attrs(r.push(&stop(2, "session.tool_calls.search"), &[])),
+            ["session", "tool_calls"]
+        );
+        assert_eq!(
+            attrs(r.push(&stop(3, "user.day.tokens"), &[])),
+            ["user", "tokens"]
+        );
+        // A process that continues the session does not count it again.
+        let mut again = Recorder::new(false);
+        again.skip_through(3);
+        assert!(again.push(&stop(3, "user.day.tokens"), &[]).is_empty());
     }
 }

@@ -113,9 +113,7 @@ async fn a_users_quota_holds_across_sessions_and_resets_with_the_day() {
     assert!(spent2 >= spent, "{spent2} < {spent}");
     let day = &store.usage("ann", &period_keys(EVENING)).await.unwrap()[0];
     assert!(day.cost_usd <= 0.5, "{}", day.cost_usd);
-    assert!(
-        second.state.spending.session.model_calls < first.state.spending.session.model_calls
-    );
+    assert!(second.state.spending.session.model_calls < first.state.spending.session.model_calls);
 
     // An hour later it is another day: its counter starts from zero and the user may spend
     // again (the month's counter goes on from what was spent).
@@ -123,7 +121,10 @@ async fn a_users_quota_holds_across_sessions_and_resets_with_the_day() {
     assert_ne!(Period::Day.key(EVENING), Period::Day.key(clock.now_ms()));
     let third = rt.run_agent(&a, info(), "Loop.", json!({})).await.unwrap();
     assert!(third.state.spending.session.model_calls > 0);
-    let next = store.usage("ann", &period_keys(clock.now_ms())).await.unwrap();
+    let next = store
+        .usage("ann", &period_keys(clock.now_ms()))
+        .await
+        .unwrap();
     assert!((next[0].cost_usd - third.state.spending.session.cost_usd).abs() < 1e-9);
     assert!(next[1].cost_usd > next[0].cost_usd);
     let month: Used = next[1].clone();
@@ -158,5 +159,9 @@ async fn a_quota_reached_with_on_budget_ask_waits_for_a_person() {
         panic!("the session waits");
     };
     assert_eq!(request.kind, weft_core::budget::WAIT_KIND);
-    assert!(request.question.contains("quota reached"), "{}", request.question);
+    assert!(
+        request.question.contains("quota reached"),
+        "{}",
+        request.question
+    );
 }
