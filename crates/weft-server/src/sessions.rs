@@ -227,11 +227,13 @@ pub(crate) async fn get(
     Query(q): Query<AtQuery>,
 ) -> Result<Json<view::SessionView>, ApiError> {
     let (rec, log) = load(&app, &user, &id).await?;
+    let agent_budget = |name: &str| app.agents.get(name).and_then(|a| a.spec.budget.clone());
     Ok(Json(view::session(
         &rec,
         &log,
         q.at,
         app.runs.active_on(&id),
+        &agent_budget,
     )))
 }
 
