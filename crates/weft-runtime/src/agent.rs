@@ -415,6 +415,9 @@ impl<S: Store> Runtime<S> {
             inflight.spawn(&agent.tools, &session.state, call);
         }
         let mut wall = crate::budget::WallClock::default();
+        if self.quota.as_ref().is_some_and(|q| q.quota.has_cost()) {
+            crate::budget::warn_unpriced_cost(agent.model.as_ref());
+        }
         loop {
             let next = agent_loop::decide(&session.state, &agent.config);
             // A wall-time limit is checked here, before a call, as the core checks the others
