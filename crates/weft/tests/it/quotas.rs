@@ -344,6 +344,12 @@ fn needs_postgres_workers_and_servers_share_a_users_daily_quota() {
     );
     assert_eq!(status, 429, "{body}");
     assert!(body.contains("runs_at_once is 0"), "{body}");
+    // Each server counts the runs it refused at a quota (one each: ann's and bob's).
+    for p in ports {
+        let (status, _, body) = http(p, "GET", "/metrics", ANN, "");
+        assert_eq!(status, 200);
+        assert!(body.contains("weft_quota_refusals_total 1"), "{body}");
+    }
     // GET /me/usage: the day's counter as the store has it, against the limit.
     let (status, _, body) = http(ports[0], "GET", "/me/usage", ANN, "");
     assert_eq!(status, 200, "{body}");
