@@ -66,15 +66,16 @@ async fn me_usage(
         })
         .collect();
     Ok(Json(MeUsage {
-        runs_going: runs_going(&app, &user.0).await?,
+        runs_going: runs_going(&app, &user.0, None).await?,
         user: user.0,
         quota,
         periods,
     }))
 }
 
-/// The user's sessions running now, on every process of the store.
-async fn runs_going(app: &Shared, user: &str) -> Result<u64, ApiError> {
+/// The user's sessions running now, on every process of the store: running, with a first event
+/// (a thread made empty, or made for the run being started, has none), other than `but`.
+async fn runs_going(app: &Shared, user: &str, but: Option<&str>) -> Result<u64, ApiError> {
     let running = app
         .store
         .list(&ListFilter {
@@ -83,18 +84,21 @@ async fn runs_going(app: &Shared, user: &str) -> Result<u64, ApiError> {
             limit: None,
         })
         .await?;
-    Ok(running.len() as u64)
+    Ok(running
+        .iter()
+        .filter(|r| r.last_seq > 0 && Some(r.id.as_str()) != but)
+        .count() as u64)
 }
 
-/// Refuses a new run of `user` with 429 when they have as many runs going as their quota's
-/// `runs_at_once`, or when a limit of their quota is reached for the day or the month (the
+/// Refuses a new run of `user` on `thread` with 429 when they have as many runs going (on other
+/// threads) as their quota's `runs_at_once`, or when a limit of their quota is reached for the day or the month (the
 /// run could make no model call); `Retry-After` says when the period resets.
-pub(crate) async fn admit(app: &Shared, user: &str) -> Result<(), ApiError> {
+pub(crate) async fn admit(app: &Shared, user: &str, thread: &str) -> Result<(), ApiError> {
     let Some(q) = app.host.quota_of(Some(user)) else {
         return Ok(());
     };
     if let Some(most) = q.quota.runs_at_once {
-        let going = runs_going(app, user).await?;
+        let going = runs_going(app, user, Some(thread)).await?;
         if going >= most {
             app.metrics.quota_refused();
             return Err(ApiError::new(

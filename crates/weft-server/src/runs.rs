@@ -601,7 +601,7 @@ pub(crate) async fn start_with_id(
             ),
         ));
     }
-    crate::quota::admit(app, &user.0).await?;
+    crate::quota::admit(app, &user.0, tid).await?;
     let (task, input) = task_and_input(body.input.as_ref())?;
     let resume = body
         .command

@@ -365,3 +365,64 @@ fn needs_postgres_workers_and_servers_share_a_users_daily_quota() {
         stop(c);
     }
 }
+
+/// `runs_at_once` on the default SQLite store: while one run of the user is going, a second is
+/// refused with 429 naming the limit; once the first ended, a new run is accepted. A thread made
+/// for the run being started (a threadless run) is not counted.
+#[test]
+fn runs_at_once_are_refused_until_a_run_ends() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    files(d);
+    std::fs::write(
+        d.join("quotas.yaml"),
+        "users:\n  ann: { runs_at_once: 1 }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("napper.yaml"),
+        "name: napper\nmode: react\nmodel: scripted:napper.script.yaml\ntools:\n  - name: nap\n    description: Naps.\n    command: [\"sh\", \"-c\", \"cat > /dev/null; sleep 2; echo '{}'\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("napper.script.yaml"),
+        "- tool_calls: [ { name: nap, arguments: {} } ]\n- text: Rested.\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let server = serve(d, "weft.db", port, "serve.log");
+    let run = || {
+        http(
+            port,
+            "POST",
+            "/runs",
+            ANN,
+            r#"{"assistant_id": "napper", "input": {"task": "nap"}, "on_completion": "keep"}"#,
+        )
+    };
+    let (status, _, body) = run();
+    assert_eq!(status, 200, "{body}");
+    let (status, head, body) = run();
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body.contains("has 1 runs going and runs_at_once is 1"),
+        "{body}"
+    );
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 1"),
+        "{head}"
+    );
+    let began = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let (_, _, body) = http(port, "GET", "/me/usage", ANN, "");
+        let usage: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if usage["runs_going"] == 0 {
+            break;
+        }
+        assert!(began.elapsed() < Duration::from_secs(30), "{body}");
+    }
+    let (status, _, body) = run();
+    assert_eq!(status, 200, "{body}");
+    stop(server);
+}
