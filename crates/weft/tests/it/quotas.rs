@@ -3,7 +3,8 @@
 //! scripted model calling a tool in a loop, with prices). The total spent passes the quota by at
 //! most what the calls in flight when it was reached could cost (the test prints the
 //! overshoot); every run stops at the quota; a server then refuses the user's runs with 429,
-//! `Retry-After` and what was spent, and `GET /me/usage` says the same as the store.
+//! `Retry-After` and what was spent, and `GET /me/usage` says the same as the store. And
+//! `runs_at_once`, on SQLite: a second run of the user is refused while the first is going.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::support as common;
