@@ -324,10 +324,16 @@ impl Reached {
         }
     }
 
+    /// Whether it is a limit of the user's quota (`user.day.cost_usd`), not of a budget.
+    pub fn is_quota(&self) -> bool {
+        self.which.starts_with(crate::quota::WHICH_PREFIX)
+    }
+
     /// One sentence for a person: the limit, what was spent, what the next call may take.
     pub fn describe(&self) -> String {
         format!(
-            "budget reached: {} is {}, {} spent, and the next call may take up to {} more",
+            "{} reached: {} is {}, {} spent, and the next call may take up to {} more",
+            if self.is_quota() { "quota" } else { "budget" },
             self.which,
             number(self.limit),
             number(self.spent),
@@ -485,16 +491,24 @@ pub fn reached(state: &State, budget: &Budget, reached: &Reached) -> Vec<Event> 
         OnBudget::Ask => events.push(Event::WaitingForUser {
             request: InputRequest {
                 kind: WAIT_KIND.into(),
-                question: format!(
-                    "The {}. Raise the budget to go on (`weft answer {} --budget {}=N continue`, or the run's `config.budget` over HTTP), or answer `stop`.",
-                    reached.describe(),
-                    if state.session_id.is_empty() {
-                        "ID"
-                    } else {
-                        &state.session_id
-                    },
-                    reached.which
-                ),
+                question: if reached.is_quota() {
+                    format!(
+                        "The {}. The user's quota counts every session of theirs and starts again with the next {}; answer to try again then, or answer `stop`.",
+                        reached.describe(),
+                        reached.which.split('.').nth(1).unwrap_or("period")
+                    )
+                } else {
+                    format!(
+                        "The {}. Raise the budget to go on (`weft answer {} --budget {}=N continue`, or the run's `config.budget` over HTTP), or answer `stop`.",
+                        reached.describe(),
+                        if state.session_id.is_empty() {
+                            "ID"
+                        } else {
+                            &state.session_id
+                        },
+                        reached.which
+                    )
+                },
                 step: None,
                 tool: None,
                 missing: Vec::new(),

@@ -21,6 +21,7 @@ pub mod path;
 pub mod plan;
 pub mod process;
 pub mod prompts;
+pub mod quota;
 pub mod recovery;
 pub mod redaction;
 pub mod snapshot;

@@ -7,7 +7,8 @@
 //! - [`drive`]: continuing a session no process drives (queued, or left by a process that
 //!   stopped) with its agent file;
 //! - [`worker`]: the workers' loop, claiming such sessions and driving many at once;
-//! - [`load`]: agent files read and their tools built, with errors that name the file;
+//! - [`load`]: agent files read and their tools built, and quota files read, with errors that
+//!   name the file;
 //! - [`sessions`]: fork, and the time format of listings;
 //! - [`Shutdown`]: a handle the front end triggers (on Ctrl-C or SIGTERM) to stop the sessions
 //!   it drives at their next safe point;
@@ -75,6 +76,20 @@ pub struct Host {
     pub clock: weft_runtime::clock::SharedClock,
     /// Where the spans and metrics of the sessions this process drives go.
     pub telemetry: telemetry::Telemetry,
+    /// The users' quotas (`--quotas`) the sessions this process drives are held to; none: no
+    /// quota. The counters are in the store, shared by every process on it.
+    pub quotas: Option<std::sync::Arc<weft_core::quota::QuotaFile>>,
+}
+
+impl Host {
+    /// The quota the sessions of `user` are held to, if the quota file gives them one.
+    pub fn quota_of(&self, user: Option<&str>) -> Option<weft_runtime::quota::UserQuota> {
+        let (file, user) = (self.quotas.as_ref()?, user?);
+        file.for_user(user).map(|q| weft_runtime::quota::UserQuota {
+            user: user.to_owned(),
+            quota: q.clone(),
+        })
+    }
 }
 
 impl Default for Host {
@@ -85,6 +100,7 @@ impl Default for Host {
             db_flag: String::new(),
             clock: weft_runtime::clock::system_clock(),
             telemetry: telemetry::Telemetry::default(),
+            quotas: None,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Reading agent files, with errors that name them.
+//! Reading agent files and quota files, with errors that name them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -227,4 +227,28 @@ pub fn absolute(p: &Path) -> String {
         .unwrap_or_else(|_| p.to_path_buf())
         .display()
         .to_string()
+}
+
+/// Reads a quota file (`--quotas`, YAML): the default quota and users' own. A mistake is an
+/// error naming the file, the line and the field, with what to write instead.
+pub fn quotas(path: &Path) -> Result<weft_core::quota::QuotaFile> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        HostError::Invalid(format!(
+            "cannot read the quota file {}: {e}; give the path of a YAML file (see docs/budgets.md, \"Quotas per user\")",
+            path.display()
+        ))
+    })?;
+    weft_core::quota::QuotaFile::parse(&text).map_err(|problems| {
+        let shown = path.display().to_string();
+        HostError::Invalid(format!(
+            "the quota file {shown} has {} problem{}:\n{}",
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" },
+            problems
+                .iter()
+                .map(|p| format!("  {}", p.in_file(&shown)))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ))
+    })
 }

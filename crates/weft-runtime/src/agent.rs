@@ -415,6 +415,9 @@ impl<S: Store> Runtime<S> {
             inflight.spawn(&agent.tools, &session.state, call);
         }
         let mut wall = crate::budget::WallClock::default();
+        if self.quota.as_ref().is_some_and(|q| q.quota.has_cost()) {
+            crate::budget::warn_unpriced_cost(agent.model.as_ref());
+        }
         loop {
             let next = agent_loop::decide(&session.state, &agent.config);
             // A wall-time limit is checked here, before a call, as the core checks the others
@@ -454,6 +457,27 @@ impl<S: Store> Runtime<S> {
                         .await?;
                 }
                 AgentNext::CallModel { request, step } => {
+                    // The user's quota, read from the store (shared by every process), is
+                    // checked as the core checks a budget: with what the call may cost at most.
+                    if self.quota.is_some() {
+                        let max = weft_core::budget::call_max(&request, &agent.config.model_costs);
+                        if let Some(r) = self.quota_reached(&max).await? {
+                            drop(request);
+                            if session.state.calls.open.is_empty() && !inflight.busy() {
+                                let budget =
+                                    weft_core::budget::in_force(&session.state, &agent.config)
+                                        .cloned()
+                                        .unwrap_or_default();
+                                let events =
+                                    weft_core::budget::reached(&session.state, &budget, &r);
+                                session.commit(events).await?;
+                            } else {
+                                inflight.settle(session, &agent.config.limits).await?;
+                            }
+                            continue;
+                        }
+                    }
+                    let before = session.state.spending.session.clone();
                     // `call_model` takes the request and drops it: a request shares the
                     // conversation with the state, and the reply's append must find it unshared
                     // or it copies the whole conversation (see `weft_core::history`).
@@ -461,6 +485,13 @@ impl<S: Store> Runtime<S> {
                         .call_model(agent, &session.state, request, step.as_deref())
                         .await;
                     session.stage(events)?;
+                    if self.quota.is_some() {
+                        let used = weft_core::quota::Used::between(
+                            &before,
+                            &session.state.spending.session,
+                        );
+                        self.quota_spent(&used).await?;
+                    }
                 }
                 AgentNext::Start { events, calls } => {
                     inflight.start(session, &agent.tools, events, calls).await?;

@@ -34,7 +34,13 @@ static WARNED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 /// calls' cost is unknown (counted as 0), so the cost limit cannot be enforced. Returns whether
 /// it warned now.
 pub fn warn_unpriced(model: &dyn DynModel, budget: Option<&Budget>) -> bool {
-    if !budget.is_some_and(Budget::has_cost) || model.prices().is_some() {
+    budget.is_some_and(Budget::has_cost) && warn_unpriced_cost(model)
+}
+
+/// Names `model` once per process when it has no prices and a cost limit (a budget's or a
+/// user's quota's) holds its calls. Returns whether it warned now.
+pub fn warn_unpriced_cost(model: &dyn DynModel) -> bool {
+    if model.prices().is_some() {
         return false;
     }
     let name = model.name().to_owned();

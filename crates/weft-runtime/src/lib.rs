@@ -9,6 +9,7 @@ mod calls;
 pub mod clock;
 mod knowledge;
 mod process;
+pub mod quota;
 pub mod retrieval;
 mod session;
 pub mod snapshots;
@@ -105,6 +106,9 @@ pub struct Runtime<S: Store> {
     pub embedder: Option<Arc<weft_model::Embedder>>,
     /// Where events' timestamps come from (the system's clock unless a test sets another).
     pub clock: SharedClock,
+    /// The quota of the user whose sessions this runtime drives: checked before every model
+    /// call, added to after it (see [`quota`]); none: no quota.
+    pub quota: Option<quota::UserQuota>,
 }
 
 impl<S: Store> Runtime<S> {
@@ -145,6 +149,7 @@ impl<S: Store> Runtime<S> {
             snapshot_head_bytes: snapshots::HEAD_BYTES_PER_EVENT,
             embedder,
             clock: system_clock(),
+            quota: None,
         }
     }
 

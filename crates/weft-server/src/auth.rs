@@ -104,7 +104,7 @@ pub(crate) async fn require(
                 .map(|v| v.trim().to_owned())
         });
     let Some(user) = given.and_then(|k| keys.0.get(&k).cloned()) else {
-        return ApiError(
+        return ApiError::new(
             StatusCode::UNAUTHORIZED,
             "a valid API key is needed (x-api-key or Authorization: Bearer)".into(),
         )

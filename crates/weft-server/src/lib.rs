@@ -29,6 +29,7 @@ mod messages;
 mod metrics;
 mod openapi;
 mod playground;
+mod quota;
 mod runs;
 mod sessions;
 mod store;
@@ -128,20 +129,34 @@ pub(crate) type Shared = Arc<App>;
 
 /// An API error: a status and a JSON body `{"detail": ...}` (what LangGraph's server sends),
 /// never a stack trace or a secret.
-pub(crate) struct ApiError(pub StatusCode, pub String);
+/// A refusal that can be tried again later (429 at a quota) says when: `Retry-After`, seconds.
+pub(crate) struct ApiError(pub StatusCode, pub String, pub Option<u64>);
 
 impl ApiError {
+    pub(crate) fn new(status: StatusCode, detail: String) -> Self {
+        Self(status, detail, None)
+    }
+    /// The error with `Retry-After: secs`.
+    pub(crate) fn retry_after(mut self, secs: u64) -> Self {
+        self.2 = Some(secs);
+        self
+    }
     pub(crate) fn not_found(what: &str) -> Self {
-        Self(StatusCode::NOT_FOUND, format!("{what} not found"))
+        Self::new(StatusCode::NOT_FOUND, format!("{what} not found"))
     }
     pub(crate) fn bad(msg: impl Into<String>) -> Self {
-        Self(StatusCode::UNPROCESSABLE_ENTITY, msg.into())
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, msg.into())
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.0, Json(openapi::Detail { detail: self.1 })).into_response()
+        let mut r = (self.0, Json(openapi::Detail { detail: self.1 })).into_response();
+        if let Some(secs) = self.2 {
+            r.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        r
     }
 }
 
@@ -150,11 +165,11 @@ impl From<weft_store::StoreError> for ApiError {
         match e {
             weft_store::StoreError::NotFound(_) => Self::not_found("thread"),
             weft_store::StoreError::Leased { .. } => {
-                Self(StatusCode::CONFLICT, "the thread is busy with a run".into())
+                Self::new(StatusCode::CONFLICT, "the thread is busy with a run".into())
             }
             other => {
                 tracing::warn!("store error: {other}");
-                Self(
+                Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "the session store failed; try again".into(),
                 )
@@ -326,6 +341,7 @@ fn api() -> Vec<openapi::Route> {
         store::routes(),
         sessions::routes(),
         evals::routes(),
+        quota::routes(),
         routes(),
     ]
     .into_iter()
@@ -480,7 +496,7 @@ async fn over_limit(
         }
     })
     .await;
-    ApiError(
+    ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         format!("the request body is larger than {max} bytes; send less, or start the server with a larger --max-body"),
     )
@@ -503,7 +519,7 @@ async fn json_errors(res: Response) -> Response {
         .await
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();
-    ApiError(status, text).into_response()
+    ApiError::new(status, text).into_response()
 }
 
 /// A 413 closes the connection (the rest of the body may be unread), and says so.

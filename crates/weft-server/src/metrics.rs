@@ -12,6 +12,9 @@
 //!   `weft_turns_total`, `weft_waits_total`, `weft_lease_takeovers_total`,
 //!   `weft_tool_errors_total`, `weft_cost_usd_total`, and the gauge `weft_queue_depth`
 //!   (sessions waiting for a worker, sampled from the store);
+//! - `weft_quota_refusals_total`: runs refused with 429 at a user's quota;
+//! - `weft_budget_stops_total{weft_budget_scope, weft_budget_limit}` (derived, as the metrics
+//!   below): budgets and users' quotas reached;
 //! - `weft_telemetry_spans_total{outcome}`: spans exported, dropped (queue full) or lost (the
 //!   collector failed), when spans are exported.
 
@@ -73,6 +76,7 @@ pub(crate) struct Metrics {
     tokens: Family<Kind, Counter>,
     derived: Vec<(Instrument, Derived)>,
     spans: Family<Outcome, Counter>,
+    quota_refusals: Counter,
 }
 
 impl Default for Metrics {
@@ -156,6 +160,12 @@ impl Default for Metrics {
             "Tokens the models reported, by kind",
             tokens.clone(),
         );
+        let quota_refusals = Counter::default();
+        registry.register(
+            "quota_refusals",
+            "Runs refused with 429 because their user reached a quota (a limit or runs at once)",
+            quota_refusals.clone(),
+        );
         Self {
             registry: Mutex::new(root),
             runs,
@@ -167,6 +177,7 @@ impl Default for Metrics {
             tokens,
             derived,
             spans,
+            quota_refusals,
         }
     }
 }
@@ -237,6 +248,11 @@ impl Metrics {
             });
             counter.inc_by(n.saturating_sub(counter.get()));
         }
+    }
+
+    /// A run was refused because its user reached a quota.
+    pub(crate) fn quota_refused(&self) {
+        self.quota_refusals.inc();
     }
 
     /// A run ended with `status` after `seconds`.

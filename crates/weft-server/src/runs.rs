@@ -570,7 +570,7 @@ pub(crate) async fn start_with_id(
     if let Some(id) = &run_id
         && app.runs.runs.lock().is_ok_and(|r| r.contains_key(id))
     {
-        return Err(ApiError(
+        return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!("run {id} exists already; give each run a new id"),
         ));
@@ -593,7 +593,7 @@ pub(crate) async fn start_with_id(
         )));
     }
     if app.runs.active_for(&user.0) >= app.max_runs_per_user {
-        return Err(ApiError(
+        return Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             format!(
                 "this user has {} runs going already; wait for one to end",
@@ -601,6 +601,7 @@ pub(crate) async fn start_with_id(
             ),
         ));
     }
+    crate::quota::admit(app, &user.0, tid).await?;
     let (task, input) = task_and_input(body.input.as_ref())?;
     let resume = body
         .command
@@ -617,7 +618,7 @@ pub(crate) async fn start_with_id(
     let busy = app.runs.active_on(tid) || (st.seq > 0 && st.status == SessionStatus::Running);
     // Only a run of this process can be waited for; a thread another process drives is busy.
     if busy && (strategy != "enqueue" || !app.runs.active_on(tid)) {
-        return Err(ApiError(
+        return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!("thread {tid} is busy with a run (multitask_strategy `{strategy}`)"),
         ));
@@ -672,13 +673,13 @@ pub(crate) async fn start_with_id(
         match accepted.await {
             Ok(Ok(())) => {}
             Ok(Err(why)) => {
-                return Err(ApiError(
+                return Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     format!("the run could not be started: {why}"),
                 ));
             }
             Err(_) => {
-                return Err(ApiError(
+                return Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "the run could not be started (the server is stopping); try again".into(),
                 ));
@@ -697,7 +698,7 @@ async fn take(
     let held =
         weft_host::ownership::take_as(&app.host, app.store.clone(), &run.thread_id, false, &owner)
             .await
-            .map_err(|e| ApiError(StatusCode::CONFLICT, crate::message(&e.into())))?;
+            .map_err(|e| ApiError::new(StatusCode::CONFLICT, crate::message(&e.into())))?;
     if let Ok(mut a) = app.runs.active.lock() {
         a.insert(run.thread_id.clone(), run.run_id.clone());
     }
@@ -730,7 +731,7 @@ async fn execute(
         None => {
             let held = loop {
                 if run.cancelled.load(std::sync::atomic::Ordering::Acquire) {
-                    break Err(ApiError(
+                    break Err(ApiError::new(
                         StatusCode::CONFLICT,
                         "the run was cancelled before it began".into(),
                     ));
@@ -917,6 +918,7 @@ async fn drive(
         agent.spec.limits.clone(),
     );
     rt.redact = agent.redact.clone();
+    rt.quota = app.host.quota_of(Some(&run.user));
     rt = rt.observe(observer(app, &run.thread_id));
     held.bind(&mut rt);
     let built = Agent::new(
@@ -1680,7 +1682,7 @@ pub(crate) async fn create_batch(
     }
     for (i, b) in bodies.iter().enumerate() {
         if !app.agents.contains_key(&b.assistant_id) {
-            return Err(ApiError(
+            return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
                 format!(
                     "[{i}].assistant_id: assistant `{}` not found",
@@ -1695,7 +1697,7 @@ pub(crate) async fn create_batch(
             Some(tid) => start(&app, &user, &tid, b).await,
             None => start_threadless(&app, &user, b).await.map(|(run, _)| run),
         };
-        let run = started.map_err(|e| ApiError(e.0, format!("[{i}]: {}", e.1)))?;
+        let run = started.map_err(|e| ApiError::new(e.0, format!("[{i}]: {}", e.1)))?;
         out.push(run.json());
     }
     Ok(Json(out))

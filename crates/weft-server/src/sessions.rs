@@ -227,11 +227,13 @@ pub(crate) async fn get(
     Query(q): Query<AtQuery>,
 ) -> Result<Json<view::SessionView>, ApiError> {
     let (rec, log) = load(&app, &user, &id).await?;
+    let agent_budget = |name: &str| app.agents.get(name).and_then(|a| a.spec.budget.clone());
     Ok(Json(view::session(
         &rec,
         &log,
         q.at,
         app.runs.active_on(&id),
+        &agent_budget,
     )))
 }
 
@@ -439,7 +441,7 @@ pub(crate) async fn fork(
             return ApiError::bad(why.clone());
         }
         tracing::warn!(session = %id, "cannot fork: {e}");
-        ApiError(
+        ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the session store failed; try again".into(),
         )
@@ -467,7 +469,7 @@ pub(crate) async fn pause(
 ) -> Result<Json<Stood>, ApiError> {
     let rec = owned(&app, &user, &id).await?;
     if rec.status != SessionStatus::Running {
-        return Err(ApiError(
+        return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!(
                 "session {id} is {}; only a running session can be paused",
@@ -482,9 +484,9 @@ pub(crate) async fn pause(
         "pause",
     )
     .await
-    .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e.into())))?;
+    .map_err(|e| ApiError::new(StatusCode::GATEWAY_TIMEOUT, crate::message(&e.into())))?;
     if !stopped {
-        return Err(ApiError(
+        return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!("no process runs session {id} at the moment; there is nothing to pause"),
         ));
@@ -503,7 +505,7 @@ pub(crate) async fn cancel(
 ) -> Result<Json<Stood>, ApiError> {
     let rec = owned(&app, &user, &id).await?;
     if rec.status.is_terminal() {
-        return Err(ApiError(
+        return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!(
                 "session {id} is {} already; there is nothing to cancel",
@@ -518,11 +520,11 @@ pub(crate) async fn cancel(
         "cancel",
     )
     .await
-    .map_err(|e| ApiError(StatusCode::GATEWAY_TIMEOUT, crate::message(&e.into())))?;
+    .map_err(|e| ApiError::new(StatusCode::GATEWAY_TIMEOUT, crate::message(&e.into())))?;
     if !stopped {
         weft_host::ownership::cancel_unowned(&app.host, app.store.clone(), &id)
             .await
-            .map_err(|e| ApiError(StatusCode::CONFLICT, crate::message(&e.into())))?;
+            .map_err(|e| ApiError::new(StatusCode::CONFLICT, crate::message(&e.into())))?;
     }
     app.runs.waker(&id).notify_waiters();
     let status = app.store.get(&id).await?.status.as_str().to_owned();

@@ -531,7 +531,7 @@ pub(crate) async fn create_thread(
         Ok(_) => {}
         Err(StoreError::Exists(_)) if b.if_exists.as_deref() == Some("do_nothing") => {}
         Err(StoreError::Exists(_)) => {
-            return Err(ApiError(
+            return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 format!("thread {id} exists already"),
             ));
@@ -778,7 +778,7 @@ async fn busy(app: &Shared, tid: &str) -> Result<bool, ApiError> {
 }
 
 fn busy_error(tid: &str, what: &str) -> ApiError {
-    ApiError(
+    ApiError::new(
         StatusCode::CONFLICT,
         format!("thread {tid} is busy with a run; cancel it (runs.cancel) or {what} once it ended"),
     )
@@ -890,7 +890,7 @@ pub(crate) async fn update_state(
     Path(tid): Path<String>,
 ) -> Result<ApiError, ApiError> {
     let _ = load(&app, &user, &tid).await?;
-    Ok(ApiError(
+    Ok(ApiError::new(
         StatusCode::NOT_IMPLEMENTED,
         "threads.update_state is not supported: a weft thread's state is the fold of its event log, which only runs write. \
          To add to the conversation, start a run (runs.create with input messages); to answer an interrupt, \

@@ -516,6 +516,8 @@ pub(crate) struct SessionView {
     usage: Usage,
     model_calls: u32,
     tool_calls: u64,
+    /// The budget in force and what the run and the session spent against it.
+    spending: Spending,
     earlier_turns: Vec<EarlierTurn>,
     #[schemars(schema_with = "openapi::messages")]
     conversation: Vec<weft_core::model::Message>,
@@ -528,6 +530,15 @@ pub(crate) struct SessionView {
     runs: Vec<RunMark>,
 }
 
+/// The budget in force (the session's last `budget_set`, else the agent file's; none: no
+/// budget) and what the current task (`run`) and the whole session spent, as budgets count it.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct Spending {
+    budget: Option<weft_core::budget::Budget>,
+    run: weft_core::state::Spent,
+    session: weft_core::state::Spent,
+}
+
 /// An earlier turn of the session: its task and answer.
 #[derive(Serialize, JsonSchema)]
 pub(crate) struct EarlierTurn {
@@ -535,12 +546,14 @@ pub(crate) struct EarlierTurn {
     answer: Option<String>,
 }
 
-/// The session as it was after event `at` (the last one when `None`, or when `at` is past it).
+/// The session as it was after event `at` (the last one when `None`, or when `at` is past it);
+/// `agent_budget` gives an agent's file's budget, in force unless the session recorded another.
 pub(crate) fn session(
     rec: &SessionRecord,
     log: &[Envelope],
     at: Option<u64>,
     busy: bool,
+    agent_budget: &dyn Fn(&str) -> Option<weft_core::budget::Budget>,
 ) -> SessionView {
     let at = at.unwrap_or(rec.last_seq).min(rec.last_seq);
     let mut st = State::new();
@@ -555,9 +568,9 @@ pub(crate) fn session(
     }
     let latest = at == rec.last_seq;
     let plan = graph(&st, &h);
+    let agent = agent_of(rec, &st);
     SessionView {
         id: rec.id.clone(),
-        agent: agent_of(rec, &st),
         mode: st.mode,
         user: rec.user_id.clone(),
         parent_id: rec.parent_id.clone(),
@@ -582,6 +595,12 @@ pub(crate) fn session(
         usage: st.usage.tokens.clone(),
         model_calls: st.usage.calls,
         tool_calls: st.calls.started,
+        spending: Spending {
+            budget: st.spending.budget.clone().or_else(|| agent_budget(&agent)),
+            run: st.spending.run.clone(),
+            session: st.spending.session.clone(),
+        },
+        agent,
         earlier_turns: st
             .memory
             .iter()
@@ -847,7 +866,7 @@ mod tests {
 
     /// The view as JSON, as the route sends it.
     fn view(rec: &SessionRecord, log: &[Envelope], at: Option<u64>) -> Value {
-        serde_json::to_value(session(rec, log, at, false)).unwrap_or_default()
+        serde_json::to_value(session(rec, log, at, false, &|_| None)).unwrap_or_default()
     }
 
     fn env(seq: u64, event: Event) -> Envelope {

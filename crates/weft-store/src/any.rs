@@ -217,6 +217,23 @@ impl Leases for AnyStore {
     }
 }
 
+impl crate::Usage for AnyStore {
+    delegate! {
+        async fn add_usage(
+            &self,
+            user: &str,
+            periods: &[String],
+            used: &weft_core::quota::Used,
+            now: i64,
+        ) -> Result<(), StoreError>;
+        async fn usage(
+            &self,
+            user: &str,
+            periods: &[String],
+        ) -> Result<Vec<weft_core::quota::Used>, StoreError>;
+    }
+}
+
 impl Knowledge for AnyStore {
     delegate! {
         async fn add(

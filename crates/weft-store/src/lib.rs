@@ -14,7 +14,9 @@
 //!   columns;
 //! - `snapshots(session, seq, state, v)`, the newest snapshot's head (see
 //!   [`weft_core::snapshot`]), and `snapshot_parts(session, start, part)`, the conversation's
-//!   parts, each written once.
+//!   parts, each written once;
+//! - `usage_counters(user_id, period, input_tokens, output_tokens, cost_usd, model_calls,
+//!   updated_at)`, what each user spent per quota period ([`Usage`]).
 //!
 //! **Durability.** Every store commits an append at a [`Durability`] (`full` by default): the
 //! SQLite store syncs its write-ahead log at every commit with `full` (`synchronous=FULL`) and
@@ -45,6 +47,7 @@ mod row;
 mod sql_log;
 mod sqlite;
 mod sqlite_writer;
+mod usage;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -65,10 +68,10 @@ pub use sqlite::SqliteStore;
 
 /// The version of the SQLite schema this build writes and reads. A database whose schema is
 /// newer is refused with [`StoreError::NewerSchema`].
-pub const SQLITE_SCHEMA_VERSION: i64 = 7;
+pub const SQLITE_SCHEMA_VERSION: i64 = 8;
 
 /// The version of the PostgreSQL schema this build writes and reads.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 7;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 8;
 
 /// How far behind an append's time a session's `updated_at` may stay when the append does not
 /// change the session's status, in milliseconds.
@@ -449,11 +452,32 @@ pub struct Lease {
 }
 
 /// Where sessions live: everything a store does. Implemented for every type that implements
-/// the three concerns, [`SessionLog`], [`Leases`] and [`Knowledge`]; code that needs only one of
-/// them (the runtime needs the log and snapshots) can ask for that one alone.
-pub trait Store: SessionLog + Leases + Knowledge {}
+/// the four concerns, [`SessionLog`], [`Leases`], [`Knowledge`] and [`Usage`]; code that needs
+/// only one of them (the runtime needs the log and snapshots) can ask for that one alone.
+pub trait Store: SessionLog + Leases + Knowledge + Usage {}
 
-impl<T: SessionLog + Leases + Knowledge> Store for T {}
+impl<T: SessionLog + Leases + Knowledge + Usage> Store for T {}
+
+/// What each user spent per quota period (`weft_core::quota`): one counter per user and period
+/// key (`day:2026-11-26`, `month:2026-11`), shared by every process on the store.
+pub trait Usage: Send + Sync + 'static {
+    /// Adds `used` to `user`'s counter of each of `periods` (period keys), in one atomic write:
+    /// adds made at once by many processes are all counted, and a period's first add starts
+    /// its counter.
+    fn add_usage(
+        &self,
+        user: &str,
+        periods: &[String],
+        used: &weft_core::quota::Used,
+        now: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// `user`'s counters of `periods`, in their order (zero for a period with no counter yet).
+    fn usage(
+        &self,
+        user: &str,
+        periods: &[String],
+    ) -> impl Future<Output = Result<Vec<weft_core::quota::Used>, StoreError>> + Send;
+}
 
 /// Leases on sessions and the queue of work: who drives a session, and which sessions wait for
 /// a worker.

@@ -43,6 +43,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         7,
         include_str!("../migrations/postgres/0007_knowledge_vectors.sql"),
     ),
+    (8, include_str!("../migrations/postgres/0008_usage.sql")),
 ];
 
 /// How long to wait for the server to answer before giving up.
@@ -458,6 +459,10 @@ impl SessionLog for PgStore {
         self.write(id, expected_seq, events, status, now, Some(snapshot))
             .await
     }
+}
+
+impl crate::Usage for PgStore {
+    crate::usage::sql_usage_methods!(lease::dollar);
 }
 
 impl Leases for PgStore {

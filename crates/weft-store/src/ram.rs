@@ -29,6 +29,8 @@ pub struct RamStore {
     leases: Mutex<std::collections::HashMap<String, crate::Lease>>,
     work: tokio::sync::Notify,
     pub(crate) knowledge: Mutex<crate::knowledge::ram::Entries>,
+    /// What each user spent, by (user, period key).
+    usage: Mutex<HashMap<(String, String), weft_core::quota::Used>>,
 }
 
 impl RamStore {
@@ -248,6 +250,45 @@ impl SessionLog for RamStore {
             .parts
             .range(first..)
             .map(|(k, v)| (*k, v.clone()))
+            .collect())
+    }
+}
+
+impl crate::Usage for RamStore {
+    async fn add_usage(
+        &self,
+        user: &str,
+        periods: &[String],
+        used: &weft_core::quota::Used,
+        _now: i64,
+    ) -> Result<(), StoreError> {
+        let mut all = self
+            .usage
+            .lock()
+            .map_err(|_| StoreError::Poisoned("usage counters"))?;
+        for period in periods {
+            let c = all.entry((user.to_owned(), period.clone())).or_default();
+            *c = c.plus(used);
+        }
+        Ok(())
+    }
+
+    async fn usage(
+        &self,
+        user: &str,
+        periods: &[String],
+    ) -> Result<Vec<weft_core::quota::Used>, StoreError> {
+        let all = self
+            .usage
+            .lock()
+            .map_err(|_| StoreError::Poisoned("usage counters"))?;
+        Ok(periods
+            .iter()
+            .map(|p| {
+                all.get(&(user.to_owned(), p.clone()))
+                    .cloned()
+                    .unwrap_or_default()
+            })
             .collect())
     }
 }

@@ -48,6 +48,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         7,
         include_str!("../migrations/sqlite/0007_knowledge_vectors.sql"),
     ),
+    (8, include_str!("../migrations/sqlite/0008_usage.sql")),
 ];
 
 /// How long a writer waits for another writer's lock before giving up.
@@ -376,6 +377,10 @@ impl SessionLog for SqliteStore {
         self.write(id, expected_seq, events, status, now, Some(row))
             .await
     }
+}
+
+impl crate::Usage for SqliteStore {
+    crate::usage::sql_usage_methods!(lease::question);
 }
 
 impl Leases for SqliteStore {

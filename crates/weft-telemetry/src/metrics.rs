@@ -3,8 +3,9 @@
 //! The GenAI conventions' client instruments, with their names, units and bucket boundaries
 //! (`gen_ai.client.token.usage`, `gen_ai.client.operation.duration` for model calls, tool
 //! calls and turns, `gen_ai.client.operation.time_to_first_chunk` for streamed model calls),
-//! and weft's own counters (turns by outcome, waits, lease takeovers, tool errors, cost) and
-//! the queue's depth (a gauge the process samples from the store, [`queue_depth`]). A
+//! and weft's own counters (turns by outcome, waits, lease takeovers, tool errors, cost, budget
+//! and quota stops) and the queue's depth (a gauge the process samples from the store,
+//! [`queue_depth`]). A
 //! [`Recorder`] follows one session beside its [`crate::Deriver`]: each point comes from a span
 //! that an event closed, or from an event, so the process that commits the event records it
 //! and a process that continues the session never records it again.
@@ -62,6 +63,10 @@ pub enum Instrument {
     /// `weft.queue.depth`: sessions waiting for a worker (running, with no live lease), as
     /// the store counted them last.
     QueueDepth,
+    /// `weft.budget.stops`: budgets and quotas reached (`budget_exceeded`), by
+    /// `weft.budget.scope` (`run`, `session`, or `user` for a user's quota) and
+    /// `weft.budget.limit` (`cost_usd`, `tool_calls`, ...).
+    BudgetStops,
 }
 
 /// How an instrument aggregates.
@@ -77,7 +82,7 @@ pub enum Shape {
 
 impl Instrument {
     /// Every instrument.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::TokenUsage,
         Self::OperationDuration,
         Self::TimeToFirstChunk,
@@ -87,6 +92,7 @@ impl Instrument {
         Self::ToolErrors,
         Self::Cost,
         Self::QueueDepth,
+        Self::BudgetStops,
     ];
 
     /// The OpenTelemetry name.
@@ -101,6 +107,7 @@ impl Instrument {
             Self::ToolErrors => "weft.tool.errors",
             Self::Cost => "weft.cost",
             Self::QueueDepth => "weft.queue.depth",
+            Self::BudgetStops => "weft.budget.stops",
         }
     }
 
@@ -115,6 +122,7 @@ impl Instrument {
             Self::ToolErrors => "{error}",
             Self::Cost => "USD",
             Self::QueueDepth => "{session}",
+            Self::BudgetStops => "{stop}",
         }
     }
 
@@ -130,6 +138,7 @@ impl Instrument {
             Self::ToolErrors => "Tool calls that failed, by tool and error type",
             Self::Cost => "Cost of model calls, by model",
             Self::QueueDepth => "Sessions waiting for a worker: running, with no live lease",
+            Self::BudgetStops => "Budgets and users' quotas reached, by scope and limit",
         }
     }
 
@@ -231,6 +240,23 @@ impl Recorder {
                 }
             }
             Event::RunFinished { .. } => self.running = false,
+            Event::BudgetExceeded { which, .. } if fresh => {
+                // `run.cost_usd`, `session.tool_calls.search`, `user.day.tokens`: the scope, and
+                // the limit without a tool's or a period's name.
+                let mut parts = which.split('.');
+                let scope = parts.next().unwrap_or_default().to_owned();
+                let rest: Vec<&str> = parts.collect();
+                let limit = match (scope.as_str(), rest.as_slice()) {
+                    ("user", [_, limit, ..]) => (*limit).to_owned(),
+                    (_, [limit, ..]) => (*limit).to_owned(),
+                    _ => String::new(),
+                };
+                out.push(Point {
+                    instrument: Instrument::BudgetStops,
+                    value: 1.0,
+                    attributes: vec![("weft.budget.scope", scope), ("weft.budget.limit", limit)],
+                });
+            }
             _ => {}
         }
         for s in closed {
@@ -355,5 +381,46 @@ mod tests {
                 .all(|w| (w[1] - w[0] * 2.0).abs() < 1e-9)
         );
         assert_eq!(DURATION_BUCKETS[13], 81.92);
+    }
+
+    #[test]
+    fn budget_and_quota_stops_are_counted_by_scope_and_limit_once() {
+        let stop = |seq: u64, which: &str| Envelope {
+            seq,
+            ts: 0,
+            v: weft_core::EVENT_VERSION,
+            epoch: 0,
+            event: Event::BudgetExceeded {
+                which: which.into(),
+                limit: 1.0,
+                spent: 1.0,
+                call: 0.1,
+            },
+        };
+        let mut r = Recorder::new(false);
+        let attrs = |p: Vec<Point>| {
+            assert_eq!(p.len(), 1);
+            assert_eq!(p[0].instrument, Instrument::BudgetStops);
+            p[0].attributes
+                .iter()
+                .map(|(_, v)| v.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            attrs(r.push(&stop(1, "run.cost_usd"), &[])),
+            ["run", "cost_usd"]
+        );
+        assert_eq!(
+            attrs(r.push(&stop(2, "session.tool_calls.search"), &[])),
+            ["session", "tool_calls"]
+        );
+        assert_eq!(
+            attrs(r.push(&stop(3, "user.day.tokens"), &[])),
+            ["user", "tokens"]
+        );
+        // A process that continues the session does not count it again.
+        let mut again = Recorder::new(false);
+        again.skip_through(3);
+        assert!(again.push(&stop(3, "user.day.tokens"), &[]).is_empty());
     }
 }

@@ -385,6 +385,7 @@ fn main() -> ExitCode {
             db_flag: store::db_flag(),
             clock: weft_runtime::clock::system_clock(),
             telemetry: telemetry.clone(),
+            quotas: None,
         };
         let host = &host;
         let needs_store = !matches!(

@@ -35,7 +35,7 @@ impl ModelUse {
 }
 
 /// What one scope (a run or a session) has spent, as budgets measure it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Spent {
     /// Input tokens of model calls, failed calls' included.

@@ -16,6 +16,7 @@ mod fan_out;
 mod loops;
 mod memories;
 mod prop;
+mod quotas;
 mod retrieval;
 mod scenarios;
 mod snapshots;

@@ -3313,6 +3313,69 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/me/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The caller's spending this UTC day and month (every session of theirs, on every server and worker of the store) against their quota, with when each period resets, and their runs going */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description {user, quota, periods: [...], runs_going} */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["MeUsage"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/metrics": {
         parameters: {
             query?: never;
@@ -4267,6 +4330,8 @@ export interface components {
             model_calls: number;
             /** Format: uint64 */
             tool_calls: number;
+            /** @description The budget in force and what the run and the session spent against it. */
+            spending: components["schemas"]["Spending"];
             earlier_turns: components["schemas"]["EarlierTurn"][];
             conversation: {
                 role: string;
@@ -4309,6 +4374,99 @@ export interface components {
             }[] | null;
             /** @description The model's tool call this request belongs to (ReAct `ask_user`, approvals). */
             call_id?: string | null;
+        };
+        /**
+         * @description The budget in force (the session's last `budget_set`, else the agent file's; none: no
+         *     budget) and what the current task (`run`) and the whole session spent, as budgets count it.
+         */
+        Spending: {
+            budget: components["schemas"]["Budget"] | null;
+            run: components["schemas"]["Spent"];
+            session: components["schemas"]["Spent"];
+        };
+        /** @description What a run and a session may spend, and what happens when a limit is reached. */
+        Budget: {
+            /** @description Limits on the current task (from its start, across waits, answers and resumes). */
+            run?: components["schemas"]["BudgetLimits"];
+            /** @description Limits on the whole session (every task of it). */
+            session?: components["schemas"]["BudgetLimits"];
+            /**
+             * @description `stop` (the default): the run ends, failed, when a limit is reached. `ask`: the session
+             *     waits for a person, who can raise the budget and continue.
+             * @default stop
+             */
+            on_budget: components["schemas"]["OnBudget"];
+        };
+        /** @description The limits of one scope (a run or a session). Every limit is optional. */
+        BudgetLimits: {
+            /**
+             * Format: uint64
+             * @description Input (prompt) tokens of model calls.
+             */
+            input_tokens?: number | null;
+            /**
+             * Format: uint64
+             * @description Output tokens of model calls.
+             */
+            output_tokens?: number | null;
+            /**
+             * Format: double
+             * @description Cost of model calls in US dollars (needs the model's prices).
+             */
+            cost_usd?: number | null;
+            /**
+             * Format: uint64
+             * @description Model calls (replies and failures).
+             */
+            model_calls?: number | null;
+            /**
+             * Format: uint64
+             * @description Tool calls started, of every tool.
+             */
+            tool_calls?: number | null;
+            /** @description Tool calls started, per tool name. */
+            tool_calls_per_tool?: {
+                [key: string]: number;
+            };
+            /**
+             * Format: uint64
+             * @description Seconds since the scope began (the task's start; the session's first event).
+             */
+            wall_time_secs?: number | null;
+        };
+        /** @description What happens when a budget is reached. */
+        OnBudget: "stop" | "ask";
+        /** @description What one scope (a run or a session) has spent, as budgets measure it. */
+        Spent: {
+            /**
+             * Format: uint64
+             * @description Input tokens of model calls, failed calls' included.
+             */
+            input_tokens: number;
+            /**
+             * Format: uint64
+             * @description Output tokens of model calls, failed calls' included.
+             */
+            output_tokens: number;
+            /**
+             * Format: double
+             * @description US dollars of model calls with known prices.
+             */
+            cost_usd: number;
+            /**
+             * Format: uint64
+             * @description Model calls: replies and failures.
+             */
+            model_calls: number;
+            /**
+             * Format: uint64
+             * @description Tool calls started.
+             */
+            tool_calls: number;
+            /** @description Tool calls started, by tool. */
+            per_tool: {
+                [key: string]: number;
+            };
         };
         /** @description An earlier turn of the session: its task and answer. */
         EarlierTurn: {
@@ -4897,6 +5055,96 @@ export interface components {
             failed: string[];
             /** @description The first repeat's session. */
             session: string;
+        };
+        /** @description What `GET /me/usage` answers. */
+        MeUsage: {
+            /** @description The key's user. */
+            user: string;
+            /** @description Their quota (none: no quota file, or no entry for them and no default). */
+            quota: components["schemas"]["Quota"] | null;
+            /** @description The day's and the month's spending, limits and reset times. */
+            periods: components["schemas"]["PeriodUsage"][];
+            /**
+             * Format: uint64
+             * @description Their sessions running now (queued or driven), which `runs_at_once` limits.
+             */
+            runs_going: number;
+        };
+        /** @description What one user may spend per calendar day and month (UTC), and runs at once. */
+        Quota: {
+            /** @description Limits per calendar day (UTC), reset at midnight. */
+            day?: components["schemas"]["QuotaLimits"];
+            /** @description Limits per calendar month (UTC), reset on its first day. */
+            month?: components["schemas"]["QuotaLimits"];
+            /**
+             * Format: uint64
+             * @description Runs of this user that may be going at once (running sessions: queued or driven).
+             */
+            runs_at_once?: number | null;
+        };
+        /** @description The limits of one period. Every limit is optional. */
+        QuotaLimits: {
+            /**
+             * Format: uint64
+             * @description Input (prompt) tokens of model calls.
+             */
+            input_tokens?: number | null;
+            /**
+             * Format: uint64
+             * @description Output tokens of model calls.
+             */
+            output_tokens?: number | null;
+            /**
+             * Format: uint64
+             * @description Input and output tokens together.
+             */
+            tokens?: number | null;
+            /**
+             * Format: double
+             * @description Cost of model calls in US dollars, at the models' prices.
+             */
+            cost_usd?: number | null;
+        };
+        /** @description One period of a user's standing against their quota, as `GET /me/usage` answers it. */
+        PeriodUsage: {
+            /** @description `day` or `month`. */
+            period: components["schemas"]["Period"];
+            /** @description The period's key, `day:2026-11-26` or `month:2026-11` (UTC). */
+            key: string;
+            /** @description What the user spent in it, every session together. */
+            used: components["schemas"]["Used"];
+            /** @description The user's limits for the period (empty: none). */
+            limits: components["schemas"]["QuotaLimits"];
+            /**
+             * Format: int64
+             * @description When the period ends and its counters start again from zero (Unix ms).
+             */
+            resets_at: number;
+        };
+        /** @description A calendar period a quota counts over (UTC). */
+        Period: "day" | "month";
+        /** @description What a user spent in one period (or what one model call used): the counters the store keeps. */
+        Used: {
+            /**
+             * Format: uint64
+             * @description Input tokens of model calls.
+             */
+            input_tokens: number;
+            /**
+             * Format: uint64
+             * @description Output tokens of model calls.
+             */
+            output_tokens: number;
+            /**
+             * Format: double
+             * @description US dollars of model calls with known prices.
+             */
+            cost_usd: number;
+            /**
+             * Format: uint64
+             * @description Model calls, replies and failures.
+             */
+            model_calls: number;
         };
         /** @description LangGraph Server's `/info`. */
         Info: {

@@ -114,6 +114,17 @@ export function usageText(u) {
   return parts.join(" · ") + (u.usage_estimated ? " (estimated)" : "");
 }
 
+/**
+ * What was spent against a limit: "$0.12 of $5", "1,204 of 10,000".
+ * @param {string} key the measure (`cost_usd` is money, the rest are counts)
+ * @param {number} spent
+ * @param {number} limit
+ */
+export function spentOf(key, spent, limit) {
+  const show = key === "cost_usd" ? (/** @type {number} */ n) => cost(n) || "$0" : count;
+  return `${show(spent)} of ${show(limit)}`;
+}
+
 /** JSON for people: strings as they are, the rest indented. */
 export function pretty(v) {
   if (typeof v === "string") return v;

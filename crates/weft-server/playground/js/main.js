@@ -4,7 +4,7 @@
 // #/evals/A/compare/B two runs), keyboard shortcuts and the narrow-window sidebar.
 
 import { api, apiKey, signIn, signOut, ApiError } from "./api.js";
-import { h, fill, typing } from "./dom.js";
+import { h, fill, typing, cost, count, spentOf } from "./dom.js";
 import { sayApiError } from "./errors.js";
 import { SessionList } from "./sessions.js";
 import { SessionPage } from "./session.js";
@@ -13,6 +13,7 @@ import { EvalsPage } from "./evals.js";
 
 /** @typedef {import("./api-types").components["schemas"]["Agents"]} Agents */
 /** @typedef {import("./api-types").components["schemas"]["AgentInfo"]} AgentInfo */
+/** @typedef {import("./api-types").components["schemas"]["MeUsage"]} MeUsage */
 
 /**
  * An element of index.html the page cannot work without.
@@ -32,6 +33,9 @@ const toggle = part("toggle-sessions");
 const signOutButton = part("sign-out");
 const whoami = part("whoami");
 const evalsLink = part("evals-link");
+const myUsage = part("my-usage");
+/** @type {ReturnType<typeof setInterval> | null} */
+let usageTimer = null;
 
 /** @type {AgentInfo[]} */
 let agents = [];
@@ -68,6 +72,7 @@ function showSignIn(message) {
   fill(sidebar);
   signOutButton.hidden = true;
   whoami.textContent = "";
+  stopUsage();
   const key = h("input", { type: "password", id: "api-key", autocomplete: "current-password", required: true, "aria-describedby": "signin-help" });
   const remember = h("input", { type: "checkbox", id: "remember" });
   const status = h("div", { class: "problems", role: "alert" }, message || "");
@@ -135,6 +140,7 @@ async function boot() {
   }
   agents = got.agents;
   whoami.textContent = got.user ? `signed in as ${got.user}` : "";
+  startUsage();
   signOutButton.hidden = false;
   list?.stop();
   list = new SessionList(sidebar, agents);
@@ -248,3 +254,50 @@ document.addEventListener("keydown", (e) => {
 });
 
 boot();
+
+/** What the signed-in user spent today and this month, against their quota (`GET /me/usage`). */
+async function showUsage() {
+  /** @type {MeUsage} */
+  let u;
+  try {
+    u = await api("/me/usage");
+  } catch {
+    myUsage.textContent = "";
+    return;
+  }
+  const names = { day: "today", month: "this month" };
+  let over = false;
+  const parts = u.periods.map((p) => {
+    const limits = /** @type {Record<string, number | null | undefined>} */ (p.limits);
+    const spent = {
+      cost_usd: p.used.cost_usd,
+      tokens: p.used.input_tokens + p.used.output_tokens,
+      input_tokens: p.used.input_tokens,
+      output_tokens: p.used.output_tokens,
+    };
+    const shown = Object.entries(spent)
+      .filter(([k]) => typeof limits[k] === "number")
+      .map(([k, n]) => {
+        const limit = /** @type {number} */ (limits[k]);
+        if (n >= limit) over = true;
+        return `${spentOf(k, n, limit)}${k === "cost_usd" ? "" : ` ${k.replace("_", " ")}`}`;
+      });
+    if (!shown.length) shown.push(cost(p.used.cost_usd) || `${count(p.used.input_tokens + p.used.output_tokens)} tokens`);
+    return `${names[p.period] || p.period} ${shown.join(", ")}`;
+  });
+  myUsage.textContent = u.quota ? `quota: ${parts.join(" · ")}` : `spent ${parts.join(" · ")}`;
+  myUsage.title = u.periods.map((p) => `${p.key} resets ${new Date(p.resets_at).toISOString()}`).join("\n");
+  myUsage.classList.toggle("over", over);
+}
+
+function startUsage() {
+  stopUsage();
+  showUsage();
+  usageTimer = setInterval(showUsage, 5000);
+}
+
+function stopUsage() {
+  if (usageTimer) clearInterval(usageTimer);
+  usageTimer = null;
+  myUsage.textContent = "";
+}

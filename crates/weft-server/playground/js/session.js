@@ -6,7 +6,7 @@
 // `GET /sessions/{id}?at=N`, which folds the log on the server.
 
 import { api, follow, ApiError } from "./api.js";
-import { h, fill, renderIfChanged, age, when, usageText, pretty, cut, count, announce } from "./dom.js";
+import { h, fill, renderIfChanged, age, when, usageText, pretty, cut, count, announce, spentOf } from "./dom.js";
 import { drawGraph, legend, stateClass, stateText } from "./graph.js";
 import { callCard, decisions, conversation, errorDetail } from "./cards.js";
 import { waitingPanel } from "./act.js";
@@ -347,7 +347,7 @@ export class SessionPage {
       });
       actions.push(cancel);
     }
-    const data = { id: v.id, task, label, st: v.status, busy: v.busy, agent: v.agent, mode: v.mode, user: v.user, usage: v.usage, mc: v.model_calls, tc: v.tool_calls, live, parent: v.parent_id, from: v.forked_from, created: v.created_at, n: actions.length };
+    const data = { id: v.id, task, label, st: v.status, busy: v.busy, agent: v.agent, mode: v.mode, user: v.user, usage: v.usage, mc: v.model_calls, tc: v.tool_calls, sp: v.spending, live, parent: v.parent_id, from: v.forked_from, created: v.created_at, n: actions.length };
     if (this.parts.head.dataset.sig === JSON.stringify(data)) return;
     this.parts.head.dataset.sig = JSON.stringify(data);
     fill(
@@ -374,6 +374,7 @@ export class SessionPage {
         h("span", {}, "tokens ", h("b", {}, usageText(v.usage) || "0")),
         h("span", {}, "model calls ", h("b", {}, count(v.model_calls))),
         h("span", {}, "tool calls ", h("b", {}, count(v.tool_calls))),
+        budgetText(v.spending) && h("span", { id: "session-budget" }, "budget ", h("b", {}, budgetText(v.spending))),
         h("span", {}, "events ", (this.eventCount = h("b", { id: "event-count" }, count(this.lastSeq())))),
       ),
     );
@@ -725,4 +726,23 @@ function describe(stored) {
     default:
       return "";
   }
+}
+
+/**
+ * What the run and the session spent against each limit of the budget in force:
+ * "run.cost_usd $0.12 of $0.25 · session.model_calls 4 of 100"; "" without a budget.
+ * @param {import("./api-types").components["schemas"]["Spending"]} sp
+ */
+function budgetText(sp) {
+  if (!sp?.budget) return "";
+  const out = [];
+  for (const scope of /** @type {const} */ (["run", "session"])) {
+    const limits = /** @type {Record<string, number | null | undefined>} */ (sp.budget[scope] || {});
+    const spent = /** @type {Record<string, number>} */ (/** @type {unknown} */ (sp[scope]));
+    for (const key of ["cost_usd", "input_tokens", "output_tokens", "model_calls", "tool_calls"]) {
+      const limit = limits[key];
+      if (typeof limit === "number") out.push(`${scope}.${key} ${spentOf(key, spent[key] || 0, limit)}`);
+    }
+  }
+  return out.join(" · ");
 }

@@ -1,4 +1,4 @@
-//! The integration tests of weft-store: the stores' behaviour, durability, errors, group commit, leases, the SQLite file.
+//! The integration tests of weft-store: the stores' behaviour, durability, errors, group commit, leases, the SQLite file, usage counters.
 //!
 //! One test binary for the crate (its build and link happen once); each module is one
 //! former test file, `support` what they share.
@@ -10,3 +10,4 @@ mod group_commit;
 mod leases;
 mod sqlite_file;
 mod support;
+mod usage;

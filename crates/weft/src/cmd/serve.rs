@@ -30,6 +30,11 @@ pub struct ServeArgs {
     /// Runs one user may have going at once (more are refused with 429).
     #[arg(long, default_value_t = 100)]
     pub max_runs_per_user: usize,
+    /// A quota file (YAML: a `default` quota and `users`' own; tokens and cost per UTC day and
+    /// month, runs at once): a user at their quota is refused with 429, and their runs stop at
+    /// it; counted in the store across every server and worker on it (see docs/budgets.md).
+    #[arg(long)]
+    pub quotas: Option<PathBuf>,
     /// Print the API's OpenAPI document (what `/openapi.json` answers) and exit.
     #[arg(long)]
     pub openapi: bool,
@@ -43,6 +48,7 @@ pub async fn run(host: &Host, store: Arc<CliStore>, a: ServeArgs) -> Result<u8> 
             .map_err(|e| anyhow::anyhow!("cannot write the OpenAPI document: {e}"))?;
         return Ok(0);
     }
+    let host = &with_quotas(host, a.quotas.as_deref())?;
     let config = ServeConfig {
         agents: a.agents,
         listen: a.listen,
@@ -52,4 +58,13 @@ pub async fn run(host: &Host, store: Arc<CliStore>, a: ServeArgs) -> Result<u8> 
     };
     weft_server::serve(host.clone(), store, config).await?;
     Ok(0)
+}
+
+/// `host` with the quota file at `path` (read and checked: a mistake names its line and field).
+pub fn with_quotas(host: &Host, path: Option<&std::path::Path>) -> Result<Host> {
+    let mut host = host.clone();
+    if let Some(p) = path {
+        host.quotas = Some(Arc::new(weft_host::load::quotas(p)?));
+    }
+    Ok(host)
 }

@@ -30,6 +30,11 @@ pub struct WorkerArgs {
     /// stopped.
     #[arg(long)]
     pub exit_when_idle: Option<f64>,
+    /// A quota file (YAML: a `default` quota and `users`' own): the sessions of each user are
+    /// held to their quota, counted in the store across every worker and server on it (see
+    /// docs/budgets.md).
+    #[arg(long)]
+    pub quotas: Option<PathBuf>,
 }
 
 fn secs(what: &str, v: f64) -> Result<Duration> {
@@ -45,6 +50,7 @@ fn secs(what: &str, v: f64) -> Result<Duration> {
 /// Runs a worker until SIGTERM or Ctrl-C (it drains), or until it was idle for
 /// `--exit-when-idle`.
 pub async fn run<S: Store>(host: &Host, store: Arc<S>, a: WorkerArgs) -> Result<u8> {
+    let host = &crate::cmd::serve::with_quotas(host, a.quotas.as_deref())?;
     let config = WorkerConfig {
         agents: a.agents,
         concurrency: a.concurrency,

@@ -21,6 +21,7 @@ mod ownership;
 mod plan_cli;
 mod playground;
 mod process_cli;
+mod quotas;
 mod run_cli;
 mod safety_cli;
 mod schema;

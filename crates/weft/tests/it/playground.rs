@@ -48,6 +48,13 @@ impl Server {
             format!("{ALICE} alice\n{BOB} bob\n"),
         )
         .unwrap();
+        // alice has a quota (the page shows her spending against it); bob has none.
+        std::fs::create_dir(dir.path().join("limits")).unwrap();
+        std::fs::write(
+            dir.path().join("limits/quotas.yaml"),
+            "users:\n  alice: { day: { cost_usd: 100 }, month: { tokens: 10000000 } }\n",
+        )
+        .unwrap();
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -58,6 +65,8 @@ impl Server {
             .args([
                 "--keys",
                 "keys.txt",
+                "--quotas",
+                "limits/quotas.yaml",
                 "--listen",
                 &format!("127.0.0.1:{port}"),
             ])
@@ -1009,6 +1018,18 @@ fn needs_browser_start_a_run_and_watch_its_nodes_turn_completed() {
         ],
     );
     assert_eq!(server.calls().len(), 4, "each tool ran once");
+}
+
+#[test]
+fn needs_browser_spending_against_the_budget_and_the_users_quota() {
+    browser(
+        "spending",
+        &[
+            "the user's quota is shown from the start",
+            "the run's spending is shown against its budget",
+            "the user's spending against their quota follows the run",
+        ],
+    );
 }
 
 #[test]

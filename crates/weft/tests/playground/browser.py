@@ -613,10 +613,34 @@ def eval_runs():
     assert first == ["refund-a1001", "regressed"], first
     assert "1 case regressed" in text("#compare-verdict"), text("#compare-verdict")
     ok("two ticked runs are compared, regressions first")
+
+
+def spending():
+    """The header shows the user's spending against their quota; a priced run under a budget
+    shows what it spent against each limit, and the header follows it."""
+    sign_in()
+    wait(lambda: text("#my-usage").startswith("quota: today $0 of $100"), "the quota at first")
+    ok("the user's quota is shown from the start")
+    sid = start("spender", "Spend a little.")
+    wait(lambda: session_status() == "completed", "the run", 40)
+    v = api(f"/sessions/{sid}")
+    spent = v["spending"]["run"]["cost_usd"]
+    assert spent > 0, v["spending"]
+    wait(lambda: "run.cost_usd $" in text("#session-budget"), "the budget line")
+    line = text("#session-budget")
+    assert "of $50.00" in line and "session.model_calls 4 of 100" in line, line
+    ok("the run's spending is shown against its budget")
+    me = api("/me/usage")
+    day = me["periods"][0]["used"]["cost_usd"]
+    assert abs(day - spent) < 1e-9, (day, spent)
+    want = f"today ${day:.2f} of $100" if day >= 0.01 else f"today ${day:.4f} of $100"
+    wait(lambda: want in text("#my-usage"), f"the header's spending ({want})", 15)
+    ok("the user's spending against their quota follows the run")
     no_page_errors()
 
 
 SCENARIOS = {
+    "spending": spending,
     "run": run_and_watch,
     "question": answer_question_by_keyboard,
     "tool": approve_tool_call,
