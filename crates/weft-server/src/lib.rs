@@ -26,6 +26,7 @@ mod agui;
 mod auth;
 mod messages;
 mod metrics;
+mod model_calls;
 mod openapi;
 mod playground;
 mod runs;
@@ -314,6 +315,7 @@ fn api() -> Vec<openapi::Route> {
         agui::routes(),
         store::routes(),
         sessions::routes(),
+        model_calls::routes(),
         routes(),
     ]
     .into_iter()

@@ -7,7 +7,7 @@ import { h, duration } from "./dom.js";
 
 /** @typedef {import("./api-types").components["schemas"]["StoredEvent"]} StoredEvent */
 /** @typedef {import("./api-types").components["schemas"]["Usage"]} Usage */
-/** @typedef {{ from: number, to: number | null, kind: string, label: string, step?: string | null, open?: boolean }} Bar */
+/** @typedef {{ from: number, to: number | null, kind: string, label: string, step?: string | null, call?: number, open?: boolean }} Bar */
 
 /** The rows of the timeline: groups of labelled rows, each with its bars
  * `{from, to, kind, label, step, open}` (times in ms since the epoch).
@@ -25,6 +25,8 @@ export function timelineRows(events, now = Date.now()) {
     return group.rows.get(key);
   };
   let prev = null;
+  // Model calls are numbered as the inspector numbers them: replies and failures, in order.
+  let modelCalls = 0;
   /** @type {Bar | null} */
   let waiting = null;
   for (const stored of events) {
@@ -34,12 +36,23 @@ export function timelineRows(events, now = Date.now()) {
     const e = stored;
     switch (stored.type) {
       case "model_replied":
-      case "model_reply_rejected":
+      case "model_failed":
+        modelCalls += 1;
         if (prev !== null) {
-          const rejected = e.type === "model_reply_rejected";
-          row(model, e.purpose, e.purpose).bars.push({ from: prev, to: ts, kind: rejected ? "rejected" : "model", label: `${e.purpose}${rejected ? " (rejected)" : ""}${usage(e.reply?.usage)}` });
+          const failed = e.type === "model_failed";
+          row(model, e.purpose, e.purpose).bars.push({ from: prev, to: ts, kind: failed ? "rejected" : "model", label: `${e.purpose}${failed ? " (failed)" : ""}${usage(failed ? e.usage : e.reply?.usage)}`, call: modelCalls });
         }
         break;
+      case "model_reply_rejected": {
+        // The reply of the last call was refused: its bar says so.
+        const bars = model.rows.get(e.purpose)?.bars;
+        const last = bars && bars[bars.length - 1];
+        if (last) {
+          last.kind = "rejected";
+          last.label += " (refused)";
+        }
+        break;
+      }
       case "wave_started": {
         const w = { title: `Wave ${e.wave}`, from: ts, to: null, rows: new Map() };
         waves.set(e.wave, w);
@@ -112,11 +125,12 @@ function usage(u) {
 }
 
 /**
- * The timeline as an element. `selected`: the step chosen in the plan; `onSelect(step)`.
+ * The timeline as an element. `selected`: the step chosen in the plan; `onSelect(step)`; a model
+ * call's bar opens it in the inspector (`onInspect(n)`).
  * @param {StoredEvent[]} events
- * @param {{ selected: string | null, onSelect: (step: string) => void }} options
+ * @param {{ selected: string | null, onSelect: (step: string) => void, onInspect?: (n: number) => void }} options
  */
-export function timeline(events, { selected, onSelect }) {
+export function timeline(events, { selected, onSelect, onInspect }) {
   const { groups, from, to } = timelineRows(events);
   if (!groups.length) return h("p", { class: "muted" }, "Nothing has happened yet.");
   const span = Math.max(1, to - from);
@@ -157,7 +171,12 @@ export function timeline(events, { selected, onSelect }) {
                   title: `${b.label} · ${duration(b.to - b.from)}${b.open ? " (still going)" : ""}`,
                   dataset: { from: String(b.from), to: String(b.to), step: b.step || "" },
                 };
-                const el = b.step ? h("button", { ...attrs, type: "button", "aria-label": `${b.step}: ${b.label}`, onclick: () => onSelect(b.step) }) : h("span", attrs);
+                const call = b.call;
+                const el = b.step
+                  ? h("button", { ...attrs, type: "button", "aria-label": `${b.step}: ${b.label}`, onclick: () => onSelect(b.step) })
+                  : call && onInspect
+                    ? h("button", { ...attrs, type: "button", dataset: { ...attrs.dataset, call: String(call) }, "aria-label": `Inspect model call ${call}: ${b.label}`, onclick: () => onInspect(call) })
+                    : h("span", attrs);
                 return at(el, pct(b.from), width(b.from, b.to));
               }),
             ),
