@@ -384,4 +384,21 @@ pub struct ModelReply {
     /// `None` when it did not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
+    /// How long the call took, as the runtime measured it around the call; `None` in replies
+    /// recorded before weft measured it (and in a provider's own reply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<Timing>,
+}
+
+/// How long a model call took, as the runtime measured it.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub struct Timing {
+    /// From the call to its whole reply, in ms (the provider's own retries included).
+    pub latency_ms: u64,
+    /// From the call to the first piece of the reply's text, in ms; `None` when the reply's text
+    /// did not stream (it came whole, or there was none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<u64>,
 }

@@ -11,8 +11,10 @@
 //!
 //! A call is numbered from 1 in log order; it ends in a `model_replied` (which a following
 //! `model_reply_rejected`, `plan_rejected` or `workflow_output_rejected` may refuse) or a
-//! `model_failed`. Its latency is the time from the event before it (the runtime asks the model
-//! right after recording that event) to the event that recorded its end.
+//! `model_failed`. Its latency and time to first token are what the runtime measured around the
+//! call (kept in the reply, `ModelReply::timing`); for a failed call, or a reply recorded before
+//! weft measured them, the latency is the time from the event before it (the runtime asks the
+//! model right after recording that event) to the event that recorded its end.
 
 use serde::Serialize;
 
@@ -60,6 +62,9 @@ pub struct ModelCall {
     pub started_ms: i64,
     /// From the call to its reply or failure, in ms.
     pub latency_ms: u64,
+    /// From the call to the first piece of its reply's text, in ms, when the text streamed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<u64>,
     /// Tokens and cost of the call (a failed call's spent attempts included).
     pub usage: Usage,
     /// Why the model stopped (`stop`, `length`, `tool_calls`), when it said.
@@ -72,7 +77,11 @@ pub struct ModelCall {
 pub fn calls(events: &[Envelope]) -> Vec<ModelCall> {
     let mut out: Vec<ModelCall> = Vec::new();
     let mut prev_ts: Option<i64> = None;
+    // A refusal is of the reply recorded just before it (a refused plan edit, or a workflow
+    // step's agent's refused answer, follows no reply).
+    let mut after_reply = false;
     for e in events {
+        let refusable = std::mem::replace(&mut after_reply, false);
         let started = prev_ts.unwrap_or(e.ts);
         let call = match &e.event {
             Event::ModelReplied {
@@ -89,7 +98,10 @@ pub fn calls(events: &[Envelope]) -> Vec<ModelCall> {
                 reason: None,
                 attempt: 1,
                 started_ms: started,
-                latency_ms: e.ts.saturating_sub(started).max(0).unsigned_abs(),
+                latency_ms: reply
+                    .timing
+                    .map_or_else(|| between(started, e.ts), |t| t.latency_ms),
+                ttft_ms: reply.timing.and_then(|t| t.ttft_ms),
                 usage: reply.usage.clone(),
                 finish_reason: reply.finish_reason.clone(),
             }),
@@ -108,15 +120,16 @@ pub fn calls(events: &[Envelope]) -> Vec<ModelCall> {
                 reason: Some(error.clone()),
                 attempt: 1,
                 started_ms: started,
-                latency_ms: e.ts.saturating_sub(started).max(0).unsigned_abs(),
+                latency_ms: between(started, e.ts),
+                ttft_ms: None,
                 usage: usage.clone(),
                 finish_reason: None,
             }),
-            Event::ModelReplyRejected { reason, .. } => {
+            Event::ModelReplyRejected { reason, .. } if refusable => {
                 refuse(&mut out, reason.clone());
                 None
             }
-            Event::PlanRejected { problems } => {
+            Event::PlanRejected { problems } if refusable => {
                 let reason = problems
                     .iter()
                     .map(|p| p.to_string())
@@ -125,13 +138,14 @@ pub fn calls(events: &[Envelope]) -> Vec<ModelCall> {
                 refuse(&mut out, format!("the plan was refused: {reason}"));
                 None
             }
-            Event::WorkflowOutputRejected { reason, .. } => {
+            Event::WorkflowOutputRejected { reason, .. } if refusable => {
                 refuse(&mut out, reason.clone());
                 None
             }
             _ => None,
         };
         if let Some(mut call) = call {
+            after_reply = call.outcome == CallOutcome::Replied;
             call.n = u32::try_from(out.len() + 1).unwrap_or(u32::MAX);
             // A try after calls of the same purpose and step that did not go through.
             call.attempt = 1 + out
@@ -148,6 +162,11 @@ pub fn calls(events: &[Envelope]) -> Vec<ModelCall> {
         prev_ts = Some(e.ts);
     }
     out
+}
+
+/// The ms from `a` to `b` (0 if the clock went back).
+fn between(a: i64, b: i64) -> u64 {
+    u64::try_from(b.saturating_sub(a)).unwrap_or(0)
 }
 
 /// Marks the last call, a reply, as refused for `reason`.

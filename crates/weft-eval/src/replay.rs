@@ -406,7 +406,11 @@ pub async fn record<S: Store>(store: &S, id: &str, mode: ReplayMode) -> Result<C
                 Ok(v) => requests.push(v),
                 Err(e) => bad = Some(e.to_string()),
             }
-            replies.push(reply.clone());
+            // A replayed reply is timed anew; the recorded call's timing is not the case's.
+            replies.push(weft_core::model::ModelReply {
+                timing: None,
+                ..reply.clone()
+            });
         }
     })
     .map_err(|e| {

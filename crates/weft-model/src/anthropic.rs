@@ -165,6 +165,7 @@ impl AnthropicModel {
         }
         let u = RawUsage::from(v.get("usage"));
         Ok(ModelReply {
+            timing: None,
             content,
             tool_calls,
             usage: self.usage(&u),
@@ -225,6 +226,7 @@ impl AnthropicModel {
             });
         }
         Ok(ModelReply {
+            timing: None,
             content: st.content,
             tool_calls,
             usage: self.usage(&st.usage),

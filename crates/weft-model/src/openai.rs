@@ -274,6 +274,7 @@ impl OpenAiModel {
             }
         }
         Ok(ModelReply {
+            timing: None,
             content,
             tool_calls,
             usage: self.usage(v.get("usage")),
@@ -368,6 +369,7 @@ impl OpenAiModel {
             },
         };
         Ok(Some(ModelReply {
+            timing: None,
             content: acc.content,
             tool_calls,
             usage,

@@ -518,6 +518,7 @@ impl Model for ScriptedModel {
             ));
         }
         Ok(ModelReply {
+            timing: None,
             content,
             tool_calls,
             usage,

@@ -68,7 +68,12 @@ fn harness() -> Harness {
             ),
             (
                 Purpose::Respond,
-                vec![used(t("Order o1 has shipped."), 260, 12, 0.004)],
+                vec![used(
+                    t("Order o1 has shipped.").delayed(150),
+                    260,
+                    12,
+                    0.004,
+                )],
             ),
             (
                 Purpose::ResponseReview,
@@ -189,4 +194,45 @@ async fn a_call_the_agent_file_no_longer_makes_is_not_rebuilt() {
         e.to_string(),
         "the session has 5 model call(s); there is no call 9"
     );
+}
+
+#[tokio::test]
+async fn a_calls_latency_and_first_token_are_measured_around_it() {
+    let mut h = harness();
+    // With an observer the answer's text streams, so its first piece is timed.
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
+    h.runtime
+        .observers
+        .push(std::sync::Arc::new(move |e: &weft_core::Envelope| {
+            if matches!(e.event, Event::TextDelta { .. }) {
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }));
+    let s = h.run("Where is order o1?", json!({})).await;
+    assert!(
+        seen.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "the answer streamed"
+    );
+    let (_, envs) = h.store.load(&s.id).await.unwrap();
+    let calls = model_calls::calls(&envs);
+    let respond = calls.iter().find(|c| c.purpose == "respond").unwrap();
+    assert!(respond.latency_ms >= 150, "{respond:?}");
+    let ttft = respond.ttft_ms.expect("the answer's first token is timed");
+    assert!((150..=respond.latency_ms).contains(&ttft), "{respond:?}");
+    // The stored reply holds the timing the list reads.
+    let stored = envs
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::ModelReplied { reply, .. } if e.seq == respond.seq => reply.timing,
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        (stored.latency_ms, stored.ttft_ms),
+        (respond.latency_ms, Some(ttft))
+    );
+    // A plan's reply does not stream: no first token, a latency all the same.
+    let plan = &calls[1];
+    assert_eq!((plan.purpose.as_str(), plan.ttft_ms), ("plan", None));
 }

@@ -4561,6 +4561,11 @@ export interface components {
              * @description From the call to its reply or failure, in ms.
              */
             latency_ms: number;
+            /**
+             * Format: uint64
+             * @description From the call to the first piece of its reply's text, in ms, when the text streamed.
+             */
+            ttft_ms?: number | null;
             /** @description Tokens and cost of the call (a failed call's spent attempts included). */
             usage: components["schemas"]["Usage"];
             /** @description Why the model stopped (`stop`, `length`, `tool_calls`), when it said. */

@@ -1,7 +1,7 @@
 // @ts-check
 // The model calls of a session (`GET /sessions/{id}/model-calls`): each call's purpose, step,
-// outcome, attempt, tokens, cost and latency, summed against the session's totals; and the
-// inspector of one call (`GET /sessions/{id}/model-calls/{n}`): the request weft sent (messages,
+// outcome, attempt, tokens, cost, latency and time to first token, the tokens summed against
+// the session's totals; and the inspector of one call (`GET /sessions/{id}/model-calls/{n}`): the request weft sent (messages,
 // tools offered, response format), the raw reply and the events it meant.
 
 import { h, fill, duration, usageText, count, cost, cut } from "./dom.js";
@@ -73,7 +73,7 @@ function callTable(list, open, onOpen) {
       h(
         "tr",
         {},
-        ["#", "Purpose", "Outcome", "Tokens in", "Tokens out", "Cost", "Latency"].map((x) => h("th", { scope: "col" }, x)),
+        ["#", "Purpose", "Outcome", "Tokens in", "Tokens out", "Cost", "Latency", "First token"].map((x) => h("th", { scope: "col" }, x)),
       ),
     ),
     h(
@@ -90,6 +90,7 @@ function callTable(list, open, onOpen) {
           h("td", { class: "num" }, count(c.usage.output_tokens)),
           h("td", { class: "num" }, cost(c.usage.cost_usd)),
           h("td", { class: "num" }, duration(c.latency_ms)),
+          h("td", { class: "num" }, c.ttft_ms === null || c.ttft_ms === undefined ? "" : duration(c.ttft_ms)),
         ),
       ),
     ),
@@ -103,6 +104,7 @@ function callTable(list, open, onOpen) {
         h("td", { class: "num" }, count(sum.input)),
         h("td", { class: "num" }, count(sum.output)),
         h("td", { class: "num" }, sum.priced ? cost(sum.cost) : ""),
+        h("td", {}),
         h("td", {}),
       ),
     ),
@@ -150,6 +152,7 @@ function inspect(d) {
       fact("Model", c.model || "—"),
       fact("Tokens", usageText(c.usage)),
       fact("Latency", duration(c.latency_ms)),
+      fact("First token", c.ttft_ms === null || c.ttft_ms === undefined ? "— (the reply did not stream)" : duration(c.ttft_ms)),
       fact("Started", new Date(c.started_ms).toLocaleTimeString()),
       c.finish_reason && fact("Stopped", c.finish_reason),
       fact("Event", `#${c.seq}`),

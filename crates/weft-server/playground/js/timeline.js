@@ -27,6 +27,16 @@ export function timelineRows(events, now = Date.now()) {
   let prev = null;
   // Model calls are numbered as the inspector numbers them: replies and failures, in order.
   let modelCalls = 0;
+  // The wave that ended last: the review after it is counted to it.
+  let lastWave = null;
+  /** Adds a call's usage to the wave it served (a step's executor, or the review after it). */
+  const spend = (e, u) => {
+    if (!u) return;
+    const w = waves.get(e.step ? stepWave.get(e.step) : e.purpose === "review" ? lastWave : undefined);
+    if (!w) return;
+    w.tokens += (u.input_tokens || 0) + (u.output_tokens || 0);
+    if (u.cost_usd !== null && u.cost_usd !== undefined) w.cost = (w.cost || 0) + u.cost_usd;
+  };
   /** @type {Bar | null} */
   let waiting = null;
   for (const stored of events) {
@@ -38,6 +48,7 @@ export function timelineRows(events, now = Date.now()) {
       case "model_replied":
       case "model_failed":
         modelCalls += 1;
+        spend(e, e.type === "model_failed" ? e.usage : e.reply?.usage);
         if (prev !== null) {
           const failed = e.type === "model_failed";
           row(model, e.purpose, e.purpose).bars.push({ from: prev, to: ts, kind: failed ? "rejected" : "model", label: `${e.purpose}${failed ? " (failed)" : ""}${usage(failed ? e.usage : e.reply?.usage)}`, call: modelCalls });
@@ -54,7 +65,7 @@ export function timelineRows(events, now = Date.now()) {
         break;
       }
       case "wave_started": {
-        const w = { title: `Wave ${e.wave}`, from: ts, to: null, rows: new Map() };
+        const w = { title: `Wave ${e.wave}`, from: ts, to: null, rows: new Map(), tokens: 0, cost: null };
         waves.set(e.wave, w);
         for (const s of e.steps || []) {
           stepWave.set(s, e.wave);
@@ -65,6 +76,7 @@ export function timelineRows(events, now = Date.now()) {
       case "wave_finished": {
         const w = waves.get(e.wave);
         if (w) w.to = ts;
+        lastWave = e.wave;
         break;
       }
       case "tool_call_started": {
@@ -117,6 +129,13 @@ export function timelineRows(events, now = Date.now()) {
   return { groups, from: events.length ? Number(events[0].ts) : now, to: end };
 }
 
+/** " · 944 tokens · $0.0002": what a wave's model calls (its steps' executors and the review
+ * after it) used, or "". */
+function waveUsage(g) {
+  if (!g.tokens) return "";
+  return ` · ${g.tokens.toLocaleString()} tokens${g.cost ? ` · $${g.cost.toFixed(4)}` : ""}`;
+}
+
 /** @param {Usage | undefined} u */
 function usage(u) {
   if (!u) return "";
@@ -155,7 +174,12 @@ export function timeline(events, { selected, onSelect, onInspect }) {
           "div",
           { class: "tl-row tl-head" },
           h("span", { class: "tl-label" }, g.title),
-          h("span", { class: "tl-track" }, g.from !== undefined && at(h("span", { class: "tl-bar wave", title: `${g.title}: ${duration((g.to ?? to) - g.from)}` }), pct(g.from), width(g.from, g.to ?? to))),
+          h(
+            "span",
+            { class: "tl-track" },
+            g.from !== undefined && at(h("span", { class: "tl-bar wave", title: `${g.title}: ${duration((g.to ?? to) - g.from)}${waveUsage(g)}` }), pct(g.from), width(g.from, g.to ?? to)),
+            g.tokens ? h("span", { class: "tl-usage", dataset: { tokens: String(g.tokens) } }, waveUsage(g).slice(3)) : null,
+          ),
         ),
         [...g.rows.entries()].map(([key, r]) =>
           h(

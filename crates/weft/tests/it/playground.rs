@@ -30,11 +30,19 @@ struct Server {
 
 impl Server {
     fn start() -> Self {
+        Self::start_with(&[], &[])
+    }
+
+    /// A server whose agent directory also holds `files` (name, text), with `env` set.
+    fn start_with(files: &[(&str, &str)], env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/playground");
         for f in std::fs::read_dir(&fixtures).unwrap() {
             let f = f.unwrap().path();
             std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+        }
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
         }
         std::fs::write(
             dir.path().join("keys.txt"),
@@ -57,6 +65,7 @@ impl Server {
             .current_dir(dir.path())
             .env_remove("WEFT_DB")
             .env_remove("WEFT_API_KEYS")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("serve.log")).unwrap())
             .spawn()
@@ -995,11 +1004,21 @@ async fn model_calls_show_each_request_reply_and_usage_adding_up_to_the_session(
     let listed = alice.get("/sessions").await;
     let listed = listed["sessions"][0]["usage"]["cost_usd"].as_f64().unwrap();
     assert!((cost - listed).abs() < 1e-9, "{cost} {listed}");
-    // The plan call took the script's 300 ms at least.
+    // The plan call took the script's 300 ms at least, and its JSON did not stream; the
+    // answer's text streamed after the script's 200 ms.
     assert!(
         calls[0]["latency_ms"].as_u64().unwrap() >= 300,
         "{:#}",
         calls[0]
+    );
+    assert!(calls[0].get("ttft_ms").is_none(), "{:#}", calls[0]);
+    let answer = &calls[4];
+    let ttft = answer["ttft_ms"]
+        .as_u64()
+        .expect("the answer's first token is timed");
+    assert!(
+        (200..=answer["latency_ms"].as_u64().unwrap()).contains(&ttft),
+        "{answer:#}"
     );
     assert_eq!(
         (&calls[0]["n"], &calls[0]["outcome"], &calls[0]["attempt"]),
@@ -1062,6 +1081,50 @@ async fn model_calls_show_each_request_reply_and_usage_adding_up_to_the_session(
             "{path}"
         );
     }
+}
+
+/// A secret a tool leaked into its result is redacted in the inspector's request as in the
+/// events: the request that carried the result back to the model shows `[secret:token]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inspector_shows_no_secret() {
+    let canary = format!("canary-{}-inspector", std::process::id());
+    let agent = r#"name: secretive
+mode: react
+model: scripted:secretive.script.yaml
+instructions: Help with refunds.
+secrets:
+  token: { env: WEFT_CANARY }
+tools:
+  - name: showEnv
+    description: Prints the token it was given (a leaky tool).
+    command: ["sh", "-c", "cat > /dev/null; printf '{\"token\": \"%s\"}' \"$TOKEN\""]
+    env: { TOKEN: "{{ secrets.token }}" }
+"#;
+    let script = "- tool_calls:\n    - { name: showEnv, arguments: {} }\n- text: done\n";
+    let server = Server::start_with(
+        &[("secretive.yaml", agent), ("secretive.script.yaml", script)],
+        &[("WEFT_CANARY", &canary)],
+    );
+    let alice = Client::new(&server, ALICE);
+    let id = alice
+        .run_wait("secretive", "Show the token.", json!({}))
+        .await;
+    let list = alice.get(&format!("/sessions/{id}/model-calls")).await;
+    assert_eq!(list["calls"].as_array().unwrap().len(), 2, "{list:#}");
+    let second = alice.get(&format!("/sessions/{id}/model-calls/2")).await;
+    let text = second.to_string();
+    assert!(!text.contains(&canary), "the secret leaked: {second:#}");
+    let tool = second["request"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap_or_else(|| panic!("no tool result in {second:#}"));
+    assert!(
+        tool["content"].as_str().unwrap().contains("[secret:token]"),
+        "{tool:#}"
+    );
+    assert_eq!(second["request"]["tools"][0]["name"], "showEnv");
 }
 
 // --- The page in a real browser ---------------------------------------------------------------
@@ -1246,6 +1309,7 @@ fn needs_browser_a_plan_request_opens_in_the_model_call_inspector() {
             "the raw reply holds the plan and the parsed decision accepts it",
             "the calls' tokens add up to the session's totals",
             "a call opens from its row and from its event",
+            "each wave shows the tokens of the review after it",
         ],
     );
 }

@@ -366,9 +366,9 @@ def scrub_and_fork():
     view = api(f"/sessions/{sid}")
     # The event that ends the first wave: both lookups done, the refund not begun.
     click("#tab-events")
-    wait(lambda: len(texts("#tab-panel .events button")) == view["last_seq"], "every event listed")
+    wait(lambda: len(texts("#tab-panel .events button:not(.inspect)")) == view["last_seq"], "every event listed")
     target = None
-    for t in texts("#tab-panel .events button"):
+    for t in texts("#tab-panel .events button:not(.inspect)"):
         if "wave_finished" in t:
             target = int(t.split("wave_finished")[0].strip().lstrip("#"))
             break
@@ -626,6 +626,14 @@ def model_call_inspector():
     wait(lambda: q("#inspector[data-n='5'] #mc-reply .mc-raw"), "the answer's call from the events")
     assert "Refunded 50" in text("#inspector #mc-reply"), text("#inspector #mc-reply")
     ok("a call opens from its row and from its event")
+    # The timeline's waves say what their reviews used (the review after each wave).
+    click("#tab-timeline")
+    one("#timeline")
+    reviews = [r[1] + r[2] for r in rows if r[0] == "review"]
+    spent = D.execute_script("return [...document.querySelectorAll('#timeline .tl-head .tl-usage')].map(u => Number(u.dataset.tokens))")
+    assert spent == reviews, (spent, reviews)
+    ok("each wave shows the tokens of the review after it")
+    click("#tab-model")
     click("#model-calls tbody tr[data-n='1'] button.mc-open")
     wait(lambda: q("#inspector[data-n='1'] #mc-messages"), "the plan call again")
     if SHOTS:
