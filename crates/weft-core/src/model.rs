@@ -388,6 +388,37 @@ pub struct ModelReply {
     /// recorded before weft measured it (and in a provider's own reply).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing: Option<Timing>,
+    /// The replies to this call that the model layer refused and asked again for before this
+    /// one (a structured reply that did not match the schema), each with why; their tokens are
+    /// in `usage`. Empty when the first reply was used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<RefusedTry>,
+}
+
+/// A reply the model layer refused and asked again for within one call.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RefusedTry {
+    /// Why it was refused, as the model was told.
+    pub reason: String,
+    /// The reply's text, cut to [`RefusedTry::MAX_TEXT`] bytes.
+    pub text: String,
+}
+
+impl RefusedTry {
+    /// The most bytes of a refused reply's text kept.
+    pub const MAX_TEXT: usize = 2000;
+
+    /// A refused reply `text` and why.
+    pub fn new(reason: &str, text: &str) -> Self {
+        let mut end = text.len().min(Self::MAX_TEXT);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        Self {
+            reason: reason.to_owned(),
+            text: text[..end].to_owned(),
+        }
+    }
 }
 
 /// How long a model call took, as the runtime measured it.

@@ -166,6 +166,7 @@ impl AnthropicModel {
         let u = RawUsage::from(v.get("usage"));
         Ok(ModelReply {
             timing: None,
+            refused: Vec::new(),
             content,
             tool_calls,
             usage: self.usage(&u),
@@ -227,6 +228,7 @@ impl AnthropicModel {
         }
         Ok(ModelReply {
             timing: None,
+            refused: Vec::new(),
             content: st.content,
             tool_calls,
             usage: self.usage(&st.usage),

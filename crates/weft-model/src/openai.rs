@@ -275,6 +275,7 @@ impl OpenAiModel {
         }
         Ok(ModelReply {
             timing: None,
+            refused: Vec::new(),
             content,
             tool_calls,
             usage: self.usage(v.get("usage")),
@@ -370,6 +371,7 @@ impl OpenAiModel {
         };
         Ok(Some(ModelReply {
             timing: None,
+            refused: Vec::new(),
             content: acc.content,
             tool_calls,
             usage,

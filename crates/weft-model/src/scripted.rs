@@ -519,6 +519,7 @@ impl Model for ScriptedModel {
         }
         Ok(ModelReply {
             timing: None,
+            refused: Vec::new(),
             content,
             tool_calls,
             usage,

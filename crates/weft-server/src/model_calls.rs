@@ -86,6 +86,9 @@ pub(crate) struct RawReply {
     tool_calls: Vec<Value>,
     model: String,
     finish_reason: Option<String>,
+    /// The replies to this call the model layer refused and asked again for first (a structured
+    /// reply that did not match the schema), each with why.
+    refused: Vec<weft_core::model::RefusedTry>,
 }
 
 /// The schema of a list of JSON objects whose fields are weft-core's own (an event, a tool, a
@@ -225,6 +228,7 @@ fn raw(reply: &ModelReply) -> RawReply {
             .collect(),
         model: reply.model.clone(),
         finish_reason: reply.finish_reason.clone(),
+        refused: reply.refused.clone(),
     }
 }
 

@@ -4611,6 +4611,18 @@ export interface components {
             tool_calls: Record<string, never>[];
             model: string;
             finish_reason: string | null;
+            /**
+             * @description The replies to this call the model layer refused and asked again for first (a structured
+             *     reply that did not match the schema), each with why.
+             */
+            refused: components["schemas"]["RefusedTry"][];
+        };
+        /** @description A reply the model layer refused and asked again for within one call. */
+        RefusedTry: {
+            /** @description Why it was refused, as the model was told. */
+            reason: string;
+            /** @description The reply's text, cut to [`RefusedTry::MAX_TEXT`] bytes. */
+            text: string;
         };
         /** @description LangGraph Server's `/info`. */
         Info: {

@@ -194,6 +194,14 @@ function inspect(d) {
           { id: "mc-reply" },
           d.reply.content ? h("pre", { class: "output mc-raw" }, d.reply.content) : h("p", { class: "muted" }, "No text."),
           d.reply.tool_calls.length > 0 && [h("h4", {}, `Tool calls (${d.reply.tool_calls.length})`), jsonTree(d.reply.tool_calls, "the tool calls")],
+          d.reply.refused.length > 0 && [
+            h("h4", {}, `Asked again ${d.reply.refused.length} time${d.reply.refused.length === 1 ? "" : "s"} before this reply`),
+            h(
+              "ol",
+              { class: "mc-refused" },
+              d.reply.refused.map((t) => h("li", {}, h("div", { class: "callout" }, `Refused: ${t.reason}`), h("pre", { class: "output mc-raw" }, t.text))),
+            ),
+          ],
         )
       : h("p", { class: "muted" }, "No reply: the call failed."),
     h("h4", {}, "Parsed decision"),
