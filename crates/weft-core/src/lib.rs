@@ -17,6 +17,7 @@ pub mod graph;
 pub mod history;
 pub mod limits;
 pub mod model;
+pub mod model_calls;
 pub mod path;
 pub mod plan;
 pub mod process;

@@ -384,4 +384,52 @@ pub struct ModelReply {
     /// `None` when it did not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
+    /// How long the call took, as the runtime measured it around the call; `None` in replies
+    /// recorded before weft measured it (and in a provider's own reply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<Timing>,
+    /// The replies to this call that the model layer refused and asked again for before this
+    /// one (a structured reply that did not match the schema), each with why; their tokens are
+    /// in `usage`. Empty when the first reply was used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<RefusedTry>,
+}
+
+/// A reply the model layer refused and asked again for within one call.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RefusedTry {
+    /// Why it was refused, as the model was told.
+    pub reason: String,
+    /// The reply's text, cut to [`RefusedTry::MAX_TEXT`] bytes.
+    pub text: String,
+}
+
+impl RefusedTry {
+    /// The most bytes of a refused reply's text kept.
+    pub const MAX_TEXT: usize = 2000;
+
+    /// A refused reply `text` and why.
+    pub fn new(reason: &str, text: &str) -> Self {
+        let mut end = text.len().min(Self::MAX_TEXT);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        Self {
+            reason: reason.to_owned(),
+            text: text[..end].to_owned(),
+        }
+    }
+}
+
+/// How long a model call took, as the runtime measured it.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub struct Timing {
+    /// From the call to its whole reply, in ms (the provider's own retries included).
+    pub latency_ms: u64,
+    /// From the call to the first piece of the reply's text, in ms; `None` when the reply's text
+    /// did not stream (it came whole, or there was none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<u64>,
 }

@@ -145,6 +145,10 @@ fn model_reply(r: &mut ModelReply, f: TextFn<'_>) {
     for c in &mut r.tool_calls {
         value(&mut c.arguments, f);
     }
+    for t in &mut r.refused {
+        f(&mut t.reason);
+        f(&mut t.text);
+    }
 }
 
 fn message(m: &mut Message, f: TextFn<'_>) {
@@ -237,5 +241,30 @@ mod tests {
         assert_eq!(v["outcome"]["error"]["kind"], "state");
         assert_eq!(v["outcome"]["error"]["message"], "[secret:x] is bad");
         assert_eq!(v["outcome"]["error"]["detail"], "[secret:x]");
+    }
+
+    #[test]
+    fn a_refused_try_of_a_reply_is_rewritten() {
+        let mut e = Event::ModelReplied {
+            purpose: crate::model::Purpose::Review,
+            step: None,
+            reply: ModelReply {
+                content: "{}".into(),
+                refused: vec![crate::model::RefusedTry::new(
+                    "the reply is not JSON (tok-123)",
+                    "here is tok-123",
+                )],
+                ..ModelReply::default()
+            },
+        };
+        redact(&mut e, "tok-123");
+        let Event::ModelReplied { reply, .. } = e else {
+            unreachable!()
+        };
+        assert_eq!(
+            reply.refused[0].reason,
+            "the reply is not JSON ([secret:x])"
+        );
+        assert_eq!(reply.refused[0].text, "here is [secret:x]");
     }
 }

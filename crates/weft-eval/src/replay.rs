@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use weft_core::agent_loop::{self, AgentNext};
 use weft_core::model::{ModelReply, ModelRequest};
 use weft_core::{Envelope, Event, SessionStatus, State, ToolOutcome};
 use weft_host::drive::AgentFile;
@@ -396,31 +395,36 @@ pub async fn record<S: Store>(store: &S, id: &str, mode: ReplayMode) -> Result<C
         &input,
     )
     .map_err(|e| EvalError::Invalid(format!("agent file {}: {e}", agent_path.display())))?;
-    // The requests: what the core decides to send over the log folded up to each reply.
-    let mut state = State::new();
+    // The requests: rebuilt from the log folded up to each reply (as the inspector does).
     let (mut replies, mut requests) = (Vec::new(), Vec::new());
-    for e in &events {
-        if let Event::ModelReplied { reply, .. } = &e.event {
-            match agent_loop::decide(&state, &built.config) {
-                AgentNext::CallModel { request, .. } => {
-                    requests.push(serde_json::to_value(&request).map_err(|e| {
-                        EvalError::Invalid(format!(
-                            "session {id}: a request does not serialise: {e}"
-                        ))
-                    })?);
-                    replies.push(reply.clone());
-                }
-                _ => {
-                    return Err(EvalError::Invalid(format!(
-                        "session {id}, event {}: agent file {} would not call the model here; record the session with the agent file it ran with",
-                        e.seq,
-                        agent_path.display()
-                    )));
-                }
+    let mut bad = None;
+    weft_core::model_calls::rebuild(&events, &built.config, None, |r| {
+        if let Some(Event::ModelReplied { reply, .. }) =
+            events.iter().find(|e| e.seq == r.seq).map(|e| &e.event)
+        {
+            match serde_json::to_value(&r.request) {
+                Ok(v) => requests.push(v),
+                Err(e) => bad = Some(e.to_string()),
             }
+            // A replayed reply is timed anew; the recorded call's timing is not the case's.
+            replies.push(weft_core::model::ModelReply {
+                timing: None,
+                ..reply.clone()
+            });
         }
-        state.apply(&e.event);
+    })
+    .map_err(|e| {
+        EvalError::Invalid(format!(
+            "session {id}: {e}; record the session with the agent file {} it ran with",
+            agent_path.display()
+        ))
+    })?;
+    if let Some(e) = bad {
+        return Err(EvalError::Invalid(format!(
+            "session {id}: a request does not serialise: {e}"
+        )));
     }
+    let state = State::fold(events.iter().map(|e| &e.event));
     let status = match state.status {
         SessionStatus::Completed => ExpectedStatus::Completed,
         SessionStatus::WaitingForUser => ExpectedStatus::Waiting,

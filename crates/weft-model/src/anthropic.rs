@@ -165,6 +165,8 @@ impl AnthropicModel {
         }
         let u = RawUsage::from(v.get("usage"));
         Ok(ModelReply {
+            timing: None,
+            refused: Vec::new(),
             content,
             tool_calls,
             usage: self.usage(&u),
@@ -225,6 +227,8 @@ impl AnthropicModel {
             });
         }
         Ok(ModelReply {
+            timing: None,
+            refused: Vec::new(),
             content: st.content,
             tool_calls,
             usage: self.usage(&st.usage),

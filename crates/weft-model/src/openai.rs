@@ -274,6 +274,8 @@ impl OpenAiModel {
             }
         }
         Ok(ModelReply {
+            timing: None,
+            refused: Vec::new(),
             content,
             tool_calls,
             usage: self.usage(v.get("usage")),
@@ -368,6 +370,8 @@ impl OpenAiModel {
             },
         };
         Ok(Some(ModelReply {
+            timing: None,
+            refused: Vec::new(),
             content: acc.content,
             tool_calls,
             usage,

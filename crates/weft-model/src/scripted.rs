@@ -518,6 +518,8 @@ impl Model for ScriptedModel {
             ));
         }
         Ok(ModelReply {
+            timing: None,
+            refused: Vec::new(),
             content,
             tool_calls,
             usage,

@@ -6,6 +6,7 @@ use std::future::Future;
 use serde_json::Value;
 
 use crate::{DeltaSink, Message, Messages, ModelError, ModelReply, ModelRequest, Usage};
+use weft_core::model::RefusedTry;
 
 /// How many times an invalid structured reply is asked for again.
 pub(crate) const MAX_FIX_ATTEMPTS: u32 = 2;
@@ -184,6 +185,7 @@ pub(crate) async fn complete<W: Wire>(
     let mut attempt_req = req.clone();
     let mut usage = Usage::default();
     let mut attempt = 0;
+    let mut refused = Vec::new();
     loop {
         // An attempt that fails after earlier ones were answered keeps what they used.
         let mut reply = match wire.call_once(&attempt_req, deltas.clone()).await {
@@ -193,12 +195,14 @@ pub(crate) async fn complete<W: Wire>(
         usage.add(&reply.usage);
         if !reply.tool_calls.is_empty() && reply.content.trim().is_empty() {
             reply.usage = usage;
+            reply.refused = refused;
             return Ok(reply);
         }
         match check(&validator, &reply.content) {
             Ok(clean) => {
                 reply.content = clean;
                 reply.usage = usage;
+                reply.refused = refused;
                 return Ok(reply);
             }
             Err(problem) if attempt >= MAX_FIX_ATTEMPTS => {
@@ -210,6 +214,7 @@ pub(crate) async fn complete<W: Wire>(
                 });
             }
             Err(problem) => {
+                refused.push(RefusedTry::new(&problem, &reply.content));
                 attempt_req.messages.push(Message::Assistant {
                     content: reply.content,
                     tool_calls: vec![],
@@ -285,6 +290,63 @@ mod tests {
         let u = e.usage();
         assert_eq!((u.input_tokens, u.output_tokens), (100, 7));
         assert_eq!(u.cost_usd, Some(0.25));
+    }
+
+    /// Replies `not json`, then a valid object.
+    struct FixesSecond(std::sync::atomic::AtomicU32);
+
+    impl Wire for FixesSecond {
+        fn provider(&self) -> &str {
+            "test"
+        }
+        async fn call_once(
+            &self,
+            _req: &ModelRequest,
+            _deltas: Option<DeltaSink>,
+        ) -> Result<ModelReply, ModelError> {
+            let first = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+            Ok(ModelReply {
+                content: if first { "not json" } else { "{\"a\": 1}" }.into(),
+                usage: Usage {
+                    input_tokens: 10,
+                    output_tokens: 2,
+                    ..Usage::default()
+                },
+                ..ModelReply::default()
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reply_asked_for_again_keeps_the_refused_one_and_why() {
+        let req = ModelRequest {
+            purpose: crate::Purpose::Review,
+            call_index: 0,
+            purpose_index: 0,
+            messages: Messages::from(vec![Message::User {
+                content: "hi".into(),
+            }]),
+            tools: Vec::new(),
+            response_schema: Some(json!({"type": "object"})),
+            max_tokens: None,
+            temperature: None,
+        };
+        let wire = FixesSecond(std::sync::atomic::AtomicU32::new(0));
+        let reply = complete(&wire, &req, None).await.unwrap();
+        assert_eq!(reply.content, "{\"a\": 1}");
+        assert_eq!(reply.refused.len(), 1, "{:?}", reply.refused);
+        assert_eq!(reply.refused[0].text, "not json");
+        assert!(
+            reply.refused[0]
+                .reason
+                .starts_with("the reply is not JSON ("),
+            "{:?}",
+            reply.refused[0]
+        );
+        assert_eq!(
+            (reply.usage.input_tokens, reply.usage.output_tokens),
+            (20, 4)
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use serde_json::Value;
 use weft_core::agent::AgentSpec;
 use weft_core::agent_loop::{self, AgentConfig, AgentNext, Skill, WorkflowConfig};
 use weft_core::engine::Invocation;
+use weft_core::model::Timing;
 use weft_core::{EVENT_VERSION, Envelope, Event, RunStatus, SessionStatus, State};
 use weft_model::{DeltaSink, ModelRequest, Purpose, SharedModel};
 use weft_store::Store;
@@ -513,15 +514,32 @@ impl<S: Store> Runtime<S> {
     ) -> Vec<Event> {
         let purpose = request.purpose;
         let stream = matches!(purpose, Purpose::React | Purpose::Respond);
+        // The call's latency and, when its text streams, the time to its first piece.
+        let began = std::time::Instant::now();
+        let first = Arc::new(std::sync::OnceLock::new());
         let deltas = if stream {
-            delta_sink(&self.session_observers())
+            delta_sink(&self.session_observers()).map(|sink| {
+                let first = Arc::clone(&first);
+                Arc::new(move |text: &str| {
+                    first.get_or_init(std::time::Instant::now);
+                    sink(text);
+                }) as DeltaSink
+            })
         } else {
             None
         };
         let result = agent.model.complete_boxed(&request, deltas).await;
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let timing = Timing {
+            latency_ms: ms(began.elapsed()),
+            ttft_ms: first.get().map(|t| ms(t.duration_since(began))),
+        };
         drop(request);
         match result {
-            Ok(reply) => agent_loop::model_replied(state, &agent.config, purpose, step, reply),
+            Ok(mut reply) => {
+                reply.timing = Some(timing);
+                agent_loop::model_replied(state, &agent.config, purpose, step, reply)
+            }
             Err(e) => agent_loop::model_failed(
                 state,
                 &agent.config,

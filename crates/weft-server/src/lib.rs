@@ -27,6 +27,7 @@ mod auth;
 mod evals;
 mod messages;
 mod metrics;
+mod model_calls;
 mod openapi;
 mod playground;
 mod quota;
@@ -342,6 +343,7 @@ fn api() -> Vec<openapi::Route> {
         sessions::routes(),
         evals::routes(),
         quota::routes(),
+        model_calls::routes(),
         routes(),
     ]
     .into_iter()

@@ -15,6 +15,7 @@ mod engine;
 mod fan_out;
 mod loops;
 mod memories;
+mod model_calls;
 mod prop;
 mod quotas;
 mod retrieval;

@@ -3376,6 +3376,137 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sessions/{id}/model-calls": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The session's model calls in order: purpose, step, outcome (and why a reply was refused or a call failed), attempt, tokens, cost and latency, with the session's totals */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description {calls: [...], totals} */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ModelCalls"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sessions/{id}/model-calls/{n}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Model call `n` (from 1) in full: the request weft sent (messages, tools offered, response format), rebuilt from the log with the agent's file; the raw reply; the events the reply meant */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: string;
+                    n: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description {call, request, reply, decision} */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ModelCallDetail"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/metrics": {
         parameters: {
             query?: never;
@@ -5145,6 +5276,113 @@ export interface components {
              * @description Model calls, replies and failures.
              */
             model_calls: number;
+        };
+        /** @description A session's model calls, and what they used in all. */
+        ModelCalls: {
+            calls: components["schemas"]["ModelCall"][];
+            /** @description The session's model usage (the calls' usages add up to it). */
+            totals: components["schemas"]["Usage"];
+        };
+        /** @description One model call of a session, as its log records it. */
+        ModelCall: {
+            /**
+             * Format: uint32
+             * @description The call's number in the session, from 1.
+             */
+            n: number;
+            /**
+             * Format: uint64
+             * @description The sequence number of the event that recorded its reply or failure.
+             */
+            seq: number;
+            /** @description What the call was for (`plan`, `execute`, `review`, `respond`, `react`, ...). */
+            purpose: string;
+            /** @description The plan step (or workflow step) it served, if any. */
+            step?: string | null;
+            /** @description The model that answered, as the provider names it (empty for a failure). */
+            model: string;
+            /** @description How it ended. */
+            outcome: components["schemas"]["CallOutcome"];
+            /** @description Why the reply was refused, or the provider's error. */
+            reason?: string | null;
+            /**
+             * Format: uint32
+             * @description The try of this purpose (and step) it was: 1, or one more than the calls just before it
+             *     that failed or were refused.
+             */
+            attempt: number;
+            /**
+             * Format: int64
+             * @description When the call was made (ms since the epoch): the time of the event before it.
+             */
+            started_ms: number;
+            /**
+             * Format: uint64
+             * @description From the call to its reply or failure, in ms.
+             */
+            latency_ms: number;
+            /**
+             * Format: uint64
+             * @description From the call to the first piece of its reply's text, in ms, when the text streamed.
+             */
+            ttft_ms?: number | null;
+            /** @description Tokens and cost of the call (a failed call's spent attempts included). */
+            usage: components["schemas"]["Usage"];
+            /** @description Why the model stopped (`stop`, `length`, `tool_calls`), when it said. */
+            finish_reason?: string | null;
+        };
+        /** @description How a model call ended. */
+        CallOutcome: "replied" | "rejected" | "failed";
+        /** @description One model call in full. */
+        ModelCallDetail: {
+            call: components["schemas"]["ModelCall"];
+            /** @description The request as weft sent it; `null` when it cannot be rebuilt (`request_error` says why). */
+            request: components["schemas"]["SentRequest"] | null;
+            /** @description Why the request cannot be rebuilt (the agent file changed or is not served here). */
+            request_error?: string | null;
+            /** @description The reply as the provider gave it (its text unparsed); `null` for a failed call. */
+            reply: components["schemas"]["RawReply"] | null;
+            /**
+             * @description The events the reply meant, in order (a plan accepted or refused, tool calls started, a
+             *     review, an answer): the parsed decision.
+             */
+            decision: Record<string, never>[];
+        };
+        /** @description A request as weft sent it to the model (secrets redacted). */
+        SentRequest: {
+            /** @description The conversation, system prompt first: messages tagged by `role`. */
+            messages: {
+                role: string;
+            }[];
+            /** @description The tools the model was offered: `{name, description, parameters}`. */
+            tools: Record<string, never>[];
+            /** @description The JSON Schema the reply's text had to match, if any. */
+            response_schema: unknown;
+            /** Format: uint32 */
+            max_tokens: number | null;
+            /** Format: float */
+            temperature: number | null;
+        };
+        /** @description A model's reply as it came. */
+        RawReply: {
+            /** @description The reply's text, unparsed. */
+            content: string;
+            /** @description The tool calls it asked for: `{id, name, arguments}`. */
+            tool_calls: Record<string, never>[];
+            model: string;
+            finish_reason: string | null;
+            /**
+             * @description The replies to this call the model layer refused and asked again for first (a structured
+             *     reply that did not match the schema), each with why.
+             */
+            refused: components["schemas"]["RefusedTry"][];
+        };
+        /** @description A reply the model layer refused and asked again for within one call. */
+        RefusedTry: {
+            /** @description Why it was refused, as the model was told. */
+            reason: string;
+            /** @description The reply's text, cut to [`RefusedTry::MAX_TEXT`] bytes. */
+            text: string;
         };
         /** @description LangGraph Server's `/info`. */
         Info: {

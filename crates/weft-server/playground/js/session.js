@@ -12,6 +12,7 @@ import { callCard, decisions, conversation, errorDetail } from "./cards.js";
 import { waitingPanel } from "./act.js";
 import { jsonTree } from "./json.js";
 import { timeline } from "./timeline.js";
+import { modelCalls } from "./inspector.js";
 import { hint, runHint, sayApiError } from "./errors.js";
 
 /** @typedef {import("./api-types").components["schemas"]["SessionView"]} SessionView */
@@ -49,6 +50,8 @@ export class SessionPage {
     this.selected = null;
     this.picked = false;
     this.tab = "calls";
+    /** @type {number | null} the model call open in the inspector */
+    this.inspecting = null;
     this.pending = null;
     this.timers = new Set();
     this.closed = false;
@@ -610,20 +613,31 @@ export class SessionPage {
       ["calls", `Tool calls (${v.calls.length})`],
       ["decisions", `Decisions (${v.reviews.length + v.plans.length})`],
       ["timeline", "Timeline"],
+      ["model", `Model calls (${this.events.filter((e) => e.type === "model_replied" || e.type === "model_failed").length})`],
       ["events", `Events (${this.events.length})`],
     ];
     const jump = (seq) => this.setAt(seq);
+    /** Opens model call `n` in the inspector (the Model calls tab). */
+    const inspect = (n) => {
+      this.inspecting = n;
+      this.tab = "model";
+      this.renderTabs();
+      queueMicrotask(() => document.getElementById("model-calls")?.scrollIntoView({ block: "start" }));
+    };
     const panel = () => {
       if (this.tab === "calls") return v.calls.length ? [...v.calls].reverse().map((c) => callCard(c, jump)) : h("p", { class: "muted" }, "No tool call yet.");
       if (this.tab === "decisions") return decisions(v, jump);
       const upTo = this.at;
-      if (this.tab === "timeline") return timeline(upTo === null ? this.events : this.events.filter((e) => e.seq <= upTo), { selected: this.selected, onSelect: (id) => this.select(id, false) });
+      if (this.tab === "timeline") return timeline(upTo === null ? this.events : this.events.filter((e) => e.seq <= upTo), { selected: this.selected, onSelect: (id) => this.select(id, false), onInspect: inspect });
+      if (this.tab === "model") return modelCalls(this.id, { open: this.inspecting, onOpen: inspect });
+      let n = 0;
       const at = this.at ?? this.lastSeq();
       return h(
         "ol",
         { class: "events", "aria-label": "Events" },
-        this.events.map((e) =>
-          h(
+        this.events.map((e) => {
+          const call = e.type === "model_replied" || e.type === "model_failed" ? ++n : 0;
+          return h(
             "li",
             {},
             h(
@@ -633,11 +647,12 @@ export class SessionPage {
               h("span", { class: "t" }, e.type),
               h("span", { class: "d" }, describe(e)),
             ),
-          ),
-        ),
+            call > 0 && h("button", { type: "button", class: "button small ghost inspect", dataset: { call: String(call) }, "aria-label": `Inspect model call ${call}`, onclick: () => inspect(call) }, "Inspect"),
+          );
+        }),
       );
     };
-    const sig = { tab: this.tab, calls: v.calls, r: v.reviews, p: v.plans, n: this.tab === "events" || this.tab === "timeline" ? [this.events.length, this.at] : 0, sel: this.tab === "timeline" ? this.selected : null };
+    const sig = { tab: this.tab, calls: v.calls, r: v.reviews, p: v.plans, n: this.tab === "events" || this.tab === "timeline" || this.tab === "model" ? [this.events.length, this.at] : 0, sel: this.tab === "timeline" ? this.selected : null, inspecting: this.tab === "model" ? this.inspecting : null };
     renderIfChanged(this.parts.tabs, sig, () => {
       const focused = /** @type {HTMLElement | null} */ (document.activeElement)?.dataset?.tab;
       const bar = h(

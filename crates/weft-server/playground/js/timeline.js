@@ -7,7 +7,7 @@ import { h, duration } from "./dom.js";
 
 /** @typedef {import("./api-types").components["schemas"]["StoredEvent"]} StoredEvent */
 /** @typedef {import("./api-types").components["schemas"]["Usage"]} Usage */
-/** @typedef {{ from: number, to: number | null, kind: string, label: string, step?: string | null, open?: boolean }} Bar */
+/** @typedef {{ from: number, to: number | null, kind: string, label: string, step?: string | null, call?: number, open?: boolean }} Bar */
 
 /** The rows of the timeline: groups of labelled rows, each with its bars
  * `{from, to, kind, label, step, open}` (times in ms since the epoch).
@@ -25,6 +25,18 @@ export function timelineRows(events, now = Date.now()) {
     return group.rows.get(key);
   };
   let prev = null;
+  // Model calls are numbered as the inspector numbers them: replies and failures, in order.
+  let modelCalls = 0;
+  // The wave that ended last: the review after it is counted to it.
+  let lastWave = null;
+  /** Adds a call's usage to the wave it served (a step's executor, or the review after it). */
+  const spend = (e, u) => {
+    if (!u) return;
+    const w = waves.get(e.step ? stepWave.get(e.step) : e.purpose === "review" ? lastWave : undefined);
+    if (!w) return;
+    w.tokens += (u.input_tokens || 0) + (u.output_tokens || 0);
+    if (u.cost_usd !== null && u.cost_usd !== undefined) w.cost = (w.cost || 0) + u.cost_usd;
+  };
   /** @type {Bar | null} */
   let waiting = null;
   for (const stored of events) {
@@ -34,14 +46,26 @@ export function timelineRows(events, now = Date.now()) {
     const e = stored;
     switch (stored.type) {
       case "model_replied":
-      case "model_reply_rejected":
+      case "model_failed":
+        modelCalls += 1;
+        spend(e, e.type === "model_failed" ? e.usage : e.reply?.usage);
         if (prev !== null) {
-          const rejected = e.type === "model_reply_rejected";
-          row(model, e.purpose, e.purpose).bars.push({ from: prev, to: ts, kind: rejected ? "rejected" : "model", label: `${e.purpose}${rejected ? " (rejected)" : ""}${usage(e.reply?.usage)}` });
+          const failed = e.type === "model_failed";
+          row(model, e.purpose, e.purpose).bars.push({ from: prev, to: ts, kind: failed ? "rejected" : "model", label: `${e.purpose}${failed ? " (failed)" : ""}${usage(failed ? e.usage : e.reply?.usage)}`, call: modelCalls });
         }
         break;
+      case "model_reply_rejected": {
+        // The reply of the last call was refused: its bar says so.
+        const bars = model.rows.get(e.purpose)?.bars;
+        const last = bars && bars[bars.length - 1];
+        if (last) {
+          last.kind = "rejected";
+          last.label += " (refused)";
+        }
+        break;
+      }
       case "wave_started": {
-        const w = { title: `Wave ${e.wave}`, from: ts, to: null, rows: new Map() };
+        const w = { title: `Wave ${e.wave}`, from: ts, to: null, rows: new Map(), tokens: 0, cost: null };
         waves.set(e.wave, w);
         for (const s of e.steps || []) {
           stepWave.set(s, e.wave);
@@ -52,6 +76,7 @@ export function timelineRows(events, now = Date.now()) {
       case "wave_finished": {
         const w = waves.get(e.wave);
         if (w) w.to = ts;
+        lastWave = e.wave;
         break;
       }
       case "tool_call_started": {
@@ -104,6 +129,13 @@ export function timelineRows(events, now = Date.now()) {
   return { groups, from: events.length ? Number(events[0].ts) : now, to: end };
 }
 
+/** " · 944 tokens · $0.0002": what a wave's model calls (its steps' executors and the review
+ * after it) used, or "". */
+function waveUsage(g) {
+  if (!g.tokens) return "";
+  return ` · ${g.tokens.toLocaleString()} tokens${g.cost ? ` · $${g.cost.toFixed(4)}` : ""}`;
+}
+
 /** @param {Usage | undefined} u */
 function usage(u) {
   if (!u) return "";
@@ -112,11 +144,12 @@ function usage(u) {
 }
 
 /**
- * The timeline as an element. `selected`: the step chosen in the plan; `onSelect(step)`.
+ * The timeline as an element. `selected`: the step chosen in the plan; `onSelect(step)`; a model
+ * call's bar opens it in the inspector (`onInspect(n)`).
  * @param {StoredEvent[]} events
- * @param {{ selected: string | null, onSelect: (step: string) => void }} options
+ * @param {{ selected: string | null, onSelect: (step: string) => void, onInspect?: (n: number) => void }} options
  */
-export function timeline(events, { selected, onSelect }) {
+export function timeline(events, { selected, onSelect, onInspect }) {
   const { groups, from, to } = timelineRows(events);
   if (!groups.length) return h("p", { class: "muted" }, "Nothing has happened yet.");
   const span = Math.max(1, to - from);
@@ -141,7 +174,12 @@ export function timeline(events, { selected, onSelect }) {
           "div",
           { class: "tl-row tl-head" },
           h("span", { class: "tl-label" }, g.title),
-          h("span", { class: "tl-track" }, g.from !== undefined && at(h("span", { class: "tl-bar wave", title: `${g.title}: ${duration((g.to ?? to) - g.from)}` }), pct(g.from), width(g.from, g.to ?? to))),
+          h(
+            "span",
+            { class: "tl-track" },
+            g.from !== undefined && at(h("span", { class: "tl-bar wave", title: `${g.title}: ${duration((g.to ?? to) - g.from)}${waveUsage(g)}` }), pct(g.from), width(g.from, g.to ?? to)),
+            g.tokens ? h("span", { class: "tl-usage", dataset: { tokens: String(g.tokens) } }, waveUsage(g).slice(3)) : null,
+          ),
         ),
         [...g.rows.entries()].map(([key, r]) =>
           h(
@@ -157,7 +195,12 @@ export function timeline(events, { selected, onSelect }) {
                   title: `${b.label} · ${duration(b.to - b.from)}${b.open ? " (still going)" : ""}`,
                   dataset: { from: String(b.from), to: String(b.to), step: b.step || "" },
                 };
-                const el = b.step ? h("button", { ...attrs, type: "button", "aria-label": `${b.step}: ${b.label}`, onclick: () => onSelect(b.step) }) : h("span", attrs);
+                const call = b.call;
+                const el = b.step
+                  ? h("button", { ...attrs, type: "button", "aria-label": `${b.step}: ${b.label}`, onclick: () => onSelect(b.step) })
+                  : call && onInspect
+                    ? h("button", { ...attrs, type: "button", dataset: { ...attrs.dataset, call: String(call) }, "aria-label": `Inspect model call ${call}: ${b.label}`, onclick: () => onInspect(call) })
+                    : h("span", attrs);
                 return at(el, pct(b.from), width(b.from, b.to));
               }),
             ),

@@ -34,8 +34,13 @@ impl Server {
     }
 
     /// A server whose directory `prepare` was given first (to put sessions into its store,
-    /// `serve.db`, before it serves them).
+    /// `serve.db`, or agent files beside the fixtures, before it serves them).
     fn start_with(prepare: impl FnOnce(&Path)) -> Self {
+        Self::start_in(prepare, &[])
+    }
+
+    /// [`Server::start_with`], the server run with `env` set.
+    fn start_in(prepare: impl FnOnce(&Path), env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/playground");
         for f in std::fs::read_dir(&fixtures).unwrap() {
@@ -73,6 +78,7 @@ impl Server {
             .current_dir(dir.path())
             .env_remove("WEFT_DB")
             .env_remove("WEFT_API_KEYS")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("serve.log")).unwrap())
             .spawn()
@@ -957,6 +963,186 @@ async fn the_page_and_the_api_are_compressed_for_clients_that_accept_it() {
     assert!(resp.headers().get("content-encoding").is_none());
 }
 
+/// The inspector's routes: each model call with its tokens, cost, latency and outcome, adding up
+/// to the session's totals; one call's request (rebuilt from the log: the task, the tools
+/// offered, the planner's schema), its raw reply and what it meant; the answers match the
+/// OpenAPI document; another user's session and a call that does not exist answer 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_calls_show_each_request_reply_and_usage_adding_up_to_the_session() {
+    let server = Server::start();
+    let alice = Client::new(&server, ALICE);
+    let bob = Client::new(&server, BOB);
+    let doc = alice.get("/openapi.json").await;
+    let id = alice.run_wait("desk", "Refund c-42.", desk_input()).await;
+    let list = alice.get(&format!("/sessions/{id}/model-calls")).await;
+    conforms(&doc, "get", "/sessions/{id}/model-calls", &list);
+    let calls = list["calls"].as_array().unwrap();
+    let purposes: Vec<&str> = calls
+        .iter()
+        .map(|c| c["purpose"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        purposes,
+        [
+            "plan",
+            "review",
+            "review",
+            "review",
+            "respond",
+            "response_review"
+        ],
+        "{list:#}"
+    );
+    // Each call's tokens (the script's) add up to the session's totals, as the list of
+    // sessions shows them.
+    let sum = |k: &str| {
+        calls
+            .iter()
+            .map(|c| c["usage"][k].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    let totals = &list["totals"];
+    assert_eq!(
+        (sum("input_tokens"), sum("output_tokens")),
+        (
+            totals["input_tokens"].as_u64().unwrap(),
+            totals["output_tokens"].as_u64().unwrap()
+        )
+    );
+    assert_eq!((sum("input_tokens"), sum("output_tokens")), (6650, 338));
+    let cost: f64 = calls
+        .iter()
+        .map(|c| c["usage"]["cost_usd"].as_f64().unwrap())
+        .sum();
+    let listed = alice.get("/sessions").await;
+    let listed = listed["sessions"][0]["usage"]["cost_usd"].as_f64().unwrap();
+    assert!((cost - listed).abs() < 1e-9, "{cost} {listed}");
+    // The plan call took the script's 300 ms at least, and its JSON did not stream; the
+    // answer's text streamed after the script's 200 ms.
+    assert!(
+        calls[0]["latency_ms"].as_u64().unwrap() >= 300,
+        "{:#}",
+        calls[0]
+    );
+    assert!(calls[0].get("ttft_ms").is_none(), "{:#}", calls[0]);
+    let answer = &calls[4];
+    let ttft = answer["ttft_ms"]
+        .as_u64()
+        .expect("the answer's first token is timed");
+    assert!(
+        (200..=answer["latency_ms"].as_u64().unwrap()).contains(&ttft),
+        "{answer:#}"
+    );
+    assert_eq!(
+        (&calls[0]["n"], &calls[0]["outcome"], &calls[0]["attempt"]),
+        (&json!(1), &json!("replied"), &json!(1))
+    );
+
+    let plan = alice.get(&format!("/sessions/{id}/model-calls/1")).await;
+    conforms(&doc, "get", "/sessions/{id}/model-calls/{n}", &plan);
+    let req = &plan["request"];
+    let messages = req["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["role"], "system", "{req:#}");
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["content"].as_str().unwrap_or("").contains("Refund c-42.")),
+        "the task is in the request: {req:#}"
+    );
+    let text = req.to_string();
+    for tool in ["lookupCustomer", "billingHistory", "issueRefund", "notify"] {
+        assert!(text.contains(tool), "{tool} is offered: {req:#}");
+    }
+    assert!(
+        req["response_schema"].is_object(),
+        "the planner's schema: {req:#}"
+    );
+    let reply: Value = serde_json::from_str(plan["reply"]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(reply["plan"][2]["_id"], "refund");
+    assert_eq!(plan["decision"][0]["type"], "plan_accepted", "{plan:#}");
+    assert_eq!(plan["decision"][0]["plan"].as_array().unwrap().len(), 4);
+    let review = alice.get(&format!("/sessions/{id}/model-calls/2")).await;
+    assert_eq!(review["call"]["purpose"], "review");
+    assert_eq!(
+        review["decision"][0]["type"], "review_decided",
+        "{review:#}"
+    );
+
+    let (status, v) = alice
+        .call(
+            reqwest::Method::GET,
+            &format!("/sessions/{id}/model-calls/7"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404, "{v}");
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("has 6 model call(s)"),
+        "{v}"
+    );
+    for path in [
+        format!("/sessions/{id}/model-calls"),
+        format!("/sessions/{id}/model-calls/1"),
+    ] {
+        let (status, v) = bob.call(reqwest::Method::GET, &path, None).await;
+        assert_eq!(
+            (status, &v["detail"]),
+            (404, &json!("session not found")),
+            "{path}"
+        );
+    }
+}
+
+/// A secret a tool leaked into its result is redacted in the inspector's request as in the
+/// events: the request that carried the result back to the model shows `[secret:token]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inspector_shows_no_secret() {
+    let canary = format!("canary-{}-inspector", std::process::id());
+    let agent = r#"name: secretive
+mode: react
+model: scripted:secretive.script.yaml
+instructions: Help with refunds.
+secrets:
+  token: { env: WEFT_CANARY }
+tools:
+  - name: showEnv
+    description: Prints the token it was given (a leaky tool).
+    command: ["sh", "-c", "cat > /dev/null; printf '{\"token\": \"%s\"}' \"$TOKEN\""]
+    env: { TOKEN: "{{ secrets.token }}" }
+"#;
+    let script = "- tool_calls:\n    - { name: showEnv, arguments: {} }\n- text: done\n";
+    let server = Server::start_in(
+        |dir| {
+            std::fs::write(dir.join("secretive.yaml"), agent).unwrap();
+            std::fs::write(dir.join("secretive.script.yaml"), script).unwrap();
+        },
+        &[("WEFT_CANARY", &canary)],
+    );
+    let alice = Client::new(&server, ALICE);
+    let id = alice
+        .run_wait("secretive", "Show the token.", json!({}))
+        .await;
+    let list = alice.get(&format!("/sessions/{id}/model-calls")).await;
+    assert_eq!(list["calls"].as_array().unwrap().len(), 2, "{list:#}");
+    let second = alice.get(&format!("/sessions/{id}/model-calls/2")).await;
+    let text = second.to_string();
+    assert!(!text.contains(&canary), "the secret leaked: {second:#}");
+    let tool = second["request"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap_or_else(|| panic!("no tool result in {second:#}"));
+    assert!(
+        tool["content"].as_str().unwrap().contains("[secret:token]"),
+        "{tool:#}"
+    );
+    assert_eq!(second["request"]["tools"][0]["name"], "showEnv");
+}
+
 // --- The page in a real browser ---------------------------------------------------------------
 
 /// Runs one scenario of `tests/playground/browser.py` against a fresh server; the checks it
@@ -1344,6 +1530,20 @@ fn needs_browser_the_evals_view_lists_runs_their_cases_and_opens_a_cases_session
             "two ticked runs are compared, regressions first",
         ],
         two_eval_runs,
+    );
+}
+
+#[test]
+fn needs_browser_a_plan_request_opens_in_the_model_call_inspector() {
+    browser(
+        "inspector",
+        &[
+            "a plan request shows the task and the tool list",
+            "the raw reply holds the plan and the parsed decision accepts it",
+            "the calls' tokens add up to the session's totals",
+            "a call opens from its row and from its event",
+            "each wave shows the tokens of the review after it",
+        ],
     );
 }
 

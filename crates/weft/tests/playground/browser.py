@@ -366,9 +366,9 @@ def scrub_and_fork():
     view = api(f"/sessions/{sid}")
     # The event that ends the first wave: both lookups done, the refund not begun.
     click("#tab-events")
-    wait(lambda: len(texts("#tab-panel .events button")) == view["last_seq"], "every event listed")
+    wait(lambda: len(texts("#tab-panel .events button:not(.inspect)")) == view["last_seq"], "every event listed")
     target = None
-    for t in texts("#tab-panel .events button"):
+    for t in texts("#tab-panel .events button:not(.inspect)"):
         if "wave_finished" in t:
             target = int(t.split("wave_finished")[0].strip().lstrip("#"))
             break
@@ -636,6 +636,80 @@ def spending():
     want = f"today ${day:.2f} of $100" if day >= 0.01 else f"today ${day:.4f} of $100"
     wait(lambda: want in text("#my-usage"), f"the header's spending ({want})", 15)
     ok("the user's spending against their quota follows the run")
+
+
+def model_call_inspector():
+    """A plan request opened in the inspector from the timeline: the task and the tools offered
+    are in it, the reply's plan and the plan it became; the calls' tokens, one by one, add up to
+    the session's totals as the page's header shows them."""
+    sign_in()
+    task = "Refund the last order of customer c-42."
+    sid = start("desk", task, '{"customerId": "c-42", "amount": 50}')
+    wait(lambda: session_status() == "completed", "the run", 40)
+    click("#tab-timeline")
+    one("#timeline")
+    # The plan call's bar in the timeline opens it.
+    D.execute_script("document.querySelector(\"#timeline .tl-row[data-row='plan'] button.tl-bar[data-call]\").click()")
+    wait(lambda: D.execute_script("const t = document.getElementById('tab-model'); return t && t.getAttribute('aria-selected') === 'true';"), "the Model calls tab")
+    wait(lambda: q("#inspector[data-n='1'] #mc-messages"), "model call 1 in the inspector")
+    assert "plan" in text("#inspector h3"), text("#inspector h3")
+    request = D.execute_script("return document.getElementById('mc-messages').textContent")
+    assert task in request, f"the task is not in the request: {request[:2000]}"
+    # The planner is given the tools as a list in its prompt (name, category, what it does), and
+    # no tool to call; its reply must match a schema that spells out each tool's step.
+    listed = [l.strip() for l in request.split("Tools (name [category]: what it does):")[1].split("\n")[1:5]]
+    assert listed == [
+        "- billingHistory [billing]: A customer's orders and payments.",
+        "- issueRefund [billing]: Refund an amount to a customer.",
+        "- lookupCustomer [crm]: Look up a customer.",
+        "- notify [general]: Tell the customer.",
+    ], listed
+    assert "Tools offered for calling (0)" in text("#mc-tools summary"), text("#mc-tools summary")
+    assert "JSON matching a schema" in text("#mc-format summary"), text("#mc-format summary")
+    schema = D.execute_script("return document.querySelector('#mc-format .json-tree').textContent")
+    for tool in ["lookupCustomer", "billingHistory", "issueRefund", "notify"]:
+        assert tool in schema, (tool, schema[:2000])
+    ok("a plan request shows the task and the tool list")
+    raw = json.loads(D.execute_script("return document.querySelector('#mc-reply .mc-raw').textContent"))
+    assert [s["_id"] for s in raw["plan"]] == ["customer", "orders", "refund", "tell"], raw
+    decided = D.execute_script("return [...document.querySelectorAll('#mc-decision > li')].map(l => l.dataset.type)")
+    assert decided[0] == "plan_accepted", decided
+    accepted = D.execute_script("return document.querySelector('#mc-decision > li').textContent")
+    for step in ["customer", "orders", "refund", "tell"]:
+        assert step in accepted, (step, accepted)
+    ok("the raw reply holds the plan and the parsed decision accepts it")
+    # Per-call tokens, read from the table's rows, against the session's totals as the page
+    # shows them (the API's, read by the page).
+    rows = D.execute_script("return [...document.querySelectorAll('#model-calls tbody tr.mc-row')].map(r => [r.dataset.purpose, Number(r.dataset.input), Number(r.dataset.output)])")
+    assert [r[0] for r in rows] == ["plan", "review", "review", "review", "respond", "response_review"], rows
+    view = api(f"/sessions/{sid}")
+    total_in, total_out = view["usage"]["input_tokens"], view["usage"]["output_tokens"]
+    assert sum(r[1] for r in rows) == total_in and sum(r[2] for r in rows) == total_out, (rows, view["usage"])
+    foot = D.execute_script("const f = document.getElementById('mc-sum').dataset; return [Number(f.input), Number(f.output), f.agrees]")
+    assert foot == [total_in, total_out, "1"], foot
+    ok("the calls' tokens add up to the session's totals")
+    # Another call opens from its row; an event's Inspect button opens its call.
+    click("#model-calls tbody tr[data-n='2'] button.mc-open")
+    wait(lambda: q("#inspector[data-n='2'] #mc-decision li[data-type='review_decided']"), "the first review in the inspector")
+    click("#tab-events")
+    click(".events button.inspect[data-call='5']")
+    wait(lambda: q("#inspector[data-n='5'] #mc-reply .mc-raw"), "the answer's call from the events")
+    assert "Refunded 50" in text("#inspector #mc-reply"), text("#inspector #mc-reply")
+    ok("a call opens from its row and from its event")
+    # The timeline's waves say what their reviews used (the review after each wave).
+    click("#tab-timeline")
+    one("#timeline")
+    reviews = [r[1] + r[2] for r in rows if r[0] == "review"]
+    spent = D.execute_script("return [...document.querySelectorAll('#timeline .tl-head .tl-usage')].map(u => Number(u.dataset.tokens))")
+    assert spent == reviews, (spent, reviews)
+    ok("each wave shows the tokens of the review after it")
+    click("#tab-model")
+    click("#model-calls tbody tr[data-n='1'] button.mc-open")
+    wait(lambda: q("#inspector[data-n='1'] #mc-messages"), "the plan call again")
+    if SHOTS:
+        D.execute_script("document.getElementById('activity').scrollIntoView()")
+        time.sleep(0.3)
+        D.save_screenshot(os.path.join(SHOTS, "playground-inspector.png"))
     no_page_errors()
 
 
@@ -653,6 +727,7 @@ SCENARIOS = {
     "counts": event_counts_agree,
     "timeline": session_timeline,
     "evals": eval_runs,
+    "inspector": model_call_inspector,
 }
 
 D = browser()

@@ -421,6 +421,36 @@ impl Harness {
             live.plan.as_ref().map(|p| p.view())
         );
         weft_core::snapshot::verify(&events).unwrap();
+        self.assert_rebuilds(&s.id).await;
+    }
+
+    /// Every request the model received in session `id` is the one rebuilt from its log
+    /// (`weft_core::model_calls::rebuild`), field by field: the session's last requests are the
+    /// last ones this harness's model received.
+    pub async fn assert_rebuilds(&self, id: &str) {
+        let (_, envs) = self.store.load(id).await.unwrap();
+        let mut rebuilt = Vec::new();
+        weft_core::model_calls::rebuild(&envs, &self.agent.config, None, |r| {
+            rebuilt.push(serde_json::to_value(&r.request).unwrap());
+        })
+        .unwrap_or_else(|e| panic!("session {id}: {e}"));
+        let sent: Vec<Value> = self
+            .requests
+            .all()
+            .iter()
+            .map(|r| serde_json::to_value(r).unwrap())
+            .collect();
+        // A harness continuing a session (a new process) received only its last requests.
+        let k = rebuilt.len().min(sent.len());
+        let (rebuilt, sent) = (&rebuilt[rebuilt.len() - k..], &sent[sent.len() - k..]);
+        for (i, (a, b)) in rebuilt.iter().zip(sent).enumerate() {
+            assert_eq!(
+                a,
+                b,
+                "session {id}: request {} of the last {k} differs from the one sent",
+                i + 1
+            );
+        }
     }
 
     /// The stored events of a session.
