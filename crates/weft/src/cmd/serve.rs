@@ -30,6 +30,10 @@ pub struct ServeArgs {
     /// Runs one user may have going at once (more are refused with 429).
     #[arg(long, default_value_t = 100)]
     pub max_runs_per_user: usize,
+    /// An origin whose pages may call the API from a browser (CORS), as `scheme://host[:port]`
+    /// (e.g. `http://localhost:5173`), or `*` for any; repeat for more. None by default.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub cors_origins: Vec<String>,
     /// Print the API's OpenAPI document (what `/openapi.json` answers) and exit.
     #[arg(long)]
     pub openapi: bool,
@@ -49,6 +53,7 @@ pub async fn run(host: &Host, store: Arc<CliStore>, a: ServeArgs) -> Result<u8> 
         keys: a.keys,
         max_body: a.max_body,
         max_runs_per_user: a.max_runs_per_user,
+        cors_origins: a.cors_origins,
     };
     weft_server::serve(host.clone(), store, config).await?;
     Ok(0)
