@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 const ALICE: &str = "alice-key-0123456789abcdef";
 const BOB: &str = "bob-key-0123456789abcdef00";
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -142,7 +142,7 @@ fn serve(d: &Path, port: u16, db: &str) -> Child {
     serve_with(d, port, db, &[])
 }
 
-fn serve_with(d: &Path, port: u16, db: &str, extra: &[&str]) -> Child {
+pub(crate) fn serve_with(d: &Path, port: u16, db: &str, extra: &[&str]) -> Child {
     serve_logged(d, port, db, extra, "serve.log")
 }
 
