@@ -737,3 +737,34 @@ mod needs_postgres {
         super::seam(&db.url, super::seam_rounds(), 100, 3);
     }
 }
+
+/// `--cors-origin` takes origins as a browser sends them; anything else stops the server at
+/// start with the value, what is wrong and what an origin looks like.
+#[test]
+fn a_cors_origin_that_is_not_an_origin_stops_the_server_with_what_is_wrong() {
+    let tmp = tempfile::tempdir().unwrap();
+    agents(tmp.path());
+    for (origin, says) in [
+        ("localhost:5173", "no scheme"),
+        ("http://localhost:5173/", "no path"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args([
+                "--db", "serve.db", "serve", "--agents", ".", "--keys", "keys.txt",
+            ])
+            .args(["--listen", "127.0.0.1:0", "--cors-origin", origin])
+            .current_dir(tmp.path())
+            .env_remove("WEFT_DB")
+            .env_remove("WEFT_API_KEYS")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{origin}: {stderr}");
+        assert!(
+            stderr.contains(&format!("--cors-origin `{origin}`"))
+                && stderr.contains(says)
+                && stderr.contains("scheme://host[:port]"),
+            "{origin}: {stderr}"
+        );
+    }
+}
