@@ -24,6 +24,7 @@
 
 mod agui;
 mod auth;
+mod cors;
 mod evals;
 mod messages;
 mod metrics;
@@ -66,6 +67,9 @@ pub struct ServeConfig {
     pub max_body: usize,
     /// Runs one user may have going at once (more are refused with 429).
     pub max_runs_per_user: usize,
+    /// The origins whose pages may call the API from a browser (CORS), as `scheme://host[:port]`,
+    /// or `*` for any; none by default (only pages of the server's own origin).
+    pub cors_origins: Vec<String>,
 }
 
 impl ServeConfig {
@@ -78,6 +82,7 @@ impl ServeConfig {
             keys: None,
             max_body: 1 << 20,
             max_runs_per_user: 100,
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -88,6 +93,9 @@ pub enum ServerError {
     /// The API keys could not be read; the message names the file or variable.
     #[error("{0}")]
     Keys(String),
+    /// An allowed origin is not an origin; the message names it and says what one looks like.
+    #[error("{0}")]
+    Cors(String),
     /// The agent files could not be loaded.
     #[error(transparent)]
     Host(#[from] weft_host::HostError),
@@ -131,6 +139,7 @@ pub(crate) type Shared = Arc<App>;
 /// An API error: a status and a JSON body `{"detail": ...}` (what LangGraph's server sends),
 /// never a stack trace or a secret.
 /// A refusal that can be tried again later (429 at a quota) says when: `Retry-After`, seconds.
+#[derive(Debug)]
 pub(crate) struct ApiError(pub StatusCode, pub String, pub Option<u64>);
 
 impl ApiError {
@@ -202,6 +211,7 @@ impl Server {
         let a = config;
         let keys =
             auth::Keys::load(a.keys.as_deref()).map_err(|e| ServerError::Keys(message(&e)))?;
+        let cors = cors::layer(&a.cors_origins).map_err(ServerError::Cors)?;
         let agents = weft_host::drive::agents(&a.agents).await?;
         host.durability
             .for_agents(store.as_ref(), agents.values().map(|f| &f.spec));
@@ -227,7 +237,7 @@ impl Server {
             summaries: sessions::Summaries::default(),
             eval_results: evals::Results::default(),
         });
-        let router = router(app.clone(), keys, a.max_body);
+        let router = router(app.clone(), keys, a.max_body, cors);
         let listener = tokio::net::TcpListener::bind(a.listen)
             .await
             .map_err(|source| ServerError::Listen {
@@ -441,7 +451,12 @@ async fn openapi_json() -> Json<serde_json::Value> {
     Json(openapi::document(&api()))
 }
 
-fn router(app: Shared, keys: auth::Keys, max_body: usize) -> Router {
+fn router(
+    app: Shared,
+    keys: auth::Keys,
+    max_body: usize,
+    cors: Option<tower_http::cors::CorsLayer>,
+) -> Router {
     let mut open = Router::new();
     let mut protected = Router::new();
     for r in api() {
@@ -455,7 +470,8 @@ fn router(app: Shared, keys: auth::Keys, max_body: usize) -> Router {
         Arc::new(keys),
         auth::require,
     ));
-    open.merge(protected)
+    let router = open
+        .merge(protected)
         .layer(axum::middleware::map_response(json_errors))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(max_body, over_limit))
@@ -463,8 +479,14 @@ fn router(app: Shared, keys: auth::Keys, max_body: usize) -> Router {
         // gzip or brotli, as the client accepts (the page is about 113 KB, 31 KB gzipped; a
         // large session's JSON shrinks tenfold). Event streams are left as they are (the
         // default predicate skips `text/event-stream`), so each event still leaves at once.
-        .layer(tower_http::compression::CompressionLayer::new())
-        .with_state(app)
+        .layer(tower_http::compression::CompressionLayer::new());
+    // Outermost: a preflight is answered before the key is asked for, and every answer (errors
+    // included) carries the headers a page of an allowed origin needs to read it.
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
+    .with_state(app)
 }
 
 /// The most of a refused body that is read (and dropped) before the connection is closed.

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{Extension, Path, RawQuery, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use schemars::JsonSchema;
@@ -1138,13 +1138,15 @@ pub(crate) async fn create_stream(
     Json(mut body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
     body.traceparent = traceparent(&headers);
-    let modes = stream::modes(body.stream_mode.as_ref());
+    let modes = stream::modes(body.stream_mode.as_ref())?;
     let run = start(&app, &user, &tid, body).await?;
     Ok(streaming(app, run, modes, None))
 }
 
 /// A new run's stream, with `Location`: where the client reconnects after a dropped connection
-/// (the SDK does so by itself), with the same stream modes.
+/// (the SDK does so by itself), with the same stream modes; and `Content-Location`: the run,
+/// from which the JavaScript SDK learns the run's id (`onRunCreated`; `useStream`'s `onCreated`
+/// and its rejoin after a reload).
 fn streaming(
     app: Shared,
     run: Arc<Run>,
@@ -1160,9 +1162,14 @@ fn streaming(
     );
     let after = stream::Position::after(run.start_seq());
     let format = stream::Format::LangGraph(modes);
+    let run_path = format!("/threads/{}/runs/{}", run.thread_id, run.run_id);
     let mut resp = stream::sse(app, run, after, format, true, temporary).into_response();
     if let Ok(v) = location.parse() {
-        resp.headers_mut().insert("location", v);
+        resp.headers_mut().insert(axum::http::header::LOCATION, v);
+    }
+    if let Ok(v) = run_path.parse() {
+        resp.headers_mut()
+            .insert(axum::http::header::CONTENT_LOCATION, v);
     }
     resp
 }
@@ -1480,9 +1487,10 @@ pub(crate) async fn join_stream(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
     Path((tid, rid)): Path<(String, String)>,
-    RawQuery(query): RawQuery,
+    Query(query): Query<Vec<(String, String)>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let modes = stream::query_modes(&query)?;
     let run = found(&app, &user, &tid, &rid).await?;
     // The stream clamps a position before the run to its beginning.
     let after = headers
@@ -1490,15 +1498,6 @@ pub(crate) async fn join_stream(
         .and_then(|v| v.to_str().ok())
         .and_then(stream::Position::parse)
         .unwrap_or_else(|| stream::Position::after(run.start_seq()));
-    // `stream_mode` may be repeated (`?stream_mode=values&stream_mode=updates`).
-    let asked: Vec<Value> = query
-        .unwrap_or_default()
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .filter(|(k, _)| *k == "stream_mode")
-        .map(|(_, v)| Value::String(v.to_owned()))
-        .collect();
-    let modes = stream::modes(Some(&Value::Array(asked)));
     Ok(stream::sse(
         app,
         run,
@@ -1662,7 +1661,7 @@ pub(crate) async fn stream_threadless(
     Json(mut body): Json<RunBody>,
 ) -> Result<Response, ApiError> {
     body.traceparent = traceparent(&headers);
-    let modes = stream::modes(body.stream_mode.as_ref());
+    let modes = stream::modes(body.stream_mode.as_ref())?;
     let (run, temporary) = start_threadless(&app, &user, body).await?;
     Ok(streaming(app, run, modes, temporary))
 }

@@ -26,25 +26,74 @@ use weft_core::state::OpenCall;
 use weft_core::{Envelope, Event, State};
 use weft_store::SessionLog;
 
-use super::Shared;
 use super::runs::{Piece, Run, RunStatus};
+use super::{ApiError, Shared};
 use super::{messages, threads};
 
-/// The modes a request asks for (default `values`).
-pub(crate) fn modes(v: Option<&Value>) -> Vec<String> {
-    let mut out: Vec<String> = match v {
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) => a
-            .iter()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect(),
-        _ => Vec::new(),
-    };
+/// LangGraph's stream modes. weft sends `values`, `updates`, `messages` (as `messages-tuple`),
+/// `custom` (weft's typed events, which `events` and `debug` also get); `tasks` and
+/// `checkpoints` are accepted and send nothing (a client such as `useStream` may ask for them
+/// beside the others).
+const KNOWN: [&str; 9] = [
+    "values",
+    "updates",
+    "messages",
+    "messages-tuple",
+    "custom",
+    "events",
+    "debug",
+    "tasks",
+    "checkpoints",
+];
+
+/// The modes a request's `stream_mode` asks for (a mode or a list; default `values`), or why
+/// they cannot be streamed.
+pub(crate) fn modes(v: Option<&Value>) -> Result<Vec<String>, ApiError> {
+    let mut out: Vec<String> = Vec::new();
+    match v {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => out.push(s.clone()),
+        Some(Value::Array(a)) => {
+            for m in a {
+                let Some(m) = m.as_str() else {
+                    return Err(ApiError::bad(format!(
+                        "stream_mode: {m} is not a mode; give a mode or a list of them, e.g. \
+                         [\"values\", \"messages-tuple\"]"
+                    )));
+                };
+                out.push(m.to_owned());
+            }
+        }
+        Some(other) => {
+            return Err(ApiError::bad(format!(
+                "stream_mode: {other} is not a mode; give a mode or a list of them, e.g. \
+                 [\"values\", \"messages-tuple\"]"
+            )));
+        }
+    }
+    if let Some(m) = out.iter().find(|m| !KNOWN.contains(&m.as_str())) {
+        return Err(ApiError::bad(format!(
+            "stream_mode `{m}` is not a stream mode; use values, updates, messages-tuple or custom"
+        )));
+    }
     if out.is_empty() {
         out.push("values".into());
     }
-    out
+    Ok(out)
+}
+
+/// The modes of a join's query string: `stream_mode` repeated (`?stream_mode=values&
+/// stream_mode=updates`, as the Python SDK sends them), or a JSON list (`?stream_mode=
+/// ["values","updates"]`, as the JavaScript SDK sends them).
+pub(crate) fn query_modes(query: &[(String, String)]) -> Result<Vec<String>, ApiError> {
+    let mut asked = Vec::new();
+    for (_, v) in query.iter().filter(|(k, _)| k == "stream_mode") {
+        match serde_json::from_str::<Value>(v) {
+            Ok(Value::Array(a)) => asked.extend(a),
+            _ => asked.push(Value::String(v.clone())),
+        }
+    }
+    modes(Some(&Value::Array(asked)))
 }
 
 /// Where a client stands in a run's stream, read from its `Last-Event-ID`.
@@ -724,5 +773,50 @@ impl Cursor {
             self.text_sent = end;
         }
         self.pending = later;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_join_reads_its_modes_as_either_sdk_sends_them() {
+        let python = q(&[("stream_mode", "values"), ("stream_mode", "updates")]);
+        let js = q(&[
+            ("stream_mode", r#"["values","messages-tuple"]"#),
+            ("cancel_on_disconnect", "0"),
+        ]);
+        assert_eq!(query_modes(&python).unwrap(), ["values", "updates"]);
+        assert_eq!(query_modes(&js).unwrap(), ["values", "messages-tuple"]);
+        assert_eq!(query_modes(&[]).unwrap(), ["values"]);
+        let e = query_modes(&q(&[("stream_mode", "valuez")])).unwrap_err();
+        assert_eq!(e.0, axum::http::StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(
+            e.1.contains("`valuez`") && e.1.contains("messages-tuple"),
+            "{}",
+            e.1
+        );
+    }
+
+    #[test]
+    fn a_body_s_stream_mode_is_a_mode_or_a_list_of_known_modes() {
+        assert_eq!(modes(None).unwrap(), ["values"]);
+        assert_eq!(modes(Some(&json!("updates"))).unwrap(), ["updates"]);
+        assert_eq!(
+            modes(Some(&json!(["values", "tasks"]))).unwrap(),
+            ["values", "tasks"]
+        );
+        for bad in [json!(3), json!(["values", 3]), json!(["value"])] {
+            let e = modes(Some(&bad)).unwrap_err();
+            assert!(e.1.starts_with("stream_mode"), "{}", e.1);
+        }
     }
 }

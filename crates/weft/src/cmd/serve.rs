@@ -35,6 +35,10 @@ pub struct ServeArgs {
     /// it; counted in the store across every server and worker on it (see docs/budgets.md).
     #[arg(long)]
     pub quotas: Option<PathBuf>,
+    /// An origin whose pages may call the API from a browser (CORS), as `scheme://host[:port]`
+    /// (e.g. `http://localhost:5173`), or `*` for any; repeat for more. None by default.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub cors_origins: Vec<String>,
     /// Print the API's OpenAPI document (what `/openapi.json` answers) and exit.
     #[arg(long)]
     pub openapi: bool,
@@ -55,6 +59,7 @@ pub async fn run(host: &Host, store: Arc<CliStore>, a: ServeArgs) -> Result<u8> 
         keys: a.keys,
         max_body: a.max_body,
         max_runs_per_user: a.max_runs_per_user,
+        cors_origins: a.cors_origins,
     };
     weft_server::serve(host.clone(), store, config).await?;
     Ok(0)

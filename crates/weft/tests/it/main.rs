@@ -13,6 +13,7 @@ mod durability;
 mod eval_cli;
 mod hints_cli;
 mod interrupt;
+mod jssdk;
 mod live_view;
 mod llm_e2e;
 mod load_checks;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 const ALICE: &str = "alice-key-0123456789abcdef";
 const BOB: &str = "bob-key-0123456789abcdef00";
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -142,7 +142,7 @@ fn serve(d: &Path, port: u16, db: &str) -> Child {
     serve_with(d, port, db, &[])
 }
 
-fn serve_with(d: &Path, port: u16, db: &str, extra: &[&str]) -> Child {
+pub(crate) fn serve_with(d: &Path, port: u16, db: &str, extra: &[&str]) -> Child {
     serve_logged(d, port, db, extra, "serve.log")
 }
 
@@ -735,5 +735,36 @@ mod needs_postgres {
     fn needs_sdk_concurrent_streams_survive_sigkill_and_restarts() {
         let db = super::common::Database::new("serve_seam");
         super::seam(&db.url, super::seam_rounds(), 100, 3);
+    }
+}
+
+/// `--cors-origin` takes origins as a browser sends them; anything else stops the server at
+/// start with the value, what is wrong and what an origin looks like.
+#[test]
+fn a_cors_origin_that_is_not_an_origin_stops_the_server_with_what_is_wrong() {
+    let tmp = tempfile::tempdir().unwrap();
+    agents(tmp.path());
+    for (origin, says) in [
+        ("localhost:5173", "no scheme"),
+        ("http://localhost:5173/", "no path"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args([
+                "--db", "serve.db", "serve", "--agents", ".", "--keys", "keys.txt",
+            ])
+            .args(["--listen", "127.0.0.1:0", "--cors-origin", origin])
+            .current_dir(tmp.path())
+            .env_remove("WEFT_DB")
+            .env_remove("WEFT_API_KEYS")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{origin}: {stderr}");
+        assert!(
+            stderr.contains(&format!("--cors-origin `{origin}`"))
+                && stderr.contains(says)
+                && stderr.contains("scheme://host[:port]"),
+            "{origin}: {stderr}"
+        );
     }
 }
