@@ -3,7 +3,8 @@
 //! of each session it drives ([`Live`]): its spans and metrics (`weft-telemetry`), derived from
 //! its events as they are committed. The runtime hands the committed events over (an observer
 //! of the session's own events); the store is read only for what was not handed over: the log
-//! before this process, a gap, and at the end what another path appended.
+//! before this process, and a gap (events another path of this process committed). What
+//! another process commits is exported by that process.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -41,6 +42,11 @@ pub async fn options<S: Store>(
             .ok()
             .and_then(|rec| crate::sessions::agent_file_of(&rec.metadata)),
     };
+    options_of(file, redact).await
+}
+
+/// The derivation's options from the environment and agent file `file`.
+async fn options_of(file: Option<PathBuf>, redact: Option<Redact>) -> Options {
     let provider = match file {
         Some(f) => provider(&f).await,
         None => None,
@@ -238,33 +244,24 @@ struct Chunks {
 }
 
 /// The events after `last` to derive: those handed over when they follow on from `last`;
-/// otherwise (a gap, or `read` asked for: the end) the store's, which holds every committed one.
+/// otherwise (a gap: events committed by another path of this process) the store's, which
+/// holds every committed one.
 async fn events_after<S: Store>(
     store: &S,
     id: &str,
     last: u64,
     handed: Vec<weft_core::Envelope>,
-    read: bool,
 ) -> Vec<weft_core::Envelope> {
-    let mut handed: Vec<_> = handed.into_iter().filter(|e| e.seq > last).collect();
+    let handed: Vec<_> = handed.into_iter().filter(|e| e.seq > last).collect();
     let follows = handed
         .iter()
         .enumerate()
         .all(|(i, e)| e.seq == last + 1 + i as u64);
-    if !read && follows {
+    if follows {
         return handed;
     }
-    let from = if follows {
-        last + handed.len() as u64
-    } else {
-        handed.clear();
-        last
-    };
-    match store.events_after(id, from).await {
-        Ok(more) => {
-            handed.extend(more);
-            handed
-        }
+    match store.events_after(id, last).await {
+        Ok(all) => all,
         Err(e) => {
             tracing::warn!(session = id, error = %e, "telemetry: the log could not be read; `weft sessions trace` exports it again");
             handed
@@ -314,18 +311,22 @@ impl Live {
         let telemetry = telemetry.clone();
         let id = id.to_owned();
         let session = id.clone();
-        let opts = options(store.as_ref(), &id, agent_file, redact).await;
+        // What the log holds before this process drives it: nothing for a session that does
+        // not exist yet (nor a record whose agent file to read).
+        let before = store.events_after(&id, 0).await.unwrap_or_default();
+        let opts = if before.is_empty() && agent_file.is_none() {
+            options_of(None, redact).await
+        } else {
+            options(store.as_ref(), &id, agent_file, redact).await
+        };
         let latest = opts.latest;
         let mut deriver = Deriver::new(&id, opts);
         let mut recorder = Recorder::new(latest);
         let mut last = 0;
-        // A session that does not exist yet has nothing before this run.
-        if let Ok(events) = store.events_after(&id, 0).await {
-            for e in &events {
-                let spans = deriver.push(e);
-                recorder.push(e, &spans);
-                last = e.seq;
-            }
+        for e in &before {
+            let spans = deriver.push(e);
+            recorder.push(e, &spans);
+            last = e.seq;
         }
         deriver.skip_through(last);
         recorder.skip_through(last);
@@ -362,7 +363,7 @@ impl Live {
                     }
                     Err(_) => Vec::new(),
                 };
-                let events = events_after(store.as_ref(), &id, last, handed, stopping).await;
+                let events = events_after(store.as_ref(), &id, last, handed).await;
                 let mut spans = Vec::new();
                 let mut points = Vec::new();
                 for e in &events {
