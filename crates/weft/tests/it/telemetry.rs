@@ -722,33 +722,11 @@ fn needs_otel_a_run_taken_over_by_another_server_is_one_trace_without_a_span_twi
     let second = format!("weft-second-{id}");
     let server = serve(dir, port, &second, &[]);
     // The next server takes the run over at once (its owner's process is gone) and finishes it.
-    let start = Instant::now();
-    let want = loop {
-        let d = derived_in(dir, &id);
-        if d.iter().any(|s| s["name"] == "invoke_agent shouter") {
-            break d;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the run was not finished by the second server: {}",
-            std::fs::read_to_string(dir.join(format!("{second}.log"))).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let want = finished_by(dir, &id, &second);
     let later = spans_of(&second, want.len() - sent.len());
     let metrics = http(port, "GET", "/metrics", &[], None);
     stop(server);
-    let mut all = sent.clone();
-    all.extend(later.iter().cloned());
-    let mut count: HashMap<&str, usize> = HashMap::new();
-    for s in &all {
-        *count.entry(s.id.as_str()).or_default() += 1;
-    }
-    assert!(
-        count.values().all(|n| *n == 1),
-        "a span sent twice: {all:#?}"
-    );
-    assert_eq!(ids(&want), all.iter().map(|s| s.id.clone()).collect());
+    let all = each_once(&sent, &later, &want);
     assert!(all.iter().all(|s| s.trace == CALLER_TRACE), "{all:#?}");
     // The turn began in the first server and ended in the second: one span, the caller's child.
     let turn = one(&later, "invoke_agent shouter");
@@ -759,6 +737,40 @@ fn needs_otel_a_run_taken_over_by_another_server_is_one_trace_without_a_span_twi
         metrics.contains("weft_lease_takeovers_total{} 1.0"),
         "{metrics}"
     );
+}
+
+/// The spans `weft sessions trace` derives from session `id` once its turn has ended, waiting
+/// for the process exporting as `second` (which took it over) to finish it.
+fn finished_by(dir: &Path, id: &str, second: &str) -> Vec<serde_json::Value> {
+    let start = Instant::now();
+    loop {
+        let d = derived_in(dir, id);
+        if d.iter().any(|s| s["name"] == "invoke_agent shouter") {
+            return d;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the session was not finished by {second}: {}",
+            std::fs::read_to_string(dir.join(format!("{second}.log"))).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The spans two processes sent for one session (`sent` before a takeover, `later` after it):
+/// each of the log's spans (`want`) exactly once between them.
+fn each_once(sent: &[Seen], later: &[Seen], want: &[serde_json::Value]) -> Vec<Seen> {
+    let all: Vec<Seen> = sent.iter().chain(later).cloned().collect();
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for s in &all {
+        *count.entry(s.id.as_str()).or_default() += 1;
+    }
+    assert!(
+        count.values().all(|n| *n == 1),
+        "a span sent twice: {all:#?}"
+    );
+    assert_eq!(ids(want), all.iter().map(|s| s.id.clone()).collect());
+    all
 }
 
 /// The collector's log text of `metric` as `service` sent it last (waits until it came).
@@ -964,35 +976,13 @@ fn needs_otel_a_session_taken_over_by_another_worker_is_one_trace_without_a_span
     std::fs::write(dir.join("release"), "").unwrap();
     let second = format!("weft-worker-2-{id}");
     let mut b = worker(dir, &second);
-    let start = Instant::now();
-    let want = loop {
-        let d = derived_in(dir, &id);
-        if d.iter().any(|s| s["name"] == "invoke_agent shouter") {
-            break d;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the session was not finished by the second worker: {}",
-            std::fs::read_to_string(dir.join(format!("{second}.log"))).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let want = finished_by(dir, &id, &second);
     let later = spans_of(&second, want.len() - sent.len());
     let _ = Command::new("kill")
         .args(["-TERM", &b.id().to_string()])
         .status();
     let _ = b.wait();
-    let mut all = sent.clone();
-    all.extend(later.iter().cloned());
-    let mut count: HashMap<&str, usize> = HashMap::new();
-    for s in &all {
-        *count.entry(s.id.as_str()).or_default() += 1;
-    }
-    assert!(
-        count.values().all(|n| *n == 1),
-        "a span sent twice: {all:#?}"
-    );
-    assert_eq!(ids(&want), all.iter().map(|s| s.id.clone()).collect());
+    let all = each_once(&sent, &later, &want);
     assert!(all.iter().all(|s| s.trace == all[0].trace), "{all:#?}");
     // The turn (begun by `weft submit`) ended under the second worker: one span. Its tool call,
     // started under the first worker's lease (epoch 1) and finished by the second worker, is
