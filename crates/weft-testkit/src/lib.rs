@@ -1,11 +1,16 @@
 //! What weft's integration tests share, defined once: the variables of the services a test
 //! needs, PostgreSQL databases and schemas that belong to one test and are dropped with it,
-//! and waiting for a file another process writes.
+//! waiting for a file another process writes, and a round-robin balancer in front of several
+//! servers ([`Balancer`]).
 //!
 //! This crate is for tests only (`[dev-dependencies]`): it panics with a message instead of
 //! returning errors, so that a test fails where the problem is.
 #![warn(missing_docs, unreachable_pub)]
 #![allow(clippy::panic, clippy::expect_used)]
+
+pub mod balancer;
+
+pub use balancer::Balancer;
 
 use std::path::Path;
 use std::process::Command;
