@@ -32,6 +32,7 @@ mod model_calls;
 mod openapi;
 mod playground;
 mod quota;
+mod remote;
 mod runs;
 mod sessions;
 mod store;

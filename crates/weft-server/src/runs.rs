@@ -182,6 +182,12 @@ pub(crate) struct Run {
     pub status: tokio::sync::watch::Sender<(RunStatus, u64)>,
     /// A queued run was cancelled before it began.
     pub cancelled: std::sync::atomic::AtomicBool,
+    /// Found in the thread's log rather than started here: another process (a replica, a
+    /// worker, a server before a restart) may drive it, and its status is followed through
+    /// the store ([`crate::remote`]).
+    pub from_log: bool,
+    /// A task follows its status through the store.
+    pub followed: std::sync::atomic::AtomicBool,
 }
 
 impl Run {
@@ -255,6 +261,11 @@ pub(crate) struct Runs {
 }
 
 impl Runs {
+    /// The run this process drives on `thread`, if any.
+    pub(crate) fn active_run(&self, thread: &str) -> Option<String> {
+        self.active.lock().ok()?.get(thread).cloned()
+    }
+
     pub(crate) fn active_on(&self, thread: &str) -> bool {
         self.active
             .lock()
@@ -275,7 +286,7 @@ impl Runs {
     }
 
     /// Keeps `run`, or the one with its id kept already.
-    fn insert(&self, run: Arc<Run>) -> Arc<Run> {
+    pub(crate) fn insert(&self, run: Arc<Run>) -> Arc<Run> {
         match self.runs.lock() {
             Ok(mut runs) => runs.entry(run.run_id.clone()).or_insert(run).clone(),
             Err(_) => run,
@@ -616,8 +627,8 @@ pub(crate) async fn start_with_id(
         .clone()
         .unwrap_or_else(|| "reject".into());
     let busy = app.runs.active_on(tid) || (st.seq > 0 && st.status == SessionStatus::Running);
-    // Only a run of this process can be waited for; a thread another process drives is busy.
-    if busy && (strategy != "enqueue" || !app.runs.active_on(tid)) {
+    // An enqueued run waits for the run before it, whichever process drives that one.
+    if busy && strategy != "enqueue" {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!("thread {tid} is busy with a run (multitask_strategy `{strategy}`)"),
@@ -643,12 +654,15 @@ pub(crate) async fn start_with_id(
         traceparent: body.traceparent.clone(),
         status: tokio::sync::watch::channel((RunStatus::Pending, st.seq)).0,
         cancelled: false.into(),
+        from_log: false,
+        followed: false.into(),
     });
     if let Ok(mut runs) = app.runs.runs.lock() {
         runs.insert(run.run_id.clone(), run.clone());
     }
-    // Taken before answering, so that a thread another process drives is refused at once.
-    let queued = app.runs.active_on(tid);
+    // Taken before answering, so that a thread another process drives is refused at once
+    // (unless the run is enqueued: then it waits for the thread).
+    let queued = busy;
     let held = if queued {
         None
     } else {
@@ -736,8 +750,14 @@ async fn execute(
                         "the run was cancelled before it began".into(),
                     ));
                 }
-                if !app.runs.active_on(&run.thread_id) {
-                    break take(&app, &run).await;
+                if !app.runs.active_on(&run.thread_id)
+                    && crate::remote::free(&app, &run.thread_id).await
+                {
+                    match take(&app, &run).await {
+                        // Another process took the thread first: wait for it again.
+                        Err(e) if e.0 == StatusCode::CONFLICT => {}
+                        taken => break taken,
+                    }
                 }
                 let _ = tokio::time::timeout(Duration::from_millis(200), waker.notified()).await;
             };
@@ -1176,17 +1196,24 @@ fn streaming(
 
 /// The run, from memory or, for a run this process does not know (it began before a restart,
 /// or on another server), from its marker in the thread's log.
-async fn found(app: &Shared, user: &User, tid: &str, rid: &str) -> Result<Arc<Run>, ApiError> {
+pub(crate) async fn found(
+    app: &Shared,
+    user: &User,
+    tid: &str,
+    rid: &str,
+) -> Result<Arc<Run>, ApiError> {
     if let Some(run) = app.runs.get(tid, rid) {
-        return if run.user == user.0 {
-            Ok(run)
-        } else {
-            Err(ApiError::not_found("run"))
-        };
+        if run.user != user.0 {
+            return Err(ApiError::not_found("run"));
+        }
+        crate::remote::follow(app, &run);
+        return Ok(run);
     }
     let (rec, log) = threads::load_log(app, user, tid).await?;
     let run = from_log(&rec, &log, Some(rid)).ok_or_else(|| ApiError::not_found("run"))?;
-    Ok(app.runs.insert(Arc::new(run)))
+    let run = app.runs.insert(Arc::new(run));
+    crate::remote::follow(app, &run);
+    Ok(run)
 }
 
 /// Run `rid` (the last run when `None`) as the thread's log tells it: where it began, and how
@@ -1262,6 +1289,8 @@ fn logged(
         traceparent: None,
         status: tokio::sync::watch::channel((status, st.seq)).0,
         cancelled: false.into(),
+        from_log: true,
+        followed: false.into(),
     }
 }
 
@@ -1451,7 +1480,8 @@ pub(crate) async fn list(
         .lock()
         .map(|r| {
             r.values()
-                .filter(|r| r.thread_id == tid && r.user == user.0)
+                // A run found in the log is listed as the log tells it now.
+                .filter(|r| r.thread_id == tid && r.user == user.0 && !r.from_log)
                 .map(|r| (r.run_id.clone(), r.clone()))
                 .collect()
         })
@@ -1524,7 +1554,7 @@ pub(crate) async fn cancel(
 
 /// Asks a run to stop: a queued run never begins; a running one is cancelled through its
 /// thread's lease (its calls in flight stopped and recorded).
-async fn stop(app: &Shared, run: &Run) -> Result<(), ApiError> {
+async fn stop(app: &Shared, run: &Arc<Run>) -> Result<(), ApiError> {
     let (status, _) = *run.status.borrow();
     match status {
         s if s.is_final() => Ok(()),
@@ -1534,12 +1564,13 @@ async fn stop(app: &Shared, run: &Run) -> Result<(), ApiError> {
             app.runs.waker(&run.thread_id).notify_waiters();
             Ok(())
         }
-        _ => {
+        _ if app.runs.active_run(&run.thread_id).as_deref() == Some(run.run_id.as_str()) => {
             app.store
                 .request(&run.thread_id, "cancel", weft_runtime::now_ms())
                 .await?;
             Ok(())
         }
+        _ => crate::remote::cancel(app, run).await,
     }
 }
 
@@ -1751,12 +1782,21 @@ pub(crate) async fn cancel_many(
             )));
         }
     };
-    let mine: Vec<Arc<Run>> = app
+    // The user's runs this process holds, and those the store shows running elsewhere (another
+    // replica, a worker, or no process yet).
+    let mut mine: Vec<Arc<Run>> = app
         .runs
         .runs
         .lock()
         .map(|r| r.values().filter(|r| r.user == user.0).cloned().collect())
         .unwrap_or_default();
+    if body.thread_id.is_none() {
+        for run in crate::remote::running(&app, &user).await? {
+            if !mine.iter().any(|r| Arc::ptr_eq(r, &run)) {
+                mine.push(run);
+            }
+        }
+    }
     let chosen: Vec<Arc<Run>> = match (&body.thread_id, &body.run_ids, status) {
         (Some(tid), Some(ids), _) => {
             let mut out = Vec::new();
@@ -1770,8 +1810,19 @@ pub(crate) async fn cancel_many(
             .filter(|r| ids.contains(&r.run_id))
             .collect(),
         (Some(tid), None, _) => {
-            threads::load(&app, &user, tid).await?;
-            mine.into_iter().filter(|r| &r.thread_id == tid).collect()
+            let (rec, log) = threads::load_log(&app, &user, tid).await?;
+            let mut out: Vec<Arc<Run>> = mine
+                .into_iter()
+                .filter(|r| &r.thread_id == tid && !r.status.borrow().0.is_final())
+                .collect();
+            // The thread's run going elsewhere, as its log tells it.
+            if let Some(last) = from_log(&rec, &log, None)
+                && !last.status.borrow().0.is_final()
+                && !out.iter().any(|r| r.run_id == last.run_id)
+            {
+                out.push(found(&app, &user, tid, &last.run_id).await?);
+            }
+            out
         }
         (None, None, Some(status)) => mine
             .into_iter()

@@ -1,0 +1,155 @@
+"""Two `weft serve` replicas on one store, driven with the official langgraph-sdk client: what
+one replica starts, the other shows, streams, joins, queues behind and cancels.
+
+Usage: replicas_client.py URL_A URL_B KEY
+
+Prints `ok: CHECK` for each check that held; the first failed assertion ends the script.
+"""
+import asyncio
+import sys
+import time
+
+from langgraph_sdk import get_client
+from langgraph_sdk.errors import ConflictError
+
+URL_A, URL_B, KEY = sys.argv[1:4]
+MSG = {"messages": [{"role": "user", "content": "go"}]}
+
+
+async def within(what, seconds, aw):
+    try:
+        return await asyncio.wait_for(aw, seconds)
+    except asyncio.TimeoutError:
+        raise AssertionError(f"{what}: not done within {seconds} s")
+
+
+async def until(what, seconds, check):
+    since = time.time()
+    while not await check():
+        assert time.time() - since < seconds, f"{what}: not so within {seconds} s"
+        await asyncio.sleep(0.1)
+
+
+async def collect(stream):
+    parts = []
+    async for p in stream:
+        parts.append((p.event, p.data, p.id, time.time()))
+    return parts
+
+
+def seqs_of(parts):
+    return [d["seq"] for e, d, _, _ in parts if e == "custom"]
+
+
+async def status(client, tid, rid):
+    return (await client.runs.get(tid, rid))["status"]
+
+
+async def across(a, b):
+    """A run started on A: B sees it, streams it (whole and from a Last-Event-ID), joins it."""
+    t = (await a.threads.create())["thread_id"]
+    run = await a.runs.create(t, "slowpoke", input=MSG)
+    rid = run["run_id"]
+    assert await status(b, t, rid) in ("pending", "running"), await b.runs.get(t, rid)
+    assert (await b.threads.get(t))["status"] == "busy"
+    listed = await b.runs.list(t)
+    assert [r["run_id"] for r in listed] == [rid] and listed[0]["status"] == "running", listed
+    print("ok: a run of A seen from B while A drives it", flush=True)
+
+    whole = await within("B's stream of A's run", 60,
+                         collect(b.runs.join_stream(t, rid, stream_mode="custom")))
+    events = [e for e, _, _, _ in whole]
+    assert events[-1] == "end" and "error" not in events, events
+    seqs = seqs_of(whole)
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
+    kinds = [d["type"] for e, d, _, _ in whole if e == "custom"]
+    assert kinds[-1] == "run_finished" and kinds.count("tool_call_finished") == 3, kinds
+    # `end` follows the run's last event at once (A lets the thread go right after it).
+    stored = [d["ts"] for e, d, _, _ in whole if e == "custom"][-1] / 1000
+    lag = whole[-1][3] - stored
+    assert lag < 3, f"`end` came {lag:.1f} s after the run's last event"
+    # From B again, after a Last-Event-ID in the middle: exactly the rest.
+    ids = [i for e, _, i, _ in whole if e == "custom"]
+    k = len(ids) // 2
+    rest = await within("B's stream after a Last-Event-ID", 30,
+                        collect(b.runs.join_stream(t, rid, stream_mode="custom",
+                                                   last_event_id=ids[k])))
+    assert seqs_of(rest) == seqs[k + 1:], (seqs_of(rest), seqs)
+    print(f"ok: B streams A's run to its end (end {lag:.2f} s after its last event)", flush=True)
+
+    values = await within("B's join of A's run", 30, b.runs.join(t, rid))
+    assert values["answer"] == "All three done.", values
+    assert await status(b, t, rid) == "success", await b.runs.get(t, rid)
+    listed = await b.runs.list(t)
+    assert listed[0]["status"] == "success", listed
+    assert (await b.threads.get(t))["status"] == "idle"
+    print("ok: B joins A's run and sees it ended", flush=True)
+    return t
+
+
+async def multitask(a, b):
+    """A second run sent to B while A drives the thread: rejected, or queued behind A's run."""
+    t = (await a.threads.create())["thread_id"]
+    first = await a.runs.create(t, "relay", input=MSG)
+    try:
+        await b.runs.create(t, "relay", input=MSG, multitask_strategy="reject")
+        raise AssertionError("B accepted a second run on a thread A drives (reject)")
+    except ConflictError:
+        pass
+    second = await b.runs.create(t, "relay", input=MSG, multitask_strategy="enqueue")
+    assert second["status"] == "pending", second
+    values = await within("the run queued on B", 60, b.runs.join(t, second["run_id"]))
+    assert values["answer"] == "Twice.", values
+    assert await status(a, t, first["run_id"]) == "success"
+    assert await status(b, t, second["run_id"]) == "success"
+    # Both are in the thread's log, the queued one after the first.
+    order = [r["run_id"] for r in await a.runs.list(t)]
+    assert order == [second["run_id"], first["run_id"]], order
+    print("ok: multitask reject and enqueue across replicas", flush=True)
+
+
+async def cancels(a, b):
+    """Runs A drives, cancelled from B: one by one, and with cancel_many by thread and status."""
+    async def stuck():
+        t = (await a.threads.create())["thread_id"]
+        r = await a.runs.create(t, "hold", input=MSG)
+        await until("the run's start", 20, lambda: _started(a, t))
+        return t, r["run_id"]
+
+    t, rid = await stuck()
+    since = time.time()
+    await within("runs.cancel from B", 40, b.runs.cancel(t, rid, wait=True))
+    took = time.time() - since
+    assert await status(a, t, rid) == "error", await a.runs.get(t, rid)
+    assert (await b.threads.get(t))["status"] == "error"
+    assert took < 10, f"runs.cancel from B took {took:.1f} s"
+    print(f"ok: runs.cancel from B of A's run ({took:.2f} s)", flush=True)
+
+    t, rid = await stuck()
+    await within("cancel_many by thread from B", 40, b.runs.cancel_many(thread_id=t))
+    assert await status(b, t, rid) == "error", await b.runs.get(t, rid)
+    t2, rid2 = await stuck()
+    await within("cancel_many by run ids from B", 40,
+                 b.runs.cancel_many(thread_id=t2, run_ids=[rid2]))
+    assert await status(b, t2, rid2) == "error", await b.runs.get(t2, rid2)
+    t3, rid3 = await stuck()
+    await within("cancel_many by status from B", 40, b.runs.cancel_many(status="running"))
+    assert await status(a, t3, rid3) == "error", await a.runs.get(t3, rid3)
+    print("ok: runs.cancel_many from B reaches A's runs", flush=True)
+
+
+async def _started(client, tid):
+    """Whether the thread's run has a call in flight (its log has a start without an end)."""
+    state = await client.threads.get_state(tid)
+    msgs = state["values"].get("messages", [])
+    return any(m.get("type") == "ai" and m.get("tool_calls") for m in msgs)
+
+
+async def main():
+    a, b = get_client(url=URL_A, api_key=KEY), get_client(url=URL_B, api_key=KEY)
+    await across(a, b)
+    await multitask(a, b)
+    await cancels(a, b)
+
+
+asyncio.run(main())
