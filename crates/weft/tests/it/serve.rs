@@ -736,6 +736,254 @@ mod needs_postgres {
         let db = super::common::Database::new("serve_seam");
         super::seam(&db.url, super::seam_rounds(), 100, 3);
     }
+
+    /// Two `weft serve` replicas on one PostgreSQL: a run started on A is seen (`runs.get`,
+    /// `runs.list`, `threads.get`), streamed (whole and after a `Last-Event-ID`) and joined from
+    /// B, with `end` right after its last event; a second run sent to B is refused (`reject`) or
+    /// queued behind A's run (`enqueue`); `runs.cancel` and `runs.cancel_many` (by thread, by
+    /// run ids, by status) from B stop runs A drives.
+    #[test]
+    fn needs_sdk_a_replica_sees_streams_queues_behind_and_cancels_anothers_runs() {
+        let python = super::common::service_var("WEFT_TEST_SDK_PYTHON");
+        let db = super::common::Database::new("serve_replicas");
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        super::agents(d);
+        super::relay_agent(d);
+        let ports = [super::free_port(), super::free_port()];
+        let mut servers: Vec<_> = ports
+            .iter()
+            .enumerate()
+            .map(|(k, port)| super::replica(d, *port, &db.url, &format!("serve-{k}.log")))
+            .collect();
+        let script =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/replicas_client.py");
+        let out = std::process::Command::new(&python)
+            .arg(&script)
+            .args(ports.map(|p| format!("http://127.0.0.1:{p}")))
+            .arg(super::ALICE)
+            .current_dir(d)
+            .output()
+            .unwrap();
+        for s in &mut servers {
+            super::stop(s);
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            super::logs(d, &["serve-0.log", "serve-1.log"])
+        );
+        println!("{stdout}");
+        for check in [
+            "a run of A seen from B while A drives it",
+            "B streams A's run to its end",
+            "B joins A's run and sees it ended",
+            "multitask reject and enqueue across replicas",
+            "runs.cancel from B of A's run",
+            "runs.cancel_many from B reaches A's runs",
+        ] {
+            assert!(
+                stdout.contains(&format!("ok: {check}")),
+                "{check}: {stdout}"
+            );
+        }
+    }
+
+    /// Two replicas and two workers on one PostgreSQL behind a round-robin balancer; the SDK
+    /// talks to the balancer only. Rounds of concurrent streams (3 by default,
+    /// `WEFT_SEAM_ROUNDS` for more) with one replica killed (SIGKILL) mid-round every second
+    /// round: every acknowledged stream ends through the other replica, with no gap or repeat,
+    /// no run lost or failed, no tool call run twice, unknown outcomes only for calls in flight
+    /// at the kill.
+    #[test]
+    fn needs_sdk_streams_go_on_through_another_replica_when_one_is_killed() {
+        let db = super::common::Database::new("serve_replica_seam");
+        let out = super::replica_seam(
+            &db.url,
+            std::env::var("WEFT_SEAM_ROUNDS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(3),
+            60,
+        );
+        assert!(!out.contains("kills=0,"), "no replica was killed: {out}");
+    }
+}
+
+/// A two-turn agent whose first turn takes a second: `Once.`, then `Twice.`.
+fn relay_agent(d: &Path) {
+    std::fs::write(
+        d.join("relay.yaml"),
+        r#"name: relay
+mode: react
+model: scripted:relay.script.yaml
+tools:
+  - name: nap
+    description: Naps for a second.
+    command: ["sh", "-c", "cat > /dev/null; sleep 1; echo '{}'"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("relay.script.yaml"),
+        "- tool_calls: [ { name: nap, arguments: {} } ]\n- text: Once.\n- tool_calls: [ { name: nap, arguments: {} } ]\n- text: Twice.\n",
+    )
+    .unwrap();
+}
+
+/// The lease of the replica tests' processes: a run whose replica was killed is taken over
+/// once it runs out.
+const REPLICA_LEASE_SECS: &str = "5";
+
+/// A `weft serve` replica on `db`, logging to `log` in `d`.
+fn replica(d: &Path, port: u16, db: &str, log: &str) -> Child {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
+    c.args(["--db", db, "serve", "--agents", ".", "--keys", "keys.txt"])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--max-runs-per-user", "100000"])
+        .env("WEFT_LEASE_SECS", REPLICA_LEASE_SECS);
+    serve_command(d, port, c, log)
+}
+
+/// A `weft worker` on `db`, logging to `log` in `d`.
+fn worker(d: &Path, db: &str, log: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["--db", db, "worker", "--agents", ".", "--poll-secs", "0.5"])
+        .args(["--concurrency", "8"])
+        .current_dir(d)
+        .env_remove("WEFT_DB")
+        .env_remove("WEFT_API_KEYS")
+        .env("RUST_LOG", "weft=info")
+        .env("WEFT_LEASE_SECS", REPLICA_LEASE_SECS)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.join(log)).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// Stops a process with SIGTERM and waits for it.
+fn stop(c: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status();
+    let _ = c.wait();
+}
+
+/// The last 40 lines of each log in `d`, newest first.
+fn logs(d: &Path, names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|name| {
+            let log = std::fs::read_to_string(d.join(name)).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            format!("{name} (last lines, newest first):\n{}\n", tail.join("\n"))
+        })
+        .collect()
+}
+
+/// `seam_client.py` in its `replicas` mode: two replicas (`serve-a*.log`, `serve-b*.log`) and
+/// two workers on `db` behind a [`common::Balancer`]; at each kill the next replica in turn is
+/// killed (SIGKILL), and started again once its runs' leases ran out (so that the other
+/// processes, not its restart, take them over). Returns what the script printed.
+fn replica_seam(db: &str, rounds: usize, n: usize) -> String {
+    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agents(d);
+    tally_agent(d);
+    let ports = [free_port(), free_port()];
+    let mut servers: Vec<Child> = ports
+        .iter()
+        .zip(["a", "b"])
+        .map(|(port, name)| replica(d, *port, db, &format!("serve-{name}0.log")))
+        .collect();
+    let mut workers: Vec<Child> = (0..2)
+        .map(|k| worker(d, db, &format!("worker-{k}.log")))
+        .collect();
+    let balancer = common::Balancer::start(
+        ports
+            .iter()
+            .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], *p)))
+            .collect(),
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/seam_client.py");
+    let mut client = Command::new(&python)
+        .arg(&script)
+        .args([&balancer.url(), ALICE])
+        .arg(d)
+        .args([
+            rounds.to_string(),
+            n.to_string(),
+            "2".into(),
+            "replicas".into(),
+        ])
+        .stdout(std::fs::File::create(d.join("client.out")).unwrap())
+        .stderr(std::fs::File::create(d.join("client.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let began = Instant::now();
+    let mut kills = 0;
+    // The replica killed last, and when to start it again.
+    let mut restart: Option<(usize, Instant)> = None;
+    let status = loop {
+        if let Some(status) = client.try_wait().unwrap() {
+            break status;
+        }
+        if began.elapsed() > Duration::from_secs(900) {
+            let _ = client.kill();
+            break client.wait().unwrap();
+        }
+        if let Some((k, at)) = restart
+            && Instant::now() >= at
+        {
+            let name = ["a", "b"][k];
+            servers[k] = replica(d, ports[k], db, &format!("serve-{name}{kills}.log"));
+            restart = None;
+        }
+        for r in 0..rounds {
+            if d.join(format!("kill-{r}")).exists() && !d.join(format!("killed-{r}")).exists() {
+                let k = kills % 2;
+                servers[k].kill().unwrap();
+                servers[k].wait().unwrap();
+                let at = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis();
+                kills += 1;
+                let lease: u64 = REPLICA_LEASE_SECS.parse().unwrap();
+                restart = Some((k, Instant::now() + Duration::from_secs(lease + 3)));
+                std::fs::write(d.join(format!("killed-{r}")), at.to_string()).unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let carried = balancer.carried();
+    drop(balancer);
+    for c in servers.iter_mut().chain(workers.iter_mut()) {
+        stop(c);
+    }
+    let stdout = std::fs::read_to_string(d.join("client.out")).unwrap_or_default();
+    let mut names: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".log") && (n.starts_with("serve-") || n.starts_with("worker-")))
+        .collect();
+    names.sort();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    assert!(
+        status.success() && stdout.contains("ok: seam"),
+        "{stdout}\n{}\n{}",
+        std::fs::read_to_string(d.join("client.err")).unwrap_or_default(),
+        logs(d, &names)
+    );
+    println!("{stdout}connections through the balancer, by replica: {carried:?}");
+    assert!(
+        carried.iter().all(|c| *c > 0),
+        "a replica got no connection: {carried:?}"
+    );
+    stdout
 }
 
 /// `--cors-origin` takes origins as a browser sends them; anything else stops the server at

@@ -1,7 +1,7 @@
 """Many concurrent streaming runs through `weft serve`, with the server killed (SIGKILL) and
 started again in some rounds, driven with the official langgraph-sdk client.
 
-Usage: seam_client.py URL KEY WORKDIR ROUNDS N KILL_EVERY
+Usage: seam_client.py URL KEY WORKDIR ROUNDS N KILL_EVERY [replicas]
 
 Each round creates N threads and streams a run of the `tally` agent on each at once (the agent
 calls its tool `tally` once, which is not idempotent and logs its start and end in
@@ -9,6 +9,10 @@ WORKDIR/tally.log, then answers). In every KILL_EVERY-th round (0: none), once 3
 streams have begun, the script writes WORKDIR/kill-R; the test kills the server with SIGKILL,
 writes WORKDIR/killed-R (the time of the kill, in Unix ms), and starts the server again, whose
 log is WORKDIR/serve-K.log (K counting servers from 0). The SDK reconnects by itself.
+
+With `replicas`, URL is a balancer in front of several servers and workers on one store, whose
+logs are WORKDIR/serve-*.log and WORKDIR/worker-*.log: the test kills one server at each kill
+(the others go on), and any of them may continue a run of a killed round.
 
 Checked, and counted:
 - every run the server acknowledged (its stream began) ends with `end` and success, with no
@@ -33,6 +37,7 @@ from langgraph_sdk import get_client
 
 URL, KEY, WORK = sys.argv[1:4]
 ROUNDS, N, KILL_EVERY = (int(a) for a in sys.argv[4:7])
+REPLICAS = sys.argv[7:8] == ["replicas"]
 MSG = {"messages": [{"role": "user", "content": "tally one"}]}
 
 
@@ -141,16 +146,23 @@ async def main():
     counts["unknown_outcome"] = len(unknown)
 
     # No live run continued, no write refused: server K (K >= 1) started after the K-th kill.
+    # With replicas, every server and worker may continue a run of any killed round.
+    if REPLICAS:
+        killed = set().union(*(round_threads[r] for r in kill_rounds))
+        logs = [(os.path.basename(f), killed)
+                for f in sorted(glob.glob(path("serve-*.log")) + glob.glob(path("worker-*.log")))]
+    else:
+        logs = [(f"serve-{k}.log", round_threads[kill_rounds[k - 1]] if k >= 1 else set())
+                for k in range(counts["kills"] + 1)]
     continued = 0
-    for k in range(counts["kills"] + 1):
-        log = open(path(f"serve-{k}.log")).read()
-        assert "changed by another writer" not in log, f"serve-{k}.log:\n{log}"
+    for name, allowed in logs:
+        log = open(path(name)).read()
+        assert "changed by another writer" not in log, f"{name}:\n{log}"
         adopted = re.findall(r"thread=(\S+).*continuing a run whose server stopped|"
                              r"continuing a run whose server stopped.*thread=(\S+)", log)
         ids = {a or b for a, b in adopted}
         continued += len(ids)
-        allowed = round_threads[kill_rounds[k - 1]] if k >= 1 else set()
-        assert ids <= allowed, f"serve-{k} continued live runs: {sorted(ids - allowed)}"
+        assert ids <= allowed, f"{name} continued live runs: {sorted(ids - allowed)}"
     counts["continued"] = continued
     print("counts: " + ", ".join(f"{k}={v}" for k, v in counts.items()), flush=True)
     print("ok: seam", flush=True)

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-pub use weft_testkit::{Database, psql, service_var};
+pub use weft_testkit::{Balancer, Database, psql, service_var};
 
 use std::path::Path;
 
