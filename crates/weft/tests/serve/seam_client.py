@@ -22,6 +22,8 @@ Checked, and counted:
 - the tool ran at most once per call (its start lines), and a call reported `unknown_outcome`
   is one whose start was stored before a kill of its round, by the owner before the one that
   recorded the outcome;
+- a run whose events were written at more than one lease epoch moved to another process
+  mid-stream (counted as `moved`);
 - no server continued a run that was live: a server's log names as continued only threads of
   the round killed just before it started, and no log has a write refused for another writer.
 Prints `counts: ...` and `ok: seam`; the first failed assertion ends the script (exit 1).
@@ -76,7 +78,7 @@ async def kill_when_begun(r, began):
 async def main():
     client = get_client(url=URL, api_key=KEY, timeout=120)
     counts = dict(runs=0, acknowledged=0, unanswered=0, kills=0, tool_runs=0,
-                  unknown_outcome=0, continued=0)
+                  unknown_outcome=0, continued=0, moved=0)
     unknown = []  # (round, idempotency key)
     round_threads = {}
     kill_rounds = []
@@ -109,6 +111,8 @@ async def main():
             seqs = [d["seq"] for d in custom]
             assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), (r, tid, seqs)
             kinds = [d["type"] for d in custom]
+            # Written by more than one owner: the run moved to another process mid-stream.
+            counts["moved"] += len({d["epoch"] for d in custom}) > 1
             assert kinds[-1] == "run_finished" and kinds.count("tool_call_finished") == 1, (r, tid, kinds)
             started = {d["call_id"]: d for d in custom if d["type"] == "tool_call_started"}
             for d in custom:
