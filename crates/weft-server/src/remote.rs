@@ -105,9 +105,12 @@ async fn watch(app: &Shared, run: &Arc<Run>) {
 /// Whether thread `tid` is free for a run queued here: its session does not run, and no live
 /// process holds its lease.
 pub(crate) async fn free(app: &Shared, tid: &str) -> bool {
-    let running = app.store.get(tid).await.map_or(true, |r| {
-        r.last_seq > 0 && r.status == SessionStatus::Running
-    });
+    let running = match app.store.get(tid).await {
+        Ok(r) => r.last_seq > 0 && r.status == SessionStatus::Running,
+        // Deleted: taking it fails, and the queued run with it, saying so.
+        Err(StoreError::NotFound(_)) => false,
+        Err(_) => true,
+    };
     !running && !driven_elsewhere(app, tid).await
 }
 

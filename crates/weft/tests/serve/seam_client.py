@@ -23,7 +23,8 @@ Checked, and counted:
   is one whose start was stored before a kill of its round, by the owner before the one that
   recorded the outcome;
 - a run whose events were written at more than one lease epoch moved to another process
-  mid-stream (counted as `moved`);
+  mid-stream (counted as `moved`; `takeover_ms_max`: the longest from a kill to a moved run's
+  first event written by its next owner);
 - no server continued a run that was live: a server's log names as continued only threads of
   the round killed just before it started, and no log has a write refused for another writer.
 Prints `counts: ...` and `ok: seam`; the first failed assertion ends the script (exit 1).
@@ -80,6 +81,7 @@ async def main():
     counts = dict(runs=0, acknowledged=0, unanswered=0, kills=0, tool_runs=0,
                   unknown_outcome=0, continued=0, moved=0)
     unknown = []  # (round, idempotency key)
+    moved = []  # (round, when the run's next owner wrote its first event, Unix ms)
     round_threads = {}
     kill_rounds = []
     for r in range(ROUNDS):
@@ -112,7 +114,9 @@ async def main():
             assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), (r, tid, seqs)
             kinds = [d["type"] for d in custom]
             # Written by more than one owner: the run moved to another process mid-stream.
-            counts["moved"] += len({d["epoch"] for d in custom}) > 1
+            if len({d["epoch"] for d in custom}) > 1:
+                counts["moved"] += 1
+                moved.append((r, next(d["ts"] for d in custom if d["epoch"] != custom[0]["epoch"])))
             assert kinds[-1] == "run_finished" and kinds.count("tool_call_finished") == 1, (r, tid, kinds)
             started = {d["call_id"]: d for d in custom if d["type"] == "tool_call_started"}
             for d in custom:
@@ -148,6 +152,9 @@ async def main():
         killed_at = int(open(path(f"killed-{r}")).read())
         assert start["ts"] <= killed_at and start["epoch"] < finish["epoch"], (r, start, finish, killed_at)
     counts["unknown_outcome"] = len(unknown)
+    # How long after the kill the last moved run was taken over.
+    took = [ts - int(open(path(f"killed-{r}")).read()) for r, ts in moved if r in kill_rounds]
+    counts["takeover_ms_max"] = max(took, default=0)
 
     # No live run continued, no write refused: server K (K >= 1) started after the K-th kill.
     # With replicas, every server and worker may continue a run of any killed round.
