@@ -2,6 +2,8 @@
 //! a session whose process stopped), driven in this process under the session's lease, as `weft
 //! run` drives it. A run's record lives in memory; its events live in the session's log, which is
 //! what `wait`, `join` and the streams read, so a client sees the same thing whichever it uses.
+//! A run another process drives (a replica on the same store, a worker) is found by its marker
+//! in the log and followed through the store (`remote.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
