@@ -152,4 +152,5 @@ async def main():
     await cancels(a, b)
 
 
-asyncio.run(main())
+if __name__ == "__main__":
+    asyncio.run(main())
