@@ -56,6 +56,7 @@ async def across(a, b):
     assert [r["run_id"] for r in listed] == [rid] and listed[0]["status"] == "running", listed
     print("ok: a run of A seen from B while A drives it", flush=True)
 
+    joined = time.time()
     whole = await within("B's stream of A's run", 60,
                          collect(b.runs.join_stream(t, rid, stream_mode="custom")))
     events = [e for e, _, _, _ in whole]
@@ -75,7 +76,12 @@ async def across(a, b):
                         collect(b.runs.join_stream(t, rid, stream_mode="custom",
                                                    last_event_id=ids[k])))
     assert seqs_of(rest) == seqs[k + 1:], (seqs_of(rest), seqs)
-    print(f"ok: B streams A's run to its end (end {lag:.2f} s after its last event)", flush=True)
+    # Live from B: each event A stored after B's stream began reached the client in a
+    # moment (B reads the log every 250 ms; 2 s leaves room for a loaded machine).
+    delays = [at - d["ts"] / 1000 for e, d, _, at in whole if e == "custom" and d["ts"] / 1000 > joined]
+    assert delays and max(delays) < 2, delays
+    print(f"ok: B streams A's run to its end (end {lag:.2f} s after its last event; "
+          f"{len(delays)} live events, at most {max(delays):.2f} s after A stored them)", flush=True)
 
     values = await within("B's join of A's run", 30, b.runs.join(t, rid))
     assert values["answer"] == "All three done.", values
