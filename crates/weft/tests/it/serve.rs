@@ -978,7 +978,20 @@ fn replica_seam(db: &str, rounds: usize, n: usize) -> String {
         std::fs::read_to_string(d.join("client.err")).unwrap_or_default(),
         logs(d, &names)
     );
-    println!("{stdout}connections through the balancer, by replica: {carried:?}");
+    // A worker says at its stop how many sessions it drove.
+    let by_workers: Vec<String> = (0..2)
+        .map(|k| {
+            let log =
+                std::fs::read_to_string(d.join(format!("worker-{k}.log"))).unwrap_or_default();
+            log.lines()
+                .find_map(|l| l.split("stopped after ").nth(1)?.split(' ').next())
+                .unwrap_or("?")
+                .to_owned()
+        })
+        .collect();
+    println!(
+        "{stdout}connections through the balancer, by replica: {carried:?}\nsessions driven by the workers: {by_workers:?}"
+    );
     assert!(
         carried.iter().all(|c| *c > 0),
         "a replica got no connection: {carried:?}"
