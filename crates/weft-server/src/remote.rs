@@ -45,7 +45,6 @@ pub(crate) fn follow(app: &Shared, run: &Arc<Run>) {
 }
 
 async fn watch(app: &Shared, run: &Arc<Run>) {
-    let tid = &run.thread_id;
     // The thread's record when it was last read in full.
     let mut read_at: Option<(SessionStatus, u64)> = None;
     loop {
@@ -57,49 +56,63 @@ async fn watch(app: &Shared, run: &Arc<Run>) {
             return;
         }
         tokio::time::sleep(EVERY).await;
-        // Driven here now (this server took it over): its end is recorded by the driver.
-        if app.runs.active_run(tid).as_deref() == Some(run.run_id.as_str()) {
-            continue;
-        }
-        let rec = match app.store.get(tid).await {
-            Ok(r) => r,
-            Err(StoreError::NotFound(_)) => {
-                // The thread was deleted, and its runs with it.
-                let (_, last) = *run.status.borrow();
-                run.status.send_replace((RunStatus::Error, last));
-                app.runs.waker(tid).notify_waiters();
-                return;
-            }
-            Err(e) => {
-                tracing::debug!(thread = %tid, "cannot read the thread of a followed run: {e}");
-                continue;
-            }
-        };
-        if read_at == Some((rec.status, rec.last_seq)) {
-            continue;
-        }
-        let Ok((rec, log)) = app.store.load(tid).await else {
-            continue;
-        };
-        let Some(now) = from_log(&rec, &log, Some(&run.run_id)) else {
-            continue;
-        };
-        let (status, last) = *now.status.borrow();
-        app.runs.waker(tid).notify_waiters();
-        if status.is_final() {
-            // Ended in the log; it is over once its process let the thread go (or a later run
-            // took it), so that the client may start the next run at once.
-            let later_run = last < rec.last_seq;
-            if later_run || !driven_elsewhere(app, tid).await {
-                run.status.send_replace((status, last));
-                app.runs.waker(tid).notify_waiters();
-                return;
-            }
-            continue;
-        }
-        run.status.send_replace((status, last));
-        read_at = Some((rec.status, rec.last_seq));
+        look(app, run, &mut read_at).await;
     }
+}
+
+/// Reads `run`'s status from the store now (a run found in the log, not driven here), so that
+/// `runs.get` answers with how it stands rather than how it stood when last followed.
+pub(crate) async fn refresh(app: &Shared, run: &Arc<Run>) {
+    if run.from_log && !run.status.borrow().0.is_final() {
+        look(app, run, &mut None).await;
+    }
+}
+
+/// Brings `run`'s status up to the thread's log and lease (`read_at`: the thread's record when
+/// its log was last read, which is not read again while the record is the same).
+async fn look(app: &Shared, run: &Arc<Run>, read_at: &mut Option<(SessionStatus, u64)>) {
+    let tid = &run.thread_id;
+    // Driven here now (this server took it over): its end is recorded by the driver.
+    if app.runs.active_run(tid).as_deref() == Some(run.run_id.as_str()) {
+        return;
+    }
+    let rec = match app.store.get(tid).await {
+        Ok(r) => r,
+        Err(StoreError::NotFound(_)) => {
+            // The thread was deleted, and its runs with it.
+            let (_, last) = *run.status.borrow();
+            run.status.send_replace((RunStatus::Error, last));
+            app.runs.waker(tid).notify_waiters();
+            return;
+        }
+        Err(e) => {
+            tracing::debug!(thread = %tid, "cannot read the thread of a followed run: {e}");
+            return;
+        }
+    };
+    if *read_at == Some((rec.status, rec.last_seq)) {
+        return;
+    }
+    let Ok((rec, log)) = app.store.load(tid).await else {
+        return;
+    };
+    let Some(now) = from_log(&rec, &log, Some(&run.run_id)) else {
+        return;
+    };
+    let (status, last) = *now.status.borrow();
+    app.runs.waker(tid).notify_waiters();
+    if status.is_final() {
+        // Ended in the log; it is over once its process let the thread go (or a later run took
+        // it), so that the client may start the next run at once.
+        let later_run = last < rec.last_seq;
+        if later_run || !driven_elsewhere(app, tid).await {
+            run.status.send_replace((status, last));
+            app.runs.waker(tid).notify_waiters();
+        }
+        return;
+    }
+    run.status.send_replace((status, last));
+    *read_at = Some((rec.status, rec.last_seq));
 }
 
 /// Whether thread `tid` is free for a run queued here: its session does not run, and no live

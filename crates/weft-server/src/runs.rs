@@ -1454,7 +1454,9 @@ pub(crate) async fn get(
     Extension(user): Extension<User>,
     Path((tid, rid)): Path<(String, String)>,
 ) -> Result<Json<RunInfo>, ApiError> {
-    Ok(Json(found(&app, &user, &tid, &rid).await?.json()))
+    let run = found(&app, &user, &tid, &rid).await?;
+    crate::remote::refresh(&app, &run).await;
+    Ok(Json(run.json()))
 }
 
 #[derive(Debug, Default, Deserialize)]

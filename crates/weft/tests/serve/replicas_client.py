@@ -102,11 +102,14 @@ async def multitask(a, b):
         raise AssertionError("B accepted a second run on a thread A drives (reject)")
     except ConflictError:
         pass
+    # B looks at A's run while it runs, and again (below) once it ended.
+    assert await status(b, t, first["run_id"]) in ("pending", "running")
     second = await b.runs.create(t, "relay", input=MSG, multitask_strategy="enqueue")
     assert second["status"] == "pending", second
     values = await within("the run queued on B", 60, b.runs.join(t, second["run_id"]))
     assert values["answer"] == "Twice.", values
     assert await status(a, t, first["run_id"]) == "success"
+    assert await status(b, t, first["run_id"]) == "success", await b.runs.get(t, first["run_id"])
     assert await status(b, t, second["run_id"]) == "success"
     # Both are in the thread's log, the queued one after the first.
     order = [r["run_id"] for r in await a.runs.list(t)]
