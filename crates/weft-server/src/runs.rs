@@ -1016,6 +1016,13 @@ async fn drive(
                 return Err(e.into());
             }
         };
+        // A thread made empty (`POST /threads`) is named by its first run, so that workers
+        // (which claim their agents' sessions) can take the run over as well as servers.
+        if rec.agent.is_empty()
+            && let Err(e) = app.store.name_agent(&tid, &agent.spec.name).await
+        {
+            tracing::warn!(thread = %tid, "cannot name the thread's agent: {e}");
+        }
         if let Some(accept) = accept.take() {
             let _ = accept.send(Ok(()));
         }

@@ -184,6 +184,7 @@ impl SessionLog for AnyStore {
         async fn prune(&self, before: i64, active: bool) -> Result<u64, StoreError>;
         async fn delete(&self, id: &str) -> Result<(), StoreError>;
         async fn set_metadata(&self, id: &str, metadata: &serde_json::Value, now: i64) -> Result<(), StoreError>;
+        async fn name_agent(&self, id: &str, agent: &str) -> Result<(), StoreError>;
         async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError>;
         async fn snapshot_parts(&self, id: &str, from: u64) -> Result<Vec<(u64, String)>, StoreError>;
     }

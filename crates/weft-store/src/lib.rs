@@ -621,6 +621,15 @@ pub trait SessionLog: Send + Sync + 'static {
         metadata: &serde_json::Value,
         now: i64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Names session `id`'s agent when its record has none (a thread made empty over HTTP, then
+    /// named by its first run), so that workers, which claim the sessions of their agents, find
+    /// it; a record that names an agent is left as it is ([`StoreError::NotFound`] if there is
+    /// no session `id`).
+    fn name_agent(
+        &self,
+        id: &str,
+        agent: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Appends a batch as [`SessionLog::append`] does and, in the same transaction, a snapshot of
     /// the session's state: its head replaces the session's last one, and its part (the
     /// conversation from `part.start` on) replaces every part from that start on. The snapshot

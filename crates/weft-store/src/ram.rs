@@ -224,6 +224,17 @@ impl SessionLog for RamStore {
         Ok(())
     }
 
+    async fn name_agent(&self, id: &str, agent: &str) -> Result<(), StoreError> {
+        let mut map = self.lock()?;
+        let e = map
+            .get_mut(id)
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        if e.rec.agent.is_empty() {
+            agent.clone_into(&mut e.rec.agent);
+        }
+        Ok(())
+    }
+
     async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError> {
         let map = self.lock()?;
         let entry = map

@@ -236,6 +236,26 @@ macro_rules! sql_log_reads {
             Ok(())
         }
 
+        async fn name_agent(&self, id: &str, agent: &str) -> Result<(), $crate::StoreError> {
+            let d: &$crate::sql_log::Dialect = &$dialect;
+            let sql = format!(
+                "UPDATE sessions SET agent = {} WHERE id = {} AND agent = ''",
+                (d.p)(1),
+                (d.p)(2)
+            );
+            let res = sqlx::query(&sql)
+                .bind(agent)
+                .bind(id)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| self.err(&format!("cannot name the agent of session {id}"), e))?;
+            if res.rows_affected() == 0 {
+                // Named already, or not there.
+                self.get(id).await?;
+            }
+            Ok(())
+        }
+
         async fn latest_snapshot(
             &self,
             id: &str,

@@ -982,6 +982,21 @@ async fn set_metadata_replaces_it<S: Store>(st: &Arc<S>) {
     ));
 }
 
+/// A session made without an agent is named by `name_agent`, once: a named one keeps its name.
+async fn name_agent_names_a_session_without_one<S: Store>(st: &Arc<S>) {
+    let mut s = new_session("empty", None);
+    s.agent = String::new();
+    st.create(s, 10).await.unwrap();
+    st.name_agent("empty", "banker").await.unwrap();
+    assert_eq!(st.get("empty").await.unwrap().agent, "banker");
+    st.name_agent("empty", "other").await.unwrap();
+    assert_eq!(st.get("empty").await.unwrap().agent, "banker");
+    assert!(matches!(
+        st.name_agent("none", "banker").await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
 /// `find` reads the entries of one source, on the shelves asked for only.
 async fn entries_are_found_by_source<S: Knowledge>(st: &Arc<S>) {
     let (alice, bob) = (Shelf::user("alice"), Shelf::user("bob"));
@@ -1135,5 +1150,6 @@ suite!(
     memories_are_listed_per_shelf,
     delete_removes_a_session_and_its_lease,
     set_metadata_replaces_it,
+    name_agent_names_a_session_without_one,
     entries_are_found_by_source,
 );

@@ -791,6 +791,15 @@ mod needs_postgres {
         }
     }
 
+    /// A run on a thread made with `threads.create`, started on replica A, which is killed
+    /// mid-run: a worker takes it over (the thread was named by its first run, so the worker,
+    /// which claims its agents' sessions, finds it; replica B, serving other agents, cannot)
+    /// and B streams it to its end, with events of both owners.
+    #[test]
+    fn needs_sdk_a_killed_replicas_run_moves_to_a_worker_and_streams_through_another() {
+        super::replica_to_worker();
+    }
+
     /// Two replicas and two workers on one PostgreSQL behind a round-robin balancer; the SDK
     /// talks to the balancer only. Rounds of concurrent streams (3 by default,
     /// `WEFT_SEAM_ROUNDS` for more) with one replica killed (SIGKILL) mid-round every second
@@ -810,6 +819,86 @@ mod needs_postgres {
         );
         assert!(!out.contains("kills=0,"), "no replica was killed: {out}");
     }
+}
+
+/// See [`needs_postgres::needs_sdk_a_killed_replicas_run_moves_to_a_worker_and_streams_through_another`].
+fn replica_to_worker() {
+    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
+    let db = common::Database::new("serve_replica_worker");
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agents(d);
+    // B serves only `relay`, from a directory of its own.
+    std::fs::create_dir(d.join("b")).unwrap();
+    relay_agent(&d.join("b"));
+    let ports = [free_port(), free_port()];
+    let mut a = replica(d, ports[0], &db.url, "serve-a.log");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
+    c.args([
+        "--db", &db.url, "serve", "--agents", "b", "--keys", "keys.txt",
+    ])
+    .args(["--listen", &format!("127.0.0.1:{}", ports[1])])
+    .env("WEFT_LEASE_SECS", REPLICA_LEASE_SECS);
+    let mut b = serve_command(d, ports[1], c, "serve-b.log");
+    let mut w = worker(d, &db.url, "worker-0.log");
+    let script = r#"
+import asyncio, sys, time
+from langgraph_sdk import get_client
+A, B, KEY = sys.argv[1:4]
+async def main():
+    a, b = get_client(url=A, api_key=KEY), get_client(url=B, api_key=KEY)
+    t = (await a.threads.create())["thread_id"]
+    r = await a.runs.create(t, "slowpoke", input={"messages": [{"role": "user", "content": "go"}]})
+    await asyncio.sleep(1.5)
+    open("kill", "w").close()
+    while not __import__("os").path.exists("killed"):
+        await asyncio.sleep(0.05)
+    parts = [p async for p in b.runs.join_stream(t, r["run_id"], stream_mode="custom")]
+    custom = [p.data for p in parts if p.event == "custom"]
+    assert parts[-1].event == "end" and custom[-1]["type"] == "run_finished", parts
+    seqs = [e["seq"] for e in custom]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
+    epochs = sorted({e["epoch"] for e in custom})
+    assert len(epochs) == 2, epochs
+    assert (await b.runs.get(t, r["run_id"]))["status"] == "success"
+    print(f"ok: moved to a worker, epochs {epochs}", flush=True)
+asyncio.run(main())
+"#;
+    let mut client = Command::new(&python)
+        .args(["-c", script])
+        .args(ports.map(|p| format!("http://127.0.0.1:{p}")))
+        .arg(ALICE)
+        .current_dir(d)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    weft_testkit::wait_for_file(&d.join("kill"), Duration::from_secs(30));
+    a.kill().unwrap();
+    a.wait().unwrap();
+    std::fs::write(d.join("killed"), "").unwrap();
+    let out = {
+        let began = Instant::now();
+        while client.try_wait().unwrap().is_none() && began.elapsed() < Duration::from_secs(90) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = client.kill();
+        client.wait_with_output().unwrap()
+    };
+    stop(&mut b);
+    stop(&mut w);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let worker_log = std::fs::read_to_string(d.join("worker-0.log")).unwrap_or_default();
+    assert!(
+        out.status.success() && stdout.contains("ok: moved to a worker"),
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        logs(d, &["serve-a.log", "serve-b.log", "worker-0.log"])
+    );
+    assert!(
+        worker_log.contains("stopped after 1 session(s)"),
+        "{worker_log}"
+    );
 }
 
 /// A two-turn agent whose first turn takes a second: `Once.`, then `Twice.`.
