@@ -149,8 +149,9 @@ pub(crate) struct StepDiff {
 pub(crate) struct StepSide {
     /// The tool called (a workflow step: the step's name).
     tool: Option<String>,
-    /// The arguments of its last call (a plan step not called: its call as planned; a workflow
-    /// step: the tool calls it made, `{tool, args}` each).
+    /// The arguments of its last call (a plan step not called: its call as planned; a fan-out
+    /// step: each item's, in order; a workflow step: the tool calls it made, `{tool, args}`
+    /// each).
     #[schemars(schema_with = "openapi::any")]
     args: Value,
     /// A plan step's status (`COMPLETED`, `FAILED`...), a call's (`ok`, `error`, `running`,
@@ -220,6 +221,8 @@ async fn load(
 struct Call {
     seq: u64,
     step: Option<String>,
+    /// The item of a fan-out step's call.
+    item: Option<usize>,
     tool: String,
     args: Value,
     status: &'static str,
@@ -253,6 +256,7 @@ fn fold<'r>(rec: &'r SessionRecord, log: &[Envelope]) -> Folded<'r> {
             Event::ToolCallStarted {
                 call_id,
                 step,
+                item,
                 tool,
                 args,
                 ..
@@ -264,6 +268,7 @@ fn fold<'r>(rec: &'r SessionRecord, log: &[Envelope]) -> Folded<'r> {
                 calls.push(Call {
                     seq: env.seq,
                     step: step.clone(),
+                    item: *item,
                     tool: tool.clone(),
                     args: args.clone(),
                     status: "running",
@@ -288,6 +293,7 @@ fn fold<'r>(rec: &'r SessionRecord, log: &[Envelope]) -> Folded<'r> {
             } => calls.push(Call {
                 seq: env.seq,
                 step: step.clone(),
+                item: None,
                 tool: tool.clone(),
                 args: args.clone(),
                 status: "blocked",
@@ -371,11 +377,20 @@ impl Folded<'_> {
             .iter()
             .zip(&p.steps)
             .map(|(s, r)| {
-                let last = self
+                let mine: Vec<&Call> = self
                     .calls
                     .iter()
-                    .rev()
-                    .find(|c| c.step.as_deref() == Some(s.id.as_str()));
+                    .filter(|c| c.step.as_deref() == Some(s.id.as_str()))
+                    .collect();
+                let last = mine.last().copied();
+                // A fan-out step's arguments: each item's last call's, in item order.
+                let items: std::collections::BTreeMap<usize, &Call> =
+                    mine.iter().filter_map(|c| Some((c.item?, *c))).collect();
+                let args = if items.is_empty() {
+                    last.map_or_else(|| s.to_call(), |c| c.args.clone())
+                } else {
+                    Value::Array(items.values().map(|c| c.args.clone()).collect())
+                };
                 let status = serde_json::to_value(r.status)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_owned))
@@ -391,7 +406,7 @@ impl Folded<'_> {
                     s.id.clone(),
                     StepSide {
                         tool: s.tool.clone(),
-                        args: last.map_or_else(|| s.to_call(), |c| c.args.clone()),
+                        args,
                         status,
                         result,
                         seq: last.map(|c| c.seq),
@@ -877,6 +892,55 @@ mod tests {
         assert!(c["fork"].is_null());
         // Same task, input, status and totals: nothing differs at the top.
         assert_eq!(c["differs"], json!([]));
+    }
+
+    #[test]
+    fn a_fan_out_steps_arguments_are_each_items_last_call() {
+        let fan = |second: &str| {
+            let mut log = start(Mode::Plan, "Tell both");
+            log.push(env(
+                3,
+                Event::PlanAccepted {
+                    plan: Plan::from_value(&json!([{"_id": "each", "_tool": "notify"}]))
+                        .unwrap_or_default(),
+                },
+            ));
+            log.push(env(
+                4,
+                Event::FanOutStarted {
+                    step: "each".into(),
+                    items: 2,
+                },
+            ));
+            let started = |seq: u64, item: usize, attempt: u32, to: &str| {
+                env(
+                    seq,
+                    Event::ToolCallStarted {
+                        call_id: format!("each#{item}.{attempt}"),
+                        step: Some("each".into()),
+                        item: Some(item),
+                        tool: "notify".into(),
+                        args: json!({"to": to}),
+                        attempt,
+                        idempotency_key: format!("s:each:{item}:{attempt}"),
+                    },
+                )
+            };
+            log.push(started(5, 0, 1, "ada"));
+            log.push(started(6, 1, 1, second));
+            log.push(started(7, 0, 2, "ada"));
+            log
+        };
+        let c = diff(&fan("bob"), &fan("eve"));
+        assert_eq!(
+            changes(&c),
+            [("each".into(), "differs".into(), json!(["args"]))]
+        );
+        assert_eq!(
+            c["steps"][0]["a"]["args"],
+            json!([{"to": "ada"}, {"to": "bob"}])
+        );
+        assert_eq!(c["steps"][0]["args_paths"], json!(["/1/to"]));
     }
 
     #[test]

@@ -5545,8 +5545,9 @@ export interface components {
             /** @description The tool called (a workflow step: the step's name). */
             tool: string | null;
             /**
-             * @description The arguments of its last call (a plan step not called: its call as planned; a workflow
-             *     step: the tool calls it made, `{tool, args}` each).
+             * @description The arguments of its last call (a plan step not called: its call as planned; a fan-out
+             *     step: each item's, in order; a workflow step: the tool calls it made, `{tool, args}`
+             *     each).
              */
             args: unknown;
             /**
