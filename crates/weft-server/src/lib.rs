@@ -24,6 +24,7 @@
 
 mod agui;
 mod auth;
+mod compare;
 mod cors;
 mod evals;
 mod messages;
@@ -354,6 +355,7 @@ fn api() -> Vec<openapi::Route> {
         evals::routes(),
         quota::routes(),
         model_calls::routes(),
+        compare::routes(),
         routes(),
     ]
     .into_iter()

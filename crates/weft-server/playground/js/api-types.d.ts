@@ -3507,6 +3507,72 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sessions/{id}/compare/{other}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Two of the user's sessions compared: task, input, status and totals; each step (a plan's by id, a workflow's path, else the tool calls in order) with what differs in its tool, arguments, status and result (the JSON paths that differ); the answers as a word diff; for a fork, the event where they part */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: string;
+                    other: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description {a, b, differs, fork, aligned_by, steps, answer} */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Comparison"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/metrics": {
         parameters: {
             query?: never;
@@ -5384,6 +5450,137 @@ export interface components {
             /** @description The reply's text, cut to [`RefusedTry::MAX_TEXT`] bytes. */
             text: string;
         };
+        /** @description Two sessions compared. */
+        Comparison: {
+            a: components["schemas"]["Side"];
+            b: components["schemas"]["Side"];
+            /**
+             * @description What differs at the top: any of `agent`, `task`, `input`, `status`, `error`, `answer`,
+             *     and the totals' names (`input_tokens`, `output_tokens`, `cost_usd`, `duration_ms`,
+             *     `model_calls`, `tool_calls`).
+             */
+            differs: string[];
+            /** @description The paths (JSON pointers) where the inputs differ. */
+            input_paths: string[];
+            /** @description When one session is a fork of the other: where they part. */
+            fork: components["schemas"]["ForkPoint"] | null;
+            aligned_by: components["schemas"]["Alignment"];
+            /** @description The steps of both, matched; those that differ and those of one only included. */
+            steps: components["schemas"]["StepDiff"][];
+            answer: components["schemas"]["TextDiff"];
+        };
+        /** @description One of the two sessions, as the comparison's header shows it. */
+        Side: {
+            id: string;
+            agent: string;
+            mode: components["schemas"]["Mode"] | null;
+            /** @description `running`, `waiting_for_user`, `completed` or `failed`. */
+            status: string;
+            task: string | null;
+            input: unknown;
+            answer: string | null;
+            error: string | null;
+            parent_id: string | null;
+            created_at: string;
+            totals: components["schemas"]["Totals"];
+        };
+        /** @description What a session used in all. */
+        Totals: {
+            /** Format: uint64 */
+            input_tokens: number;
+            /** Format: uint64 */
+            output_tokens: number;
+            /** Format: double */
+            cost_usd: number | null;
+            /**
+             * Format: uint64
+             * @description From its first event to its last.
+             */
+            duration_ms: number;
+            /** Format: uint32 */
+            model_calls: number;
+            /** Format: uint64 */
+            tool_calls: number;
+        };
+        /** @description Where a fork parts from its origin: the last event both share. */
+        ForkPoint: {
+            /** @description `a` or `b`: which session is the fork. */
+            side: string;
+            fork: string;
+            origin: string;
+            /**
+             * Format: uint64
+             * @description The last event the fork kept of its origin (its sequence number).
+             */
+            at: number;
+            /** @description That event's type. */
+            event: string;
+        };
+        /** @description How the steps of the two sessions are matched. */
+        Alignment: "plan" | "workflow" | "calls";
+        /** @description A step of either session, matched with the other's. */
+        StepDiff: {
+            /**
+             * @description The step's id (plans), `N. STEP` (a workflow's N-th step entered) or `#N` (the N-th tool
+             *     call).
+             */
+            key: string;
+            change: components["schemas"]["Change"];
+            /**
+             * @description What differs: any of `step` (a workflow went to another step there), `tool`, `args`,
+             *     `status`, `result`.
+             */
+            differs: string[];
+            a: components["schemas"]["StepSide"] | null;
+            b: components["schemas"]["StepSide"] | null;
+            /** @description The paths (JSON pointers) where the arguments differ. */
+            args_paths: string[];
+            /** @description The paths (JSON pointers) where the results differ. */
+            result_paths: string[];
+        };
+        /** @description How a matched step compares. */
+        Change: ("same" | "differs") | "only_a" | "only_b";
+        /** @description A step (or call) as one session has it. */
+        StepSide: {
+            /** @description The tool called (a workflow step: the step's name). */
+            tool: string | null;
+            /**
+             * @description The arguments of its last call (a plan step not called: its call as planned; a fan-out
+             *     step: each item's, in order; a workflow step: the tool calls it made, `{tool, args}`
+             *     each).
+             */
+            args: unknown;
+            /**
+             * @description A plan step's status (`COMPLETED`, `FAILED`...), a call's (`ok`, `error`, `running`,
+             *     `blocked`) or a workflow step's (`accepted`, `entered`).
+             */
+            status: string;
+            /**
+             * @description What the call returned (an error as `{error: {kind, message, ...}}`); a workflow step's
+             *     accepted output.
+             */
+            result: unknown;
+            /**
+             * Format: uint64
+             * @description The event where its (last) call started, or the step was entered.
+             */
+            seq: number | null;
+        };
+        /** @description Two texts and their differences, word by word. */
+        TextDiff: {
+            a: string | null;
+            b: string | null;
+            same: boolean;
+            /** @description The words of both in order: kept, removed (A only) or added (B only). */
+            words: components["schemas"]["WordRun"][];
+        };
+        /** @description A run of words that both texts have, or only one. */
+        WordRun: {
+            op: components["schemas"]["WordOp"];
+            text: string;
+        };
+        /** @enum {string} */
+        WordOp: "same" | "removed" | "added";
         /** @description LangGraph Server's `/info`. */
         Info: {
             version: string;

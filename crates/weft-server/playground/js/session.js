@@ -13,6 +13,7 @@ import { waitingPanel } from "./act.js";
 import { jsonTree } from "./json.js";
 import { timeline } from "./timeline.js";
 import { modelCalls } from "./inspector.js";
+import { compareControl } from "./compare.js";
 import { hint, runHint, sayApiError } from "./errors.js";
 
 /** @typedef {import("./api-types").components["schemas"]["SessionView"]} SessionView */
@@ -350,6 +351,7 @@ export class SessionPage {
       });
       actions.push(cancel);
     }
+    if (live) actions.push(compareControl(v, this.go));
     const data = { id: v.id, task, label, st: v.status, busy: v.busy, agent: v.agent, mode: v.mode, user: v.user, usage: v.usage, mc: v.model_calls, tc: v.tool_calls, sp: v.spending, live, parent: v.parent_id, from: v.forked_from, created: v.created_at, n: actions.length };
     if (this.parts.head.dataset.sig === JSON.stringify(data)) return;
     this.parts.head.dataset.sig = JSON.stringify(data);

@@ -637,6 +637,135 @@ async fn a_fork_at_an_event_continues_from_there() {
     );
 }
 
+/// A desk session `origin` of alice's, run by `weft run` before the server starts; then the world
+/// changes: the refund tool's receipt (`receipt.txt`) and the model's answer (its script) are
+/// new, so that a fork of `origin` after its lookups refunds with another receipt and says so.
+fn origin_then_the_world_changes(dir: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["--db", "serve.db", "run", "desk.yaml", "Refund c-42."])
+        .args(["--input", &desk_input().to_string()])
+        .args(["--user", "alice", "--id", "origin"])
+        .current_dir(dir)
+        .env_remove("WEFT_DB")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "weft run: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(dir.join("receipt.txt"), "r-77777").unwrap();
+    let script = dir.join("desk.script.yaml");
+    let text = std::fs::read_to_string(&script).unwrap();
+    assert!(text.contains("(receipt r-20931)"));
+    std::fs::write(
+        &script,
+        text.replace("(receipt r-20931)", "(receipt r-77777)"),
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_compared_with_its_origin_names_the_result_and_the_answer_that_differ() {
+    let server = Server::start_with(origin_then_the_world_changes);
+    let alice = Client::new(&server, ALICE);
+    let bob = Client::new(&server, BOB);
+    let log = alice.events("origin", None).await;
+    let wave1 = log
+        .iter()
+        .find(|(_, t)| t == "wave_finished")
+        .map(|(s, _)| *s)
+        .unwrap();
+    let fork = alice
+        .post("/sessions/origin/fork", json!({"at": wave1}))
+        .await;
+    let fid = fork["id"].as_str().unwrap().to_owned();
+    alice
+        .until(&fid, "the fork completed", |v| v["status"] == "completed")
+        .await;
+    let c = alice.get(&format!("/sessions/origin/compare/{fid}")).await;
+    assert_eq!(
+        c["fork"],
+        json!({"side": "b", "fork": fid, "origin": "origin", "at": wave1, "event": "wave_finished"})
+    );
+    assert_eq!(c["aligned_by"], "plan");
+    assert_eq!(
+        (c["a"]["id"].as_str(), c["b"]["id"].as_str()),
+        (Some("origin"), Some(fid.as_str()))
+    );
+    // Of the four steps, only the refund differs, and only in its result's receipt.
+    let steps: Vec<(&str, &str)> = c["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["key"].as_str().unwrap(), s["change"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("customer", "same"),
+            ("orders", "same"),
+            ("refund", "differs"),
+            ("tell", "same")
+        ],
+        "{c:#}"
+    );
+    let refund = &c["steps"][2];
+    assert_eq!(refund["differs"], json!(["result"]), "{refund:#}");
+    assert_eq!(refund["result_paths"], json!(["/receipt"]));
+    assert_eq!(refund["args_paths"], json!([]));
+    assert_eq!(refund["a"]["result"]["receipt"], "r-20931");
+    assert_eq!(refund["b"]["result"]["receipt"], "r-77777");
+    // The answers differ in the receipt's word alone.
+    assert_eq!(
+        c["answer"]["words"],
+        json!([
+            {"op": "same", "text": "Refunded 50 to Ada Lovelace (receipt"},
+            {"op": "removed", "text": "r-20931)"},
+            {"op": "added", "text": "r-77777)"},
+            {"op": "same", "text": "and let her know."},
+        ])
+    );
+    let differs: Vec<&str> = c["differs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap())
+        .collect();
+    assert!(differs.contains(&"answer"), "{differs:?}");
+    for same in [
+        "agent",
+        "task",
+        "input",
+        "status",
+        "model_calls",
+        "tool_calls",
+    ] {
+        assert!(!differs.contains(&same), "{same} differs: {differs:?}");
+    }
+    // The other way round: the fork is `a`, and still named.
+    let back = alice.get(&format!("/sessions/{fid}/compare/origin")).await;
+    assert_eq!(back["fork"]["side"], "a");
+    assert_eq!(back["steps"][2]["b"]["result"]["receipt"], "r-20931");
+    // A key compares only its user's sessions: bob's own compare, alice's are not found.
+    let bobs = bob.run("desk", "Refund c-42.", desk_input()).await;
+    bob.get(&format!("/sessions/{bobs}/compare/{bobs}")).await;
+    for (who, path) in [
+        (&bob, format!("/sessions/origin/compare/{fid}")),
+        (&bob, format!("/sessions/{bobs}/compare/origin")),
+        (&alice, format!("/sessions/origin/compare/{bobs}")),
+    ] {
+        let (status, err) = who.call(reqwest::Method::GET, &path, None).await;
+        assert_eq!(status, 404, "{path}: {err}");
+        assert!(
+            err["detail"].as_str().unwrap().contains("not found"),
+            "{err}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_run_waits_until_it_is_continued() {
     let server = Server::start();
@@ -1272,6 +1401,21 @@ fn needs_browser_scrub_the_slider_and_fork() {
 }
 
 #[test]
+fn needs_browser_compare_a_fork_with_its_origin() {
+    browser_with(
+        "compare",
+        &[
+            "a fork's page offers its origin first and opens the comparison",
+            "the event where the fork parts is named",
+            "the differing step and its result's receipt are marked, the others alike",
+            "the answers' differing words are struck and underlined",
+            "the comparison opens from its address",
+        ],
+        origin_then_the_world_changes,
+    );
+}
+
+#[test]
 fn needs_browser_see_a_failed_steps_error() {
     browser(
         "failed",
@@ -1777,6 +1921,12 @@ async fn the_main_routes_answer_as_the_openapi_document_declares() {
         .post(&format!("/sessions/{tid}/fork"), json!({"at": 3}))
         .await;
     check("post", "/sessions/{id}/fork", &fork);
+    let fid = fork["id"].as_str().unwrap();
+    check(
+        "get",
+        "/sessions/{id}/compare/{other}",
+        &alice.get(&format!("/sessions/{tid}/compare/{fid}")).await,
+    );
     let cancelled = alice
         .post(&format!("/sessions/{waiting}/cancel"), json!(null))
         .await;

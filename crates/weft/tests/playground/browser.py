@@ -146,6 +146,18 @@ def api(path):
     )
 
 
+def api_post(path, body):
+    """A POST to the API as the page makes it; the answer's JSON."""
+    return D.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch(arguments[0], {method: 'POST', headers: {'x-api-key': arguments[1], 'content-type': 'application/json'}, body: JSON.stringify(arguments[2])})"
+        ".then(r => r.json()).then(done, e => done({error: String(e)}));",
+        path,
+        KEY,
+        body,
+    )
+
+
 def no_page_errors():
     bad = [l for l in D.get_log("browser") if l["level"] == "SEVERE"]
     assert not bad, f"the page logged errors: {bad}"
@@ -713,6 +725,50 @@ def model_call_inspector():
     no_page_errors()
 
 
+def compare_fork():
+    """`origin` was run before the server started; since, the refund tool's receipt and the
+    model's answer changed. A fork of it after its first wave, opened, is compared with its
+    origin (offered first) from its page: the fork's event is named, the refund step and its
+    result's receipt are marked as differing, the lookups as alike, and the answers' words that
+    differ are struck and underlined. The comparison's address opens it again."""
+    sign_in()
+    view = api("/sessions/origin")
+    second = [w["seq"] for w in view["plan"]["waves"] if w["wave"] == 2][0]
+    at = next(n for n in range(second, 0, -1) if api(f"/sessions/origin?at={n}")["event"]["type"] == "wave_finished")
+    fork = api_post("/sessions/origin/fork", {"at": at})
+    fid = fork["id"]
+    D.get(URL + f"#/s/{fid}")
+    wait(lambda: session_status() == "completed", "the fork's run", 40)
+    click("#compare-open")
+    one("#compare-with option")
+    first = D.execute_script("return document.querySelector('#compare-with').value")
+    assert first == "origin", f"the first session offered is {first}, not the fork's origin"
+    click("#compare-go")
+    wait(lambda: D.current_url.endswith(f"#/compare/origin/{fid}") and q("#compare-steps"), "the comparison")
+    ok("a fork's page offers its origin first and opens the comparison")
+    assert f"#{at} wave_finished" in text("#compare-fork"), text("#compare-fork")
+    ok("the event where the fork parts is named")
+    changes = D.execute_script("return Object.fromEntries([...document.querySelectorAll('#compare-steps tr.cmp-step')].map(r => [r.dataset.key, r.dataset.change]))")
+    assert changes == {"customer": "same", "orders": "same", "refund": "differs", "tell": "same"}, changes
+    assert D.execute_script("return document.querySelector(\"#compare-steps tr[data-key='refund']\").dataset.differs") == "result"
+    marked = lambda side: text(f"#compare-steps tr[data-key='refund'] td[data-side='{side}'] .cmp-result li.j-diff[data-path='/receipt']")
+    assert "r-20931" in marked("a") and "r-77777" in marked("b"), (marked("a"), marked("b"))
+    assert not q("#compare-steps tr[data-key='customer'] li.j-diff"), "a step alike in both has marks"
+    ok("the differing step and its result's receipt are marked, the others alike")
+    assert texts("#compare-answer del.w-removed") == ["r-20931)"], texts("#compare-answer del.w-removed")
+    assert texts("#compare-answer ins.w-added") == ["r-77777)"], texts("#compare-answer ins.w-added")
+    fields = D.execute_script("return Object.fromEntries([...document.querySelectorAll('#compare-head tr.cmp-field')].map(r => [r.dataset.field, r.dataset.differs]))")
+    assert fields["task"] == "0" and fields["input"] == "0" and fields["status"] == "0", fields
+    ok("the answers' differing words are struck and underlined")
+    D.set_window_size(1440, 1500)
+    shot("playground-compare.png")
+    D.set_window_size(1440, 1000)
+    D.refresh()
+    wait(lambda: q("#compare-steps tr[data-key='refund'][data-change='differs']"), "the comparison from its address")
+    ok("the comparison opens from its address")
+    no_page_errors()
+
+
 SCENARIOS = {
     "spending": spending,
     "run": run_and_watch,
@@ -728,6 +784,7 @@ SCENARIOS = {
     "timeline": session_timeline,
     "evals": eval_runs,
     "inspector": model_call_inspector,
+    "compare": compare_fork,
 }
 
 D = browser()
