@@ -606,6 +606,16 @@ async fn count(
     Ok(Json(u64::try_from(n).unwrap_or(u64::MAX)))
 }
 
+/// Deletes the crons of thread `tid` (of `user`), which is gone.
+pub(crate) async fn forget_thread(app: &Shared, user: &User, tid: &str) -> Result<(), ApiError> {
+    for c in app.store.crons_of(&user.0).await? {
+        if c.thread_id.as_deref() == Some(tid) {
+            app.store.delete_cron(&c.id).await?;
+        }
+    }
+    Ok(())
+}
+
 /// The scheduler: until the server stops, takes the ticks that are due (and the claims whose
 /// server died) and starts their runs.
 pub(crate) async fn schedule(app: Shared) {
