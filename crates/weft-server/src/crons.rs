@@ -778,3 +778,69 @@ async fn stored(app: &Shared, tid: &str, run_id: &str) -> bool {
         Err(_) => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2026-11-26T10:00:00.400Z, in Unix milliseconds.
+    const AT: i64 = 1_795_687_200_400;
+
+    #[test]
+    fn five_fields_tick_on_minutes_and_six_on_seconds() {
+        let minute = parse_schedule("*/15 * * * *").unwrap();
+        assert_eq!(next_tick(&minute, AT, None), Some(1_795_688_100_000));
+        let daily = parse_schedule("0 9 * * *").unwrap();
+        assert_eq!(
+            next_tick(&daily, AT, None).map(fmt_time).as_deref(),
+            Some("2026-11-27T09:00:00Z")
+        );
+        let seconds = parse_schedule("*/2 * * * * *").unwrap();
+        assert_eq!(next_tick(&seconds, AT, None), Some(1_795_687_202_000));
+        // A tick is after the time given, never at it.
+        assert_eq!(
+            next_tick(&seconds, 1_795_687_202_000, None),
+            Some(1_795_687_204_000)
+        );
+    }
+
+    #[test]
+    fn no_tick_after_the_end_time() {
+        let seconds = parse_schedule("* * * * * *").unwrap();
+        assert_eq!(next_tick(&seconds, AT, Some(AT + 600)), Some(AT + 600));
+        assert_eq!(next_tick(&seconds, AT, Some(AT + 500)), None);
+    }
+
+    #[test]
+    fn a_bad_schedule_names_the_field_and_what_is_wrong() {
+        for (s, words) in [
+            ("61 * * * *", "schedule `61 * * * *` is not a cron schedule"),
+            ("* * *", "has 3 fields; give 5"),
+            ("0 0 0 * * * 2026", "has 7 fields"),
+            ("* * * 13 *", "is not a cron schedule"),
+            ("", "has 0 fields"),
+        ] {
+            let e = parse_schedule(s).err().unwrap();
+            assert_eq!(e.0, StatusCode::UNPROCESSABLE_ENTITY);
+            assert!(e.1.contains(words), "{s}: {}", e.1);
+        }
+    }
+
+    #[test]
+    fn end_times_are_iso_8601_with_an_offset_or_utc() {
+        let utc = parse_time("end_time", "2026-11-26T10:00:00+00:00").unwrap();
+        assert_eq!(utc, AT - 400);
+        assert_eq!(
+            parse_time("end_time", "2026-11-26T11:00:00+01:00").unwrap(),
+            utc
+        );
+        assert_eq!(parse_time("end_time", "2026-11-26T10:00:00").unwrap(), utc);
+        assert_eq!(parse_time("end_time", "2026-11-26T10:00:00Z").unwrap(), utc);
+        let e = parse_time("end_time", "tomorrow").err().unwrap();
+        assert!(
+            e.1.starts_with("end_time `tomorrow` is not a time"),
+            "{}",
+            e.1
+        );
+    }
+}

@@ -116,7 +116,7 @@ fn needs_sdk_crons_are_created_searched_updated_and_deleted_per_user() {
 }
 
 /// A cron with seconds on a thread and a threadless one start their runs: the runs are listed,
-/// succeeded, and the tool ran once per run.
+/// succeeded, and the tool ran once per run; a cron with an `end_time` takes no tick after it.
 #[test]
 fn needs_sdk_a_seconds_cron_starts_runs_on_its_thread_and_on_threads_of_their_own() {
     let tmp = tempfile::tempdir().unwrap();

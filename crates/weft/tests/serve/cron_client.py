@@ -7,10 +7,12 @@ Modes:
   count, update (schedule, enabled, end_time set and cleared), delete; a second user's key sees
   and touches none of the first user's crons; a bad schedule, timezone or end_time is a 422
   naming the field. Prints `ok: CHECK` per check.
-- `fire`: a cron on a thread every second and a threadless cron (`keep`) every 2 seconds, for
-  SECONDS (ARGS[0]); then both are deleted and the runs they started are counted through
+- `fire`: a cron on a thread every second, a threadless cron (`keep`) every 2 seconds and a
+  cron on a second thread every second that ends after 2.5 s, for
+  SECONDS (ARGS[0]); then they are stopped and the runs they started are counted through
   `runs.list` and `threads.search`: every run succeeded, the tool ran once per run (WORKDIR/
-  ticks.log), and each cron's tick count is the number of its runs.
+  ticks.log), each cron's tick count is the number of its runs, and the ending cron took no
+  tick after its end_time.
 - `thread-cron`: makes a thread and a cron on it every second; prints `thread: ID` and
   `cron: ID`.
 - `threadless-cron`: a threadless cron (`keep`) every second; prints `cron: ID`.
@@ -189,6 +191,11 @@ async def fire(a, seconds):
     on_thread = await a.crons.create_for_thread(tid, "ticker", schedule="* * * * * *", input=MSG)
     threadless = await a.crons.create(
         "ticker", schedule="*/2 * * * * *", input=MSG, on_run_completed="keep")
+    # A cron that ends 2.5 s from now: at most 3 ticks, then none.
+    t2 = (await a.threads.create())["thread_id"]
+    end = datetime.now(timezone.utc) + timedelta(seconds=2.5)
+    ending = await a.crons.create_for_thread(
+        t2, "ticker", schedule="* * * * * *", input=MSG, end_time=end)
     began = time.time()
     await asyncio.sleep(seconds)
     await a.crons.update(on_thread["cron_id"], enabled=False)
@@ -201,7 +208,13 @@ async def fire(a, seconds):
     await asyncio.sleep(0.5)
     runs = await wait_idle(a, tid)
     assert all(r["status"] == "success" for r in runs), runs
-    others = [x for x in await a.threads.search(limit=1000) if x["thread_id"] != tid]
+    [ended] = await a.crons.search(thread_id=t2)
+    ended_runs = await wait_idle(a, t2)
+    assert ended["next_run_date"] is None and 2 <= ended["ticks"] <= 3, ended
+    assert 1 <= len(ended_runs) <= ended["ticks"], (ended_runs, ended)
+    assert all(datetime.fromisoformat(r["created_at"].replace("Z", "+00:00")) <= end for r in ended_runs)
+    await a.crons.delete(ending["cron_id"])
+    others = [x for x in await a.threads.search(limit=1000) if x["thread_id"] not in (tid, t2)]
     for x in others:
         await wait_idle(a, x["thread_id"])
     per_thread = [await a.runs.list(x["thread_id"]) for x in others]
@@ -212,6 +225,7 @@ async def fire(a, seconds):
     tools = tool_lines()
     print(f"counts: seconds={took:.1f} thread_ticks={mine['ticks']} thread_runs={len(runs)} "
           f"threadless_runs={len(stateless)} threadless_ticks={cron['ticks']} "
+          f"ending_ticks={ended['ticks']} "
           f"tool_calls={len(tools)}", flush=True)
     # A tick every second; each started a run, but for a tick that found the thread still busy
     # with the run before (refused, as multitask_strategy `reject` says, and recorded).
@@ -222,8 +236,8 @@ async def fire(a, seconds):
     assert cron["ticks"] == len(stateless) and cron["last_tick"]["error"] is None, cron
     assert cron["last_tick"]["thread_id"] in {x["thread_id"] for x in others}, cron
     # The tool ran once per run: once on the thread per tick, once on each threadless thread.
-    assert len(tools) == len(runs) + len(stateless), (len(tools), len(runs), len(stateless))
-    assert sorted(set(tools)) == sorted({tid} | {x["thread_id"] for x in others}), tools
+    assert len(tools) == len(runs) + len(stateless) + len(ended_runs), (len(tools), len(runs), len(stateless))
+    assert sorted(set(tools)) == sorted({tid, t2} | {x["thread_id"] for x in others}), tools
     assert tools.count(tid) == len(runs), (tools.count(tid), len(runs))
     ok("fire")
 
