@@ -116,7 +116,8 @@ fn needs_sdk_crons_are_created_searched_updated_and_deleted_per_user() {
 }
 
 /// A cron with seconds on a thread and a threadless one start their runs: the runs are listed,
-/// succeeded, and the tool ran once per run; a cron with an `end_time` takes no tick after it.
+/// succeeded, and the tool ran once per run; a cron with an `end_time` takes no tick after it;
+/// the threads of a threadless cron's runs are deleted after them unless it says `keep`.
 #[test]
 fn needs_sdk_a_seconds_cron_starts_runs_on_its_thread_and_on_threads_of_their_own() {
     let tmp = tempfile::tempdir().unwrap();
@@ -125,9 +126,14 @@ fn needs_sdk_a_seconds_cron_starts_runs_on_its_thread_and_on_threads_of_their_ow
     let port = free_port();
     let server = serve_logged(d, port, "serve.db", &[], "serve.log");
     let out = client(d, port, &["fire", "6"], &["serve.log"]);
+    let deleting = client(d, port, &["deleting"], &["serve.log"]);
     stop(server);
-    println!("{out}");
+    println!("{out}{deleting}");
     assert!(out.contains("ok: fire\n"), "{out}");
+    assert!(
+        deleting.contains("ok: threads of runs deleted\n"),
+        "{deleting}"
+    );
 }
 
 /// A cron keeps firing after its server is killed (SIGKILL) and started again on the same

@@ -13,6 +13,8 @@ Modes:
   `runs.list` and `threads.search`: every run succeeded, the tool ran once per run (WORKDIR/
   ticks.log), each cron's tick count is the number of its runs, and the ending cron took no
   tick after its end_time.
+- `deleting`: a threadless cron every second with `on_run_completed` left out (`delete`): its
+  runs ran (the tool's log names their threads) and their threads are gone once they ended.
 - `thread-cron`: makes a thread and a cron on it every second; prints `thread: ID` and
   `cron: ID`.
 - `threadless-cron`: a threadless cron (`keep`) every second; prints `cron: ID`.
@@ -242,6 +244,35 @@ async def fire(a, seconds):
     ok("fire")
 
 
+async def deleting(a):
+    before = set(tool_lines())
+    kept = {x["thread_id"] for x in await a.threads.search(limit=1000)}
+    c = await a.crons.create("ticker", schedule="* * * * * *", input=MSG)
+    assert c["on_run_completed"] is None, c
+    await asyncio.sleep(3)
+    await a.crons.update(c["cron_id"], enabled=False)
+    await asyncio.sleep(0.5)
+    [c] = [x for x in await a.crons.search(limit=100) if x["cron_id"] == c["cron_id"]]
+    ran = set(tool_lines()) - before
+    since = time.time()
+    while True:
+        now = {x["thread_id"] for x in await a.threads.search(limit=1000)}
+        if not (now - kept):
+            break
+        assert time.time() - since < 30, f"threads of deleting runs kept: {now - kept}"
+        await asyncio.sleep(0.2)
+    print(f"counts: ticks={c['ticks']} runs_that_ran={len(ran)} threads_left={len(now - kept)}", flush=True)
+    assert 2 <= len(ran) == c["ticks"], (ran, c)
+    assert c["last_tick"]["thread_id"] in ran, c
+    try:
+        await a.threads.get(c["last_tick"]["thread_id"])
+        raise AssertionError("the last tick's thread is still there")
+    except NotFoundError:
+        pass
+    await a.crons.delete(c["cron_id"])
+    ok("threads of runs deleted")
+
+
 async def check_thread(a, tid, cron_id, after_ms):
     await a.crons.delete(cron_id)
     since_restart = time.time() - after_ms / 1000
@@ -330,6 +361,8 @@ async def main():
         await api(a, b)
     elif MODE == "fire":
         await fire(a, int(ARGS[0]))
+    elif MODE == "deleting":
+        await deleting(a)
     elif MODE == "thread-cron":
         t = await a.threads.create()
         c = await a.crons.create_for_thread(t["thread_id"], "ticker", schedule="* * * * * *", input=MSG)
