@@ -892,6 +892,7 @@ def live_200():
             seq, drawn = D.execute_script(
                 "return [Number(document.getElementById('flow').dataset.seq), Object.fromEntries([...document.querySelectorAll('#graph .node')].map(n => [n.dataset.step, n.dataset.status]))]"
             )
+            assert isinstance(seq, (int, float)) and seq > 0, "the page does not say which event its drawing is at (#flow's data-seq)"
             view = api(f"/sessions/{sid}?at={seq}")
             server = {n["id"]: n["status"] for n in view["plan"]["nodes"]}
             # The nodes in view and near it are drawn: they are compared.
