@@ -1312,6 +1312,10 @@ fn browser_with(scenario: &str, expect: &[&str], prepare: impl FnOnce(&Path)) ->
             "{check}: {stdout}"
         );
     }
+    // What a scenario measured (`figure: ...`) is shown with `--no-capture`.
+    for line in stdout.lines().filter(|l| l.starts_with("figure: ")) {
+        println!("{line}");
+    }
     server
 }
 
@@ -1475,6 +1479,129 @@ fn needs_browser_the_timeline_shows_the_session_on_one_time_axis() {
             "a bar selects its step in the plan, and a node its row",
         ],
     );
+}
+
+// --- Large plans --------------------------------------------------------------------------------
+
+/// A plan of `waves` waves of `per` steps `s0000`, `s0001`…: a step after the first wave runs
+/// after the step in its row of the wave before (`_dependsOn`); `step(i)` gives step `i` its call.
+fn wide_plan(waves: usize, per: usize, step: impl Fn(usize) -> Value) -> Vec<Value> {
+    (0..waves * per)
+        .map(|i| {
+            let mut s = step(i);
+            s["_id"] = json!(format!("s{i:04}"));
+            if i >= per {
+                s["_dependsOn"] = json!([format!("s{:04}", i - per)]);
+            }
+            s
+        })
+        .collect()
+}
+
+/// The scripted model's reviews (`CONTINUE` after each wave), answer and check of it.
+fn wide_script(plan: Vec<Value>) -> Value {
+    json!({
+        "plan": [{ "usage": { "input_tokens": 52000, "output_tokens": 9000, "cost_usd": 0.0123 }, "json": { "plan": plan } }],
+        "execute": [{ "repeat": 2, "usage": { "input_tokens": 800, "output_tokens": 40, "cost_usd": 0.0002 },
+                      "json": { "action": "USE_TOOL", "tool": "echo", "arguments": { "text": "summary" } } }],
+        "review": [{ "repeat": 40, "usage": { "input_tokens": 3000, "output_tokens": 30, "cost_usd": 0.0005 },
+                     "json": { "decision": "CONTINUE", "reason": "On to the next wave." } }],
+        "respond": [{ "usage": { "input_tokens": 1000, "output_tokens": 20, "cost_usd": 0.0001 }, "text": "Every step ran." }],
+        "response_review": [{ "usage": { "input_tokens": 500, "output_tokens": 10, "cost_usd": 0.0001 },
+                              "json": { "verdict": "ACCEPT", "feedback": "Grounded in the steps." } }],
+    })
+}
+
+/// Puts into the server's store a finished session of alice's with 1,000 steps in 22 waves:
+/// 20 waves of 50 `echo` steps (`s0000`…`s0999`), of which `s0950` and `s0951` are carried out by
+/// the model (`execute`, so they have model calls, tokens and cost of their own, and each runs in
+/// a wave of its own), run by `weft run` before the server starts.
+fn wide_session(dir: &Path) {
+    let plan = wide_plan(20, 50, |i| {
+        if i == 950 || i == 951 {
+            json!({ "_description": "Say what the waves did" })
+        } else {
+            json!({ "_tool": "echo", "text": format!("step {i}") })
+        }
+    });
+    std::fs::write(dir.join("wide.script.json"), wide_script(plan).to_string()).unwrap();
+    std::fs::write(
+        dir.join("wide.yaml"),
+        "name: wide\nmode: plan\ndescription: A thousand echo steps in waves.\n\
+         model: scripted:wide.script.json\nlimits: { max_parallel: 50 }\ntools:\n  - builtin: echo\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args([
+            "--db",
+            "serve.db",
+            "--durability",
+            "normal",
+            "run",
+            "wide.yaml",
+        ])
+        .args(["Echo a thousand steps.", "--user", "alice"])
+        .current_dir(dir)
+        .env_remove("WEFT_DB")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "weft run of the 1,000-step plan: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An agent `slow200` whose plan is 200 steps in 10 waves of 20, each a command (`tools.py`)
+/// that sleeps half a second; 20 run at once.
+fn slow_agent(dir: &Path) {
+    let plan = wide_plan(10, 20, |i| json!({ "_tool": "slow", "n": i }));
+    std::fs::write(
+        dir.join("slow200.script.json"),
+        wide_script(plan).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("slow200.yaml"),
+        "name: slow200\nmode: plan\ndescription: Two hundred slow steps in ten waves.\n\
+         model: scripted:slow200.script.json\nlimits: { max_parallel: 20 }\ntools:\n  \
+         - name: slow\n    description: Wait a moment.\n    command: [\"python3\", \"tools.py\", \"slow\"]\n    \
+         env: { SLEEP: \"0.5\", LOG: \"calls.log\" }\n    \
+         input_schema: { type: object, properties: { n: { type: integer } }, required: [n] }\n    \
+         idempotent: true\n    parallel: true\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn needs_browser_a_1000_step_plan_opens_fast_and_zooms_pans_finds_and_folds() {
+    browser_with(
+        "graph1000",
+        &[
+            "the 1,000-step session is drawn, its first paint measured",
+            "tokens and cost are shown per wave and on a step with its own model call",
+            "searching s0777 puts it in view, selects it and highlights its edges",
+            "the minimap shows the viewport and moves it",
+            "fit, zoom and pan do what they say, with the mouse and the keyboard",
+            "finished waves fold into one box with their counts, tokens and cost",
+        ],
+        wide_session,
+    );
+}
+
+#[test]
+fn needs_browser_a_live_200_step_run_is_drawn_from_its_events() {
+    let server = browser_with(
+        "live200",
+        &[
+            "the running wave stays in the panel",
+            "what the page drew from the events matches the server's view at the same event",
+            "the live run is drawn from its events with few full fetches and no long stall",
+            "the live run's final page equals a fresh load's",
+        ],
+        slow_agent,
+    );
+    assert_eq!(server.calls().len(), 200, "each step ran once");
 }
 
 // --- Eval runs ---------------------------------------------------------------------------------
