@@ -486,6 +486,16 @@ impl Wire for AnthropicModel {
         }
         let stream = self.cfg.stream != StreamMode::Never && deltas.is_some();
         let body = self.request_body(req, stream);
+        let instructions = req.response_schema.as_ref().map(structured::instructions);
+        crate::fit::Room::of(
+            req,
+            body.get("tools").map_or(0, |t| t.to_string().len()),
+            instructions.as_deref().map(|t| (t, true)),
+            body.get("max_tokens")
+                .and_then(Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok()),
+        )
+        .check("anthropic", self.cfg.context_size)?;
         let resp = self.http.post("/v1/messages", &headers, &body).await?;
         // Read as the content type says, so a replayed cassette follows the recording.
         let sse = match resp.headers.get("content-type") {

@@ -168,6 +168,9 @@ pub struct ProviderConfig {
     pub strict_schema: bool,
     /// OpenAI-compatible: how replies with a schema are asked for.
     pub structured: StructuredMode,
+    /// The model's context window in tokens (`context_size` in the mapping): a request whose
+    /// estimated prompt plus `max_tokens` is larger is refused before it is sent.
+    pub context_size: Option<u32>,
     /// Record or replay HTTP exchanges.
     pub cassette: Option<CassetteMode>,
 }
@@ -256,6 +259,7 @@ const KNOWN_KEYS: &[&str] = &[
     "prices",
     "strict",
     "structured_output",
+    "context_size",
 ];
 
 /// The schema of an agent file's `model`: `provider:name`, `scripted:PATH`, or a mapping whose
@@ -298,7 +302,8 @@ pub fn model_schema() -> Value {
                     "tool_choice": {"enum": ["auto", "required", "none", "omit"]},
                     "prices": prices,
                     "strict": {"type": "boolean"},
-                    "structured_output": {"enum": ["json_schema", "prompt"]}
+                    "structured_output": {"enum": ["json_schema", "prompt"]},
+                    "context_size": {"type": "integer", "minimum": 1, "description": "the model's context window in tokens, as the server is configured (llama.cpp: --ctx-size / --n_ctx)"}
                 }
             },
             {
@@ -339,6 +344,7 @@ impl ProviderConfig {
             prices: None,
             strict_schema: false,
             structured: StructuredMode::JsonSchema,
+            context_size: None,
             cassette: None,
         }
     }
@@ -421,6 +427,14 @@ impl ProviderConfig {
                             .as_u64()
                             .and_then(|n| u32::try_from(n).ok())
                             .ok_or_else(|| bad("a whole number"))?;
+                    }
+                    "context_size" => {
+                        c.context_size = Some(
+                            v.as_u64()
+                                .and_then(|n| u32::try_from(n).ok())
+                                .filter(|n| *n > 0)
+                                .ok_or_else(|| bad("a positive whole number of tokens"))?,
+                        );
                     }
                     "max_tokens" => {
                         c.max_tokens = Some(

@@ -16,6 +16,7 @@ pub mod capabilities;
 mod cassette;
 mod config;
 pub mod embeddings;
+mod fit;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod http;
@@ -72,6 +73,14 @@ pub enum ModelError {
         provider: String,
         /// The provider's error body.
         body: String,
+    },
+    /// The request cannot fit the model's context (`context_size`): refused before it is sent.
+    #[error("{provider}: the request cannot fit the model's context: {message}")]
+    WouldNotFit {
+        /// The provider.
+        provider: String,
+        /// What takes the room, each part with its estimate, and what to do.
+        message: String,
     },
     /// The provider did not connect or answer within the time allowed.
     #[error("{provider}: timed out after {seconds:.1} s ({phase})")]

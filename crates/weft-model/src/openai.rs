@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::capabilities;
 use crate::config::{ProviderConfig, ProviderKind, StreamMode, StructuredMode};
 use crate::http::{Http, SseParser, classify_status, parse_json};
 use crate::structured::{self, Prepared, Wire};
 use crate::tool_wire::ToolNames;
 use crate::{DeltaSink, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage};
+use crate::{capabilities, fit};
 
 /// A model behind an OpenAI-compatible `/chat/completions` endpoint.
 #[derive(Debug)]
@@ -45,13 +45,12 @@ impl OpenAiModel {
 
     /// The request body for `req`, asking for a structured reply (when `req` has a schema) in
     /// the form `wire`.
+    ///
+    /// Only the `prompt` form writes the schema into the system prompt; when the server
+    /// constrains the reply to the schema (`json_schema`, `json_object` with `schema`), the
+    /// prompt gets a one-line hint to reply in JSON and the schema stays out of it.
     pub fn request_body(&self, req: &ModelRequest, stream: bool, wire: SchemaWire) -> Value {
-        let instructions = match (&req.response_schema, wire) {
-            (Some(schema), SchemaWire::JsonObject | SchemaWire::Prompt) => {
-                Some(structured::instructions(schema))
-            }
-            _ => None,
-        };
+        let instructions = schema_instructions(req, wire).map(|(text, _)| text);
         let messages = Prepared::new(&req.messages, instructions, self.cfg.system_role);
         let names = ToolNames::new(&req.tools);
         let mut body = Map::new();
@@ -194,6 +193,16 @@ impl OpenAiModel {
         stream: bool,
     ) -> Result<Option<ModelReply>, ModelError> {
         let body = self.request_body(req, stream, wire);
+        let instructions = schema_instructions(req, wire);
+        fit::Room::of(
+            req,
+            body.get("tools").map_or(0, |t| t.to_string().len()),
+            instructions
+                .as_ref()
+                .map(|(t, schema)| (t.as_str(), *schema)),
+            req.max_tokens.or(self.cfg.max_tokens),
+        )
+        .check("openai", self.cfg.context_size)?;
         let resp = self
             .http
             .post("/chat/completions", &self.headers(), &body)
@@ -465,6 +474,16 @@ struct PartialCall {
     arguments: String,
 }
 
+/// The text added to the system prompt of a request with a reply schema sent in the form `wire`,
+/// and whether it is the schema itself (`prompt`) rather than a hint to reply in JSON.
+fn schema_instructions(req: &ModelRequest, wire: SchemaWire) -> Option<(String, bool)> {
+    let schema = req.response_schema.as_ref()?;
+    Some(match wire {
+        SchemaWire::Prompt => (structured::instructions(schema), true),
+        SchemaWire::JsonSchema | SchemaWire::JsonObject => (structured::HINT.to_owned(), false),
+    })
+}
+
 /// Tool-call arguments: JSON when they parse, else kept as a string for the runtime to report.
 fn parse_arguments(s: &str) -> Value {
     if s.trim().is_empty() {
@@ -583,11 +602,12 @@ impl OpenAiModel {
 /// How an OpenAI-compatible request asks for a structured reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SchemaWire {
-    /// `response_format: {type: json_schema, json_schema: {name, schema}}`.
+    /// `response_format: {type: json_schema, json_schema: {name, schema}}`, OpenAI's form.
     JsonSchema = 0,
-    /// `response_format: {type: json_object, schema}` plus instructions (llama-cpp-python).
+    /// `response_format: {type: json_object, schema}`: llama-cpp-python constrains the reply to
+    /// the schema with a grammar.
     JsonObject = 1,
-    /// Instructions in the system prompt only.
+    /// The schema as instructions in the system prompt, nothing on the wire.
     Prompt = 2,
 }
 

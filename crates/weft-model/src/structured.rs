@@ -21,7 +21,12 @@ pub(crate) trait Wire: Sync {
     ) -> impl Future<Output = Result<ModelReply, ModelError>> + Send;
 }
 
-/// The text added to the system prompt when the reply must match `schema`.
+/// The line added to the system prompt when the server constrains the reply to the schema
+/// itself: the model is told the form, and the schema stays out of the prompt.
+pub(crate) const HINT: &str = "Reply with only a JSON value (no prose, no code fences).";
+
+/// The text added to the system prompt when the reply must match `schema` and the server does
+/// not constrain it.
 pub(crate) fn instructions(schema: &Value) -> String {
     format!(
         "Reply with only a JSON value (no prose, no code fences) that matches this JSON Schema:\n{}",

@@ -11,6 +11,9 @@
 //!   `custom`, `end`), each part with an id of its own (its event and mode, or how far a text
 //!   reaches), so that a client that reconnects with `Last-Event-ID` loses and repeats nothing.
 //! - `agui.rs`: the AG-UI protocol (`POST /ag-ui/{agent}`) over the same runs and streams.
+//! - `crons.rs`: LangGraph's crons (`/runs/crons`), kept in the store, and the scheduler that
+//!   starts their runs: each tick claimed once across servers with a compare-and-set, and taken
+//!   up again when its server died before the tick's run was stored.
 //! - `store.rs`: LangGraph's store API (`/store/...`) on the user's long-term memory.
 //! - `sessions.rs`: weft's own routes (`/sessions`, `/agents`): sessions across agents with
 //!   their cost, a session at any event, its typed events live, fork, pause, cancel, and the
@@ -24,7 +27,9 @@
 
 mod agui;
 mod auth;
+mod compare;
 mod cors;
+mod crons;
 mod evals;
 mod messages;
 mod metrics;
@@ -269,6 +274,8 @@ impl Server {
         } = self;
         // Threads whose server stopped mid-run are continued here.
         tokio::spawn(runs::adopt_orphans(app.clone()));
+        // The crons' ticks.
+        tokio::spawn(crons::schedule(app.clone()));
         // The depth of the work queue on `/metrics` and over OTLP (when telemetry is on).
         let sampling = app
             .host
@@ -349,12 +356,14 @@ fn api() -> Vec<openapi::Route> {
     [
         threads::routes(),
         runs::routes(),
+        crons::routes(),
         agui::routes(),
         store::routes(),
         sessions::routes(),
         evals::routes(),
         quota::routes(),
         model_calls::routes(),
+        compare::routes(),
         routes(),
     ]
     .into_iter()
@@ -370,7 +379,7 @@ fn routes() -> Vec<openapi::Route> {
             .media("application/openmetrics-text", "the metrics"),
         get(
             "/info",
-            "What this server is, as LangGraph Server's /info says it: weft's version, and flags for the features it has (assistants) and has not (crons, langsmith)",
+            "What this server is, as LangGraph Server's /info says it: weft's version, and flags for the features it has (assistants, crons) and has not (langsmith)",
             info,
         )
         .json::<Info>("{version, flags, host}"),
@@ -441,7 +450,7 @@ async fn info() -> Json<Info> {
         version: env!("CARGO_PKG_VERSION"),
         flags: InfoFlags {
             assistants: true,
-            crons: false,
+            crons: true,
             langsmith: false,
         },
         host: InfoHost { kind: "weft" },

@@ -451,7 +451,7 @@ pub(crate) struct RunBody {
 
 /// The budget a run's `config.budget` gives, over `base` (the one in force); `None` when it
 /// gives none.
-fn run_budget(
+pub(crate) fn run_budget(
     config: Option<&Value>,
     base: Option<&weft_core::budget::Budget>,
 ) -> Result<Option<weft_core::budget::Budget>, ApiError> {
@@ -499,7 +499,7 @@ enum Work {
 
 /// The task in a run's input: the last message's content (`{"messages": [...]}`, as LangGraph
 /// clients send it), or `{"task": "..."}`. The input's other keys are the run's input.
-fn task_and_input(input: Option<&Value>) -> Result<(Option<String>, Value), ApiError> {
+pub(crate) fn task_and_input(input: Option<&Value>) -> Result<(Option<String>, Value), ApiError> {
     let Some(input) = input.filter(|v| !v.is_null()) else {
         return Ok((None, json!({})));
     };
@@ -1646,6 +1646,19 @@ async fn start_threadless(
     user: &User,
     body: RunBody,
 ) -> Result<(Arc<Run>, Option<Temporary>), ApiError> {
+    let tid = uuid::Uuid::now_v7().to_string();
+    start_threadless_on(app, user, body, &tid, None).await
+}
+
+/// [`start_threadless`] on thread `tid`, made for the run unless it exists already (a cron's
+/// tick taken up again after its server died names the same thread), as run `run_id` if given.
+pub(crate) async fn start_threadless_on(
+    app: &Shared,
+    user: &User,
+    body: RunBody,
+    tid: &str,
+    run_id: Option<String>,
+) -> Result<(Arc<Run>, Option<Temporary>), ApiError> {
     let keep = match body.on_completion.as_deref() {
         None | Some("delete") => false,
         Some("keep") => true,
@@ -1656,13 +1669,12 @@ async fn start_threadless(
         }
     };
     app.assistant(&body.assistant_id)?;
-    let tid = uuid::Uuid::now_v7().to_string();
-    create_thread(app, user, &tid, false).await?;
-    let run = match start(app, user, &tid, body).await {
+    create_thread(app, user, tid, run_id.is_some()).await?;
+    let run = match start_with_id(app, user, tid, body, run_id).await {
         Ok(run) => run,
         Err(e) => {
             // Nothing ran on it: the thread goes with the refusal.
-            let _ = app.store.delete(&tid).await;
+            let _ = app.store.delete(tid).await;
             return Err(e);
         }
     };

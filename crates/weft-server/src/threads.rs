@@ -785,7 +785,8 @@ fn busy_error(tid: &str, what: &str) -> ApiError {
 }
 
 /// `DELETE /threads/{tid}`: the session, its events, its snapshots and its lease are deleted,
-/// and with them its runs (whose identity is in the log). A thread a process drives is refused.
+/// and with them its runs (whose identity is in the log) and its crons. A thread a process
+/// drives is refused.
 pub(crate) async fn delete_thread(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
@@ -802,6 +803,7 @@ pub(crate) async fn delete_thread(
     app.runs.forget_thread(&tid);
     app.summaries.forget(&tid);
     app.eval_results.forget(&tid);
+    crate::crons::forget_thread(&app, &user, &tid).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

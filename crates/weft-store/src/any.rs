@@ -235,6 +235,39 @@ impl crate::Usage for AnyStore {
     }
 }
 
+impl crate::Crons for AnyStore {
+    delegate! {
+        async fn create_cron(&self, c: &crate::CronRecord) -> Result<(), StoreError>;
+        async fn update_cron(&self, c: &crate::CronRecord) -> Result<bool, StoreError>;
+        async fn cron(&self, id: &str) -> Result<Option<crate::CronRecord>, StoreError>;
+        async fn crons_of(&self, user: &str) -> Result<Vec<crate::CronRecord>, StoreError>;
+        async fn delete_cron(&self, id: &str) -> Result<bool, StoreError>;
+        async fn due_crons(&self, now: i64, limit: usize) -> Result<Vec<crate::CronRecord>, StoreError>;
+        async fn claim_cron_tick(
+            &self,
+            id: &str,
+            due: i64,
+            next: Option<i64>,
+            owner: &str,
+            expires: i64,
+        ) -> Result<bool, StoreError>;
+        async fn reclaim_cron_tick(
+            &self,
+            id: &str,
+            claim: &crate::CronClaim,
+            owner: &str,
+            now: i64,
+            expires: i64,
+        ) -> Result<bool, StoreError>;
+        async fn finish_cron_tick(
+            &self,
+            id: &str,
+            owner: &str,
+            done: &crate::CronTick,
+        ) -> Result<bool, StoreError>;
+    }
+}
+
 impl Knowledge for AnyStore {
     delegate! {
         async fn add(

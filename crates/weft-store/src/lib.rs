@@ -16,7 +16,9 @@
 //!   [`weft_core::snapshot`]), and `snapshot_parts(session, start, part)`, the conversation's
 //!   parts, each written once;
 //! - `usage_counters(user_id, period, input_tokens, output_tokens, cost_usd, model_calls,
-//!   updated_at)`, what each user spent per quota period ([`Usage`]).
+//!   updated_at)`, what each user spent per quota period ([`Usage`]);
+//! - `crons(id, user_id, assistant_id, thread_id, schedule, payload, ..., next_run_at,
+//!   claimed_tick, ...)`, the schedules `weft serve` starts runs by ([`Crons`]).
 //!
 //! **Durability.** Every store commits an append at a [`Durability`] (`full` by default): the
 //! SQLite store syncs its write-ahead log at every commit with `full` (`synchronous=FULL`) and
@@ -37,6 +39,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod any;
+pub(crate) mod cron;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod knowledge;
@@ -68,10 +71,10 @@ pub use sqlite::SqliteStore;
 
 /// The version of the SQLite schema this build writes and reads. A database whose schema is
 /// newer is refused with [`StoreError::NewerSchema`].
-pub const SQLITE_SCHEMA_VERSION: i64 = 8;
+pub const SQLITE_SCHEMA_VERSION: i64 = 9;
 
 /// The version of the PostgreSQL schema this build writes and reads.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 8;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 9;
 
 /// How far behind an append's time a session's `updated_at` may stay when the append does not
 /// change the session's status, in milliseconds.
@@ -452,11 +455,130 @@ pub struct Lease {
 }
 
 /// Where sessions live: everything a store does. Implemented for every type that implements
-/// the four concerns, [`SessionLog`], [`Leases`], [`Knowledge`] and [`Usage`]; code that needs
-/// only one of them (the runtime needs the log and snapshots) can ask for that one alone.
-pub trait Store: SessionLog + Leases + Knowledge + Usage {}
+/// the five concerns, [`SessionLog`], [`Leases`], [`Knowledge`], [`Usage`] and [`Crons`]; code
+/// that needs only one of them (the runtime needs the log and snapshots) can ask for that one
+/// alone.
+pub trait Store: SessionLog + Leases + Knowledge + Usage + Crons {}
 
-impl<T: SessionLog + Leases + Knowledge + Usage> Store for T {}
+impl<T: SessionLog + Leases + Knowledge + Usage + Crons> Store for T {}
+
+/// A cron: a schedule on which runs are started, on its thread or on a thread made for each.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CronRecord {
+    /// The cron's id.
+    pub id: String,
+    /// The user it belongs to; its runs are that user's.
+    pub user_id: String,
+    /// The assistant (agent) its runs use.
+    pub assistant_id: String,
+    /// The thread its runs go to; None: a new thread for each run.
+    pub thread_id: Option<String>,
+    /// The schedule, as given (cron syntax, UTC).
+    pub schedule: String,
+    /// The body each run is started with, as given.
+    pub payload: serde_json::Value,
+    /// The cron's own metadata.
+    pub metadata: serde_json::Value,
+    /// What becomes of a thread made for a run once the run ended (`delete`, `keep`).
+    pub on_run_completed: Option<String>,
+    /// Whether ticks start runs.
+    pub enabled: bool,
+    /// No tick after this time (Unix milliseconds).
+    pub end_time: Option<i64>,
+    /// The next tick (Unix milliseconds); None when there is none.
+    pub next_run_at: Option<i64>,
+    /// A tick claimed whose run is not stored yet.
+    pub claim: Option<CronClaim>,
+    /// The last tick taken and what it did.
+    pub last: Option<CronTick>,
+    /// How many ticks were taken.
+    pub ticks: i64,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    /// Unix milliseconds.
+    pub updated_at: i64,
+}
+
+/// A claimed tick of a cron whose run is not stored yet.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CronClaim {
+    /// The tick (its due time, Unix milliseconds).
+    pub tick: i64,
+    /// Who claimed it.
+    pub owner: String,
+    /// Until when the claim holds; another process may take it over after.
+    pub expires: i64,
+}
+
+/// What a tick did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CronTick {
+    /// The tick (its due time, Unix milliseconds).
+    pub tick: i64,
+    /// The run it started.
+    pub run_id: Option<String>,
+    /// The thread of that run.
+    pub thread_id: Option<String>,
+    /// Why it started none (the thread was busy, gone...).
+    pub error: Option<String>,
+}
+
+/// Crons, shared by every process on the store: each tick of a cron is claimed by one of them
+/// (a compare-and-set on the cron's next due time), and the claim is closed once the tick's run
+/// is stored.
+pub trait Crons: Send + Sync + 'static {
+    /// Stores a new cron.
+    fn create_cron(&self, c: &CronRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Rewrites what a client may change of cron `c.id` (schedule, payload, metadata,
+    /// on_run_completed, enabled, end_time, next_run_at, updated_at); false when there is none.
+    fn update_cron(&self, c: &CronRecord) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Cron `id`, if there is one.
+    fn cron(&self, id: &str)
+    -> impl Future<Output = Result<Option<CronRecord>, StoreError>> + Send;
+    /// The crons of `user`, oldest first.
+    fn crons_of(
+        &self,
+        user: &str,
+    ) -> impl Future<Output = Result<Vec<CronRecord>, StoreError>> + Send;
+    /// Deletes cron `id`; false when there was none.
+    fn delete_cron(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// At most `limit` enabled crons with a tick due at `now` (and no open claim), or with a
+    /// claim that expired, soonest first.
+    fn due_crons(
+        &self,
+        now: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<CronRecord>, StoreError>> + Send;
+    /// Claims the tick `due` of cron `id` for `owner` until `expires`, moving its next tick to
+    /// `next`: true for the one caller whose compare-and-set on `next_run_at = due` (with no
+    /// claim open) succeeded, false for every other.
+    fn claim_cron_tick(
+        &self,
+        id: &str,
+        due: i64,
+        next: Option<i64>,
+        owner: &str,
+        expires: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Takes over `claim`, expired at `now`, for `owner` until `expires`: true for the one
+    /// caller whose compare-and-set on the claimer succeeded.
+    fn reclaim_cron_tick(
+        &self,
+        id: &str,
+        claim: &CronClaim,
+        owner: &str,
+        now: i64,
+        expires: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Closes `owner`'s claim of tick `done.tick` with what it did; false when the claim is not
+    /// `owner`'s any more (another process took it over) or the cron is gone.
+    fn finish_cron_tick(
+        &self,
+        id: &str,
+        owner: &str,
+        done: &CronTick,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
 
 /// What each user spent per quota period (`weft_core::quota`): one counter per user and period
 /// key (`day:2026-11-26`, `month:2026-11`), shared by every process on the store.

@@ -44,6 +44,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../migrations/postgres/0007_knowledge_vectors.sql"),
     ),
     (8, include_str!("../migrations/postgres/0008_usage.sql")),
+    (9, include_str!("../migrations/postgres/0009_crons.sql")),
 ];
 
 /// How long to wait for the server to answer before giving up.
@@ -463,6 +464,10 @@ impl SessionLog for PgStore {
 
 impl crate::Usage for PgStore {
     crate::usage::sql_usage_methods!(lease::dollar);
+}
+
+impl crate::Crons for PgStore {
+    crate::cron::sql_cron_methods!(lease::dollar);
 }
 
 impl Leases for PgStore {

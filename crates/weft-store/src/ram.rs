@@ -31,6 +31,8 @@ pub struct RamStore {
     pub(crate) knowledge: Mutex<crate::knowledge::ram::Entries>,
     /// What each user spent, by (user, period key).
     usage: Mutex<HashMap<(String, String), weft_core::quota::Used>>,
+    /// Crons, by id.
+    crons: Mutex<BTreeMap<String, crate::CronRecord>>,
 }
 
 impl RamStore {
@@ -301,6 +303,157 @@ impl crate::Usage for RamStore {
                     .unwrap_or_default()
             })
             .collect())
+    }
+}
+
+impl RamStore {
+    fn crons(
+        &self,
+    ) -> Result<std::sync::MutexGuard<'_, BTreeMap<String, crate::CronRecord>>, StoreError> {
+        self.crons.lock().map_err(|_| StoreError::Poisoned("crons"))
+    }
+}
+
+impl crate::Crons for RamStore {
+    async fn create_cron(&self, c: &crate::CronRecord) -> Result<(), StoreError> {
+        let mut all = self.crons()?;
+        if all.contains_key(&c.id) {
+            return Err(StoreError::Exists(c.id.clone()));
+        }
+        let mut c = c.clone();
+        c.claim = None;
+        c.last = None;
+        c.ticks = 0;
+        all.insert(c.id.clone(), c);
+        Ok(())
+    }
+
+    async fn update_cron(&self, c: &crate::CronRecord) -> Result<bool, StoreError> {
+        let mut all = self.crons()?;
+        let Some(stored) = all.get_mut(&c.id) else {
+            return Ok(false);
+        };
+        stored.schedule.clone_from(&c.schedule);
+        stored.payload.clone_from(&c.payload);
+        stored.metadata.clone_from(&c.metadata);
+        stored.on_run_completed.clone_from(&c.on_run_completed);
+        stored.enabled = c.enabled;
+        stored.end_time = c.end_time;
+        stored.next_run_at = c.next_run_at;
+        stored.updated_at = c.updated_at;
+        Ok(true)
+    }
+
+    async fn cron(&self, id: &str) -> Result<Option<crate::CronRecord>, StoreError> {
+        Ok(self.crons()?.get(id).cloned())
+    }
+
+    async fn crons_of(&self, user: &str) -> Result<Vec<crate::CronRecord>, StoreError> {
+        let mut out: Vec<crate::CronRecord> = self
+            .crons()?
+            .values()
+            .filter(|c| c.user_id == user)
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(out)
+    }
+
+    async fn delete_cron(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(self.crons()?.remove(id).is_some())
+    }
+
+    async fn due_crons(
+        &self,
+        now: i64,
+        limit: usize,
+    ) -> Result<Vec<crate::CronRecord>, StoreError> {
+        let mut out: Vec<crate::CronRecord> = self
+            .crons()?
+            .values()
+            .filter(|c| {
+                c.enabled
+                    && match &c.claim {
+                        None => c.next_run_at.is_some_and(|t| t <= now),
+                        Some(claim) => claim.expires <= now,
+                    }
+            })
+            .cloned()
+            .collect();
+        out.sort_by_key(|c| c.next_run_at);
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    async fn claim_cron_tick(
+        &self,
+        id: &str,
+        due: i64,
+        next: Option<i64>,
+        owner: &str,
+        expires: i64,
+    ) -> Result<bool, StoreError> {
+        let mut all = self.crons()?;
+        let Some(c) = all.get_mut(id) else {
+            return Ok(false);
+        };
+        if !c.enabled || c.claim.is_some() || c.next_run_at != Some(due) {
+            return Ok(false);
+        }
+        c.next_run_at = next;
+        c.claim = Some(crate::CronClaim {
+            tick: due,
+            owner: owner.to_owned(),
+            expires,
+        });
+        Ok(true)
+    }
+
+    async fn reclaim_cron_tick(
+        &self,
+        id: &str,
+        claim: &crate::CronClaim,
+        owner: &str,
+        now: i64,
+        expires: i64,
+    ) -> Result<bool, StoreError> {
+        let mut all = self.crons()?;
+        let Some(c) = all.get_mut(id) else {
+            return Ok(false);
+        };
+        match &mut c.claim {
+            Some(held)
+                if held.tick == claim.tick && held.owner == claim.owner && held.expires <= now =>
+            {
+                held.owner = owner.to_owned();
+                held.expires = expires;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn finish_cron_tick(
+        &self,
+        id: &str,
+        owner: &str,
+        done: &crate::CronTick,
+    ) -> Result<bool, StoreError> {
+        let mut all = self.crons()?;
+        let Some(c) = all.get_mut(id) else {
+            return Ok(false);
+        };
+        if !c
+            .claim
+            .as_ref()
+            .is_some_and(|h| h.tick == done.tick && h.owner == owner)
+        {
+            return Ok(false);
+        }
+        c.claim = None;
+        c.last = Some(done.clone());
+        c.ticks += 1;
+        Ok(true)
     }
 }
 

@@ -49,6 +49,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../migrations/sqlite/0007_knowledge_vectors.sql"),
     ),
     (8, include_str!("../migrations/sqlite/0008_usage.sql")),
+    (9, include_str!("../migrations/sqlite/0009_crons.sql")),
 ];
 
 /// How long a writer waits for another writer's lock before giving up.
@@ -381,6 +382,10 @@ impl SessionLog for SqliteStore {
 
 impl crate::Usage for SqliteStore {
     crate::usage::sql_usage_methods!(lease::question);
+}
+
+impl crate::Crons for SqliteStore {
+    crate::cron::sql_cron_methods!(lease::question);
 }
 
 impl Leases for SqliteStore {

@@ -352,3 +352,33 @@ async fn dotted_tool_names_go_out_valid_and_come_back_as_they_were() {
     assert_eq!(server.seen()[0].body["tools"][0]["name"], "time_now");
     server.stop().await;
 }
+
+/// `context_size` applies to Anthropic too: the schema is in its prompt, and the default
+/// `max_tokens` (4096) counts.
+#[tokio::test]
+async fn a_request_that_cannot_fit_the_context_is_refused_before_it_is_sent() {
+    let server = serve(vec![]).await;
+    let mut cfg = config(ProviderKind::Anthropic, "claude-haiku-4-5", &server.url());
+    cfg.context_size = Some(4000);
+    let mut req = chat("Do sums.", "2+2?");
+    req.response_schema = Some(json!({"type": "object"}));
+    let e = AnthropicModel::new(cfg)
+        .unwrap()
+        .complete(&req, None)
+        .await
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, ModelError::WouldNotFit { .. }), "{e:?}");
+    assert!(
+        msg.starts_with("anthropic: the request cannot fit the model's context"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("max_tokens (kept for the reply) ~4096"),
+        "{msg}"
+    );
+    assert!(msg.contains("schema in prompt ~"), "{msg}");
+    assert!(!msg.contains("schema in prompt ~0"), "{msg}");
+    assert!(server.seen().is_empty());
+    server.stop().await;
+}

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{Reply, chat, config, request, serve, sink, weather_tool};
 use serde_json::{Value, json};
 use weft_model::{
-    Message, Model, ModelError, OpenAiModel, ProviderKind, ToolCall, from_spec_with_env,
+    Message, Model, ModelError, OpenAiModel, ProviderKind, SchemaWire, ToolCall, from_spec_with_env,
 };
 
 fn completion(content: Value, tool_calls: Option<Value>, usage: Value) -> Value {
@@ -670,17 +670,104 @@ async fn a_server_error_about_response_format_also_falls_back() {
     let seen = server.seen();
     assert_eq!(seen.len(), 3, "not retried, and learned once");
     assert_eq!(seen[2].body["response_format"]["type"], "json_object");
-    // The server named `json_object`: ask with it, the schema and instructions.
+    // The server named `json_object`: ask with it and the schema, which the server enforces,
+    // so the prompt carries only a hint to reply in JSON, not the schema.
     assert_eq!(
         seen[1].body["response_format"],
         json!({"type": "json_object", "schema": schema()})
     );
-    assert!(
-        seen[1].body["messages"][0]["content"]
-            .as_str()
-            .unwrap()
-            .contains("JSON Schema")
+    let system = seen[1].body["messages"][0]["content"].as_str().unwrap();
+    assert_eq!(
+        system,
+        "s\n\nReply with only a JSON value (no prose, no code fences)."
     );
+    server.stop().await;
+}
+
+/// The schema is written into the prompt only when nothing on the wire carries it.
+#[test]
+fn the_schema_stays_out_of_the_prompt_when_the_server_constrains_the_reply() {
+    let m = model("http://127.0.0.1:9");
+    let mut req = chat("Do sums.", "2+2?");
+    req.response_schema = Some(schema());
+    let hint = "Do sums.\n\nReply with only a JSON value (no prose, no code fences).";
+    for (wire, format) in [
+        (
+            SchemaWire::JsonSchema,
+            json!({"type": "json_schema", "json_schema": {"name": "reply", "schema": schema()}}),
+        ),
+        (
+            SchemaWire::JsonObject,
+            json!({"type": "json_object", "schema": schema()}),
+        ),
+    ] {
+        let body = m.request_body(&req, false, wire);
+        assert_eq!(body["response_format"], format, "{wire:?}");
+        assert_eq!(body["messages"][0]["content"], hint, "{wire:?}");
+        assert_eq!(body["messages"][1]["content"], "2+2?", "{wire:?}");
+        assert!(!body["messages"].to_string().contains("\\\"answer\\\""));
+    }
+    let body = m.request_body(&req, false, SchemaWire::Prompt);
+    assert!(body.get("response_format").is_none(), "{body}");
+    let system = body["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.starts_with("Do sums.\n\nReply with only a JSON value")
+            && system.contains("JSON Schema")
+            && system.contains(&serde_json::to_string(&schema()).unwrap()),
+        "{system}"
+    );
+    // Without a schema, no hint either.
+    req.response_schema = None;
+    let body = m.request_body(&req, false, SchemaWire::JsonSchema);
+    assert_eq!(body["messages"][0]["content"], "Do sums.");
+}
+
+/// A request larger than `context_size` is refused with what takes the room, and the server
+/// never sees it; one that fits goes out.
+#[tokio::test]
+async fn a_request_that_cannot_fit_the_context_is_refused_before_it_is_sent() {
+    let server = serve(vec![Reply::json(completion(
+        json!("{\"answer\": 4}"),
+        None,
+        json!({"prompt_tokens": 30, "completion_tokens": 2}),
+    ))])
+    .await;
+    let mut cfg = config(
+        ProviderKind::OpenAi,
+        "local",
+        &format!("{}/v1", server.url()),
+    );
+    cfg.context_size = Some(100);
+    cfg.max_tokens = Some(90);
+    let mut req = chat(&"Be careful. ".repeat(10), "2+2?");
+    req.tools = vec![weather_tool()];
+    req.response_schema = Some(schema());
+    let m = OpenAiModel::new(cfg.clone()).unwrap();
+    let e = m.complete(&req, None).await.unwrap_err();
+    assert!(matches!(e, ModelError::WouldNotFit { .. }), "{e:?}");
+    assert!(!e.is_retryable());
+    let msg = e.to_string();
+    for part in [
+        "the model's context is 100 (`context_size`",
+        "max_tokens (kept for the reply) ~90",
+        "system prompt ~44",
+        "tools offered (1 tool) ~48",
+        "conversation (1 message) ~1",
+        "schema in prompt (the server constrains the reply to the schema) ~0",
+        "raise `context_size`",
+    ] {
+        assert!(msg.contains(part), "{part}: {msg}");
+    }
+    assert!(server.seen().is_empty(), "nothing was sent");
+    // With room for it, the same request goes out.
+    cfg.context_size = Some(2048);
+    let reply = OpenAiModel::new(cfg)
+        .unwrap()
+        .complete(&req, None)
+        .await
+        .unwrap();
+    assert_eq!(reply.content, "{\"answer\": 4}");
+    assert_eq!(server.seen().len(), 1);
     server.stop().await;
 }
 

@@ -2141,6 +2141,600 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/runs/crons": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Create a cron whose runs are threadless (`crons.create`): each tick starts a run on a thread made for it (deleted after it unless `on_run_completed` is `keep`) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Cron syntax, UTC: `minute hour day-of-month month day-of-week`, or with seconds first
+                         *     (6 fields, a weft extension).
+                         */
+                        schedule: string;
+                        assistant_id: string;
+                        /**
+                         * @description The runs' input, as a run's (`{"messages": [...]}`); it must hold a task.
+                         * @default null
+                         */
+                        input?: unknown;
+                        /**
+                         * @description The cron's metadata, given to its runs as well.
+                         * @default null
+                         */
+                        metadata?: unknown;
+                        /**
+                         * @description The runs' config (`budget`), as a run's.
+                         * @default null
+                         */
+                        config?: unknown;
+                        /**
+                         * @description `reject` (the default) or `enqueue`: what a tick does on a thread busy with a run.
+                         * @default null
+                         */
+                        multitask_strategy?: string | null;
+                        /**
+                         * @description A threadless run's thread once the run ended: `delete` (the default) or `keep`.
+                         * @default null
+                         */
+                        on_run_completed?: string | null;
+                        /**
+                         * @description No tick after this time (ISO 8601; without an offset, UTC).
+                         * @default null
+                         */
+                        end_time?: string | null;
+                        /**
+                         * @description Whether ticks start runs (default true).
+                         * @default null
+                         */
+                        enabled?: boolean | null;
+                        /**
+                         * @description Only UTC (or none): weft schedules in UTC.
+                         * @default null
+                         */
+                        timezone?: string | null;
+                        /**
+                         * @description Not supported: weft calls no webhooks.
+                         * @default null
+                         */
+                        webhook?: string | null;
+                    };
+                };
+            };
+            responses: {
+                /** @description the cron */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["CronInfo"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/threads/{tid}/runs/crons": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Create a cron on a thread (`crons.create_for_thread`): each tick starts a run on the thread */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    tid: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Cron syntax, UTC: `minute hour day-of-month month day-of-week`, or with seconds first
+                         *     (6 fields, a weft extension).
+                         */
+                        schedule: string;
+                        assistant_id: string;
+                        /**
+                         * @description The runs' input, as a run's (`{"messages": [...]}`); it must hold a task.
+                         * @default null
+                         */
+                        input?: unknown;
+                        /**
+                         * @description The cron's metadata, given to its runs as well.
+                         * @default null
+                         */
+                        metadata?: unknown;
+                        /**
+                         * @description The runs' config (`budget`), as a run's.
+                         * @default null
+                         */
+                        config?: unknown;
+                        /**
+                         * @description `reject` (the default) or `enqueue`: what a tick does on a thread busy with a run.
+                         * @default null
+                         */
+                        multitask_strategy?: string | null;
+                        /**
+                         * @description A threadless run's thread once the run ended: `delete` (the default) or `keep`.
+                         * @default null
+                         */
+                        on_run_completed?: string | null;
+                        /**
+                         * @description No tick after this time (ISO 8601; without an offset, UTC).
+                         * @default null
+                         */
+                        end_time?: string | null;
+                        /**
+                         * @description Whether ticks start runs (default true).
+                         * @default null
+                         */
+                        enabled?: boolean | null;
+                        /**
+                         * @description Only UTC (or none): weft schedules in UTC.
+                         * @default null
+                         */
+                        timezone?: string | null;
+                        /**
+                         * @description Not supported: weft calls no webhooks.
+                         * @default null
+                         */
+                        webhook?: string | null;
+                    };
+                };
+            };
+            responses: {
+                /** @description the cron */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["CronInfo"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/crons/{cron_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Delete a cron */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    cron_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description deleted */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        /** Change a cron (`crons.update`): schedule, end_time (null clears it), enabled, the runs' input, metadata, config, on_run_completed */
+        patch: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    cron_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /** @default null */
+                        schedule?: string | null;
+                        /**
+                         * @description ISO 8601; null clears it.
+                         * @default null
+                         */
+                        end_time?: string | null;
+                        /** @default null */
+                        input?: unknown;
+                        /** @default null */
+                        metadata?: unknown;
+                        /** @default null */
+                        config?: unknown;
+                        /** @default null */
+                        on_run_completed?: string | null;
+                        /** @default null */
+                        enabled?: boolean | null;
+                        /** @default null */
+                        timezone?: string | null;
+                        /** @default null */
+                        webhook?: string | null;
+                    };
+                };
+            };
+            responses: {
+                /** @description the cron */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["CronInfo"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        trace?: never;
+    };
+    "/runs/crons/search": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** The user's crons (`crons.search`): by assistant_id, thread_id, enabled, metadata; limit, offset, sort_by, sort_order, select */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /** @default null */
+                        assistant_id?: string | null;
+                        /** @default null */
+                        thread_id?: string | null;
+                        /** @default null */
+                        enabled?: boolean | null;
+                        /**
+                         * @description Crons whose metadata has each of these keys with this value.
+                         * @default null
+                         */
+                        metadata?: {
+                            [key: string]: unknown;
+                        } | null;
+                        /**
+                         * Format: uint
+                         * @description At most this many (default 10, at most 1,000).
+                         * @default null
+                         */
+                        limit?: number | null;
+                        /**
+                         * Format: uint
+                         * @default null
+                         */
+                        offset?: number | null;
+                        /**
+                         * @description `cron_id`, `assistant_id`, `thread_id`, `created_at` (the default), `updated_at`,
+                         *     `next_run_date`, `end_time`.
+                         * @default null
+                         */
+                        sort_by?: string | null;
+                        /**
+                         * @description `asc` or `desc` (the default).
+                         * @default null
+                         */
+                        sort_order?: string | null;
+                        /**
+                         * @description Only these fields of each cron.
+                         * @default null
+                         */
+                        select?: string[] | null;
+                    };
+                };
+            };
+            responses: {
+                /** @description the crons */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["CronInfo"][];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/crons/count": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** How many of the user's crons match (`crons.count`): by assistant_id, thread_id, metadata */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /** @default null */
+                        assistant_id?: string | null;
+                        /** @default null */
+                        thread_id?: string | null;
+                        /** @default null */
+                        enabled?: boolean | null;
+                        /**
+                         * @description Crons whose metadata has each of these keys with this value.
+                         * @default null
+                         */
+                        metadata?: {
+                            [key: string]: unknown;
+                        } | null;
+                        /**
+                         * Format: uint
+                         * @description At most this many (default 10, at most 1,000).
+                         * @default null
+                         */
+                        limit?: number | null;
+                        /**
+                         * Format: uint
+                         * @default null
+                         */
+                        offset?: number | null;
+                        /**
+                         * @description `cron_id`, `assistant_id`, `thread_id`, `created_at` (the default), `updated_at`,
+                         *     `next_run_date`, `end_time`.
+                         * @default null
+                         */
+                        sort_by?: string | null;
+                        /**
+                         * @description `asc` or `desc` (the default).
+                         * @default null
+                         */
+                        sort_order?: string | null;
+                        /**
+                         * @description Only these fields of each cron.
+                         * @default null
+                         */
+                        select?: string[] | null;
+                    };
+                };
+            };
+            responses: {
+                /** @description the number */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": number;
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/ag-ui/{agent}": {
         parameters: {
             query?: never;
@@ -3507,6 +4101,72 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sessions/{id}/compare/{other}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Two of the user's sessions compared: task, input, status and totals; each step (a plan's by id, a workflow's path, else the tool calls in order) with what differs in its tool, arguments, status and result (the JSON paths that differ); the answers as a word diff; for a fork, the event where they part */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    id: string;
+                    other: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description {a, b, differs, fork, aligned_by, steps, answer} */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Comparison"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/metrics": {
         parameters: {
             query?: never;
@@ -3577,7 +4237,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** What this server is, as LangGraph Server's /info says it: weft's version, and flags for the features it has (assistants) and has not (crons, langsmith) */
+        /** What this server is, as LangGraph Server's /info says it: weft's version, and flags for the features it has (assistants, crons) and has not (langsmith) */
         get: {
             parameters: {
                 query?: never;
@@ -4108,6 +4768,38 @@ export interface components {
          * @enum {string}
          */
         RunStatus: "pending" | "running" | "success" | "error" | "interrupted";
+        /** @description A cron as LangGraph clients read it, with what its last tick did (a weft extension). */
+        CronInfo: {
+            cron_id: string;
+            assistant_id: string;
+            thread_id: string | null;
+            on_run_completed: string | null;
+            end_time: string | null;
+            schedule: string;
+            /** @description Always null: UTC. */
+            timezone: string | null;
+            created_at: string;
+            updated_at: string;
+            payload: unknown;
+            user_id: string | null;
+            next_run_date: string | null;
+            metadata: unknown;
+            enabled: boolean;
+            /**
+             * Format: int64
+             * @description How many ticks were taken (weft).
+             */
+            ticks: number;
+            /** @description The last tick taken: when it was due, the run it started or why it started none (weft). */
+            last_tick: components["schemas"]["LastTick"] | null;
+        };
+        /** @description What a cron's last tick did. */
+        LastTick: {
+            at: string;
+            run_id: string | null;
+            thread_id: string | null;
+            error: string | null;
+        };
         /** @description An AG-UI event, as each `data:` line of the stream carries it. */
         AgUiEvent: {
             /** @constant */
@@ -5384,6 +6076,137 @@ export interface components {
             /** @description The reply's text, cut to [`RefusedTry::MAX_TEXT`] bytes. */
             text: string;
         };
+        /** @description Two sessions compared. */
+        Comparison: {
+            a: components["schemas"]["Side"];
+            b: components["schemas"]["Side"];
+            /**
+             * @description What differs at the top: any of `agent`, `task`, `input`, `status`, `error`, `answer`,
+             *     and the totals' names (`input_tokens`, `output_tokens`, `cost_usd`, `duration_ms`,
+             *     `model_calls`, `tool_calls`).
+             */
+            differs: string[];
+            /** @description The paths (JSON pointers) where the inputs differ. */
+            input_paths: string[];
+            /** @description When one session is a fork of the other: where they part. */
+            fork: components["schemas"]["ForkPoint"] | null;
+            aligned_by: components["schemas"]["Alignment"];
+            /** @description The steps of both, matched; those that differ and those of one only included. */
+            steps: components["schemas"]["StepDiff"][];
+            answer: components["schemas"]["TextDiff"];
+        };
+        /** @description One of the two sessions, as the comparison's header shows it. */
+        Side: {
+            id: string;
+            agent: string;
+            mode: components["schemas"]["Mode"] | null;
+            /** @description `running`, `waiting_for_user`, `completed` or `failed`. */
+            status: string;
+            task: string | null;
+            input: unknown;
+            answer: string | null;
+            error: string | null;
+            parent_id: string | null;
+            created_at: string;
+            totals: components["schemas"]["Totals"];
+        };
+        /** @description What a session used in all. */
+        Totals: {
+            /** Format: uint64 */
+            input_tokens: number;
+            /** Format: uint64 */
+            output_tokens: number;
+            /** Format: double */
+            cost_usd: number | null;
+            /**
+             * Format: uint64
+             * @description From its first event to its last.
+             */
+            duration_ms: number;
+            /** Format: uint32 */
+            model_calls: number;
+            /** Format: uint64 */
+            tool_calls: number;
+        };
+        /** @description Where a fork parts from its origin: the last event both share. */
+        ForkPoint: {
+            /** @description `a` or `b`: which session is the fork. */
+            side: string;
+            fork: string;
+            origin: string;
+            /**
+             * Format: uint64
+             * @description The last event the fork kept of its origin (its sequence number).
+             */
+            at: number;
+            /** @description That event's type. */
+            event: string;
+        };
+        /** @description How the steps of the two sessions are matched. */
+        Alignment: "plan" | "workflow" | "calls";
+        /** @description A step of either session, matched with the other's. */
+        StepDiff: {
+            /**
+             * @description The step's id (plans), `N. STEP` (a workflow's N-th step entered) or `#N` (the N-th tool
+             *     call).
+             */
+            key: string;
+            change: components["schemas"]["Change"];
+            /**
+             * @description What differs: any of `step` (a workflow went to another step there), `tool`, `args`,
+             *     `status`, `result`.
+             */
+            differs: string[];
+            a: components["schemas"]["StepSide"] | null;
+            b: components["schemas"]["StepSide"] | null;
+            /** @description The paths (JSON pointers) where the arguments differ. */
+            args_paths: string[];
+            /** @description The paths (JSON pointers) where the results differ. */
+            result_paths: string[];
+        };
+        /** @description How a matched step compares. */
+        Change: ("same" | "differs") | "only_a" | "only_b";
+        /** @description A step (or call) as one session has it. */
+        StepSide: {
+            /** @description The tool called (a workflow step: the step's name). */
+            tool: string | null;
+            /**
+             * @description The arguments of its last call (a plan step not called: its call as planned; a fan-out
+             *     step: each item's, in order; a workflow step: the tool calls it made, `{tool, args}`
+             *     each).
+             */
+            args: unknown;
+            /**
+             * @description A plan step's status (`COMPLETED`, `FAILED`...), a call's (`ok`, `error`, `running`,
+             *     `blocked`) or a workflow step's (`accepted`, `entered`).
+             */
+            status: string;
+            /**
+             * @description What the call returned (an error as `{error: {kind, message, ...}}`); a workflow step's
+             *     accepted output.
+             */
+            result: unknown;
+            /**
+             * Format: uint64
+             * @description The event where its (last) call started, or the step was entered.
+             */
+            seq: number | null;
+        };
+        /** @description Two texts and their differences, word by word. */
+        TextDiff: {
+            a: string | null;
+            b: string | null;
+            same: boolean;
+            /** @description The words of both in order: kept, removed (A only) or added (B only). */
+            words: components["schemas"]["WordRun"][];
+        };
+        /** @description A run of words that both texts have, or only one. */
+        WordRun: {
+            op: components["schemas"]["WordOp"];
+            text: string;
+        };
+        /** @enum {string} */
+        WordOp: "same" | "removed" | "added";
         /** @description LangGraph Server's `/info`. */
         Info: {
             version: string;

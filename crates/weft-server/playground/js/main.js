@@ -1,7 +1,8 @@
 // @ts-check
 // The playground's entry: signing in with an API key, the routes of the page (#/ the sessions,
 // #/s/ID a session, #/new a new run, #/evals the eval runs, #/evals/ID one run,
-// #/evals/A/compare/B two runs), keyboard shortcuts and the narrow-window sidebar.
+// #/evals/A/compare/B two runs, #/compare/A/B two sessions), keyboard shortcuts and the
+// narrow-window sidebar.
 
 import { api, apiKey, signIn, signOut, ApiError } from "./api.js";
 import { h, fill, typing, cost, count, spentOf } from "./dom.js";
@@ -10,6 +11,7 @@ import { SessionList } from "./sessions.js";
 import { SessionPage } from "./session.js";
 import { startPage } from "./start.js";
 import { EvalsPage } from "./evals.js";
+import { ComparePage } from "./compare.js";
 
 /** @typedef {import("./api-types").components["schemas"]["Agents"]} Agents */
 /** @typedef {import("./api-types").components["schemas"]["AgentInfo"]} AgentInfo */
@@ -43,6 +45,8 @@ let list = null;
 let page = null;
 /** @type {EvalsPage | null} */
 let evalsPage = null;
+/** @type {ComparePage | null} */
+let comparePage = null;
 
 function setConn(text) {
   conn.textContent = text === "live" ? "● live" : text;
@@ -67,6 +71,8 @@ function showSignIn(message) {
   page = null;
   evalsPage?.destroy();
   evalsPage = null;
+  comparePage?.destroy();
+  comparePage = null;
   list?.stop();
   list = null;
   fill(sidebar);
@@ -154,6 +160,8 @@ function route() {
   page = null;
   evalsPage?.destroy();
   evalsPage = null;
+  comparePage?.destroy();
+  comparePage = null;
   setConn("");
   openSidebar(false);
   const hash = location.hash || "#/";
@@ -165,6 +173,13 @@ function route() {
     const [a, b] = [ev[1], ev[2]].map((x) => (x === undefined ? undefined : decodeURIComponent(x)));
     evalsPage = new EvalsPage(main, b === undefined ? { run: a } : { a, b }, go);
     evalsPage.mount();
+    return;
+  }
+  const cmp = /^#\/compare\/([^/]+)\/([^/]+)\/?$/.exec(hash);
+  if (cmp) {
+    list.select(null);
+    comparePage = new ComparePage(main, decodeURIComponent(cmp[1]), decodeURIComponent(cmp[2]));
+    comparePage.mount();
     return;
   }
   const m = /^#\/s\/(.+)$/.exec(hash);

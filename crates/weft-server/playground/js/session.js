@@ -2,17 +2,21 @@
 // One session: the plan drawn live (or a ReAct agent's conversation), the step chosen in detail
 // with its tool calls, the answer as it streams, usage and cost, the decisions of the run, and
 // its events with a slider that shows the session as it was at any of them, to fork from there.
-// Live updates come from the session's event stream; what is drawn comes from
-// `GET /sessions/{id}?at=N`, which folds the log on the server.
+// Live updates come from the session's event stream: a running plan's events are applied to the
+// view in the page (live.js); the view is fetched whole (`GET /sessions/{id}`, which folds the log
+// on the server) at the open, on a gap, for an event the page does not fold and at the end, and
+// at any event with `?at=N`.
 
 import { api, follow, ApiError } from "./api.js";
 import { h, fill, renderIfChanged, age, when, usageText, pretty, cut, count, announce, spentOf } from "./dom.js";
-import { drawGraph, legend, stateClass, stateText } from "./graph.js";
+import { GraphView, legend, stateClass, stateText } from "./graph.js";
 import { callCard, decisions, conversation, errorDetail } from "./cards.js";
 import { waitingPanel } from "./act.js";
 import { jsonTree } from "./json.js";
-import { timeline } from "./timeline.js";
+import { timeline, spending } from "./timeline.js";
+import { applyEvent } from "./live.js";
 import { modelCalls } from "./inspector.js";
+import { compareControl } from "./compare.js";
 import { hint, runHint, sayApiError } from "./errors.js";
 
 /** @typedef {import("./api-types").components["schemas"]["SessionView"]} SessionView */
@@ -20,6 +24,9 @@ import { hint, runHint, sayApiError } from "./errors.js";
 /** @typedef {import("./api-types").components["schemas"]["Card"]} Card */
 /** @typedef {import("./api-types").components["schemas"]["Forked"]} Forked */
 /** @typedef {import("./api-types").components["schemas"]["ForkedFrom"]} ForkedFrom */
+
+/** The tool calls the Calls tab shows before "Show the earlier calls". */
+const CALLS_SHOWN = 50;
 
 const STATUS_LABEL = { running: "running", waiting_for_user: "waiting for you", completed: "completed", failed: "failed" };
 
@@ -55,6 +62,13 @@ export class SessionPage {
     this.pending = null;
     this.timers = new Set();
     this.closed = false;
+    /** @type {GraphView | null} */
+    this.graph = null;
+    /** The latest view misses events the page could not apply: it is fetched again. */
+    this.stale = false;
+    /** @type {string[]} steps that settled since the last render, to announce */
+    this.settled = [];
+    this.allCalls = false;
   }
 
   async mount() {
@@ -80,7 +94,9 @@ export class SessionPage {
     this.stream = follow(`/sessions/${encodeURIComponent(this.id)}/events`, {
       event: (env) => this.onEvent(env),
       text: (t) => this.onText(t.text),
-      ready: () => this.refresh(),
+      ready: () => {
+        if (this.stale) this.refresh();
+      },
       onstate: (s) => this.setConn(s === "live" ? "live" : "reconnecting…"),
       onfatal: (e) => this.flash(sayApiError(e, "The live stream stopped")),
     });
@@ -90,6 +106,7 @@ export class SessionPage {
     this.closed = true;
     this.stream?.close();
     this.pending?.abort();
+    this.graph?.destroy();
     for (const t of this.timers) clearTimeout(t);
   }
 
@@ -136,8 +153,18 @@ export class SessionPage {
     if (this.events.length && env.seq <= this.events[this.events.length - 1].seq) return;
     this.events.push(env);
     if (["model_replied", "answer_drafted", "run_finished", "turn_started"].includes(env.type)) this.text = "";
-    this.updateTravel();
-    if (this.at === null) this.scheduleRefresh();
+    if (this.latest && env.seq > this.latest.last_seq && !this.stale) {
+      if (applyEvent(this.latest, env)) this.noteSettled(env);
+      else this.stale = true;
+    }
+    this.scheduleRefresh();
+  }
+
+  /** @param {StoredEvent} env */
+  noteSettled(env) {
+    /** @type {any} */
+    const e = env;
+    if (["step_completed", "step_failed", "step_skipped"].includes(e.type)) this.settled.push(`Step ${e.step} ${e.type.slice(5)}`);
   }
 
   onText(piece) {
@@ -145,12 +172,30 @@ export class SessionPage {
     if (this.at === null) this.renderAnswer();
   }
 
+  /** A burst of events is drawn once: from the view they were applied to, or from the view
+   * fetched again when one could not be. */
   scheduleRefresh() {
     if (this.refreshTimer) return;
     this.refreshTimer = this.later(120, () => {
       this.refreshTimer = null;
-      this.refresh();
+      if (this.stale) this.refresh();
+      else this.renderLive();
     });
+  }
+
+  renderLive() {
+    if (this.settled.length) announce(this.settled.join(". "));
+    this.settled = [];
+    if (this.at !== null) {
+      // Shown as it was at an event: only what says how it stands now follows.
+      this.renderHead();
+      this.renderAlerts();
+      this.updateTravel();
+      return;
+    }
+    this.view = this.latest;
+    // The tabs (a card per tool call) are redrawn at most once a second while events pour in.
+    this.render(true);
   }
 
   async refresh() {
@@ -163,6 +208,18 @@ export class SessionPage {
       /** @type {SessionView} */
       const v = await api(`/sessions/${encodeURIComponent(this.id)}`);
       if (this.closed) return;
+      this.stale = false;
+      // Events that came while the view was fetched are applied to it.
+      for (const e of this.events) {
+        if (e.seq <= v.last_seq || this.stale) continue;
+        if (!applyEvent(v, e)) this.stale = true;
+      }
+      if (this.stale) this.scheduleRefresh();
+      // A run that ended is no longer busy a moment later: asked once more then.
+      if (v.busy && v.status !== "running" && v.status !== "waiting_for_user" && !this.askedAgain) {
+        this.askedAgain = true;
+        this.later(500, () => this.refresh());
+      }
       this.announceChanges(this.latest, v);
       // The list shows the new status at once rather than at its next poll.
       if (this.latest && (this.latest.status !== v.status || this.latest.busy !== v.busy)) {
@@ -302,7 +359,8 @@ export class SessionPage {
 
   // --- Rendering -----------------------------------------------------------------------------
 
-  render() {
+  /** @param {boolean} [live] a burst of live events: the tabs may wait a little */
+  render(live = false) {
     if (!this.view) return;
     const v = this.view;
     this.calls = new Map(v.calls.map((c) => [c.call_id, c]));
@@ -317,7 +375,17 @@ export class SessionPage {
     this.renderDetails();
     this.renderAnswer();
     this.renderFollowup();
-    this.renderTabs();
+    if (!live) {
+      this.tabsAt = performance.now();
+      this.renderTabs();
+    } else if (!this.tabsTimer) {
+      const wait = Math.max(0, (this.tabsAt || 0) + 1000 - performance.now());
+      this.tabsTimer = this.later(wait, () => {
+        this.tabsTimer = null;
+        this.tabsAt = performance.now();
+        this.renderTabs();
+      });
+    }
   }
 
   renderHead() {
@@ -350,6 +418,7 @@ export class SessionPage {
       });
       actions.push(cancel);
     }
+    if (live) actions.push(compareControl(v, this.go));
     const data = { id: v.id, task, label, st: v.status, busy: v.busy, agent: v.agent, mode: v.mode, user: v.user, usage: v.usage, mc: v.model_calls, tc: v.tool_calls, sp: v.spending, live, parent: v.parent_id, from: v.forked_from, created: v.created_at, n: actions.length };
     if (this.parts.head.dataset.sig === JSON.stringify(data)) return;
     this.parts.head.dataset.sig = JSON.stringify(data);
@@ -461,21 +530,24 @@ export class SessionPage {
     const v = this.view;
     if (!v) return;
     const el = this.parts.left;
-    const focusStep = /** @type {HTMLElement | null | undefined} */ (document.activeElement?.closest?.(".node"))?.dataset.step;
     const plan = v.plan;
     if (plan) {
-      const sig = { plan, sel: this.selected, calls: v.calls.map((c) => [c.call_id, c.status, c.duration_ms]) };
-      if (!renderIfChanged(el, sig, () => [
-        h(
-          "div",
-          { class: "panel-head" },
-          h("h2", {}, plan.proposed ? "Proposed plan" : `Plan${plan.version > 1 ? ` v${plan.version}` : ""}`),
-          h("span", { class: "muted" }, `${plan.nodes.length} steps · ${new Set(plan.nodes.map((n) => n.wave)).size} waves`),
-        ),
-        h("div", { class: "graph-wrap", id: "graph" }, drawGraph(plan, this.calls, { selected: this.selected, onSelect: (id) => this.select(id) })),
-        legend(plan.proposed),
-      ])) return;
-      if (focusStep) el.querySelector(`.node[data-step="${CSS.escape(focusStep)}"]`)?.focus({ preventScroll: true });
+      // The graph is made once and brought up to date: its zoom, pan and folds stay.
+      const graph = (this.graph ??= new GraphView({ onSelect: (id, toggle) => this.select(id, toggle) }));
+      renderIfChanged(el, { graph: true }, () => [(this.flowHead = h("div", { class: "panel-head" })), graph.el, (this.flowLegend = h("div", {}))]);
+      renderIfChanged(this.flowHead, [plan.proposed, plan.version, plan.nodes.length, new Set(plan.nodes.map((n) => n.wave)).size], ([proposed, version, steps, waves]) => [
+        h("h2", {}, proposed ? "Proposed plan" : `Plan${version > 1 ? ` v${version}` : ""}`),
+        h("span", { class: "muted" }, `${steps} steps · ${waves} waves`),
+      ]);
+      renderIfChanged(this.flowLegend, plan.proposed, (proposed) => legend(proposed));
+      // The event the drawing is at (the view's, or the last one applied to it).
+      el.dataset.seq = String(v.seq);
+      const upTo = this.at;
+      graph.update(plan, this.calls, {
+        selected: this.selected,
+        spend: spending(upTo === null ? this.events : this.events.filter((e) => e.seq <= upTo)),
+        live: upTo === null && v.status === "running",
+      });
       return;
     }
     if (v.mode === "react" || v.conversation.length) {
@@ -625,7 +697,16 @@ export class SessionPage {
       queueMicrotask(() => document.getElementById("model-calls")?.scrollIntoView({ block: "start" }));
     };
     const panel = () => {
-      if (this.tab === "calls") return v.calls.length ? [...v.calls].reverse().map((c) => callCard(c, jump)) : h("p", { class: "muted" }, "No tool call yet.");
+      if (this.tab === "calls") {
+        if (!v.calls.length) return h("p", { class: "muted" }, "No tool call yet.");
+        // The latest calls; all of them on request (a large plan has a thousand).
+        const shown = this.allCalls ? v.calls : v.calls.slice(-CALLS_SHOWN);
+        const more = v.calls.length - shown.length;
+        return [
+          [...shown].reverse().map((c) => callCard(c, jump)),
+          more > 0 && h("button", { type: "button", class: "button small", id: "all-calls", onclick: () => ((this.allCalls = true), this.renderTabs()) }, `Show the ${count(more)} earlier calls`),
+        ];
+      }
       if (this.tab === "decisions") return decisions(v, jump);
       const upTo = this.at;
       if (this.tab === "timeline") return timeline(upTo === null ? this.events : this.events.filter((e) => e.seq <= upTo), { selected: this.selected, onSelect: (id) => this.select(id, false), onInspect: inspect });
@@ -652,7 +733,7 @@ export class SessionPage {
         }),
       );
     };
-    const sig = { tab: this.tab, calls: v.calls, r: v.reviews, p: v.plans, n: this.tab === "events" || this.tab === "timeline" || this.tab === "model" ? [this.events.length, this.at] : 0, sel: this.tab === "timeline" ? this.selected : null, inspecting: this.tab === "model" ? this.inspecting : null };
+    const sig = { tab: this.tab, all: this.allCalls, calls: v.calls, r: v.reviews, p: v.plans, n: this.tab === "events" || this.tab === "timeline" || this.tab === "model" ? [this.events.length, this.at] : 0, sel: this.tab === "timeline" ? this.selected : null, inspecting: this.tab === "model" ? this.inspecting : null };
     renderIfChanged(this.parts.tabs, sig, () => {
       const focused = /** @type {HTMLElement | null} */ (document.activeElement)?.dataset?.tab;
       const bar = h(

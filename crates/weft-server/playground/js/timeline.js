@@ -9,6 +9,56 @@ import { h, duration } from "./dom.js";
 /** @typedef {import("./api-types").components["schemas"]["Usage"]} Usage */
 /** @typedef {{ from: number, to: number | null, kind: string, label: string, step?: string | null, call?: number, open?: boolean }} Bar */
 
+/** @typedef {{ tokens: number, cost: number | null }} Spent */
+
+/**
+ * What the model calls of a session used, per wave (its steps' executors and the review after
+ * it) and per step (the calls made for that step alone): fed the events in order with `see`.
+ * The timeline's wave rows and the plan's nodes and wave headers read the same figures.
+ */
+export class Spend {
+  constructor() {
+    /** @type {Map<number, Spent>} */
+    this.waves = new Map();
+    /** @type {Map<string, Spent>} */
+    this.steps = new Map();
+    /** @type {Map<string, number>} */
+    this.stepWave = new Map();
+    /** The wave that ended last: the review after it is counted to it. */
+    this.lastWave = null;
+  }
+
+  /** @param {StoredEvent} stored */
+  see(stored) {
+    /** @type {any} */
+    const e = stored;
+    if (e.type === "wave_started") for (const s of e.steps || []) this.stepWave.set(s, e.wave);
+    else if (e.type === "wave_finished") this.lastWave = e.wave;
+    else if (e.type === "model_replied" || e.type === "model_failed") {
+      const u = e.type === "model_failed" ? e.usage : e.reply?.usage;
+      if (!u) return;
+      const wave = e.step ? this.stepWave.get(e.step) : e.purpose === "review" ? this.lastWave : undefined;
+      if (wave !== undefined && wave !== null) add(this.waves, wave, u);
+      if (e.step) add(this.steps, e.step, u);
+    }
+  }
+}
+
+/** @param {Map<any, Spent>} map @param {any} key @param {Usage} u */
+function add(map, key, u) {
+  const s = map.get(key) || { tokens: 0, cost: null };
+  s.tokens += (u.input_tokens || 0) + (u.output_tokens || 0);
+  if (u.cost_usd !== null && u.cost_usd !== undefined) s.cost = (s.cost || 0) + u.cost_usd;
+  map.set(key, s);
+}
+
+/** What `events` used, per wave and per step (see `Spend`). @param {StoredEvent[]} events */
+export function spending(events) {
+  const s = new Spend();
+  for (const e of events) s.see(e);
+  return s;
+}
+
 /** The rows of the timeline: groups of labelled rows, each with its bars
  * `{from, to, kind, label, step, open}` (times in ms since the epoch).
  * @param {StoredEvent[]} events
@@ -27,16 +77,7 @@ export function timelineRows(events, now = Date.now()) {
   let prev = null;
   // Model calls are numbered as the inspector numbers them: replies and failures, in order.
   let modelCalls = 0;
-  // The wave that ended last: the review after it is counted to it.
-  let lastWave = null;
-  /** Adds a call's usage to the wave it served (a step's executor, or the review after it). */
-  const spend = (e, u) => {
-    if (!u) return;
-    const w = waves.get(e.step ? stepWave.get(e.step) : e.purpose === "review" ? lastWave : undefined);
-    if (!w) return;
-    w.tokens += (u.input_tokens || 0) + (u.output_tokens || 0);
-    if (u.cost_usd !== null && u.cost_usd !== undefined) w.cost = (w.cost || 0) + u.cost_usd;
-  };
+  const spend = new Spend();
   /** @type {Bar | null} */
   let waiting = null;
   for (const stored of events) {
@@ -44,11 +85,11 @@ export function timelineRows(events, now = Date.now()) {
     // Each event type's own fields are not in the API's schema (`StoredEvent` names the envelope).
     /** @type {any} */
     const e = stored;
+    spend.see(stored);
     switch (stored.type) {
       case "model_replied":
       case "model_failed":
         modelCalls += 1;
-        spend(e, e.type === "model_failed" ? e.usage : e.reply?.usage);
         if (prev !== null) {
           const failed = e.type === "model_failed";
           row(model, e.purpose, e.purpose).bars.push({ from: prev, to: ts, kind: failed ? "rejected" : "model", label: `${e.purpose}${failed ? " (failed)" : ""}${usage(failed ? e.usage : e.reply?.usage)}`, call: modelCalls });
@@ -76,7 +117,6 @@ export function timelineRows(events, now = Date.now()) {
       case "wave_finished": {
         const w = waves.get(e.wave);
         if (w) w.to = ts;
-        lastWave = e.wave;
         break;
       }
       case "tool_call_started": {
@@ -117,6 +157,7 @@ export function timelineRows(events, now = Date.now()) {
     prev = ts;
   }
   const end = prev ?? now;
+  for (const [wave, w] of waves) Object.assign(w, spend.waves.get(wave) || {});
   const groups = [model, ...[...waves.values()], people].filter((g) => g.rows.size);
   for (const g of groups) {
     for (const r of g.rows.values()) {

@@ -47,6 +47,7 @@ tools:
 
 struct Run {
     _tmp: tempfile::TempDir,
+    code: Option<i32>,
     events: Vec<Value>,
     tool_log: Vec<Value>,
     stderr: String,
@@ -63,9 +64,21 @@ impl Run {
 
 /// Runs the agent on a task, checks what any run must satisfy, and returns what happened.
 fn run(mode: &str, url: &str) -> Run {
+    run_edited(mode, url, |agent| agent, &[])
+}
+
+/// [`run`], with the agent file changed by `edit` and the variables `env` set.
+fn run_edited(
+    mode: &str,
+    url: &str,
+    edit: impl FnOnce(String) -> String,
+    env: &[(&str, &str)],
+) -> Run {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     write_agent(dir, mode, url);
+    let agent = edit(std::fs::read_to_string(dir.join("agent.yaml")).unwrap());
+    std::fs::write(dir.join("agent.yaml"), agent).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_weft"))
         .args([
             "run",
@@ -75,6 +88,7 @@ fn run(mode: &str, url: &str) -> Run {
             "--db",
             "weft.db",
         ])
+        .envs(env.iter().copied())
         .current_dir(dir)
         .output()
         .unwrap();
@@ -113,6 +127,7 @@ fn run(mode: &str, url: &str) -> Run {
         .collect();
     let r = Run {
         _tmp: tmp,
+        code,
         events,
         tool_log,
         stderr,
@@ -201,6 +216,277 @@ fn needs_llm_plan_a_real_model_plans_and_the_step_runs() {
         "the tool log shows the step's call: {:?}",
         r.tool_log
     );
+}
+
+/// A plan-mode agent on llama-cpp-python (context 2048): the server refuses `response_format:
+/// json_schema`, weft learns `json_object` with `schema`, which the server enforces with a
+/// grammar, so the schema stays out of the prompt. The planner's request is then well under the
+/// context as the server counts it, the plan validates, its tool call runs, and its result goes
+/// back to the model, and the run ends with an answer. For comparison, the same plan request with
+/// the schema also written into the prompt (what weft sent before) is sent to the server for its
+/// token count only; both counts are printed.
+#[test]
+fn needs_llm_plan_a_server_constrained_plan_stays_small_and_its_result_reaches_the_answer() {
+    let url = base_url();
+    let r = run_edited(
+        "plan",
+        &url,
+        // The reviewer of a 135M model otherwise tends to ask the user what to do next.
+        |agent| {
+            agent
+                .replace(
+                    "tool_choice: auto }",
+                    "tool_choice: auto, context_size: 2048 }",
+                )
+                .replace(
+                    "calls log_word.\n",
+                    "calls log_word. The user is away, so never ASK_USER.\n",
+                )
+        },
+        &[("WEFT_CASSETTE", "record:tape.json")],
+    );
+    // What went on the wire: the plan requests that were answered asked the server to hold the
+    // schema, and their prompts do not carry it.
+    let tape: Value =
+        serde_json::from_str(&std::fs::read_to_string(r._tmp.path().join("tape.json")).unwrap())
+            .unwrap();
+    let plan_exchanges: Vec<&Value> = tape["exchanges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| {
+            x["status"] == 200
+                && x["request"]["response_format"]["schema"]
+                    .to_string()
+                    .contains("\"plan\"")
+        })
+        .collect();
+    assert!(
+        !plan_exchanges.is_empty(),
+        "no answered plan request: {}",
+        r.stderr
+    );
+    let mut after = Vec::new();
+    let mut estimate = 0;
+    for x in &plan_exchanges {
+        let request = &x["request"];
+        assert_eq!(
+            request["response_format"]["type"], "json_object",
+            "{request}"
+        );
+        let sent = request["messages"].to_string();
+        assert!(
+            !sent.contains("JSON Schema") && !sent.contains("minItems"),
+            "{sent}"
+        );
+        // weft's estimate of the prompt: a quarter of the bytes of the messages' texts.
+        estimate = request["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].as_str().unwrap_or_default().len())
+            .sum::<usize>()
+            .div_ceil(4);
+        let body: Value = serde_json::from_str(x["body"].as_str().unwrap()).unwrap();
+        after.push(body["usage"]["prompt_tokens"].as_u64().unwrap());
+    }
+    // The first plan request again, with the schema written into its system prompt as well.
+    let mut before = plan_exchanges[0]["request"].clone();
+    let schema = serde_json::to_string(&before["response_format"]["schema"]).unwrap();
+    let system = before["messages"][0]["content"].as_str().unwrap().replace(
+        "Reply with only a JSON value (no prose, no code fences).",
+        &format!(
+            "Reply with only a JSON value (no prose, no code fences) that matches this JSON Schema:\n{schema}"
+        ),
+    );
+    before["messages"][0]["content"] = Value::String(system);
+    before["max_tokens"] = serde_json::json!(1);
+    // Only the count is wanted: no grammar to build, no stream (the prompt counts the same).
+    for k in ["response_format", "stream", "stream_options"] {
+        before.as_object_mut().unwrap().remove(k);
+    }
+    let before = prompt_tokens(&url, &before);
+    eprintln!(
+        "plan request prompt tokens as the server counted them (context 2048): {after:?} with the schema left to the server (weft's estimate of the last, a quarter of the bytes: {estimate}); {before} with it also in the prompt"
+    );
+    assert!(
+        after.iter().all(|n| *n < 1024),
+        "the plan requests take {after:?} of the 2048 tokens of context"
+    );
+    assert!(before > after[0], "{before} <= {}", after[0]);
+    // The plan validated and its step ran: the tool's own log shows it.
+    let accepted = r.of_type("plan_accepted");
+    assert_eq!(accepted.len(), 1, "{}", r.stderr);
+    let step = accepted[0]["plan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["_tool"] == "log_word")
+        .unwrap_or_else(|| panic!("no log_word step: {}", accepted[0]))
+        .clone();
+    let finished = r
+        .of_type("tool_call_finished")
+        .into_iter()
+        .find(|e| e["outcome"]["status"] == "ok")
+        .unwrap_or_else(|| panic!("the step's call did not finish ok: {}", r.stderr));
+    assert!(
+        r.tool_log.iter().any(|l| l["word"] == step["word"]),
+        "the tool log {:?} shows the step {step}",
+        r.tool_log
+    );
+    // Its result went back to the model: a later request carries the tool's output, and the
+    // server answered it.
+    let output = finished["outcome"]["output"].to_string();
+    let quoted = serde_json::to_string(&output).unwrap();
+    let inner = &quoted[1..quoted.len() - 1];
+    assert!(
+        tape["exchanges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["status"] == 200 && x["request"]["messages"].to_string().contains(inner)),
+        "no answered request carried the tool's output {output}"
+    );
+    assert_eq!(r.code, Some(0), "the run answered: {}", r.stderr);
+    let ended = r.of_type("run_finished");
+    assert_eq!(ended.last().unwrap()["status"], "completed", "{}", r.stderr);
+    let answer = ended.last().unwrap()["answer"].as_str().unwrap_or_default();
+    assert!(!answer.trim().is_empty(), "{}", r.stderr);
+    eprintln!("answer: {answer:?}");
+}
+
+/// The prompt tokens the server counts for `body` (sent as is, not streamed).
+fn prompt_tokens(url: &str, body: &Value) -> u64 {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let resp = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(600))
+            .build()
+            .unwrap()
+            .post(format!("{url}/chat/completions"))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let text = resp.text().await.unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        v["usage"]["prompt_tokens"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no usage: {text}"))
+    })
+}
+
+/// A forwarder to the real server that counts the connections made to it.
+struct CountingProxy {
+    url: String,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CountingProxy {
+    fn to(url: &str) -> Self {
+        use std::net::{TcpListener, TcpStream};
+        use std::sync::atomic::Ordering;
+        let rest = url.strip_prefix("http://").expect("an http:// server URL");
+        let (target, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let target = target.to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = std::sync::Arc::clone(&connections);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                count.fetch_add(1, Ordering::SeqCst);
+                let Ok(server) = TcpStream::connect(&target) else {
+                    continue;
+                };
+                let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut c1, mut s1) = (client, server);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c1, &mut s1);
+                    let _ = s1.shutdown(std::net::Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s2, &mut c2);
+                    let _ = c2.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        Self {
+            url: format!("http://{addr}/{path}"),
+            connections,
+        }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// An agent whose `context_size` is too small for its first request fails before any request
+/// reaches the server (a forwarder in front of it counts none), exit 1, and the failure names
+/// what takes the room. The same agent with the server's real context goes through the same
+/// forwarder, which then counts its requests.
+#[test]
+fn needs_llm_a_request_that_cannot_fit_the_context_fails_before_reaching_the_server() {
+    let proxy = CountingProxy::to(&base_url());
+    let tiny = |agent: String| {
+        agent.replace(
+            "tool_choice: auto }",
+            "tool_choice: auto, context_size: 200 }",
+        )
+    };
+    let r = run_edited("react", &proxy.url, tiny, &[]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert_eq!(
+        proxy.connections(),
+        0,
+        "nothing reached the server: {}",
+        r.stderr
+    );
+    let ended = r.of_type("run_finished");
+    let error = ended.last().unwrap()["error"].as_str().unwrap_or_default();
+    for part in [
+        "cannot fit the model's context",
+        "the model's context is 200 (`context_size`",
+        "max_tokens (kept for the reply) ~200",
+        "system prompt ~",
+        "tools offered (1 tool) ~",
+        "conversation (1 message) ~",
+        "a quarter of their bytes",
+        "raise `context_size`",
+    ] {
+        assert!(error.contains(part), "{part}: {error}");
+    }
+    assert!(
+        r.stderr.contains(
+            "could not complete: the model call (react) failed: openai: the request cannot fit"
+        ),
+        "{}",
+        r.stderr
+    );
+    eprintln!("refused before sending: {error}");
+    // Through the same forwarder, with room: the request reaches the server.
+    let roomy = |agent: String| {
+        agent
+            .replace(
+                "tool_choice: auto }",
+                "tool_choice: auto, context_size: 2048 }",
+            )
+            .replace("max_tokens: 200", "max_tokens: 16")
+            .replace("max_iterations: 2", "max_iterations: 1")
+    };
+    let r = run_edited("react", &proxy.url, roomy, &[]);
+    assert!(!r.stderr.contains("cannot fit"), "{}", r.stderr);
+    assert!(
+        !r.of_type("model_replied").is_empty(),
+        "the server answered through the forwarder: {}",
+        r.stderr
+    );
+    assert!(proxy.connections() > 0);
 }
 
 /// A ReAct run recorded from the real server replays offline, piped and with `--events`, and a

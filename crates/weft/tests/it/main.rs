@@ -7,6 +7,7 @@ mod batch;
 mod book;
 mod budget_cli;
 mod crash;
+mod crons;
 mod docs;
 mod docs_cli;
 mod durability;

@@ -637,6 +637,135 @@ async fn a_fork_at_an_event_continues_from_there() {
     );
 }
 
+/// A desk session `origin` of alice's, run by `weft run` before the server starts; then the world
+/// changes: the refund tool's receipt (`receipt.txt`) and the model's answer (its script) are
+/// new, so that a fork of `origin` after its lookups refunds with another receipt and says so.
+fn origin_then_the_world_changes(dir: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["--db", "serve.db", "run", "desk.yaml", "Refund c-42."])
+        .args(["--input", &desk_input().to_string()])
+        .args(["--user", "alice", "--id", "origin"])
+        .current_dir(dir)
+        .env_remove("WEFT_DB")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "weft run: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(dir.join("receipt.txt"), "r-77777").unwrap();
+    let script = dir.join("desk.script.yaml");
+    let text = std::fs::read_to_string(&script).unwrap();
+    assert!(text.contains("(receipt r-20931)"));
+    std::fs::write(
+        &script,
+        text.replace("(receipt r-20931)", "(receipt r-77777)"),
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_compared_with_its_origin_names_the_result_and_the_answer_that_differ() {
+    let server = Server::start_with(origin_then_the_world_changes);
+    let alice = Client::new(&server, ALICE);
+    let bob = Client::new(&server, BOB);
+    let log = alice.events("origin", None).await;
+    let wave1 = log
+        .iter()
+        .find(|(_, t)| t == "wave_finished")
+        .map(|(s, _)| *s)
+        .unwrap();
+    let fork = alice
+        .post("/sessions/origin/fork", json!({"at": wave1}))
+        .await;
+    let fid = fork["id"].as_str().unwrap().to_owned();
+    alice
+        .until(&fid, "the fork completed", |v| v["status"] == "completed")
+        .await;
+    let c = alice.get(&format!("/sessions/origin/compare/{fid}")).await;
+    assert_eq!(
+        c["fork"],
+        json!({"side": "b", "fork": fid, "origin": "origin", "at": wave1, "event": "wave_finished"})
+    );
+    assert_eq!(c["aligned_by"], "plan");
+    assert_eq!(
+        (c["a"]["id"].as_str(), c["b"]["id"].as_str()),
+        (Some("origin"), Some(fid.as_str()))
+    );
+    // Of the four steps, only the refund differs, and only in its result's receipt.
+    let steps: Vec<(&str, &str)> = c["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["key"].as_str().unwrap(), s["change"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("customer", "same"),
+            ("orders", "same"),
+            ("refund", "differs"),
+            ("tell", "same")
+        ],
+        "{c:#}"
+    );
+    let refund = &c["steps"][2];
+    assert_eq!(refund["differs"], json!(["result"]), "{refund:#}");
+    assert_eq!(refund["result_paths"], json!(["/receipt"]));
+    assert_eq!(refund["args_paths"], json!([]));
+    assert_eq!(refund["a"]["result"]["receipt"], "r-20931");
+    assert_eq!(refund["b"]["result"]["receipt"], "r-77777");
+    // The answers differ in the receipt's word alone.
+    assert_eq!(
+        c["answer"]["words"],
+        json!([
+            {"op": "same", "text": "Refunded 50 to Ada Lovelace (receipt"},
+            {"op": "removed", "text": "r-20931)"},
+            {"op": "added", "text": "r-77777)"},
+            {"op": "same", "text": "and let her know."},
+        ])
+    );
+    let differs: Vec<&str> = c["differs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap())
+        .collect();
+    assert!(differs.contains(&"answer"), "{differs:?}");
+    for same in [
+        "agent",
+        "task",
+        "input",
+        "status",
+        "model_calls",
+        "tool_calls",
+    ] {
+        assert!(!differs.contains(&same), "{same} differs: {differs:?}");
+    }
+    // The other way round: the fork is `a`, and still named.
+    let back = alice.get(&format!("/sessions/{fid}/compare/origin")).await;
+    assert_eq!(back["fork"]["side"], "a");
+    assert_eq!(back["steps"][2]["b"]["result"]["receipt"], "r-20931");
+    // A key compares only its user's sessions: bob's own compare, alice's are not found.
+    let bobs = bob.run("desk", "Refund c-42.", desk_input()).await;
+    bob.get(&format!("/sessions/{bobs}/compare/{bobs}")).await;
+    for (who, path) in [
+        (&bob, format!("/sessions/origin/compare/{fid}")),
+        (&bob, format!("/sessions/{bobs}/compare/origin")),
+        (&alice, format!("/sessions/origin/compare/{bobs}")),
+    ] {
+        let (status, err) = who.call(reqwest::Method::GET, &path, None).await;
+        assert_eq!(status, 404, "{path}: {err}");
+        assert!(
+            err["detail"].as_str().unwrap().contains("not found"),
+            "{err}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_run_waits_until_it_is_continued() {
     let server = Server::start();
@@ -1183,6 +1312,10 @@ fn browser_with(scenario: &str, expect: &[&str], prepare: impl FnOnce(&Path)) ->
             "{check}: {stdout}"
         );
     }
+    // What a scenario measured (`figure: ...`) is shown with `--no-capture`.
+    for line in stdout.lines().filter(|l| l.starts_with("figure: ")) {
+        println!("{line}");
+    }
     server
 }
 
@@ -1272,6 +1405,21 @@ fn needs_browser_scrub_the_slider_and_fork() {
 }
 
 #[test]
+fn needs_browser_compare_a_fork_with_its_origin() {
+    browser_with(
+        "compare",
+        &[
+            "a fork's page offers its origin first and opens the comparison",
+            "the event where the fork parts is named",
+            "the differing step and its result's receipt are marked, the others alike",
+            "the answers' differing words are struck and underlined",
+            "the comparison opens from its address",
+        ],
+        origin_then_the_world_changes,
+    );
+}
+
+#[test]
 fn needs_browser_see_a_failed_steps_error() {
     browser(
         "failed",
@@ -1331,6 +1479,129 @@ fn needs_browser_the_timeline_shows_the_session_on_one_time_axis() {
             "a bar selects its step in the plan, and a node its row",
         ],
     );
+}
+
+// --- Large plans --------------------------------------------------------------------------------
+
+/// A plan of `waves` waves of `per` steps `s0000`, `s0001`…: a step after the first wave runs
+/// after the step in its row of the wave before (`_dependsOn`); `step(i)` gives step `i` its call.
+fn wide_plan(waves: usize, per: usize, step: impl Fn(usize) -> Value) -> Vec<Value> {
+    (0..waves * per)
+        .map(|i| {
+            let mut s = step(i);
+            s["_id"] = json!(format!("s{i:04}"));
+            if i >= per {
+                s["_dependsOn"] = json!([format!("s{:04}", i - per)]);
+            }
+            s
+        })
+        .collect()
+}
+
+/// The scripted model's reviews (`CONTINUE` after each wave), answer and check of it.
+fn wide_script(plan: Vec<Value>) -> Value {
+    json!({
+        "plan": [{ "usage": { "input_tokens": 52000, "output_tokens": 9000, "cost_usd": 0.0123 }, "json": { "plan": plan } }],
+        "execute": [{ "repeat": 2, "usage": { "input_tokens": 800, "output_tokens": 40, "cost_usd": 0.0002 },
+                      "json": { "action": "USE_TOOL", "tool": "echo", "arguments": { "text": "summary" } } }],
+        "review": [{ "repeat": 40, "usage": { "input_tokens": 3000, "output_tokens": 30, "cost_usd": 0.0005 },
+                     "json": { "decision": "CONTINUE", "reason": "On to the next wave." } }],
+        "respond": [{ "usage": { "input_tokens": 1000, "output_tokens": 20, "cost_usd": 0.0001 }, "text": "Every step ran." }],
+        "response_review": [{ "usage": { "input_tokens": 500, "output_tokens": 10, "cost_usd": 0.0001 },
+                              "json": { "verdict": "ACCEPT", "feedback": "Grounded in the steps." } }],
+    })
+}
+
+/// Puts into the server's store a finished session of alice's with 1,000 steps in 22 waves:
+/// 20 waves of 50 `echo` steps (`s0000`…`s0999`), of which `s0950` and `s0951` are carried out by
+/// the model (`execute`, so they have model calls, tokens and cost of their own, and each runs in
+/// a wave of its own), run by `weft run` before the server starts.
+fn wide_session(dir: &Path) {
+    let plan = wide_plan(20, 50, |i| {
+        if i == 950 || i == 951 {
+            json!({ "_description": "Say what the waves did" })
+        } else {
+            json!({ "_tool": "echo", "text": format!("step {i}") })
+        }
+    });
+    std::fs::write(dir.join("wide.script.json"), wide_script(plan).to_string()).unwrap();
+    std::fs::write(
+        dir.join("wide.yaml"),
+        "name: wide\nmode: plan\ndescription: A thousand echo steps in waves.\n\
+         model: scripted:wide.script.json\nlimits: { max_parallel: 50 }\ntools:\n  - builtin: echo\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args([
+            "--db",
+            "serve.db",
+            "--durability",
+            "normal",
+            "run",
+            "wide.yaml",
+        ])
+        .args(["Echo a thousand steps.", "--user", "alice"])
+        .current_dir(dir)
+        .env_remove("WEFT_DB")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "weft run of the 1,000-step plan: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An agent `slow200` whose plan is 200 steps in 10 waves of 20, each a command (`tools.py`)
+/// that sleeps half a second; 20 run at once.
+fn slow_agent(dir: &Path) {
+    let plan = wide_plan(10, 20, |i| json!({ "_tool": "slow", "n": i }));
+    std::fs::write(
+        dir.join("slow200.script.json"),
+        wide_script(plan).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("slow200.yaml"),
+        "name: slow200\nmode: plan\ndescription: Two hundred slow steps in ten waves.\n\
+         model: scripted:slow200.script.json\nlimits: { max_parallel: 20 }\ntools:\n  \
+         - name: slow\n    description: Wait a moment.\n    command: [\"python3\", \"tools.py\", \"slow\"]\n    \
+         env: { SLEEP: \"0.5\", LOG: \"calls.log\" }\n    \
+         input_schema: { type: object, properties: { n: { type: integer } }, required: [n] }\n    \
+         idempotent: true\n    parallel: true\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn needs_browser_a_1000_step_plan_opens_fast_and_zooms_pans_finds_and_folds() {
+    browser_with(
+        "graph1000",
+        &[
+            "the 1,000-step session is drawn, its first paint measured",
+            "tokens and cost are shown per wave and on a step with its own model call",
+            "searching s0777 puts it in view, selects it and highlights its edges",
+            "the minimap shows the viewport and moves it",
+            "fit, zoom and pan do what they say, with the mouse and the keyboard",
+            "finished waves fold into one box with their counts, tokens and cost",
+        ],
+        wide_session,
+    );
+}
+
+#[test]
+fn needs_browser_a_live_200_step_run_is_drawn_from_its_events() {
+    let server = browser_with(
+        "live200",
+        &[
+            "the running wave stays in the panel",
+            "what the page drew from the events matches the server's view at the same event",
+            "the live run is drawn from its events with few full fetches and no long stall",
+            "the live run's final page equals a fresh load's",
+        ],
+        slow_agent,
+    );
+    assert_eq!(server.calls().len(), 200, "each step ran once");
 }
 
 // --- Eval runs ---------------------------------------------------------------------------------
@@ -1777,6 +2048,12 @@ async fn the_main_routes_answer_as_the_openapi_document_declares() {
         .post(&format!("/sessions/{tid}/fork"), json!({"at": 3}))
         .await;
     check("post", "/sessions/{id}/fork", &fork);
+    let fid = fork["id"].as_str().unwrap();
+    check(
+        "get",
+        "/sessions/{id}/compare/{other}",
+        &alice.get(&format!("/sessions/{tid}/compare/{fid}")).await,
+    );
     let cancelled = alice
         .post(&format!("/sessions/{waiting}/cancel"), json!(null))
         .await;

@@ -12,8 +12,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const ALICE: &str = "alice-key-0123456789abcdef";
-const BOB: &str = "bob-key-0123456789abcdef00";
+pub(crate) const ALICE: &str = "alice-key-0123456789abcdef";
+pub(crate) const BOB: &str = "bob-key-0123456789abcdef00";
 
 pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -147,7 +147,7 @@ pub(crate) fn serve_with(d: &Path, port: u16, db: &str, extra: &[&str]) -> Child
 }
 
 /// [`serve_with`], logging to `log` in `d`.
-fn serve_logged(d: &Path, port: u16, db: &str, extra: &[&str], log: &str) -> Child {
+pub(crate) fn serve_logged(d: &Path, port: u16, db: &str, extra: &[&str], log: &str) -> Child {
     let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
     c.args(["--db", db, "serve", "--agents", ".", "--keys", "keys.txt"])
         .args(["--listen", &format!("127.0.0.1:{port}")])

@@ -293,7 +293,7 @@ async def main():
         r = await h.get("/info", headers={"x-api-key": ALICE})
         assert r.status_code == 200, r.text
         info = r.json()
-        assert info["version"] and info["flags"] == {"assistants": True, "crons": False, "langsmith": False}, info
+        assert info["version"] and info["flags"] == {"assistants": True, "crons": True, "langsmith": False}, info
     ok("info")
 
 
