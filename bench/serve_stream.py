@@ -6,7 +6,8 @@ time from its own start to the first `updates` event and to the end of the strea
 when its stream ends without an exception or an `error` event and its last `updates` event holds
 the scripted final answer (--final). All tasks start at once; the batch is bounded by
 --deadline seconds (tasks still running then are cancelled and counted as unfinished). The
-server's peak memory (VmHWM of --server-pid) and CPU seconds are read from /proc.
+server's peak memory (VmHWM of --server-pid) and CPU seconds are read from /proc, the client's
+own CPU seconds from getrusage.
 
 Every 10 tasks share one client: the SDK's default client allows 100 connections with a 5 s
 wait (N=1000 would fail with PoolTimeout), and one unlimited client burns a core in its pool.
@@ -21,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import time
 
 from langgraph_sdk import get_client
@@ -32,6 +34,11 @@ def cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def own_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def hwm_mb(pid: int) -> float:
@@ -92,6 +99,7 @@ async def main() -> None:
     clients = [get_client(url=a.url, api_key=a.api_key) for _ in range((a.n + 9) // 10)]
     out = {"ok": 0, "bad": 0, "first": [], "total": [], "errors": []}
     cpu0 = cpu_s(a.server_pid) if a.server_pid else None
+    own0 = own_cpu_s()
     t0 = time.perf_counter()
     tasks = [asyncio.create_task(one(clients[k // 10], a.assistant, a.final, t0, out)) for k in range(a.n)]
     done, pending = await asyncio.wait(tasks, timeout=a.deadline)
@@ -109,6 +117,7 @@ async def main() -> None:
         "first_p99_s": pct(out["first"], 99),
         "total_p50_s": pct(out["total"], 50),
         "total_p99_s": pct(out["total"], 99),
+        "client_cpu_s": round(own_cpu_s() - own0, 2),
         "server_peak_mb": round(hwm_mb(a.server_pid), 1) if a.server_pid else None,
         "server_cpu_s": round(cpu_s(a.server_pid) - cpu0, 1) if a.server_pid else None,
         "errors": out["errors"],

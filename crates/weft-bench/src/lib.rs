@@ -3,6 +3,7 @@
 //! returns its figures so the binary can repeat it and print medians.
 
 pub mod retrieval;
+pub mod serve_load;
 pub mod workloads;
 
 use std::fmt;

@@ -64,6 +64,11 @@ enum Workload {
         #[arg(long)]
         embeddings: Option<String>,
     },
+    /// N concurrent streaming runs against LangGraph-API servers (`weft serve`, `langgraph dev`),
+    /// each as the SDK does it: `POST /threads`, then `POST /threads/{id}/runs/stream` in
+    /// `updates` mode, read to its end. Prints a table, then the figures as one JSON line.
+    /// Runs on one thread.
+    ServeLoad(ServeLoadArgs),
     /// Every workload at its standard sizes (add `--full` for `concurrent 10000 3`).
     All {
         #[arg(long)]
@@ -71,8 +76,47 @@ enum Workload {
     },
 }
 
+#[derive(clap::Args, Debug)]
+struct ServeLoadArgs {
+    /// A server's base URL; repeat it for replicas (runs go to them round-robin).
+    #[arg(long = "url", required = true)]
+    urls: Vec<String>,
+    /// Runs in all.
+    #[arg(long, default_value_t = 100)]
+    n: usize,
+    /// Runs in flight at once (default: all of them).
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Sent as `x-api-key` (`weft serve --keys` needs one).
+    #[arg(long, env = "WEFT_BENCH_API_KEY")]
+    api_key: Option<String>,
+    /// The assistant each run streams.
+    #[arg(long, default_value = "agent")]
+    assistant: String,
+    /// The text the last `updates` event of a good run must hold.
+    #[arg(long, default_value = "done after 3 echo calls")]
+    expect: String,
+    /// The user message of each run.
+    #[arg(long, default_value = "echo three times")]
+    message: String,
+    /// Seconds after which runs still going are cancelled and counted as unfinished.
+    #[arg(long, default_value_t = 300.0)]
+    deadline: f64,
+    /// A server process whose peak memory and CPU seconds to report; repeatable.
+    #[arg(long = "server-pid")]
+    server_pids: Vec<u32>,
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    if let Workload::ServeLoad(args) = cli.workload {
+        // One thread: the generator must cost the machine little beside the servers it loads.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?;
+        return rt.block_on(serve_load(args));
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -117,6 +161,27 @@ async fn run(cli: Cli) -> Result<()> {
             c.exported, c.dropped, c.failed
         );
     }
+    Ok(())
+}
+
+async fn serve_load(a: ServeLoadArgs) -> Result<()> {
+    if !(a.deadline.is_finite() && a.deadline > 0.0) {
+        anyhow::bail!("serve-load: --deadline must be a positive number of seconds");
+    }
+    let report = weft_bench::serve_load::run(weft_bench::serve_load::LoadConfig {
+        urls: a.urls,
+        n: a.n,
+        concurrency: a.concurrency.unwrap_or(0),
+        api_key: a.api_key,
+        assistant: a.assistant,
+        expect: a.expect,
+        message: a.message,
+        deadline: std::time::Duration::from_secs_f64(a.deadline),
+        server_pids: a.server_pids,
+    })
+    .await?;
+    print!("{}", report.table());
+    println!("{}", report.to_json());
     Ok(())
 }
 
@@ -203,7 +268,7 @@ async fn one(runs: u32, w: Workload, kind: StoreKind, tool: workloads::ToolKind)
                 )
                 .await?
             }
-            Workload::All { .. } => Vec::new(),
+            Workload::All { .. } | Workload::ServeLoad(_) => Vec::new(),
         };
         all.push(reports);
     }

@@ -28,6 +28,7 @@ mod run_cli;
 mod safety_cli;
 mod schema;
 mod serve;
+mod serve_load;
 mod sessions_cli;
 mod support;
 mod telemetry;
