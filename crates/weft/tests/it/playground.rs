@@ -1463,6 +1463,14 @@ fn needs_browser_a_step_that_needs_a_failed_step_is_skipped() {
 }
 
 #[test]
+fn needs_browser_a_denied_step_is_failed_in_its_wave_and_named() {
+    browser(
+        "denied",
+        &["a denied step is failed in its wave and named, the step after it skipped"],
+    );
+}
+
+#[test]
 fn needs_browser_event_counts_agree_whichever_tab_is_open() {
     browser(
         "counts",

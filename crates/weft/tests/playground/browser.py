@@ -524,6 +524,36 @@ def steps_that_can_never_run():
     no_page_errors()
 
 
+def denied_approval():
+    """A plan step whose approval is denied, in a session that then completes: the denied step is
+    failed within the waves that ran (not drawn in a wave to come), the step that needed it is
+    skipped, the banner names the denied step, and its details give the person's reason."""
+    sign_in()
+    sid = start("denier", "Refund 50 to c-5 and tell them.", '{"customerId": "c-5", "amount": 50}')
+    one("#waiting[data-kind=tool_approval]")
+    reason = one("#deny-reason")
+    reason.send_keys("not before the audit")
+    click("[data-act=deny]")
+    wait(lambda: session_status() == "completed", "the completed run", 40)
+    wait(lambda: statuses() == {"customer": "COMPLETED", "refund": "FAILED", "tell": "SKIPPED"}, "the steps settled")
+    assert [c for c in calls() if c["tool"] == "refund"] == [], calls()
+    # Neither the denied step nor the one after it is drawn in a wave to come: both settled
+    # within the wave that ran, beside what they needed.
+    view = api(f"/sessions/{sid}")
+    nodes = {n["id"]: n for n in view["plan"]["nodes"]}
+    assert not any(n["projected"] for n in nodes.values()), nodes
+    assert {n["wave"] for n in nodes.values()} == {1}, nodes
+    labels = texts(".graph .col-label")
+    assert not any("to come" in l for l in labels), labels
+    banner = text("#alerts")
+    assert "Step refund failed (denied)" in banner, banner
+    click('.node[data-step="refund"]')
+    details = text("#step-details")
+    assert "to come" not in details and "not before the audit" in details, details
+    ok("a denied step is failed in its wave and named, the step after it skipped")
+    no_page_errors()
+
+
 def event_counts_agree():
     """The Events tab, the header and the slider count the same events, with another tab open
     and on a session opened after it finished."""
@@ -1011,6 +1041,7 @@ SCENARIOS = {
     "signout": sign_out_and_in,
     "ask": ask_user_on_a_narrow_window,
     "skipped": steps_that_can_never_run,
+    "denied": denied_approval,
     "counts": event_counts_agree,
     "timeline": session_timeline,
     "evals": eval_runs,
