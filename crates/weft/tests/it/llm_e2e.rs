@@ -357,7 +357,9 @@ fn needs_llm_plan_a_server_constrained_plan_stays_small_and_its_result_goes_back
         "the run ended {} (exit {:?}): {}",
         last["status"],
         r.code,
-        last.get("answer").or(last.get("error")).unwrap_or(&Value::Null)
+        last.get("answer")
+            .or(last.get("error"))
+            .unwrap_or(&Value::Null)
     );
 }
 
