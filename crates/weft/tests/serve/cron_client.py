@@ -307,6 +307,9 @@ async def check_threadless(a, cron_id):
     runs = []
     for x in threads:
         runs.extend(await a.runs.list(x["thread_id"]))
+    # Read again: a tick claimed just before the cron was disabled is counted when its run has
+    # been stored, which may be after the first read.
+    [cron] = [c for c in await a.crons.search(limit=100) if c["cron_id"] == cron_id]
     tools = tool_lines()
     dup = {s for s in tools if tools.count(s) > 1}
     print(f"counts: seconds={seconds} ticks={cron['ticks']} threads={len(threads)} runs={len(runs)} "
