@@ -169,7 +169,7 @@ pub fn judge_schema() -> Value {
         "additionalProperties": false,
         "required": ["reasoning", "score", "pass"],
         "properties": {
-            "reasoning": {"type": "string", "description": "Why the session meets the rubric or not, point by point."},
+            "reasoning": {"type": "string", "minLength": 1, "description": "Why the session meets the rubric or not, point by point."},
             "score": {"type": "number", "minimum": 0, "maximum": 1, "description": "How well it meets the rubric, from 0 to 1."},
             "pass": {"type": "boolean", "description": "Whether it meets the rubric."}
         }
@@ -243,10 +243,23 @@ pub async fn judge(
         Ok(v) => v,
         Err(e) => return (fail(e), usage),
     };
-    let reasoning = verdict
+    // A verdict without its reasoning is not a verdict: the reasoning is what a person reads to
+    // trust or overrule the score.
+    let Some(reasoning) = verdict
         .get("reasoning")
         .and_then(Value::as_str)
-        .map(str::to_owned);
+        .filter(|r| !r.trim().is_empty())
+        .map(str::to_owned)
+    else {
+        return (
+            fail(format!(
+                "the judge's reply gives no reasoning: {}",
+                quote(&reply.content)
+            )),
+            usage,
+        );
+    };
+    let reasoning = Some(reasoning);
     let score = verdict
         .get("score")
         .and_then(Value::as_f64)
