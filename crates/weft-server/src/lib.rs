@@ -8,8 +8,10 @@
 //! - `runs.rs`: runs (a turn of a session, driven under the session's lease in this process),
 //!   wait, join, cancel.
 //! - `stream.rs`: a run's events as server-sent events (`values`, `updates`, `messages`,
-//!   `custom`, `end`), each part with an id of its own (its event and mode, or how far a text
-//!   reaches), so that a client that reconnects with `Last-Event-ID` loses and repeats nothing.
+//!   `custom`, `tasks`, `checkpoints`, `end`), each part with an id of its own (its event and
+//!   place, or how far a text reaches), so that a client that reconnects with `Last-Event-ID`
+//!   loses and repeats nothing; `checkpoints.rs` the thread's checkpoints and tasks, folded from
+//!   its log, which the streams and the thread's history share.
 //! - `agui.rs`: the AG-UI protocol (`POST /ag-ui/{agent}`) over the same runs and streams.
 //! - `crons.rs`: LangGraph's crons (`/runs/crons`), kept in the store, and the scheduler that
 //!   starts their runs: each tick claimed once across servers with a compare-and-set, and taken
@@ -27,6 +29,7 @@
 
 mod agui;
 mod auth;
+mod checkpoints;
 mod compare;
 mod cors;
 mod crons;

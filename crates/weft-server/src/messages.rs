@@ -192,11 +192,15 @@ pub(crate) fn result_message(st: &SessionState, call_id: &str) -> Option<Message
 /// The conversation's last message as [`messages`] shows it, if it is the model's reply with
 /// tool calls (`st`: the thread after the reply).
 pub(crate) fn calls_message(st: &SessionState) -> Option<Message> {
+    last_reply(st).filter(|m| m.tool_calls.as_ref().is_some_and(|c| !c.is_empty()))
+}
+
+/// The conversation's last message as [`messages`] shows it, if it is a reply of the model
+/// (`st`: the thread after the reply).
+pub(crate) fn last_reply(st: &SessionState) -> Option<Message> {
     let n = st.history.len().checked_sub(1)?;
     match st.history.get(n)? {
-        m @ weft_core::model::Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => {
-            from_history(st, n, m)
-        }
+        m @ weft_core::model::Message::Assistant { .. } => from_history(st, n, m),
         _ => None,
     }
 }

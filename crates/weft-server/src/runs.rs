@@ -47,7 +47,7 @@ pub(crate) fn routes() -> Vec<Route> {
         .json::<threads::Values>("the thread's values"),
         openapi::post(
             "/threads/{tid}/runs/stream",
-            "Start a run and stream it (server-sent events: metadata, values, updates, messages, custom, end or error; ids are sequence numbers)",
+            "Start a run and stream it (server-sent events: metadata, then the modes asked for: values, updates, messages, custom, tasks, checkpoints; end or error; each part's id says where it stands, for Last-Event-ID)",
             create_stream,
         )
         .body::<RunBody>()
@@ -422,6 +422,8 @@ pub(crate) struct RunBody {
     pub input: Option<Value>,
     #[serde(default)]
     pub command: Option<Value>,
+    /// The stream modes, a mode or a list: `values` (the default), `updates`, `messages-tuple`
+    /// (or `messages`), `custom` (or `events`, `debug`), `tasks`, `checkpoints`.
     #[serde(default)]
     pub stream_mode: Option<Value>,
     #[serde(default)]

@@ -4,12 +4,21 @@
 //! - `messages` / `messages-tuple`: the model's text as it is generated, piece by piece
 //!   (`AIMessageChunk`s, live only: pieces are never stored), or, for a stream that saw none
 //!   (a replay), the answer as one message;
-//! - `custom`: weft's own typed events, as stored.
+//! - `custom`: weft's own typed events, as stored;
+//! - `tasks`: each task (a model turn `agent`, a tool call `tools`, a plan step) when it starts
+//!   (`{id, name, input, triggers}`) and when it ends (`{id, name, error, result, interrupts}`,
+//!   the same id);
+//! - `checkpoints`: the thread's checkpoint after each event that changed its values (`{config,
+//!   parent_config, values, metadata, next, tasks}`), whose id the thread's history and state
+//!   give too (`checkpoints.rs` says what they are).
 //!
 //! Every part has an SSE id of its own that says where it stands ([`Position`]): `S-K` is part K
-//! of the session's event S (K is the mode's place in the order values, updates, messages,
-//! custom, which is the order an event's parts are sent in), `S-tN` a piece of the model's text
-//! that ends at byte N of the text generated after event S. A client that reconnects with
+//! of the session's event S, `S-tN` a piece of the model's text that ends at byte N of the text
+//! generated after event S. K is the part's place among the event's parts, which is the order
+//! they are sent in: 0 values, 1 updates, 2 messages, 3 custom (each mode's place in
+//! [`MODES`]), then the `tasks` parts of the tasks that ended at the event (from 4), its
+//! `checkpoints` part (104) and the `tasks` parts of the tasks that started at it (from 105).
+//! A place does not depend on the modes asked for. A client that reconnects with
 //! `Last-Event-ID` gets exactly the parts after it, in any mix of modes, and the rest of a text
 //! it had begun to receive (not the whole text again). The stream begins with `metadata` (the
 //! run's id) and ends with `end` (or `error` when the run failed).
@@ -26,14 +35,14 @@ use weft_core::state::OpenCall;
 use weft_core::{Envelope, Event, State};
 use weft_store::SessionLog;
 
+use super::checkpoints::{self, Lineage, Noted};
 use super::runs::{Piece, Run, RunStatus};
 use super::{ApiError, Shared};
 use super::{messages, threads};
 
 /// LangGraph's stream modes. weft sends `values`, `updates`, `messages` (as `messages-tuple`),
-/// `custom` (weft's typed events, which `events` and `debug` also get); `tasks` and
-/// `checkpoints` are accepted and send nothing (a client such as `useStream` may ask for them
-/// beside the others).
+/// `custom` (weft's typed events, which `events` and `debug` also get), `tasks` and
+/// `checkpoints` (in LangGraph's shapes).
 const KNOWN: [&str; 9] = [
     "values",
     "updates",
@@ -73,7 +82,8 @@ pub(crate) fn modes(v: Option<&Value>) -> Result<Vec<String>, ApiError> {
     }
     if let Some(m) = out.iter().find(|m| !KNOWN.contains(&m.as_str())) {
         return Err(ApiError::bad(format!(
-            "stream_mode `{m}` is not a stream mode; use values, updates, messages-tuple or custom"
+            "stream_mode `{m}` is not a stream mode; use values, updates, messages-tuple, custom, \
+             tasks or checkpoints"
         )));
     }
     if out.is_empty() {
@@ -139,13 +149,23 @@ impl Position {
     }
 }
 
-/// The stream modes in the order an event's parts are sent, each with the modes that ask for it.
+/// The stream modes of an event's first parts, in the order they are sent (part K is sent to
+/// the modes of `MODES[K]`); the `tasks` and `checkpoints` parts follow at their own places.
 const MODES: [&[&str]; 4] = [
     &["values"],
     &["updates"],
     &["messages", "messages-tuple"],
     &["custom", "events", "debug"],
 ];
+
+/// The places of an event's `tasks` parts for tasks that ended at it (`TASK_ENDS + i`), of its
+/// `checkpoints` part, and of its `tasks` parts for tasks that started at it; at most
+/// [`PER_EVENT`] of each (more end at one event only when a run stops with that many plan steps
+/// running: those get no end part).
+const TASK_ENDS: usize = 4;
+const CHECKPOINT: usize = TASK_ENDS + PER_EVENT;
+const TASK_STARTS: usize = CHECKPOINT + 1;
+const PER_EVENT: usize = 100;
 
 /// How a run's events are written: LangGraph's stream modes, or AG-UI events (`agui.rs`).
 pub(crate) enum Format {
@@ -167,16 +187,17 @@ impl Format {
 
     /// The parts of a stored event; `skip`: the client has its parts up to this one;
     /// `text_sent`: bytes of the answer's text the client has; `call`: the call a
-    /// `tool_call_finished` ends.
+    /// `tool_call_finished` ends; `noted`: what the event did to the thread's tasks.
     fn parts(
         &self,
-        (env, call): (&Envelope, Option<&OpenCall>),
+        event: (&Envelope, Option<&OpenCall>, &Noted),
         st: &State,
         (text_sent, skip): (usize, Option<u8>),
         out: &mut std::collections::VecDeque<Sse>,
     ) {
+        let env = event.0;
         match self {
-            Self::LangGraph(modes) => parts(modes, (env, call), st, (text_sent, skip), out),
+            Self::LangGraph(modes) => parts(modes, event, st, (text_sent, skip), out),
             Self::AgUi { .. } => super::agui::parts(env, st, text_sent > 0, out),
         }
     }
@@ -303,44 +324,38 @@ fn update(env: &Envelope, st: &State, call: Option<&OpenCall>) -> Option<Value> 
     }
 }
 
-/// The SSE parts one stored event makes, after it was applied to `st`, in the order of [`MODES`]
-/// and after part `skip`; the answer without its first `text_sent` bytes (sent as it came).
+/// The SSE parts one stored event makes, after it was applied to `st` (`noted`: what it did to
+/// the thread's tasks and checkpoints), in the order of their places ([`MODES`], then
+/// [`TASK_ENDS`], [`CHECKPOINT`], [`TASK_STARTS`]) and after part `skip`; the answer without
+/// its first `text_sent` bytes (sent as it came).
 fn parts(
     modes: &[String],
-    (env, call): (&Envelope, Option<&OpenCall>),
+    (env, call, noted): (&Envelope, Option<&OpenCall>, &Noted),
     st: &State,
     (text_sent, skip): (usize, Option<u8>),
     out: &mut std::collections::VecDeque<Sse>,
 ) {
-    let changes_values = matches!(
-        env.event,
-        Event::ModelReplied {
-            purpose: weft_core::model::Purpose::React | weft_core::model::Purpose::Workflow,
-            ..
-        } | Event::TurnStarted { .. }
-            | Event::UserReplied { .. }
-            | Event::StepCompleted { .. }
-            | Event::ToolCallFinished { .. }
-            | Event::WaitingForUser { .. }
-            | Event::RunFinished { .. }
-    );
-    let update = modes
-        .iter()
-        .any(|m| m == "updates")
+    let wants = |names: &[&str]| modes.iter().any(|m| names.contains(&m.as_str()));
+    let mut send = |k: usize, event: &str, data: &Value| {
+        if skip.is_none_or(|s| k > usize::from(s)) {
+            out.push_back(part(event, data, Some((env.seq, k))));
+        }
+    };
+    let tasks = wants(&["tasks"]);
+    let update = (wants(&["updates"]) || tasks && !noted.ended.is_empty())
         .then(|| update(env, st, call))
         .flatten();
     for (k, names) in MODES.iter().enumerate() {
-        if !modes.iter().any(|m| names.contains(&m.as_str()))
-            || skip.is_some_and(|s| k <= usize::from(s))
-        {
+        if !wants(names) {
             continue;
         }
-        let id = Some((env.seq, k));
         match k {
-            0 if changes_values => out.push_back(part("values", &threads::values(st), id)),
+            0 if checkpoints::is_checkpoint(&env.event) => {
+                send(k, "values", &json!(threads::values(st)))
+            }
             1 => {
                 if let Some(u) = &update {
-                    out.push_back(part("updates", u, id));
+                    send(k, "updates", u);
                 }
             }
             // What of the answer did not come piece by piece (a replay: all of it).
@@ -351,15 +366,33 @@ fn parts(
                     && let Some(rest) = a.get(text_sent..).filter(|r| !r.is_empty())
                 {
                     let id_of = messages::answer_message(st, a);
-                    out.push_back(part("messages", &chunk(id_of.id(), rest), id));
+                    send(k, "messages", &chunk(id_of.id(), rest));
                 }
             }
             3 => {
                 if let Ok(v) = serde_json::to_value(env) {
-                    out.push_back(part("custom", &v, id));
+                    send(k, "custom", &v);
                 }
             }
             _ => {}
+        }
+    }
+    if tasks {
+        for (i, (t, outcome)) in noted.ended.iter().enumerate().take(PER_EVENT) {
+            let data = checkpoints::ended_json(t, outcome, (env, update.as_ref()), st);
+            send(TASK_ENDS + i, "tasks", &data);
+        }
+    }
+    if wants(&["checkpoints"])
+        && let Some(cp) = &noted.checkpoint
+    {
+        let data = checkpoints::checkpoint_json(&st.session_id, cp, st);
+        send(CHECKPOINT, "checkpoints", &data);
+    }
+    if tasks {
+        for (i, (t, kind)) in noted.started.iter().enumerate().take(PER_EVENT) {
+            let data = checkpoints::started_json(t, kind, env, st);
+            send(TASK_STARTS + i, "tasks", &data);
         }
     }
 }
@@ -435,6 +468,8 @@ struct Cursor {
     run: Arc<Run>,
     format: Format,
     state: Option<State>,
+    /// The thread's tasks and checkpoints up to the last event sent.
+    lineage: Lineage,
     seq: u64,
     /// The client has the parts of event `skip.0` up to `skip.1`.
     skip: Option<(u64, u8)>,
@@ -482,6 +517,7 @@ impl Cursor {
         });
         Self {
             _temporary: temporary,
+            lineage: Lineage::new(&run.thread_id),
             texts,
             pending,
             streamed: false,
@@ -583,12 +619,16 @@ impl Cursor {
         match self.app.store.load(&self.run.thread_id).await {
             Ok((_, log)) => {
                 let mut st = State::new();
+                let mut lineage = Lineage::new(&self.run.thread_id);
                 for e in log.iter().take_while(|e| e.seq <= self.seq) {
                     note_reply(&mut self.reply, &e.event);
+                    let call = checkpoints::open_call(&e.event, &st);
                     st.apply(&e.event);
+                    lineage.note(e, call.as_ref(), &st);
                     self.progress.note(&e.event, &self.run.run_id, st.status);
                 }
                 self.state = Some(st);
+                self.lineage = lineage;
                 true
             }
             Err(e) => {
@@ -659,11 +699,9 @@ impl Cursor {
                 }
             }
             note_reply(&mut self.reply, &env.event);
-            let call = match &env.event {
-                Event::ToolCallFinished { call_id, .. } => st.calls.open.get(call_id).cloned(),
-                _ => None,
-            };
+            let call = checkpoints::open_call(&env.event, st);
             st.apply(&env.event);
+            let noted = self.lineage.note(env, call.as_ref(), st);
             self.progress.note(&env.event, &self.run.run_id, st.status);
             let answered = matches!(self.format, Format::LangGraph(_))
                 && matches!(&env.event, Event::RunFinished { answer: Some(a), .. } if self.reply.as_deref() == Some(a.as_str()));
@@ -674,8 +712,12 @@ impl Cursor {
             } else {
                 0
             };
-            self.format
-                .parts((env, call.as_ref()), st, (sent, skip), &mut self.queue);
+            self.format.parts(
+                (env, call.as_ref(), &noted),
+                st,
+                (sent, skip),
+                &mut self.queue,
+            );
             self.seq = env.seq;
             if ends_text(&env.event) {
                 self.text_at = env.seq;

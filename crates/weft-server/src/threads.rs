@@ -14,7 +14,7 @@ use weft_store::{Leases, ListFilter, NewSession, SessionLog, SessionRecord, Stor
 use super::auth::User;
 use super::messages::{Message, messages};
 use super::openapi::{self, Route};
-use super::{ApiError, Shared, runs};
+use super::{ApiError, Shared, checkpoints, runs};
 use weft_host::sessions::fmt_time;
 
 /// The routes of assistants and threads.
@@ -90,9 +90,22 @@ pub(crate) fn routes() -> Vec<Route> {
             get_state,
         )
         .json::<ThreadState>("the state"),
+        openapi::get(
+            "/threads/{tid}/state/{checkpoint_id}",
+            "The thread's state at one of its checkpoints (an id its history or a `checkpoints` stream gave)",
+            get_state_at,
+        )
+        .json::<ThreadState>("the state"),
+        openapi::post(
+            "/threads/{tid}/state/checkpoint",
+            "The thread's state at the checkpoint the body names (`{checkpoint: {checkpoint_id}}`)",
+            post_state_at,
+        )
+        .body::<StateAt>()
+        .json::<ThreadState>("the state"),
         openapi::post(
             "/threads/{tid}/history",
-            "The thread's states after each turn ended or waited, newest first",
+            "The thread's states at each of its checkpoints (each event that changed its values), newest first",
             history,
         )
         .body::<History>()
@@ -692,12 +705,13 @@ struct Checkpoint {
 /// The thread's state as LangGraph's `ThreadState`: values, what runs next, the checkpoint
 /// (the session's sequence number) and the interrupts that wait for an answer.
 pub(crate) fn state_json(rec: &SessionRecord, st: &SessionState) -> ThreadState {
-    let interrupts: Vec<Interrupt> = st.turn.waiting.iter().map(|w| interrupt(st, w)).collect();
+    let interrupts = checkpoints::waits(st);
     let tasks = if interrupts.is_empty() {
         Vec::new()
     } else {
+        // The wait's task, as the thread's history names it (the wait is its last event).
         vec![Task {
-            id: format!("{}-{}", rec.id, st.seq),
+            id: checkpoints::task_id(&rec.id, &st.seq.to_string()),
             name: "agent".into(),
             interrupts: interrupts.clone(),
             error: None,
@@ -713,15 +727,74 @@ pub(crate) fn state_json(rec: &SessionRecord, st: &SessionState) -> ThreadState 
         },
         tasks,
         interrupts,
-        checkpoint: Checkpoint {
-            thread_id: rec.id.clone(),
-            checkpoint_ns: String::new(),
-            checkpoint_id: st.seq.to_string(),
-        },
+        checkpoint: checkpoint(&rec.id, st.seq),
         parent_checkpoint: None,
         metadata: public_metadata(&rec.metadata),
         created_at: fmt_time(rec.updated_at),
     }
+}
+
+fn checkpoint(thread_id: &str, seq: u64) -> Checkpoint {
+    Checkpoint {
+        thread_id: thread_id.to_owned(),
+        checkpoint_ns: String::new(),
+        checkpoint_id: seq.to_string(),
+    }
+}
+
+/// The thread's state at checkpoint `cp` (`st`: the thread there), as its history and a
+/// `checkpoints` stream show it: what runs next with the tasks' ids, the parent checkpoint, the
+/// checkpoint's `source`, `step` and run in the metadata.
+fn checkpoint_state(
+    rec: &SessionRecord,
+    cp: &checkpoints::Checkpoint,
+    st: &SessionState,
+) -> ThreadState {
+    let interrupts = checkpoints::waits(st);
+    let mut metadata = public_metadata(&rec.metadata);
+    metadata.extend(checkpoints::metadata(cp));
+    ThreadState {
+        values: values(st),
+        next: cp.next.iter().map(|t| t.name.clone()).collect(),
+        tasks: cp
+            .next
+            .iter()
+            .map(|t| Task {
+                id: t.id.clone(),
+                name: t.name.clone(),
+                interrupts: interrupts.clone(),
+                error: None,
+                state: None,
+            })
+            .collect(),
+        interrupts,
+        checkpoint: checkpoint(&rec.id, cp.seq),
+        parent_checkpoint: cp.parent.map(|p| checkpoint(&rec.id, p)),
+        metadata,
+        created_at: fmt_time(rec.updated_at),
+    }
+}
+
+/// The thread's states at each of its checkpoints, oldest first; `upto`: none after this one.
+fn checkpoint_states(
+    rec: &SessionRecord,
+    events: &[weft_core::Envelope],
+    upto: Option<u64>,
+) -> Vec<ThreadState> {
+    let mut st = SessionState::new();
+    let mut lineage = checkpoints::Lineage::new(&rec.id);
+    let mut out = Vec::new();
+    for e in events
+        .iter()
+        .take_while(|e| upto.is_none_or(|u| e.seq <= u))
+    {
+        let call = checkpoints::open_call(&e.event, &st);
+        st.apply(&e.event);
+        if let Some(cp) = lineage.note(e, call.as_ref(), &st).checkpoint {
+            out.push(checkpoint_state(rec, &cp, &st));
+        }
+    }
+    out
 }
 
 pub(crate) async fn get_state(
@@ -739,7 +812,7 @@ pub(crate) struct History {
     limit: Option<usize>,
 }
 
-/// The thread's states after each turn ended or waited, newest first.
+/// The thread's states at each of its checkpoints, newest first.
 pub(crate) async fn history(
     State(app): State<Shared>,
     Extension(user): Extension<User>,
@@ -748,21 +821,62 @@ pub(crate) async fn history(
 ) -> Result<Json<Vec<ThreadState>>, ApiError> {
     let limit = body.and_then(|Json(b)| b.limit).unwrap_or(10);
     let (rec, events) = load_log(&app, &user, &tid).await?;
-    let mut st = SessionState::new();
-    let mut out = Vec::new();
-    for e in &events {
-        st.apply(&e.event);
-        let checkpoint = matches!(
-            e.event,
-            weft_core::Event::RunFinished { .. } | weft_core::Event::WaitingForUser { .. }
-        );
-        if checkpoint {
-            out.push(state_json(&rec, &st));
-        }
-    }
+    let mut out = checkpoint_states(&rec, &events, None);
     out.reverse();
     out.truncate(limit);
     Ok(Json(out))
+}
+
+/// `GET /threads/{tid}/state/{checkpoint_id}`: the state at one of the thread's checkpoints.
+pub(crate) async fn get_state_at(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((tid, id)): Path<(String, String)>,
+) -> Result<Json<ThreadState>, ApiError> {
+    state_at(&app, &user, &tid, &id).await.map(Json)
+}
+
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+pub(crate) struct StateAt {
+    /// `{checkpoint_id, checkpoint_ns?, thread_id?}`: the checkpoint.
+    #[schemars(schema_with = "openapi::any")]
+    checkpoint: Value,
+}
+
+/// `POST /threads/{tid}/state/checkpoint` (`threads.get_state` with `checkpoint`).
+pub(crate) async fn post_state_at(
+    State(app): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(tid): Path<String>,
+    Json(body): Json<StateAt>,
+) -> Result<Json<ThreadState>, ApiError> {
+    let Some(id) = body.checkpoint.get("checkpoint_id").and_then(Value::as_str) else {
+        return Err(ApiError::bad(
+            "checkpoint.checkpoint_id: missing; give the id of a checkpoint of the thread's \
+             history, e.g. {\"checkpoint\": {\"checkpoint_id\": \"12\"}}",
+        ));
+    };
+    state_at(&app, &user, &tid, id).await.map(Json)
+}
+
+/// The thread's state at checkpoint `id`, or 404 when it is not one of the thread's.
+async fn state_at(app: &Shared, user: &User, tid: &str, id: &str) -> Result<ThreadState, ApiError> {
+    let (rec, events) = load_log(app, user, tid).await?;
+    let seq: Option<u64> = id.parse().ok();
+    seq.and_then(|seq| {
+        checkpoint_states(&rec, &events, Some(seq))
+            .pop()
+            .filter(|s| s.checkpoint.checkpoint_id == id)
+    })
+    .ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!(
+                "checkpoint {id} is not a checkpoint of thread {tid}; its history \
+                 (POST /threads/{tid}/history) lists them"
+            ),
+        )
+    })
 }
 
 /// Whether a process drives the thread now: a run of this server, or a live lease of another.

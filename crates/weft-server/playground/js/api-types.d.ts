@@ -957,6 +957,144 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/threads/{tid}/state/{checkpoint_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The thread's state at one of its checkpoints (an id its history or a `checkpoints` stream gave) */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    tid: string;
+                    checkpoint_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description the state */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ThreadState"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/threads/{tid}/state/checkpoint": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** The thread's state at the checkpoint the body names (`{checkpoint: {checkpoint_id}}`) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    tid: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /** @description `{checkpoint_id, checkpoint_ns?, thread_id?}`: the checkpoint. */
+                        checkpoint: unknown;
+                    };
+                };
+            };
+            responses: {
+                /** @description the state */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ThreadState"];
+                    };
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/threads/{tid}/history": {
         parameters: {
             query?: never;
@@ -966,7 +1104,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** The thread's states after each turn ended or waited, newest first */
+        /** The thread's states at each of its checkpoints (each event that changed its values), newest first */
         post: {
             parameters: {
                 query?: never;
@@ -1108,7 +1246,11 @@ export interface paths {
                         input?: unknown;
                         /** @default null */
                         command?: unknown;
-                        /** @default null */
+                        /**
+                         * @description The stream modes, a mode or a list: `values` (the default), `updates`, `messages-tuple`
+                         *     (or `messages`), `custom` (or `events`, `debug`), `tasks`, `checkpoints`.
+                         * @default null
+                         */
                         stream_mode?: unknown;
                         /** @default null */
                         metadata?: unknown;
@@ -1212,7 +1354,11 @@ export interface paths {
                         input?: unknown;
                         /** @default null */
                         command?: unknown;
-                        /** @default null */
+                        /**
+                         * @description The stream modes, a mode or a list: `values` (the default), `updates`, `messages-tuple`
+                         *     (or `messages`), `custom` (or `events`, `debug`), `tasks`, `checkpoints`.
+                         * @default null
+                         */
                         stream_mode?: unknown;
                         /** @default null */
                         metadata?: unknown;
@@ -1298,7 +1444,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Start a run and stream it (server-sent events: metadata, values, updates, messages, custom, end or error; ids are sequence numbers) */
+        /** Start a run and stream it (server-sent events: metadata, then the modes asked for: values, updates, messages, custom, tasks, checkpoints; end or error; each part's id says where it stands, for Last-Event-ID) */
         post: {
             parameters: {
                 query?: never;
@@ -1316,7 +1462,11 @@ export interface paths {
                         input?: unknown;
                         /** @default null */
                         command?: unknown;
-                        /** @default null */
+                        /**
+                         * @description The stream modes, a mode or a list: `values` (the default), `updates`, `messages-tuple`
+                         *     (or `messages`), `custom` (or `events`, `debug`), `tasks`, `checkpoints`.
+                         * @default null
+                         */
                         stream_mode?: unknown;
                         /** @default null */
                         metadata?: unknown;
@@ -1616,7 +1766,11 @@ export interface paths {
                         input?: unknown;
                         /** @default null */
                         command?: unknown;
-                        /** @default null */
+                        /**
+                         * @description The stream modes, a mode or a list: `values` (the default), `updates`, `messages-tuple`
+                         *     (or `messages`), `custom` (or `events`, `debug`), `tasks`, `checkpoints`.
+                         * @default null
+                         */
                         stream_mode?: unknown;
                         /** @default null */
                         metadata?: unknown;
@@ -1718,7 +1872,11 @@ export interface paths {
                         input?: unknown;
                         /** @default null */
                         command?: unknown;
-                        /** @default null */
+                        /**
+                         * @description The stream modes, a mode or a list: `values` (the default), `updates`, `messages-tuple`
+                         *     (or `messages`), `custom` (or `events`, `debug`), `tasks`, `checkpoints`.
+                         * @default null
+                         */
                         stream_mode?: unknown;
                         /** @default null */
                         metadata?: unknown;
@@ -1820,7 +1978,11 @@ export interface paths {
                         input?: unknown;
                         /** @default null */
                         command?: unknown;
-                        /** @default null */
+                        /**
+                         * @description The stream modes, a mode or a list: `values` (the default), `updates`, `messages-tuple`
+                         *     (or `messages`), `custom` (or `events`, `debug`), `tasks`, `checkpoints`.
+                         * @default null
+                         */
                         stream_mode?: unknown;
                         /** @default null */
                         metadata?: unknown;
@@ -1922,7 +2084,11 @@ export interface paths {
                         input?: unknown;
                         /** @default null */
                         command?: unknown;
-                        /** @default null */
+                        /**
+                         * @description The stream modes, a mode or a list: `values` (the default), `updates`, `messages-tuple`
+                         *     (or `messages`), `custom` (or `events`, `debug`), `tasks`, `checkpoints`.
+                         * @default null
+                         */
                         stream_mode?: unknown;
                         /** @default null */
                         metadata?: unknown;

@@ -398,6 +398,22 @@ fn needs_sdk_tool_calls_and_tool_messages_reach_langgraph_clients() {
     );
 }
 
+/// The `tasks` and `checkpoints` stream modes as LangGraph's server sends them, through the
+/// Python SDK: task starts and ends paired by id for the model's turns and the tool call;
+/// checkpoints whose ids `get_history` lists and whose state `get_state` reads; a join with
+/// `Last-Event-ID` after any part of a finished run, or mid-way through a live one, repeats and
+/// loses nothing.
+#[test]
+fn needs_sdk_tasks_and_checkpoints_stream_as_langgraph_sends_them() {
+    let out = scenario(Some("tasks-checkpoints"));
+    for check in [
+        "tasks and checkpoints as LangGraph sends them",
+        "a stream of tasks and checkpoints resumes after any of its parts, live or replayed",
+    ] {
+        assert!(out.contains(&format!("ok: {check}\n")), "{check}: {out}");
+    }
+}
+
 /// `threads.update` merges metadata, `threads.copy` forks a thread at its last event,
 /// `threads.delete` deletes the session and its runs and refuses a busy thread; another user
 /// can do none of it.

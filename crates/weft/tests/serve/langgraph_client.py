@@ -115,9 +115,11 @@ async def main():
     out = await alice.runs.wait(t["thread_id"], "ask", command={"resume": "50"})
     assert out["answer"] == "Refunded 50 to c1.", out
     assert "__interrupt__" not in out
-    history = await alice.threads.get_history(t["thread_id"])
-    assert len(history) == 2 and history[0]["values"]["answer"] == "Refunded 50 to c1.", history
-    assert history[1]["interrupts"], history[1]
+    history = await alice.threads.get_history(t["thread_id"], limit=100)
+    assert history[0]["values"]["answer"] == "Refunded 50 to c1.", history
+    waits = [h for h in history if h["interrupts"]]
+    assert len(waits) == 1 and waits[0]["next"] == ["agent"], history
+    assert [x["id"] for x in waits[0]["tasks"]] == [x["id"] for x in state["tasks"]], (waits, state)
     ok("interrupt answered with Command(resume)")
 
     # Join after a dropped connection: read part of a run's stream, drop it, then join with the
@@ -710,6 +712,120 @@ async def store():
     ok("store memories")
 
 
+async def tasks_checkpoints():
+    """The `tasks` and `checkpoints` stream modes in LangGraph's shapes: each task (the model's
+    turns, the tool call) starts and ends with one id; a checkpoint follows each change of the
+    values, and its id is one the thread's history lists and its state can be read at."""
+    alice = get_client(url=URL, api_key=ALICE)
+    t = await alice.threads.create()
+    tid = t["thread_id"]
+    modes = ["tasks", "checkpoints", "values"]
+    whole = [p async for p in alice.runs.stream(tid, "echoer", input=user_msg("shout"),
+                                                stream_mode=modes)]
+    run_id = whole[0].data["run_id"]
+    assert whole[-1].event == "end", whole[-1]
+    body = [p for p in whole if p.event not in ("metadata", "end")]
+    ids = [p.id for p in body]
+    assert all(ids) and len(set(ids)) == len(ids), ids
+
+    tasks = [p.data for p in body if p.event == "tasks"]
+    starts = [d for d in tasks if "input" in d]
+    ends = [d for d in tasks if "result" in d]
+    assert all(set(d) == {"id", "name", "input", "triggers"} for d in starts), starts
+    assert all(set(d) == {"id", "name", "error", "result", "interrupts"} for d in ends), ends
+    assert [d["name"] for d in starts] == ["agent", "tools", "agent"], starts
+    # Each task's start, then its end, with the same id; the next task starts after it ended.
+    assert [(("start" if "input" in d else "end"), d["id"]) for d in tasks] == [
+        (kind, d["id"]) for d in starts for kind in ("start", "end")], tasks
+    assert [d["id"] for d in ends] == [d["id"] for d in starts] and len({d["id"] for d in ends}) == 3
+    assert all(d["error"] is None and d["interrupts"] == [] for d in ends), ends
+    call = ends[0]["result"]["messages"][0]["tool_calls"][0]
+    assert call["name"] == "shout", ends[0]
+    assert starts[1]["input"]["tool_call"] == {"name": "shout", "args": {}, "id": call["id"],
+                                               "type": "tool_call"}, starts[1]
+    assert starts[1]["triggers"] == ["__pregel_push"] and starts[0]["triggers"] == ["branch:to:agent"]
+    assert starts[0]["input"]["messages"][-1]["content"] == "shout", starts[0]
+    result = ends[1]["result"]["messages"][0]
+    assert result["type"] == "tool" and result["tool_call_id"] == call["id"], ends[1]
+    assert ends[2]["result"]["messages"][0]["content"] == "Shouted: LOUD", ends[2]
+
+    cps = [p.data for p in body if p.event == "checkpoints"]
+    values = [p.data for p in body if p.event == "values"]
+    assert [c["values"] for c in cps] == values and len(cps) >= 4, (cps, values)
+    assert all(set(c) == {"config", "parent_config", "values", "metadata", "next", "tasks"}
+               for c in cps), cps[0]
+    confs = [c["config"]["configurable"] for c in cps]
+    assert all(c["thread_id"] == tid and c["checkpoint_ns"] == "" for c in confs), confs
+    cids = [c["checkpoint_id"] for c in confs]
+    assert len(set(cids)) == len(cids), cids
+    assert cps[0]["parent_config"] is None, cps[0]
+    assert [c["parent_config"]["configurable"]["checkpoint_id"] for c in cps[1:]] == cids[:-1]
+    assert [c["metadata"]["step"] for c in cps] == list(range(-1, len(cps) - 1)), cps
+    assert [c["metadata"]["source"] for c in cps] == ["input"] + ["loop"] * (len(cps) - 1)
+    assert all(c["metadata"]["parents"] == {} for c in cps), cps
+    # What runs next at each checkpoint is the task that starts after it, with its id.
+    assert [c["next"] for c in cps] == [["agent"], ["tools"], ["agent"]] + [[]] * (len(cps) - 3)
+    assert [c["tasks"][0]["id"] for c in cps[:3]] == [d["id"] for d in starts], (cps, starts)
+    assert cps[1]["tasks"] == [{"id": starts[1]["id"], "name": "tools", "interrupts": [],
+                                "state": None}], cps[1]
+
+    # The thread's history lists the same checkpoints, and its state can be read at any of them.
+    history = await alice.threads.get_history(tid, limit=100)
+    assert [h["checkpoint"]["checkpoint_id"] for h in history] == cids[::-1], (history, cids)
+    for h, c in zip(history[::-1], cps):
+        assert h["values"] == c["values"] and h["next"] == c["next"], (h, c)
+        assert [x["id"] for x in h["tasks"]] == [x["id"] for x in c["tasks"]], (h, c)
+        parent = c["parent_config"] and c["parent_config"]["configurable"]["checkpoint_id"]
+        assert (h["parent_checkpoint"] or {}).get("checkpoint_id") == parent, (h, c)
+        assert {k: h["metadata"][k] for k in ("source", "step", "parents")} == c["metadata"], h
+    state = await alice.threads.get_state(tid)
+    assert state["checkpoint"]["checkpoint_id"] == cids[-1], (state["checkpoint"], cids)
+    at = await alice.threads.get_state(tid, checkpoint_id=cids[1])
+    assert at["checkpoint"]["checkpoint_id"] == cids[1] and at["values"] == cps[1]["values"], at
+    assert at["next"] == ["tools"] and at["tasks"][0]["id"] == starts[1]["id"], at
+    at = await alice.threads.get_state(tid, checkpoint={"checkpoint_id": cids[2]})
+    assert at["values"] == cps[2]["values"] and at["next"] == ["agent"], at
+    # A fork at a checkpoint seen in the stream holds the thread as it was there.
+    async with httpx.AsyncClient(base_url=URL, headers={"x-api-key": ALICE}, timeout=30) as h:
+        r = await h.post(f"/sessions/{tid}/fork", json={"at": int(cids[2])})
+        assert r.status_code == 200, r.text
+        fork = r.json()["id"]
+    forked = (await alice.threads.get_state(fork))["values"]["messages"]
+    assert [(m["type"], m["content"]) for m in forked][:3] == [
+        (m["type"], m["content"]) for m in cps[2]["values"]["messages"]], (forked, cps[2])
+    assert await not_found(alice.threads.get_state(tid, checkpoint_id="999999"))
+    assert await not_found(get_client(url=URL, api_key=BOB).threads.get_state(tid, checkpoint_id=cids[1]))
+    ok("tasks and checkpoints as LangGraph sends them")
+
+    # A join after any part of the finished run sends exactly the parts that followed it.
+    for i, p in enumerate(body):
+        rest = [q async for q in alice.runs.join_stream(tid, run_id, stream_mode=modes,
+                                                        last_event_id=p.id)]
+        assert rest and rest[-1].event == "end", (p.id, rest)
+        rest = [(q.id, q.event, q.data) for q in rest[:-1] if q.event]
+        assert rest == [(q.id, q.event, q.data) for q in body[i + 1:]], (p.id, rest)
+    # A live stream cut while a tool runs, joined again with its last id: nothing repeated or
+    # lost (slowpoke's calls take a second each).
+    t = await alice.threads.create()
+    run = await alice.runs.create(t["thread_id"], "slowpoke", input=user_msg("three slow steps"))
+    first = []
+    async for q in alice.runs.join_stream(t["thread_id"], run["run_id"], stream_mode=modes):
+        first.append(q)
+        if q.event == "tasks" and q.data["name"] == "tools" and "input" in q.data:
+            break
+    last = [q.id for q in first if q.id][-1]
+    rest = [q async for q in alice.runs.join_stream(t["thread_id"], run["run_id"],
+                                                    stream_mode=modes, last_event_id=last)]
+    assert rest[-1].event == "end", rest[-1]
+    again = [q async for q in alice.runs.join_stream(t["thread_id"], run["run_id"],
+                                                     stream_mode=modes)]
+    got = [(q.id, q.event, q.data) for q in first + rest if q.id]
+    want = [(q.id, q.event, q.data) for q in again if q.id]
+    assert got == want, ([g[0] for g in got], [w[0] for w in want])
+    assert sum(1 for _, e, d in want if e == "tasks" and "input" in d and d["name"] == "tools") == 3
+    ok("a stream of tasks and checkpoints resumes after any of its parts, live or replayed")
+
+
 async def update_state():
     """threads.update_state is refused with 501 and a body that says what to use instead."""
     alice = get_client(url=URL, api_key=ALICE)
@@ -727,5 +843,6 @@ async def update_state():
 
 SCENARIOS = {"restart": restart, "resume": resume, "wait-restart": wait_restart,
              "body-limit": body_limit, "tools": tools, "threads": threads_api,
-             "threadless": threadless, "store": store, "update-state": update_state}
+             "threadless": threadless, "store": store, "update-state": update_state,
+             "tasks-checkpoints": tasks_checkpoints}
 asyncio.run(SCENARIOS[MODE]() if MODE in SCENARIOS else main())
