@@ -193,7 +193,11 @@ impl Lineage {
                 }
             }
             Event::WaitingForUser { .. } => {
-                // A model turn that asked ends interrupted; the turn after the answer is it.
+                // A plan step that asked ends interrupted (it runs again after the answer, as
+                // a new attempt); a model turn too, and the turn after the answer is it.
+                for t in std::mem::take(&mut self.steps).into_values() {
+                    out.ended.push((t, Outcome::Interrupted));
+                }
                 self.waiting = Some(match self.agent.take() {
                     Some(t) => {
                         out.ended.push((t.clone(), Outcome::Interrupted));

@@ -775,23 +775,34 @@ fn checkpoint_state(
     }
 }
 
-/// The thread's states at each of its checkpoints, oldest first; `upto`: none after this one.
+/// The thread's states at its last `last` checkpoints up to event `upto`, oldest first (only
+/// those are made: a state holds the whole conversation).
 fn checkpoint_states(
     rec: &SessionRecord,
     events: &[weft_core::Envelope],
-    upto: Option<u64>,
+    (upto, last): (Option<u64>, usize),
 ) -> Vec<ThreadState> {
+    let events: Vec<&weft_core::Envelope> = events
+        .iter()
+        .take_while(|e| upto.is_none_or(|u| e.seq <= u))
+        .collect();
+    let all = events
+        .iter()
+        .filter(|e| checkpoints::is_checkpoint(&e.event))
+        .count();
+    let mut skip = all.saturating_sub(last);
     let mut st = SessionState::new();
     let mut lineage = checkpoints::Lineage::new(&rec.id);
     let mut out = Vec::new();
-    for e in events
-        .iter()
-        .take_while(|e| upto.is_none_or(|u| e.seq <= u))
-    {
+    for e in events {
         let call = checkpoints::open_call(&e.event, &st);
         st.apply(&e.event);
         if let Some(cp) = lineage.note(e, call.as_ref(), &st).checkpoint {
-            out.push(checkpoint_state(rec, &cp, &st));
+            if skip > 0 {
+                skip -= 1;
+            } else {
+                out.push(checkpoint_state(rec, &cp, &st));
+            }
         }
     }
     out
@@ -821,9 +832,8 @@ pub(crate) async fn history(
 ) -> Result<Json<Vec<ThreadState>>, ApiError> {
     let limit = body.and_then(|Json(b)| b.limit).unwrap_or(10);
     let (rec, events) = load_log(&app, &user, &tid).await?;
-    let mut out = checkpoint_states(&rec, &events, None);
+    let mut out = checkpoint_states(&rec, &events, (None, limit));
     out.reverse();
-    out.truncate(limit);
     Ok(Json(out))
 }
 
@@ -864,7 +874,7 @@ async fn state_at(app: &Shared, user: &User, tid: &str, id: &str) -> Result<Thre
     let (rec, events) = load_log(app, user, tid).await?;
     let seq: Option<u64> = id.parse().ok();
     seq.and_then(|seq| {
-        checkpoint_states(&rec, &events, Some(seq))
+        checkpoint_states(&rec, &events, (Some(seq), 1))
             .pop()
             .filter(|s| s.checkpoint.checkpoint_id == id)
     })
