@@ -433,6 +433,11 @@ mod tests {
             json!({"type": "model_replied", "purpose": "react", "reply": {"content": "done"}}),
             json!({"type": "run_finished", "status": "completed", "answer": "done"}),
         ];
+        numbered(events.into())
+    }
+
+    /// Envelopes of `events`, numbered from 1.
+    fn numbered(events: Vec<Value>) -> Vec<Envelope> {
         events
             .into_iter()
             .zip(1..)
@@ -526,5 +531,57 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(ids(&noted), ids(&again));
+    }
+
+    #[test]
+    fn a_plan_step_that_asks_ends_interrupted_and_its_next_attempt_is_a_task_of_its_own() {
+        let log = numbered(vec![
+            json!({"type": "session_started", "session_id": "t1", "agent": "a", "mode": "plan"}),
+            json!({"type": "turn_started", "task": "refund c1"}),
+            json!({"type": "step_started", "step": "refund", "attempt": 1}),
+            json!({"type": "waiting_for_user", "request": {"kind": "missing_input",
+                "question": "How much?", "step": "refund"}}),
+            json!({"type": "user_replied", "text": "50"}),
+            json!({"type": "step_started", "step": "refund", "attempt": 1}),
+            json!({"type": "step_completed", "step": "refund", "output": {"ok": true}}),
+            json!({"type": "run_finished", "status": "completed", "answer": "Refunded."}),
+        ]);
+        let noted = fold(&log);
+        let events: Vec<(u64, &str, &str, Option<&Outcome>)> = noted
+            .iter()
+            .zip(&log)
+            .flat_map(|(n, e)| {
+                let ended = n
+                    .ended
+                    .iter()
+                    .map(|(t, o)| (e.seq, "end", t.id.as_str(), Some(o)));
+                let started = n
+                    .started
+                    .iter()
+                    .map(|(t, _)| (e.seq, "start", t.id.as_str(), None));
+                ended.chain(started).collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(events.len(), 4, "{events:?}");
+        let (first, second) = (events[0].2, events[2].2);
+        assert_ne!(first, second, "a new attempt is a new task");
+        assert_eq!(
+            events,
+            [
+                (3, "start", first, None),
+                (4, "end", first, Some(&Outcome::Interrupted)),
+                (6, "start", second, None),
+                (7, "end", second, Some(&Outcome::Done)),
+            ]
+        );
+        // The wait's checkpoint names the agent's task, as the thread's state does.
+        let wait = noted[3].checkpoint.as_ref().unwrap();
+        assert_eq!(
+            wait.next,
+            [Task {
+                id: task_id("t1", "4"),
+                name: "agent".into()
+            }]
+        );
     }
 }
