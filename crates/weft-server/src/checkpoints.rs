@@ -7,7 +7,8 @@
 //! (from -1, as LangGraph's first input checkpoint), `parent` is the checkpoint before it.
 //!
 //! A task is what runs between checkpoints: a model turn (`agent`), one of the model's tool calls
-//! (`tools`), a plan step's attempt (named by the step's id). It starts and ends at events of
+//! (`tools`), a plan step's attempt (named by the step's id); a workflow's model turn starts with
+//! the task or where a step is entered. It starts and ends at events of
 //! the log, and its id is derived from the thread and the event that scheduled it, so a replay
 //! and the thread's history give the ids a live stream gave.
 
