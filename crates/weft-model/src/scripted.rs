@@ -12,7 +12,8 @@
 //!
 //! A reply has one of `text`, `json` (sent as JSON text) or `tool_calls`, and may carry
 //! `purpose` (in a list: the call must have this purpose, or the script fails loudly),
-//! `delay_ms` (think time), `usage` and `repeat` (the reply stands for that many calls).
+//! `delay_ms` (think time), `piece_ms` (a pause between the streamed pieces of its text), `usage`
+//! and `repeat` (the reply stands for that many calls).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -59,6 +60,10 @@ pub struct ScriptedReply {
     /// Think time before the reply, in milliseconds.
     #[serde(default)]
     pub delay_ms: u64,
+    /// A pause between the streamed pieces (words) of the text, in milliseconds, so that a client
+    /// receives them apart rather than in one write.
+    #[serde(default)]
+    pub piece_ms: u64,
     /// The usage reported; `None` estimates it (a token per four bytes).
     #[serde(default)]
     pub usage: Option<Usage>,
@@ -479,13 +484,20 @@ impl Model for ScriptedModel {
             && !content.is_empty()
         {
             let mut start = 0;
+            let mut pieces = Vec::new();
             for (i, c) in content.char_indices() {
                 if c == ' ' && i > start {
-                    sink(&content[start..i]);
+                    pieces.push(&content[start..i]);
                     start = i;
                 }
             }
-            sink(&content[start..]);
+            pieces.push(&content[start..]);
+            for (k, piece) in pieces.into_iter().enumerate() {
+                if k > 0 && reply.piece_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(reply.piece_ms)).await;
+                }
+                sink(piece);
+            }
         }
         let tool_calls = reply
             .tool_calls
@@ -666,5 +678,24 @@ mod tests {
             .unwrap();
         assert_eq!(seen.lock().unwrap().as_str(), "a b c");
         assert!(m.complete(&req(Purpose::React, 2, 2), None).await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn piece_ms_sends_the_pieces_apart() {
+        let m = ScriptedModel::parse("p.yaml", "- {text: \"a b c\", piece_ms: 40}\n").unwrap();
+        let start = tokio::time::Instant::now();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let sink: DeltaSink = std::sync::Arc::new(move |d: &str| {
+            s2.lock()
+                .unwrap()
+                .push((d.to_owned(), start.elapsed().as_millis()));
+        });
+        m.complete(&req(Purpose::React, 0, 0), Some(sink))
+            .await
+            .unwrap();
+        let seen = seen.lock().unwrap().clone();
+        let at = |p: &str, ms: u128| (p.to_owned(), ms);
+        assert_eq!(seen, [at("a", 0), at(" b", 40), at(" c", 80)]);
     }
 }

@@ -56,10 +56,46 @@ export function fill(el, ...children) {
  */
 export function renderIfChanged(el, data, part) {
   const sig = JSON.stringify(data ?? null);
-  if (el.dataset.sig === sig) return false;
-  el.dataset.sig = sig;
+  if (SIGS.get(el) === sig) return false;
+  SIGS.set(el, sig);
   fill(el, part(data));
   return true;
+}
+
+/** What each element was last rendered from (kept off the DOM: a signature can be large). */
+const SIGS = new WeakMap();
+
+/** The element made for each item of a keyed list, with the signature it was made from. */
+const KEYED = new WeakMap();
+
+/**
+ * Makes `el`'s children one element per item, in order: an item whose signature did not change
+ * keeps its element, so a live list redraws (and the browser lays out again) only what changed.
+ * @template T
+ * @param {HTMLElement} el a container holding nothing but the list
+ * @param {T[]} items
+ * @param {(item: T) => string | number} key
+ * @param {(item: T) => unknown} sigOf what the item's element is made from
+ * @param {(item: T) => Element} make
+ */
+export function keyedList(el, items, key, sigOf, make) {
+  /** @type {Map<string | number, {sig: string, node: Element}>} */
+  const had = KEYED.get(el) ?? new Map();
+  const now = new Map();
+  const nodes = items.map((item) => {
+    const k = key(item);
+    const sig = JSON.stringify(sigOf(item) ?? null);
+    const old = had.get(k);
+    const kept = old && old.sig === sig ? old : { sig, node: make(item) };
+    now.set(k, kept);
+    return kept.node;
+  });
+  KEYED.set(el, now);
+  const keep = new Set(nodes);
+  for (const c of [...el.children]) if (!keep.has(c)) c.remove();
+  nodes.forEach((node, i) => {
+    if (el.children[i] !== node) el.insertBefore(node, el.children[i] ?? null);
+  });
 }
 
 /** "12 s ago", "4 min ago", "3 h ago", "2 d ago". */

@@ -8,7 +8,7 @@
 // at any event with `?at=N`.
 
 import { api, follow, ApiError } from "./api.js";
-import { h, fill, renderIfChanged, age, when, usageText, pretty, cut, count, announce, spentOf } from "./dom.js";
+import { h, fill, renderIfChanged, keyedList, age, when, usageText, pretty, cut, count, announce, spentOf } from "./dom.js";
 import { GraphView, legend, stateClass, stateText } from "./graph.js";
 import { callCard, decisions, conversation, errorDetail } from "./cards.js";
 import { waitingPanel } from "./act.js";
@@ -697,43 +697,26 @@ export class SessionPage {
       queueMicrotask(() => document.getElementById("model-calls")?.scrollIntoView({ block: "start" }));
     };
     const panel = () => {
-      if (this.tab === "calls") {
-        if (!v.calls.length) return h("p", { class: "muted" }, "No tool call yet.");
-        // The latest calls; all of them on request (a large plan has a thousand).
-        const shown = this.allCalls ? v.calls : v.calls.slice(-CALLS_SHOWN);
-        const more = v.calls.length - shown.length;
-        return [
-          [...shown].reverse().map((c) => callCard(c, jump)),
-          more > 0 && h("button", { type: "button", class: "button small", id: "all-calls", onclick: () => ((this.allCalls = true), this.renderTabs()) }, `Show the ${count(more)} earlier calls`),
-        ];
-      }
+      // The tool calls and the events are keyed lists, brought up to date below.
+      if (this.tab === "calls") return v.calls.length ? [(this.callList = h("div", { class: "call-list" })), (this.moreCalls = h("div", {}))] : h("p", { class: "muted" }, "No tool call yet.");
       if (this.tab === "decisions") return decisions(v, jump);
       const upTo = this.at;
       if (this.tab === "timeline") return timeline(upTo === null ? this.events : this.events.filter((e) => e.seq <= upTo), { selected: this.selected, onSelect: (id) => this.select(id, false), onInspect: inspect });
       if (this.tab === "model") return modelCalls(this.id, { open: this.inspecting, onOpen: inspect });
-      let n = 0;
-      const at = this.at ?? this.lastSeq();
-      return h(
-        "ol",
-        { class: "events", "aria-label": "Events" },
-        this.events.map((e) => {
-          const call = e.type === "model_replied" || e.type === "model_failed" ? ++n : 0;
-          return h(
-            "li",
-            {},
-            h(
-              "button",
-              { type: "button", "aria-current": e.seq === at ? "true" : null, onclick: () => jump(e.seq), title: pretty(e) },
-              h("span", {}, `#${e.seq}`),
-              h("span", { class: "t" }, e.type),
-              h("span", { class: "d" }, describe(e)),
-            ),
-            call > 0 && h("button", { type: "button", class: "button small ghost inspect", dataset: { call: String(call) }, "aria-label": `Inspect model call ${call}`, onclick: () => inspect(call) }, "Inspect"),
-          );
-        }),
-      );
+      return (this.eventList = h("ol", { class: "events", "aria-label": "Events" }));
     };
-    const sig = { tab: this.tab, all: this.allCalls, calls: v.calls, r: v.reviews, p: v.plans, n: this.tab === "events" || this.tab === "timeline" || this.tab === "model" ? [this.events.length, this.at] : 0, sel: this.tab === "timeline" ? this.selected : null, inspecting: this.tab === "model" ? this.inspecting : null };
+    // What the panel is made from; the keyed lists' items are not in it (a live run adds to them
+    // many times a second, and redrawing every card each time is what made the page stall).
+    const sig = {
+      tab: this.tab,
+      all: this.allCalls,
+      calls: this.tab === "calls" ? v.calls.length > 0 : 0,
+      r: this.tab === "decisions" ? v.reviews : 0,
+      p: this.tab === "decisions" ? v.plans : 0,
+      n: this.tab === "timeline" || this.tab === "model" ? [this.events.length, this.at] : 0,
+      sel: this.tab === "timeline" ? this.selected : null,
+      inspecting: this.tab === "model" ? this.inspecting : null,
+    };
     renderIfChanged(this.parts.tabs, sig, () => {
       const focused = /** @type {HTMLElement | null} */ (document.activeElement)?.dataset?.tab;
       const bar = h(
@@ -773,7 +756,51 @@ export class SessionPage {
       if (focused) queueMicrotask(() => document.getElementById(`tab-${focused}`)?.focus());
       return out;
     });
+    for (const [key, label] of tabs) {
+      const b = document.getElementById(`tab-${key}`);
+      if (b && b.textContent !== label) b.textContent = label;
+    }
+    if (this.tab === "calls" && v.calls.length && this.callList && this.moreCalls) {
+      // The latest calls first; all of them on request (a large plan has a thousand).
+      const shown = this.allCalls ? v.calls : v.calls.slice(-CALLS_SHOWN);
+      keyedList(this.callList, [...shown].reverse(), (c) => c.call_id, (c) => c, (c) => callCard(c, jump));
+      const more = v.calls.length - shown.length;
+      renderIfChanged(this.moreCalls, more, () =>
+        more > 0 ? h("button", { type: "button", class: "button small", id: "all-calls", onclick: () => ((this.allCalls = true), this.renderTabs()) }, `Show the ${count(more)} earlier calls`) : null,
+      );
+    }
+    if (this.tab === "events" && this.eventList) {
+      const at = this.at ?? this.lastSeq();
+      /** @type {Map<number, number>} each model call's place among the session's model calls */
+      const calls = new Map();
+      for (const e of this.events) if (e.type === "model_replied" || e.type === "model_failed") calls.set(e.seq, calls.size + 1);
+      keyedList(this.eventList, this.events, (e) => e.seq, (e) => e.seq === at, (e) => eventItem(e, calls.get(e.seq) ?? 0, e.seq === at, jump, inspect));
+    }
   }
+}
+
+/**
+ * An event in the Events tab: a button that shows the session at it, and for a model call an
+ * Inspect button.
+ * @param {StoredEvent} e
+ * @param {number} call the model call's number, 0 for another event
+ * @param {boolean} current whether the session is shown at this event
+ * @param {(seq: number) => void} jump
+ * @param {(call: number) => void} inspect
+ */
+function eventItem(e, call, current, jump, inspect) {
+  return h(
+    "li",
+    {},
+    h(
+      "button",
+      { type: "button", "aria-current": current ? "true" : null, onclick: () => jump(e.seq), title: pretty(e) },
+      h("span", {}, `#${e.seq}`),
+      h("span", { class: "t" }, e.type),
+      h("span", { class: "d" }, describe(e)),
+    ),
+    call > 0 && h("button", { type: "button", class: "button small ghost inspect", dataset: { call: String(call) }, "aria-label": `Inspect model call ${call}`, onclick: () => inspect(call) }, "Inspect"),
+  );
 }
 
 /** A few words about an event, for the slider and the event list. */

@@ -44,7 +44,7 @@ tools:
         d.join("banker.script.yaml"),
         "- tool_calls: [ { name: balance, arguments: {} } ]\n\
          - tool_calls: [ { name: transfer, arguments: { amount: 10 } } ]\n\
-         - text: \"Moved 10 to savings; the balance was 120.\"\n",
+         - { text: \"Moved 10 to savings; the balance was 120.\", piece_ms: 60 }\n",
     )
     .unwrap();
     std::fs::write(d.join("keys.txt"), format!("{KEY} alice\n")).unwrap();

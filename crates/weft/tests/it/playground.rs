@@ -1560,8 +1560,10 @@ fn wide_session(dir: &Path) {
     );
 }
 
-/// An agent `slow200` whose plan is 200 steps in 10 waves of 20, each a command (`tools.py`)
-/// that sleeps half a second; 20 run at once.
+/// An agent `slow200` whose plan is 200 steps in 10 waves of 20, each a shell command that sleeps
+/// half a second and logs its call; 20 run at once. The command is `sh`, not `tools.py`: twenty
+/// Python interpreters starting at each wave took the page's two cores for about half a second,
+/// which the browser measured as its own long tasks.
 fn slow_agent(dir: &Path) {
     let plan = wide_plan(10, 20, |i| json!({ "_tool": "slow", "n": i }));
     std::fs::write(
@@ -1570,11 +1572,17 @@ fn slow_agent(dir: &Path) {
     )
     .unwrap();
     std::fs::write(
+        dir.join("slow.sh"),
+        "a=$(cat)\nsleep 0.5\nprintf '{\"tool\":\"slow\",\"args\":%s}\\n' \"$a\" >> calls.log\n\
+         printf '{\"echo\":%s}' \"$a\"\n",
+    )
+    .unwrap();
+    std::fs::write(
         dir.join("slow200.yaml"),
         "name: slow200\nmode: plan\ndescription: Two hundred slow steps in ten waves.\n\
          model: scripted:slow200.script.json\nlimits: { max_parallel: 20 }\ntools:\n  \
-         - name: slow\n    description: Wait a moment.\n    command: [\"python3\", \"tools.py\", \"slow\"]\n    \
-         env: { SLEEP: \"0.5\", LOG: \"calls.log\" }\n    \
+         - name: slow\n    description: Wait a moment.\n    \
+         command: [\"sh\", \"slow.sh\"]\n    \
          input_schema: { type: object, properties: { n: { type: integer } }, required: [n] }\n    \
          idempotent: true\n    parallel: true\n",
     )

@@ -963,6 +963,13 @@ def live_200():
         "performance.setResourceTimingBufferSize(10000);"
         "window.__long = [];"
         "new PerformanceObserver((l) => { for (const e of l.getEntries()) window.__long.push(e.duration); }).observe({ type: 'longtask' });"
+        # What the long frames spent their time on: the scripts (by function), and style, layout
+        # and paint after them.
+        "window.__frames = [];"
+        "new PerformanceObserver((l) => { for (const e of l.getEntries()) window.__frames.push({ duration: e.duration,"
+        " render: e.renderStart ? e.startTime + e.duration - e.renderStart : 0,"
+        " layout: e.styleAndLayoutStart ? e.startTime + e.duration - e.styleAndLayoutStart : 0,"
+        " scripts: e.scripts.map((s) => ({ name: `${s.invoker} ${s.sourceFunctionName || ''} ${(s.sourceURL || '').split('/').pop()}:${s.sourceCharPosition}`, duration: s.duration, forced: s.forcedStyleAndLayoutDuration })) }); }).observe({ type: 'long-animation-frame' });"
     )
     sid = start("slow200", "Run two hundred slow steps.")
     wait(lambda: q('#graph svg[aria-label^="Plan: 200 steps"] .node'), "the 200 steps' plan drawn", 60)
@@ -974,9 +981,9 @@ def live_200():
         if running and samples < 12:
             # The view follows at its next redraw (at most one a second during a burst): a wave
             # that has just started may be outside the panel for that long. Waves overlap here
-            # (a step waits only for the step in its row of the wave before), and the view is
-            # known to lag now and then: the samples where no running step came into the panel
-            # within 3 s are counted and printed, and must be the exception.
+            # (a step waits only for the step in its row of the wave before): the samples where
+            # no running step came into the panel within 3 s are counted and printed; one is let
+            # pass (a redraw that waited for a core on this shared machine).
             def followed():
                 now = D.execute_script("return [...document.querySelectorAll('#graph .node[data-status=RUNNING]')].map(n => n.dataset.step)")
                 return not now or any(in_panel(s) for s in now)
@@ -1001,7 +1008,7 @@ def live_200():
     assert session_status() == "completed", session_status()
     assert samples >= 3, f"the running steps were seen only {samples} times"
     print(f"figure: live 200-step run: a running step in the panel within 3 s in {samples - len(lost)} of {samples} samples", flush=True)
-    assert len(lost) * 4 <= samples, f"no running step came into the panel within 3 s in {len(lost)} of {samples} samples: {lost}"
+    assert len(lost) <= 1, f"no running step came into the panel within 3 s in {len(lost)} of {samples} samples: {lost}"
     assert matched >= 3, matched
     ok("the running wave stays in the panel")
     ok("what the page drew from the events matches the server's view at the same event")
@@ -1014,10 +1021,15 @@ def live_200():
     )
     events = api(f"/sessions/{sid}")["last_seq"]
     print(f"figure: live 200-step run: {events} events, {len(longs)} long tasks, longest {max(longs, default=0):.0f} ms, {fetches} full fetches of the session", flush=True)
+    frames = sorted(D.execute_script("return window.__frames"), key=lambda f: -f["duration"])
+    for f in frames[:5]:
+        top = sorted(f["scripts"], key=lambda s: -s["duration"])[:3]
+        said = "; ".join(f"{s['name']} {s['duration']:.0f} ms (forced layout {s['forced']:.0f})" for s in top)
+        print(f"figure: live 200-step run: a long frame of {f['duration']:.0f} ms: render {f['render']:.0f} ms, style and layout {f['layout']:.0f} ms; scripts: {said}", flush=True)
     assert fetches <= 8, f"{fetches} full fetches of the session during a live run of {events} events"
-    # The target is no task over 100 ms; a long task is wall time, and this machine's cores are
-    # shared, so only a stall of seconds fails.
-    assert max(longs, default=0) < 2500, longs
+    # The target is no task over 100 ms; a long task is wall time, and this machine's two cores
+    # are shared with the server, its tools and other tests, so only a stall of a second fails.
+    assert max(longs, default=0) < 1000, longs
     ok("the live run is drawn from its events with few full fetches and no long stall")
     # Both pages fitted: every node drawn, whichever part each showed.
     import re
