@@ -447,6 +447,7 @@ async fn update(
     let clears_end = body.get("end_time").is_some_and(Value::is_null);
     let (fields, p) = read::<CronPatch>(body)?;
     let mut c = mine(&app, &user, &id).await?;
+    let before = (c.schedule.clone(), c.end_time, c.enabled);
     let budget = app
         .assistant(&c.assistant_id)
         .ok()
@@ -483,12 +484,16 @@ async fn update(
     }
     let now = weft_runtime::now_ms();
     let cron = parse_schedule(&c.schedule)?;
+    // A new schedule, end time or enabling starts from now; any other change keeps the next
+    // tick, which may be due already (not yet claimed: moving it on would skip it) or moved on
+    // by a claim since the cron was read (moving it back would start it again).
+    let reschedule = before != (c.schedule.clone(), c.end_time, c.enabled) && c.enabled;
     c.next_run_at = next_tick(&cron, now, c.end_time);
     c.updated_at = now;
-    if !app.store.update_cron(&c).await? {
+    if !app.store.update_cron(&c, reschedule).await? {
         return Err(ApiError::not_found("cron"));
     }
-    Ok(Json(info(&c)))
+    Ok(Json(info(&mine(&app, &user, &id).await?)))
 }
 
 async fn delete(

@@ -27,18 +27,21 @@ pub(crate) fn insert_sql(p: fn(usize) -> String) -> String {
     )
 }
 
-/// Rewrites what a client may change. Parameters: id, schedule, payload, metadata,
-/// on_run_completed, enabled, end_time, next_run_at, updated_at.
+/// Rewrites what a client may change; the next due time only when rescheduled (else a claim
+/// made since the cron was read keeps what it moved on). Parameters: id, schedule, payload,
+/// metadata, on_run_completed, enabled, end_time, next_run_at, updated_at, reschedule.
 pub(crate) fn update_sql(p: fn(usize) -> String) -> String {
     format!(
         "UPDATE crons SET schedule = {}, payload = {}, metadata = {}, on_run_completed = {}, \
-         enabled = {}, end_time = {}, next_run_at = {}, updated_at = {} WHERE id = {}",
+         enabled = {}, end_time = {}, next_run_at = CASE WHEN {} THEN {} ELSE next_run_at END, \
+         updated_at = {} WHERE id = {}",
         p(2),
         p(3),
         p(4),
         p(5),
         p(6),
         p(7),
+        p(10),
         p(8),
         p(9),
         p(1)
@@ -216,7 +219,11 @@ macro_rules! sql_cron_methods {
             Ok(())
         }
 
-        async fn update_cron(&self, c: &$crate::CronRecord) -> Result<bool, $crate::StoreError> {
+        async fn update_cron(
+            &self,
+            c: &$crate::CronRecord,
+            reschedule: bool,
+        ) -> Result<bool, $crate::StoreError> {
             let done = sqlx::query(&$crate::cron::update_sql($p))
                 .bind(&c.id)
                 .bind(&c.schedule)
@@ -227,6 +234,7 @@ macro_rules! sql_cron_methods {
                 .bind(c.end_time)
                 .bind(c.next_run_at)
                 .bind(c.updated_at)
+                .bind(reschedule)
                 .execute(&self.pool)
                 .await
                 .map_err(|e| self.err(&format!("cannot update cron {}", c.id), e))?;

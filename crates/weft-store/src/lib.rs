@@ -530,8 +530,15 @@ pub trait Crons: Send + Sync + 'static {
     /// Stores a new cron.
     fn create_cron(&self, c: &CronRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Rewrites what a client may change of cron `c.id` (schedule, payload, metadata,
-    /// on_run_completed, enabled, end_time, next_run_at, updated_at); false when there is none.
-    fn update_cron(&self, c: &CronRecord) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// on_run_completed, enabled, end_time, updated_at); false when there is none. Its next due
+    /// time is written only when `reschedule` (its schedule, end time or enabling changed):
+    /// otherwise the stored one stays, since a process may have moved it on by claiming a tick
+    /// since `c` was read (writing `c`'s back would start that tick again, or skip one due).
+    fn update_cron(
+        &self,
+        c: &CronRecord,
+        reschedule: bool,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Cron `id`, if there is one.
     fn cron(&self, id: &str)
     -> impl Future<Output = Result<Option<CronRecord>, StoreError>> + Send;

@@ -328,7 +328,11 @@ impl crate::Crons for RamStore {
         Ok(())
     }
 
-    async fn update_cron(&self, c: &crate::CronRecord) -> Result<bool, StoreError> {
+    async fn update_cron(
+        &self,
+        c: &crate::CronRecord,
+        reschedule: bool,
+    ) -> Result<bool, StoreError> {
         let mut all = self.crons()?;
         let Some(stored) = all.get_mut(&c.id) else {
             return Ok(false);
@@ -339,7 +343,9 @@ impl crate::Crons for RamStore {
         stored.on_run_completed.clone_from(&c.on_run_completed);
         stored.enabled = c.enabled;
         stored.end_time = c.end_time;
-        stored.next_run_at = c.next_run_at;
+        if reschedule {
+            stored.next_run_at = c.next_run_at;
+        }
         stored.updated_at = c.updated_at;
         Ok(true)
     }
