@@ -21,6 +21,12 @@
 //! `multitask_strategy` would be (`reject`, the default: refused; `enqueue`: queued behind the
 //! run when this server drives it, refused when another one does). A refused tick is recorded
 //! on the cron (`last_tick.error`) and the next tick tries again.
+//!
+//! **Changes and deletes under ticks.** An update moves the next tick only when it changes the
+//! schedule, the end time or enables the cron: otherwise a tick due and not yet claimed would be
+//! skipped, or one claimed since the cron was read started again. A delete waits for a tick
+//! being started (claimed, its run not yet stored) to be stored: no run of a cron starts after
+//! its delete answered.
 
 use std::time::Duration;
 
@@ -502,8 +508,24 @@ async fn delete(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     mine(&app, &user, &id).await?;
-    app.store.delete_cron(&id).await?;
+    remove(&app, &id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Deletes cron `id` once no tick of it is being started: a tick claimed before the delete has
+/// its run stored first (a few milliseconds; at most until the claim expires, when its server
+/// died), so that no run of the cron starts after the delete answered.
+async fn remove(app: &Shared, id: &str) -> Result<(), ApiError> {
+    loop {
+        if app.store.delete_cron(id, weft_runtime::now_ms()).await? {
+            return Ok(());
+        }
+        match app.store.cron(id).await? {
+            None => return Ok(()),
+            Some(c) if c.claim.is_some() => tokio::time::sleep(Duration::from_millis(20)).await,
+            Some(_) => {}
+        }
+    }
 }
 
 /// The user's crons that match `q`'s filters.
@@ -619,7 +641,7 @@ async fn count(
 pub(crate) async fn forget_thread(app: &Shared, user: &User, tid: &str) -> Result<(), ApiError> {
     for c in app.store.crons_of(&user.0).await? {
         if c.thread_id.as_deref() == Some(tid) {
-            app.store.delete_cron(&c.id).await?;
+            remove(app, &c.id).await?;
         }
     }
     Ok(())

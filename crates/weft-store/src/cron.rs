@@ -61,9 +61,13 @@ pub(crate) fn list_sql(p: fn(usize) -> String) -> String {
     )
 }
 
-/// Deletes a cron. Parameter: id.
+/// Deletes a cron without a live claim. Parameters: id, now.
 pub(crate) fn delete_sql(p: fn(usize) -> String) -> String {
-    format!("DELETE FROM crons WHERE id = {}", p(1))
+    format!(
+        "DELETE FROM crons WHERE id = {} AND (claimed_tick IS NULL OR claim_expires <= {})",
+        p(1),
+        p(2)
+    )
 }
 
 /// The enabled crons with a tick due, or a claim that expired, soonest first. Parameters: now,
@@ -269,9 +273,10 @@ macro_rules! sql_cron_methods {
             Ok(out)
         }
 
-        async fn delete_cron(&self, id: &str) -> Result<bool, $crate::StoreError> {
+        async fn delete_cron(&self, id: &str, now: i64) -> Result<bool, $crate::StoreError> {
             let done = sqlx::query(&$crate::cron::delete_sql($p))
                 .bind(id)
+                .bind(now)
                 .execute(&self.pool)
                 .await
                 .map_err(|e| self.err(&format!("cannot delete cron {id}"), e))?;

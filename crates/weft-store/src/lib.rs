@@ -547,8 +547,14 @@ pub trait Crons: Send + Sync + 'static {
         &self,
         user: &str,
     ) -> impl Future<Output = Result<Vec<CronRecord>, StoreError>> + Send;
-    /// Deletes cron `id`; false when there was none.
-    fn delete_cron(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Deletes cron `id` unless a tick of it is claimed and the claim has not expired at `now`
+    /// (its run is being started: deleting it then would let the run start after the delete);
+    /// false when it was not deleted (there was none, or a live claim).
+    fn delete_cron(
+        &self,
+        id: &str,
+        now: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// At most `limit` enabled crons with a tick due at `now` (and no open claim), or with a
     /// claim that expired, soonest first.
     fn due_crons(

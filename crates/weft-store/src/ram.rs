@@ -365,8 +365,13 @@ impl crate::Crons for RamStore {
         Ok(out)
     }
 
-    async fn delete_cron(&self, id: &str) -> Result<bool, StoreError> {
-        Ok(self.crons()?.remove(id).is_some())
+    async fn delete_cron(&self, id: &str, now: i64) -> Result<bool, StoreError> {
+        let mut all = self.crons()?;
+        let claimed = all
+            .get(id)
+            .and_then(|c| c.claim.as_ref())
+            .is_some_and(|claim| claim.expires > now);
+        Ok(!claimed && all.remove(id).is_some())
     }
 
     async fn due_crons(

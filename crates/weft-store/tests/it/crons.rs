@@ -130,10 +130,15 @@ async fn crons_behave<S: Crons>(store: &S) {
             .await
             .unwrap()
     );
-    assert!(store.delete_cron("c2").await.unwrap());
-    assert!(!store.delete_cron("c2").await.unwrap());
+    assert!(store.delete_cron("c2", 1_000).await.unwrap());
+    assert!(!store.delete_cron("c2", 1_000).await.unwrap());
     assert!(!store.update_cron(&b, true).await.unwrap());
     assert_eq!(ids(store.crons_of("alice").await.unwrap()), ["c1"]);
+    // A cron whose tick is claimed (until 9,000) is deleted only once the claim expired.
+    assert!(!store.delete_cron("c1", 8_999).await.unwrap());
+    assert_eq!(ids(store.crons_of("alice").await.unwrap()), ["c1"]);
+    assert!(store.delete_cron("c1", 9_000).await.unwrap());
+    assert!(store.crons_of("alice").await.unwrap().is_empty());
 }
 
 #[tokio::test]
