@@ -197,6 +197,23 @@ fn needs_sdk_a_tick_whose_server_died_before_its_run_was_stored_runs_once() {
     assert!(again.contains("ok: claim taken up (2)\n"), "{again}");
 }
 
+/// Twenty clients at once (`cron_client.py many`) create, update and delete crons of one
+/// assistant, threadless and on one thread they share, while the crons tick, on SQLite: every
+/// create returns a distinct id, a deleted cron starts no run once its delete answered, and
+/// every tick of the crons kept ran once (one thread, one tool call and one run per tick counted).
+#[test]
+fn needs_sdk_twenty_clients_create_update_and_delete_crons_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    ticker(d);
+    let port = free_port();
+    let server = serve_logged(d, port, "serve.db", &[], "serve.log");
+    let out = client(d, port, &["many", "20", "6"], &["serve.log"]);
+    stop(server);
+    println!("{out}");
+    assert!(out.contains("ok: many clients\n"), "{out}");
+}
+
 /// How many ticks the server of `log` started.
 fn ticks_started(d: &Path, log: &str) -> usize {
     std::fs::read_to_string(d.join(log))
@@ -240,5 +257,29 @@ mod needs_postgres {
             .collect();
         println!("{out}ticks started per server: {}", started.join(" "));
         assert!(out.contains("ok: each tick once\n"), "{out}");
+    }
+
+    /// [`super::needs_sdk_twenty_clients_create_update_and_delete_crons_at_once`] with two
+    /// servers on one PostgreSQL database, every other client talking to the second: the claim
+    /// of a tick is a compare-and-set, so each tick of a cron ran once across both.
+    #[test]
+    fn needs_sdk_twenty_clients_on_two_servers_create_update_and_delete_crons_at_once() {
+        let db = common::Database::new("serve_crons_many");
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        ticker(d);
+        let (pa, pb) = (free_port(), free_port());
+        let a = serve_logged(d, pa, &db.url, &[], "a.log");
+        let b = serve_logged(d, pb, &db.url, &[], "b.log");
+        let second = format!("http://127.0.0.1:{pb}");
+        let out = client(d, pa, &["many", "20", "6", &second], &["a.log", "b.log"]);
+        stop(a);
+        stop(b);
+        println!(
+            "{out}ticks started per server: a.log={} b.log={}",
+            ticks_started(d, "a.log"),
+            ticks_started(d, "b.log")
+        );
+        assert!(out.contains("ok: many clients\n"), "{out}");
     }
 }
