@@ -1620,6 +1620,11 @@ fn wide_session(dir: &Path) {
 /// An agent `slow200` whose plan is 200 steps in 10 waves of 20, each a command (`tools.py`)
 /// that sleeps half a second; 20 run at once.
 fn slow_agent(dir: &Path) {
+    slow_agent_of(dir, "0.5");
+}
+
+/// [`slow_agent`], its steps sleeping `sleep` seconds.
+fn slow_agent_of(dir: &Path, sleep: &str) {
     let plan = wide_plan(10, 20, |i| json!({ "_tool": "slow", "n": i }));
     std::fs::write(
         dir.join("slow200.script.json"),
@@ -1631,9 +1636,10 @@ fn slow_agent(dir: &Path) {
         "name: slow200\nmode: plan\ndescription: Two hundred slow steps in ten waves.\n\
          model: scripted:slow200.script.json\nlimits: { max_parallel: 20 }\ntools:\n  \
          - name: slow\n    description: Wait a moment.\n    command: [\"python3\", \"tools.py\", \"slow\"]\n    \
-         env: { SLEEP: \"0.5\", LOG: \"calls.log\" }\n    \
+         env: { SLEEP: \"SECONDS\", LOG: \"calls.log\" }\n    \
          input_schema: { type: object, properties: { n: { type: integer } }, required: [n] }\n    \
-         idempotent: true\n    parallel: true\n",
+         idempotent: true\n    parallel: true\n"
+            .replace("SECONDS", sleep),
     )
     .unwrap();
 }
@@ -1665,6 +1671,24 @@ fn needs_browser_a_live_200_step_run_is_drawn_from_its_events() {
             "the live run's final page equals a fresh load's",
         ],
         slow_agent,
+    );
+    assert_eq!(server.calls().len(), 200, "each step ran once");
+}
+
+/// The live run's connection drops twice (a proxy between the page and the server closes every
+/// connection): the stream reconnects and the page fetches the session whole; at a gap in the
+/// event seqs it asks again for the events it missed; its final page equals a fresh load's.
+#[test]
+fn needs_browser_a_live_run_through_dropped_connections_ends_as_a_fresh_load() {
+    let server = browser_with(
+        "livedrop",
+        &[
+            "the page fetches the session whole after a dropped stream",
+            "the page fetches the session whole after a gap in the event seqs",
+            "the page has every event after the gap",
+            "the live run's final page equals a fresh load's after drops and a gap",
+        ],
+        |d| slow_agent_of(d, "2"),
     );
     assert_eq!(server.calls().len(), 200, "each step ran once");
 }
