@@ -950,19 +950,20 @@ mod tests {
     /// (at JSON pointers).
     #[test]
     fn steps_are_matched_by_id_path_or_order_with_what_differs_in_each() {
+        /// A step's key, its change and what differs in it.
         type Row = (&'static str, &'static str, Value);
-        let cases: Vec<(
-            &str,
-            Vec<Envelope>,
-            Vec<Envelope>,
-            &str,
+        /// What is compared, the two logs, the alignment, the steps, values at JSON pointers.
+        type Case = (
+            &'static str,
+            [Vec<Envelope>; 2],
+            &'static str,
             Vec<Row>,
-            Vec<(&str, Value)>,
-        )> = vec![
+            Vec<(&'static str, Value)>,
+        );
+        let cases: Vec<Case> = vec![
             (
                 "plans by step id",
-                plan_log(50, false),
-                plan_log(70, true),
+                [plan_log(50, false), plan_log(70, true)],
                 "plan",
                 vec![
                     ("look", "same", json!([])),
@@ -979,8 +980,7 @@ mod tests {
             ),
             (
                 "a fan-out step's arguments: each item's last call",
-                fan_log("bob"),
-                fan_log("eve"),
+                [fan_log("bob"), fan_log("eve")],
                 "plan",
                 vec![("each", "differs", json!(["args"]))],
                 vec![
@@ -990,12 +990,14 @@ mod tests {
             ),
             (
                 "ReAct calls in order",
-                react_log(&[("weather", "Lisbon", 21), ("weather", "Oslo", 4)]),
-                react_log(&[
-                    ("weather", "Lisbon", 22),
-                    ("forecast", "Oslo", 4),
-                    ("weather", "Bergen", 2),
-                ]),
+                [
+                    react_log(&[("weather", "Lisbon", 21), ("weather", "Oslo", 4)]),
+                    react_log(&[
+                        ("weather", "Lisbon", 22),
+                        ("forecast", "Oslo", 4),
+                        ("weather", "Bergen", 2),
+                    ]),
+                ],
                 "calls",
                 vec![
                     ("#1", "differs", json!(["result"])),
@@ -1010,8 +1012,10 @@ mod tests {
             ),
             (
                 "a workflow's path position by position",
-                workflow_log("question", "answer"),
-                workflow_log("refund", "refund"),
+                [
+                    workflow_log("question", "answer"),
+                    workflow_log("refund", "refund"),
+                ],
                 "workflow",
                 vec![
                     ("1. triage", "differs", json!(["result"])),
@@ -1020,7 +1024,7 @@ mod tests {
                 vec![("/steps/0/result_paths", json!(["/category"]))],
             ),
         ];
-        for (what, a, b, aligned_by, rows, values) in cases {
+        for (what, [a, b], aligned_by, rows, values) in cases {
             let c = diff(&a, &b);
             assert_eq!(c["aligned_by"], aligned_by, "{what}");
             let want: Vec<(String, String, Value)> = rows
