@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
+use weft_model::sse::{SseEvent, SseParser};
 
 use crate::BenchError;
 
@@ -464,12 +465,13 @@ fn snippet(body: &[u8]) -> String {
 }
 
 /// The state of one run's event stream: when the thread was created and the stream's head came,
-/// the bytes not yet parsed, the first `updates` event's time, the last `updates` event's data, the first `error` event's data.
+/// the stream's events read so far, the first `updates` event's time, the last `updates` event's
+/// data, the first `error` event's data.
 #[derive(Debug, Default)]
 struct SseRun {
     thread: Option<Duration>,
     head: Option<Duration>,
-    pending: Vec<u8>,
+    events: SseParser,
     first: Option<Duration>,
     last_update: Option<String>,
     error: Option<String>,
@@ -478,55 +480,27 @@ struct SseRun {
 impl SseRun {
     /// Adds bytes from the stream and handles every event they complete.
     fn feed(&mut self, bytes: &[u8], start: Instant) {
-        self.pending.extend_from_slice(bytes);
-        let mut from = 0;
-        while let Some(end) = event_end(&self.pending[from..]) {
-            let (len, sep) = end;
-            let block = String::from_utf8_lossy(&self.pending[from..from + len]).into_owned();
-            self.event(&block, start);
-            from += len + sep;
+        for e in self.events.feed_bytes(bytes) {
+            self.event(e, start);
         }
-        self.pending.drain(..from);
     }
 
     /// The end of the stream: a last event without its blank line still counts.
     fn finish(&mut self, start: Instant) {
-        if !self.pending.iter().all(u8::is_ascii_whitespace) {
-            let block = String::from_utf8_lossy(&self.pending).into_owned();
-            self.event(&block, start);
+        if let Some(e) = self.events.finish() {
+            self.event(e, start);
         }
-        self.pending.clear();
     }
 
-    fn event(&mut self, block: &str, start: Instant) {
-        let mut name = "message";
-        let mut data = String::new();
-        for line in block.lines() {
-            let line = line.strip_suffix('\r').unwrap_or(line);
-            if line.starts_with(':') {
-                continue;
-            }
-            let (field, value) = line.split_once(':').unwrap_or((line, ""));
-            let value = value.strip_prefix(' ').unwrap_or(value);
-            match field {
-                "event" => name = value,
-                "data" => {
-                    if !data.is_empty() {
-                        data.push('\n');
-                    }
-                    data.push_str(value);
-                }
-                _ => {}
-            }
-        }
-        match name {
+    fn event(&mut self, e: SseEvent, start: Instant) {
+        match e.event.as_deref().unwrap_or("message") {
             "updates" => {
                 if self.first.is_none() {
                     self.first = Some(start.elapsed());
                 }
-                self.last_update = Some(data);
+                self.last_update = Some(e.data);
             }
-            "error" if self.error.is_none() => self.error = Some(data),
+            "error" if self.error.is_none() => self.error = Some(e.data),
             _ => {}
         }
     }
@@ -553,24 +527,6 @@ impl SseRun {
             ))
         }
     }
-}
-
-/// Where the first event of `buf` ends: its length and the length of the blank line after it
-/// (`\n\n`, `\r\n\r\n`).
-fn event_end(buf: &[u8]) -> Option<(usize, usize)> {
-    let mut i = 0;
-    while i + 1 < buf.len() {
-        if buf[i] == b'\n' {
-            if buf[i + 1] == b'\n' {
-                return Some((i, 2));
-            }
-            if buf[i + 1] == b'\r' && buf.get(i + 2) == Some(&b'\n') {
-                return Some((i, 3));
-            }
-        }
-        i += 1;
-    }
-    None
 }
 
 /// A process's user + system CPU seconds, from `/proc/PID/stat` (fields 14 and 15, in clock

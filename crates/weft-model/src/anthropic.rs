@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use crate::config::{ProviderConfig, ProviderKind, StreamMode};
-use crate::http::{Http, SseParser, classify_status, parse_json};
+use crate::http::{Http, classify_status, parse_json};
+use crate::sse::SseParser;
 use crate::structured::{self, Prepared, Wire};
 use crate::tool_wire::ToolNames;
 use crate::{DeltaSink, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage};

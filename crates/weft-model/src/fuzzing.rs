@@ -4,7 +4,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::http::{Response, SseParser};
+use crate::http::Response;
+use crate::sse::SseParser;
 use crate::{
     AnthropicModel, DeltaSink, ModelError, ModelReply, OpenAiModel, ProviderConfig, ProviderKind,
 };

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::cassette::{Cassette, CassetteMode, Exchange};
 use crate::config::ProviderConfig;
+use crate::sse::Utf8Decoder;
 use crate::{ModelError, Usage};
 
 /// Response headers kept in cassettes.
@@ -175,7 +176,7 @@ impl Http {
                     text: Some(ex.body),
                     cut: ex.cut,
                 },
-                pending: Vec::new(),
+                text: Utf8Decoder::default(),
                 recording: None,
                 key: self.key.clone(),
             });
@@ -221,7 +222,7 @@ impl Http {
             status,
             headers: kept,
             body: Body::Live(resp),
-            pending: Vec::new(),
+            text: Utf8Decoder::default(),
             recording,
             key: self.key.clone(),
         })
@@ -363,8 +364,8 @@ pub(crate) struct Response {
     pub(crate) status: u16,
     pub(crate) headers: BTreeMap<String, String>,
     body: Body,
-    /// Bytes of an incomplete UTF-8 character.
-    pending: Vec<u8>,
+    /// The body's bytes as text, an incomplete UTF-8 character kept for the next piece.
+    text: Utf8Decoder,
     recording: Option<(Arc<Cassette>, Exchange)>,
     key: Option<Arc<ApiKey>>,
 }
@@ -382,7 +383,7 @@ impl Response {
                 text: Some(text),
                 cut: false,
             },
-            pending: Vec::new(),
+            text: Utf8Decoder::default(),
             recording: None,
             key: None,
         }
@@ -393,7 +394,7 @@ impl Response {
     pub(crate) async fn chunk(&mut self) -> Result<Option<String>, ModelError> {
         let mut next = match &mut self.body {
             Body::Live(r) => match r.chunk().await {
-                Ok(Some(b)) => Ok(Some(self.decode(&b))),
+                Ok(Some(b)) => Ok(Some(self.text.decode(&b))),
                 Ok(None) => Ok(None),
                 Err(e) => Err(if e.is_timeout() {
                     ModelError::Timeout {
@@ -439,20 +440,6 @@ impl Response {
         next
     }
 
-    fn decode(&mut self, bytes: &[u8]) -> String {
-        self.pending.extend_from_slice(bytes);
-        let buf = std::mem::take(&mut self.pending);
-        match std::str::from_utf8(&buf) {
-            Ok(s) => s.to_owned(),
-            Err(e) if e.error_len().is_none() => {
-                let (good, rest) = buf.split_at(e.valid_up_to());
-                self.pending = rest.to_vec();
-                String::from_utf8_lossy(good).into_owned()
-            }
-            Err(_) => String::from_utf8_lossy(&buf).into_owned(),
-        }
-    }
-
     fn finish_recording(&mut self, cut: bool) -> Result<(), ModelError> {
         if let Some((c, mut ex)) = self.recording.take() {
             ex.cut = cut;
@@ -486,80 +473,6 @@ impl Drop for Response {
     }
 }
 
-/// One server-sent event.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct SseEvent {
-    pub(crate) event: Option<String>,
-    pub(crate) data: String,
-}
-
-/// Splits a text stream into server-sent events.
-#[derive(Debug, Default)]
-pub(crate) struct SseParser {
-    buf: String,
-    /// The last piece ended with a CR, already taken as a line end: a LF that starts the next
-    /// piece is the rest of that CRLF, not a second line end (found by fuzzing: a stream cut
-    /// between CR and LF ended its event early).
-    cr: bool,
-}
-
-impl SseParser {
-    /// Feeds text; returns the events it completes.
-    pub(crate) fn feed(&mut self, text: &str) -> Vec<SseEvent> {
-        if text.is_empty() {
-            return Vec::new();
-        }
-        let text = if std::mem::take(&mut self.cr) {
-            text.strip_prefix('\n').unwrap_or(text)
-        } else {
-            text
-        };
-        self.cr = text.ends_with('\r');
-        self.buf
-            .push_str(&text.replace("\r\n", "\n").replace('\r', "\n"));
-        let mut out = Vec::new();
-        while let Some(end) = self.buf.find("\n\n") {
-            let block: String = self.buf.drain(..end + 2).collect();
-            if let Some(ev) = parse_block(&block) {
-                out.push(ev);
-            }
-        }
-        out
-    }
-
-    /// The last event, when the stream ended without a blank line after it.
-    pub(crate) fn finish(&mut self) -> Option<SseEvent> {
-        let block = std::mem::take(&mut self.buf);
-        parse_block(&block)
-    }
-}
-
-fn parse_block(block: &str) -> Option<SseEvent> {
-    let mut event = None;
-    let mut data: Option<String> = None;
-    for line in block.lines() {
-        if line.starts_with(':') {
-            continue;
-        }
-        let (field, value) = match line.split_once(':') {
-            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-            None => (line, ""),
-        };
-        match field {
-            "event" => event = Some(value.to_owned()),
-            "data" => match &mut data {
-                Some(d) => {
-                    d.push('\n');
-                    d.push_str(value);
-                }
-                None => data = Some(value.to_owned()),
-            },
-            _ => {}
-        }
-    }
-    data.map(|data| SseEvent { event, data })
-}
-
 /// Parses a JSON body, or says it is malformed.
 pub(crate) fn parse_json(provider: &str, text: &str) -> Result<Value, ModelError> {
     serde_json::from_str(text).map_err(|e| ModelError::Malformed {
@@ -573,43 +486,6 @@ pub(crate) fn parse_json(provider: &str, text: &str) -> Result<Value, ModelError
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sse_events_split_across_chunks() {
-        let mut p = SseParser::default();
-        assert!(p.feed("event: a\ndata: {\"x\"").is_empty());
-        let evs = p.feed(":1}\r\n\r\ndata: two\ndata: lines\n\ndata: [DONE]");
-        assert_eq!(
-            evs,
-            vec![
-                SseEvent {
-                    event: Some("a".into()),
-                    data: "{\"x\":1}".into()
-                },
-                SseEvent {
-                    event: None,
-                    data: "two\nlines".into()
-                }
-            ]
-        );
-        assert_eq!(p.finish().unwrap().data, "[DONE]");
-    }
-
-    #[test]
-    fn a_crlf_cut_between_its_cr_and_its_lf_is_one_line_end() {
-        let mut p = SseParser::default();
-        assert!(p.feed("data: a\r").is_empty());
-        assert!(
-            p.feed("\n").is_empty(),
-            "CR then LF is one line end, not a blank line"
-        );
-        assert!(p.feed("data: b\r").is_empty());
-        let evs = p.feed("\n\r\n");
-        assert_eq!(evs.len(), 1);
-        assert_eq!(evs[0].data, "a\nb");
-        // A lone CR still ends a line.
-        assert_eq!(p.feed("data: c\r\r")[0].data, "c");
-    }
 
     #[test]
     fn retry_after_reads_seconds_and_dates() {

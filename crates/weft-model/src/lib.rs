@@ -22,6 +22,7 @@ pub mod fuzzing;
 mod http;
 mod openai;
 mod scripted;
+pub mod sse;
 mod structured;
 mod tool_wire;
 

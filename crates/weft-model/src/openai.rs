@@ -6,7 +6,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use crate::config::{ProviderConfig, ProviderKind, StreamMode, StructuredMode};
-use crate::http::{Http, SseParser, classify_status, parse_json};
+use crate::http::{Http, classify_status, parse_json};
+use crate::sse::SseParser;
 use crate::structured::{self, Prepared, Wire};
 use crate::tool_wire::ToolNames;
 use crate::{DeltaSink, Message, Model, ModelError, ModelReply, ModelRequest, ToolCall, Usage};

@@ -851,200 +851,191 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn plans_are_matched_by_step_id_with_what_differs_in_each() {
-        let plan = |amount: u64, extra: bool| {
-            let mut steps = vec![
-                json!({"_id": "look", "_tool": "lookup", "id": "c-42"}),
-                json!({"_id": "pay", "_tool": "refund", "amount": amount}),
-            ];
-            if extra {
-                steps.push(json!({"_id": "tell", "_tool": "notify"}));
-            }
-            Plan::from_value(&Value::Array(steps)).unwrap_or_default()
-        };
-        let mut a = start(Mode::Plan, "Refund");
-        a.push(env(
+    /// A plan of steps `look` and `pay` (refunding `amount`), and `tell` when `extra`, accepted.
+    fn plan_log(amount: u64, extra: bool) -> Vec<Envelope> {
+        let mut steps = vec![
+            json!({"_id": "look", "_tool": "lookup", "id": "c-42"}),
+            json!({"_id": "pay", "_tool": "refund", "amount": amount}),
+        ];
+        if extra {
+            steps.push(json!({"_id": "tell", "_tool": "notify"}));
+        }
+        let mut log = start(Mode::Plan, "Refund");
+        log.push(env(
             3,
             Event::PlanAccepted {
-                plan: plan(50, false),
+                plan: Plan::from_value(&Value::Array(steps)).unwrap_or_default(),
             },
         ));
-        let mut b = start(Mode::Plan, "Refund");
-        b.push(env(
+        log
+    }
+
+    /// A plan's fan-out step `each` over two items, notifying `ada` (twice: a retry) and `second`.
+    fn fan_log(second: &str) -> Vec<Envelope> {
+        let mut log = start(Mode::Plan, "Tell both");
+        log.push(env(
             3,
             Event::PlanAccepted {
-                plan: plan(70, true),
+                plan: Plan::from_value(&json!([{"_id": "each", "_tool": "notify"}]))
+                    .unwrap_or_default(),
             },
         ));
-        let c = diff(&a, &b);
-        assert_eq!(c["aligned_by"], "plan");
-        assert_eq!(
-            changes(&c),
-            [
-                ("look".into(), "same".into(), json!([])),
-                ("pay".into(), "differs".into(), json!(["args"])),
-                ("tell".into(), "only_b".into(), json!([])),
-            ]
-        );
-        assert_eq!(c["steps"][1]["args_paths"], json!(["/amount"]));
-        assert_eq!(c["steps"][1]["a"]["status"], "PENDING");
-        assert!(c["fork"].is_null());
-        // Same task, input, status and totals: nothing differs at the top.
-        assert_eq!(c["differs"], json!([]));
-    }
-
-    #[test]
-    fn a_fan_out_steps_arguments_are_each_items_last_call() {
-        let fan = |second: &str| {
-            let mut log = start(Mode::Plan, "Tell both");
+        log.push(env(
+            4,
+            Event::FanOutStarted {
+                step: "each".into(),
+                items: 2,
+            },
+        ));
+        for (seq, item, attempt, to) in [(5, 0, 1, "ada"), (6, 1, 1, second), (7, 0, 2, "ada")] {
             log.push(env(
-                3,
-                Event::PlanAccepted {
-                    plan: Plan::from_value(&json!([{"_id": "each", "_tool": "notify"}]))
-                        .unwrap_or_default(),
+                seq,
+                Event::ToolCallStarted {
+                    call_id: format!("each#{item}.{attempt}"),
+                    step: Some("each".into()),
+                    item: Some(item),
+                    tool: "notify".into(),
+                    args: json!({"to": to}),
+                    attempt,
+                    idempotency_key: format!("s:each:{item}:{attempt}"),
                 },
             ));
-            log.push(env(
-                4,
-                Event::FanOutStarted {
-                    step: "each".into(),
-                    items: 2,
-                },
+        }
+        log
+    }
+
+    /// A ReAct session's calls, each `(tool, city, degrees)`.
+    fn react_log(calls: &[(&str, &str, i64)]) -> Vec<Envelope> {
+        let mut log = start(Mode::React, "Weather?");
+        for (i, (tool, city, c)) in calls.iter().enumerate() {
+            log.extend(call(
+                3 + 2 * i as u64,
+                None,
+                tool,
+                json!({"city": city}),
+                json!({"c": c}),
             ));
-            let started = |seq: u64, item: usize, attempt: u32, to: &str| {
-                env(
-                    seq,
-                    Event::ToolCallStarted {
-                        call_id: format!("each#{item}.{attempt}"),
-                        step: Some("each".into()),
-                        item: Some(item),
-                        tool: "notify".into(),
-                        args: json!({"to": to}),
-                        attempt,
-                        idempotency_key: format!("s:each:{item}:{attempt}"),
-                    },
-                )
-            };
-            log.push(started(5, 0, 1, "ada"));
-            log.push(started(6, 1, 1, second));
-            log.push(started(7, 0, 2, "ada"));
-            log
-        };
-        let c = diff(&fan("bob"), &fan("eve"));
-        assert_eq!(
-            changes(&c),
-            [("each".into(), "differs".into(), json!(["args"]))]
-        );
-        assert_eq!(
-            c["steps"][0]["a"]["args"],
-            json!([{"to": "ada"}, {"to": "bob"}])
-        );
-        assert_eq!(c["steps"][0]["args_paths"], json!(["/1/to"]));
+        }
+        log
     }
 
-    #[test]
-    fn react_calls_are_matched_in_order() {
-        let mut a = start(Mode::React, "Weather?");
-        a.extend(call(
-            3,
-            None,
-            "weather",
-            json!({"city": "Lisbon"}),
-            json!({"c": 21}),
-        ));
-        a.extend(call(
-            5,
-            None,
-            "weather",
-            json!({"city": "Oslo"}),
-            json!({"c": 4}),
-        ));
-        let mut b = start(Mode::React, "Weather?");
-        b.extend(call(
-            3,
-            None,
-            "weather",
-            json!({"city": "Lisbon"}),
-            json!({"c": 22}),
-        ));
-        b.extend(call(
-            5,
-            None,
-            "forecast",
-            json!({"city": "Oslo"}),
-            json!({"c": 4}),
-        ));
-        b.extend(call(
-            7,
-            None,
-            "weather",
-            json!({"city": "Bergen"}),
-            json!({"c": 2}),
-        ));
-        let c = diff(&a, &b);
-        assert_eq!(c["aligned_by"], "calls");
-        assert_eq!(
-            changes(&c),
-            [
-                ("#1".into(), "differs".into(), json!(["result"])),
-                ("#2".into(), "differs".into(), json!(["tool"])),
-                ("#3".into(), "only_b".into(), json!([])),
-            ]
-        );
-        assert_eq!(c["steps"][0]["result_paths"], json!(["/c"]));
-        assert_eq!(c["steps"][2]["b"]["args"]["city"], "Bergen");
-        assert!(
-            c["differs"]
-                .as_array()
-                .is_some_and(|d| d.contains(&json!("tool_calls")))
-        );
-    }
-
-    #[test]
-    fn a_workflows_path_is_compared_position_by_position() {
-        let entered = |seq: u64, step: &str| {
-            env(
+    /// A workflow that entered `triage`, which answered `category`, then `next`.
+    fn workflow_log(category: &str, next: &str) -> Vec<Envelope> {
+        let mut log = start(Mode::Workflow, "Where is my parcel?");
+        for (seq, step) in [(3, "triage"), (5, next)] {
+            log.push(env(
                 seq,
                 Event::WorkflowStepEntered {
                     step: step.into(),
                     via: weft_core::event::StepEntry::Initial,
                 },
-            )
-        };
-        let accepted = |seq: u64, step: &str, output: Value| {
-            env(
-                seq,
-                Event::WorkflowOutputAccepted {
-                    step: step.into(),
-                    output,
-                    assigned: serde_json::Map::new(),
-                    reply: None,
-                },
-            )
-        };
-        let mut a = start(Mode::Workflow, "Where is my parcel?");
-        a.push(entered(3, "triage"));
-        a.push(accepted(4, "triage", json!({"category": "question"})));
-        a.push(entered(5, "answer"));
-        let mut b = start(Mode::Workflow, "Where is my parcel?");
-        b.push(entered(3, "triage"));
-        b.push(accepted(4, "triage", json!({"category": "refund"})));
-        b.push(entered(5, "refund"));
-        let c = diff(&a, &b);
-        assert_eq!(c["aligned_by"], "workflow");
-        assert_eq!(
-            changes(&c),
-            [
-                ("1. triage".into(), "differs".into(), json!(["result"])),
-                (
-                    "2. answer / 2. refund".into(),
-                    "differs".into(),
-                    json!(["step", "tool"])
-                ),
-            ]
+            ));
+            if step == "triage" {
+                log.push(env(
+                    4,
+                    Event::WorkflowOutputAccepted {
+                        step: step.into(),
+                        output: json!({"category": category}),
+                        assigned: serde_json::Map::new(),
+                        reply: None,
+                    },
+                ));
+            }
+        }
+        log
+    }
+
+    /// Two sessions' steps matched by plan step id, workflow path or call order: how they are
+    /// aligned, each step's change and what differs in it, and further values of the comparison
+    /// (at JSON pointers).
+    #[test]
+    fn steps_are_matched_by_id_path_or_order_with_what_differs_in_each() {
+        /// A step's key, its change and what differs in it.
+        type Row = (&'static str, &'static str, Value);
+        /// What is compared, the two logs, the alignment, the steps, values at JSON pointers.
+        type Case = (
+            &'static str,
+            [Vec<Envelope>; 2],
+            &'static str,
+            Vec<Row>,
+            Vec<(&'static str, Value)>,
         );
-        assert_eq!(c["steps"][0]["result_paths"], json!(["/category"]));
+        let cases: Vec<Case> = vec![
+            (
+                "plans by step id",
+                [plan_log(50, false), plan_log(70, true)],
+                "plan",
+                vec![
+                    ("look", "same", json!([])),
+                    ("pay", "differs", json!(["args"])),
+                    ("tell", "only_b", json!([])),
+                ],
+                vec![
+                    ("/steps/1/args_paths", json!(["/amount"])),
+                    ("/steps/1/a/status", json!("PENDING")),
+                    ("/fork", Value::Null),
+                    // Same task, input, status and totals: nothing differs at the top.
+                    ("/differs", json!([])),
+                ],
+            ),
+            (
+                "a fan-out step's arguments: each item's last call",
+                [fan_log("bob"), fan_log("eve")],
+                "plan",
+                vec![("each", "differs", json!(["args"]))],
+                vec![
+                    ("/steps/0/a/args", json!([{"to": "ada"}, {"to": "bob"}])),
+                    ("/steps/0/args_paths", json!(["/1/to"])),
+                ],
+            ),
+            (
+                "ReAct calls in order",
+                [
+                    react_log(&[("weather", "Lisbon", 21), ("weather", "Oslo", 4)]),
+                    react_log(&[
+                        ("weather", "Lisbon", 22),
+                        ("forecast", "Oslo", 4),
+                        ("weather", "Bergen", 2),
+                    ]),
+                ],
+                "calls",
+                vec![
+                    ("#1", "differs", json!(["result"])),
+                    ("#2", "differs", json!(["tool"])),
+                    ("#3", "only_b", json!([])),
+                ],
+                vec![
+                    ("/steps/0/result_paths", json!(["/c"])),
+                    ("/steps/2/b/args/city", json!("Bergen")),
+                    ("/differs", json!(["duration_ms", "tool_calls"])),
+                ],
+            ),
+            (
+                "a workflow's path position by position",
+                [
+                    workflow_log("question", "answer"),
+                    workflow_log("refund", "refund"),
+                ],
+                "workflow",
+                vec![
+                    ("1. triage", "differs", json!(["result"])),
+                    ("2. answer / 2. refund", "differs", json!(["step", "tool"])),
+                ],
+                vec![("/steps/0/result_paths", json!(["/category"]))],
+            ),
+        ];
+        for (what, [a, b], aligned_by, rows, values) in cases {
+            let c = diff(&a, &b);
+            assert_eq!(c["aligned_by"], aligned_by, "{what}");
+            let want: Vec<(String, String, Value)> = rows
+                .into_iter()
+                .map(|(k, ch, d)| (k.to_owned(), ch.to_owned(), d))
+                .collect();
+            assert_eq!(changes(&c), want, "{what}");
+            for (at, v) in values {
+                assert_eq!(c.pointer(at).unwrap_or(&Value::Null), &v, "{what}: {at}");
+            }
+        }
     }
 
     #[test]

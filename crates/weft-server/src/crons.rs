@@ -21,6 +21,12 @@
 //! `multitask_strategy` would be (`reject`, the default: refused; `enqueue`: queued behind the
 //! run when this server drives it, refused when another one does). A refused tick is recorded
 //! on the cron (`last_tick.error`) and the next tick tries again.
+//!
+//! **Changes and deletes under ticks.** An update moves the next tick only when it changes the
+//! schedule, the end time or enables the cron: otherwise a tick due and not yet claimed would be
+//! skipped, or one claimed since the cron was read started again. A delete waits for a tick
+//! being started (claimed, its run not yet stored) to be stored: no run of a cron starts after
+//! its delete answered.
 
 use std::time::Duration;
 
@@ -99,6 +105,25 @@ pub(crate) struct CronBody {
     /// (6 fields, a weft extension).
     pub schedule: String,
     pub assistant_id: String,
+    /// `reject` (the default) or `enqueue`: what a tick does on a thread busy with a run.
+    #[serde(default)]
+    pub multitask_strategy: Option<String>,
+    #[serde(flatten)]
+    pub fields: CronFields,
+}
+
+/// What `crons.update` sends: what it names changes, the rest stays.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+pub(crate) struct CronPatch {
+    #[serde(default)]
+    pub schedule: Option<String>,
+    #[serde(flatten)]
+    pub fields: CronFields,
+}
+
+/// The fields a cron is created with and changed by.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+pub(crate) struct CronFields {
     /// The runs' input, as a run's (`{"messages": [...]}`); it must hold a task.
     #[serde(default)]
     pub input: Option<Value>,
@@ -108,13 +133,10 @@ pub(crate) struct CronBody {
     /// The runs' config (`budget`), as a run's.
     #[serde(default)]
     pub config: Option<Value>,
-    /// `reject` (the default) or `enqueue`: what a tick does on a thread busy with a run.
-    #[serde(default)]
-    pub multitask_strategy: Option<String>,
     /// A threadless run's thread once the run ended: `delete` (the default) or `keep`.
     #[serde(default)]
     pub on_run_completed: Option<String>,
-    /// No tick after this time (ISO 8601; without an offset, UTC).
+    /// No tick after this time (ISO 8601; without an offset, UTC); in an update, null clears it.
     #[serde(default)]
     pub end_time: Option<String>,
     /// Whether ticks start runs (default true).
@@ -128,28 +150,30 @@ pub(crate) struct CronBody {
     pub webhook: Option<String>,
 }
 
-/// What `crons.update` sends: what it names changes, the rest stays.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-pub(crate) struct CronPatch {
-    #[serde(default)]
-    pub schedule: Option<String>,
-    /// ISO 8601; null clears it.
-    #[serde(default)]
-    pub end_time: Option<String>,
-    #[serde(default)]
-    pub input: Option<Value>,
-    #[serde(default)]
-    pub metadata: Option<Value>,
-    #[serde(default)]
-    pub config: Option<Value>,
-    #[serde(default)]
-    pub on_run_completed: Option<String>,
-    #[serde(default)]
-    pub enabled: Option<bool>,
-    #[serde(default)]
-    pub timezone: Option<String>,
-    #[serde(default)]
-    pub webhook: Option<String>,
+impl CronFields {
+    /// The checks of a create and an update: timezone, webhook, `on_run_completed` (for a cron
+    /// without a thread only), the runs' input (when given; `input_required` for a create) and
+    /// their budget against the agent's (`budget`, when the assistant is known).
+    fn check(
+        &self,
+        on_thread: bool,
+        input_required: bool,
+        budget: Option<&weft_core::budget::Budget>,
+    ) -> Result<(), ApiError> {
+        check_timezone(self.timezone.as_deref())?;
+        check_webhook(self.webhook.as_deref())?;
+        check_on_completed(self.on_run_completed.as_deref())?;
+        if on_thread && self.on_run_completed.is_some() {
+            return Err(ApiError::bad(
+                "on_run_completed is for crons without a thread (crons.create); a thread's runs stay on it",
+            ));
+        }
+        if input_required || self.input.is_some() {
+            check_input(self.input.as_ref())?;
+        }
+        runs::run_budget(self.config.as_ref(), budget)?;
+        Ok(())
+    }
 }
 
 /// What `crons.search` and `crons.count` send.
@@ -373,14 +397,6 @@ async fn make(
     let (payload, b) = read::<CronBody>(body)?;
     let agent = app.assistant(&b.assistant_id)?;
     let cron = parse_schedule(&b.schedule)?;
-    check_timezone(b.timezone.as_deref())?;
-    check_webhook(b.webhook.as_deref())?;
-    check_on_completed(b.on_run_completed.as_deref())?;
-    if thread.is_some() && b.on_run_completed.is_some() {
-        return Err(ApiError::bad(
-            "on_run_completed is for crons without a thread (crons.create); a thread's runs stay on it",
-        ));
-    }
     match b.multitask_strategy.as_deref() {
         None | Some("reject" | "enqueue" | "interrupt" | "rollback") => {}
         Some(other) => {
@@ -389,9 +405,10 @@ async fn make(
             )));
         }
     }
-    check_input(b.input.as_ref())?;
-    runs::run_budget(b.config.as_ref(), agent.spec.budget.as_ref())?;
-    let end_time = b
+    b.fields
+        .check(thread.is_some(), true, agent.spec.budget.as_ref())?;
+    let f = b.fields;
+    let end_time = f
         .end_time
         .as_deref()
         .map(|t| parse_time("end_time", t))
@@ -404,9 +421,9 @@ async fn make(
         thread_id: thread,
         schedule: b.schedule.clone(),
         payload: Value::Object(payload),
-        metadata: b.metadata.clone().unwrap_or_else(|| json!({})),
-        on_run_completed: b.on_run_completed.clone(),
-        enabled: b.enabled.unwrap_or(true),
+        metadata: f.metadata.unwrap_or_else(|| json!({})),
+        on_run_completed: f.on_run_completed,
+        enabled: f.enabled.unwrap_or(true),
         end_time,
         next_run_at: next_tick(&cron, now, end_time),
         claim: None,
@@ -436,37 +453,31 @@ async fn update(
     let clears_end = body.get("end_time").is_some_and(Value::is_null);
     let (fields, p) = read::<CronPatch>(body)?;
     let mut c = mine(&app, &user, &id).await?;
-    check_timezone(p.timezone.as_deref())?;
-    check_webhook(p.webhook.as_deref())?;
-    check_on_completed(p.on_run_completed.as_deref())?;
-    if c.thread_id.is_some() && p.on_run_completed.is_some() {
-        return Err(ApiError::bad(
-            "on_run_completed is for crons without a thread; this cron's runs go to its thread",
-        ));
-    }
-    if let Some(input) = &p.input {
-        check_input(Some(input))?;
-    }
-    if let Ok(agent) = app.assistant(&c.assistant_id) {
-        runs::run_budget(p.config.as_ref(), agent.spec.budget.as_ref())?;
-    }
+    let before = (c.schedule.clone(), c.end_time, c.enabled);
+    let budget = app
+        .assistant(&c.assistant_id)
+        .ok()
+        .and_then(|agent| agent.spec.budget.clone());
+    p.fields
+        .check(c.thread_id.is_some(), false, budget.as_ref())?;
     if let Some(s) = &p.schedule {
         parse_schedule(s)?;
         c.schedule.clone_from(s);
     }
-    if let Some(t) = &p.end_time {
+    let f = p.fields;
+    if let Some(t) = &f.end_time {
         c.end_time = Some(parse_time("end_time", t)?);
     } else if clears_end {
         c.end_time = None;
     }
-    if let Some(e) = p.enabled {
+    if let Some(e) = f.enabled {
         c.enabled = e;
     }
-    if let Some(m) = &p.metadata {
-        c.metadata = m.clone();
+    if let Some(m) = f.metadata {
+        c.metadata = m;
     }
-    if p.on_run_completed.is_some() {
-        c.on_run_completed.clone_from(&p.on_run_completed);
+    if f.on_run_completed.is_some() {
+        c.on_run_completed = f.on_run_completed;
     }
     // The runs' body takes what was sent, as `create` keeps it.
     if let Value::Object(payload) = &mut c.payload {
@@ -479,12 +490,16 @@ async fn update(
     }
     let now = weft_runtime::now_ms();
     let cron = parse_schedule(&c.schedule)?;
+    // A new schedule, end time or enabling starts from now; any other change keeps the next
+    // tick, which may be due already (not yet claimed: moving it on would skip it) or moved on
+    // by a claim since the cron was read (moving it back would start it again).
+    let reschedule = before != (c.schedule.clone(), c.end_time, c.enabled) && c.enabled;
     c.next_run_at = next_tick(&cron, now, c.end_time);
     c.updated_at = now;
-    if !app.store.update_cron(&c).await? {
+    if !app.store.update_cron(&c, reschedule).await? {
         return Err(ApiError::not_found("cron"));
     }
-    Ok(Json(info(&c)))
+    Ok(Json(info(&mine(&app, &user, &id).await?)))
 }
 
 async fn delete(
@@ -493,8 +508,24 @@ async fn delete(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     mine(&app, &user, &id).await?;
-    app.store.delete_cron(&id).await?;
+    remove(&app, &id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Deletes cron `id` once no tick of it is being started: a tick claimed before the delete has
+/// its run stored first (a few milliseconds; at most until the claim expires, when its server
+/// died), so that no run of the cron starts after the delete answered.
+async fn remove(app: &Shared, id: &str) -> Result<(), ApiError> {
+    loop {
+        if app.store.delete_cron(id, weft_runtime::now_ms()).await? {
+            return Ok(());
+        }
+        match app.store.cron(id).await? {
+            None => return Ok(()),
+            Some(c) if c.claim.is_some() => tokio::time::sleep(Duration::from_millis(20)).await,
+            Some(_) => {}
+        }
+    }
 }
 
 /// The user's crons that match `q`'s filters.
@@ -610,7 +641,7 @@ async fn count(
 pub(crate) async fn forget_thread(app: &Shared, user: &User, tid: &str) -> Result<(), ApiError> {
     for c in app.store.crons_of(&user.0).await? {
         if c.thread_id.as_deref() == Some(tid) {
-            app.store.delete_cron(&c.id).await?;
+            remove(app, &c.id).await?;
         }
     }
     Ok(())

@@ -238,10 +238,10 @@ impl crate::Usage for AnyStore {
 impl crate::Crons for AnyStore {
     delegate! {
         async fn create_cron(&self, c: &crate::CronRecord) -> Result<(), StoreError>;
-        async fn update_cron(&self, c: &crate::CronRecord) -> Result<bool, StoreError>;
+        async fn update_cron(&self, c: &crate::CronRecord, reschedule: bool) -> Result<bool, StoreError>;
         async fn cron(&self, id: &str) -> Result<Option<crate::CronRecord>, StoreError>;
         async fn crons_of(&self, user: &str) -> Result<Vec<crate::CronRecord>, StoreError>;
-        async fn delete_cron(&self, id: &str) -> Result<bool, StoreError>;
+        async fn delete_cron(&self, id: &str, now: i64) -> Result<bool, StoreError>;
         async fn due_crons(&self, now: i64, limit: usize) -> Result<Vec<crate::CronRecord>, StoreError>;
         async fn claim_cron_tick(
             &self,

@@ -27,18 +27,21 @@ pub(crate) fn insert_sql(p: fn(usize) -> String) -> String {
     )
 }
 
-/// Rewrites what a client may change. Parameters: id, schedule, payload, metadata,
-/// on_run_completed, enabled, end_time, next_run_at, updated_at.
+/// Rewrites what a client may change; the next due time only when rescheduled (else a claim
+/// made since the cron was read keeps what it moved on). Parameters: id, schedule, payload,
+/// metadata, on_run_completed, enabled, end_time, next_run_at, updated_at, reschedule.
 pub(crate) fn update_sql(p: fn(usize) -> String) -> String {
     format!(
         "UPDATE crons SET schedule = {}, payload = {}, metadata = {}, on_run_completed = {}, \
-         enabled = {}, end_time = {}, next_run_at = {}, updated_at = {} WHERE id = {}",
+         enabled = {}, end_time = {}, next_run_at = CASE WHEN {} THEN {} ELSE next_run_at END, \
+         updated_at = {} WHERE id = {}",
         p(2),
         p(3),
         p(4),
         p(5),
         p(6),
         p(7),
+        p(10),
         p(8),
         p(9),
         p(1)
@@ -58,9 +61,13 @@ pub(crate) fn list_sql(p: fn(usize) -> String) -> String {
     )
 }
 
-/// Deletes a cron. Parameter: id.
+/// Deletes a cron without a live claim. Parameters: id, now.
 pub(crate) fn delete_sql(p: fn(usize) -> String) -> String {
-    format!("DELETE FROM crons WHERE id = {}", p(1))
+    format!(
+        "DELETE FROM crons WHERE id = {} AND (claimed_tick IS NULL OR claim_expires <= {})",
+        p(1),
+        p(2)
+    )
 }
 
 /// The enabled crons with a tick due, or a claim that expired, soonest first. Parameters: now,
@@ -216,7 +223,11 @@ macro_rules! sql_cron_methods {
             Ok(())
         }
 
-        async fn update_cron(&self, c: &$crate::CronRecord) -> Result<bool, $crate::StoreError> {
+        async fn update_cron(
+            &self,
+            c: &$crate::CronRecord,
+            reschedule: bool,
+        ) -> Result<bool, $crate::StoreError> {
             let done = sqlx::query(&$crate::cron::update_sql($p))
                 .bind(&c.id)
                 .bind(&c.schedule)
@@ -227,6 +238,7 @@ macro_rules! sql_cron_methods {
                 .bind(c.end_time)
                 .bind(c.next_run_at)
                 .bind(c.updated_at)
+                .bind(reschedule)
                 .execute(&self.pool)
                 .await
                 .map_err(|e| self.err(&format!("cannot update cron {}", c.id), e))?;
@@ -261,9 +273,10 @@ macro_rules! sql_cron_methods {
             Ok(out)
         }
 
-        async fn delete_cron(&self, id: &str) -> Result<bool, $crate::StoreError> {
+        async fn delete_cron(&self, id: &str, now: i64) -> Result<bool, $crate::StoreError> {
             let done = sqlx::query(&$crate::cron::delete_sql($p))
                 .bind(id)
+                .bind(now)
                 .execute(&self.pool)
                 .await
                 .map_err(|e| self.err(&format!("cannot delete cron {id}"), e))?;

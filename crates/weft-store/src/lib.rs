@@ -530,8 +530,15 @@ pub trait Crons: Send + Sync + 'static {
     /// Stores a new cron.
     fn create_cron(&self, c: &CronRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Rewrites what a client may change of cron `c.id` (schedule, payload, metadata,
-    /// on_run_completed, enabled, end_time, next_run_at, updated_at); false when there is none.
-    fn update_cron(&self, c: &CronRecord) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// on_run_completed, enabled, end_time, updated_at); false when there is none. Its next due
+    /// time is written only when `reschedule` (its schedule, end time or enabling changed):
+    /// otherwise the stored one stays, since a process may have moved it on by claiming a tick
+    /// since `c` was read (writing `c`'s back would start that tick again, or skip one due).
+    fn update_cron(
+        &self,
+        c: &CronRecord,
+        reschedule: bool,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Cron `id`, if there is one.
     fn cron(&self, id: &str)
     -> impl Future<Output = Result<Option<CronRecord>, StoreError>> + Send;
@@ -540,8 +547,14 @@ pub trait Crons: Send + Sync + 'static {
         &self,
         user: &str,
     ) -> impl Future<Output = Result<Vec<CronRecord>, StoreError>> + Send;
-    /// Deletes cron `id`; false when there was none.
-    fn delete_cron(&self, id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Deletes cron `id` unless a tick of it is claimed and the claim has not expired at `now`
+    /// (its run is being started: deleting it then would let the run start after the delete);
+    /// false when it was not deleted (there was none, or a live claim).
+    fn delete_cron(
+        &self,
+        id: &str,
+        now: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// At most `limit` enabled crons with a tick due at `now` (and no open claim), or with a
     /// claim that expired, soonest first.
     fn due_crons(

@@ -328,7 +328,11 @@ impl crate::Crons for RamStore {
         Ok(())
     }
 
-    async fn update_cron(&self, c: &crate::CronRecord) -> Result<bool, StoreError> {
+    async fn update_cron(
+        &self,
+        c: &crate::CronRecord,
+        reschedule: bool,
+    ) -> Result<bool, StoreError> {
         let mut all = self.crons()?;
         let Some(stored) = all.get_mut(&c.id) else {
             return Ok(false);
@@ -339,7 +343,9 @@ impl crate::Crons for RamStore {
         stored.on_run_completed.clone_from(&c.on_run_completed);
         stored.enabled = c.enabled;
         stored.end_time = c.end_time;
-        stored.next_run_at = c.next_run_at;
+        if reschedule {
+            stored.next_run_at = c.next_run_at;
+        }
         stored.updated_at = c.updated_at;
         Ok(true)
     }
@@ -359,8 +365,13 @@ impl crate::Crons for RamStore {
         Ok(out)
     }
 
-    async fn delete_cron(&self, id: &str) -> Result<bool, StoreError> {
-        Ok(self.crons()?.remove(id).is_some())
+    async fn delete_cron(&self, id: &str, now: i64) -> Result<bool, StoreError> {
+        let mut all = self.crons()?;
+        let claimed = all
+            .get(id)
+            .and_then(|c| c.claim.as_ref())
+            .is_some_and(|claim| claim.expires > now);
+        Ok(!claimed && all.remove(id).is_some())
     }
 
     async fn due_crons(

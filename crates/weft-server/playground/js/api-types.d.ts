@@ -2334,6 +2334,11 @@ export interface paths {
                         schedule: string;
                         assistant_id: string;
                         /**
+                         * @description `reject` (the default) or `enqueue`: what a tick does on a thread busy with a run.
+                         * @default null
+                         */
+                        multitask_strategy?: string | null;
+                        /**
                          * @description The runs' input, as a run's (`{"messages": [...]}`); it must hold a task.
                          * @default null
                          */
@@ -2349,17 +2354,12 @@ export interface paths {
                          */
                         config?: unknown;
                         /**
-                         * @description `reject` (the default) or `enqueue`: what a tick does on a thread busy with a run.
-                         * @default null
-                         */
-                        multitask_strategy?: string | null;
-                        /**
                          * @description A threadless run's thread once the run ended: `delete` (the default) or `keep`.
                          * @default null
                          */
                         on_run_completed?: string | null;
                         /**
-                         * @description No tick after this time (ISO 8601; without an offset, UTC).
+                         * @description No tick after this time (ISO 8601; without an offset, UTC); in an update, null clears it.
                          * @default null
                          */
                         end_time?: string | null;
@@ -2455,6 +2455,11 @@ export interface paths {
                         schedule: string;
                         assistant_id: string;
                         /**
+                         * @description `reject` (the default) or `enqueue`: what a tick does on a thread busy with a run.
+                         * @default null
+                         */
+                        multitask_strategy?: string | null;
+                        /**
                          * @description The runs' input, as a run's (`{"messages": [...]}`); it must hold a task.
                          * @default null
                          */
@@ -2470,17 +2475,12 @@ export interface paths {
                          */
                         config?: unknown;
                         /**
-                         * @description `reject` (the default) or `enqueue`: what a tick does on a thread busy with a run.
-                         * @default null
-                         */
-                        multitask_strategy?: string | null;
-                        /**
                          * @description A threadless run's thread once the run ended: `delete` (the default) or `keep`.
                          * @default null
                          */
                         on_run_completed?: string | null;
                         /**
-                         * @description No tick after this time (ISO 8601; without an offset, UTC).
+                         * @description No tick after this time (ISO 8601; without an offset, UTC); in an update, null clears it.
                          * @default null
                          */
                         end_time?: string | null;
@@ -2623,23 +2623,44 @@ export interface paths {
                         /** @default null */
                         schedule?: string | null;
                         /**
-                         * @description ISO 8601; null clears it.
+                         * @description The runs' input, as a run's (`{"messages": [...]}`); it must hold a task.
+                         * @default null
+                         */
+                        input?: unknown;
+                        /**
+                         * @description The cron's metadata, given to its runs as well.
+                         * @default null
+                         */
+                        metadata?: unknown;
+                        /**
+                         * @description The runs' config (`budget`), as a run's.
+                         * @default null
+                         */
+                        config?: unknown;
+                        /**
+                         * @description A threadless run's thread once the run ended: `delete` (the default) or `keep`.
+                         * @default null
+                         */
+                        on_run_completed?: string | null;
+                        /**
+                         * @description No tick after this time (ISO 8601; without an offset, UTC); in an update, null clears it.
                          * @default null
                          */
                         end_time?: string | null;
-                        /** @default null */
-                        input?: unknown;
-                        /** @default null */
-                        metadata?: unknown;
-                        /** @default null */
-                        config?: unknown;
-                        /** @default null */
-                        on_run_completed?: string | null;
-                        /** @default null */
+                        /**
+                         * @description Whether ticks start runs (default true).
+                         * @default null
+                         */
                         enabled?: boolean | null;
-                        /** @default null */
+                        /**
+                         * @description Only UTC (or none): weft schedules in UTC.
+                         * @default null
+                         */
                         timezone?: string | null;
-                        /** @default null */
+                        /**
+                         * @description Not supported: weft calls no webhooks.
+                         * @default null
+                         */
                         webhook?: string | null;
                     };
                 };

@@ -81,6 +81,8 @@ export function follow(path, on, { after = 0 } = {}) {
   let last = after;
   let delay = 500;
   const dispatch = (name, data, id) => {
+    // A stream closed in the middle of a chunk dispatches nothing more of it.
+    if (ctl.signal.aborted) return;
     if (id !== undefined && id !== "") last = Number(id);
     const fn = on[name];
     if (!fn) return;

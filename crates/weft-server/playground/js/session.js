@@ -91,15 +91,30 @@ export class SessionPage {
     this.view = this.latest;
     this.render();
     this.heading?.focus({ preventScroll: true });
-    this.stream = follow(`/sessions/${encodeURIComponent(this.id)}/events`, {
-      event: (env) => this.onEvent(env),
-      text: (t) => this.onText(t.text),
-      ready: () => {
-        if (this.stale) this.refresh();
+    this.listen(0);
+  }
+
+  /** Follows the session's events after event `after`. A dropped stream reconnects after the
+   * last event it had; the view is fetched whole once it is back (`ready`), as it is after a
+   * gap, since what came while it was away is not known. */
+  listen(after) {
+    this.stream?.close();
+    this.stream = follow(
+      `/sessions/${encodeURIComponent(this.id)}/events`,
+      {
+        event: (env) => this.onEvent(env),
+        text: (t) => this.onText(t.text),
+        ready: () => {
+          if (this.stale) this.refresh();
+        },
+        onstate: (s) => {
+          if (s !== "live") this.stale = true;
+          this.setConn(s === "live" ? "live" : "reconnecting…");
+        },
+        onfatal: (e) => this.flash(sayApiError(e, "The live stream stopped")),
       },
-      onstate: (s) => this.setConn(s === "live" ? "live" : "reconnecting…"),
-      onfatal: (e) => this.flash(sayApiError(e, "The live stream stopped")),
-    });
+      { after },
+    );
   }
 
   destroy() {
@@ -150,7 +165,16 @@ export class SessionPage {
 
   /** @param {StoredEvent} env */
   onEvent(env) {
-    if (this.events.length && env.seq <= this.events[this.events.length - 1].seq) return;
+    const last = this.events.length ? this.events[this.events.length - 1].seq : null;
+    if (last !== null && env.seq <= last) return;
+    if (last !== null && env.seq > last + 1) {
+      // A gap: the events it missed are asked for again (the page's events are all of the
+      // session's, for the tabs and the slider), and the view is fetched whole.
+      this.stale = true;
+      this.listen(last);
+      this.scheduleRefresh();
+      return;
+    }
     this.events.push(env);
     if (["model_replied", "answer_drafted", "run_finished", "turn_started"].includes(env.type)) this.text = "";
     if (this.latest && env.seq > this.latest.last_seq && !this.stale) {
@@ -322,8 +346,12 @@ export class SessionPage {
     const last = this.lastSeq();
     // The header, the slider and the Events tab count the same events, whichever tab is open.
     if (this.eventCount) this.eventCount.textContent = count(last);
+    // The tabs' counts follow the events whichever tab is open (the tabs are redrawn only when
+    // what the open one shows changed).
     const eventsTab = document.getElementById("tab-events");
     if (eventsTab) eventsTab.textContent = `Events (${this.events.length})`;
+    const modelTab = document.getElementById("tab-model");
+    if (modelTab) modelTab.textContent = `Model calls (${this.modelCallCount()})`;
     const at = this.at ?? last;
     this.slider.max = String(Math.max(1, last));
     this.slider.value = String(at);
@@ -678,6 +706,11 @@ export class SessionPage {
     });
   }
 
+  /** How many model calls the session's events hold. */
+  modelCallCount() {
+    return this.events.filter((e) => e.type === "model_replied" || e.type === "model_failed").length;
+  }
+
   renderTabs() {
     const v = this.view;
     if (!v) return;
@@ -685,7 +718,7 @@ export class SessionPage {
       ["calls", `Tool calls (${v.calls.length})`],
       ["decisions", `Decisions (${v.reviews.length + v.plans.length})`],
       ["timeline", "Timeline"],
-      ["model", `Model calls (${this.events.filter((e) => e.type === "model_replied" || e.type === "model_failed").length})`],
+      ["model", `Model calls (${this.modelCallCount()})`],
       ["events", `Events (${this.events.length})`],
     ];
     const jump = (seq) => this.setAt(seq);

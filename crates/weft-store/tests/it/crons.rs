@@ -107,7 +107,14 @@ async fn crons_behave<S: Crons>(store: &S) {
     b.schedule = "0 9 * * *".into();
     b.end_time = None;
     b.updated_at = 99;
-    assert!(store.update_cron(&b).await.unwrap());
+    // Not rescheduled, the stored next due time stays (a claim may have moved it on since the
+    // cron was read); rescheduled, it is the one given.
+    let stored = store.cron("c2").await.unwrap().unwrap().next_run_at;
+    let mut stale = b.clone();
+    stale.next_run_at = Some(5);
+    assert!(store.update_cron(&stale, false).await.unwrap());
+    assert_eq!(store.cron("c2").await.unwrap().unwrap().next_run_at, stored);
+    assert!(store.update_cron(&b, true).await.unwrap());
     assert_eq!(store.cron("c2").await.unwrap(), Some(b.clone()));
     assert!(
         store
@@ -123,10 +130,15 @@ async fn crons_behave<S: Crons>(store: &S) {
             .await
             .unwrap()
     );
-    assert!(store.delete_cron("c2").await.unwrap());
-    assert!(!store.delete_cron("c2").await.unwrap());
-    assert!(!store.update_cron(&b).await.unwrap());
+    assert!(store.delete_cron("c2", 1_000).await.unwrap());
+    assert!(!store.delete_cron("c2", 1_000).await.unwrap());
+    assert!(!store.update_cron(&b, true).await.unwrap());
     assert_eq!(ids(store.crons_of("alice").await.unwrap()), ["c1"]);
+    // A cron whose tick is claimed (until 9,000) is deleted only once the claim expired.
+    assert!(!store.delete_cron("c1", 8_999).await.unwrap());
+    assert_eq!(ids(store.crons_of("alice").await.unwrap()), ["c1"]);
+    assert!(store.delete_cron("c1", 9_000).await.unwrap());
+    assert!(store.crons_of("alice").await.unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -3,11 +3,10 @@
 //! the servers (and kill them), write the agent, and run the script's phases.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::serve::{ALICE, BOB, free_port, serve_logged};
+use crate::serve::{ALICE, BOB, free_port, sdk_script, serve_logged, stop, succeeded};
 use crate::support as common;
 
 use std::path::Path;
-use std::process::{Child, Command};
 use std::time::Duration;
 
 /// The `ticker` agent: one call of its tool `tick` (which logs `tick SESSION` to `ticks.log`)
@@ -31,32 +30,10 @@ tools:
 }
 
 /// Runs `cron_client.py` in `mode` against the server on `port`; what it printed (it must
-/// succeed).
+/// succeed; else the last lines of the servers' `logs` are shown).
 fn client(d: &Path, port: u16, mode: &[&str], logs: &[&str]) -> String {
-    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/cron_client.py");
-    let out = Command::new(&python)
-        .arg(&script)
-        .args([&format!("http://127.0.0.1:{port}"), ALICE, BOB])
-        .arg(d)
-        .args(mode)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let server_logs: String = logs
-        .iter()
-        .map(|l| {
-            let log = std::fs::read_to_string(d.join(l)).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(30).collect();
-            format!("{l} (last lines, newest first):\n{}\n", tail.join("\n"))
-        })
-        .collect();
-    assert!(
-        out.status.success(),
-        "cron_client.py {mode:?} failed:\n{stdout}\n{}\n{server_logs}",
-        String::from_utf8_lossy(&out.stderr),
-    );
-    stdout
+    let out = sdk_script("cron_client.py", d, port, mode);
+    succeeded(&format!("cron_client.py {mode:?}"), &out, d, logs)
 }
 
 /// The value of `key: VALUE` in the script's output.
@@ -64,13 +41,6 @@ fn printed<'a>(out: &'a str, key: &str) -> &'a str {
     out.lines()
         .find_map(|l| l.strip_prefix(&format!("{key}: ")))
         .unwrap_or_else(|| panic!("no {key} in {out}"))
-}
-
-fn stop(mut server: Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status();
-    let _ = server.wait();
 }
 
 /// Sleeps until 600 ms past a second: the runs of a cron firing every second (at whole seconds)
@@ -96,9 +66,9 @@ fn needs_sdk_crons_are_created_searched_updated_and_deleted_per_user() {
     let d = tmp.path();
     ticker(d);
     let port = free_port();
-    let server = serve_logged(d, port, "serve.db", &[], "serve.log");
+    let mut server = serve_logged(d, port, "serve.db", &[], "serve.log");
     let out = client(d, port, &["api"], &["serve.log"]);
-    stop(server);
+    stop(&mut server);
     for check in [
         "create",
         "search",
@@ -124,10 +94,10 @@ fn needs_sdk_a_seconds_cron_starts_runs_on_its_thread_and_on_threads_of_their_ow
     let d = tmp.path();
     ticker(d);
     let port = free_port();
-    let server = serve_logged(d, port, "serve.db", &[], "serve.log");
+    let mut server = serve_logged(d, port, "serve.db", &[], "serve.log");
     let out = client(d, port, &["fire", "6"], &["serve.log"]);
     let deleting = client(d, port, &["deleting"], &["serve.log"]);
-    stop(server);
+    stop(&mut server);
     println!("{out}{deleting}");
     assert!(out.contains("ok: fire\n"), "{out}");
     assert!(
@@ -155,7 +125,7 @@ fn needs_sdk_a_cron_keeps_firing_after_its_server_is_killed_and_restarted() {
     // Three ticks are missed: the next server starts one of them.
     std::thread::sleep(Duration::from_secs(3));
     let restarted = now_ms().to_string();
-    let server = serve_logged(d, port, "serve.db", &[], "serve-1.log");
+    let mut server = serve_logged(d, port, "serve.db", &[], "serve-1.log");
     std::thread::sleep(Duration::from_secs(4));
     let out = client(
         d,
@@ -163,7 +133,7 @@ fn needs_sdk_a_cron_keeps_firing_after_its_server_is_killed_and_restarted() {
         &["check-thread", thread, cron, &restarted],
         &["serve-0.log", "serve-1.log"],
     );
-    stop(server);
+    stop(&mut server);
     println!("{out}");
     assert!(out.contains("ok: thread cron across a restart\n"), "{out}");
 }
@@ -178,23 +148,40 @@ fn needs_sdk_a_tick_whose_server_died_before_its_run_was_stored_runs_once() {
     let d = tmp.path();
     ticker(d);
     let port = free_port();
-    let server = serve_logged(d, port, "serve.db", &[], "serve-0.log");
+    let mut server = serve_logged(d, port, "serve.db", &[], "serve-0.log");
     let out = client(d, port, &["far-cron"], &["serve-0.log"]);
     let (thread, cron) = (printed(&out, "thread"), printed(&out, "cron"));
-    stop(server);
+    stop(&mut server);
     let db = d.join("serve.db");
     let db = db.to_str().unwrap();
     let tick = (now_ms() / 1000 * 1000 - 60_000).to_string();
     client(d, port, &["open-claim", db, cron, &tick], &[]);
-    let server = serve_logged(d, port, "serve.db", &[], "serve-1.log");
+    let mut server = serve_logged(d, port, "serve.db", &[], "serve-1.log");
     let logs = ["serve-0.log", "serve-1.log"];
     let first = client(d, port, &["taken-up", thread, cron, &tick, "1"], &logs);
     client(d, port, &["open-claim", db, cron, &tick], &logs);
     let again = client(d, port, &["taken-up", thread, cron, &tick, "2"], &logs);
-    stop(server);
+    stop(&mut server);
     println!("{first}{again}");
     assert!(first.contains("ok: claim taken up (1)\n"), "{first}");
     assert!(again.contains("ok: claim taken up (2)\n"), "{again}");
+}
+
+/// Twenty clients at once (`cron_client.py many`) create, update and delete crons of one
+/// assistant, threadless and on one thread they share, while the crons tick, on SQLite: every
+/// create returns a distinct id, a deleted cron starts no run once its delete answered, and
+/// every tick of the crons kept ran once (one thread, one tool call and one run per tick counted).
+#[test]
+fn needs_sdk_twenty_clients_create_update_and_delete_crons_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    ticker(d);
+    let port = free_port();
+    let mut server = serve_logged(d, port, "serve.db", &[], "serve.log");
+    let out = client(d, port, &["many", "20", "6"], &["serve.log"]);
+    stop(&mut server);
+    println!("{out}");
+    assert!(out.contains("ok: many clients\n"), "{out}");
 }
 
 /// How many ticks the server of `log` started.
@@ -220,7 +207,7 @@ mod needs_postgres {
         ticker(d);
         let (pa, pb) = (free_port(), free_port());
         let mut a = serve_logged(d, pa, &db.url, &[], "a-0.log");
-        let b = serve_logged(d, pb, &db.url, &[], "b.log");
+        let mut b = serve_logged(d, pb, &db.url, &[], "b.log");
         let out = client(d, pa, &["threadless-cron"], &["a-0.log", "b.log"]);
         let cron = printed(&out, "cron").to_owned();
         std::thread::sleep(Duration::from_secs(4));
@@ -228,17 +215,41 @@ mod needs_postgres {
         a.kill().unwrap();
         a.wait().unwrap();
         std::thread::sleep(Duration::from_secs(2));
-        let a = serve_logged(d, pa, &db.url, &[], "a-1.log");
+        let mut a = serve_logged(d, pa, &db.url, &[], "a-1.log");
         std::thread::sleep(Duration::from_secs(6));
         let logs = ["a-0.log", "a-1.log", "b.log"];
         let out = client(d, pb, &["check-threadless", &cron], &logs);
-        stop(a);
-        stop(b);
+        stop(&mut a);
+        stop(&mut b);
         let started: Vec<String> = logs
             .iter()
             .map(|l| format!("{l}={}", ticks_started(d, l)))
             .collect();
         println!("{out}ticks started per server: {}", started.join(" "));
         assert!(out.contains("ok: each tick once\n"), "{out}");
+    }
+
+    /// [`super::needs_sdk_twenty_clients_create_update_and_delete_crons_at_once`] with two
+    /// servers on one PostgreSQL database, every other client talking to the second: the claim
+    /// of a tick is a compare-and-set, so each tick of a cron ran once across both.
+    #[test]
+    fn needs_sdk_twenty_clients_on_two_servers_create_update_and_delete_crons_at_once() {
+        let db = common::Database::new("serve_crons_many");
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        ticker(d);
+        let (pa, pb) = (free_port(), free_port());
+        let mut a = serve_logged(d, pa, &db.url, &[], "a.log");
+        let mut b = serve_logged(d, pb, &db.url, &[], "b.log");
+        let second = format!("http://127.0.0.1:{pb}");
+        let out = client(d, pa, &["many", "20", "6", &second], &["a.log", "b.log"]);
+        stop(&mut a);
+        stop(&mut b);
+        println!(
+            "{out}ticks started per server: a.log={} b.log={}",
+            ticks_started(d, "a.log"),
+            ticks_started(d, "b.log")
+        );
+        assert!(out.contains("ok: many clients\n"), "{out}");
     }
 }

@@ -766,6 +766,63 @@ async fn a_fork_compared_with_its_origin_names_the_result_and_the_answer_that_di
     }
 }
 
+/// A session that is running compared with one that finished: the comparison answers at once
+/// (no error, no wait for the run) and says which one runs, with the running plan's steps as
+/// they stand; the other way round too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_session_compared_with_a_finished_one_says_which_runs() {
+    let server = Server::start_with(slow_agent);
+    let alice = Client::new(&server, ALICE);
+    let done = alice.run_wait("desk", "Refund c-42.", desk_input()).await;
+    let running = alice
+        .run("slow200", "Run two hundred slow steps.", json!({}))
+        .await;
+    alice
+        .until(&running, "a step running", |v| {
+            v["status"] == "running"
+                && v["plan"]["nodes"]
+                    .as_array()
+                    .is_some_and(|n| n.iter().any(|n| n["status"] == "RUNNING"))
+        })
+        .await;
+    for (a, b, side) in [(&running, &done, "a"), (&done, &running, "b")] {
+        let path = format!("/sessions/{a}/compare/{b}");
+        let c = tokio::time::timeout(Duration::from_secs(10), alice.get(&path))
+            .await
+            .unwrap_or_else(|_| panic!("GET {path} did not answer within 10 s"));
+        let other = if side == "a" { "b" } else { "a" };
+        assert_eq!(c[side]["id"], running.as_str(), "{c:#}");
+        assert_eq!(c[side]["status"], "running", "{c:#}");
+        assert_eq!(c[other]["status"], "completed", "{c:#}");
+        assert_eq!(c[side]["answer"], Value::Null, "{c:#}");
+        assert!(
+            c["differs"].as_array().unwrap().contains(&json!("status")),
+            "{c:#}"
+        );
+        assert_eq!(c["aligned_by"], "plan");
+        // The running plan's steps are there as they stand: some running, none of the other's.
+        let mine: Vec<&Value> = c["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["change"] == format!("only_{side}"))
+            .collect();
+        assert_eq!(mine.len(), 200, "{c:#}");
+        assert!(
+            mine.iter().any(|s| s[side]["status"] == "RUNNING"),
+            "no running step: {c:#}"
+        );
+    }
+    let (status, err) = alice
+        .call(
+            reqwest::Method::POST,
+            &format!("/sessions/{running}/cancel"),
+            None,
+        )
+        .await;
+    assert!((200..300).contains(&status), "cancel: {status} {err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_run_waits_until_it_is_continued() {
     let server = Server::start();
@@ -1565,6 +1622,11 @@ fn wide_session(dir: &Path) {
 /// Python interpreters starting at each wave took the page's two cores for about half a second,
 /// which the browser measured as its own long tasks.
 fn slow_agent(dir: &Path) {
+    slow_agent_of(dir, "0.5");
+}
+
+/// [`slow_agent`], its steps sleeping `sleep` seconds.
+fn slow_agent_of(dir: &Path, sleep: &str) {
     let plan = wide_plan(10, 20, |i| json!({ "_tool": "slow", "n": i }));
     std::fs::write(
         dir.join("slow200.script.json"),
@@ -1573,8 +1635,9 @@ fn slow_agent(dir: &Path) {
     .unwrap();
     std::fs::write(
         dir.join("slow.sh"),
-        "a=$(cat)\nsleep 0.5\nprintf '{\"tool\":\"slow\",\"args\":%s}\\n' \"$a\" >> calls.log\n\
-         printf '{\"echo\":%s}' \"$a\"\n",
+        "a=$(cat)\nsleep SECONDS\nprintf '{\"tool\":\"slow\",\"args\":%s}\\n' \"$a\" >> calls.log\n\
+         printf '{\"echo\":%s}' \"$a\"\n"
+            .replace("SECONDS", sleep),
     )
     .unwrap();
     std::fs::write(
@@ -1616,6 +1679,24 @@ fn needs_browser_a_live_200_step_run_is_drawn_from_its_events() {
             "the live run's final page equals a fresh load's",
         ],
         slow_agent,
+    );
+    assert_eq!(server.calls().len(), 200, "each step ran once");
+}
+
+/// The live run's connection drops twice (a proxy between the page and the server closes every
+/// connection): the stream reconnects and the page fetches the session whole; at a gap in the
+/// event seqs it asks again for the events it missed; its final page equals a fresh load's.
+#[test]
+fn needs_browser_a_live_run_through_dropped_connections_ends_as_a_fresh_load() {
+    let server = browser_with(
+        "livedrop",
+        &[
+            "the page fetches the session whole after a dropped stream",
+            "the page fetches the session whole after a gap in the event seqs",
+            "the page has every event after the gap",
+            "the live run's final page equals a fresh load's after drops and a gap",
+        ],
+        |d| slow_agent_of(d, "2"),
     );
     assert_eq!(server.calls().len(), 200, "each step ran once");
 }

@@ -9,7 +9,7 @@ use crate::support as common;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub(crate) const ALICE: &str = "alice-key-0123456789abcdef";
@@ -189,6 +189,56 @@ fn serve_command(d: &Path, port: u16, mut command: Command, log: &str) -> Child 
     }
 }
 
+/// Stops a process with SIGTERM and waits for it.
+pub(crate) fn stop(c: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status();
+    let _ = c.wait();
+}
+
+/// The last 40 lines of each log in `d`, newest first.
+pub(crate) fn logs(d: &Path, names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|name| {
+            let log = std::fs::read_to_string(d.join(name)).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            format!("{name} (last lines, newest first):\n{}\n", tail.join("\n"))
+        })
+        .collect()
+}
+
+/// Runs the SDK client script `tests/serve/SCRIPT` against the server on `port`: it is given
+/// the server's URL, both users' keys, `d` and `args`.
+pub(crate) fn sdk_script(script: &str, d: &Path, port: u16, args: &[&str]) -> Output {
+    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
+    Command::new(&python)
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/serve")
+                .join(script),
+        )
+        .args([&format!("http://127.0.0.1:{port}"), ALICE, BOB])
+        .arg(d)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// What a client script (`what`) printed, once it succeeded; else the test fails with what it
+/// printed and the last lines of the servers' `logs` in `d`.
+pub(crate) fn succeeded(what: &str, out: &Output, d: &Path, logs_of: &[&str]) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        logs(d, logs_of)
+    );
+    stdout
+}
+
 #[test]
 fn needs_sdk_the_langgraph_client_drives_weft_serve() {
     let stdout = scenario(None);
@@ -311,10 +361,7 @@ fn run_across_a_restart(
     let finished = client.try_wait().unwrap().is_some();
     let _ = client.kill();
     let out = client.wait_with_output().unwrap();
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status();
-    let _ = server.wait();
+    stop(&mut server);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains(&format!("ok: {check}\n")),
@@ -346,32 +393,14 @@ fn run_across_a_restart(
 /// Runs the client script (in `mode`, or all of its default checks) against a fresh server;
 /// its output.
 fn scenario(mode: Option<&str>) -> String {
-    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     agents(d);
     let port = free_port();
     let mut server = serve(d, port, "serve.db");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/langgraph_client.py");
-    let out = Command::new(&python)
-        .arg(&script)
-        .args([&format!("http://127.0.0.1:{port}"), ALICE, BOB])
-        .arg(d)
-        .args(mode)
-        .output()
-        .unwrap();
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status();
-    let _ = server.wait();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "the client script failed:\n{stdout}\n{}\nserver log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
-    );
-    stdout
+    let out = sdk_script("langgraph_client.py", d, port, mode.as_slice());
+    stop(&mut server);
+    succeeded("the client script", &out, d, &["serve.log"])
 }
 
 /// Every part of a stream in several modes has an id of its own: cut after any part, a join
@@ -492,10 +521,7 @@ fn needs_sdk_the_ag_ui_client_drives_weft_serve() {
         .args([&format!("http://127.0.0.1:{port}"), ALICE])
         .output()
         .unwrap();
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status();
-    let _ = server.wait();
+    stop(&mut server);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -558,10 +584,7 @@ asyncio.run(main())
         ])
         .output()
         .unwrap();
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status();
-    let _ = server.wait();
+    stop(&mut server);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains("ok: limit"),
@@ -612,10 +635,7 @@ fn needs_sdk_a_stopped_run_is_continued_past_threads_that_never_had_a_run() {
     assert!(out.status.success(), "{out:?}");
     // The server's loop for orphaned runs looks at the store every second.
     std::thread::sleep(Duration::from_millis(2500));
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status();
-    server.wait().unwrap();
+    stop(&mut server);
     let took = run_across_a_restart(d, RESTART, "TERM", &[]);
     assert!(
         took < Duration::from_secs(15),
@@ -692,21 +712,10 @@ fn seam(db: &str, rounds: usize, n: usize, kill_every: usize) -> String {
         }
         std::thread::sleep(Duration::from_millis(5));
     };
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status();
-    let _ = server.wait();
+    stop(&mut server);
     let stdout = std::fs::read_to_string(d.join("client.out")).unwrap_or_default();
-    let logs: String = (0..=kills)
-        .map(|k| {
-            let log = std::fs::read_to_string(d.join(format!("serve-{k}.log"))).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            format!(
-                "serve-{k}.log (last lines, newest first):\n{}\n",
-                tail.join("\n")
-            )
-        })
-        .collect();
+    let names: Vec<String> = (0..=kills).map(|k| format!("serve-{k}.log")).collect();
+    let logs = logs(d, &names.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(
         status.success() && stdout.contains("ok: seam"),
         "{stdout}\n{}\n{logs}",
@@ -966,26 +975,6 @@ fn worker(d: &Path, db: &str, log: &str) -> Child {
         .stderr(std::fs::File::create(d.join(log)).unwrap())
         .spawn()
         .unwrap()
-}
-
-/// Stops a process with SIGTERM and waits for it.
-fn stop(c: &mut Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &c.id().to_string()])
-        .status();
-    let _ = c.wait();
-}
-
-/// The last 40 lines of each log in `d`, newest first.
-fn logs(d: &Path, names: &[&str]) -> String {
-    names
-        .iter()
-        .map(|name| {
-            let log = std::fs::read_to_string(d.join(name)).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            format!("{name} (last lines, newest first):\n{}\n", tail.join("\n"))
-        })
-        .collect()
 }
 
 /// `seam_client.py` in its `replicas` mode: two replicas (`serve-a*.log`, `serve-b*.log`) and

@@ -1031,22 +1031,34 @@ def live_200():
     # are shared with the server, its tools and other tests, so only a stall of a second fails.
     assert max(longs, default=0) < 1000, longs
     ok("the live run is drawn from its events with few full fetches and no long stall")
-    # Both pages fitted: every node drawn, whichever part each showed.
+    same_as_a_fresh_load()
+    ok("the live run's final page equals a fresh load's")
+    no_page_errors()
+
+
+def final_page():
+    """What the page of a finished 200-step plan shows, fitted (every node drawn, whichever part
+    it showed): the plan's heading, the waves, each node, the header, the details, the tabs'
+    labels (with their counts) and where the slider stands."""
     import re
 
-    def final_page():
-        click("#graph-fit")
-        wait(lambda: len(q("#graph .node")) == 200, "every node drawn")
-        page = json.loads(D.execute_script(
-            "return JSON.stringify({plan: document.querySelector('#flow .panel-head').innerText,"
-            " waves: [...document.querySelectorAll('#graph .col-label')].map(l => l.textContent),"
-            " nodes: Object.fromEntries([...document.querySelectorAll('#graph .node')].map(n => [n.dataset.step, n.getAttribute('aria-label')])),"
-            " header: document.querySelector('.s-head').innerText, details: document.querySelector('#details').innerText})"
-        ))
-        # The header says how long ago the session started: that moves on.
-        page["header"] = re.sub(r"started [^\n]*? ago", "", page["header"])
-        return page
+    click("#graph-fit")
+    wait(lambda: len(q("#graph .node")) == 200, "every node drawn")
+    page = json.loads(D.execute_script(
+        "return JSON.stringify({plan: document.querySelector('#flow .panel-head').innerText,"
+        " waves: [...document.querySelectorAll('#graph .col-label')].map(l => l.textContent),"
+        " nodes: Object.fromEntries([...document.querySelectorAll('#graph .node')].map(n => [n.dataset.step, n.getAttribute('aria-label')])),"
+        " header: document.querySelector('.s-head').innerText, details: document.querySelector('#details').innerText,"
+        " tabs: [...document.querySelectorAll('#activity [role=tab]')].map(t => t.textContent),"
+        " where: document.getElementById('travel-where').innerText})"
+    ))
+    # The header says how long ago the session started: that moves on.
+    page["header"] = re.sub(r"started [^\n]*? ago", "", page["header"])
+    return page
 
+
+def same_as_a_fresh_load():
+    """The finished 200-step plan's page, as the live page ended, equals a fresh load's."""
     live = final_page()
     D.refresh()
     wait(lambda: q('#graph svg[aria-label^="Plan: 200 steps"] .node') and session_status() == "completed", "the fresh load")
@@ -1054,8 +1066,147 @@ def live_200():
     fresh = final_page()
     for name in live:
         assert live[name] == fresh[name], f"the live page's {name} differs from a fresh load's:\n{str(live[name])[:2000]}\n---\n{str(fresh[name])[:2000]}"
-    ok("the live run's final page equals a fresh load's")
-    no_page_errors()
+
+
+class Proxy:
+    """A TCP proxy between the browser and the server, whose connections the scenario drops.
+    `drop(seconds, skip)` closes every connection and refuses new ones for `seconds`; with
+    `skip`, the next request that names a `Last-Event-ID` has it moved on by `skip`, so the
+    stream resumes past events the page never had (a gap)."""
+
+    def __init__(self, target):
+        import socket
+        import threading
+
+        self.target = target
+        self.lock = threading.Lock()
+        self.conns = set()
+        self.refusing = False
+        self.skip = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        import socket
+        import threading
+
+        while True:
+            c, _ = self.listener.accept()
+            if self.refusing:
+                c.close()
+                continue
+            try:
+                s = socket.create_connection(self.target)
+            except OSError:
+                c.close()
+                continue
+            with self.lock:
+                self.conns |= {c, s}
+            threading.Thread(target=self.pump, args=(c, s, True), daemon=True).start()
+            threading.Thread(target=self.pump, args=(s, c, False), daemon=True).start()
+
+    def pump(self, src, dst, upstream):
+        import re
+        import socket
+
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if upstream and self.skip:
+                    with self.lock:
+                        skip, n = self.skip, 0
+
+                        def bump(m):
+                            return m.group(1) + str(int(m.group(2)) + skip).encode()
+
+                        data, n = re.subn(rb"(?i)(last-event-id: *)(\d+)", bump, data)
+                        if n:
+                            self.skip = 0
+                dst.sendall(data)
+        except OSError:
+            pass
+        for x in (src, dst):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            x.close()
+        with self.lock:
+            self.conns -= {src, dst}
+
+    def drop(self, seconds, skip=0):
+        import socket
+
+        self.refusing = True
+        with self.lock:
+            self.skip = skip
+            for x in list(self.conns):
+                try:
+                    x.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        time.sleep(seconds)
+        self.refusing = False
+
+
+def server_get(base, path):
+    """The API straight from the server at `base` (not through the page, nor the proxy)."""
+    import urllib.request
+
+    req = urllib.request.Request(base.rstrip("/") + path, headers={"x-api-key": KEY})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def live_dropped():
+    """A live 200-step run whose connection to the server drops twice mid-run (a proxy between
+    the page and the server closes every connection and refuses new ones for a moment): after
+    the first drop the event stream reconnects and the page fetches the session whole while the
+    run still goes; at the second, the stream resumes five events past the last the page had (a
+    gap): the page asks again for the events it missed and fetches the session whole. Its final
+    page equals a fresh load's, the events tab's count and the slider's included."""
+    global URL
+    from urllib.parse import urlparse
+
+    direct = URL
+    u = urlparse(direct)
+    proxy = Proxy((u.hostname, u.port))
+    URL = f"http://127.0.0.1:{proxy.port}/"
+    sign_in()
+    sid = start("slow200", "Run two hundred slow steps.")
+    wait(lambda: q('#graph svg[aria-label^="Plan: 200 steps"] .node'), "the 200 steps' plan drawn", 60)
+    D.execute_script("performance.setResourceTimingBufferSize(10000)")
+    full = (
+        "return performance.getEntriesByType('resource').filter(e => { const u = new URL(e.name);"
+        " return u.pathname === `/sessions/${arguments[0]}` && !u.search && e.startTime > arguments[1]; }).length"
+    )
+
+    def completed():
+        return sum(1 for n in server_get(direct, f"/sessions/{sid}")["plan"]["nodes"] if n["status"] == "COMPLETED")
+
+    for done_before, skip, what in [(20, 0, "a dropped stream"), (60, 5, "a gap in the event seqs")]:
+        # Some waves are done: the page has followed the run's events for a while.
+        wait(lambda: completed() >= done_before, f"{done_before} steps completed", 90)
+        since = D.execute_script("return performance.now()")
+        seen = " ".join(text("#travel-where").split())
+        proxy.drop(1.5, skip)
+        wait(lambda: text("#conn") == "● live", f"the stream back after {what}", 30)
+        wait(lambda: D.execute_script(full, sid, since) > 0, f"a full fetch of the session after {what}", 10)
+        assert server_get(direct, f"/sessions/{sid}")["status"] == "running", f"the run ended before the page was back after {what}"
+        print(f"figure: live run through {what}: the slider said `{seen}` at the drop, {completed()} steps completed when the page was back", flush=True)
+        ok(f"the page fetches the session whole after {what}")
+    wait(lambda: session_status() == "completed", "the run completed", 120)
+    last = server_get(direct, f"/sessions/{sid}")["last_seq"]
+    wait(lambda: f"Events ({last})" in texts("#activity [role=tab]"), f"the events tab counting all {last} events")
+    ok("the page has every event after the gap")
+    same_as_a_fresh_load()
+    ok("the live run's final page equals a fresh load's after drops and a gap")
+    # The requests the drops cut are logged as failed loads; nothing else may be.
+    bad = [l for l in D.get_log("browser") if l["level"] == "SEVERE" and "net::ERR_" not in l["message"] and "Failed to fetch" not in l["message"]]
+    assert not bad, f"the page logged errors: {bad}"
 
 
 SCENARIOS = {
@@ -1077,6 +1228,7 @@ SCENARIOS = {
     "compare": compare_fork,
     "graph1000": graph_1000,
     "live200": live_200,
+    "livedrop": live_dropped,
 }
 
 D = browser()

@@ -31,9 +31,19 @@ Modes:
 - `taken-up THREAD CRON TICK_MS TICKS`: waits until the cron has taken TICKS ticks, the last
   one TICK_MS, then checks that the thread has exactly one run, the tick's, which succeeded,
   and that the tool ran once.
+- `many CLIENTS SECONDS [URL2]`: CLIENTS clients at once (each its own connection; with URL2,
+  every other one talks to that server) create, update and delete crons on the `ticker`
+  assistant: each makes a threadless cron every 2 seconds (`keep`) that it updates again and
+  again while it ticks, a threadless cron every second that it deletes after a moment, and a cron
+  on one thread they all share that it changes and deletes. Then (after SECONDS) it disables the
+  crons it kept and checks: every create returned a distinct id; no run of a deleted cron was
+  stored after its delete answered (the first event of each run's thread, in milliseconds); each
+  tick ran once: one thread and one tool call per tick, as many runs as ticks counted on the cron,
+  all succeeded. Prints `counts: ...`.
 The first failed assertion ends the script (exit 1).
 """
 import asyncio
+import json
 import os
 import sys
 import time
@@ -357,6 +367,114 @@ async def taken_up(a, tid, cron_id, tick, ticks):
     ok(f"claim taken up ({ticks})")
 
 
+async def first_event_ms(tid):
+    """When the first event of thread `tid`'s log was stored (Unix milliseconds)."""
+    async with httpx.AsyncClient(base_url=URL, headers={"x-api-key": KEY}, timeout=30) as h:
+        async with h.stream("GET", f"/sessions/{tid}/events") as r:
+            assert r.status_code == 200, r.status_code
+            name = ""
+            async for line in r.aiter_lines():
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: ") and name == "event":
+                    return json.loads(line[6:])["ts"]
+                elif name == "ready":
+                    break
+    raise AssertionError(f"thread {tid} has no events")
+
+
+async def many(n, seconds, urls):
+    clients = [get_client(url=urls[i % len(urls)], api_key=KEY, timeout=60) for i in range(n)]
+    shared = (await clients[0].threads.create())["thread_id"]
+    began = time.time()
+    deleted_at = {}
+
+    async def one(i, c):
+        kept = await c.crons.create(
+            "ticker", schedule="*/2 * * * * *", input=MSG, metadata={"client": i},
+            on_run_completed="keep")
+        doomed = await c.crons.create(
+            "ticker", schedule="* * * * * *", input=MSG, metadata={"client": i, "doomed": True},
+            on_run_completed="keep")
+        on_shared = await c.crons.create_for_thread(
+            shared, "ticker", schedule="0 0 1 1 *", input=MSG, metadata={"client": i})
+        changed = await c.crons.update(on_shared["cron_id"], schedule="0 12 * * *", metadata={"client": i, "v": 2})
+        assert changed["schedule"] == "0 12 * * *" and changed["metadata"]["v"] == 2, changed
+        # The doomed cron ticks a second or two (from 1.0 to 2.9 s), then goes.
+        await asyncio.sleep(1.0 + (i % 20) / 10)
+        await c.crons.delete(doomed["cron_id"])
+        deleted_at[doomed["cron_id"]] = time.time() * 1000
+        status, _ = await status_of(c.crons.delete(doomed["cron_id"]))
+        assert status == 404, status
+        await c.crons.delete(on_shared["cron_id"])
+        # The kept cron is changed again and again while it ticks.
+        k = 0
+        while time.time() - began < seconds:
+            k += 1
+            u = await c.crons.update(kept["cron_id"], metadata={"client": i, "k": k})
+            assert u["metadata"]["k"] == k and u["enabled"], u
+            await asyncio.sleep(0.3 + (i % 7) / 20)
+        await c.crons.update(kept["cron_id"], enabled=False)
+        return kept["cron_id"], doomed["cron_id"], on_shared["cron_id"]
+
+    made = await asyncio.gather(*(one(i, c) for i, c in enumerate(clients)))
+    ids = [x for m in made for x in m]
+    assert len(set(ids)) == len(ids) == 3 * n, ids
+    a = clients[0]
+    await asyncio.sleep(1.0)
+    left = await a.crons.search(limit=1000)
+    assert sorted(c["cron_id"] for c in left) == sorted(m[0] for m in made), left
+    assert await a.crons.count(thread_id=shared) == 0
+    threads = [x["thread_id"] for x in await a.threads.search(limit=10000) if x["thread_id"] != shared]
+    # A run lists its metadata (`cron_id`) on the server that started it only: a run read from
+    # the log of another server's thread has none. Each thread's runs are listed on every server.
+    per_server = [get_client(url=u, api_key=KEY, timeout=60) for u in urls]
+    runs = []
+    for tid in threads:
+        await wait_idle(a, tid)
+        found = {}
+        for c in per_server:
+            for r in await c.runs.list(tid, limit=1000):
+                if r["run_id"] not in found or r["metadata"].get("cron_id"):
+                    found[r["run_id"]] = r
+        runs.extend(found.values())
+    # Read again: a tick claimed just before its cron was disabled is counted once its run is
+    # stored.
+    left = {c["cron_id"]: c for c in await a.crons.search(limit=1000)}
+    by_cron = {}
+    for r in runs:
+        by_cron.setdefault(r["metadata"].get("cron_id"), []).append(r)
+    tools = tool_lines()
+    dup = {s for s in tools if tools.count(s) > 1}
+    late = []
+    doomed_runs = 0
+    for m in made:
+        for r in by_cron.get(m[1], []):
+            doomed_runs += 1
+            stored = await first_event_ms(r["thread_id"])
+            if stored > deleted_at[m[1]]:
+                late.append((m[1], r["run_id"], stored - deleted_at[m[1]]))
+    kept_ticks = sum(left[m[0]]["ticks"] for m in made)
+    kept_runs = sum(len(by_cron.get(m[0], [])) for m in made)
+    print(f"counts: clients={n} servers={len(urls)} seconds={time.time() - began:.1f} "
+          f"threads={len(threads)} runs={len(runs)} kept_ticks={kept_ticks} kept_runs={kept_runs} "
+          f"doomed_runs={doomed_runs} tool_calls={len(tools)} repeated={len(dup)} "
+          f"late={len(late)}", flush=True)
+    assert not dup, f"a tick ran twice: {dup}"
+    assert not late, f"runs of deleted crons stored after the delete answered (cron, run, ms after): {late}"
+    assert all(r["status"] == "success" for r in runs), [r for r in runs if r["status"] != "success"]
+    assert set(by_cron) <= {m[0] for m in made} | {m[1] for m in made}, set(by_cron)
+    assert len(runs) == len(threads) == len(tools), (len(runs), len(threads), len(tools))
+    for m in made:
+        c = left[m[0]]
+        mine = by_cron.get(m[0], [])
+        assert c["ticks"] == len(mine) and c["ticks"] >= 1, (c, len(mine))
+        assert c["last_tick"]["error"] is None and c["last_tick"]["run_id"] in [r["run_id"] for r in mine], c
+    for m in made:
+        await a.crons.delete(m[0])
+    ok("many clients")
+
+
 async def main():
     a = get_client(url=URL, api_key=KEY, timeout=60)
     b = get_client(url=URL, api_key=OTHER, timeout=60)
@@ -383,6 +501,8 @@ async def main():
         print(f"thread: {t['thread_id']}\ncron: {c['cron_id']}", flush=True)
     elif MODE == "open-claim":
         open_claim(ARGS[0], ARGS[1], int(ARGS[2]))
+    elif MODE == "many":
+        await many(int(ARGS[0]), float(ARGS[1]), [URL] + ARGS[2:3])
     elif MODE == "taken-up":
         await taken_up(a, ARGS[0], ARGS[1], int(ARGS[2]), int(ARGS[3]))
     else:
