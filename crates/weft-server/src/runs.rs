@@ -190,6 +190,10 @@ pub(crate) struct Run {
     pub from_log: bool,
     /// A task follows its status through the store.
     pub followed: std::sync::atomic::AtomicBool,
+    /// Stopped at a safe point because this server stops: the next process goes on with it.
+    /// The API then says `pending` (as LangGraph's server says of a run it will pick up again),
+    /// so that a client whose stream closed asks again rather than taking the run as ended.
+    pub handed_over: std::sync::atomic::AtomicBool,
 }
 
 impl Run {
@@ -199,6 +203,11 @@ impl Run {
 
     pub(crate) fn json(&self) -> RunInfo {
         let (status, _) = *self.status.borrow();
+        let status = if self.handed_over.load(std::sync::atomic::Ordering::Acquire) {
+            RunStatus::Pending
+        } else {
+            status
+        };
         RunInfo {
             run_id: self.run_id.clone(),
             thread_id: self.thread_id.clone(),
@@ -658,6 +667,7 @@ pub(crate) async fn start_with_id(
         traceparent: body.traceparent.clone(),
         status: tokio::sync::watch::channel((RunStatus::Pending, st.seq)).0,
         cancelled: false.into(),
+        handed_over: false.into(),
         from_log: false,
         followed: false.into(),
     });
@@ -899,7 +909,11 @@ async fn finish(app: &Shared, run: &Run, outcome: anyhow::Result<SessionStatus>)
         Ok(SessionStatus::WaitingForUser) => RunStatus::Interrupted,
         Ok(SessionStatus::Failed) => RunStatus::Error,
         // Stopped at a safe point (the server stops): another process continues it.
-        Ok(SessionStatus::Running) => RunStatus::Interrupted,
+        Ok(SessionStatus::Running) => {
+            run.handed_over
+                .store(true, std::sync::atomic::Ordering::Release);
+            RunStatus::Interrupted
+        }
         Err(e) => {
             tracing::warn!(run = %run.run_id, "run failed: {}", crate::message(&e));
             RunStatus::Error
@@ -1300,6 +1314,7 @@ fn logged(
         traceparent: None,
         status: tokio::sync::watch::channel((status, st.seq)).0,
         cancelled: false.into(),
+        handed_over: false.into(),
         from_log: true,
         followed: false.into(),
     }
