@@ -104,11 +104,27 @@ pub(crate) async fn require(
                 .map(|v| v.trim().to_owned())
         });
     let Some(user) = given.and_then(|k| keys.0.get(&k).cloned()) else {
-        return ApiError::new(
+        // The body is not read: a connection whose body had not all arrived yet is closed after
+        // the answer, so it says so, and the client does not send its next request on it.
+        let unread = req
+            .headers()
+            .contains_key(axum::http::header::TRANSFER_ENCODING)
+            || req
+                .headers()
+                .get(axum::http::header::CONTENT_LENGTH)
+                .is_some_and(|v| v.as_bytes() != b"0");
+        let mut res = ApiError::new(
             StatusCode::UNAUTHORIZED,
             "a valid API key is needed (x-api-key or Authorization: Bearer)".into(),
         )
         .into_response();
+        if unread {
+            res.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
+        return res;
     };
     req.extensions_mut().insert(User(user));
     next.run(req).await

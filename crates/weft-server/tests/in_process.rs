@@ -230,3 +230,70 @@ async fn a_runs_config_budget_raises_a_budget_that_was_reached() {
         .unwrap()
         .unwrap();
 }
+
+/// A request refused for its key before its body was read: the answer says `connection: close`,
+/// since the server closes a connection whose body it did not read. Without it a client sent its
+/// next request on that connection and got "Server disconnected without sending a response"
+/// (the body here arrives after the headers, as it can under load). The same request with a key
+/// whose body arrives late is answered, and the connection is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_before_its_body_is_read_closes_its_connection_and_says_so() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.txt");
+    std::fs::write(&keys, format!("{KEY} alice\n")).unwrap();
+    let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/weather-chat.yaml");
+    let store = Arc::new(
+        AnyStore::open_with("memory:", Durability::Normal)
+            .await
+            .unwrap(),
+    );
+    let host = Host::default();
+    let config = ServeConfig {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        keys: Some(keys),
+        ..ServeConfig::new(vec![agent])
+    };
+    let server = Server::bind(host.clone(), store, config).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    let serving = tokio::spawn(server.run());
+
+    // Headers first, the body 100 ms later; the answer read up to the end of its headers.
+    async fn answer_head(addr: SocketAddr, key: Option<&str>) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let key = key
+            .map(|k| format!("x-api-key: {k}\r\n"))
+            .unwrap_or_default();
+        s.write_all(
+            format!(
+                "POST /threads HTTP/1.1\r\nhost: x\r\n{key}content-type: application/json\r\n\
+                 content-length: 2\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s.write_all(b"{}").await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0, "the connection closed before an answer");
+            got.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&got).to_lowercase()
+    }
+    let refused = answer_head(addr, None).await;
+    assert!(refused.starts_with("http/1.1 401"), "{refused}");
+    assert!(refused.contains("connection: close"), "{refused}");
+    let created = answer_head(addr, Some(KEY)).await;
+    assert!(created.starts_with("http/1.1 200"), "{created}");
+    assert!(!created.contains("connection: close"), "{created}");
+
+    host.shutdown.trigger();
+    let _ = tokio::time::timeout(Duration::from_secs(20), serving).await;
+}
