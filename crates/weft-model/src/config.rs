@@ -262,8 +262,20 @@ const KNOWN_KEYS: &[&str] = &[
     "context_size",
 ];
 
-/// The schema of an agent file's `model`: `provider:name`, `scripted:PATH`, or a mapping whose
-/// keys are `KNOWN_KEYS` (a test keeps the two equal).
+/// The keys of a `{provider: local}` mapping (a GGUF model run in the process).
+#[cfg_attr(not(feature = "local-model"), allow(dead_code))]
+pub(crate) const LOCAL_KEYS: &[&str] = &[
+    "provider",
+    "file",
+    "name",
+    "context_size",
+    "temperature",
+    "seed",
+    "max_tokens",
+];
+
+/// The schema of an agent file's `model`: `provider:name`, `scripted:PATH`, `local:PATH`, or a
+/// mapping whose keys are `KNOWN_KEYS` or `LOCAL_KEYS` (a test keeps them equal).
 pub fn model_schema() -> Value {
     let duration =
         serde_json::json!({"anyOf": [{"type": "string"}, {"type": "number", "minimum": 0}]});
@@ -278,9 +290,9 @@ pub fn model_schema() -> Value {
         }
     });
     serde_json::json!({
-        "description": "`openai:NAME`, `anthropic:NAME`, `scripted:PATH`, or a mapping",
+        "description": "`openai:NAME`, `anthropic:NAME`, `scripted:PATH`, `local:PATH.gguf`, or a mapping",
         "anyOf": [
-            {"type": "string", "pattern": "^(openai|anthropic|scripted):.+"},
+            {"type": "string", "pattern": "^(openai|anthropic|scripted|local):.+"},
             {
                 "type": "object",
                 "additionalProperties": false,
@@ -315,6 +327,20 @@ pub fn model_schema() -> Value {
                     "name": {"type": "string"},
                     "prices": prices,
                     "max_tokens": {"type": "integer", "minimum": 1}
+                }
+            },
+            {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["provider"],
+                "properties": {
+                    "provider": {"const": "local"},
+                    "file": {"type": "string", "description": "the GGUF file, relative to the agent file"},
+                    "name": {"type": "string", "description": "the GGUF file (when `file` is not given)"},
+                    "context_size": {"type": "integer", "minimum": 1, "maximum": 4096, "description": "the most tokens of prompt and reply together"},
+                    "temperature": {"type": "number", "minimum": 0, "maximum": 2, "description": "0 (the default) picks the likeliest token"},
+                    "seed": {"type": "integer", "minimum": 0, "description": "the sampler's seed"},
+                    "max_tokens": {"type": "integer", "minimum": 1, "maximum": 4096}
                 }
             }
         ]
@@ -592,6 +618,14 @@ mod tests {
             .unwrap_or_default();
         keys.sort_unstable();
         let mut known = KNOWN_KEYS.to_vec();
+        known.sort_unstable();
+        assert_eq!(keys, known);
+        let mut keys: Vec<&str> = schema["anyOf"][3]["properties"]
+            .as_object()
+            .map(|m| m.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        keys.sort_unstable();
+        let mut known = LOCAL_KEYS.to_vec();
         known.sort_unstable();
         assert_eq!(keys, known);
     }

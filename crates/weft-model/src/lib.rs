@@ -20,6 +20,8 @@ mod fit;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod http;
+#[cfg(feature = "local-model")]
+mod local;
 mod openai;
 mod scripted;
 pub mod sse;
@@ -43,6 +45,8 @@ pub use config::{
     builtin_prices, model_schema,
 };
 pub use embeddings::Embedder;
+#[cfg(feature = "local-model")]
+pub use local::{LocalConfig, LocalModel};
 pub use openai::{OpenAiModel, SchemaWire};
 pub use scripted::{ScriptedModel, ScriptedReply};
 
@@ -306,10 +310,10 @@ pub fn from_spec_with_env(
                     )
                 })?
                 .to_owned();
-            let key = if provider == "scripted" {
-                "script"
-            } else {
-                "name"
+            let key = match provider.as_str() {
+                "scripted" => "script",
+                "local" => "file",
+                _ => "name",
             };
             let name = m
                 .get(key)
@@ -383,9 +387,20 @@ pub fn from_spec_with_env(
             let cfg = ProviderConfig::from_spec(ProviderKind::Anthropic, &rest, map, env)?;
             Ok(Arc::new(AnthropicModel::new(cfg)?))
         }
+        #[cfg(feature = "local-model")]
+        "local" => {
+            let cfg = local::LocalConfig::from_spec(&rest, map, base_dir)?;
+            Ok(Arc::new(local::LocalModel::new(cfg)?))
+        }
+        #[cfg(not(feature = "local-model"))]
+        "local" => Err(ModelError::Config(format!(
+            "`model: local:{rest}` runs a GGUF model in the process, which this build of weft \
+             leaves out; build weft with the `local-model` feature \
+             (cargo install --path crates/weft --features local-model)"
+        ))),
         other => Err(ModelError::Config(format!(
-            "unknown model provider `{other}`{}; known: scripted, openai, anthropic",
-            weft_core::diagnose::did_you_mean(other, ["scripted", "openai", "anthropic"])
+            "unknown model provider `{other}`{}; known: scripted, openai, anthropic, local",
+            weft_core::diagnose::did_you_mean(other, ["scripted", "openai", "anthropic", "local"])
         ))),
     }
 }

@@ -6,5 +6,7 @@
 mod anthropic;
 mod cassette;
 mod e2e_openai;
+#[cfg(feature = "local-model")]
+mod local_model;
 mod openai;
 mod support;

@@ -1,0 +1,272 @@
+//! What a local model's reply may be, as an llguidance grammar built from the request, and the
+//! reply read back: with a reply schema, JSON of that schema; with tools, either text or tool
+//! calls `<tool_call>[{"name": an offered tool, "arguments": its input schema}, ...]</tool_call>`
+//! (the form small instruction-tuned models such as SmolLM2 were trained to call tools in); with
+//! both, the schema's JSON or calls. The sampler only picks tokens the grammar allows, so the
+//! reply always parses.
+
+use llguidance::api::TopLevelGrammar;
+use serde_json::{Value, json};
+
+use crate::{ModelRequest, ToolCall, ToolDef};
+
+/// What a request's reply must be.
+pub(super) struct Constraint {
+    /// The grammar the reply follows.
+    pub(super) grammar: TopLevelGrammar,
+}
+
+/// The constraint of a request's reply; `None` when it may be any text.
+pub(super) fn constraint(req: &ModelRequest) -> Option<Constraint> {
+    match (&req.response_schema, req.tools.is_empty()) {
+        (None, true) => None,
+        (Some(schema), true) => Some(Constraint {
+            grammar: TopLevelGrammar::from_json_schema(for_grammar(schema)),
+        }),
+        (schema, false) => {
+            let calls = for_grammar(&tool_calls_schema(&req.tools));
+            let other = match schema {
+                Some(s) => format!("%json {}", for_grammar(s)),
+                // Text that does not open a JSON object; it ends where the model ends it.
+                None => "TEXT".to_owned(),
+            };
+            Some(Constraint {
+                // Text may come before the calls (a model often says what it is about to
+                // do); a `<` in text starts them.
+                grammar: TopLevelGrammar::from_lark(format!(
+                    "start: answer | TEXT? call\nanswer: {other}\ncall: \"{OPEN}\" %json {calls} \"{CLOSE}\"\nTEXT: /[^<]+/\n"
+                )),
+            })
+        }
+    }
+}
+
+/// The schema as the grammar is built from it: compact JSON (no free whitespace, which a small
+/// model can repeat until it runs out of tokens), `oneOf` read as `anyOf`, and objects that list
+/// their properties closed to others, so that the branches of a `oneOf` keyed by different
+/// properties cannot both match. Each change only narrows what the grammar allows: a reply it
+/// allows is valid against the original schema.
+fn for_grammar(schema: &Value) -> Value {
+    let mut s = schema.clone();
+    close_objects(&mut s);
+    if let Value::Object(m) = &mut s {
+        m.insert(
+            "x-guidance".into(),
+            json!({"whitespace_flexible": false, "coerce_one_of": true}),
+        );
+    }
+    s
+}
+
+fn close_objects(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            if m.contains_key("properties")
+                && !m.contains_key("additionalProperties")
+                && !m.contains_key("patternProperties")
+                && !m.contains_key("unevaluatedProperties")
+            {
+                m.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            for (k, child) in m.iter_mut() {
+                // The parts of an `allOf` each see only some properties: closing one would
+                // refuse the others'.
+                if k != "allOf" {
+                    close_objects(child);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(close_objects),
+        _ => {}
+    }
+}
+
+/// What opens and closes a reply's tool calls.
+pub(super) const OPEN: &str = "<tool_call>";
+const CLOSE: &str = "</tool_call>";
+
+/// One or more calls of the offered tools: a list of `{name, arguments}` objects, each `anyOf`
+/// one object per tool.
+fn tool_calls_schema(tools: &[ToolDef]) -> Value {
+    let one = |t: &ToolDef| {
+        let args = if t.parameters.is_object() {
+            t.parameters.clone()
+        } else {
+            json!({"type": "object"})
+        };
+        json!({
+            "type": "object",
+            "properties": {"name": {"const": t.name}, "arguments": args},
+            "required": ["name", "arguments"],
+            "additionalProperties": false
+        })
+    };
+    json!({
+        "type": "array",
+        "minItems": 1,
+        "items": {"anyOf": tools.iter().map(one).collect::<Vec<_>>()}
+    })
+}
+
+/// The reply's text and tool calls: a reply that is calls of offered tools becomes those calls;
+/// anything else is text.
+pub(super) fn read_reply(req: &ModelRequest, text: String) -> (String, Vec<ToolCall>) {
+    // Text before the calls is kept as the reply's text.
+    if req.tools.is_empty() {
+        return (text, Vec::new());
+    }
+    let Some((before, list)) = text
+        .split_once(OPEN)
+        .and_then(|(b, t)| Some((b, t.trim_end().strip_suffix(CLOSE)?)))
+    else {
+        return (text, Vec::new());
+    };
+    let Ok(Value::Array(items)) = serde_json::from_str::<Value>(list) else {
+        return (text, Vec::new());
+    };
+    let mut calls = Vec::new();
+    for (i, item) in items.into_iter().enumerate() {
+        let Value::Object(mut call) = item else {
+            return (text, Vec::new());
+        };
+        let name = call.get("name").and_then(Value::as_str).map(str::to_owned);
+        let offered = name
+            .as_ref()
+            .is_some_and(|n| req.tools.iter().any(|t| &t.name == n));
+        if !offered || call.len() != 2 || !call.contains_key("arguments") {
+            return (text, Vec::new());
+        }
+        calls.push(ToolCall {
+            id: format!("call_{}_{i}", req.call_index),
+            name: name.unwrap_or_default(),
+            arguments: call.remove("arguments").unwrap_or(Value::Null),
+            provider_id: None,
+        });
+    }
+    if calls.is_empty() {
+        return (text, calls);
+    }
+    (before.trim().to_owned(), calls)
+}
+
+/// How an assistant turn's tool calls are written back into the conversation (the form the
+/// model replies in).
+pub(super) fn calls_text(calls: &[ToolCall]) -> String {
+    let list: Vec<Value> = calls
+        .iter()
+        .map(|c| json!({"name": c.name, "arguments": c.arguments}))
+        .collect();
+    format!("{OPEN}{}{CLOSE}", Value::Array(list))
+}
+
+/// The lines added to the system prompt when tools are offered: what each does and takes, and
+/// how to call one. (A reply schema is not written into the prompt: the grammar holds it.)
+pub(super) fn tools_prompt(tools: &[ToolDef]) -> String {
+    let list: Vec<Value> = tools
+        .iter()
+        .map(|t| json!({"name": t.name, "description": t.description, "parameters": t.parameters}))
+        .collect();
+    format!(
+        "Based on the question, make one or more tool calls to achieve the purpose, or answer \
+         in plain text when no tool is needed.\n\n\
+         You have access to the following tools:\n<tools>{}</tools>\n\n\
+         To call tools, reply with only this, and no other text:\n\
+         {OPEN}[{{\"name\": \"<tool name>\", \"arguments\": {{<its arguments>}}}}]{CLOSE}",
+        Value::Array(list)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Messages, Purpose};
+
+    fn req(tools: Vec<ToolDef>) -> ModelRequest {
+        ModelRequest {
+            purpose: Purpose::React,
+            call_index: 3,
+            purpose_index: 0,
+            messages: Messages::new(),
+            tools,
+            response_schema: None,
+            max_tokens: None,
+            temperature: None,
+        }
+    }
+
+    fn tool(name: &str) -> ToolDef {
+        ToolDef {
+            name: name.into(),
+            description: "d".into(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        }
+    }
+
+    #[test]
+    fn a_call_of_an_offered_tool_becomes_a_tool_call_and_anything_else_stays_text() {
+        let r = req(vec![tool("weather")]);
+        let (text, calls) = read_reply(
+            &r,
+            r#"<tool_call>[{"name": "weather", "arguments": {"city": "Oslo"}}]</tool_call>"#.into(),
+        );
+        assert_eq!(text, "");
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].name, "weather");
+        assert_eq!(calls[0].arguments, json!({"city": "Oslo"}));
+        assert_eq!(calls[0].id, "call_3_0");
+        let (text, calls) = read_reply(
+            &r,
+            r#"<tool_call>[{"name": "other", "arguments": {}}]</tool_call>"#.into(),
+        );
+        assert!(calls.is_empty());
+        assert!(text.contains("other"));
+        let (text, calls) = read_reply(&r, "It is sunny.".into());
+        assert_eq!((text.as_str(), calls.len()), ("It is sunny.", 0));
+    }
+
+    #[test]
+    fn the_grammar_follows_the_request() {
+        assert!(constraint(&req(vec![])).is_none());
+        let mut r = req(vec![]);
+        r.response_schema = Some(json!({"type": "object"}));
+        assert!(constraint(&r).is_some());
+        let c = constraint(&req(vec![tool("a"), tool("b")]));
+        let g = c.map(|c| serde_json::to_string(&c.grammar).unwrap_or_default());
+        let g = g.unwrap_or_default();
+        assert!(g.contains("anyOf") && g.contains("TEXT"), "{g}");
+        let calls = [ToolCall {
+            id: "c".into(),
+            name: "weather".into(),
+            arguments: json!({"city": "Oslo"}),
+            provider_id: None,
+        }];
+        let (_, back) = read_reply(&req(vec![tool("weather")]), calls_text(&calls));
+        assert_eq!(
+            back[0].arguments, calls[0].arguments,
+            "calls read back as written"
+        );
+    }
+
+    #[test]
+    fn the_grammar_schema_closes_objects_outside_all_of_and_keeps_the_rest() {
+        let s = for_grammar(&json!({
+            "oneOf": [
+                {"type": "object", "properties": {"plan": {"type": "array", "items": {"type": "object", "properties": {"a": {}}}}}},
+                {"type": "object", "properties": {"x": {}}, "additionalProperties": true},
+                {"allOf": [{"type": "object", "properties": {"y": {}}}]}
+            ]
+        }));
+        assert_eq!(s["oneOf"][0]["additionalProperties"], json!(false));
+        assert_eq!(
+            s["oneOf"][0]["properties"]["plan"]["items"]["additionalProperties"],
+            json!(false)
+        );
+        assert_eq!(s["oneOf"][1]["additionalProperties"], json!(true));
+        assert!(
+            s["oneOf"][2]["allOf"][0]
+                .get("additionalProperties")
+                .is_none()
+        );
+        assert_eq!(s["x-guidance"]["coerce_one_of"], json!(true));
+    }
+}

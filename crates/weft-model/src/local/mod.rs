@@ -1,0 +1,710 @@
+//! The `local` provider: a GGUF model run in the process, on the CPU (feature `local-model`).
+//!
+//! `model: local:PATH.gguf`, or `{provider: local, file, context_size, temperature, seed,
+//! max_tokens}`. The file is read with candle's GGUF reader and run as candle's quantized
+//! Llama (SmolLM2, Llama, and other `llama` architecture files); its tokenizer is built from
+//! the file's own vocabulary and its prompt from the file's chat template. When a request has a
+//! reply schema or offers tools, llguidance masks the tokens the grammar does not allow at
+//! each step (see [`constrain`]), so the reply always parses.
+//!
+//! A file is loaded once per process, on its first call, and shared by every model that names
+//! it; one reply is generated at a time. The number of CPU threads is candle's, set by
+//! `CANDLE_NUM_THREADS` (or `RAYON_NUM_THREADS`) for the whole process.
+
+mod constrain;
+mod vocab;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+
+use candle_core::quantized::gguf_file::Content;
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use candle_transformers::models::quantized_llama::ModelWeights;
+use llguidance::{Matcher, ParserFactory};
+use serde_json::{Map, Value, json};
+
+use crate::config::LOCAL_KEYS as KEYS;
+use crate::{DeltaSink, Message, Model, ModelError, ModelReply, ModelRequest, Usage};
+use vocab::Vocab;
+
+const PROVIDER: &str = "local";
+
+/// The longest context candle's quantized Llama holds (its rotary table's length).
+const MAX_CONTEXT: usize = 4096;
+
+/// The context used when the mapping sets none.
+const DEFAULT_CONTEXT: usize = 4096;
+
+/// The reply's length when neither the request nor the mapping sets one.
+const DEFAULT_MAX_TOKENS: u32 = 512;
+
+/// ChatML, for files that carry no chat template.
+const CHATML: &str = "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// Settings of a local model, read from an agent file's `model`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocalConfig {
+    /// The GGUF file.
+    pub file: PathBuf,
+    /// The most tokens of prompt and reply together (at most 4096).
+    pub context_size: usize,
+    /// Sampling temperature; 0 picks the likeliest token each time.
+    pub temperature: f32,
+    /// The seed of the sampler's random numbers, so a run can be repeated.
+    pub seed: u64,
+    /// The reply's length when the request sets none.
+    pub max_tokens: u32,
+}
+
+impl LocalConfig {
+    /// Reads `local:PATH` (`rest` is the path) or the mapping; the path is relative to
+    /// `base_dir`.
+    pub fn from_spec(
+        rest: &str,
+        map: Option<&Map<String, Value>>,
+        base_dir: &Path,
+    ) -> Result<Self, ModelError> {
+        let mut cfg = Self {
+            file: base_dir.join(rest),
+            context_size: DEFAULT_CONTEXT,
+            temperature: 0.0,
+            seed: 0,
+            max_tokens: DEFAULT_MAX_TOKENS,
+        };
+        let Some(m) = map else { return Ok(cfg) };
+        if let Some(k) = m.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(ModelError::Config(format!(
+                "the `model` mapping: unknown key `{k}` for the local provider; known keys: {}",
+                KEYS.join(", ")
+            )));
+        }
+        let count = |key: &str, max: u64| -> Result<Option<u64>, ModelError> {
+            m.get(key)
+                .map(|v| {
+                    v.as_u64().filter(|n| (1..=max).contains(n)).ok_or_else(|| {
+                        ModelError::Config(format!(
+                            "the `model` mapping: `{key}` must be a whole number from 1 to {max}, found {v}"
+                        ))
+                    })
+                })
+                .transpose()
+        };
+        if let Some(n) = count("context_size", MAX_CONTEXT as u64)? {
+            cfg.context_size = n as usize;
+        }
+        if let Some(n) = count("max_tokens", MAX_CONTEXT as u64)? {
+            cfg.max_tokens = n as u32;
+        }
+        if let Some(v) = m.get("seed") {
+            cfg.seed = v.as_u64().ok_or_else(|| {
+                ModelError::Config(format!(
+                    "the `model` mapping: `seed` must be a whole number, found {v}"
+                ))
+            })?;
+        }
+        if let Some(v) = m.get("temperature") {
+            cfg.temperature = v
+                .as_f64()
+                .filter(|t| (0.0..=2.0).contains(t))
+                .ok_or_else(|| {
+                    ModelError::Config(format!(
+                        "the `model` mapping: `temperature` must be a number from 0 to 2, found {v}"
+                    ))
+                })? as f32;
+        }
+        Ok(cfg)
+    }
+}
+
+/// A GGUF model run in the process. Cheap to build: the file is loaded on the first call (and
+/// shared with every other model of the process that names the same file).
+pub struct LocalModel {
+    cfg: LocalConfig,
+    name: String,
+    engine: tokio::sync::OnceCell<Arc<Engine>>,
+}
+
+impl std::fmt::Debug for LocalModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalModel")
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+impl LocalModel {
+    /// A model of the file `cfg.file`; refused when the file cannot be opened.
+    pub fn new(cfg: LocalConfig) -> Result<Self, ModelError> {
+        if let Err(e) = std::fs::metadata(&cfg.file) {
+            return Err(ModelError::Config(format!(
+                "local model {}: cannot open the file: {e}; give the path of a .gguf file, relative to the agent file",
+                cfg.file.display()
+            )));
+        }
+        let stem = cfg
+            .file
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(Self {
+            name: format!("{PROVIDER}:{stem}"),
+            cfg,
+            engine: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    async fn engine(&self) -> Result<Arc<Engine>, ModelError> {
+        self.engine
+            .get_or_try_init(|| {
+                let file = self.cfg.file.clone();
+                async move {
+                    tokio::task::spawn_blocking(move || Engine::shared(&file))
+                        .await
+                        .map_err(|e| ModelError::Config(format!("loading the model failed: {e}")))?
+                }
+            })
+            .await
+            .cloned()
+    }
+}
+
+/// The loaded files of the process, by path: each loaded once while a model uses it.
+static LOADED: LazyLock<Mutex<HashMap<PathBuf, Weak<Engine>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// A loaded file: its weights (one generation at a time), vocabulary and chat template.
+struct Engine {
+    file: PathBuf,
+    weights: Mutex<ModelWeights>,
+    vocab: Vocab,
+    factory: ParserFactory,
+    template: String,
+    /// The context the model was trained with (`llama.context_length`).
+    trained_context: usize,
+}
+
+fn bad_file(file: &Path, what: impl std::fmt::Display) -> ModelError {
+    ModelError::Config(format!(
+        "local model {}: {what}; the file must be a complete GGUF model (download it again if it was cut short)",
+        file.display()
+    ))
+}
+
+impl Engine {
+    /// The loaded model of `file`: the one already loaded in this process, or a new load.
+    fn shared(file: &Path) -> Result<Arc<Engine>, ModelError> {
+        let key = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+        // The lock is held through the load, so two sessions starting at once load it once.
+        let mut loaded = LOADED
+            .lock()
+            .map_err(|_| bad_file(file, "an earlier load failed mid-way"))?;
+        if let Some(e) = loaded.get(&key).and_then(Weak::upgrade) {
+            return Ok(e);
+        }
+        let engine = Arc::new(Self::load(file)?);
+        loaded.retain(|_, w| w.strong_count() > 0);
+        loaded.insert(key, Arc::downgrade(&engine));
+        Ok(engine)
+    }
+
+    fn load(file: &Path) -> Result<Engine, ModelError> {
+        let f =
+            std::fs::File::open(file).map_err(|e| bad_file(file, format!("cannot open: {e}")))?;
+        let mut reader = std::io::BufReader::new(f);
+        let content = Content::read(&mut reader)
+            .map_err(|e| bad_file(file, format!("cannot read the GGUF header: {e}")))?;
+        let arch = content
+            .metadata
+            .get("general.architecture")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .unwrap_or_default();
+        if arch != "llama" {
+            return Err(bad_file(
+                file,
+                format!(
+                    "its architecture is `{arch}` (general.architecture); weft runs `llama` files (SmolLM2, Llama)"
+                ),
+            ));
+        }
+        let vocab = vocab::from_gguf(&content).map_err(|e| bad_file(file, e))?;
+        let template = content
+            .metadata
+            .get("tokenizer.chat_template")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .unwrap_or_else(|| CHATML.to_owned());
+        let trained_context = content
+            .metadata
+            .get("llama.context_length")
+            .and_then(|v| v.to_u32().ok())
+            .map_or(MAX_CONTEXT, |n| n as usize);
+        let weights = if content
+            .tensor_infos
+            .values()
+            .any(|t| SLOW_TYPES.contains(&t.ggml_dtype))
+        {
+            let mut converted = std::io::Cursor::new(
+                to_fast_types(&content, &mut reader)
+                    .map_err(|e| bad_file(file, format!("cannot load the weights: {e}")))?,
+            );
+            let content = Content::read(&mut converted)
+                .map_err(|e| bad_file(file, format!("cannot load the weights: {e}")))?;
+            ModelWeights::from_gguf(content, &mut converted, &Device::Cpu)
+        } else {
+            ModelWeights::from_gguf(content, &mut reader, &Device::Cpu)
+        }
+        .map_err(|e| bad_file(file, format!("cannot load the weights: {e}")))?;
+        let mut factory = ParserFactory::new_simple(&vocab.env)
+            .map_err(|e| bad_file(file, format!("cannot index its vocabulary: {e}")))?;
+        factory.quiet();
+        Ok(Engine {
+            file: file.to_path_buf(),
+            weights: Mutex::new(weights),
+            vocab,
+            factory,
+            template,
+            trained_context,
+        })
+    }
+
+    /// The prompt: the request's messages through the chat template, with the tools (when
+    /// offered) described in the system message.
+    fn prompt(&self, req: &ModelRequest) -> Result<String, ModelError> {
+        let mut messages: Vec<Value> = Vec::new();
+        let mut system = String::new();
+        for m in req.messages.iter() {
+            match m {
+                Message::System { content } => {
+                    if !system.is_empty() {
+                        system.push_str("\n\n");
+                    }
+                    system.push_str(content);
+                }
+                Message::User { content } => {
+                    messages.push(json!({"role": "user", "content": content}));
+                }
+                Message::Assistant {
+                    content,
+                    tool_calls,
+                } => {
+                    let mut text = content.clone();
+                    if !tool_calls.is_empty() {
+                        if !text.is_empty() {
+                            text.push('\n');
+                        }
+                        text.push_str(&constrain::calls_text(tool_calls));
+                    }
+                    messages.push(json!({"role": "assistant", "content": text}));
+                }
+                Message::Tool {
+                    name,
+                    content,
+                    is_error,
+                    ..
+                } => {
+                    let what = if *is_error { "failed" } else { "returned" };
+                    messages.push(json!({"role": "user", "content": format!("The tool {name} {what}: {content}")}));
+                }
+            }
+        }
+        if !req.tools.is_empty() {
+            if !system.is_empty() {
+                system.push_str("\n\n");
+            }
+            system.push_str(&constrain::tools_prompt(&req.tools));
+        }
+        if !system.is_empty() {
+            messages.insert(0, json!({"role": "system", "content": system}));
+        }
+        let mut env = minijinja::Environment::new();
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> Result<String, minijinja::Error> {
+                Err(minijinja::Error::new(
+                    minijinja::ErrorKind::InvalidOperation,
+                    msg,
+                ))
+            },
+        );
+        let ctx = json!({
+            "messages": messages,
+            "add_generation_prompt": true,
+            "bos_token": self.vocab.bos,
+            "eos_token": self.vocab.eos,
+        });
+        env.render_str(&self.template, ctx).map_err(|e| {
+            ModelError::Config(format!(
+                "local model {}: its chat template (tokenizer.chat_template) failed: {e}",
+                self.file.display()
+            ))
+        })
+    }
+
+    /// Generates one reply (blocking: run it off the async threads).
+    fn generate(
+        &self,
+        prompt: &[u32],
+        constraint: Option<constrain::Constraint>,
+        limits: Limits,
+        deltas: Option<DeltaSink>,
+        cancelled: &AtomicBool,
+    ) -> Result<Generated, ModelError> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| ModelError::Malformed {
+            provider: PROVIDER.into(),
+            message: format!("{}: {what}: {e}", self.file.display()),
+            body: String::new(),
+            usage: Usage::default(),
+        };
+        let mut matcher = match constraint {
+            Some(c) => Some(Matcher::new(Ok(self
+                .factory
+                .create_parser(c.grammar)
+                .map_err(|e| {
+                    ModelError::Config(format!(
+                        "local model: the reply's schema or tools cannot be turned into a grammar: {e}"
+                    ))
+                })?))),
+            None => None,
+        };
+        let mut weights = self
+            .weights
+            .lock()
+            .map_err(|_| fail("the model", &"an earlier generation failed mid-way"))?;
+        weights.clear_kv_cache();
+        let mut rng = fastrand::Rng::with_seed(limits.seed);
+        let input = Tensor::new(prompt, &Device::Cpu)
+            .and_then(|t| t.unsqueeze(0))
+            .map_err(|e| fail("preparing the prompt", &e))?;
+        let mut logits = weights
+            .forward(&input, 0)
+            .map_err(|e| fail("reading the prompt", &e))?;
+        let mut out: Vec<u8> = Vec::new();
+        let mut recent: Vec<u32> = Vec::with_capacity(REPEAT_WINDOW);
+        let mut sent = 0;
+        let mut tokens = 0u32;
+        let mut finish = "length";
+        while tokens < limits.max_tokens {
+            if cancelled.load(Ordering::Relaxed) {
+                return Err(ModelError::Cancelled);
+            }
+            let mut scores: Vec<f32> = logits
+                .squeeze(0)
+                .and_then(|l| l.to_dtype(candle_core::DType::F32))
+                .and_then(|l| l.to_vec1())
+                .map_err(|e| fail("reading the scores", &e))?;
+            if let Some(m) = matcher.as_mut() {
+                let mask = m
+                    .compute_mask_or_eos()
+                    .map_err(|e| fail("constraining the reply", &e))?;
+                for (i, s) in scores.iter_mut().enumerate() {
+                    if !mask.is_allowed(i as u32) {
+                        *s = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            penalize_repeats(&mut scores, &recent);
+            // Near the end of the budget, a constrained reply is closed: of the tokens allowed,
+            // the end of the reply, else the likeliest that only closes strings, lists and
+            // objects, so that the reply parses rather than stopping mid-way.
+            let closing = matcher.is_some()
+                && limits.max_tokens - tokens <= (limits.max_tokens / 8).max(CLOSING_RESERVE);
+            let tok = match closing
+                .then(|| self.closing_token(&scores, in_string(&out)))
+                .flatten()
+            {
+                Some(t) => t,
+                None => sample(&scores, limits.temperature, &mut rng)
+                    .ok_or_else(|| fail("sampling", &"no token is allowed"))?,
+            };
+            if self.vocab.stops.contains(&tok) {
+                finish = "stop";
+                break;
+            }
+            tokens += 1;
+            if recent.len() == REPEAT_WINDOW {
+                recent.remove(0);
+            }
+            recent.push(tok);
+            if let Some(m) = matcher.as_mut() {
+                m.consume_token(tok)
+                    .map_err(|e| fail("constraining the reply", &e))?;
+            }
+            out.extend_from_slice(&self.vocab.bytes(tok));
+            // Stream the part that is whole characters.
+            let whole = match std::str::from_utf8(&out[sent..]) {
+                Ok(_) => out.len(),
+                Err(e) => sent + e.valid_up_to(),
+            };
+            if whole > sent {
+                if let Some(d) = &deltas {
+                    d(&String::from_utf8_lossy(&out[sent..whole]));
+                }
+                sent = whole;
+            }
+            if tokens >= limits.max_tokens || prompt.len() + tokens as usize >= limits.context {
+                break;
+            }
+            let next = Tensor::new(&[tok], &Device::Cpu)
+                .and_then(|t| t.unsqueeze(0))
+                .map_err(|e| fail("preparing the next step", &e))?;
+            logits = weights
+                .forward(&next, prompt.len() + tokens as usize - 1)
+                .map_err(|e| fail("generating", &e))?;
+        }
+        Ok(Generated {
+            text: String::from_utf8_lossy(&out).into_owned(),
+            output_tokens: tokens,
+            finish,
+        })
+    }
+}
+
+/// Quantized types candle multiplies without SIMD on x86 (a plain loop per block, several
+/// times slower than the types it has kernels for): their tensors are converted to `Q8_0`
+/// when the file is loaded (as precise, for a little more memory).
+const SLOW_TYPES: &[GgmlDType] = &[
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_1,
+];
+
+/// The file's metadata and tensors as a GGUF file in memory, its tensors of [`SLOW_TYPES`]
+/// converted to `Q8_0` (those whose rows are a whole number of its blocks).
+fn to_fast_types<R: std::io::Read + std::io::Seek>(
+    content: &Content,
+    reader: &mut R,
+) -> candle_core::Result<Vec<u8>> {
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    let mut tensors = Vec::with_capacity(names.len());
+    for name in names {
+        let t = content.tensor(reader, name, &Device::Cpu)?;
+        let row = t.shape().dims().last().copied().unwrap_or(0);
+        let t = if SLOW_TYPES.contains(&t.dtype()) && row % GgmlDType::Q8_0.block_size() == 0 {
+            QTensor::quantize(&t.dequantize(&Device::Cpu)?, GgmlDType::Q8_0)?
+        } else {
+            t
+        };
+        tensors.push((name.as_str(), t));
+    }
+    let metadata: Vec<(&str, &candle_core::quantized::gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
+    let mut out = std::io::Cursor::new(Vec::new());
+    candle_core::quantized::gguf_file::write(&mut out, &metadata, &refs)?;
+    Ok(out.into_inner())
+}
+
+/// How many of the last generated tokens are penalized when they come again.
+const REPEAT_WINDOW: usize = 64;
+
+/// How much less likely a token of the window is made (llama.cpp's classic default): a small
+/// model decoding greedily otherwise repeats a sentence until it runs out of tokens.
+const REPEAT_PENALTY: f32 = 1.1;
+
+/// Lowers the scores of the tokens generated in the window.
+fn penalize_repeats(scores: &mut [f32], recent: &[u32]) {
+    let mut seen: Vec<u32> = recent.to_vec();
+    seen.sort_unstable();
+    seen.dedup();
+    for t in seen {
+        if let Some(s) = scores.get_mut(t as usize)
+            && s.is_finite()
+        {
+            *s = if *s > 0.0 {
+                *s / REPEAT_PENALTY
+            } else {
+                *s * REPEAT_PENALTY
+            };
+        }
+    }
+}
+
+/// The fewest tokens kept at the end of a constrained reply's budget for closing it.
+const CLOSING_RESERVE: u32 = 24;
+
+impl Engine {
+    /// Of the tokens still allowed (a finite score), an end of the reply, else the likeliest
+    /// that is made only of `]` and `}` (inside a string: `"` and then those); `None` when none
+    /// is allowed.
+    fn closing_token(&self, scores: &[f32], in_string: bool) -> Option<u32> {
+        if let Some(stop) = self
+            .vocab
+            .stops
+            .iter()
+            .find(|t| scores.get(**t as usize).is_some_and(|s| s.is_finite()))
+        {
+            return Some(*stop);
+        }
+        scores
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.is_finite())
+            .filter(|(i, _)| {
+                let bytes = self.vocab.bytes(*i as u32);
+                let rest = if in_string {
+                    match bytes.split_first() {
+                        Some((b'"', rest)) => rest,
+                        _ => return false,
+                    }
+                } else {
+                    &bytes[..]
+                };
+                !bytes.is_empty() && rest.iter().all(|b| matches!(b, b']' | b'}'))
+            })
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i as u32)
+    }
+}
+
+/// Whether JSON text `out` ends inside a string.
+fn in_string(out: &[u8]) -> bool {
+    let (mut inside, mut escaped) = (false, false);
+    for b in out {
+        match (inside, escaped, b) {
+            (true, true, _) => escaped = false,
+            (true, false, b'\\') => escaped = true,
+            (_, false, b'"') => inside = !inside,
+            _ => {}
+        }
+    }
+    inside
+}
+
+/// Picks a token: the likeliest at temperature 0, else one drawn from the softmax.
+fn sample(scores: &[f32], temperature: f32, rng: &mut fastrand::Rng) -> Option<u32> {
+    let best = scores
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.is_finite())
+        .max_by(|a, b| a.1.total_cmp(b.1))?;
+    if temperature <= 0.0 {
+        return Some(best.0 as u32);
+    }
+    let max = *best.1;
+    let weights: Vec<f32> = scores
+        .iter()
+        .map(|s| {
+            if s.is_finite() {
+                ((s - max) / temperature).exp()
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let total: f32 = weights.iter().sum();
+    let mut pick = rng.f32() * total;
+    for (i, w) in weights.iter().enumerate() {
+        if *w > 0.0 && pick < *w {
+            return Some(i as u32);
+        }
+        pick -= w;
+    }
+    Some(best.0 as u32)
+}
+
+#[derive(Clone, Copy)]
+struct Limits {
+    max_tokens: u32,
+    temperature: f32,
+    seed: u64,
+    context: usize,
+}
+
+struct Generated {
+    text: String,
+    output_tokens: u32,
+    finish: &'static str,
+}
+
+/// Sets the flag when dropped: a call given up stops its generation at the next token.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Model for LocalModel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn max_output_tokens(&self) -> Option<u32> {
+        Some(self.cfg.max_tokens)
+    }
+
+    async fn complete(
+        &self,
+        req: &ModelRequest,
+        deltas: Option<DeltaSink>,
+    ) -> Result<ModelReply, ModelError> {
+        let engine = self.engine().await?;
+        let prompt_text = engine.prompt(req)?;
+        let prompt = engine.vocab.encode(&prompt_text).map_err(|e| {
+            ModelError::Config(format!("local model {}: {e}", engine.file.display()))
+        })?;
+        let context = self.cfg.context_size.min(engine.trained_context.max(1));
+        let max_tokens = req.max_tokens.unwrap_or(self.cfg.max_tokens);
+        if prompt.len() + 1 > context {
+            return Err(ModelError::WouldNotFit {
+                provider: PROVIDER.into(),
+                message: format!(
+                    "the prompt is {} tokens and the context {context} (context_size); shorten the \
+                     conversation or raise context_size (at most {})",
+                    prompt.len(),
+                    MAX_CONTEXT.min(engine.trained_context)
+                ),
+            });
+        }
+        let limits = Limits {
+            max_tokens,
+            temperature: req.temperature.unwrap_or(self.cfg.temperature),
+            seed: self.cfg.seed.wrapping_add(u64::from(req.call_index)),
+            context,
+        };
+        let constraint = constrain::constraint(req);
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let _guard = CancelOnDrop(cancelled.clone());
+        let worker = engine.clone();
+        let prompt_len = prompt.len();
+        let generated = tokio::task::spawn_blocking(move || {
+            worker.generate(&prompt, constraint, limits, deltas, &cancelled)
+        })
+        .await
+        .map_err(|e| ModelError::Malformed {
+            provider: PROVIDER.into(),
+            message: format!("the generation stopped: {e}"),
+            body: String::new(),
+            usage: Usage::default(),
+        })??;
+        let usage = Usage {
+            input_tokens: prompt_len as u64,
+            output_tokens: u64::from(generated.output_tokens),
+            ..Usage::default()
+        };
+        let (content, tool_calls) = constrain::read_reply(req, generated.text);
+        let finish = if !tool_calls.is_empty() {
+            "tool_calls"
+        } else {
+            generated.finish
+        };
+        Ok(ModelReply {
+            content,
+            tool_calls,
+            usage,
+            model: self.name.clone(),
+            finish_reason: Some(finish.to_owned()),
+            ..ModelReply::default()
+        })
+    }
+}

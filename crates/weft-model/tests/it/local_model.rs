@@ -1,0 +1,215 @@
+//! The `local` provider on a real GGUF model (SmolLM2-135M-Instruct, the file
+//! `scripts/setup-local-model` installs and names in `WEFT_TEST_LOCAL_GGUF`): replies stream,
+//! structured replies parse and validate against the schema, a request with tools yields a call
+//! of an offered tool whose arguments validate, and a truncated file is refused by name. Built
+//! with the `local-model` feature only; named `needs_local_model_*`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use weft_core::model::{Message, Messages, ModelRequest, Purpose, ToolDef};
+use weft_core::tool::ToolInfo;
+use weft_model::{DeltaSink, ModelError, SharedModel, from_spec};
+
+use crate::support as common;
+
+fn gguf() -> PathBuf {
+    PathBuf::from(common::service_var("WEFT_TEST_LOCAL_GGUF"))
+}
+
+fn model(spec: Value) -> SharedModel {
+    from_spec(&spec, Path::new(".")).unwrap()
+}
+
+fn request(purpose: Purpose, system: &str, user: &str) -> ModelRequest {
+    let mut messages = Messages::new();
+    messages.push(Message::System {
+        content: system.into(),
+    });
+    messages.push(Message::User {
+        content: user.into(),
+    });
+    ModelRequest {
+        purpose,
+        call_index: 0,
+        purpose_index: 0,
+        messages,
+        tools: Vec::new(),
+        response_schema: None,
+        max_tokens: None,
+        temperature: None,
+    }
+}
+
+#[tokio::test]
+async fn needs_local_model_a_plain_reply_streams_its_pieces() {
+    let file = gguf();
+    let m = model(json!({"provider": "local", "file": file, "max_tokens": 40}));
+    let pieces = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink: DeltaSink = {
+        let pieces = pieces.clone();
+        Arc::new(move |d: &str| pieces.lock().unwrap().push(d.to_owned()))
+    };
+    let req = request(
+        Purpose::React,
+        "You are a helpful assistant.",
+        "Name three colours.",
+    );
+    let reply = m.complete_boxed(&req, Some(sink)).await.unwrap();
+    let pieces = pieces.lock().unwrap().clone();
+    assert!(pieces.len() > 3, "the reply streamed in pieces: {pieces:?}");
+    assert_eq!(pieces.concat(), reply.content, "the pieces make the reply");
+    assert!(!reply.content.trim().is_empty());
+    assert!(reply.tool_calls.is_empty());
+    assert!(reply.usage.input_tokens > 10, "{:?}", reply.usage);
+    assert!(
+        reply.usage.output_tokens >= pieces.len() as u64 && reply.usage.output_tokens <= 40,
+        "{:?}",
+        reply.usage
+    );
+    assert!(m.name().starts_with("local:"), "{}", m.name());
+    eprintln!("reply: {:?} ({:?})", reply.content, reply.usage);
+}
+
+fn tool(name: &str, description: &str, schema: Value) -> ToolInfo {
+    serde_json::from_value(
+        json!({"name": name, "description": description, "input_schema": schema}),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn needs_local_model_planner_replies_parse_and_validate_every_time() {
+    let file = gguf();
+    let m = model(json!({"provider": "local", "file": file, "max_tokens": 128}));
+    let tools = vec![
+        tool(
+            "get_weather",
+            "The weather of a city.",
+            json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        ),
+        tool(
+            "send_email",
+            "Send an email.",
+            json!({"type": "object", "properties": {"to": {"type": "string"}, "body": {"type": "string"}}, "required": ["to", "body"]}),
+        ),
+    ];
+    let schema = weft_core::prompts::planner_schema(&tools, &[]);
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let tasks = [
+        "What is the weather in Oslo?",
+        "Email bob@example.com that the meeting moved to 3 pm.",
+        "Is it raining in Lisbon?",
+        "What is 2 + 2?",
+        "Compare the weather in Paris and Rome.",
+        "Tell alice@example.com the weather in Berlin.",
+        "Say hello.",
+        "Send an email to team@example.com saying thanks.",
+        "Which is warmer today, Madrid or Oslo?",
+        "Write a haiku about autumn.",
+    ];
+    let mut plans = 0;
+    for (i, task) in tasks.iter().enumerate() {
+        let mut req = request(
+            Purpose::Plan,
+            weft_core::prompts::PLANNER_ROLE,
+            &format!("Tools: get_weather, send_email\nTask: {task}"),
+        );
+        req.call_index = i as u32;
+        req.response_schema = Some(schema.clone());
+        let started = std::time::Instant::now();
+        let reply = m.complete_boxed(&req, None).await.unwrap();
+        let value: Value = serde_json::from_str(&reply.content)
+            .unwrap_or_else(|e| panic!("task {task:?}: not JSON ({e}): {}", reply.content));
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "task {task:?}: {} does not validate: {errors:?}",
+            reply.content
+        );
+        plans += usize::from(value.get("plan").is_some());
+        eprintln!(
+            "{task:?} ({} ms, {} prompt + {} output tokens): {}",
+            started.elapsed().as_millis(),
+            reply.usage.input_tokens,
+            reply.usage.output_tokens,
+            reply.content
+        );
+    }
+    eprintln!("{plans} of {} replies were plans", tasks.len());
+}
+
+#[tokio::test]
+async fn needs_local_model_a_react_request_with_two_tools_yields_a_valid_call() {
+    let file = gguf();
+    let m = model(json!({"provider": "local", "file": file, "max_tokens": 100}));
+    let tools = vec![
+        ToolDef {
+            name: "get_weather".into(),
+            description: "The current weather of a city.".into(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}),
+        },
+        ToolDef {
+            name: "add".into(),
+            description: "Adds two numbers.".into(),
+            parameters: json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"], "additionalProperties": false}),
+        },
+    ];
+    let mut req = request(
+        Purpose::React,
+        "You are an assistant. Use the tools to answer.",
+        "What is the weather in Oslo right now? Use the get_weather tool.",
+    );
+    req.tools = tools.clone();
+    let reply = m.complete_boxed(&req, None).await.unwrap();
+    assert_eq!(reply.tool_calls.len(), 1, "one call: {reply:?}");
+    let call = &reply.tool_calls[0];
+    let offered = tools.iter().find(|t| t.name == call.name);
+    let offered = offered.unwrap_or_else(|| panic!("{} is not offered", call.name));
+    let validator = jsonschema::validator_for(&offered.parameters).unwrap();
+    assert!(
+        validator.is_valid(&call.arguments),
+        "{} does not validate against {}",
+        call.arguments,
+        offered.parameters
+    );
+    assert_eq!(reply.finish_reason.as_deref(), Some("tool_calls"));
+    eprintln!("call: {} {}", call.name, call.arguments);
+}
+
+#[tokio::test]
+async fn needs_local_model_a_truncated_file_is_refused_by_name() {
+    let file = gguf();
+    let bytes = std::fs::read(&file).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Cut in the header (the vocabulary), in the tensor table, in the weights; and not GGUF.
+    for (name, len) in [
+        ("header.gguf", 4096),
+        ("table.gguf", 1_700_000),
+        ("weights.gguf", bytes.len() / 2),
+        ("empty.gguf", 0),
+    ] {
+        let cut = dir.path().join(name);
+        std::fs::write(&cut, &bytes[..len]).unwrap();
+        let m = model(json!(format!("local:{}", cut.display())));
+        let req = request(Purpose::React, "s", "Say hi.");
+        let e = m.complete_boxed(&req, None).await.unwrap_err();
+        assert!(matches!(e, ModelError::Config(_)), "{name}: {e:?}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&cut.display().to_string()) && msg.contains("complete GGUF model"),
+            "{name}: {msg}"
+        );
+        eprintln!("{name}: {msg}");
+    }
+    // A file that is not there is refused when the agent file is read.
+    let e = from_spec(&json!("local:/nonexistent/model.gguf"), Path::new("."))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("/nonexistent/model.gguf"), "{e}");
+}
