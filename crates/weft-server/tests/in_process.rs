@@ -40,12 +40,23 @@ async fn post(http: &reqwest::Client, addr: SocketAddr, path: &str, body: Value)
     serde_json::from_str(&text).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_through_http_then_a_shutdown_stops_the_server() {
+/// A server bound on port 0 over `examples/EXAMPLE`, alice's key the only one, its store a
+/// SQLite file in a temporary directory; stopped through `host`'s `Shutdown`.
+struct Serving {
+    _dir: tempfile::TempDir,
+    host: Host,
+    store: Arc<AnyStore>,
+    addr: SocketAddr,
+    serving: tokio::task::JoinHandle<Result<(), weft_server::ServerError>>,
+}
+
+async fn serve(example: &str) -> Serving {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys.txt");
     std::fs::write(&keys, format!("{KEY} alice\n")).unwrap();
-    let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/weather-chat.yaml");
+    let agent = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(example);
     let db = dir.path().join("weft.db");
     let store = Arc::new(
         AnyStore::open_with(db.to_str().unwrap(), Durability::Normal)
@@ -58,10 +69,30 @@ async fn a_run_through_http_then_a_shutdown_stops_the_server() {
         keys: Some(keys),
         ..ServeConfig::new(vec![agent])
     };
-    let server = Server::bind(host.clone(), store, config).await.unwrap();
+    let server = Server::bind(host.clone(), store.clone(), config)
+        .await
+        .unwrap();
     let addr = server.local_addr().unwrap();
     assert_ne!(addr.port(), 0, "port 0 is replaced by the port chosen");
     let serving = tokio::spawn(server.run());
+    Serving {
+        _dir: dir,
+        host,
+        store,
+        addr,
+        serving,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_through_http_then_a_shutdown_stops_the_server() {
+    let Serving {
+        _dir,
+        host,
+        addr,
+        serving,
+        ..
+    } = serve("weather-chat.yaml").await;
 
     let http = http();
     let thread = post(&http, addr, "/threads", json!({})).await;
@@ -100,27 +131,13 @@ async fn a_run_through_http_then_a_shutdown_stops_the_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runs_config_budget_raises_a_budget_that_was_reached() {
     use weft_store::SessionLog;
-    let dir = tempfile::tempdir().unwrap();
-    let keys = dir.path().join("keys.txt");
-    std::fs::write(&keys, format!("{KEY} alice\n")).unwrap();
-    let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/budgeted-loop.yaml");
-    let db = dir.path().join("weft.db");
-    let store = Arc::new(
-        AnyStore::open_with(db.to_str().unwrap(), Durability::Normal)
-            .await
-            .unwrap(),
-    );
-    let host = Host::default();
-    let config = ServeConfig {
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        keys: Some(keys),
-        ..ServeConfig::new(vec![agent])
-    };
-    let server = Server::bind(host.clone(), store.clone(), config)
-        .await
-        .unwrap();
-    let addr = server.local_addr().unwrap();
-    let serving = tokio::spawn(server.run());
+    let Serving {
+        _dir,
+        host,
+        store,
+        addr,
+        serving,
+    } = serve("budgeted-loop.yaml").await;
     let http = http();
     let thread = post(&http, addr, "/threads", json!({})).await;
     let tid = thread["thread_id"].as_str().unwrap().to_owned();
@@ -239,24 +256,13 @@ async fn a_runs_config_budget_raises_a_budget_that_was_reached() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_refused_before_its_body_is_read_closes_its_connection_and_says_so() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let dir = tempfile::tempdir().unwrap();
-    let keys = dir.path().join("keys.txt");
-    std::fs::write(&keys, format!("{KEY} alice\n")).unwrap();
-    let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/weather-chat.yaml");
-    let store = Arc::new(
-        AnyStore::open_with("memory:", Durability::Normal)
-            .await
-            .unwrap(),
-    );
-    let host = Host::default();
-    let config = ServeConfig {
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        keys: Some(keys),
-        ..ServeConfig::new(vec![agent])
-    };
-    let server = Server::bind(host.clone(), store, config).await.unwrap();
-    let addr = server.local_addr().unwrap();
-    let serving = tokio::spawn(server.run());
+    let Serving {
+        _dir,
+        host,
+        addr,
+        serving,
+        ..
+    } = serve("weather-chat.yaml").await;
 
     // Headers first, the body 100 ms later; the answer read up to the end of its headers.
     async fn answer_head(addr: SocketAddr, key: Option<&str>) -> String {
