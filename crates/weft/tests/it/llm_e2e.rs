@@ -100,14 +100,9 @@ fn run_edited(
         matches!(code, Some(0 | 1 | 3)),
         "a clean end, got {code:?}: {stderr}"
     );
-    let events: Vec<Value> = stderr
-        .lines()
-        // Event lines (a failure message may quote a model's reply, which can hold a `{` line).
-        .filter(|l| l.starts_with("{\"seq\":"))
-        .map(|l| {
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("not an event: {l}: {e}\n{stderr}"))
-        })
-        .filter(|e: &Value| e["seq"].as_u64().unwrap_or(0) > 0)
+    let events: Vec<Value> = common::events_in(&stderr)
+        .into_iter()
+        .filter(|e| e["seq"].as_u64().unwrap_or(0) > 0)
         .collect();
     assert_eq!(events[0]["type"], "session_started");
     // A run that ended says so; one that waits (a review asked the user) ends on its request.
@@ -613,11 +608,7 @@ workflow:
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!stderr.contains("panicked"), "{stderr}");
-    let events: Vec<Value> = stderr
-        .lines()
-        .filter(|l| l.starts_with("{\"seq\":"))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events = common::events_in(&stderr);
     let of = |t: &str| -> Vec<&Value> { events.iter().filter(|e| e["type"] == t).collect() };
     let accepted = of("workflow_output_accepted");
     let classified = accepted
@@ -707,11 +698,7 @@ recall_memories: true
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(matches!(out.status.code(), Some(0 | 1)), "{stderr}");
-    let events: Vec<Value> = stderr
-        .lines()
-        .filter(|l| l.starts_with("{\"seq\":"))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events = common::events_in(&stderr);
     let recalled: Vec<&Value> = events
         .iter()
         .filter(|e| e["type"] == "memories_recalled")
@@ -805,11 +792,7 @@ fn needs_llm_a_token_budget_stops_a_run_between_model_calls() {
         Some(1),
         "stopped by its budget: {stderr}"
     );
-    let events: Vec<Value> = stderr
-        .lines()
-        .filter(|l| l.starts_with("{\"seq\":"))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events = common::events_in(&stderr);
     let exceeded: Vec<&Value> = events
         .iter()
         .filter(|e| e["type"] == "budget_exceeded")

@@ -52,11 +52,7 @@ tools:
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!stderr.contains("panicked"), "{stderr}");
-    let events: Vec<Value> = stderr
-        .lines()
-        .filter(|l| l.starts_with("{\"seq\":"))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events = common::events_in(&stderr);
     let of = |t: &str| events.iter().filter(|e| e["type"] == t).collect::<Vec<_>>();
     let replies = of("model_replied");
     let asked = replies

@@ -1,7 +1,7 @@
 //! What the integration tests of this crate share: weft-testkit's service variables,
 //! PostgreSQL databases of a test's own and `psql`, and a copy of a directory tree.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::panic)]
 
 pub use weft_testkit::{Balancer, Database, psql, service_var};
 
@@ -22,4 +22,17 @@ pub fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), to.join(&name)).unwrap();
         }
     }
+}
+
+/// The events `weft run --events` printed among its other lines on stderr (each event a line
+/// that begins `{"seq":`; a failure message may quote a model's reply, which can hold a `{`
+/// line of its own).
+pub fn events_in(stderr: &str) -> Vec<serde_json::Value> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("{\"seq\":"))
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not an event: {l}: {e}\n{stderr}"))
+        })
+        .collect()
 }
