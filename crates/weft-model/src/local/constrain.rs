@@ -25,16 +25,17 @@ pub(super) fn constraint(req: &ModelRequest) -> Option<Constraint> {
         }),
         (schema, false) => {
             let calls = for_grammar(&tool_calls_schema(&req.tools));
-            let other = match schema {
-                Some(s) => format!("%json {}", for_grammar(s)),
-                // Text that does not open a JSON object; it ends where the model ends it.
-                None => "TEXT".to_owned(),
+            // Without a schema, text may come before the calls (a model often says what it is
+            // about to do; a `<` in text starts them). With one, the reply is the schema's JSON
+            // or the calls alone: text before the calls would be dropped anyway, and a small
+            // model that starts with text can ramble past its budget without reaching either.
+            let (answer, call) = match schema {
+                Some(s) => (format!("%json {}", for_grammar(s)), "call"),
+                None => ("TEXT".to_owned(), "TEXT? call"),
             };
             Some(Constraint {
-                // Text may come before the calls (a model often says what it is about to
-                // do); a `<` in text starts them.
                 grammar: TopLevelGrammar::from_lark(format!(
-                    "start: answer | TEXT? call\nanswer: {other}\ncall: \"{OPEN}\" %json {calls} \"{CLOSE}\"\nTEXT: /[^<]+/\n"
+                    "start: answer | {call}\nanswer: {answer}\ncall: \"{OPEN}\" %json {calls} \"{CLOSE}\"\nTEXT: /[^<]+/\n"
                 )),
             })
         }
@@ -233,7 +234,16 @@ mod tests {
         let c = constraint(&req(vec![tool("a"), tool("b")]));
         let g = c.map(|c| serde_json::to_string(&c.grammar).unwrap_or_default());
         let g = g.unwrap_or_default();
-        assert!(g.contains("anyOf") && g.contains("TEXT"), "{g}");
+        assert!(g.contains("anyOf") && g.contains("TEXT? call"), "{g}");
+        // With a reply schema too, the reply is the schema's JSON or the calls, no text first.
+        let mut both = req(vec![tool("a")]);
+        both.response_schema = Some(json!({"type": "object"}));
+        let g = constraint(&both).map(|c| serde_json::to_string(&c.grammar).unwrap_or_default());
+        let g = g.unwrap_or_default();
+        assert!(
+            g.contains("start: answer | call") && !g.contains("TEXT? call"),
+            "{g}"
+        );
         let calls = [ToolCall {
             id: "c".into(),
             name: "weather".into(),

@@ -197,10 +197,12 @@ impl Engine {
     /// The loaded model of `file`: the one already loaded in this process, or a new load.
     fn shared(file: &Path) -> Result<Arc<Engine>, ModelError> {
         let key = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
-        // The lock is held through the load, so two sessions starting at once load it once.
+        // The lock is held through the load, so two sessions starting at once load it once. A
+        // load that panicked (a malformed file can make candle panic) leaves the lock poisoned;
+        // the map holds only weak references to finished loads, so later loads go on with it.
         let mut loaded = LOADED
             .lock()
-            .map_err(|_| bad_file(file, "an earlier load failed mid-way"))?;
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(e) = loaded.get(&key).and_then(Weak::upgrade) {
             return Ok(e);
         }
@@ -306,8 +308,17 @@ impl Engine {
                     is_error,
                     ..
                 } => {
-                    let what = if *is_error { "failed" } else { "returned" };
-                    messages.push(json!({"role": "user", "content": format!("The tool {name} {what}: {content}")}));
+                    // Said as the user's turn (chat templates of small models have no tool
+                    // role), with what to do next: without it, a small model calls the same
+                    // tool again and again.
+                    let text = if *is_error {
+                        format!(
+                            "The tool {name} failed: {content}\nAnswer, or call a tool to try another way."
+                        )
+                    } else {
+                        format!("The tool {name} returned: {content}\nAnswer from this result.")
+                    };
+                    messages.push(json!({"role": "user", "content": text}));
                 }
             }
         }
@@ -370,10 +381,12 @@ impl Engine {
                 })?))),
             None => None,
         };
+        // A generation that panicked leaves the lock poisoned and its cache half written; the
+        // cache is cleared before every generation, so the next one starts clean.
         let mut weights = self
             .weights
             .lock()
-            .map_err(|_| fail("the model", &"an earlier generation failed mid-way"))?;
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         weights.clear_kv_cache();
         let mut rng = fastrand::Rng::with_seed(limits.seed);
         let input = Tensor::new(prompt, &Device::Cpu)
