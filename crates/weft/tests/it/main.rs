@@ -18,7 +18,6 @@ mod jssdk;
 mod live_view;
 mod llm_e2e;
 mod load_checks;
-#[cfg(feature = "local-model")]
 mod local_model;
 mod memory_cli;
 mod ownership;

@@ -42,7 +42,13 @@ fn free_port() -> u16 {
 }
 
 /// One HTTP/1.1 request; the status, the headers' text and the body.
-fn http(port: u16, method: &str, path: &str, key: &str, body: &str) -> (u16, String, String) {
+pub(crate) fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    key: &str,
+    body: &str,
+) -> (u16, String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(
         s,
