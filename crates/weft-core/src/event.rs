@@ -443,6 +443,11 @@ pub enum Event {
         /// (`traceparent`): the run's spans are its children, whichever process drives it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         traceparent: Option<String>,
+        /// The metadata the client gave the run (LangGraph's `metadata`: a cron's run holds its
+        /// `cron_id`), so that any process reading the log lists the run with it; `null` when
+        /// none was given.
+        #[serde(default, skip_serializing_if = "Value::is_null")]
+        metadata: Value,
     },
     /// An evaluation's scorer judged the session (`weft eval`): OpenTelemetry's
     /// `gen_ai.evaluation.result`. Changes nothing in the state; written after the run ended.

@@ -85,6 +85,7 @@ pub async fn fork<S: Store>(
             run_id,
             after: state.seq,
             traceparent: None,
+            metadata: serde_json::Value::Null,
         };
         state.apply(&marker);
         log.push(weft_core::Envelope {

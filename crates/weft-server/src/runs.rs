@@ -972,6 +972,10 @@ async fn drive(
         run_id: run.run_id.clone(),
         after: run.start_seq(),
         traceparent: run.traceparent.clone(),
+        metadata: match &run.metadata {
+            Value::Object(m) if m.is_empty() => Value::Null,
+            m => m.clone(),
+        },
     };
     // The run's budget goes with its marker, before its task or answer.
     let mut first = vec![marker];
@@ -1255,6 +1259,7 @@ pub(crate) fn from_log(
         run_id,
         after,
         traceparent,
+        metadata,
     } = &log[at].event
     else {
         return None;
@@ -1264,7 +1269,13 @@ pub(crate) fn from_log(
         .position(|e| matches!(e.event, weft_core::Event::RunStarted { .. }))
         .map_or(log.len(), |k| at + 1 + k);
     let st = weft_core::State::fold(log[..next].iter().map(|e| &e.event));
-    let mut run = logged(rec, (run_id, *after, log[at].ts), &st);
+    let marker = Marker {
+        run_id,
+        after: *after,
+        ts: log[at].ts,
+        metadata,
+    };
+    let mut run = logged(rec, marker, &st);
     run.traceparent = traceparent.clone();
     Some(run)
 }
@@ -1273,29 +1284,44 @@ pub(crate) fn from_log(
 pub(crate) fn all_from_log(rec: &SessionRecord, log: &[weft_core::Envelope]) -> Vec<Run> {
     let mut out = Vec::new();
     let mut st = weft_core::State::new();
-    let mut open: Option<(&String, u64, i64)> = None;
+    let mut open: Option<Marker> = None;
     for e in log {
-        if let weft_core::Event::RunStarted { run_id, after, .. } = &e.event {
-            if let Some((id, after, ts)) = open.take() {
-                out.push(logged(rec, (id, after, ts), &st));
+        if let weft_core::Event::RunStarted {
+            run_id,
+            after,
+            metadata,
+            ..
+        } = &e.event
+        {
+            if let Some(m) = open.take() {
+                out.push(logged(rec, m, &st));
             }
-            open = Some((run_id, *after, e.ts));
+            open = Some(Marker {
+                run_id,
+                after: *after,
+                ts: e.ts,
+                metadata,
+            });
         }
         st.apply(&e.event);
     }
-    if let Some((id, after, ts)) = open {
-        out.push(logged(rec, (id, after, ts), &st));
+    if let Some(m) = open {
+        out.push(logged(rec, m, &st));
     }
     out
 }
 
-/// A run found in the log: its marker (id, the event before it, when) and the session's state
-/// when the next run began (or now).
-fn logged(
-    rec: &SessionRecord,
-    (run_id, after, ts): (&String, u64, i64),
-    st: &weft_core::State,
-) -> Run {
+/// A run's marker in the log, and when it was written.
+struct Marker<'a> {
+    run_id: &'a String,
+    after: u64,
+    ts: i64,
+    metadata: &'a Value,
+}
+
+/// A run found in the log: its marker and the session's state when the next run began (or
+/// now).
+fn logged(rec: &SessionRecord, m: Marker<'_>, st: &weft_core::State) -> Run {
     let status = match st.status {
         SessionStatus::Completed => RunStatus::Success,
         SessionStatus::Failed => RunStatus::Error,
@@ -1303,13 +1329,16 @@ fn logged(
         SessionStatus::Running => RunStatus::Running,
     };
     Run {
-        run_id: run_id.clone(),
+        run_id: m.run_id.clone(),
         thread_id: rec.id.clone(),
         assistant_id: st.agent.clone(),
         user: rec.user_id.clone().unwrap_or_default(),
-        created_at: ts,
-        start_seq: after.into(),
-        metadata: json!({}),
+        created_at: m.ts,
+        start_seq: m.after.into(),
+        metadata: match m.metadata {
+            Value::Null => json!({}),
+            v => v.clone(),
+        },
         multitask_strategy: "reject".into(),
         traceparent: None,
         status: tokio::sync::watch::channel((status, st.seq)).0,

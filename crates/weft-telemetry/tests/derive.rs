@@ -252,6 +252,7 @@ fn a_runs_traceparent_parents_its_turn_and_only_that_turn() {
         run_id: "r2".into(),
         after: marker.seq - 1,
         traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+        metadata: serde_json::Value::Null,
     };
     events.insert(second_turn, marker);
     // The first run's marker follows the turn it starts, as a new session's does.
@@ -261,6 +262,7 @@ fn a_runs_traceparent_parents_its_turn_and_only_that_turn() {
         run_id: "r1".into(),
         after: 0,
         traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+        metadata: serde_json::Value::Null,
     };
     events.insert(2, first);
     for (k, e) in events.iter_mut().enumerate() {

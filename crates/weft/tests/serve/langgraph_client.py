@@ -361,7 +361,8 @@ async def wait_restart():
     alice = get_client(url=URL, api_key=ALICE)
     # Two runs on one thread before the restart, listed after it.
     t2 = await alice.threads.create()
-    one = await alice.runs.create(t2["thread_id"], "twice", input=user_msg("one"))
+    one = await alice.runs.create(t2["thread_id"], "twice", input=user_msg("one"),
+                                  metadata={"origin": "before-restart"})
     await alice.runs.join(t2["thread_id"], one["run_id"])
     two = await alice.runs.create(t2["thread_id"], "twice", input=user_msg("two"))
     await alice.runs.join(t2["thread_id"], two["run_id"])
@@ -388,13 +389,18 @@ async def wait_restart():
     runs = await alice.runs.list(t2["thread_id"])
     assert [r["run_id"] for r in runs] == [two["run_id"], one["run_id"]], runs
     assert [r["status"] for r in runs] == ["success", "success"], runs
+    # The metadata a run was created with is in its marker in the log, so a server that did
+    # not start the run lists it with it (a cron's run keeps its cron_id).
+    assert runs[1]["metadata"].get("origin") == "before-restart", runs[1]
+    got = await alice.runs.get(t2["thread_id"], one["run_id"])
+    assert got["metadata"].get("origin") == "before-restart", got
     runs = await alice.runs.list(t2["thread_id"], limit=1)
     assert [r["run_id"] for r in runs] == [two["run_id"]], runs
     runs = await alice.runs.list(t2["thread_id"], limit=1, offset=1)
     assert [r["run_id"] for r in runs] == [one["run_id"]], runs
     assert await alice.runs.list(t2["thread_id"], status="error") == []
     assert len(await alice.runs.list(t2["thread_id"], status="success")) == 2
-    ok("runs.list from the log after a restart, with limit, offset and status")
+    ok("runs.list from the log after a restart, with limit, offset, status and each run's metadata")
 
 
 async def body_limit():
