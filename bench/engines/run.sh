@@ -57,29 +57,22 @@ echo
 echo "| engine | clean release build | load before (1, 5, 15 min) | started (UTC) | binary | stripped | shared libraries |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
 for e in "${engines[@]}"; do
-    # shellcheck disable=SC1090
-    source "target/build-$e.txt"
+    rec() { sed -n "s/^$1=//p" "target/build-$e.txt"; }
     bin=target/$e/release/engine-$e
     strip -o "target/$e/engine-$e.stripped" "$bin"
     libs=$(ldd "$bin" | awk '{print $1}' | grep -v -E '^(linux-vdso|/lib64/ld-linux)' | sed 's/\.so.*//' | paste -sd ' ' -)
-    echo "| $e | ${seconds} s | $load_before | $start_utc | $(mib "$(stat -c %s "$bin")") | $(mib "$(stat -c %s "target/$e/engine-$e.stripped")") | $libs |"
+    echo "| $e | $(rec seconds) s | $(rec load_before) | $(rec start_utc) | $(mib "$(stat -c %s "$bin")") | $(mib "$(stat -c %s "target/$e/engine-$e.stripped")") | $libs |"
 done
 echo
 
-# Malformed files, from the SmolLM2 file: cut at half; the header's tensor count made huge;
-# the first metadata key's length made huge (the bytes after the 24-byte fixed header).
-size=$(stat -c %s "$smollm")
-head -c $((size / 2)) "$smollm" >target/bad/half.gguf
-cp "$smollm" target/bad/tensor-count.gguf
-printf '\xff\xff\xff\xff\xff\xff\xff\x7f' | dd of=target/bad/tensor-count.gguf bs=1 seek=8 conv=notrunc status=none
-cp "$smollm" target/bad/key-length.gguf
-printf '\x00\xff\xff\xff\xff\xff\xff\x0f' | dd of=target/bad/key-length.gguf bs=1 seek=24 conv=notrunc status=none
+# Malformed copies of the SmolLM2 file (corrupt.py says how each is made).
+python3 corrupt.py "$smollm" target/bad
 
 echo "## Malformed files (SmolLM2-135M Q4_1)"
 echo
-echo "| file | engine | outcome | last line on standard error |"
+echo "| file | engine | outcome | what it said (llama.cpp: the first reason in its log; candle: the error it returned) |"
 echo "| --- | --- | --- | --- |"
-for bad in half tensor-count key-length; do
+for bad in half tensor-count key-length head-count-kv; do
     for e in "${engines[@]}"; do
         log=$out/bad-$bad-$e.err
         set +e
@@ -95,7 +88,7 @@ for bad in half tensor-count key-length; do
         else
             outcome="error, exit $rc"
         fi
-        msg=$(grep -v '^[[:space:]]*$' "$log" | tail -1 | cut -c1-160 | sed 's/|/\\|/g')
+        msg=$(grep -m1 -E 'gguf_init_from_reader: |error loading model|^engine-' "$log" | cut -c1-200 | sed 's/|/\\|/g')
         echo "| $bad | $e | $outcome | \`$msg\` |"
     done
 done
@@ -103,8 +96,8 @@ echo
 
 echo "## Speed and memory ($prompt_tokens prompt tokens, then 128 generated greedily)"
 echo
-echo "| model | engine | threads | load before (1, 5, 15 min) | load time | prompt tokens/s | generation tokens/s | peak RSS |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| model | engine | threads | load before (1, 5, 15 min) | load time | prompt tokens/s | prompt CPU s | generation tokens/s | generation CPU s | peak RSS |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for r in $(seq 1 "$repeat"); do
     for m in smollm gemma; do
         file=${!m}
@@ -119,11 +112,11 @@ for r in $(seq 1 "$repeat"); do
                 set -e
                 line=$(grep '^RESULT ' "$res.out" || true)
                 if [[ $rc != 0 || -z "$line" ]]; then
-                    echo "| $name | $e | $t | $before | failed (status $rc: $(grep -v '^[[:space:]]*$' "$res.err" | tail -1 | cut -c1-100)) | | | |"
+                    echo "| $name | $e | $t | $before | failed (status $rc: $(grep -v '^[[:space:]]*$' "$res.err" | tail -1 | cut -c1-100)) | | | | | |"
                     continue
                 fi
                 get() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
-                echo "| $name | $e | $t | $before | $(get load_s) s | $(get prompt_tps) ($(get prompt_tokens) tokens) | $(get gen_tps) | $(get peak_rss_mib) MiB |"
+                echo "| $name | $e | $t | $before | $(get load_s) s | $(get prompt_tps) ($(get prompt_tokens) tokens) | $(get prompt_cpu_s) | $(get gen_tps) | $(get gen_cpu_s) | $(get peak_rss_mib) MiB |"
             done
         done
     done

@@ -68,6 +68,25 @@ pub fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// The CPU time the process has used so far (all its threads, user and system), in seconds:
+/// on a shared machine, what a phase cost does not depend on how much of the CPU it was given.
+/// `/proc/self/stat`'s fields 14 and 15 count clock ticks of 1/100 s (`USER_HZ` on Linux).
+#[must_use]
+pub fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // After the name come field 3 (state) onwards: utime is field 14, stime field 15.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// What one run measured.
 #[derive(Debug)]
 pub struct Report {
@@ -76,8 +95,12 @@ pub struct Report {
     pub load: Duration,
     pub prompt_tokens: usize,
     pub prompt: Duration,
+    /// CPU seconds of the prompt.
+    pub prompt_cpu: f64,
     pub generated: usize,
     pub generation: Duration,
+    /// CPU seconds of the generation.
+    pub generation_cpu: f64,
     pub text: String,
 }
 
@@ -86,14 +109,16 @@ impl Report {
     pub fn print(&self) {
         let tps = |n: usize, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
         println!(
-            "RESULT engine={} threads={} load_s={:.3} prompt_tokens={} prompt_tps={:.1} gen_tokens={} gen_tps={:.1} peak_rss_mib={:.0}",
+            "RESULT engine={} threads={} load_s={:.3} prompt_tokens={} prompt_tps={:.1} prompt_cpu_s={:.2} gen_tokens={} gen_tps={:.1} gen_cpu_s={:.2} peak_rss_mib={:.0}",
             self.engine,
             self.threads,
             self.load.as_secs_f64(),
             self.prompt_tokens,
             tps(self.prompt_tokens, self.prompt),
+            self.prompt_cpu,
             self.generated,
             tps(self.generated, self.generation),
+            self.generation_cpu,
             peak_rss_mib(),
         );
         println!("TEXT: {:?}", self.text);

@@ -17,7 +17,7 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use candle_transformers::models::{quantized_gemma3, quantized_llama};
 use tokenizers::Tokenizer;
-use weft_engine_bench::{Args, GENERATED, Report, prompt_text};
+use weft_engine_bench::{Args, GENERATED, Report, cpu_seconds, prompt_text};
 
 /// The quantized types candle's CPU kernels multiply without SIMD (weft converts them).
 const SLOW_TYPES: &[GgmlDType] = &[
@@ -86,13 +86,14 @@ fn run() -> Result<Report, String> {
     }
     prompt.truncate(args.prompt_tokens);
 
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), cpu_seconds());
     let logits = model
         .forward(&prompt, 0)
         .map_err(|e| bad(format!("the prompt failed: {e}")))?;
     let prompt_time = t.elapsed();
+    let prompt_cpu = cpu_seconds() - cpu;
 
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), cpu_seconds());
     let mut next = argmax(&logits);
     let mut out = Vec::with_capacity(GENERATED);
     for i in 0..GENERATED {
@@ -106,6 +107,7 @@ fn run() -> Result<Report, String> {
         next = argmax(&logits);
     }
     let generation = t.elapsed();
+    let generation_cpu = cpu_seconds() - cpu;
     let text = tokenizer
         .decode(&out, false)
         .unwrap_or_default()
@@ -116,8 +118,10 @@ fn run() -> Result<Report, String> {
         load,
         prompt_tokens: prompt.len(),
         prompt: prompt_time,
+        prompt_cpu,
         generated: out.len(),
         generation,
+        generation_cpu,
         text,
     })
 }

@@ -14,7 +14,7 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::token::LlamaToken;
-use weft_engine_bench::{Args, GENERATED, Report, prompt_text};
+use weft_engine_bench::{Args, GENERATED, Report, cpu_seconds, prompt_text};
 
 fn main() -> ExitCode {
     match run() {
@@ -74,12 +74,13 @@ fn run() -> Result<Report, String> {
             .add(*tok, pos, &[0], i == last)
             .map_err(|e| bad(format!("cannot batch the prompt: {e}")))?;
     }
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), cpu_seconds());
     ctx.decode(&mut batch)
         .map_err(|e| bad(format!("the prompt failed: {e}")))?;
     let prompt_time = t.elapsed();
+    let prompt_cpu = cpu_seconds() - cpu;
 
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), cpu_seconds());
     let mut next = argmax(ctx.get_logits_ith(batch.n_tokens() - 1));
     let mut out = Vec::with_capacity(GENERATED);
     for i in 0..GENERATED {
@@ -97,6 +98,7 @@ fn run() -> Result<Report, String> {
         next = argmax(ctx.get_logits_ith(0));
     }
     let generation = t.elapsed();
+    let generation_cpu = cpu_seconds() - cpu;
     let text = String::from_utf8_lossy(&vocab.detokenize(&out, false, false)).into_owned();
     Ok(Report {
         engine: "llama.cpp",
@@ -104,8 +106,10 @@ fn run() -> Result<Report, String> {
         load,
         prompt_tokens: prompt.len(),
         prompt: prompt_time,
+        prompt_cpu,
         generated: out.len(),
         generation,
+        generation_cpu,
         text,
     })
 }
