@@ -6,6 +6,7 @@
 #   eval "$(scripts/setup-local-model --gemma)"   # WEFT_TEST_LOCAL_GGUF, WEFT_TEST_LOCAL_GEMMA_GGUF
 #   bench/engines/run.sh [--rebuild] [--repeat N] [--prompt-tokens N]
 #
+# llama.cpp's build needs cmake, a C++ compiler and libclang (Debian: cmake libclang-dev clang).
 # A clean build of each engine (build.sh) runs when its record (target/build-ENGINE.txt) is
 # missing or with --rebuild; otherwise the recorded clean build is reported and the binary is
 # only brought up to date. The load average (`/proc/loadavg`, 1, 5 and 15 minutes) is taken
