@@ -179,12 +179,26 @@ static LOADED: LazyLock<Mutex<HashMap<PathBuf, Weak<Engine>>>> =
 struct Engine {
     file: PathBuf,
     weights: Mutex<ModelWeights>,
+    /// The model after reading each of the last prompts ([`PREFIXES`], newest last): a prompt
+    /// that begins with one of them is read from where it ends. A session's next request
+    /// repeats its last one and adds to it, so only what was added is read again.
+    prefixes: Mutex<Vec<Prefix>>,
     vocab: Vocab,
     factory: ParserFactory,
     template: String,
     /// The context the model was trained with (`llama.context_length`).
     trained_context: usize,
 }
+
+/// A prompt already read, and the model with it in its KV cache (a clone of the weights is
+/// cheap: tensors are shared, and the cache's grow by new tensors, not in place).
+struct Prefix {
+    tokens: Vec<u32>,
+    weights: ModelWeights,
+}
+
+/// How many read prompts are kept (the sessions of a process take turns on one model).
+const PREFIXES: usize = 4;
 
 fn bad_file(file: &Path, what: impl std::fmt::Display) -> ModelError {
     ModelError::Config(format!(
@@ -266,6 +280,7 @@ impl Engine {
         Ok(Engine {
             file: file.to_path_buf(),
             weights: Mutex::new(weights),
+            prefixes: Mutex::new(Vec::new()),
             vocab,
             factory,
             template,
@@ -381,20 +396,21 @@ impl Engine {
                 })?))),
             None => None,
         };
-        // A generation that panicked leaves the lock poisoned and its cache half written; the
-        // cache is cleared before every generation, so the next one starts clean.
-        let mut weights = self
+        // One generation at a time. It works on a copy of the weights: a generation that
+        // panicked leaves the lock poisoned but the weights as they were.
+        let base = self
             .weights
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        weights.clear_kv_cache();
+        let (mut weights, reused) = self.read_from(&base, prompt);
         let mut rng = fastrand::Rng::with_seed(limits.seed);
-        let input = Tensor::new(prompt, &Device::Cpu)
+        let input = Tensor::new(&prompt[reused..], &Device::Cpu)
             .and_then(|t| t.unsqueeze(0))
             .map_err(|e| fail("preparing the prompt", &e))?;
         let mut logits = weights
-            .forward(&input, 0)
+            .forward(&input, reused)
             .map_err(|e| fail("reading the prompt", &e))?;
+        self.keep(prompt, &weights);
         let mut out: Vec<u8> = Vec::new();
         let mut recent: Vec<u32> = Vec::with_capacity(REPEAT_WINDOW);
         let mut sent = 0;
@@ -471,8 +487,46 @@ impl Engine {
         Ok(Generated {
             text: String::from_utf8_lossy(&out).into_owned(),
             output_tokens: tokens,
+            reused,
             finish,
         })
+    }
+
+    /// The model to read `prompt` with, and how many of its first tokens it has read already:
+    /// the longest kept prompt that `prompt` begins with (and goes on past), else none.
+    fn read_from(&self, base: &ModelWeights, prompt: &[u32]) -> (ModelWeights, usize) {
+        let kept = self
+            .prefixes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match kept
+            .iter()
+            .filter(|p| p.tokens.len() < prompt.len() && prompt.starts_with(&p.tokens))
+            .max_by_key(|p| p.tokens.len())
+        {
+            Some(p) => (p.weights.clone(), p.tokens.len()),
+            None => {
+                let mut w = base.clone();
+                w.clear_kv_cache();
+                (w, 0)
+            }
+        }
+    }
+
+    /// Keeps the model as it is after reading `prompt`, in place of the oldest kept one.
+    fn keep(&self, prompt: &[u32], weights: &ModelWeights) {
+        let mut kept = self
+            .prefixes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.retain(|p| p.tokens != prompt);
+        if kept.len() == PREFIXES {
+            kept.remove(0);
+        }
+        kept.push(Prefix {
+            tokens: prompt.to_vec(),
+            weights: weights.clone(),
+        });
     }
 }
 
@@ -635,6 +689,8 @@ struct Limits {
 struct Generated {
     text: String,
     output_tokens: u32,
+    /// The prompt's first tokens that were read for an earlier request.
+    reused: usize,
     finish: &'static str,
 }
 
@@ -703,6 +759,7 @@ impl Model for LocalModel {
         let usage = Usage {
             input_tokens: prompt_len as u64,
             output_tokens: u64::from(generated.output_tokens),
+            cache_read_tokens: generated.reused as u64,
             ..Usage::default()
         };
         let (content, tool_calls) = constrain::read_reply(req, generated.text);
@@ -719,5 +776,106 @@ impl Model for LocalModel {
             finish_reason: Some(finish.to_owned()),
             ..ModelReply::default()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    /// The model file of the `needs_local_model_*` tests (`scripts/setup-local-model`).
+    fn model_file() -> PathBuf {
+        weft_testkit::service_var("WEFT_TEST_LOCAL_GGUF").into()
+    }
+
+    #[test]
+    fn needs_local_model_a_prompt_that_goes_on_from_a_read_one_is_read_from_where_it_ended() {
+        let engine = Engine::load(&model_file()).unwrap();
+        let encode = |text: &str| engine.vocab.encode(text).unwrap();
+        let first = "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n";
+        let second = format!(
+            "{first}Blue.<|im_end|>\n<|im_start|>user\nAnd a fruit?<|im_end|>\n<|im_start|>assistant\n"
+        );
+        let (a, b) = (encode(first), encode(&second));
+        assert!(
+            b.starts_with(&a),
+            "the second prompt's tokens begin with the first's"
+        );
+        let scores = |w: &mut ModelWeights, tokens: &[u32], at: usize| -> Vec<f32> {
+            let input = Tensor::new(tokens, &Device::Cpu)
+                .and_then(|t| t.unsqueeze(0))
+                .unwrap();
+            w.forward(&input, at)
+                .and_then(|l| l.squeeze(0))
+                .and_then(|l| l.to_dtype(candle_core::DType::F32))
+                .and_then(|l| l.to_vec1())
+                .unwrap()
+        };
+        let base = engine.weights.lock().unwrap().clone();
+        // The second prompt read whole.
+        let mut whole = base.clone();
+        whole.clear_kv_cache();
+        let expected = scores(&mut whole, &b, 0);
+        // The first prompt read and kept; the second is read on from where it ended.
+        let (mut w, reused) = engine.read_from(&base, &a);
+        assert_eq!(reused, 0, "nothing was kept yet");
+        scores(&mut w, &a, 0);
+        engine.keep(&a, &w);
+        let (mut w, reused) = engine.read_from(&base, &b);
+        assert_eq!(reused, a.len(), "the first prompt is not read again");
+        let got = scores(&mut w, &b[reused..], reused);
+        // The same next-token scores, but for rounding: sums are taken in other orders when
+        // the tokens come in other batches.
+        let top = |s: &[f32]| {
+            s.iter()
+                .enumerate()
+                .max_by(|x, y| x.1.total_cmp(y.1))
+                .map(|(i, _)| i)
+        };
+        let range = expected.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let off = expected
+            .iter()
+            .zip(&got)
+            .fold(0f32, |m, (e, g)| m.max((e - g).abs()));
+        // The engine's own rounding: the same tokens read one at a time (as a reply's are)
+        // give scores that differ from a whole read by this much.
+        let mut one_by_one = base.clone();
+        one_by_one.clear_kv_cache();
+        let mut stepped = Vec::new();
+        for (i, t) in b.iter().enumerate() {
+            stepped = scores(&mut one_by_one, &[*t], i);
+        }
+        let rounding = expected
+            .iter()
+            .zip(&stepped)
+            .fold(0f32, |m, (e, g)| m.max((e - g).abs()));
+        assert_eq!(top(&got), top(&expected));
+        assert!(
+            off <= 1.5 * rounding,
+            "scores differ by {off} (of {range}); reading one token at a time moves them by {rounding}"
+        );
+        // A generation reports what it reused; a prompt that begins with no kept one is read
+        // whole.
+        let limits = Limits {
+            max_tokens: 4,
+            temperature: 0.0,
+            seed: 0,
+            context: 1024,
+        };
+        let run = |prompt: &[u32]| {
+            engine
+                .generate(prompt, None, limits, None, &AtomicBool::new(false))
+                .unwrap()
+                .reused
+        };
+        assert_eq!(run(&b), a.len());
+        assert_eq!(run(&encode("<|im_start|>user\nHi.<|im_end|>\n")), 0);
+        eprintln!(
+            "{} of {} tokens reused; scores within {off} of {range} (one at a time: {rounding})",
+            a.len(),
+            b.len()
+        );
     }
 }

@@ -174,7 +174,7 @@ fn needs_local_model_workflow_step_calls_a_tool_and_gives_a_valid_output() {
   initial: log
   steps:
     log:
-      instructions: Call log_word once with the word the person gave. Once it has returned, say that it is logged.
+      instructions: Call log_word once with the word the person gave. When it has returned, reply in one sentence that the word is logged; never call log_word twice.
       tools: [log_word]
       max_turns: 4
       next: [{ to: report }]
