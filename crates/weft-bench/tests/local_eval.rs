@@ -224,6 +224,6 @@ async fn summaries_count_what_the_scores_say() {
     );
     assert_eq!(s.median_s, 2.0);
     assert_eq!(s.mean_output_tokens, 20.0);
-    let table = local_eval::table(&[s.clone()]);
+    let table = local_eval::table(std::slice::from_ref(s));
     assert!(table.contains("| planner | server, schema in the prompt | 3 | 2 (67%) | 2 (67%) | 2 (67%) | 0 (0%) | 1 (33%) | 2.00 |"), "{table}");
 }
