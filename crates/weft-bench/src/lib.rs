@@ -2,6 +2,7 @@
 //! (`react N`, `concurrent M K`, `growth T`) plus weft's own (`plan N`, `resume E`), and each
 //! returns its figures so the binary can repeat it and print medians.
 
+pub mod local_eval;
 pub mod retrieval;
 pub mod serve_load;
 pub mod workloads;

@@ -69,6 +69,11 @@ enum Workload {
     /// `updates` mode, read to its end. Prints a table, then the figures as one JSON line.
     /// Runs on one thread.
     ServeLoad(ServeLoadArgs),
+    /// A small model's planner calls and workflow step outputs, scored as the engine reads
+    /// them: in the process (`local:`, needs `--features local-model`) and behind an
+    /// OpenAI-compatible server in each form of structured output. Prints a Markdown table;
+    /// `--out` writes every call as JSON.
+    LocalEval(LocalEvalArgs),
     /// Every workload at its standard sizes (add `--full` for `concurrent 10000 3`).
     All {
         #[arg(long)]
@@ -107,6 +112,48 @@ struct ServeLoadArgs {
     server_pids: Vec<u32>,
 }
 
+#[derive(clap::Args, Debug)]
+struct LocalEvalArgs {
+    /// The task file.
+    #[arg(long, default_value = "bench/local-eval/tasks.yaml")]
+    tasks: std::path::PathBuf,
+    /// The backends, comma-separated: local (in the process), json_object, prompt (the server).
+    #[arg(
+        long,
+        default_value = "local,json_object,prompt",
+        value_delimiter = ','
+    )]
+    backends: Vec<String>,
+    /// Which replies: planner, workflow (comma-separated).
+    #[arg(long, default_value = "planner,workflow", value_delimiter = ',')]
+    kinds: Vec<String>,
+    /// Calls per task, with seeds 0, 1, ...
+    #[arg(long, default_value_t = 10)]
+    repeat: u64,
+    /// Sampling temperature of every call.
+    #[arg(long, default_value_t = 0.7)]
+    temperature: f64,
+    /// The most output tokens of a reply.
+    #[arg(long, default_value_t = 512)]
+    max_tokens: u32,
+    /// The GGUF file of the in-process model.
+    #[arg(long, env = "WEFT_TEST_LOCAL_GGUF")]
+    gguf: Option<std::path::PathBuf>,
+    /// The OpenAI-compatible server's base URL (e.g. `http://127.0.0.1:8089/v1`).
+    #[arg(long, env = "WEFT_TEST_OPENAI_BASE_URL")]
+    server_url: Option<String>,
+    /// The model name sent to the server.
+    #[arg(
+        long,
+        env = "WEFT_TEST_OPENAI_MODEL",
+        default_value = "SmolLM2-135M-Instruct"
+    )]
+    server_model: String,
+    /// Where to write every call and the summaries as JSON (rewritten after each backend).
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     if let Workload::ServeLoad(args) = cli.workload {
@@ -121,6 +168,9 @@ fn main() -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    if let Workload::LocalEval(args) = cli.workload {
+        return rt.block_on(local_eval(args));
+    }
     rt.block_on(run(cli))
 }
 
@@ -162,6 +212,142 @@ async fn run(cli: Cli) -> Result<()> {
         );
     }
     Ok(())
+}
+
+async fn local_eval(a: LocalEvalArgs) -> Result<()> {
+    use weft_bench::local_eval::{self as le, Backend, Kind};
+    let mut backends = Vec::new();
+    for b in &a.backends {
+        let backend = Backend::parse(b.trim()).with_context(|| {
+            format!("--backends: unknown backend `{b}`; give local, json_object and/or prompt")
+        })?;
+        backends.push(backend);
+    }
+    let mut kinds = Vec::new();
+    for k in &a.kinds {
+        kinds.push(match k.trim() {
+            "planner" => Kind::Planner,
+            "workflow" => Kind::Workflow,
+            other => anyhow::bail!("--kinds: unknown kind `{other}`; give planner and/or workflow"),
+        });
+    }
+    if backends.contains(&Backend::Local) {
+        if !cfg!(feature = "local-model") {
+            anyhow::bail!(
+                "local-eval: this weft-bench was built without the in-process model; build it with \
+                 `cargo build --release -p weft-bench --features local-model`, or leave `local` out of --backends"
+            );
+        }
+        if a.gguf.is_none() {
+            anyhow::bail!(
+                "local-eval: the `local` backend needs a GGUF file: --gguf PATH or WEFT_TEST_LOCAL_GGUF \
+                 (`eval \"$(scripts/setup-local-model)\"` installs SmolLM2-135M-Instruct and sets it)"
+            );
+        }
+    }
+    let server = if backends.iter().any(|b| *b != Backend::Local) {
+        let url = a.server_url.as_deref().context(
+            "local-eval: the server backends need --server-url URL or WEFT_TEST_OPENAI_BASE_URL \
+             (`scripts/llm-server start` prints it)",
+        )?;
+        Some(le::Server::new(
+            url,
+            &a.server_model,
+            a.temperature,
+            a.max_tokens,
+        )?)
+    } else {
+        None
+    };
+    let cases: Vec<le::Case> = le::load(&a.tasks)
+        .await?
+        .into_iter()
+        .filter(|c| kinds.contains(&c.kind))
+        .collect();
+    let mut out = serde_json::json!({
+        "tasks": a.tasks.display().to_string(),
+        "repeat": a.repeat,
+        "temperature": a.temperature,
+        "max_tokens": a.max_tokens,
+        "gguf": a.gguf.as_ref().map(|p| p.display().to_string()),
+        "server_url": a.server_url,
+        "server_model": a.server_model,
+        "candle_num_threads": std::env::var("CANDLE_NUM_THREADS").ok(),
+        "started_unix_s": unix_now(),
+        "load_average_at_start": le::load_average(),
+    });
+    if let Some(s) = &server
+        && let Some(first) = cases.first()
+    {
+        let probe = le::probe_json_schema(s, first).await;
+        eprintln!(
+            "json_schema: {} ({}); the provider settled on: {}",
+            probe.outcome,
+            probe.detail,
+            probe.provider_learned.as_deref().unwrap_or("nothing")
+        );
+        out["json_schema"] = serde_json::to_value(&probe)?;
+    }
+    let mut local = a
+        .gguf
+        .clone()
+        .map(|f| le::Local::new(f, a.temperature, a.max_tokens));
+    let mut records: Vec<le::CallRecord> = Vec::new();
+    for backend in backends {
+        if backend == Backend::Local
+            && let (Some(l), Some(first)) = (local.as_mut(), cases.first())
+        {
+            // The file is loaded on the first call: that call is not one of the measured ones.
+            let began = std::time::Instant::now();
+            let warm = l.generate(&first.request, 1_000_000).await;
+            let s = began.elapsed().as_secs_f64();
+            if let Err(e) = &warm {
+                anyhow::bail!("local-eval: the in-process model failed its first call: {e}");
+            }
+            eprintln!("local: load and first call {s:.2} s");
+            out["local_load_and_first_call_s"] = serde_json::json!(s);
+        }
+        let total = cases.len() as u64 * a.repeat;
+        let mut done = 0;
+        for case in &cases {
+            for seed in 0..a.repeat {
+                let r = le::call(backend, local.as_mut(), server.as_ref(), case, seed).await;
+                done += 1;
+                eprintln!(
+                    "[{} {done}/{total}] {} {} seed {seed}: {:.2} s, {} tokens out: {}",
+                    backend.as_str(),
+                    case.id,
+                    case.agent,
+                    r.ms / 1000.0,
+                    r.output_tokens,
+                    if r.score.sensible {
+                        "sensible".to_owned()
+                    } else {
+                        r.score.problem.clone().unwrap_or_default()
+                    }
+                );
+                records.push(r);
+            }
+        }
+        let summaries = le::summarize(&records);
+        out["load_average_at_end"] = serde_json::json!(le::load_average());
+        out["ended_unix_s"] = serde_json::json!(unix_now());
+        out["summaries"] = serde_json::to_value(&summaries)?;
+        out["records"] = serde_json::to_value(&records)?;
+        if let Some(path) = &a.out {
+            std::fs::write(path, serde_json::to_string_pretty(&out)?)
+                .with_context(|| format!("cannot write --out {}", path.display()))?;
+        }
+    }
+    print!("{}", le::table(&le::summarize(&records)));
+    Ok(())
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 async fn serve_load(a: ServeLoadArgs) -> Result<()> {
@@ -268,7 +454,7 @@ async fn one(runs: u32, w: Workload, kind: StoreKind, tool: workloads::ToolKind)
                 )
                 .await?
             }
-            Workload::All { .. } | Workload::ServeLoad(_) => Vec::new(),
+            Workload::All { .. } | Workload::ServeLoad(_) | Workload::LocalEval(_) => Vec::new(),
         };
         all.push(reports);
     }

@@ -172,7 +172,9 @@ pub fn planner_schema(tools: &[ToolInfo], skills: &[&str]) -> Value {
         // grammar built from this schema) then cannot produce an invalid id, and leaves out
         // `_outputPath`, `_when` and `_category`, which a schema cannot describe exactly (a
         // model that is not constrained may still give them; the validator checks them).
-        // No escapes in patterns: llama-cpp-python's grammar builder fails on `\.`.
+        // No escapes in patterns: llama-cpp-python's grammar builder fails on `\.`. Every
+        // pattern is anchored at both ends (`^...$`): that builder refuses any other, and the
+        // server then constrains the reply to any JSON at all, not to this schema.
         let id = json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,16}$"});
         props.insert("_id".into(), id.clone());
         props.insert("_dependsOn".into(), json!({"type": "array", "items": id}));
@@ -191,7 +193,7 @@ pub fn planner_schema(tools: &[ToolInfo], skills: &[&str]) -> Value {
                     let arg = if v.get("type").and_then(Value::as_str) == Some("string") {
                         v.clone()
                     } else {
-                        json!({"anyOf": [v, {"type": "string", "pattern": "^†"}]})
+                        json!({"anyOf": [v, {"type": "string", "pattern": "^†.*$"}]})
                     };
                     props.entry(k.clone()).or_insert(arg);
                 }
@@ -680,6 +682,52 @@ mod tests {
         ] {
             assert!(v.is_valid(&good), "rejected {good}");
         }
+    }
+
+    /// Every `pattern` of a schema, wherever it is.
+    fn patterns(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    match (k.as_str(), x) {
+                        ("pattern", Value::String(p)) => out.push(p.clone()),
+                        _ => patterns(x, out),
+                    }
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| patterns(x, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn the_planner_schemas_patterns_are_anchored_at_both_ends() {
+        // llama-cpp-python's grammar builder refuses a pattern without `^` and `$` and then
+        // constrains the reply to any JSON: a tool with a non-string argument (whose value may
+        // be a reference) must not bring one in.
+        let tool = ToolInfo {
+            name: "refund".into(),
+            description: "refunds".into(),
+            category: None,
+            input_schema: json!({"type": "object", "properties": {"amount": {"type": "number"},
+                "receipt": {"type": "object"}}, "required": ["amount"]}),
+            idempotent: false,
+            parallel: false,
+            requires_approval: false,
+            source: "command".into(),
+        };
+        let schema = planner_schema(std::slice::from_ref(&tool), &[]);
+        let mut found = Vec::new();
+        patterns(&schema, &mut found);
+        assert!(found.len() >= 3, "{found:?}");
+        for p in &found {
+            assert!(p.starts_with('^') && p.ends_with('$'), "{p}");
+        }
+        let v = jsonschema::validator_for(&schema).unwrap();
+        let refs = json!({"plan": [{"_id": "a", "_tool": "refund", "amount": "†input.amount", "receipt": "†steps.pay"}]});
+        assert!(v.is_valid(&refs));
+        let not_a_ref = json!({"plan": [{"_id": "a", "_tool": "refund", "amount": "fifty"}]});
+        assert!(!v.is_valid(&not_a_ref));
     }
 
     #[test]
