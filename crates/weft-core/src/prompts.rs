@@ -162,6 +162,10 @@ is filled from the input, the state or a step's output when the step runs. The p
 /// spelled out per tool (the schema also goes into prompts of servers without `json_schema`).
 const PLANNER_SCHEMA_TOOLS_IN_FULL: usize = 16;
 
+/// A reference an argument of a planned step may hold instead of its value (no `\.` escapes:
+/// see [`planner_schema`]).
+const REFERENCE_PATTERN: &str = "^†(input([.][A-Za-z0-9_-]+)*|item([.][A-Za-z0-9_-]+)*|state([.][A-Za-z0-9_-]+)+|steps([.][A-Za-z0-9_-]+)+)$";
+
 /// The planner's reply: exactly one of `direct_response` and a non-empty `plan`, so that
 /// constrained decoding cannot produce `{}`. A step is either a tool call (`_tool` one of the
 /// agent's tools, with that tool's arguments) or a `_description` for the step executor, which
@@ -189,11 +193,13 @@ pub fn planner_schema(tools: &[ToolInfo], skills: &[&str]) -> Value {
         if let Some(schema) = args {
             if let Some(p) = schema.get("properties").and_then(Value::as_object) {
                 for (k, v) in p {
-                    // An argument may also be a reference (`†steps.s1`) filled when it runs.
+                    // An argument may also be a reference (`†steps.s1`) filled when it runs:
+                    // one of the forms `plan::Reference::parse` reads, with path segments
+                    // of letters, digits, `_` and `-` (a model's `†50.0` is no reference).
                     let arg = if v.get("type").and_then(Value::as_str) == Some("string") {
                         v.clone()
                     } else {
-                        json!({"anyOf": [v, {"type": "string", "pattern": "^†.*$"}]})
+                        json!({"anyOf": [v, {"type": "string", "pattern": REFERENCE_PATTERN}]})
                     };
                     props.entry(k.clone()).or_insert(arg);
                 }
@@ -726,8 +732,23 @@ mod tests {
         let v = jsonschema::validator_for(&schema).unwrap();
         let refs = json!({"plan": [{"_id": "a", "_tool": "refund", "amount": "†input.amount", "receipt": "†steps.pay"}]});
         assert!(v.is_valid(&refs));
-        let not_a_ref = json!({"plan": [{"_id": "a", "_tool": "refund", "amount": "fifty"}]});
-        assert!(!v.is_valid(&not_a_ref));
+        for arg in ["fifty", "†50.0", "†state", "†steps", "†stat.x", "†input..x"] {
+            let not_a_ref = json!({"plan": [{"_id": "a", "_tool": "refund", "amount": arg}]});
+            assert!(!v.is_valid(&not_a_ref), "{arg}");
+        }
+        for arg in [
+            "†input",
+            "†input.amount",
+            "†item",
+            "†item.total",
+            "†state.a.b",
+            "†steps.pay.amount",
+        ] {
+            let a_ref = json!({"plan": [{"_id": "a", "_tool": "refund", "amount": arg}]});
+            assert!(v.is_valid(&a_ref), "{arg}");
+            let text = arg.strip_prefix('†').unwrap_or(arg);
+            assert!(crate::plan::Reference::parse(text).is_ok(), "{arg}");
+        }
     }
 
     #[test]
