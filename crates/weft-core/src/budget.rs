@@ -753,6 +753,7 @@ mod tests {
             .into(),
             tools: Vec::new(),
             response_schema: None,
+            exact_schema: None,
             max_tokens: Some(100),
             temperature: None,
         };

@@ -296,6 +296,13 @@ pub struct ModelRequest {
     /// When set, the reply's text must be JSON matching this schema.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_schema: Option<Value>,
+    /// The same reply format as `response_schema`, stated more exactly for a decoder in the
+    /// process that enforces every keyword (the planner's ids by position, references to what
+    /// exists only: `prompts::exact_planner_schema`). It is larger, so it never goes to a server
+    /// or into a prompt, and it is not stored with the request: it is built again from the
+    /// state. `None` when `response_schema` is already exact.
+    #[serde(skip)]
+    pub exact_schema: Option<Value>,
     /// The most tokens the reply may have; `None` leaves it to the provider's settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,

@@ -17,6 +17,7 @@ fn request(state: &State, purpose: Purpose, messages: Messages) -> ModelRequest 
         messages,
         tools: Vec::new(),
         response_schema: None,
+        exact_schema: None,
         max_tokens: None,
         temperature: None,
     }
@@ -166,25 +167,54 @@ const PLANNER_SCHEMA_TOOLS_IN_FULL: usize = 16;
 /// see [`planner_schema`]).
 const REFERENCE_PATTERN: &str = "^†(input([.][A-Za-z0-9_-]+)*|item([.][A-Za-z0-9_-]+)*|state([.][A-Za-z0-9_-]+)+|steps([.][A-Za-z0-9_-]+)+)$";
 
-/// The planner's reply: exactly one of `direct_response` and a non-empty `plan`, so that
-/// constrained decoding cannot produce `{}`. A step is either a tool call (`_tool` one of the
-/// agent's tools, with that tool's arguments) or a `_description` for the step executor, which
-/// may name one of `skills` as its `_skill`.
-pub fn planner_schema(tools: &[ToolInfo], skills: &[&str]) -> Value {
+/// How the steps of one of the planner's schemas name themselves and what they may read.
+struct StepForm {
+    /// The schema of `_id`.
+    id: Value,
+    /// The schema of `_dependsOn`; `None` when the step may not have it.
+    depends_on: Option<Value>,
+    /// The pattern of an argument that is a reference; `None` when none may be.
+    reference: Option<String>,
+    /// The exact form: a string argument (with no pattern, format or fixed values of its own)
+    /// may not start with `†`, which would make it a reference, and a step has no keys beyond
+    /// those listed.
+    exact: bool,
+}
+
+/// The step schemas of `form`: one per tool (`_tool` that tool, with its arguments), or one
+/// for all tools when there are many, and a `_description` step.
+fn step_schemas(tools: &[ToolInfo], skills: &[&str], form: &StepForm) -> Vec<Value> {
     let common = |props: &mut Map<String, Value>| {
         // Only fields whose every form the plan validator accepts: constrained decoding (a
         // grammar built from this schema) then cannot produce an invalid id, and leaves out
         // `_outputPath`, `_when` and `_category`, which a schema cannot describe exactly (a
         // model that is not constrained may still give them; the validator checks them).
-        // No escapes in patterns: llama-cpp-python's grammar builder fails on `\.`. Every
-        // pattern is anchored at both ends (`^...$`): that builder refuses any other, and the
-        // server then constrains the reply to any JSON at all, not to this schema.
-        let id = json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,16}$"});
-        props.insert("_id".into(), id.clone());
-        props.insert("_dependsOn".into(), json!({"type": "array", "items": id}));
+        props.insert("_id".into(), form.id.clone());
+        if let Some(d) = &form.depends_on {
+            props.insert("_dependsOn".into(), d.clone());
+        }
         props.insert("_parallel".into(), json!({"type": "boolean"}));
     };
-    let mut steps = Vec::new();
+    let argument = |v: &Value| -> Value {
+        let is_string = v.get("type").and_then(Value::as_str) == Some("string");
+        let own_form = ["pattern", "format", "enum", "const"]
+            .iter()
+            .any(|k| v.get(k).is_some());
+        let value = if is_string && form.exact && !own_form {
+            let mut v = v.clone();
+            v["pattern"] = json!("^([^†][\\s\\S]*)?$");
+            v
+        } else if is_string && !form.exact {
+            // Any string, references included.
+            return v.clone();
+        } else {
+            v.clone()
+        };
+        match &form.reference {
+            Some(p) => json!({"anyOf": [value, {"type": "string", "pattern": p}]}),
+            None => value,
+        }
+    };
     let tool_step = |name: Value, args: Option<&Value>| {
         let mut props = Map::new();
         common(&mut props);
@@ -193,23 +223,19 @@ pub fn planner_schema(tools: &[ToolInfo], skills: &[&str]) -> Value {
         if let Some(schema) = args {
             if let Some(p) = schema.get("properties").and_then(Value::as_object) {
                 for (k, v) in p {
-                    // An argument may also be a reference (`†steps.s1`) filled when it runs:
-                    // one of the forms `plan::Reference::parse` reads, with path segments
-                    // of letters, digits, `_` and `-` (a model's `†50.0` is no reference).
-                    let arg = if v.get("type").and_then(Value::as_str) == Some("string") {
-                        v.clone()
-                    } else {
-                        json!({"anyOf": [v, {"type": "string", "pattern": REFERENCE_PATTERN}]})
-                    };
-                    props.entry(k.clone()).or_insert(arg);
+                    props.entry(k.clone()).or_insert_with(|| argument(v));
                 }
             }
             if let Some(r) = schema.get("required").and_then(Value::as_array) {
                 required.extend(r.iter().cloned());
             }
         }
-        json!({"type": "object", "properties": props, "required": required})
+        closed(
+            json!({"type": "object", "properties": props, "required": required}),
+            form.exact,
+        )
     };
+    let mut steps = Vec::new();
     if tools.len() <= PLANNER_SCHEMA_TOOLS_IN_FULL {
         for t in tools {
             steps.push(tool_step(json!({"enum": [t.name]}), Some(&t.input_schema)));
@@ -224,14 +250,28 @@ pub fn planner_schema(tools: &[ToolInfo], skills: &[&str]) -> Value {
     if !skills.is_empty() {
         described.insert("_skill".into(), json!({"enum": skills}));
     }
-    steps.push(
+    steps.push(closed(
         json!({"type": "object", "properties": described, "required": ["_id", "_description"]}),
-    );
+        form.exact,
+    ));
+    steps
+}
+
+/// `schema` (an object's), with no keys beyond those it lists when `close` is set.
+fn closed(mut schema: Value, close: bool) -> Value {
+    if close {
+        schema["additionalProperties"] = Value::Bool(false);
+    }
+    schema
+}
+
+/// A planner schema: a plan of `plan` (the schema of the `plan` array) or a direct response.
+fn plan_or_answer(plan: Value) -> Value {
     json!({
         "oneOf": [
             {
                 "type": "object",
-                "properties": {"plan": {"type": "array", "minItems": 1, "items": {"anyOf": steps}}},
+                "properties": {"plan": plan},
                 "required": ["plan"]
             },
             {
@@ -241,6 +281,169 @@ pub fn planner_schema(tools: &[ToolInfo], skills: &[&str]) -> Value {
             }
         ]
     })
+}
+
+/// The planner's reply: exactly one of `direct_response` and a non-empty `plan`, so that
+/// constrained decoding cannot produce `{}`. A step is either a tool call (`_tool` one of the
+/// agent's tools, with that tool's arguments) or a `_description` for the step executor, which
+/// may name one of `skills` as its `_skill`.
+///
+/// This form goes to servers (and into the prompt of those that take no schema), so it stays
+/// small and plain: no escapes in patterns (llama-cpp-python's grammar builder fails on `\.`),
+/// and every pattern anchored at both ends (`^...$`: that builder refuses any other, and the
+/// server then constrains the reply to any JSON at all). [`exact_planner_schema`] is the form
+/// for a decoder in the process.
+pub fn planner_schema(tools: &[ToolInfo], skills: &[&str]) -> Value {
+    let id = json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,16}$"});
+    let form = StepForm {
+        depends_on: Some(json!({"type": "array", "items": id})),
+        id,
+        // An argument may also be a reference (`†steps.s1`) filled when it runs: one of the
+        // forms `plan::Reference::parse` reads, with path segments of letters, digits, `_` and
+        // `-` (a model's `†50.0` is no reference).
+        reference: Some(REFERENCE_PATTERN.to_owned()),
+        exact: false,
+    };
+    let steps = step_schemas(tools, skills, &form);
+    plan_or_answer(json!({"type": "array", "minItems": 1, "items": {"anyOf": steps}}))
+}
+
+/// The most steps a plan may have in [`exact_planner_schema`]: each position is spelled out.
+pub const EXACT_PLAN_STEPS: usize = 12;
+
+/// What a plan written now may read: the run's input, the State as it is (a replan's), and
+/// the steps of the plan so far.
+#[derive(Clone, Debug, Default)]
+pub struct PlanScope {
+    /// There is an input (`†input` reads it whole).
+    pub input: bool,
+    /// Keys of the run's input (`†input.<key>`).
+    pub input_keys: Vec<String>,
+    /// Keys the State has now (`†state.<key>`).
+    pub state_keys: Vec<String>,
+    /// Ids of the plan's steps that reached an outcome (a new step may read them).
+    pub done_steps: Vec<String>,
+    /// Ids of every step of the plan so far (a new step may not take them).
+    pub taken_ids: Vec<String>,
+}
+
+impl PlanScope {
+    /// The scope of a plan written for `state`.
+    pub fn of(state: &State) -> Self {
+        let mut scope = Self::default();
+        match &state.input {
+            Value::Null => {}
+            Value::Object(m) => {
+                scope.input = !m.is_empty();
+                scope.input_keys = m.keys().cloned().collect();
+            }
+            _ => scope.input = true,
+        }
+        if let Value::Object(m) = &state.data {
+            scope.state_keys = m.keys().cloned().collect();
+        }
+        if let Some(run) = &state.plan {
+            for (s, r) in run.plan.steps.iter().zip(&run.steps) {
+                scope.taken_ids.push(s.id.clone());
+                if r.status.is_terminal() {
+                    scope.done_steps.push(s.id.clone());
+                }
+            }
+        }
+        scope
+    }
+}
+
+/// A name a reference may hold as one path segment (the reference pattern has no escapes).
+fn plain_segment(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// The pattern of a reference an argument of a step may hold, given the steps before it;
+/// `None` when it may hold none.
+fn exact_reference(scope: &PlanScope, earlier: &[String]) -> Option<String> {
+    const REST: &str = "([.][A-Za-z0-9_-]+)*";
+    let alternatives = |names: Vec<&str>| names.join("|");
+    let mut forms = Vec::new();
+    let keys: Vec<&str> = scope
+        .input_keys
+        .iter()
+        .map(String::as_str)
+        .filter(|k| plain_segment(k))
+        .collect();
+    if scope.input {
+        if keys.is_empty() {
+            forms.push("input".to_owned());
+        } else {
+            forms.push(format!("input([.]({}){REST})?", alternatives(keys)));
+        }
+    }
+    let state_keys: Vec<&str> = scope
+        .state_keys
+        .iter()
+        .map(String::as_str)
+        .filter(|k| plain_segment(k))
+        .collect();
+    if !state_keys.is_empty() {
+        // Only the keys themselves: the plan validator takes a State path that is there now
+        // (or that a step of the plan writes, which the schema offers no way to say).
+        forms.push(format!("state[.]({})", alternatives(state_keys)));
+    }
+    let ids: Vec<&str> = earlier
+        .iter()
+        .map(String::as_str)
+        .filter(|id| plain_segment(id))
+        .collect();
+    if !ids.is_empty() {
+        forms.push(format!("steps[.]({}){REST}", alternatives(ids)));
+    }
+    (!forms.is_empty()).then(|| format!("^†({})$", forms.join("|")))
+}
+
+/// The planner's reply as exactly as a schema can say it, for a decoder in the process that
+/// enforces every keyword (a local model's grammar): every plan it allows is one the engine
+/// accepts. Beyond [`planner_schema`]: the steps' ids are fixed by position (`s1`, `s2`, ...,
+/// skipping ids a replan's plan already has), so none repeats; `_dependsOn` and `†steps.<id>`
+/// name only steps before (or, on a replan, steps that reached an outcome), so the plan is
+/// acyclic (the engine takes any order without a cycle); `†input.<key>`
+/// names only keys of the run's input and `†state.<key>` only keys the State has now (the
+/// schema offers no `_outputPath` or `_forEach`, so no `†item` either); a
+/// string argument that is not a reference may not start with `†`. A plan has at most
+/// [`EXACT_PLAN_STEPS`] steps. Larger than [`planner_schema`] (each position is spelled out),
+/// so it never goes to a server or into a prompt.
+pub fn exact_planner_schema(tools: &[ToolInfo], skills: &[&str], scope: &PlanScope) -> Value {
+    let mut earlier: Vec<String> = scope.done_steps.clone();
+    let mut positions = Vec::new();
+    let mut n = 0;
+    while positions.len() < EXACT_PLAN_STEPS {
+        n += 1;
+        let id = format!("s{n}");
+        if scope.taken_ids.contains(&id) {
+            continue;
+        }
+        let ids: Vec<&str> = earlier
+            .iter()
+            .map(String::as_str)
+            .filter(|i| plain_segment(i))
+            .collect();
+        let form = StepForm {
+            id: json!({"const": id}),
+            depends_on: (!ids.is_empty()).then(|| json!({"type": "array", "items": {"enum": ids}})),
+            reference: exact_reference(scope, &earlier),
+            exact: true,
+        };
+        positions.push(json!({"anyOf": step_schemas(tools, skills, &form)}));
+        earlier.push(id);
+    }
+    plan_or_answer(json!({
+        "type": "array",
+        "minItems": 1,
+        "prefixItems": positions,
+        "items": false
+    }))
 }
 
 /// The planner's request: the session's earlier turns (as a conversation, compacted when
@@ -274,7 +477,13 @@ pub fn planner(state: &State, cfg: &AgentConfig) -> ModelRequest {
     let mut messages = conversation(state, vec![system(cfg, PLANNER_ROLE)]);
     messages.push(Message::User { content: body });
     let mut req = request(state, Purpose::Plan, messages);
-    req.response_schema = Some(planner_schema(&cfg.tools, &cfg.skill_names()));
+    let skills = cfg.skill_names();
+    req.response_schema = Some(planner_schema(&cfg.tools, &skills));
+    req.exact_schema = Some(exact_planner_schema(
+        &cfg.tools,
+        &skills,
+        &PlanScope::of(state),
+    ));
     req
 }
 
@@ -748,6 +957,162 @@ mod tests {
             assert!(v.is_valid(&a_ref), "{arg}");
             let text = arg.strip_prefix('†').unwrap_or(arg);
             assert!(crate::plan::Reference::parse(text).is_ok(), "{arg}");
+        }
+    }
+
+    /// Whether the engine's plan reader and validator take `plan` (a first plan, or a replan
+    /// after the steps `done` with the State `data`).
+    fn engine_accepts(
+        plan: &Value,
+        tool: &ToolInfo,
+        input: &Value,
+        done: &[String],
+        data: &Value,
+    ) -> bool {
+        let catalog: std::collections::BTreeMap<String, ToolInfo> =
+            [(tool.name.clone(), tool.clone())].into_iter().collect();
+        let Ok(plan) = crate::plan::Plan::from_value(&plan["plan"]) else {
+            return false;
+        };
+        crate::graph::validate(
+            &plan,
+            &catalog,
+            &crate::graph::ValidateOptions {
+                input: Some(input),
+                initial_state: Some(data),
+                known_steps: done,
+                ..crate::graph::ValidateOptions::default()
+            },
+        )
+        .is_empty()
+    }
+
+    #[test]
+    fn the_exact_planner_schema_allows_only_plans_the_engine_accepts() {
+        let tool = ToolInfo {
+            name: "refund".into(),
+            description: "refunds".into(),
+            category: None,
+            input_schema: json!({"type": "object", "properties": {"amount": {"type": "number"},
+                "customer": {"type": "string"}}, "required": ["amount"]}),
+            idempotent: false,
+            parallel: false,
+            requires_approval: false,
+            source: "command".into(),
+        };
+        let input = json!({"amount": 50.0, "customer": "c1"});
+        let scope = PlanScope {
+            input: true,
+            input_keys: vec!["amount".into(), "customer".into()],
+            ..PlanScope::default()
+        };
+        let exact = exact_planner_schema(std::slice::from_ref(&tool), &[], &scope);
+        let exact = jsonschema::validator_for(&exact).unwrap();
+        let compact =
+            jsonschema::validator_for(&planner_schema(std::slice::from_ref(&tool), &[])).unwrap();
+        let step =
+            |id: &str, amount: Value| json!({"_id": id, "_tool": "refund", "amount": amount});
+        let good = [
+            json!({"plan": [step("s1", json!(50))]}),
+            json!({"plan": [step("s1", json!("†input.amount")), step("s2", json!("†steps.s1.total"))]}),
+            json!({"plan": [step("s1", json!(1)), {"_id": "s2", "_tool": "refund", "amount": 2, "_dependsOn": ["s1"], "customer": "†input.customer"}]}),
+            json!({"plan": [{"_id": "s1", "_description": "ask"}, step("s2", json!("†input"))]}),
+            json!({"direct_response": "no tool needed"}),
+        ];
+        for plan in &good {
+            assert!(exact.is_valid(plan), "the exact schema refused {plan}");
+            assert!(compact.is_valid(plan), "the compact schema refused {plan}");
+            assert!(
+                plan.get("plan").is_none() || engine_accepts(plan, &tool, &input, &[], &json!({})),
+                "{plan}"
+            );
+        }
+        // What a small model wrote that fits the compact schema and the engine refuses: the
+        // exact schema refuses it too.
+        let refused = [
+            json!({"plan": [step("a", json!(1)), step("a", json!(2))]}),
+            json!({"plan": [step("s1", json!(1)), step("s1", json!(2))]}),
+            json!({"plan": [step("s1", json!("†input.x"))]}),
+            json!({"plan": [step("s1", json!("†item.price"))]}),
+            json!({"plan": [step("s1", json!("†state.a.b"))]}),
+            json!({"plan": [{"_id": "s1", "_tool": "refund", "amount": 1, "customer": "†input.x"}]}),
+        ];
+        for plan in &refused {
+            assert!(compact.is_valid(plan), "the compact schema refused {plan}");
+            assert!(
+                !engine_accepts(plan, &tool, &input, &[], &json!({})),
+                "the engine took {plan}"
+            );
+            assert!(!exact.is_valid(plan), "the exact schema took {plan}");
+        }
+        // A step reads only steps before it: stricter than the engine, which takes any order
+        // without a cycle.
+        for plan in [
+            json!({"plan": [step("s1", json!("†steps.s2")), step("s2", json!(1))]}),
+            json!({"plan": [{"_id": "s1", "_tool": "refund", "amount": 1, "_dependsOn": ["s2"]}, step("s2", json!(1))]}),
+        ] {
+            assert!(!exact.is_valid(&plan), "the exact schema took {plan}");
+        }
+        assert!(!engine_accepts(
+            &json!({"plan": [step("s1", json!("†steps.s1"))]}),
+            &tool,
+            &input,
+            &[],
+            &json!({})
+        ));
+        // At most EXACT_PLAN_STEPS steps.
+        let long: Vec<Value> = (1..=EXACT_PLAN_STEPS + 1)
+            .map(|i| step(&format!("s{i}"), json!(i)))
+            .collect();
+        assert!(exact.is_valid(&json!({"plan": long[..EXACT_PLAN_STEPS]})));
+        assert!(!exact.is_valid(&json!({"plan": long})));
+        // No input: an argument may not be a reference to it.
+        let none = exact_planner_schema(std::slice::from_ref(&tool), &[], &PlanScope::default());
+        let none = jsonschema::validator_for(&none).unwrap();
+        assert!(!none.is_valid(&json!({"plan": [step("s1", json!("†input"))]})));
+        assert!(!none.is_valid(&json!({"plan": [step("s1", json!("†input.amount"))]})));
+    }
+
+    #[test]
+    fn the_exact_planner_schema_of_a_replan_reads_finished_steps_and_takes_new_ids() {
+        let tool = ToolInfo {
+            name: "refund".into(),
+            description: "refunds".into(),
+            category: None,
+            input_schema: json!({"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]}),
+            idempotent: false,
+            parallel: false,
+            requires_approval: false,
+            source: "command".into(),
+        };
+        let scope = PlanScope {
+            state_keys: vec!["total".into()],
+            done_steps: vec!["s1".into()],
+            taken_ids: vec!["s1".into(), "s2".into()],
+            ..PlanScope::default()
+        };
+        let data = json!({"total": 12});
+        let done = ["s1".to_owned()];
+        let exact = exact_planner_schema(std::slice::from_ref(&tool), &[], &scope);
+        let exact = jsonschema::validator_for(&exact).unwrap();
+        let good = json!({"plan": [
+            {"_id": "s3", "_tool": "refund", "amount": "†steps.s1"},
+            {"_id": "s4", "_tool": "refund", "amount": "†state.total", "_dependsOn": ["s1", "s3"]}
+        ]});
+        assert!(exact.is_valid(&good));
+        assert!(engine_accepts(&good, &tool, &Value::Null, &done, &data));
+        // An id of a step not finished yet is not taken either (the engine would replace it).
+        assert!(!exact.is_valid(&json!({"plan": [{"_id": "s2", "_tool": "refund", "amount": 1}]})));
+        for bad in [
+            json!({"plan": [{"_id": "s1", "_tool": "refund", "amount": 1}]}),
+            json!({"plan": [{"_id": "s3", "_tool": "refund", "amount": "†steps.s2"}]}),
+            json!({"plan": [{"_id": "s3", "_tool": "refund", "amount": "†state.other"}]}),
+        ] {
+            assert!(!exact.is_valid(&bad), "{bad}");
+            assert!(
+                !engine_accepts(&bad, &tool, &Value::Null, &done, &data),
+                "{bad}"
+            );
         }
     }
 

@@ -213,6 +213,7 @@ pub fn judge_request(spec: &JudgeSpec, case: &Case, obs: &Observed) -> ModelRequ
         .into(),
         tools: Vec::new(),
         response_schema: Some(judge_schema()),
+        exact_schema: None,
         max_tokens: None,
         temperature: Some(0.0),
     }

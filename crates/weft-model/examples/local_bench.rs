@@ -29,6 +29,7 @@ fn request(system: &str, user: &str, max_tokens: u32) -> ModelRequest {
         messages,
         tools: Vec::new(),
         response_schema: None,
+        exact_schema: None,
         max_tokens: Some(max_tokens),
         temperature: None,
     }

@@ -190,6 +190,7 @@ mod tests {
                 })
                 .collect(),
             response_schema: Some(json!({"type": "object"})),
+            exact_schema: None,
             max_tokens: None,
             temperature: None,
         }

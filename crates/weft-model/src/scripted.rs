@@ -564,6 +564,7 @@ mod tests {
             .into(),
             tools: vec![],
             response_schema: None,
+            exact_schema: None,
             max_tokens: None,
             temperature: None,
         }

@@ -285,6 +285,7 @@ mod tests {
             }]),
             tools: Vec::new(),
             response_schema: Some(json!({"type": "object"})),
+            exact_schema: None,
             max_tokens: None,
             temperature: None,
         };
@@ -333,6 +334,7 @@ mod tests {
             }]),
             tools: Vec::new(),
             response_schema: Some(json!({"type": "object"})),
+            exact_schema: None,
             max_tokens: None,
             temperature: None,
         };

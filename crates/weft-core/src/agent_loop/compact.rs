@@ -158,6 +158,7 @@ pub(super) fn before_call(
             messages: messages.into(),
             tools: Vec::new(),
             response_schema: None,
+            exact_schema: None,
             max_tokens: u32::try_from(budget / 4).ok().filter(|&n| n > 0),
             temperature: None,
         },

@@ -18,7 +18,9 @@ pub(super) struct Constraint {
 
 /// The constraint of a request's reply; `None` when it may be any text.
 pub(super) fn constraint(req: &ModelRequest) -> Option<Constraint> {
-    match (&req.response_schema, req.tools.is_empty()) {
+    // The grammar enforces every keyword, so it takes the exact form where the request has one.
+    let schema = req.exact_schema.as_ref().or(req.response_schema.as_ref());
+    match (schema, req.tools.is_empty()) {
         (None, true) => None,
         (Some(schema), true) => Some(Constraint {
             grammar: TopLevelGrammar::from_json_schema(for_grammar(schema)),
@@ -190,6 +192,7 @@ mod tests {
             messages: Messages::new(),
             tools,
             response_schema: None,
+            exact_schema: None,
             max_tokens: None,
             temperature: None,
         }

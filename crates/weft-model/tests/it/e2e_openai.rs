@@ -29,6 +29,7 @@ fn request(messages: Vec<Message>) -> ModelRequest {
         messages: messages.into(),
         tools: vec![],
         response_schema: None,
+        exact_schema: None,
         max_tokens: Some(128),
         temperature: Some(0.0),
     }

@@ -38,6 +38,7 @@ fn request(purpose: Purpose, system: &str, user: &str) -> ModelRequest {
         messages,
         tools: Vec::new(),
         response_schema: None,
+        exact_schema: None,
         max_tokens: None,
         temperature: None,
     }
@@ -98,6 +99,15 @@ async fn needs_local_model_planner_replies_parse_and_validate_every_time() {
     ];
     let schema = weft_core::prompts::planner_schema(&tools, &[]);
     let validator = jsonschema::validator_for(&schema).unwrap();
+    // The grammar is built from the exact form, so the reply is also a plan the engine takes.
+    let exact = weft_core::prompts::exact_planner_schema(
+        &tools,
+        &[],
+        &weft_core::prompts::PlanScope::default(),
+    );
+    let exact_validator = jsonschema::validator_for(&exact).unwrap();
+    let catalog: std::collections::BTreeMap<String, weft_core::tool::ToolInfo> =
+        tools.iter().map(|t| (t.name.clone(), t.clone())).collect();
     let tasks = [
         "What is the weather in Oslo?",
         "Email bob@example.com that the meeting moved to 3 pm.",
@@ -119,6 +129,7 @@ async fn needs_local_model_planner_replies_parse_and_validate_every_time() {
         );
         req.call_index = i as u32;
         req.response_schema = Some(schema.clone());
+        req.exact_schema = Some(exact.clone());
         let started = std::time::Instant::now();
         let reply = m.complete_boxed(&req, None).await.unwrap();
         let value: Value = serde_json::from_str(&reply.content)
@@ -132,7 +143,26 @@ async fn needs_local_model_planner_replies_parse_and_validate_every_time() {
             "task {task:?}: {} does not validate: {errors:?}",
             reply.content
         );
-        plans += usize::from(value.get("plan").is_some());
+        assert!(
+            exact_validator.is_valid(&value),
+            "task {task:?}: {} does not fit the exact schema",
+            reply.content
+        );
+        if value.get("plan").is_some() {
+            let plan = weft_core::plan::Plan::from_value(&value["plan"])
+                .unwrap_or_else(|e| panic!("task {task:?}: {} is no plan: {e:?}", reply.content));
+            let problems = weft_core::graph::validate(
+                &plan,
+                &catalog,
+                &weft_core::graph::ValidateOptions::default(),
+            );
+            assert!(
+                problems.is_empty(),
+                "task {task:?}: the engine refuses {}: {problems:?}",
+                reply.content
+            );
+            plans += 1;
+        }
         eprintln!(
             "{task:?} ({} ms, {} prompt + {} output tokens): {}",
             started.elapsed().as_millis(),

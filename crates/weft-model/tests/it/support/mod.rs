@@ -224,6 +224,7 @@ pub fn request(messages: Vec<Message>) -> ModelRequest {
         messages: messages.into(),
         tools: vec![],
         response_schema: None,
+        exact_schema: None,
         max_tokens: None,
         temperature: None,
     }
