@@ -75,6 +75,17 @@ impl LocalConfig {
             max_tokens: DEFAULT_MAX_TOKENS,
         };
         let Some(m) = map else { return Ok(cfg) };
+        if m.contains_key("threads") {
+            // candle sizes its worker pool once per process, from the environment, when the
+            // first model runs: a per-model count could not be kept.
+            return Err(ModelError::Config(
+                "the `model` mapping: `threads` cannot be set per model: a local model's CPU \
+                 threads are the process's, set by the environment variable CANDLE_NUM_THREADS \
+                 (default: the number of physical cores); remove `threads` and start weft with \
+                 CANDLE_NUM_THREADS=N"
+                    .into(),
+            ));
+        }
         if let Some(k) = m.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(ModelError::Config(format!(
                 "the `model` mapping: unknown key `{k}` for the local provider; known keys: {}",
@@ -788,6 +799,39 @@ mod tests {
     /// The model file of the `needs_local_model_*` tests (`scripts/setup-local-model`).
     fn model_file() -> PathBuf {
         weft_testkit::service_var("WEFT_TEST_LOCAL_GGUF").into()
+    }
+
+    #[test]
+    fn the_mapping_names_the_key_and_what_to_do() {
+        let map = |v: Value| v.as_object().cloned().unwrap();
+        let err = |v: Value| {
+            LocalConfig::from_spec("m.gguf", Some(&map(v)), Path::new("/agents"))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err(json!({"threads": 2}));
+        assert!(
+            e.contains("`threads`") && e.contains("CANDLE_NUM_THREADS=N"),
+            "{e}"
+        );
+        let e = err(json!({"thread": 2}));
+        assert!(
+            e.contains("unknown key `thread`") && e.contains("context_size"),
+            "{e}"
+        );
+        let e = err(json!({"temperature": 3}));
+        assert!(
+            e.contains("`temperature` must be a number from 0 to 2"),
+            "{e}"
+        );
+        let cfg = LocalConfig::from_spec(
+            "m.gguf",
+            Some(&map(json!({"context_size": 2048, "seed": 7}))),
+            Path::new("/agents"),
+        )
+        .unwrap();
+        assert_eq!(cfg.file, Path::new("/agents/m.gguf"));
+        assert_eq!((cfg.context_size, cfg.seed), (2048, 7));
     }
 
     #[test]
