@@ -25,26 +25,34 @@ pub(crate) struct Dialect {
 macro_rules! sql_log_rows {
     ($dialect:expr, $row:ty) => {
         /// The events numbered `after + 1` to `last`, checked to be all there.
+        /// The events of session `id` after `after`, up to `last` (all of them when `None`: the
+        /// log is then checked for gaps but not for its length).
         async fn read_events(
             &self,
             id: &str,
             after: u64,
-            last: u64,
+            last: Option<u64>,
         ) -> Result<Vec<weft_core::Envelope>, $crate::StoreError> {
             use sqlx::Row;
             let d: &$crate::sql_log::Dialect = &$dialect;
             let ctx = || format!("cannot read the events of session {id}");
+            let upto = match last {
+                Some(_) => format!(" AND seq <= {}", (d.p)(3)),
+                None => String::new(),
+            };
             let sql = format!(
                 "SELECT seq, ts, CAST(v AS BIGINT), type, CAST(payload AS TEXT), epoch FROM events \
-                 WHERE {} AND seq > {} AND seq <= {} ORDER BY seq",
+                 WHERE {} AND seq > {}{upto} ORDER BY seq",
                 (d.of_session)(1),
                 (d.p)(2),
-                (d.p)(3)
             );
-            let rows = sqlx::query(&sql)
+            let mut q = sqlx::query(&sql)
                 .bind(id)
-                .bind($crate::row::to_i64("sequence number", after)?)
-                .bind($crate::row::to_i64("sequence number", last)?)
+                .bind($crate::row::to_i64("sequence number", after)?);
+            if let Some(last) = last {
+                q = q.bind($crate::row::to_i64("sequence number", last)?);
+            }
+            let rows = q
                 .fetch_all(&self.pool)
                 .await
                 .map_err(|e| self.err(&ctx(), e))?;
@@ -61,7 +69,7 @@ macro_rules! sql_log_rows {
                 e.epoch = $crate::row::epoch(id, seq, epoch)?;
                 log.push(e);
             }
-            $crate::row::check_contiguous(id, after, last, &log)?;
+            $crate::row::check_contiguous(id, after, last.unwrap_or(0), &log)?;
             Ok(log)
         }
 
@@ -119,7 +127,7 @@ macro_rules! sql_log_reads {
             id: &str,
         ) -> Result<($crate::SessionRecord, Vec<weft_core::Envelope>), $crate::StoreError> {
             let rec = self.get(id).await?;
-            let log = self.read_events(id, 0, rec.last_seq).await?;
+            let log = self.read_events(id, 0, Some(rec.last_seq)).await?;
             Ok((rec, log))
         }
 
@@ -128,11 +136,19 @@ macro_rules! sql_log_reads {
             id: &str,
             after_seq: u64,
         ) -> Result<Vec<weft_core::Envelope>, $crate::StoreError> {
+            // One query when there are events (a stream's reads, once per append it is woken
+            // by); the session's record only when there are none, to tell an unknown session
+            // or a log shorter than the record from a log with nothing new.
+            let log = self.read_events(id, after_seq, None).await?;
+            if !log.is_empty() {
+                return Ok(log);
+            }
             let rec = self.get(id).await?;
             if after_seq >= rec.last_seq {
                 return Ok(Vec::new());
             }
-            self.read_events(id, after_seq, rec.last_seq).await
+            // Appended between the two reads (or missing: the check says so).
+            self.read_events(id, after_seq, Some(rec.last_seq)).await
         }
 
         async fn list(

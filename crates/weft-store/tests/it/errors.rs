@@ -516,3 +516,39 @@ async fn needs_postgres_appends_after_a_corrupt_log_end_are_refused() {
     assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
     assert!(err.to_string().contains("numbered -5"), "{err}");
 }
+
+#[tokio::test]
+async fn a_gap_in_the_log_is_reported_by_every_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("weft.db");
+    let st = SqliteStore::open(&path).await.unwrap();
+    st.create(session("gap"), 1).await.unwrap();
+    st.append("gap", 0, &waves(1, 4), SessionStatus::Running, 2)
+        .await
+        .unwrap();
+    let mut conn = raw_sqlite(&path).await;
+    sqlx::query(
+        "DELETE FROM events WHERE session = (SELECT pk FROM sessions WHERE id = 'gap') AND seq = 2",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    for err in [
+        st.load("gap").await.map(|_| ()).unwrap_err(),
+        st.events_after("gap", 0).await.map(|_| ()).unwrap_err(),
+        st.events_after("gap", 1).await.map(|_| ()).unwrap_err(),
+    ] {
+        assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+        assert!(
+            err.to_string().contains("event 2 is missing from the log"),
+            "{err}"
+        );
+    }
+    // The events after the gap still read; an unknown session is not an empty log.
+    assert_eq!(st.events_after("gap", 2).await.unwrap(), waves(3, 2));
+    assert!(st.events_after("gap", 4).await.unwrap().is_empty());
+    assert!(matches!(
+        st.events_after("nope", 0).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
