@@ -541,7 +541,8 @@ pub(crate) async fn create_thread(
         ..NewSession::default()
     };
     match app.store.create(new, weft_runtime::now_ms()).await {
-        Ok(_) => {}
+        // A new thread has no events: its state is the empty one, with nothing to read.
+        Ok(rec) => return Ok(Json(thread_json(&app, &rec, &SessionState::new()))),
         Err(StoreError::Exists(_)) if b.if_exists.as_deref() == Some("do_nothing") => {}
         Err(StoreError::Exists(_)) => {
             return Err(ApiError::new(
