@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use axum::response::Sse as SseResponse;
 use axum::response::sse::{Event as Sse, KeepAlive};
-use futures::Stream;
+use futures::{FutureExt, Stream};
 use serde_json::{Value, json};
 use weft_core::state::OpenCall;
 use weft_core::{Envelope, Event, State};
@@ -487,6 +487,8 @@ struct Cursor {
     text_sent: usize,
     queue: std::collections::VecDeque<Sse>,
     done: bool,
+    /// A wait for the thread's next append, registered before the last read of its log.
+    armed: Option<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>>,
 }
 
 impl Cursor {
@@ -536,6 +538,7 @@ impl Cursor {
             progress: Progress::default(),
             queue: first,
             done: false,
+            armed: None,
         }
     }
 
@@ -548,11 +551,20 @@ impl Cursor {
             if self.done {
                 return None;
             }
-            let waker = self.app.runs.waker(&self.run.thread_id);
-            // Registered before looking, so that an event stored meanwhile wakes the wait.
-            let notified = waker.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
+            // Registered before looking, so that an event stored meanwhile wakes the wait. A
+            // wait registered before the last read that has not been woken since says that
+            // nothing was stored after that read: the log is not read again for nothing.
+            let kept = self
+                .armed
+                .take()
+                .and_then(|mut n| n.as_mut().now_or_never().is_none().then_some(n));
+            let quiet = kept.is_some();
+            let mut notified = kept.unwrap_or_else(|| {
+                let waker = self.app.runs.waker(&self.run.thread_id);
+                let mut n = Box::pin(waker.notified_owned());
+                n.as_mut().enable();
+                n
+            });
             let (status, end) = *self.run.status.borrow();
             // A queued run has not begun: its events come after whatever runs before it.
             if status == RunStatus::Pending && self.state.is_none() {
@@ -569,15 +581,20 @@ impl Cursor {
                 }
             }
             self.flush_text();
-            match self
-                .app
-                .store
-                .events_after(&self.run.thread_id, self.seq)
-                .await
-            {
+            let read = if quiet {
+                Ok(Vec::new())
+            } else {
+                self.app
+                    .store
+                    .events_after(&self.run.thread_id, self.seq)
+                    .await
+            };
+            match read {
                 Ok(events) if !events.is_empty() => {
                     self.read(&events);
                     if !self.ended_in_log() {
+                        // Kept: unless woken meanwhile, the next look needs no read.
+                        self.armed = Some(notified);
                         continue;
                     }
                     // The run ended within this batch: finish below.
@@ -605,7 +622,7 @@ impl Cursor {
             if !self.queue.is_empty() {
                 continue;
             }
-            self.wait(notified).await;
+            self.wait(notified.as_mut()).await;
         }
     }
 
@@ -754,7 +771,7 @@ impl Cursor {
 
     /// Waits for the run's next event (a quarter second at most) or, in a stream that sends
     /// text, for the model's next piece of text.
-    async fn wait(&mut self, notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>) {
+    async fn wait(&mut self, notified: std::pin::Pin<&mut tokio::sync::futures::OwnedNotified>) {
         let wait = tokio::time::timeout(Duration::from_millis(250), notified);
         match self.texts.as_mut() {
             Some(rx) => {
