@@ -19,7 +19,8 @@ use cmd::{
 };
 
 /// mimalloc: the runtime allocates many small, short-lived values on several threads at once,
-/// where the system allocator spends its time on its arenas' locks (see BENCHMARKS.md).
+/// where the system allocator spends its time on its arenas' locks (see BENCHMARKS.md). Built
+/// without transparent huge pages (`no_thp`, in the workspace's Cargo.toml).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
