@@ -860,19 +860,28 @@ mod tests {
     use super::*;
     use crate::model::ToolCall;
 
-    #[test]
-    fn the_planner_schema_requires_exactly_one_of_plan_and_direct_response() {
-        let tool = ToolInfo {
-            name: "log_word".into(),
-            description: "logs a word".into(),
+    /// A command tool of the tests: `name`, what it does, its input schema.
+    fn tool_info(name: &str, description: &str, input_schema: Value) -> ToolInfo {
+        ToolInfo {
+            name: name.into(),
+            description: description.into(),
             category: None,
-            input_schema: json!({"type": "object", "properties": {"word": {"type": "string"},
-                "times": {"type": "integer"}}, "required": ["word"]}),
+            input_schema,
             idempotent: false,
             parallel: false,
             requires_approval: false,
             source: "command".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn the_planner_schema_requires_exactly_one_of_plan_and_direct_response() {
+        let tool = tool_info(
+            "log_word",
+            "logs a word",
+            json!({"type": "object", "properties": {"word": {"type": "string"},
+                "times": {"type": "integer"}}, "required": ["word"]}),
+        );
         let schema = planner_schema(std::slice::from_ref(&tool), &["tone"]);
         let v = jsonschema::validator_for(&schema).unwrap();
         for bad in [
@@ -920,17 +929,12 @@ mod tests {
         // llama-cpp-python's grammar builder refuses a pattern without `^` and `$` and then
         // constrains the reply to any JSON: a tool with a non-string argument (whose value may
         // be a reference) must not bring one in.
-        let tool = ToolInfo {
-            name: "refund".into(),
-            description: "refunds".into(),
-            category: None,
-            input_schema: json!({"type": "object", "properties": {"amount": {"type": "number"},
+        let tool = tool_info(
+            "refund",
+            "refunds",
+            json!({"type": "object", "properties": {"amount": {"type": "number"},
                 "receipt": {"type": "object"}}, "required": ["amount"]}),
-            idempotent: false,
-            parallel: false,
-            requires_approval: false,
-            source: "command".into(),
-        };
+        );
         let schema = planner_schema(std::slice::from_ref(&tool), &[]);
         let mut found = Vec::new();
         patterns(&schema, &mut found);
@@ -989,17 +993,12 @@ mod tests {
 
     #[test]
     fn the_exact_planner_schema_allows_only_plans_the_engine_accepts() {
-        let tool = ToolInfo {
-            name: "refund".into(),
-            description: "refunds".into(),
-            category: None,
-            input_schema: json!({"type": "object", "properties": {"amount": {"type": "number"},
+        let tool = tool_info(
+            "refund",
+            "refunds",
+            json!({"type": "object", "properties": {"amount": {"type": "number"},
                 "customer": {"type": "string"}}, "required": ["amount"]}),
-            idempotent: false,
-            parallel: false,
-            requires_approval: false,
-            source: "command".into(),
-        };
+        );
         let input = json!({"amount": 50.0, "customer": "c1"});
         let scope = PlanScope {
             input: true,
@@ -1075,16 +1074,11 @@ mod tests {
 
     #[test]
     fn the_exact_planner_schema_of_a_replan_reads_finished_steps_and_takes_new_ids() {
-        let tool = ToolInfo {
-            name: "refund".into(),
-            description: "refunds".into(),
-            category: None,
-            input_schema: json!({"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]}),
-            idempotent: false,
-            parallel: false,
-            requires_approval: false,
-            source: "command".into(),
-        };
+        let tool = tool_info(
+            "refund",
+            "refunds",
+            json!({"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]}),
+        );
         let scope = PlanScope {
             state_keys: vec!["total".into()],
             done_steps: vec!["s1".into()],
