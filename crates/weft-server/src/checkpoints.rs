@@ -2,7 +2,8 @@
 //!
 //! A checkpoint is each event after which the thread's values changed (where the `values` stream
 //! mode sends them): a task given or a person's answer (`source: input`), a model reply, a tool
-//! call's result, a plan step's output, a wait, the run's end (`source: loop`). Its id is the
+//! call's result, a plan step's output, a wait, the run's end (`source: loop`), messages added
+//! between runs (`threads.update_state`, `source: update`). Its id is the
 //! event's sequence number, as in the thread's state; `step` counts the thread's checkpoints
 //! (from -1, as LangGraph's first input checkpoint), `parent` is the checkpoint before it.
 //!
@@ -33,6 +34,7 @@ pub(crate) fn is_checkpoint(e: &Event) -> bool {
             | Event::ToolCallFinished { .. }
             | Event::WaitingForUser { .. }
             | Event::RunFinished { .. }
+            | Event::MessagesImported { .. }
     )
 }
 
@@ -233,6 +235,7 @@ impl Lineage {
         }
         let source = match env.event {
             Event::TurnStarted { .. } | Event::UserReplied { .. } => "input",
+            Event::MessagesImported { .. } => "update",
             _ => "loop",
         };
         out.checkpoint = Some(Checkpoint {

@@ -43,6 +43,7 @@ mod quota;
 mod remote;
 mod runs;
 mod sessions;
+mod state_update;
 mod store;
 mod stream;
 mod threads;

@@ -148,9 +148,14 @@ pub(crate) fn messages(st: &SessionState) -> Vec<Message> {
         }
     } else if let Some(a) = &st.turn.answer {
         // A workflow's answer may be its reply template rather than the model's last reply.
+        // It was said if an `ai` message of the turn (after its task; messages added by
+        // `threads.update_state` may follow it) says it.
+        let task = st.turn.task.as_deref();
         let said = out
-            .last()
-            .is_some_and(|m| m.kind == "ai" && &m.content == a);
+            .iter()
+            .rev()
+            .take_while(|m| !(m.kind == "human" && Some(m.content.as_str()) == task))
+            .any(|m| m.kind == "ai" && &m.content == a);
         if !said {
             out.push(Message::new("ai", a, message_id(st, end)));
         }

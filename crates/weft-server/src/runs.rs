@@ -531,7 +531,7 @@ pub(crate) fn task_and_input(input: Option<&Value>) -> Result<(Option<String>, V
 }
 
 /// A message's text: a string, `{"content": ...}` with a string or a list of text parts.
-fn message_text(m: &Value) -> Result<String, ApiError> {
+pub(crate) fn message_text(m: &Value) -> Result<String, ApiError> {
     let content = match m {
         Value::String(s) => return Ok(s.clone()),
         Value::Object(o) => o.get("content").cloned().unwrap_or(Value::Null),

@@ -80,10 +80,11 @@ pub(crate) fn routes() -> Vec<Route> {
         .json::<Thread>("the new thread"),
         openapi::post(
             "/threads/{tid}/state",
-            "Not supported (501): weft's state is the fold of its log; the answer names what to use instead",
-            update_state,
+            "Add messages to the thread's conversation (`threads.update_state` with `values.messages`; only between runs, 409 while one drives it)",
+            crate::state_update::update_state,
         )
-        .empty(501, "always: {detail} says what to use instead"),
+        .body::<crate::state_update::UpdateState>()
+        .json::<crate::state_update::Updated>("{checkpoint}: the checkpoint the update made"),
         openapi::get(
             "/threads/{tid}/state",
             "The thread's state: values, next, tasks with interrupts, checkpoint",
@@ -891,7 +892,7 @@ async fn state_at(app: &Shared, user: &User, tid: &str, id: &str) -> Result<Thre
 }
 
 /// Whether a process drives the thread now: a run of this server, or a live lease of another.
-async fn busy(app: &Shared, tid: &str) -> Result<bool, ApiError> {
+pub(crate) async fn busy(app: &Shared, tid: &str) -> Result<bool, ApiError> {
     if app.runs.active_on(tid) {
         return Ok(true);
     }
@@ -902,7 +903,7 @@ async fn busy(app: &Shared, tid: &str) -> Result<bool, ApiError> {
     ))
 }
 
-fn busy_error(tid: &str, what: &str) -> ApiError {
+pub(crate) fn busy_error(tid: &str, what: &str) -> ApiError {
     ApiError::new(
         StatusCode::CONFLICT,
         format!("thread {tid} is busy with a run; cancel it (runs.cancel) or {what} once it ended"),
@@ -1006,23 +1007,4 @@ pub(crate) async fn copy_thread(
     };
     let (rec, st) = load(&app, &user, &new_id).await?;
     Ok(Json(thread_json(&app, &rec, &st)))
-}
-
-/// `POST /threads/{tid}/state` (`threads.update_state`) is refused with 501: a weft thread's
-/// state is the fold of its log of typed events, written only by runs, so values cannot be
-/// written over it. The answer says what to use instead.
-pub(crate) async fn update_state(
-    State(app): State<Shared>,
-    Extension(user): Extension<User>,
-    Path(tid): Path<String>,
-) -> Result<ApiError, ApiError> {
-    let _ = load(&app, &user, &tid).await?;
-    Ok(ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "threads.update_state is not supported: a weft thread's state is the fold of its event log, which only runs write. \
-         To add to the conversation, start a run (runs.create with input messages); to answer an interrupt, \
-         start a run with command={\"resume\": ...}; to change metadata, use threads.update; to branch from an \
-         earlier point, use threads.copy or POST /sessions/{id}/fork with `at`."
-            .into(),
-    ))
 }

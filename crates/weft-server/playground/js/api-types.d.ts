@@ -901,7 +901,7 @@ export interface paths {
             };
         };
         put?: never;
-        /** Not supported (501): weft's state is the fold of its log; the answer names what to use instead */
+        /** Add messages to the thread's conversation (`threads.update_state` with `values.messages`; only between runs, 409 while one drives it) */
         post: {
             parameters: {
                 query?: never;
@@ -911,8 +911,43 @@ export interface paths {
                 };
                 cookie?: never;
             };
-            requestBody?: never;
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /**
+                         * @description `{"messages": [...]}` (or a list of such objects): LangChain messages (`human`, `ai` with
+                         *     `tool_calls`, `tool` with `tool_call_id`) added to the conversation in order.
+                         * @default null
+                         */
+                        values?: unknown;
+                        /**
+                         * @description Accepted and not used: what runs next follows from the conversation.
+                         * @default null
+                         */
+                        as_node?: string | null;
+                        /**
+                         * @description The checkpoint the update is made on: it must be the thread's latest.
+                         * @default null
+                         */
+                        checkpoint_id?: string | null;
+                        /**
+                         * @description `{"checkpoint_id": ...}`, as `checkpoint_id`.
+                         * @default null
+                         */
+                        checkpoint?: unknown;
+                    };
+                };
+            };
             responses: {
+                /** @description {checkpoint}: the checkpoint the update made */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Updated"];
+                    };
+                };
                 /** @description no valid API key */
                 401: {
                     headers: {
@@ -924,15 +959,6 @@ export interface paths {
                 };
                 /** @description not found, or another user's */
                 404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Detail"];
-                    };
-                };
-                /** @description always: {detail} says what to use instead */
-                501: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -4908,6 +4934,19 @@ export interface components {
         /** @description The interrupts that wait for an answer, by node (weft's one node is `agent`). */
         ThreadInterrupts: {
             agent?: components["schemas"]["Interrupt"][] | null;
+        };
+        /** @description What `threads.update_state` answers: the checkpoint the update made. */
+        Updated: {
+            checkpoint: components["schemas"]["UpdatedCheckpoint"];
+        };
+        UpdatedCheckpoint: {
+            thread_id: string;
+            checkpoint_ns: string;
+            checkpoint_id: string;
+            /** @description Always `{}`. */
+            checkpoint_map: {
+                [key: string]: unknown;
+            };
         };
         /** @description LangGraph's `ThreadState`. */
         ThreadState: {

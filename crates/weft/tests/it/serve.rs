@@ -484,14 +484,20 @@ fn needs_sdk_the_store_api_is_the_users_long_term_memory() {
     }
 }
 
-/// `threads.update_state` is refused with 501 and a body naming what to use instead.
+/// `threads.update_state` adds messages (a person's, a model's with a tool call, the call's
+/// result) to a thread between runs: they are in its values and history (a checkpoint with
+/// source `update`) and in the next run's model request; a message that would replace one, a
+/// result for no call, `data`, a system message, a stale checkpoint, another user and a busy
+/// thread are refused with what to do.
 #[test]
-fn needs_sdk_update_state_is_refused_with_what_to_use_instead() {
+fn needs_sdk_update_state_adds_messages_the_next_run_reads() {
     let out = scenario(Some("update-state"));
-    assert!(
-        out.contains("ok: threads.update_state refused with what to use instead\n"),
-        "{out}"
-    );
+    for check in [
+        "threads.update_state adds messages the next run's model reads",
+        "threads.update_state refuses what it cannot add, with what to do",
+    ] {
+        assert!(out.contains(&format!("ok: {check}\n")), "{check}: {out}");
+    }
 }
 
 /// Bodies over `--max-body` (20 MB and 3 MB) get a 413 the async client reads, and the client's

@@ -833,18 +833,96 @@ async def tasks_checkpoints():
 
 
 async def update_state():
-    """threads.update_state is refused with 501 and a body that says what to use instead."""
+    """threads.update_state adds messages to a thread's conversation between runs: they are in
+    its values and its history (a checkpoint with source `update`), and the next run's model
+    request carries them; what cannot be added is refused with what to do."""
     alice = get_client(url=URL, api_key=ALICE)
+    bob = get_client(url=URL, api_key=BOB)
+
+    async def refused(status, call, *words):
+        try:
+            await call
+        except httpx.HTTPStatusError as e:
+            assert e.response.status_code == status, (status, e.response.status_code, e.response.text)
+            detail = e.response.json()["detail"]
+            for w in words:
+                assert w in detail, (w, detail)
+            return detail
+        raise AssertionError(f"accepted, expected {status}")
+
     t = await alice.threads.create()
+    tid = t["thread_id"]
+    await refused(409, alice.threads.update_state(tid, {"messages": [{"type": "human", "content": "hi"}]}),
+                  "has not run yet", "runs.create")
+    await alice.runs.wait(tid, "twice", input=user_msg("one"))
+    before = await alice.threads.get_state(tid)
+    assert [m["type"] for m in before["values"]["messages"]] == ["human", "ai", "tool", "ai"], before
+
+    added = [
+        {"type": "human", "content": "My name is Ada."},
+        {"type": "ai", "content": "", "tool_calls": [{"name": "nap", "args": {"minutes": 5}, "id": "edited-1", "type": "tool_call"}]},
+        {"type": "tool", "content": "{\"slept\": 5}", "tool_call_id": "edited-1"},
+        {"type": "ai", "content": "Hello Ada, I napped."},
+    ]
+    out = await alice.threads.update_state(tid, {"messages": added}, as_node="agent")
+    cp = out["checkpoint"]
+    assert cp["thread_id"] == tid and cp["checkpoint_id"] != before["checkpoint"]["checkpoint_id"], out
+    after = await alice.threads.get_state(tid)
+    msgs = after["values"]["messages"]
+    assert [m["type"] for m in msgs] == ["human", "ai", "tool", "ai", "human", "ai", "tool", "ai"], msgs
+    assert msgs[4]["content"] == "My name is Ada." and msgs[7]["content"] == "Hello Ada, I napped.", msgs
+    assert msgs[5]["tool_calls"][0]["id"] == "edited-1" and msgs[5]["tool_calls"][0]["args"] == {"minutes": 5}, msgs
+    assert msgs[6]["tool_call_id"] == "edited-1" and msgs[6]["name"] == "nap", msgs
+    assert after["checkpoint"]["checkpoint_id"] == cp["checkpoint_id"], (after, cp)
+    assert (await alice.threads.get(tid))["status"] == "idle"
+    history = await alice.threads.get_history(tid)
+    assert history[0]["checkpoint"]["checkpoint_id"] == cp["checkpoint_id"], history[0]
+    assert history[0]["metadata"]["source"] == "update", history[0]["metadata"]
+    assert history[1]["checkpoint"]["checkpoint_id"] == before["checkpoint"]["checkpoint_id"], history[1]
+
+    # The next run's first model request carries the added messages, in order, before its task.
+    await alice.runs.wait(tid, "twice", input=user_msg("two"))
+    call = (await alice.http.get(f"/sessions/{tid}/model-calls/3"))
+    sent = [(m["role"], m.get("content", "")) for m in call["request"]["messages"]]
+    said = [c for _, c in sent]
+    assert "My name is Ada." in said and "Hello Ada, I napped." in said and "two" in said, sent
+    assert said.index("My name is Ada.") < said.index("Hello Ada, I napped.") < said.index("two"), sent
+    assert ("tool", "{\"slept\": 5}") in sent, sent
+    final = await alice.threads.get_state(tid)
+    assert final["values"]["messages"][-1]["content"] == "Twice.", final
+    ok("threads.update_state adds messages the next run's model reads")
+
+    # What cannot be added, each refused with what to do instead.
+    last = final["values"]["messages"][-1]["id"]
+    await refused(409, alice.threads.update_state(tid, {"messages": [{"type": "ai", "content": "x", "id": last}]}),
+                  f"values.messages[0].id `{last}`", "fork")
+    await refused(422, alice.threads.update_state(tid, {"messages": [{"type": "tool", "content": "x", "tool_call_id": "nope"}]}),
+                  "values.messages[0].tool_call_id `nope`")
+    await refused(422, alice.threads.update_state(tid, {"data": {"k": 1}}), "values.data")
+    await refused(422, alice.threads.update_state(tid, {"messages": [{"type": "system", "content": "x"}]}),
+                  "values.messages[0]", "instructions")
+    await refused(422, alice.threads.update_state(tid, {"messages": []}), "values.messages is empty")
+    await refused(409, alice.threads.update_state(tid, {"messages": [{"type": "human", "content": "late"}]},
+                                                  checkpoint_id=cp["checkpoint_id"]),
+                  f"checkpoint {cp['checkpoint_id']} is not thread {tid}'s latest", "fork")
     try:
-        await alice.threads.update_state(t["thread_id"], {"messages": []})
-        raise AssertionError("update_state was accepted")
-    except httpx.HTTPStatusError as e:
-        assert e.response.status_code == 501, e.response.text
-        detail = e.response.json()["detail"]
-        for hint in ["runs.create", "command", "threads.update", "threads.copy"]:
-            assert hint in detail, detail
-    ok("threads.update_state refused with what to use instead")
+        await bob.threads.update_state(tid, {"messages": [{"type": "human", "content": "intruder"}]})
+        raise AssertionError("another user updated alice's thread")
+    except NotFoundError:
+        pass
+    assert len((await alice.threads.get_state(tid))["values"]["messages"]) == len(final["values"]["messages"])
+
+    # A thread a run drives is refused while the run goes on.
+    h = await alice.threads.create()
+    run = await alice.runs.create(h["thread_id"], "hold", input=user_msg("hang on"))
+    for _ in range(100):
+        if os.path.exists(os.path.join(WORK, "hold.started")):
+            break
+        await asyncio.sleep(0.1)
+    await refused(409, alice.threads.update_state(h["thread_id"], {"messages": [{"type": "human", "content": "x"}]}),
+                  "is running", "runs.cancel")
+    await alice.runs.cancel(h["thread_id"], run["run_id"], wait=True)
+    ok("threads.update_state refuses what it cannot add, with what to do")
 
 
 SCENARIOS = {"restart": restart, "resume": resume, "wait-restart": wait_restart,
