@@ -235,6 +235,25 @@ impl crate::Usage for AnyStore {
     }
 }
 
+impl crate::RunQueue for AnyStore {
+    delegate! {
+        async fn queue_run(&self, q: &crate::QueuedRun) -> Result<(), StoreError>;
+        async fn queued_run(&self, run_id: &str) -> Result<Option<crate::QueuedRun>, StoreError>;
+        async fn queued_runs_of(&self, thread_id: &str) -> Result<Vec<crate::QueuedRun>, StoreError>;
+        async fn stale_queued_runs(&self, now: i64, limit: usize) -> Result<Vec<crate::QueuedRun>, StoreError>;
+        async fn take_queued_run(
+            &self,
+            run_id: &str,
+            from: &str,
+            now: i64,
+            owner: &str,
+            expires_at: i64,
+        ) -> Result<bool, StoreError>;
+        async fn renew_queued_runs(&self, owner: &str, expires_at: i64) -> Result<(), StoreError>;
+        async fn unqueue_run(&self, run_id: &str) -> Result<(), StoreError>;
+    }
+}
+
 impl crate::Crons for AnyStore {
     delegate! {
         async fn create_cron(&self, c: &crate::CronRecord) -> Result<(), StoreError>;

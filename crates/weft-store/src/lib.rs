@@ -45,6 +45,7 @@ pub mod fuzzing;
 pub mod knowledge;
 mod lease;
 mod postgres;
+pub(crate) mod queue;
 mod ram;
 mod row;
 mod sql_log;
@@ -71,10 +72,10 @@ pub use sqlite::SqliteStore;
 
 /// The version of the SQLite schema this build writes and reads. A database whose schema is
 /// newer is refused with [`StoreError::NewerSchema`].
-pub const SQLITE_SCHEMA_VERSION: i64 = 9;
+pub const SQLITE_SCHEMA_VERSION: i64 = 10;
 
 /// The version of the PostgreSQL schema this build writes and reads.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 9;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 10;
 
 /// How far behind an append's time a session's `updated_at` may stay when the append does not
 /// change the session's status, in milliseconds.
@@ -458,9 +459,9 @@ pub struct Lease {
 /// the five concerns, [`SessionLog`], [`Leases`], [`Knowledge`], [`Usage`] and [`Crons`]; code
 /// that needs only one of them (the runtime needs the log and snapshots) can ask for that one
 /// alone.
-pub trait Store: SessionLog + Leases + Knowledge + Usage + Crons {}
+pub trait Store: SessionLog + Leases + Knowledge + Usage + Crons + RunQueue {}
 
-impl<T: SessionLog + Leases + Knowledge + Usage + Crons> Store for T {}
+impl<T: SessionLog + Leases + Knowledge + Usage + Crons + RunQueue> Store for T {}
 
 /// A cron: a schedule on which runs are started, on its thread or on a thread made for each.
 #[derive(Clone, Debug, PartialEq)]
@@ -591,6 +592,70 @@ pub trait Crons: Send + Sync + 'static {
         owner: &str,
         done: &CronTick,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+/// A run queued behind another run of its thread (`multitask_strategy: enqueue`), stored before
+/// its client is answered so that no process's end loses it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueuedRun {
+    /// The run's id, as its client was given it.
+    pub run_id: String,
+    /// The thread it waits for.
+    pub thread_id: String,
+    /// The user it belongs to.
+    pub user_id: String,
+    /// What it was started with (the request's body, as the server keeps it).
+    pub body: serde_json::Value,
+    /// The process that starts it once its thread is free.
+    pub owner: String,
+    /// When that claim runs out unless renewed (Unix milliseconds): then another process takes
+    /// the run over.
+    pub expires_at: i64,
+    /// Unix milliseconds.
+    pub created_at: i64,
+}
+
+/// Runs queued behind another run of their thread, shared by every process on the store. A run
+/// is claimed by the process that queued it, which renews the claim while it waits; a claim
+/// that expired is taken over by another process (a compare-and-set on the claimer), so a run
+/// is started once.
+pub trait RunQueue: Send + Sync + 'static {
+    /// Stores a queued run.
+    fn queue_run(&self, q: &QueuedRun) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Queued run `run_id`, if it is still queued.
+    fn queued_run(
+        &self,
+        run_id: &str,
+    ) -> impl Future<Output = Result<Option<QueuedRun>, StoreError>> + Send;
+    /// The runs queued on `thread_id`, oldest first.
+    fn queued_runs_of(
+        &self,
+        thread_id: &str,
+    ) -> impl Future<Output = Result<Vec<QueuedRun>, StoreError>> + Send;
+    /// At most `limit` queued runs whose claim expired at `now`, oldest first.
+    fn stale_queued_runs(
+        &self,
+        now: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<QueuedRun>, StoreError>> + Send;
+    /// Takes queued run `run_id` over from `from`, whose claim expired at `now`, for `owner`
+    /// until `expires_at`: true for the one caller whose compare-and-set succeeded.
+    fn take_queued_run(
+        &self,
+        run_id: &str,
+        from: &str,
+        now: i64,
+        owner: &str,
+        expires_at: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Renews every claim of `owner` until `expires_at`.
+    fn renew_queued_runs(
+        &self,
+        owner: &str,
+        expires_at: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Deletes queued run `run_id` (it began, ended or was cancelled); nothing when it is gone.
+    fn unqueue_run(&self, run_id: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// What each user spent per quota period (`weft_core::quota`): one counter per user and period

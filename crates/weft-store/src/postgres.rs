@@ -45,6 +45,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ),
     (8, include_str!("../migrations/postgres/0008_usage.sql")),
     (9, include_str!("../migrations/postgres/0009_crons.sql")),
+    (
+        10,
+        include_str!("../migrations/postgres/0010_queued_runs.sql"),
+    ),
 ];
 
 /// How long to wait for the server to answer before giving up.
@@ -468,6 +472,10 @@ impl crate::Usage for PgStore {
 
 impl crate::Crons for PgStore {
     crate::cron::sql_cron_methods!(lease::dollar);
+}
+
+impl crate::RunQueue for PgStore {
+    crate::queue::sql_queue_methods!(lease::dollar);
 }
 
 impl Leases for PgStore {

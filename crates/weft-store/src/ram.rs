@@ -33,6 +33,8 @@ pub struct RamStore {
     usage: Mutex<HashMap<(String, String), weft_core::quota::Used>>,
     /// Crons, by id.
     crons: Mutex<BTreeMap<String, crate::CronRecord>>,
+    /// Queued runs, by run id.
+    queued: Mutex<BTreeMap<String, crate::QueuedRun>>,
 }
 
 impl RamStore {
@@ -311,6 +313,94 @@ impl RamStore {
         &self,
     ) -> Result<std::sync::MutexGuard<'_, BTreeMap<String, crate::CronRecord>>, StoreError> {
         self.crons.lock().map_err(|_| StoreError::Poisoned("crons"))
+    }
+}
+
+impl RamStore {
+    fn queued(
+        &self,
+    ) -> Result<std::sync::MutexGuard<'_, BTreeMap<String, crate::QueuedRun>>, StoreError> {
+        self.queued
+            .lock()
+            .map_err(|_| StoreError::Poisoned("queued runs"))
+    }
+}
+
+/// Oldest first, as the SQL stores list them.
+fn oldest_first(mut runs: Vec<crate::QueuedRun>) -> Vec<crate::QueuedRun> {
+    runs.sort_by(|a, b| (a.created_at, &a.run_id).cmp(&(b.created_at, &b.run_id)));
+    runs
+}
+
+impl crate::RunQueue for RamStore {
+    async fn queue_run(&self, q: &crate::QueuedRun) -> Result<(), StoreError> {
+        let mut all = self.queued()?;
+        if all.contains_key(&q.run_id) {
+            return Err(StoreError::Exists(q.run_id.clone()));
+        }
+        all.insert(q.run_id.clone(), q.clone());
+        Ok(())
+    }
+
+    async fn queued_run(&self, run_id: &str) -> Result<Option<crate::QueuedRun>, StoreError> {
+        Ok(self.queued()?.get(run_id).cloned())
+    }
+
+    async fn queued_runs_of(&self, thread_id: &str) -> Result<Vec<crate::QueuedRun>, StoreError> {
+        let all = self.queued()?;
+        Ok(oldest_first(
+            all.values()
+                .filter(|q| q.thread_id == thread_id)
+                .cloned()
+                .collect(),
+        ))
+    }
+
+    async fn stale_queued_runs(
+        &self,
+        now: i64,
+        limit: usize,
+    ) -> Result<Vec<crate::QueuedRun>, StoreError> {
+        let all = self.queued()?;
+        let mut stale = oldest_first(
+            all.values()
+                .filter(|q| q.expires_at <= now)
+                .cloned()
+                .collect(),
+        );
+        stale.truncate(limit);
+        Ok(stale)
+    }
+
+    async fn take_queued_run(
+        &self,
+        run_id: &str,
+        from: &str,
+        now: i64,
+        owner: &str,
+        expires_at: i64,
+    ) -> Result<bool, StoreError> {
+        let mut all = self.queued()?;
+        match all.get_mut(run_id) {
+            Some(q) if q.owner == from && q.expires_at <= now => {
+                owner.clone_into(&mut q.owner);
+                q.expires_at = expires_at;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn renew_queued_runs(&self, owner: &str, expires_at: i64) -> Result<(), StoreError> {
+        for q in self.queued()?.values_mut().filter(|q| q.owner == owner) {
+            q.expires_at = expires_at;
+        }
+        Ok(())
+    }
+
+    async fn unqueue_run(&self, run_id: &str) -> Result<(), StoreError> {
+        self.queued()?.remove(run_id);
+        Ok(())
     }
 }
 

@@ -50,6 +50,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ),
     (8, include_str!("../migrations/sqlite/0008_usage.sql")),
     (9, include_str!("../migrations/sqlite/0009_crons.sql")),
+    (
+        10,
+        include_str!("../migrations/sqlite/0010_queued_runs.sql"),
+    ),
 ];
 
 /// How long a writer waits for another writer's lock before giving up.
@@ -386,6 +390,10 @@ impl crate::Usage for SqliteStore {
 
 impl crate::Crons for SqliteStore {
     crate::cron::sql_cron_methods!(lease::question);
+}
+
+impl crate::RunQueue for SqliteStore {
+    crate::queue::sql_queue_methods!(lease::question);
 }
 
 impl Leases for SqliteStore {

@@ -9,6 +9,7 @@ mod durability;
 mod errors;
 mod group_commit;
 mod leases;
+mod queued_runs;
 mod sqlite_file;
 mod support;
 mod usage;
