@@ -39,6 +39,7 @@ mod metrics;
 mod model_calls;
 mod openapi;
 mod playground;
+mod queue;
 mod quota;
 mod remote;
 mod runs;

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use weft_core::SessionStatus;
-use weft_store::{Leases, SessionLog, StoreError};
+use weft_store::{Leases, RunQueue, SessionLog, StoreError};
 
 use super::auth::User;
 use super::runs::{Run, RunStatus, from_log};
@@ -97,9 +97,12 @@ async fn look(app: &Shared, run: &Arc<Run>, read_at: &mut Option<(SessionStatus,
         return;
     };
     let Some(now) = from_log(&rec, &log, Some(&run.run_id)) else {
+        gone_from_queue(app, run).await;
         return;
     };
     let (status, last) = *now.status.borrow();
+    // A queued run found by its record begins where its marker says.
+    run.begins_after(now.start_seq());
     app.runs.waker(tid).notify_waiters();
     if status.is_final() {
         // Ended in the log; it is over once its process let the thread go (or a later run took
@@ -113,6 +116,22 @@ async fn look(app: &Shared, run: &Arc<Run>, read_at: &mut Option<(SessionStatus,
     }
     run.status.send_replace((status, last));
     *read_at = Some((rec.status, rec.last_seq));
+}
+
+/// A queued run (not in the log yet) whose record is gone either began since the log was read
+/// or was cancelled: read again, it is in the log, or it ended.
+async fn gone_from_queue(app: &Shared, run: &Arc<Run>) {
+    let (status, last) = *run.status.borrow();
+    if status != RunStatus::Pending || !matches!(app.store.queued_run(&run.run_id).await, Ok(None))
+    {
+        return;
+    }
+    if let Ok((rec, log)) = app.store.load(&run.thread_id).await
+        && from_log(&rec, &log, Some(&run.run_id)).is_none()
+    {
+        run.status.send_replace((RunStatus::Error, last));
+        app.runs.waker(&run.thread_id).notify_waiters();
+    }
 }
 
 /// Whether thread `tid` is free for a run queued here: its session does not run, and no live

@@ -194,11 +194,19 @@ pub(crate) struct Run {
     /// The API then says `pending` (as LangGraph's server says of a run it will pick up again),
     /// so that a client whose stream closed asks again rather than taking the run as ended.
     pub handed_over: std::sync::atomic::AtomicBool,
+    /// Queued behind another run, and stored so (`crate::queue`) until it begins or ends.
+    pub queued: std::sync::atomic::AtomicBool,
 }
 
 impl Run {
     pub(crate) fn start_seq(&self) -> u64 {
         self.start_seq.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The run begins after the thread's event `seq` (a queued run, once it starts).
+    pub(crate) fn begins_after(&self, seq: u64) {
+        self.start_seq
+            .store(seq, std::sync::atomic::Ordering::Release);
     }
 
     pub(crate) fn json(&self) -> RunInfo {
@@ -392,6 +400,13 @@ impl Runs {
         }
     }
 
+    /// Forgets run `id` (it was never answered).
+    pub(crate) fn forget(&self, id: &str) {
+        if let Ok(mut runs) = self.runs.lock() {
+            runs.remove(id);
+        }
+    }
+
     /// Forgets what this process keeps of a deleted thread: its runs, its waker, its text.
     pub(crate) fn forget_thread(&self, thread: &str) {
         if let Ok(mut runs) = self.runs.lock() {
@@ -424,7 +439,7 @@ impl Runs {
     }
 }
 
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct RunBody {
     pub assistant_id: String,
     #[serde(default)]
@@ -670,6 +685,7 @@ pub(crate) async fn start_with_id(
         handed_over: false.into(),
         from_log: false,
         followed: false.into(),
+        queued: busy.into(),
     });
     if let Ok(mut runs) = app.runs.runs.lock() {
         runs.insert(run.run_id.clone(), run.clone());
@@ -677,26 +693,33 @@ pub(crate) async fn start_with_id(
     // Taken before answering, so that a thread another process drives is refused at once
     // (unless the run is enqueued: then it waits for the thread).
     let queued = busy;
-    let held = if queued {
+    let start = if queued {
+        // Stored before it is answered: a queued run outlives this process.
+        if let Err(e) = crate::queue::keep(app, &run, &body).await {
+            app.runs.forget(&run.run_id);
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the run could not be queued: {}", crate::message(&e.into())),
+            ));
+        }
         None
     } else {
-        Some(take(app, &run).await?)
+        Some((take(app, &run).await?, work))
     };
     let (accept, accepted) = tokio::sync::oneshot::channel();
     let task = execute(
         app.clone(),
         run.clone(),
-        held,
-        (work, task, resume, budget),
+        start,
+        (task, resume, budget),
         agent,
         rec,
         input,
         accept,
     );
     app.runs.tasks.lock().await.spawn(task);
-    // A run is answered only once it is durable (its marker and first events are stored), so a
-    // client never holds the id of a run that a crash can lose. A queued run is in memory until
-    // the run before it ends.
+    // A run is answered only once it is durable (its marker and first events are stored, or,
+    // queued, its request), so a client never holds the id of a run that a crash can lose.
     if !queued {
         match accepted.await {
             Ok(Ok(())) => {}
@@ -733,15 +756,15 @@ async fn take(
     Ok(held)
 }
 
-/// Drives the run and records how it ended. `accept` is told once the run is stored (or why it
-/// could not be).
+/// Drives the run and records how it ended. `start`: the thread's lease and what the run does,
+/// or `None` for a queued run, which waits for the thread and then decides. `accept` is told
+/// once the run is stored (or why it could not be).
 #[allow(clippy::too_many_arguments)]
 async fn execute(
     app: Shared,
     run: Arc<Run>,
-    held: Option<weft_host::ownership::Held<weft_store::AnyStore>>,
-    (work, task, resume, budget): (
-        Work,
+    start: Option<(weft_host::ownership::Held<weft_store::AnyStore>, Work)>,
+    (task, resume, budget): (
         Option<String>,
         Option<String>,
         Option<weft_core::budget::Budget>,
@@ -753,8 +776,8 @@ async fn execute(
 ) {
     let mut accept = Some(accept);
     let waker = app.runs.waker(&run.thread_id);
-    let (held, work) = match held {
-        Some(h) => (Ok(h), Ok(work)),
+    let (held, work) = match start {
+        Some((h, work)) => (Ok(h), Ok(work)),
         // Enqueued: wait for the run before it to end, then decide from the thread as it is.
         None => {
             let held = loop {
@@ -767,6 +790,13 @@ async fn execute(
                 if !app.runs.active_on(&run.thread_id)
                     && crate::remote::free(&app, &run.thread_id).await
                 {
+                    // Cancelled through another process (its record deleted).
+                    if !crate::queue::still_queued(&app, &run).await {
+                        break Err(ApiError::new(
+                            StatusCode::CONFLICT,
+                            "the run was cancelled before it began".into(),
+                        ));
+                    }
                     match take(&app, &run).await {
                         // Another process took the thread first: wait for it again.
                         Err(e) if e.0 == StatusCode::CONFLICT => {}
@@ -818,6 +848,7 @@ async fn execute(
             Err(e) => Err(crate::message(e)),
         });
     }
+    crate::queue::done(&app, &run).await;
     finish(&app, &run, outcome).await;
 }
 
@@ -1046,6 +1077,8 @@ async fn drive(
         if let Some(accept) = accept.take() {
             let _ = accept.send(Ok(()));
         }
+        // Its marker is stored: a queued run's record is not needed any more.
+        crate::queue::done(app, run).await;
         rt.drive_agent(&built, &mut session).await?;
         Ok::<_, anyhow::Error>(session.state.status)
     };
@@ -1239,7 +1272,13 @@ pub(crate) async fn found(
         return Ok(run);
     }
     let (rec, log) = threads::load_log(app, user, tid).await?;
-    let run = from_log(&rec, &log, Some(rid)).ok_or_else(|| ApiError::not_found("run"))?;
+    let run = match from_log(&rec, &log, Some(rid)) {
+        Some(run) => run,
+        // Queued (by this process before a restart, or by another): it begins later.
+        None => crate::queue::pending(app, tid, rid)
+            .await?
+            .ok_or_else(|| ApiError::not_found("run"))?,
+    };
     let run = app.runs.insert(Arc::new(run));
     crate::remote::follow(app, &run);
     Ok(run)
@@ -1346,7 +1385,79 @@ fn logged(rec: &SessionRecord, m: Marker<'_>, st: &weft_core::State) -> Run {
         handed_over: false.into(),
         from_log: true,
         followed: false.into(),
+        queued: false.into(),
     }
+}
+
+/// Queued run `q` as a run of this server (`from_log`: followed through the store, as a run
+/// another process holds): pending, beginning after the thread's events as they are when it
+/// starts.
+pub(crate) fn from_queue(q: &weft_store::QueuedRun, from_log: bool) -> Run {
+    let body = q.body.as_object();
+    let field = |k: &str| body.and_then(|b| b.get(k));
+    Run {
+        run_id: q.run_id.clone(),
+        thread_id: q.thread_id.clone(),
+        assistant_id: field("assistant_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        user: q.user_id.clone(),
+        created_at: q.created_at,
+        start_seq: 0.into(),
+        metadata: field("metadata")
+            .filter(|m| !m.is_null())
+            .cloned()
+            .unwrap_or_else(|| json!({})),
+        multitask_strategy: "enqueue".into(),
+        traceparent: field("traceparent")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        status: tokio::sync::watch::channel((RunStatus::Pending, 0)).0,
+        cancelled: false.into(),
+        handed_over: false.into(),
+        from_log,
+        followed: false.into(),
+        queued: false.into(),
+    }
+}
+
+/// Starts queued run `q` here from its stored request (its server stopped before it began): it
+/// waits for its thread as it did there.
+pub(crate) async fn start_queued(app: &Shared, q: &weft_store::QueuedRun) -> Result<(), ApiError> {
+    let body: RunBody = serde_json::from_value(q.body.clone())
+        .map_err(|e| ApiError::bad(format!("the queued run's request cannot be read: {e}")))?;
+    let agent = app.assistant(&body.assistant_id)?.clone();
+    let user = User(q.user_id.clone());
+    let (rec, st) = threads::load(app, &user, &q.thread_id).await?;
+    let (task, input) = task_and_input(body.input.as_ref())?;
+    let resume = body
+        .command
+        .as_ref()
+        .and_then(|c| c.get("resume"))
+        .map(|r| match r {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+    let budget = run_budget(
+        body.config.as_ref(),
+        st.spending.budget.as_ref().or(agent.spec.budget.as_ref()),
+    )?;
+    let run = crate::queue::held_here(app, from_queue(q, false));
+    run.begins_after(st.seq);
+    let (accept, _) = tokio::sync::oneshot::channel();
+    let task = execute(
+        app.clone(),
+        run,
+        None,
+        (task, resume, budget),
+        agent,
+        rec,
+        input,
+        accept,
+    );
+    app.runs.tasks.lock().await.spawn(task);
+    Ok(())
 }
 
 /// Drives the sessions of this server's threads that no process drives (their server stopped
@@ -1359,10 +1470,12 @@ pub(crate) async fn adopt_orphans(app: Shared) {
     // A thread created empty (`POST /threads`) has no agent name on its record.
     agents.push(String::new());
     take_over_the_dead(&app, &agents).await;
+    let mut queue = crate::queue::Tending::default();
     loop {
         if app.host.shutdown.is_requested() {
             return;
         }
+        queue.tend(&app).await;
         let now = weft_runtime::now_ms();
         match app
             .store
@@ -1548,6 +1661,11 @@ pub(crate) async fn list(
         .map(|r| here.remove(&r.run_id).unwrap_or_else(|| Arc::new(r)))
         .collect();
     runs.extend(here.into_values());
+    for q in crate::queue::of_thread(&app, &tid).await? {
+        if !runs.iter().any(|r| r.run_id == q.run_id) {
+            runs.push(Arc::new(q));
+        }
+    }
     runs.sort_by_key(|r| std::cmp::Reverse(r.created_at));
     let limit = q.limit.unwrap_or(10).min(1000);
     let listed: Vec<RunInfo> = runs
@@ -1618,6 +1736,8 @@ async fn stop(app: &Shared, run: &Arc<Run>) -> Result<(), ApiError> {
         RunStatus::Pending => {
             run.cancelled
                 .store(true, std::sync::atomic::Ordering::Release);
+            // Its record goes too, so that the process that queued it never starts it.
+            crate::queue::cancel(app, run).await?;
             app.runs.waker(&run.thread_id).notify_waiters();
             Ok(())
         }

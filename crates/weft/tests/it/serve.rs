@@ -374,6 +374,10 @@ fn run_across_a_restart(
         String::from_utf8_lossy(&out.stderr),
         std::fs::read_to_string(d.join("serve-2.log")).unwrap_or_default()
     );
+    if mode == "queued-restart" {
+        // Its runs are `lineup`'s, not `slowpoke`'s: the client checked them.
+        return took;
+    }
     let calls: Vec<String> = std::fs::read_to_string(d.join("slow.log"))
         .unwrap()
         .lines()
@@ -601,6 +605,43 @@ asyncio.run(main())
     assert!(
         log.contains("skipped") && log.contains("plan-only.yaml") && log.contains("no `model`"),
         "{log}"
+    );
+}
+
+/// A run queued behind another (`multitask_strategy: enqueue`) is stored before it is answered:
+/// with its server killed (SIGKILL) while the run before it runs, the next server finds it by
+/// id (`runs.get` answers rather than 404), takes it up once the dead server's claim ran out,
+/// and starts it after the run before it, which it continues; both end, in order.
+#[test]
+fn needs_sdk_a_queued_run_survives_its_servers_sigkill() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agents(d);
+    std::fs::write(
+        d.join("lineup.yaml"),
+        r#"name: lineup
+mode: react
+model: scripted:lineup.script.yaml
+tools:
+  - name: linger
+    description: Takes its time.
+    command: ["sh", "-c", "cat > /dev/null; touch lineup.started; sleep 2; echo '{}'"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("lineup.script.yaml"),
+        "- tool_calls: [ { name: linger, arguments: {} } ]\n- text: First.\n- text: Second.\n",
+    )
+    .unwrap();
+    run_across_a_restart(
+        d,
+        (
+            "queued-restart",
+            "a queued run survives its server's SIGKILL",
+        ),
+        "KILL",
+        &[("WEFT_LEASE_SECS", "3")],
     );
 }
 

@@ -925,8 +925,42 @@ async def update_state():
     ok("threads.update_state refuses what it cannot add, with what to do")
 
 
+async def queued_restart():
+    """A run queued behind another survives its server's SIGKILL: the next server answers for it
+    and starts it after the run before it."""
+    alice = get_client(url=URL, api_key=ALICE)
+    t = await alice.threads.create()
+    tid = t["thread_id"]
+    first = await alice.runs.create(tid, "lineup", input=user_msg("first"))
+    while not os.path.exists(os.path.join(WORK, "lineup.started")):
+        await asyncio.sleep(0.05)
+    second = await alice.runs.create(tid, "lineup", input=user_msg("second"),
+                                     multitask_strategy="enqueue")
+    got = await alice.runs.get(tid, second["run_id"])
+    assert got["status"] == "pending", got
+    open(os.path.join(WORK, "restart.now"), "w").close()
+    while not os.path.exists(os.path.join(WORK, "restarted")):
+        await asyncio.sleep(0.05)
+    for _ in range(200):
+        try:
+            got = await alice.runs.get(tid, second["run_id"])
+            break
+        except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
+            await asyncio.sleep(0.05)
+    assert got["run_id"] == second["run_id"] and got["status"] in ("pending", "running", "success"), got
+    out = await alice.runs.join(tid, second["run_id"])
+    assert out["answer"] == "Second.", out
+    runs = await alice.runs.list(tid)
+    assert [r["run_id"] for r in runs] == [second["run_id"], first["run_id"]], runs
+    assert [r["status"] for r in runs] == ["success", "success"], runs
+    msgs = (await alice.threads.get_state(tid))["values"]["messages"]
+    assert [m["content"] for m in msgs if m["type"] == "human"] == ["first", "second"], msgs
+    assert [m["content"] for m in msgs if m["type"] == "ai" and m["content"]] == ["First.", "Second."], msgs
+    ok("a queued run survives its server's SIGKILL")
+
+
 SCENARIOS = {"restart": restart, "resume": resume, "wait-restart": wait_restart,
              "body-limit": body_limit, "tools": tools, "threads": threads_api,
              "threadless": threadless, "store": store, "update-state": update_state,
-             "tasks-checkpoints": tasks_checkpoints}
+             "tasks-checkpoints": tasks_checkpoints, "queued-restart": queued_restart}
 asyncio.run(SCENARIOS[MODE]() if MODE in SCENARIOS else main())
