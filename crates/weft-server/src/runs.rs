@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use weft_core::SessionStatus;
 use weft_runtime::{Agent, Runtime, SessionInfo};
-use weft_store::{Leases, SessionLog, SessionRecord};
+use weft_store::{Leases, RunQueue, SessionLog, SessionRecord};
 
 use super::auth::User;
 use super::openapi::{self, Route};
@@ -2010,6 +2010,12 @@ pub(crate) async fn cancel_many(
                 && !out.iter().any(|r| r.run_id == last.run_id)
             {
                 out.push(found(&app, &user, tid, &last.run_id).await?);
+            }
+            // The runs queued on it, wherever they wait.
+            for q in app.store.queued_runs_of(tid).await? {
+                if !out.iter().any(|r| r.run_id == q.run_id) {
+                    out.push(found(&app, &user, tid, &q.run_id).await?);
+                }
             }
             out
         }

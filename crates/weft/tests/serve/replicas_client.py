@@ -106,6 +106,8 @@ async def multitask(a, b):
     assert await status(b, t, first["run_id"]) in ("pending", "running")
     second = await b.runs.create(t, "relay", input=MSG, multitask_strategy="enqueue")
     assert second["status"] == "pending", second
+    # Stored: A sees the run B queued, before it begins.
+    assert await status(a, t, second["run_id"]) in ("pending", "running", "success")
     values = await within("the run queued on B", 60, b.runs.join(t, second["run_id"]))
     assert values["answer"] == "Twice.", values
     assert await status(a, t, first["run_id"]) == "success"
@@ -145,6 +147,23 @@ async def cancels(a, b):
     await within("cancel_many by status from B", 40, b.runs.cancel_many(status="running"))
     assert await status(a, t3, rid3) == "error", await a.runs.get(t3, rid3)
     print("ok: runs.cancel_many from B reaches A's runs", flush=True)
+
+    # A run queued on A, cancelled from B before it began: A never starts it.
+    t4, rid4 = await stuck()
+    queued = await a.runs.create(t4, "hold", input=MSG, multitask_strategy="enqueue")
+    assert await status(b, t4, queued["run_id"]) == "pending", await b.runs.get(t4, queued["run_id"])
+    await within("runs.cancel from B of A's queued run", 40,
+                 b.runs.cancel(t4, queued["run_id"], wait=True))
+    assert await status(b, t4, queued["run_id"]) == "error"
+    await within("runs.cancel from B", 40, b.runs.cancel(t4, rid4, wait=True))
+
+    async def given_up():
+        return await status(a, t4, queued["run_id"]) == "error"
+    await until("A giving up the run cancelled on B", 20, given_up)
+    listed = await a.runs.list(t4)
+    assert [r["run_id"] for r in listed if r["status"] != "error"] == [], listed
+    assert (await a.threads.get(t4))["status"] == "error"
+    print("ok: a run queued on A, cancelled from B, never begins", flush=True)
 
 
 async def _started(client, tid):
