@@ -56,19 +56,47 @@ pub(crate) async fn done(app: &Shared, run: &Run) {
     }
 }
 
-/// Whether `run`'s record is still there (a cancel through another server deletes it). A
-/// store that cannot be read leaves the run queued.
-pub(crate) async fn still_queued(app: &Shared, run: &Run) -> bool {
+/// Where a queued run stands, as the store says.
+pub(crate) enum Standing {
+    /// Still queued: it may begin.
+    Queued,
+    /// Its marker is in the log: another process (that took it over) began it.
+    Began,
+    /// Its record is gone and it never began: it was cancelled.
+    Cancelled,
+}
+
+/// Where queued `run` stands (`sure`: its marker is looked for even while its record is there,
+/// as after taking the thread). A store that cannot be read leaves it queued.
+pub(crate) async fn standing(app: &Shared, run: &Run, sure: bool) -> Standing {
     if !run.queued.load(Ordering::Acquire) {
-        return true;
+        return Standing::Queued;
     }
-    !matches!(app.store.queued_run(&run.run_id).await, Ok(None))
+    let queued = !matches!(app.store.queued_run(&run.run_id).await, Ok(None));
+    if queued && !sure {
+        return Standing::Queued;
+    }
+    match app.store.load(&run.thread_id).await {
+        Ok((rec, log)) if runs::from_log(&rec, &log, Some(&run.run_id)).is_some() => {
+            Standing::Began
+        }
+        _ if queued => Standing::Queued,
+        _ => Standing::Cancelled,
+    }
+}
+
+/// Queued `run` was begun by another process: this one follows it through the store from
+/// now on, as a run found in the log (its clients' streams and joins go on).
+pub(crate) fn follow(app: &Shared, run: &Arc<Run>) {
+    run.queued.store(false, Ordering::Release);
+    run.began_elsewhere();
+    crate::remote::follow(app, run);
 }
 
 /// Cancels queued `run`: its record is deleted; a run this process does not hold ends here.
 pub(crate) async fn cancel(app: &Shared, run: &Run) -> Result<(), ApiError> {
     app.store.unqueue_run(&run.run_id).await?;
-    if run.from_log {
+    if run.followed_from_store() {
         let (_, last) = *run.status.borrow();
         run.status.send_replace((runs::RunStatus::Error, last));
     }
@@ -169,5 +197,6 @@ async fn take_up(app: &Shared, q: QueuedRun) {
 pub(crate) fn held_here(app: &Shared, run: Run) -> Arc<Run> {
     let run = app.runs.insert(Arc::new(run));
     run.queued.store(true, Ordering::Release);
+    run.driven_here();
     run
 }

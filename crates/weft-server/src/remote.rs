@@ -31,7 +31,7 @@ async fn driven_elsewhere(app: &Shared, tid: &str) -> bool {
 /// Follows `run` (found in the log, not final) through the store until it ended and its process
 /// let the thread go; nothing when it is followed already, final, or driven here.
 pub(crate) fn follow(app: &Shared, run: &Arc<Run>) {
-    if !run.from_log
+    if !run.followed_from_store()
         || run.status.borrow().0.is_final()
         || run.followed.swap(true, Ordering::AcqRel)
     {
@@ -63,7 +63,7 @@ async fn watch(app: &Shared, run: &Arc<Run>) {
 /// Reads `run`'s status from the store now (a run found in the log, not driven here), so that
 /// `runs.get` answers with how it stands rather than how it stood when last followed.
 pub(crate) async fn refresh(app: &Shared, run: &Arc<Run>) {
-    if run.from_log && !run.status.borrow().0.is_final() {
+    if run.followed_from_store() && !run.status.borrow().0.is_final() {
         look(app, run, &mut None).await;
     }
 }

@@ -187,7 +187,7 @@ pub(crate) struct Run {
     /// Found in the thread's log rather than started here: another process (a replica, a
     /// worker, a server before a restart) may drive it, and its status is followed through
     /// the store ([`crate::remote`]).
-    pub from_log: bool,
+    from_log: std::sync::atomic::AtomicBool,
     /// A task follows its status through the store.
     pub followed: std::sync::atomic::AtomicBool,
     /// Stopped at a safe point because this server stops: the next process goes on with it.
@@ -201,6 +201,24 @@ pub(crate) struct Run {
 impl Run {
     pub(crate) fn start_seq(&self) -> u64 {
         self.start_seq.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Found in the thread's log (or the queue) rather than driven here: followed through the
+    /// store.
+    pub(crate) fn followed_from_store(&self) -> bool {
+        self.from_log.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Followed through the store from now on: a queued run another process began.
+    pub(crate) fn began_elsewhere(&self) {
+        self.from_log
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Driven by this process from now on: a queued run it took over.
+    pub(crate) fn driven_here(&self) {
+        self.from_log
+            .store(false, std::sync::atomic::Ordering::Release);
     }
 
     /// The run begins after the thread's event `seq` (a queued run, once it starts).
@@ -397,6 +415,15 @@ impl Runs {
                 feed.after = seq;
                 feed.so_far.clear();
             }
+        }
+    }
+
+    /// `run` does not drive its thread (any more).
+    pub(crate) fn let_go(&self, run: &Run) {
+        if let Ok(mut a) = self.active.lock()
+            && a.get(&run.thread_id) == Some(&run.run_id)
+        {
+            a.remove(&run.thread_id);
         }
     }
 
@@ -683,7 +710,7 @@ pub(crate) async fn start_with_id(
         status: tokio::sync::watch::channel((RunStatus::Pending, st.seq)).0,
         cancelled: false.into(),
         handed_over: false.into(),
-        from_log: false,
+        from_log: false.into(),
         followed: false.into(),
         queued: busy.into(),
     });
@@ -790,17 +817,39 @@ async fn execute(
                 if !app.runs.active_on(&run.thread_id)
                     && crate::remote::free(&app, &run.thread_id).await
                 {
-                    // Cancelled through another process (its record deleted).
-                    if !crate::queue::still_queued(&app, &run).await {
-                        break Err(ApiError::new(
-                            StatusCode::CONFLICT,
-                            "the run was cancelled before it began".into(),
-                        ));
+                    use crate::queue::Standing;
+                    match crate::queue::standing(&app, &run, false).await {
+                        Standing::Queued => {}
+                        Standing::Began => return crate::queue::follow(&app, &run),
+                        Standing::Cancelled => {
+                            break Err(ApiError::new(
+                                StatusCode::CONFLICT,
+                                "the run was cancelled before it began".into(),
+                            ));
+                        }
                     }
                     match take(&app, &run).await {
                         // Another process took the thread first: wait for it again.
                         Err(e) if e.0 == StatusCode::CONFLICT => {}
-                        taken => break taken,
+                        Err(e) => break Err(e),
+                        // Another process that took the run over (this one froze past its
+                        // claim) may have begun it meanwhile.
+                        Ok(held) => match crate::queue::standing(&app, &run, true).await {
+                            Standing::Queued => break Ok(held),
+                            Standing::Began => {
+                                app.runs.let_go(&run);
+                                held.release().await;
+                                return crate::queue::follow(&app, &run);
+                            }
+                            Standing::Cancelled => {
+                                app.runs.let_go(&run);
+                                held.release().await;
+                                break Err(ApiError::new(
+                                    StatusCode::CONFLICT,
+                                    "the run was cancelled before it began".into(),
+                                ));
+                            }
+                        },
                     }
                 }
                 let _ = tokio::time::timeout(Duration::from_millis(200), waker.notified()).await;
@@ -1383,7 +1432,7 @@ fn logged(rec: &SessionRecord, m: Marker<'_>, st: &weft_core::State) -> Run {
         status: tokio::sync::watch::channel((status, st.seq)).0,
         cancelled: false.into(),
         handed_over: false.into(),
-        from_log: true,
+        from_log: true.into(),
         followed: false.into(),
         queued: false.into(),
     }
@@ -1416,7 +1465,7 @@ pub(crate) fn from_queue(q: &weft_store::QueuedRun, from_log: bool) -> Run {
         status: tokio::sync::watch::channel((RunStatus::Pending, 0)).0,
         cancelled: false.into(),
         handed_over: false.into(),
-        from_log,
+        from_log: from_log.into(),
         followed: false.into(),
         queued: false.into(),
     }
@@ -1651,7 +1700,7 @@ pub(crate) async fn list(
         .map(|r| {
             r.values()
                 // A run found in the log is listed as the log tells it now.
-                .filter(|r| r.thread_id == tid && r.user == user.0 && !r.from_log)
+                .filter(|r| r.thread_id == tid && r.user == user.0 && !r.followed_from_store())
                 .map(|r| (r.run_id.clone(), r.clone()))
                 .collect()
         })

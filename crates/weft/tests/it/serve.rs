@@ -874,6 +874,14 @@ mod needs_postgres {
         super::replica_to_worker();
     }
 
+    /// Replica A queues a run behind its own, then freezes (SIGSTOP) past its leases and
+    /// claims: B continues the run before it and takes the queued one over, starting it once;
+    /// A, thawed, finds it begun and follows it to its end instead of starting it again.
+    #[test]
+    fn needs_sdk_a_run_queued_on_a_frozen_replica_is_started_once_by_another() {
+        super::frozen_queue();
+    }
+
     /// Two replicas and two workers on one PostgreSQL behind a round-robin balancer; the SDK
     /// talks to the balancer only. Rounds of concurrent streams (3 by default,
     /// `WEFT_SEAM_ROUNDS` for more) with one replica killed (SIGKILL) mid-round every second
@@ -893,6 +901,73 @@ mod needs_postgres {
         );
         assert!(!out.contains("kills=0,"), "no replica was killed: {out}");
     }
+}
+
+/// See [`needs_postgres::needs_sdk_a_run_queued_on_a_frozen_replica_is_started_once_by_another`].
+fn frozen_queue() {
+    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
+    let db = common::Database::new("serve_frozen_queue");
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    agents(d);
+    relay_agent(d);
+    let ports = [free_port(), free_port()];
+    let mut a = replica(d, ports[0], &db.url, "serve-a.log");
+    let mut b = replica(d, ports[1], &db.url, "serve-b.log");
+    let script = r#"
+import asyncio, os, signal, sys, time
+from langgraph_sdk import get_client
+A, B, KEY, PID = sys.argv[1:5]
+def msg(text):
+    return {"messages": [{"role": "user", "content": text}]}
+async def main():
+    a, b = get_client(url=A, api_key=KEY), get_client(url=B, api_key=KEY)
+    t = (await a.threads.create())["thread_id"]
+    first = await a.runs.create(t, "relay", input=msg("first"))
+    second = await a.runs.create(t, "relay", input=msg("second"), multitask_strategy="enqueue")
+    assert second["status"] == "pending", second
+    os.kill(int(PID), signal.SIGSTOP)
+    try:
+        out = await asyncio.wait_for(b.runs.join(t, second["run_id"]), 60)
+        assert out["answer"] == "Twice.", out
+        assert (await b.runs.get(t, first["run_id"]))["status"] == "success"
+    finally:
+        os.kill(int(PID), signal.SIGCONT)
+    since = time.time()
+    while (await a.runs.get(t, second["run_id"]))["status"] != "success":
+        assert time.time() - since < 30, await a.runs.get(t, second["run_id"])
+        await asyncio.sleep(0.2)
+    # A, thawed, does not start it again.
+    await asyncio.sleep(2)
+    runs = await b.runs.list(t)
+    assert sorted(r["run_id"] for r in runs) == sorted([first["run_id"], second["run_id"]]), runs
+    assert all(r["status"] == "success" for r in runs), runs
+    msgs = (await b.threads.get_state(t))["values"]["messages"]
+    assert [m["content"] for m in msgs if m["type"] == "human"] == ["first", "second"], msgs
+    print("ok: a run queued on a frozen replica is started once by another", flush=True)
+asyncio.run(main())
+"#;
+    let out = Command::new(&python)
+        .args(["-c", script])
+        .args(ports.map(|p| format!("http://127.0.0.1:{p}")))
+        .arg(ALICE)
+        .arg(a.id().to_string())
+        .current_dir(d)
+        .output()
+        .unwrap();
+    let _ = Command::new("kill")
+        .args(["-CONT", &a.id().to_string()])
+        .status();
+    stop(&mut a);
+    stop(&mut b);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && stdout.contains("ok: a run queued on a frozen replica is started once by another"),
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        logs(d, &["serve-a.log", "serve-b.log"])
+    );
 }
 
 /// See [`needs_postgres::needs_sdk_a_killed_replicas_run_moves_to_a_worker_and_streams_through_another`].
