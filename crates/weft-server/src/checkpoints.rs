@@ -9,7 +9,9 @@
 //!
 //! A task is what runs between checkpoints: a model turn (`agent`), one of the model's tool calls
 //! (`tools`), a plan step's attempt (named by the step's id); a workflow's model turn starts with
-//! the task or where a step is entered. It starts and ends at events of
+//! the task or where a step is entered; a plan agent's model turn (`agent`: planning, the review
+//! after a wave, the answer) runs while none of its steps does, and ends with a plan or as its
+//! steps start. It starts and ends at events of
 //! the log, and its id is derived from the thread and the event that scheduled it, so a replay
 //! and the thread's history give the ids a live stream gave.
 
@@ -180,7 +182,16 @@ impl Lineage {
                 self.agent = Some(t.clone());
                 out.started.push((t, Kind::Agent));
             }
+            // A plan agent's model turn (planning, reviewing) ends once a plan's steps run.
+            Event::PlanAccepted { .. } | Event::PlanRevised { .. } => {
+                if let Some(t) = self.agent.take() {
+                    out.ended.push((t, Outcome::Done));
+                }
+            }
             Event::StepStarted { step, attempt } => {
+                if let Some(t) = self.agent.take() {
+                    out.ended.push((t, Outcome::Done));
+                }
                 let t = self.task(step, &env.seq.to_string());
                 self.steps.insert(step.clone(), t.clone());
                 out.started.push((t, Kind::Step { attempt: *attempt }));
@@ -252,7 +263,8 @@ impl Lineage {
 
     /// The tasks that run after checkpoint `seq`: in a ReAct (or workflow) loop, the reply's
     /// tool calls that have no result yet, else the next model turn (also when the thread waits
-    /// for a person: the turn goes on with the answer); a plan's steps that run.
+    /// for a person: the turn goes on with the answer); a plan's steps that run, else the plan
+    /// agent's model turn (planning, reviewing, answering).
     fn next(&self, seq: u64, st: &State) -> Vec<Task> {
         if st.status == SessionStatus::Completed || st.status == SessionStatus::Failed {
             return Vec::new();
@@ -270,8 +282,13 @@ impl Lineage {
         if !self.steps.is_empty() {
             return self.steps.values().cloned().collect();
         }
+        // A plan agent between its steps: the model plans, reviews or answers.
         if st.phase != weft_core::state::Phase::React {
-            return Vec::new();
+            return if st.status == SessionStatus::Running {
+                vec![agent()]
+            } else {
+                Vec::new()
+            };
         }
         match unanswered(st) {
             None => Vec::new(),
@@ -392,6 +409,9 @@ pub(crate) fn ended_json(
     let result = match (outcome, &env.event) {
         (Outcome::Done, Event::ModelReplied { .. }) => {
             messages::last_reply(st).map(|m| json!({ "messages": [m] }))
+        }
+        (Outcome::Done, Event::PlanAccepted { plan } | Event::PlanRevised { plan, .. }) => {
+            Some(json!({ "plan": plan }))
         }
         (Outcome::Done, _) => update.and_then(|u| u.get(&task.name)).cloned(),
         _ => None,
@@ -538,7 +558,8 @@ mod tests {
     }
 
     #[test]
-    fn a_plan_step_that_asks_ends_interrupted_and_its_next_attempt_is_a_task_of_its_own() {
+    fn a_plan_step_that_asks_ends_interrupted_and_its_next_attempt_is_a_task_of_its_own_between_the_models_turns()
+     {
         let log = numbered(vec![
             json!({"type": "session_started", "session_id": "t1", "agent": "a", "mode": "plan"}),
             json!({"type": "turn_started", "task": "refund c1"}),
@@ -566,17 +587,36 @@ mod tests {
                 ended.chain(started).collect::<Vec<_>>()
             })
             .collect();
-        assert_eq!(events.len(), 4, "{events:?}");
-        let (first, second) = (events[0].2, events[2].2);
+        // The model's turns (the plan, then what follows each wave) are the agent's tasks,
+        // between the steps' attempts.
+        let agent = |seq: &str| task_id("t1", seq);
+        assert_eq!(events.len(), 10, "{events:?}");
+        let (first, second) = (events[2].2, events[6].2);
         assert_ne!(first, second, "a new attempt is a new task");
+        let (a2, a4, a7) = (agent("2"), agent("4"), agent("7"));
         assert_eq!(
             events,
             [
+                (2, "start", a2.as_str(), None),
+                (3, "end", a2.as_str(), Some(&Outcome::Done)),
                 (3, "start", first, None),
                 (4, "end", first, Some(&Outcome::Interrupted)),
+                (5, "start", a4.as_str(), None),
+                (6, "end", a4.as_str(), Some(&Outcome::Done)),
                 (6, "start", second, None),
                 (7, "end", second, Some(&Outcome::Done)),
+                (7, "start", a7.as_str(), None),
+                (8, "end", a7.as_str(), Some(&Outcome::Done)),
             ]
+        );
+        // The task's checkpoint names the planner's turn.
+        let given = noted[1].checkpoint.as_ref().unwrap();
+        assert_eq!(
+            given.next,
+            [Task {
+                id: a2.clone(),
+                name: "agent".into()
+            }]
         );
         // The wait's checkpoint names the agent's task, as the thread's state does.
         let wait = noted[3].checkpoint.as_ref().unwrap();

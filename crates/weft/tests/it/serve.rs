@@ -442,6 +442,7 @@ fn needs_sdk_tasks_and_checkpoints_stream_as_langgraph_sends_them() {
     for check in [
         "tasks and checkpoints as LangGraph sends them",
         "a stream of tasks and checkpoints resumes after any of its parts, live or replayed",
+        "a plan agent's model turns are agent tasks between its steps",
     ] {
         assert!(out.contains(&format!("ok: {check}\n")), "{check}: {out}");
     }

@@ -831,6 +831,33 @@ async def tasks_checkpoints():
     assert sum(1 for _, e, d in want if e == "tasks" and "input" in d and d["name"] == "tools") == 3
     ok("a stream of tasks and checkpoints resumes after any of its parts, live or replayed")
 
+    # A plan agent: its model's turns (the plan; the turn that goes on with an answer; the
+    # review and answer) are `agent` tasks between its steps' attempts, each ended once.
+    p = (await alice.threads.create())["thread_id"]
+
+    async def plan_tasks(**kw):
+        parts = [x async for x in alice.runs.stream(p, "ask", stream_mode=["tasks", "checkpoints"], **kw)]
+        tasks = [x.data for x in parts if x.event == "tasks"]
+        cps = [x.data for x in parts if x.event == "checkpoints"]
+        starts = [d for d in tasks if "input" in d]
+        ends = {d["id"]: d for d in tasks if "result" in d}
+        assert sorted(ends) == sorted(d["id"] for d in starts), tasks
+        # One task at a time: each ends before the next starts.
+        order = [("start" if "input" in d else "end", d["id"]) for d in tasks]
+        assert order == [(k, d["id"]) for d in starts for k in ("start", "end")], order
+        return starts, ends, cps
+
+    starts, ends, cps = await plan_tasks(input=user_msg("refund c1"))
+    assert cps[0]["next"] == ["agent"] and cps[0]["tasks"][0]["id"] == starts[0]["id"], cps[0]
+    assert [d["name"] for d in starts] == ["agent", "refund"], starts
+    planned = ends[starts[0]["id"]]
+    assert planned["error"] is None and planned["result"]["plan"][0]["_id"] == "refund", planned
+    assert ends[starts[1]["id"]]["interrupts"], ends
+    starts, ends, _ = await plan_tasks(command={"resume": "50"})
+    assert [d["name"] for d in starts] == ["agent", "refund", "agent"], starts
+    assert all(e["error"] is None and e["interrupts"] == [] for e in ends.values()), ends
+    ok("a plan agent's model turns are agent tasks between its steps")
+
 
 async def update_state():
     """threads.update_state adds messages to a thread's conversation between runs: they are in
