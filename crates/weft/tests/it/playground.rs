@@ -2089,15 +2089,40 @@ async fn the_main_routes_answer_as_the_openapi_document_declares() {
     let spaces = alice.post("/store/namespaces", json!({})).await;
     assert_eq!(spaces["namespaces"], json!([["a", "b"]]), "{spaces:#}");
     check("post", "/store/namespaces", &spaces);
+    // A plan agent's conversation is its turns: its state is not updated.
     let (status, refused) = alice
         .call(
             reqwest::Method::POST,
             &format!("/threads/{tid}/state"),
-            Some(json!({"values": {}})),
+            Some(json!({"values": {"messages": [{"type": "human", "content": "x"}]}})),
         )
         .await;
-    assert_eq!(status, 501, "{refused:#}");
-    assert!(refused["detail"].as_str().unwrap().contains("threads.copy"));
+    assert_eq!(status, 409, "{refused:#}");
+    assert!(
+        refused["detail"].as_str().unwrap().contains("plan agent"),
+        "{refused:#}"
+    );
+    // A ReAct thread's conversation is added to.
+    let react = alice.post("/threads", json!({})).await;
+    let rid = react["thread_id"].as_str().unwrap().to_owned();
+    alice
+        .post(
+            &format!("/threads/{rid}/runs/wait"),
+            json!({"assistant_id": "memo", "input": {"messages": [{"role": "user", "content": "hi"}]}}),
+        )
+        .await;
+    let updated = alice
+        .post(
+            &format!("/threads/{rid}/state"),
+            json!({"values": {"messages": [{"type": "human", "content": "noted"}]}}),
+        )
+        .await;
+    check("post", "/threads/{tid}/state", &updated);
+    let state = alice.get(&format!("/threads/{rid}/state")).await;
+    assert_eq!(
+        state["checkpoint"]["checkpoint_id"], updated["checkpoint"]["checkpoint_id"],
+        "{state:#}"
+    );
 
     let view = alice.get(&format!("/sessions/{tid}")).await;
     assert!(view["plan"]["nodes"].is_array(), "{view:#}");
