@@ -502,6 +502,19 @@ pub(crate) struct RunBody {
     pub traceparent: Option<String>,
 }
 
+impl RunBody {
+    /// The answer `command.resume` gives (a string as it is, anything else as JSON text).
+    fn resume(&self) -> Option<String> {
+        self.command
+            .as_ref()
+            .and_then(|c| c.get("resume"))
+            .map(|r| match r {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+    }
+}
+
 /// The budget a run's `config.budget` gives, over `base` (the one in force); `None` when it
 /// gives none.
 pub(crate) fn run_budget(
@@ -669,14 +682,7 @@ pub(crate) async fn start_with_id(
     }
     crate::quota::admit(app, &user.0, tid).await?;
     let (task, input) = task_and_input(body.input.as_ref())?;
-    let resume = body
-        .command
-        .as_ref()
-        .and_then(|c| c.get("resume"))
-        .map(|r| match r {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        });
+    let resume = body.resume();
     let strategy = body
         .multitask_strategy
         .clone()
@@ -1480,14 +1486,7 @@ pub(crate) async fn start_queued(app: &Shared, q: &weft_store::QueuedRun) -> Res
     let user = User(q.user_id.clone());
     let (rec, st) = threads::load(app, &user, &q.thread_id).await?;
     let (task, input) = task_and_input(body.input.as_ref())?;
-    let resume = body
-        .command
-        .as_ref()
-        .and_then(|c| c.get("resume"))
-        .map(|r| match r {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        });
+    let resume = body.resume();
     let budget = run_budget(
         body.config.as_ref(),
         st.spending.budget.as_ref().or(agent.spec.budget.as_ref()),
