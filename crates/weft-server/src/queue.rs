@@ -28,7 +28,11 @@ pub(crate) async fn keep(
     run: &Run,
     body: &RunBody,
 ) -> Result<(), weft_store::StoreError> {
-    let mut stored = serde_json::to_value(body).unwrap_or(Value::Null);
+    let mut stored =
+        serde_json::to_value(body).map_err(|e| weft_store::StoreError::Unstorable {
+            what: format!("the request of queued run {}", run.run_id),
+            reason: e.to_string(),
+        })?;
     if let (Value::Object(m), Some(tp)) = (&mut stored, &run.traceparent) {
         m.insert("traceparent".into(), Value::String(tp.clone()));
     }

@@ -513,6 +513,18 @@ impl RunBody {
                 other => other.to_string(),
             })
     }
+
+    /// The run's budget (`config.budget`) over the one in force on the thread `st` of `agent`.
+    fn budget(
+        &self,
+        st: &weft_core::State,
+        agent: &AgentFile,
+    ) -> Result<Option<weft_core::budget::Budget>, ApiError> {
+        run_budget(
+            self.config.as_ref(),
+            st.spending.budget.as_ref().or(agent.spec.budget.as_ref()),
+        )
+    }
 }
 
 /// The budget a run's `config.budget` gives, over `base` (the one in force); `None` when it
@@ -696,10 +708,7 @@ pub(crate) async fn start_with_id(
         ));
     }
     let work = decide(tid, &st, task.clone(), resume.clone())?;
-    let budget = run_budget(
-        body.config.as_ref(),
-        st.spending.budget.as_ref().or(agent.spec.budget.as_ref()),
-    )?;
+    let budget = body.budget(&st, &agent)?;
     if let Some(b) = &budget {
         weft_runtime::budget::warn_unpriced(agent.model.as_ref(), Some(b));
     }
@@ -1487,10 +1496,7 @@ pub(crate) async fn start_queued(app: &Shared, q: &weft_store::QueuedRun) -> Res
     let (rec, st) = threads::load(app, &user, &q.thread_id).await?;
     let (task, input) = task_and_input(body.input.as_ref())?;
     let resume = body.resume();
-    let budget = run_budget(
-        body.config.as_ref(),
-        st.spending.budget.as_ref().or(agent.spec.budget.as_ref()),
-    )?;
+    let budget = body.budget(&st, &agent)?;
     let run = crate::queue::held_here(app, from_queue(q, false));
     run.begins_after(st.seq);
     let (accept, _) = tokio::sync::oneshot::channel();

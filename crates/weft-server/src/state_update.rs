@@ -81,12 +81,11 @@ pub(crate) async fn update_state(
                 .map(str::to_owned)
         })
         .filter(|c| !c.is_empty());
-    let imported = imported_messages(&st, &body.values)?;
     if threads::busy(&app, &tid).await? {
         return Err(threads::busy_error(&tid, "update its state"));
     }
     // Under the thread's lease, so that no run starts beside the update; the state is read
-    // again once it is held.
+    // again once it is held, and the messages are checked against it.
     let owner = weft_host::ownership::driver();
     let held = weft_host::ownership::take_as(&app.host, app.store.clone(), &tid, false, &owner)
         .await
@@ -107,6 +106,7 @@ pub(crate) async fn update_state(
                 ),
             ));
         }
+        let imported = imported_messages(&st, &body.values)?;
         let seq = st.seq + 1;
         let event = Envelope {
             seq,
