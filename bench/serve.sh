@@ -3,9 +3,12 @@
 # in one run: N concurrent streaming runs of a ReAct agent whose scripted model calls `echo` three
 # times (50 ms per model call) and then answers, each run in its own new thread.
 #
-#   bench/serve.sh [--n 1000] [--parts "sdk rust pg langgraph"] [--only weft|langgraph]
+#   bench/serve.sh [--n 1000] [--parts "floor sdk rust pg langgraph"] [--only weft|langgraph]
 #
 # Parts (all by default):
+#   floor      the Rust generator against `weft-bench serve-floor`, a server that answers the two
+#              requests with nothing behind them (the agent's updates, 50 ms per model turn): what
+#              the machine and the generator allow, below which no server can go here
 #   sdk        weft serve driven by the official Python langgraph-sdk (bench/serve_stream.py):
 #              a SQLite file (durability full, the default) and `--db memory:`
 #   rust       weft serve driven by the Rust load generator (`weft-bench serve-load`), which is
@@ -15,7 +18,7 @@
 #              after it; durability full), the generator spreading runs round-robin over both
 #   langgraph  `langgraph dev` driven by its own Python client (serve_stream.py), then by the Rust
 #              generator
-# `--only weft` is `--parts "sdk rust pg"`, `--only langgraph` is `--parts langgraph`.
+# `--only weft` is `--parts "floor sdk rust pg"`, `--only langgraph` is `--parts langgraph`.
 #
 # Each part prints its figures (a table, then one JSON line); the end prints a Markdown table of
 # them all. Server peak memory is VmHWM from /proc, server CPU the seconds it used during the
@@ -31,14 +34,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 n=1000
-parts="sdk rust pg langgraph"
+parts="floor sdk rust pg langgraph"
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --n) n="$2"; shift 2 ;;
         --parts) parts="$2"; shift 2 ;;
         --only)
             case "$2" in
-                weft) parts="sdk rust pg" ;;
+                weft) parts="floor sdk rust pg" ;;
                 langgraph) parts="langgraph" ;;
                 *) echo "--only takes weft or langgraph, not $2" >&2; exit 2 ;;
             esac
@@ -48,8 +51,8 @@ while [[ $# -gt 0 ]]; do
 done
 for p in $parts; do
     case "$p" in
-        sdk|rust|pg|langgraph) ;;
-        *) echo "unknown part $p: the parts are sdk, rust, pg and langgraph" >&2; exit 2 ;;
+        floor|sdk|rust|pg|langgraph) ;;
+        *) echo "unknown part $p: the parts are floor, sdk, rust, pg and langgraph" >&2; exit 2 ;;
     esac
 done
 has() { [[ " $parts " == *" $1 "* ]]; }
@@ -115,6 +118,19 @@ rust_client() {
     "$gen" serve-load --n "$n" --api-key "$key" --assistant agent \
         --expect "done after 3 echo calls" "$@"
 }
+
+if has floor; then
+    "$gen" serve-floor --addr 127.0.0.1:2128 2>>"$work/floor.log" &
+    floor=$!
+    pids+=("$floor")
+    for _ in $(seq 1 100); do
+        ss -ltnH 'sport = :2128' | grep -q . && break
+        sleep 0.1
+    done
+    record "floor: serve-floor (no server work); Rust generator" rust_client \
+        --url http://127.0.0.1:2128 --server-pid "$floor"
+    stop "$floor"
+fi
 
 if has sdk; then
     eval "$(scripts/setup-clients)"

@@ -4,6 +4,7 @@
 
 pub mod local_eval;
 pub mod retrieval;
+pub mod serve_floor;
 pub mod serve_load;
 pub mod workloads;
 

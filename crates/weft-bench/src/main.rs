@@ -69,6 +69,17 @@ enum Workload {
     /// `updates` mode, read to its end. Prints a table, then the figures as one JSON line.
     /// Runs on one thread.
     ServeLoad(ServeLoadArgs),
+    /// The floor under `serve-load`: serves the two requests it makes with nothing behind them
+    /// (a new thread id; the benchmark agent's `updates` events, 50 ms per model turn), so that
+    /// a batch against it shows what the machine and the generator allow. Runs until killed.
+    ServeFloor {
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1:2030")]
+        addr: String,
+        /// The text of the last update (what `serve-load --expect` looks for).
+        #[arg(long, default_value = "done after 3 echo calls")]
+        answer: String,
+    },
     /// A small model's planner calls and workflow step outputs, scored as the engine reads
     /// them: in the process (`local:`, needs `--features local-model`) and behind an
     /// OpenAI-compatible server in each form of structured output. Prints a Markdown table;
@@ -170,6 +181,9 @@ fn main() -> Result<()> {
         .context("cannot start the async runtime")?;
     if let Workload::LocalEval(args) = cli.workload {
         return rt.block_on(local_eval(args));
+    }
+    if let Workload::ServeFloor { addr, answer } = cli.workload {
+        return rt.block_on(serve_floor(&addr, answer));
     }
     rt.block_on(run(cli))
 }
@@ -371,6 +385,19 @@ async fn serve_load(a: ServeLoadArgs) -> Result<()> {
     Ok(())
 }
 
+async fn serve_floor(addr: &str, answer: String) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("serve-floor: cannot listen on {addr}"))?;
+    eprintln!(
+        "serve-floor: listening on http://{}",
+        listener.local_addr()?
+    );
+    axum::serve(listener, weft_bench::serve_floor::router(answer))
+        .await
+        .context("serve-floor: the server stopped")
+}
+
 /// The retrieval benchmark without embeddings and, given an endpoint, with them.
 async fn retrieval(
     chunks: usize,
@@ -454,7 +481,10 @@ async fn one(runs: u32, w: Workload, kind: StoreKind, tool: workloads::ToolKind)
                 )
                 .await?
             }
-            Workload::All { .. } | Workload::ServeLoad(_) | Workload::LocalEval(_) => Vec::new(),
+            Workload::All { .. }
+            | Workload::ServeLoad(_)
+            | Workload::ServeFloor { .. }
+            | Workload::LocalEval(_) => Vec::new(),
         };
         all.push(reports);
     }
