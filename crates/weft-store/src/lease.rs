@@ -213,8 +213,9 @@ pub(crate) use acquire_query;
 
 /// The [`crate::Leases`] methods that the SQL stores share, written once: `acquire`, `renew`,
 /// `release`, `request` and `lease`, for a store with a `pool` and an `err(context, sqlx::Error)`
-/// and the placeholders `$p` makes (`question` or `dollar`). Each store writes its own `claim`,
-/// `wake` and `wait_for_work`.
+/// and the placeholders `$p` makes (`dollar`; SQLite writes its leases through its writer and
+/// takes only [`sql_lease_reads`]). Each store writes its own `claim`, `wake` and
+/// `wait_for_work`.
 macro_rules! sql_lease_methods {
     ($p:path) => {
         async fn acquire(
@@ -281,6 +282,15 @@ macro_rules! sql_lease_methods {
             }
         }
 
+        $crate::lease::sql_lease_reads!($p);
+    };
+}
+pub(crate) use sql_lease_methods;
+
+/// The lease methods `request` and `lease` of [`sql_lease_methods`], for a store that writes
+/// its leases its own way (SQLite: through its writer).
+macro_rules! sql_lease_reads {
+    ($p:path) => {
         async fn request(
             &self,
             id: &str,
@@ -312,7 +322,7 @@ macro_rules! sql_lease_methods {
         }
     };
 }
-pub(crate) use sql_lease_methods;
+pub(crate) use sql_lease_reads;
 
 /// Whether a batch written at `epoch` may be appended to a session whose lease is `lease`
 /// (checked in the append's own transaction). A batch at an epoch is accepted only while that

@@ -393,6 +393,7 @@ impl PgStore {
 
 impl SessionLog for PgStore {
     crate::sql_log::sql_log_reads!(POSTGRES, sqlx::Postgres);
+    crate::sql_log::sql_name_agent!(POSTGRES);
 
     fn set_durability(&self, durability: Durability) {
         self.full

@@ -252,26 +252,6 @@ macro_rules! sql_log_reads {
             Ok(())
         }
 
-        async fn name_agent(&self, id: &str, agent: &str) -> Result<(), $crate::StoreError> {
-            let d: &$crate::sql_log::Dialect = &$dialect;
-            let sql = format!(
-                "UPDATE sessions SET agent = {} WHERE id = {} AND agent = ''",
-                (d.p)(1),
-                (d.p)(2)
-            );
-            let res = sqlx::query(&sql)
-                .bind(agent)
-                .bind(id)
-                .execute(&self.pool)
-                .await
-                .map_err(|e| self.err(&format!("cannot name the agent of session {id}"), e))?;
-            if res.rows_affected() == 0 {
-                // Named already, or not there.
-                self.get(id).await?;
-            }
-            Ok(())
-        }
-
         async fn latest_snapshot(
             &self,
             id: &str,
@@ -319,3 +299,34 @@ macro_rules! sql_log_reads {
     };
 }
 pub(crate) use sql_log_reads;
+
+/// Names the agent of a session created without one. Parameters: agent, id.
+pub(crate) fn name_agent_sql(p: fn(usize) -> String) -> String {
+    format!(
+        "UPDATE sessions SET agent = {} WHERE id = {} AND agent = ''",
+        p(1),
+        p(2)
+    )
+}
+
+/// [`crate::SessionLog::name_agent`] through a store's pool (SQLite writes it through its
+/// writer instead).
+macro_rules! sql_name_agent {
+    ($dialect:expr) => {
+        async fn name_agent(&self, id: &str, agent: &str) -> Result<(), $crate::StoreError> {
+            let d: &$crate::sql_log::Dialect = &$dialect;
+            let res = sqlx::query(&$crate::sql_log::name_agent_sql(d.p))
+                .bind(agent)
+                .bind(id)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| self.err(&format!("cannot name the agent of session {id}"), e))?;
+            if res.rows_affected() == 0 {
+                // Named already, or not there.
+                self.get(id).await?;
+            }
+            Ok(())
+        }
+    };
+}
+pub(crate) use sql_name_agent;

@@ -18,12 +18,14 @@ use sqlx::sqlite::{
 };
 use std::sync::Arc;
 
+use rusqlite::OptionalExtension;
+
 use tokio::sync::oneshot;
 use weft_core::{Envelope, SessionStatus};
 
 use crate::row;
 pub(crate) use crate::sqlite_writer::WriteStats;
-use crate::sqlite_writer::{Job, SnapshotRow, Writer};
+use crate::sqlite_writer::{Exec, ExecFn, Job, SnapshotRow, Work, Writer};
 use crate::{
     Durability, Lease, Leases, NewSession, Owner, SQLITE_SCHEMA_VERSION, SessionLog, SessionRecord,
     Settings, StoreError, check_batch, lease,
@@ -292,13 +294,54 @@ impl SqliteStore {
             place: self.path.display().to_string(),
         };
         // Usually written by this call already; otherwise by the append that holds the writer.
-        self.writer.submit(job);
+        self.writer.submit(Work::Append(job));
         answer.await.map_err(|_| closed())?
+    }
+}
+
+/// The lease statements, with SQLite's placeholders (for the writer's connection).
+static ACQUIRE: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| lease::acquire_sql(lease::question));
+static RENEW: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| lease::renew_sql(lease::question));
+static NAME_AGENT: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| crate::sql_log::name_agent_sql(lease::question));
+
+impl SqliteStore {
+    /// Runs a statement in the writer's next group (see [`Exec`]).
+    async fn exec(&self, what: String, run: ExecFn) -> Result<Option<i64>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let closed = StoreError::Closed {
+            context: what.clone(),
+            place: self.path.display().to_string(),
+        };
+        self.writer.submit(Work::Exec(Exec { what, run, reply }));
+        answer.await.map_err(|_| closed)?
     }
 }
 
 impl SessionLog for SqliteStore {
     crate::sql_log::sql_log_reads!(SQLITE, sqlx::Sqlite);
+
+    async fn name_agent(&self, id: &str, agent: &str) -> Result<(), StoreError> {
+        let (sid, name) = (id.to_owned(), agent.to_owned());
+        let changed = self
+            .exec(
+                format!("cannot name the agent of session {id}"),
+                Box::new(move |tx| {
+                    let n = tx
+                        .prepare_cached(&NAME_AGENT)?
+                        .execute(rusqlite::params![name, sid])?;
+                    Ok(Some(i64::try_from(n).unwrap_or(i64::MAX)))
+                }),
+            )
+            .await?;
+        if changed == Some(0) {
+            // Named already, or not there.
+            self.get(id).await?;
+        }
+        Ok(())
+    }
 
     fn set_durability(&self, durability: Durability) {
         // The appends being written now keep the durability they began with.
@@ -341,7 +384,7 @@ impl SessionLog for SqliteStore {
             context: format!("cannot create session {id}"),
             place: self.path.display().to_string(),
         };
-        self.writer.submit(job);
+        self.writer.submit(Work::Append(job));
         answer.await.map_err(|_| closed())??;
         let mut rec = row::record(s, now, events.len() as u64);
         rec.status = status;
@@ -397,7 +440,84 @@ impl crate::RunQueue for SqliteStore {
 }
 
 impl Leases for SqliteStore {
-    lease::sql_lease_methods!(lease::question);
+    lease::sql_lease_reads!(lease::question);
+
+    async fn acquire(
+        &self,
+        id: &str,
+        owner: &Owner,
+        now: i64,
+        ttl_ms: i64,
+        force: bool,
+    ) -> Result<Lease, StoreError> {
+        let what = format!("cannot take the lease of session {id}");
+        let expires_at = now.saturating_add(ttl_ms);
+        let (sid, o) = (id.to_owned(), owner.clone());
+        let epoch = self
+            .exec(
+                what.clone(),
+                Box::new(move |tx| {
+                    tx.prepare_cached(&ACQUIRE)?
+                        .query_row(
+                            rusqlite::params![
+                                sid,
+                                o.id,
+                                o.host,
+                                i64::from(o.pid),
+                                expires_at,
+                                now,
+                                i64::from(force)
+                            ],
+                            |r| r.get::<_, i64>(0),
+                        )
+                        .optional()
+                }),
+            )
+            .await?;
+        match epoch {
+            Some(epoch) => Ok(Lease {
+                session: id.to_owned(),
+                owner: owner.clone(),
+                epoch: lease::read_epoch(id, epoch)?,
+                expires_at,
+                request: None,
+            }),
+            // The upsert wrote nothing: a lease row is there, held by another owner.
+            None => match self.lease(id).await? {
+                Some(l) => Err(lease::held(&l, now)),
+                None => Err(StoreError::Corrupt(format!(
+                    "{what}: the lease was neither taken nor found"
+                ))),
+            },
+        }
+    }
+
+    async fn renew(&self, l: &Lease, expires_at: i64) -> Result<(), StoreError> {
+        let epoch = row::to_i64("epoch", l.epoch)?;
+        let (sid, oid) = (l.session.clone(), l.owner.id.clone());
+        let changed = self
+            .exec(
+                format!("cannot renew the lease of session {}", l.session),
+                Box::new(move |tx| {
+                    let n = tx
+                        .prepare_cached(&RENEW)?
+                        .execute(rusqlite::params![expires_at, sid, oid, epoch])?;
+                    Ok(Some(i64::try_from(n).unwrap_or(i64::MAX)))
+                }),
+            )
+            .await?;
+        if changed == Some(0) {
+            return Err(StoreError::LeaseLost(l.session.clone()));
+        }
+        Ok(())
+    }
+
+    async fn release(&self, l: &Lease) -> Result<(), StoreError> {
+        match self.renew(l, 0).await {
+            Err(StoreError::LeaseLost(_)) => Ok(()),
+            other => other,
+        }
+    }
 
     async fn claim(
         &self,

@@ -85,6 +85,76 @@ pub(crate) struct Job {
     pub reply: oneshot::Sender<Result<(), StoreError>>,
 }
 
+/// A statement for the writer's transaction other than an append: a lease taken, renewed or
+/// let go. Written in the group like an append (its sync shared with theirs, never waiting for
+/// the write lock against them). `run` may be called twice: when the group's transaction
+/// fails as a whole, each job is written again alone.
+pub(crate) struct Exec {
+    /// What is being done, for the error: "cannot take the lease of session X".
+    pub what: String,
+    /// The statement: a value it returns (a new epoch, rows changed), if any.
+    pub run: ExecFn,
+    pub reply: oneshot::Sender<Result<Option<i64>, StoreError>>,
+}
+
+/// A statement for the writer's transaction.
+pub(crate) type ExecFn =
+    Box<dyn Fn(&rusqlite::Transaction<'_>) -> rusqlite::Result<Option<i64>> + Send + 'static>;
+
+/// What the writer is given to write.
+pub(crate) enum Work {
+    Append(Job),
+    Exec(Exec),
+}
+
+impl Work {
+    /// Answers the caller with `Ok` or with its own refusal.
+    fn answer(self, a: Answer) {
+        match (self, a) {
+            (Work::Append(j), Answer::Append(r)) => {
+                let _ = j.reply.send(r);
+            }
+            (Work::Exec(x), Answer::Exec(r)) => {
+                let _ = x.reply.send(r);
+            }
+            (Work::Append(j), Answer::Exec(r)) => {
+                let _ = j.reply.send(r.map(|_| ()));
+            }
+            (Work::Exec(x), Answer::Append(r)) => {
+                let _ = x.reply.send(r.map(|()| None));
+            }
+        }
+    }
+
+    fn fail(self, path: &Path, e: rusqlite::Error) {
+        match self {
+            Work::Append(j) => {
+                let err = failure(path, &j, e);
+                let _ = j.reply.send(Err(err));
+            }
+            Work::Exec(x) => {
+                let err = write_error(path, &x.what, e);
+                let _ = x.reply.send(Err(err));
+            }
+        }
+    }
+}
+
+/// One job's answer from a transaction.
+enum Answer {
+    Append(Result<(), StoreError>),
+    Exec(Result<Option<i64>, StoreError>),
+}
+
+impl Answer {
+    fn is_ok(&self) -> bool {
+        match self {
+            Answer::Append(r) => r.is_ok(),
+            Answer::Exec(r) => r.is_ok(),
+        }
+    }
+}
+
 /// A snapshot's head and the conversation's part it adds, ready to be written.
 pub(crate) struct SnapshotRow {
     pub seq: i64,
@@ -128,7 +198,7 @@ enum Slot {
 pub(crate) struct Writer {
     path: PathBuf,
     busy_timeout: Duration,
-    queue: Mutex<Vec<Job>>,
+    queue: Mutex<Vec<Work>>,
     slot: Mutex<Slot>,
     closed: AtomicBool,
     /// Pages written since the last checkpoint was asked for (an estimate).
@@ -260,7 +330,7 @@ impl Writer {
 
     /// Queues a job and writes the queue if the connection is free. The job's answer arrives on
     /// its `reply` (already, when this call wrote it).
-    pub(crate) fn submit(self: &Arc<Self>, job: Job) {
+    pub(crate) fn submit(self: &Arc<Self>, job: Work) {
         if self.closed.load(Ordering::Acquire) {
             // Dropping the job drops its reply: the caller hears that the store is closed.
             return;
@@ -341,7 +411,7 @@ impl Writer {
 
     /// Moves the connection and `jobs` to a thread that waits for the write lock. If no thread
     /// can be started, waits here.
-    fn lend(self: &Arc<Self>, conn: Connection, jobs: Vec<Job>) {
+    fn lend(self: &Arc<Self>, conn: Connection, jobs: Vec<Work>) {
         let work = Arc::new(Mutex::new(Some((conn, jobs))));
         let me = Arc::clone(self);
         let theirs = Arc::clone(&work);
@@ -361,7 +431,7 @@ impl Writer {
 
     /// Writes `jobs` and whatever queues up meanwhile, waiting for locks; then puts the
     /// connection back and looks at the queue once more.
-    fn write_waiting(self: &Arc<Self>, mut conn: Connection, mut jobs: Vec<Job>) {
+    fn write_waiting(self: &Arc<Self>, mut conn: Connection, mut jobs: Vec<Work>) {
         let _ = conn.busy_timeout(self.busy_timeout);
         while !jobs.is_empty() {
             self.apply_durability(&conn);
@@ -382,7 +452,7 @@ impl Writer {
 }
 
 /// Takes up to [`MAX_GROUP`] queued jobs, oldest first.
-fn take_group(queue: &Mutex<Vec<Job>>) -> Vec<Job> {
+fn take_group(queue: &Mutex<Vec<Work>>) -> Vec<Work> {
     let mut q = lock(queue);
     if q.len() <= MAX_GROUP {
         std::mem::take(&mut *q)
@@ -438,15 +508,15 @@ struct Written {
 fn write_group(
     conn: &mut Connection,
     path: &Path,
-    jobs: Vec<Job>,
+    jobs: Vec<Work>,
     wait: bool,
-) -> Result<Written, Vec<Job>> {
+) -> Result<Written, Vec<Work>> {
     let n = jobs.len();
     let mut written = Written {
         batches: n,
         ..Written::default()
     };
-    let accepted = |a: &[Result<(), StoreError>]| a.iter().filter(|r| r.is_ok()).count() as u64;
+    let accepted = |a: &[Answer]| a.iter().filter(|r| r.is_ok()).count() as u64;
     // When the group's transaction fails as a whole it is rolled back (dropped), and each
     // batch is retried alone below.
     if n > 1 {
@@ -455,7 +525,7 @@ fn write_group(
                 written.commits = 1;
                 written.appends = accepted(&answers);
                 for (job, answer) in jobs.into_iter().zip(answers) {
-                    let _ = job.reply.send(answer);
+                    job.answer(answer);
                 }
                 return Ok(written);
             }
@@ -465,20 +535,22 @@ fn write_group(
     }
     let mut left = jobs.into_iter();
     while let Some(job) = left.next() {
-        let answer = match try_group(conn, std::slice::from_ref(&job)) {
+        match try_group(conn, std::slice::from_ref(&job)) {
             Ok(mut a) => {
                 written.commits += 1;
                 written.appends += accepted(&a);
-                a.pop().unwrap_or(Ok(()))
+                match a.pop() {
+                    Some(answer) => job.answer(answer),
+                    None => job.answer(Answer::Append(Ok(()))),
+                }
             }
             Err(e) if !wait && is_busy(&e) => {
                 let mut back = vec![job];
                 back.extend(left);
                 return Err(back);
             }
-            Err(e) => Err(failure(path, &job, e)),
-        };
-        let _ = job.reply.send(answer);
+            Err(e) => job.fail(path, e),
+        }
     }
     Ok(written)
 }
@@ -524,7 +596,7 @@ const INSERT_SESSION: &str = "INSERT INTO sessions (id, user_id, agent, referenc
 
 /// Writes `jobs` in one transaction. The outer error is a failure that spoils the transaction
 /// (it is rolled back); the inner results are each batch's own refusals (conflict, no session).
-fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result<(), StoreError>>> {
+fn try_group(conn: &mut Connection, jobs: &[Work]) -> rusqlite::Result<Vec<Answer>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut answers = Vec::with_capacity(jobs.len());
     {
@@ -533,7 +605,14 @@ fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result
         let mut touch = tx.prepare_cached(TOUCH)?;
         let mut insert_session = tx.prepare_cached(INSERT_SESSION)?;
         let mut lease = tx.prepare_cached(&LEASE)?;
-        for job in jobs {
+        for work in jobs {
+            let job = match work {
+                Work::Append(job) => job,
+                Work::Exec(x) => {
+                    answers.push(Answer::Exec(Ok((x.run)(&tx)?)));
+                    continue;
+                }
+            };
             let current: Option<crate::lease::Row> = lease
                 .query_row(params![job.id], |r| {
                     Ok((
@@ -551,7 +630,7 @@ fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result
                 .transpose()
                 .and_then(|l| crate::lease::fence(&job.id, job.epoch, l.as_ref(), job.now));
             if let Err(e) = fenced {
-                answers.push(Err(e));
+                answers.push(Answer::Append(Err(e)));
                 continue;
             }
             if let Some((s, metadata)) = &job.create {
@@ -566,7 +645,7 @@ fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result
                     job.now
                 ])?;
                 if added == 0 {
-                    answers.push(Err(StoreError::Exists(s.id.clone())));
+                    answers.push(Answer::Append(Err(StoreError::Exists(s.id.clone()))));
                     continue;
                 }
                 // The session's first events, in the same transaction.
@@ -574,30 +653,30 @@ fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result
                 for r in &job.rows {
                     insert.execute(params![pk, r.seq, r.ts, r.v, r.kind, r.payload, r.epoch])?;
                 }
-                answers.push(Ok(()));
+                answers.push(Answer::Append(Ok(())));
                 continue;
             }
             let found: Option<(i64, Option<i64>)> = head
                 .query_row(params![job.id], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?;
             let Some((pk, last)) = found else {
-                answers.push(Err(StoreError::NotFound(job.id.clone())));
+                answers.push(Answer::Append(Err(StoreError::NotFound(job.id.clone()))));
                 continue;
             };
             let last = last.unwrap_or(0);
             let Ok(last) = u64::try_from(last) else {
-                answers.push(Err(StoreError::Corrupt(format!(
+                answers.push(Answer::Append(Err(StoreError::Corrupt(format!(
                     "session {}: its last event is numbered {last}",
                     job.id
-                ))));
+                )))));
                 continue;
             };
             if last != job.expected_seq {
-                answers.push(Err(StoreError::Conflict {
+                answers.push(Answer::Append(Err(StoreError::Conflict {
                     session: job.id.clone(),
                     expected: job.expected_seq,
                     actual: last,
-                }));
+                })));
                 continue;
             }
             for r in &job.rows {
@@ -612,7 +691,7 @@ fn try_group(conn: &mut Connection, jobs: &[Job]) -> rusqlite::Result<Vec<Result
             if let Some(snap) = &job.snapshot {
                 write_snapshot(&tx, pk, snap)?;
             }
-            answers.push(Ok(()));
+            answers.push(Answer::Append(Ok(())));
         }
     }
     tx.commit()?;
