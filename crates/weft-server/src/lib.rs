@@ -47,6 +47,7 @@ mod sessions;
 mod state_update;
 mod store;
 mod stream;
+mod tail;
 mod threads;
 mod view;
 

@@ -294,6 +294,8 @@ pub(crate) struct Runs {
     wakers: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
     /// Thread → the text the model is generating, piece by piece (never stored: live only).
     texts: Mutex<HashMap<String, TextFeed>>,
+    /// Thread → the events its runs stored lately through this process (see `tail`).
+    pub(crate) tails: crate::tail::Tails,
     tasks: tokio::sync::Mutex<tokio::task::JoinSet<()>>,
 }
 
@@ -445,6 +447,7 @@ impl Runs {
         if let Ok(mut t) = self.texts.lock() {
             t.remove(thread);
         }
+        self.tails.forget(thread);
     }
 
     pub(crate) fn waker(&self, thread: &str) -> Arc<tokio::sync::Notify> {
@@ -929,6 +932,18 @@ fn observer(app: &Shared, thread: &str) -> weft_runtime::Observer {
     })
 }
 
+/// What the server sees of the events of the thread's own session (not its sub-agents'): kept
+/// in the thread's tail for its streams, which are then woken.
+fn own_observer(app: &Shared, thread: &str) -> weft_runtime::Observer {
+    let waker = app.runs.waker(thread);
+    let app = app.clone();
+    let thread = thread.to_owned();
+    Arc::new(move |e: &weft_core::Envelope| {
+        app.runs.tails.push(&thread, e);
+        waker.notify_waiters();
+    })
+}
+
 /// A run that stopped at a safe point while the session still runs was paused (`POST
 /// /sessions/{id}/pause`), unless the server is stopping. A paused session waits for a person
 /// (a wait of kind `paused`, recorded while the run's lease is still held): no server or worker
@@ -946,7 +961,9 @@ async fn hold_if_paused(
         Arc::new(weft_tools::Registry::new()),
         weft_core::Limits::default(),
     );
-    rt = rt.observe(observer(app, &held.fence().0));
+    rt = rt
+        .observe(observer(app, &held.fence().0))
+        .observe_own(own_observer(app, &held.fence().0));
     // The wait closes the turn's spans: they are exported as the run's others.
     let live = weft_host::telemetry::Live::start(
         &app.host.telemetry,
@@ -1020,6 +1037,7 @@ async fn finish(app: &Shared, run: &Run, outcome: anyhow::Result<SessionStatus>)
         a.remove(&run.thread_id);
     }
     run.status.send_replace((status, last));
+    app.runs.tails.ended(&run.thread_id);
     let seconds = (weft_runtime::now_ms() - run.created_at).max(0) as f64 / 1000.0;
     app.metrics.run_ended(status.as_str(), seconds);
     waker.notify_waiters();
@@ -1052,7 +1070,9 @@ async fn drive(
     );
     rt.redact = agent.redact.clone();
     rt.quota = app.host.quota_of(Some(&run.user));
-    rt = rt.observe(observer(app, &run.thread_id));
+    rt = rt
+        .observe(observer(app, &run.thread_id))
+        .observe_own(own_observer(app, &run.thread_id));
     held.bind(&mut rt);
     let built = Agent::new(
         &agent.spec,
@@ -1631,6 +1651,7 @@ async fn adopt(app: Shared, held: weft_host::ownership::Held<weft_store::AnyStor
         let own = live
             .iter()
             .map(weft_host::telemetry::Live::observer)
+            .chain([own_observer(&app, &tid)])
             .collect();
         let span = live
             .as_ref()

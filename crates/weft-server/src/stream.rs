@@ -583,6 +583,9 @@ impl Cursor {
             self.flush_text();
             let read = if quiet {
                 Ok(Vec::new())
+            } else if let Some(kept) = self.app.runs.tails.after(&self.run.thread_id, self.seq) {
+                // Stored through this process just now: no need to read them back.
+                Ok(kept)
             } else {
                 self.app
                     .store
