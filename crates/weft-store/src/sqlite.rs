@@ -1,11 +1,13 @@
 //! Sessions in a SQLite file: WAL journal, `synchronous=FULL` or `NORMAL` as the [`Durability`]
 //! says, a busy timeout and foreign keys. The default store of a single weft process.
 //!
-//! Appends (and the snapshots written with them) go through the group-commit writer, whose
-//! durability can change while the store is open ([`SessionLog::set_durability`]). The pool's
-//! connections (leases, pruning, reads) keep the durability the store was opened with: in WAL
-//! mode a synced commit makes every earlier commit durable with it, so an append at `full` is
-//! never durable without the lease it was written under.
+//! Appends (and the snapshots written with them), leases (taken, renewed, let go) and the
+//! naming of an empty session's agent go through the group-commit writer, whose durability can
+//! change while the store is open ([`SessionLog::set_durability`]): a lease is written in the
+//! same transaction as the appends queued beside it, never in a synced transaction of its own
+//! that waits for the writer's lock. The pool's connections (pruning, metadata, queued runs,
+//! crons, reads) keep the durability the store was opened with: in WAL mode a synced commit
+//! makes every earlier commit durable with it.
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
