@@ -165,8 +165,19 @@ if has pg; then
     a=$server
     start_weft 2127 --db "$db_url" --durability full
     b=$server
+    # PostgreSQL shares the machine: its processes' CPU during the batch is printed beside the
+    # replicas' (user + system ticks of every `postgres` process, from /proc).
+    pg_cpu() {
+        local t=0 p
+        for p in $(pgrep -x postgres); do
+            t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+        done
+        echo "$t"
+    }
+    before=$(pg_cpu)
     record "2 weft serve replicas, PostgreSQL full; Rust generator" rust_client \
         --url http://127.0.0.1:2126 --url http://127.0.0.1:2127 --server-pid "$a" --server-pid "$b"
+    echo "PostgreSQL's processes used $(python3 -c "print(round(($(pg_cpu) - $before) / $(getconf CLK_TCK), 2))") s of CPU during that batch"
     stop "$a" "$b"
 fi
 
