@@ -8,6 +8,10 @@
 //! share the next one. The holder of the connection looks at the queue again after letting go of
 //! it, so an append queued while the connection was taken is never left behind.
 //!
+//! Leases (taken, renewed, let go) and the naming of an empty session's agent are queued the same
+//! way, as statements ([`Exec`]) written in the group beside the appends: they share its sync
+//! and never wait for its lock.
+//!
 //! A batch that conflicts is refused without touching the others. If a transaction fails as a
 //! whole (a write error), it is rolled back and every batch is retried alone, so each caller gets
 //! the answer its own batch deserves.
@@ -147,11 +151,9 @@ enum Answer {
 }
 
 impl Answer {
-    fn is_ok(&self) -> bool {
-        match self {
-            Answer::Append(r) => r.is_ok(),
-            Answer::Exec(r) => r.is_ok(),
-        }
+    /// An append (or session creation) that was written: what [`WriteStats::appends`] counts.
+    fn appended(&self) -> bool {
+        matches!(self, Answer::Append(Ok(())))
     }
 }
 
@@ -516,7 +518,7 @@ fn write_group(
         batches: n,
         ..Written::default()
     };
-    let accepted = |a: &[Answer]| a.iter().filter(|r| r.is_ok()).count() as u64;
+    let accepted = |a: &[Answer]| a.iter().filter(|r| r.appended()).count() as u64;
     // When the group's transaction fails as a whole it is rolled back (dropped), and each
     // batch is retried alone below.
     if n > 1 {
