@@ -497,9 +497,13 @@ fn needs_sdk_the_store_api_is_the_users_long_term_memory() {
 #[test]
 fn needs_sdk_update_state_adds_messages_the_next_run_reads() {
     let out = scenario(Some("update-state"));
+    if let Some(line) = out.lines().find(|l| l.starts_with("update_state raced")) {
+        eprintln!("{line}");
+    }
     for check in [
         "threads.update_state adds messages the next run's model reads",
         "threads.update_state refuses what it cannot add, with what to do",
+        "threads.update_state raced against a run start: one waits or is refused, nothing is lost or split",
     ] {
         assert!(out.contains(&format!("ok: {check}\n")), "{check}: {out}");
     }
