@@ -53,7 +53,7 @@ pub fn driver() -> Owner {
 }
 
 /// Whether `owner` is this process or one of its [`driver`]s.
-fn mine(owner: &Owner) -> bool {
+pub fn mine(owner: &Owner) -> bool {
     let me = me();
     owner.id == me.id
         || owner

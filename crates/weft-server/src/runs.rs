@@ -785,16 +785,72 @@ pub(crate) async fn start_with_id(
     Ok(run)
 }
 
+/// How long a run waits for a lease this process holds without a run (see [`take`]).
+const BRIEF_HOLD: Duration = Duration::from_secs(2);
+
 async fn take(
     app: &Shared,
     run: &Arc<Run>,
 ) -> Result<weft_host::ownership::Held<weft_store::AnyStore>, ApiError> {
     // Each run is an owner of its own: a second run of this process on the thread is refused.
     let owner = weft_host::ownership::driver();
-    let held =
-        weft_host::ownership::take_as(&app.host, app.store.clone(), &run.thread_id, false, &owner)
-            .await
-            .map_err(|e| ApiError::new(StatusCode::CONFLICT, crate::message(&e.into())))?;
+    // A lease this process holds for a moment with no run on the thread (an update of its
+    // state being written, a run letting it go) is waited for, briefly: the run begins once the
+    // thread is free instead of being refused.
+    let until = tokio::time::Instant::now() + BRIEF_HOLD;
+    let mut waited = false;
+    let held = loop {
+        let taken = weft_host::ownership::take_as(
+            &app.host,
+            app.store.clone(),
+            &run.thread_id,
+            false,
+            &owner,
+        )
+        .await;
+        match taken {
+            Ok(held) => {
+                if waited {
+                    // Taken after a wait: what was written meanwhile comes before the run.
+                    match app.store.get(&run.thread_id).await {
+                        Ok(rec) => {
+                            run.begins_after(rec.last_seq);
+                            run.status.send_replace((RunStatus::Pending, rec.last_seq));
+                        }
+                        Err(e) => {
+                            held.release().await;
+                            return Err(ApiError::new(
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                format!("the run could not be started: {e}"),
+                            ));
+                        }
+                    }
+                }
+                break held;
+            }
+            Err(e) => {
+                // Held by this process with no run here, or let go since: try again.
+                let brief = tokio::time::Instant::now() < until
+                    && !app.runs.active_on(&run.thread_id)
+                    && match app.store.lease(&run.thread_id).await {
+                        Ok(Some(l)) => {
+                            weft_host::ownership::mine(&l.owner)
+                                || l.expires_at <= weft_runtime::now_ms()
+                        }
+                        Ok(None) => true,
+                        Err(_) => false,
+                    };
+                if !brief {
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        crate::message(&e.into()),
+                    ));
+                }
+                waited = true;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
     if let Ok(mut a) = app.runs.active.lock() {
         a.insert(run.thread_id.clone(), run.run_id.clone());
     }

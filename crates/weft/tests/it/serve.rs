@@ -503,7 +503,7 @@ fn needs_sdk_update_state_adds_messages_the_next_run_reads() {
     for check in [
         "threads.update_state adds messages the next run's model reads",
         "threads.update_state refuses what it cannot add, with what to do",
-        "threads.update_state raced against a run start: one waits or is refused, nothing is lost or split",
+        "threads.update_state raced against a run start: the run waits for the update or the update is refused, nothing is lost or split",
     ] {
         assert!(out.contains(&format!("ok: {check}\n")), "{check}: {out}");
     }

@@ -952,10 +952,10 @@ async def update_state():
     ok("threads.update_state refuses what it cannot add, with what to do")
 
     # Raced against a run starting on the same thread, 20 times with the two requests shifted
-    # by 0-4 ms: each is accepted or refused with 409 (never both refused), the run that
-    # starts ends as it should, and the thread's conversation holds the note once if the update
-    # was accepted (before the run's task or after its answer, never inside the run) and not
-    # at all if refused.
+    # by 0-4 ms: the run is always accepted (it waits for an update being written) and ends as
+    # it should; the update is accepted or refused with 409 (the thread is running); the
+    # thread's conversation holds the note once if the update was accepted (before the run's
+    # task or after its answer, never inside the run) and not at all if refused.
     outcomes = {}
 
     async def race(i):
@@ -966,11 +966,7 @@ async def update_state():
 
         async def start():
             await asyncio.sleep((i % 3) * 0.002)
-            try:
-                return await alice.runs.create(tid, "twice", input=user_msg("two"))
-            except httpx.HTTPStatusError as e:
-                assert e.response.status_code == 409, e.response.text
-                return None
+            return await alice.runs.create(tid, "twice", input=user_msg("two"))
 
         async def update():
             await asyncio.sleep(((i + 1) % 3) * 0.002)
@@ -982,16 +978,14 @@ async def update_state():
                 return False
 
         run, updated = await asyncio.gather(start(), update())
-        assert run is not None or updated, f"round {i}: both refused"
-        if run is not None:
-            await alice.runs.join(tid, run["run_id"])
-            done = await alice.runs.get(tid, run["run_id"])
-            assert done["status"] == "success", done
+        await alice.runs.join(tid, run["run_id"])
+        done = await alice.runs.get(tid, run["run_id"])
+        assert done["status"] == "success", done
         state = await alice.threads.get_state(tid)
         msgs = state["values"]["messages"]
         said = [m.get("content") for m in msgs]
         assert said.count(note) == (1 if updated else 0), (i, run, updated, said)
-        if run is not None and updated:
+        if updated:
             k, two = said.index(note), said.index("two")
             assert k < two or said[k - 1] == "Twice.", (i, said)
         # Every tool call is followed by its result before anything else.
@@ -999,13 +993,13 @@ async def update_state():
             for c in m.get("tool_calls") or []:
                 assert msgs[j + 1]["type"] == "tool" and msgs[j + 1]["tool_call_id"] == c["id"], (i, msgs)
         assert (await alice.threads.get(tid))["status"] == "idle"
-        key = ("run" if run is not None else "no run") + " + " + ("update" if updated else "no update")
+        key = "note before the run" if updated and k < two else "note after the run" if updated else "update refused"
         outcomes[key] = outcomes.get(key, 0) + 1
 
     for i in range(20):
         await race(i)
     print("update_state raced against a run start:", json.dumps(outcomes, sort_keys=True), flush=True)
-    ok("threads.update_state raced against a run start: one waits or is refused, nothing is lost or split")
+    ok("threads.update_state raced against a run start: the run waits for the update or the update is refused, nothing is lost or split")
 
 
 async def queued_restart():
