@@ -2150,17 +2150,28 @@ pub(crate) async fn cancel_many(
             }
             out
         }
-        (None, None, Some(status)) => mine
-            .into_iter()
-            .filter(|r| {
-                let s = r.status.borrow().0;
-                match status {
-                    "pending" => s == RunStatus::Pending,
-                    "running" => s == RunStatus::Running,
-                    _ => !s.is_final(),
+        (None, None, Some(status)) => {
+            // The user's runs queued on any replica, wherever they wait.
+            if status != "running" {
+                for q in app.store.queued_runs_of_user(&user.0).await? {
+                    if !mine.iter().any(|r| r.run_id == q.run_id)
+                        && let Ok(run) = found(&app, &user, &q.thread_id, &q.run_id).await
+                    {
+                        mine.push(run);
+                    }
                 }
-            })
-            .collect(),
+            }
+            mine.into_iter()
+                .filter(|r| {
+                    let s = r.status.borrow().0;
+                    match status {
+                        "pending" => s == RunStatus::Pending,
+                        "running" => s == RunStatus::Running,
+                        _ => !s.is_final(),
+                    }
+                })
+                .collect()
+        }
         (None, None, None) => {
             return Err(ApiError::bad(
                 "say which runs: thread_id, run_ids (with thread_id), or status",

@@ -240,6 +240,7 @@ impl crate::RunQueue for AnyStore {
         async fn queue_run(&self, q: &crate::QueuedRun) -> Result<(), StoreError>;
         async fn queued_run(&self, run_id: &str) -> Result<Option<crate::QueuedRun>, StoreError>;
         async fn queued_runs_of(&self, thread_id: &str) -> Result<Vec<crate::QueuedRun>, StoreError>;
+        async fn queued_runs_of_user(&self, user_id: &str) -> Result<Vec<crate::QueuedRun>, StoreError>;
         async fn stale_queued_runs(&self, now: i64, limit: usize) -> Result<Vec<crate::QueuedRun>, StoreError>;
         async fn take_queued_run(
             &self,

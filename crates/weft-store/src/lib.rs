@@ -632,6 +632,11 @@ pub trait RunQueue: Send + Sync + 'static {
         &self,
         thread_id: &str,
     ) -> impl Future<Output = Result<Vec<QueuedRun>, StoreError>> + Send;
+    /// The runs queued for `user_id`, on any thread, oldest first.
+    fn queued_runs_of_user(
+        &self,
+        user_id: &str,
+    ) -> impl Future<Output = Result<Vec<QueuedRun>, StoreError>> + Send;
     /// At most `limit` queued runs whose claim expired at `now`, oldest first.
     fn stale_queued_runs(
         &self,

@@ -32,6 +32,14 @@ pub(crate) fn of_thread_sql(p: fn(usize) -> String) -> String {
     )
 }
 
+/// A user's queued runs, oldest first. Parameter: user_id.
+pub(crate) fn of_user_sql(p: fn(usize) -> String) -> String {
+    format!(
+        "SELECT {COLUMNS} FROM queued_runs WHERE user_id = {} ORDER BY created_at, run_id",
+        p(1)
+    )
+}
+
 /// Queued runs whose claim expired, oldest first. Parameters: now, limit.
 pub(crate) fn stale_sql(p: fn(usize) -> String) -> String {
     format!(
@@ -139,6 +147,22 @@ macro_rules! sql_queue_methods {
                 .fetch_all(&self.pool)
                 .await
                 .map_err(|e| self.err(&format!("cannot read the runs queued on {thread_id}"), e))?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in &rows {
+                out.push($crate::queue::queued_from_row!(r));
+            }
+            Ok(out)
+        }
+
+        async fn queued_runs_of_user(
+            &self,
+            user_id: &str,
+        ) -> Result<Vec<$crate::QueuedRun>, $crate::StoreError> {
+            let rows = sqlx::query(&$crate::queue::of_user_sql($p))
+                .bind(user_id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| self.err(&format!("cannot read the runs queued for {user_id}"), e))?;
             let mut out = Vec::with_capacity(rows.len());
             for r in &rows {
                 out.push($crate::queue::queued_from_row!(r));

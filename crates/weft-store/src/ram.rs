@@ -356,6 +356,19 @@ impl crate::RunQueue for RamStore {
         ))
     }
 
+    async fn queued_runs_of_user(
+        &self,
+        user_id: &str,
+    ) -> Result<Vec<crate::QueuedRun>, StoreError> {
+        let all = self.queued()?;
+        Ok(oldest_first(
+            all.values()
+                .filter(|q| q.user_id == user_id)
+                .cloned()
+                .collect(),
+        ))
+    }
+
     async fn stale_queued_runs(
         &self,
         now: i64,

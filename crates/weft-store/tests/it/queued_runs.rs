@@ -31,6 +31,9 @@ async fn queue_behaves<S: RunQueue>(store: &S) {
         .await
         .unwrap();
     store.queue_run(&queued("r4", "t2", "p2", 5)).await.unwrap();
+    let mut bobs = queued("r5", "t3", "p1", 1);
+    bobs.user_id = "bob".to_owned();
+    store.queue_run(&bobs).await.unwrap();
     assert!(
         store.queue_run(&a).await.is_err(),
         "a run id is queued once"
@@ -43,6 +46,12 @@ async fn queue_behaves<S: RunQueue>(store: &S) {
         ["r1", "r2", "r3"]
     );
     assert_eq!(ids(store.queued_runs_of("t2").await.unwrap()), ["r4"]);
+    assert_eq!(
+        ids(store.queued_runs_of_user("alice").await.unwrap()),
+        ["r4", "r1", "r2", "r3"]
+    );
+    assert_eq!(ids(store.queued_runs_of_user("bob").await.unwrap()), ["r5"]);
+    store.unqueue_run("r5").await.unwrap();
 
     // p1 renews its claims (r1, r3) until 5,000; p2's (r2, r4) run out at 1,000.
     store.renew_queued_runs("p1", 5_000).await.unwrap();

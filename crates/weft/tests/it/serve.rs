@@ -819,7 +819,7 @@ mod needs_postgres {
     /// B, with `end` right after its last event; a second run sent to B is refused (`reject`) or
     /// queued behind A's run (`enqueue`); `runs.cancel` and `runs.cancel_many` (by thread, by
     /// run ids, by status) from B stop runs A drives; a run queued on A is seen from B, and
-    /// cancelled from B it never begins on A.
+    /// cancelled from B (by id, or by `cancel_many(status="pending")`) it never begins on A.
     #[test]
     fn needs_sdk_a_replica_sees_streams_queues_behind_and_cancels_anothers_runs() {
         let python = super::common::service_var("WEFT_TEST_SDK_PYTHON");
@@ -862,6 +862,7 @@ mod needs_postgres {
             "runs.cancel from B of A's run",
             "runs.cancel_many from B reaches A's runs",
             "a run queued on A, cancelled from B, never begins",
+            "cancel_many by status on B reaches a run queued on A",
         ] {
             assert!(
                 stdout.contains(&format!("ok: {check}")),

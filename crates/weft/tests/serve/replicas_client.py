@@ -165,6 +165,20 @@ async def cancels(a, b):
     assert (await a.threads.get(t4))["status"] == "error"
     print("ok: a run queued on A, cancelled from B, never begins", flush=True)
 
+    # cancel_many(status="pending") on B reaches a run queued on A (stored, not in B's memory).
+    t5, rid5 = await stuck()
+    queued = await a.runs.create(t5, "hold", input=MSG, multitask_strategy="enqueue")
+    await within("cancel_many by status pending from B", 40, b.runs.cancel_many(status="pending"))
+    assert await status(b, t5, queued["run_id"]) == "error", await b.runs.get(t5, queued["run_id"])
+    await within("runs.cancel from B", 40, b.runs.cancel(t5, rid5, wait=True))
+
+    async def given_up_too():
+        return await status(a, t5, queued["run_id"]) == "error"
+    await until("A giving up the run cancelled by status on B", 20, given_up_too)
+    listed = await a.runs.list(t5)
+    assert [r["run_id"] for r in listed if r["status"] != "error"] == [], listed
+    print("ok: cancel_many by status on B reaches a run queued on A", flush=True)
+
 
 async def _started(client, tid):
     """Whether the thread's run has a call in flight (its log has a start without an end)."""
