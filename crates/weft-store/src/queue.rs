@@ -24,18 +24,10 @@ pub(crate) fn get_sql(p: fn(usize) -> String) -> String {
     format!("SELECT {COLUMNS} FROM queued_runs WHERE run_id = {}", p(1))
 }
 
-/// A thread's queued runs, oldest first. Parameter: thread_id.
-pub(crate) fn of_thread_sql(p: fn(usize) -> String) -> String {
+/// The queued runs whose `column` (`thread_id`, `user_id`) is the parameter, oldest first.
+pub(crate) fn of_sql(p: fn(usize) -> String, column: &str) -> String {
     format!(
-        "SELECT {COLUMNS} FROM queued_runs WHERE thread_id = {} ORDER BY created_at, run_id",
-        p(1)
-    )
-}
-
-/// A user's queued runs, oldest first. Parameter: user_id.
-pub(crate) fn of_user_sql(p: fn(usize) -> String) -> String {
-    format!(
-        "SELECT {COLUMNS} FROM queued_runs WHERE user_id = {} ORDER BY created_at, run_id",
+        "SELECT {COLUMNS} FROM queued_runs WHERE {column} = {} ORDER BY created_at, run_id",
         p(1)
     )
 }
@@ -104,6 +96,20 @@ macro_rules! queued_from_row {
 }
 pub(crate) use queued_from_row;
 
+/// The queued runs of rows read with [`COLUMNS`], as an `Ok` (or the first row that cannot be
+/// read as an error).
+macro_rules! queued_from_rows {
+    ($rows:expr) => {{
+        let rows = $rows;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            out.push($crate::queue::queued_from_row!(r));
+        }
+        Ok(out)
+    }};
+}
+pub(crate) use queued_from_rows;
+
 /// The methods of [`crate::RunQueue`] for a store with a sqlx `pool` and an `err` method, with
 /// placeholders written by `$p`.
 macro_rules! sql_queue_methods {
@@ -142,32 +148,24 @@ macro_rules! sql_queue_methods {
             &self,
             thread_id: &str,
         ) -> Result<Vec<$crate::QueuedRun>, $crate::StoreError> {
-            let rows = sqlx::query(&$crate::queue::of_thread_sql($p))
+            let rows = sqlx::query(&$crate::queue::of_sql($p, "thread_id"))
                 .bind(thread_id)
                 .fetch_all(&self.pool)
                 .await
                 .map_err(|e| self.err(&format!("cannot read the runs queued on {thread_id}"), e))?;
-            let mut out = Vec::with_capacity(rows.len());
-            for r in &rows {
-                out.push($crate::queue::queued_from_row!(r));
-            }
-            Ok(out)
+            $crate::queue::queued_from_rows!(rows)
         }
 
         async fn queued_runs_of_user(
             &self,
             user_id: &str,
         ) -> Result<Vec<$crate::QueuedRun>, $crate::StoreError> {
-            let rows = sqlx::query(&$crate::queue::of_user_sql($p))
+            let rows = sqlx::query(&$crate::queue::of_sql($p, "user_id"))
                 .bind(user_id)
                 .fetch_all(&self.pool)
                 .await
                 .map_err(|e| self.err(&format!("cannot read the runs queued for {user_id}"), e))?;
-            let mut out = Vec::with_capacity(rows.len());
-            for r in &rows {
-                out.push($crate::queue::queued_from_row!(r));
-            }
-            Ok(out)
+            $crate::queue::queued_from_rows!(rows)
         }
 
         async fn stale_queued_runs(
@@ -181,11 +179,7 @@ macro_rules! sql_queue_methods {
                 .fetch_all(&self.pool)
                 .await
                 .map_err(|e| self.err("cannot read the queued runs", e))?;
-            let mut out = Vec::with_capacity(rows.len());
-            for r in &rows {
-                out.push($crate::queue::queued_from_row!(r));
-            }
-            Ok(out)
+            $crate::queue::queued_from_rows!(rows)
         }
 
         async fn take_queued_run(

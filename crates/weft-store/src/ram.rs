@@ -324,6 +324,17 @@ impl RamStore {
             .lock()
             .map_err(|_| StoreError::Poisoned("queued runs"))
     }
+
+    /// The queued runs `keep` keeps, oldest first.
+    fn queued_where(
+        &self,
+        keep: impl Fn(&crate::QueuedRun) -> bool,
+    ) -> Result<Vec<crate::QueuedRun>, StoreError> {
+        let all = self.queued()?;
+        Ok(oldest_first(
+            all.values().filter(|q| keep(q)).cloned().collect(),
+        ))
+    }
 }
 
 /// Oldest first, as the SQL stores list them.
@@ -347,26 +358,14 @@ impl crate::RunQueue for RamStore {
     }
 
     async fn queued_runs_of(&self, thread_id: &str) -> Result<Vec<crate::QueuedRun>, StoreError> {
-        let all = self.queued()?;
-        Ok(oldest_first(
-            all.values()
-                .filter(|q| q.thread_id == thread_id)
-                .cloned()
-                .collect(),
-        ))
+        self.queued_where(|q| q.thread_id == thread_id)
     }
 
     async fn queued_runs_of_user(
         &self,
         user_id: &str,
     ) -> Result<Vec<crate::QueuedRun>, StoreError> {
-        let all = self.queued()?;
-        Ok(oldest_first(
-            all.values()
-                .filter(|q| q.user_id == user_id)
-                .cloned()
-                .collect(),
-        ))
+        self.queued_where(|q| q.user_id == user_id)
     }
 
     async fn stale_queued_runs(
