@@ -98,12 +98,16 @@ pub(crate) struct Exec {
     pub what: String,
     /// The statement: a value it returns (a new epoch, rows changed), if any.
     pub run: ExecFn,
-    pub reply: oneshot::Sender<Result<Option<i64>, StoreError>>,
+    pub reply: oneshot::Sender<Reply>,
 }
 
 /// A statement for the writer's transaction.
 pub(crate) type ExecFn =
     Box<dyn Fn(&rusqlite::Transaction<'_>) -> rusqlite::Result<Option<i64>> + Send + 'static>;
+
+/// One job's answer from a transaction: a statement's value (an append has none), or the
+/// job's own refusal.
+type Reply = Result<Option<i64>, StoreError>;
 
 /// What the writer is given to write.
 pub(crate) enum Work {
@@ -112,20 +116,14 @@ pub(crate) enum Work {
 }
 
 impl Work {
-    /// Answers the caller with `Ok` or with its own refusal.
-    fn answer(self, a: Answer) {
-        match (self, a) {
-            (Work::Append(j), Answer::Append(r)) => {
-                let _ = j.reply.send(r);
+    /// Answers the caller with its statement's value, or with its own refusal.
+    fn answer(self, a: Reply) {
+        match self {
+            Work::Append(j) => {
+                let _ = j.reply.send(a.map(|_| ()));
             }
-            (Work::Exec(x), Answer::Exec(r)) => {
-                let _ = x.reply.send(r);
-            }
-            (Work::Append(j), Answer::Exec(r)) => {
-                let _ = j.reply.send(r.map(|_| ()));
-            }
-            (Work::Exec(x), Answer::Append(r)) => {
-                let _ = x.reply.send(r.map(|()| None));
+            Work::Exec(x) => {
+                let _ = x.reply.send(a);
             }
         }
     }
@@ -141,19 +139,6 @@ impl Work {
                 let _ = x.reply.send(Err(err));
             }
         }
-    }
-}
-
-/// One job's answer from a transaction.
-enum Answer {
-    Append(Result<(), StoreError>),
-    Exec(Result<Option<i64>, StoreError>),
-}
-
-impl Answer {
-    /// An append (or session creation) that was written: what [`WriteStats::appends`] counts.
-    fn appended(&self) -> bool {
-        matches!(self, Answer::Append(Ok(())))
     }
 }
 
@@ -518,14 +503,20 @@ fn write_group(
         batches: n,
         ..Written::default()
     };
-    let accepted = |a: &[Answer]| a.iter().filter(|r| r.appended()).count() as u64;
+    // What `WriteStats::appends` counts: appends (and creations) written, not statements.
+    let accepted = |jobs: &[Work], a: &[Reply]| {
+        jobs.iter()
+            .zip(a)
+            .filter(|(j, r)| matches!(j, Work::Append(_)) && r.is_ok())
+            .count() as u64
+    };
     // When the group's transaction fails as a whole it is rolled back (dropped), and each
     // batch is retried alone below.
     if n > 1 {
         match try_group(conn, &jobs) {
             Ok(answers) => {
                 written.commits = 1;
-                written.appends = accepted(&answers);
+                written.appends = accepted(&jobs, &answers);
                 for (job, answer) in jobs.into_iter().zip(answers) {
                     job.answer(answer);
                 }
@@ -540,11 +531,8 @@ fn write_group(
         match try_group(conn, std::slice::from_ref(&job)) {
             Ok(mut a) => {
                 written.commits += 1;
-                written.appends += accepted(&a);
-                match a.pop() {
-                    Some(answer) => job.answer(answer),
-                    None => job.answer(Answer::Append(Ok(()))),
-                }
+                written.appends += accepted(std::slice::from_ref(&job), &a);
+                job.answer(a.pop().unwrap_or(Ok(None)));
             }
             Err(e) if !wait && is_busy(&e) => {
                 let mut back = vec![job];
@@ -598,7 +586,7 @@ const INSERT_SESSION: &str = "INSERT INTO sessions (id, user_id, agent, referenc
 
 /// Writes `jobs` in one transaction. The outer error is a failure that spoils the transaction
 /// (it is rolled back); the inner results are each batch's own refusals (conflict, no session).
-fn try_group(conn: &mut Connection, jobs: &[Work]) -> rusqlite::Result<Vec<Answer>> {
+fn try_group(conn: &mut Connection, jobs: &[Work]) -> rusqlite::Result<Vec<Reply>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut answers = Vec::with_capacity(jobs.len());
     {
@@ -611,7 +599,7 @@ fn try_group(conn: &mut Connection, jobs: &[Work]) -> rusqlite::Result<Vec<Answe
             let job = match work {
                 Work::Append(job) => job,
                 Work::Exec(x) => {
-                    answers.push(Answer::Exec(Ok((x.run)(&tx)?)));
+                    answers.push(Ok((x.run)(&tx)?));
                     continue;
                 }
             };
@@ -632,7 +620,7 @@ fn try_group(conn: &mut Connection, jobs: &[Work]) -> rusqlite::Result<Vec<Answe
                 .transpose()
                 .and_then(|l| crate::lease::fence(&job.id, job.epoch, l.as_ref(), job.now));
             if let Err(e) = fenced {
-                answers.push(Answer::Append(Err(e)));
+                answers.push(Err(e));
                 continue;
             }
             if let Some((s, metadata)) = &job.create {
@@ -647,7 +635,7 @@ fn try_group(conn: &mut Connection, jobs: &[Work]) -> rusqlite::Result<Vec<Answe
                     job.now
                 ])?;
                 if added == 0 {
-                    answers.push(Answer::Append(Err(StoreError::Exists(s.id.clone()))));
+                    answers.push(Err(StoreError::Exists(s.id.clone())));
                     continue;
                 }
                 // The session's first events, in the same transaction.
@@ -655,30 +643,30 @@ fn try_group(conn: &mut Connection, jobs: &[Work]) -> rusqlite::Result<Vec<Answe
                 for r in &job.rows {
                     insert.execute(params![pk, r.seq, r.ts, r.v, r.kind, r.payload, r.epoch])?;
                 }
-                answers.push(Answer::Append(Ok(())));
+                answers.push(Ok(None));
                 continue;
             }
             let found: Option<(i64, Option<i64>)> = head
                 .query_row(params![job.id], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?;
             let Some((pk, last)) = found else {
-                answers.push(Answer::Append(Err(StoreError::NotFound(job.id.clone()))));
+                answers.push(Err(StoreError::NotFound(job.id.clone())));
                 continue;
             };
             let last = last.unwrap_or(0);
             let Ok(last) = u64::try_from(last) else {
-                answers.push(Answer::Append(Err(StoreError::Corrupt(format!(
+                answers.push(Err(StoreError::Corrupt(format!(
                     "session {}: its last event is numbered {last}",
                     job.id
-                )))));
+                ))));
                 continue;
             };
             if last != job.expected_seq {
-                answers.push(Answer::Append(Err(StoreError::Conflict {
+                answers.push(Err(StoreError::Conflict {
                     session: job.id.clone(),
                     expected: job.expected_seq,
                     actual: last,
-                })));
+                }));
                 continue;
             }
             for r in &job.rows {
@@ -693,7 +681,7 @@ fn try_group(conn: &mut Connection, jobs: &[Work]) -> rusqlite::Result<Vec<Answe
             if let Some(snap) = &job.snapshot {
                 write_snapshot(&tx, pk, snap)?;
             }
-            answers.push(Answer::Append(Ok(())));
+            answers.push(Ok(None));
         }
     }
     tx.commit()?;
