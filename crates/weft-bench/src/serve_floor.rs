@@ -18,6 +18,7 @@ use axum::extract::Path;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use futures::StreamExt as _;
 use serde_json::{Value, json};
 
 /// The wait of each model turn (the benchmark agent's scripted model takes 50 ms a call).
@@ -54,38 +55,35 @@ async fn stream_run(Path(thread): Path<String>, body: Bytes, answer: String) -> 
             return (StatusCode::UNPROCESSABLE_ENTITY, "the body is not JSON").into_response();
         }
     };
+    // What every step writes, made once: the stream only counts steps.
     let run_id = uuid::Uuid::new_v4().to_string();
-    let events = futures::stream::unfold(0usize, move |step| {
-        let run = run.clone();
-        let (thread, run_id, answer) = (thread.clone(), run_id.clone(), answer.clone());
-        async move {
-            let out = match step {
-                0 => event("metadata", &json!({"run_id": run_id, "thread_id": thread})),
-                s if s > 2 * TURNS - 1 => return None,
-                s if s % 2 == 1 => {
-                    tokio::time::sleep(MODEL_TURN).await;
-                    let turn = s / 2;
-                    let message = if turn + 1 == TURNS {
-                        json!({"type": "ai", "content": answer})
-                    } else {
-                        json!({"type": "ai", "content": "", "tool_calls": [
-                            {"id": format!("call-{turn}"), "name": "echo",
-                             "args": {"text": run["input"].clone()}}]})
-                    };
-                    event("updates", &json!({"agent": {"messages": [message]}}))
-                }
-                s => {
-                    let turn = s / 2 - 1;
-                    event(
-                        "updates",
-                        &json!({"tools": {"messages": [{"type": "tool",
-                            "tool_call_id": format!("call-{turn}"), "content": "echo"}]}}),
-                    )
-                }
-            };
-            Some((Ok::<_, Infallible>(out), step + 1))
+    let metadata = event("metadata", &json!({"run_id": run_id, "thread_id": thread}));
+    let mut updates = Vec::with_capacity(2 * TURNS - 1);
+    for turn in 0..TURNS {
+        let message = if turn + 1 == TURNS {
+            json!({"type": "ai", "content": answer})
+        } else {
+            json!({"type": "ai", "content": "", "tool_calls": [
+                {"id": format!("call-{turn}"), "name": "echo", "args": {"text": run["input"]}}]})
+        };
+        updates.push((
+            true,
+            event("updates", &json!({"agent": {"messages": [message]}})),
+        ));
+        if turn + 1 < TURNS {
+            let result = json!({"tools": {"messages": [{"type": "tool",
+                "tool_call_id": format!("call-{turn}"), "content": "echo"}]}});
+            updates.push((false, event("updates", &result)));
         }
+    }
+    // A model turn's update comes after the turn's wait; a tool's at once.
+    let steps = futures::stream::iter(updates).then(|(turn, bytes)| async move {
+        if turn {
+            tokio::time::sleep(MODEL_TURN).await;
+        }
+        Ok::<_, Infallible>(bytes)
     });
+    let events = futures::stream::once(async move { Ok::<_, Infallible>(metadata) }).chain(steps);
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-store")

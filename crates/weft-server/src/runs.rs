@@ -975,16 +975,15 @@ async fn execute(
     finish(&app, &run, outcome).await;
 }
 
-/// What the server sees of every event of a thread it drives: metrics count it, the model's
-/// text goes to the thread's live streams, and the streams waiting for the log wake up.
+/// What the server sees of every event of a thread it drives, its sub-agents' included:
+/// metrics count it, and the model's text goes to the thread's live streams. (The thread's own
+/// events wake its streams through [`own_observer`].)
 fn observer(app: &Shared, thread: &str) -> weft_runtime::Observer {
-    let waker = app.runs.waker(thread);
     let counted = app.clone();
     let thread = thread.to_owned();
     Arc::new(move |e: &weft_core::Envelope| {
         counted.metrics.observe(e);
         counted.runs.text_observed(&thread, e);
-        waker.notify_waiters();
     })
 }
 
