@@ -156,12 +156,7 @@ async def cancels(a, b):
                  b.runs.cancel(t4, queued["run_id"], wait=True))
     assert await status(b, t4, queued["run_id"]) == "error"
     await within("runs.cancel from B", 40, b.runs.cancel(t4, rid4, wait=True))
-
-    async def given_up():
-        return await status(a, t4, queued["run_id"]) == "error"
-    await until("A giving up the run cancelled on B", 20, given_up)
-    listed = await a.runs.list(t4)
-    assert [r["run_id"] for r in listed if r["status"] != "error"] == [], listed
+    await never_began(a, t4, queued["run_id"], "the run cancelled on B")
     assert (await a.threads.get(t4))["status"] == "error"
     print("ok: a run queued on A, cancelled from B, never begins", flush=True)
 
@@ -171,13 +166,17 @@ async def cancels(a, b):
     await within("cancel_many by status pending from B", 40, b.runs.cancel_many(status="pending"))
     assert await status(b, t5, queued["run_id"]) == "error", await b.runs.get(t5, queued["run_id"])
     await within("runs.cancel from B", 40, b.runs.cancel(t5, rid5, wait=True))
-
-    async def given_up_too():
-        return await status(a, t5, queued["run_id"]) == "error"
-    await until("A giving up the run cancelled by status on B", 20, given_up_too)
-    listed = await a.runs.list(t5)
-    assert [r["run_id"] for r in listed if r["status"] != "error"] == [], listed
+    await never_began(a, t5, queued["run_id"], "the run cancelled by status on B")
     print("ok: cancel_many by status on B reaches a run queued on A", flush=True)
+
+
+async def never_began(a, tid, rid, what):
+    """A gives up queued run `rid` (it ends `error`) and no run of the thread went on."""
+    async def given_up():
+        return await status(a, tid, rid) == "error"
+    await until(f"A giving up {what}", 20, given_up)
+    listed = await a.runs.list(tid)
+    assert [r["run_id"] for r in listed if r["status"] != "error"] == [], listed
 
 
 async def _started(client, tid):
