@@ -8,6 +8,7 @@ pub mod budget;
 mod calls;
 pub mod clock;
 mod knowledge;
+mod patience;
 mod process;
 pub mod quota;
 pub mod retrieval;

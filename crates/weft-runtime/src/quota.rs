@@ -38,7 +38,11 @@ impl<S: Store> Runtime<S> {
             return Ok(None);
         };
         let now = self.clock.now_ms();
-        let used = self.store.usage(&q.user, &period_keys(now)).await?;
+        let keys = period_keys(now);
+        let used = crate::patience::patiently("reading the user's quota counters", || {
+            self.store.usage(&q.user, &keys)
+        })
+        .await?;
         let add = Used::at_most(max);
         Ok(Period::ALL
             .iter()
@@ -46,15 +50,19 @@ impl<S: Store> Runtime<S> {
             .find_map(|(p, u)| weft_core::quota::check(&q.quota, *p, u, &add)))
     }
 
-    /// Adds what a model call used to the user's counters (nothing without a quota).
+    /// Adds what a model call used to the user's counters (nothing without a quota). A store
+    /// that is briefly away is waited for; an addition whose answer was lost with the
+    /// connection and is asked again may count twice (the quota then errs on the safe side).
     pub(crate) async fn quota_spent(&self, used: &Used) -> Result<(), RuntimeError> {
         let Some(q) = &self.quota else {
             return Ok(());
         };
         let now = self.clock.now_ms();
-        self.store
-            .add_usage(&q.user, &period_keys(now), used, now)
-            .await?;
+        let keys = period_keys(now);
+        crate::patience::patiently("adding to the user's quota counters", || {
+            self.store.add_usage(&q.user, &keys, used, now)
+        })
+        .await?;
         Ok(())
     }
 }

@@ -75,7 +75,9 @@ impl<'s, S: Store> Session<'s, S> {
         self
     }
 
-    /// Appends a batch, with a snapshot of the state as it is now when one is due.
+    /// Appends a batch, with a snapshot of the state as it is now when one is due. A store that
+    /// is briefly away is waited for (see [`crate::patience`]): the batch is written once it is
+    /// back, unless another process took the session over meanwhile (the fence refuses it).
     async fn append(
         &mut self,
         base: u64,
@@ -83,20 +85,50 @@ impl<'s, S: Store> Session<'s, S> {
         status: weft_core::SessionStatus,
         ts: i64,
     ) -> Result<(), RuntimeError> {
-        match self.snapshots.due(&self.state) {
-            Some(snap) => {
-                self.store
-                    .append_with_snapshot(&self.id, base, events, status, ts, &snap)
-                    .await?;
-                self.snapshots.written(&snap);
+        let snap = self.snapshots.due(&self.state);
+        let mut patience = crate::patience::Patience::new();
+        let what = format!("appending to session {}", self.id);
+        loop {
+            let written = match &snap {
+                Some(snap) => {
+                    self.store
+                        .append_with_snapshot(&self.id, base, events, status, ts, snap)
+                        .await
+                }
+                None => self.store.append(&self.id, base, events, status, ts).await,
+            };
+            let e = match written {
+                Ok(()) => break,
+                Err(e) => e,
+            };
+            // Asked again after a try whose answer was lost: that try may have been committed.
+            if patience.tried()
+                && matches!(e, StoreError::Conflict { .. })
+                && self.written_already(base, events).await?
+            {
+                break;
             }
-            None => {
-                self.store
-                    .append(&self.id, base, events, status, ts)
-                    .await?;
+            if !patience.again(&e, &what).await {
+                return Err(e.into());
             }
         }
+        if let Some(snap) = &snap {
+            self.snapshots.written(snap);
+        }
         Ok(())
+    }
+
+    /// Whether the log holds `events` right after event `base` as this session wrote them (at
+    /// its epoch, with their time): an earlier try of this append was committed. No other
+    /// writer writes at this session's epoch, so those events can only be these.
+    async fn written_already(&self, base: u64, events: &[Envelope]) -> Result<bool, RuntimeError> {
+        let what = format!("reading session {} back", self.id);
+        let stored =
+            crate::patience::patiently(&what, || self.store.events_after(&self.id, base)).await?;
+        Ok(stored.len() >= events.len()
+            && events.iter().zip(&stored).all(|(mine, there)| {
+                mine.seq == there.seq && mine.epoch == there.epoch && mine.ts == there.ts
+            }))
     }
 
     /// Writes every event at the lease epoch `epoch` (see [`weft_core::Envelope::epoch`]).
@@ -185,15 +217,32 @@ impl<'s, S: Store> Session<'s, S> {
         let ts = self.clock.now_ms();
         let status = self.state.status_after(&events);
         let envelopes = self.number(events, ts);
-        match self.store.create_with(new, &envelopes, status, ts).await {
-            Ok(_) => {}
-            Err(StoreError::Exists(id)) => {
-                if self.store.get(&id).await?.last_seq != 0 {
-                    return Err(StoreError::Exists(id).into());
+        let mut patience = crate::patience::Patience::new();
+        let what = format!("creating session {}", self.id);
+        loop {
+            let e = match self
+                .store
+                .create_with(new.clone(), &envelopes, status, ts)
+                .await
+            {
+                Ok(_) => break,
+                Err(e) => e,
+            };
+            if let StoreError::Exists(id) = &e {
+                // Created by an earlier try whose answer was lost with the connection.
+                if patience.tried() && self.written_already(0, &envelopes).await? {
+                    break;
                 }
-                self.store.append(&id, 0, &envelopes, status, ts).await?;
+                let found = crate::patience::patiently(&what, || self.store.get(id)).await?;
+                if found.last_seq != 0 {
+                    return Err(e.into());
+                }
+                self.append(0, &envelopes, status, ts).await?;
+                break;
             }
-            Err(e) => return Err(e.into()),
+            if !patience.again(&e, &what).await {
+                return Err(e.into());
+            }
         }
         self.apply_and_publish(&envelopes);
         Ok(())

@@ -212,7 +212,8 @@ macro_rules! acquire_query {
 pub(crate) use acquire_query;
 
 /// The [`crate::Leases`] methods that the SQL stores share, written once: `acquire`, `renew`,
-/// `release`, `request` and `lease`, for a store with a `pool` and an `err(context, sqlx::Error)`
+/// `release`, `request` and `lease`, for a store with a `pool`, a `lease_pool()` (the
+/// connections its lease writes use) and an `err(context, sqlx::Error)`
 /// and the placeholders `$p` makes (`dollar`; SQLite writes its leases through its writer and
 /// takes only [`sql_lease_reads`]). Each store writes its own `claim`, `wake` and
 /// `wait_for_work`.
@@ -229,7 +230,7 @@ macro_rules! sql_lease_methods {
             let ctx = || format!("cannot take the lease of session {id}");
             let expires_at = now.saturating_add(ttl_ms);
             let epoch = $crate::lease::acquire_query!($p, id, owner, expires_at, now, force)
-                .fetch_optional(&self.pool)
+                .fetch_optional(self.lease_pool())
                 .await
                 .map_err(|e| self.err(&ctx(), e))?;
             match epoch {
@@ -261,7 +262,7 @@ macro_rules! sql_lease_methods {
                 .bind(&l.session)
                 .bind(&l.owner.id)
                 .bind($crate::row::to_i64("epoch", l.epoch)?)
-                .execute(&self.pool)
+                .execute(self.lease_pool())
                 .await
                 .map_err(|e| {
                     self.err(

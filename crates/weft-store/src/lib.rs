@@ -378,6 +378,46 @@ impl StoreError {
             Self::Query { .. } | Self::Constraint { .. } | Self::Unavailable { .. }
         )
     }
+
+    /// True when the same request may well succeed if asked again shortly: the database could
+    /// not be reached or dropped the connection (restarted, crashed, shut down by an
+    /// administrator), the pool had no connection free in time, a statement was cancelled by
+    /// its time bound, or SQLite stayed busy. A refusal about the data (a conflict, a lost
+    /// lease, a broken constraint, corrupt rows) is never transient: asking again gets the same
+    /// answer.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Unavailable { .. } | Self::Busy(_) => true,
+            Self::Query { source, .. } => source
+                .downcast_ref::<sqlx::Error>()
+                .is_some_and(transient_sqlx),
+            _ => false,
+        }
+    }
+}
+
+/// Whether a driver's error says the connection or the server failed rather than the request.
+fn transient_sqlx(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| transient_sqlstate(&c)),
+        _ => false,
+    }
+}
+
+/// PostgreSQL's codes for a failed connection (class 08), an operator's or a crash's shutdown
+/// (57P01–57P03), a statement cancelled by its time bound (57014), too many connections
+/// (53300) and a serialization failure or deadlock (40001, 40P01): each can pass by itself.
+fn transient_sqlstate(code: &str) -> bool {
+    code.starts_with("08")
+        || matches!(
+            code,
+            "57P01" | "57P02" | "57P03" | "57014" | "53300" | "40001" | "40P01"
+        )
 }
 
 impl StoreError {

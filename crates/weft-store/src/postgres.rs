@@ -114,6 +114,10 @@ const POSTGRES: crate::sql_log::Dialect = crate::sql_log::Dialect {
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pub(crate) pool: PgPool,
+    /// Connections of their own for taking, renewing and releasing leases: an owner's renewal
+    /// never waits behind the appends and reads that fill [`PgStore::pool`] under load, so a
+    /// live owner does not lose its sessions because its process is busy.
+    leases: PgPool,
     /// `PostgreSQL at host:port`, for messages.
     target: String,
     /// Hears `NOTIFY weft_work` for [`Leases::wait_for_work`] (connected at the first wait).
@@ -218,10 +222,12 @@ impl PgStore {
         let opts = opts
             .options([("synchronous_commit", commit.value(durability))])
             .options(bounds.options());
-        let pool = pool(&opts);
+        let leases = pool(&opts, LEASE_POOL_SIZE);
+        let pool = pool(&opts, POOL_SIZE);
         migrate(&pool, &target).await?;
         Ok(Self {
             pool,
+            leases,
             target,
             listener: Arc::new(tokio::sync::Mutex::new(None)),
             commit,
@@ -283,6 +289,12 @@ impl PgStore {
     /// Closes every connection; later calls fail.
     pub async fn close(&self) {
         self.pool.close().await;
+        self.leases.close().await;
+    }
+
+    /// The connections lease writes use (see [`PgStore::leases`]).
+    fn lease_pool(&self) -> &PgPool {
+        &self.leases
     }
 
     /// An append, with a snapshot, in one transaction.
@@ -778,10 +790,16 @@ async fn server_settings(
     })
 }
 
-/// The pool, connecting lazily with `opts`.
-fn pool(opts: &PgConnectOptions) -> PgPool {
+/// How many connections the store's appends and reads share.
+const POOL_SIZE: u32 = 8;
+
+/// How many connections the store's lease writes have to themselves (see [`PgStore::leases`]).
+const LEASE_POOL_SIZE: u32 = 2;
+
+/// A pool of `size` connections, connecting lazily with `opts`.
+fn pool(opts: &PgConnectOptions, size: u32) -> PgPool {
     PgPoolOptions::new()
-        .max_connections(8)
+        .max_connections(size)
         .acquire_timeout(CONNECT_TIMEOUT)
         .connect_lazy_with(opts.clone())
 }

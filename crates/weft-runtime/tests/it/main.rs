@@ -16,6 +16,7 @@ mod fan_out;
 mod loops;
 mod memories;
 mod model_calls;
+mod outage;
 mod prop;
 mod quotas;
 mod retrieval;

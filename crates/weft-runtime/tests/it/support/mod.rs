@@ -40,6 +40,11 @@ pub struct Log {
 }
 
 impl Log {
+    /// Whether any call has begun.
+    pub fn any_began(&self) -> bool {
+        self.tick.load(Ordering::SeqCst) > 0
+    }
+
     pub fn calls(&self) -> Vec<CallRecord> {
         self.calls.lock().unwrap().clone()
     }
