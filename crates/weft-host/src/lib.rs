@@ -38,6 +38,25 @@ pub const EXIT_FAILED: u8 = 1;
 /// Exit code after an interruption (128 + SIGINT, as shells report it).
 pub const EXIT_INTERRUPTED: u8 = 130;
 
+/// The store's error that `e` or one of its causes is, however it was wrapped (as is, in the
+/// runtime's error or in the host's): what a front end tells apart an outage or a lost lease by.
+pub fn store_error_in<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a weft_store::StoreError> {
+    use weft_runtime::RuntimeError;
+    std::iter::successors(Some(e), |c| c.source()).find_map(|c| {
+        c.downcast_ref::<weft_store::StoreError>()
+            .or(match c.downcast_ref::<RuntimeError>() {
+                Some(RuntimeError::Store(s)) => Some(s),
+                _ => None,
+            })
+            .or(match c.downcast_ref::<HostError>() {
+                Some(HostError::Store(s) | HostError::Runtime(RuntimeError::Store(s))) => Some(s),
+                _ => None,
+            })
+    })
+}
+
 /// What went wrong while hosting a session.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {

@@ -167,9 +167,33 @@ pub fn hold<S: Store>(host: &Host, store: Arc<S>, lease: Lease) -> Held<S> {
         tokio::spawn(async move {
             let renew_every = ttl() / 3;
             let mut renewed = tokio::time::Instant::now();
+            let mut failing = false;
             loop {
                 tokio::time::sleep(LOOK_EVERY.min(renew_every)).await;
-                if let Ok(Some(now)) = store.lease(&lease.session).await {
+                // The renewal first, and again at the next look after a failure: it must never
+                // wait behind the look for requests, which may be slow on a busy store.
+                if renewed.elapsed() >= renew_every {
+                    let until = clock.now_ms().saturating_add(ttl_ms());
+                    match store.renew(&lease, until).await {
+                        Ok(()) => {
+                            renewed = tokio::time::Instant::now();
+                            failing = false;
+                        }
+                        Err(StoreError::LeaseLost(_)) => {
+                            tracing::warn!(session = %lease.session, "the session's lease was taken over");
+                            return;
+                        }
+                        Err(e) if !failing => {
+                            failing = true;
+                            tracing::warn!(session = %lease.session, "cannot renew the session's lease (trying again every {} ms): {e}", LOOK_EVERY.as_millis());
+                        }
+                        Err(e) => {
+                            tracing::debug!(session = %lease.session, "cannot renew the session's lease: {e}");
+                        }
+                    }
+                }
+                let look = tokio::time::timeout(LOOK_EVERY, store.lease(&lease.session)).await;
+                if let Ok(Ok(Some(now))) = look {
                     let what = match now.request.as_deref() {
                         Some("cancel") => Some(Asked::Cancel),
                         Some("pause") => Some(Asked::Pause),
@@ -177,17 +201,6 @@ pub fn hold<S: Store>(host: &Host, store: Arc<S>, lease: Lease) -> Held<S> {
                     };
                     if what.is_some() && now.epoch == lease.epoch {
                         let _ = tell.send(what);
-                    }
-                }
-                if renewed.elapsed() < renew_every {
-                    continue;
-                }
-                renewed = tokio::time::Instant::now();
-                let until = clock.now_ms().saturating_add(ttl_ms());
-                if let Err(e) = store.renew(&lease, until).await {
-                    tracing::warn!(session = %lease.session, "cannot renew the session's lease: {e}");
-                    if matches!(e, StoreError::LeaseLost(_)) {
-                        return;
                     }
                 }
             }
