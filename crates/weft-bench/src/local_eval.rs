@@ -12,7 +12,8 @@
 //! agent's tools, their input schemas and the plan's references; a workflow step's output must
 //! pass `workflow::validate_output` against the step's `output_schema`). On top of that, each
 //! task of the task file (`bench/local-eval/tasks.yaml`) has a check of what a sensible reply
-//! holds.
+//! holds. With `--out FILE` the results are written as JSON, which `bench/local-eval/times.py`
+//! reads for the time per call and `refusals.py` for why the engine refused planner replies.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

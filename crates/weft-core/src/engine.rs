@@ -1,5 +1,18 @@
 //! The plan engine's decisions: which steps run next, what a tool's outcome means for its step,
 //! and when a run is over. Pure: the shell performs what `decide` asks and reports outcomes.
+//!
+//! One tool step, as the shell sees it:
+//! 1. [`decide`] finds the step ready (its dependencies ended, the data it reads written, its
+//!    `_when` true) and returns [`Next::Start`] with `wave_started`, `step_started` and
+//!    `tool_call_started`.
+//! 2. The shell stores those events and only then starts the call; calls of idempotent tools
+//!    start first, their starts staged and stored with their outcomes when they finish at once
+//!    (`weft_runtime`'s `Calls::start`).
+//! 3. The outcome comes back; [`tools_finished`] turns the outcomes that ended together into
+//!    `tool_call_finished` and `step_completed`, `step_retrying` or `step_failed` (each judged
+//!    after the ones before it), committed as one batch.
+//! 4. With no call in flight, `decide` closes the wave (`wave_finished`; in an agent, the review
+//!    follows) and looks for the next one.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

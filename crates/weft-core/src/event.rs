@@ -504,7 +504,8 @@ pub enum Event {
         args: Value,
         /// The attempt's number, from 1.
         attempt: u32,
-        /// Stable across a re-run after a crash: `session:step:attempt`.
+        /// The logical call's key, `SESSION:N:DIGEST` ([`crate::state::call_key`]): reused by
+        /// the call's retries and by a re-run after a crash.
         idempotency_key: String,
     },
     /// A tool call ended.

@@ -5,6 +5,12 @@
 //! follows `_onItemError`: `fail` (the step fails, no new item starts), `skip` (left out of the
 //! results) or `collect` (its place holds `{"error": ...}`). The step's output is the list of
 //! results in item order. Pure, like the rest of the engine.
+//!
+//! Fan-out is a window, not waves: the whole fan-out is one step of one wave (in plan mode, one
+//! review after it). Under `fail`, the first item that fails for good stops new items and
+//! retries (a retry already due is dropped, and an outcome judged after it in the same batch
+//! schedules none; see `engine::tools_finished`); the calls running finish and are recorded
+//! before the step fails.
 
 use serde_json::{Value, json};
 

@@ -1,4 +1,8 @@
 //! Sessions as a whole: a fork of one, and the time format of listings.
+//!
+//! A fork ([`fork`]) is shared by `weft sessions fork`, `POST /sessions/{id}/fork` and
+//! `POST /threads/{id}/copy` (a fork at the last event). Its first event names its parent, and
+//! it copies no snapshot: its first load folds its log.
 
 use serde_json::{Value, json};
 use weft_core::{SessionStatus, State};

@@ -11,6 +11,14 @@
 //! therefore folds at most about that many events after decoding the snapshot: about four heads'
 //! worth of events, for a state as large as a 10,000-step plan's.
 //!
+//! A snapshot is of the state as the append finds it, so it is never ahead of the log: a plain
+//! commit writes it before the batch is applied (it covers the log up to the event before the
+//! batch), a flush of staged events after they were applied (it covers the batch's last event).
+//! Only the newest head is kept; each snapshot adds one part (which replaces those from its
+//! start on, when the parts start over). A state loaded from its window cannot start them over
+//! (that needs the messages before the window): such a snapshot is not written (a warning says
+//! so), and the next load folds further.
+//!
 //! A load holds the conversation from the snapshot's window on (the messages a request still
 //! carries after a compaction; see [`weft_core::history::History::window`]) and reads only the
 //! parts that hold them, so a compacted session loads in about the same time at any length.

@@ -11,9 +11,12 @@
 //! (`tools`), a plan step's attempt (named by the step's id); a workflow's model turn starts with
 //! the task or where a step is entered; a plan agent's model turn (`agent`: planning, the review
 //! after a wave, the answer) runs while none of its steps does, and ends with a plan or as its
-//! steps start. It starts and ends at events of
-//! the log, and its id is derived from the thread and the event that scheduled it, so a replay
-//! and the thread's history give the ids a live stream gave.
+//! steps start. It starts and ends at events of the log, and its id is derived from the thread
+//! and the event that scheduled it (the checkpoint before a model turn, the reply and call id of
+//! a tool call, a plan step's start), so a checkpoint names the tasks that run after it before
+//! they start. The `tasks` and `checkpoints` stream modes and the thread's history come from
+//! one fold of the log ([`Lineage`]), which a stream runs from the log's first event as it folds
+//! the state: a live stream, a replay and the history give the same ids.
 
 use std::collections::BTreeMap;
 

@@ -1,12 +1,13 @@
-//! Prometheus metrics at `/metrics` (text exposition, no key needed on loopback setups that
-//! scrape it; it holds counts and durations only, never ids, text or secrets):
+//! Prometheus metrics at `/metrics` (OpenMetrics text; it needs an API key, as the API's routes
+//! do; it holds counts and durations only, never ids, text or secrets):
 //! - `weft_runs_total{status}` and `weft_run_duration_seconds`: runs ended, by how;
 //! - `weft_runs_active`: runs being driven by this server, and `weft_runs_pending`: runs
 //!   waiting for their thread (queued with `multitask_strategy: enqueue`);
 //! - `weft_tool_calls_total{outcome}` and `weft_tool_call_duration_seconds`;
 //! - `weft_model_tokens_total{kind}`: input and output tokens the models reported;
-//! - the metrics `weft-telemetry` derives from the events of the runs this server drives (the
-//!   same as it sends over OTLP), under their OpenTelemetry names with dots made underscores:
+//! - when the process's telemetry is configured (`OTEL_*`), the metrics `weft-telemetry` derives
+//!   from the events of the runs this server drives (the same as it sends over OTLP), under
+//!   their OpenTelemetry names with dots made underscores:
 //!   `gen_ai_client_token_usage`, `gen_ai_client_operation_duration_seconds`,
 //!   `gen_ai_client_operation_time_to_first_chunk_seconds` (with the conventions' buckets),
 //!   `weft_turns_total`, `weft_waits_total`, `weft_lease_takeovers_total`,

@@ -2,7 +2,9 @@
 //! outcome, tokens, cost, latency, attempt and refusal reason, with the session's totals), and
 //! one call in full: the request weft sent (messages, tools offered, response format), rebuilt
 //! from the log by the core (`weft_core::model_calls`; logs hold no requests), the raw reply and
-//! what the core made of it. Behind the same keys and user rules as the session routes.
+//! what the core made of it. Behind the same keys and user rules as the session routes. The
+//! request is rebuilt with the agent file this server serves under the session's agent name
+//! (redacted with its secrets); a server that does not serve it answers why, with no request.
 
 use axum::Json;
 use axum::extract::{Extension, Path, State};

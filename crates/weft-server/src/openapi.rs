@@ -4,6 +4,18 @@
 //! from the handlers' own types (schemars): requests as they are read, responses as they are
 //! written (`components/schemas` holds the named response types), so the document cannot drift
 //! from what the handlers accept and answer.
+//!
+//! Every JSON answer is a type deriving `Serialize` and `JsonSchema`; a test checks the main
+//! routes' real answers against the schemas declared here
+//! (`crates/weft/tests/it/playground.rs`). `weft serve --openapi` prints the document;
+//! `scripts/playground-types` turns it into the playground's `playground/js/api-types.d.ts` and,
+//! with `--check` (a step of `.ci/run`), fails on a stale file and runs `tsc --noEmit` over the
+//! page's scripts, which name the response types they read with JSDoc (`@typedef
+//! {import("./api-types").components["schemas"]["SessionView"]} SessionView`), so a renamed or
+//! removed field fails where it is read. The check is strict with null checks on and
+//! `noImplicitAny` off (DOM helpers and callbacks stay untyped); what the schemas leave open
+//! (each event type's fields, `conversation` messages, `partial_call`, `forked_from`, tool input
+//! schemas) is typed by hand where it is read.
 
 use axum::handler::Handler;
 use axum::routing::MethodRouter;

@@ -5,6 +5,14 @@
 //! `crates/weft-server/playground/`, no build step) are embedded in the binary and hold no data, so
 //! they load without a key; everything the page shows comes from the HTTP API, called with the
 //! key the person signs in with, like any other client.
+//!
+//! The key is kept in `sessionStorage` (or `localStorage` when asked) and sent as `x-api-key`;
+//! event streams are read with `fetch` (with `Last-Event-ID`), since `EventSource` cannot send a
+//! header. The page is served with a Content-Security-Policy that allows only this server's
+//! scripts, styles and connections, and an ETag from the embedded file's hash (`debug-embed`:
+//! debug builds embed the files too, so tests load what ships). The scripts, one per concern
+//! under `playground/js/` (`main.js` the entry), each say in their first lines what they do;
+//! every one is `// @ts-check`, checked by `tsc` against `api-types.d.ts` (see `openapi.rs`).
 
 use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};

@@ -7,6 +7,12 @@
 //! the same one restarted, and started from its stored request. Any server finds a queued run by
 //! its id (`runs.get`, a join, a stream, `runs.list`) and follows it until it begins; a cancel
 //! deletes its record, so that the server holding it never starts it.
+//!
+//! The holder looks at where the run stands ([`standing`]) before it takes the thread and again
+//! after (another server that took the run over may have begun it meanwhile): still queued, it
+//! begins; begun elsewhere, it is followed; its record gone, it was cancelled. A queued run
+//! decides what it does (start the session, a new turn, an answer) from the thread as it is once
+//! the run before it ended, and its events begin there.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -5,6 +5,14 @@
 //! the same spans: a resumed, taken-over or replayed session continues the same trace, and a
 //! process that first feeds the part of the log another process already exported
 //! ([`Deriver::skip_through`]) never gives a span twice.
+//!
+//! The spans: the conventions' `invoke_agent` (or `invoke_workflow`) for a turn, `chat` for a
+//! model call and `execute_tool` for a tool call, and weft's own for waves, plan steps, reviews,
+//! replans, fan-outs and waits for a person (and `gen_ai.evaluation.result` for a verdict of
+//! `weft eval`). A run's `traceparent` (recorded in its `run_started`) puts the turn it starts
+//! in the caller's trace. Times come from the events; the one time taken live, to a model
+//! call's first piece of text, is measured as it comes by `weft_host::telemetry::Live` (the
+//! runtime also keeps it with the reply, `ModelReply::timing`).
 
 use std::collections::HashMap;
 

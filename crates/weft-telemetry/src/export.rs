@@ -3,7 +3,9 @@
 //! Nothing is exported unless an endpoint is given (`--otlp`, `OTEL_EXPORTER_OTLP_ENDPOINT` or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), and `OTEL_SDK_DISABLED=true` turns it off whatever
 //! else is set. Spans go through a bounded queue to a task of their own: a run never waits for
-//! the collector, and a span that finds the queue full is dropped and counted.
+//! the collector, and a span that finds the queue full is dropped and counted ([`Exporter`]).
+//! Metrics go through the SDK's instruments and periodic reader ([`Meters`]), whose requests run
+//! on the process's runtime through weft's own `reqwest` client.
 
 use std::borrow::Cow;
 use std::sync::Arc;

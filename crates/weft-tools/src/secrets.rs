@@ -1,5 +1,7 @@
 //! Secrets: declared by name in the agent file, resolved only when a tool runs, and never shown
 //! to the model. The [`Redactor`] replaces every known secret value with `[secret:NAME]`.
+//! Every declared secret is checked when the agent loads (one that does not resolve fails,
+//! naming it) and read again each time a tool runs.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};

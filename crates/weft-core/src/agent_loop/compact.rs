@@ -11,6 +11,11 @@
 //! a tool call and its result are always on the same side of it. Each compaction summarises the
 //! previous summary and the messages after it, at most a budget's worth at a time, and keeps the
 //! most recent messages within half the budget, so a conversation of any length stays bounded.
+//!
+//! The budget is the agent's `limits.max_context_tokens` (so per model, as an agent has one),
+//! counted with [`crate::history::estimate_tokens`] (a quarter of the bytes and a few per
+//! message): weft knows no model's tokenizer, and the estimate errs on the safe side for English
+//! text. An empty summary is refused and fed back like any unusable reply.
 
 use super::reply::rejected;
 use super::{AgentConfig, AgentNext};

@@ -3,7 +3,9 @@
 //! session's shelves (its user's, its agent's, public: the store decides which, from the
 //! session's record) and reports what it found with [`memories_recalled`], which cuts it to the
 //! agent's budget and records it as one [`Event::MemoriesRecalled`]. The turn's requests then
-//! carry exactly what the event holds ([`crate::prompts`], "What you remember").
+//! carry exactly what the event holds ([`crate::prompts`], "What you remember"): ReAct and
+//! workflow requests in their system message, the planner's and the resolver's in the message
+//! that gives the task.
 //!
 //! The search happens once per turn: the event clears the state's `recall_due`, so a session
 //! that is resumed, replayed or forked after it sends the same prompts without searching again.

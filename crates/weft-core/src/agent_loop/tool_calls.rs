@@ -1,7 +1,9 @@
 //! The model's own tool calls (ReAct, and the turns inside a workflow step): which calls of the
 //! last reply have no result yet, and how they start. A call of a tool outside the offered set
 //! is refused, `ask_user` becomes a wait, a call that needs approval waits for it, and the rest
-//! run in rounds as a plan's steps run in waves.
+//! run in rounds as a plan's steps run in waves (a call of a tool that is not `parallel` alone,
+//! calls of parallel tools together, up to `max_parallel`). The model is asked again once every
+//! call of the reply has its result.
 
 use serde_json::Value;
 

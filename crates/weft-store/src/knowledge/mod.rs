@@ -7,7 +7,11 @@
 //! it). [`Knowledge::search_vector`] ranks the entries whose vectors the same model made by cosine
 //! similarity, reading every candidate vector (an exact search, linear in the entries on the
 //! shelves searched, in bounded memory); [`fuse`] combines a text ranking and a vector ranking by
-//! reciprocal rank fusion.
+//! reciprocal rank fusion. Memories and document chunks share one table (migration 6) and one
+//! search, told apart by [`Kind`]; vectors (migration 7) are stored as little-endian `f32`. The
+//! search by meaning is exact rather than an approximate index: no extension to install on
+//! either database, results that do not depend on an index's tuning, and a latency that
+//! BENCHMARKS.md measures.
 //!
 //! **Isolation.** A search or a deletion names every shelf it may touch; nothing is read or
 //! deleted outside them. Callers build the shelves from who is asking (the session's user, the

@@ -5,6 +5,13 @@
 //! paragraph, list item and table row becomes a block of its own (a row's cells one per line),
 //! so the paragraph chunker cuts between them. Spaces are collapsed as a browser shows them,
 //! except inside `pre`.
+//!
+//! A tokenizer, not a tree: the text a person reads needs only the tags, and the sink itself
+//! tells the tokenizer which elements hold raw text (`script`, `style`, `title`, ...), as a
+//! browser's tree builder does. Misnested markup can then end a block early or late; it never
+//! loses text outside the hidden elements. A chunk cites the *source* line its first block
+//! starts on (the tokenizer reports lines), so a reader can open the file there, which a
+//! heading or a paragraph number would not let them do.
 
 use std::cell::RefCell;
 

@@ -1,13 +1,18 @@
 //! The text of a PDF, page by page, read with `pdf-extract` (on `lopdf`), pure Rust. Before a
 //! page is read, the text operators `'` and `"` of its content are spelled out as the ones they
-//! stand for, which the extractor reads (Ghostscript writes every line after the first so).
+//! stand for, which the extractor reads (Ghostscript writes every line after the first so); this
+//! is not done yet inside form XObjects. `pdf-extract` places text by its position, where
+//! lopdf's own extraction breaks words that are kerned (as groff writes them).
 //!
 //! A PDF is untrusted input and its reader was not written for it: it can panic on a malformed
 //! file, or run for a very long time. So the file is read whole first (at most
 //! [`MAX_PDF_BYTES`]), its text is extracted on a thread of its own where a panic is caught and
 //! turned into an error (and not printed), the caller waits at most [`PDF_TIME_LIMIT`], and the
 //! text kept is bounded by [`MAX_PDF_TEXT_BYTES`]. Every error says what is wrong with the file
-//! and what to do; the caller adds the file's name.
+//! and what to do; the caller adds the file's name. The thread is named `weft-pdf`, and a panic
+//! hook keeps its panics off stderr while passing every other thread's on. Not bounded: a stack
+//! overflow in the reader would still end the process, and decompressed streams have no bound
+//! of their own.
 
 use std::io::Read;
 use std::path::Path;

@@ -2,6 +2,12 @@
 //! agents keep with `remember` and find with `recall`. Every command names whose memories it
 //! touches (`--user ID`, or `--scope user:ID|agent:NAME|public`), and reads, finds or deletes
 //! nothing outside those shelves.
+//!
+//! It names its shelves on the command line because it is a tool for the people who run weft,
+//! not for users: it is not held to one user's shelf. A memory's text is made by
+//! `weft_tools::memory_text` (redacted with `--agent FILE`'s secrets, bounded), as `remember`
+//! makes it. `list` goes newest first (`created_at`, then id), a page at a time (`--limit` at
+//! most 1,000).
 
 use std::collections::BTreeMap;
 use std::io::Write;
