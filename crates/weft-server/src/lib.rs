@@ -21,6 +21,8 @@
 //!   their cost, a session at any event, its typed events live, fork, pause, cancel, and the
 //!   check of an edited plan; `view.rs` folds a log into what they answer.
 //! - `playground.rs`: the web page at `/`, whose embedded files call those routes.
+//! - `health.rs`: whether the store answers, pinged twice a second: `/ok` and `/health` answer
+//!   503 while it does not, and new runs and threads are refused at once (503, `Retry-After`).
 //!
 //! [`Server::bind`] binds the address (port 0 takes a free one; [`Server::local_addr`] says
 //! which) and [`Server::run`] serves until the [`weft_host::Shutdown`] of its [`Host`] is
@@ -34,6 +36,7 @@ mod compare;
 mod cors;
 mod crons;
 mod evals;
+mod health;
 mod messages;
 mod metrics;
 mod model_calls;
@@ -135,6 +138,8 @@ pub(crate) struct App {
     pub metrics: Arc<metrics::Metrics>,
     pub summaries: sessions::Summaries,
     pub eval_results: evals::Results,
+    /// Whether the store answers, as the last ping found.
+    pub health: health::Health,
 }
 
 impl App {
@@ -191,10 +196,15 @@ impl From<weft_store::StoreError> for ApiError {
             }
             other => {
                 tracing::warn!("store error: {other}");
-                Self::new(
+                let e = Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "the session store failed; try again".into(),
-                )
+                );
+                if other.is_transient() {
+                    e.retry_after(2)
+                } else {
+                    e
+                }
             }
         }
     }
@@ -248,6 +258,7 @@ impl Server {
             metrics,
             summaries: sessions::Summaries::default(),
             eval_results: evals::Results::default(),
+            health: health::Health::default(),
         });
         let router = router(app.clone(), keys, a.max_body, cors);
         let listener = tokio::net::TcpListener::bind(a.listen)
@@ -282,6 +293,8 @@ impl Server {
         tokio::spawn(runs::adopt_orphans(app.clone()));
         // The crons' ticks.
         tokio::spawn(crons::schedule(app.clone()));
+        // Whether the store answers, for `/ok` and for refusing new runs while it does not.
+        let pinging = tokio::spawn(health::watch(app.clone()));
         // The depth of the work queue on `/metrics` and over OTLP (when telemetry is on).
         let sampling = app
             .host
@@ -307,6 +320,7 @@ impl Server {
             .await
             .map_err(ServerError::Serve)?;
         app.runs.wait_all(app.host.shutdown.grace()).await;
+        pinging.abort();
         if let Some(s) = sampling {
             s.abort();
         }
@@ -393,14 +407,18 @@ fn routes() -> Vec<openapi::Route> {
             .media("application/json", "the OpenAPI document"),
         get(
             "/health",
-            "Whether the server answers (no key needed)",
-            health,
+            "Whether the server can serve: 200 while its session store answers, 503 (with Retry-After) while it does not (no key needed)",
+            health::ok,
         )
-        .json::<Health>("{\"ok\": true}")
+        .json::<health::Answer>("{\"ok\": true}")
         .open(),
-        get("/ok", "The same as /health", health)
-            .json::<Health>("{\"ok\": true}")
-            .open(),
+        get(
+            "/ok",
+            "The same as /health; ?check_db=1 (LangGraph's) pings the store now instead of answering from the last ping",
+            health::ok,
+        )
+        .json::<health::Answer>("{\"ok\": true}")
+        .open(),
         // The playground's files hold no data; what it shows comes from the routes above.
         get(
             "/",
@@ -417,16 +435,6 @@ fn routes() -> Vec<openapi::Route> {
         .media("application/octet-stream", "the file")
         .open(),
     ]
-}
-
-/// What `/health` answers.
-#[derive(serde::Serialize, schemars::JsonSchema)]
-struct Health {
-    ok: bool,
-}
-
-async fn health() -> Json<Health> {
-    Json(Health { ok: true })
 }
 
 /// LangGraph Server's `/info`.

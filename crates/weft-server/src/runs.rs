@@ -661,6 +661,7 @@ pub(crate) async fn start_with_id(
     body: RunBody,
     run_id: Option<String>,
 ) -> Result<Arc<Run>, ApiError> {
+    crate::health::refuse_while_down(app)?;
     if let Some(id) = &run_id
         && app.runs.runs.lock().is_ok_and(|r| r.contains_key(id))
     {
@@ -841,6 +842,19 @@ async fn take(
                         Err(_) => false,
                     };
                 if !brief {
+                    // The store could not be asked: the thread may well be free.
+                    if weft_host::store_error_in(&e)
+                        .is_some_and(weft_store::StoreError::is_infrastructure)
+                    {
+                        return Err(ApiError::new(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!(
+                                "the run could not be started: {}; try again",
+                                crate::message(&e.into())
+                            ),
+                        )
+                        .retry_after(2));
+                    }
                     return Err(ApiError::new(
                         StatusCode::CONFLICT,
                         crate::message(&e.into()),
@@ -1062,9 +1076,42 @@ async fn hold_if_paused(
 /// The kind of wait a paused session is in.
 pub(crate) const PAUSED: &str = "paused";
 
-/// Records how a run ended and wakes whoever waits for it.
-async fn finish(app: &Shared, run: &Run, outcome: anyhow::Result<SessionStatus>) {
+/// Whether `e` says that this process could not go on driving a run, not that the run failed:
+/// the store stayed unreachable past the runtime's patience, or another process took the
+/// thread over (this one froze or was cut off past its lease). The session is not failed in
+/// the store, and goes on wherever it is driven next.
+fn lost_hold(e: &anyhow::Error) -> bool {
+    weft_host::store_error_in(e.as_ref())
+        .is_some_and(|s| s.is_infrastructure() || matches!(s, weft_store::StoreError::LeaseLost(_)))
+}
+
+/// Records how a run ended and wakes whoever waits for it. A run this process could not go on
+/// with ([`lost_hold`]) has not ended: from then on it is followed through the store, as a run
+/// of another process is, so that its streams, `runs.get` and joins say what the store says.
+async fn finish(app: &Shared, run: &Arc<Run>, outcome: anyhow::Result<SessionStatus>) {
     let waker = app.runs.waker(&run.thread_id);
+    if let Err(e) = &outcome
+        && lost_hold(e)
+    {
+        tracing::warn!(
+            run = %run.run_id,
+            thread = %run.thread_id,
+            "this process cannot go on with the run; following it through the store, where it goes on: {}",
+            crate::message(e)
+        );
+        if let Ok(mut a) = app.runs.active.lock()
+            && a.get(&run.thread_id) == Some(&run.run_id)
+        {
+            a.remove(&run.thread_id);
+        }
+        run.began_elsewhere();
+        let (_, last) = *run.status.borrow();
+        run.status.send_replace((RunStatus::Running, last));
+        app.runs.tails.ended(&run.thread_id);
+        crate::remote::follow(app, run);
+        waker.notify_waiters();
+        return;
+    }
     let last = app
         .store
         .get(&run.thread_id)
@@ -1689,6 +1736,8 @@ async fn adopt(app: Shared, held: weft_host::ownership::Held<weft_store::AnyStor
             None => return Ok(()),
         };
         run.status.send_replace((RunStatus::Running, st.seq));
+        // Driven here from now on, though it may have been followed through the store.
+        run.driven_here();
         if let Ok(mut a) = app.runs.active.lock() {
             a.insert(tid.clone(), run.run_id.clone());
         }
@@ -1955,6 +2004,7 @@ pub(crate) async fn start_threadless_on(
     tid: &str,
     run_id: Option<String>,
 ) -> Result<(Arc<Run>, Option<Temporary>), ApiError> {
+    crate::health::refuse_while_down(app)?;
     let keep = match body.on_completion.as_deref() {
         None | Some("delete") => false,
         Some("keep") => true,

@@ -149,6 +149,13 @@ impl Position {
     }
 }
 
+/// How long a stream waits for a store that is away before it ends for its client to
+/// reconnect: two lease times, by when the run has moved to a process that reaches the store,
+/// if this one does not.
+fn unreachable_for() -> Duration {
+    weft_store::lease_time() * 2
+}
+
 /// The stream modes of an event's first parts, in the order they are sent (part K is sent to
 /// the modes of `MODES[K]`); the `tasks` and `checkpoints` parts follow at their own places.
 const MODES: [&[&str]; 4] = [
@@ -489,6 +496,9 @@ struct Cursor {
     done: bool,
     /// A wait for the thread's next append, registered before the last read of its log.
     armed: Option<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>>,
+    /// Since when the log could not be read because the store is away (see
+    /// [`Cursor::read_failed`]).
+    unreachable_since: Option<tokio::time::Instant>,
 }
 
 impl Cursor {
@@ -539,6 +549,7 @@ impl Cursor {
             queue: first,
             done: false,
             armed: None,
+            unreachable_since: None,
         }
     }
 
@@ -594,6 +605,7 @@ impl Cursor {
             };
             match read {
                 Ok(events) if !events.is_empty() => {
+                    self.unreachable_since = None;
                     self.read(&events);
                     if !self.ended_in_log() {
                         // Kept: unless woken meanwhile, the next look needs no read.
@@ -602,9 +614,9 @@ impl Cursor {
                     }
                     // The run ended within this batch: finish below.
                 }
-                Ok(_) => {}
+                Ok(_) => self.unreachable_since = None,
                 Err(e) => {
-                    self.fail(&e);
+                    self.read_failed(&e).await;
                     continue;
                 }
             }
@@ -652,13 +664,36 @@ impl Cursor {
                 true
             }
             Err(e) => {
-                self.fail(&e);
+                self.read_failed(&e).await;
                 false
             }
         }
     }
 
-    /// Ends the stream with an `error` part: the log could not be read.
+    /// A read of the log failed. A store that is briefly away says nothing about the run,
+    /// which goes on once it is back (here, or wherever it is driven next): the stream waits
+    /// and reads again. After [`unreachable_for`] of that it ends without a last part, as when
+    /// its server stops, so that the client reconnects to `Location` and goes on where it
+    /// stopped. Any other error ends it with an `error` part.
+    async fn read_failed(&mut self, e: &weft_store::StoreError) {
+        if !e.is_transient() {
+            self.fail(e);
+            return;
+        }
+        let since = *self
+            .unreachable_since
+            .get_or_insert_with(tokio::time::Instant::now);
+        if since.elapsed() >= unreachable_for() {
+            tracing::warn!(run = %self.run.run_id, "the store stayed unreachable; the stream ends for its client to reconnect: {e}");
+            self.done = true;
+            return;
+        }
+        tracing::debug!(run = %self.run.run_id, "cannot read the run's log (reading again): {e}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    /// Ends the stream with an `error` part: the log could not be read, and waiting will not
+    /// change that.
     fn fail(&mut self, e: &weft_store::StoreError) {
         self.queue.push_back(part(
             "error",

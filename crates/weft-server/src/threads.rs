@@ -1,6 +1,9 @@
 //! Assistants and threads as LangGraph clients read them. An assistant is an agent file (its
 //! name is its id and its graph id). A thread is a session: created empty by `POST /threads`
-//! (its agent is set by its first run), owned by the user whose key created it.
+//! (its agent is set by its first run), owned by the user whose key created it. A thread is
+//! deleted with `SessionLog::delete` (the session, its events, snapshots and lease in one
+//! transaction) and its crons with it; its metadata is replaced with `SessionLog::set_metadata`;
+//! a copy is a fork at its last event (`weft_host::sessions::fork`).
 
 use axum::Json;
 use axum::extract::{Extension, Path, State};
@@ -525,6 +528,7 @@ pub(crate) async fn create_thread(
     Extension(user): Extension<User>,
     body: Option<Json<CreateThread>>,
 ) -> Result<Json<Thread>, ApiError> {
+    crate::health::refuse_while_down(&app)?;
     let b = body.map(|Json(b)| b).unwrap_or_default();
     let id = b
         .thread_id

@@ -215,6 +215,7 @@ impl Leases for AnyStore {
         async fn waiting(&self, now: i64) -> Result<u64, StoreError>;
         async fn wake(&self) -> Result<(), StoreError>;
         async fn wait_for_work(&self, max: std::time::Duration);
+        async fn ping(&self) -> Result<(), StoreError>;
     }
 }
 

@@ -783,6 +783,10 @@ pub trait Leases: Send + Sync + 'static {
     fn wake(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Waits until [`Leases::wake`] is called or `max` has passed.
     fn wait_for_work(&self, max: std::time::Duration) -> impl Future<Output = ()> + Send;
+    /// Whether the store answers, asked on the connections lease writes use (PostgreSQL: not
+    /// the pool that appends and reads fill under load), so that a busy store is not taken
+    /// for an unreachable one.
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// Sessions, their logs and their snapshots: what the runtime needs.

@@ -577,6 +577,14 @@ impl Leases for PgStore {
         Ok(())
     }
 
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1")
+            .execute(self.lease_pool())
+            .await
+            .map_err(|e| self.err("cannot reach the store", e))?;
+        Ok(())
+    }
+
     async fn wait_for_work(&self, max: Duration) {
         let deadline = tokio::time::Instant::now() + max;
         let mut slot = self.listener.lock().await;

@@ -681,4 +681,8 @@ impl Leases for RamStore {
     async fn wait_for_work(&self, max: std::time::Duration) {
         let _ = tokio::time::timeout(max, self.work.notified()).await;
     }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }

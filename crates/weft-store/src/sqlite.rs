@@ -570,6 +570,14 @@ impl Leases for SqliteStore {
     async fn wait_for_work(&self, max: Duration) {
         let _ = tokio::time::timeout(max, self.work.notified()).await;
     }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.err("cannot reach the store", e))?;
+        Ok(())
+    }
 }
 
 /// The file is shorter than its header says. That is a truncated file, unless another

@@ -4576,7 +4576,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Whether the server answers (no key needed) */
+        /** Whether the server can serve: 200 while its session store answers, 503 (with Retry-After) while it does not (no key needed) */
         get: {
             parameters: {
                 query?: never;
@@ -4630,7 +4630,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The same as /health */
+        /** The same as /health; ?check_db=1 (LangGraph's) pings the store now instead of answering from the last ping */
         get: {
             parameters: {
                 query?: never;
@@ -6448,9 +6448,12 @@ export interface components {
         InfoHost: {
             kind: string;
         };
-        /** @description What `/health` answers. */
+        /** @description What `/ok` and `/health` answer: `ok`, and while the store is down, why. */
         Health: {
+            /** @description True while the server can reach its store. */
             ok: boolean;
+            /** @description Why it cannot (only when `ok` is false). */
+            detail?: string | null;
         };
     };
     responses: never;
