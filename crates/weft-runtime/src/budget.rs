@@ -106,7 +106,9 @@ impl<S: Store> Runtime<S> {
             wall.run = Some((seq, ts));
         }
         if wall.session.is_none() {
-            wall.session = Some(self.store.get(session_id).await?.created_at);
+            let what = format!("reading session {session_id}");
+            let rec = crate::patience::patiently(&what, || self.store.get(session_id)).await?;
+            wall.session = Some(rec.created_at);
         }
         let since = |t: i64| u64::try_from(now.saturating_sub(t)).unwrap_or(0);
         let run_ms = wall.run.map_or(0, |(_, t)| since(t));

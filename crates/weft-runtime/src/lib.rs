@@ -228,9 +228,11 @@ impl<S: Store> Runtime<S> {
     }
 
     /// Loads a session: its newest snapshot and the events after it, or, when it has no usable
-    /// snapshot, the fold of its whole log (see [`snapshots`]).
+    /// snapshot, the fold of its whole log (see [`snapshots`]). A store that is briefly away is
+    /// waited for, as appends wait for it.
     pub async fn load_session(&self, id: &str) -> Result<Session<'_, S>, RuntimeError> {
-        let loaded = load_state(self.store.as_ref(), id).await?;
+        let what = format!("loading session {id}");
+        let loaded = patience::patiently(&what, || load_state(self.store.as_ref(), id)).await?;
         Ok(self.session_at(id.to_owned(), loaded.state, loaded.cursor))
     }
 

@@ -1,7 +1,7 @@
 //! Riding out a store that is briefly away. A write or read that fails with an error that may
 //! pass by itself ([`StoreError::is_transient`]: the database restarting, a dropped connection,
 //! a pool with no connection free in time) is asked again, with a growing pause, for as long as
-//! a lease runs ([`weft_store::lease_time`]) from the first failure. Past that the owner's lease
+//! a lease runs ([`weft_store::lease_time`]) from the first try. Past that the owner's lease
 //! may have run out and another process may be driving the session; the error is returned.
 //!
 //! Asking again is safe for the session's appends because they are fenced: an append carries
@@ -22,21 +22,26 @@ const LONGEST: Duration = Duration::from_secs(1);
 
 /// How long to go on asking, and how long to pause before the next try.
 pub(crate) struct Patience {
-    until: Option<tokio::time::Instant>,
+    /// When the first try began.
+    began: tokio::time::Instant,
+    /// Whether a try failed yet.
+    failed: bool,
     pause: Duration,
     within: Duration,
 }
 
 impl Patience {
-    /// Patience for one request: a lease's time from its first failure.
+    /// Patience for one request made now: a lease's time from its first try.
     pub(crate) fn new() -> Self {
         Self::within(weft_store::lease_time())
     }
 
-    /// Patience that lasts `within` from the first failure.
+    /// Patience that lasts `within` from now (the first try's start: a try that waited for a
+    /// connection before it failed counts).
     pub(crate) fn within(within: Duration) -> Self {
         Self {
-            until: None,
+            began: tokio::time::Instant::now(),
+            failed: false,
             pause: FIRST,
             within,
         }
@@ -50,13 +55,14 @@ impl Patience {
             return false;
         }
         let now = tokio::time::Instant::now();
-        let until = *self.until.get_or_insert_with(|| {
+        let until = self.began + self.within;
+        if !self.failed && now < until {
             tracing::warn!(
-                "{what}: the store is unreachable ({e}); trying again for up to {} s",
-                self.within.as_secs_f64()
+                "{what}: the store is unreachable ({e}); trying again for up to {:.1} s",
+                (until - now).as_secs_f64()
             );
-            now + self.within
-        });
+        }
+        self.failed = true;
         if now >= until {
             tracing::warn!("{what}: the store stayed unreachable; giving up: {e}");
             return false;
@@ -69,12 +75,12 @@ impl Patience {
     /// Whether a try failed already (an append asked again may have been committed the first
     /// time, its answer lost with the connection).
     pub(crate) fn tried(&self) -> bool {
-        self.until.is_some()
+        self.failed
     }
 }
 
 /// `request` until it succeeds, fails with an error that will not pass by itself, or a lease's
-/// time went by since its first failure.
+/// time went by since its first try.
 pub(crate) async fn patiently<T, F, Fut>(what: &str, mut request: F) -> Result<T, StoreError>
 where
     F: FnMut() -> Fut,

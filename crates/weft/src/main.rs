@@ -113,13 +113,33 @@ enum Prepared {
     Eval(Box<eval_cmd::Prepared>),
 }
 
-/// Logs on stderr: `--log-level`, else `RUST_LOG`, else warnings only.
-fn init_logging(level: Option<&str>) -> Result<(), String> {
+/// What weft logs when neither `--log-level` nor `RUST_LOG` says: warnings, but only errors of
+/// the database driver (`sqlx`, and by prefix `sqlx_core`, `sqlx_postgres`...), whose warnings
+/// on a lost connection ("error occurred while testing the connection on-release") would
+/// otherwise come ahead of weft's own message about the store.
+const DEFAULT_LOG_FILTER: &str = "warn,sqlx=error";
+
+/// What is logged: `--log-level` (`level`), else `RUST_LOG` (`env`, when it is a filter), else
+/// [`DEFAULT_LOG_FILTER`]. Either one given replaces the default whole (`RUST_LOG=sqlx=debug`
+/// shows the driver's lines again).
+fn log_filter(
+    level: Option<&str>,
+    env: Option<&str>,
+) -> Result<tracing_subscriber::EnvFilter, String> {
     use tracing_subscriber::EnvFilter;
-    let filter = match level {
-        Some(l) => EnvFilter::try_new(l).map_err(|e| format!("--log-level {l}: {e}"))?,
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
-    };
+    if let Some(l) = level {
+        return EnvFilter::try_new(l).map_err(|e| format!("--log-level {l}: {e}"));
+    }
+    Ok(env
+        .filter(|v| !v.trim().is_empty())
+        .and_then(|v| EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| EnvFilter::new(DEFAULT_LOG_FILTER)))
+}
+
+/// Logs on stderr, as [`log_filter`] says.
+fn init_logging(level: Option<&str>) -> Result<(), String> {
+    let env = std::env::var(tracing_subscriber::EnvFilter::DEFAULT_ENV).ok();
+    let filter = log_filter(level, env.as_deref())?;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -143,7 +163,8 @@ Exit codes:
   1    the run could not complete (a step or the agent failed)
   2    bad input: a file, a field or an argument (named in the message)
   3    the session waits for a person (answer with `weft answer ID TEXT`)
-  4    the session store failed (unreachable, connection dropped, write refused): try again later
+  4    the session store failed (unreachable, connection dropped, write refused): once it is back,
+       `weft resume ID` continues the session it names (or run the command again if none started)
   130  interrupted (Ctrl-C or SIGTERM): the run stopped at a safe point; `weft resume ID` continues it
 ";
 
@@ -152,7 +173,8 @@ Exit codes:
 pub const EXIT_FAILED: u8 = weft_host::EXIT_FAILED;
 pub const EXIT_USAGE: u8 = 2;
 /// The session store failed (its server unreachable, a connection dropped, a write refused):
-/// not the input's fault, so it has its own code; trying again later may work.
+/// not the input's fault, so it has its own code. Once the store is back, `weft resume ID`
+/// continues a session that had started (the message names it).
 pub const EXIT_STORE: u8 = 4;
 
 /// Examples for the long help of each main command (`--help`, and `weft help` with the command).
@@ -352,6 +374,15 @@ fn main() -> ExitCode {
             | Command::Eval(_)
             | Command::Plan(plan_cmd::PlanCommand::Run(_))
     );
+    // The commands that drive one session: when the store fails under them, weft says how to
+    // go on with it.
+    let one_session = matches!(
+        cli.command,
+        Command::Run(_)
+            | Command::Answer(_)
+            | Command::Resume(_)
+            | Command::Plan(plan_cmd::PlanCommand::Run(_))
+    );
     let shutdown = weft_host::Shutdown::new();
     // The commands that drive sessions export their spans and metrics when OTLP is configured.
     let drives = graceful || own_signals;
@@ -499,14 +530,31 @@ fn main() -> ExitCode {
         // The reader of stdout went away (`weft run ... | head`): stop quietly, as a program
         // killed by SIGPIPE would (weft forbids the unsafe code that resetting it would take).
         Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if store_failed(&e) => {
+            eprintln!("error: {}", message(&e));
+            if one_session {
+                eprintln!("{}", store_hint(shutdown.session().as_deref()));
+            }
+            ExitCode::from(EXIT_STORE)
+        }
         Err(e) => {
             eprintln!("error: {}", message(&e));
-            ExitCode::from(if store_failed(&e) {
-                EXIT_STORE
-            } else {
-                EXIT_USAGE
-            })
+            ExitCode::from(EXIT_USAGE)
         }
+    }
+}
+
+/// What to do after the store failed under a command that drives one session: continue the
+/// session (`session`, once it was started) with `weft resume`, or run the command again, once
+/// the database is back.
+fn store_hint(session: Option<&str>) -> String {
+    match session {
+        Some(id) => format!(
+            "session {id} is kept as far as it was stored; continue it with `weft resume{} {id}` once the database is back",
+            store::db_flag()
+        ),
+        None => "no session was started: run the same command again once the database is back"
+            .to_owned(),
     }
 }
 
@@ -529,20 +577,7 @@ fn message(e: &anyhow::Error) -> String {
 
 /// True when the session store itself failed, anywhere in the error's chain.
 fn store_failed(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<weft_store::StoreError>()
-            .is_some_and(weft_store::StoreError::is_infrastructure)
-            || matches!(
-                c.downcast_ref::<weft_runtime::RuntimeError>(),
-                Some(weft_runtime::RuntimeError::Store(s)) if s.is_infrastructure()
-            )
-            || matches!(
-                c.downcast_ref::<weft_host::HostError>(),
-                Some(weft_host::HostError::Store(s)
-                    | weft_host::HostError::Runtime(weft_runtime::RuntimeError::Store(s)))
-                    if s.is_infrastructure()
-            )
-    })
+    weft_host::store_error_in(e.as_ref()).is_some_and(weft_store::StoreError::is_infrastructure)
 }
 
 /// True when `e` comes from writing to a closed pipe.
@@ -551,4 +586,73 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::{Arc, Mutex};
+
+    /// What `filter` lets through of a warning and an error from weft and from the database
+    /// driver (as sqlx names its targets: `sqlx_core::pool::connection`, `sqlx::query`).
+    fn logged(filter: tracing_subscriber::EnvFilter) -> String {
+        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let sink = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(move || Writer(sink.clone()))
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(target: "sqlx_core::pool::connection", "error occurred while testing the connection on-release");
+            tracing::warn!(target: "sqlx::query", "slow statement");
+            tracing::error!(target: "sqlx_core::pool::inner", "error returned from after_connect");
+            tracing::warn!(target: "weft_server::health", "the session store is unreachable");
+            tracing::debug!(target: "weft_store::postgres", "a debug line");
+        });
+        String::from_utf8(out.lock().unwrap().clone()).unwrap()
+    }
+
+    struct Writer(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Writer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn by_default_the_database_driver_says_only_its_errors() {
+        let out = logged(super::log_filter(None, None).unwrap());
+        assert!(out.contains("the session store is unreachable"), "{out}");
+        assert!(out.contains("error returned from after_connect"), "{out}");
+        assert!(!out.contains("on-release"), "{out}");
+        assert!(!out.contains("slow statement"), "{out}");
+        assert!(!out.contains("a debug line"), "{out}");
+        // An empty or unreadable RUST_LOG is the default too.
+        let out = logged(super::log_filter(None, Some(" ")).unwrap());
+        assert!(!out.contains("on-release"), "{out}");
+    }
+
+    #[test]
+    fn rust_log_and_log_level_replace_the_default() {
+        let out = logged(super::log_filter(None, Some("warn")).unwrap());
+        assert!(out.contains("on-release"), "{out}");
+        let out = logged(super::log_filter(Some("debug"), Some("error")).unwrap());
+        assert!(
+            out.contains("on-release") && out.contains("a debug line"),
+            "{out}"
+        );
+        let out = logged(super::log_filter(Some("sqlx=warn"), None).unwrap());
+        assert!(
+            out.contains("on-release") && !out.contains("the session store is unreachable"),
+            "{out}"
+        );
+        let e = super::log_filter(Some("weft=loud"), None).unwrap_err();
+        assert!(e.starts_with("--log-level weft=loud"), "{e}");
+    }
 }

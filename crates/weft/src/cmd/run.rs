@@ -277,9 +277,14 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
                     }
                     None => Vec::new(),
                 };
-                let mut session = rt
-                    .queue_agent(&agent, info, &args.task, input, extra)
-                    .await?;
+                let mut session = match rt.queue_agent(&agent, info, &args.task, input, extra).await
+                {
+                    Ok(s) => s,
+                    Err(weft_runtime::RuntimeError::Store(weft_store::StoreError::Exists(_))) => {
+                        return Err(taken(rt.store.as_ref(), &id, &args.agent).await);
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 rt.drive_agent(&agent, &mut session).await?;
                 session
             }
@@ -343,6 +348,27 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
         l.finish().await;
     }
     code
+}
+
+/// The error for a new session whose id (`--id`) is taken, with how to go on with the session
+/// there: `weft resume` when it stopped while running (its process died, or gave up on the
+/// store), `weft answer` when it waits, a new task with `--session` when it has ended.
+async fn taken<S: Store>(store: &S, id: &str, agent: &std::path::Path) -> anyhow::Error {
+    let db = crate::store::db_flag();
+    let how = match store.get(id).await.map(|r| r.status) {
+        Ok(SessionStatus::Running) => {
+            format!("it stopped before it finished; continue it with `weft resume{db} {id}`")
+        }
+        Ok(SessionStatus::WaitingForUser) => {
+            format!("it waits for an answer; give it with `weft answer{db} {id} \"<answer>\"`")
+        }
+        Ok(SessionStatus::Completed | SessionStatus::Failed) => format!(
+            "it has ended; give it another task with `weft run{db} {} --session {id} \"<task>\"`, or give the new session another --id",
+            crate::store::shell_word(&agent.display().to_string())
+        ),
+        Err(_) => "give the new session another --id".to_owned(),
+    };
+    anyhow!("session {id} already exists: {how}")
 }
 
 fn usage_text(input: u64, output: u64, cost: Option<f64>, tool_calls: u64) -> String {

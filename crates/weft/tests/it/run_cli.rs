@@ -242,3 +242,39 @@ fn a_model_server_that_is_down_shows_its_retries() {
     assert!(err.contains("failed again: retry 3/3"), "{err}");
     assert!(err.contains("failed 3/3 times, giving up"), "{err}");
 }
+
+/// A new run given the id of a session that exists is refused (exit 2) with how to go on with
+/// that session: a waiting one is answered, an ended one gets another task with `--session`
+/// (a session that stopped while running is resumed: `ownership.rs` checks that one).
+#[test]
+fn a_new_run_with_a_taken_id_says_how_to_go_on_with_the_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("w.db");
+    let db = db.to_str().unwrap();
+    let run =
+        |agent: &str, task: &str, id: &str| weft(&["run", agent, task, "--id", id, "--db", db]);
+    let weather = "examples/weather-chat.yaml";
+    let out = run(weather, "Where is it sunnier, Lisbon or Oslo?", "ended");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = run(weather, "And Rome?", "ended");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "session ended already exists: it has ended; give it another task with `weft run --db {db} {weather} --session ended \"<task>\"`"
+        )),
+        "{err}"
+    );
+    let ask = "crates/weft/tests/fixtures/ask-amount-cli.yaml";
+    let out = run(ask, "Refund my last order.", "waiting");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let out = run(ask, "Refund my last order.", "waiting");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "session waiting already exists: it waits for an answer; give it with `weft answer --db {db} waiting \"<answer>\"`"
+        )),
+        "{err}"
+    );
+}
