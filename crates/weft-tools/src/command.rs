@@ -115,8 +115,18 @@ impl CommandTool {
 
     async fn run(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
         let env = self.rendered_env()?;
-        let mut cmd = tokio::process::Command::new(&self.program);
-        cmd.args(&self.args)
+        // Under `setpriv --pdeathsig KILL` where it can be: the tool dies with weft, even
+        // killed with SIGKILL (see `owned.rs`). The signal comes when the spawning thread
+        // exits: the spawn below happens on the thread polling this call, a runtime worker (or
+        // `block_on`'s thread), which lives as long as the runtime; never a blocking thread.
+        let (program, lead) = crate::owned::launcher(
+            &self.program,
+            &self.cwd,
+            crate::owned::child_path(&env).as_deref(),
+        );
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(lead)
+            .args(&self.args)
             .current_dir(&self.cwd)
             .env_clear()
             .stdin(Stdio::piped())

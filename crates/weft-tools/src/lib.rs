@@ -48,6 +48,7 @@ mod fetch;
 mod http;
 mod knowledge;
 mod mcp;
+mod owned;
 mod process_tool;
 mod render;
 mod secrets;

@@ -322,23 +322,36 @@ impl McpServer {
             let Some((program, first_args)) = command.split_first() else {
                 return Err(mcp_error(self.name(), "`command` is empty"));
             };
-            let mut cmd = tokio::process::Command::new(program);
-            cmd.args(first_args)
+            let cwd = match &self.decl.cwd {
+                Some(c) => self.base_dir.join(c),
+                None => self.base_dir.clone(),
+            };
+            let mut env = Vec::with_capacity(self.decl.env.len());
+            for (k, v) in &self.decl.env {
+                env.push((k.clone(), vars.render(&label, &format!("env.{k}"), v)?));
+            }
+            // Under `setpriv --pdeathsig KILL` where it can be: the server dies with weft, even
+            // killed with SIGKILL (see `owned.rs`). The signal comes when the spawning thread
+            // exits: the spawn below happens on the thread polling this connection, a runtime
+            // worker (or `block_on`'s thread), which lives as long as the runtime.
+            let (exe, lead) = crate::owned::launcher(
+                program,
+                &cwd,
+                crate::owned::child_path(env.iter().map(|(k, v)| (k, v))).as_deref(),
+            );
+            let mut cmd = tokio::process::Command::new(exe);
+            cmd.args(lead)
+                .args(first_args)
                 .args(&self.decl.args)
                 .env_clear()
                 .kill_on_drop(true)
-                .current_dir(match &self.decl.cwd {
-                    Some(c) => self.base_dir.join(c),
-                    None => self.base_dir.clone(),
-                });
+                .current_dir(&cwd);
             for k in PASSED_ENV {
                 if let Ok(v) = std::env::var(k) {
                     cmd.env(k, v);
                 }
             }
-            for (k, v) in &self.decl.env {
-                cmd.env(k, vars.render(&label, &format!("env.{k}"), v)?);
-            }
+            cmd.envs(env);
             cmd.stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());

@@ -315,3 +315,100 @@ tools:
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A tool's process belongs to the weft that started it: weft killed with SIGKILL one second
+/// into a call of a tool that sleeps 5 s and then charges (appends to a file) takes the tool
+/// with it (`setpriv --pdeathsig KILL`), so the charge never lands after another process could
+/// have taken the session over. A second `weft run` with the session's id then says to resume
+/// it, and `weft resume` does not charge again (the call's outcome is unknown).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_killed_weft_takes_its_tools_process_with_it() {
+    assert!(
+        Command::new("setpriv")
+            .arg("--help")
+            .output()
+            .is_ok_and(|o| text(&o.stdout).contains("--pdeathsig")),
+        "this test needs util-linux's setpriv with --pdeathsig (apt-get install util-linux)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::write(
+        d.join("agent.yaml"),
+        r#"name: charger
+mode: react
+model: scripted:script.yaml
+tools:
+  - name: charge
+    description: Charges the customer (not idempotent).
+    command: [python3, -c, "import os, time; open('started', 'w').write(str(os.getpid())); time.sleep(5); open('charged', 'a').write('charged\\n'); print('{}')"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("script.yaml"),
+        "- tool_calls: [ { name: charge, arguments: {} } ]\n- text: done\n",
+    )
+    .unwrap();
+    let mut child = weft(d)
+        .args([
+            "run",
+            "agent.yaml",
+            "charge",
+            "--db",
+            "w.db",
+            "--id",
+            "s-killed",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&d.join("started"));
+    std::thread::sleep(Duration::from_millis(100));
+    let tool = std::fs::read_to_string(d.join("started"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    std::thread::sleep(Duration::from_secs(1));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    // The tool would have charged 4 s from now.
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(
+        !d.join("charged").exists(),
+        "the tool's process outlived the killed weft and charged"
+    );
+    let stat = std::fs::read_to_string(format!("/proc/{tool}/stat")).unwrap_or_default();
+    assert!(
+        stat.is_empty() || stat.contains(") Z"),
+        "the tool's process {tool} is still there: {stat}"
+    );
+
+    // The id is taken by a session that stopped while running: say how to go on with it.
+    let out = weft(d)
+        .args([
+            "run",
+            "agent.yaml",
+            "charge",
+            "--db",
+            "w.db",
+            "--id",
+            "s-killed",
+        ])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("session s-killed already exists: it stopped before it finished; continue it with `weft resume --db w.db s-killed`"),
+        "{err}"
+    );
+    let out = weft(d)
+        .args(["resume", "s-killed", "--db", "w.db"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!d.join("charged").exists(), "the resumed run charged again");
+}
