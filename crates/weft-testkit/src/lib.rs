@@ -1,7 +1,8 @@
 //! What weft's integration tests share, defined once: the variables of the services a test
 //! needs, PostgreSQL databases and schemas that belong to one test and are dropped with it,
 //! waiting for a file another process writes, and a round-robin balancer in front of several
-//! servers ([`Balancer`]).
+//! servers ([`Balancer`]), and a PostgreSQL cluster of a test's own that it can crash and start
+//! again ([`PgCluster`]).
 //!
 //! This crate is for tests only (`[dev-dependencies]`): it panics with a message instead of
 //! returning errors, so that a test fails where the problem is.
@@ -9,8 +10,10 @@
 #![allow(clippy::panic, clippy::expect_used)]
 
 pub mod balancer;
+pub mod pg_cluster;
 
 pub use balancer::Balancer;
+pub use pg_cluster::PgCluster;
 
 use std::path::Path;
 use std::process::Command;

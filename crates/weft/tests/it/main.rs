@@ -21,6 +21,7 @@ mod load_checks;
 mod local_model;
 mod memory_cli;
 mod ownership;
+mod pg_outage;
 mod plan_cli;
 mod playground;
 mod process_cli;

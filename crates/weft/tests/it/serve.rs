@@ -157,7 +157,7 @@ pub(crate) fn serve_logged(d: &Path, port: u16, db: &str, extra: &[&str], log: &
 
 /// Starts `weft serve` as `command` says, in `d`, logging at `info` (threads taken over are
 /// named) to `log`, and waits until `/health` answers.
-fn serve_command(d: &Path, port: u16, mut command: Command, log: &str) -> Child {
+pub(crate) fn serve_command(d: &Path, port: u16, mut command: Command, log: &str) -> Child {
     let mut child = command
         .current_dir(d)
         .env_remove("WEFT_DB")
@@ -386,10 +386,14 @@ fn run_across_a_restart(
     let mut unique = calls.clone();
     unique.sort();
     unique.dedup();
-    assert_eq!(
-        (calls.len(), unique.len()),
-        (3, 3),
-        "each step ran once: {calls:?}"
+    // No step ran twice. After SIGTERM the step in flight finished within the drain's grace.
+    // After SIGKILL the step in flight at the kill (if one was) died with its server, its tool
+    // process too (`setpriv --pdeathsig`), before it logged: its outcome is recorded as unknown
+    // and it is not run again, so it never lands after the takeover.
+    let logged = if signal == "KILL" { 2..=3 } else { 3..=3 };
+    assert!(
+        unique.len() == calls.len() && logged.contains(&calls.len()),
+        "each step ran at most once, and every step but one killed in flight ran: {calls:?}"
     );
     took
 }
@@ -697,7 +701,7 @@ fn needs_sdk_a_stopped_run_is_continued_past_threads_that_never_had_a_run() {
 
 /// The `tally` agent of `seam_client.py`: one call of a tool that is not idempotent and logs
 /// its start and end, then the answer.
-fn tally_agent(d: &Path) {
+pub(crate) fn tally_agent(d: &Path) {
     std::fs::write(
         d.join("tally.yaml"),
         r#"name: tally
@@ -1079,10 +1083,10 @@ tools:
 
 /// The lease of the replica tests' processes: a run whose replica was killed is taken over
 /// once it runs out.
-const REPLICA_LEASE_SECS: &str = "5";
+pub(crate) const REPLICA_LEASE_SECS: &str = "5";
 
 /// A `weft serve` replica on `db`, logging to `log` in `d`.
-fn replica(d: &Path, port: u16, db: &str, log: &str) -> Child {
+pub(crate) fn replica(d: &Path, port: u16, db: &str, log: &str) -> Child {
     let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
     c.args(["--db", db, "serve", "--agents", ".", "--keys", "keys.txt"])
         .args(["--listen", &format!("127.0.0.1:{port}")])

@@ -1,7 +1,7 @@
 """Many concurrent streaming runs through `weft serve`, with the server killed (SIGKILL) and
 started again in some rounds, driven with the official langgraph-sdk client.
 
-Usage: seam_client.py URL KEY WORKDIR ROUNDS N KILL_EVERY [replicas]
+Usage: seam_client.py URL KEY WORKDIR ROUNDS N KILL_EVERY [replicas|outage]
 
 Each round creates N threads and streams a run of the `tally` agent on each at once (the agent
 calls its tool `tally` once, which is not idempotent and logs its start and end in
@@ -13,6 +13,14 @@ log is WORKDIR/serve-K.log (K counting servers from 0). The SDK reconnects by it
 With `replicas`, URL is a balancer in front of several servers and workers on one store, whose
 logs are WORKDIR/serve-*.log and WORKDIR/worker-*.log: the test kills one server at each kill
 (the others go on), and any of them may continue a run of a killed round.
+
+With `outage`, no process dies: at WORKDIR/kill-R the test takes the server's database away
+(crashes or restarts PostgreSQL, for less than a lease) and writes WORKDIR/killed-R once it is
+back. The server keeps its runs' leases through it, so more is checked: no call has an unknown
+outcome (its result was in the server's hands), no run was continued by another owner (no
+`continuing a run whose server stopped`, no run written at two lease epochs), and every
+acknowledged run still ends `end` and success with no `error`. A request the server refused
+during the outage (it never acknowledged a run) is allowed; its thread ends idle.
 
 Checked, and counted:
 - every run the server acknowledged (its stream began) ends with `end` and success, with no
@@ -40,7 +48,10 @@ from langgraph_sdk import get_client
 
 URL, KEY, WORK = sys.argv[1:4]
 ROUNDS, N, KILL_EVERY = (int(a) for a in sys.argv[4:7])
-REPLICAS = sys.argv[7:8] == ["replicas"]
+MODE = sys.argv[7] if len(sys.argv) > 7 else ""
+assert MODE in ("", "replicas", "outage"), f"unknown mode {MODE!r}"
+REPLICAS = MODE == "replicas"
+OUTAGE = MODE == "outage"
 MSG = {"messages": [{"role": "user", "content": "tally one"}]}
 
 
@@ -143,6 +154,12 @@ async def main():
     counts["tool_runs"] = sum(len(v) for v in starts.values())
     repeated = {k: v for k, v in starts.items() if len(v) > 1}
     assert not repeated, f"tool calls run more than once: {repeated}"
+    # Through an outage the server held its leases: every call's result was in its hands.
+    assert not (OUTAGE and unknown), (
+        "calls recorded as unknown outcomes although their server held the lease through the "
+        f"outage: {[(r, s['idempotency_key'], f['outcome']) for r, s, f in unknown]}")
+    # Nor did any run change owner (a new lease epoch) while its server was alive.
+    assert not (OUTAGE and moved), f"runs written at two lease epochs through an outage: {moved}"
     for r, start, finish in unknown:
         key = start["idempotency_key"]
         assert r in kill_rounds, f"round {r} had no kill, yet call {key} has an unknown outcome"
@@ -158,7 +175,10 @@ async def main():
 
     # No live run continued, no write refused: server K (K >= 1) started after the K-th kill.
     # With replicas, every server and worker may continue a run of any killed round.
-    if REPLICAS:
+    if OUTAGE:
+        # One server, never restarted: it may continue no run as an orphan.
+        logs = [("serve-0.log", set())]
+    elif REPLICAS:
         killed = set().union(*(round_threads[r] for r in kill_rounds))
         logs = [(os.path.basename(f), killed)
                 for f in sorted(glob.glob(path("serve-*.log")) + glob.glob(path("worker-*.log")))]
@@ -175,6 +195,8 @@ async def main():
         continued += len(ids)
         assert ids <= allowed, f"{name} continued live runs: {sorted(ids - allowed)}"
     counts["continued"] = continued
+    if OUTAGE:
+        assert continued == 0, f"runs continued as orphans through an outage: {continued}"
     print("counts: " + ", ".join(f"{k}={v}" for k, v in counts.items()), flush=True)
     print("ok: seam", flush=True)
 

@@ -1,9 +1,9 @@
 //! What the integration tests of this crate share: weft-testkit's service variables,
-//! PostgreSQL databases of a test's own and `psql`, and a copy of a directory tree.
+//! PostgreSQL databases and clusters of a test's own and `psql`, and a copy of a directory tree.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-pub use weft_testkit::{Balancer, Database, psql, service_var};
+pub use weft_testkit::{Balancer, Database, PgCluster, psql, service_var};
 
 use std::path::Path;
 
