@@ -209,7 +209,7 @@ mod tests {
     use std::sync::Arc;
 
     use axum::extract::{Extension, Query, State};
-    use weft_store::{AnyStore, RamStore};
+    use weft_store::{AnyStore, RamStore, SessionLog};
 
     use super::*;
     use crate::auth::User;
