@@ -3,6 +3,7 @@
 //! returns its figures so the binary can repeat it and print medians.
 
 pub mod local_eval;
+pub mod pg_capacity;
 pub mod retrieval;
 pub mod serve_floor;
 pub mod serve_load;

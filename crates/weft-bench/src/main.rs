@@ -23,7 +23,8 @@ struct Cli {
     /// Store for `react` and `concurrent` (the other workloads use what they say).
     #[arg(long, default_value = "sqlite", global = true, value_parser = ["sqlite", "memory"])]
     store: String,
-    /// What the SQLite files are written at: full (synced at every commit) or normal.
+    /// What the SQLite files (and `pg-capacity`'s PostgreSQL appends) are written at: full
+    /// (synced at every commit) or normal.
     #[arg(long, default_value = "full", global = true)]
     durability: weft_store::Durability,
     /// The tool `react` calls: echo (built-in, idempotent), ledger (in-process, not
@@ -85,6 +86,11 @@ enum Workload {
     /// OpenAI-compatible server in each form of structured output. Prints a Markdown table;
     /// `--out` writes every call as JSON.
     LocalEval(LocalEvalArgs),
+    /// What one PostgreSQL carries of weft's own statements through the real store: appends,
+    /// lease renewals and claims per second with C callers, then W simulated workers' claim
+    /// and renewal traffic; with PostgreSQL's CPU (from /proc) and what its backends wait on
+    /// (pg_stat_activity). Prints Markdown tables, then the figures as one JSON line.
+    PgCapacity(PgCapacityArgs),
     /// Every workload at its standard sizes (add `--full` for `concurrent 10000 3`).
     All {
         #[arg(long)]
@@ -121,6 +127,60 @@ struct ServeLoadArgs {
     /// A server process whose peak memory and CPU seconds to report; repeatable.
     #[arg(long = "server-pid")]
     server_pids: Vec<u32>,
+    /// A shell command (`sh -c`) to run once, in the middle of the batch, when `--at-fraction`
+    /// of the runs' streams have begun (the server answered the stream's request); the report
+    /// waits for it (until `--deadline`). Its output goes to standard error.
+    #[arg(long = "then", requires = "at_fraction")]
+    then: Option<String>,
+    /// The fraction of the runs (0 to 1) whose streams must have begun before `--then` runs.
+    #[arg(long, requires = "then")]
+    at_fraction: Option<f64>,
+    /// Writes one JSON line per run (its times from the batch's and its own start, how it
+    /// ended) to this file.
+    #[arg(long)]
+    runs_out: Option<std::path::PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+struct PgCapacityArgs {
+    /// A PostgreSQL URL; every phase works in a schema of its own in that database.
+    #[arg(long)]
+    url: String,
+    /// Seconds each append, renewal and claim phase measures.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// The callers of the append, renewal and claim phases (one phase each), space-separated.
+    #[arg(long, default_value = "1 4 16 64")]
+    concurrency: String,
+    /// The simulated workers of the simulation phases (one phase each), space-separated.
+    #[arg(long, default_value = "100 300 1000")]
+    workers: String,
+    /// Seconds each simulation phase measures, after its warm-up.
+    #[arg(long, default_value_t = 15.0)]
+    sim_seconds: f64,
+    /// Seconds each simulation runs before it measures.
+    #[arg(long, default_value_t = 3.0)]
+    warmup: f64,
+    /// The most connections a phase's stores open in all (a store is one weft process: 8
+    /// connections and 2 for leases); keep it below the server's max_connections.
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// Sessions per simulated worker, queued before the simulation starts.
+    #[arg(long, default_value_t = 2)]
+    sessions_per_worker: usize,
+    /// Sessions queued for each claim phase.
+    #[arg(long, default_value_t = 1000)]
+    claim_sessions: usize,
+    /// Ended sessions (an event and a released lease each) every phase's tables start with, as
+    /// a store with a history has.
+    #[arg(long, default_value_t = 1000)]
+    history: usize,
+    /// Simulated owners do not read their lease every 500 ms (`weft worker` does).
+    #[arg(long)]
+    no_looks: bool,
+    /// The phases to run, space-separated: append renew claim sim.
+    #[arg(long, default_value = "append renew claim sim")]
+    phases: String,
 }
 
 #[derive(clap::Args, Debug)]
@@ -167,6 +227,7 @@ struct LocalEvalArgs {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    let durability = cli.durability;
     if let Workload::ServeLoad(args) = cli.workload {
         // One thread: the generator must cost the machine little beside the servers it loads.
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -184,6 +245,9 @@ fn main() -> Result<()> {
     }
     if let Workload::ServeFloor { addr, answer } = cli.workload {
         return rt.block_on(serve_floor(&addr, answer));
+    }
+    if let Workload::PgCapacity(args) = cli.workload {
+        return rt.block_on(pg_capacity(args, durability));
     }
     rt.block_on(run(cli))
 }
@@ -378,6 +442,66 @@ async fn serve_load(a: ServeLoadArgs) -> Result<()> {
         message: a.message,
         deadline: std::time::Duration::from_secs_f64(a.deadline),
         server_pids: a.server_pids,
+        then: a.then.zip(a.at_fraction).map(|(command, at_fraction)| {
+            weft_bench::serve_load::Then {
+                at_fraction,
+                command,
+            }
+        }),
+    })
+    .await?;
+    if let Some(path) = &a.runs_out {
+        std::fs::write(path, report.runs_jsonl())
+            .with_context(|| format!("serve-load: --runs-out {}", path.display()))?;
+    }
+    print!("{}", report.table());
+    println!("{}", report.to_json());
+    Ok(())
+}
+
+/// Numbers separated by spaces or commas, for `--concurrency` and `--workers`.
+fn numbers(flag: &str, text: &str) -> Result<Vec<usize>> {
+    text.split([' ', ','])
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .with_context(|| format!("{flag}: `{t}` is not a positive whole number"))
+        })
+        .collect()
+}
+
+async fn pg_capacity(a: PgCapacityArgs, durability: weft_store::Durability) -> Result<()> {
+    let phases: Vec<String> = a.phases.split_whitespace().map(str::to_owned).collect();
+    if let Some(p) = phases
+        .iter()
+        .find(|p| !["append", "renew", "claim", "sim"].contains(&p.as_str()))
+    {
+        anyhow::bail!("--phases: unknown phase `{p}`; the phases are append, renew, claim and sim");
+    }
+    for (flag, v) in [("--seconds", a.seconds), ("--sim-seconds", a.sim_seconds)] {
+        if !(v.is_finite() && v > 0.0 && v <= 3600.0) {
+            anyhow::bail!("{flag}: give a number of seconds above 0 and at most 3600");
+        }
+    }
+    if !(a.warmup.is_finite() && (0.0..=600.0).contains(&a.warmup)) {
+        anyhow::bail!("--warmup: give a number of seconds from 0 to 600");
+    }
+    let report = weft_bench::pg_capacity::run(weft_bench::pg_capacity::Config {
+        url: a.url,
+        seconds: a.seconds,
+        concurrency: numbers("--concurrency", &a.concurrency)?,
+        workers: numbers("--workers", &a.workers)?,
+        sim_seconds: a.sim_seconds,
+        warmup: a.warmup,
+        connections: a.connections,
+        sessions_per_worker: a.sessions_per_worker,
+        claim_sessions: a.claim_sessions,
+        history: a.history,
+        looks: !a.no_looks,
+        durability,
+        phases,
     })
     .await?;
     print!("{}", report.table());
@@ -484,6 +608,7 @@ async fn one(runs: u32, w: Workload, kind: StoreKind, tool: workloads::ToolKind)
             Workload::All { .. }
             | Workload::ServeLoad(_)
             | Workload::ServeFloor { .. }
+            | Workload::PgCapacity(_)
             | Workload::LocalEval(_) => Vec::new(),
         };
         all.push(reports);

@@ -8,13 +8,20 @@
 //! A run is good when its stream ends without an `error` event and its last `updates` event holds
 //! the scripted answer. The generator runs on the caller's runtime (the binary gives it one
 //! thread) and reports the CPU it used, so that its own cost is visible beside the server's.
+//!
+//! For a fault in the middle of a batch, [`LoadConfig::then`] runs a shell command once a given
+//! fraction of the runs' streams have begun (and the batch waits for it), and the report keeps
+//! every run's times ([`LoadReport::runs`]) so that a caller can compare them, run by run, with
+//! a batch without the fault.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::AsFd;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, oneshot, watch};
 use weft_model::sse::{SseEvent, SseParser};
 
 use crate::BenchError;
@@ -42,11 +49,78 @@ pub struct LoadConfig {
     /// Processes whose peak memory (VmHWM) and CPU seconds during the batch are reported: the
     /// servers under load.
     pub server_pids: Vec<u32>,
+    /// A command to run in the middle of the batch, if any.
+    pub then: Option<Then>,
+}
+
+/// A shell command (`sh -c`) run once, when `ceil(at_fraction × n)` runs' streams have begun (a
+/// run's stream has begun when the server answered `POST /threads/{id}/runs/stream` with a
+/// success status: the run exists). The batch goes on meanwhile; its report waits for the
+/// command (at most until the deadline, when the command is killed). The command's standard
+/// output goes to the generator's standard error, so that the report's last line stays its JSON.
+#[derive(Clone, Debug)]
+pub struct Then {
+    pub at_fraction: f64,
+    pub command: String,
+}
+
+/// What became of [`Then`]'s command.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThenReport {
+    pub command: String,
+    pub at_fraction: f64,
+    /// Runs whose streams had to begin before the command ran.
+    pub threshold: usize,
+    /// When it was started and when it ended, in seconds from the batch's start.
+    pub started_s: Option<f64>,
+    pub ended_s: Option<f64>,
+    /// `exit 0`, `exit 1`, `killed by signal`, or why it did not run or did not end.
+    pub status: String,
+}
+
+/// One run's times (seconds from the run's own start unless said otherwise) and how it ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunTimes {
+    /// The run's number in the batch (it went to `urls[k % urls.len()]`).
+    pub k: usize,
+    /// From the batch's start to the run's start: `None` for a run cut off at the deadline.
+    pub start_s: Option<f64>,
+    pub thread_s: Option<f64>,
+    pub head_s: Option<f64>,
+    pub first_s: Option<f64>,
+    /// To the end of its stream (or its failure); `None` for a run cut off at the deadline.
+    pub total_s: Option<f64>,
+    /// `ok`, `failed` or `unfinished`.
+    pub status: &'static str,
+    /// Why it failed, ids written `<id>`.
+    pub error: Option<String>,
+}
+
+impl RunTimes {
+    pub fn to_json(&self, urls: &[String]) -> Value {
+        let r = |v: Option<f64>| v.map(|v| round(v, 4));
+        json!({
+            "k": self.k,
+            "url": urls.get(self.k % urls.len().max(1)),
+            "status": self.status,
+            "start_s": r(self.start_s),
+            "thread_s": r(self.thread_s),
+            "head_s": r(self.head_s),
+            "first_s": r(self.first_s),
+            "total_s": r(self.total_s),
+            "end_s": r(self.start_s.zip(self.total_s).map(|(a, b)| a + b)),
+            "error": self.error,
+        })
+    }
 }
 
 /// How one run ended.
 #[derive(Clone, Debug)]
 struct Outcome {
+    /// The run's number in the batch.
+    k: usize,
+    /// From the batch's start to the run's start (after its slot was free).
+    start: Duration,
     /// From the run's start to the answer of `POST /threads`.
     thread: Option<Duration>,
     /// From the run's start to the response head of `POST /threads/{id}/runs/stream`.
@@ -97,9 +171,30 @@ pub struct LoadReport {
     /// The generator's own user + system CPU seconds during the batch.
     pub client_cpu_s: f64,
     pub servers: Vec<ServerUse>,
+    /// What became of the command of [`LoadConfig::then`], when one was given.
+    pub then: Option<ThenReport>,
+    /// Every run, in the order of `k`.
+    pub runs: Vec<RunTimes>,
 }
 
 impl LoadReport {
+    /// The servers' CPU seconds during the batch (all `--server-pid` processes together) divided
+    /// by the runs of the batch (all `n`, failed and unfinished ones included).
+    pub fn server_cpu_s_per_run(&self) -> Option<f64> {
+        (!self.servers.is_empty() && self.n > 0)
+            .then(|| self.servers.iter().map(|s| s.cpu_s).sum::<f64>() / self.n as f64)
+    }
+
+    /// One JSON line per run (see [`RunTimes::to_json`]).
+    pub fn runs_jsonl(&self) -> String {
+        let mut out = String::new();
+        for r in &self.runs {
+            out.push_str(&r.to_json(&self.urls).to_string());
+            out.push('\n');
+        }
+        out
+    }
+
     /// One JSON object, the shape `bench/serve_stream.py` prints plus the generator's CPU.
     pub fn to_json(&self) -> Value {
         let servers: Vec<Value> = self
@@ -130,8 +225,17 @@ impl LoadReport {
             "client_cpu_s": round(self.client_cpu_s, 2),
             "server_peak_mb": (!self.servers.is_empty()).then(|| round(peak, 1)),
             "server_cpu_s": (!self.servers.is_empty()).then(|| round(cpu, 2)),
+            "server_cpu_ms_per_run": self.server_cpu_s_per_run().map(|s| round(s * 1000.0, 3)),
             "servers": servers,
             "errors": self.failures,
+            "then": self.then.as_ref().map(|t| json!({
+                "command": t.command,
+                "at_fraction": t.at_fraction,
+                "threshold": t.threshold,
+                "started_s": t.started_s.map(|v| round(v, 3)),
+                "ended_s": t.ended_s.map(|v| round(v, 3)),
+                "status": t.status,
+            })),
         })
     }
 
@@ -163,6 +267,30 @@ impl LoadReport {
             row(
                 &format!("server {}", s.pid),
                 format!("peak {:.1} MB, CPU {:.2} s", s.peak_mb, s.cpu_s),
+            );
+        }
+        if let Some(per_run) = self.server_cpu_s_per_run() {
+            row(
+                "server CPU per run",
+                format!(
+                    "{:.3} ms (the servers' CPU ÷ {} runs)",
+                    per_run * 1000.0,
+                    self.n
+                ),
+            );
+        }
+        if let Some(t) = &self.then {
+            let at = |v: Option<f64>| v.map_or("-".to_owned(), |s| format!("{s:.3} s"));
+            row(
+                "then",
+                format!(
+                    "`{}` once {} streams had begun: started at {}, ended at {}, {}",
+                    t.command,
+                    t.threshold,
+                    at(t.started_s),
+                    at(t.ended_s),
+                    t.status
+                ),
             );
         }
         for (reason, count) in &self.failures {
@@ -210,6 +338,14 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, BenchError> {
             "serve-load: --n must be at least 1".into(),
         ));
     }
+    if let Some(t) = &cfg.then
+        && !(0.0..=1.0).contains(&t.at_fraction)
+    {
+        return Err(BenchError::Setup(format!(
+            "serve-load: --at-fraction {}: give a fraction of the runs from 0 to 1",
+            t.at_fraction
+        )));
+    }
     // reqwest is built with rustls but no default crypto provider (one TLS stack in weft); a
     // client cannot be built before one is installed, even for plain HTTP.
     if rustls::crypto::CryptoProvider::get_default().is_none() {
@@ -230,15 +366,27 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, BenchError> {
     let servers0: Vec<Option<f64>> = cfg.server_pids.iter().map(|p| cpu_s(*p)).collect();
     let client0 = cpu_s_self();
     let began = Instant::now();
+    // How many runs' streams have begun (see `Then`).
+    let (begun_tx, begun_rx) = watch::channel(0usize);
+    let begun_tx = Arc::new(begun_tx);
+    let (over_tx, over_rx) = oneshot::channel::<()>();
+    let hook = cfg
+        .then
+        .clone()
+        .map(|t| tokio::spawn(then_task(t, cfg.n, began, begun_rx, over_rx)));
     let mut tasks = tokio::task::JoinSet::new();
+    let mut ids = std::collections::HashMap::new();
     for k in 0..cfg.n {
         let (cfg, client, slots) = (Arc::clone(&cfg), client.clone(), Arc::clone(&slots));
-        tasks.spawn(async move {
+        let begun = Arc::clone(&begun_tx);
+        let handle = tasks.spawn(async move {
             let _slot = slots.acquire_owned().await.ok();
             let base = &cfg.urls[k % cfg.urls.len()];
-            one(&client, base, &cfg).await
+            one(&client, base, &cfg, k, began, &begun).await
         });
+        ids.insert(handle.id(), k);
     }
+    drop(begun_tx);
     let mut outcomes = Vec::with_capacity(cfg.n);
     let stop = tokio::time::sleep(cfg.deadline);
     tokio::pin!(stop);
@@ -247,6 +395,8 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, BenchError> {
             next = tasks.join_next() => match next {
                 Some(Ok(o)) => outcomes.push(o),
                 Some(Err(e)) => outcomes.push(Outcome {
+                    k: ids.get(&e.id()).copied().unwrap_or(usize::MAX),
+                    start: Duration::ZERO,
                     thread: None,
                     head: None,
                     first: None,
@@ -261,6 +411,32 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, BenchError> {
     let unfinished = tasks.len();
     tasks.abort_all();
     let wall = began.elapsed().as_secs_f64();
+    // The batch is over: a command not yet started will not be; one running is waited for until
+    // the deadline, then killed.
+    let _ = over_tx.send(());
+    let then = match (hook, &cfg.then) {
+        (Some(mut h), Some(t)) => {
+            let left = cfg.deadline.saturating_sub(began.elapsed());
+            Some(match tokio::time::timeout(left, &mut h).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => then_report(t, cfg.n, None, None, format!("its task failed: {e}")),
+                Err(_) => {
+                    h.abort();
+                    then_report(
+                        t,
+                        cfg.n,
+                        None,
+                        None,
+                        format!(
+                            "still running at the deadline ({:.0} s): killed",
+                            cfg.deadline.as_secs_f64()
+                        ),
+                    )
+                }
+            })
+        }
+        _ => None,
+    };
     let client_cpu = cpu_s_self().zip(client0).map_or(0.0, |(b, a)| b - a);
     let servers = cfg
         .server_pids
@@ -295,6 +471,40 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, BenchError> {
     threads.sort_by(f64::total_cmp);
     heads.sort_by(f64::total_cmp);
     let ok = firsts.len();
+    let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+    let mut runs: Vec<RunTimes> = outcomes
+        .iter()
+        .map(|o| RunTimes {
+            k: o.k,
+            start_s: Some(o.start.as_secs_f64()),
+            thread_s: secs(o.thread),
+            head_s: secs(o.head),
+            first_s: secs(o.first),
+            total_s: Some(o.total.as_secs_f64()),
+            status: if o.error.is_none() && o.first.is_some() {
+                "ok"
+            } else {
+                "failed"
+            },
+            error: match (&o.error, o.first) {
+                (Some(e), _) => Some(without_ids(e)),
+                (None, None) => Some("no updates event".into()),
+                (None, Some(_)) => None,
+            },
+        })
+        .collect();
+    let ended: BTreeSet<usize> = outcomes.iter().map(|o| o.k).collect();
+    runs.extend((0..cfg.n).filter(|k| !ended.contains(k)).map(|k| RunTimes {
+        k,
+        start_s: None,
+        thread_s: None,
+        head_s: None,
+        first_s: None,
+        total_s: None,
+        status: "unfinished",
+        error: None,
+    }));
+    runs.sort_by_key(|r| r.k);
     Ok(LoadReport {
         n: cfg.n,
         concurrency,
@@ -315,18 +525,99 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, BenchError> {
         failures,
         client_cpu_s: client_cpu,
         servers,
+        then,
+        runs,
     })
 }
 
+fn then_report(
+    t: &Then,
+    n: usize,
+    started_s: Option<f64>,
+    ended_s: Option<f64>,
+    status: String,
+) -> ThenReport {
+    ThenReport {
+        command: t.command.clone(),
+        at_fraction: t.at_fraction,
+        threshold: then_threshold(t.at_fraction, n),
+        started_s,
+        ended_s,
+        status,
+    }
+}
+
+/// The runs whose streams must have begun before the command of [`Then`] runs.
+fn then_threshold(at_fraction: f64, n: usize) -> usize {
+    ((at_fraction * n as f64).ceil() as usize).min(n)
+}
+
+/// Waits until enough streams have begun (or the batch is over: then the command does not run),
+/// then runs the command to its end.
+async fn then_task(
+    t: Then,
+    n: usize,
+    began: Instant,
+    mut begun: watch::Receiver<usize>,
+    over: oneshot::Receiver<()>,
+) -> ThenReport {
+    let threshold = then_threshold(t.at_fraction, n);
+    let reached = tokio::select! {
+        r = begun.wait_for(|c| *c >= threshold) => r.is_ok(),
+        _ = over => false,
+    };
+    if !reached {
+        let seen = *begun.borrow();
+        return then_report(
+            &t,
+            n,
+            None,
+            None,
+            format!("not run: the batch ended with {seen} of {threshold} streams begun"),
+        );
+    }
+    let started = began.elapsed().as_secs_f64();
+    let stdout = match std::io::stderr().as_fd().try_clone_to_owned() {
+        Ok(fd) => Stdio::from(fd),
+        Err(_) => Stdio::null(),
+    };
+    let status = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(&t.command)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .kill_on_drop(true)
+        .status()
+        .await;
+    let ended = began.elapsed().as_secs_f64();
+    let status = match status {
+        Ok(s) => match s.code() {
+            Some(c) => format!("exit {c}"),
+            None => "killed by a signal".to_owned(),
+        },
+        Err(e) => format!("could not be started: {e}"),
+    };
+    then_report(&t, n, Some(started), Some(ended), status)
+}
+
 /// One run: create a thread, stream a run on it, read the stream to its end.
-async fn one(client: &reqwest::Client, base: &str, cfg: &LoadConfig) -> Outcome {
+async fn one(
+    client: &reqwest::Client,
+    base: &str,
+    cfg: &LoadConfig,
+    k: usize,
+    batch: Instant,
+    begun: &watch::Sender<usize>,
+) -> Outcome {
     let start = Instant::now();
     let mut stream = SseRun::default();
-    let error = match drive(client, base, cfg, start, &mut stream).await {
+    let error = match drive(client, base, cfg, start, &mut stream, begun).await {
         Err(e) => Some(e),
         Ok(()) => stream.verdict(&cfg.expect),
     };
     Outcome {
+        k,
+        start: start.duration_since(batch),
         thread: stream.thread,
         head: stream.head,
         first: stream.first,
@@ -357,6 +648,7 @@ async fn drive(
     cfg: &LoadConfig,
     start: Instant,
     stream: &mut SseRun,
+    begun: &watch::Sender<usize>,
 ) -> Result<(), String> {
     let base = base.trim_end_matches('/');
     let resp = post(client, format!("{base}/threads"), cfg, &json!({}))
@@ -401,6 +693,7 @@ async fn drive(
             snippet(&body)
         ));
     }
+    begun.send_modify(|c| *c += 1);
     loop {
         match resp.chunk().await {
             Ok(Some(bytes)) => stream.feed(&bytes, start),
@@ -617,6 +910,91 @@ mod tests {
         assert_eq!(pct(&xs, 99.0), Some(990.0));
         assert_eq!(pct(&[3.0], 99.0), Some(3.0));
         assert_eq!(pct(&[], 50.0), None);
+    }
+
+    fn unreachable(n: usize, then: Option<Then>) -> LoadConfig {
+        // A port nobody listens on: every run fails at `POST /threads`, no stream begins.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        LoadConfig {
+            urls: vec![format!("http://127.0.0.1:{port}")],
+            n,
+            concurrency: 0,
+            api_key: None,
+            assistant: "agent".into(),
+            expect: "x".into(),
+            message: "x".into(),
+            deadline: Duration::from_secs(20),
+            server_pids: vec![std::process::id()],
+            then,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_then_command_runs_once_its_fraction_of_streams_began_or_not_at_all() {
+        // At 0: at once, even though no stream begins; its exit status is reported.
+        let r = run(unreachable(
+            3,
+            Some(Then {
+                at_fraction: 0.0,
+                command: "exit 3".into(),
+            }),
+        ))
+        .await
+        .unwrap();
+        let t = r.then.clone().unwrap();
+        assert_eq!((t.threshold, t.status.as_str()), (0, "exit 3"), "{t:?}");
+        assert!(t.started_s.is_some() && t.ended_s >= t.started_s, "{t:?}");
+        assert_eq!(r.to_json()["then"]["status"], "exit 3");
+        // Every run is in `runs`, failed with its reason.
+        assert_eq!(r.runs.len(), 3);
+        assert!(r.runs.iter().all(|run| {
+            run.status == "failed"
+                && run
+                    .error
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("POST /threads"))
+        }));
+        assert_eq!(r.runs_jsonl().lines().count(), 3);
+        let line: Value = serde_json::from_str(r.runs_jsonl().lines().next().unwrap()).unwrap();
+        assert_eq!(
+            (line["k"].as_u64(), line["status"].as_str()),
+            (Some(0), Some("failed"))
+        );
+        // CPU per run: the servers' CPU over n.
+        let per_run = r.server_cpu_s_per_run().unwrap();
+        assert!((per_run * 3.0 - r.servers[0].cpu_s).abs() < 1e-9);
+
+        // At 1: no stream begins, so the batch ends without running it.
+        let r = run(unreachable(
+            2,
+            Some(Then {
+                at_fraction: 1.0,
+                command: "exit 0".into(),
+            }),
+        ))
+        .await
+        .unwrap();
+        let t = r.then.unwrap();
+        assert_eq!(t.started_s, None, "{t:?}");
+        assert!(
+            t.status.contains("not run") && t.status.contains("0 of 2"),
+            "{t:?}"
+        );
+
+        let e = run(unreachable(
+            2,
+            Some(Then {
+                at_fraction: 1.5,
+                command: "true".into(),
+            }),
+        ))
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("--at-fraction"), "{e}");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use weft_bench::serve_load::{LoadConfig, LoadReport, run};
+use weft_bench::serve_load::{LoadConfig, LoadReport, Then, run};
 
 use crate::serve::{free_port, serve_with};
 
@@ -22,6 +22,16 @@ fn agent_dir() -> tempfile::TempDir {
 }
 
 fn load(urls: Vec<String>, n: usize, expect: &str, pids: Vec<u32>) -> LoadReport {
+    load_then(urls, n, expect, pids, None)
+}
+
+fn load_then(
+    urls: Vec<String>,
+    n: usize,
+    expect: &str,
+    pids: Vec<u32>,
+    then: Option<Then>,
+) -> LoadReport {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -36,6 +46,7 @@ fn load(urls: Vec<String>, n: usize, expect: &str, pids: Vec<u32>) -> LoadReport
         message: "echo three times".into(),
         deadline: Duration::from_secs(120),
         server_pids: pids,
+        then,
     }))
     .unwrap()
 }
@@ -91,9 +102,56 @@ fn the_load_generator_streams_every_run_to_its_answer_round_robin() {
     assert!(r.servers.iter().all(|s| s.peak_mb > 0.0), "{json}");
     assert_eq!(json["ok"], 12);
     assert!(r.table().contains("12 ok, 0 failed, 0 unfinished of 12"));
+    let per_run = r.server_cpu_s_per_run().unwrap();
+    let cpu: f64 = r.servers.iter().map(|s| s.cpu_s).sum();
+    assert!((per_run * 12.0 - cpu).abs() < 1e-9, "{json}");
+    assert!(json["server_cpu_ms_per_run"].is_number(), "{json}");
+    assert!(r.table().contains("server CPU per run"), "{}", r.table());
+    // Every run's times, in the order of k, each run ending after it started.
+    assert_eq!(r.runs.len(), 12);
+    for (k, run) in r.runs.iter().enumerate() {
+        assert_eq!((run.k, run.status), (k, "ok"), "{json}");
+        assert!(
+            run.first_s <= run.total_s && run.start_s.is_some(),
+            "{json}"
+        );
+    }
     // Round-robin: six new threads on each server.
     assert_eq!(thread_count(&urls[0]), 6);
     assert_eq!(thread_count(&urls[1]), 6);
+
+    // A command in the middle of the batch: it runs once half the streams have begun, and the
+    // report waits for it.
+    let marker = d1.path().join("then-ran");
+    let r = load_then(
+        urls.clone(),
+        8,
+        "done after 3 echo calls",
+        vec![],
+        Some(Then {
+            at_fraction: 0.5,
+            command: format!("sleep 0.2; touch '{}'", marker.display()),
+        }),
+    );
+    let json = r.to_json();
+    assert_eq!((r.ok, r.failed, r.unfinished), (8, 0, 0), "{json}");
+    let then = r.then.as_ref().unwrap();
+    assert_eq!(
+        (then.threshold, then.status.as_str()),
+        (4, "exit 0"),
+        "{json}"
+    );
+    let (started, ended) = (then.started_s.unwrap(), then.ended_s.unwrap());
+    assert!(ended - started >= 0.2, "{json}");
+    assert!(marker.exists(), "{json}");
+    // Half the streams had begun when it started: at least 4 runs had their stream's head.
+    let begun = r
+        .runs
+        .iter()
+        .filter(|run| run.start_s.unwrap() + run.head_s.unwrap() <= started + 1e-3)
+        .count();
+    assert!(begun >= 4, "{begun} streams had begun: {json}");
+    assert_eq!(json["then"]["status"], "exit 0", "{json}");
 
     // The same runs, expecting an answer the agent never gives: every run fails, with the reason.
     let r = load(urls[..1].to_vec(), 3, "an answer never given", vec![]);
@@ -127,6 +185,7 @@ fn the_load_generator_names_what_is_wrong_with_its_input() {
         message: "x".into(),
         deadline: Duration::from_secs(5),
         server_pids: vec![],
+        then: None,
     };
     let e = rt.block_on(run(config(vec![], 1))).unwrap_err().to_string();
     assert!(e.contains("--url"), "{e}");
