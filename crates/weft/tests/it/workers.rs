@@ -39,6 +39,11 @@ fn ok(out: Output) -> String {
 /// A plan agent whose three steps each post to a ledger file through a tool that is not
 /// idempotent: a call that ran twice shows as a repeated line.
 fn ledger_agent(dir: &Path, name: &str) {
+    ledger_agent_pausing(dir, name, "0");
+}
+
+/// [`ledger_agent`] whose tool takes `secs` seconds before it posts.
+fn ledger_agent_pausing(dir: &Path, name: &str, secs: &str) {
     std::fs::write(
         dir.join(format!("{name}.yaml")),
         format!(
@@ -49,7 +54,7 @@ review_responses: false
 tools:
   - name: post
     description: Posts an entry to the ledger (not idempotent).
-    command: ["sh", "-c", "cat > /dev/null; echo \"$WEFT_SESSION_ID $WEFT_STEP_ID\" >> ledger.txt; echo '{{\"ok\": true}}'"]
+    command: ["sh", "-c", "cat > /dev/null; sleep {secs}; echo \"$WEFT_SESSION_ID $WEFT_STEP_ID\" >> ledger.txt; echo '{{\"ok\": true}}'"]
     input_schema: {{ type: object, properties: {{ entry: {{ type: string }} }}, required: [entry] }}
 "#
         ),
@@ -287,6 +292,103 @@ fn needs_postgres_workers_survive_sigkill_and_dropped_connections() {
         gaps.last(),
     );
     assert!(kills > 0 && !gaps.is_empty(), "no takeover happened");
+}
+
+/// Two workers (the default 15 s lease) run 100 sessions of the three-step ledger plan, whose
+/// tool takes 0.3 s, on a PostgreSQL cluster of the test's own that crashes for 8 s (longer than
+/// the store waits for a connection, shorter than a lease) once a third
+/// of the sessions ended, and later restarts (`-m fast`). Every session completes, no call runs
+/// twice, none is recorded with an unknown outcome (its worker held its lease through the
+/// outage: the result was written once the database was back), no session moved to another
+/// worker, and neither worker had to be restarted.
+#[test]
+fn needs_postgres_workers_ride_out_a_database_crash_and_restart() {
+    let cluster = common::PgCluster::start("workers");
+    let url = cluster.url.clone();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    ledger_agent_pausing(d, "ledger", "0.3");
+    let n = 100;
+    submit_many(d, &url, "ledger", n);
+    let mut workers: Vec<Child> = (0..2)
+        .map(|w| {
+            weft(d, &url)
+                .args(["worker", "--agents", ".", "--poll-secs", "0.2"])
+                .args(["--concurrency", "8"])
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(d.join(format!("worker{w}.log"))).unwrap())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let ended = |url: &str| -> usize {
+        psql(
+            url,
+            "SELECT count(*) FROM sessions WHERE status IN ('completed', 'failed')",
+        )
+        .parse()
+        .unwrap()
+    };
+    let began = Instant::now();
+    let mut crashed = false;
+    let mut restarted = false;
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let done = ended(&url);
+        if done == n {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(240),
+            "{done} of {n} sessions ended after 4 minutes; logs in {}",
+            d.display()
+        );
+        if !crashed && done >= n / 3 {
+            cluster.crash();
+            std::thread::sleep(Duration::from_secs(8));
+            cluster.start_again();
+            crashed = true;
+        } else if crashed && !restarted && done >= 2 * n / 3 {
+            cluster.restart_fast();
+            restarted = true;
+        }
+    }
+    let alive = workers.iter_mut().all(|w| w.try_wait().unwrap().is_none());
+    for w in &mut workers {
+        kill(w, "-TERM");
+    }
+    let logs: String = (0..2)
+        .map(|w| std::fs::read_to_string(d.join(format!("worker{w}.log"))).unwrap_or_default())
+        .collect();
+    assert!(alive, "a worker died in the outage:\n{logs}");
+    assert!(crashed && restarted, "the faults did not all happen");
+    let statuses = psql(
+        &url,
+        "SELECT status || ' ' || count(*) FROM sessions GROUP BY status ORDER BY status",
+    );
+    assert_eq!(statuses, format!("completed {n}"), "{logs}");
+    let posts = ledger(d);
+    let repeated: Vec<_> = posts.iter().filter(|(_, k)| **k > 1).collect();
+    assert!(repeated.is_empty(), "calls that ran twice: {repeated:?}");
+    assert_eq!(posts.len(), 3 * n, "every step posted once");
+    let unknown = psql(
+        &url,
+        "SELECT count(*) FROM events WHERE type = 'tool_call_finished' AND payload::text LIKE '%unknown_outcome%'",
+    );
+    assert_eq!(
+        unknown, "0",
+        "calls recorded with an unknown outcome:\n{logs}"
+    );
+    // One owner per session: no session was taken over by the other worker.
+    let moved = psql(
+        &url,
+        "SELECT count(*) FROM (SELECT session_id FROM events WHERE epoch > 0 \
+         GROUP BY session_id HAVING count(DISTINCT epoch) > 1) m",
+    );
+    assert_eq!(
+        moved, "0",
+        "sessions taken over from a live worker:\n{logs}"
+    );
 }
 
 /// A `psql` session of the test's own, fed statement by statement, to hold a lock while a
