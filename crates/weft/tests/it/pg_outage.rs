@@ -6,7 +6,9 @@
 //! health fails while the store is away), and that work is neither lost nor done twice.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::serve::{ALICE, free_port, logs, serve_command, stop, tally_agent};
+use crate::serve::{
+    ALICE, SeamStep, drive_seam, free_port, logs, now_ms, serve_command, stop, tally_agent,
+};
 use crate::support as common;
 
 use std::io::{Read, Write};
@@ -40,14 +42,6 @@ impl Fault {
             Self::RestartFast => cluster.restart_fast(),
         }
     }
-}
-
-/// Unix time in milliseconds.
-fn now_ms() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
 }
 
 /// `weft serve` on `db` in `d` (agents and keys there), with `WEFT_LEASE_SECS=lease`, logging
@@ -99,7 +93,6 @@ fn seam_on_a_cluster(
     lease: &str,
     busy: bool,
 ) -> String {
-    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
     let cluster = common::PgCluster::start("seam");
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
@@ -108,43 +101,24 @@ fn seam_on_a_cluster(
     let port = free_port();
     let mut server = serve_on(d, port, &cluster.url, lease, "serve-0.log");
     let _load = busy.then(|| Load::start(&cluster.url));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/seam_client.py");
-    let mut client = Command::new(&python)
-        .arg(&script)
-        .args([&format!("http://127.0.0.1:{port}"), ALICE])
-        .arg(d)
-        .args([
-            rounds.to_string(),
-            n.to_string(),
-            every.to_string(),
-            "outage".into(),
-        ])
-        .stdout(std::fs::File::create(d.join("client.out")).unwrap())
-        .stderr(std::fs::File::create(d.join("client.err")).unwrap())
-        .spawn()
-        .unwrap();
-    let began = Instant::now();
     let mut applied = 0;
-    let status = loop {
-        if let Some(status) = client.try_wait().unwrap() {
-            break status;
-        }
-        if began.elapsed() > Duration::from_secs(150) {
-            let _ = client.kill();
-            break client.wait().unwrap();
-        }
-        for r in 0..rounds {
-            if d.join(format!("kill-{r}")).exists() && !d.join(format!("killed-{r}")).exists() {
-                let at = now_ms();
-                let fault = faults[applied % faults.len()];
-                fault.apply(&cluster);
-                applied += 1;
-                println!("round {r}: {fault:?}");
-                std::fs::write(d.join(format!("killed-{r}")), at.to_string()).unwrap();
-            }
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let args = [rounds, n, every]
+        .map(|v| v.to_string())
+        .into_iter()
+        .chain(["outage".to_owned()])
+        .collect::<Vec<_>>();
+    let url = format!("http://127.0.0.1:{port}");
+    let status = drive_seam(d, &url, &args, Duration::from_secs(150), |step| {
+        let SeamStep::Fault(r) = step else {
+            return 0;
+        };
+        let at = now_ms();
+        let fault = faults[applied % faults.len()];
+        fault.apply(&cluster);
+        applied += 1;
+        println!("round {r}: {fault:?}");
+        at
+    });
     // No process died: the server is the one that started.
     let alive = server.try_wait().unwrap().is_none();
     stop(&mut server);

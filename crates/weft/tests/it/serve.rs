@@ -721,11 +721,69 @@ tools:
     .unwrap();
 }
 
+/// What `seam_client.py`'s driver is asked to do: make the fault of round `r` (returning the time
+/// to write to `killed-R`, Unix ms), or look after the servers between faults.
+pub(crate) enum SeamStep {
+    Fault(usize),
+    Tick,
+}
+
+/// Runs `seam_client.py` against `url` with `args` after its URL, key and work dir `d` (rounds,
+/// streams, fault every, mode), its output in `d`'s `client.out` and `client.err`. When the
+/// script writes `kill-R`, `step(SeamStep::Fault(R))` makes the fault and `killed-R` gets the
+/// time it returns; between looks (every 5 ms) `step(SeamStep::Tick)` runs. The script's exit
+/// status; it is killed after `limit`.
+pub(crate) fn drive_seam(
+    d: &Path,
+    url: &str,
+    args: &[String],
+    limit: Duration,
+    mut step: impl FnMut(SeamStep) -> u128,
+) -> std::process::ExitStatus {
+    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/seam_client.py");
+    let rounds: usize = args[0].parse().unwrap();
+    let mut client = Command::new(&python)
+        .arg(&script)
+        .args([url, ALICE])
+        .arg(d)
+        .args(args)
+        .stdout(std::fs::File::create(d.join("client.out")).unwrap())
+        .stderr(std::fs::File::create(d.join("client.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let began = Instant::now();
+    loop {
+        if let Some(status) = client.try_wait().unwrap() {
+            return status;
+        }
+        if began.elapsed() > limit {
+            let _ = client.kill();
+            return client.wait().unwrap();
+        }
+        step(SeamStep::Tick);
+        for r in 0..rounds {
+            if d.join(format!("kill-{r}")).exists() && !d.join(format!("killed-{r}")).exists() {
+                let at = step(SeamStep::Fault(r));
+                std::fs::write(d.join(format!("killed-{r}")), at.to_string()).unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Unix time in milliseconds.
+pub(crate) fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
 /// `seam_client.py`: `rounds` rounds of `n` concurrent SDK streams on `db`, with the server
 /// killed (SIGKILL) and started again in every `kill_every`-th round (0: never). Returns what
 /// the script printed (its counts).
 fn seam(db: &str, rounds: usize, n: usize, kill_every: usize) -> String {
-    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     agents(d);
@@ -733,41 +791,20 @@ fn seam(db: &str, rounds: usize, n: usize, kill_every: usize) -> String {
     let port = free_port();
     let extra = ["--max-runs-per-user", "100000"];
     let mut server = serve_logged(d, port, db, &extra, "serve-0.log");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/seam_client.py");
-    let mut client = Command::new(&python)
-        .arg(&script)
-        .args([&format!("http://127.0.0.1:{port}"), ALICE])
-        .arg(d)
-        .args([rounds.to_string(), n.to_string(), kill_every.to_string()])
-        .stdout(std::fs::File::create(d.join("client.out")).unwrap())
-        .stderr(std::fs::File::create(d.join("client.err")).unwrap())
-        .spawn()
-        .unwrap();
-    let began = Instant::now();
     let mut kills = 0;
-    let status = loop {
-        if let Some(status) = client.try_wait().unwrap() {
-            break status;
+    let args = [rounds, n, kill_every].map(|v| v.to_string());
+    let url = format!("http://127.0.0.1:{port}");
+    let status = drive_seam(d, &url, &args, Duration::from_secs(900), |step| {
+        if let SeamStep::Fault(_) = step {
+            server.kill().unwrap();
+            server.wait().unwrap();
+            let at = now_ms();
+            kills += 1;
+            server = serve_logged(d, port, db, &extra, &format!("serve-{kills}.log"));
+            return at;
         }
-        if began.elapsed() > Duration::from_secs(900) {
-            let _ = client.kill();
-            break client.wait().unwrap();
-        }
-        for r in 0..rounds {
-            if d.join(format!("kill-{r}")).exists() && !d.join(format!("killed-{r}")).exists() {
-                server.kill().unwrap();
-                server.wait().unwrap();
-                let at = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_millis();
-                kills += 1;
-                server = serve_logged(d, port, db, &extra, &format!("serve-{kills}.log"));
-                std::fs::write(d.join(format!("killed-{r}")), at.to_string()).unwrap();
-            }
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+        0
+    });
     stop(&mut server);
     let stdout = std::fs::read_to_string(d.join("client.out")).unwrap_or_default();
     let names: Vec<String> = (0..=kills).map(|k| format!("serve-{k}.log")).collect();
@@ -1116,7 +1153,6 @@ fn worker(d: &Path, db: &str, log: &str) -> Child {
 /// killed (SIGKILL), and started again once its runs' leases ran out (so that the other
 /// processes, not its restart, take them over). Returns what the script printed.
 fn replica_seam(db: &str, rounds: usize, n: usize) -> String {
-    let python = common::service_var("WEFT_TEST_SDK_PYTHON");
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     agents(d);
@@ -1136,57 +1172,43 @@ fn replica_seam(db: &str, rounds: usize, n: usize) -> String {
             .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], *p)))
             .collect(),
     );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/seam_client.py");
-    let mut client = Command::new(&python)
-        .arg(&script)
-        .args([&balancer.url(), ALICE])
-        .arg(d)
-        .args([
-            rounds.to_string(),
-            n.to_string(),
-            "2".into(),
-            "replicas".into(),
-        ])
-        .stdout(std::fs::File::create(d.join("client.out")).unwrap())
-        .stderr(std::fs::File::create(d.join("client.err")).unwrap())
-        .spawn()
-        .unwrap();
-    let began = Instant::now();
     let mut kills = 0;
     // The replica killed last, and when to start it again.
     let mut restart: Option<(usize, Instant)> = None;
-    let status = loop {
-        if let Some(status) = client.try_wait().unwrap() {
-            break status;
-        }
-        if began.elapsed() > Duration::from_secs(900) {
-            let _ = client.kill();
-            break client.wait().unwrap();
-        }
-        if let Some((k, at)) = restart
-            && Instant::now() >= at
-        {
-            let name = ["a", "b"][k];
-            servers[k] = replica(d, ports[k], db, &format!("serve-{name}{kills}.log"));
-            restart = None;
-        }
-        for r in 0..rounds {
-            if d.join(format!("kill-{r}")).exists() && !d.join(format!("killed-{r}")).exists() {
+    let args = [
+        rounds.to_string(),
+        n.to_string(),
+        "2".into(),
+        "replicas".into(),
+    ];
+    let status = drive_seam(
+        d,
+        &balancer.url(),
+        &args,
+        Duration::from_secs(900),
+        |step| match step {
+            SeamStep::Tick => {
+                if let Some((k, at)) = restart
+                    && Instant::now() >= at
+                {
+                    let name = ["a", "b"][k];
+                    servers[k] = replica(d, ports[k], db, &format!("serve-{name}{kills}.log"));
+                    restart = None;
+                }
+                0
+            }
+            SeamStep::Fault(_) => {
                 let k = kills % 2;
                 servers[k].kill().unwrap();
                 servers[k].wait().unwrap();
-                let at = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_millis();
+                let at = now_ms();
                 kills += 1;
                 let lease: u64 = REPLICA_LEASE_SECS.parse().unwrap();
                 restart = Some((k, Instant::now() + Duration::from_secs(lease + 3)));
-                std::fs::write(d.join(format!("killed-{r}")), at.to_string()).unwrap();
+                at
             }
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+        },
+    );
     let carried = balancer.carried();
     drop(balancer);
     for c in servers.iter_mut().chain(workers.iter_mut()) {
