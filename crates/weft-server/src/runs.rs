@@ -917,8 +917,11 @@ async fn execute(
                         }
                     }
                     match take(&app, &run).await {
-                        // Another process took the thread first: wait for it again.
-                        Err(e) if e.0 == StatusCode::CONFLICT => {}
+                        // Another process took the thread first, or the store is away for a
+                        // moment: wait for the thread again.
+                        Err(e)
+                            if e.0 == StatusCode::CONFLICT
+                                || e.0 == StatusCode::SERVICE_UNAVAILABLE => {}
                         Err(e) => break Err(e),
                         // Another process that took the run over (this one froze past its
                         // claim) may have begun it meanwhile.
