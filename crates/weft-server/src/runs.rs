@@ -1080,12 +1080,14 @@ async fn hold_if_paused(
 pub(crate) const PAUSED: &str = "paused";
 
 /// Whether `e` says that this process could not go on driving a run, not that the run failed:
-/// the store stayed unreachable past the runtime's patience, or another process took the
-/// thread over (this one froze or was cut off past its lease). The session is not failed in
-/// the store, and goes on wherever it is driven next.
+/// the store stayed unreachable past the runtime's patience (an error that would pass by
+/// itself, [`weft_store::StoreError::is_transient`]), or another process took the thread over
+/// (this one froze or was cut off past its lease). The session is not failed in the store, and
+/// goes on wherever it is driven next. Any other store error (a broken constraint, a refused
+/// query) ends the run as failed, as before.
 fn lost_hold(e: &anyhow::Error) -> bool {
     weft_host::store_error_in(e.as_ref())
-        .is_some_and(|s| s.is_infrastructure() || matches!(s, weft_store::StoreError::LeaseLost(_)))
+        .is_some_and(|s| s.is_transient() || matches!(s, weft_store::StoreError::LeaseLost(_)))
 }
 
 /// Records how a run ended and wakes whoever waits for it. A run this process could not go on

@@ -610,9 +610,9 @@ asyncio.run(main())
     }
 
     /// `weft run` on a private cluster that stays down for longer than the run's lease (2 s;
-    /// down 10 s, well past the store's 5 s wait for a connection) while a step's tool runs: it gives up with exit 4 (the store failed) and says
-    /// `weft resume` with the session's id; that advice works once the database is back, and
-    /// no call runs twice.
+    /// down 10 s, well past the store's 5 s wait for a connection) while a step's tool runs: it
+    /// gives up with exit 4 (the store failed) and says `weft resume` with the session's id;
+    /// that advice works once the database is back, and no call runs twice.
     #[test]
     fn weft_run_down_past_its_lease_exits_4_saying_weft_resume() {
         let cluster = common::PgCluster::start("cli_lease");
