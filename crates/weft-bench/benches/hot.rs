@@ -23,7 +23,8 @@ fn react_log(rt: &tokio::runtime::Runtime) -> Vec<Envelope> {
         call.repeat = Some(20);
         let agent = react_agent(&tools, vec![call, ScriptedReply::text("done")], 30).unwrap();
         let store = Arc::new(RamStore::new());
-        let runtime = Runtime::new(Arc::clone(&store), tools, Limits::default());
+        let runtime =
+            Runtime::builder(Arc::clone(&store), tools, Limits::default(), None, None).build();
         let s = runtime
             .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
             .await

@@ -53,10 +53,14 @@ async fn traced<S: Store + 'static>(
     id: &str,
 ) -> (Runtime<S>, Option<Live>) {
     let live = Live::start(&telemetry(), Arc::clone(&store), id, None, None).await;
-    let mut rt = Runtime::new(store, tools, Limits::default());
-    if let Some(l) = &live {
-        rt = rt.observe_own(l.observer());
-    }
+    let rt = Runtime::builder(
+        store,
+        tools,
+        Limits::default(),
+        None,
+        live.as_ref().map(Live::observer),
+    )
+    .build();
     (rt, live)
 }
 
@@ -396,7 +400,7 @@ pub async fn growth(turns: u32) -> Result<Report, BenchError> {
     let store = Arc::new(store);
     let tools = echo_tools()?;
     let agent = react_agent(&tools, turns_script(turns), 5)?;
-    let rt = Runtime::new(Arc::clone(&store), tools, Limits::default());
+    let rt = Runtime::builder(Arc::clone(&store), tools, Limits::default(), None, None).build();
     let t = Instant::now();
     let mut last_turn = 0.0;
     let mut session = None;
@@ -469,7 +473,7 @@ pub fn plan_limits(n: u32) -> Limits {
 }
 
 async fn run_plan_on<S: Store>(store: Arc<S>, plan: Plan, n: u32) -> Result<f64, BenchError> {
-    let rt = Runtime::new(store, echo_tools()?, plan_limits(n));
+    let rt = Runtime::builder(store, echo_tools()?, plan_limits(n), None, None).build();
     let t = Instant::now();
     let session = rt.run_plan("bench", plan, json!({"text": "hello"})).await?;
     let secs = t.elapsed().as_secs_f64();
@@ -590,11 +594,14 @@ pub async fn resume(events: u64) -> Result<Report, BenchError> {
     script.extend(calls_then_answer(1, 0));
     let agent = compacting_agent(&tools, script, n + 5)?;
     let id = {
-        let rt = Runtime::new(
+        let rt = Runtime::builder(
             Arc::new(store.clone()),
             Arc::clone(&tools),
             Limits::default(),
-        );
+            None,
+            None,
+        )
+        .build();
         let s = rt
             .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
             .await?;
@@ -645,7 +652,7 @@ pub async fn resume(events: u64) -> Result<Report, BenchError> {
             l.state.history.len(),
         )
     });
-    let rt = Runtime::new(store, tools, agent.config.limits.clone());
+    let rt = Runtime::builder(store, tools, agent.config.limits.clone(), None, None).build();
     let mut session = rt.load_session(&id).await?;
     let stored = session.state.seq;
     let t = Instant::now();

@@ -220,17 +220,23 @@ impl<S: Store> Runner<S> {
             EvalError::Invalid(format!("agent file {}: {e}", self.agent.path.display()))
         })?;
         let held = ownership::take(&self.host, self.store.clone(), id, false).await?;
-        let mut rt = Runtime::new(
-            self.store.clone(),
-            self.agent.tools.clone(),
-            self.agent.spec.limits.clone(),
-        );
-        rt.redact = self.agent.redact.clone();
-        held.bind(&mut rt);
+        let user = case.user.clone().or_else(|| self.user.clone());
+        // A case is held to its user's quota as any run of theirs is; its spans are exported
+        // with `weft sessions trace` when wanted (an eval's runs are not live telemetry).
+        let rt = held
+            .bind(Runtime::builder(
+                self.store.clone(),
+                self.agent.tools.clone(),
+                self.agent.spec.limits.clone(),
+                self.host.quota_of(user.as_deref()),
+                None,
+            ))
+            .redact(self.agent.redact.clone())
+            .build();
         let work = async {
             let info = SessionInfo {
                 id: Some(id.to_owned()),
-                user_id: case.user.clone().or_else(|| self.user.clone()),
+                user_id: user,
                 metadata,
                 ..SessionInfo::default()
             };
@@ -276,13 +282,17 @@ impl<S: Store> Runner<S> {
             })
             .collect();
         let held = ownership::take(&self.host, self.store.clone(), id, false).await?;
-        let mut rt = Runtime::new(
-            self.store.clone(),
-            self.agent.tools.clone(),
-            self.agent.spec.limits.clone(),
-        );
-        rt.redact = self.agent.redact.clone();
-        held.bind(&mut rt);
+        // Recording verdicts calls no model: no quota or telemetry to hold it to.
+        let rt = held
+            .bind(Runtime::builder(
+                self.store.clone(),
+                self.agent.tools.clone(),
+                self.agent.spec.limits.clone(),
+                None,
+                None,
+            ))
+            .redact(self.agent.redact.clone())
+            .build();
         let done = async {
             let mut session = rt.load_session(id).await?;
             session.commit(events).await

@@ -209,6 +209,18 @@ fn is_agent_file(path: &Path) -> bool {
         })
 }
 
+/// Who sees the events of a session being driven.
+#[derive(Default)]
+pub struct Watchers {
+    /// Every event once it is stored: the session's and its sub-agents' sessions'.
+    pub all: Vec<Observer>,
+    /// The session's live telemetry (none: telemetry is off).
+    pub telemetry: Option<Observer>,
+    /// The session's own events, not its sub-agents' (see
+    /// [`weft_runtime::RuntimeBuilder::observe_own`]).
+    pub own: Vec<Observer>,
+}
+
 /// How driving a session ended.
 #[derive(Debug)]
 pub enum Ended {
@@ -221,27 +233,37 @@ pub enum Ended {
 /// Continues session `rec` (whose lease `held` is) with `agent`: calls in flight when its last
 /// process stopped are re-run (idempotent tools) or recorded as unknown outcomes, then the plan
 /// or the agent goes on until the session ends or waits, or another process asks to cancel or
-/// pause it. The caller releases the lease. `observers` see its events and its sub-agents',
-/// `own` its events alone (see [`Runtime::observe_own`]).
+/// pause it. The caller releases the lease. The runtime is held to the quota of the session's
+/// user; `watchers` see its events.
 pub async fn drive<S: Store>(
     host: &Host,
     store: Arc<S>,
     held: &Held<S>,
     rec: &SessionRecord,
     agent: &AgentFile,
-    observers: Vec<Observer>,
-    own: Vec<Observer>,
+    watchers: Watchers,
 ) -> Result<Ended> {
-    let mut rt = Runtime::new(store, agent.tools.clone(), agent.spec.limits.clone());
-    held.bind(&mut rt);
-    rt.redact = agent.redact.clone();
-    rt.quota = host.quota_of(rec.user_id.as_deref());
-    for o in observers {
-        rt = rt.observe(o);
+    let Watchers {
+        all,
+        telemetry,
+        own,
+    } = watchers;
+    let mut built = held
+        .bind(Runtime::builder(
+            store,
+            agent.tools.clone(),
+            agent.spec.limits.clone(),
+            host.quota_of(rec.user_id.as_deref()),
+            telemetry,
+        ))
+        .redact(agent.redact.clone());
+    for o in all {
+        built = built.observe(o);
     }
     for o in own {
-        rt = rt.observe_own(o);
+        built = built.observe_own(o);
     }
+    let rt = built.build();
     let mut session = rt.load_session(&rec.id).await?;
     if session.state.mode.is_some() && agent.spec.model.is_none() {
         return Err(HostError::AgentFile(format!(

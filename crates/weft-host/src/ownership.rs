@@ -99,7 +99,7 @@ pub struct Held<S: Store> {
     lease: Lease,
     beat: tokio::task::JoinHandle<()>,
     asked: tokio::sync::watch::Receiver<Option<Asked>>,
-    /// Tells the run to stop at its next safe point ([`weft_runtime::Runtime::stop`]).
+    /// Tells the run to stop at its next safe point ([`weft_runtime::RuntimeBuilder::stop_on`]).
     stop: tokio::sync::watch::Sender<bool>,
     shutdown: Shutdown,
 }
@@ -217,15 +217,19 @@ pub fn hold<S: Store>(host: &Host, store: Arc<S>, lease: Lease) -> Held<S> {
 }
 
 impl<S: Store> Held<S> {
-    /// The session and epoch this lease fences (for [`weft_runtime::Runtime::fence`]).
+    /// The session and epoch this lease fences (for [`weft_runtime::RuntimeBuilder::fence`]).
     pub fn fence(&self) -> (String, u64) {
         (self.lease.session.clone(), self.lease.epoch)
     }
 
-    /// Makes `rt` write this session at the lease's epoch and stop when asked to.
-    pub fn bind<T: Store>(&self, rt: &mut weft_runtime::Runtime<T>) {
-        rt.fence = Some(self.fence());
-        rt.stop = Some(self.stop.subscribe());
+    /// Makes the runtime being built write this session at the lease's epoch and stop when
+    /// asked to.
+    pub fn bind<T: Store>(
+        &self,
+        rt: weft_runtime::RuntimeBuilder<T>,
+    ) -> weft_runtime::RuntimeBuilder<T> {
+        let (id, epoch) = self.fence();
+        rt.fence(id, epoch).stop_on(self.stop.subscribe())
     }
 
     /// Runs `work` (on a runtime [`Held::bind`] bound) until it ends, or until it must stop:
@@ -294,14 +298,14 @@ pub async fn stopped<S: Store>(
     match asked {
         Asked::Cancel => {
             let mut session = rt.load_session(id).await?;
-            let ran = running_for(rt.store.as_ref(), id, &session.state).await?;
-            let events = weft_core::recovery::cancel(&session.state, &rt.limits, &ran);
+            let ran = running_for(rt.store().as_ref(), id, &session.state).await?;
+            let events = weft_core::recovery::cancel(&session.state, rt.limits(), &ran);
             session.commit(events).await?;
             eprintln!("cancelled: session {id} (weft sessions cancel)");
             Ok(EXIT_FAILED)
         }
         Asked::Pause => {
-            let status = rt.store.get(id).await?.status;
+            let status = rt.store().get(id).await?.status;
             if status != weft_core::SessionStatus::Running {
                 eprintln!(
                     "session {id} is {} (it got there before it could pause)",
@@ -358,16 +362,20 @@ async fn running_for<S: Store + ?Sized>(
 /// lets it go.
 pub async fn cancel_unowned<S: Store>(host: &Host, store: Arc<S>, id: &str) -> Result<()> {
     let held = take(host, store.clone(), id, false).await?;
-    let mut rt = weft_runtime::Runtime::new(
-        store.clone(),
-        Arc::new(weft_tools::Registry::new()),
-        weft_core::Limits::default(),
-    );
-    held.bind(&mut rt);
+    // Recording a cancellation calls no model: no quota or telemetry to hold it to.
+    let rt = held
+        .bind(weft_runtime::Runtime::builder(
+            store.clone(),
+            Arc::new(weft_tools::Registry::new()),
+            weft_core::Limits::default(),
+            None,
+            None,
+        ))
+        .build();
     let result = async {
         let mut session = rt.load_session(id).await?;
         let ran = running_for(store.as_ref(), id, &session.state).await?;
-        let events = weft_core::recovery::cancel(&session.state, &rt.limits, &ran);
+        let events = weft_core::recovery::cancel(&session.state, rt.limits(), &ran);
         session.commit(events).await
     }
     .await;

@@ -218,12 +218,15 @@ async fn one<S: Store>(
         let live =
             crate::telemetry::Live::start(&host.telemetry, store.clone(), &rec.id, None, None)
                 .await;
-        let own = live.iter().map(crate::telemetry::Live::observer).collect();
+        let watchers = crate::drive::Watchers {
+            telemetry: live.as_ref().map(crate::telemetry::Live::observer),
+            ..crate::drive::Watchers::default()
+        };
         let span = live
             .as_ref()
             .map_or_else(tracing::Span::none, crate::telemetry::Live::log_span);
         let ended = tracing::Instrument::instrument(
-            drive(&host, store.clone(), &held, &rec, agent, Vec::new(), own),
+            drive(&host, store.clone(), &held, &rec, agent, watchers),
             span,
         )
         .await;

@@ -75,7 +75,7 @@ pub async fn run(db: &Path) -> Result<(String, Vec<Value>), Box<dyn std::error::
     let agent = Agent::new(&spec, tools.clone(), model, &json!({}), &json!({}))?;
 
     let store = Arc::new(SqliteStore::open(db).await?);
-    let rt = Runtime::new(store.clone(), tools, spec.limits.clone());
+    let rt = Runtime::builder(store.clone(), tools, spec.limits.clone(), None, None).build();
     let session = rt
         .run_agent(
             &agent,

@@ -642,7 +642,14 @@ mod tests {
         ));
         let agent =
             Agent::new(&spec, Arc::clone(&tools), model, &Value::Null, &Value::Null).unwrap();
-        let rt = Runtime::new(Arc::new(RamStore::new()), tools, spec.limits.clone());
+        let rt = Runtime::builder(
+            Arc::new(RamStore::new()),
+            tools,
+            spec.limits.clone(),
+            None,
+            None,
+        )
+        .build();
         let mut session = rt
             .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
             .await

@@ -5,6 +5,7 @@
 
 mod agent;
 pub mod budget;
+mod builder;
 mod calls;
 pub mod clock;
 mod knowledge;
@@ -27,6 +28,7 @@ use weft_store::{NewSession, Store, StoreError};
 use weft_tools::Registry;
 
 pub use agent::{Agent, SessionInfo};
+pub use builder::RuntimeBuilder;
 use calls::Calls;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock, system_clock};
 pub use knowledge::StoreKnowledge;
@@ -52,7 +54,7 @@ pub enum RuntimeError {
     /// vanished; the message says which.
     #[error("{0}")]
     Internal(String),
-    /// The run stopped at a safe point because it was asked to ([`Runtime::stop`]): no call
+    /// The run stopped at a safe point because it was asked to ([`RuntimeBuilder::stop_on`]): no call
     /// was in flight, everything is stored, and the session can be continued.
     #[error("the run stopped at a safe point, as it was asked to")]
     Stopped,
@@ -69,104 +71,78 @@ pub fn new_session_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
-/// Runs plans and agents against a store and a registry of tools.
+/// Runs plans and agents against a store and a registry of tools. It is configured once, by
+/// [`Runtime::builder`], whose required arguments are what a front end may not forget (the
+/// user's quota and the run's live telemetry); nothing is assigned to it afterwards.
 pub struct Runtime<S: Store> {
     /// Where sessions are stored.
-    pub store: Arc<S>,
+    pub(crate) store: Arc<S>,
     /// The tools plans call.
-    pub tools: Arc<Registry>,
+    pub(crate) tools: Arc<Registry>,
     /// The limits every run is held to (steps, time, retries).
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     /// Called with every event once it is stored, in order: the events of this runtime's
     /// sessions and of the sub-agents' sessions they start (an event does not say whose it is).
-    pub observers: Vec<Observer>,
+    pub(crate) observers: Vec<Observer>,
     /// Called with the events of this runtime's own sessions only, in order, not with those of
     /// the sub-agents' sessions (which run in runtimes of their own): what follows one session,
     /// such as its live telemetry, needs that session's events alone.
-    pub own_observers: Vec<Observer>,
+    pub(crate) own_observers: Vec<Observer>,
     /// Applied to every event before it is stored or shown (secrets).
-    pub redact: Option<Redact>,
+    pub(crate) redact: Option<Redact>,
     /// Runs `agent:` tools (default: sub-agents in this runtime's store).
-    pub sub_agents: Option<Arc<dyn SubAgents>>,
+    pub(crate) sub_agents: Option<Arc<dyn SubAgents>>,
     /// How deep this runtime's sessions are nested under parents (sub-agents).
-    pub depth: u32,
+    pub(crate) depth: u32,
     /// The session this process holds the lease of, and the lease's epoch: that session's
     /// events are written at the epoch, so the store refuses them once the lease is lost.
-    pub fence: Option<(String, u64)>,
+    pub(crate) fence: Option<(String, u64)>,
     /// When it turns true, the run starts no new model or tool call, waits for the calls in
     /// flight, stores their outcomes and returns [`RuntimeError::Stopped`] (pause, drain).
-    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
+    pub(crate) stop: Option<tokio::sync::watch::Receiver<bool>>,
     /// A session's state is snapshotted with an append once this many events followed the
     /// last snapshot (0: never); see [`snapshots`].
-    pub snapshot_every: u64,
+    pub(crate) snapshot_every: u64,
     /// A head of this many bytes pushes a session's next snapshot back by one event (0: heads
     /// never push it back); [`snapshots::HEAD_BYTES_PER_EVENT`] by default.
-    pub snapshot_head_bytes: u64,
+    pub(crate) snapshot_head_bytes: u64,
     /// What makes the vectors of memories and documents (none: search by text alone); see
     /// [`retrieval`].
-    pub embedder: Option<Arc<weft_model::Embedder>>,
+    pub(crate) embedder: Option<Arc<weft_model::Embedder>>,
     /// Where events' timestamps come from (the system's clock unless a test sets another).
-    pub clock: SharedClock,
+    pub(crate) clock: SharedClock,
     /// The quota of the user whose sessions this runtime drives: checked before every model
     /// call, added to after it (see [`quota`]); none: no quota.
-    pub quota: Option<quota::UserQuota>,
+    pub(crate) quota: Option<quota::UserQuota>,
 }
 
 impl<S: Store> Runtime<S> {
-    /// A runtime whose memory and document tools use the embedder this process is configured
-    /// with (`WEFT_EMBEDDINGS_URL`; see [`retrieval::configured_embedder`]), if any. A registry
-    /// keeps the first knowledge base attached to it.
-    pub fn new(store: Arc<S>, tools: Arc<Registry>, limits: Limits) -> Self {
-        let embedder = retrieval::configured_embedder().unwrap_or_else(|e| {
-            tracing::error!(error = %e, "embeddings are off: their configuration is wrong");
-            None
-        });
-        Self::with_embedder(store, tools, limits, embedder)
-    }
-
-    /// A runtime whose memory and document tools embed with `embedder` (none: text search).
-    pub fn with_embedder(
+    /// Starts configuring a runtime. `quota` is the quota of the user whose sessions it drives
+    /// (none: that user has none), `telemetry` the observer of its own sessions' live telemetry
+    /// (none: telemetry is off); both are required so that no front end forgets them.
+    pub fn builder(
         store: Arc<S>,
         tools: Arc<Registry>,
         limits: Limits,
-        embedder: Option<Arc<weft_model::Embedder>>,
-    ) -> Self {
-        tools.attach_knowledge(Arc::new(StoreKnowledge::new(
-            Arc::clone(&store),
-            embedder.clone(),
-        )));
-        Self {
-            store,
-            tools,
-            limits,
-            observers: Vec::new(),
-            own_observers: Vec::new(),
-            redact: None,
-            sub_agents: None,
-            depth: 0,
-            fence: None,
-            stop: None,
-            snapshot_every: snapshots::DEFAULT_EVERY,
-            snapshot_head_bytes: snapshots::HEAD_BYTES_PER_EVENT,
-            embedder,
-            clock: system_clock(),
-            quota: None,
-        }
+        quota: Option<quota::UserQuota>,
+        telemetry: Option<Observer>,
+    ) -> RuntimeBuilder<S> {
+        RuntimeBuilder::new(store, tools, limits, quota, telemetry)
     }
 
-    /// Adds an observer that sees every event after it is stored.
-    #[must_use]
-    pub fn observe(mut self, o: Observer) -> Self {
-        self.observers.push(o);
-        self
+    /// The store this runtime writes to.
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
     }
 
-    /// Adds an observer that sees every event of this runtime's own sessions after it is
-    /// stored, and none of its sub-agents' sessions (see [`Runtime::own_observers`]).
-    #[must_use]
-    pub fn observe_own(mut self, o: Observer) -> Self {
-        self.own_observers.push(o);
-        self
+    /// The tools its plans and agents call.
+    pub fn tools(&self) -> &Arc<Registry> {
+        &self.tools
+    }
+
+    /// The limits its runs are held to.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// The observers of this runtime's own sessions: both kinds.
@@ -186,6 +162,7 @@ impl<S: Store> Runtime<S> {
                 store: Arc::clone(&self.store),
                 observers: self.observers.clone(),
                 redact: self.redact.clone(),
+                quota: self.quota.clone(),
             }),
         }
     }

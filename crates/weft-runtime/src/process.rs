@@ -34,6 +34,7 @@ pub fn child_id(key: &str) -> String {
 pub(crate) async fn run<S: Store>(
     store: Arc<S>,
     redact: Option<Redact>,
+    quota: Option<crate::quota::UserQuota>,
     decl: ProcessDecl,
     args: Value,
     parent: String,
@@ -76,14 +77,22 @@ pub(crate) async fn run<S: Store>(
             }))
         }
     };
-    let mut rt = Runtime::new(store.clone(), tools.clone(), spec.limits.clone());
-    rt.redact = redact.clone();
-    rt.sub_agents = Some(Arc::new(StoreSubAgents {
+    let rt = Runtime::builder(
+        store.clone(),
+        tools.clone(),
+        spec.limits.clone(),
+        quota.clone(),
+        None,
+    )
+    .redact(redact.clone())
+    .sub_agents(Arc::new(StoreSubAgents {
         store: store.clone(),
         observers: Vec::new(),
         redact,
-    }));
-    rt.depth = depth + 1;
+        quota,
+    }))
+    .depth(depth + 1)
+    .build();
     let id = child_id(&key);
     let found = match store.get(&id).await {
         Ok(_) => match rt.load_session(&id).await {

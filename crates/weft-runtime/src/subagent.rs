@@ -12,6 +12,7 @@ use weft_core::{SessionStatus, ToolError, ToolOutcome};
 use weft_store::Store;
 use weft_tools::{AgentToolDecl, ProcessDecl, Registry};
 
+use crate::quota::UserQuota;
 use crate::{Agent, Observer, Redact, Runtime, SessionInfo};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -49,6 +50,9 @@ pub struct StoreSubAgents<S: Store> {
     pub observers: Vec<Observer>,
     /// Applied to every event of a child session before it is stored or shown.
     pub redact: Option<Redact>,
+    /// The quota of the parent's user, which the children's model calls are held to and
+    /// counted against as the parent's own are.
+    pub quota: Option<UserQuota>,
 }
 
 /// How deep sub-agents may nest (a guard against an agent that calls itself).
@@ -72,6 +76,7 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
         Box::pin(crate::process::run(
             Arc::clone(&self.store),
             self.redact.clone(),
+            self.quota.clone(),
             decl,
             args,
             parent_session,
@@ -90,6 +95,7 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
         let store = Arc::clone(&self.store);
         let observers = self.observers.clone();
         let redact = self.redact.clone();
+        let quota = self.quota.clone();
         Box::pin(async move {
             if depth >= MAX_DEPTH {
                 return error(
@@ -152,15 +158,26 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
                     }))
                 }
             };
-            let mut rt = Runtime::new(store.clone(), tools.clone(), spec.limits.clone());
-            rt.observers = observers.clone();
-            rt.redact = redact.clone();
-            rt.sub_agents = Some(Arc::new(StoreSubAgents {
-                store,
-                observers,
-                redact,
-            }));
-            rt.depth = depth + 1;
+            let mut built = Runtime::builder(
+                store.clone(),
+                tools.clone(),
+                spec.limits.clone(),
+                quota.clone(),
+                None,
+            );
+            for o in &observers {
+                built = built.observe(o.clone());
+            }
+            let rt = built
+                .redact(redact.clone())
+                .sub_agents(Arc::new(StoreSubAgents {
+                    store,
+                    observers,
+                    redact,
+                    quota,
+                }))
+                .depth(depth + 1)
+                .build();
             let info = SessionInfo {
                 parent_id: Some(parent_session),
                 metadata,

@@ -1028,14 +1028,6 @@ async fn hold_if_paused(
     if !matches!(outcome, Ok(SessionStatus::Running)) || app.host.shutdown.is_requested() {
         return outcome;
     }
-    let mut rt = Runtime::new(
-        app.store.clone(),
-        Arc::new(weft_tools::Registry::new()),
-        weft_core::Limits::default(),
-    );
-    rt = rt
-        .observe(observer(app, &held.fence().0))
-        .observe_own(own_observer(app, &held.fence().0));
     // The wait closes the turn's spans: they are exported as the run's others.
     let live = weft_host::telemetry::Live::start(
         &app.host.telemetry,
@@ -1045,10 +1037,18 @@ async fn hold_if_paused(
         None,
     )
     .await;
-    if let Some(l) = &live {
-        rt = rt.observe_own(l.observer());
-    }
-    held.bind(&mut rt);
+    // Recording the wait calls no model: no quota to hold it to.
+    let rt = held
+        .bind(Runtime::builder(
+            app.store.clone(),
+            Arc::new(weft_tools::Registry::new()),
+            weft_core::Limits::default(),
+            None,
+            live.as_ref().map(weft_host::telemetry::Live::observer),
+        ))
+        .observe(observer(app, &held.fence().0))
+        .observe_own(own_observer(app, &held.fence().0))
+        .build();
     let mut session = rt.load_session(&held.fence().0).await?;
     if session.state.status != SessionStatus::Running {
         return Ok(session.state.status);
@@ -1170,17 +1170,6 @@ async fn drive(
             json!(weft_host::load::absolute(&agent.path)),
         );
     }
-    let mut rt = Runtime::new(
-        app.store.clone(),
-        agent.tools.clone(),
-        agent.spec.limits.clone(),
-    );
-    rt.redact = agent.redact.clone();
-    rt.quota = app.host.quota_of(Some(&run.user));
-    rt = rt
-        .observe(observer(app, &run.thread_id))
-        .observe_own(own_observer(app, &run.thread_id));
-    held.bind(&mut rt);
     let built = Agent::new(
         &agent.spec,
         agent.tools.clone(),
@@ -1213,9 +1202,18 @@ async fn drive(
         agent.redact.clone(),
     )
     .await;
-    if let Some(l) = &live {
-        rt = rt.observe_own(l.observer());
-    }
+    let rt = held
+        .bind(Runtime::builder(
+            app.store.clone(),
+            agent.tools.clone(),
+            agent.spec.limits.clone(),
+            app.host.quota_of(Some(&run.user)),
+            live.as_ref().map(weft_host::telemetry::Live::observer),
+        ))
+        .redact(agent.redact.clone())
+        .observe(observer(app, &tid))
+        .observe_own(own_observer(app, &tid))
+        .build();
     let span = live
         .as_ref()
         .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
@@ -1757,25 +1755,17 @@ async fn adopt(app: Shared, held: weft_host::ownership::Held<weft_store::AnyStor
             agent.redact.clone(),
         )
         .await;
-        let own = live
-            .iter()
-            .map(weft_host::telemetry::Live::observer)
-            .chain([own_observer(&app, &tid)])
-            .collect();
+        let watchers = weft_host::drive::Watchers {
+            all: observers,
+            telemetry: live.as_ref().map(weft_host::telemetry::Live::observer),
+            own: vec![own_observer(&app, &tid)],
+        };
         let span = live
             .as_ref()
             .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
         tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
         let outcome = tracing::Instrument::instrument(
-            weft_host::drive::drive(
-                &app.host,
-                app.store.clone(),
-                &held,
-                &rec,
-                &agent,
-                observers,
-                own,
-            ),
+            weft_host::drive::drive(&app.host, app.store.clone(), &held, &rec, &agent, watchers),
             span,
         )
         .await;

@@ -59,7 +59,7 @@ async fn run_big(label: &str, plan: Value, max_parallel: usize) -> weft_core::St
         ..Limits::default()
     };
     let store = Arc::new(RamStore::new());
-    let rt = Runtime::new(Arc::clone(&store), Arc::new(reg), limits);
+    let rt = Runtime::builder(Arc::clone(&store), Arc::new(reg), limits, None, None).build();
 
     let t = Instant::now();
     let plan = Plan::from_value(&plan).unwrap();

@@ -42,8 +42,15 @@ async fn a_wall_time_limit_stops_the_run_before_the_first_call_past_it() {
     let clock = ManualClock::starting_at(1_700_000_000_000);
     let a = agent("{ run: { wall_time_secs: 60 } }", &clock);
     let store = Arc::new(RamStore::new());
-    let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
-    rt.clock = clock.clone();
+    let rt = Runtime::builder(
+        store.clone(),
+        a.tools.clone(),
+        a.config.limits.clone(),
+        None,
+        None,
+    )
+    .clock(clock.clone())
+    .build();
     let session = rt
         .run_agent(&a, SessionInfo::default(), "Wait a while.", json!({}))
         .await

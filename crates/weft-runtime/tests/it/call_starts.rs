@@ -79,7 +79,7 @@ async fn run(idempotent: bool, wait_ms: u64) -> (Vec<(bool, bool)>, Vec<Event>) 
         vec![call, ScriptedReply::text("done")],
     ));
     let agent = Agent::new(&spec, Arc::clone(&tools), model, &Value::Null, &Value::Null).unwrap();
-    let rt = Runtime::new(Arc::clone(&store), tools, spec.limits.clone());
+    let rt = Runtime::builder(Arc::clone(&store), tools, spec.limits.clone(), None, None).build();
     let session = rt
         .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
         .await

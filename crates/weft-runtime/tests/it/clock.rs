@@ -16,13 +16,16 @@ async fn events_are_stamped_with_the_runtimes_clock() {
     let seen: Arc<Mutex<Vec<Envelope>>> = Arc::default();
     let sink = Arc::clone(&seen);
     let store = Arc::new(RamStore::new());
-    let mut rt = Runtime::new(
+    let rt = Runtime::builder(
         Arc::clone(&store),
         Arc::new(common::registry(vec![])),
         common::limits(),
+        None,
+        None,
     )
-    .observe(Arc::new(move |e| sink.lock().unwrap().push(e.clone())));
-    rt.clock = clock.clone();
+    .observe(Arc::new(move |e| sink.lock().unwrap().push(e.clone())))
+    .clock(clock.clone())
+    .build();
     let plan = Plan::from_value(&json!([
         {"_id": "a", "_tool": "echo", "text": "one", "_outputPath": "†state.a"},
         {"_id": "b", "_tool": "echo", "text": "†state.a"}

@@ -36,7 +36,7 @@ async fn an_empty_session_is_taken_over_and_a_started_one_is_refused() {
         vec![ScriptedReply::text("one"), ScriptedReply::text("two")],
     ));
     let agent = Agent::new(&spec, Arc::clone(&tools), model, &Value::Null, &Value::Null).unwrap();
-    let rt = Runtime::new(Arc::clone(&store), tools, spec.limits.clone());
+    let rt = Runtime::builder(Arc::clone(&store), tools, spec.limits.clone(), None, None).build();
     let info = SessionInfo {
         id: Some("s1".into()),
         ..SessionInfo::default()

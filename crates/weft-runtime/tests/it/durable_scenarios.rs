@@ -31,11 +31,14 @@ fn agent(
 }
 
 async fn reload<S: Store>(store: &Arc<S>, agent: &Agent, id: &str) -> State {
-    let rt = Runtime::new(
+    let rt = Runtime::builder(
         store.clone(),
         agent.tools.clone(),
         agent.config.limits.clone(),
-    );
+        None,
+        None,
+    )
+    .build();
     let s = rt.load_session(id).await.unwrap();
     s.state
 }
@@ -79,7 +82,14 @@ async fn refund_keeps_to_its_plan<S: Store>(store: Arc<S>) {
             ),
         ],
     );
-    let rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
+    let rt = Runtime::builder(
+        store.clone(),
+        a.tools.clone(),
+        a.config.limits.clone(),
+        None,
+        None,
+    )
+    .build();
     let input = json!({"customerId": "cust_123", "amount": 50.0});
     let s = rt
         .run_agent(&a, SessionInfo::default(), "I'd like a refund", input)
@@ -140,7 +150,14 @@ async fn missing_input_waits_and_resumes<S: Store>(store: Arc<S>) {
         ],
     );
     let id = {
-        let rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
+        let rt = Runtime::builder(
+            store.clone(),
+            a.tools.clone(),
+            a.config.limits.clone(),
+            None,
+            None,
+        )
+        .build();
         let s = rt
             .run_agent(&a, SessionInfo::default(), "refund", json!({}))
             .await
@@ -161,7 +178,14 @@ async fn missing_input_waits_and_resumes<S: Store>(store: Arc<S>) {
     );
     assert_eq!(log.count("issueRefund"), 0);
     // A new runtime, as a new process would have.
-    let rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
+    let rt = Runtime::builder(
+        store.clone(),
+        a.tools.clone(),
+        a.config.limits.clone(),
+        None,
+        None,
+    )
+    .build();
     let mut s = rt.load_session(&id).await.unwrap();
     rt.reply(&a, &mut s, "50").await.unwrap();
     drop(s);
@@ -207,7 +231,14 @@ async fn trip_is_replanned<S: Store>(store: Arc<S>) {
             (Purpose::Respond, vec![t("Booked LH123 and Paws Inn.")]),
         ],
     );
-    let rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
+    let rt = Runtime::builder(
+        store.clone(),
+        a.tools.clone(),
+        a.config.limits.clone(),
+        None,
+        None,
+    )
+    .build();
     let s = rt
         .run_agent(
             &a,
@@ -258,7 +289,14 @@ async fn react_runs_calls_concurrently<S: Store>(store: Arc<S>) {
             ],
         )],
     );
-    let rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
+    let rt = Runtime::builder(
+        store.clone(),
+        a.tools.clone(),
+        a.config.limits.clone(),
+        None,
+        None,
+    )
+    .build();
     let s = rt
         .run_agent(&a, SessionInfo::default(), "sun?", Value::Null)
         .await
@@ -318,7 +356,14 @@ async fn long_conversation_is_compacted<S: Store>(store: Arc<S>) {
         &json!({}),
     )
     .unwrap();
-    let rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
+    let rt = Runtime::builder(
+        store.clone(),
+        a.tools.clone(),
+        a.config.limits.clone(),
+        None,
+        None,
+    )
+    .build();
     let s = rt
         .run_agent(&a, SessionInfo::default(), "echo the notes", Value::Null)
         .await

@@ -527,7 +527,14 @@ async fn step_outputs_and_input_flow_through_references() {
 #[tokio::test]
 async fn an_invalid_plan_is_refused_before_a_session_starts() {
     let store = Arc::new(RamStore::new());
-    let rt = Runtime::new(Arc::clone(&store), Arc::new(registry(vec![])), limits());
+    let rt = Runtime::builder(
+        Arc::clone(&store),
+        Arc::new(registry(vec![])),
+        limits(),
+        None,
+        None,
+    )
+    .build();
     let plan = Plan::from_value(&json!([{"_id": "a", "_tool": "nope"}])).unwrap();
     let err = rt.run_plan("t", plan, json!({})).await.err().unwrap();
     match err {
@@ -665,7 +672,8 @@ async fn a_resumed_run_reruns_an_idempotent_call_with_its_recorded_key() {
     .unwrap();
     // The first process records the start of `a` and dies before it runs.
     let id = {
-        let rt = Runtime::new(Arc::clone(&store), Arc::clone(&reg), limits());
+        let rt =
+            Runtime::builder(Arc::clone(&store), Arc::clone(&reg), limits(), None, None).build();
         let mut session = rt
             .session("crashed".into(), weft_core::State::new())
             .with_redactor(None);
@@ -714,7 +722,7 @@ async fn a_resumed_run_reruns_an_idempotent_call_with_its_recorded_key() {
             })
             .unwrap()
     };
-    let rt = Runtime::new(Arc::clone(&store), reg, limits());
+    let rt = Runtime::builder(Arc::clone(&store), reg, limits(), None, None).build();
     let mut session = rt.load_session(&id).await.unwrap();
     rt.resume_plan(&mut session).await.unwrap();
     assert_eq!(session.state.status, SessionStatus::Completed);

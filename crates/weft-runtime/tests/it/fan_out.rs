@@ -280,7 +280,14 @@ async fn an_empty_list_completes_at_once_and_a_non_list_fails_saying_so() {
 #[test]
 fn fan_out_mistakes_are_plan_problems() {
     let reg = registry(vec![]);
-    let rt = Runtime::new(Arc::new(RamStore::new()), Arc::new(reg), Default::default());
+    let rt = Runtime::builder(
+        Arc::new(RamStore::new()),
+        Arc::new(reg),
+        Default::default(),
+        None,
+        None,
+    )
+    .build();
     let check = |plan: Value| -> Vec<String> {
         match Plan::from_value(&plan) {
             Err(p) => p.iter().map(ToString::to_string).collect(),
@@ -368,7 +375,7 @@ async fn a_run_cut_mid_fan_out_resumes_every_item_once() {
         .await
         .unwrap();
     let before = log.calls().len();
-    let rt = Runtime::new(store.clone(), Arc::new(reg()), limits());
+    let rt = Runtime::builder(store.clone(), Arc::new(reg()), limits(), None, None).build();
     let mut s = rt.load_session("cut").await.unwrap();
     rt.resume_plan(&mut s).await.unwrap();
     assert_eq!(s.state.status, SessionStatus::Completed);

@@ -404,7 +404,14 @@ async fn a_failing_command_goes_back_to_the_model_bounded() {
         ],
     ));
     let agent = Agent::new(&spec, Arc::clone(&reg), model, &json!({}), &json!({})).unwrap();
-    let rt = Runtime::new(Arc::new(RamStore::new()), reg, spec.limits.clone());
+    let rt = Runtime::builder(
+        Arc::new(RamStore::new()),
+        reg,
+        spec.limits.clone(),
+        None,
+        None,
+    )
+    .build();
     let s = rt
         .run_agent(&agent, SessionInfo::default(), "Convert.", json!({}))
         .await
@@ -437,7 +444,7 @@ async fn a_failing_command_goes_back_to_the_model_bounded() {
         "{content}"
     );
     // The event keeps the whole stderr.
-    let (_, events) = weft_store::SessionLog::load(rt.store.as_ref(), &s.id)
+    let (_, events) = weft_store::SessionLog::load(rt.store().as_ref(), &s.id)
         .await
         .unwrap();
     let stderr = events

@@ -42,7 +42,17 @@ fn agent(yaml: &str, replies: Vec<(Purpose, Vec<ScriptedReply>)>) -> (Agent, Req
 }
 
 fn runtime<S: Store>(store: &Arc<S>, a: &Agent) -> Runtime<S> {
-    Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone())
+    builder(store, a).build()
+}
+
+fn builder<S: Store>(store: &Arc<S>, a: &Agent) -> weft_runtime::RuntimeBuilder<S> {
+    Runtime::builder(
+        store.clone(),
+        a.tools.clone(),
+        a.config.limits.clone(),
+        None,
+        None,
+    )
 }
 
 async fn remember<S: Store>(store: &Arc<S>, shelf: &Shelf, text: &str) -> i64 {
@@ -265,9 +275,8 @@ async fn memories_stay_within_their_budget<S: Store>(store: Arc<S>) {
 async fn a_resumed_or_forked_turn_does_not_search_again<S: Store>(store: Arc<S>) {
     remember(&store, &Shelf::user("dora"), "Dora's cat is called Miso").await;
     let (a, before) = agent(REACT_AGENT, vec![(Purpose::React, vec![t("Miso.")])]);
-    let mut rt = runtime(&store, &a);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(true);
-    rt.stop = Some(stop_rx);
+    let rt = builder(&store, &a).stop_on(stop_rx).build();
     let s = rt
         .queue_agent(
             &a,

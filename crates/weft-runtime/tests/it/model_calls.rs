@@ -202,13 +202,19 @@ async fn a_calls_latency_and_first_token_are_measured_around_it() {
     // With an observer the answer's text streams, so its first piece is timed.
     let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = seen.clone();
-    h.runtime
-        .observers
-        .push(std::sync::Arc::new(move |e: &weft_core::Envelope| {
-            if matches!(e.event, Event::TextDelta { .. }) {
-                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        }));
+    h.runtime = weft_runtime::Runtime::builder(
+        h.store.clone(),
+        h.agent.tools.clone(),
+        h.agent.config.limits.clone(),
+        None,
+        None,
+    )
+    .observe(std::sync::Arc::new(move |e: &weft_core::Envelope| {
+        if matches!(e.event, Event::TextDelta { .. }) {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }))
+    .build();
     let s = h.run("Where is order o1?", json!({})).await;
     assert!(
         seen.load(std::sync::atomic::Ordering::Relaxed) > 0,

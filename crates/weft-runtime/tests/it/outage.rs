@@ -42,7 +42,7 @@ async fn needs_postgres_a_call_that_finished_while_the_database_was_down_is_reco
         ],
     ));
     let agent = Agent::new(&spec, Arc::clone(&tools), model, &json!({}), &json!({})).unwrap();
-    let rt = Runtime::new(store.clone(), tools, spec.limits.clone());
+    let rt = Runtime::builder(store.clone(), tools, spec.limits.clone(), None, None).build();
     let outage = {
         let cluster = cluster.clone();
         let log = log.clone();

@@ -76,9 +76,15 @@ async fn a_users_quota_holds_across_sessions_and_resets_with_the_day() {
     let clock = ManualClock::starting_at(EVENING);
     let a = looping_agent();
     let store = Arc::new(RamStore::new());
-    let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
-    rt.clock = clock.clone();
-    rt.quota = Some(quota(0.5));
+    let rt = Runtime::builder(
+        store.clone(),
+        a.tools.clone(),
+        a.config.limits.clone(),
+        Some(quota(0.5)),
+        None,
+    )
+    .clock(clock.clone())
+    .build();
     let info = || SessionInfo {
         user_id: Some("ann".into()),
         ..SessionInfo::default()
@@ -146,9 +152,15 @@ async fn a_quota_reached_with_on_budget_ask_waits_for_a_person() {
             .unwrap(),
     );
     let store = Arc::new(RamStore::new());
-    let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
-    rt.clock = ManualClock::starting_at(EVENING);
-    rt.quota = Some(quota(0.2));
+    let rt = Runtime::builder(
+        store.clone(),
+        a.tools.clone(),
+        a.config.limits.clone(),
+        Some(quota(0.2)),
+        None,
+    )
+    .clock(ManualClock::starting_at(EVENING))
+    .build();
     let s = rt
         .run_agent(&a, SessionInfo::default(), "Loop.", json!({}))
         .await

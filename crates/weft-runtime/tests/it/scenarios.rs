@@ -539,11 +539,14 @@ async fn missing_argument_resumes_in_a_new_runtime() {
         missing_input_script(use_refund_50()),
         &input,
     );
-    let runtime = Runtime::new(
+    let runtime = Runtime::builder(
         second.store.clone(),
         second.agent.tools.clone(),
         second.agent.config.limits.clone(),
-    );
+        None,
+        None,
+    )
+    .build();
     let mut s = runtime.load_session(&id).await.unwrap();
     assert_waiting_for_amount(&s.state);
     runtime.reply(&second.agent, &mut s, "50").await.unwrap();
@@ -1422,16 +1425,19 @@ async fn observers_see_every_stored_event() {
         ]),
         &input,
     );
-    h.runtime = Runtime::new(
+    h.runtime = Runtime::builder(
         h.store.clone(),
         h.agent.tools.clone(),
         h.agent.config.limits.clone(),
+        None,
+        None,
     )
     .observe(Arc::new(move |e| {
         if !matches!(e.event, Event::TextDelta { .. }) {
             sink.lock().unwrap().push(e.seq);
         }
-    }));
+    }))
+    .build();
     let s = h.run("Refund.", input).await;
     assert_eq!(
         s.state.status,
@@ -2288,16 +2294,19 @@ async fn react_answer_streams_as_deltas() {
         )]),
         &json!({}),
     );
-    h.runtime = Runtime::new(
+    h.runtime = Runtime::builder(
         h.store.clone(),
         h.agent.tools.clone(),
         h.agent.config.limits.clone(),
+        None,
+        None,
     )
     .observe(Arc::new(move |e| {
         if let Event::TextDelta { text } = &e.event {
             sink.lock().unwrap().push_str(text);
         }
-    }));
+    }))
+    .build();
     let s = h.run("Say the pangram.", json!({})).await;
     assert_eq!(
         s.state.turn.answer.as_deref(),

@@ -46,9 +46,10 @@ async fn run_poster<S: Store>(store: Arc<S>, head_bytes: u64) -> (String, u64) {
         vec![post],
         vec![(Purpose::React, vec![call, t("posted")])],
     );
-    let mut rt = Runtime::new(store, a.tools.clone(), a.config.limits.clone());
-    rt.snapshot_every = 5;
-    rt.snapshot_head_bytes = head_bytes;
+    let rt = Runtime::builder(store, a.tools.clone(), a.config.limits.clone(), None, None)
+        .snapshot_every(5)
+        .snapshot_head_bytes(head_bytes)
+        .build();
     let s = rt
         .run_agent(&a, SessionInfo::default(), "post", Value::Null)
         .await
@@ -118,9 +119,16 @@ async fn a_waiting_session_continues_from_its_snapshot<S: Store>(store: Arc<S>) 
             (Purpose::Respond, vec![t("Refunded 20.")]),
         ],
     );
-    let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
-    rt.snapshot_every = 1;
-    rt.snapshot_head_bytes = 0;
+    let rt = Runtime::builder(
+        store.clone(),
+        a.tools.clone(),
+        a.config.limits.clone(),
+        None,
+        None,
+    )
+    .snapshot_every(1)
+    .snapshot_head_bytes(0)
+    .build();
     let s = rt
         .run_agent(&a, SessionInfo::default(), "refund me", json!({}))
         .await
@@ -128,9 +136,16 @@ async fn a_waiting_session_continues_from_its_snapshot<S: Store>(store: Arc<S>) 
     assert_eq!(s.state.status, SessionStatus::WaitingForUser);
     let id = s.id.clone();
     drop(s);
-    let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
-    rt.snapshot_every = 1;
-    rt.snapshot_head_bytes = 0;
+    let rt = Runtime::builder(
+        store.clone(),
+        a.tools.clone(),
+        a.config.limits.clone(),
+        None,
+        None,
+    )
+    .snapshot_every(1)
+    .snapshot_head_bytes(0)
+    .build();
     let loaded = load_state(store.as_ref(), &id).await.unwrap();
     assert!(loaded.snapshot.is_some(), "{loaded:?}");
     let mut s = rt.load_session(&id).await.unwrap();
@@ -157,9 +172,16 @@ async fn unusable_snapshots_are_passed_over<S: Store>(store: Arc<S>) {
         vec![echo],
         vec![(Purpose::React, vec![call, t("done"), t("again")])],
     );
-    let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
-    rt.snapshot_every = 4;
-    rt.snapshot_head_bytes = 0;
+    let rt = Runtime::builder(
+        store.clone(),
+        a.tools.clone(),
+        a.config.limits.clone(),
+        None,
+        None,
+    )
+    .snapshot_every(4)
+    .snapshot_head_bytes(0)
+    .build();
     let s = rt
         .run_agent(&a, SessionInfo::default(), "go", Value::Null)
         .await
@@ -241,9 +263,16 @@ async fn a_compacted_session_loads_its_window<S: Store>(store: Arc<S>) {
             (Purpose::Compact, vec![summary]),
         ],
     );
-    let mut rt = Runtime::new(store.clone(), a.tools.clone(), a.config.limits.clone());
-    rt.snapshot_every = 8;
-    rt.snapshot_head_bytes = 0;
+    let rt = Runtime::builder(
+        store.clone(),
+        a.tools.clone(),
+        a.config.limits.clone(),
+        None,
+        None,
+    )
+    .snapshot_every(8)
+    .snapshot_head_bytes(0)
+    .build();
     let s = rt
         .run_agent(&a, SessionInfo::default(), "echo", Value::Null)
         .await

@@ -53,10 +53,16 @@ fn step_of(r: &weft_core::model::ModelRequest) -> String {
 }
 
 fn runtime<S: Store>(store: &Arc<S>, agent: &Agent) -> Runtime<S> {
-    Runtime::new(
+    builder(store, agent).build()
+}
+
+fn builder<S: Store>(store: &Arc<S>, agent: &Agent) -> weft_runtime::RuntimeBuilder<S> {
+    Runtime::builder(
         store.clone(),
         agent.tools.clone(),
         agent.config.limits.clone(),
+        None,
+        None,
     )
 }
 
@@ -648,6 +654,69 @@ async fn a_step_hands_its_work_to_a_react_agent_in_a_linked_session() {
     );
 }
 
+/// The model calls of the sessions a step hands its work to are the user's too: they count
+/// against the user's quota (each once) as the parent's own calls do, for the runtime that
+/// drives the parent was built with the quota and its sub-agents inherit it.
+#[tokio::test]
+async fn a_linked_sessions_model_calls_count_against_the_users_quota() {
+    use weft_core::quota::{Quota, QuotaLimits};
+    use weft_runtime::quota::{UserQuota, period_keys};
+    use weft_store::Usage;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = desk_with_a_researcher(dir.path()).await;
+    let store = Arc::new(RamStore::new());
+    let quota = UserQuota {
+        user: "ann".into(),
+        quota: Quota {
+            day: QuotaLimits {
+                tokens: Some(1_000_000),
+                ..QuotaLimits::default()
+            },
+            ..Quota::default()
+        },
+    };
+    let rt = Runtime::builder(
+        store.clone(),
+        agent.tools.clone(),
+        agent.config.limits.clone(),
+        Some(quota),
+        None,
+    )
+    .build();
+    let info = SessionInfo {
+        id: Some("desk".to_owned()),
+        user_id: Some("ann".into()),
+        ..SessionInfo::default()
+    };
+    let s = rt
+        .run_agent(&agent, info, "What is the capital of Portugal?", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(s.state.status, SessionStatus::Completed);
+    let mut calls = s.state.spending.session.model_calls;
+    let mut children = 0;
+    let all = store
+        .list(&weft_store::ListFilter::default())
+        .await
+        .unwrap();
+    for id in all.iter().map(|r| r.id.clone()) {
+        if id == "desk" {
+            continue;
+        }
+        let child = rt.load_session(&id).await.unwrap();
+        assert!(child.state.spending.session.model_calls > 0, "{id}");
+        calls += child.state.spending.session.model_calls;
+        children += 1;
+    }
+    assert_eq!(children, 2, "the step ran twice, each in a linked session");
+    let now = weft_runtime::now_ms();
+    let counted = store.usage("ann", &period_keys(now)).await.unwrap();
+    assert_eq!(
+        counted[0].model_calls, calls,
+        "the user's counter holds the parent's calls and the linked sessions' ({counted:?})"
+    );
+}
+
 /// An observer of the runtime's own sessions sees the workflow's events, each once and in
 /// order, and none of the linked sessions' (which every other observer sees too): what the
 /// live telemetry of one session relies on.
@@ -659,7 +728,7 @@ async fn an_own_observer_sees_its_session_and_not_the_sub_agents() {
     let all = Arc::new(std::sync::Mutex::new(Vec::new()));
     let own = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (a, o) = (all.clone(), own.clone());
-    let rt = runtime(&store, &agent)
+    let rt = builder(&store, &agent)
         .observe(Arc::new(move |e: &Envelope| {
             if e.seq > 0 {
                 a.lock().unwrap().push(e.event.kind().to_owned());
@@ -669,7 +738,8 @@ async fn an_own_observer_sees_its_session_and_not_the_sub_agents() {
             if e.seq > 0 {
                 o.lock().unwrap().push((e.seq, e.event.kind().to_owned()));
             }
-        }));
+        }))
+        .build();
     let info = SessionInfo {
         id: Some("desk".to_owned()),
         ..SessionInfo::default()

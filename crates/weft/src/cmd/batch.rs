@@ -678,10 +678,7 @@ async fn run_record<S: Store>(
         agent.redact.clone(),
     )
     .await;
-    let own: Vec<_> = live
-        .iter()
-        .map(weft_host::telemetry::Live::observer)
-        .collect();
+    let telemetry = live.as_ref().map(weft_host::telemetry::Live::observer);
     let span = live
         .as_ref()
         .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
@@ -695,8 +692,10 @@ async fn run_record<S: Store>(
                 &held,
                 rec,
                 agent,
-                Vec::new(),
-                own.clone(),
+                weft_host::drive::Watchers {
+                    telemetry: telemetry.clone(),
+                    ..weft_host::drive::Watchers::default()
+                },
             )
             .await?
             {
@@ -717,16 +716,16 @@ async fn run_record<S: Store>(
             &record.input,
         )
         .map_err(|e| anyhow!("agent file {}: {e}", agent.path.display()))?;
-        let mut rt = Runtime::new(
-            store.clone(),
-            agent.tools.clone(),
-            agent.spec.limits.clone(),
-        );
-        rt.redact = agent.redact.clone();
-        held.bind(&mut rt);
-        for o in &own {
-            rt = rt.observe_own(o.clone());
-        }
+        let rt = held
+            .bind(Runtime::builder(
+                store.clone(),
+                agent.tools.clone(),
+                agent.spec.limits.clone(),
+                host.quota_of(user),
+                telemetry.clone(),
+            ))
+            .redact(agent.redact.clone())
+            .build();
         let work = async {
             if existing.is_some() {
                 let mut session = rt.load_session(id).await?;

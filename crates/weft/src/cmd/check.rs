@@ -183,11 +183,14 @@ fn plan_problems(
         ));
         return;
     };
-    let rt = Runtime::new(
+    let rt = Runtime::builder(
         Arc::new(RamStore::new()),
         Arc::new(tools.clone()),
         Default::default(),
-    );
+        None,
+        None,
+    )
+    .build();
     let ps = rt.check_plan(&plan, input);
     problems.extend(ps.iter().map(|p| format!("plan {file}: {p}")));
 }

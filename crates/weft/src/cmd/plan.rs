@@ -145,11 +145,15 @@ async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
     if let Some(p) = a.max_parallel {
         limits.max_parallel = p.max(1);
     }
-    let rt = Runtime::new(
+    // Checking a plan runs nothing: no quota or telemetry.
+    let rt = Runtime::builder(
         Arc::new(RamStore::new()),
         Arc::new(agent.tools),
         limits.clone(),
-    );
+        None,
+        None,
+    )
+    .build();
     let problems = rt.check_plan(&plan, input.as_ref());
     if !problems.is_empty() {
         if a.json {
@@ -161,7 +165,7 @@ async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
         }
         return Ok(report(&a.plan, &problems));
     }
-    weft_core::engine::normalize(&mut plan, rt.tools.as_ref());
+    weft_core::engine::normalize(&mut plan, rt.tools().as_ref());
     let waves = dry_run(&plan, &limits);
     let mut out = std::io::stdout().lock();
     if a.json {
@@ -236,14 +240,18 @@ pub async fn execute<S: weft_store::Store>(host: &Host, store: Arc<S>, p: Prepar
         redact.clone(),
     )
     .await;
-    let mut rt = Runtime::new(store, tools.clone(), limits);
-    held.bind(&mut rt);
-    rt.redact = redact;
-    rt = rt.observe(observer);
-    rt = rt.observe(host.shutdown.observer());
-    if let Some(l) = &live {
-        rt = rt.observe_own(l.observer());
-    }
+    let rt = held
+        .bind(Runtime::builder(
+            store,
+            tools.clone(),
+            limits,
+            host.quota_of(a.user.as_deref()),
+            live.as_ref().map(weft_host::telemetry::Live::observer),
+        ))
+        .redact(redact)
+        .observe(observer)
+        .observe(host.shutdown.observer())
+        .build();
     let problems = rt.check_plan(&plan, Some(&input));
     if !problems.is_empty() {
         return Ok(report(&a.plan.plan, &problems));

@@ -244,18 +244,22 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
         redact.clone(),
     )
     .await;
-    let mut rt = Runtime::new(store, tools.clone(), limits.clone());
-    held.bind(&mut rt);
-    rt.redact = redact;
-    if let Some(l) = &live {
-        rt = rt.observe_own(l.observer());
-    }
-    rt = rt.observe(if args.events {
-        json_lines()
-    } else {
-        crate::view::observer(&limits)
-    });
-    rt = rt.observe(host.shutdown.observer());
+    let rt = held
+        .bind(Runtime::builder(
+            store,
+            tools.clone(),
+            limits.clone(),
+            host.quota_of(args.user.as_deref()),
+            live.as_ref().map(weft_host::telemetry::Live::observer),
+        ))
+        .redact(redact)
+        .observe(if args.events {
+            json_lines()
+        } else {
+            crate::view::observer(&limits)
+        })
+        .observe(host.shutdown.observer())
+        .build();
     if let Some(id) = &args.session {
         host.shutdown.note_session(id);
     }
@@ -281,7 +285,7 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
                 {
                     Ok(s) => s,
                     Err(weft_runtime::RuntimeError::Store(weft_store::StoreError::Exists(_))) => {
-                        return Err(taken(rt.store.as_ref(), &id, &args.agent).await);
+                        return Err(taken(rt.store().as_ref(), &id, &args.agent).await);
                     }
                     Err(e) => return Err(e.into()),
                 };

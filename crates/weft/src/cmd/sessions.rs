@@ -501,15 +501,16 @@ pub async fn resume<S: Store>(host: &Host, store: Arc<S>, args: ResumeArgs) -> R
             None,
         )
         .await;
-        let own = live
-            .iter()
-            .map(weft_host::telemetry::Live::observer)
-            .collect();
+        let watchers = weft_host::drive::Watchers {
+            all: vec![observer],
+            telemetry: live.as_ref().map(weft_host::telemetry::Live::observer),
+            own: Vec::new(),
+        };
         let span = live
             .as_ref()
             .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
         let ended = tracing::Instrument::instrument(
-            weft_host::drive::drive(host, store, &held, &rec, &agent, vec![observer], own),
+            weft_host::drive::drive(host, store, &held, &rec, &agent, watchers),
             span,
         )
         .await;

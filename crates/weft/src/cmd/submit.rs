@@ -95,13 +95,14 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> 
         Ok(Some(weft_core::Event::BudgetSet { budget: b }))
     };
     host.durability.for_asked(store.as_ref(), [durability]);
-    let mut rt = Runtime::new(store.clone(), tools.clone(), limits);
-    rt.redact = redact;
+    // Submitting queues work and calls no model (the worker that runs it holds it to its
+    // user's quota and exports its telemetry): no quota or telemetry here.
+    let builder = Runtime::builder(store.clone(), tools.clone(), limits, None, None).redact(redact);
     let id = match &args.session {
         Some(id) => {
             // The answer is written under the session's lease, as any other write.
             let held = weft_host::ownership::take(host, store.clone(), id, false).await?;
-            held.bind(&mut rt);
+            let rt = held.bind(builder).build();
             let queued = async {
                 let mut session = rt.load_session(id).await?;
                 if session.state.agent != agent.name {
@@ -137,6 +138,7 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> 
                 parent_id: None,
             };
             let extra = given(None)?.into_iter().collect();
+            let rt = builder.build();
             let session = rt
                 .queue_agent(&agent, info, &args.task, input, extra)
                 .await?;

@@ -369,7 +369,8 @@ impl Harness {
             requests: requests.clone(),
         });
         let agent = Agent::new(&spec, registry.clone(), model, &json!({}), input).unwrap();
-        let runtime = Runtime::new(store.clone(), registry, spec.limits.clone());
+        let runtime =
+            Runtime::builder(store.clone(), registry, spec.limits.clone(), None, None).build();
         Self {
             store,
             runtime,
@@ -536,12 +537,15 @@ pub async fn react_tool_results<S: Store>(
         script(vec![(Purpose::React, react)]),
     ));
     let a = Agent::new(&spec, Arc::new(reg), model, &json!({}), &json!({})).unwrap();
-    let rt = Runtime::with_embedder(
+    let rt = Runtime::builder(
         Arc::clone(store),
         a.tools.clone(),
         a.config.limits.clone(),
-        embedder,
-    );
+        None,
+        None,
+    )
+    .embedder(embedder)
+    .build();
     let info = SessionInfo {
         user_id: Some(user.into()),
         ..SessionInfo::default()

@@ -231,8 +231,9 @@ pub async fn run(reg: Registry, limits: Limits, plan: Value, input: Value) -> Ra
 pub async fn run_plan(reg: Registry, limits: Limits, plan: Plan, input: Value) -> Ran {
     let seen: Arc<Mutex<Vec<Envelope>>> = Arc::default();
     let sink = Arc::clone(&seen);
-    let rt = Runtime::new(Arc::new(RamStore::new()), Arc::new(reg), limits)
-        .observe(Arc::new(move |e| sink.lock().unwrap().push(e.clone())));
+    let rt = Runtime::builder(Arc::new(RamStore::new()), Arc::new(reg), limits, None, None)
+        .observe(Arc::new(move |e| sink.lock().unwrap().push(e.clone())))
+        .build();
     let session = rt
         .run_plan("test", plan, input)
         .await
