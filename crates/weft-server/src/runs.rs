@@ -526,15 +526,17 @@ impl RunBody {
         run_budget(
             self.config.as_ref(),
             st.spending.budget.as_ref().or(agent.spec.budget.as_ref()),
+            Some(&weft_core::ToolCatalog::tool_names(agent.tools.as_ref())),
         )
     }
 }
 
 /// The budget a run's `config.budget` gives, over `base` (the one in force); `None` when it
-/// gives none.
+/// gives none. With `tools` (the assistant's), a per-tool limit it sets must name one of them.
 pub(crate) fn run_budget(
     config: Option<&Value>,
     base: Option<&weft_core::budget::Budget>,
+    tools: Option<&[String]>,
 ) -> Result<Option<weft_core::budget::Budget>, ApiError> {
     let Some(b) = config.and_then(|c| c.get("budget")) else {
         return Ok(None);
@@ -544,6 +546,12 @@ pub(crate) fn run_budget(
     else {
         return Ok(None);
     };
+    if let Some((scope, tool, why)) = tools.and_then(|t| change.unknown_tools(t).into_iter().next())
+    {
+        return Err(ApiError::bad(format!(
+            "config.budget: {scope}.tool_calls.{tool}: {why}"
+        )));
+    }
     change
         .over(base)
         .map(Some)

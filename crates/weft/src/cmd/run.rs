@@ -154,13 +154,21 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, args: RunArgs) -> Result<
 /// Reads the task and the agent file and builds the agent (exit 2 on a mistake).
 pub async fn prepare(mut args: RunArgs) -> Result<Prepared> {
     args.task = task_text(&args.task)?;
-    if let Some(b) = &args.budget {
-        // Checked before anything is stored; applied over the session's budget when it runs.
-        weft_core::budget::Budget::default()
-            .with_overrides(b)
-            .map_err(|e| anyhow!("--budget: {e}"))?;
-    }
+    // Checked before anything is stored; applied over the session's budget when it runs.
+    let overrides = args
+        .budget
+        .as_deref()
+        .map(|b| weft_core::budget::Budget::default().with_overrides(b))
+        .transpose()
+        .map_err(|e| anyhow!("--budget: {e}"))?;
     let loaded = load::agent_with_secrets(&args.agent, &args.secret).await?;
+    if let Some(b) = &overrides {
+        let names = weft_core::ToolCatalog::tool_names(&loaded.tools);
+        if let Some((scope, tool, why)) = b.unknown_tools(&names).into_iter().next() {
+            loaded.tools.shutdown().await;
+            return Err(anyhow!("--budget: {scope}.tool_calls.{tool}: {why}"));
+        }
+    }
     let input = crate::input::input(args.input.as_deref())?;
     let mut metadata: Value = match &args.metadata {
         None => Value::Object(serde_json::Map::new()),
