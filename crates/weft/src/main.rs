@@ -111,6 +111,8 @@ enum Prepared {
     Plan(plan_cmd::Prepared),
     Submit(run_cmd::Prepared),
     Eval(Box<eval_cmd::Prepared>),
+    Serve(Box<serve::Prepared>),
+    Worker(worker::Prepared),
 }
 
 /// What weft logs when neither `--log-level` nor `RUST_LOG` says: warnings, but only errors of
@@ -432,8 +434,9 @@ fn main() -> ExitCode {
         if needs_store {
             weft_runtime::retrieval::configured_embedder().map_err(anyhow::Error::msg)?;
         }
-        // A new run reads its task, agent file and plan before the store is opened: a mistake
-        // there leaves no `.weft/weft.db` behind.
+        // A new run reads its task, agent file and plan before the store is opened, and a
+        // server or a worker its quota file, keys and agent files: a mistake there leaves no
+        // `.weft/weft.db` behind.
         let command = match cli.command {
             Command::Run(a) if a.session.is_none() => {
                 Err(Prepared::Run(run_cmd::prepare(a).await?))
@@ -446,6 +449,12 @@ fn main() -> ExitCode {
                 Ok(p) => Err(Prepared::Plan(p)),
                 Err(code) => return Ok(code),
             },
+            Command::Serve(a) => match serve::prepare(host, a).await? {
+                Some(p) => Err(Prepared::Serve(Box::new(p))),
+                // `--openapi`: printed, and no store needed.
+                None => return Ok(0),
+            },
+            Command::Worker(a) => Err(Prepared::Worker(worker::prepare(host, a)?)),
             other => Ok(other),
         };
         let store = if needs_store {
@@ -460,7 +469,7 @@ fn main() -> ExitCode {
                     Err(Prepared::Run(p) | Prepared::Submit(p)) => p.durability,
                     Err(Prepared::Plan(p)) => p.durability(),
                     Err(Prepared::Eval(p)) => p.agent.spec.durability,
-                    Ok(_) => None,
+                    Err(Prepared::Serve(_) | Prepared::Worker(_)) | Ok(_) => None,
                 };
                 store::open(cli.db.as_deref(), read_only, cli.durability, agent).await?
             }
@@ -473,6 +482,8 @@ fn main() -> ExitCode {
             Err(Prepared::Plan(p)) => return plan_cmd::execute(host, store, p).await,
             Err(Prepared::Submit(p)) => return submit_cmd::run(host, store, p).await,
             Err(Prepared::Eval(p)) => return eval_cmd::execute(host, store, *p).await,
+            Err(Prepared::Serve(p)) => return serve::run(*p, store).await,
+            Err(Prepared::Worker(p)) => return worker::run(p, store).await,
         };
         match command {
             Command::Plan(c) => plan_cmd::run(host, store, c).await,
@@ -480,10 +491,9 @@ fn main() -> ExitCode {
             Command::Answer(a) => run_cmd::answer(host, store, a).await,
             Command::Resume(a) => sessions_cmd::resume(host, store, a).await,
             Command::Submit(_) => Ok(0),
-            Command::Worker(a) => worker::run(host, store, a).await,
+            Command::Worker(_) | Command::Serve(_) => Ok(0),
             Command::Batch(a) => batch::run(host, store, a).await,
             Command::Eval(a) => eval_cmd::other(store, a).await,
-            Command::Serve(a) => serve::run(host, store, a).await,
             Command::Sessions(c) => sessions_cmd::run(host, store, c).await,
             Command::Tools(c) => tools_cmd::run(c).await,
             Command::Docs(c) => docs_cmd::run(store, c).await,
