@@ -289,7 +289,7 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
                 {
                     Ok(s) => s,
                     Err(weft_runtime::RuntimeError::Store(weft_store::StoreError::Exists(_))) => {
-                        return Err(taken(rt.store.as_ref(), &id, &args.agent).await);
+                        return Err(taken(rt.store.as_ref(), &id, Some(&args.agent)).await);
                     }
                     Err(e) => return Err(e.into()),
                 };
@@ -337,7 +337,20 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
         .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
     let run = tracing::Instrument::instrument(run, span);
     let (session, before) = match held.until_asked(run).await {
-        Ok(done) => done?,
+        Ok(Ok(done)) => done,
+        // Refused (a session that exists, of another agent, ...): the session is let go at
+        // once, not held by this process's lease until it runs out. After a store error the
+        // lease is left to run out (the store may not answer).
+        Ok(Err(e)) => {
+            if weft_host::store_error_in(e.as_ref()).is_none() {
+                held.release().await;
+            }
+            tools.shutdown().await;
+            if let Some(l) = live {
+                l.finish().await;
+            }
+            return Err(e);
+        }
         Err(asked) => {
             let code = weft_host::ownership::stopped(host, &rt, &id, asked).await;
             held.release().await;
@@ -360,21 +373,29 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
 
 /// The error for a new session whose id (`--id`) is taken, with how to go on with the session
 /// there: `weft resume` when it stopped while running (its process died, or gave up on the
-/// store), `weft answer` when it waits, a new task with `--session` when it has ended.
-async fn taken<S: Store>(store: &S, id: &str, agent: &std::path::Path) -> anyhow::Error {
+/// store), `weft answer` when it waits, a new task with `--session` when it has ended (an agent's
+/// session: `agent` is its file; a plan's has none to give).
+pub async fn taken<S: Store>(
+    store: &S,
+    id: &str,
+    agent: Option<&std::path::Path>,
+) -> anyhow::Error {
     let db = crate::store::db_flag();
-    let how = match store.get(id).await.map(|r| r.status) {
-        Ok(SessionStatus::Running) => {
+    let how = match (store.get(id).await.map(|r| r.status), agent) {
+        (Ok(SessionStatus::Running), _) => {
             format!("it stopped before it finished; continue it with `weft resume{db} {id}`")
         }
-        Ok(SessionStatus::WaitingForUser) => {
+        (Ok(SessionStatus::WaitingForUser), _) => {
             format!("it waits for an answer; give it with `weft answer{db} {id} \"<answer>\"`")
         }
-        Ok(SessionStatus::Completed | SessionStatus::Failed) => format!(
+        (Ok(SessionStatus::Completed | SessionStatus::Failed), Some(agent)) => format!(
             "it has ended; give it another task with `weft run{db} {} --session {id} \"<task>\"`, or give the new session another --id",
             crate::store::shell_word(&agent.display().to_string())
         ),
-        Err(_) => "give the new session another --id".to_owned(),
+        (Ok(SessionStatus::Completed | SessionStatus::Failed), None) => {
+            "it has ended; give the new session another --id (or none, for a new one)".to_owned()
+        }
+        (Err(_), _) => "give the new session another --id".to_owned(),
     };
     anyhow!("session {id} already exists: {how}")
 }

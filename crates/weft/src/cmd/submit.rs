@@ -137,10 +137,14 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> 
                 parent_id: None,
             };
             let extra = given(None)?.into_iter().collect();
-            let session = rt
-                .queue_agent(&agent, info, &args.task, input, extra)
-                .await?;
-            session.id.clone()
+            match rt.queue_agent(&agent, info, &args.task, input, extra).await {
+                Ok(session) => session.id.clone(),
+                Err(weft_runtime::RuntimeError::Store(weft_store::StoreError::Exists(id))) => {
+                    tools.shutdown().await;
+                    return Err(run_cmd::taken(store.as_ref(), &id, Some(&args.agent)).await);
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
     };
     tools.shutdown().await;

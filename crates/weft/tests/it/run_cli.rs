@@ -265,6 +265,66 @@ fn a_new_run_with_a_taken_id_says_how_to_go_on_with_the_session() {
         )),
         "{err}"
     );
+    // The refused run let the session go at once: `weft submit` with the same id is told the
+    // same (not that the refused process holds the session), and so is a plan run.
+    let out = weft(&["submit", weather, "And Rome?", "--id", "ended", "--db", db]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "session ended already exists: it has ended; give it another task with `weft run --db {db} {weather} --session ended \"<task>\"`"
+        )),
+        "{err}"
+    );
+    let out = weft(&[
+        "plan",
+        "run",
+        "examples/plans/refund.json",
+        "--agent",
+        "examples/shop.yaml",
+        "--input",
+        r#"{"customerId": "c1", "amount": 5}"#,
+        "--id",
+        "ended",
+        "--db",
+        db,
+    ]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "session ended already exists: it has ended; give the new session another --id"
+        ),
+        "{err}"
+    );
+    // The hint's command goes on with the session (whose script has no reply left: it fails).
+    let out = weft(&[
+        "run",
+        weather,
+        "And Rome?",
+        "--session",
+        "ended",
+        "--db",
+        db,
+    ]);
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("▶ And Rome?") && err.contains("session ended"),
+        "{err}"
+    );
+    // `sessions events` takes `--json` as other commands do: it prints JSON lines either way.
+    let out = weft(&["sessions", "events", "ended", "--json", "--db", db]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let lines: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["type"], "session_started");
+    assert_eq!(
+        lines.iter().filter(|e| e["type"] == "turn_started").count(),
+        2,
+        "the first task and the one given with --session"
+    );
     let ask = "crates/weft/tests/fixtures/ask-amount-cli.yaml";
     let out = run(ask, "Refund my last order.", "waiting");
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
