@@ -13,9 +13,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use cmd::{
-    batch, check, docs as docs_cmd, eval as eval_cmd, memory as memory_cmd, plan as plan_cmd,
-    run as run_cmd, schema as schema_cmd, serve, sessions as sessions_cmd, submit as submit_cmd,
-    tools as tools_cmd, worker,
+    batch, check, docs as docs_cmd, eval as eval_cmd, memory as memory_cmd, new as new_cmd,
+    plan as plan_cmd, run as run_cmd, schema as schema_cmd, serve, sessions as sessions_cmd,
+    submit as submit_cmd, tools as tools_cmd, worker,
 };
 
 /// mimalloc: the runtime allocates many small, short-lived values on several threads at once,
@@ -53,6 +53,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Write a starter agent, NAME.yaml (a ReAct agent with a scripted model and a command
+    /// tool, which `weft check` passes and `weft run` runs), and its model's script,
+    /// NAME.script.yaml. Existing files are never overwritten.
+    #[command(alias = "init")]
+    New(new_cmd::NewArgs),
     /// Validate, dry-run or execute a plan with no model involved.
     #[command(subcommand)]
     Plan(plan_cmd::PlanCommand),
@@ -182,6 +187,12 @@ pub const EXIT_STORE: u8 = 4;
 /// Examples for the long help of each main command (`--help`, and `weft help` with the command).
 const EXAMPLES: &[(&str, &str)] = &[
     (
+        "new",
+        "weft new helper
+  weft check helper.yaml
+  weft run helper.yaml \"What time is it?\"",
+    ),
+    (
         "run",
         "weft run examples/weather-chat.yaml \"Where is it sunnier, Lisbon or Oslo?\"\n  \
          weft run examples/refund-desk.yaml \"I'd like a refund.\" --input '{\"customerId\": \"cust_123\"}'\n  \
@@ -232,6 +243,7 @@ const EXAMPLES: &[(&str, &str)] = &[
 /// The commands (with the commands under them) that open no session store: `--db` and
 /// `--durability` do nothing there, so their help does not list them.
 const WITHOUT_STORE: &[&[&str]] = &[
+    &["new"],
     &["plan", "check"],
     &["plan", "dry-run"],
     &["eval", "compare"],
@@ -242,7 +254,7 @@ const WITHOUT_STORE: &[&[&str]] = &[
 ];
 
 /// The commands that log nothing: `--log-level` is not listed on them either.
-const WITHOUT_LOGS: &[&[&str]] = &[&["schema"], &["completions"]];
+const WITHOUT_LOGS: &[&[&str]] = &[&["new"], &["schema"], &["completions"]];
 
 /// The command line's definition as `--help` shows it: examples and exit codes on the main
 /// commands; the global options only on the commands they apply to (they are still accepted
@@ -427,6 +439,7 @@ fn main() -> ExitCode {
             Command::Plan(plan_cmd::PlanCommand::Check(_) | plan_cmd::PlanCommand::DryRun(_))
                 | Command::Tools(_)
                 | Command::Check(_)
+                | Command::New(_)
                 | Command::Completions { .. }
                 | Command::Schema { .. }
         ) && !matches!(&cli.command, Command::Eval(a) if !eval_cmd::needs_store(a));
@@ -499,6 +512,7 @@ fn main() -> ExitCode {
             Command::Docs(c) => docs_cmd::run(store, c).await,
             Command::Memory(c) => memory_cmd::run(store, c).await,
             Command::Check(a) => check::run(a).await,
+            Command::New(a) => new_cmd::run(&a),
             Command::Completions { .. } => Ok(0),
             Command::Schema { process } => schema_cmd::run(process),
         }
