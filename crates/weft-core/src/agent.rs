@@ -264,7 +264,20 @@ impl AgentSpec {
             ));
             return None;
         }
-        diagnose::against_schema(&mut value, &schema::of::<AgentSpec>(), &[], out);
+        // `.nan` and `.inf` read into JSON as `null`: the field would read as not given (a
+        // budget's limit gone), so each is a problem of its own, and the schema's word on the
+        // `null` is left out.
+        let non_finite = diagnose::non_finite_numbers(text);
+        let mut schema_problems = Vec::new();
+        diagnose::against_schema(
+            &mut value,
+            &schema::of::<AgentSpec>(),
+            &[],
+            &mut schema_problems,
+        );
+        schema_problems.retain(|p| !non_finite.iter().any(|n| n.path == p.path));
+        out.extend(non_finite);
+        out.extend(schema_problems);
         if let Some(Value::Array(tools)) = value.get_mut("tools") {
             for (i, t) in tools.iter_mut().enumerate() {
                 // A declaration of the wrong type was named by the schema's check.
@@ -527,6 +540,46 @@ mod tests {
         let e = AgentSpec::parse("c.yaml", "name: c\nlimitz: {}\n").err();
         let text = e.map(|e| e.to_string()).unwrap_or_default();
         assert!(text.contains("c.yaml") && text.contains("limitz"), "{text}");
+    }
+
+    /// YAML's `.nan` and `.inf` read into JSON as `null`, which would read as a limit not given:
+    /// each is refused where it is written, as a negative limit is.
+    #[test]
+    fn a_limit_that_is_not_a_finite_number_is_refused_where_it_is_written() {
+        let text = "name: n\nbudget:\n  run: { cost_usd: .nan, model_calls: .NaN }\n  session: { tool_calls: .inf, input_tokens: -1 }\nlimits: { max_iterations: -.inf }\n";
+        let (_, problems) = AgentSpec::check(text);
+        let shown: Vec<String> = problems.iter().map(|p| p.in_file("n.yaml")).collect();
+        for (at, what) in [
+            (
+                "n.yaml:3:10: budget.run.cost_usd",
+                ".nan is not a finite number",
+            ),
+            (
+                "n.yaml:3:26: budget.run.model_calls",
+                ".nan is not a finite number",
+            ),
+            (
+                "n.yaml:4:14: budget.session.tool_calls",
+                ".inf is not a finite number",
+            ),
+            (
+                "n.yaml:4:32: budget.session.input_tokens",
+                "less than the minimum of 0",
+            ),
+            (
+                "n.yaml:5:11: limits.max_iterations",
+                "-.inf is not a finite number",
+            ),
+        ] {
+            assert!(
+                shown.iter().any(|s| s.starts_with(at) && s.contains(what)),
+                "{at}: {what} in {shown:#?}"
+            );
+        }
+        assert_eq!(shown.len(), 5, "one problem a field: {shown:#?}");
+        assert!(
+            AgentSpec::parse("n.yaml", "name: n\nbudget: { run: { cost_usd: 1e999 } }\n").is_err()
+        );
     }
 
     #[test]

@@ -137,12 +137,46 @@ impl Budget {
         out
     }
 
+    /// The per-tool limits (`tool_calls_per_tool`, `tool_calls.TOOL`) that name none of `tools`,
+    /// the tools the agent's model can call: each as its scope (`run`, `session`), the name
+    /// given, and what is wrong with the name meant. A misspelt name would hold nothing and
+    /// leave the tool meant without a limit.
+    pub fn unknown_tools(&self, tools: &[String]) -> Vec<(&'static str, String, String)> {
+        let mut out = Vec::new();
+        for (scope, l) in [("run", &self.run), ("session", &self.session)] {
+            for name in l.tool_calls_per_tool.keys() {
+                if tools.contains(name) {
+                    continue;
+                }
+                out.push((
+                    scope,
+                    name.clone(),
+                    format!(
+                        "the agent has no tool `{name}`{}, so this limit would hold nothing; its tools: {}",
+                        crate::diagnose::did_you_mean(name, tools.iter().map(String::as_str)),
+                        if tools.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            tools.join(", ")
+                        }
+                    ),
+                ));
+            }
+        }
+        out
+    }
+
     /// `self` with every limit and the `on_budget` that `text` sets replaced: `KEY=VALUE` pairs
     /// separated by commas, where KEY is `[run.|session.]LIMIT` (a run's when the scope is left
     /// out), LIMIT one of `input_tokens`, `output_tokens`, `cost_usd`, `model_calls`,
     /// `tool_calls`, `tool_calls.TOOL`, `wall_time_secs`, or KEY is `on_budget` (`stop` or
     /// `ask`). `--budget run.cost_usd=0.5,tool_calls.search=3,on_budget=ask`.
     pub fn with_overrides(mut self, text: &str) -> Result<Self, String> {
+        if text.split(',').all(|p| p.trim().is_empty()) {
+            return Err(format!(
+                "`{text}` sets no limit; write KEY=VALUE pairs separated by commas, e.g. `cost_usd=0.5` or `session.tool_calls=100`"
+            ));
+        }
         for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let Some((key, value)) = pair.split_once('=') else {
                 return Err(format!(
@@ -242,6 +276,19 @@ impl BudgetChange {
             _ => Err(format!(
                 "{at} must be a mapping (as the agent file's `budget:`) or a string KEY=VALUE,..."
             )),
+        }
+    }
+
+    /// The per-tool limits this change sets that name none of `tools`, as
+    /// [`Budget::unknown_tools`] finds them (the limits it keeps from the budget in force are
+    /// not its own).
+    pub fn unknown_tools(&self, tools: &[String]) -> Vec<(&'static str, String, String)> {
+        match self {
+            Self::Replace(b) => b.unknown_tools(tools),
+            Self::Over(text) => Budget::default()
+                .with_overrides(text)
+                .map(|b| b.unknown_tools(tools))
+                .unwrap_or_default(),
         }
     }
 
@@ -583,6 +630,34 @@ mod tests {
         assert!(e.contains("whole number"), "{e}");
         let e = Budget::default().with_overrides("cost_usd").unwrap_err();
         assert!(e.contains("KEY=VALUE"), "{e}");
+        for nothing in [",,,", "", " , "] {
+            let e = Budget::default().with_overrides(nothing).unwrap_err();
+            assert!(e.contains("sets no limit"), "{nothing}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_per_tool_limit_must_name_a_tool_of_the_agent() {
+        let b = Budget::default()
+            .with_overrides(
+                "tool_calls.serch=3,session.tool_calls.echo=1,session.tool_calls.nosuch=2",
+            )
+            .unwrap();
+        let tools = ["search".to_owned(), "echo".to_owned()];
+        let unknown = b.unknown_tools(&tools);
+        assert_eq!(unknown.len(), 2, "{unknown:?}");
+        assert_eq!((unknown[0].0, unknown[0].1.as_str()), ("run", "serch"));
+        assert!(
+            unknown[0].2.contains("did you mean `search`?")
+                && unknown[0].2.contains("its tools: search, echo"),
+            "{}",
+            unknown[0].2
+        );
+        assert_eq!((unknown[1].0, unknown[1].1.as_str()), ("session", "nosuch"));
+        let known = Budget::default()
+            .with_overrides("tool_calls.search=1,session.tool_calls.echo=2")
+            .unwrap();
+        assert!(known.unknown_tools(&tools).is_empty());
     }
 
     #[test]

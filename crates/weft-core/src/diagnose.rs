@@ -188,6 +188,62 @@ pub fn locate(text: &str, path: &[Seg]) -> Option<(usize, usize)> {
 
 const FOUND: &str = "weft: found the field";
 
+/// Every number of a YAML text that is not finite (`.nan`, `.inf`, `-.inf`, or one too large
+/// for a float), with its path (`budget.run.cost_usd`) and a problem saying so. JSON has no such
+/// number: a file read into JSON would hold `null` in its place, as if the field had not been
+/// given (a budget's limit would be gone). A text that is not YAML has none.
+pub fn non_finite_numbers(text: &str) -> Vec<Problem> {
+    fn walk(v: &serde_yaml_ng::Value, at: &mut Vec<Seg>, out: &mut Vec<Problem>) {
+        use serde_yaml_ng::Value as Y;
+        match v {
+            Y::Number(n) => {
+                if let Some(f) = n.as_f64().filter(|f| !f.is_finite()) {
+                    let shown = if f.is_nan() {
+                        ".nan"
+                    } else if f > 0.0 {
+                        ".inf"
+                    } else {
+                        "-.inf"
+                    };
+                    out.push(Problem::new(
+                        show_path(at),
+                        format!(
+                            "{shown} is not a finite number; give a number (a limit: 0 or more)"
+                        ),
+                    ));
+                }
+            }
+            Y::Sequence(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    at.push(Seg::Index(i));
+                    walk(item, at, out);
+                    at.pop();
+                }
+            }
+            Y::Mapping(map) => {
+                for (k, item) in map {
+                    let key = match k {
+                        Y::String(s) => s.clone(),
+                        other => serde_yaml_ng::to_string(other)
+                            .map(|s| s.trim().to_owned())
+                            .unwrap_or_default(),
+                    };
+                    at.push(Seg::Key(key));
+                    walk(item, at, out);
+                    at.pop();
+                }
+            }
+            Y::Tagged(t) => walk(&t.value, at, out),
+            Y::Null | Y::Bool(_) | Y::String(_) => {}
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(v) = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text) {
+        walk(&v, &mut Vec::new(), &mut out);
+    }
+    out
+}
+
 /// The first line at or after `line` holding `needle`: its line and column.
 fn find_after(text: &str, line: usize, needle: &str) -> Option<(usize, usize)> {
     text.lines()

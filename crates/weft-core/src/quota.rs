@@ -358,6 +358,57 @@ mod tests {
         assert_eq!(f.for_user("bob").unwrap().day.tokens, None);
     }
 
+    /// Every limit of a quota file is a finite number, 0 or more: `.nan`, `.inf` and negatives
+    /// are refused, each naming its field and line.
+    #[test]
+    fn a_limit_that_is_not_a_finite_number_0_or_more_is_refused() {
+        for (text, field, line) in [
+            (
+                "default:\n  day: { cost_usd: .nan }\n",
+                "default.day.cost_usd",
+                2,
+            ),
+            (
+                "default:\n  day: { cost_usd: .inf }\n",
+                "default.day.cost_usd",
+                2,
+            ),
+            (
+                "users:\n  bob:\n    month: { cost_usd: -.inf }\n",
+                "users.bob.month.cost_usd",
+                3,
+            ),
+            (
+                "default:\n  day: { tokens: .nan }\n",
+                "default.day.tokens",
+                2,
+            ),
+            (
+                "default:\n  month: { input_tokens: .inf }\n",
+                "default.month.input_tokens",
+                2,
+            ),
+            (
+                "default:\n  day: { output_tokens: -1 }\n",
+                "default.day.output_tokens",
+                2,
+            ),
+            (
+                "default:\n  runs_at_once: .nan\n",
+                "default.runs_at_once",
+                2,
+            ),
+            ("default:\n  runs_at_once: -2\n", "default.runs_at_once", 2),
+        ] {
+            let e = QuotaFile::parse(text).unwrap_err();
+            let shown = e[0].in_file("q.yaml");
+            assert!(
+                shown.starts_with(&format!("q.yaml:{line}:")) && shown.contains(field),
+                "{text}: {shown}"
+            );
+        }
+    }
+
     #[test]
     fn a_call_is_refused_when_it_could_cross_and_a_user_at_the_limit_starts_nothing() {
         let q = Quota {

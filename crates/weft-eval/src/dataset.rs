@@ -302,6 +302,13 @@ pub fn parse_jsonl(file: &str, text: &str) -> Result<Vec<Case>, EvalError> {
 pub fn parse_yaml(file: &str, text: &str) -> Result<Vec<Case>, EvalError> {
     let value: Value = serde_yaml_ng::from_str(text)
         .map_err(|e| EvalError::Dataset(Problem::yaml(&e).in_file(file)))?;
+    // `.nan` and `.inf` read as `null`: an expected limit would be gone.
+    if let Some(p) = weft_core::diagnose::non_finite_numbers(text)
+        .into_iter()
+        .next()
+    {
+        return Err(EvalError::Dataset(p.located(text).in_file(file)));
+    }
     weft_core::limits::check_depth(&value, "the dataset")
         .map_err(|e| EvalError::Dataset(format!("{file}: {e}")))?;
     let (list, prefix) = match value {
@@ -548,6 +555,18 @@ mod tests {
         // The line of the field in error (8) or of its case (4) is given.
         assert!(
             e.starts_with("d.yaml:8:") || e.starts_with("d.yaml:4:"),
+            "{e}"
+        );
+    }
+
+    /// `.nan` reads as `null` in JSON: an expected limit written so would be no limit at all.
+    #[test]
+    fn an_expected_limit_that_is_not_a_finite_number_is_refused() {
+        let text = "- id: a\n  task: hi\n  expect:\n    limits: { cost_usd: .nan }\n";
+        let e = err(parse_yaml("d.yaml", text));
+        assert!(
+            e.starts_with("d.yaml:4:")
+                && e.contains("[0].expect.limits.cost_usd: .nan is not a finite number"),
             "{e}"
         );
     }

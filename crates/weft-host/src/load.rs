@@ -207,6 +207,14 @@ pub async fn check_agent(path: &Path, overrides: BTreeMap<String, String>) -> Ch
                 }
                 None => reg,
             };
+            // A per-tool budget names a tool the model can call.
+            if let Some(b) = &spec.budget {
+                let names = weft_core::ToolCatalog::tool_names(&reg);
+                for (scope, tool, why) in b.unknown_tools(&names) {
+                    let p = Problem::new(format!("budget.{scope}.tool_calls_per_tool.{tool}"), why);
+                    c.problems.push(p.located(&c.text));
+                }
+            }
             c.tools = Some(reg);
         }
         Err(e) => c.push(&e.to_string()),

@@ -71,6 +71,23 @@ pub fn new_session_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
+/// The first event of a new session.
+pub(crate) fn session_started(
+    id: &str,
+    agent: &str,
+    mode: Option<Mode>,
+    input: Value,
+    parent_id: Option<String>,
+) -> Event {
+    Event::SessionStarted {
+        session_id: id.to_owned(),
+        agent: agent.to_owned(),
+        input,
+        mode,
+        parent_id,
+    }
+}
+
 /// Runs plans and agents against a store and a registry of tools. It is configured once, by
 /// [`Runtime::builder`], whose required arguments are what a front end may not forget (the
 /// user's quota and the run's live telemetry); nothing is assigned to it afterwards.
@@ -276,13 +293,13 @@ impl<S: Store> Runtime<S> {
         first: Vec<Event>,
     ) -> Result<Session<'_, S>, RuntimeError> {
         let id = info.id.unwrap_or_else(new_session_id);
-        let mut events = vec![Event::SessionStarted {
-            session_id: id.clone(),
-            agent: agent.to_owned(),
-            input,
+        let mut events = vec![session_started(
+            &id,
+            agent,
             mode,
-            parent_id: info.parent_id.clone(),
-        }];
+            input,
+            info.parent_id.clone(),
+        )];
         events.extend(first);
         let new = NewSession {
             id: id.clone(),

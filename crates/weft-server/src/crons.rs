@@ -171,7 +171,7 @@ impl CronFields {
         if input_required || self.input.is_some() {
             check_input(self.input.as_ref())?;
         }
-        runs::run_budget(self.config.as_ref(), budget)?;
+        runs::run_budget(self.config.as_ref(), budget, None)?;
         Ok(())
     }
 }

@@ -222,7 +222,43 @@ pub struct Server {
     listener: tokio::net::TcpListener,
 }
 
+/// A server's configuration read and checked, its address bound: the keys, the allowed origins
+/// and the agent files (with their tools). Made before the session store is opened, so that a
+/// mistake in any of them leaves no store behind.
+pub struct Prepared {
+    keys: auth::Keys,
+    cors: Option<tower_http::cors::CorsLayer>,
+    agents: HashMap<String, Arc<AgentFile>>,
+    listener: tokio::net::TcpListener,
+    max_body: usize,
+    max_runs_per_user: usize,
+}
+
 impl Server {
+    /// Reads the keys, the allowed origins and the agent files, and binds `config.listen`:
+    /// everything of a server that can be wrong, found before it has a store.
+    pub async fn prepare(config: ServeConfig) -> Result<Prepared, ServerError> {
+        let a = config;
+        let keys =
+            auth::Keys::load(a.keys.as_deref()).map_err(|e| ServerError::Keys(message(&e)))?;
+        let cors = cors::layer(&a.cors_origins).map_err(ServerError::Cors)?;
+        let agents = weft_host::drive::agents(&a.agents).await?;
+        let listener = tokio::net::TcpListener::bind(a.listen)
+            .await
+            .map_err(|source| ServerError::Listen {
+                addr: a.listen,
+                source,
+            })?;
+        Ok(Prepared {
+            keys,
+            cors,
+            agents,
+            listener,
+            max_body: a.max_body,
+            max_runs_per_user: a.max_runs_per_user,
+        })
+    }
+
     /// Loads the agent files and the keys, sets the store's durability by the agent files
     /// (unless the host's policy chose one) and binds `config.listen`.
     pub async fn bind(
@@ -230,11 +266,20 @@ impl Server {
         store: Arc<AnyStore>,
         config: ServeConfig,
     ) -> Result<Self, ServerError> {
-        let a = config;
-        let keys =
-            auth::Keys::load(a.keys.as_deref()).map_err(|e| ServerError::Keys(message(&e)))?;
-        let cors = cors::layer(&a.cors_origins).map_err(ServerError::Cors)?;
-        let agents = weft_host::drive::agents(&a.agents).await?;
+        Ok(Self::on(host, store, Self::prepare(config).await?))
+    }
+
+    /// The server `prepared` makes on `store`, whose durability it sets by the agent files
+    /// (unless the host's policy chose one).
+    pub fn on(host: Host, store: Arc<AnyStore>, prepared: Prepared) -> Self {
+        let Prepared {
+            keys,
+            cors,
+            agents,
+            listener,
+            max_body,
+            max_runs_per_user,
+        } = prepared;
         host.durability
             .for_agents(store.as_ref(), agents.values().map(|f| &f.spec));
         // The metrics derived from the runs' events go to `/metrics` as well as over OTLP, when
@@ -254,24 +299,18 @@ impl Server {
             host,
             agents,
             runs: runs::Runs::default(),
-            max_runs_per_user: a.max_runs_per_user,
+            max_runs_per_user,
             metrics,
             summaries: sessions::Summaries::default(),
             eval_results: evals::Results::default(),
             health: health::Health::default(),
         });
-        let router = router(app.clone(), keys, a.max_body, cors);
-        let listener = tokio::net::TcpListener::bind(a.listen)
-            .await
-            .map_err(|source| ServerError::Listen {
-                addr: a.listen,
-                source,
-            })?;
-        Ok(Self {
+        let router = router(app.clone(), keys, max_body, cors);
+        Self {
             app,
             router,
             listener,
-        })
+        }
     }
 
     /// The address it listens on (the port chosen when it was bound on port 0).

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use schemars::JsonSchema;
 use serde::Serialize;
 use weft_core::SessionStatus;
-use weft_core::budget::number;
+use weft_core::budget::CallMax;
 use weft_core::quota::{Period, PeriodUsage, Quota};
 use weft_store::{ListFilter, SessionLog, Usage};
 
@@ -91,9 +91,16 @@ async fn runs_going(app: &Shared, user: &str, but: Option<&str>) -> Result<u64, 
 }
 
 /// Refuses a new run of `user` on `thread` with 429 when they have as many runs going (on other
-/// threads) as their quota's `runs_at_once`, or when a limit of their quota is reached for the day or the month (the
-/// run could make no model call); `Retry-After` says when the period resets.
-pub(crate) async fn admit(app: &Shared, user: &str, thread: &str) -> Result<(), ApiError> {
+/// threads) as their quota's `runs_at_once`, when a limit of their quota is reached for the day
+/// or the month, or when what is left of one cannot cover the run's first model call at its
+/// most (`first`: the check before that call would refuse it, so the run would fail at once);
+/// `Retry-After` says when the period resets.
+pub(crate) async fn admit(
+    app: &Shared,
+    user: &str,
+    thread: &str,
+    first: Option<&CallMax>,
+) -> Result<(), ApiError> {
     let Some(q) = app.host.quota_of(Some(user)) else {
         return Ok(());
     };
@@ -111,29 +118,12 @@ pub(crate) async fn admit(app: &Shared, user: &str, thread: &str) -> Result<(), 
         }
     }
     let now = app.host.clock.now_ms();
-    let keys: Vec<String> = Period::ALL.iter().map(|p| p.key(now)).collect();
-    let used = app.store.usage(user, &keys).await?;
-    for (p, u) in Period::ALL.iter().zip(&used) {
-        if let Some(r) =
-            weft_core::quota::check(&q.quota, *p, u, &weft_core::quota::Used::default())
-        {
-            let resets = p.resets_at(now);
-            let secs = u64::try_from((resets - now).max(0))
-                .unwrap_or(0)
-                .div_ceil(1000);
-            app.metrics.quota_refused();
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "quota reached: {} is {}, {} spent (user {user}); it resets at {} (in {secs} s)",
-                    r.which,
-                    number(r.limit),
-                    number(r.spent),
-                    weft_core::quota::utc_text(resets),
-                ),
-            )
-            .retry_after(secs.max(1)));
-        }
+    if let Some(r) = weft_runtime::quota::admission(app.store.as_ref(), &q, now, first).await? {
+        app.metrics.quota_refused();
+        return Err(
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, r.describe(user, now))
+                .retry_after(r.retry_after_secs(now)),
+        );
     }
     Ok(())
 }

@@ -526,15 +526,17 @@ impl RunBody {
         run_budget(
             self.config.as_ref(),
             st.spending.budget.as_ref().or(agent.spec.budget.as_ref()),
+            Some(&weft_core::ToolCatalog::tool_names(agent.tools.as_ref())),
         )
     }
 }
 
 /// The budget a run's `config.budget` gives, over `base` (the one in force); `None` when it
-/// gives none.
+/// gives none. With `tools` (the assistant's), a per-tool limit it sets must name one of them.
 pub(crate) fn run_budget(
     config: Option<&Value>,
     base: Option<&weft_core::budget::Budget>,
+    tools: Option<&[String]>,
 ) -> Result<Option<weft_core::budget::Budget>, ApiError> {
     let Some(b) = config.and_then(|c| c.get("budget")) else {
         return Ok(None);
@@ -544,6 +546,12 @@ pub(crate) fn run_budget(
     else {
         return Ok(None);
     };
+    if let Some((scope, tool, why)) = tools.and_then(|t| change.unknown_tools(t).into_iter().next())
+    {
+        return Err(ApiError::bad(format!(
+            "config.budget: {scope}.tool_calls.{tool}: {why}"
+        )));
+    }
     change
         .over(base)
         .map(Some)
@@ -648,6 +656,43 @@ fn decide(
     Ok(Work::Turn(task.ok_or_else(needs_task)?))
 }
 
+/// What the run's first model call may cost at most, for the check of the user's quota before
+/// the run is accepted (`weft_runtime::quota::first_call_max`); `None` when the user has no
+/// quota (nothing is estimated then) or the run begins with no model call.
+#[allow(clippy::too_many_arguments)]
+fn first_call(
+    app: &Shared,
+    user: &User,
+    tid: &str,
+    agent: &AgentFile,
+    rec: &SessionRecord,
+    st: &weft_core::State,
+    work: &Work,
+    input: &Value,
+) -> Option<weft_core::budget::CallMax> {
+    use weft_runtime::quota::Opening;
+    app.host.quota_of(Some(&user.0))?;
+    // An agent that cannot be built fails its run as it would have, with its reason.
+    let built = Agent::new(
+        &agent.spec,
+        agent.tools.clone(),
+        agent.model.clone(),
+        &rec.metadata,
+        input,
+    )
+    .ok()?;
+    let opening = match work {
+        Work::Start(task) => Opening::Start {
+            id: tid,
+            task,
+            input,
+        },
+        Work::Turn(task) => Opening::Turn { task, input },
+        Work::Answer(text) => Opening::Answer(text),
+    };
+    weft_runtime::quota::first_call_max(&built, st, opening)
+}
+
 /// Checks the request, takes the thread's lease and starts the run in the background.
 async fn start(app: &Shared, user: &User, tid: &str, body: RunBody) -> Result<Arc<Run>, ApiError> {
     start_with_id(app, user, tid, body, None).await
@@ -696,9 +741,15 @@ pub(crate) async fn start_with_id(
             ),
         ));
     }
-    crate::quota::admit(app, &user.0, tid).await?;
     let (task, input) = task_and_input(body.input.as_ref())?;
     let resume = body.resume();
+    let work = decide(tid, &st, task.clone(), resume.clone());
+    // The user's quota, with what the run's first model call may take.
+    let first = work
+        .as_ref()
+        .ok()
+        .and_then(|w| first_call(app, user, tid, &agent, &rec, &st, w, &input));
+    crate::quota::admit(app, &user.0, tid, first.as_ref()).await?;
     let strategy = body
         .multitask_strategy
         .clone()
@@ -711,7 +762,7 @@ pub(crate) async fn start_with_id(
             format!("thread {tid} is busy with a run (multitask_strategy `{strategy}`)"),
         ));
     }
-    let work = decide(tid, &st, task.clone(), resume.clone())?;
+    let work = work?;
     let budget = body.budget(&st, &agent)?;
     if let Some(b) = &budget {
         weft_runtime::budget::warn_unpriced(agent.model.as_ref(), Some(b));

@@ -427,6 +427,17 @@ pub(crate) async fn fork(
         }
         None => None,
     };
+    // A per-tool limit names a tool of the session's assistant (when this server has it).
+    if let (Some(change), Some(agent)) = (&budget, app.agents.get(&rec.agent))
+        && let Some((scope, tool, why)) = change
+            .unknown_tools(&weft_core::ToolCatalog::tool_names(agent.tools.as_ref()))
+            .into_iter()
+            .next()
+    {
+        return Err(ApiError::bad(format!(
+            "budget: {scope}.tool_calls.{tool}: {why}"
+        )));
+    }
     let run_id = uuid::Uuid::now_v7().to_string();
     let (new_id, state) = weft_host::sessions::fork(
         app.store.as_ref(),

@@ -181,6 +181,39 @@ async fn a_runs_config_budget_raises_a_budget_that_was_reached() {
         text.contains("config.budget") && text.contains("on_budgets"),
         "{text}"
     );
+    // A per-tool limit on a tool the assistant does not have would hold nothing: refused, with
+    // the name meant, for a run and for a fork.
+    for (path, body) in [
+        (
+            runs.clone(),
+            json!({
+                "assistant_id": "budgeted-loop",
+                "command": {"resume": "go on"},
+                "config": {"budget": "cost_usd=1,tool_calls.ecoh=3"},
+            }),
+        ),
+        (
+            format!("/sessions/{tid}/fork"),
+            json!({"at": 2, "budget": {"run": {"tool_calls_per_tool": {"ecoh": 3}}}}),
+        ),
+    ] {
+        let bad = http
+            .post(format!("http://{addr}{path}"))
+            .header("x-api-key", KEY)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(bad.status().as_u16(), 422, "{path}");
+        let text = bad.text().await.unwrap();
+        assert!(
+            text.contains(
+                "run.tool_calls.ecoh: the agent has no tool `ecoh` (did you mean `echo`?)"
+            ),
+            "{path}: {text}"
+        );
+    }
 
     let second = post(
         &http,

@@ -13,9 +13,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use cmd::{
-    batch, check, docs as docs_cmd, eval as eval_cmd, memory as memory_cmd, plan as plan_cmd,
-    run as run_cmd, schema as schema_cmd, serve, sessions as sessions_cmd, submit as submit_cmd,
-    tools as tools_cmd, worker,
+    batch, check, docs as docs_cmd, eval as eval_cmd, memory as memory_cmd, new as new_cmd,
+    plan as plan_cmd, run as run_cmd, schema as schema_cmd, serve, sessions as sessions_cmd,
+    submit as submit_cmd, tools as tools_cmd, worker,
 };
 
 /// mimalloc: the runtime allocates many small, short-lived values on several threads at once,
@@ -53,6 +53,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Write a starter agent, NAME.yaml (a ReAct agent with a scripted model and a command
+    /// tool, which `weft check` passes and `weft run` runs), and its model's script,
+    /// NAME.script.yaml. Existing files are never overwritten.
+    #[command(alias = "init")]
+    New(new_cmd::NewArgs),
     /// Validate, dry-run or execute a plan with no model involved.
     #[command(subcommand)]
     Plan(plan_cmd::PlanCommand),
@@ -111,6 +116,8 @@ enum Prepared {
     Plan(plan_cmd::Prepared),
     Submit(run_cmd::Prepared),
     Eval(Box<eval_cmd::Prepared>),
+    Serve(Box<serve::Prepared>),
+    Worker(worker::Prepared),
 }
 
 /// What weft logs when neither `--log-level` nor `RUST_LOG` says: warnings, but only errors of
@@ -180,6 +187,12 @@ pub const EXIT_STORE: u8 = 4;
 /// Examples for the long help of each main command (`--help`, and `weft help` with the command).
 const EXAMPLES: &[(&str, &str)] = &[
     (
+        "new",
+        "weft new helper
+  weft check helper.yaml
+  weft run helper.yaml \"What time is it?\"",
+    ),
+    (
         "run",
         "weft run examples/weather-chat.yaml \"Where is it sunnier, Lisbon or Oslo?\"\n  \
          weft run examples/refund-desk.yaml \"I'd like a refund.\" --input '{\"customerId\": \"cust_123\"}'\n  \
@@ -230,6 +243,7 @@ const EXAMPLES: &[(&str, &str)] = &[
 /// The commands (with the commands under them) that open no session store: `--db` and
 /// `--durability` do nothing there, so their help does not list them.
 const WITHOUT_STORE: &[&[&str]] = &[
+    &["new"],
     &["plan", "check"],
     &["plan", "dry-run"],
     &["eval", "compare"],
@@ -240,7 +254,7 @@ const WITHOUT_STORE: &[&[&str]] = &[
 ];
 
 /// The commands that log nothing: `--log-level` is not listed on them either.
-const WITHOUT_LOGS: &[&[&str]] = &[&["schema"], &["completions"]];
+const WITHOUT_LOGS: &[&[&str]] = &[&["new"], &["schema"], &["completions"]];
 
 /// The command line's definition as `--help` shows it: examples and exit codes on the main
 /// commands; the global options only on the commands they apply to (they are still accepted
@@ -425,6 +439,7 @@ fn main() -> ExitCode {
             Command::Plan(plan_cmd::PlanCommand::Check(_) | plan_cmd::PlanCommand::DryRun(_))
                 | Command::Tools(_)
                 | Command::Check(_)
+                | Command::New(_)
                 | Command::Completions { .. }
                 | Command::Schema { .. }
         ) && !matches!(&cli.command, Command::Eval(a) if !eval_cmd::needs_store(a));
@@ -432,8 +447,9 @@ fn main() -> ExitCode {
         if needs_store {
             weft_runtime::retrieval::configured_embedder().map_err(anyhow::Error::msg)?;
         }
-        // A new run reads its task, agent file and plan before the store is opened: a mistake
-        // there leaves no `.weft/weft.db` behind.
+        // A new run reads its task, agent file and plan before the store is opened, and a
+        // server or a worker its quota file, keys and agent files: a mistake there leaves no
+        // `.weft/weft.db` behind.
         let command = match cli.command {
             Command::Run(a) if a.session.is_none() => {
                 Err(Prepared::Run(run_cmd::prepare(a).await?))
@@ -446,6 +462,12 @@ fn main() -> ExitCode {
                 Ok(p) => Err(Prepared::Plan(p)),
                 Err(code) => return Ok(code),
             },
+            Command::Serve(a) => match serve::prepare(host, a).await? {
+                Some(p) => Err(Prepared::Serve(Box::new(p))),
+                // `--openapi`: printed, and no store needed.
+                None => return Ok(0),
+            },
+            Command::Worker(a) => Err(Prepared::Worker(worker::prepare(host, a)?)),
             other => Ok(other),
         };
         let store = if needs_store {
@@ -460,7 +482,7 @@ fn main() -> ExitCode {
                     Err(Prepared::Run(p) | Prepared::Submit(p)) => p.durability,
                     Err(Prepared::Plan(p)) => p.durability(),
                     Err(Prepared::Eval(p)) => p.agent.spec.durability,
-                    Ok(_) => None,
+                    Err(Prepared::Serve(_) | Prepared::Worker(_)) | Ok(_) => None,
                 };
                 store::open(cli.db.as_deref(), read_only, cli.durability, agent).await?
             }
@@ -473,6 +495,8 @@ fn main() -> ExitCode {
             Err(Prepared::Plan(p)) => return plan_cmd::execute(host, store, p).await,
             Err(Prepared::Submit(p)) => return submit_cmd::run(host, store, p).await,
             Err(Prepared::Eval(p)) => return eval_cmd::execute(host, store, *p).await,
+            Err(Prepared::Serve(p)) => return serve::run(*p, store).await,
+            Err(Prepared::Worker(p)) => return worker::run(p, store).await,
         };
         match command {
             Command::Plan(c) => plan_cmd::run(host, store, c).await,
@@ -480,15 +504,15 @@ fn main() -> ExitCode {
             Command::Answer(a) => run_cmd::answer(host, store, a).await,
             Command::Resume(a) => sessions_cmd::resume(host, store, a).await,
             Command::Submit(_) => Ok(0),
-            Command::Worker(a) => worker::run(host, store, a).await,
+            Command::Worker(_) | Command::Serve(_) => Ok(0),
             Command::Batch(a) => batch::run(host, store, a).await,
             Command::Eval(a) => eval_cmd::other(store, a).await,
-            Command::Serve(a) => serve::run(host, store, a).await,
             Command::Sessions(c) => sessions_cmd::run(host, store, c).await,
             Command::Tools(c) => tools_cmd::run(c).await,
             Command::Docs(c) => docs_cmd::run(store, c).await,
             Command::Memory(c) => memory_cmd::run(store, c).await,
             Command::Check(a) => check::run(a).await,
+            Command::New(a) => new_cmd::run(&a),
             Command::Completions { .. } => Ok(0),
             Command::Schema { process } => schema_cmd::run(process),
         }

@@ -5,6 +5,7 @@ pub mod check;
 pub mod docs;
 pub mod eval;
 pub mod memory;
+pub mod new;
 pub mod plan;
 pub mod run;
 pub mod schema;

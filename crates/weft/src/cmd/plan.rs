@@ -268,7 +268,15 @@ pub async fn execute<S: weft_store::Store>(host: &Host, store: Arc<S>, p: Prepar
     let run =
         tracing::Instrument::instrument(rt.run_plan_in(&agent.spec.name, plan, input, info), span);
     let session = match held.until_asked(run).await {
-        Ok(done) => done?,
+        Ok(Ok(done)) => done,
+        Ok(Err(weft_runtime::RuntimeError::Store(weft_store::StoreError::Exists(_)))) => {
+            held.release().await;
+            if let Some(l) = live {
+                l.finish().await;
+            }
+            return Err(crate::cmd::run::taken(rt.store().as_ref(), &id, None).await);
+        }
+        Ok(Err(e)) => return Err(e.into()),
         Err(asked) => {
             let code = weft_host::ownership::stopped(host, &rt, &id, asked).await;
             held.release().await;

@@ -154,13 +154,21 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, args: RunArgs) -> Result<
 /// Reads the task and the agent file and builds the agent (exit 2 on a mistake).
 pub async fn prepare(mut args: RunArgs) -> Result<Prepared> {
     args.task = task_text(&args.task)?;
-    if let Some(b) = &args.budget {
-        // Checked before anything is stored; applied over the session's budget when it runs.
-        weft_core::budget::Budget::default()
-            .with_overrides(b)
-            .map_err(|e| anyhow!("--budget: {e}"))?;
-    }
+    // Checked before anything is stored; applied over the session's budget when it runs.
+    let overrides = args
+        .budget
+        .as_deref()
+        .map(|b| weft_core::budget::Budget::default().with_overrides(b))
+        .transpose()
+        .map_err(|e| anyhow!("--budget: {e}"))?;
     let loaded = load::agent_with_secrets(&args.agent, &args.secret).await?;
+    if let Some(b) = &overrides {
+        let names = weft_core::ToolCatalog::tool_names(&loaded.tools);
+        if let Some((scope, tool, why)) = b.unknown_tools(&names).into_iter().next() {
+            loaded.tools.shutdown().await;
+            return Err(anyhow!("--budget: {scope}.tool_calls.{tool}: {why}"));
+        }
+    }
     let input = crate::input::input(args.input.as_deref())?;
     let mut metadata: Value = match &args.metadata {
         None => Value::Object(serde_json::Map::new()),
@@ -285,7 +293,7 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
                 {
                     Ok(s) => s,
                     Err(weft_runtime::RuntimeError::Store(weft_store::StoreError::Exists(_))) => {
-                        return Err(taken(rt.store().as_ref(), &id, &args.agent).await);
+                        return Err(taken(rt.store().as_ref(), &id, Some(&args.agent)).await);
                     }
                     Err(e) => return Err(e.into()),
                 };
@@ -333,7 +341,20 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
         .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
     let run = tracing::Instrument::instrument(run, span);
     let (session, before) = match held.until_asked(run).await {
-        Ok(done) => done?,
+        Ok(Ok(done)) => done,
+        // Refused (a session that exists, of another agent, ...): the session is let go at
+        // once, not held by this process's lease until it runs out. After a store error the
+        // lease is left to run out (the store may not answer).
+        Ok(Err(e)) => {
+            if weft_host::store_error_in(e.as_ref()).is_none() {
+                held.release().await;
+            }
+            tools.shutdown().await;
+            if let Some(l) = live {
+                l.finish().await;
+            }
+            return Err(e);
+        }
         Err(asked) => {
             let code = weft_host::ownership::stopped(host, &rt, &id, asked).await;
             held.release().await;
@@ -356,21 +377,29 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
 
 /// The error for a new session whose id (`--id`) is taken, with how to go on with the session
 /// there: `weft resume` when it stopped while running (its process died, or gave up on the
-/// store), `weft answer` when it waits, a new task with `--session` when it has ended.
-async fn taken<S: Store>(store: &S, id: &str, agent: &std::path::Path) -> anyhow::Error {
+/// store), `weft answer` when it waits, a new task with `--session` when it has ended (an agent's
+/// session: `agent` is its file; a plan's has none to give).
+pub async fn taken<S: Store>(
+    store: &S,
+    id: &str,
+    agent: Option<&std::path::Path>,
+) -> anyhow::Error {
     let db = crate::store::db_flag();
-    let how = match store.get(id).await.map(|r| r.status) {
-        Ok(SessionStatus::Running) => {
+    let how = match (store.get(id).await.map(|r| r.status), agent) {
+        (Ok(SessionStatus::Running), _) => {
             format!("it stopped before it finished; continue it with `weft resume{db} {id}`")
         }
-        Ok(SessionStatus::WaitingForUser) => {
+        (Ok(SessionStatus::WaitingForUser), _) => {
             format!("it waits for an answer; give it with `weft answer{db} {id} \"<answer>\"`")
         }
-        Ok(SessionStatus::Completed | SessionStatus::Failed) => format!(
+        (Ok(SessionStatus::Completed | SessionStatus::Failed), Some(agent)) => format!(
             "it has ended; give it another task with `weft run{db} {} --session {id} \"<task>\"`, or give the new session another --id",
             crate::store::shell_word(&agent.display().to_string())
         ),
-        Err(_) => "give the new session another --id".to_owned(),
+        (Ok(SessionStatus::Completed | SessionStatus::Failed), None) => {
+            "it has ended; give the new session another --id (or none, for a new one)".to_owned()
+        }
+        (Err(_), _) => "give the new session another --id".to_owned(),
     };
     anyhow!("session {id} already exists: {how}")
 }

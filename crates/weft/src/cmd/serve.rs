@@ -44,15 +44,24 @@ pub struct ServeArgs {
     pub openapi: bool,
 }
 
-/// Serves until SIGTERM or Ctrl-C.
-pub async fn run(host: &Host, store: Arc<CliStore>, a: ServeArgs) -> Result<u8> {
+/// `weft serve` read and checked, before the session store is opened (a mistake in any of it
+/// leaves no store behind): the quota file, the keys, the allowed origins and the agent files,
+/// and the address bound.
+pub struct Prepared {
+    host: Host,
+    server: weft_server::Prepared,
+}
+
+/// Prints the OpenAPI document (`--openapi`: `Ok(None)`), or reads and checks everything the
+/// server needs but its store.
+pub async fn prepare(host: &Host, a: ServeArgs) -> Result<Option<Prepared>> {
     if a.openapi {
         let doc = format!("{:#}\n", weft_server::openapi_document());
         std::io::Write::write_all(&mut std::io::stdout().lock(), doc.as_bytes())
             .map_err(|e| anyhow::anyhow!("cannot write the OpenAPI document: {e}"))?;
-        return Ok(0);
+        return Ok(None);
     }
-    let host = &with_quotas(host, a.quotas.as_deref())?;
+    let host = with_quotas(host, a.quotas.as_deref())?;
     let config = ServeConfig {
         agents: a.agents,
         listen: a.listen,
@@ -61,7 +70,15 @@ pub async fn run(host: &Host, store: Arc<CliStore>, a: ServeArgs) -> Result<u8> 
         max_runs_per_user: a.max_runs_per_user,
         cors_origins: a.cors_origins,
     };
-    weft_server::serve(host.clone(), store, config).await?;
+    let server = weft_server::Server::prepare(config).await?;
+    Ok(Some(Prepared { host, server }))
+}
+
+/// Serves until SIGTERM or Ctrl-C.
+pub async fn run(p: Prepared, store: Arc<CliStore>) -> Result<u8> {
+    weft_server::Server::on(p.host, store, p.server)
+        .run()
+        .await?;
     Ok(0)
 }
 

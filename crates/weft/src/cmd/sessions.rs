@@ -51,6 +51,10 @@ pub enum SessionsCommand {
         /// Keep printing new events until the session completes, fails or waits.
         #[arg(long)]
         follow: bool,
+        /// Print JSON: what this command always prints (a JSON line per event); accepted as the
+        /// other commands' `--json` is.
+        #[arg(long)]
+        json: bool,
     },
     /// Export a session's trace (OpenTelemetry GenAI spans derived from its events) over
     /// OTLP HTTP/protobuf, or print its spans as JSON lines.
@@ -130,7 +134,7 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, cmd: SessionsCommand) -> 
             json,
         } => list(store.as_ref(), &mut out, user, status, limit, json).await,
         SessionsCommand::Show { id, json } => show(host, store.as_ref(), &mut out, id, json).await,
-        SessionsCommand::Events { id, follow } => {
+        SessionsCommand::Events { id, follow, .. } => {
             let mut after = 0;
             loop {
                 let events = store.events_after(&id, after).await?;

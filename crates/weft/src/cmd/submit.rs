@@ -139,10 +139,14 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> 
             };
             let extra = given(None)?.into_iter().collect();
             let rt = builder.build();
-            let session = rt
-                .queue_agent(&agent, info, &args.task, input, extra)
-                .await?;
-            session.id.clone()
+            match rt.queue_agent(&agent, info, &args.task, input, extra).await {
+                Ok(session) => session.id.clone(),
+                Err(weft_runtime::RuntimeError::Store(weft_store::StoreError::Exists(id))) => {
+                    tools.shutdown().await;
+                    return Err(run_cmd::taken(store.as_ref(), &id, Some(&args.agent)).await);
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
     };
     tools.shutdown().await;

@@ -47,10 +47,15 @@ fn secs(what: &str, v: f64) -> Result<Duration> {
     }
 }
 
-/// Runs a worker until SIGTERM or Ctrl-C (it drains), or until it was idle for
-/// `--exit-when-idle`.
-pub async fn run<S: Store>(host: &Host, store: Arc<S>, a: WorkerArgs) -> Result<u8> {
-    let host = &crate::cmd::serve::with_quotas(host, a.quotas.as_deref())?;
+/// A worker's quota file and flags, read and checked before the session store is opened.
+pub struct Prepared {
+    host: Host,
+    config: WorkerConfig,
+}
+
+/// Reads the quota file and checks the flags (a mistake leaves no store behind).
+pub fn prepare(host: &Host, a: WorkerArgs) -> Result<Prepared> {
+    let host = crate::cmd::serve::with_quotas(host, a.quotas.as_deref())?;
     let config = WorkerConfig {
         agents: a.agents,
         concurrency: a.concurrency,
@@ -61,5 +66,11 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, a: WorkerArgs) -> Result<
             .map(|v| secs("exit-when-idle", v))
             .transpose()?,
     };
-    Ok(weft_host::worker::run(host, store, config).await?)
+    Ok(Prepared { host, config })
+}
+
+/// Runs a worker until SIGTERM or Ctrl-C (it drains), or until it was idle for
+/// `--exit-when-idle`.
+pub async fn run<S: Store>(p: Prepared, store: Arc<S>) -> Result<u8> {
+    Ok(weft_host::worker::run(&p.host, store, p.config).await?)
 }

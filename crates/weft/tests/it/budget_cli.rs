@@ -364,3 +364,76 @@ fn a_model_without_prices_is_named_when_a_cost_budget_is_set() {
         "{err}"
     );
 }
+
+/// `.nan` and `.inf` read as "no limit" once the file is JSON: a runaway loop with
+/// `cost_usd: .nan` spent without a stop. Each is refused by `weft check` and `weft run`, naming
+/// the file, line and field, before anything is stored.
+#[test]
+fn a_limit_that_is_not_a_finite_number_is_refused_before_anything_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_agent(
+        dir,
+        "{ run: { cost_usd: .nan, model_calls: .nan }, session: { tool_calls: .inf } }",
+    );
+    let out = weft(dir).args(["check", "agent.yaml"]).output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for field in [
+        "agent.yaml:5:18: budget.run.cost_usd: .nan is not a finite number",
+        "budget.run.model_calls: .nan is not a finite number",
+        "budget.session.tool_calls: .inf is not a finite number",
+    ] {
+        assert!(err.contains(field), "{field}: {err}");
+    }
+    let out = weft(dir)
+        .args(["run", "agent.yaml", "Tick.", "--db", "weft.db"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("budget.run.cost_usd: .nan"), "{err}");
+    assert!(!dir.join("ticks.txt").exists(), "the tool never ran");
+    assert!(!dir.join("weft.db").exists(), "nothing was stored");
+}
+
+/// A per-tool limit on a tool the agent does not have would hold nothing (the tool meant stays
+/// unlimited): refused in the file, in `--budget`, with the name meant; `--budget` that sets no
+/// limit at all is refused too.
+#[test]
+fn a_per_tool_limit_on_an_unknown_tool_and_an_empty_budget_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_agent(dir, "{ run: { tool_calls_per_tool: { tik: 3 } } }");
+    let out = weft(dir).args(["check", "agent.yaml"]).output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("agent.yaml:5:41: budget.run.tool_calls_per_tool.tik: the agent has no tool `tik` (did you mean `tick`?)"),
+        "{err}"
+    );
+    write_agent(dir, "{ run: { tool_calls_per_tool: { tick: 3 } } }");
+    let out = weft(dir).args(["check", "agent.yaml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for (budget, said) in [
+        (
+            "tool_calls.nosuch=3",
+            "--budget: run.tool_calls.nosuch: the agent has no tool `nosuch`",
+        ),
+        (
+            "session.tool_calls.tik=3",
+            "--budget: session.tool_calls.tik: the agent has no tool `tik` (did you mean `tick`?)",
+        ),
+        (",,,", "--budget: `,,,` sets no limit"),
+    ] {
+        let out = weft(dir)
+            .args(["run", "agent.yaml", "Tick.", "--budget", budget])
+            .args(["--db", "weft.db"])
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{budget}: {err}");
+        assert!(err.contains(said), "{budget}: {err}");
+        assert!(!dir.join("weft.db").exists(), "nothing was stored");
+    }
+}

@@ -433,3 +433,163 @@ fn runs_at_once_are_refused_until_a_run_ends() {
     assert_eq!(status, 200, "{body}");
     stop(server);
 }
+
+/// A new run at the edge of its user's quota: what is left cannot cover the run's first model
+/// call at its most, which the check before that call would refuse. The run is refused up front
+/// (429, `Retry-After`, the limit, what was spent and what the call may take), not accepted to
+/// fail inside: no run is made on the thread and nothing more is spent. Input is free and output
+/// costs $0.002 a token at most 40 tokens a call, so every call may take $0.08 at most; a loop
+/// stops (in its body) once less than that is left of the user's $1.
+#[test]
+fn a_run_whose_first_call_the_quota_cannot_cover_is_refused_up_front() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    files(d);
+    std::fs::write(
+        d.join("looper.yaml"),
+        "name: looper\nmode: react\nmodel:\n  provider: scripted\n  script: looper.script.yaml\n  max_tokens: 40\n  prices: { input_per_mtok: 0, output_per_mtok: 2000 }\nlimits: { max_iterations: 1000 }\ntools:\n  - builtin: echo\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("looper.script.yaml"),
+        "react:\n  - { tool_calls: [{ name: echo, arguments: { text: again } }], repeat: 1000 }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("quotas.yaml"),
+        "users:\n  ann: { day: { cost_usd: 1 } }\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let server = serve(d, "weft.db", port, "serve.log");
+    let thread = || {
+        let (status, _, body) = http(port, "POST", "/threads", ANN, "{}");
+        assert_eq!(status, 200, "{body}");
+        let t: serde_json::Value = serde_json::from_str(&body).unwrap();
+        t["thread_id"].as_str().unwrap().to_owned()
+    };
+    let run = |tid: &str| {
+        http(
+            port,
+            "POST",
+            &format!("/threads/{tid}/runs/wait"),
+            ANN,
+            r#"{"assistant_id": "looper", "input": {"task": "loop"}}"#,
+        )
+    };
+    let spent = || {
+        let (_, _, body) = http(port, "GET", "/me/usage", ANN, "");
+        let usage: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let day = &usage["periods"][0]["used"];
+        (
+            day["cost_usd"].as_f64().unwrap(),
+            day["model_calls"].as_u64().unwrap(),
+        )
+    };
+
+    // The loop runs until the quota stops it in its body, less than a call's worth short of it.
+    let (status, _, body) = run(&thread());
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("quota reached: user.day.cost_usd is 1"),
+        "{body}"
+    );
+    let (cost, calls) = spent();
+    assert!(
+        cost < 1.0 && cost > 1.0 - 0.08,
+        "at the edge: ${cost} of $1"
+    );
+
+    // The next run could not make its first call: refused before it is made.
+    let tid = thread();
+    let (status, head, body) = run(&tid);
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body.contains("quota reached: user.day.cost_usd is 1")
+            && body.contains("spent (user ann), and the run's first model call may take up to 0.08 more; it resets at"),
+        "{body}"
+    );
+    let retry: u64 = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("retry-after: ")
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| panic!("a Retry-After header: {head}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((1..=86_400).contains(&retry), "until midnight UTC: {retry}");
+    let (status, _, body) = http(port, "GET", &format!("/threads/{tid}/runs"), ANN, "");
+    assert_eq!((status, body.trim()), (200, "[]"), "no run was made");
+    assert_eq!(spent(), (cost, calls), "nothing more was spent");
+    stop(server);
+}
+
+/// A quota file with a mistake stops `weft serve` and `weft worker` before they open their
+/// store: exit 2, the file, line and field named, and no `.weft/weft.db` made. So do a bad key
+/// file and a bad agent file.
+#[test]
+fn a_bad_quota_file_stops_serve_before_it_makes_a_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    files(d);
+    std::fs::write(
+        d.join("bad-quotas.yaml"),
+        "default:\n  day: { cost_usd: .nan }\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("bad-keys.txt"), "short ann\n").unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let serve = ["serve", "--agents", "looper.yaml", "--listen", &listen];
+    for (args, said) in [
+        (
+            [
+                &serve[..],
+                &["--keys", "keys.txt", "--quotas", "bad-quotas.yaml"],
+            ]
+            .concat(),
+            "the quota file bad-quotas.yaml has 1 problem:\n  bad-quotas.yaml:2:10: default.day.cost_usd: NaN is not a cost",
+        ),
+        (
+            vec![
+                "worker",
+                "--agents",
+                "looper.yaml",
+                "--quotas",
+                "bad-quotas.yaml",
+            ],
+            "bad-quotas.yaml:2:10: default.day.cost_usd",
+        ),
+        (
+            [&serve[..], &["--keys", "bad-keys.txt"]].concat(),
+            "bad-keys.txt:1: the key of user `ann`",
+        ),
+        (
+            vec![
+                "serve",
+                "--agents",
+                "nosuch.yaml",
+                "--keys",
+                "keys.txt",
+                "--listen",
+                &listen,
+            ],
+            "--agents nosuch.yaml: no such file or directory",
+        ),
+    ] {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
+        let out = c
+            .current_dir(d)
+            .env_remove("WEFT_DB")
+            .env_remove("WEFT_API_KEYS")
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(said), "{args:?}: {err}");
+        assert!(!d.join(".weft").exists(), "{args:?}: no store was made");
+    }
+}

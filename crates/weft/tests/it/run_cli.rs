@@ -265,6 +265,66 @@ fn a_new_run_with_a_taken_id_says_how_to_go_on_with_the_session() {
         )),
         "{err}"
     );
+    // The refused run let the session go at once: `weft submit` with the same id is told the
+    // same (not that the refused process holds the session), and so is a plan run.
+    let out = weft(&["submit", weather, "And Rome?", "--id", "ended", "--db", db]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "session ended already exists: it has ended; give it another task with `weft run --db {db} {weather} --session ended \"<task>\"`"
+        )),
+        "{err}"
+    );
+    let out = weft(&[
+        "plan",
+        "run",
+        "examples/plans/refund.json",
+        "--agent",
+        "examples/shop.yaml",
+        "--input",
+        r#"{"customerId": "c1", "amount": 5}"#,
+        "--id",
+        "ended",
+        "--db",
+        db,
+    ]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "session ended already exists: it has ended; give the new session another --id"
+        ),
+        "{err}"
+    );
+    // The hint's command goes on with the session (whose script has no reply left: it fails).
+    let out = weft(&[
+        "run",
+        weather,
+        "And Rome?",
+        "--session",
+        "ended",
+        "--db",
+        db,
+    ]);
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("▶ And Rome?") && err.contains("session ended"),
+        "{err}"
+    );
+    // `sessions events` takes `--json` as other commands do: it prints JSON lines either way.
+    let out = weft(&["sessions", "events", "ended", "--json", "--db", db]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let lines: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["type"], "session_started");
+    assert_eq!(
+        lines.iter().filter(|e| e["type"] == "turn_started").count(),
+        2,
+        "the first task and the one given with --session"
+    );
     let ask = "crates/weft/tests/fixtures/ask-amount-cli.yaml";
     let out = run(ask, "Refund my last order.", "waiting");
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
@@ -277,4 +337,90 @@ fn a_new_run_with_a_taken_id_says_how_to_go_on_with_the_session() {
         )),
         "{err}"
     );
+}
+
+/// `weft new NAME` writes a starter agent that `weft check` passes and `weft run` runs to its
+/// answer, calling its tool (a command: its output is today's date and time in UTC). A second
+/// `weft new` with the same name overwrites nothing.
+#[test]
+fn weft_new_writes_a_starter_that_checks_and_runs_its_tool() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let weft_in = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_weft"))
+            .current_dir(dir)
+            .env_remove("WEFT_DB")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = weft_in(&["new", "helper"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("weft run helper.yaml \"What time is it?\""),
+        "{}",
+        text(&out.stdout)
+    );
+    let written = std::fs::read_to_string(dir.join("helper.yaml")).unwrap();
+    assert!(dir.join("helper.script.yaml").exists());
+
+    let out = weft_in(&["check", "helper.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "helper.yaml: no problems");
+
+    let out = weft_in(&["run", "helper.yaml", "What time is it?", "--events"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "I asked the clock: its answer, above, is the time now in UTC."
+    );
+    let events: Vec<Value> = err
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let started: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_call_started")
+        .collect();
+    assert_eq!(started.len(), 1, "{err}");
+    assert_eq!(started[0]["tool"], "clock");
+    let finished = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_finished")
+        .unwrap_or_else(|| panic!("the tool call finished: {err}"));
+    assert_eq!(finished["outcome"]["status"], "ok", "{err}");
+    // The command ran: its output is the date now, in UTC.
+    let utc = finished["outcome"]["output"]["utc"].as_str().unwrap();
+    let year: i32 = utc[..4].parse().unwrap();
+    assert!(
+        utc.len() == 20 && utc.ends_with('Z') && year >= 2025,
+        "{utc}"
+    );
+    assert_eq!(events.last().unwrap()["type"], "run_finished", "{err}");
+
+    // Written once: a second `weft new` of the name, or of a name one of whose files exists,
+    // writes nothing.
+    std::fs::write(dir.join("other.script.yaml"), "mine").unwrap();
+    for name in ["helper", "other"] {
+        let out = weft_in(&["new", name]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("exists already; `weft new` writes new files only"),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.join("helper.yaml")).unwrap(),
+        written
+    );
+    assert!(!dir.join("other.yaml").exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("other.script.yaml")).unwrap(),
+        "mine"
+    );
+    let out = weft_in(&["new", "no good"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("is not an agent name"));
 }
