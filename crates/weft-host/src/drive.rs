@@ -235,7 +235,7 @@ pub async fn drive<S: Store>(
     let mut rt = Runtime::new(store, agent.tools.clone(), agent.spec.limits.clone());
     held.bind(&mut rt);
     rt.redact = agent.redact.clone();
-    rt.quota = host.quota_of(rec.user_id.as_deref());
+    rt.quota = host.counted_as(rec.user_id.as_deref());
     for o in observers {
         rt = rt.observe(o);
     }

@@ -107,8 +107,9 @@ pub struct Runtime<S: Store> {
     pub embedder: Option<Arc<weft_model::Embedder>>,
     /// Where events' timestamps come from (the system's clock unless a test sets another).
     pub clock: SharedClock,
-    /// The quota of the user whose sessions this runtime drives: checked before every model
-    /// call, added to after it (see [`quota`]); none: no quota.
+    /// The user whose sessions this runtime drives, and their quota: checked before every
+    /// model call when it limits spending, added to after every call (see [`quota`]); none: no
+    /// user, nothing counted.
     pub quota: Option<quota::UserQuota>,
 }
 

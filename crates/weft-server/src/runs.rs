@@ -1190,7 +1190,7 @@ async fn drive(
         agent.spec.limits.clone(),
     );
     rt.redact = agent.redact.clone();
-    rt.quota = app.host.quota_of(Some(&run.user));
+    rt.quota = app.host.counted_as(Some(&run.user));
     rt = rt
         .observe(observer(app, &run.thread_id))
         .observe_own(own_observer(app, &run.thread_id));
