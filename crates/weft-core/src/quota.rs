@@ -86,6 +86,12 @@ impl Quota {
         }
     }
 
+    /// Whether a limit on what model calls spend is set in either period (`runs_at_once` is
+    /// not one).
+    pub fn limits_spending(&self) -> bool {
+        !self.day.is_empty() || !self.month.is_empty()
+    }
+
     /// Whether a cost limit is set in either period.
     pub fn has_cost(&self) -> bool {
         self.day.cost_usd.is_some() || self.month.cost_usd.is_some()

@@ -58,6 +58,14 @@ pub fn recover(state: &State, tools: &dyn ToolCatalog, limits: &Limits) -> Recov
     out
 }
 
+/// The error a session cancelled by [`cancel`] ends with.
+pub const CANCELLED: &str = "cancelled (weft sessions cancel)";
+
+/// Whether `state` ended because it was cancelled ([`cancel`]), not because it failed.
+pub fn was_cancelled(state: &State) -> bool {
+    state.status == crate::SessionStatus::Failed && state.turn.error.as_deref() == Some(CANCELLED)
+}
+
 /// A person cancelled the session (`weft sessions cancel`): every call in flight is recorded as
 /// cancelled with an unknown outcome (its process was stopped; whether it acted is not known),
 /// with how long it had run (`ran_ms`, by call id, which the shell measures from the time its
@@ -84,7 +92,7 @@ pub fn cancel(
     if !st.status.is_terminal() {
         events.push(Event::RunFinished {
             status: RunStatus::Failed,
-            error: Some("cancelled (weft sessions cancel)".into()),
+            error: Some(CANCELLED.into()),
             answer: None,
         });
     }

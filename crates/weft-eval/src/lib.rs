@@ -13,7 +13,8 @@
 //!   model as judge with a rubric;
 //! - [`replay`]: recorded sessions as cases (`weft eval record`), their replies replayed
 //!   strictly (the same requests), with tools live, or not at all (a live model);
-//! - [`runner`]: a case run as a session with `weft run`'s code path, cases in parallel;
+//! - [`runner`]: a case run as a session with `weft run`'s code path, cases in parallel; a run
+//!   stopped midway finished by the same command;
 //! - [`results`]: a run's JSON lines and its summary (pass rates, pass@k, mean and spread);
 //! - [`compare`]: what changed per case between two runs, regressions first;
 //! - [`stored`]: eval runs read back from the store: each case's result rebuilt from its

@@ -340,8 +340,16 @@ fn show(v: &Value) -> String {
 /// Session `id` of `store` as a case: its task, input, user and answers to its waits; its
 /// model's replies and the requests they answered; its outcome as the expectations (`live`:
 /// the status and the tools called; otherwise also the answer, the State and the calls with
-/// their arguments, in order). The agent file is the one the session records.
-pub async fn record<S: Store>(store: &S, id: &str, mode: ReplayMode) -> Result<Case, EvalError> {
+/// their arguments, in order). The agent file is the one the session records; the case names it
+/// relative to the directory of `dataset`, the file the case goes into, so that the dataset and
+/// its agent files can be moved together. The case's id is `rec-` and the session's id (not
+/// doubled for a session whose id starts with `rec-`).
+pub async fn record<S: Store>(
+    store: &S,
+    id: &str,
+    mode: ReplayMode,
+    dataset: &Path,
+) -> Result<Case, EvalError> {
     let (rec, events) = store.load(id).await?;
     let Some(agent_path) = weft_host::sessions::agent_file_of(&rec.metadata) else {
         return Err(EvalError::Invalid(format!(
@@ -477,13 +485,17 @@ pub async fn record<S: Store>(store: &S, id: &str, mode: ReplayMode) -> Result<C
             }
         })
         .collect();
-    let mut case_id = format!("rec-{safe}");
+    let mut case_id = if safe.starts_with("rec-") {
+        safe
+    } else {
+        format!("rec-{safe}")
+    };
     case_id.truncate(80);
     Ok(Case {
         id: case_id,
         description: Some(format!(
             "recorded from session {id} of agent file {}",
-            load::absolute(&agent_path)
+            relative_to(&agent_path, load::base_dir(dataset)).display()
         )),
         task,
         input: Some(input),
@@ -500,6 +512,41 @@ pub async fn record<S: Store>(store: &S, id: &str, mode: ReplayMode) -> Result<C
         }),
         line: 0,
     })
+}
+
+/// `path` as seen from directory `dir` (`../agents/a.yaml`), both read as absolute paths first;
+/// `path` made absolute when they share no root.
+fn relative_to(path: &Path, dir: &Path) -> std::path::PathBuf {
+    use std::path::{Component, PathBuf};
+    fn lexical(p: &Path) -> Vec<Component<'_>> {
+        let mut out: Vec<Component<'_>> = Vec::new();
+        for c in p.components() {
+            match c {
+                Component::CurDir => {}
+                Component::ParentDir if matches!(out.last(), Some(Component::Normal(_))) => {
+                    out.pop();
+                }
+                c => out.push(c),
+            }
+        }
+        out
+    }
+    let (Ok(path), Ok(dir)) = (std::path::absolute(path), std::path::absolute(dir)) else {
+        return path.to_path_buf();
+    };
+    let (p, d) = (lexical(&path), lexical(&dir));
+    let shared = p.iter().zip(&d).take_while(|(a, b)| a == b).count();
+    if shared == 0 {
+        return path;
+    }
+    let mut out = PathBuf::new();
+    for _ in shared..d.len() {
+        out.push("..");
+    }
+    for c in &p[shared..] {
+        out.push(c.as_os_str());
+    }
+    out
 }
 
 /// Appends `cases` to the JSON-lines dataset at `path` (made if absent).
@@ -529,6 +576,19 @@ pub fn append(path: &Path, cases: &[Case]) -> Result<(), EvalError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agent_file_is_named_from_the_datasets_directory() {
+        let rel = |p: &str, d: &str| {
+            relative_to(Path::new(p), Path::new(d))
+                .display()
+                .to_string()
+        };
+        assert_eq!(rel("/w/examples/a.yaml", "/w/evals"), "../examples/a.yaml");
+        assert_eq!(rel("/w/evals/a.yaml", "/w/evals"), "a.yaml");
+        assert_eq!(rel("/w/evals/./x/../a.yaml", "/w/evals/"), "a.yaml");
+        assert_eq!(rel("/w/a.yaml", "/w/evals/deep"), "../../a.yaml");
+    }
 
     #[test]
     fn a_diff_names_each_field() {

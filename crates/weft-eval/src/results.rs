@@ -139,6 +139,35 @@ pub fn write_results(path: &Path, results: &[CaseResult]) -> Result<(), EvalErro
     w.flush().map_err(err)
 }
 
+/// Adds one result to a run's results file as it comes (one line, written whole), so that a run
+/// stopped midway leaves the results it had.
+pub fn append_result(path: &Path, r: &CaseResult) -> Result<(), EvalError> {
+    let err =
+        |e: std::io::Error| EvalError::Results(format!("cannot write {}: {e}", path.display()));
+    let mut line = serde_json::to_string(r)
+        .map_err(|e| EvalError::Results(format!("cannot write {}: {e}", path.display())))?;
+    line.push('\n');
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(err)?;
+    f.write_all(line.as_bytes()).map_err(err)
+}
+
+/// The finished results of run `run` in the results file at `path`, if any: those of sessions
+/// that ran and were scored. A line cut short (the run was killed while writing it), a result
+/// of another run or of a session that could not run is left out: that session runs again.
+pub fn finished(path: &Path, run: &str) -> Vec<CaseResult> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<CaseResult>(l).ok())
+        .filter(|r| r.run == run && r.error.is_none())
+        .collect()
+}
+
 /// Reads a run's results: `path` is the run's directory (its `results.jsonl`) or the file.
 pub fn read_results(path: &Path) -> Result<Vec<CaseResult>, EvalError> {
     let file = if path.is_dir() {

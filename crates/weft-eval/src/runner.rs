@@ -1,6 +1,11 @@
 //! A case run as a session, the way `weft run` runs one: under the session's lease, with the
 //! agent file's tools, model and limits, in the store the command was given (so the session can
 //! be listed, opened in the playground, traced and forked). Cases run in parallel.
+//!
+//! A run stopped midway (killed, or its machine gone) is finished by the same command: a case
+//! whose session is already its run's is not run again. Scored, its result is read back from
+//! the session ([`stored::result_of`]); ended but not scored, it is scored; still running (its
+//! process gone), it goes on from its log, as `weft resume` continues a session, then is scored.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -143,9 +148,15 @@ impl<S: Store> Runner<S> {
         slots.into_iter().flatten().collect()
     }
 
-    /// Runs repeat `k` of `case` as a session and scores it.
+    /// Runs repeat `k` of `case` as a session and scores it (a session of this run's scored
+    /// already: its result as recorded).
     pub async fn run(&self, case: &Case, k: u32) -> CaseResult {
         let id = self.session_id(&case.id, k);
+        match self.scored_already(&id).await {
+            Ok(Some(r)) => return r,
+            Ok(None) => {}
+            Err(e) => return CaseResult::not_run(&self.run_id, case, k, &id, e.to_string()),
+        }
         // A recorded case's replies are replayed (unless live).
         let replay = case.replay.as_ref().and_then(|r| {
             let mode = self.replay_mode.unwrap_or(r.mode);
@@ -178,22 +189,63 @@ impl<S: Store> Runner<S> {
         }
     }
 
-    /// Runs the session of a case to its end (or wait, after the case's replies).
+    /// The result of session `id` when it is this run's and its verdicts are recorded (a run
+    /// that stopped after scoring it); `None` when it is not there or not scored.
+    async fn scored_already(&self, id: &str) -> Result<Option<CaseResult>, EvalError> {
+        let rec = match self.store.get(id).await {
+            Ok(rec) => rec,
+            Err(StoreError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if stored::case_of(&rec).map(|(run, _)| run) != Some(self.run_id.as_str()) {
+            return Ok(None);
+        }
+        let (rec, events) = self.store.load(id).await?;
+        let scored = events.iter().any(|e| {
+            matches!(&e.event, weft_core::Event::EvaluationResult { run, .. } if run == &self.run_id)
+        });
+        if !scored {
+            return Ok(None);
+        }
+        let state = weft_runtime::load_state(self.store.as_ref(), id)
+            .await?
+            .state;
+        Ok(stored::result_of(&rec, &state, &events))
+    }
+
+    /// Runs the session of a case to its end (or wait, after the case's replies). A session of
+    /// this run's case that exists already (its run was stopped) goes on from where it is.
     async fn session(
         &self,
         case: &Case,
         id: &str,
         model: SharedModel,
     ) -> Result<(Observed, Vec<weft_core::Envelope>), EvalError> {
-        match self.store.get(id).await {
+        let existing = match self.store.get(id).await {
+            Ok(rec) if stored::case_of(&rec) == Some((self.run_id.as_str(), case.id.as_str())) => {
+                Some(rec)
+            }
             Ok(_) => {
                 return Err(EvalError::Invalid(format!(
-                    "session {id} exists already; give this run another --name"
+                    "session {id} exists already and is not a session of run {} for case {}; give this run another --name",
+                    self.run_id, case.id
                 )));
             }
-            Err(StoreError::NotFound(_)) => {}
+            Err(StoreError::NotFound(_)) => None,
             Err(e) => return Err(e.into()),
-        }
+        };
+        // The case's replies its session was given already.
+        let replied = match &existing {
+            Some(_) => self
+                .store
+                .load(id)
+                .await?
+                .1
+                .iter()
+                .filter(|e| matches!(e.event, weft_core::Event::UserReplied { .. }))
+                .count(),
+            None => 0,
+        };
         let input = case.input.clone().unwrap_or_else(|| json!({}));
         // A recorded case's metadata (what its instructions saw), and the run's own keys.
         let mut metadata = case
@@ -208,6 +260,10 @@ impl<S: Store> Runner<S> {
         metadata[stored::DATASET_KEY] = json!(self.dataset_path);
         if let Some(i) = self.order.get(&case.id) {
             metadata[stored::ORDER_KEY] = json!(i);
+        }
+        // A session going on keeps the metadata it was made with.
+        if let Some(rec) = &existing {
+            metadata = rec.metadata.clone();
         }
         let agent = Agent::new(
             &self.agent.spec,
@@ -228,7 +284,7 @@ impl<S: Store> Runner<S> {
                 self.store.clone(),
                 self.agent.tools.clone(),
                 self.agent.spec.limits.clone(),
-                self.host.quota_of(user.as_deref()),
+                self.host.counted_as(user.as_deref()),
                 None,
             ))
             .redact(self.agent.redact.clone())
@@ -240,8 +296,17 @@ impl<S: Store> Runner<S> {
                 metadata,
                 ..SessionInfo::default()
             };
-            let mut session = rt.run_agent(&agent, info, &case.task, input).await?;
-            for reply in &case.replies {
+            let mut session = match &existing {
+                None => rt.run_agent(&agent, info, &case.task, input).await?,
+                Some(_) => {
+                    let mut session = rt.load_session(id).await?;
+                    if session.state.status == SessionStatus::Running {
+                        rt.resume_agent(&agent, &mut session).await?;
+                    }
+                    session
+                }
+            };
+            for reply in case.replies.iter().skip(replied) {
                 if session.state.status != SessionStatus::WaitingForUser {
                     break;
                 }
@@ -261,6 +326,13 @@ impl<S: Store> Runner<S> {
         };
         held.release().await;
         let state = state?;
+        // Stopped at a safe point (this process was interrupted): not scored, so that the same
+        // command goes on with it.
+        if state.status == SessionStatus::Running {
+            return Err(EvalError::Invalid(format!(
+                "session {id} was stopped before it ended; run the same command again to finish it"
+            )));
+        }
         let (_, events) = self.store.load(id).await?;
         Ok((Observed::of(&state, &events), events))
     }

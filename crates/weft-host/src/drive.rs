@@ -253,7 +253,7 @@ pub async fn drive<S: Store>(
             store,
             agent.tools.clone(),
             agent.spec.limits.clone(),
-            host.quota_of(rec.user_id.as_deref()),
+            host.counted_as(rec.user_id.as_deref()),
             telemetry,
         ))
         .redact(agent.redact.clone());

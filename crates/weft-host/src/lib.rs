@@ -109,6 +109,18 @@ impl Host {
             quota: q.clone(),
         })
     }
+
+    /// Whose counters the model calls of `user`'s sessions add to, and the quota they are held
+    /// to: the quota file's, or none (no limit) for a user without one, whose spending is
+    /// counted all the same (`GET /me/usage` reports it). `None` only without a user.
+    pub fn counted_as(&self, user: Option<&str>) -> Option<weft_runtime::quota::UserQuota> {
+        self.quota_of(user).or_else(|| {
+            user.map(|u| weft_runtime::quota::UserQuota {
+                user: u.to_owned(),
+                quota: weft_core::quota::Quota::default(),
+            })
+        })
+    }
 }
 
 impl Default for Host {

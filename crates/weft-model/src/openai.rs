@@ -212,13 +212,13 @@ impl OpenAiModel {
             Some(t) => t.contains("text/event-stream"),
             None => stream,
         };
+        // What the request sent, for a usage estimate when the server reports none.
+        let prompt_bytes = ["messages", "tools"]
+            .iter()
+            .filter_map(|k| body.get(*k))
+            .map(|v| v.to_string().len())
+            .sum();
         if sse {
-            // What the request sent, for a usage estimate when the server reports none.
-            let prompt_bytes = ["messages", "tools"]
-                .iter()
-                .filter_map(|k| body.get(*k))
-                .map(|v| v.to_string().len())
-                .sum();
             let sink = deltas.unwrap_or_else(|| Arc::new(|_: &str| {}));
             self.read_stream(resp, sink, prompt_bytes).await
         } else {
@@ -226,7 +226,14 @@ impl OpenAiModel {
             if stream && text.trim().is_empty() {
                 return Ok(None);
             }
-            self.parse_reply(&text).map(Some)
+            let mut reply = self.parse_reply(&text)?;
+            // A server that reports no usage (or none but zeros: a call always reads its
+            // prompt) is counted roughly, as a stream without usage is, so that every call
+            // is counted, the attempts of a structured reply that never fit included.
+            if reply.usage.total_tokens() == 0 {
+                reply.usage = rough_usage(prompt_bytes, &reply.content, &reply.tool_calls);
+            }
+            Ok(Some(reply))
         }
     }
 
@@ -365,19 +372,8 @@ impl OpenAiModel {
         }
         let usage = match &acc.usage {
             Some(u) => self.usage(Some(u)),
-            // Some servers (llama-cpp-python) ignore `stream_options.include_usage`: count
-            // roughly, one token per four bytes, and leave the cost unknown.
-            None => Usage {
-                estimated: true,
-                input_tokens: (prompt_bytes as u64).div_ceil(4),
-                output_tokens: (acc.content.len()
-                    + tool_calls
-                        .iter()
-                        .map(|c| c.name.len() + c.arguments.to_string().len())
-                        .sum::<usize>())
-                .div_ceil(4) as u64,
-                ..Usage::default()
-            },
+            // Some servers (llama-cpp-python) ignore `stream_options.include_usage`.
+            None => rough_usage(prompt_bytes, &acc.content, &tool_calls),
         };
         Ok(Some(ModelReply {
             timing: None,
@@ -597,6 +593,21 @@ impl OpenAiModel {
                 other => return other,
             }
         }
+    }
+}
+
+/// The usage of a call whose server reported none: one token per four bytes of the request's
+/// messages and tools, and of the reply's text and calls; marked estimated, its cost unknown.
+fn rough_usage(prompt_bytes: usize, content: &str, tool_calls: &[ToolCall]) -> Usage {
+    let calls: usize = tool_calls
+        .iter()
+        .map(|c| c.name.len() + c.arguments.to_string().len())
+        .sum();
+    Usage {
+        estimated: true,
+        input_tokens: (prompt_bytes as u64).div_ceil(4),
+        output_tokens: ((content.len() + calls) as u64).div_ceil(4),
+        ..Usage::default()
     }
 }
 

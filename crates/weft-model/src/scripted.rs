@@ -64,7 +64,8 @@ pub struct ScriptedReply {
     /// receives them apart rather than in one write.
     #[serde(default)]
     pub piece_ms: u64,
-    /// The usage reported; `None` estimates it (a token per four bytes).
+    /// The usage reported; `None` counts it from the request's and the reply's lengths (see
+    /// docs/scripted-model.md, "Usage").
     #[serde(default)]
     pub usage: Option<Usage>,
     /// How many calls the reply stands for (`None`: one).
@@ -679,6 +680,57 @@ mod tests {
             .unwrap();
         assert_eq!(seen.lock().unwrap().as_str(), "a b c");
         assert!(m.complete(&req(Purpose::React, 2, 2), None).await.is_err());
+    }
+
+    /// The worked example of docs/scripted-model.md ("Usage"): the counts its table gives.
+    #[tokio::test]
+    async fn the_usage_its_page_shows_is_what_it_counts() {
+        use crate::Message;
+        let m = ScriptedModel::parse(
+            "w.yaml",
+            "- tool_calls: [{name: getWeather, arguments: {city: Lisbon}}]\n- text: Yes, it is sunny in Lisbon.\n",
+        )
+        .unwrap();
+        let mut messages = vec![
+            Message::System {
+                content: "You check the weather.".into(),
+            },
+            Message::User {
+                content: "Is it sunny in Lisbon?".into(),
+            },
+        ];
+        let ask = |messages: &Vec<Message>, i: u32| ModelRequest {
+            messages: messages.clone().into(),
+            ..req(Purpose::React, i, i)
+        };
+        let first = m.complete(&ask(&messages, 0), None).await.unwrap();
+        assert_eq!(
+            (first.usage.input_tokens, first.usage.output_tokens),
+            (20, 10)
+        );
+        messages.push(Message::Assistant {
+            content: String::new(),
+            tool_calls: first.tool_calls.clone(),
+        });
+        messages.push(Message::Tool {
+            call_id: first.tool_calls[0].id.clone(),
+            name: "getWeather".into(),
+            content: "{\"sunny\":true}".into(),
+            is_error: false,
+        });
+        let second = m.complete(&ask(&messages, 1), None).await.unwrap();
+        assert_eq!(
+            (second.usage.input_tokens, second.usage.output_tokens),
+            (43, 7)
+        );
+        let page = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/scripted-model.md"),
+        )
+        .unwrap();
+        for row in ["| 10 + 10 = 20 | 10 |", "| 20 + 13 + 10 = 43 | 7 |"] {
+            assert!(page.contains(row), "docs/scripted-model.md lacks {row}");
+        }
+        assert!(!page.contains("estimated as a quarter of the bytes"));
     }
 
     #[tokio::test(start_paused = true)]

@@ -128,15 +128,17 @@ pub struct Runtime<S: Store> {
     pub(crate) embedder: Option<Arc<weft_model::Embedder>>,
     /// Where events' timestamps come from (the system's clock unless a test sets another).
     pub(crate) clock: SharedClock,
-    /// The quota of the user whose sessions this runtime drives: checked before every model
-    /// call, added to after it (see [`quota`]); none: no quota.
+    /// The user whose sessions this runtime drives, and their quota: checked before every
+    /// model call when it limits spending, added to after every call (see [`quota`]); none: no
+    /// user, nothing counted.
     pub(crate) quota: Option<quota::UserQuota>,
 }
 
 impl<S: Store> Runtime<S> {
-    /// Starts configuring a runtime. `quota` is the quota of the user whose sessions it drives
-    /// (none: that user has none), `telemetry` the observer of its own sessions' live telemetry
-    /// (none: telemetry is off); both are required so that no front end forgets them.
+    /// Starts configuring a runtime. `quota` is the user whose sessions it drives and their
+    /// quota (none: no user, nothing counted), `telemetry` the observer of its own sessions'
+    /// live telemetry (none: telemetry is off); both are required so that no front end
+    /// forgets them.
     pub fn builder(
         store: Arc<S>,
         tools: Arc<Registry>,

@@ -1,9 +1,10 @@
 //! The shell's part of quotas per user (the rules are `weft_core::quota`'s, the counters
-//! `weft_store::Usage`'s): before every model call of a session whose user has a quota, the
-//! user's counters of the current day and month are read from the store and the call is not
+//! `weft_store::Usage`'s): before every model call of a session whose user has a quota that
+//! limits spending, the user's counters of the current day and month are read from the store and the call is not
 //! made when what it may cost at most ([`weft_core::budget::call_max`]) could take one past its
 //! limit; after it, what it used (its reply's or its failed attempts' tokens and cost) is added
-//! to the counters in one atomic write. Every process on the store reads and adds to the same
+//! to the counters in one atomic write, whether or not the quota limits anything (a user
+//! without a quota has an empty one: their spending is counted all the same). Every process on the store reads and adds to the same
 //! counters, so the total passes a quota by at most what the calls in flight at that moment
 //! used beyond their check.
 
@@ -21,7 +22,7 @@ use crate::{Agent, Runtime, RuntimeError};
 pub struct UserQuota {
     /// The user whose counters are read and added to.
     pub user: String,
-    /// Their limits.
+    /// Their limits (empty: none; the counters are added to all the same).
     pub quota: Quota,
 }
 
@@ -173,12 +174,13 @@ pub async fn admission<S: Store + ?Sized>(
 
 impl<S: Store> Runtime<S> {
     /// The first limit of the user's quota that a call costing at most `max` could cross, read
-    /// against the store's counters now; `None` without a quota or when it fits.
+    /// against the store's counters now; `None` without a quota, with one that limits no
+    /// spending (the counters are not read), or when it fits.
     pub(crate) async fn quota_reached(
         &self,
         max: &CallMax,
     ) -> Result<Option<Reached>, RuntimeError> {
-        let Some(q) = &self.quota else {
+        let Some(q) = self.quota.as_ref().filter(|q| q.quota.limits_spending()) else {
             return Ok(None);
         };
         let now = self.clock.now_ms();
@@ -190,7 +192,7 @@ impl<S: Store> Runtime<S> {
         Ok(reached_in(&q.quota, &used, &Used::at_most(max)).map(|(_, r)| r))
     }
 
-    /// Adds what a model call used to the user's counters (nothing without a quota). A store
+    /// Adds what a model call used to the user's counters (nothing without a user). A store
     /// that is briefly away is waited for; an addition whose answer was lost with the
     /// connection and is asked again may count twice (the quota then errs on the safe side).
     pub(crate) async fn quota_spent(&self, used: &Used) -> Result<(), RuntimeError> {

@@ -1,7 +1,8 @@
 //! weft over HTTP (`weft serve`), speaking LangGraph Server's API so that the official
 //! `langgraph-sdk` clients work against it unchanged.
 //!
-//! - `auth.rs`: API keys, each mapped to a user; every route but `/health` needs one.
+//! - `auth.rs`: API keys, each mapped to a user; every route but `/health`, `/ok`, `/info` and
+//!   the playground's files needs one.
 //! - `threads.rs`: assistants (one per agent file) and threads (sessions), their state and
 //!   history as LangGraph clients read them; `messages.rs` their conversation as LangChain
 //!   messages, tool calls and results included.
@@ -438,10 +439,11 @@ fn routes() -> Vec<openapi::Route> {
             .media("application/openmetrics-text", "the metrics"),
         get(
             "/info",
-            "What this server is, as LangGraph Server's /info says it: weft's version, and flags for the features it has (assistants, crons) and has not (langsmith)",
+            "What this server is, as LangGraph Server's /info says it: weft's version, and flags for the features it has (assistants, crons) and has not (langsmith); no key needed, as LangGraph's clients ask it first",
             info,
         )
-        .json::<Info>("{version, flags, host}"),
+        .json::<Info>("{version, flags, host}")
+        .open(),
         get("/openapi.json", "This document", openapi_json)
             .media("application/json", "the OpenAPI document"),
         get(

@@ -108,7 +108,8 @@ pub(crate) async fn cancel(app: &Shared, run: &Run) -> Result<(), ApiError> {
     app.store.unqueue_run(&run.run_id).await?;
     if run.followed_from_store() {
         let (_, last) = *run.status.borrow();
-        run.status.send_replace((runs::RunStatus::Error, last));
+        run.status
+            .send_replace((runs::RunStatus::Interrupted, last));
     }
     Ok(())
 }

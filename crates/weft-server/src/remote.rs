@@ -129,7 +129,7 @@ async fn gone_from_queue(app: &Shared, run: &Arc<Run>) {
     if let Ok((rec, log)) = app.store.load(&run.thread_id).await
         && from_log(&rec, &log, Some(&run.run_id)).is_none()
     {
-        run.status.send_replace((RunStatus::Error, last));
+        run.status.send_replace((RunStatus::Interrupted, last));
         app.runs.waker(&run.thread_id).notify_waiters();
     }
 }

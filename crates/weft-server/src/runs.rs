@@ -102,7 +102,7 @@ pub(crate) fn routes() -> Vec<Route> {
         .empty(204, "once they stopped"),
         openapi::post(
             "/threads/{tid}/runs/{rid}/cancel",
-            "Cancel a run: its calls in flight are stopped and recorded, the session ends as failed",
+            "Cancel a run: its calls in flight are stopped and recorded, the session ends as failed, the run as interrupted (as LangGraph's)",
             cancel,
         )
         .empty(204, "once it stopped"),
@@ -961,6 +961,9 @@ async fn execute(
                         Standing::Queued => {}
                         Standing::Began => return crate::queue::follow(&app, &run),
                         Standing::Cancelled => {
+                            // Cancelled by another process: it ends as one cancelled here.
+                            run.cancelled
+                                .store(true, std::sync::atomic::Ordering::Release);
                             break Err(ApiError::new(
                                 StatusCode::CONFLICT,
                                 "the run was cancelled before it began".into(),
@@ -986,6 +989,8 @@ async fn execute(
                             Standing::Cancelled => {
                                 app.runs.let_go(&run);
                                 held.release().await;
+                                run.cancelled
+                                    .store(true, std::sync::atomic::Ordering::Release);
                                 break Err(ApiError::new(
                                     StatusCode::CONFLICT,
                                     "the run was cancelled before it began".into(),
@@ -1177,11 +1182,20 @@ async fn finish(app: &Shared, run: &Arc<Run>, outcome: anyhow::Result<SessionSta
     let status = match outcome {
         Ok(SessionStatus::Completed) => RunStatus::Success,
         Ok(SessionStatus::WaitingForUser) => RunStatus::Interrupted,
-        Ok(SessionStatus::Failed) => RunStatus::Error,
+        Ok(SessionStatus::Failed) => {
+            match weft_runtime::load_state(app.store.as_ref(), &run.thread_id).await {
+                Ok(loaded) => ended_as(&loaded.state),
+                Err(_) => RunStatus::Error,
+            }
+        }
         // Stopped at a safe point (the server stops): another process continues it.
         Ok(SessionStatus::Running) => {
             run.handed_over
                 .store(true, std::sync::atomic::Ordering::Release);
+            RunStatus::Interrupted
+        }
+        // A queued run cancelled before it began.
+        Err(_) if run.cancelled.load(std::sync::atomic::Ordering::Acquire) => {
             RunStatus::Interrupted
         }
         Err(e) => {
@@ -1258,7 +1272,7 @@ async fn drive(
             app.store.clone(),
             agent.tools.clone(),
             agent.spec.limits.clone(),
-            app.host.quota_of(Some(&run.user)),
+            app.host.counted_as(Some(&run.user)),
             live.as_ref().map(weft_host::telemetry::Live::observer),
         ))
         .redact(agent.redact.clone())
@@ -1590,6 +1604,18 @@ pub(crate) fn all_from_log(rec: &SessionRecord, log: &[weft_core::Envelope]) -> 
     out
 }
 
+/// A run's status as the session's state says it. A cancelled run is `interrupted`, as
+/// LangGraph's server reports a run cancelled by request; a failed one is `error`.
+pub(crate) fn ended_as(st: &weft_core::State) -> RunStatus {
+    match st.status {
+        SessionStatus::Completed => RunStatus::Success,
+        SessionStatus::Failed if weft_core::recovery::was_cancelled(st) => RunStatus::Interrupted,
+        SessionStatus::Failed => RunStatus::Error,
+        SessionStatus::WaitingForUser => RunStatus::Interrupted,
+        SessionStatus::Running => RunStatus::Running,
+    }
+}
+
 /// A run's marker in the log, and when it was written.
 struct Marker<'a> {
     run_id: &'a String,
@@ -1601,12 +1627,7 @@ struct Marker<'a> {
 /// A run found in the log: its marker and the session's state when the next run began (or
 /// now).
 fn logged(rec: &SessionRecord, m: Marker<'_>, st: &weft_core::State) -> Run {
-    let status = match st.status {
-        SessionStatus::Completed => RunStatus::Success,
-        SessionStatus::Failed => RunStatus::Error,
-        SessionStatus::WaitingForUser => RunStatus::Interrupted,
-        SessionStatus::Running => RunStatus::Running,
-    };
+    let status = ended_as(st);
     Run {
         run_id: m.run_id.clone(),
         thread_id: rec.id.clone(),
@@ -1920,8 +1941,9 @@ pub(crate) async fn join_stream(
     Query(query): Query<Vec<(String, String)>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let modes = stream::query_modes(&query)?;
+    // An unknown run is 404 whatever the modes asked.
     let run = found(&app, &user, &tid, &rid).await?;
+    let modes = stream::query_modes(&query)?;
     // The stream clamps a position before the run to its beginning.
     let after = headers
         .get("last-event-id")
@@ -1940,7 +1962,7 @@ pub(crate) async fn join_stream(
 }
 
 /// Cancels a run: its calls in flight are stopped and recorded as cancelled, and the session
-/// ends as failed (a new run gives the thread a new task).
+/// ends as failed (a new run gives the thread a new task); the run's status is `interrupted`.
 pub(crate) async fn cancel(
     State(app): State<Shared>,
     Extension(user): Extension<User>,

@@ -94,10 +94,15 @@ pub(crate) fn modes(v: Option<&Value>) -> Result<Vec<String>, ApiError> {
 
 /// The modes of a join's query string: `stream_mode` repeated (`?stream_mode=values&
 /// stream_mode=updates`, as the Python SDK sends them), or a JSON list (`?stream_mode=
-/// ["values","updates"]`, as the JavaScript SDK sends them).
+/// ["values","updates"]`, as the JavaScript SDK sends them). An empty `stream_mode=` (the
+/// Python SDK's `join_stream` with its default arguments) asks for nothing: the default,
+/// `values`.
 pub(crate) fn query_modes(query: &[(String, String)]) -> Result<Vec<String>, ApiError> {
     let mut asked = Vec::new();
-    for (_, v) in query.iter().filter(|(k, _)| k == "stream_mode") {
+    for (_, v) in query
+        .iter()
+        .filter(|(k, v)| k == "stream_mode" && !v.is_empty())
+    {
         match serde_json::from_str::<Value>(v) {
             Ok(Value::Array(a)) => asked.extend(a),
             _ => asked.push(Value::String(v.clone())),
@@ -795,9 +800,8 @@ impl Cursor {
                 .and_then(|s| s.turn.error.clone())
                 .unwrap_or_else(|| "the run failed".into())
         });
-        let status = match self.state.as_ref().map(|s| s.status) {
-            Some(weft_core::SessionStatus::WaitingForUser) => RunStatus::Interrupted,
-            Some(weft_core::SessionStatus::Completed) => RunStatus::Success,
+        let status = match self.state.as_ref() {
+            Some(s) if s.status != weft_core::SessionStatus::Running => crate::runs::ended_as(s),
             _ => status,
         };
         let last = self
@@ -894,6 +898,8 @@ mod tests {
         assert_eq!(query_modes(&python).unwrap(), ["values", "updates"]);
         assert_eq!(query_modes(&js).unwrap(), ["values", "messages-tuple"]);
         assert_eq!(query_modes(&[]).unwrap(), ["values"]);
+        // The Python SDK's `join_stream` with its defaults sends `stream_mode=`.
+        assert_eq!(query_modes(&q(&[("stream_mode", "")])).unwrap(), ["values"]);
         let e = query_modes(&q(&[("stream_mode", "valuez")])).unwrap_err();
         assert_eq!(e.0, axum::http::StatusCode::UNPROCESSABLE_ENTITY);
         assert!(

@@ -373,13 +373,16 @@ pub(crate) async fn load(
 }
 
 /// LangGraph's thread status: `busy` while a run drives it, `interrupted` while it waits for a
-/// person, `error` after a failed run, `idle` otherwise.
+/// person, `error` after a failed run, `idle` otherwise (after a cancelled run too: LangGraph's
+/// server does not count a run cancelled by request as an error, and the thread takes a new
+/// run).
 pub(crate) fn status(app: &Shared, rec: &SessionRecord, st: &SessionState) -> ThreadStatus {
     if app.runs.active_on(&rec.id) {
         return ThreadStatus::Busy;
     }
     match st.status {
         SessionStatus::WaitingForUser => ThreadStatus::Interrupted,
+        SessionStatus::Failed if weft_core::recovery::was_cancelled(st) => ThreadStatus::Idle,
         SessionStatus::Failed => ThreadStatus::Error,
         SessionStatus::Running if st.seq > 0 => ThreadStatus::Busy,
         _ => ThreadStatus::Idle,

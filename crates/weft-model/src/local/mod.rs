@@ -211,6 +211,18 @@ struct Prefix {
 /// How many read prompts are kept (the sessions of a process take turns on one model).
 const PREFIXES: usize = 4;
 
+/// What candle's error says, without the backtrace candle captures into it when
+/// `RUST_BACKTRACE` is set: a user-facing message never carries one.
+fn said(e: &candle_core::Error) -> String {
+    use candle_core::Error;
+    match e {
+        Error::WithBacktrace { inner, .. } => said(inner),
+        Error::Context { inner, context } => format!("{context}: {}", said(inner)),
+        Error::WithPath { inner, path } => format!("{}: {}", path.display(), said(inner)),
+        other => other.to_string(),
+    }
+}
+
 fn bad_file(file: &Path, what: impl std::fmt::Display) -> ModelError {
     ModelError::Config(format!(
         "local model {}: {what}; the file must be a complete GGUF model (download it again if it was cut short)",
@@ -242,7 +254,7 @@ impl Engine {
             std::fs::File::open(file).map_err(|e| bad_file(file, format!("cannot open: {e}")))?;
         let mut reader = std::io::BufReader::new(f);
         let content = Content::read(&mut reader)
-            .map_err(|e| bad_file(file, format!("cannot read the GGUF header: {e}")))?;
+            .map_err(|e| bad_file(file, format!("cannot read the GGUF header: {}", said(&e))))?;
         let arch = content
             .metadata
             .get("general.architecture")
@@ -274,17 +286,17 @@ impl Engine {
             .values()
             .any(|t| SLOW_TYPES.contains(&t.ggml_dtype))
         {
-            let mut converted = std::io::Cursor::new(
-                to_fast_types(&content, &mut reader)
-                    .map_err(|e| bad_file(file, format!("cannot load the weights: {e}")))?,
-            );
+            let mut converted =
+                std::io::Cursor::new(to_fast_types(&content, &mut reader).map_err(|e| {
+                    bad_file(file, format!("cannot load the weights: {}", said(&e)))
+                })?);
             let content = Content::read(&mut converted)
-                .map_err(|e| bad_file(file, format!("cannot load the weights: {e}")))?;
+                .map_err(|e| bad_file(file, format!("cannot load the weights: {}", said(&e))))?;
             ModelWeights::from_gguf(content, &mut converted, &Device::Cpu)
         } else {
             ModelWeights::from_gguf(content, &mut reader, &Device::Cpu)
         }
-        .map_err(|e| bad_file(file, format!("cannot load the weights: {e}")))?;
+        .map_err(|e| bad_file(file, format!("cannot load the weights: {}", said(&e))))?;
         let mut factory = ParserFactory::new_simple(&vocab.env)
             .map_err(|e| bad_file(file, format!("cannot index its vocabulary: {e}")))?;
         factory.quiet();
@@ -417,10 +429,10 @@ impl Engine {
         let mut rng = fastrand::Rng::with_seed(limits.seed);
         let input = Tensor::new(&prompt[reused..], &Device::Cpu)
             .and_then(|t| t.unsqueeze(0))
-            .map_err(|e| fail("preparing the prompt", &e))?;
+            .map_err(|e| fail("preparing the prompt", &said(&e)))?;
         let mut logits = weights
             .forward(&input, reused)
-            .map_err(|e| fail("reading the prompt", &e))?;
+            .map_err(|e| fail("reading the prompt", &said(&e)))?;
         self.keep(prompt, &weights);
         let mut out: Vec<u8> = Vec::new();
         let mut recent: Vec<u32> = Vec::with_capacity(REPEAT_WINDOW);
@@ -435,7 +447,7 @@ impl Engine {
                 .squeeze(0)
                 .and_then(|l| l.to_dtype(candle_core::DType::F32))
                 .and_then(|l| l.to_vec1())
-                .map_err(|e| fail("reading the scores", &e))?;
+                .map_err(|e| fail("reading the scores", &said(&e)))?;
             if let Some(m) = matcher.as_mut() {
                 let mask = m
                     .compute_mask_or_eos()
@@ -490,10 +502,10 @@ impl Engine {
             }
             let next = Tensor::new(&[tok], &Device::Cpu)
                 .and_then(|t| t.unsqueeze(0))
-                .map_err(|e| fail("preparing the next step", &e))?;
+                .map_err(|e| fail("preparing the next step", &said(&e)))?;
             logits = weights
                 .forward(&next, prompt.len() + tokens as usize - 1)
-                .map_err(|e| fail("generating", &e))?;
+                .map_err(|e| fail("generating", &said(&e)))?;
         }
         Ok(Generated {
             text: String::from_utf8_lossy(&out).into_owned(),
@@ -799,6 +811,24 @@ mod tests {
     /// The model file of the `needs_local_model_*` tests (`scripts/setup-local-model`).
     fn model_file() -> PathBuf {
         weft_testkit::service_var("WEFT_TEST_LOCAL_GGUF").into()
+    }
+
+    #[test]
+    fn a_candle_error_is_said_without_its_backtrace() {
+        let e = candle_core::Error::WithBacktrace {
+            inner: Box::new(candle_core::Error::Msg(
+                "unsupported gguf version 99".into(),
+            )),
+            backtrace: Box::new(std::backtrace::Backtrace::force_capture()),
+        };
+        // candle's own Display puts the frames after the message.
+        assert!(e.to_string().lines().count() > 1, "{e}");
+        assert_eq!(said(&e), "unsupported gguf version 99");
+        let e = e.context("reading the header").with_path("m.gguf");
+        assert_eq!(
+            said(&e),
+            "m.gguf: reading the header: unsupported gguf version 99"
+        );
     }
 
     #[test]

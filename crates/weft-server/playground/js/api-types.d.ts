@@ -2278,7 +2278,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Cancel a run: its calls in flight are stopped and recorded, the session ends as failed */
+        /** Cancel a run: its calls in flight are stopped and recorded, the session ends as failed, the run as interrupted (as LangGraph's) */
         post: {
             parameters: {
                 query?: never;
@@ -4450,7 +4450,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** What this server is, as LangGraph Server's /info says it: weft's version, and flags for the features it has (assistants, crons) and has not (langsmith) */
+        /** What this server is, as LangGraph Server's /info says it: weft's version, and flags for the features it has (assistants, crons) and has not (langsmith); no key needed, as LangGraph's clients ask it first */
         get: {
             parameters: {
                 query?: never;
@@ -4467,15 +4467,6 @@ export interface paths {
                     };
                     content: {
                         "application/json": components["schemas"]["Info"];
-                    };
-                };
-                /** @description no valid API key */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Detail"];
                     };
                 };
                 /** @description not found, or another user's */

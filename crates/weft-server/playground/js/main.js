@@ -109,11 +109,14 @@ function showSignIn(message) {
   key.focus();
 }
 
+const REFUSED = "The server refused the API key. Enter a valid one.";
+
 window.addEventListener("weft:unauthorized", () => {
   // Already signed out (a request that left before): the form and what is typed in it stay.
+  // (A key refused at sign-in is said by `boot`.)
   if (!list && document.getElementById("signin")) return;
   signOut();
-  showSignIn("The server refused the API key. Enter a valid one.");
+  showSignIn(REFUSED);
 });
 
 signOutButton.addEventListener("click", () => {
@@ -131,7 +134,13 @@ async function boot() {
   try {
     got = await api("/agents");
   } catch (e) {
-    if (e instanceof ApiError && e.status === 401) return;
+    if (e instanceof ApiError && e.status === 401) {
+      // The key was refused: it is forgotten, and the sign-in form (what is typed stays) says so.
+      signOut();
+      const status = document.querySelector("#signin .problems");
+      if (status) status.textContent = REFUSED;
+      return;
+    }
     fill(
       main,
       h(

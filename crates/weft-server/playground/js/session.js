@@ -729,12 +729,26 @@ export class SessionPage {
       this.renderTabs();
       queueMicrotask(() => document.getElementById("model-calls")?.scrollIntoView({ block: "start" }));
     };
+    /** Opens the card of tool call `id` in the Tool calls tab, scrolled to and focused. */
+    const showCall = (id) => {
+      this.tab = "calls";
+      // An early call of a long session is not among the latest shown.
+      if (!v.calls.slice(-CALLS_SHOWN).some((c) => c.call_id === id)) this.allCalls = true;
+      this.renderTabs();
+      queueMicrotask(() => {
+        const card = /** @type {HTMLElement | null} */ (document.querySelector(`.call-list [data-call="${CSS.escape(id)}"]`));
+        if (!card) return;
+        card.tabIndex = -1;
+        card.scrollIntoView({ block: "nearest" });
+        card.focus();
+      });
+    };
     const panel = () => {
       // The tool calls and the events are keyed lists, brought up to date below.
       if (this.tab === "calls") return v.calls.length ? [(this.callList = h("div", { class: "call-list" })), (this.moreCalls = h("div", {}))] : h("p", { class: "muted" }, "No tool call yet.");
       if (this.tab === "decisions") return decisions(v, jump);
       const upTo = this.at;
-      if (this.tab === "timeline") return timeline(upTo === null ? this.events : this.events.filter((e) => e.seq <= upTo), { selected: this.selected, onSelect: (id) => this.select(id, false), onInspect: inspect });
+      if (this.tab === "timeline") return timeline(upTo === null ? this.events : this.events.filter((e) => e.seq <= upTo), { selected: this.selected, onSelect: (id) => this.select(id, false), onCall: showCall, onInspect: inspect });
       if (this.tab === "model") return modelCalls(this.id, { open: this.inspecting, onOpen: inspect });
       return (this.eventList = h("ol", { class: "events", "aria-label": "Events" }));
     };

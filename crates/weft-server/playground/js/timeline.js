@@ -1,13 +1,15 @@
 // @ts-check
 // The session on one time axis, from its events: the model's calls (each from the event before
 // its reply to the reply), the waves with their steps' tool calls (and the waits before a
-// retry), and the waits for a person. A tool call's bar selects its step in the plan.
+// retry), and the waits for a person. Every bar but a wait's is a button: a step's tool call
+// selects its step in the plan, a tool call of no step (a ReAct session's) opens its card in the
+// Tool calls tab, a model call opens it in the inspector.
 
 import { h, duration } from "./dom.js";
 
 /** @typedef {import("./api-types").components["schemas"]["StoredEvent"]} StoredEvent */
 /** @typedef {import("./api-types").components["schemas"]["Usage"]} Usage */
-/** @typedef {{ from: number, to: number | null, kind: string, label: string, step?: string | null, call?: number, open?: boolean }} Bar */
+/** @typedef {{ from: number, to: number | null, kind: string, label: string, step?: string | null, call?: number, callId?: string, open?: boolean }} Bar */
 
 /** @typedef {{ tokens: number, cost: number | null }} Spent */
 
@@ -123,7 +125,7 @@ export function timelineRows(events, now = Date.now()) {
         const w = waves.get(stepWave.get(e.step));
         const target = w ? row(w, e.step, e.step) : row(model, `tool:${e.tool}`, e.tool);
         /** @type {Bar} */
-        const bar = { from: ts, to: null, kind: "call", label: `${e.tool}${e.attempt > 1 ? ` · attempt ${e.attempt}` : ""}`, step: e.step || null };
+        const bar = { from: ts, to: null, kind: "call", label: `${e.tool}${e.attempt > 1 ? ` · attempt ${e.attempt}` : ""}`, step: e.step || null, callId: e.call_id };
         target.bars.push(bar);
         calls.set(e.call_id, bar);
         break;
@@ -185,12 +187,13 @@ function usage(u) {
 }
 
 /**
- * The timeline as an element. `selected`: the step chosen in the plan; `onSelect(step)`; a model
- * call's bar opens it in the inspector (`onInspect(n)`).
+ * The timeline as an element. `selected`: the step chosen in the plan; `onSelect(step)`; a tool
+ * call of no step opens its card (`onCall(call_id)`); a model call's bar opens it in the
+ * inspector (`onInspect(n)`).
  * @param {StoredEvent[]} events
- * @param {{ selected: string | null, onSelect: (step: string) => void, onInspect?: (n: number) => void }} options
+ * @param {{ selected: string | null, onSelect: (step: string) => void, onCall?: (id: string) => void, onInspect?: (n: number) => void }} options
  */
-export function timeline(events, { selected, onSelect, onInspect }) {
+export function timeline(events, { selected, onSelect, onCall, onInspect }) {
   const { groups, from, to } = timelineRows(events);
   if (!groups.length) return h("p", { class: "muted" }, "Nothing has happened yet.");
   const span = Math.max(1, to - from);
@@ -237,8 +240,11 @@ export function timeline(events, { selected, onSelect, onInspect }) {
                   dataset: { from: String(b.from), to: String(b.to), step: b.step || "" },
                 };
                 const call = b.call;
+                const callId = b.callId;
                 const el = b.step
                   ? h("button", { ...attrs, type: "button", "aria-label": `${b.step}: ${b.label}`, onclick: () => onSelect(b.step) })
+                  : callId && onCall
+                  ? h("button", { ...attrs, type: "button", dataset: { ...attrs.dataset, callId }, "aria-label": `Show the call of ${b.label}`, onclick: () => onCall(callId) })
                   : call && onInspect
                     ? h("button", { ...attrs, type: "button", dataset: { ...attrs.dataset, call: String(call) }, "aria-label": `Inspect model call ${call}: ${b.label}`, onclick: () => onInspect(call) })
                     : h("span", attrs);

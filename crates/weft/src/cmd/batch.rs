@@ -721,7 +721,7 @@ async fn run_record<S: Store>(
                 store.clone(),
                 agent.tools.clone(),
                 agent.spec.limits.clone(),
-                host.quota_of(user),
+                host.counted_as(user),
                 telemetry.clone(),
             ))
             .redact(agent.redact.clone())

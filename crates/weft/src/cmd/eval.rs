@@ -142,7 +142,7 @@ pub async fn other<S: Store>(store: Arc<S>, a: EvalArgs) -> Result<u8> {
         }) => {
             let mut cases = Vec::new();
             for id in &sessions {
-                let case = replay::record(store.as_ref(), id, mode)
+                let case = replay::record(store.as_ref(), id, mode, &into)
                     .await
                     .with_context(|| format!("cannot record session {id}"))?;
                 let r = case.replay.as_ref().map_or(0, |r| r.replies.len());
@@ -274,10 +274,38 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
         })
         .collect();
     let total = jobs.len() as u64;
+    // The same command finishes a run stopped midway: the results it wrote are kept, and only
+    // the sessions without one run (see `weft_eval::runner`). The file is written as results
+    // come, so a run stopped again keeps what it finished.
+    let results_path = out.join(RESULTS_FILE);
+    let mut kept: std::collections::HashMap<String, results::CaseResult> =
+        results::finished(&results_path, &name)
+            .into_iter()
+            .map(|r| (r.session.clone(), r))
+            .collect();
+    let (done, to_run): (Vec<Job>, Vec<Job>) = jobs
+        .iter()
+        .cloned()
+        .partition(|j| kept.contains_key(&runner.session_id(&j.case.id, j.repeat)));
+    let mut earlier: Vec<results::CaseResult> = done
+        .iter()
+        .filter_map(|j| kept.remove(&runner.session_id(&j.case.id, j.repeat)))
+        .collect();
+    results::write_results(&results_path, &earlier)?;
     let bar = progress(total);
     let (mut passed, mut failed) = (0_u64, 0_u64);
-    let results = runner
-        .run_all(jobs, a.concurrency, |r| {
+    for r in &earlier {
+        if r.pass {
+            passed += 1;
+        } else {
+            failed += 1;
+        }
+        bar.inc(1);
+    }
+    let mut unwritten = None;
+    let ran = runner
+        .clone()
+        .run_all(to_run, a.concurrency, |r| {
             if r.pass {
                 passed += 1;
             } else {
@@ -285,11 +313,27 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
             }
             bar.inc(1);
             bar.set_message(format!("{passed} passed, {failed} failed · {}", r.case));
+            if let Err(e) = results::append_result(&results_path, r) {
+                unwritten.get_or_insert(e);
+            }
         })
         .await;
     bar.finish_and_clear();
     agent.tools.shutdown().await;
-    results::write_results(&out.join(RESULTS_FILE), &results)?;
+    if let Some(e) = unwritten {
+        eprintln!("warning: {e}; the results are written whole below");
+    }
+    // Every result in the dataset's order, each session once.
+    earlier.extend(ran);
+    let mut by_session: std::collections::HashMap<String, results::CaseResult> = earlier
+        .into_iter()
+        .map(|r| (r.session.clone(), r))
+        .collect();
+    let results: Vec<results::CaseResult> = jobs
+        .iter()
+        .filter_map(|j| by_session.remove(&runner.session_id(&j.case.id, j.repeat)))
+        .collect();
+    results::write_results(&results_path, &results)?;
     let summary = results::summarise(&name, a.repeat, &results);
     let summary_path = out.join(SUMMARY_FILE);
     std::fs::write(&summary_path, serde_json::to_string_pretty(&summary)?)

@@ -245,7 +245,7 @@ pub async fn execute<S: weft_store::Store>(host: &Host, store: Arc<S>, p: Prepar
             store,
             tools.clone(),
             limits,
-            host.quota_of(a.user.as_deref()),
+            host.counted_as(a.user.as_deref()),
             live.as_ref().map(weft_host::telemetry::Live::observer),
         ))
         .redact(redact)

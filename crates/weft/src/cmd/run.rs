@@ -257,7 +257,7 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
             store,
             tools.clone(),
             limits.clone(),
-            host.quota_of(args.user.as_deref()),
+            host.counted_as(args.user.as_deref()),
             live.as_ref().map(weft_host::telemetry::Live::observer),
         ))
         .redact(redact)

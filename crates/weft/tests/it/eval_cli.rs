@@ -820,3 +820,153 @@ fn another_model_runs_the_agent_with_model() {
         text(&out.stderr)
     );
 }
+
+/// An eval killed midway is finished by the same command: the cases it finished keep their
+/// results (the same lines), the case whose session was mid-run goes on from its log (its tool
+/// call in flight run again), the cases it never began run, and the results hold each case once,
+/// as if run once; every case passes, so it exits 0.
+#[test]
+fn an_eval_killed_midway_is_finished_by_the_same_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    // The tool returns at once for the first two calls, then waits until `go` exists.
+    std::fs::write(
+        d.join("waiter.yaml"),
+        r#"name: waiter
+mode: react
+model: scripted:waiter.script.yaml
+tools:
+  - name: wait_turn
+    description: Waits for its turn.
+    idempotent: true
+    command: ["sh", "-c", "cat > /dev/null; echo x >> calls.log; if [ $(wc -l < calls.log) -gt 2 ]; then while [ ! -e go ]; do sleep 0.1; done; fi; echo '{\"ok\": true}'"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("waiter.script.yaml"),
+        "- tool_calls: [ { name: wait_turn, arguments: {} } ]\n- text: Done.\n",
+    )
+    .unwrap();
+    let cases: String = ["one", "two", "three", "four"]
+        .iter()
+        .map(|c| {
+            format!(
+                "{{\"id\": \"{c}\", \"task\": \"Wait.\", \"expect\": {{\"status\": \"completed\", \"answer\": {{\"contains\": \"Done\"}}}}}}\n"
+            )
+        })
+        .collect();
+    std::fs::write(d.join("cases.jsonl"), cases).unwrap();
+    let args = [
+        "eval",
+        "waiter.yaml",
+        "cases.jsonl",
+        "--name",
+        "nightly",
+        "--out",
+        "out",
+        "--concurrency",
+        "1",
+    ];
+    let mut first = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(args)
+        .current_dir(d)
+        .env("WEFT_DB", "eval.db")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The third case's call has begun: two cases are finished, one is mid-run, one not begun.
+    let began = std::time::Instant::now();
+    while std::fs::read_to_string(d.join("calls.log"))
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < 3
+    {
+        assert!(
+            began.elapsed() < std::time::Duration::from_secs(60),
+            "the third case's call never began"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let before = std::fs::read_to_string(d.join("out/results.jsonl")).unwrap();
+    let finished: Vec<&str> = before.lines().collect();
+    assert_eq!(finished.len(), 2, "{before}");
+    std::fs::write(d.join("go"), "").unwrap();
+
+    let out = weft(d, &args);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let after = std::fs::read_to_string(d.join("out/results.jsonl")).unwrap();
+    let lines: Vec<&str> = after.lines().collect();
+    assert_eq!(lines.len(), 4, "{after}");
+    // The finished cases' lines, unchanged and in the dataset's order.
+    assert_eq!(&lines[..2], &finished[..], "{after}");
+    let rs = results(&d.join("out"));
+    let ids: Vec<&str> = rs.iter().map(|r| r["case"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["one", "two", "three", "four"]);
+    for r in &rs {
+        assert_eq!(r["pass"], true, "{r}");
+        assert!(r.get("error").is_none(), "{r}");
+    }
+    // The interrupted case went on: its tool call ran again, and no case ran twice.
+    let calls = std::fs::read_to_string(d.join("calls.log")).unwrap();
+    assert_eq!(calls.lines().count(), 5, "{calls}");
+    let s = summary(&d.join("out"));
+    assert_eq!(s["sessions"]["n"], 4, "{s}");
+    assert_eq!(s["sessions"]["passed"], 4, "{s}");
+}
+
+/// A recorded case is portable: it names its agent file relative to the dataset it is written
+/// into (no absolute path), and a session already called `rec-...` is not named `rec-rec-...`.
+#[test]
+fn a_recorded_case_names_its_agent_file_from_its_dataset_and_its_prefix_once() {
+    let tmp = workdir();
+    let d = tmp.path();
+    for id in ["rec-b2", "plain"] {
+        let out = weft(
+            d,
+            &[
+                "run",
+                "examples/weather-chat.yaml",
+                "Where is it sunnier, Lisbon or Oslo?",
+                "--id",
+                id,
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    std::fs::create_dir(d.join("evals")).unwrap();
+    let out = weft(
+        d,
+        &[
+            "eval",
+            "record",
+            "rec-b2",
+            "plain",
+            "--into",
+            "evals/recorded.jsonl",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let written = std::fs::read_to_string(d.join("evals/recorded.jsonl")).unwrap();
+    assert!(
+        !written.contains(&d.display().to_string()),
+        "an absolute path: {written}"
+    );
+    let cases: Vec<Value> = written
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ids: Vec<&str> = cases.iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["rec-b2", "rec-plain"]);
+    assert_eq!(
+        cases[0]["description"],
+        "recorded from session rec-b2 of agent file ../examples/weather-chat.yaml"
+    );
+}

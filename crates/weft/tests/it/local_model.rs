@@ -230,6 +230,45 @@ fn needs_local_model_a_truncated_file_fails_the_run_with_its_name_and_exit_1() {
     );
 }
 
+/// With `RUST_BACKTRACE=1` (candle then captures a backtrace into its errors), a file that is
+/// not a GGUF model of a version weft reads fails with a message of one line: no frames.
+#[test]
+fn needs_local_model_a_bad_files_error_carries_no_backtrace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut bad = b"GGUF".to_vec();
+    bad.extend(99u32.to_le_bytes());
+    bad.extend([0u8; 64]);
+    std::fs::write(dir.join("bad.gguf"), bad).unwrap();
+    std::fs::write(
+        dir.join("agent.yaml"),
+        "name: bad\nmode: react\nmodel: local:bad.gguf\ninstructions: Answer.\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["run", "agent.yaml", "Say hi.", "--db", "weft.db"])
+        .env("RUST_BACKTRACE", "1")
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains("bad.gguf")).collect();
+    assert!(
+        said.iter().any(|l| l.contains("complete GGUF model")),
+        "the message names the file and what to do: {stderr}"
+    );
+    for frame in [
+        "backtrace",
+        "at /",
+        "rust_begin_unwind",
+        " 0: ",
+        "candle_core::",
+    ] {
+        assert!(!stderr.contains(frame), "a backtrace ({frame}): {stderr}");
+    }
+}
+
 #[test]
 fn needs_local_model_serve_fails_a_run_on_a_cut_file_and_runs_once_it_is_whole() {
     use crate::serve::{ALICE, free_port, logs, serve_with, stop};

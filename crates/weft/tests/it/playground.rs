@@ -1499,6 +1499,28 @@ fn needs_browser_sign_out_stops_the_polls_and_sign_in_polls_once() {
 }
 
 #[test]
+fn needs_browser_a_key_refused_at_sign_in_is_said_in_the_form() {
+    browser(
+        "wrongkey",
+        &[
+            "a refused key is said in the sign-in form and not kept",
+            "a valid key then signs in",
+        ],
+    );
+}
+
+#[test]
+fn needs_browser_a_react_sessions_tool_bars_open_their_calls_from_the_keyboard() {
+    browser(
+        "reacttimeline",
+        &[
+            "a ReAct session's tool call bars are buttons",
+            "a tool call's bar opens its card with the keyboard",
+        ],
+    );
+}
+
+#[test]
 fn needs_browser_answer_ask_user_on_a_narrow_window() {
     let server = browser(
         "ask",

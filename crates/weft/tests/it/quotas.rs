@@ -87,16 +87,14 @@ pub(crate) fn http(
 }
 
 fn serve(d: &Path, db: &str, port: u16, log: &str) -> Child {
+    serve_with(d, db, port, log, &["--quotas", "quotas.yaml"])
+}
+
+/// `weft serve` on the agents and keys of `d`, with `flags` after them.
+fn serve_with(d: &Path, db: &str, port: u16, log: &str, flags: &[&str]) -> Child {
     let child = weft(d, db)
-        .args([
-            "serve",
-            "--agents",
-            ".",
-            "--keys",
-            "keys.txt",
-            "--quotas",
-            "quotas.yaml",
-        ])
+        .args(["serve", "--agents", ".", "--keys", "keys.txt"])
+        .args(flags)
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .env("WEFT_LEASE_SECS", "2")
         .stdout(Stdio::null())
@@ -591,5 +589,45 @@ fn a_bad_quota_file_stops_serve_before_it_makes_a_store() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(said), "{args:?}: {err}");
         assert!(!d.join(".weft").exists(), "{args:?}: no store was made");
+    }
+}
+
+/// A user's spending is counted without a quota file: after a run of a priced model, `GET
+/// /me/usage` reports its tokens, cost and model calls for the day and the month, and no quota.
+#[test]
+fn usage_is_counted_without_a_quota() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    files(d);
+    std::fs::write(
+        d.join("priced.yaml"),
+        "name: priced\nmode: react\nmodel:\n  provider: scripted\n  script: priced.script.yaml\n  prices: { input_per_mtok: 1000, output_per_mtok: 2000 }\ntools:\n  - builtin: echo\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("priced.script.yaml"),
+        "- tool_calls: [ { name: echo, arguments: { text: hi } } ]\n- text: Done.\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let server = serve_with(d, "weft.db", port, "serve.log", &[]);
+    let (status, _, body) = http(
+        port,
+        "POST",
+        "/runs/wait",
+        ANN,
+        r#"{"assistant_id": "priced", "input": {"task": "say hi"}, "on_completion": "keep"}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = http(port, "GET", "/me/usage", ANN, "");
+    stop(server);
+    assert_eq!(status, 200, "{body}");
+    let usage: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(usage["quota"].is_null(), "{body}");
+    for p in usage["periods"].as_array().unwrap() {
+        let used = &p["used"];
+        assert_eq!(used["model_calls"], 2, "{body}");
+        assert!(used["output_tokens"].as_u64().unwrap() > 0, "{body}");
+        assert!(used["cost_usd"].as_f64().unwrap() > 0.0, "{body}");
     }
 }

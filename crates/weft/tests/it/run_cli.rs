@@ -424,3 +424,83 @@ fn weft_new_writes_a_starter_that_checks_and_runs_its_tool() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("is not an agent name"));
 }
+
+/// An OpenAI-compatible server that answers every chat request with `body`, `n` times at most;
+/// its address.
+fn one_reply_server(body: String, n: usize) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(n) {
+            let Ok(mut s) = stream else { continue };
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut req = vec![0u8; len];
+            let _ = r.read_exact(&mut req);
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+/// A plan agent on a server that reports no usage and whose replies never match the planner's
+/// schema fails after three attempts of its one model call, and the three attempts are counted
+/// all the same (roughly, from the bytes sent and received): in the usage line and in the
+/// failed call's event, marked estimated.
+#[test]
+fn a_call_that_failed_after_three_structured_attempts_counts_their_tokens() {
+    let reply = serde_json::json!({
+        "id": "c1", "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "no plan today"}, "finish_reason": "stop"}],
+    });
+    let url = one_reply_server(reply.to_string(), 3);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("planner.yaml"),
+        format!(
+            "name: planner\nmode: plan\nmodel: {{ provider: openai, name: m, base_url: \"{url}\", api_key: none, max_retries: 0 }}\ninstructions: Plan.\nlimits: {{ max_model_retries: 1 }}\ntools:\n  - builtin: echo\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .current_dir(dir.path())
+        .env("WEFT_DB", "memory:")
+        .args(["run", "planner.yaml", "Echo hi.", "--events"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("after 3 attempts"), "{err}");
+    let failed: Value = err
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["type"] == "model_failed")
+        .unwrap_or_else(|| panic!("no model_failed event: {err}"));
+    let usage = &failed["usage"];
+    let (input, output) = (
+        usage["input_tokens"].as_u64().unwrap_or(0),
+        usage["output_tokens"].as_u64().unwrap_or(0),
+    );
+    // Each attempt's reply is "no plan today" (13 bytes: 4 tokens).
+    assert_eq!(output, 12, "{failed}");
+    assert!(input > 100, "{failed}");
+    assert_eq!(usage["usage_estimated"], true, "{failed}");
+    assert!(
+        err.contains(&format!("usage: {input} input + {output} output tokens")),
+        "{err}"
+    );
+}

@@ -258,6 +258,7 @@ fn needs_sdk_the_langgraph_client_drives_weft_serve() {
         "metrics",
         "openapi",
         "info",
+        "join_stream with default arguments",
     ] {
         assert!(
             stdout.contains(&format!("ok: {check}\n")),

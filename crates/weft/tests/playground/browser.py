@@ -475,6 +475,58 @@ def sign_out_and_in():
     no_page_errors()
 
 
+def wrong_key():
+    """Signing in with a key the server refuses: the form stays, with the key typed, and says
+    that the server refused it; the key is not kept; a valid key then signs in."""
+    D.get(URL)
+    one("#api-key").send_keys("not-a-key-of-this-server")
+    click("#signin-submit")
+    wait(lambda: "The server refused the API key" in text("#signin .problems"), "the refusal in the form", 10)
+    kept = D.execute_script("return [sessionStorage.length, localStorage.length]")
+    assert kept == [0, 0], f"the refused key was kept: {kept}"
+    value = D.execute_script("return document.getElementById('api-key').value")
+    assert value == "not-a-key-of-this-server", value
+    ok("a refused key is said in the sign-in form and not kept")
+    key = one("#api-key")
+    key.clear()
+    key.send_keys(KEY)
+    click("#signin-submit")
+    one(".filters")
+    ok("a valid key then signs in")
+    # The refused request is logged as a failed load (401); nothing else may be.
+    bad = [l for l in D.get_log("browser") if l["level"] == "SEVERE" and "401" not in l["message"]]
+    assert not bad, f"the page logged errors: {bad}"
+
+
+def react_timeline():
+    """A ReAct session's tool calls in the timeline are buttons, reached with the keyboard:
+    Enter on one opens its card in the Tool calls tab, focused."""
+    sign_in()
+    start("spender", "Spend a little.")
+    wait(lambda: session_status() == "completed", "the run", 40)
+    click("#tab-timeline")
+    one("#timeline")
+    bars = D.execute_script(
+        "return [...document.querySelectorAll(\"#timeline .tl-row[data-row='tool:echo'] .tl-bar\")]"
+        ".map(b => [b.tagName, b.dataset.callId || ''])"
+    )
+    assert len(bars) == 3 and all(t == "BUTTON" and c for t, c in bars), bars
+    ok("a ReAct session's tool call bars are buttons")
+    second = bars[1][1]
+    # Tab from the timeline's first bar (a model call) until the second echo call's bar has focus.
+    D.execute_script("document.querySelector('#timeline button.tl-bar').focus()")
+    for _ in range(40):
+        if D.execute_script("return document.activeElement.dataset.callId || ''") == second:
+            break
+        ActionChains(D).send_keys(Keys.TAB).perform()
+    assert D.execute_script("return document.activeElement.dataset.callId || ''") == second, "the keyboard never reached the bar"
+    ActionChains(D).send_keys(Keys.ENTER).perform()
+    wait(lambda: D.execute_script("return document.activeElement.matches('.card.call') && document.activeElement.dataset.call") == second, "the call's card focused")
+    assert D.execute_script("return document.getElementById('tab-calls').getAttribute('aria-selected')") == "true"
+    ok("a tool call's bar opens its card with the keyboard")
+    no_page_errors()
+
+
 def ask_user_on_a_narrow_window():
     """A ReAct question without missing arguments, answered on a narrow window: no
     "undefined", the answered call is not pending, and the conversation fits the window."""
@@ -1218,6 +1270,8 @@ SCENARIOS = {
     "fork": scrub_and_fork,
     "failed": failed_step,
     "signout": sign_out_and_in,
+    "wrongkey": wrong_key,
+    "reacttimeline": react_timeline,
     "ask": ask_user_on_a_narrow_window,
     "skipped": steps_that_can_never_run,
     "denied": denied_approval,

@@ -161,7 +161,20 @@ async def main():
     assert texts == ["Shouted: LOUD"], replay
     ok("join with Last-Event-ID after a dropped connection")
 
-    # Cancel: the run stops and ends as an error; a second run on the busy thread is refused.
+    # join_stream with the SDK's default arguments (it sends an empty `stream_mode=`): the
+    # default mode, values; an unknown run is 404 whatever the modes.
+    default = await collect(alice.runs.join_stream(t["thread_id"], run["run_id"]))
+    values = [d for e, d in default if e == "values"]
+    assert default[-1][0] == "end" and values and values[-1]["answer"] == "Shouted: LOUD", default
+    try:
+        await collect(alice.runs.join_stream(t["thread_id"], str(uuid.uuid4()), stream_mode="valuez"))
+        raise AssertionError("a join of an unknown run was answered")
+    except httpx.HTTPStatusError as e:
+        assert e.response.status_code == 404, e.response.text
+    ok("join_stream with default arguments")
+
+    # Cancel: the run stops and ends `interrupted` (as LangGraph's server reports a run cancelled
+    # by request), its thread `idle`; a second run on the busy thread is refused.
     t = await alice.threads.create()
     run = await alice.runs.create(t["thread_id"], "stuck", input=user_msg("wait forever"))
     began = time.time()
@@ -175,9 +188,10 @@ async def main():
         pass
     await alice.runs.cancel(t["thread_id"], run["run_id"], wait=True)
     got = await alice.runs.get(t["thread_id"], run["run_id"])
-    assert got["status"] == "error", got
+    assert got["status"] == "interrupted", got
+    assert [r["status"] for r in await alice.runs.list(t["thread_id"])] == ["interrupted"]
     thread = await alice.threads.get(t["thread_id"])
-    assert thread["status"] == "error", thread
+    assert thread["status"] == "idle", thread
     ok("cancel")
 
     # multitask_strategy enqueue: a second run on a busy thread waits for the first, then runs.
@@ -250,7 +264,11 @@ async def main():
     mine = len(await alice.threads.search(limit=1000))
     assert await alice.threads.count() == mine and mine >= 8, mine
     assert await alice.threads.count(metadata={"purpose": "wait"}) == 1
-    assert await alice.threads.count(status="error") == 1
+    # The cancelled thread is idle, not in error (as LangGraph's server counts it).
+    assert await alice.threads.count(status="error") == 0
+    for status in ["idle", "interrupted"]:
+        listed = await alice.threads.search(status=status, limit=1000)
+        assert await alice.threads.count(status=status) == len(listed), status
     assert await alice.threads.count(values={"answer": "Twice."}) == 1
     assert await bob.threads.count() == 0
     ok("counts")
@@ -289,13 +307,14 @@ async def main():
         assert "threadId" in agui["properties"] and "runId" in agui["properties"], agui
     ok("openapi")
 
-    # /info, as LangGraph Server answers it: the version and the feature flags; a key is needed.
+    # /info, as LangGraph Server answers it: the version and the feature flags; no key is needed
+    # (LangGraph's clients ask it first), and the same answer with one.
     async with httpx.AsyncClient(base_url=URL, timeout=10) as h:
-        assert (await h.get("/info")).status_code == 401
-        r = await h.get("/info", headers={"x-api-key": ALICE})
+        r = await h.get("/info")
         assert r.status_code == 200, r.text
         info = r.json()
         assert info["version"] and info["flags"] == {"assistants": True, "crons": True, "langsmith": False}, info
+        assert (await h.get("/info", headers={"x-api-key": ALICE})).json() == info
     ok("info")
 
 
@@ -626,7 +645,7 @@ async def threadless():
     assert await not_found(bob.runs.cancel_many(thread_id=s["thread_id"]))
     await alice.runs.cancel_many(thread_id=s["thread_id"])
     for r in [first, queued]:
-        assert (await alice.runs.get(s["thread_id"], r["run_id"]))["status"] == "error", r
+        assert (await alice.runs.get(s["thread_id"], r["run_id"]))["status"] == "interrupted", r
     other = await alice.threads.create()
     third = await alice.runs.create(other["thread_id"], "hold", input=user_msg("wait forever"))
     began = time.time()
@@ -634,7 +653,7 @@ async def threadless():
         assert time.time() - began < 30, "the run never ran"
         await asyncio.sleep(0.05)
     await alice.runs.cancel_many(status="running")
-    assert (await alice.runs.get(other["thread_id"], third["run_id"]))["status"] == "error"
+    assert (await alice.runs.get(other["thread_id"], third["run_id"]))["status"] == "interrupted"
     last = await alice.threads.create()
     fourth = await alice.runs.create(last["thread_id"], "hold", input=user_msg("wait forever"))
     began = time.time()
@@ -642,7 +661,7 @@ async def threadless():
         assert time.time() - began < 30, "the run never ran"
         await asyncio.sleep(0.05)
     await alice.runs.cancel_many(thread_id=last["thread_id"], run_ids=[fourth["run_id"]])
-    assert (await alice.runs.get(last["thread_id"], fourth["run_id"]))["status"] == "error"
+    assert (await alice.runs.get(last["thread_id"], fourth["run_id"]))["status"] == "interrupted"
     try:
         await alice.runs.cancel_many(thread_id=s["thread_id"], action="rollback")
         raise AssertionError("a rollback was accepted")

@@ -131,21 +131,21 @@ async def cancels(a, b):
     since = time.time()
     await within("runs.cancel from B", 40, b.runs.cancel(t, rid, wait=True))
     took = time.time() - since
-    assert await status(a, t, rid) == "error", await a.runs.get(t, rid)
-    assert (await b.threads.get(t))["status"] == "error"
+    assert await status(a, t, rid) == "interrupted", await a.runs.get(t, rid)
+    assert (await b.threads.get(t))["status"] == "idle"
     assert took < 10, f"runs.cancel from B took {took:.1f} s"
     print(f"ok: runs.cancel from B of A's run ({took:.2f} s)", flush=True)
 
     t, rid = await stuck()
     await within("cancel_many by thread from B", 40, b.runs.cancel_many(thread_id=t))
-    assert await status(b, t, rid) == "error", await b.runs.get(t, rid)
+    assert await status(b, t, rid) == "interrupted", await b.runs.get(t, rid)
     t2, rid2 = await stuck()
     await within("cancel_many by run ids from B", 40,
                  b.runs.cancel_many(thread_id=t2, run_ids=[rid2]))
-    assert await status(b, t2, rid2) == "error", await b.runs.get(t2, rid2)
+    assert await status(b, t2, rid2) == "interrupted", await b.runs.get(t2, rid2)
     t3, rid3 = await stuck()
     await within("cancel_many by status from B", 40, b.runs.cancel_many(status="running"))
-    assert await status(a, t3, rid3) == "error", await a.runs.get(t3, rid3)
+    assert await status(a, t3, rid3) == "interrupted", await a.runs.get(t3, rid3)
     print("ok: runs.cancel_many from B reaches A's runs", flush=True)
 
     # A run queued on A, cancelled from B before it began: A never starts it.
@@ -154,29 +154,29 @@ async def cancels(a, b):
     assert await status(b, t4, queued["run_id"]) == "pending", await b.runs.get(t4, queued["run_id"])
     await within("runs.cancel from B of A's queued run", 40,
                  b.runs.cancel(t4, queued["run_id"], wait=True))
-    assert await status(b, t4, queued["run_id"]) == "error"
+    assert await status(b, t4, queued["run_id"]) == "interrupted"
     await within("runs.cancel from B", 40, b.runs.cancel(t4, rid4, wait=True))
     await never_began(a, t4, queued["run_id"], "the run cancelled on B")
-    assert (await a.threads.get(t4))["status"] == "error"
+    assert (await a.threads.get(t4))["status"] == "idle"
     print("ok: a run queued on A, cancelled from B, never begins", flush=True)
 
     # cancel_many(status="pending") on B reaches a run queued on A (stored, not in B's memory).
     t5, rid5 = await stuck()
     queued = await a.runs.create(t5, "hold", input=MSG, multitask_strategy="enqueue")
     await within("cancel_many by status pending from B", 40, b.runs.cancel_many(status="pending"))
-    assert await status(b, t5, queued["run_id"]) == "error", await b.runs.get(t5, queued["run_id"])
+    assert await status(b, t5, queued["run_id"]) == "interrupted", await b.runs.get(t5, queued["run_id"])
     await within("runs.cancel from B", 40, b.runs.cancel(t5, rid5, wait=True))
     await never_began(a, t5, queued["run_id"], "the run cancelled by status on B")
     print("ok: cancel_many by status on B reaches a run queued on A", flush=True)
 
 
 async def never_began(a, tid, rid, what):
-    """A gives up queued run `rid` (it ends `error`) and no run of the thread went on."""
+    """A gives up queued run `rid` (it ends `interrupted`) and no run of the thread went on."""
     async def given_up():
-        return await status(a, tid, rid) == "error"
+        return await status(a, tid, rid) == "interrupted"
     await until(f"A giving up {what}", 20, given_up)
     listed = await a.runs.list(tid)
-    assert [r["run_id"] for r in listed if r["status"] != "error"] == [], listed
+    assert [r["run_id"] for r in listed if r["status"] != "interrupted"] == [], listed
 
 
 async def _started(client, tid):
