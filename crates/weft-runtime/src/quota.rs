@@ -5,7 +5,8 @@
 //! limit; after it, what it used (its reply's or its failed attempts' tokens and cost) is added
 //! to the counters in one atomic write. Every process on the store reads and adds to the same
 //! counters, so the total passes a quota by at most what the calls in flight at that moment
-//! used beyond their check.
+//! used beyond their check. A new run is checked the same way before it is accepted
+//! ([`admission`]), with what its first model call may cost at most ([`first_call_max`]).
 
 use serde_json::Value;
 use weft_core::agent_loop::{self, AgentNext};
