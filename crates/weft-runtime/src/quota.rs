@@ -6,7 +6,8 @@
 //! to the counters in one atomic write, whether or not the quota limits anything (a user
 //! without a quota has an empty one: their spending is counted all the same). Every process on the store reads and adds to the same
 //! counters, so the total passes a quota by at most what the calls in flight at that moment
-//! used beyond their check.
+//! used beyond their check. A new run is checked the same way before it is accepted
+//! ([`admission`]), with what its first model call may cost at most ([`first_call_max`]).
 
 use serde_json::Value;
 use weft_core::agent_loop::{self, AgentNext};

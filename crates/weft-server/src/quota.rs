@@ -1,5 +1,6 @@
 //! Quotas per user over HTTP: a run of a user at their quota (or with as many runs going as
-//! their quota allows) is refused with 429, naming what was spent, the limit and when it resets
+//! their quota allows, or whose first model call what is left of it cannot cover) is refused
+//! with 429, naming what was spent, the limit and when it resets
 //! (`Retry-After`); `GET /me/usage` answers the caller's spending per period against their quota.
 //! The quota file is the host's (`--quotas`); the counters are the store's, shared by every
 //! server and worker on it; the check before each model call is the runtime's.

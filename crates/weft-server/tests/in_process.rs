@@ -25,7 +25,8 @@ fn http() -> reqwest::Client {
         .unwrap()
 }
 
-async fn post(http: &reqwest::Client, addr: SocketAddr, path: &str, body: Value) -> Value {
+/// POSTs `body` with alice's key: the status and the answer's text.
+async fn send(http: &reqwest::Client, addr: SocketAddr, path: &str, body: Value) -> (u16, String) {
     let r = http
         .post(format!("http://{addr}{path}"))
         .header("x-api-key", KEY)
@@ -34,9 +35,16 @@ async fn post(http: &reqwest::Client, addr: SocketAddr, path: &str, body: Value)
         .send()
         .await
         .unwrap();
-    let status = r.status();
-    let text = r.text().await.unwrap();
-    assert!(status.is_success(), "POST {path}: {status}: {text}");
+    let status = r.status().as_u16();
+    (status, r.text().await.unwrap())
+}
+
+async fn post(http: &reqwest::Client, addr: SocketAddr, path: &str, body: Value) -> Value {
+    let (status, text) = send(http, addr, path, body).await;
+    assert!(
+        (200..300).contains(&status),
+        "POST {path}: {status}: {text}"
+    );
     serde_json::from_str(&text).unwrap()
 }
 
@@ -160,23 +168,18 @@ async fn a_runs_config_budget_raises_a_budget_that_was_reached() {
         "an interrupt at the budget: {first}"
     );
 
-    let bad = http
-        .post(format!("http://{addr}{runs}"))
-        .header("x-api-key", KEY)
-        .header("content-type", "application/json")
-        .body(
-            json!({
-                "assistant_id": "budgeted-loop",
-                "command": {"resume": "go on"},
-                "config": {"budget": {"run": {"cost_usd": 1}, "on_budgets": "ask"}},
-            })
-            .to_string(),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(bad.status().as_u16(), 422);
-    let text = bad.text().await.unwrap();
+    let (status, text) = send(
+        &http,
+        addr,
+        &runs,
+        json!({
+            "assistant_id": "budgeted-loop",
+            "command": {"resume": "go on"},
+            "config": {"budget": {"run": {"cost_usd": 1}, "on_budgets": "ask"}},
+        }),
+    )
+    .await;
+    assert_eq!(status, 422);
     assert!(
         text.contains("config.budget") && text.contains("on_budgets"),
         "{text}"
@@ -197,16 +200,8 @@ async fn a_runs_config_budget_raises_a_budget_that_was_reached() {
             json!({"at": 2, "budget": {"run": {"tool_calls_per_tool": {"ecoh": 3}}}}),
         ),
     ] {
-        let bad = http
-            .post(format!("http://{addr}{path}"))
-            .header("x-api-key", KEY)
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(bad.status().as_u16(), 422, "{path}");
-        let text = bad.text().await.unwrap();
+        let (status, text) = send(&http, addr, &path, body).await;
+        assert_eq!(status, 422, "{path}");
         assert!(
             text.contains(
                 "run.tool_calls.ecoh: the agent has no tool `ecoh` (did you mean `echo`?)"

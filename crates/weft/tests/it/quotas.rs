@@ -86,6 +86,17 @@ pub(crate) fn http(
     (status, head.to_owned(), body)
 }
 
+/// The seconds a response's `Retry-After` header says (`head`: its status line and headers).
+fn retry_after(head: &str) -> u64 {
+    head.lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("retry-after:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("a Retry-After header: {head}"))
+}
+
 fn serve(d: &Path, db: &str, port: u16, log: &str) -> Child {
     serve_with(d, db, port, log, &["--quotas", "quotas.yaml"])
 }
@@ -330,14 +341,7 @@ fn needs_postgres_workers_and_servers_share_a_users_daily_quota() {
         "{body}"
     );
     assert!(body.contains("resets at"), "{body}");
-    let retry: u64 = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("retry-after:")
-                .map(|v| v.trim().parse().unwrap())
-        })
-        .expect("a Retry-After header");
+    let retry = retry_after(&head);
     assert!((1..=86_400).contains(&retry), "{retry}");
     // bob may have no run going: refused before anything is spent.
     let (status, _, body) = http(
@@ -507,17 +511,7 @@ fn a_run_whose_first_call_the_quota_cannot_cover_is_refused_up_front() {
             && body.contains("spent (user ann), and the run's first model call may take up to 0.08 more; it resets at"),
         "{body}"
     );
-    let retry: u64 = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("retry-after: ")
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| panic!("a Retry-After header: {head}"))
-        .trim()
-        .parse()
-        .unwrap();
+    let retry = retry_after(&head);
     assert!((1..=86_400).contains(&retry), "until midnight UTC: {retry}");
     let (status, _, body) = http(port, "GET", &format!("/threads/{tid}/runs"), ANN, "");
     assert_eq!((status, body.trim()), (200, "[]"), "no run was made");

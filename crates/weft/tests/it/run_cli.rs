@@ -256,26 +256,19 @@ fn a_new_run_with_a_taken_id_says_how_to_go_on_with_the_session() {
     let weather = "examples/weather-chat.yaml";
     let out = run(weather, "Where is it sunnier, Lisbon or Oslo?", "ended");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let out = run(weather, "And Rome?", "ended");
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains(&format!(
-            "session ended already exists: it has ended; give it another task with `weft run --db {db} {weather} --session ended \"<task>\"`"
-        )),
-        "{err}"
+    let ended = format!(
+        "session ended already exists: it has ended; give it another task with `weft run --db {db} {weather} --session ended \"<task>\"`"
     );
-    // The refused run let the session go at once: `weft submit` with the same id is told the
+    // The refused run lets the session go at once: `weft submit` with the same id is told the
     // same (not that the refused process holds the session), and so is a plan run.
-    let out = weft(&["submit", weather, "And Rome?", "--id", "ended", "--db", db]);
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains(&format!(
-            "session ended already exists: it has ended; give it another task with `weft run --db {db} {weather} --session ended \"<task>\"`"
-        )),
-        "{err}"
-    );
+    for out in [
+        run(weather, "And Rome?", "ended"),
+        weft(&["submit", weather, "And Rome?", "--id", "ended", "--db", db]),
+    ] {
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(&ended), "{err}");
+    }
     let out = weft(&[
         "plan",
         "run",
