@@ -66,11 +66,29 @@ async fn options_of(file: Option<PathBuf>, redact: Option<Redact>) -> Options {
     }
 }
 
-/// The model provider of an agent file (events do not name it).
+/// The model provider of an agent file (events do not name it). Reading an agent file checks
+/// it against its schema, which costs more than the rest of a short session's telemetry: the
+/// provider is kept per file, and read again when the file changes (its size or time).
 async fn provider(path: &Path) -> Option<String> {
+    type Seen = HashMap<PathBuf, (Option<std::time::SystemTime>, u64, Option<String>)>;
+    static SEEN: OnceLock<Mutex<Seen>> = OnceLock::new();
+    let meta = tokio::fs::metadata(path).await.ok()?;
+    let stamp = (meta.modified().ok(), meta.len());
+    let seen = SEEN.get_or_init(Mutex::default);
+    if let Ok(s) = seen.lock()
+        && let Some((at, len, provider)) = s.get(path)
+        && (*at, *len) == stamp
+    {
+        return provider.clone();
+    }
     let text = tokio::fs::read_to_string(&path).await.ok()?;
-    let spec = weft_core::agent::AgentSpec::parse(&path.display().to_string(), &text).ok()?;
-    weft_telemetry::provider_of(spec.model.as_ref())
+    let provider = weft_core::agent::AgentSpec::parse(&path.display().to_string(), &text)
+        .ok()
+        .and_then(|spec| weft_telemetry::provider_of(spec.model.as_ref()));
+    if let Ok(mut s) = seen.lock() {
+        s.insert(path.to_owned(), (stamp.0, stamp.1, provider.clone()));
+    }
+    provider
 }
 
 #[derive(Default)]
@@ -639,5 +657,29 @@ impl Live {
     pub async fn finish(self) {
         self.stop.notify_one();
         let _ = self.task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The provider kept for an agent file is read again once the file changes.
+    #[tokio::test]
+    async fn an_agent_files_provider_follows_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.yaml");
+        std::fs::write(&path, "name: a\nmode: react\nmodel: openai:gpt-4o\n").unwrap();
+        assert_eq!(provider(&path).await.as_deref(), Some("openai"));
+        assert_eq!(provider(&path).await.as_deref(), Some("openai"));
+        std::fs::write(
+            &path,
+            "name: a\nmode: react\nmodel: anthropic:claude-sonnet-4-0\n",
+        )
+        .unwrap();
+        assert_eq!(provider(&path).await.as_deref(), Some("anthropic"));
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(provider(&path).await, None);
     }
 }
