@@ -4,10 +4,16 @@
 //! its events as they are committed. The runtime hands the committed events over (an observer
 //! of the session's own events); the store is read only for what was not handed over: the log
 //! before this process, and a gap (events another path of this process committed). What
-//! another process commits is exported by that process.
+//! another process commits is exported by that process, up to what the collector acknowledged:
+//! each session keeps an export mark in the store (`SessionLog::exported_through`), moved
+//! forward as the collector acknowledges its spans ([`Marks`]), and the process that drives it
+//! next sends the spans closed after the mark (a process killed before its export, or whose
+//! collector was away, leaves no hole in the trace).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -60,11 +66,29 @@ async fn options_of(file: Option<PathBuf>, redact: Option<Redact>) -> Options {
     }
 }
 
-/// The model provider of an agent file (events do not name it).
+/// The model provider of an agent file (events do not name it). Reading an agent file checks
+/// it against its schema, which costs more than the rest of a short session's telemetry: the
+/// provider is kept per file, and read again when the file changes (its size or time).
 async fn provider(path: &Path) -> Option<String> {
+    type Seen = HashMap<PathBuf, (Option<std::time::SystemTime>, u64, Option<String>)>;
+    static SEEN: OnceLock<Mutex<Seen>> = OnceLock::new();
+    let meta = tokio::fs::metadata(path).await.ok()?;
+    let stamp = (meta.modified().ok(), meta.len());
+    let seen = SEEN.get_or_init(Mutex::default);
+    if let Ok(s) = seen.lock()
+        && let Some((at, len, provider)) = s.get(path)
+        && (*at, *len) == stamp
+    {
+        return provider.clone();
+    }
     let text = tokio::fs::read_to_string(&path).await.ok()?;
-    let spec = weft_core::agent::AgentSpec::parse(&path.display().to_string(), &text).ok()?;
-    weft_telemetry::provider_of(spec.model.as_ref())
+    let provider = weft_core::agent::AgentSpec::parse(&path.display().to_string(), &text)
+        .ok()
+        .and_then(|spec| weft_telemetry::provider_of(spec.model.as_ref()));
+    if let Ok(mut s) = seen.lock() {
+        s.insert(path.to_owned(), (stamp.0, stamp.1, provider.clone()));
+    }
+    provider
 }
 
 #[derive(Default)]
@@ -72,6 +96,93 @@ struct Inner {
     spans: Option<Exporter>,
     meters: Option<Meters>,
     sinks: Mutex<Vec<PointSink>>,
+    /// Where the marks the collector acknowledged are written (set by the first session
+    /// followed, with its store).
+    marks: OnceLock<Arc<Marks>>,
+    /// How far this process queued each session's spans, until the store holds its mark: a
+    /// session driven again by this process is not sent again what is still on its way.
+    queued: Arc<Mutex<HashMap<String, u64>>>,
+}
+
+/// The export marks the collector acknowledged, written to the store by a task of their own:
+/// what arrived since the last write, in one write.
+struct Marks {
+    pending: Mutex<HashMap<String, u64>>,
+    queued: Arc<Mutex<HashMap<String, u64>>>,
+    wake: Notify,
+    stop: AtomicBool,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Marks {
+    fn start<S: Store + 'static>(
+        store: Arc<S>,
+        queued: Arc<Mutex<HashMap<String, u64>>>,
+    ) -> Arc<Self> {
+        let marks = Arc::new(Self {
+            pending: Mutex::new(HashMap::new()),
+            queued,
+            wake: Notify::new(),
+            stop: AtomicBool::new(false),
+            task: Mutex::new(None),
+        });
+        let m = marks.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                m.wake.notified().await;
+                let batch: Vec<(String, u64)> = match m.pending.lock() {
+                    Ok(mut p) => p.drain().collect(),
+                    Err(_) => return,
+                };
+                if !batch.is_empty() {
+                    match store.set_exported_through(&batch).await {
+                        Ok(()) => {
+                            if let Ok(mut q) = m.queued.lock() {
+                                for (id, seq) in &batch {
+                                    if q.get(id).is_some_and(|q| q <= seq) {
+                                        q.remove(id);
+                                    }
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "telemetry: the export marks were not written; the spans after them are sent again by the next process that drives their sessions");
+                        }
+                    }
+                }
+                if m.stop.load(Ordering::Acquire) && m.pending.lock().is_ok_and(|p| p.is_empty()) {
+                    return;
+                }
+            }
+        });
+        if let Ok(mut t) = marks.task.lock() {
+            *t = Some(task);
+        }
+        marks
+    }
+
+    fn acknowledged(&self, acked: Vec<(String, u64)>) {
+        if let Ok(mut p) = self.pending.lock() {
+            for (id, seq) in acked {
+                let m = p.entry(id).or_default();
+                *m = (*m).max(seq);
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    /// Writes what is pending and stops, waiting at most `grace`.
+    async fn finish(&self, grace: Duration) {
+        self.stop.store(true, Ordering::Release);
+        self.wake.notify_one();
+        let task = self.task.lock().ok().and_then(|mut t| t.take());
+        if let Some(task) = task {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(grace, task).await.is_err() {
+                abort.abort();
+            }
+        }
+    }
 }
 
 /// The telemetry of this process: where the spans and metrics of the sessions it drives go.
@@ -112,6 +223,8 @@ impl Telemetry {
                 spans,
                 meters,
                 sinks: Mutex::new(Vec::new()),
+                marks: OnceLock::new(),
+                queued: Arc::default(),
             }),
         }
     }
@@ -144,12 +257,49 @@ impl Telemetry {
             .unwrap_or_default()
     }
 
-    fn send(&self, spans: Vec<weft_telemetry::Span>) {
+    /// Queues session `id`'s spans closed by its events up to `through`, with its mark.
+    fn send(&self, id: &str, through: u64, spans: Vec<weft_telemetry::Span>) {
         if let Some(ex) = &self.inner.spans
             && !spans.is_empty()
         {
-            ex.send(spans);
+            ex.send_of(id, through, spans);
+            if let Ok(mut q) = self.inner.queued.lock() {
+                let m = q.entry(id.to_owned()).or_default();
+                *m = (*m).max(through);
+            }
         }
+    }
+
+    /// How far session `id`'s spans went to the collector: its mark in `store`, or further
+    /// when this process queued more of them (and lost none).
+    async fn exported_through<S: Store>(&self, store: &S, id: &str) -> u64 {
+        let stored = store.exported_through(id).await.unwrap_or_else(|e| {
+            tracing::warn!(session = id, error = %e, "telemetry: the export mark could not be read; the spans before this process are not sent again");
+            u64::MAX
+        });
+        let spoiled = self.inner.spans.as_ref().is_some_and(|ex| ex.lost_some(id));
+        let queued = match self.inner.queued.lock() {
+            Ok(q) if !spoiled => q.get(id).copied().unwrap_or(0),
+            _ => 0,
+        };
+        stored.max(queued)
+    }
+
+    /// Keeps the marks the collector acknowledges in `store` (the first store given stays: a
+    /// process drives the sessions of one store).
+    fn keep_marks<S: Store + 'static>(&self, store: &Arc<S>) {
+        let Some(ex) = &self.inner.spans else {
+            return;
+        };
+        if self.inner.marks.get().is_some() {
+            return;
+        }
+        let marks = self
+            .inner
+            .marks
+            .get_or_init(|| Marks::start(store.clone(), self.inner.queued.clone()));
+        let m = marks.clone();
+        ex.on_ack(Arc::new(move |acked| m.acknowledged(acked)));
     }
 
     fn record(&self, points: &[Point]) {
@@ -193,12 +343,22 @@ impl Telemetry {
         }))
     }
 
-    /// Sends what is queued (waiting at most `grace` for the spans) and stops; says on stderr
-    /// what could not be sent. `hint`: a session whose spans `weft sessions trace` sends again.
-    pub async fn finish(&self, grace: Duration, hint: Option<&str>) {
+    /// Sends what is queued and stops, spans and metrics together, waiting at most
+    /// `WEFT_OTLP_EXIT_TIMEOUT` (1 s) for a collector that does not answer; says on stderr what
+    /// could not be sent, in every case (refused, down, or not answering). `hint`: a session
+    /// whose spans `weft sessions trace` sends again.
+    pub async fn finish(&self, hint: Option<&str>) {
         let i = &self.inner;
-        if let Some(ex) = &i.spans {
-            let (c, err) = ex.finish(grace).await;
+        let spans = async {
+            let Some(ex) = &i.spans else {
+                return;
+            };
+            let exit = ex.exit_timeout();
+            let started = tokio::time::Instant::now();
+            let (c, err) = ex.finish(exit).await;
+            if let Some(m) = i.marks.get() {
+                m.finish(exit.saturating_sub(started.elapsed())).await;
+            }
             if c.dropped > 0 || c.failed > 0 {
                 let again = match hint {
                     Some(id) => format!("`weft sessions trace {id}` exports them again"),
@@ -207,18 +367,24 @@ impl Telemetry {
                 eprintln!(
                     "telemetry: {} spans exported to {}, {} dropped (queue full), {} lost{}; {again}",
                     c.exported,
-                    ex.url(),
+                    ex.endpoint(),
                     c.dropped,
                     c.failed,
                     err.map(|e| format!(" ({e})")).unwrap_or_default(),
                 );
             }
-        }
-        if let Some(m) = &i.meters
-            && let Some(e) = m.finish().await
-        {
-            eprintln!("telemetry: metrics not all exported to {}: {e}", m.url());
-        }
+        };
+        let metrics = async {
+            if let Some(m) = &i.meters
+                && let Some(e) = m.finish().await
+            {
+                eprintln!(
+                    "telemetry: metrics not all exported to {}: {e}",
+                    m.endpoint()
+                );
+            }
+        };
+        tokio::join!(spans, metrics);
     }
 }
 
@@ -296,8 +462,9 @@ fn name_turn(log_span: &tracing::Span, trace: [u8; 16], span: [u8; 8]) {
 }
 
 impl Live {
-    /// Starts following session `id` when `telemetry` is on; `None` otherwise. Spans and
-    /// points of events already in the log were sent by the process that wrote them.
+    /// Starts following session `id` when `telemetry` is on; `None` otherwise. Points of
+    /// events already in the log were sent by the process that wrote them, and so were their
+    /// spans up to the session's export mark; the spans closed after it are sent now.
     pub async fn start<S: Store + 'static>(
         telemetry: &Telemetry,
         store: Arc<S>,
@@ -323,13 +490,29 @@ impl Live {
         let mut deriver = Deriver::new(&id, opts);
         let mut recorder = Recorder::new(latest);
         let mut last = 0;
+        // The spans the collector never acknowledged (closed after the session's mark: a
+        // process killed before its export, or whose collector was away) are sent now; the
+        // metrics were counted by the process that committed the events.
+        let mut unsent = Vec::new();
+        if telemetry.traces() {
+            telemetry.keep_marks(&store);
+        }
+        let mark = if before.is_empty() || !telemetry.traces() {
+            0
+        } else {
+            telemetry.exported_through(store.as_ref(), &id).await
+        };
         for e in &before {
             let spans = deriver.push(e);
             recorder.push(e, &spans);
+            if e.seq > mark {
+                unsent.extend(spans);
+            }
             last = e.seq;
         }
         deriver.skip_through(last);
         recorder.skip_through(last);
+        telemetry.send(&id, last, unsent);
         // The logs of the work on this session carry its trace and the current turn's span
         // (recorded once the turn is known: here for a turn a process before this one began).
         let log_span = if telemetry.traces() {
@@ -372,7 +555,7 @@ impl Live {
                     spans.extend(closed);
                     last = e.seq;
                 }
-                telemetry.send(spans);
+                telemetry.send(&id, last, spans);
                 telemetry.record(&points);
                 if stopping {
                     return;
@@ -474,5 +657,29 @@ impl Live {
     pub async fn finish(self) {
         self.stop.notify_one();
         let _ = self.task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The provider kept for an agent file is read again once the file changes.
+    #[tokio::test]
+    async fn an_agent_files_provider_follows_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.yaml");
+        std::fs::write(&path, "name: a\nmode: react\nmodel: openai:gpt-4o\n").unwrap();
+        assert_eq!(provider(&path).await.as_deref(), Some("openai"));
+        assert_eq!(provider(&path).await.as_deref(), Some("openai"));
+        std::fs::write(
+            &path,
+            "name: a\nmode: react\nmodel: anthropic:claude-sonnet-4-0\n",
+        )
+        .unwrap();
+        assert_eq!(provider(&path).await.as_deref(), Some("anthropic"));
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(provider(&path).await, None);
     }
 }

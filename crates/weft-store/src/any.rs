@@ -185,6 +185,8 @@ impl SessionLog for AnyStore {
         async fn delete(&self, id: &str) -> Result<(), StoreError>;
         async fn set_metadata(&self, id: &str, metadata: &serde_json::Value, now: i64) -> Result<(), StoreError>;
         async fn name_agent(&self, id: &str, agent: &str) -> Result<(), StoreError>;
+        async fn exported_through(&self, id: &str) -> Result<u64, StoreError>;
+        async fn set_exported_through(&self, marks: &[(String, u64)]) -> Result<(), StoreError>;
         async fn latest_snapshot(&self, id: &str) -> Result<Option<Snapshot>, StoreError>;
         async fn snapshot_parts(&self, id: &str, from: u64) -> Result<Vec<(u64, String)>, StoreError>;
     }

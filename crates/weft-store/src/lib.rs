@@ -72,10 +72,10 @@ pub use sqlite::SqliteStore;
 
 /// The version of the SQLite schema this build writes and reads. A database whose schema is
 /// newer is refused with [`StoreError::NewerSchema`].
-pub const SQLITE_SCHEMA_VERSION: i64 = 10;
+pub const SQLITE_SCHEMA_VERSION: i64 = 11;
 
 /// The version of the PostgreSQL schema this build writes and reads.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 10;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 11;
 
 /// How far behind an append's time a session's `updated_at` may stay when the append does not
 /// change the session's status, in milliseconds.
@@ -869,6 +869,15 @@ pub trait SessionLog: Send + Sync + 'static {
         id: &str,
         metadata: &serde_json::Value,
         now: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// How far session `id`'s spans were acknowledged by the OTLP collector: the spans closed
+    /// by its events up to this sequence number (0 when none were, or there is no session `id`).
+    fn exported_through(&self, id: &str) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// Moves the export marks of the sessions named forward to the sequence numbers given (a
+    /// mark never moves back; a session that is gone is passed over).
+    fn set_exported_through(
+        &self,
+        marks: &[(String, u64)],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Names session `id`'s agent when its record has none (a thread made empty over HTTP, then
     /// named by its first run), so that workers, which claim the sessions of their agents, find

@@ -49,6 +49,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         10,
         include_str!("../migrations/postgres/0010_queued_runs.sql"),
     ),
+    (
+        11,
+        include_str!("../migrations/postgres/0011_export_marks.sql"),
+    ),
 ];
 
 /// How long to wait for the server to answer before giving up.

@@ -18,6 +18,8 @@ struct Entry {
     /// The newest snapshot's head: (seq, version, head).
     head: Option<(u64, u32, String)>,
     parts: BTreeMap<u64, String>,
+    /// How far its spans were acknowledged by the OTLP collector.
+    exported: u64,
 }
 
 type Sessions = HashMap<String, Entry>;
@@ -114,6 +116,7 @@ impl SessionLog for RamStore {
                 log: Vec::new(),
                 head: None,
                 parts: BTreeMap::new(),
+                exported: 0,
             },
         );
         Ok(rec)
@@ -225,6 +228,20 @@ impl SessionLog for RamStore {
             .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
         e.rec.metadata = metadata.clone();
         e.rec.updated_at = now;
+        Ok(())
+    }
+
+    async fn exported_through(&self, id: &str) -> Result<u64, StoreError> {
+        Ok(self.lock()?.get(id).map_or(0, |e| e.exported))
+    }
+
+    async fn set_exported_through(&self, marks: &[(String, u64)]) -> Result<(), StoreError> {
+        let mut map = self.lock()?;
+        for (id, seq) in marks {
+            if let Some(e) = map.get_mut(id) {
+                e.exported = e.exported.max(*seq);
+            }
+        }
         Ok(())
     }
 

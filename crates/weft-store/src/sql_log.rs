@@ -252,6 +252,44 @@ macro_rules! sql_log_reads {
             Ok(())
         }
 
+        async fn exported_through(&self, id: &str) -> Result<u64, $crate::StoreError> {
+            let d: &$crate::sql_log::Dialect = &$dialect;
+            let sql = format!("SELECT exported_seq FROM sessions WHERE id = {}", (d.p)(1));
+            let seq: Option<i64> = sqlx::query_scalar(&sql)
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| self.err(&format!("cannot read the export mark of session {id}"), e))?;
+            Ok(seq.map_or(0, |s| u64::try_from(s).unwrap_or(0)))
+        }
+
+        async fn set_exported_through(
+            &self,
+            marks: &[(String, u64)],
+        ) -> Result<(), $crate::StoreError> {
+            if marks.is_empty() {
+                return Ok(());
+            }
+            let d: &$crate::sql_log::Dialect = &$dialect;
+            let sql = format!(
+                "UPDATE sessions SET exported_seq = {} WHERE id = {} AND exported_seq < {}",
+                (d.p)(1),
+                (d.p)(2),
+                (d.p)(1)
+            );
+            let ctx = "cannot write the export marks of sessions";
+            let mut tx = self.pool.begin().await.map_err(|e| self.err(ctx, e))?;
+            for (id, seq) in marks {
+                sqlx::query(&sql)
+                    .bind(i64::try_from(*seq).unwrap_or(i64::MAX))
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| self.err(ctx, e))?;
+            }
+            tx.commit().await.map_err(|e| self.err(ctx, e))
+        }
+
         async fn latest_snapshot(
             &self,
             id: &str,

@@ -58,6 +58,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         10,
         include_str!("../migrations/sqlite/0010_queued_runs.sql"),
     ),
+    (
+        11,
+        include_str!("../migrations/sqlite/0011_export_marks.sql"),
+    ),
 ];
 
 /// How long a writer waits for another writer's lock before giving up.

@@ -6,10 +6,17 @@
 //! the collector, and a span that finds the queue full is dropped and counted ([`Exporter`]).
 //! Metrics go through the SDK's instruments and periodic reader ([`Meters`]), whose requests run
 //! on the process's runtime through weft's own `reqwest` client.
+//!
+//! When the process ends, what is queued is sent within `WEFT_OTLP_EXIT_TIMEOUT` ms (1,000), spans
+//! and metrics together; spans not acknowledged by then are counted as lost. A session's spans
+//! may carry a mark ([`Exporter::send_of`]): once every span of that session sent before it was
+//! acknowledged, the mark is handed to the [`Ack`] set with [`Exporter::on_ack`] (which keeps it
+//! with the session, so that the next process that drives it sends what was never acknowledged).
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::trace::{
@@ -29,6 +36,26 @@ const QUEUE: usize = 2048;
 const BATCH: usize = 512;
 /// How long a span waits for more to fill its request (`OTEL_BSP_SCHEDULE_DELAY`, ms).
 const DELAY_MS: u64 = 1000;
+/// A request's time limit (`OTEL_EXPORTER_OTLP_TIMEOUT`, ms).
+const TIMEOUT_MS: u64 = 10_000;
+/// How long the end of a process waits for the collector (`WEFT_OTLP_EXIT_TIMEOUT`, ms).
+const EXIT_MS: u64 = 1000;
+/// The longest the metrics SDK waits for its last export, whatever weft asks.
+const SDK_SHUTDOWN: Duration = Duration::from_secs(5);
+
+/// How long the end of a process waits for the collector to take what is left, spans and
+/// metrics together (`WEFT_OTLP_EXIT_TIMEOUT`, ms; 1,000).
+pub fn exit_timeout() -> Result<Duration, ConfigError> {
+    number("WEFT_OTLP_EXIT_TIMEOUT", EXIT_MS).map(Duration::from_millis)
+}
+
+/// "1000 ms (WEFT_OTLP_EXIT_TIMEOUT)": a wait as the reports name it.
+fn within(d: Duration) -> String {
+    format!(
+        "the collector did not answer within {} ms (WEFT_OTLP_EXIT_TIMEOUT)",
+        d.as_millis()
+    )
+}
 
 /// A positive number from `var`, or `default` (a value that is not one is refused).
 fn number(var: &str, default: u64) -> Result<u64, ConfigError> {
@@ -71,16 +98,66 @@ pub fn capture_content() -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
-/// The traces endpoint: `explicit` (a base URL, or one ending in `/v1/traces`), else the
-/// standard variables; `None` when nothing is configured.
-pub fn endpoint(explicit: Option<&str>) -> Option<String> {
+/// Where an exporter sends: the whole URL, and the flag or variable that gave it (named in
+/// every message about the endpoint).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The whole URL requests go to.
+    pub url: String,
+    /// `--otlp` or the variable that set it.
+    pub source: &'static str,
+}
+
+impl Endpoint {
+    /// An endpoint from `given` (as `source` gave it) whose URL is `url`: refused unless it is
+    /// an `http` or `https` URL with a host.
+    fn checked(source: &'static str, given: &str, url: String) -> Result<Self, ConfigError> {
+        let given = given.trim();
+        let parsed = url.trim().parse::<reqwest::Url>().map_err(|e| {
+            ConfigError(format!(
+                "{source}={given}: not a URL ({e}); give the collector's http:// or https:// URL, \
+                 such as http://127.0.0.1:4318"
+            ))
+        })?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(ConfigError(format!(
+                "{source}={given}: the scheme `{}` is not one OTLP over HTTP uses; give the \
+                 collector's http:// or https:// URL, such as http://127.0.0.1:4318",
+                parsed.scheme()
+            )));
+        }
+        if parsed.host_str().is_none_or(str::is_empty) {
+            return Err(ConfigError(format!(
+                "{source}={given}: no host; give the collector's http:// or https:// URL, \
+                 such as http://127.0.0.1:4318"
+            )));
+        }
+        Ok(Self {
+            url: url.trim().to_owned(),
+            source,
+        })
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.url, self.source)
+    }
+}
+
+/// The traces endpoint: `explicit` (`--otlp`: a base URL, or one ending in `/v1/traces`), else
+/// the standard variables; `None` when nothing is configured, an error naming the flag or
+/// variable when it is not an `http` or `https` URL.
+pub fn endpoint(explicit: Option<&str>) -> Result<Option<Endpoint>, ConfigError> {
     if let Some(e) = explicit.filter(|e| !e.trim().is_empty()) {
-        return Some(traces_url(e));
+        return Endpoint::checked("--otlp", e, traces_url(e)).map(Some);
     }
     if let Some(e) = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
-        return Some(e);
+        return Endpoint::checked("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &e, e.clone()).map(Some);
     }
-    env("OTEL_EXPORTER_OTLP_ENDPOINT").map(|e| traces_url(&e))
+    env("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .map(|e| Endpoint::checked("OTEL_EXPORTER_OTLP_ENDPOINT", &e, traces_url(&e)))
+        .transpose()
 }
 
 fn traces_url(base: &str) -> String {
@@ -111,18 +188,25 @@ fn check_protocol() -> Result<(), ConfigError> {
 
 /// The metrics endpoint: `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` (the whole URL), else
 /// `/v1/metrics` under `OTEL_EXPORTER_OTLP_ENDPOINT`; `None` when neither is set or
-/// `OTEL_METRICS_EXPORTER=none`.
-pub fn metrics_endpoint() -> Option<String> {
+/// `OTEL_METRICS_EXPORTER=none`, an error naming the variable when it is not an `http` or
+/// `https` URL.
+pub fn metrics_endpoint() -> Result<Option<Endpoint>, ConfigError> {
     if env("OTEL_METRICS_EXPORTER").is_some_and(|v| v.trim() == "none") {
-        return None;
+        return Ok(None);
     }
     if let Some(e) = env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") {
-        return Some(e);
+        return Endpoint::checked("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", &e, e.clone()).map(Some);
     }
-    env("OTEL_EXPORTER_OTLP_ENDPOINT").map(|e| {
-        let base = e.trim().trim_end_matches('/');
-        format!("{base}/v1/metrics")
-    })
+    env("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .map(|e| {
+            let base = e.trim().trim_end_matches('/');
+            Endpoint::checked(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                &e,
+                format!("{base}/v1/metrics"),
+            )
+        })
+        .transpose()
 }
 
 /// Whether `OTEL_SEMCONV_STABILITY_OPT_IN` asks for the GenAI conventions' latest experimental
@@ -141,28 +225,83 @@ pub struct Counts {
     pub exported: u64,
     /// Spans dropped because the queue was full.
     pub dropped: u64,
-    /// Spans lost because a request failed (the collector was down or refused them).
+    /// Spans lost because a request failed (the collector was down or refused them) or was not
+    /// answered before the process ended.
     pub failed: u64,
 }
 
-#[derive(Debug, Default)]
+/// Where acknowledged marks go: (session, sequence number) pairs, each meaning that every span
+/// of that session sent with a mark up to that number was acknowledged by the collector.
+pub type Ack = Arc<dyn Fn(Vec<(String, u64)>) + Send + Sync>;
+
+/// What the exporter's queue holds: a span (of a session, when its sender named one), or a
+/// session's mark following its spans.
+enum Item {
+    Span(Span, Option<Arc<str>>),
+    Mark(Arc<str>, u64),
+}
+
+#[derive(Default)]
 struct Shared {
     exported: AtomicU64,
     dropped: AtomicU64,
     failed: AtomicU64,
-    last_error: std::sync::Mutex<Option<String>>,
+    /// Spans that went into the queue.
+    queued: AtomicU64,
+    last_error: Mutex<Option<String>>,
+    ack: OnceLock<Ack>,
+    /// Sessions with a span lost in this process: their marks stay where they are.
+    spoiled: Mutex<HashSet<Arc<str>>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    fn spoil(&self, session: Arc<str>) {
+        if let Ok(mut s) = self.spoiled.lock() {
+            s.insert(session);
+        }
+    }
+}
+
+/// The spans of one request, the sessions they are of, and the marks that follow them.
+#[derive(Default)]
+struct Batch {
+    spans: Vec<Span>,
+    of: HashSet<Arc<str>>,
+    marks: Vec<(Arc<str>, u64)>,
+}
+
+impl Batch {
+    fn is_empty(&self) -> bool {
+        self.spans.is_empty() && self.marks.is_empty()
+    }
 }
 
 /// A running exporter: spans in, OTLP requests out. One serves the whole process (every session
 /// it drives).
 #[derive(Debug)]
 pub struct Exporter {
-    tx: mpsc::Sender<Span>,
+    tx: mpsc::Sender<Item>,
     shared: Arc<Shared>,
     /// Told to send what is queued and stop.
     stop: Arc<tokio::sync::Notify>,
-    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
-    url: String,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    endpoint: Endpoint,
+    exit: Duration,
+}
+
+impl std::fmt::Debug for Item {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Span(s, _) => write!(f, "Span({})", s.name),
+            Self::Mark(id, seq) => write!(f, "Mark({id}, {seq})"),
+        }
+    }
 }
 
 impl Exporter {
@@ -172,31 +311,30 @@ impl Exporter {
         if disabled() {
             return Ok(None);
         }
-        let Some(url) = endpoint(explicit) else {
+        let Some(endpoint) = endpoint(explicit)? else {
             return Ok(None);
         };
         check_protocol()?;
-        Self::start(&url).map(Some)
+        Self::start(endpoint).map(Some)
     }
 
-    /// An exporter to `url` (the whole traces URL).
-    pub fn start(url: &str) -> Result<Self, ConfigError> {
+    /// An exporter to `endpoint`.
+    pub fn start(endpoint: Endpoint) -> Result<Self, ConfigError> {
         let queue =
             usize::try_from(number("OTEL_BSP_MAX_QUEUE_SIZE", QUEUE as u64)?).unwrap_or(QUEUE);
-        Self::start_queued(url, queue)
+        Self::start_queued(endpoint, queue)
     }
 
     /// [`Exporter::start`] with a queue of `queue` spans.
-    fn start_queued(url: &str, queue: usize) -> Result<Self, ConfigError> {
-        let _ = url
-            .parse::<reqwest::Url>()
-            .map_err(|e| ConfigError(format!("OTLP endpoint `{url}` is not a URL: {e}")))?;
+    fn start_queued(endpoint: Endpoint, queue: usize) -> Result<Self, ConfigError> {
+        let url = endpoint.url.as_str();
         // One TLS stack for the whole process: rustls with ring, as weft's other clients.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let timeout = number(
             "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
-            number("OTEL_EXPORTER_OTLP_TIMEOUT", 10_000)?,
+            number("OTEL_EXPORTER_OTLP_TIMEOUT", TIMEOUT_MS)?,
         )?;
+        let exit = exit_timeout()?;
         let max_batch = usize::try_from(number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", BATCH as u64)?)
             .unwrap_or(BATCH);
         let delay = number("OTEL_BSP_SCHEDULE_DELAY", DELAY_MS)?;
@@ -211,16 +349,16 @@ impl Exporter {
             .with_endpoint(url)
             .with_timeout(Duration::from_millis(timeout))
             .build()
-            .map_err(|e| ConfigError(format!("OTLP exporter to {url}: {e}")))?;
+            .map_err(|e| ConfigError(format!("OTLP exporter to {endpoint}: {e}")))?;
         let service = env("OTEL_SERVICE_NAME").unwrap_or_else(|| "weft".to_owned());
         exporter.set_resource(&Resource::builder().with_service_name(service).build());
-        let (tx, mut rx) = mpsc::channel::<Span>(queue);
+        let (tx, mut rx) = mpsc::channel::<Item>(queue);
         let shared = Arc::new(Shared::default());
         let sh = shared.clone();
         let stop = Arc::new(tokio::sync::Notify::new());
         let stopped = stop.clone();
         let task = tokio::spawn(async move {
-            let mut batch: Vec<Span> = Vec::new();
+            let mut batch = Batch::default();
             let mut stopping = false;
             loop {
                 let more = if stopping {
@@ -243,12 +381,16 @@ impl Exporter {
                     }
                 };
                 match more {
-                    Some(s) => {
-                        batch.push(s);
-                        if batch.len() >= max_batch {
+                    Some(Item::Span(s, of)) => {
+                        batch.spans.push(s);
+                        if let Some(of) = of {
+                            batch.of.insert(of);
+                        }
+                        if batch.spans.len() >= max_batch {
                             send(&exporter, &sh, std::mem::take(&mut batch)).await;
                         }
                     }
+                    Some(Item::Mark(of, seq)) => batch.marks.push((of, seq)),
                     None => {
                         if !batch.is_empty() {
                             send(&exporter, &sh, batch).await;
@@ -262,21 +404,81 @@ impl Exporter {
             tx,
             shared,
             stop,
-            task: std::sync::Mutex::new(Some(task)),
-            url: url.to_owned(),
+            task: Mutex::new(Some(task)),
+            endpoint,
+            exit,
         })
     }
 
     /// The traces URL spans go to.
     pub fn url(&self) -> &str {
-        &self.url
+        &self.endpoint.url
+    }
+
+    /// The endpoint, with the flag or variable that gave it.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// How long the end of the process waits for the collector (`WEFT_OTLP_EXIT_TIMEOUT`).
+    pub fn exit_timeout(&self) -> Duration {
+        self.exit
+    }
+
+    /// Hands the marks the collector acknowledged to `ack` from now on (the first one set
+    /// stays).
+    pub fn on_ack(&self, ack: Ack) {
+        let _ = self.shared.ack.set(ack);
     }
 
     /// Queues spans without waiting; a span that finds the queue full is dropped and counted.
     pub fn send(&self, spans: Vec<Span>) {
         for s in spans {
-            if self.tx.try_send(s).is_err() {
-                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+            self.queue(Item::Span(s, None));
+        }
+    }
+
+    /// Queues the spans of session `session` closed by its events up to `through`, then its
+    /// mark `through`, without waiting; the mark is acknowledged once these spans and every
+    /// span of the session queued before them were. A span dropped or lost keeps the session's
+    /// mark where it is for the rest of the process.
+    pub fn send_of(&self, session: &str, through: u64, spans: Vec<Span>) {
+        let of: Arc<str> = Arc::from(session);
+        let mut whole = true;
+        for s in spans {
+            whole &= self.queue(Item::Span(s, Some(of.clone())));
+        }
+        if whole {
+            let _ = self.tx.try_send(Item::Mark(of, through));
+        } else {
+            self.shared.spoil(of);
+        }
+    }
+
+    /// Whether a span of session `session` was dropped or lost in this process (its mark
+    /// stays where it was).
+    pub fn lost_some(&self, session: &str) -> bool {
+        self.shared
+            .spoiled
+            .lock()
+            .is_ok_and(|s| s.contains(session))
+    }
+
+    /// Queues one item without waiting; false when it was a span that found the queue full.
+    fn queue(&self, item: Item) -> bool {
+        let span = matches!(item, Item::Span(..));
+        match self.tx.try_send(item) {
+            Ok(()) => {
+                if span {
+                    self.shared.queued.fetch_add(1, Ordering::Relaxed);
+                }
+                true
+            }
+            Err(_) => {
+                if span {
+                    self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                !span
             }
         }
     }
@@ -284,8 +486,10 @@ impl Exporter {
     /// Queues spans, waiting for room (for `weft sessions trace`, where nothing else waits).
     pub async fn send_all(&self, spans: Vec<Span>) {
         for s in spans {
-            if self.tx.send(s).await.is_err() {
+            if self.tx.send(Item::Span(s, None)).await.is_err() {
                 self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.shared.queued.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -304,8 +508,9 @@ impl Exporter {
         self.shared.last_error.lock().ok().and_then(|e| e.clone())
     }
 
-    /// Sends what is queued, waiting at most `grace`, and stops (spans sent later are dropped
-    /// and counted); returns the counts and the last error.
+    /// Sends what is queued, waiting at most `grace`, and stops; returns the counts and the
+    /// last error. Spans the collector had not acknowledged by then are counted as lost, the
+    /// wait named as the error.
     pub async fn finish(&self, grace: Duration) -> (Counts, Option<String>) {
         let task = self.task.lock().ok().and_then(|mut t| t.take());
         if let Some(task) = task {
@@ -313,6 +518,15 @@ impl Exporter {
             let abort = task.abort_handle();
             if tokio::time::timeout(grace, task).await.is_err() {
                 abort.abort();
+                let sh = &self.shared;
+                let done = sh.exported.load(Ordering::Relaxed) + sh.failed.load(Ordering::Relaxed);
+                let unanswered = sh.queued.load(Ordering::Relaxed).saturating_sub(done);
+                if unanswered > 0 {
+                    sh.failed.fetch_add(unanswered, Ordering::Relaxed);
+                    if let Ok(mut last) = sh.last_error.lock() {
+                        *last = Some(within(grace));
+                    }
+                }
             }
         }
         (self.counts(), self.last_error())
@@ -364,12 +578,15 @@ pub struct Meters {
         crate::metrics::Instrument,
         opentelemetry::metrics::Gauge<f64>,
     )>,
-    url: String,
+    endpoint: Endpoint,
+    exit: Duration,
 }
 
 impl std::fmt::Debug for Meters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Meters").field("url", &self.url).finish()
+        f.debug_struct("Meters")
+            .field("endpoint", &self.endpoint)
+            .finish()
     }
 }
 
@@ -380,29 +597,28 @@ impl Meters {
         if disabled() {
             return Ok(None);
         }
-        let Some(url) = metrics_endpoint() else {
+        let Some(endpoint) = metrics_endpoint()? else {
             return Ok(None);
         };
         check_protocol()?;
-        Self::start(&url).map(Some)
+        Self::start(endpoint).map(Some)
     }
 
-    /// Meters sending to `url` (the whole metrics URL).
-    pub fn start(url: &str) -> Result<Self, ConfigError> {
+    /// Meters sending to `endpoint`.
+    pub fn start(endpoint: Endpoint) -> Result<Self, ConfigError> {
         use opentelemetry::metrics::MeterProvider as _;
         use opentelemetry_otlp::WithHttpConfig as _;
 
         use crate::metrics::{Instrument, Shape};
-        let _ = url
-            .parse::<reqwest::Url>()
-            .map_err(|e| ConfigError(format!("OTLP metrics endpoint `{url}` is not a URL: {e}")))?;
+        let url = endpoint.url.as_str();
         let _ = rustls::crypto::ring::default_provider().install_default();
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|e| ConfigError(format!("the metrics exporter needs a Tokio runtime: {e}")))?;
         let timeout = number(
             "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
-            number("OTEL_EXPORTER_OTLP_TIMEOUT", 10_000)?,
+            number("OTEL_EXPORTER_OTLP_TIMEOUT", TIMEOUT_MS)?,
         )?;
+        let exit = exit_timeout()?;
         let interval = number("OTEL_METRIC_EXPORT_INTERVAL", 60_000)?;
         let client = reqwest::Client::builder()
             .timeout(Duration::from_millis(timeout))
@@ -415,7 +631,7 @@ impl Meters {
             .with_endpoint(url)
             .with_timeout(Duration::from_millis(timeout))
             .build()
-            .map_err(|e| ConfigError(format!("OTLP metrics exporter to {url}: {e}")))?;
+            .map_err(|e| ConfigError(format!("OTLP metrics exporter to {endpoint}: {e}")))?;
         let reader = opentelemetry_sdk::metrics::PeriodicReader::builder(exporter)
             .with_interval(Duration::from_millis(interval))
             .build();
@@ -466,13 +682,19 @@ impl Meters {
             histograms,
             counters,
             gauges,
-            url: url.to_owned(),
+            endpoint,
+            exit,
         })
     }
 
     /// The metrics URL.
     pub fn url(&self) -> &str {
-        &self.url
+        &self.endpoint.url
+    }
+
+    /// The endpoint, with the variable that gave it.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 
     /// Records points (in memory: the reader sends them later, never on the run's path).
@@ -493,30 +715,68 @@ impl Meters {
         }
     }
 
-    /// Sends what was recorded and stops; the error when the last send failed.
+    /// Sends what was recorded and stops, waiting at most `WEFT_OTLP_EXIT_TIMEOUT` (and never
+    /// more than the SDK's own 5 s); the error when the last send failed or was not answered.
     pub async fn finish(&self) -> Option<String> {
         let provider = self.provider.clone();
-        match tokio::task::spawn_blocking(move || provider.shutdown()).await {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e.to_string()),
-            Err(e) => Some(e.to_string()),
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // A thread of its own, not the runtime's blocking pool: one left waiting for a
+        // collector that does not answer must not hold the process's end.
+        let spawned = std::thread::Builder::new()
+            .name("weft-metrics-end".into())
+            .spawn(move || {
+                let _ = tx.send(provider.shutdown());
+            });
+        if let Err(e) = spawned {
+            return Some(format!("cannot send the last metrics: {e}"));
+        }
+        match tokio::time::timeout(self.exit, rx).await {
+            Ok(Ok(Ok(()))) => None,
+            Ok(Ok(Err(opentelemetry_sdk::error::OTelSdkError::Timeout(_)))) => {
+                Some(within(self.exit.min(SDK_SHUTDOWN)))
+            }
+            Ok(Ok(Err(e))) => Some(e.to_string()),
+            Ok(Err(_)) => Some("the metrics exporter stopped".to_owned()),
+            Err(_) => Some(within(self.exit)),
         }
     }
 }
 
-async fn send(exporter: &opentelemetry_otlp::SpanExporter, sh: &Shared, batch: Vec<Span>) {
-    let n = batch.len() as u64;
-    let data = batch.into_iter().map(span_data).collect();
-    match exporter.export(data).await {
-        Ok(()) => {
-            sh.exported.fetch_add(n, Ordering::Relaxed);
-        }
-        Err(e) => {
+/// Sends a batch's spans; once the collector acknowledged them, hands over the marks of the
+/// sessions that lost no span in this process.
+async fn send(exporter: &opentelemetry_otlp::SpanExporter, sh: &Shared, batch: Batch) {
+    let Batch { spans, of, marks } = batch;
+    let n = spans.len() as u64;
+    if n > 0 {
+        let data = spans.into_iter().map(span_data).collect();
+        if let Err(e) = exporter.export(data).await {
             sh.failed.fetch_add(n, Ordering::Relaxed);
             if let Ok(mut last) = sh.last_error.lock() {
                 *last = Some(e.to_string());
             }
+            for s in of {
+                sh.spoil(s);
+            }
+            return;
         }
+        sh.exported.fetch_add(n, Ordering::Relaxed);
+    }
+    if marks.is_empty() {
+        return;
+    }
+    let Some(ack) = sh.ack.get() else {
+        return;
+    };
+    let acked: Vec<(String, u64)> = match sh.spoiled.lock() {
+        Ok(spoiled) => marks
+            .into_iter()
+            .filter(|(s, _)| !spoiled.contains(s))
+            .map(|(s, seq)| (s.to_string(), seq))
+            .collect(),
+        Err(_) => return,
+    };
+    if !acked.is_empty() {
+        ack(acked);
     }
 }
 
@@ -666,6 +926,180 @@ mod tests {
         );
     }
 
+    fn at(url: &str) -> Endpoint {
+        Endpoint {
+            url: url.to_owned(),
+            source: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        }
+    }
+
+    #[test]
+    fn an_endpoint_that_is_not_http_is_refused_naming_its_variable() {
+        let var = "OTEL_EXPORTER_OTLP_ENDPOINT";
+        let e = Endpoint::checked(
+            var,
+            "ftp://127.0.0.1:4318",
+            traces_url("ftp://127.0.0.1:4318"),
+        )
+        .map(|_| ())
+        .unwrap_err()
+        .0;
+        assert!(
+            e.starts_with("OTEL_EXPORTER_OTLP_ENDPOINT=ftp://127.0.0.1:4318:"),
+            "{e}"
+        );
+        assert!(e.contains("scheme `ftp`") && e.contains("http://"), "{e}");
+        // No scheme at all reads as a scheme `localhost`.
+        let e = Endpoint::checked("--otlp", "localhost:4318", traces_url("localhost:4318"))
+            .map(|_| ())
+            .unwrap_err()
+            .0;
+        assert!(e.starts_with("--otlp=localhost:4318:"), "{e}");
+        let e = Endpoint::checked(var, "not a url", traces_url("not a url"))
+            .map(|_| ())
+            .unwrap_err()
+            .0;
+        assert!(
+            e.starts_with("OTEL_EXPORTER_OTLP_ENDPOINT=not a url: not a URL"),
+            "{e}"
+        );
+        let ok = Endpoint::checked(var, "https://h:4318/", traces_url("https://h:4318/"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ok.url, "https://h:4318/v1/traces");
+        assert_eq!(
+            ok.to_string(),
+            "https://h:4318/v1/traces (OTEL_EXPORTER_OTLP_ENDPOINT)"
+        );
+    }
+
+    /// A collector on loopback that accepts connections and never answers; its address.
+    async fn silent_collector() -> (String, tokio::task::JoinHandle<()>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let addr = l.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((c, _)) = l.accept().await {
+                held.push(c);
+            }
+        });
+        (format!("http://{addr}/v1/traces"), task)
+    }
+
+    /// A collector on loopback that answers every request with `status` and an empty body.
+    async fn answering_collector(status: u16) -> (String, tokio::task::JoinHandle<()>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let addr = l.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let task = tokio::spawn(async move {
+            while let Ok((mut c, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        let Ok(n) = c.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&buf).to_lowercase();
+                        let Some(end) = text.find("\r\n\r\n") else {
+                            continue;
+                        };
+                        let len = text[..end]
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if buf.len() < end + 4 + len {
+                            continue;
+                        }
+                        buf.drain(..end + 4 + len);
+                        let reply = format!(
+                            "HTTP/1.1 {status} X\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n"
+                        );
+                        if c.write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (format!("http://{addr}/v1/traces"), task)
+    }
+
+    /// A collector that accepts and never answers costs the end of the process no more than
+    /// its grace, and the spans it never acknowledged are counted as lost, the wait named.
+    #[tokio::test]
+    async fn a_collector_that_never_answers_costs_the_grace_and_its_spans_are_reported_lost() {
+        let (url, collector) = silent_collector().await;
+        let ex = Exporter::start(at(&url)).unwrap_or_else(|e| panic!("{e}"));
+        ex.send((1..=7).map(span).collect());
+        let start = std::time::Instant::now();
+        let (counts, err) = ex.finish(Duration::from_millis(300)).await;
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(counts.exported, 0);
+        assert_eq!(counts.failed, 7);
+        assert_eq!(
+            err.as_deref(),
+            Some("the collector did not answer within 300 ms (WEFT_OTLP_EXIT_TIMEOUT)")
+        );
+        collector.abort();
+    }
+
+    /// A session's mark is acknowledged once its spans were, and never after one of them was
+    /// lost (the next process sends them again from the mark before).
+    #[tokio::test]
+    async fn a_mark_is_acknowledged_after_its_spans_and_not_after_a_lost_one() {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let ack = {
+            let got = got.clone();
+            Arc::new(move |m: Vec<(String, u64)>| {
+                if let Ok(mut g) = got.lock() {
+                    g.extend(m);
+                }
+            }) as Ack
+        };
+        let (url, ok) = answering_collector(200).await;
+        let ex = Exporter::start(at(&url)).unwrap_or_else(|e| panic!("{e}"));
+        ex.on_ack(ack.clone());
+        ex.send_of("a", 3, vec![span(1), span(2)]);
+        ex.send_of("b", 9, vec![span(3)]);
+        ex.send_of("a", 5, vec![span(4)]);
+        let (counts, err) = ex.finish(Duration::from_secs(20)).await;
+        assert_eq!((counts.exported, counts.failed), (4, 0), "{err:?}");
+        let marks = got.lock().map(|g| g.clone()).unwrap_or_default();
+        assert_eq!(
+            marks,
+            vec![("a".into(), 3), ("b".into(), 9), ("a".into(), 5)]
+        );
+        ok.abort();
+
+        let got_bad = Arc::new(Mutex::new(Vec::<(String, u64)>::new()));
+        let (url, bad) = answering_collector(500).await;
+        let ex = Exporter::start(at(&url)).unwrap_or_else(|e| panic!("{e}"));
+        let g = got_bad.clone();
+        ex.on_ack(Arc::new(move |m| {
+            if let Ok(mut g) = g.lock() {
+                g.extend(m);
+            }
+        }));
+        ex.send_of("a", 3, vec![span(1)]);
+        let (counts, _) = ex.finish(Duration::from_secs(20)).await;
+        assert_eq!(counts.failed, 1);
+        assert!(got_bad.lock().map(|g| g.is_empty()).unwrap_or(false));
+        bad.abort();
+    }
+
     fn span(n: u8) -> Span {
         Span {
             trace_id: [1; 16],
@@ -687,7 +1121,7 @@ mod tests {
     /// span is accounted for (sent, dropped, or lost to the collector that is down).
     #[tokio::test]
     async fn a_full_queue_drops_spans_and_counts_them() {
-        let ex = Exporter::start_queued("http://127.0.0.1:9/v1/traces", 4)
+        let ex = Exporter::start_queued(at("http://127.0.0.1:9/v1/traces"), 4)
             .unwrap_or_else(|e| panic!("{e}"));
         // On this thread the exporter's task cannot run between the sends: the queue fills.
         ex.send((0..100).map(span).collect());
@@ -700,7 +1134,8 @@ mod tests {
     #[tokio::test]
     async fn a_collector_that_is_down_costs_the_spans_and_says_so_without_failing() {
         // Nothing listens on port 9 of loopback (discard, never served here).
-        let ex = Exporter::start("http://127.0.0.1:9/v1/traces").unwrap_or_else(|e| panic!("{e}"));
+        let ex =
+            Exporter::start(at("http://127.0.0.1:9/v1/traces")).unwrap_or_else(|e| panic!("{e}"));
         let spans = crate::Deriver::derive(
             "s",
             crate::Options::default(),

@@ -538,10 +538,9 @@ fn main() -> ExitCode {
             () = signals::signal() => None,
         }
     });
-    // What is queued for the collector is sent (a collector that is down costs a few seconds
-    // at most, and is reported).
-    let grace = std::time::Duration::from_secs(if result.is_some() { 5 } else { 1 });
-    rt.block_on(telemetry.finish(grace, shutdown.session().as_deref()));
+    // What is queued for the collector is sent (a collector that is down or does not answer
+    // costs `WEFT_OTLP_EXIT_TIMEOUT`, 1 s, at most, and is reported).
+    rt.block_on(telemetry.finish(shutdown.session().as_deref()));
     // Everything the command needed is done and stored. Work left on a blocking thread (a
     // template that ran past its time) is not waited for.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));

@@ -16,6 +16,10 @@ pub async fn trace<S: Store>(
     json: bool,
     out: &mut impl std::io::Write,
 ) -> Result<u8> {
+    if !json {
+        // A mistake in the endpoint is said before the session is read.
+        export::endpoint(otlp)?;
+    }
     let (_, events) = store.load(id).await?;
     let spans = Deriver::derive(id, options(store, id, None, None).await, &events);
     if json {
@@ -34,7 +38,7 @@ pub async fn trace<S: Store>(
             "no OTLP endpoint: give --otlp URL or set OTEL_EXPORTER_OTLP_ENDPOINT (or use --json)"
         )
     })?;
-    let url = exporter.url().to_owned();
+    let url = exporter.endpoint().to_string();
     let n = spans.len();
     let trace = spans
         .first()

@@ -982,6 +982,24 @@ async fn set_metadata_replaces_it<S: Store>(st: &Arc<S>) {
     ));
 }
 
+/// A session's export mark starts at 0, moves forward only, is written for several sessions at
+/// once, passes over a session that is gone, and goes with its session.
+async fn export_marks_move_forward_only<S: Store>(st: &Arc<S>) {
+    st.create(new_session("x1", None), 10).await.unwrap();
+    st.create(new_session("x2", None), 10).await.unwrap();
+    assert_eq!(st.exported_through("x1").await.unwrap(), 0);
+    st.set_exported_through(&[("x1".into(), 5), ("x2".into(), 3), ("gone".into(), 9)])
+        .await
+        .unwrap();
+    st.set_exported_through(&[("x1".into(), 4)]).await.unwrap();
+    assert_eq!(st.exported_through("x1").await.unwrap(), 5);
+    assert_eq!(st.exported_through("x2").await.unwrap(), 3);
+    assert_eq!(st.exported_through("gone").await.unwrap(), 0);
+    st.delete("x1").await.unwrap();
+    st.create(new_session("x1", None), 20).await.unwrap();
+    assert_eq!(st.exported_through("x1").await.unwrap(), 0);
+}
+
 /// A session made without an agent is named by `name_agent`, once: a named one keeps its name.
 async fn name_agent_names_a_session_without_one<S: Store>(st: &Arc<S>) {
     let mut s = new_session("empty", None);
@@ -1150,6 +1168,7 @@ suite!(
     memories_are_listed_per_shelf,
     delete_removes_a_session_and_its_lease,
     set_metadata_replaces_it,
+    export_marks_move_forward_only,
     name_agent_names_a_session_without_one,
     entries_are_found_by_source,
 );

@@ -43,13 +43,18 @@ fn workdir(test: &str) -> (tempfile::TempDir, String) {
 }
 
 fn weft(dir: &Path, service: &str) -> Command {
+    weft_to(dir, service, &endpoint())
+}
+
+/// `weft` in `dir`'s copy of the examples, exporting to `collector` as `service`.
+fn weft_to(dir: &Path, service: &str, collector: &str) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
     c.current_dir(dir.join("examples"))
         .arg("--db")
         .arg(dir.join("w.db"))
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .env_remove("OTEL_SDK_DISABLED")
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", collector)
         .env("OTEL_SERVICE_NAME", service)
         .stdin(Stdio::null());
     c
@@ -270,11 +275,16 @@ fn needs_otel_a_plan_run_exports_live_the_spans_sessions_trace_gives() {
     assert_eq!(ids, spans.iter().map(|s| s.id.clone()).collect());
 }
 
+/// A run SIGKILLed before it exported anything (its spans wait a minute for a batch) and
+/// resumed: the resuming process sends what the killed one never had acknowledged (the
+/// session's export mark is still at 0), so the collector holds the whole trace, each span
+/// once, without `weft sessions trace`.
 #[test]
-fn needs_otel_a_killed_and_resumed_session_is_one_trace_without_a_span_twice() {
+fn needs_otel_a_session_killed_before_its_export_is_whole_at_the_collector_once_resumed() {
     let (dir, id) = workdir("resume");
     let live = format!("weft-live-{id}");
     let mut child = weft(dir.path(), &live)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
         .args([
             "run",
             "tutorial/outing-plan.yaml",
@@ -309,6 +319,15 @@ fn needs_otel_a_killed_and_resumed_session_is_one_trace_without_a_span_twice() {
         .args(["-9", &child.id().to_string()])
         .status();
     let _ = child.wait();
+    let before_resume = derived(dir.path(), &id);
+    assert!(
+        !before_resume.is_empty(),
+        "the killed run closed no span before it died"
+    );
+    assert!(
+        seen().remove(&live).unwrap_or_default().is_empty(),
+        "the killed run exported before it died"
+    );
     let out = weft(dir.path(), &live)
         .args(["resume", &id])
         .output()
@@ -319,18 +338,8 @@ fn needs_otel_a_killed_and_resumed_session_is_one_trace_without_a_span_twice() {
         String::from_utf8_lossy(&out.stderr)
     );
     let want = derived(dir.path(), &id);
-    // Whatever the killed process had not sent yet is lost to the live export (`weft sessions
-    // trace` sends it); what was sent is never sent twice, and all of it is one trace.
-    let resumed_turn_at = Instant::now();
-    let spans = loop {
-        let s = spans_of(&live, 1);
-        if s.iter().any(|x| x.name == "invoke_agent outing-planner")
-            || resumed_turn_at.elapsed() > Duration::from_secs(30)
-        {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let spans = spans_of(&live, want.len());
+    // The whole trace, each span once: those closed before the kill too.
     let mut count: HashMap<&str, usize> = HashMap::new();
     for s in &spans {
         *count.entry(s.id.as_str()).or_default() += 1;
@@ -343,11 +352,12 @@ fn needs_otel_a_killed_and_resumed_session_is_one_trace_without_a_span_twice() {
         .iter()
         .map(|s| s["span_id"].as_str().unwrap())
         .collect();
+    assert_eq!(
+        count.keys().copied().collect::<HashSet<&str>>(),
+        want_ids,
+        "the collector's trace has holes: {spans:#?}"
+    );
     for s in &spans {
-        assert!(
-            want_ids.contains(s.id.as_str()),
-            "{s:?} is not in the session's trace"
-        );
         assert_eq!(s.trace, want[0]["trace_id"].as_str().unwrap());
     }
     // The turn began in the killed process and ended in the resumed one: it is one span.
@@ -359,6 +369,145 @@ fn needs_otel_a_killed_and_resumed_session_is_one_trace_without_a_span_twice() {
     assert_eq!(
         parent(&spans, parent(&spans, parent(&spans, movie))).id,
         turn.id
+    );
+}
+
+/// A collector on loopback that accepts connections and never answers (held until the test
+/// ends); its base URL.
+fn silent_collector() -> (String, std::thread::JoinHandle<()>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let held = std::thread::spawn(move || {
+        let mut conns = Vec::new();
+        l.set_nonblocking(true).unwrap();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(40) {
+            match l.accept() {
+                Ok((c, _)) => conns.push(c),
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    });
+    (url, held)
+}
+
+/// `weft run` of the tutorial's plan exporting to `collector`, with `env`: its stderr (the
+/// session's id as `ID`) and how long it took.
+fn run_against(collector: &str, env: &[(&str, &str)]) -> (String, Duration) {
+    let (dir, id) = workdir("hang");
+    run_in(dir.path(), &id, collector, env)
+}
+
+/// [`run_against`] in `dir`, as session `id`.
+fn run_in(dir: &Path, id: &str, collector: &str, env: &[(&str, &str)]) -> (String, Duration) {
+    let start = Instant::now();
+    let out = weft_to(dir, "weft-hang", collector)
+        .envs(env.iter().copied())
+        .args([
+            "run",
+            "tutorial/outing-plan.yaml",
+            "What should I do today?",
+            "--input",
+            r#"{"city": "Oslo"}"#,
+            "--id",
+            id,
+        ])
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    (err.replace(id, "ID"), took)
+}
+
+/// A collector that accepts the connection and never answers costs the end of a run at most
+/// `WEFT_OTLP_EXIT_TIMEOUT` (1 s), spans and metrics together, not the request's 10 s.
+#[test]
+fn a_collector_that_never_answers_delays_the_end_of_a_run_by_the_exit_timeout_at_most() {
+    let (collector, held) = silent_collector();
+    let (_, took) = run_against(&collector, &[]);
+    assert!(took < Duration::from_secs(4), "the run took {took:?}");
+    let (err, took) = run_against(&collector, &[("WEFT_OTLP_EXIT_TIMEOUT", "200")]);
+    assert!(took < Duration::from_secs(3), "the run took {took:?}");
+    assert!(
+        err.contains("within 200 ms (WEFT_OTLP_EXIT_TIMEOUT)"),
+        "{err}"
+    );
+    let (err, _) = run_against(&collector, &[("WEFT_OTLP_EXIT_TIMEOUT", "soon")]);
+    assert!(
+        err.contains("WEFT_OTLP_EXIT_TIMEOUT=soon: not a positive whole number"),
+        "{err}"
+    );
+    drop(held);
+}
+
+/// The spans a collector that never answers did not take are reported when the run ends, as
+/// those of a collector that is down are: how many, the endpoint and its variable, the wait,
+/// and the command that sends them again.
+#[test]
+fn the_spans_a_silent_collector_never_took_are_reported_lost() {
+    let (collector, held) = silent_collector();
+    let (err, _) = run_against(&collector, &[]);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("telemetry: ") && l.contains("spans exported"))
+        .unwrap_or_else(|| panic!("no report of the spans: {err}"));
+    assert!(
+        line.starts_with(&format!(
+            "telemetry: 0 spans exported to {collector}/v1/traces (OTEL_EXPORTER_OTLP_ENDPOINT), 0 dropped (queue full), "
+        )),
+        "{line}"
+    );
+    assert!(
+        line.contains(" lost (the collector did not answer within 1000 ms (WEFT_OTLP_EXIT_TIMEOUT)); `weft sessions trace ID` exports them again"),
+        "{line}"
+    );
+    assert!(!line.contains(" 0 lost"), "{line}");
+    assert!(
+        err.contains(&format!(
+            "telemetry: metrics not all exported to {collector}/v1/metrics (OTEL_EXPORTER_OTLP_ENDPOINT): the collector did not answer within 1000 ms"
+        )),
+        "{err}"
+    );
+    drop(held);
+}
+
+/// An endpoint that is not an `http` or `https` URL is refused when the process starts, naming
+/// the variable (or `--otlp`) and the scheme, not reported later as a network error.
+#[test]
+fn an_endpoint_with_another_scheme_is_refused_naming_its_variable() {
+    let (err, _) = run_against("ftp://127.0.0.1:4318", &[]);
+    assert!(
+        err.contains("telemetry: spans not exported: OTEL_EXPORTER_OTLP_ENDPOINT=ftp://127.0.0.1:4318: the scheme `ftp` is not one OTLP over HTTP uses"),
+        "{err}"
+    );
+    assert!(
+        err.contains("telemetry: metrics not exported: OTEL_EXPORTER_OTLP_ENDPOINT=ftp://127.0.0.1:4318: the scheme `ftp`"),
+        "{err}"
+    );
+    assert!(!err.contains("network error"), "{err}");
+    let (err, _) = run_against(
+        "http://127.0.0.1:9",
+        &[(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "localhost:4318/v1/traces",
+        )],
+    );
+    assert!(
+        err.contains("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=localhost:4318/v1/traces: the scheme"),
+        "{err}"
+    );
+    let (dir, id) = workdir("scheme");
+    run_in(dir.path(), &id, "ftp://127.0.0.1:4318", &[]);
+    let out = weft_to(dir.path(), "unused", "http://127.0.0.1:9")
+        .args(["sessions", "trace", &id, "--otlp", "ftp://127.0.0.1:4318"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--otlp=ftp://127.0.0.1:4318: the scheme `ftp`"),
+        "{err}"
     );
 }
 
@@ -713,6 +862,8 @@ fn needs_otel_a_run_taken_over_by_another_server_is_one_trace_without_a_span_twi
     // The model's first reply (its span closed) reached the collector from the first server.
     let sent = spans_of(&first, 1);
     assert_eq!(sent.len(), 1, "{sent:#?}");
+    // And its acknowledgement was kept with the session (else the next process sends it again).
+    wait_for_mark(&dir.join("serve.db"), &id);
     let mut server = server;
     let _ = Command::new("kill")
         .args(["-KILL", &server.id().to_string()])
@@ -737,6 +888,31 @@ fn needs_otel_a_run_taken_over_by_another_server_is_one_trace_without_a_span_twi
         metrics.contains("weft_lease_takeovers_total{} 1.0"),
         "{metrics}"
     );
+}
+
+/// Waits until session `id`'s export mark in the SQLite store `db` has moved from 0: the
+/// collector acknowledged some of its spans and the exporting process kept that.
+fn wait_for_mark(db: &Path, id: &str) {
+    let start = Instant::now();
+    loop {
+        let mark: i64 = rusqlite::Connection::open(db)
+            .and_then(|c| {
+                c.query_row(
+                    "SELECT exported_seq FROM sessions WHERE id = ?1",
+                    [id],
+                    |r| r.get(0),
+                )
+            })
+            .unwrap_or(0);
+        if mark > 0 {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "session {id}'s export mark never moved"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The spans `weft sessions trace` derives from session `id` once its turn has ended, waiting
@@ -969,6 +1145,8 @@ fn needs_otel_a_session_taken_over_by_another_worker_is_one_trace_without_a_span
     // The model's first reply (its span closed) reached the collector from the first worker.
     let sent = spans_of(&first, 1);
     assert_eq!(sent.len(), 1, "{sent:#?}");
+    // And its acknowledgement was kept with the session (else the next process sends it again).
+    wait_for_mark(&dir.join("serve.db"), &id);
     let _ = Command::new("kill")
         .args(["-KILL", &a.id().to_string()])
         .status();
