@@ -280,9 +280,7 @@ async fn run(cli: Cli) -> Result<()> {
         w => one(runs, w, kind, tool).await?,
     }
     if telemetry.on() {
-        telemetry
-            .finish(std::time::Duration::from_secs(5), None)
-            .await;
+        telemetry.finish(None).await;
         let c = telemetry.counts();
         eprintln!(
             "telemetry: {} spans exported, {} dropped (queue full), {} lost",
