@@ -6,7 +6,7 @@
 //! before this process, and a gap (events another path of this process committed). What
 //! another process commits is exported by that process, up to what the collector acknowledged:
 //! each session keeps an export mark in the store (`SessionLog::exported_through`), moved
-//! forward as the collector acknowledges its spans ([`Marks`]), and the process that drives it
+//! forward as the collector acknowledges its spans (`Marks`), and the process that drives it
 //! next sends the spans closed after the mark (a process killed before its export, or whose
 //! collector was away, leaves no hole in the trace).
 
@@ -583,7 +583,7 @@ impl Live {
         })
     }
 
-    /// An observer of the session's own events (give it to [`weft_runtime::Runtime::observe_own`]:
+    /// An observer of the session's own events (give it to [`weft_runtime::Runtime::builder`] as its telemetry:
     /// it must not see a sub-agent's) that hands the committed events over to the export and
     /// wakes it, times the first piece of text of each model call, and names the turn in the
     /// logs' context as it starts (its ids are derived as the spans' are).

@@ -2,10 +2,10 @@
 //! and the events after it, or, when there is no usable snapshot, by folding its whole log.
 //!
 //! A snapshot is written with an append, in its transaction ([`weft_store::SessionLog::
-//! append_with_snapshot`]), once [`DEFAULT_EVERY`] events (or [`crate::Runtime::snapshot_every`])
+//! append_with_snapshot`]), once [`DEFAULT_EVERY`] events (or [`crate::RuntimeBuilder::snapshot_every`])
 //! have been appended since the last one, and later when the state is large: never more often
 //! than once per [`HEAD_BYTES_PER_EVENT`] bytes of the last head (or
-//! [`crate::Runtime::snapshot_head_bytes`]), so that writing heads costs at
+//! [`crate::RuntimeBuilder::snapshot_head_bytes`]), so that writing heads costs at
 //! most about a quarter of what writing the events does (an event is some 250 bytes). The
 //! conversation goes into parts that are written once (see [`weft_core::snapshot`]). A load
 //! therefore folds at most about that many events after decoding the snapshot: about four heads'
