@@ -9,7 +9,7 @@ use serde_json::json;
 use weft_core::Event;
 use weft_core::agent::AgentSpec;
 use weft_model::{ScriptedModel, ScriptedReply};
-use weft_runtime::{Agent, ManualClock, Runtime, SessionInfo};
+use weft_runtime::{Agent, ManualClock, SessionInfo};
 use weft_store::{RamStore, SessionLog};
 
 use crate::support as common;
@@ -42,15 +42,9 @@ async fn a_wall_time_limit_stops_the_run_before_the_first_call_past_it() {
     let clock = ManualClock::starting_at(1_700_000_000_000);
     let a = agent("{ run: { wall_time_secs: 60 } }", &clock);
     let store = Arc::new(RamStore::new());
-    let rt = Runtime::builder(
-        store.clone(),
-        a.tools.clone(),
-        a.config.limits.clone(),
-        None,
-        None,
-    )
-    .clock(clock.clone())
-    .build();
+    let rt = crate::agents::runtime_of(&store, &a)
+        .clock(clock.clone())
+        .build();
     let session = rt
         .run_agent(&a, SessionInfo::default(), "Wait a while.", json!({}))
         .await

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use weft_core::agent::AgentSpec;
 use weft_core::{SessionStatus, State, StepStatus};
 use weft_model::{Purpose, ScriptedModel};
-use weft_runtime::{Agent, Runtime, SessionInfo};
+use weft_runtime::{Agent, SessionInfo};
 use weft_store::{RamStore, SqliteStore, Store};
 use weft_tools::Registry;
 
@@ -31,14 +31,7 @@ fn agent(
 }
 
 async fn reload<S: Store>(store: &Arc<S>, agent: &Agent, id: &str) -> State {
-    let rt = Runtime::builder(
-        store.clone(),
-        agent.tools.clone(),
-        agent.config.limits.clone(),
-        None,
-        None,
-    )
-    .build();
+    let rt = crate::agents::runtime_of(store, agent).build();
     let s = rt.load_session(id).await.unwrap();
     s.state
 }
@@ -82,14 +75,7 @@ async fn refund_keeps_to_its_plan<S: Store>(store: Arc<S>) {
             ),
         ],
     );
-    let rt = Runtime::builder(
-        store.clone(),
-        a.tools.clone(),
-        a.config.limits.clone(),
-        None,
-        None,
-    )
-    .build();
+    let rt = crate::agents::runtime_of(&store, &a).build();
     let input = json!({"customerId": "cust_123", "amount": 50.0});
     let s = rt
         .run_agent(&a, SessionInfo::default(), "I'd like a refund", input)
@@ -150,14 +136,7 @@ async fn missing_input_waits_and_resumes<S: Store>(store: Arc<S>) {
         ],
     );
     let id = {
-        let rt = Runtime::builder(
-            store.clone(),
-            a.tools.clone(),
-            a.config.limits.clone(),
-            None,
-            None,
-        )
-        .build();
+        let rt = crate::agents::runtime_of(&store, &a).build();
         let s = rt
             .run_agent(&a, SessionInfo::default(), "refund", json!({}))
             .await
@@ -178,14 +157,7 @@ async fn missing_input_waits_and_resumes<S: Store>(store: Arc<S>) {
     );
     assert_eq!(log.count("issueRefund"), 0);
     // A new runtime, as a new process would have.
-    let rt = Runtime::builder(
-        store.clone(),
-        a.tools.clone(),
-        a.config.limits.clone(),
-        None,
-        None,
-    )
-    .build();
+    let rt = crate::agents::runtime_of(&store, &a).build();
     let mut s = rt.load_session(&id).await.unwrap();
     rt.reply(&a, &mut s, "50").await.unwrap();
     drop(s);
@@ -231,14 +203,7 @@ async fn trip_is_replanned<S: Store>(store: Arc<S>) {
             (Purpose::Respond, vec![t("Booked LH123 and Paws Inn.")]),
         ],
     );
-    let rt = Runtime::builder(
-        store.clone(),
-        a.tools.clone(),
-        a.config.limits.clone(),
-        None,
-        None,
-    )
-    .build();
+    let rt = crate::agents::runtime_of(&store, &a).build();
     let s = rt
         .run_agent(
             &a,
@@ -289,14 +254,7 @@ async fn react_runs_calls_concurrently<S: Store>(store: Arc<S>) {
             ],
         )],
     );
-    let rt = Runtime::builder(
-        store.clone(),
-        a.tools.clone(),
-        a.config.limits.clone(),
-        None,
-        None,
-    )
-    .build();
+    let rt = crate::agents::runtime_of(&store, &a).build();
     let s = rt
         .run_agent(&a, SessionInfo::default(), "sun?", Value::Null)
         .await
@@ -356,14 +314,7 @@ async fn long_conversation_is_compacted<S: Store>(store: Arc<S>) {
         &json!({}),
     )
     .unwrap();
-    let rt = Runtime::builder(
-        store.clone(),
-        a.tools.clone(),
-        a.config.limits.clone(),
-        None,
-        None,
-    )
-    .build();
+    let rt = crate::agents::runtime_of(&store, &a).build();
     let s = rt
         .run_agent(&a, SessionInfo::default(), "echo the notes", Value::Null)
         .await

@@ -46,13 +46,7 @@ fn runtime<S: Store>(store: &Arc<S>, a: &Agent) -> Runtime<S> {
 }
 
 fn builder<S: Store>(store: &Arc<S>, a: &Agent) -> weft_runtime::RuntimeBuilder<S> {
-    Runtime::builder(
-        store.clone(),
-        a.tools.clone(),
-        a.config.limits.clone(),
-        None,
-        None,
-    )
+    crate::agents::runtime_of(store, a)
 }
 
 async fn remember<S: Store>(store: &Arc<S>, shelf: &Shelf, text: &str) -> i64 {

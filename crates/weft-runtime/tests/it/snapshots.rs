@@ -119,16 +119,10 @@ async fn a_waiting_session_continues_from_its_snapshot<S: Store>(store: Arc<S>) 
             (Purpose::Respond, vec![t("Refunded 20.")]),
         ],
     );
-    let rt = Runtime::builder(
-        store.clone(),
-        a.tools.clone(),
-        a.config.limits.clone(),
-        None,
-        None,
-    )
-    .snapshot_every(1)
-    .snapshot_head_bytes(0)
-    .build();
+    let rt = crate::agents::runtime_of(&store, &a)
+        .snapshot_every(1)
+        .snapshot_head_bytes(0)
+        .build();
     let s = rt
         .run_agent(&a, SessionInfo::default(), "refund me", json!({}))
         .await
@@ -136,16 +130,10 @@ async fn a_waiting_session_continues_from_its_snapshot<S: Store>(store: Arc<S>) 
     assert_eq!(s.state.status, SessionStatus::WaitingForUser);
     let id = s.id.clone();
     drop(s);
-    let rt = Runtime::builder(
-        store.clone(),
-        a.tools.clone(),
-        a.config.limits.clone(),
-        None,
-        None,
-    )
-    .snapshot_every(1)
-    .snapshot_head_bytes(0)
-    .build();
+    let rt = crate::agents::runtime_of(&store, &a)
+        .snapshot_every(1)
+        .snapshot_head_bytes(0)
+        .build();
     let loaded = load_state(store.as_ref(), &id).await.unwrap();
     assert!(loaded.snapshot.is_some(), "{loaded:?}");
     let mut s = rt.load_session(&id).await.unwrap();
@@ -172,16 +160,10 @@ async fn unusable_snapshots_are_passed_over<S: Store>(store: Arc<S>) {
         vec![echo],
         vec![(Purpose::React, vec![call, t("done"), t("again")])],
     );
-    let rt = Runtime::builder(
-        store.clone(),
-        a.tools.clone(),
-        a.config.limits.clone(),
-        None,
-        None,
-    )
-    .snapshot_every(4)
-    .snapshot_head_bytes(0)
-    .build();
+    let rt = crate::agents::runtime_of(&store, &a)
+        .snapshot_every(4)
+        .snapshot_head_bytes(0)
+        .build();
     let s = rt
         .run_agent(&a, SessionInfo::default(), "go", Value::Null)
         .await
@@ -263,16 +245,10 @@ async fn a_compacted_session_loads_its_window<S: Store>(store: Arc<S>) {
             (Purpose::Compact, vec![summary]),
         ],
     );
-    let rt = Runtime::builder(
-        store.clone(),
-        a.tools.clone(),
-        a.config.limits.clone(),
-        None,
-        None,
-    )
-    .snapshot_every(8)
-    .snapshot_head_bytes(0)
-    .build();
+    let rt = crate::agents::runtime_of(&store, &a)
+        .snapshot_every(8)
+        .snapshot_head_bytes(0)
+        .build();
     let s = rt
         .run_agent(&a, SessionInfo::default(), "echo", Value::Null)
         .await

@@ -57,13 +57,7 @@ fn runtime<S: Store>(store: &Arc<S>, agent: &Agent) -> Runtime<S> {
 }
 
 fn builder<S: Store>(store: &Arc<S>, agent: &Agent) -> weft_runtime::RuntimeBuilder<S> {
-    Runtime::builder(
-        store.clone(),
-        agent.tools.clone(),
-        agent.config.limits.clone(),
-        None,
-        None,
-    )
+    crate::agents::runtime_of(store, agent)
 }
 
 /// What a session did, read back from its stored log.

@@ -17,7 +17,7 @@ use weft_core::agent::AgentSpec;
 use weft_core::model::{Message, ModelReply, ModelRequest, Purpose};
 use weft_core::{Event, State, ToolError, ToolInfo};
 use weft_model::{DeltaSink, Model, ModelError, ScriptedModel, ScriptedReply, SharedModel};
-use weft_runtime::{Agent, Runtime, Session, SessionInfo};
+use weft_runtime::{Agent, Runtime, RuntimeBuilder, Session, SessionInfo};
 use weft_store::{RamStore, SessionLog, Store};
 use weft_tools::{Registry, Tool, ToolContext};
 
@@ -578,4 +578,16 @@ pub async fn react_tool_results<S: Store>(
             _ => None,
         })
         .collect()
+}
+
+/// A runtime for `agent`'s tools and limits on `store`, with no user and no telemetry (what a
+/// test that plays a process of its own builds).
+pub fn runtime_of<S: Store>(store: &Arc<S>, agent: &Agent) -> RuntimeBuilder<S> {
+    Runtime::builder(
+        store.clone(),
+        agent.tools.clone(),
+        agent.config.limits.clone(),
+        None,
+        None,
+    )
 }
