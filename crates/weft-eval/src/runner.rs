@@ -12,10 +12,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use weft_core::SessionStatus;
-use weft_host::drive::AgentFile;
+use weft_host::drive::{AgentFile, Watchers};
+use weft_host::hosted::Hosted;
 use weft_host::{Host, load, ownership};
 use weft_model::SharedModel;
-use weft_runtime::{Agent, Runtime, SessionInfo};
+use weft_runtime::{Agent, SessionInfo};
 use weft_store::{Store, StoreError};
 
 use crate::EvalError;
@@ -78,6 +79,12 @@ impl<S: Store> Runner<S> {
         run_id: String,
     ) -> Self {
         let judge = judge.or_else(|| agent.spec.model.is_some().then(|| agent.model.clone()));
+        // An evaluation's sessions are not exported live: `weft sessions trace` exports one
+        // when wanted.
+        let host = Host {
+            telemetry: weft_host::telemetry::Telemetry::default(),
+            ..host
+        };
         Self {
             host,
             store,
@@ -277,18 +284,17 @@ impl<S: Store> Runner<S> {
         })?;
         let held = ownership::take(&self.host, self.store.clone(), id, false).await?;
         let user = case.user.clone().or_else(|| self.user.clone());
-        // A case is held to its user's quota as any run of theirs is; its spans are exported
-        // with `weft sessions trace` when wanted (an eval's runs are not live telemetry).
-        let rt = held
-            .bind(Runtime::builder(
-                self.store.clone(),
-                self.agent.tools.clone(),
-                self.agent.spec.limits.clone(),
-                self.host.counted_as(user.as_deref()),
-                None,
-            ))
-            .redact(self.agent.redact.clone())
-            .build();
+        // A case is held to its user's quota as any run of theirs is.
+        let hosted = Hosted::start(
+            &self.host,
+            self.store.clone(),
+            &held,
+            self.agent.setup(),
+            user.as_deref(),
+            Watchers::default(),
+        )
+        .await;
+        let rt = hosted.runtime();
         let work = async {
             let info = SessionInfo {
                 id: Some(id.to_owned()),
@@ -314,9 +320,9 @@ impl<S: Store> Runner<S> {
             }
             Ok::<_, weft_runtime::RuntimeError>(session.state)
         };
-        let state = match held.until_asked(work).await {
+        let state = match hosted.run(work).await {
             Ok(r) => r.map_err(weft_host::HostError::from),
-            Err(asked) => match ownership::stopped(&self.host, &rt, id, asked).await {
+            Err(asked) => match hosted.stopped(asked).await {
                 Ok(_) => weft_runtime::load_state(self.store.as_ref(), id)
                     .await
                     .map(|l| l.state)
@@ -324,6 +330,7 @@ impl<S: Store> Runner<S> {
                 Err(e) => Err(e),
             },
         };
+        hosted.end().await;
         held.release().await;
         let state = state?;
         // Stopped at a safe point (this process was interrupted): not scored, so that the same
@@ -354,22 +361,23 @@ impl<S: Store> Runner<S> {
             })
             .collect();
         let held = ownership::take(&self.host, self.store.clone(), id, false).await?;
-        // Recording verdicts calls no model: no quota or telemetry to hold it to.
-        let rt = held
-            .bind(Runtime::builder(
-                self.store.clone(),
-                self.agent.tools.clone(),
-                self.agent.spec.limits.clone(),
-                None,
-                None,
-            ))
-            .redact(self.agent.redact.clone())
-            .build();
+        // Recording verdicts calls no model: no quota to hold it to.
+        let hosted = Hosted::start(
+            &self.host,
+            self.store.clone(),
+            &held,
+            self.agent.setup(),
+            None,
+            Watchers::default(),
+        )
+        .await;
+        let rt = hosted.runtime();
         let done = async {
             let mut session = rt.load_session(id).await?;
             session.commit(events).await
         }
         .await;
+        hosted.end().await;
         held.release().await;
         done.map_err(|e| EvalError::Host(e.into()))
     }

@@ -10,9 +10,10 @@ use weft_core::model::Usage;
 
 use weft_core::{Event, Limits, RunStatus, State};
 use weft_model::SharedModel;
-use weft_runtime::{Agent, Observer, Runtime};
+use weft_runtime::{Agent, Observer};
 use weft_store::{SessionRecord, Store};
 
+use crate::hosted::Hosted;
 use crate::ownership::Held;
 use crate::{Host, HostError, load};
 
@@ -209,13 +210,12 @@ fn is_agent_file(path: &Path) -> bool {
         })
 }
 
-/// Who sees the events of a session being driven.
+/// Who sees the events of a session being driven (besides its live telemetry, which
+/// [`crate::hosted::Hosted`] sets up).
 #[derive(Default)]
 pub struct Watchers {
     /// Every event once it is stored: the session's and its sub-agents' sessions'.
     pub all: Vec<Observer>,
-    /// The session's live telemetry (none: telemetry is off).
-    pub telemetry: Option<Observer>,
     /// The session's own events, not its sub-agents' (see
     /// [`weft_runtime::RuntimeBuilder::observe_own`]).
     pub own: Vec<Observer>,
@@ -235,7 +235,7 @@ pub enum Ended {
 /// or the agent goes on until the session ends or waits, or another process asks to cancel or
 /// pause it. The caller releases the lease. The runtime is held to the quota of the session's
 /// user; `watchers` see its events.
-pub async fn drive<S: Store>(
+pub async fn drive<S: Store + 'static>(
     host: &Host,
     store: Arc<S>,
     held: &Held<S>,
@@ -243,27 +243,27 @@ pub async fn drive<S: Store>(
     agent: &AgentFile,
     watchers: Watchers,
 ) -> Result<Ended> {
-    let Watchers {
-        all,
-        telemetry,
-        own,
-    } = watchers;
-    let mut built = held
-        .bind(Runtime::builder(
-            store,
-            agent.tools.clone(),
-            agent.spec.limits.clone(),
-            host.counted_as(rec.user_id.as_deref()),
-            telemetry,
-        ))
-        .redact(agent.redact.clone());
-    for o in all {
-        built = built.observe(o);
-    }
-    for o in own {
-        built = built.observe_own(o);
-    }
-    let rt = built.build();
+    let hosted = Hosted::start(
+        host,
+        store,
+        held,
+        agent.setup(),
+        rec.user_id.as_deref(),
+        watchers,
+    )
+    .await;
+    let ended = continue_session(&hosted, rec, agent).await;
+    hosted.end().await;
+    ended
+}
+
+/// The work of [`drive`], on its hosted session.
+async fn continue_session<S: Store + 'static>(
+    hosted: &Hosted<'_, S>,
+    rec: &SessionRecord,
+    agent: &AgentFile,
+) -> Result<Ended> {
+    let rt = hosted.runtime();
     let mut session = rt.load_session(&rec.id).await?;
     if session.state.mode.is_some() && agent.spec.model.is_none() {
         return Err(HostError::AgentFile(format!(
@@ -298,13 +298,9 @@ pub async fn drive<S: Store>(
             }
         }
     };
-    match held.until_asked(work).await {
+    match hosted.run(work).await {
         Ok(done) => done?,
-        Err(asked) => {
-            return Ok(Ended::Stopped(
-                crate::ownership::stopped(host, &rt, &rec.id, asked).await?,
-            ));
-        }
+        Err(asked) => return Ok(Ended::Stopped(hosted.stopped(asked).await?)),
     }
     Ok(Ended::Done(session.state, before))
 }

@@ -4,6 +4,8 @@
 //!
 //! - [`ownership`]: a session's lease and its holder ([`ownership::Held`]): renewed while a
 //!   session is driven, fencing its appends, listening for cancel and pause requests;
+//! - [`hosted`]: a session this process drives, from its runtime's setup to the end of its
+//!   live telemetry: the one place every front end sets up the run it hosts;
 //! - [`drive`]: continuing a session no process drives (queued, or left by a process that
 //!   stopped) with its agent file;
 //! - [`worker`]: the workers' loop, claiming such sessions and driving many at once;
@@ -19,6 +21,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod drive;
+pub mod hosted;
 pub mod load;
 pub mod ownership;
 pub mod sessions;

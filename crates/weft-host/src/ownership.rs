@@ -360,18 +360,23 @@ async fn running_for<S: Store + ?Sized>(
 /// Cancels a session that no process runs (one that waits for a person, or was queued): takes
 /// its lease, records the cancellation (calls in flight as cancelled, the session failed) and
 /// lets it go.
-pub async fn cancel_unowned<S: Store>(host: &Host, store: Arc<S>, id: &str) -> Result<()> {
+pub async fn cancel_unowned<S: Store + 'static>(
+    host: &Host,
+    store: Arc<S>,
+    id: &str,
+) -> Result<()> {
     let held = take(host, store.clone(), id, false).await?;
-    // Recording a cancellation calls no model: no quota or telemetry to hold it to.
-    let rt = held
-        .bind(weft_runtime::Runtime::builder(
-            store.clone(),
-            Arc::new(weft_tools::Registry::new()),
-            weft_core::Limits::default(),
-            None,
-            None,
-        ))
-        .build();
+    // Recording a cancellation calls no model: no quota to hold it to.
+    let hosted = crate::hosted::Hosted::start(
+        host,
+        store.clone(),
+        &held,
+        crate::hosted::Setup::bare(),
+        None,
+        crate::drive::Watchers::default(),
+    )
+    .await;
+    let rt = hosted.runtime();
     let result = async {
         let mut session = rt.load_session(id).await?;
         let ran = running_for(store.as_ref(), id, &session.state).await?;
@@ -379,6 +384,7 @@ pub async fn cancel_unowned<S: Store>(host: &Host, store: Arc<S>, id: &str) -> R
         session.commit(events).await
     }
     .await;
+    hosted.end().await;
     held.release().await;
     Ok(result?)
 }

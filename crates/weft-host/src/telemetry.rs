@@ -442,7 +442,15 @@ pub struct Live {
     stop: Arc<Notify>,
     chunks: Arc<Mutex<Chunks>>,
     log_span: tracing::Span,
-    task: tokio::task::JoinHandle<()>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// A live export dropped without [`Live::finish`] (its run's future dropped where it stood)
+/// still derives and sends what the log holds, then ends.
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.stop.notify_one();
+    }
 }
 
 impl std::fmt::Debug for Live {
@@ -579,7 +587,7 @@ impl Live {
             stop,
             chunks,
             log_span,
-            task,
+            task: Some(task),
         })
     }
 
@@ -654,9 +662,11 @@ impl Live {
 
     /// Exports what the log holds now; the process's exporters send it (see
     /// [`Telemetry::finish`]).
-    pub async fn finish(self) {
+    pub async fn finish(mut self) {
         self.stop.notify_one();
-        let _ = self.task.await;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
     }
 }
 

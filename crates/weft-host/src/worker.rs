@@ -214,25 +214,17 @@ async fn one<S: Store>(
         let agent = agents.get(&rec.agent).ok_or_else(|| {
             HostError::AgentFile(format!("no agent file for agent `{}`", rec.agent))
         })?;
-        // The session's spans, when an OTLP endpoint is configured (one trace across takeovers).
-        let live =
-            crate::telemetry::Live::start(&host.telemetry, store.clone(), &rec.id, None, None)
-                .await;
-        let watchers = crate::drive::Watchers {
-            telemetry: live.as_ref().map(crate::telemetry::Live::observer),
-            ..crate::drive::Watchers::default()
-        };
-        let span = live
-            .as_ref()
-            .map_or_else(tracing::Span::none, crate::telemetry::Live::log_span);
-        let ended = tracing::Instrument::instrument(
-            drive(&host, store.clone(), &held, &rec, agent, watchers),
-            span,
+        // Its spans, when an OTLP endpoint is configured, go on in the one trace across
+        // takeovers (see `Hosted`).
+        let ended = drive(
+            &host,
+            store.clone(),
+            &held,
+            &rec,
+            agent,
+            crate::drive::Watchers::default(),
         )
         .await;
-        if let Some(l) = live {
-            l.finish().await;
-        }
         Ok(match ended? {
             Ended::Done(state, _) => match state.status {
                 SessionStatus::Failed => (

@@ -134,6 +134,24 @@ pub struct Runtime<S: Store> {
     pub(crate) quota: Option<quota::UserQuota>,
 }
 
+/// What a run of `plan` with `input` would refuse before its first step: its problems, every
+/// tool it names checked against `tools`. Checking runs nothing (no store, no runtime).
+pub fn check_plan(
+    plan: &Plan,
+    tools: &weft_tools::Registry,
+    input: Option<&Value>,
+) -> Vec<PlanProblem> {
+    validate(
+        plan,
+        tools,
+        &ValidateOptions {
+            input,
+            require_tools: true,
+            ..ValidateOptions::default()
+        },
+    )
+}
+
 impl<S: Store> Runtime<S> {
     /// Starts configuring a runtime. `quota` is the user whose sessions it drives and their
     /// quota (none: no user, nothing counted), `telemetry` the observer of its own sessions'
@@ -234,15 +252,7 @@ impl<S: Store> Runtime<S> {
 
     /// Validates a plan against the registry (and the input, when given).
     pub fn check_plan(&self, plan: &Plan, input: Option<&Value>) -> Vec<PlanProblem> {
-        validate(
-            plan,
-            self.tools.as_ref(),
-            &ValidateOptions {
-                input,
-                require_tools: true,
-                ..ValidateOptions::default()
-            },
-        )
+        check_plan(plan, &self.tools, input)
     }
 
     /// Starts a session that runs `plan` with `input`, and drives it to its end.

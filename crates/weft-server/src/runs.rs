@@ -24,6 +24,7 @@ use super::auth::User;
 use super::openapi::{self, Route};
 use super::{ApiError, Shared, stream, threads};
 use weft_host::drive::AgentFile;
+use weft_host::hosted::{Begin, Hosted};
 use weft_host::sessions::fmt_time;
 
 /// The routes of runs.
@@ -1084,32 +1085,37 @@ async fn hold_if_paused(
     if !matches!(outcome, Ok(SessionStatus::Running)) || app.host.shutdown.is_requested() {
         return outcome;
     }
-    // The wait closes the turn's spans: they are exported as the run's others.
-    let live = weft_host::telemetry::Live::start(
-        &app.host.telemetry,
+    // The wait closes the turn's spans: they are exported as the run's others. Recording it
+    // calls no model: no quota to hold it to.
+    let watchers = weft_host::drive::Watchers {
+        all: vec![observer(app, &held.fence().0)],
+        own: vec![own_observer(app, &held.fence().0)],
+    };
+    let hosted = Hosted::start(
+        &app.host,
         app.store.clone(),
-        &held.fence().0,
+        held,
+        weft_host::hosted::Setup::bare(),
         None,
-        None,
+        watchers,
     )
     .await;
-    // Recording the wait calls no model: no quota to hold it to.
-    let rt = held
-        .bind(Runtime::builder(
-            app.store.clone(),
-            Arc::new(weft_tools::Registry::new()),
-            weft_core::Limits::default(),
-            None,
-            live.as_ref().map(weft_host::telemetry::Live::observer),
-        ))
-        .observe(observer(app, &held.fence().0))
-        .observe_own(own_observer(app, &held.fence().0))
-        .build();
-    let mut session = rt.load_session(&held.fence().0).await?;
+    let committed = record_pause(hosted.runtime(), &held.fence().0).await;
+    hosted.end().await;
+    committed
+}
+
+/// Records that session `id`, still running, waits for a person to go on (see
+/// [`hold_if_paused`]); its status then.
+async fn record_pause(
+    rt: &Runtime<weft_store::AnyStore>,
+    id: &str,
+) -> anyhow::Result<SessionStatus> {
+    let mut session = rt.load_session(id).await?;
     if session.state.status != SessionStatus::Running {
         return Ok(session.state.status);
     }
-    let committed = session
+    session
         .commit(vec![weft_core::Event::WaitingForUser {
             request: weft_core::event::InputRequest {
                 kind: PAUSED.into(),
@@ -1124,11 +1130,7 @@ async fn hold_if_paused(
                 call_id: None,
             },
         }])
-        .await;
-    if let Some(l) = live {
-        l.finish().await;
-    }
-    committed?;
+        .await?;
     Ok(session.state.status)
 }
 
@@ -1259,59 +1261,41 @@ async fn drive(
         first.push(weft_core::Event::BudgetSet { budget });
     }
     // The run's spans and metrics, as it commits its events.
-    let live = weft_host::telemetry::Live::start(
-        &app.host.telemetry,
+    let watchers = weft_host::drive::Watchers {
+        all: vec![observer(app, &tid)],
+        own: vec![own_observer(app, &tid)],
+    };
+    let hosted = Hosted::start(
+        &app.host,
         app.store.clone(),
-        &tid,
-        Some(agent.path.clone()),
-        agent.redact.clone(),
+        held,
+        agent.setup(),
+        Some(&run.user),
+        watchers,
     )
     .await;
-    let rt = held
-        .bind(Runtime::builder(
-            app.store.clone(),
-            agent.tools.clone(),
-            agent.spec.limits.clone(),
-            app.host.counted_as(Some(&run.user)),
-            live.as_ref().map(weft_host::telemetry::Live::observer),
-        ))
-        .redact(agent.redact.clone())
-        .observe(observer(app, &tid))
-        .observe_own(own_observer(app, &tid))
-        .build();
-    let span = live
-        .as_ref()
-        .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
+    let rt = hosted.runtime();
     let go = async {
         // The run's marker goes into the same write as its first events: a crash cannot leave
         // one without the other.
-        let stored = async {
-            match work {
-                Work::Start(task) => {
-                    let info = SessionInfo {
-                        id: Some(tid.clone()),
-                        user_id: Some(run.user.clone()),
-                        metadata: metadata.clone(),
-                        ..SessionInfo::default()
-                    };
-                    rt.queue_agent(&built, info, &task, input.clone(), first)
-                        .await
-                }
-                Work::Turn(task) => {
-                    let mut s = rt.load_session(&tid).await?;
-                    s.stage(first)?;
-                    rt.queue_task(&mut s, &task, input.clone()).await?;
-                    Ok(s)
-                }
-                Work::Answer(text) => {
-                    let mut s = rt.load_session(&tid).await?;
-                    s.stage(first)?;
-                    rt.queue_reply(&built, &mut s, &text).await?;
-                    Ok(s)
-                }
-            }
-        }
-        .await;
+        let begin = match work {
+            Work::Start(task) => Begin::New {
+                info: SessionInfo {
+                    id: Some(tid.clone()),
+                    user_id: Some(run.user.clone()),
+                    metadata: metadata.clone(),
+                    ..SessionInfo::default()
+                },
+                task,
+                input: input.clone(),
+            },
+            Work::Turn(task) => Begin::Task {
+                task,
+                input: input.clone(),
+            },
+            Work::Answer(text) => Begin::Answer(text),
+        };
+        let stored = hosted.begin(&built, begin, first).await;
         let mut session = match stored {
             Ok(s) => s,
             Err(e) => {
@@ -1336,23 +1320,27 @@ async fn drive(
         rt.drive_agent(&built, &mut session).await?;
         Ok::<_, anyhow::Error>(session.state.status)
     };
-    let out = match held
-        .until_asked(tracing::Instrument::instrument(go, span))
-        .await
-    {
+    let out = match hosted.run(go).await {
         Ok(r) => r,
         Err(asked) => {
             // A pause is recorded as a wait by the caller (`hold_if_paused`), not left for
             // `weft resume` as a pause of the command line is.
-            if asked != weft_host::ownership::Asked::Pause {
-                weft_host::ownership::stopped(&app.host, &rt, &tid, asked).await?;
+            let stopped = match asked {
+                weft_host::ownership::Asked::Pause => Ok(0),
+                asked => hosted.stopped(asked).await,
+            };
+            match stopped {
+                Ok(_) => app
+                    .store
+                    .get(&tid)
+                    .await
+                    .map(|r| r.status)
+                    .map_err(Into::into),
+                Err(e) => Err(e.into()),
             }
-            Ok(app.store.get(&tid).await?.status)
         }
     };
-    if let Some(l) = live {
-        l.finish().await;
-    }
+    hosted.end().await;
     out
 }
 
@@ -1817,33 +1805,15 @@ async fn adopt(app: Shared, held: weft_host::ownership::Held<weft_store::AnyStor
             a.insert(tid.clone(), run.run_id.clone());
         }
         app.runs.text_after(&tid, st.seq);
-        let observers = vec![observer(&app, &tid)];
         // Its spans continue the run's trace (under the `traceparent` its marker recorded).
-        let live = weft_host::telemetry::Live::start(
-            &app.host.telemetry,
-            app.store.clone(),
-            &tid,
-            Some(agent.path.clone()),
-            agent.redact.clone(),
-        )
-        .await;
         let watchers = weft_host::drive::Watchers {
-            all: observers,
-            telemetry: live.as_ref().map(weft_host::telemetry::Live::observer),
+            all: vec![observer(&app, &tid)],
             own: vec![own_observer(&app, &tid)],
         };
-        let span = live
-            .as_ref()
-            .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
         tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
-        let outcome = tracing::Instrument::instrument(
-            weft_host::drive::drive(&app.host, app.store.clone(), &held, &rec, &agent, watchers),
-            span,
-        )
-        .await;
-        if let Some(l) = live {
-            l.finish().await;
-        }
+        let outcome =
+            weft_host::drive::drive(&app.host, app.store.clone(), &held, &rec, &agent, watchers)
+                .await;
         let outcome = outcome
             .map(|ended| match ended {
                 weft_host::drive::Ended::Done(state, _) => state.status,

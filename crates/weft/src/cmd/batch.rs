@@ -31,10 +31,11 @@ use clap::Args;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use weft_core::{SessionStatus, State};
-use weft_runtime::{Agent, Runtime, SessionInfo};
+use weft_runtime::{Agent, SessionInfo};
 use weft_store::{ListFilter, Store, StoreError};
 
 use weft_host::drive::{AgentFile, Ended};
+use weft_host::hosted::Hosted;
 use weft_host::{Host, load, ownership};
 
 /// The longest record line read (bytes).
@@ -669,19 +670,6 @@ async fn run_record<S: Store>(
     existing: Option<weft_store::SessionRecord>,
 ) -> Result<State> {
     let held = ownership::take(host, store.clone(), id, false).await?;
-    // OpenTelemetry traces of the session, when an OTLP endpoint is configured.
-    let live = weft_host::telemetry::Live::start(
-        &host.telemetry,
-        store.clone(),
-        id,
-        Some(agent.path.clone()),
-        agent.redact.clone(),
-    )
-    .await;
-    let telemetry = live.as_ref().map(weft_host::telemetry::Live::observer);
-    let span = live
-        .as_ref()
-        .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
     let result = async {
         if let Some(rec) = &existing
             && rec.status == SessionStatus::Running
@@ -692,10 +680,7 @@ async fn run_record<S: Store>(
                 &held,
                 rec,
                 agent,
-                weft_host::drive::Watchers {
-                    telemetry: telemetry.clone(),
-                    ..weft_host::drive::Watchers::default()
-                },
+                weft_host::drive::Watchers::default(),
             )
             .await?
             {
@@ -716,16 +701,16 @@ async fn run_record<S: Store>(
             &record.input,
         )
         .map_err(|e| anyhow!("agent file {}: {e}", agent.path.display()))?;
-        let rt = held
-            .bind(Runtime::builder(
-                store.clone(),
-                agent.tools.clone(),
-                agent.spec.limits.clone(),
-                host.counted_as(user),
-                telemetry.clone(),
-            ))
-            .redact(agent.redact.clone())
-            .build();
+        let hosted = Hosted::start(
+            host,
+            store.clone(),
+            &held,
+            agent.setup(),
+            user,
+            weft_host::drive::Watchers::default(),
+        )
+        .await;
+        let rt = hosted.runtime();
         let work = async {
             if existing.is_some() {
                 let mut session = rt.load_session(id).await?;
@@ -745,19 +730,18 @@ async fn run_record<S: Store>(
                 Ok(session.state)
             }
         };
-        match held.until_asked(work).await {
+        let state = match hosted.run(work).await {
             Ok(state) => state,
-            Err(asked) => {
-                ownership::stopped(host, &rt, id, asked).await?;
-                Ok(load_state(store.as_ref(), id).await?)
-            }
-        }
-    };
-    let result = tracing::Instrument::instrument(result, span).await;
-    held.release().await;
-    if let Some(l) = live {
-        l.finish().await;
+            Err(asked) => match hosted.stopped(asked).await {
+                Ok(_) => Ok(load_state(store.as_ref(), id).await?),
+                Err(e) => Err(e.into()),
+            },
+        };
+        hosted.end().await;
+        state
     }
+    .await;
+    held.release().await;
     result
 }
 

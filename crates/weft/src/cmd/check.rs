@@ -3,15 +3,13 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::Result;
 use clap::Args;
 use serde_json::{Value, json};
 use weft_core::Plan;
 use weft_core::agent::AgentSpec;
-use weft_runtime::{Agent, Runtime};
-use weft_store::RamStore;
+use weft_runtime::Agent;
 use weft_tools::Registry;
 
 use weft_host::load;
@@ -183,14 +181,6 @@ fn plan_problems(
         ));
         return;
     };
-    let rt = Runtime::builder(
-        Arc::new(RamStore::new()),
-        Arc::new(tools.clone()),
-        Default::default(),
-        None,
-        None,
-    )
-    .build();
-    let ps = rt.check_plan(&plan, input);
+    let ps = weft_runtime::check_plan(&plan, tools, input);
     problems.extend(ps.iter().map(|p| format!("plan {file}: {p}")));
 }

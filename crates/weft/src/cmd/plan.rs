@@ -8,9 +8,8 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use weft_core::engine::dry_run;
 use weft_core::{Plan, SessionStatus};
-use weft_runtime::Runtime;
-use weft_store::RamStore;
 
+use weft_host::hosted::{Hosted, Setup};
 use weft_host::{Host, load};
 
 use crate::{EXIT_FAILED, EXIT_USAGE};
@@ -145,16 +144,7 @@ async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
     if let Some(p) = a.max_parallel {
         limits.max_parallel = p.max(1);
     }
-    // Checking a plan runs nothing: no quota or telemetry.
-    let rt = Runtime::builder(
-        Arc::new(RamStore::new()),
-        Arc::new(agent.tools),
-        limits.clone(),
-        None,
-        None,
-    )
-    .build();
-    let problems = rt.check_plan(&plan, input.as_ref());
+    let problems = weft_runtime::check_plan(&plan, &agent.tools, input.as_ref());
     if !problems.is_empty() {
         if a.json {
             writeln!(
@@ -165,7 +155,7 @@ async fn check(a: &PlanArgs, show_waves: bool) -> Result<u8> {
         }
         return Ok(report(&a.plan, &problems));
     }
-    weft_core::engine::normalize(&mut plan, rt.tools().as_ref());
+    weft_core::engine::normalize(&mut plan, &agent.tools);
     let waves = dry_run(&plan, &limits);
     let mut out = std::io::stdout().lock();
     if a.json {
@@ -231,66 +221,49 @@ pub async fn execute<S: weft_store::Store>(host: &Host, store: Arc<S>, p: Prepar
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     let held = weft_host::ownership::take(host, store.clone(), &id, false).await?;
     let agent_file = load::absolute(&a.plan.agent);
-    // OpenTelemetry traces of the session, when an OTLP endpoint is configured.
-    let live = weft_host::telemetry::Live::start(
-        &host.telemetry,
-        store.clone(),
-        &id,
-        Some(agent_file.clone().into()),
-        redact.clone(),
-    )
-    .await;
-    let rt = held
-        .bind(Runtime::builder(
-            store,
-            tools.clone(),
-            limits,
-            host.counted_as(a.user.as_deref()),
-            live.as_ref().map(weft_host::telemetry::Live::observer),
-        ))
-        .redact(redact)
-        .observe(observer)
-        .observe(host.shutdown.observer())
-        .build();
+    let setup = Setup {
+        agent_file: Some(agent_file.clone().into()),
+        tools,
+        limits,
+        redact,
+    };
+    let watchers = weft_host::drive::Watchers {
+        all: vec![observer, host.shutdown.observer()],
+        own: Vec::new(),
+    };
+    let hosted = Hosted::start(host, store, &held, setup, a.user.as_deref(), watchers).await;
+    let rt = hosted.runtime();
     let problems = rt.check_plan(&plan, Some(&input));
-    if !problems.is_empty() {
-        return Ok(report(&a.plan.plan, &problems));
-    }
-    let span = live
-        .as_ref()
-        .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
-    let info = weft_runtime::SessionInfo {
-        id: Some(id.clone()),
-        user_id: a.user.clone(),
-        metadata: serde_json::json!({"weft_agent_file": agent_file}),
-        ..weft_runtime::SessionInfo::default()
-    };
-    let run =
-        tracing::Instrument::instrument(rt.run_plan_in(&agent.spec.name, plan, input, info), span);
-    let session = match held.until_asked(run).await {
-        Ok(Ok(done)) => done,
-        Ok(Err(weft_runtime::RuntimeError::Store(weft_store::StoreError::Exists(_)))) => {
-            held.release().await;
-            if let Some(l) = live {
-                l.finish().await;
+    let ran = if problems.is_empty() {
+        let info = weft_runtime::SessionInfo {
+            id: Some(id.clone()),
+            user_id: a.user.clone(),
+            metadata: serde_json::json!({"weft_agent_file": agent_file}),
+            ..weft_runtime::SessionInfo::default()
+        };
+        match hosted
+            .run(rt.run_plan_in(&agent.spec.name, plan, input, info))
+            .await
+        {
+            Ok(Ok(done)) => Ok(Ok(done.state)),
+            Ok(Err(weft_runtime::RuntimeError::Store(weft_store::StoreError::Exists(_)))) => {
+                Err(crate::cmd::run::taken(rt.store().as_ref(), &id, None).await)
             }
-            return Err(crate::cmd::run::taken(rt.store().as_ref(), &id, None).await);
+            Ok(Err(e)) => Err(e.into()),
+            Err(asked) => hosted.stopped(asked).await.map(Err).map_err(Into::into),
         }
-        Ok(Err(e)) => return Err(e.into()),
-        Err(asked) => {
-            let code = weft_host::ownership::stopped(host, &rt, &id, asked).await;
-            held.release().await;
-            if let Some(l) = live {
-                l.finish().await;
-            }
-            return Ok(code?);
-        }
+    } else {
+        Ok(Err(report(&a.plan.plan, &problems)))
     };
+    hosted.end().await;
     held.release().await;
-    if let Some(l) = live {
-        l.finish().await;
-    }
-    let state = &session.state;
+    // The session's state, or the exit code of a run that ended before it (refused, or
+    // stopped).
+    let state = match ran? {
+        Ok(state) => state,
+        Err(code) => return Ok(code),
+    };
+    let state = &state;
     writeln!(
         std::io::stdout(),
         "{}",

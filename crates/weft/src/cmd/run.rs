@@ -8,7 +8,7 @@ use anyhow::{Result, anyhow};
 use clap::Args;
 use serde_json::Value;
 use weft_core::{Envelope, SessionStatus};
-use weft_runtime::{Agent, Observer, Runtime, SessionInfo};
+use weft_runtime::{Agent, Observer, SessionInfo};
 use weft_store::Store;
 
 use weft_host::drive::Before;
@@ -243,31 +243,27 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
     };
     let held = weft_host::ownership::take(host, store.clone(), &id, false).await?;
-    // OpenTelemetry traces of the session, when an OTLP endpoint is configured.
-    let live = weft_host::telemetry::Live::start(
-        &host.telemetry,
-        store.clone(),
-        &id,
-        weft_host::sessions::agent_file_of(&metadata),
-        redact.clone(),
-    )
-    .await;
-    let rt = held
-        .bind(Runtime::builder(
-            store,
-            tools.clone(),
-            limits.clone(),
-            host.counted_as(args.user.as_deref()),
-            live.as_ref().map(weft_host::telemetry::Live::observer),
-        ))
-        .redact(redact)
-        .observe(if args.events {
-            json_lines()
-        } else {
-            crate::view::observer(&limits)
-        })
-        .observe(host.shutdown.observer())
-        .build();
+    let setup = weft_host::hosted::Setup {
+        agent_file: weft_host::sessions::agent_file_of(&metadata),
+        tools: tools.clone(),
+        limits: limits.clone(),
+        redact,
+    };
+    let watchers = weft_host::drive::Watchers {
+        all: vec![
+            if args.events {
+                json_lines()
+            } else {
+                crate::view::observer(&limits)
+            },
+            host.shutdown.observer(),
+        ],
+        own: Vec::new(),
+    };
+    let hosted =
+        weft_host::hosted::Hosted::start(host, store, &held, setup, args.user.as_deref(), watchers)
+            .await;
+    let rt = hosted.runtime();
     if let Some(id) = &args.session {
         host.shutdown.note_session(id);
     }
@@ -289,8 +285,12 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
                     }
                     None => Vec::new(),
                 };
-                let mut session = match rt.queue_agent(&agent, info, &args.task, input, extra).await
-                {
+                let begin = weft_host::hosted::Begin::New {
+                    info,
+                    task: args.task.clone(),
+                    input,
+                };
+                let mut session = match hosted.begin(&agent, begin, extra).await {
                     Ok(s) => s,
                     Err(weft_runtime::RuntimeError::Store(weft_store::StoreError::Exists(_))) => {
                         return Err(taken(rt.store().as_ref(), &id, Some(&args.agent)).await);
@@ -335,44 +335,34 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
         Ok::<_, anyhow::Error>((session, before))
     };
     // Another process may ask this one to cancel or pause the session while it runs.
-    // Its logs carry the session's trace and span ids when spans are exported.
-    let span = live
-        .as_ref()
-        .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
-    let run = tracing::Instrument::instrument(run, span);
-    let (session, before) = match held.until_asked(run).await {
-        Ok(Ok(done)) => done,
+    let ran = hosted.run(run).await;
+    let ran = match ran {
+        Ok(Ok((session, before))) => Ok((session.state, session.id, before)),
+        Ok(Err(e)) => Err(Ok(e)),
+        Err(asked) => Err(Err(hosted.stopped(asked).await)),
+    };
+    hosted.end().await;
+    tools.shutdown().await;
+    match ran {
+        Ok((state, id, before)) => {
+            let code = report(&state, &id, &args.agent, before.as_ref());
+            held.release().await;
+            code
+        }
         // Refused (a session that exists, of another agent, ...): the session is let go at
         // once, not held by this process's lease until it runs out. After a store error the
         // lease is left to run out (the store may not answer).
-        Ok(Err(e)) => {
+        Err(Ok(e)) => {
             if weft_host::store_error_in(e.as_ref()).is_none() {
                 held.release().await;
             }
-            tools.shutdown().await;
-            if let Some(l) = live {
-                l.finish().await;
-            }
-            return Err(e);
+            Err(e)
         }
-        Err(asked) => {
-            let code = weft_host::ownership::stopped(host, &rt, &id, asked).await;
+        Err(Err(code)) => {
             held.release().await;
-            tools.shutdown().await;
-            if let Some(l) = live {
-                l.finish().await;
-            }
-            return Ok(code?);
+            Ok(code?)
         }
-    };
-    let code = report(&session.state, &session.id, &args.agent, before.as_ref());
-    drop(session);
-    held.release().await;
-    tools.shutdown().await;
-    if let Some(l) = live {
-        l.finish().await;
     }
-    code
 }
 
 /// The error for a new session whose id (`--id`) is taken, with how to go on with the session

@@ -497,30 +497,11 @@ pub async fn resume<S: Store>(host: &Host, store: Arc<S>, args: ResumeArgs) -> R
             crate::view::resuming(&agent.spec.limits, &open)
         };
         host.shutdown.note_session(&args.id);
-        let live = weft_host::telemetry::Live::start(
-            &host.telemetry,
-            store.clone(),
-            &args.id,
-            Some(path.clone()),
-            None,
-        )
-        .await;
         let watchers = weft_host::drive::Watchers {
             all: vec![observer],
-            telemetry: live.as_ref().map(weft_host::telemetry::Live::observer),
             own: Vec::new(),
         };
-        let span = live
-            .as_ref()
-            .map_or_else(tracing::Span::none, weft_host::telemetry::Live::log_span);
-        let ended = tracing::Instrument::instrument(
-            weft_host::drive::drive(host, store, &held, &rec, &agent, watchers),
-            span,
-        )
-        .await;
-        if let Some(l) = live {
-            l.finish().await;
-        }
+        let ended = weft_host::drive::drive(host, store, &held, &rec, &agent, watchers).await;
         let (state, before) = match ended? {
             weft_host::drive::Ended::Done(state, before) => (state, before),
             weft_host::drive::Ended::Stopped(code) => return Ok(code),
