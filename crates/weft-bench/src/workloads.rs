@@ -52,7 +52,14 @@ async fn traced<S: Store + 'static>(
     tools: Arc<Registry>,
     id: &str,
 ) -> (Runtime<S>, Option<Live>) {
-    let live = Live::start(&telemetry(), Arc::clone(&store), id, None, None).await;
+    let live = Live::start(
+        &telemetry(),
+        Arc::clone(&store),
+        id,
+        (weft_host::telemetry::Provider::Of(None), true),
+        None,
+    )
+    .await;
     let rt = Runtime::builder(
         store,
         tools,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use weft_core::SessionStatus;
 use weft_host::drive::{AgentFile, Watchers};
-use weft_host::hosted::Hosted;
+use weft_host::hosted::{Hosted, Setup};
 use weft_host::{Host, load, ownership};
 use weft_model::SharedModel;
 use weft_runtime::{Agent, SessionInfo};
@@ -289,7 +289,10 @@ impl<S: Store> Runner<S> {
             &self.host,
             self.store.clone(),
             &held,
-            self.agent.setup(),
+            Setup {
+                new: existing.is_none(),
+                ..self.agent.setup()
+            },
             user.as_deref(),
             Watchers::default(),
         )

@@ -10,7 +10,6 @@
 //! ends or another process (or this one's shutdown) asks it to stop. The caller gives the lease
 //! back once [`Hosted::end`] has sent the telemetry on its way.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -20,14 +19,15 @@ use weft_store::Store;
 
 use crate::drive::{AgentFile, Watchers};
 use crate::ownership::{Asked, Held};
-use crate::telemetry::Live;
+use crate::telemetry::{Live, Provider};
 use crate::{Host, HostError};
 
 /// What a hosted session runs with.
 pub struct Setup {
-    /// The agent file, when known (its model's provider names the spans; without it the one
-    /// the session records is read).
-    pub agent_file: Option<PathBuf>,
+    /// The model provider its spans name.
+    pub provider: Provider,
+    /// The run creates the session: nothing is in its log before (its telemetry reads none).
+    pub new: bool,
     /// The tools it may call.
     pub tools: Arc<weft_tools::Registry>,
     /// Its limits.
@@ -41,7 +41,8 @@ impl Setup {
     /// cancellation).
     pub fn bare() -> Self {
         Self {
-            agent_file: None,
+            provider: Provider::Recorded,
+            new: false,
             tools: Arc::new(weft_tools::Registry::new()),
             limits: Limits::default(),
             redact: None,
@@ -53,7 +54,8 @@ impl AgentFile {
     /// What a session of this agent file runs with.
     pub fn setup(&self) -> Setup {
         Setup {
-            agent_file: Some(self.path.clone()),
+            provider: Provider::of(&self.spec),
+            new: false,
             tools: self.tools.clone(),
             limits: self.spec.limits.clone(),
             redact: self.redact.clone(),
@@ -116,7 +118,8 @@ impl<'h, S: Store + 'static> Hosted<'h, S> {
     ) -> Self {
         let (id, _) = held.fence();
         let Setup {
-            agent_file,
+            provider,
+            new,
             tools,
             limits,
             redact,
@@ -125,7 +128,7 @@ impl<'h, S: Store + 'static> Hosted<'h, S> {
             &host.telemetry,
             store.clone(),
             &id,
-            agent_file,
+            (provider, new),
             redact.clone(),
         )
         .await;

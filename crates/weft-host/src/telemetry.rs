@@ -42,27 +42,49 @@ pub async fn options<S: Store>(
 ) -> Options {
     let file = match agent_file {
         Some(f) => Some(f),
-        None => store
-            .get(id)
-            .await
-            .ok()
-            .and_then(|rec| crate::sessions::agent_file_of(&rec.metadata)),
+        None => recorded_file(store, id).await,
     };
-    options_of(file, redact).await
-}
-
-/// The derivation's options from the environment and agent file `file`.
-async fn options_of(file: Option<PathBuf>, redact: Option<Redact>) -> Options {
     let provider = match file {
         Some(f) => provider(&f).await,
         None => None,
     };
+    options_with(provider, redact)
+}
+
+/// The agent file session `id` records.
+async fn recorded_file<S: Store>(store: &S, id: &str) -> Option<PathBuf> {
+    store
+        .get(id)
+        .await
+        .ok()
+        .and_then(|rec| crate::sessions::agent_file_of(&rec.metadata))
+}
+
+/// The derivation's options from the environment, with the model's `provider`.
+fn options_with(provider: Option<String>, redact: Option<Redact>) -> Options {
     Options {
         capture_content: export::capture_content(),
         redact,
         provider,
         latest: export::latest_conventions(),
         ..Options::default()
+    }
+}
+
+/// Which model provider a session's spans name (its events do not name it).
+#[derive(Clone, Debug)]
+pub enum Provider {
+    /// The one of the agent file the session runs with, already read (`None`: it names no
+    /// model).
+    Of(Option<String>),
+    /// The one of the agent file the session records, read when its export starts.
+    Recorded,
+}
+
+impl Provider {
+    /// The provider of agent file `spec`'s model.
+    pub fn of(spec: &weft_core::agent::AgentSpec) -> Self {
+        Self::Of(weft_telemetry::provider_of(spec.model.as_ref()))
     }
 }
 
@@ -470,14 +492,16 @@ fn name_turn(log_span: &tracing::Span, trace: [u8; 16], span: [u8; 8]) {
 }
 
 impl Live {
-    /// Starts following session `id` when `telemetry` is on; `None` otherwise. Points of
+    /// Starts following session `id` when `telemetry` is on; `None` otherwise. Its spans name
+    /// `provider`'s model; `new`: the run creates the session (nothing is in its log before).
+    /// Points of
     /// events already in the log were sent by the process that wrote them, and so were their
     /// spans up to the session's export mark; the spans closed after it are sent now.
     pub async fn start<S: Store + 'static>(
         telemetry: &Telemetry,
         store: Arc<S>,
         id: &str,
-        agent_file: Option<PathBuf>,
+        (provider, new): (Provider, bool),
         redact: Option<Redact>,
     ) -> Option<Self> {
         if !telemetry.on() {
@@ -486,14 +510,22 @@ impl Live {
         let telemetry = telemetry.clone();
         let id = id.to_owned();
         let session = id.clone();
-        // What the log holds before this process drives it: nothing for a session that does
-        // not exist yet (nor a record whose agent file to read).
-        let before = store.events_after(&id, 0).await.unwrap_or_default();
-        let opts = if before.is_empty() && agent_file.is_none() {
-            options_of(None, redact).await
+        // What the log holds before this process drives it: nothing for a session the run
+        // creates (`new`), nor for one that does not exist yet.
+        let before = if new {
+            Vec::new()
         } else {
-            options(store.as_ref(), &id, agent_file, redact).await
+            store.events_after(&id, 0).await.unwrap_or_default()
         };
+        let provider = match provider {
+            Provider::Of(p) => p,
+            Provider::Recorded if before.is_empty() => None,
+            Provider::Recorded => match recorded_file(store.as_ref(), &id).await {
+                Some(f) => self::provider(&f).await,
+                None => None,
+            },
+        };
+        let opts = options_with(provider, redact);
         let latest = opts.latest;
         let mut deriver = Deriver::new(&id, opts);
         let mut recorder = Recorder::new(latest);

@@ -24,7 +24,7 @@ use super::auth::User;
 use super::openapi::{self, Route};
 use super::{ApiError, Shared, stream, threads};
 use weft_host::drive::AgentFile;
-use weft_host::hosted::{Begin, Hosted};
+use weft_host::hosted::{Begin, Hosted, Setup};
 use weft_host::sessions::fmt_time;
 
 /// The routes of runs.
@@ -1269,7 +1269,10 @@ async fn drive(
         &app.host,
         app.store.clone(),
         held,
-        agent.setup(),
+        Setup {
+            new: matches!(work, Work::Start(_)),
+            ..agent.setup()
+        },
         Some(&run.user),
         watchers,
     )

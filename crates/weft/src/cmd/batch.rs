@@ -35,7 +35,7 @@ use weft_runtime::{Agent, SessionInfo};
 use weft_store::{ListFilter, Store, StoreError};
 
 use weft_host::drive::{AgentFile, Ended};
-use weft_host::hosted::Hosted;
+use weft_host::hosted::{Hosted, Setup};
 use weft_host::{Host, load, ownership};
 
 /// The longest record line read (bytes).
@@ -705,7 +705,10 @@ async fn run_record<S: Store>(
             host,
             store.clone(),
             &held,
-            agent.setup(),
+            Setup {
+                new: existing.is_none(),
+                ..agent.setup()
+            },
             user,
             weft_host::drive::Watchers::default(),
         )

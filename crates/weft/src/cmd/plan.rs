@@ -222,7 +222,8 @@ pub async fn execute<S: weft_store::Store>(host: &Host, store: Arc<S>, p: Prepar
     let held = weft_host::ownership::take(host, store.clone(), &id, false).await?;
     let agent_file = load::absolute(&a.plan.agent);
     let setup = Setup {
-        agent_file: Some(agent_file.clone().into()),
+        provider: weft_host::telemetry::Provider::of(&agent.spec),
+        new: true,
         tools,
         limits,
         redact,

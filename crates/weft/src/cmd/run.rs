@@ -144,6 +144,8 @@ pub struct Prepared {
     pub durability: Option<weft_core::Durability>,
     /// The agent file's `budget:`.
     pub budget: Option<weft_core::budget::Budget>,
+    /// Its model's provider (the spans name it).
+    pub provider: weft_host::telemetry::Provider,
 }
 
 pub async fn run<S: Store>(host: &Host, store: Arc<S>, args: RunArgs) -> Result<u8> {
@@ -202,6 +204,7 @@ pub async fn prepare(mut args: RunArgs) -> Result<Prepared> {
         metadata,
         durability: loaded.spec.durability,
         budget: loaded.spec.budget.clone(),
+        provider: weft_host::telemetry::Provider::of(&loaded.spec),
     })
 }
 
@@ -217,6 +220,7 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
         metadata,
         durability,
         budget,
+        provider,
     } = p;
     // `--budget` over the budget in force: the agent file's for a new session, the session's
     // (the last one it was given) for one it continues.
@@ -244,7 +248,8 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
     };
     let held = weft_host::ownership::take(host, store.clone(), &id, false).await?;
     let setup = weft_host::hosted::Setup {
-        agent_file: weft_host::sessions::agent_file_of(&metadata),
+        provider,
+        new: args.session.is_none(),
         tools: tools.clone(),
         limits: limits.clone(),
         redact,

@@ -79,6 +79,8 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> 
         metadata,
         durability,
         budget,
+        // Submitting exports nothing (the worker that runs it does).
+        provider: _,
     } = p;
     // `--budget` over the budget in force (the session's last, else the agent file's).
     let given = |base: Option<&weft_core::budget::Budget>| -> Result<Option<weft_core::Event>> {
