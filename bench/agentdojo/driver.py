@@ -141,6 +141,8 @@ def run_case(weft: str, service: Service, config: Configuration, suite: str, use
             status = str(body.get("status"))
             answer = body.get("answer") or ""
             error = body.get("error")
+    if status != "completed" and error is None:
+        error = f"the run ended {status}"
     if code != 0 and error is None:
         tail = [line for line in stderr.splitlines() if not line.startswith("{")][-5:]
         error = f"weft exited {code}: " + " | ".join(tail)
@@ -234,22 +236,25 @@ def main() -> int:
     service.stop()
 
     print()
-    print("| configuration | suite | user tasks | injection tasks | utility, no attack | utility under attack | attack success rate |")
-    print("|---|---|---|---|---|---|---|")
+    print("| configuration | suite | user tasks | injection tasks | utility, no attack "
+          "| utility under attack | attack success rate | attack success rate, injection tasks with ground truth |")
+    print("|---|---|---|---|---|---|---|---|")
     for config in CONFIGURATIONS:
         if config.agent_file is None:
-            print(f"| {config.name} | all | - | - | {config.missing} | - | - |")
+            print(f"| {config.name} | all | - | - | {config.missing} | - | - | - |")
             continue
         outcomes = results[config.name]
         for s in suites + ["all"]:
             mine = [o for o in outcomes if s == "all" or o.suite == s]
             clean = [o for o in mine if o.injection_task is None]
             attacked = [o for o in mine if o.injection_task is not None]
+            actable = [o for o in attacked if o.injection_ground_truth]
             n_inj = len({(o.suite, o.injection_task) for o in attacked})
             print(f"| {config.name} | {s} | {len(clean)} | {n_inj} | "
                   f"{pct(sum(o.utility for o in clean), len(clean))} | "
                   f"{pct(sum(o.utility for o in attacked), len(attacked))} | "
-                  f"{pct(sum(bool(o.attack_succeeded) for o in attacked), len(attacked))} |")
+                  f"{pct(sum(bool(o.attack_succeeded) for o in attacked), len(attacked))} | "
+                  f"{pct(sum(bool(o.attack_succeeded) for o in actable), len(actable))} |")
     all_outcomes = [o for v in results.values() for o in v]
     errors = [o for o in all_outcomes if o.error]
     print()
@@ -259,10 +264,23 @@ def main() -> int:
                            if o.injection_task is None and not o.utility})
     if failed_clean:
         print("user tasks whose utility check fails without an attack: " + ", ".join(failed_clean))
+    no_truth = sorted({f"{o.suite}/{o.injection_task}" for o in all_outcomes
+                       if o.injection_task is not None and not o.injection_ground_truth},
+                      key=lambda t: (t.split("/")[0], int(t.rsplit("_", 1)[1])))
+    if no_truth:
+        print("injection tasks without ground-truth calls in agentdojo (the compromised model "
+              "cannot act them out): " + ", ".join(no_truth))
+    unreached = [o for o in all_outcomes if o.injection_task is not None and o.injection_ground_truth
+                 and not o.attack_succeeded]
+    if unreached:
+        obeyed = [o for o in unreached if len(o.trace) >= len(o.ground_truth) + len(o.injection_ground_truth)]
+        print(f"pairs whose injection has ground truth but whose security check says the goal was not "
+              f"reached: {len(unreached)} ({len(obeyed)} of them with the injection's calls made): "
+              + ", ".join(f"{o.suite}/{o.user_task}/{o.injection_task}" for o in unreached))
     if a.results:
         Path(a.results).write_text(json.dumps(
             {name: [o.__dict__ for o in v] for name, v in results.items()}, indent=1))
-    return 0
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":
