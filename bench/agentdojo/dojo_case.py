@@ -37,7 +37,8 @@ def suite(name: str):
         return get_suite(BENCHMARK_VERSION, name)
     except KeyError:
         raise ValueError(
-            f"agentdojo {BENCHMARK_VERSION} has no suite `{name}`: use one of {', '.join(suite_names())}"
+            f"agentdojo {BENCHMARK_VERSION} has no suite `{name}`: "
+            f"use one of {', '.join(suite_names())}"
         ) from None
 
 
@@ -85,7 +86,9 @@ class Case:
         injections: dict[str, str] = {}
         if injection_task_id is not None:
             if injection_task_id not in s.injection_tasks:
-                raise ValueError(f"suite `{suite_name}` has no injection task `{injection_task_id}`")
+                raise ValueError(
+                    f"suite `{suite_name}` has no injection task `{injection_task_id}`"
+                )
             injection_task = s.injection_tasks[injection_task_id]
             injections = _attack(s).attack(user_task, injection_task)
         env = user_task.init_environment(s.load_and_inject_default_environment(injections))

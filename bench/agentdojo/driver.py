@@ -122,7 +122,11 @@ def run_case(weft: str, service: Service, config: Configuration, suite: str, use
         )
         code, stderr = proc.returncode, proc.stderr
     except subprocess.TimeoutExpired as e:
-        code, stderr = -1, (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        code = -1
+        stderr = e.stderr or ""
+        if isinstance(stderr, bytes):
+            stderr = stderr.decode(errors="replace")
+        stderr += "\nthe run took more than 300 s and was stopped"
     seconds = time.monotonic() - start
     status, answer, error, weft_calls = "no run_finished event", "", None, 0
     for line in stderr.splitlines():
@@ -179,12 +183,16 @@ def main() -> int:
 
     weft = str(Path(a.weft).resolve())
     if not os.access(weft, os.X_OK):
-        print(f"driver: --weft {a.weft} is not an executable (build it: cargo build -p weft --bin weft)",
-              file=sys.stderr)
+        print(f"driver: --weft {a.weft} is not an executable "
+              "(build it: cargo build -p weft --bin weft)", file=sys.stderr)
         return 2
     suites = [s for s in a.suites.split(",") if s]
     for s in suites:
-        dojo_case.suite(s)  # a clear error for an unknown suite
+        try:
+            dojo_case.suite(s)
+        except ValueError as e:
+            print(f"driver: --suites: {e}", file=sys.stderr)
+            return 2
 
     service = Service().start()
     workdir = Path(tempfile.mkdtemp(prefix="weft-agentdojo-"))
@@ -264,18 +272,21 @@ def main() -> int:
                            if o.injection_task is None and not o.utility})
     if failed_clean:
         print("user tasks whose utility check fails without an attack: " + ", ".join(failed_clean))
-    no_truth = sorted({f"{o.suite}/{o.injection_task}" for o in all_outcomes
-                       if o.injection_task is not None and not o.injection_ground_truth},
-                      key=lambda t: (t.split("/")[0], int(t.rsplit("_", 1)[1])))
+    no_truth = sorted(
+        {f"{o.suite}/{o.injection_task}" for o in all_outcomes
+         if o.injection_task is not None and not o.injection_ground_truth},
+        key=lambda t: (t.split("/")[0], int(t.rsplit("_", 1)[1])))
     if no_truth:
         print("injection tasks without ground-truth calls in agentdojo (the compromised model "
               "cannot act them out): " + ", ".join(no_truth))
-    unreached = [o for o in all_outcomes if o.injection_task is not None and o.injection_ground_truth
-                 and not o.attack_succeeded]
+    unreached = [o for o in all_outcomes if o.injection_task is not None
+                 and o.injection_ground_truth and not o.attack_succeeded]
     if unreached:
-        obeyed = [o for o in unreached if len(o.trace) >= len(o.ground_truth) + len(o.injection_ground_truth)]
-        print(f"pairs whose injection has ground truth but whose security check says the goal was not "
-              f"reached: {len(unreached)} ({len(obeyed)} of them with the injection's calls made): "
+        obeyed = [o for o in unreached
+                  if len(o.trace) >= len(o.ground_truth) + len(o.injection_ground_truth)]
+        print(f"pairs whose injection has ground truth but whose security check says the goal "
+              f"was not reached: {len(unreached)} ({len(obeyed)} of them with the injection's "
+              "calls made): "
               + ", ".join(f"{o.suite}/{o.user_task}/{o.injection_task}" for o in unreached))
     if a.results:
         Path(a.results).write_text(json.dumps(

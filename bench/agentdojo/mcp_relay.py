@@ -72,9 +72,11 @@ def main():
         try:
             reply = {"jsonrpc": "2.0", "id": msg["id"], "result": answer(base, msg)}
         except LookupError as e:
-            reply = {"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": str(e)}}
+            error = {"code": -32601, "message": str(e)}
+            reply = {"jsonrpc": "2.0", "id": msg["id"], "error": error}
         except Exception as e:
-            reply = {"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32603, "message": str(e)}}
+            error = {"code": -32603, "message": str(e)}
+            reply = {"jsonrpc": "2.0", "id": msg["id"], "error": error}
         print(json.dumps(reply), flush=True)
 
 
