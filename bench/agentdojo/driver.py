@@ -118,7 +118,7 @@ def run_case(weft: str, service: Service, config: Configuration, suite: str, use
     start = time.monotonic()
     try:
         proc = subprocess.run(
-            [weft, "run", str(agent), case.user_task.PROMPT, "--events", "--db", str(db)],
+            [weft, "run", "--events", "--db", str(db), "--", str(agent), case.user_task.PROMPT],
             capture_output=True, text=True, timeout=300, cwd=workdir,
         )
         code, stderr = proc.returncode, proc.stderr
@@ -151,8 +151,13 @@ def run_case(weft: str, service: Service, config: Configuration, suite: str, use
     if code != 0 and error is None:
         tail = [line for line in stderr.splitlines() if not line.startswith("{")][-5:]
         error = f"weft exited {code}: " + " | ".join(tail)
-    with run.lock:
-        utility, attacked = case.check(answer)
+    try:
+        with run.lock:
+            utility, attacked = case.check(answer)
+    except Exception as e:  # a check that cannot read the environment fails this run only
+        utility, attacked = False, (None if injection_task is None else False)
+        failed = f"agentdojo's check failed: {type(e).__name__}: {e}"
+        error = f"{error}; {failed}" if error else failed
     service.remove(run_id)
     agent.unlink(missing_ok=True)
     return Outcome(
