@@ -3,6 +3,7 @@
 //! One test binary for the crate (its build and link happen once); each module is one
 //! former test file, `support` what they share.
 
+mod agentdojo;
 mod batch;
 mod book;
 mod budget_cli;
