@@ -640,19 +640,30 @@ fn needs_postgres_a_frozen_owner_is_taken_over() {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
-        kill(&mut a, "-TERM");
-        kill(&mut b, "-TERM");
-        let a_log = std::fs::read_to_string(&a_log).unwrap();
         // A write refused for the lease: an append, or the lease's renewal. Which one comes
         // first after SIGCONT is a race: an append that was in flight on a connection
         // PostgreSQL ended fails with that connection's error, and the renewal is refused.
-        refused += a_log
-            .lines()
-            .filter(|l| {
-                (l.contains(": not finished: ") || l.contains("cannot renew the session's lease"))
-                    && l.contains("no longer owns it")
-            })
-            .count();
+        let refusals = |log: &str| {
+            log.lines()
+                .filter(|l| {
+                    (l.contains(": not finished: ")
+                        || l.contains("cannot renew the session's lease"))
+                        && l.contains("no longer owns it")
+                })
+                .count()
+        };
+        // The frozen worker may still be asking again, for up to a lease from its first try,
+        // what failed as a passing outage when PostgreSQL ended its connection: its refusal is
+        // waited for that long (and some), not cut short by the SIGTERM below.
+        let waited = Instant::now();
+        while refusals(&std::fs::read_to_string(&a_log).unwrap_or_default()) == 0
+            && waited.elapsed().as_millis() < 3 * lease_ms
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        kill(&mut a, "-TERM");
+        kill(&mut b, "-TERM");
+        refused += refusals(&std::fs::read_to_string(&a_log).unwrap());
     }
     // After SIGCONT, the frozen worker's writes were refused; none ran a call twice or wrote
     // at an older epoch.
