@@ -92,7 +92,6 @@ pub struct Hosted<'h, S: Store + 'static> {
     held: &'h Held<S>,
     rt: Runtime<S>,
     live: Option<Live>,
-    span: tracing::Span,
 }
 
 impl<S: Store + 'static> std::fmt::Debug for Hosted<'_, S> {
@@ -147,15 +146,11 @@ impl<'h, S: Store + 'static> Hosted<'h, S> {
         for o in watchers.own {
             built = built.observe_own(o);
         }
-        let span = live
-            .as_ref()
-            .map_or_else(tracing::Span::none, Live::log_span);
         Self {
             host,
             held,
             rt: built.build(),
             live,
-            span,
         }
     }
 
@@ -201,8 +196,12 @@ impl<'h, S: Store + 'static> Hosted<'h, S> {
     /// Runs `work` (on [`Hosted::runtime`]) in the session's log span until it ends, or until
     /// it must stop ([`Held::until_asked`]): then why.
     pub async fn run<F: std::future::Future>(&self, work: F) -> Result<F::Output, Asked> {
+        let span = self
+            .live
+            .as_ref()
+            .map_or_else(tracing::Span::none, Live::log_span);
         self.held
-            .until_asked(tracing::Instrument::instrument(work, self.span.clone()))
+            .until_asked(tracing::Instrument::instrument(work, span))
             .await
     }
 
