@@ -6,6 +6,9 @@
 //!   session is driven, fencing its appends, listening for cancel and pause requests;
 //! - [`hosted`]: a session this process drives, from its runtime's setup to the end of its
 //!   live telemetry: the one place every front end sets up the run it hosts;
+//! - [`run`]: a run (one turn of a session) from its marker to how it ended: deciding what a
+//!   request means, taking the lease, driving, holding a pause as a wait, and telling an end
+//!   from a lost hold;
 //! - [`drive`]: continuing a session no process drives (queued, or left by a process that
 //!   stopped) with its agent file;
 //! - [`worker`]: the workers' loop, claiming such sessions and driving many at once;
@@ -24,6 +27,7 @@ pub mod drive;
 pub mod hosted;
 pub mod load;
 pub mod ownership;
+pub mod run;
 pub mod sessions;
 mod shutdown;
 pub mod telemetry;
@@ -78,6 +82,9 @@ pub enum HostError {
     /// A setting given to the host is out of range; the message names it.
     #[error("{0}")]
     Invalid(String),
+    /// A run was refused as asked; the message says what to send instead.
+    #[error("{0}")]
+    Refused(String),
     /// Asked a process to stop a session and it did not in time.
     #[error("{0}")]
     Timeout(String),

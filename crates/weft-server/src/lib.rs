@@ -188,6 +188,23 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The host's errors as HTTP, at the edge: a refused request is the client's to change (422),
+/// a thread another process holds is busy (409), the store's errors as [`weft_store::StoreError`]
+/// says, anything else a failure of the server (500).
+impl From<weft_host::HostError> for ApiError {
+    fn from(e: weft_host::HostError) -> Self {
+        use weft_host::HostError;
+        match e {
+            HostError::Refused(why) | HostError::Invalid(why) | HostError::AgentFile(why) => {
+                Self::bad(why)
+            }
+            HostError::Leased(why) => Self::new(StatusCode::CONFLICT, why),
+            HostError::Store(e) => e.into(),
+            other => Self::new(StatusCode::INTERNAL_SERVER_ERROR, message(&other.into())),
+        }
+    }
+}
+
 impl From<weft_store::StoreError> for ApiError {
     fn from(e: weft_store::StoreError) -> Self {
         match e {
@@ -381,8 +398,13 @@ pub async fn serve(
 /// The error and its causes, each said once: a cause whose text its wrapper already holds
 /// (a database error quoted in the store's message) is not repeated.
 pub(crate) fn message(e: &anyhow::Error) -> String {
+    message_of(e.as_ref())
+}
+
+/// [`message`] of any error.
+pub(crate) fn message_of(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = String::new();
-    for cause in e.chain() {
+    for cause in std::iter::successors(Some(e), |c| c.source()) {
         let text = cause.to_string();
         if text.is_empty() || out.contains(&text) {
             continue;

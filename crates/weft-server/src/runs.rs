@@ -17,14 +17,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use weft_core::SessionStatus;
-use weft_runtime::{Agent, Runtime, SessionInfo};
+
 use weft_store::{Leases, RunQueue, SessionLog, SessionRecord};
 
 use super::auth::User;
 use super::openapi::{self, Route};
 use super::{ApiError, Shared, stream, threads};
+use weft_host::HostError;
 use weft_host::drive::AgentFile;
-use weft_host::hosted::{Begin, Hosted, Setup};
+use weft_host::run::{Outcome, Work};
 use weft_host::sessions::fmt_time;
 
 /// The routes of runs.
@@ -577,16 +578,6 @@ pub(crate) fn traceparent(headers: &HeaderMap) -> Option<String> {
     }
 }
 
-/// What a run does to its thread.
-enum Work {
-    /// A new session: its first task.
-    Start(String),
-    /// A new task for a session that ended.
-    Turn(String),
-    /// The answer to the session's wait.
-    Answer(String),
-}
-
 /// The task in a run's input: the last message's content (`{"messages": [...]}`, as LangGraph
 /// clients send it), or `{"task": "..."}`. The input's other keys are the run's input.
 pub(crate) fn task_and_input(input: Option<&Value>) -> Result<(Option<String>, Value), ApiError> {
@@ -627,71 +618,6 @@ pub(crate) fn message_text(m: &Value) -> Result<String, ApiError> {
             "a message needs a `content` string (or a list of text parts)",
         )),
     }
-}
-
-/// What a run does, given the thread's state when it starts.
-fn decide(
-    tid: &str,
-    st: &weft_core::State,
-    task: Option<String>,
-    resume: Option<String>,
-) -> Result<Work, ApiError> {
-    let needs_task = || {
-        ApiError::bad(
-            "the run needs a task: input {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}",
-        )
-    };
-    if st.seq == 0 {
-        return Ok(Work::Start(task.ok_or_else(needs_task)?));
-    }
-    if st.status == SessionStatus::WaitingForUser || resume.is_some() {
-        if st.status != SessionStatus::WaitingForUser {
-            return Err(ApiError::bad(format!(
-                "thread {tid} is not waiting for an answer; send a new message instead of command.resume"
-            )));
-        }
-        return Ok(Work::Answer(resume.or(task).ok_or_else(|| {
-            ApiError::bad("the thread waits for an answer: send command {\"resume\": \"...\"}")
-        })?));
-    }
-    Ok(Work::Turn(task.ok_or_else(needs_task)?))
-}
-
-/// What the run's first model call may cost at most, for the check of the user's quota before
-/// the run is accepted (`weft_runtime::quota::first_call_max`); `None` when the user has no
-/// quota (nothing is estimated then) or the run begins with no model call.
-#[allow(clippy::too_many_arguments)]
-fn first_call(
-    app: &Shared,
-    user: &User,
-    tid: &str,
-    agent: &AgentFile,
-    rec: &SessionRecord,
-    st: &weft_core::State,
-    work: &Work,
-    input: &Value,
-) -> Option<weft_core::budget::CallMax> {
-    use weft_runtime::quota::Opening;
-    app.host.quota_of(Some(&user.0))?;
-    // An agent that cannot be built fails its run as it would have, with its reason.
-    let built = Agent::new(
-        &agent.spec,
-        agent.tools.clone(),
-        agent.model.clone(),
-        &rec.metadata,
-        input,
-    )
-    .ok()?;
-    let opening = match work {
-        Work::Start(task) => Opening::Start {
-            id: tid,
-            task,
-            input,
-        },
-        Work::Turn(task) => Opening::Turn { task, input },
-        Work::Answer(text) => Opening::Answer(text),
-    };
-    weft_runtime::quota::first_call_max(&built, st, opening)
 }
 
 /// Checks the request, takes the thread's lease and starts the run in the background.
@@ -744,12 +670,11 @@ pub(crate) async fn start_with_id(
     }
     let (task, input) = task_and_input(body.input.as_ref())?;
     let resume = body.resume();
-    let work = decide(tid, &st, task.clone(), resume.clone());
+    let work = weft_host::run::decide(tid, &st, task.clone(), resume.clone());
     // The user's quota, with what the run's first model call may take.
-    let first = work
-        .as_ref()
-        .ok()
-        .and_then(|w| first_call(app, user, tid, &agent, &rec, &st, w, &input));
+    let first = work.as_ref().ok().and_then(|w| {
+        weft_host::run::first_call_max(&app.host, &user.0, &agent, (&rec, &st), w, &input)
+    });
     crate::quota::admit(app, &user.0, tid, first.as_ref()).await?;
     let strategy = body
         .multitask_strategy
@@ -838,89 +763,39 @@ pub(crate) async fn start_with_id(
     Ok(run)
 }
 
-/// How long a run waits for a lease this process holds without a run (see [`take`]).
-const BRIEF_HOLD: Duration = Duration::from_secs(2);
-
+/// Takes the run's thread ([`weft_host::run::take`]) and makes the run the thread's active one
+/// here. A thread another process drives is refused (409); a store that could not be asked is
+/// an outage the client can try again after (503).
 async fn take(
     app: &Shared,
     run: &Arc<Run>,
 ) -> Result<weft_host::ownership::Held<weft_store::AnyStore>, ApiError> {
-    // Each run is an owner of its own: a second run of this process on the thread is refused.
-    let owner = weft_host::ownership::driver();
-    // A lease this process holds for a moment with no run on the thread (an update of its
-    // state being written, a run letting it go) is waited for, briefly: the run begins once the
-    // thread is free instead of being refused.
-    let until = tokio::time::Instant::now() + BRIEF_HOLD;
-    let mut waited = false;
-    let held = loop {
-        let taken = weft_host::ownership::take_as(
-            &app.host,
-            app.store.clone(),
-            &run.thread_id,
-            false,
-            &owner,
-        )
-        .await;
-        match taken {
-            Ok(held) => {
-                if waited {
-                    // Taken after a wait: what was written meanwhile comes before the run.
-                    match app.store.get(&run.thread_id).await {
-                        Ok(rec) => {
-                            run.begins_after(rec.last_seq);
-                            run.status.send_replace((RunStatus::Pending, rec.last_seq));
-                        }
-                        Err(e) => {
-                            held.release().await;
-                            return Err(ApiError::new(
-                                StatusCode::SERVICE_UNAVAILABLE,
-                                format!("the run could not be started: {e}"),
-                            ));
-                        }
-                    }
-                }
-                break held;
-            }
-            Err(e) => {
-                // Held by this process with no run here, or let go since: try again.
-                let brief = tokio::time::Instant::now() < until
-                    && !app.runs.active_on(&run.thread_id)
-                    && match app.store.lease(&run.thread_id).await {
-                        Ok(Some(l)) => {
-                            weft_host::ownership::mine(&l.owner)
-                                || l.expires_at <= weft_runtime::now_ms()
-                        }
-                        Ok(None) => true,
-                        Err(_) => false,
-                    };
-                if !brief {
-                    // The store could not be asked: the thread may well be free.
-                    if weft_host::store_error_in(&e)
-                        .is_some_and(weft_store::StoreError::is_infrastructure)
-                    {
-                        return Err(ApiError::new(
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            format!(
-                                "the run could not be started: {}; try again",
-                                crate::message(&e.into())
-                            ),
-                        )
-                        .retry_after(2));
-                    }
-                    return Err(ApiError::new(
-                        StatusCode::CONFLICT,
-                        crate::message(&e.into()),
-                    ));
-                }
-                waited = true;
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+    let taken = weft_host::run::take(&app.host, app.store.clone(), &run.thread_id, || {
+        app.runs.active_on(&run.thread_id)
+    })
+    .await
+    .map_err(|e| {
+        let outage =
+            weft_host::store_error_in(&e).is_some_and(weft_store::StoreError::is_infrastructure);
+        let text = crate::message(&e.into());
+        if outage {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the run could not be started: {text}; try again"),
+            )
+            .retry_after(2)
+        } else {
+            ApiError::new(StatusCode::CONFLICT, text)
         }
-    };
+    })?;
+    if let Some(after) = taken.after {
+        run.begins_after(after);
+        run.status.send_replace((RunStatus::Pending, after));
+    }
     if let Ok(mut a) = app.runs.active.lock() {
         a.insert(run.thread_id.clone(), run.run_id.clone());
     }
-    Ok(held)
+    Ok(taken.held)
 }
 
 /// Drives the run and records how it ended. `start`: the thread's lease and what the run does,
@@ -1007,7 +882,8 @@ async fn execute(
                     let st = loaded.state;
                     run.start_seq
                         .store(st.seq, std::sync::atomic::Ordering::Release);
-                    decide(&run.thread_id, &st, task, resume)
+                    weft_host::run::decide(&run.thread_id, &st, task, resume)
+                        .map_err(ApiError::from)
                 }
                 Err(e) => Err(e.into()),
             };
@@ -1017,36 +893,78 @@ async fn execute(
     let outcome = match (held, work) {
         (Ok(held), Err(e)) => {
             held.release().await;
-            Err(anyhow::anyhow!(e.1))
+            Outcome::Failed(HostError::Refused(e.1))
         }
         (Ok(held), Ok(work)) => {
             run.status
                 .send_replace((RunStatus::Running, run.start_seq()));
-            let out = drive(
-                &app,
-                &run,
-                &held,
-                (work, budget),
-                &agent,
-                &rec,
+            app.runs.text_after(&run.thread_id, run.start_seq());
+            let start = weft_host::run::Start {
+                agent: &agent,
+                rec: &rec,
+                user: &run.user,
+                work,
                 input,
-                &mut accept,
+                marker: weft_host::run::Marker {
+                    run_id: run.run_id.clone(),
+                    after: run.start_seq(),
+                    traceparent: run.traceparent.clone(),
+                    metadata: run.metadata.clone(),
+                    budget,
+                },
+            };
+            // A run is answered once its marker is stored; its queued record is not needed
+            // from then on.
+            let stored = |r: Result<(), String>| {
+                let ok = r.is_ok();
+                if let Some(accept) = accept.take() {
+                    let _ = accept.send(r);
+                }
+                let (app, run) = (app.clone(), run.clone());
+                async move {
+                    if ok {
+                        crate::queue::done(&app, &run).await;
+                    }
+                }
+            };
+            let out = weft_host::run::drive(
+                &app.host,
+                app.store.clone(),
+                &held,
+                start,
+                watchers(&app, &run.thread_id),
+                stored,
             )
             .await;
-            let out = hold_if_paused(&app, &held, out).await;
+            let out = weft_host::run::hold_if_paused(
+                &app.host,
+                app.store.clone(),
+                &held,
+                out,
+                watchers(&app, &run.thread_id),
+            )
+            .await;
             held.release().await;
-            out
+            Outcome::from(out)
         }
-        (Err(e), _) => Err(anyhow::anyhow!(e.1)),
+        (Err(e), _) => Outcome::Failed(HostError::Refused(e.1)),
     };
     if let Some(accept) = accept.take() {
         let _ = accept.send(match &outcome {
-            Ok(_) => Ok(()),
-            Err(e) => Err(crate::message(e)),
+            Outcome::Ended(_) => Ok(()),
+            Outcome::Lost(e) | Outcome::Failed(e) => Err(crate::message_of(e)),
         });
     }
     crate::queue::done(&app, &run).await;
     finish(&app, &run, outcome).await;
+}
+
+/// Who sees the events of a thread this process drives ([`observer`], [`own_observer`]).
+fn watchers(app: &Shared, thread: &str) -> weft_host::drive::Watchers {
+    weft_host::drive::Watchers {
+        all: vec![observer(app, thread)],
+        own: vec![own_observer(app, thread)],
+    }
 }
 
 /// What the server sees of every event of a thread it drives, its sub-agents' included:
@@ -1073,94 +991,17 @@ fn own_observer(app: &Shared, thread: &str) -> weft_runtime::Observer {
     })
 }
 
-/// A run that stopped at a safe point while the session still runs was paused (`POST
-/// /sessions/{id}/pause`), unless the server is stopping. A paused session waits for a person
-/// (a wait of kind `paused`, recorded while the run's lease is still held): no server or worker
-/// claims it, and an answer (`command: {resume: "continue"}`) continues it where it stopped.
-async fn hold_if_paused(
-    app: &Shared,
-    held: &weft_host::ownership::Held<weft_store::AnyStore>,
-    outcome: anyhow::Result<SessionStatus>,
-) -> anyhow::Result<SessionStatus> {
-    if !matches!(outcome, Ok(SessionStatus::Running)) || app.host.shutdown.is_requested() {
-        return outcome;
-    }
-    // The wait closes the turn's spans: they are exported as the run's others. Recording it
-    // calls no model: no quota to hold it to.
-    let watchers = weft_host::drive::Watchers {
-        all: vec![observer(app, &held.fence().0)],
-        own: vec![own_observer(app, &held.fence().0)],
-    };
-    let hosted = Hosted::start(
-        &app.host,
-        app.store.clone(),
-        held,
-        weft_host::hosted::Setup::bare(),
-        None,
-        watchers,
-    )
-    .await;
-    let committed = record_pause(hosted.runtime(), &held.fence().0).await;
-    hosted.end().await;
-    committed
-}
-
-/// Records that session `id`, still running, waits for a person to go on (see
-/// [`hold_if_paused`]); its status then.
-async fn record_pause(
-    rt: &Runtime<weft_store::AnyStore>,
-    id: &str,
-) -> anyhow::Result<SessionStatus> {
-    let mut session = rt.load_session(id).await?;
-    if session.state.status != SessionStatus::Running {
-        return Ok(session.state.status);
-    }
-    session
-        .commit(vec![weft_core::Event::WaitingForUser {
-            request: weft_core::event::InputRequest {
-                kind: PAUSED.into(),
-                question:
-                    "Paused. Answer anything (e.g. `continue`) to go on from where it stopped."
-                        .into(),
-                step: None,
-                tool: None,
-                missing: Vec::new(),
-                partial_call: Value::Null,
-                plan: None,
-                call_id: None,
-            },
-        }])
-        .await?;
-    Ok(session.state.status)
-}
-
-/// The kind of wait a paused session is in.
-pub(crate) const PAUSED: &str = "paused";
-
-/// Whether `e` says that this process could not go on driving a run, not that the run failed:
-/// the store stayed unreachable past the runtime's patience (an error that would pass by
-/// itself, [`weft_store::StoreError::is_transient`]), or another process took the thread over
-/// (this one froze or was cut off past its lease). The session is not failed in the store, and
-/// goes on wherever it is driven next. Any other store error (a broken constraint, a refused
-/// query) ends the run as failed, as before.
-fn lost_hold(e: &anyhow::Error) -> bool {
-    weft_host::store_error_in(e.as_ref())
-        .is_some_and(|s| s.is_transient() || matches!(s, weft_store::StoreError::LeaseLost(_)))
-}
-
 /// Records how a run ended and wakes whoever waits for it. A run this process could not go on
 /// with ([`lost_hold`]) has not ended: from then on it is followed through the store, as a run
 /// of another process is, so that its streams, `runs.get` and joins say what the store says.
-async fn finish(app: &Shared, run: &Arc<Run>, outcome: anyhow::Result<SessionStatus>) {
+async fn finish(app: &Shared, run: &Arc<Run>, outcome: Outcome) {
     let waker = app.runs.waker(&run.thread_id);
-    if let Err(e) = &outcome
-        && lost_hold(e)
-    {
+    if let Outcome::Lost(e) = &outcome {
         tracing::warn!(
             run = %run.run_id,
             thread = %run.thread_id,
             "this process cannot go on with the run; following it through the store, where it goes on: {}",
-            crate::message(e)
+            crate::message_of(e)
         );
         if let Ok(mut a) = app.runs.active.lock()
             && a.get(&run.thread_id) == Some(&run.run_id)
@@ -1182,26 +1023,26 @@ async fn finish(app: &Shared, run: &Arc<Run>, outcome: anyhow::Result<SessionSta
         .map(|r| r.last_seq)
         .unwrap_or(run.start_seq());
     let status = match outcome {
-        Ok(SessionStatus::Completed) => RunStatus::Success,
-        Ok(SessionStatus::WaitingForUser) => RunStatus::Interrupted,
-        Ok(SessionStatus::Failed) => {
+        Outcome::Ended(SessionStatus::Completed) => RunStatus::Success,
+        Outcome::Ended(SessionStatus::WaitingForUser) => RunStatus::Interrupted,
+        Outcome::Ended(SessionStatus::Failed) => {
             match weft_runtime::load_state(app.store.as_ref(), &run.thread_id).await {
                 Ok(loaded) => ended_as(&loaded.state),
                 Err(_) => RunStatus::Error,
             }
         }
         // Stopped at a safe point (the server stops): another process continues it.
-        Ok(SessionStatus::Running) => {
+        Outcome::Ended(SessionStatus::Running) => {
             run.handed_over
                 .store(true, std::sync::atomic::Ordering::Release);
             RunStatus::Interrupted
         }
         // A queued run cancelled before it began.
-        Err(_) if run.cancelled.load(std::sync::atomic::Ordering::Acquire) => {
+        Outcome::Failed(_) if run.cancelled.load(std::sync::atomic::Ordering::Acquire) => {
             RunStatus::Interrupted
         }
-        Err(e) => {
-            tracing::warn!(run = %run.run_id, "run failed: {}", crate::message(&e));
+        Outcome::Failed(e) | Outcome::Lost(e) => {
+            tracing::warn!(run = %run.run_id, "run failed: {}", crate::message_of(&e));
             RunStatus::Error
         }
     };
@@ -1215,136 +1056,6 @@ async fn finish(app: &Shared, run: &Arc<Run>, outcome: anyhow::Result<SessionSta
     let seconds = (weft_runtime::now_ms() - run.created_at).max(0) as f64 / 1000.0;
     app.metrics.run_ended(status.as_str(), seconds);
     waker.notify_waiters();
-}
-
-/// Drives the run: stores its first events (with its marker), tells `accept`, then goes on
-/// until the session ends or waits.
-#[allow(clippy::too_many_arguments)]
-async fn drive(
-    app: &Shared,
-    run: &Run,
-    held: &weft_host::ownership::Held<weft_store::AnyStore>,
-    (work, budget): (Work, Option<weft_core::budget::Budget>),
-    agent: &AgentFile,
-    rec: &SessionRecord,
-    input: Value,
-    accept: &mut Option<tokio::sync::oneshot::Sender<Result<(), String>>>,
-) -> anyhow::Result<SessionStatus> {
-    let mut metadata = rec.metadata.clone();
-    if let Value::Object(m) = &mut metadata {
-        m.insert(
-            "weft_agent_file".into(),
-            json!(weft_host::load::absolute(&agent.path)),
-        );
-    }
-    let built = Agent::new(
-        &agent.spec,
-        agent.tools.clone(),
-        agent.model.clone(),
-        &metadata,
-        &input,
-    )?;
-    let tid = run.thread_id.clone();
-    app.runs.text_after(&tid, run.start_seq());
-    let marker = weft_core::Event::RunStarted {
-        run_id: run.run_id.clone(),
-        after: run.start_seq(),
-        traceparent: run.traceparent.clone(),
-        metadata: match &run.metadata {
-            Value::Object(m) if m.is_empty() => Value::Null,
-            m => m.clone(),
-        },
-    };
-    // The run's budget goes with its marker, before its task or answer.
-    let mut first = vec![marker];
-    if let Some(budget) = budget {
-        first.push(weft_core::Event::BudgetSet { budget });
-    }
-    // The run's spans and metrics, as it commits its events.
-    let watchers = weft_host::drive::Watchers {
-        all: vec![observer(app, &tid)],
-        own: vec![own_observer(app, &tid)],
-    };
-    let hosted = Hosted::start(
-        &app.host,
-        app.store.clone(),
-        held,
-        Setup {
-            new: matches!(work, Work::Start(_)),
-            ..agent.setup()
-        },
-        Some(&run.user),
-        watchers,
-    )
-    .await;
-    let rt = hosted.runtime();
-    let go = async {
-        // The run's marker goes into the same write as its first events: a crash cannot leave
-        // one without the other.
-        let begin = match work {
-            Work::Start(task) => Begin::New {
-                info: SessionInfo {
-                    id: Some(tid.clone()),
-                    user_id: Some(run.user.clone()),
-                    metadata: metadata.clone(),
-                    ..SessionInfo::default()
-                },
-                task,
-                input: input.clone(),
-            },
-            Work::Turn(task) => Begin::Task {
-                task,
-                input: input.clone(),
-            },
-            Work::Answer(text) => Begin::Answer(text),
-        };
-        let stored = hosted.begin(&built, begin, first).await;
-        let mut session = match stored {
-            Ok(s) => s,
-            Err(e) => {
-                if let Some(accept) = accept.take() {
-                    let _ = accept.send(Err(e.to_string()));
-                }
-                return Err(e.into());
-            }
-        };
-        // A thread made empty (`POST /threads`) is named by its first run, so that workers
-        // (which claim their agents' sessions) can take the run over as well as servers.
-        if rec.agent.is_empty()
-            && let Err(e) = app.store.name_agent(&tid, &agent.spec.name).await
-        {
-            tracing::warn!(thread = %tid, "cannot name the thread's agent: {e}");
-        }
-        if let Some(accept) = accept.take() {
-            let _ = accept.send(Ok(()));
-        }
-        // Its marker is stored: a queued run's record is not needed any more.
-        crate::queue::done(app, run).await;
-        rt.drive_agent(&built, &mut session).await?;
-        Ok::<_, anyhow::Error>(session.state.status)
-    };
-    let out = match hosted.run(go).await {
-        Ok(r) => r,
-        Err(asked) => {
-            // A pause is recorded as a wait by the caller (`hold_if_paused`), not left for
-            // `weft resume` as a pause of the command line is.
-            let stopped = match asked {
-                weft_host::ownership::Asked::Pause => Ok(0),
-                asked => hosted.stopped(asked).await,
-            };
-            match stopped {
-                Ok(_) => app
-                    .store
-                    .get(&tid)
-                    .await
-                    .map(|r| r.status)
-                    .map_err(Into::into),
-                Err(e) => Err(e.into()),
-            }
-        }
-    };
-    hosted.end().await;
-    out
 }
 
 pub(crate) async fn create_background(
@@ -1809,21 +1520,16 @@ async fn adopt(app: Shared, held: weft_host::ownership::Held<weft_store::AnyStor
         }
         app.runs.text_after(&tid, st.seq);
         // Its spans continue the run's trace (under the `traceparent` its marker recorded).
-        let watchers = weft_host::drive::Watchers {
-            all: vec![observer(&app, &tid)],
-            own: vec![own_observer(&app, &tid)],
-        };
         tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
-        let outcome =
-            weft_host::drive::drive(&app.host, app.store.clone(), &held, &rec, &agent, watchers)
-                .await;
-        let outcome = outcome
-            .map(|ended| match ended {
-                weft_host::drive::Ended::Done(state, _) => state.status,
-                weft_host::drive::Ended::Stopped(_) => SessionStatus::Running,
-            })
-            .map_err(anyhow::Error::from);
-        let outcome = hold_if_paused(&app, &held, outcome).await;
+        let outcome = weft_host::run::continue_run(
+            &app.host,
+            app.store.clone(),
+            &held,
+            (&rec, &agent),
+            || watchers(&app, &tid),
+        )
+        .await;
+        let outcome = Outcome::from(outcome);
         finish(&app, &run, outcome).await;
         Ok(())
     }

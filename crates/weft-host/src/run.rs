@@ -1,0 +1,483 @@
+//! A run: one turn of a session (its first task, a new task once it ended, or the answer to its
+//! wait) driven under the session's lease, from the write that stores its marker to how it
+//! ended. What a server does with runs goes through here: which work a request means
+//! ([`decide`]), what its first model call may cost a quota ([`first_call_max`]), taking the
+//! session's lease ([`take`]), driving a new run ([`drive`]) or one whose process stopped
+//! ([`continue_run`]), holding a paused session as a wait ([`hold_if_paused`]), and telling a
+//! run that ended from one this process could not go on with ([`Outcome`]). The front end keeps
+//! only its own records of runs (ids, streams, HTTP); each step here is the same whichever
+//! front end asks.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use weft_core::budget::{Budget, CallMax};
+use weft_core::event::InputRequest;
+use weft_core::{Event, SessionStatus, State};
+use weft_runtime::{Agent, Runtime, SessionInfo};
+use weft_store::{SessionRecord, Store, StoreError};
+
+use crate::drive::{AgentFile, Ended, Watchers};
+use crate::hosted::{Begin, Hosted, Setup};
+use crate::ownership::{Asked, Held};
+use crate::{Host, HostError};
+
+/// What a run does to its session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// A new session: its first task.
+    Start(String),
+    /// A new task for a session that ended.
+    Turn(String),
+    /// The answer to the session's wait.
+    Answer(String),
+}
+
+/// What a run asked with `task` (a new message) or `resume` (an answer) does to session `id`,
+/// given its state when the run starts; [`HostError::Refused`] says what to send instead.
+pub fn decide(
+    id: &str,
+    st: &State,
+    task: Option<String>,
+    resume: Option<String>,
+) -> Result<Work, HostError> {
+    let needs_task = || {
+        HostError::Refused(
+            "the run needs a task: input {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}"
+                .into(),
+        )
+    };
+    if st.seq == 0 {
+        return Ok(Work::Start(task.ok_or_else(needs_task)?));
+    }
+    if st.status == SessionStatus::WaitingForUser || resume.is_some() {
+        if st.status != SessionStatus::WaitingForUser {
+            return Err(HostError::Refused(format!(
+                "thread {id} is not waiting for an answer; send a new message instead of command.resume"
+            )));
+        }
+        return Ok(Work::Answer(resume.or(task).ok_or_else(|| {
+            HostError::Refused(
+                "the thread waits for an answer: send command {\"resume\": \"...\"}".into(),
+            )
+        })?));
+    }
+    Ok(Work::Turn(task.ok_or_else(needs_task)?))
+}
+
+/// What the first model call of a run of `agent` doing `work` on session `rec` (in state `st`)
+/// may cost at most, for the check of `user`'s quota before the run is accepted
+/// ([`weft_runtime::quota::first_call_max`]); `None` when the user has no quota (nothing is
+/// estimated then) or the run begins with no model call.
+pub fn first_call_max(
+    host: &Host,
+    user: &str,
+    agent: &AgentFile,
+    (rec, st): (&SessionRecord, &State),
+    work: &Work,
+    input: &Value,
+) -> Option<CallMax> {
+    use weft_runtime::quota::Opening;
+    host.quota_of(Some(user))?;
+    // An agent that cannot be built fails its run as it would have, with its reason.
+    let built = Agent::new(
+        &agent.spec,
+        agent.tools.clone(),
+        agent.model.clone(),
+        &rec.metadata,
+        input,
+    )
+    .ok()?;
+    let opening = match work {
+        Work::Start(task) => Opening::Start {
+            id: &rec.id,
+            task,
+            input,
+        },
+        Work::Turn(task) => Opening::Turn { task, input },
+        Work::Answer(text) => Opening::Answer(text),
+    };
+    weft_runtime::quota::first_call_max(&built, st, opening)
+}
+
+/// How long [`take`] waits for a lease this process holds with no run on the session.
+const BRIEF_HOLD: Duration = Duration::from_secs(2);
+
+/// The lease of a run's session, taken.
+pub struct Taken<S: Store> {
+    /// The lease.
+    pub held: Held<S>,
+    /// The session's last event when the lease was taken after a wait: what was written
+    /// meanwhile comes before the run. `None` when it was taken at once.
+    pub after: Option<u64>,
+}
+
+/// Takes the lease of session `id` for a new run, as an owner of its own (a second run of this
+/// process on the session is refused). A lease this process holds for a moment with no run on
+/// the session (`runs_here` says whether one runs here: an update of its state being written, a
+/// run letting it go) is waited for, briefly: the run begins once the session is free instead of
+/// being refused. Otherwise the error says who holds it ([`HostError::Leased`]) or that the
+/// store could not be asked ([`HostError::Store`], an outage: the session may well be free).
+pub async fn take<S: Store>(
+    host: &Host,
+    store: Arc<S>,
+    id: &str,
+    runs_here: impl Fn() -> bool,
+) -> Result<Taken<S>, HostError> {
+    let owner = crate::ownership::driver();
+    let until = tokio::time::Instant::now() + BRIEF_HOLD;
+    let mut waited = false;
+    loop {
+        match crate::ownership::take_as(host, store.clone(), id, false, &owner).await {
+            Ok(held) if !waited => return Ok(Taken { held, after: None }),
+            Ok(held) => {
+                return match store.get(id).await {
+                    Ok(rec) => Ok(Taken {
+                        held,
+                        after: Some(rec.last_seq),
+                    }),
+                    Err(e) => {
+                        held.release().await;
+                        Err(e.into())
+                    }
+                };
+            }
+            Err(e) => {
+                // Held by this process with no run here, or let go since: try again.
+                let brief = tokio::time::Instant::now() < until
+                    && !runs_here()
+                    && match store.lease(id).await {
+                        Ok(Some(l)) => {
+                            crate::ownership::mine(&l.owner)
+                                || l.expires_at <= weft_runtime::now_ms()
+                        }
+                        Ok(None) => true,
+                        Err(_) => false,
+                    };
+                if !brief {
+                    return Err(e);
+                }
+                waited = true;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
+}
+
+/// The run's own record in its session's log, stored in the same write as its first events.
+pub struct Marker {
+    /// The run's id.
+    pub run_id: String,
+    /// The session's last event before the run.
+    pub after: u64,
+    /// The trace the run's spans continue.
+    pub traceparent: Option<String>,
+    /// What the client attached to the run (`{}` is not recorded).
+    pub metadata: Value,
+    /// The run's budget, set before its task or answer.
+    pub budget: Option<Budget>,
+}
+
+impl Marker {
+    fn events(self) -> Vec<Event> {
+        let mut first = vec![Event::RunStarted {
+            run_id: self.run_id,
+            after: self.after,
+            traceparent: self.traceparent,
+            metadata: match self.metadata {
+                Value::Object(m) if m.is_empty() => Value::Null,
+                m => m,
+            },
+        }];
+        if let Some(budget) = self.budget {
+            first.push(Event::BudgetSet { budget });
+        }
+        first
+    }
+}
+
+/// A new run to drive.
+pub struct Start<'a> {
+    /// Its agent file.
+    pub agent: &'a AgentFile,
+    /// Its session's record when the run was asked for.
+    pub rec: &'a SessionRecord,
+    /// Whose run it is (its quota, and a new session's user).
+    pub user: &'a str,
+    /// What it does.
+    pub work: Work,
+    /// The run's input.
+    pub input: Value,
+    /// Its marker.
+    pub marker: Marker,
+}
+
+/// Drives a new run on the session whose lease `held` is: stores its marker with its first
+/// events, then tells `stored` (with why, if they could not be stored), then goes on until the
+/// session ends or waits, or another process (or this one's shutdown) asks it to stop. An
+/// agent that cannot be built fails the run before anything is stored (`stored` is not told).
+/// A session made empty has no agent name on its record; its first run names it, so that
+/// workers (which claim their agents' sessions) can take the run over as well as servers. The
+/// caller releases the lease.
+pub async fn drive<S, F, Fut>(
+    host: &Host,
+    store: Arc<S>,
+    held: &Held<S>,
+    start: Start<'_>,
+    watchers: Watchers,
+    stored: F,
+) -> Result<SessionStatus, HostError>
+where
+    S: Store + 'static,
+    F: FnOnce(Result<(), String>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let Start {
+        agent,
+        rec,
+        user,
+        work,
+        input,
+        marker,
+    } = start;
+    let id = held.fence().0;
+    let mut metadata = rec.metadata.clone();
+    if let Value::Object(m) = &mut metadata {
+        m.insert(
+            "weft_agent_file".into(),
+            json!(crate::load::absolute(&agent.path)),
+        );
+    }
+    let built = Agent::new(
+        &agent.spec,
+        agent.tools.clone(),
+        agent.model.clone(),
+        &metadata,
+        &input,
+    )?;
+    let hosted = Hosted::start(
+        host,
+        store.clone(),
+        held,
+        Setup {
+            new: matches!(work, Work::Start(_)),
+            ..agent.setup()
+        },
+        Some(user),
+        watchers,
+    )
+    .await;
+    let rt = hosted.runtime();
+    let go = async {
+        let begin = match work {
+            Work::Start(task) => Begin::New {
+                info: SessionInfo {
+                    id: Some(id.clone()),
+                    user_id: Some(user.to_owned()),
+                    metadata,
+                    ..SessionInfo::default()
+                },
+                task,
+                input,
+            },
+            Work::Turn(task) => Begin::Task { task, input },
+            Work::Answer(text) => Begin::Answer(text),
+        };
+        let mut session = match hosted.begin(&built, begin, marker.events()).await {
+            Ok(s) => s,
+            Err(e) => {
+                stored(Err(e.to_string())).await;
+                return Err(e.into());
+            }
+        };
+        if rec.agent.is_empty()
+            && let Err(e) = store.name_agent(&id, &agent.spec.name).await
+        {
+            tracing::warn!(thread = %id, "cannot name the thread's agent: {e}");
+        }
+        stored(Ok(())).await;
+        rt.drive_agent(&built, &mut session).await?;
+        Ok::<_, HostError>(session.state.status)
+    };
+    let out = match hosted.run(go).await {
+        Ok(r) => r,
+        Err(asked) => {
+            // A pause is recorded as a wait ([`hold_if_paused`]), not left for `weft resume`
+            // as a pause of the command line is.
+            let stopped = match asked {
+                Asked::Pause => Ok(0),
+                asked => hosted.stopped(asked).await,
+            };
+            match stopped {
+                Ok(_) => store.get(&id).await.map(|r| r.status).map_err(Into::into),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    hosted.end().await;
+    out
+}
+
+/// Continues the run of session `rec` whose process stopped, as [`crate::drive::drive`] does,
+/// and holds it as a wait if it was paused ([`hold_if_paused`]). `watchers` gives who sees its
+/// events (asked once for the run, once for the wait).
+pub async fn continue_run<S: Store + 'static>(
+    host: &Host,
+    store: Arc<S>,
+    held: &Held<S>,
+    (rec, agent): (&SessionRecord, &AgentFile),
+    watchers: impl Fn() -> Watchers,
+) -> Result<SessionStatus, HostError> {
+    let outcome = crate::drive::drive(host, store.clone(), held, rec, agent, watchers())
+        .await
+        .map(|ended| match ended {
+            Ended::Done(state, _) => state.status,
+            Ended::Stopped(_) => SessionStatus::Running,
+        });
+    hold_if_paused(host, store, held, outcome, watchers()).await
+}
+
+/// The kind of wait a paused session is in.
+pub const PAUSED: &str = "paused";
+
+/// A run that stopped at a safe point while its session still runs was paused (`POST
+/// /sessions/{id}/pause`), unless this process is stopping. A paused session waits for a person
+/// (a wait of kind [`PAUSED`], recorded while the run's lease is still held): no server or
+/// worker claims it, and an answer (`continue`) continues it where it stopped.
+pub async fn hold_if_paused<S: Store + 'static>(
+    host: &Host,
+    store: Arc<S>,
+    held: &Held<S>,
+    outcome: Result<SessionStatus, HostError>,
+    watchers: Watchers,
+) -> Result<SessionStatus, HostError> {
+    if !matches!(outcome, Ok(SessionStatus::Running)) || host.shutdown.is_requested() {
+        return outcome;
+    }
+    // The wait closes the turn's spans: they are exported as the run's others. Recording it
+    // calls no model: no quota to hold it to.
+    let hosted = Hosted::start(host, store, held, Setup::bare(), None, watchers).await;
+    let committed = record_pause(hosted.runtime(), &held.fence().0).await;
+    hosted.end().await;
+    committed
+}
+
+/// Records that session `id`, still running, waits for a person to go on; its status then.
+async fn record_pause<S: Store + 'static>(
+    rt: &Runtime<S>,
+    id: &str,
+) -> Result<SessionStatus, HostError> {
+    let mut session = rt.load_session(id).await?;
+    if session.state.status != SessionStatus::Running {
+        return Ok(session.state.status);
+    }
+    session
+        .commit(vec![Event::WaitingForUser {
+            request: InputRequest {
+                kind: PAUSED.into(),
+                question:
+                    "Paused. Answer anything (e.g. `continue`) to go on from where it stopped."
+                        .into(),
+                step: None,
+                tool: None,
+                missing: Vec::new(),
+                partial_call: Value::Null,
+                plan: None,
+                call_id: None,
+            },
+        }])
+        .await?;
+    Ok(session.state.status)
+}
+
+/// How a run driven here came out, for what its front end tells its clients.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The session completed, failed or waits for a person; or it still runs, stopped at a
+    /// safe point for another process to continue (this one stops).
+    Ended(SessionStatus),
+    /// This process could not go on driving the run, which has not failed: the store stayed
+    /// unreachable past the runtime's patience (an error that would pass by itself,
+    /// [`StoreError::is_transient`]), or another process took the session over (this one froze
+    /// or was cut off past its lease). The session goes on wherever it is driven next; from
+    /// here it can only be followed through the store. Any other store error (a broken
+    /// constraint, a refused query) is a failure.
+    Lost(HostError),
+    /// The run failed, or could not begin; why.
+    Failed(HostError),
+}
+
+impl From<Result<SessionStatus, HostError>> for Outcome {
+    fn from(r: Result<SessionStatus, HostError>) -> Self {
+        match r {
+            Ok(status) => Self::Ended(status),
+            Err(e)
+                if crate::store_error_in(&e)
+                    .is_some_and(|s| s.is_transient() || matches!(s, StoreError::LeaseLost(_))) =>
+            {
+                Self::Lost(e)
+            }
+            Err(e) => Self::Failed(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(seq: u64, status: SessionStatus) -> State {
+        State {
+            seq,
+            status,
+            ..State::default()
+        }
+    }
+
+    #[test]
+    fn a_run_on_a_new_session_starts_it_and_needs_a_task() {
+        let st = state(0, SessionStatus::Running);
+        assert_eq!(
+            decide("t", &st, Some("hi".into()), None).unwrap(),
+            Work::Start("hi".into())
+        );
+        let e = decide("t", &st, None, None).unwrap_err().to_string();
+        assert!(e.contains("needs a task"), "{e}");
+    }
+
+    #[test]
+    fn an_answer_goes_only_to_a_session_that_waits() {
+        let waits = state(4, SessionStatus::WaitingForUser);
+        assert_eq!(
+            decide("t", &waits, Some("yes".into()), None).unwrap(),
+            Work::Answer("yes".into())
+        );
+        assert_eq!(
+            decide("t", &waits, None, Some("ok".into())).unwrap(),
+            Work::Answer("ok".into())
+        );
+        let ended = state(4, SessionStatus::Completed);
+        let e = decide("t", &ended, None, Some("ok".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not waiting for an answer"), "{e}");
+        assert_eq!(
+            decide("t", &ended, Some("next".into()), None).unwrap(),
+            Work::Turn("next".into())
+        );
+    }
+
+    #[test]
+    fn an_outage_or_a_lost_lease_is_not_a_failure() {
+        let lost = Outcome::from(Err(HostError::Store(StoreError::LeaseLost("t".into()))));
+        assert!(matches!(lost, Outcome::Lost(_)), "{lost:?}");
+        let refused = Outcome::from(Err(HostError::Refused("no".into())));
+        assert!(matches!(refused, Outcome::Failed(_)), "{refused:?}");
+        assert!(matches!(
+            Outcome::from(Ok(SessionStatus::Completed)),
+            Outcome::Ended(SessionStatus::Completed)
+        ));
+    }
+}
