@@ -224,14 +224,16 @@ fn calls_then_answer(n: u32, delay_ms: u64) -> Vec<ScriptedReply> {
 }
 
 fn expect_answer(workload: &str, state: &State) -> Result<(), BenchError> {
-    if state.status == SessionStatus::Completed && state.turn.answer.as_deref() == Some("done") {
+    if state.status == SessionStatus::Completed && state.turn.answer() == Some("done") {
         Ok(())
     } else {
         Err(BenchError::Outcome {
             workload: workload.to_owned(),
             message: format!(
                 "the session ended {:?} with answer {:?} (error: {:?}) instead of completing with `done`",
-                state.status, state.turn.answer, state.turn.error
+                state.status,
+                state.turn.answer(),
+                state.turn.error()
             ),
         })
     }
@@ -494,7 +496,8 @@ async fn run_plan_on<S: Store>(store: Arc<S>, plan: Plan, n: u32) -> Result<f64,
             workload: "plan".into(),
             message: format!(
                 "the plan run ended {:?} with {done} of {n} steps done (error: {:?})",
-                session.state.status, session.state.turn.error
+                session.state.status,
+                session.state.turn.error()
             ),
         });
     }

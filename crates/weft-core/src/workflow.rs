@@ -439,40 +439,55 @@ pub fn validate_output(schema: &Value, output: &Value) -> Result<(), String> {
 pub struct WorkflowRun {
     /// The step the session is in; `None` before a message enters and after `end` or `wait`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<String>,
+    pub(crate) step: Option<String>,
     /// Whether a step was entered before in this session (a later message uses `reentry`).
     #[serde(default)]
-    pub entered: bool,
+    pub(crate) entered: bool,
     /// Transitions taken since the last message came in (bounded by `max_transitions`).
     #[serde(default)]
-    pub transitions: u32,
+    pub(crate) transitions: u32,
     /// Model turns in the current step.
     #[serde(default)]
-    pub turns: u32,
+    pub(crate) turns: u32,
     /// Outputs of the current step refused so far.
     #[serde(default)]
-    pub rejected: u32,
+    pub(crate) rejected: u32,
     /// The reason the last output was refused (the delegated agent's next task says it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub feedback: Option<String>,
+    pub(crate) feedback: Option<String>,
     /// The outcome of the current step's agent, once it answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delegated: Option<crate::event::ToolOutcome>,
+    pub(crate) delegated: Option<crate::event::ToolOutcome>,
     /// Whether the current step's agent is running.
     #[serde(default)]
-    pub delegating: bool,
+    pub(crate) delegating: bool,
     /// Each step's last accepted output (`steps.<name>.output`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub outputs: BTreeMap<String, Value>,
+    pub(crate) outputs: BTreeMap<String, Value>,
     /// The last text given to the user since the last message came in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reply: Option<String>,
+    pub(crate) reply: Option<String>,
     /// The steps entered since the last message came in, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub path: Vec<String>,
+    pub(crate) path: Vec<String>,
 }
 
 impl WorkflowRun {
+    /// The step the session is in; `None` before a message enters and after `end` or `wait`.
+    pub fn step(&self) -> Option<&str> {
+        self.step.as_deref()
+    }
+
+    /// Each step's last accepted output (`steps.<name>.output`).
+    pub fn outputs(&self) -> &BTreeMap<String, Value> {
+        &self.outputs
+    }
+
+    /// The steps entered since the last message came in, in order.
+    pub fn path(&self) -> &[String] {
+        &self.path
+    }
+
     /// A new message came in (a new task, or the answer to a `wait`): no step yet.
     pub fn message_in(&mut self) {
         self.step = None;

@@ -115,9 +115,9 @@ impl Observed {
         Self {
             session: st.session_id.clone(),
             status,
-            answer: st.turn.answer.clone(),
-            question: st.turn.waiting.as_ref().map(|w| w.question.clone()),
-            error: st.turn.error.clone(),
+            answer: st.turn.answer().map(str::to_owned),
+            question: st.turn.waiting().map(|w| w.question.clone()),
+            error: st.turn.error().map(str::to_owned),
             state: st.data.clone(),
             calls,
             used: Used {

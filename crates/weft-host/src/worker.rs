@@ -228,10 +228,7 @@ async fn one<S: Store>(
         Ok(match ended? {
             Ended::Done(state, _) => match state.status {
                 SessionStatus::Failed => (
-                    format!(
-                        "failed: {}",
-                        state.turn.error.as_deref().unwrap_or("unknown reason")
-                    ),
+                    format!("failed: {}", state.turn.error().unwrap_or("unknown reason")),
                     Let::Ended,
                 ),
                 s => (s.as_str().to_owned(), Let::Ended),

@@ -654,7 +654,7 @@ mod tests {
             .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
             .await
             .unwrap();
-        assert_eq!(session.state.turn.answer.as_deref(), Some("done"));
+        assert_eq!(session.state.turn.answer(), Some("done"));
         // The task, 8 calls with their results, and the answer.
         assert_eq!(session.state.history.len(), 18);
         assert!(!session.state.history.is_shared());
@@ -663,7 +663,7 @@ mod tests {
         rt.run_task(&agent, &mut session, "more", Value::Null)
             .await
             .unwrap();
-        assert_eq!(session.state.turn.answer.as_deref(), Some("again"));
+        assert_eq!(session.state.turn.answer(), Some("again"));
         assert_eq!(session.state.history.len(), 22);
         assert_eq!(session.state.history.copies(), 0);
     }

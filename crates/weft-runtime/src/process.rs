@@ -169,7 +169,7 @@ fn outcome(st: &weft_core::State) -> (SessionStatus, Value, Option<String>) {
         })
         .collect();
     if why.is_empty() {
-        why.extend(st.turn.error.clone());
+        why.extend(st.turn.error().map(str::to_owned));
     }
     let why = (!why.is_empty()).then(|| why.join("; "));
     (st.status, st.data.clone(), why)

@@ -191,7 +191,7 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
                     let st = &session.state;
                     match st.status {
                         SessionStatus::Completed => ToolOutcome::Ok {
-                            output: json!({"answer": st.turn.answer, "session_id": session.id}),
+                            output: json!({"answer": st.turn.answer(), "session_id": session.id}),
                         },
                         SessionStatus::WaitingForUser => error(
                             "agent_tool",
@@ -200,8 +200,7 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
                                 decl.name,
                                 session.id,
                                 st.turn
-                                    .waiting
-                                    .as_ref()
+                                    .waiting()
                                     .map(|w| w.question.as_str())
                                     .unwrap_or_default()
                             ),
@@ -212,7 +211,7 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
                                 "the sub-agent `{}` (session {}) could not complete: {}",
                                 decl.name,
                                 session.id,
-                                st.turn.error.as_deref().unwrap_or("unknown reason")
+                                st.turn.error().unwrap_or("unknown reason")
                             ),
                         ),
                     }

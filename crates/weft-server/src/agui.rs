@@ -244,7 +244,7 @@ pub(crate) fn finished(
             code: "run_failed".into(),
         })];
     }
-    let outcome = match st.and_then(|s| s.turn.waiting.as_ref().map(|w| (s, w))) {
+    let outcome = match st.and_then(|s| s.turn.waiting().map(|w| (s, w))) {
         Some((s, w)) => Outcome::Interrupt {
             interrupts: vec![AgUiInterrupt {
                 id: super::threads::interrupt(s, w).id,
@@ -255,7 +255,7 @@ pub(crate) fn finished(
         None => Outcome::Success,
     };
     let result = st.map(|s| RunResult {
-        answer: s.turn.answer.clone(),
+        answer: s.turn.answer().map(str::to_owned),
         data: s.data.clone(),
     });
     vec![event(&AgUiEvent::RunFinished {

@@ -363,7 +363,7 @@ pub(crate) fn metadata(cp: &Checkpoint) -> Map<String, Value> {
 /// The interrupt the thread waits on, if it waits.
 pub(crate) fn waits(st: &State) -> Vec<threads::Interrupt> {
     st.turn
-        .waiting
+        .waiting()
         .iter()
         .map(|w| threads::interrupt(st, w))
         .collect()

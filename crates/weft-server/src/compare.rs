@@ -348,12 +348,12 @@ impl Folded<'_> {
             status: self.rec.status.as_str().to_owned(),
             task: st
                 .turn
-                .task
-                .clone()
+                .task()
+                .map(str::to_owned)
                 .or_else(|| st.memory.first().map(|m| m.0.clone())),
             input: st.input.clone(),
-            answer: st.turn.answer.clone(),
-            error: st.turn.error.clone(),
+            answer: st.turn.answer().map(str::to_owned),
+            error: st.turn.error().map(str::to_owned),
             parent_id: self.rec.parent_id.clone(),
             created_at: weft_host::sessions::fmt_time(self.rec.created_at),
             totals: Totals {

@@ -136,21 +136,21 @@ pub(crate) fn messages(st: &SessionState) -> Vec<Message> {
     if st.mode == Some(weft_core::agent::Mode::Plan) || st.mode.is_none() {
         // A plan turn's task and answer join the conversation when the next turn begins, at
         // these positions.
-        if let Some(task) = &st.turn.task {
+        if let Some(task) = st.turn.task() {
             out.push(Message::new("human", task, message_id(st, end)));
         }
-        for (k, reply) in st.turn.user_inputs.iter().enumerate() {
+        for (k, reply) in st.turn.user_inputs().iter().enumerate() {
             let id = format!("{}-{end}-reply{k}", st.session_id);
             out.push(Message::new("human", reply, id));
         }
-        if let Some(a) = &st.turn.answer {
+        if let Some(a) = &st.turn.answer() {
             out.push(Message::new("ai", a, message_id(st, end + 1)));
         }
-    } else if let Some(a) = &st.turn.answer {
+    } else if let Some(a) = &st.turn.answer() {
         // A workflow's answer may be its reply template rather than the model's last reply.
         // It was said if an `ai` message of the turn (after its task; messages added by
         // `threads.update_state` may follow it) says it.
-        let task = st.turn.task.as_deref();
+        let task = st.turn.task();
         let said = out
             .iter()
             .rev()

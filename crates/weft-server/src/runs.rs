@@ -1082,7 +1082,7 @@ async fn final_values(
     if st.status == SessionStatus::Failed {
         v.error = Some(RunError {
             error: "RunError".into(),
-            message: st.turn.error.clone(),
+            message: st.turn.error().map(str::to_owned),
         });
     }
     Ok(Json(v))

@@ -797,7 +797,7 @@ impl Cursor {
         let error = (failed || (!self.ended_in_log() && status == RunStatus::Error)).then(|| {
             self.state
                 .as_ref()
-                .and_then(|s| s.turn.error.clone())
+                .and_then(|s| s.turn.error().map(str::to_owned))
                 .unwrap_or_else(|| "the run failed".into())
         });
         let status = match self.state.as_ref() {

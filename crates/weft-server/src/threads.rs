@@ -431,8 +431,8 @@ pub(crate) fn values(st: &SessionState) -> Values {
     Values {
         messages: messages(st),
         data: st.data.clone(),
-        answer: st.turn.answer.clone(),
-        interrupt: st.turn.waiting.as_ref().map(|w| vec![interrupt(st, w)]),
+        answer: st.turn.answer().map(str::to_owned),
+        interrupt: st.turn.waiting().map(|w| vec![interrupt(st, w)]),
         error: None,
     }
 }
@@ -498,7 +498,7 @@ pub(crate) fn thread_json(app: &Shared, rec: &SessionRecord, st: &SessionState) 
         status: status(app, rec, st),
         values: (st.seq != 0).then(|| values(st)),
         interrupts: ThreadInterrupts {
-            agent: st.turn.waiting.as_ref().map(|w| vec![interrupt(st, w)]),
+            agent: st.turn.waiting().map(|w| vec![interrupt(st, w)]),
         },
         config: Map::new(),
     }
@@ -729,7 +729,7 @@ pub(crate) fn state_json(rec: &SessionRecord, st: &SessionState) -> ThreadState 
     };
     ThreadState {
         values: values(st),
-        next: if st.turn.waiting.is_some() {
+        next: if st.turn.waiting().is_some() {
             vec!["agent".into()]
         } else {
             Vec::new()

@@ -49,8 +49,8 @@ pub(crate) struct Summary {
 pub(crate) fn summary(rec: &SessionRecord, st: &State) -> Summary {
     let task = st
         .turn
-        .task
-        .clone()
+        .task()
+        .map(str::to_owned)
         .or_else(|| st.memory.first().map(|m| m.0.clone()));
     Summary {
         id: rec.id.clone(),
@@ -58,12 +58,12 @@ pub(crate) fn summary(rec: &SessionRecord, st: &State) -> Summary {
         mode: st.mode,
         user: rec.user_id.clone(),
         status: rec.status.as_str().to_owned(),
-        waiting: st.turn.waiting.as_ref().map(|w| w.kind.clone()),
+        waiting: st.turn.waiting().map(|w| w.kind.clone()),
         task,
-        turns: st.turn.number,
+        turns: st.turn.number(),
         usage: st.usage.tokens.clone(),
         tool_calls: st.calls.started,
-        error: st.turn.error.clone(),
+        error: st.turn.error().map(str::to_owned),
         parent_id: rec.parent_id.clone(),
         created_at: fmt_time(rec.created_at),
         updated_at: fmt_time(rec.updated_at),
@@ -584,14 +584,14 @@ pub(crate) fn session(
         status: st.status.as_str().to_owned(),
         busy: busy && latest,
         phase: st.phase,
-        turn: st.turn.number,
-        task: st.turn.task.clone(),
+        turn: st.turn.number(),
+        task: st.turn.task().map(str::to_owned),
         input: st.input.clone(),
         data: st.data.clone(),
-        answer: st.turn.answer.clone(),
-        drafts: st.turn.drafts.clone(),
-        error: st.turn.error.clone(),
-        waiting: st.turn.waiting.clone(),
+        answer: st.turn.answer().map(str::to_owned),
+        drafts: st.turn.drafts().to_vec(),
+        error: st.turn.error().map(str::to_owned),
+        waiting: st.turn.waiting().cloned(),
         usage: st.usage.tokens.clone(),
         model_calls: st.usage.calls,
         tool_calls: st.calls.started,
@@ -610,7 +610,7 @@ pub(crate) fn session(
             })
             .collect(),
         conversation: st.history.iter().cloned().collect(),
-        memories: st.turn.recalled.clone(),
+        memories: st.turn.recalled().to_vec(),
         plan,
         calls: h.cards,
         reviews: h.reviews,
@@ -688,7 +688,8 @@ pub(crate) struct WaveMark {
 /// a plan waits for approval it is the proposed plan, every step pending.
 fn graph(st: &State, h: &History) -> Option<PlanGraph> {
     let proposed = st.plan.is_none();
-    let (plan, runs): (&Plan, Vec<weft_core::state::StepRun>) = match (&st.plan, &st.turn.waiting) {
+    let (plan, runs): (&Plan, Vec<weft_core::state::StepRun>) = match (&st.plan, &st.turn.waiting())
+    {
         (Some(p), _) => (&p.plan, p.steps.clone()),
         (None, Some(w)) if w.plan.is_some() => match &w.plan {
             Some(p) => (p, vec![Default::default(); p.steps.len()]),

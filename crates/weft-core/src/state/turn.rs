@@ -13,49 +13,96 @@ use crate::plan::PlanProblem;
 #[serde(deny_unknown_fields)]
 pub struct Turn {
     /// Turns started (tasks given): the current turn's number, from 1.
-    pub number: u32,
+    pub(crate) number: u32,
     /// The current task.
-    pub task: Option<String>,
+    pub(crate) task: Option<String>,
     /// Why the turn's run failed, or the last model failure's error; `None` while nothing
     /// failed.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// The answer given to the person; `None` until the run ends (and when it ends without
     /// one).
-    pub answer: Option<String>,
+    pub(crate) answer: Option<String>,
     /// The text (a new task, or a workflow's next message) whose long-term memories have not
     /// been searched for yet; the search happens only for an agent that recalls memories.
-    pub recall_due: Option<String>,
+    pub(crate) recall_due: Option<String>,
     /// The long-term memories recalled for the current turn, as its requests carry them.
-    pub recalled: Vec<RecalledMemory>,
+    pub(crate) recalled: Vec<RecalledMemory>,
     /// The problems of the last plan rejected.
-    pub last_problems: Vec<PlanProblem>,
+    pub(crate) last_problems: Vec<PlanProblem>,
     /// Plans revised in this turn.
-    pub replans: u32,
+    pub(crate) replans: u32,
     /// Why the plan is to be made again (the review's reason); `None` before any replan.
-    pub replan_reason: Option<String>,
+    pub(crate) replan_reason: Option<String>,
     /// Model turns in the current ReAct turn.
-    pub iterations: u32,
+    pub(crate) iterations: u32,
     /// Consecutive unusable replies (prose, bad JSON, rejected plans: one count for all) and
     /// model failures.
-    pub rejections: u32,
+    pub(crate) rejections: u32,
     /// Consecutive failed model calls (a reply resets it).
-    pub model_failures: u32,
+    pub(crate) model_failures: u32,
     /// Feedback for the next model call (why the last reply was refused).
-    pub feedback: Option<String>,
+    pub(crate) feedback: Option<String>,
     /// What the session asks of a person while it waits; `None` when it does not wait.
-    pub waiting: Option<InputRequest>,
+    pub(crate) waiting: Option<InputRequest>,
     /// Answers of a person in this turn (the review and resolver see them).
-    pub user_inputs: Vec<String>,
+    pub(crate) user_inputs: Vec<String>,
     /// The reviews after waves in this turn: each decision with its reason, in order.
-    pub reviews: Vec<(ReviewDecision, String)>,
+    pub(crate) reviews: Vec<(ReviewDecision, String)>,
     /// The drafts of the answer in this turn, in order.
-    pub drafts: Vec<String>,
+    pub(crate) drafts: Vec<String>,
     /// What the response reviewer asked to change in the last draft (or asked the person);
     /// `None` until it asked.
-    pub response_feedback: Option<String>,
+    pub(crate) response_feedback: Option<String>,
 }
 
 impl Turn {
+    /// Turns started (tasks given): the current turn's number, from 1.
+    pub fn number(&self) -> u32 {
+        self.number
+    }
+
+    /// The current task.
+    pub fn task(&self) -> Option<&str> {
+        self.task.as_deref()
+    }
+
+    /// Why the turn's run failed, or the last model failure's error; `None` while nothing
+    /// failed.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// The answer given to the person; `None` until the run ends (and when it ends without
+    /// one).
+    pub fn answer(&self) -> Option<&str> {
+        self.answer.as_deref()
+    }
+
+    /// The long-term memories recalled for the current turn.
+    pub fn recalled(&self) -> &[RecalledMemory] {
+        &self.recalled
+    }
+
+    /// Plans revised in this turn.
+    pub fn replans(&self) -> u32 {
+        self.replans
+    }
+
+    /// What the session asks of a person while it waits; `None` when it does not wait.
+    pub fn waiting(&self) -> Option<&InputRequest> {
+        self.waiting.as_ref()
+    }
+
+    /// Answers of a person in this turn.
+    pub fn user_inputs(&self) -> &[String] {
+        &self.user_inputs
+    }
+
+    /// The drafts of the answer in this turn, in order.
+    pub fn drafts(&self) -> &[String] {
+        &self.drafts
+    }
+
     /// Turn `number`, for `task`: nothing gathered yet, the task's memories not searched.
     pub(super) fn start(number: u32, task: &str) -> Self {
         Self {

@@ -85,7 +85,7 @@ async fn refund_keeps_to_its_plan<S: Store>(store: Arc<S>) {
     drop(s);
     let st = reload(&store, &a, &id).await;
     assert_eq!(st.status, SessionStatus::Completed);
-    assert_eq!(st.turn.answer.as_deref(), Some("Refunded: refund_xyz789."));
+    assert_eq!(st.turn.answer(), Some("Refunded: refund_xyz789."));
     assert_eq!(
         (
             b_log.count("checkBillingHistory"),
@@ -146,7 +146,7 @@ async fn missing_input_waits_and_resumes<S: Store>(store: Arc<S>) {
     };
     let st = reload(&store, &a, &id).await;
     assert_eq!(st.status, SessionStatus::WaitingForUser);
-    let w = st.turn.waiting.clone().unwrap();
+    let w = st.turn.waiting().cloned().unwrap();
     assert_eq!(
         (w.step.as_deref(), w.tool.as_deref(), w.missing.clone()),
         (
@@ -163,7 +163,7 @@ async fn missing_input_waits_and_resumes<S: Store>(store: Arc<S>) {
     drop(s);
     let st = reload(&store, &a, &id).await;
     assert_eq!(st.status, SessionStatus::Completed);
-    assert_eq!(st.turn.answer.as_deref(), Some("Refunded 50."));
+    assert_eq!(st.turn.answer(), Some("Refunded 50."));
     assert_eq!(log.count("issueRefund"), 1);
     assert_eq!(
         st.plan.as_ref().unwrap().step("refund").unwrap().1.status,
@@ -229,7 +229,7 @@ async fn trip_is_replanned<S: Store>(store: Arc<S>) {
     let ids: Vec<&str> = run.plan.steps.iter().map(|s| s.id.as_str()).collect();
     assert_eq!(ids, vec!["flight", "petHotel"]);
     assert_eq!(st.data["hotel"]["hotel"], "Paws Inn");
-    assert_eq!(st.turn.replans, 1);
+    assert_eq!(st.turn.replans(), 1);
 }
 
 /// ReAct with two tool calls in one reply: they overlap, and both results precede the answer.
@@ -263,7 +263,7 @@ async fn react_runs_calls_concurrently<S: Store>(store: Arc<S>) {
     drop(s);
     let st = reload(&store, &a, &id).await;
     assert_eq!(st.status, SessionStatus::Completed);
-    assert_eq!(st.turn.answer.as_deref(), Some("Lisbon is sunnier."));
+    assert_eq!(st.turn.answer(), Some("Lisbon is sunnier."));
     let calls = log.all();
     assert_eq!(calls.len(), 2);
     assert!(
@@ -322,8 +322,8 @@ async fn long_conversation_is_compacted<S: Store>(store: Arc<S>) {
     let id = s.id.clone();
     drop(s);
     let st = reload(&store, &a, &id).await;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error);
-    assert_eq!(st.turn.answer.as_deref(), Some("All notes echoed."));
+    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
+    assert_eq!(st.turn.answer(), Some("All notes echoed."));
     // Compaction changes what is sent, not what is kept.
     assert_eq!(st.history.len(), 1 + 2 * TURNS + 1);
     let compactions = requests.of(Purpose::Compact);

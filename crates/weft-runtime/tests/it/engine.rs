@@ -232,9 +232,9 @@ async fn a_failing_non_idempotent_tool_is_not_retried() {
     assert_eq!(step.error.as_ref().map(|e| e.retryable), Some(false));
     assert_eq!(ran.state.status, SessionStatus::Failed);
     assert!(
-        ran.state.turn.error.as_deref().unwrap().contains("c"),
+        ran.state.turn.error().unwrap().contains("c"),
         "{:?}",
-        ran.state.turn.error
+        ran.state.turn.error()
     );
 }
 
@@ -366,7 +366,7 @@ async fn a_failure_with_an_error_path_runs_the_error_branch() {
         ran.state.status,
         SessionStatus::Completed,
         "{:?}",
-        ran.state.turn.error
+        ran.state.turn.error()
     );
     let pay = ran.step("pay");
     assert_eq!(pay.status, StepStatus::Failed);
@@ -410,7 +410,7 @@ async fn an_unhandled_failure_blocks_its_dependants() {
     )
     .await;
     assert_eq!(ran.state.status, SessionStatus::Failed);
-    assert!(ran.state.turn.error.as_deref().unwrap().contains("bad"));
+    assert!(ran.state.turn.error().unwrap().contains("bad"));
     assert_eq!(ran.status_of("bad"), StepStatus::Failed);
     for s in ["reader", "explicit"] {
         assert_eq!(ran.status_of(s), StepStatus::Skipped, "{s}");
@@ -451,7 +451,7 @@ async fn reaching_max_waves_fails_the_run_with_a_clear_error() {
     )
     .await;
     assert_eq!(ran.state.status, SessionStatus::Failed);
-    let err = ran.state.turn.error.clone().unwrap();
+    let err = ran.state.turn.error().map(str::to_owned).unwrap();
     assert!(err.contains("max_waves (2)"), "{err}");
     assert_eq!(ran.status_of("a"), StepStatus::Completed);
     assert_eq!(ran.status_of("b"), StepStatus::Completed);

@@ -49,7 +49,7 @@ async fn each_item_gets_a_call_within_the_window_and_results_keep_item_order() {
         ran.state.status,
         SessionStatus::Completed,
         "{:?}",
-        ran.state.turn.error
+        ran.state.turn.error()
     );
     assert_eq!(log.calls_of("each").len(), 10);
     assert_eq!(log.max_inflight(), 3, "the window is _maxParallel");

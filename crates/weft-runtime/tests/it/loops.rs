@@ -38,7 +38,7 @@ async fn prose_and_rejected_plans_share_one_retry_bound() {
     let s = h.run("Loop.", json!({})).await;
     assert_eq!(s.state.status, SessionStatus::Failed);
     assert_eq!(h.requests.of(Purpose::Plan).len(), 3);
-    let err = s.state.turn.error.clone().unwrap_or_default();
+    let err = s.state.turn.error().unwrap_or_default().to_owned();
     assert!(
         err.starts_with("CANNOT_COMPLETE: the planner gave no valid plan in 3 attempts"),
         "{err}"
@@ -71,7 +71,7 @@ async fn rejected_plans_then_prose_end_at_the_bound() {
     let s = h.run("Do it.", json!({})).await;
     assert_eq!(s.state.status, SessionStatus::Failed);
     assert_eq!(h.requests.of(Purpose::Plan).len(), 2);
-    let err = s.state.turn.error.clone().unwrap_or_default();
+    let err = s.state.turn.error().unwrap_or_default().to_owned();
     assert!(err.contains("in 2 attempts"), "{err}");
     assert!(
         !h.events(&s.id)
@@ -122,7 +122,7 @@ async fn replanned_steps_without_ids_are_numbered_after_the_existing_ones() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(common::step_ids(&s.state), ["s1", "s2", "s3"]);
     for id in ["s1", "s2", "s3"] {
@@ -290,7 +290,7 @@ async fn plan_turns_and_replans_get_distinct_idempotency_keys() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     h.runtime
         .run_task(&h.agent, &mut s, "Do a again.", json!({}))
@@ -300,7 +300,7 @@ async fn plan_turns_and_replans_get_distinct_idempotency_keys() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(h.calls.count("a"), 3);
     let ks = keys(&h, &s.id).await;
@@ -340,7 +340,7 @@ async fn react_runs_calls_of_a_non_parallel_tool_one_at_a_time() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     let books = h.calls.of("book");
     let looks = h.calls.of("look");
@@ -508,7 +508,7 @@ async fn repeated_and_empty_call_ids_each_get_their_own_result() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(h.calls.count("look"), 5);
     let events = h.events(&s.id).await;

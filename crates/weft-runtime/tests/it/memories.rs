@@ -160,7 +160,7 @@ async fn a_users_memories_reach_only_their_prompts<S: Store>(store: Arc<S>) {
     let recalled = recalled_events(&store, &s.id).await;
     assert_eq!(recalled.len(), 1);
     assert_eq!(recalled[0].0, "what is my locker code");
-    assert_eq!(s.state.turn.recalled, recalled[0].1);
+    assert_eq!(s.state.turn.recalled(), recalled[0].1);
     weft_core::snapshot::verify(&events.into_iter().map(|e| e.event).collect::<Vec<_>>()).unwrap();
 
     // Bob asks the same: Alice's memory is in neither his prompt nor his log.
@@ -483,7 +483,7 @@ async fn a_long_plan_session_is_compacted<S: Store>(store: Arc<S>) {
             s.state.status,
             SessionStatus::Completed,
             "{:?}",
-            s.state.turn.error
+            s.state.turn.error()
         );
     }
     let plans = requests.of(Purpose::Plan);

@@ -98,9 +98,9 @@ async fn refund_keeps_to_its_plan() {
     );
     let s = h.run("I'd like a refund for my last order.", input).await;
     let st = &s.state;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error);
+    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
     assert_eq!(
-        st.turn.answer.as_deref(),
+        st.turn.answer(),
         Some("Your refund of 50.00 has been processed (refund_cust_123_5000).")
     );
     assert_eq!(h.calls.count("escalateToSupervisor"), 0);
@@ -209,7 +209,7 @@ async fn trip_replanned_for_a_dog_keeps_the_completed_step() {
         .run("Book my trip to Lisbon; I travel with my dog.", json!({}))
         .await;
     let st = &s.state;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error);
+    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
     assert_eq!(h.calls.count("bookHotel"), 0);
     assert_eq!(h.calls.count("bookFlight"), 1);
     let pet = h.calls.of("findPetFriendlyHotel");
@@ -219,7 +219,7 @@ async fn trip_replanned_for_a_dog_keeps_the_completed_step() {
     assert_eq!(step_status(st, "flight"), StepStatus::Completed);
     assert_eq!(step_status(st, "petHotel"), StepStatus::Completed);
     assert_eq!(st.data["hotel"]["hotel"], json!("Pawsome Inn"));
-    assert_eq!(st.turn.replans, 1);
+    assert_eq!(st.turn.replans(), 1);
     let events = h.events(&s.id).await;
     let revised: Vec<&Event> = events
         .iter()
@@ -297,9 +297,9 @@ async fn declined_card_is_written_to_state_and_reported() {
     );
     let s = h.run("Buy the order.", json!({})).await;
     let st = &s.state;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error);
+    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
     assert_eq!(
-        st.turn.answer.as_deref(),
+        st.turn.answer(),
         Some("Your card was declined; the failure was reported.")
     );
     assert_eq!(st.data["error"]["kind"], json!("card_declined"));
@@ -401,7 +401,7 @@ async fn translation_is_wired_through_state_paths() {
         )
         .await;
     let st = &s.state;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error);
+    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
     assert_eq!(st.data["translatedText"], json!("hello world"));
     assert_eq!(st.data["detected"]["language"], json!("fr"));
     assert_eq!(st.data["check"]["english"], json!(false));
@@ -417,7 +417,7 @@ async fn translation_is_wired_through_state_paths() {
     assert_eq!(order, vec!["detectLanguage", "isEnglish", "translateText"]);
     assert!(all[0].end <= all[1].start && all[1].end <= all[2].start);
     // Without a response review the draft is the answer, and no reviewer was asked.
-    assert_eq!(st.turn.answer.as_deref(), Some("It means: hello world"));
+    assert_eq!(st.turn.answer(), Some("It means: hello world"));
     assert!(h.requests.of(Purpose::ResponseReview).is_empty());
 }
 
@@ -462,7 +462,7 @@ fn use_refund_50() -> Value {
 fn assert_waiting_for_amount(st: &weft_core::State) {
     assert_eq!(st.status, SessionStatus::WaitingForUser);
     assert_eq!(step_status(st, "refund"), StepStatus::WaitingForUser);
-    let req = st.turn.waiting.as_ref().expect("a request");
+    let req = st.turn.waiting().expect("a request");
     assert_eq!(req.kind, "missing_input");
     assert_eq!(req.step.as_deref(), Some("refund"));
     assert_eq!(req.tool.as_deref(), Some("issueRefund"));
@@ -498,8 +498,8 @@ async fn missing_argument_asks_the_user_and_resumes() {
 
     h.reply(&mut s, "50").await;
     let st = &s.state;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error);
-    assert_eq!(st.turn.answer.as_deref(), Some("Refunded 50."));
+    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
+    assert_eq!(st.turn.answer(), Some("Refunded 50."));
     let exec = h.requests.of(Purpose::Execute);
     assert_eq!(exec.len(), 2);
     assert!(request_text(&exec[1]).contains("50"));
@@ -554,7 +554,7 @@ async fn missing_argument_resumes_in_a_new_runtime() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(first.calls.all().len(), 0);
     assert_eq!(second.calls.count("issueRefund"), 1);
@@ -566,7 +566,7 @@ async fn missing_argument_resumes_in_a_new_runtime() {
     // The stored log and the live state agree.
     let reloaded = runtime.load_session(&id).await.unwrap();
     assert_eq!(reloaded.state.status, SessionStatus::Completed);
-    assert_eq!(reloaded.state.turn.answer, s.state.turn.answer);
+    assert_eq!(reloaded.state.turn.answer(), s.state.turn.answer());
 }
 
 #[tokio::test]
@@ -607,7 +607,7 @@ async fn request_tool_input_with_every_argument_is_a_call() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(h.calls.count("issueRefund"), 1);
     assert!(!h.kinds(&s.id).await.contains(&"waiting_for_user"));
@@ -663,7 +663,7 @@ async fn repeated_tool_call_in_a_step_is_blocked() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(h.calls.count("lookup"), 1);
     let events = h.events(&s.id).await;
@@ -728,8 +728,8 @@ async fn replan_limit_fails_pending_steps_and_answers() {
     );
     let s = h.run("Do it.", json!({})).await;
     let st = &s.state;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error);
-    assert_eq!(st.turn.answer.as_deref(), Some("Partly done."));
+    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
+    assert_eq!(st.turn.answer(), Some("Partly done."));
     assert_eq!(h.requests.of(Purpose::Plan).len(), 2);
     assert_eq!(h.calls.count("b"), 0);
     assert_eq!(h.calls.count("d"), 0);
@@ -793,10 +793,10 @@ async fn response_reviewer_refinement_gives_the_second_draft() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(
-        s.state.turn.answer.as_deref(),
+        s.state.turn.answer(),
         Some("The capital of Portugal is Lisbon.")
     );
     let respond = h.requests.of(Purpose::Respond);
@@ -828,9 +828,9 @@ async fn refinement_out_of_rounds_keeps_the_first_draft() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
-    assert_eq!(s.state.turn.answer.as_deref(), Some("Lisbon."));
+    assert_eq!(s.state.turn.answer(), Some("Lisbon."));
     assert_eq!(h.requests.of(Purpose::Respond).len(), 1);
     assert_eq!(h.requests.of(Purpose::ResponseReview).len(), 1);
 }
@@ -869,9 +869,9 @@ async fn react_runs_parallel_calls_at_once() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
-    assert_eq!(s.state.turn.answer.as_deref(), Some("Lisbon is sunnier."));
+    assert_eq!(s.state.turn.answer(), Some("Lisbon is sunnier."));
     let calls = h.calls.of("getWeather");
     assert_eq!(calls.len(), 2);
     let (x, y) = (&calls[0], &calls[1]);
@@ -916,12 +916,12 @@ async fn react_stops_at_max_iterations() {
     );
     let s = h.run("Keep pinging.", json!({})).await;
     assert_eq!(s.state.status, SessionStatus::Failed);
-    let err = s.state.turn.error.clone().unwrap_or_default();
+    let err = s.state.turn.error().unwrap_or_default().to_owned();
     assert!(err.contains("max_iterations (3)"), "{err}");
     assert!(err.starts_with("CANNOT_COMPLETE"), "{err}");
     assert_eq!(h.requests.of(Purpose::React).len(), 3);
     assert_eq!(h.calls.count("ping"), 3);
-    assert!(s.state.turn.answer.is_none());
+    assert!(s.state.turn.answer().is_none());
 }
 
 // 10. Garbage from the model.
@@ -943,7 +943,7 @@ async fn planner_garbage_three_times_ends_as_cannot_complete() {
     );
     let s = h.run("Do it.", json!({})).await;
     assert_eq!(s.state.status, SessionStatus::Failed);
-    let err = s.state.turn.error.clone().unwrap_or_default();
+    let err = s.state.turn.error().unwrap_or_default().to_owned();
     assert!(err.starts_with("CANNOT_COMPLETE"), "{err}");
     assert!(err.contains("not JSON"), "{err}");
     let plans = h.requests.of(Purpose::Plan);
@@ -993,7 +993,7 @@ async fn plan_rejected_then_valid(bad: Value, expect: &[&str]) {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(h.calls.count("checkBillingHistory"), 1);
     let events = h.events(&s.id).await;
@@ -1070,9 +1070,9 @@ async fn empty_react_reply_is_fed_back() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
-    assert_eq!(s.state.turn.answer.as_deref(), Some("Hello!"));
+    assert_eq!(s.state.turn.answer(), Some("Hello!"));
     let reqs = h.requests.of(Purpose::React);
     assert_eq!(reqs.len(), 2);
     assert!(request_text(&reqs[1]).contains("the reply was empty"));
@@ -1098,9 +1098,9 @@ async fn react_call_to_an_unknown_tool_is_blocked() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
-    assert_eq!(s.state.turn.answer.as_deref(), Some("I cannot do that."));
+    assert_eq!(s.state.turn.answer(), Some("I cannot do that."));
     assert!(h.calls.all().is_empty());
     let events = h.events(&s.id).await;
     assert!(events.iter().any(|e| matches!(
@@ -1159,7 +1159,7 @@ async fn executor_reply_with_an_unknown_action_is_fed_back() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(step_status(&s.state, "think"), StepStatus::Completed);
     let exec = h.requests.of(Purpose::Execute);
@@ -1199,7 +1199,7 @@ async fn review_reply_with_an_unknown_decision_is_fed_back() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     let reviews = h.requests.of(Purpose::Review);
     assert_eq!(reviews.len(), 2);
@@ -1242,7 +1242,7 @@ async fn approved_plan_runs() {
     let h = approval_harness();
     let mut s = h.run("Refund c1.", json!({})).await;
     assert_eq!(s.state.status, SessionStatus::WaitingForUser);
-    let req = s.state.turn.waiting.clone().unwrap();
+    let req = s.state.turn.waiting().cloned().unwrap();
     assert_eq!(req.kind, "plan_approval");
     let plan = req.plan.expect("the plan awaiting approval");
     assert_eq!(plan.steps[0].tool.as_deref(), Some("issueRefund"));
@@ -1252,7 +1252,7 @@ async fn approved_plan_runs() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     let refunds = h.calls.of("issueRefund");
     assert_eq!(refunds.len(), 1);
@@ -1268,12 +1268,11 @@ async fn rejected_plan_ends_the_run() {
     assert!(
         s.state
             .turn
-            .error
-            .as_deref()
+            .error()
             .unwrap_or_default()
             .contains("rejected"),
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert!(h.calls.all().is_empty());
 }
@@ -1285,7 +1284,7 @@ async fn edited_plan_is_validated_before_it_runs() {
     let bad = json!([{"_id": "x", "_tool": "wireMoney", "to": "me"}]).to_string();
     h.reply(&mut s, &bad).await;
     assert_eq!(s.state.status, SessionStatus::WaitingForUser);
-    let q = s.state.turn.waiting.clone().unwrap().question;
+    let q = s.state.turn.waiting().cloned().unwrap().question;
     assert!(q.contains("invalid") && q.contains("wireMoney"), "{q}");
     assert!(h.calls.all().is_empty());
     let good = json!([{"_id": "small", "_tool": "issueRefund", "customerId": "c1", "amount": 5}])
@@ -1295,7 +1294,7 @@ async fn edited_plan_is_validated_before_it_runs() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     let refunds = h.calls.of("issueRefund");
     assert_eq!(refunds.len(), 1);
@@ -1324,7 +1323,7 @@ async fn approved_tool_call_runs() {
     let h = tool_approval_harness();
     let mut s = h.run("Send 5.", json!({})).await;
     assert_eq!(s.state.status, SessionStatus::WaitingForUser);
-    let req = s.state.turn.waiting.clone().unwrap();
+    let req = s.state.turn.waiting().cloned().unwrap();
     assert_eq!(req.kind, "tool_approval");
     assert_eq!(req.tool.as_deref(), Some("transferMoney"));
     assert_eq!(req.partial_call["arguments"], json!({"amount": 5}));
@@ -1334,10 +1333,10 @@ async fn approved_tool_call_runs() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(h.calls.count("transferMoney"), 1);
-    assert_eq!(s.state.turn.answer.as_deref(), Some("Finished."));
+    assert_eq!(s.state.turn.answer(), Some("Finished."));
 }
 
 #[tokio::test]
@@ -1349,7 +1348,7 @@ async fn denied_tool_call_is_refused_to_the_model() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(h.calls.count("transferMoney"), 0);
     let reqs = h.requests.of(Purpose::React);
@@ -1388,7 +1387,7 @@ async fn usage_and_tool_counts_are_summed() {
     );
     let s = h.run("Refund.", input).await;
     let st = &s.state;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error);
+    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
     assert_eq!(st.usage.tokens.input_tokens, 100 + 80 + 90 + 120 + 70);
     assert_eq!(st.usage.tokens.output_tokens, 40 + 5 + 6 + 10 + 3);
     assert_eq!(st.usage.calls, 5);
@@ -1443,7 +1442,7 @@ async fn observers_see_every_stored_event() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     let stored = h.events(&s.id).await.len() as u64;
     assert_eq!(*seen.lock().unwrap(), (1..=stored).collect::<Vec<u64>>());
@@ -1469,7 +1468,7 @@ async fn cyclic_plans_three_times_end_as_cannot_complete() {
     );
     let s = h.run("Loop.", json!({})).await;
     assert_eq!(s.state.status, SessionStatus::Failed);
-    let err = s.state.turn.error.clone().unwrap_or_default();
+    let err = s.state.turn.error().unwrap_or_default().to_owned();
     assert!(
         err.starts_with("CANNOT_COMPLETE: the planner gave no valid plan in 3 attempts"),
         "{err}"
@@ -1505,7 +1504,7 @@ async fn executor_garbage_three_times_ends_as_cannot_complete() {
     );
     let s = h.run("Think.", json!({})).await;
     assert_eq!(s.state.status, SessionStatus::Failed);
-    let err = s.state.turn.error.clone().unwrap_or_default();
+    let err = s.state.turn.error().unwrap_or_default().to_owned();
     assert!(err.starts_with("CANNOT_COMPLETE"), "{err}");
     assert!(err.contains("unknown action `WAVE`"), "{err}");
     assert_eq!(step_status(&s.state, "think"), StepStatus::Failed);
@@ -1531,7 +1530,7 @@ async fn review_garbage_three_times_ends_as_cannot_complete() {
     );
     let s = h.run("Capital?", json!({})).await;
     assert_eq!(s.state.status, SessionStatus::Failed);
-    let err = s.state.turn.error.clone().unwrap_or_default();
+    let err = s.state.turn.error().unwrap_or_default().to_owned();
     assert!(err.starts_with("CANNOT_COMPLETE"), "{err}");
     assert!(err.contains("`decision`"), "{err}");
     assert_eq!(h.calls.count("fact"), 1);
@@ -1548,7 +1547,7 @@ async fn a_failing_model_ends_the_run_with_its_error() {
     );
     let s = h.run("Capital?", json!({})).await;
     assert_eq!(s.state.status, SessionStatus::Failed);
-    let err = s.state.turn.error.clone().unwrap_or_default();
+    let err = s.state.turn.error().unwrap_or_default().to_owned();
     assert!(err.contains("the model call (review) failed"), "{err}");
     assert!(err.contains("no reply left"), "{err}");
     let kinds = h.kinds(&s.id).await;
@@ -1587,7 +1586,7 @@ async fn plan_step_with_an_approved_tool_runs_after_approval() {
     let h = plan_approval_tool_harness();
     let mut s = h.run("Pay 5.", json!({})).await;
     assert_eq!(s.state.status, SessionStatus::WaitingForUser);
-    let req = s.state.turn.waiting.clone().unwrap();
+    let req = s.state.turn.waiting().cloned().unwrap();
     assert_eq!(req.kind, "tool_approval");
     assert_eq!(req.step.as_deref(), Some("pay"));
     assert_eq!(step_status(&s.state, "pay"), StepStatus::WaitingForUser);
@@ -1597,7 +1596,7 @@ async fn plan_step_with_an_approved_tool_runs_after_approval() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(h.calls.count("transferMoney"), 1);
     assert_eq!(step_status(&s.state, "pay"), StepStatus::Completed);
@@ -1612,7 +1611,7 @@ async fn plan_step_with_a_denied_tool_fails_without_running() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(h.calls.count("transferMoney"), 0);
     assert_eq!(step_status(&s.state, "pay"), StepStatus::Failed);
@@ -1663,16 +1662,13 @@ async fn review_asks_the_user_and_reviews_again() {
     );
     let mut s = h.run("Pick my account.", json!({})).await;
     assert_eq!(s.state.status, SessionStatus::WaitingForUser);
-    assert_eq!(
-        s.state.turn.waiting.as_ref().unwrap().question,
-        "Which account?"
-    );
+    assert_eq!(s.state.turn.waiting().unwrap().question, "Which account?");
     h.reply(&mut s, "the savings one").await;
     assert_eq!(
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     let reviews = h.requests.of(Purpose::Review);
     assert_eq!(reviews.len(), 2);
@@ -1719,7 +1715,7 @@ async fn parallel_plan_steps_run_in_one_wave() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     let all = h.calls.all();
     assert_eq!(all.len(), 2);
@@ -1783,7 +1779,7 @@ async fn retryable_tool_failure_is_retried() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(h.calls.count("flaky"), 2);
     assert_eq!(s.state.data["f"], json!("ok"));
@@ -1838,12 +1834,9 @@ async fn replan_with_a_direct_response_answers() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
-    assert_eq!(
-        s.state.turn.answer.as_deref(),
-        Some("Lisbon is the capital.")
-    );
+    assert_eq!(s.state.turn.answer(), Some("Lisbon is the capital."));
     assert_eq!(h.calls.count("more"), 0);
     assert!(h.requests.of(Purpose::Respond).is_empty());
     assert_eq!(h.requests.of(Purpose::ResponseReview).len(), 1);
@@ -1880,7 +1873,7 @@ async fn second_turn_remembers_the_first() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     h.runtime
         .run_task(&h.agent, &mut s, "How many people live there?", json!({}))
@@ -1890,10 +1883,10 @@ async fn second_turn_remembers_the_first() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(
-        s.state.turn.answer.as_deref(),
+        s.state.turn.answer(),
         Some("About 550,000 people live in Lisbon.")
     );
     let plans = h.requests.of(Purpose::Plan);
@@ -1903,7 +1896,7 @@ async fn second_turn_remembers_the_first() {
         second.contains("Capital of Portugal?") && second.contains("Lisbon."),
         "{second}"
     );
-    assert_eq!(s.state.turn.number, 2);
+    assert_eq!(s.state.turn.number(), 2);
 }
 
 #[tokio::test]
@@ -1922,7 +1915,7 @@ async fn react_second_turn_keeps_the_conversation() {
         .run_task(&h.agent, &mut s, "What is my name?", json!({}))
         .await
         .unwrap();
-    assert_eq!(s.state.turn.answer.as_deref(), Some("Your name is Ada."));
+    assert_eq!(s.state.turn.answer(), Some("Your name is Ada."));
     let reqs = h.requests.of(Purpose::React);
     let second = request_text(&reqs[1]);
     assert!(
@@ -1979,7 +1972,7 @@ async fn allowed_tools_bound_react_calls() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(h.calls.count("deleteEverything"), 0);
     let reqs = h.requests.of(Purpose::React);
@@ -2025,7 +2018,7 @@ async fn allowed_tools_bound_plans_and_the_step_executor() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(h.calls.count("deleteEverything"), 0);
     let plan_req = request_text(&h.requests.of(Purpose::Plan)[0]);
@@ -2085,7 +2078,7 @@ async fn executor_corrects_a_call_rejected_by_the_schema() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     // The invalid call never reached the tool.
     let refunds = h.calls.of("issueRefund");
@@ -2140,13 +2133,10 @@ async fn executor_step_fails_after_its_attempts() {
     assert_eq!(h.calls.count("lookup"), 2);
     assert_eq!(step_status(&s.state, "find"), StepStatus::Failed);
     assert_eq!(
-        s.state.turn.error.as_deref(),
+        s.state.turn.error(),
         Some("CANNOT_COMPLETE: The directory is down.")
     );
-    assert_eq!(
-        s.state.turn.answer.as_deref(),
-        Some("The directory is down.")
-    );
+    assert_eq!(s.state.turn.answer(), Some("The directory is down."));
     let review = request_text(&h.requests.of(Purpose::Review)[0]);
     assert!(
         review.contains("FAILED") && review.contains("the directory is down"),
@@ -2180,7 +2170,7 @@ async fn response_reviewer_asks_the_user() {
     let mut s = h.run("Capital of Portugal?", json!({})).await;
     assert_eq!(s.state.status, SessionStatus::WaitingForUser);
     assert_eq!(
-        s.state.turn.waiting.as_ref().unwrap().question,
+        s.state.turn.waiting().unwrap().question,
         "In which language?"
     );
     h.reply(&mut s, "Portuguese").await;
@@ -2188,9 +2178,9 @@ async fn response_reviewer_asks_the_user() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
-    assert_eq!(s.state.turn.answer.as_deref(), Some("Lisboa."));
+    assert_eq!(s.state.turn.answer(), Some("Lisboa."));
     let respond = h.requests.of(Purpose::Respond);
     assert_eq!(respond.len(), 2);
     assert!(request_text(&respond[1]).contains("Portuguese"));
@@ -2220,10 +2210,10 @@ async fn response_reviewer_cannot_complete_fails_with_the_draft() {
     let s = h.run("Capital of Atlantis?", json!({})).await;
     assert_eq!(s.state.status, SessionStatus::Failed);
     assert_eq!(
-        s.state.turn.error.as_deref(),
+        s.state.turn.error(),
         Some("CANNOT_COMPLETE: No evidence was found.")
     );
-    assert_eq!(s.state.turn.answer.as_deref(), Some("I could not find it."));
+    assert_eq!(s.state.turn.answer(), Some("I could not find it."));
 }
 
 // A tool error in ReAct goes back to the model as an error result.
@@ -2258,7 +2248,7 @@ async fn react_tool_error_is_an_error_result() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     let reqs = h.requests.of(Purpose::React);
     let results: Vec<(String, bool)> = reqs[1]
@@ -2308,10 +2298,7 @@ async fn react_answer_streams_as_deltas() {
     }))
     .build();
     let s = h.run("Say the pangram.", json!({})).await;
-    assert_eq!(
-        s.state.turn.answer.as_deref(),
-        Some(deltas.lock().unwrap().as_str())
-    );
+    assert_eq!(s.state.turn.answer(), Some(deltas.lock().unwrap().as_str()));
     // Deltas are live only: none is stored.
     assert!(!h.kinds(&s.id).await.contains(&"text_delta"));
 }
@@ -2339,13 +2326,13 @@ async fn plan_approval_survives_a_restart() {
         &json!({}),
     );
     let mut s = second.runtime.load_session(&id).await.unwrap();
-    assert_eq!(s.state.turn.waiting.as_ref().unwrap().kind, "plan_approval");
+    assert_eq!(s.state.turn.waiting().unwrap().kind, "plan_approval");
     second.reply(&mut s, "approve").await;
     assert_eq!(
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(second.calls.count("issueRefund"), 1);
     assert_eq!(first.calls.all().len(), 0);
@@ -2382,7 +2369,7 @@ async fn react_mixed_approval_calls_each_get_one_result() {
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     assert_eq!(h.calls.count("balance"), 1);
     assert_eq!(h.calls.count("transferMoney"), 1);
@@ -2459,7 +2446,7 @@ skills:\n\
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     let plan_req = &h.requests.of(Purpose::Plan)[0];
     let plan = request_text(plan_req);
@@ -2562,7 +2549,7 @@ skills:\n  - name: refund-policy\n    description: How refunds are decided.\n   
         s.state.status,
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error
+        s.state.turn.error()
     );
     let again = request_text(&h.requests.of(Purpose::Plan)[1]);
     assert!(

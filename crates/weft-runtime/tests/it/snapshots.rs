@@ -54,7 +54,7 @@ async fn run_poster<S: Store>(store: Arc<S>, head_bytes: u64) -> (String, u64) {
         .run_agent(&a, SessionInfo::default(), "post", Value::Null)
         .await
         .unwrap();
-    assert_eq!(s.state.turn.answer.as_deref(), Some("posted"));
+    assert_eq!(s.state.turn.answer(), Some("posted"));
     (s.id.clone(), s.state.seq)
 }
 
@@ -137,13 +137,10 @@ async fn a_waiting_session_continues_from_its_snapshot<S: Store>(store: Arc<S>) 
     let loaded = load_state(store.as_ref(), &id).await.unwrap();
     assert!(loaded.snapshot.is_some(), "{loaded:?}");
     let mut s = rt.load_session(&id).await.unwrap();
-    assert_eq!(
-        s.state.turn.waiting.as_ref().unwrap().missing,
-        vec!["amount"]
-    );
+    assert_eq!(s.state.turn.waiting().unwrap().missing, vec!["amount"]);
     rt.reply(&a, &mut s, "20").await.unwrap();
     assert_eq!(s.state.status, SessionStatus::Completed);
-    assert_eq!(s.state.turn.answer.as_deref(), Some("Refunded 20."));
+    assert_eq!(s.state.turn.answer(), Some("Refunded 20."));
     assert_eq!(log.count("issueRefund"), 1);
     assert_eq!(s.state, folded(store.as_ref(), &id).await);
 }
@@ -218,7 +215,7 @@ async fn unusable_snapshots_are_passed_over<S: Store>(store: Arc<S>) {
     rt.run_task(&a, &mut s, "once more", Value::Null)
         .await
         .unwrap();
-    assert_eq!(s.state.turn.answer.as_deref(), Some("again"));
+    assert_eq!(s.state.turn.answer(), Some("again"));
     let loaded = load_state(store.as_ref(), &id).await.unwrap();
     assert!(loaded.snapshot.is_some(), "{:?}", loaded.passed_over);
     assert_eq!(loaded.state, folded(store.as_ref(), &id).await);
@@ -253,7 +250,7 @@ async fn a_compacted_session_loads_its_window<S: Store>(store: Arc<S>) {
         .run_agent(&a, SessionInfo::default(), "echo", Value::Null)
         .await
         .unwrap();
-    assert_eq!(s.state.turn.answer.as_deref(), Some("echoed"));
+    assert_eq!(s.state.turn.answer(), Some("echoed"));
     let id = s.id.clone();
     drop(s);
     let truth = folded(store.as_ref(), &id).await;
@@ -290,7 +287,7 @@ async fn a_compacted_session_loads_its_window<S: Store>(store: Arc<S>) {
     // The next turn runs from the window, compacts again, and ends where the log says.
     let mut s = rt.load_session(&id).await.unwrap();
     rt.run_task(&a, &mut s, "more", Value::Null).await.unwrap();
-    assert_eq!(s.state.turn.answer.as_deref(), Some("again"));
+    assert_eq!(s.state.turn.answer(), Some("again"));
     let truth = folded(store.as_ref(), &id).await;
     assert!(truth.compaction.as_ref().unwrap().upto > upto);
     let mut want = truth.clone();

@@ -147,7 +147,8 @@ async fn answer_of<S: Store>(store: &Arc<S>, agent: &Agent, id: &str) -> Option<
         .unwrap()
         .state
         .turn
-        .answer
+        .answer()
+        .map(str::to_owned)
 }
 
 /// Every route of the example, each taken on its own input.
@@ -205,7 +206,8 @@ async fn triage_routes<S: Store>(store: Arc<S>, tag: &str) {
         .unwrap()
         .state
         .turn
-        .waiting
+        .waiting()
+        .cloned()
         .unwrap();
     assert_eq!(waiting.kind, "message");
     assert!(waiting.question.contains("Which order"), "{waiting:?}");
@@ -431,7 +433,7 @@ async fn a_loop_between_steps_ends_at_max_transitions() {
     );
     let rt = runtime(&store, &agent);
     let s = rt.load_session("loop").await.unwrap();
-    let error = s.state.turn.error.unwrap();
+    let error = s.state.turn.error().unwrap();
     // The list shows exactly the transitions counted (one arrow each), then the one refused.
     assert!(
         error.ends_with(
@@ -604,7 +606,7 @@ async fn a_step_hands_its_work_to_a_react_agent_in_a_linked_session() {
     );
     let rt = runtime(&store, &agent);
     let s = rt.load_session("desk").await.unwrap();
-    assert_eq!(s.state.turn.answer.as_deref(), Some("Lisbon"));
+    assert_eq!(s.state.turn.answer(), Some("Lisbon"));
     assert_eq!(s.state.data, json!({"capital": "Lisbon"}));
     let p = Log::of(&store, "desk").await;
     assert_eq!(p.count("workflow_output_rejected"), 1);

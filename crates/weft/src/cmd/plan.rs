@@ -294,7 +294,7 @@ pub fn report_failure(state: &weft_core::State) {
             }
         }
     }
-    if let Some(e) = &state.turn.error {
+    if let Some(e) = &state.turn.error() {
         eprintln!("run failed: {e}");
     }
 }

@@ -445,7 +445,7 @@ pub fn report(
     let summary = usage_line(st, id, before);
     match st.status {
         SessionStatus::Completed => {
-            let answer = st.turn.answer.clone().unwrap_or_default();
+            let answer = st.turn.answer().unwrap_or_default().to_owned();
             writeln!(std::io::stdout(), "{answer}")?;
             writeln!(err, "{summary}")?;
             Ok(0)
@@ -453,8 +453,7 @@ pub fn report(
         SessionStatus::WaitingForUser => {
             let q = st
                 .turn
-                .waiting
-                .as_ref()
+                .waiting()
                 .map(|w| w.question.clone())
                 .unwrap_or_default();
             writeln!(std::io::stdout(), "{q}")?;
@@ -465,8 +464,7 @@ pub fn report(
             )?;
             let at_budget = st
                 .turn
-                .waiting
-                .as_ref()
+                .waiting()
                 .is_some_and(|w| w.kind == weft_core::budget::WAIT_KIND);
             if at_budget {
                 writeln!(
@@ -485,13 +483,13 @@ pub fn report(
             Ok(EXIT_WAITING)
         }
         SessionStatus::Failed | SessionStatus::Running => {
-            if let Some(a) = &st.turn.answer {
+            if let Some(a) = &st.turn.answer() {
                 writeln!(std::io::stdout(), "{a}")?;
             }
             writeln!(
                 err,
                 "could not complete: {}",
-                st.turn.error.as_deref().unwrap_or("unknown reason")
+                st.turn.error().unwrap_or("unknown reason")
             )?;
             writeln!(err, "{summary}")?;
             Ok(EXIT_FAILED)

@@ -264,7 +264,8 @@ async fn list<S: Store>(
             .await?
             .state
             .turn
-            .task;
+            .task()
+            .map(str::to_owned);
         tasks.push(task);
     }
     if json {
@@ -341,17 +342,17 @@ async fn show<S: Store>(
         "created_at": fmt_time(rec.created_at),
         "updated_at": fmt_time(rec.updated_at),
         "events": rec.last_seq,
-        "task": state.turn.task,
+        "task": state.turn.task(),
         "plan": state.plan.as_ref().map(|p| p.view()),
         "workflow": (state.mode == Some(weft_core::agent::Mode::Workflow)).then(|| json!({
-            "step": state.workflow.step,
-            "path": state.workflow.path,
-            "outputs": state.workflow.outputs,
+            "step": state.workflow.step(),
+            "path": state.workflow.path(),
+            "outputs": state.workflow.outputs(),
         })),
         "state": state.data,
-        "answer": state.turn.answer,
-        "waiting": state.turn.waiting,
-        "error": state.turn.error,
+        "answer": state.turn.answer(),
+        "waiting": state.turn.waiting(),
+        "error": state.turn.error(),
         "usage": state.usage.tokens,
         "model_calls": state.usage.calls,
         "tool_calls": state.calls.started,
@@ -385,7 +386,7 @@ async fn show<S: Store>(
         fmt_time(rec.updated_at),
         rec.last_seq
     )?;
-    if let Some(t) = &state.turn.task {
+    if let Some(t) = state.turn.task() {
         writeln!(out, "task     {t}")?;
     }
     if let Some(run) = &state.plan {
@@ -409,21 +410,21 @@ async fn show<S: Store>(
             writeln!(out, "  {:<16} {:<12} {what}{extra}", s.id, status)?;
         }
     }
-    if state.mode == Some(weft_core::agent::Mode::Workflow) && !state.workflow.path.is_empty() {
+    if state.mode == Some(weft_core::agent::Mode::Workflow) && !state.workflow.path().is_empty() {
         // The steps since the last message came in (where the session stands now).
-        let now = match &state.workflow.step {
+        let now = match state.workflow.step() {
             Some(s) => format!("  (in `{s}`)"),
             None => String::new(),
         };
-        writeln!(out, "steps    {}{now}", state.workflow.path.join(" -> "))?;
+        writeln!(out, "steps    {}{now}", state.workflow.path().join(" -> "))?;
     }
-    if let Some(w) = &state.turn.waiting {
+    if let Some(w) = &state.turn.waiting() {
         writeln!(out, "waiting  {}", w.question)?;
     }
-    if let Some(a) = &state.turn.answer {
+    if let Some(a) = &state.turn.answer() {
         writeln!(out, "answer   {a}")?;
     }
-    if let Some(e) = &state.turn.error {
+    if let Some(e) = &state.turn.error() {
         writeln!(out, "error    {e}")?;
     }
     let u = &state.usage.tokens;

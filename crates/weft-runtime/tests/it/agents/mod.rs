@@ -410,12 +410,12 @@ impl Harness {
         assert_eq!(folded.seq, live.seq);
         assert_eq!(folded.status, live.status);
         assert_eq!(folded.phase, live.phase);
-        assert_eq!(folded.turn.answer, live.turn.answer);
-        assert_eq!(folded.turn.error, live.turn.error);
+        assert_eq!(folded.turn.answer(), live.turn.answer());
+        assert_eq!(folded.turn.error(), live.turn.error());
         assert_eq!(folded.data, live.data);
         assert_eq!(folded.usage, live.usage);
         assert_eq!(folded.history, live.history);
-        assert_eq!(folded.turn.waiting, live.turn.waiting);
+        assert_eq!(folded.turn.waiting(), live.turn.waiting());
         assert_eq!(folded.calls.started, live.calls.started);
         assert_eq!(
             folded.plan.as_ref().map(|p| p.view()),
@@ -564,7 +564,7 @@ pub async fn react_tool_results<S: Store>(
         st.status,
         weft_core::SessionStatus::Completed,
         "{:?}",
-        st.turn.error
+        st.turn.error()
     );
     st.history
         .iter()
