@@ -15,7 +15,6 @@
 //! the run before it ended, and its events begin there.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use serde_json::Value;
 use weft_store::{QueuedRun, RunQueue, SessionLog};
@@ -58,7 +57,7 @@ pub(crate) async fn keep(
 
 /// `run` began (its marker is stored) or ended: its record is deleted, once.
 pub(crate) async fn done(app: &Shared, run: &Run) {
-    if run.queued.swap(false, Ordering::AcqRel)
+    if run.dequeue()
         && let Err(e) = app.store.unqueue_run(&run.run_id).await
     {
         // Its marker is in the log: whoever takes the record over finds it and deletes it.
@@ -79,7 +78,7 @@ pub(crate) enum Standing {
 /// Where queued `run` stands (`sure`: its marker is looked for even while its record is there,
 /// as after taking the thread). A store that cannot be read leaves it queued.
 pub(crate) async fn standing(app: &Shared, run: &Run, sure: bool) -> Standing {
-    if !run.queued.load(Ordering::Acquire) {
+    if run.place() != runs::Place::Queued {
         return Standing::Queued;
     }
     let queued = !matches!(app.store.queued_run(&run.run_id).await, Ok(None));
@@ -98,7 +97,6 @@ pub(crate) async fn standing(app: &Shared, run: &Run, sure: bool) -> Standing {
 /// Queued `run` was begun by another process: this one follows it through the store from
 /// now on, as a run found in the log (its clients' streams and joins go on).
 pub(crate) fn follow(app: &Shared, run: &Arc<Run>) {
-    run.queued.store(false, Ordering::Release);
     run.began_elsewhere();
     crate::remote::follow(app, run);
 }
@@ -207,7 +205,6 @@ async fn take_up(app: &Shared, q: QueuedRun) {
 /// Keeps `run` in the runs' map, or the one with its id kept already (followed until now).
 pub(crate) fn held_here(app: &Shared, run: Run) -> Arc<Run> {
     let run = app.runs.insert(Arc::new(run));
-    run.queued.store(true, Ordering::Release);
-    run.driven_here();
+    run.queue();
     run
 }

@@ -186,18 +186,29 @@ pub(crate) struct Run {
     pub status: tokio::sync::watch::Sender<(RunStatus, u64)>,
     /// A queued run was cancelled before it began.
     pub cancelled: std::sync::atomic::AtomicBool,
-    /// Found in the thread's log rather than started here: another process (a replica, a
-    /// worker, a server before a restart) may drive it, and its status is followed through
-    /// the store ([`crate::remote`]).
-    from_log: std::sync::atomic::AtomicBool,
+    /// Where the run stands in this process: queued, driven here, followed through the store,
+    /// or handed over ([`Place`]).
+    place: Mutex<Place>,
     /// A task follows its status through the store.
     pub followed: std::sync::atomic::AtomicBool,
+}
+
+/// Where a run stands in this process; it moves as the run does, each move one method of
+/// [`Run`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// Queued behind another run, and stored so (`crate::queue`) until it begins or ends.
+    Queued,
+    /// Driven by this process (or about to be).
+    Here,
+    /// Found in the thread's log rather than started here, or begun by another process:
+    /// another process (a replica, a worker, a server before a restart) may drive it, and its
+    /// status is followed through the store ([`crate::remote`]).
+    Elsewhere,
     /// Stopped at a safe point because this server stops: the next process goes on with it.
     /// The API then says `pending` (as LangGraph's server says of a run it will pick up again),
     /// so that a client whose stream closed asks again rather than taking the run as ended.
-    pub handed_over: std::sync::atomic::AtomicBool,
-    /// Queued behind another run, and stored so (`crate::queue`) until it begins or ends.
-    pub queued: std::sync::atomic::AtomicBool,
+    HandedOver,
 }
 
 impl Run {
@@ -205,22 +216,53 @@ impl Run {
         self.start_seq.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Where the run stands in this process.
+    pub(crate) fn place(&self) -> Place {
+        self.place.lock().map_or(Place::Here, |p| *p)
+    }
+
+    fn move_to(&self, place: Place) {
+        if let Ok(mut p) = self.place.lock() {
+            *p = place;
+        }
+    }
+
     /// Found in the thread's log (or the queue) rather than driven here: followed through the
     /// store.
     pub(crate) fn followed_from_store(&self) -> bool {
-        self.from_log.load(std::sync::atomic::Ordering::Acquire)
+        self.place() == Place::Elsewhere
     }
 
-    /// Followed through the store from now on: a queued run another process began.
+    /// Followed through the store from now on: a queued run another process began, or a run
+    /// this process could not go on with.
     pub(crate) fn began_elsewhere(&self) {
-        self.from_log
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.move_to(Place::Elsewhere);
     }
 
-    /// Driven by this process from now on: a queued run it took over.
+    /// Driven by this process from now on: a run it took over.
     pub(crate) fn driven_here(&self) {
-        self.from_log
-            .store(false, std::sync::atomic::Ordering::Release);
+        self.move_to(Place::Here);
+    }
+
+    /// Queued here (and stored so) from now on.
+    pub(crate) fn queue(&self) {
+        self.move_to(Place::Queued);
+    }
+
+    /// No longer queued (it began here, or ended before it began): whether it was, so that its
+    /// stored record is deleted once.
+    pub(crate) fn dequeue(&self) -> bool {
+        self.place.lock().is_ok_and(|mut p| {
+            *p == Place::Queued && {
+                *p = Place::Here;
+                true
+            }
+        })
+    }
+
+    /// Stopped at a safe point because this server stops ([`Place::HandedOver`]).
+    pub(crate) fn hand_over(&self) {
+        self.move_to(Place::HandedOver);
     }
 
     /// The run begins after the thread's event `seq` (a queued run, once it starts).
@@ -231,7 +273,7 @@ impl Run {
 
     pub(crate) fn json(&self) -> RunInfo {
         let (status, _) = *self.status.borrow();
-        let status = if self.handed_over.load(std::sync::atomic::Ordering::Acquire) {
+        let status = if self.place() == Place::HandedOver {
             RunStatus::Pending
         } else {
             status
@@ -705,10 +747,8 @@ pub(crate) async fn start_with_id(
         traceparent: body.traceparent.clone(),
         status: tokio::sync::watch::channel((RunStatus::Pending, st.seq)).0,
         cancelled: false.into(),
-        handed_over: false.into(),
-        from_log: false.into(),
+        place: Mutex::new(if busy { Place::Queued } else { Place::Here }),
         followed: false.into(),
-        queued: busy.into(),
     });
     if let Ok(mut runs) = app.runs.runs.lock() {
         runs.insert(run.run_id.clone(), run.clone());
@@ -1033,8 +1073,7 @@ async fn finish(app: &Shared, run: &Arc<Run>, outcome: Outcome) {
         }
         // Stopped at a safe point (the server stops): another process continues it.
         Outcome::Ended(SessionStatus::Running) => {
-            run.handed_over
-                .store(true, std::sync::atomic::Ordering::Release);
+            run.hand_over();
             RunStatus::Interrupted
         }
         // A queued run cancelled before it began.
@@ -1345,10 +1384,8 @@ fn logged(rec: &SessionRecord, m: Marker<'_>, st: &weft_core::State) -> Run {
         traceparent: None,
         status: tokio::sync::watch::channel((status, st.seq)).0,
         cancelled: false.into(),
-        handed_over: false.into(),
-        from_log: true.into(),
+        place: Mutex::new(Place::Elsewhere),
         followed: false.into(),
-        queued: false.into(),
     }
 }
 
@@ -1378,10 +1415,12 @@ pub(crate) fn from_queue(q: &weft_store::QueuedRun, from_log: bool) -> Run {
             .map(str::to_owned),
         status: tokio::sync::watch::channel((RunStatus::Pending, 0)).0,
         cancelled: false.into(),
-        handed_over: false.into(),
-        from_log: from_log.into(),
+        place: Mutex::new(if from_log {
+            Place::Elsewhere
+        } else {
+            Place::Here
+        }),
         followed: false.into(),
-        queued: false.into(),
     }
 }
 
