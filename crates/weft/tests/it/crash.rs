@@ -314,7 +314,10 @@ tools:
     }
     // Killed while the model thinks before repeating the call.
     std::thread::sleep(Duration::from_millis(700));
-    assert!(child.try_wait().unwrap().is_none(), "weft run ended before the kill");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "weft run ended before the kill"
+    );
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let exit = run_or_kill(spawn(&["resume", "r1"], &db, dir), None);
