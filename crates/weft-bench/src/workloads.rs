@@ -196,8 +196,10 @@ pub fn react_agent(
     replies: Vec<ScriptedReply>,
     max_iterations: u32,
 ) -> Result<Agent, BenchError> {
+    // The scripts repeat one call on purpose (the `ledger` and `command` tools are not
+    // idempotent): `repeats: allow` lets each run, as the workloads measure.
     let yaml = format!(
-        "name: bench\nmode: react\ninstructions: Call echo until told otherwise, then answer.\nlimits:\n  max_iterations: {max_iterations}\n"
+        "name: bench\nmode: react\ninstructions: Call echo until told otherwise, then answer.\nrepeats: allow\nlimits:\n  max_iterations: {max_iterations}\n"
     );
     let spec =
         AgentSpec::parse("bench.yaml", &yaml).map_err(|e| BenchError::Setup(e.to_string()))?;

@@ -88,6 +88,12 @@ pub struct AgentSpec {
     /// it; see [`Durability`](crate::Durability).
     #[serde(default)]
     pub durability: Option<crate::durability::Durability>,
+    /// What a repeated call of a tool that is not idempotent (same tool, same arguments as a
+    /// call the run already ran) meets: `refuse` (the default), `ask` or `allow`; or a mapping
+    /// with `default` and `tools` (tool name to policy). See [`crate::repeats`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::repeats::schema")]
+    pub repeats: Option<Value>,
 }
 
 /// A local command tool: JSON arguments on stdin, a JSON result on stdout.
@@ -326,6 +332,11 @@ impl AgentSpec {
             }
         }
         out.extend(self.check_mode().iter().map(|m| Problem::from_message(m)));
+        if let Some(r) = &self.repeats
+            && let Err(problems) = crate::repeats::Rules::parse(r)
+        {
+            out.extend(problems.iter().map(|m| Problem::from_message(m)));
+        }
     }
 
     /// The mode and what it needs agree: `mode: workflow` comes with a sound `workflow:`, and
@@ -526,6 +537,7 @@ mod tests {
             workflow: None,
             durability: None,
             budget: None,
+            repeats: None,
         })
     }
 

@@ -711,6 +711,7 @@ mod tests {
                 output_per_mtok: Some(1.0),
                 max_output_tokens: Some(10),
             },
+            repeats: crate::repeats::Rules::default(),
         };
         let state = State::fold(&[
             Event::SessionStarted {

@@ -638,7 +638,24 @@ fn finished(
         ));
         return events;
     }
-    let (Some(step_id), Some(run)) = (step_id, &state.plan) else {
+    if let Some(step_id) = step_id {
+        events.extend(step_outcome(state, limits, &step_id, outcome));
+    }
+    events
+}
+
+/// What a plan step's call ending with `outcome` means for step `step_id`: it completes, goes
+/// back to its executor, is retried or fails. Also what a refused repeat of an earlier call
+/// means for it, with the earlier call's outcome (see [`crate::repeats`]).
+pub fn step_outcome(
+    state: &State,
+    limits: &Limits,
+    step_id: &str,
+    outcome: ToolOutcome,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    let step_id = step_id.to_owned();
+    let Some(run) = &state.plan else {
         return events;
     };
     let Some((i, r)) = run.step(&step_id) else {

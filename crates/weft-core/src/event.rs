@@ -376,8 +376,9 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Value::is_null")]
         detail: Value,
     },
-    /// A tool call was refused without running: a repeat of the same call in a step, a tool
-    /// the agent may not use, or arguments that do not fit.
+    /// A tool call was refused without running: a repeat of the same call in a step or of a
+    /// call of the run that is not idempotent, a tool the agent may not use, a person's denial,
+    /// or arguments that do not fit.
     ToolCallBlocked {
         /// The plan step that asked for the call; `None` outside a plan.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -392,6 +393,11 @@ pub enum Event {
         args: Value,
         /// Why the call was refused, as the model is told.
         reason: String,
+        /// The id of the earlier call of the run that this call repeats, when it was refused
+        /// as a repeat (see [`crate::repeats`]): `reason` then carries that call's result, which
+        /// stands for this call's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        repeats: Option<String>,
     },
     /// The review after a wave.
     ReviewDecided {

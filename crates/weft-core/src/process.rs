@@ -188,6 +188,7 @@ impl ProcessSpec {
             workflow: None,
             durability: None,
             budget: None,
+            repeats: None,
         }
     }
 }

@@ -215,6 +215,20 @@ pub async fn check_agent(path: &Path, overrides: BTreeMap<String, String>) -> Ch
                     c.problems.push(p.located(&c.text));
                 }
             }
+            // `repeats.tools` names tools of the agent.
+            if let Some(Ok(rules)) = spec.repeats.as_ref().map(weft_core::repeats::Rules::parse) {
+                let names = weft_core::ToolCatalog::tool_names(&reg);
+                for tool in rules.tools.keys().filter(|t| !names.contains(t)) {
+                    let p = Problem::new(
+                        format!("repeats.tools.{tool}"),
+                        format!(
+                            "the agent has no tool `{tool}`; its tools are: {}",
+                            names.join(", ")
+                        ),
+                    );
+                    c.problems.push(p.located(&c.text));
+                }
+            }
             c.tools = Some(reg);
         }
         Err(e) => c.push(&e.to_string()),

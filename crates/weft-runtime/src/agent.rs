@@ -74,6 +74,7 @@ impl Agent {
             skills.push(skill);
         }
         let workflow = Self::workflow(spec, &tools, metadata, input)?;
+        let repeats = Self::repeats(spec, &tools)?;
         let offered: Vec<weft_core::ToolInfo> = tools
             .infos()
             .filter(|t| {
@@ -105,10 +106,33 @@ impl Agent {
                 workflow,
                 budget: spec.budget.clone(),
                 model_costs,
+                repeats,
             },
             model,
             tools,
         })
+    }
+
+    /// The agent file's `repeats:`, each tool it names one of the agent's.
+    fn repeats(
+        spec: &AgentSpec,
+        tools: &Registry,
+    ) -> Result<weft_core::repeats::Rules, RuntimeError> {
+        let config = |m: String| RuntimeError::Config(format!("agent `{}`: {m}", spec.name));
+        let rules = match &spec.repeats {
+            None => weft_core::repeats::Rules::default(),
+            Some(v) => weft_core::repeats::Rules::parse(v).map_err(|p| config(p.join("; ")))?,
+        };
+        for name in rules.tools.keys() {
+            if !tools.infos().any(|t| &t.name == name) {
+                let known: Vec<&str> = tools.infos().map(|t| t.name.as_str()).collect();
+                return Err(config(format!(
+                    "repeats.tools.{name}: the agent has no tool `{name}`; its tools are: {}",
+                    known.join(", ")
+                )));
+            }
+        }
+        Ok(rules)
     }
 
     /// The agent's instructions rendered for a session's metadata and input; a variable that is

@@ -346,6 +346,7 @@ impl History {
                 tool,
                 args,
                 reason,
+                ..
             } => self.cards.push(Card {
                 seq,
                 at: at.clone(),

@@ -785,6 +785,7 @@ impl Deriver {
                 call_id,
                 tool,
                 reason,
+                repeats,
                 ..
             } => {
                 self.ensure_turn(env);
@@ -797,6 +798,9 @@ impl Deriver {
                     a.push(("gen_ai.tool.call.id", c.as_str().into()));
                 }
                 a.push(("weft.tool.blocked", Attr::Bool(true)));
+                if let Some(earlier) = repeats {
+                    a.push(("weft.tool.repeats", earlier.as_str().into()));
+                }
                 if self.opts.capture_content {
                     let r = self.content(reason.clone());
                     o.span.attributes.push(("weft.error.message", r.into()));

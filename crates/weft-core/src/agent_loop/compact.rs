@@ -203,7 +203,8 @@ mod tests {
     use serde_json::{Value, json};
 
     fn cfg(budget: u32) -> AgentConfig {
-        let echo: ToolInfo = serde_json::from_value(json!({"name": "echo"})).unwrap();
+        let echo: ToolInfo =
+            serde_json::from_value(json!({"name": "echo", "idempotent": true})).unwrap();
         AgentConfig {
             mode: Mode::React,
             limits: Limits {
@@ -220,6 +221,7 @@ mod tests {
             workflow: None,
             budget: None,
             model_costs: crate::budget::ModelCosts::default(),
+            repeats: crate::repeats::Rules::default(),
         }
     }
 

@@ -151,6 +151,7 @@ mod tests {
             workflow: None,
             budget: None,
             model_costs: crate::budget::ModelCosts::default(),
+            repeats: crate::repeats::Rules::default(),
         }
     }
 

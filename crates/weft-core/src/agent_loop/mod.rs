@@ -83,6 +83,8 @@ pub struct AgentConfig {
     /// The model's prices and output bound, for what a call may cost at most
     /// ([`crate::budget::call_max`]).
     pub model_costs: crate::budget::ModelCosts,
+    /// What a repeat of a call of the run that is not idempotent meets (`repeats:`).
+    pub repeats: crate::repeats::Rules,
 }
 
 impl AgentConfig {
@@ -367,7 +369,8 @@ mod tests {
     use serde_json::json;
 
     fn react_config() -> AgentConfig {
-        let echo: ToolInfo = serde_json::from_value(json!({"name": "echo"})).unwrap();
+        let echo: ToolInfo =
+            serde_json::from_value(json!({"name": "echo", "idempotent": true})).unwrap();
         AgentConfig {
             mode: Mode::React,
             limits: Limits::default(),
@@ -380,6 +383,7 @@ mod tests {
             workflow: None,
             budget: None,
             model_costs: crate::budget::ModelCosts::default(),
+            repeats: crate::repeats::Rules::default(),
         }
     }
 

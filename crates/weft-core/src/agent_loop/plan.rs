@@ -14,7 +14,8 @@ use crate::graph::{ValidateOptions, validate};
 use crate::model::{ModelReply, Purpose};
 use crate::plan::Plan;
 use crate::prompts;
-use crate::state::{Phase, State, StepStatus, call_signature};
+use crate::repeats::{self, Policy};
+use crate::state::{Phase, State, StepStatus};
 use crate::tool::ToolInfo;
 
 /// The plan-and-execute loop.
@@ -29,7 +30,9 @@ impl ModeLoop for PlanLoop {
             },
             Phase::Executing => match engine::decide_execution(state, &cfg.limits, true) {
                 Next::Record(e) => AgentNext::Record(e),
-                Next::Start { events, calls } => match approval_needed(state, cfg, &calls) {
+                Next::Start { events, calls } => match repeated(state, cfg, &calls)
+                    .or_else(|| approval_needed(state, cfg, &calls))
+                {
                     Some(e) => AgentNext::Record(e),
                     None => AgentNext::Start { events, calls },
                 },
@@ -170,6 +173,44 @@ impl ModeLoop for PlanLoop {
     }
 }
 
+/// A plan step's call that repeats an earlier call of the run (see [`crate::repeats`]):
+/// refused, its step given the earlier call's outcome; or, under `ask`, a wait for a person
+/// (whose denial is a refusal).
+fn repeated(state: &State, cfg: &AgentConfig, calls: &[Invocation]) -> Option<Vec<Event>> {
+    for c in calls {
+        if c.item.is_some() {
+            continue;
+        }
+        let Some(info) = cfg.tool(&c.tool) else {
+            continue;
+        };
+        let Some(rep) = repeats::check(state, &cfg.repeats, info, &c.args) else {
+            continue;
+        };
+        match (rep.policy, approval(state, &c.call_id)) {
+            (Policy::Ask, None) => {
+                let mut request = approval_request(&c.tool, &c.args, c.step.clone(), &c.call_id);
+                request.question = rep.question(&c.tool, &c.args);
+                return Some(vec![Event::WaitingForUser { request }]);
+            }
+            (Policy::Ask, Some(answer)) if is_yes(answer) => {}
+            _ => {
+                let mut v = vec![rep.refused(c.step.clone(), None, &c.tool, &c.args)];
+                if let Some(step) = &c.step {
+                    v.extend(engine::step_outcome(
+                        state,
+                        &cfg.limits,
+                        step,
+                        rep.earlier.outcome.clone(),
+                    ));
+                }
+                return Some(v);
+            }
+        }
+    }
+    None
+}
+
 /// A plan step's call of a tool that `requires_approval`: wait for a person, or (after the
 /// answer) go on or refuse.
 fn approval_needed(state: &State, cfg: &AgentConfig, calls: &[Invocation]) -> Option<Vec<Event>> {
@@ -192,6 +233,7 @@ fn approval_needed(state: &State, cfg: &AgentConfig, calls: &[Invocation]) -> Op
                     tool: c.tool.clone(),
                     args: c.args.clone(),
                     reason: reason.clone(),
+                    repeats: None,
                 }];
                 let literal = step
                     .as_deref()
@@ -407,6 +449,7 @@ fn executor_replied(
                 tool: tool.clone(),
                 args,
                 reason: format!("unknown tool `{tool}`; available: {}", cfg.tool_names()),
+                repeats: None,
             }];
             if last_chance {
                 v.push(fail_step(crate::event::ToolError::new(
@@ -438,14 +481,14 @@ fn executor_replied(
                 },
             ];
         }
-        let sig = call_signature(&tool, &args);
-        if run_step.signatures.contains(&sig) {
+        if repeats::in_step(&run_step.signatures, &tool, &args) {
             let mut v = vec![Event::ToolCallBlocked {
                 step: Some(step.to_owned()),
                 call_id: None,
                 tool,
                 args,
                 reason: "the same call (tool and arguments) was already made in this step; use its result or change the call".into(),
+                repeats: None,
             }];
             if last_chance {
                 v.push(fail_step(crate::event::ToolError::new(

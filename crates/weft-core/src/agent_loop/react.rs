@@ -16,9 +16,13 @@ impl ModeLoop for React {
         if !state.calls.open.is_empty() {
             return AgentNext::Wait;
         }
-        if let Some(next) =
-            tool_calls::start(state, &cfg.tools, cfg.limits.max_parallel, "this agent")
-        {
+        if let Some(next) = tool_calls::start(
+            state,
+            &cfg.tools,
+            &cfg.repeats,
+            cfg.limits.max_parallel,
+            "this agent",
+        ) {
             return next;
         }
         if state.phase != Phase::React {

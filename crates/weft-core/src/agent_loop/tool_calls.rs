@@ -1,9 +1,10 @@
 //! The model's own tool calls (ReAct, and the turns inside a workflow step): which calls of the
 //! last reply have no result yet, and how they start. A call of a tool outside the offered set
-//! is refused, `ask_user` becomes a wait, a call that needs approval waits for it, and the rest
-//! run in rounds as a plan's steps run in waves (a call of a tool that is not `parallel` alone,
-//! calls of parallel tools together, up to `max_parallel`). The model is asked again once every
-//! call of the reply has its result.
+//! is refused, `ask_user` becomes a wait, a repeat of a call of the run that is not idempotent
+//! is refused or asked about ([`crate::repeats`]), a call that needs approval waits for it, and
+//! the rest run in rounds as a plan's steps run in waves (a call of a tool that is not
+//! `parallel` alone, calls of parallel tools together, up to `max_parallel`). The model is asked
+//! again once every call of the reply has its result.
 
 use serde_json::Value;
 
@@ -12,6 +13,7 @@ use super::{ASK_USER, AgentNext};
 use crate::engine::Invocation;
 use crate::event::Event;
 use crate::model::{Message, ToolCall};
+use crate::repeats::{self, Policy, Rules};
 use crate::state::{State, call_key};
 use crate::tool::ToolInfo;
 
@@ -36,10 +38,12 @@ pub(crate) fn unanswered(state: &State) -> Vec<&ToolCall> {
 }
 
 /// What to do with the calls of the last reply that have no result: `None` when there are
-/// none. `tools` are those offered; `scope` names who may use them in a refusal ("this agent").
+/// none. `tools` are those offered; `rules` say what a repeat of an earlier call of the run
+/// meets ([`crate::repeats`]); `scope` names who may use them in a refusal ("this agent").
 pub(crate) fn start(
     state: &State,
     tools: &[ToolInfo],
+    rules: &Rules,
     max_parallel: usize,
     scope: &str,
 ) -> Option<AgentNext> {
@@ -58,6 +62,7 @@ pub(crate) fn start(
             tool: c.name.clone(),
             args: c.arguments.clone(),
             reason,
+            repeats: None,
         };
         let Some(info) = tools.iter().find(|t| t.name == c.name) else {
             let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
@@ -87,6 +92,21 @@ pub(crate) fn start(
                 ),
             });
             break;
+        }
+        if let Some(rep) = repeats::check(state, rules, info, &c.arguments) {
+            match (rep.policy, approval(state, &c.id)) {
+                (Policy::Ask, None) => {
+                    let mut request = approval_request(&c.name, &c.arguments, None, &c.id);
+                    request.question = rep.question(&c.name, &c.arguments);
+                    record.push(Event::WaitingForUser { request });
+                    break;
+                }
+                (Policy::Ask, Some(answer)) if is_yes(answer) => {}
+                _ => {
+                    record.push(rep.refused(None, Some(c.id.clone()), &c.name, &c.arguments));
+                    continue;
+                }
+            }
         }
         if info.requires_approval {
             match approval(state, &c.id) {

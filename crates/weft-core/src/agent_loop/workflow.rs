@@ -71,6 +71,7 @@ impl ModeLoop for WorkflowLoop {
         if let Some(next) = tool_calls::start(
             state,
             &tools,
+            &cfg.repeats,
             cfg.limits.max_parallel,
             &format!("step `{name}`"),
         ) {

@@ -28,8 +28,6 @@ mod plan_run;
 mod turn;
 mod usage;
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -51,7 +49,7 @@ pub use usage::{ModelUse, Spending, Spent};
 /// The version of State's serialised form (and of what `apply` makes of events) that snapshots
 /// are written and read at. Bump it with every change of State's shape (see the module's
 /// documentation); a snapshot of another version is ignored and the log is folded.
-pub const SNAPSHOT_VERSION: u32 = 5;
+pub const SNAPSHOT_VERSION: u32 = 6;
 /// A conversation's compacted part: requests carry `summary` in place of the messages before
 /// `upto` (an index into [`State::history`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,21 +109,7 @@ pub struct State {
     pub spending: Spending,
 }
 
-/// A tool call's signature: its name and canonical arguments (object keys sorted).
-pub fn call_signature(tool: &str, args: &Value) -> String {
-    fn canon(v: &Value) -> Value {
-        match v {
-            Value::Object(m) => {
-                let sorted: BTreeMap<&String, Value> =
-                    m.iter().map(|(k, v)| (k, canon(v))).collect();
-                serde_json::to_value(sorted).unwrap_or(Value::Null)
-            }
-            Value::Array(a) => Value::Array(a.iter().map(canon).collect()),
-            other => other.clone(),
-        }
-    }
-    format!("{tool}:{}", canon(args))
-}
+pub use crate::repeats::call_signature;
 
 /// The idempotency key of a new logical tool call: the session, the call's position among the
 /// session's tool call starts (`nth`: its start is the session's nth `tool_call_started`), and
@@ -394,6 +378,7 @@ impl State {
         let Some(c) = self.calls.finish(call_id) else {
             return;
         };
+        self.turn.repeats.finished(call_id, &c, outcome);
         if self.delegates(c.step.as_deref()) {
             self.workflow.delegating = false;
             self.workflow.delegated = Some(outcome.clone());
@@ -451,13 +436,19 @@ impl State {
                 tool,
                 reason,
                 call_id: Some(id),
+                repeats,
                 ..
             } => {
+                // A refused repeat answers with the earlier call's result (in `reason`).
                 self.history.push(Message::Tool {
                     call_id: id.clone(),
                     name: tool.clone(),
-                    content: format!("refused: {reason}"),
-                    is_error: true,
+                    content: if repeats.is_some() {
+                        reason.clone()
+                    } else {
+                        format!("refused: {reason}")
+                    },
+                    is_error: repeats.is_none(),
                 });
             }
             Event::ReviewDecided { decision, .. } => {

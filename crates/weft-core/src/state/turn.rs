@@ -53,6 +53,10 @@ pub struct Turn {
     /// What the response reviewer asked to change in the last draft (or asked the person);
     /// `None` until it asked.
     pub(crate) response_feedback: Option<String>,
+    /// The calls this turn's run ran, which a repeat of a call is refused or asked about by
+    /// (see [`crate::repeats`]).
+    #[serde(default, skip_serializing_if = "crate::repeats::Ledger::is_empty")]
+    pub(crate) repeats: crate::repeats::Ledger,
 }
 
 impl Turn {

@@ -71,7 +71,7 @@ async fn run(idempotent: bool, wait_ms: u64) -> (Vec<(bool, bool)>, Vec<Event>) 
     })
     .unwrap();
     let tools = Arc::new(reg);
-    let spec = AgentSpec::parse("t.yaml", "name: t\nmode: react\n").unwrap();
+    let spec = AgentSpec::parse("t.yaml", "name: t\nmode: react\nrepeats: allow\n").unwrap();
     let mut call = ScriptedReply::tool_call("probe", json!({}));
     call.repeat = Some(2);
     let model = Arc::new(ScriptedModel::new(

@@ -210,8 +210,9 @@ fn all_distinct(keys: &[String]) -> bool {
 #[tokio::test]
 async fn react_turns_and_equal_calls_get_distinct_idempotency_keys() {
     let charge = || tool_calls(&[("charge", json!({"amount": 10}))]);
+    // Repeating the call is intended here (`repeats: allow`).
     let h = Harness::new(
-        "name: test\nmode: react\n",
+        "name: test\nmode: react\nrepeats: allow\n",
         vec![TestTool::returning("charge", json!({"ok": true}))],
         script(vec![(
             Purpose::React,
@@ -254,8 +255,9 @@ async fn react_turns_and_equal_calls_get_distinct_idempotency_keys() {
 /// step in place of one that never ran): each call still gets its own key.
 #[tokio::test]
 async fn plan_turns_and_replans_get_distinct_idempotency_keys() {
+    // Repeating the call is intended here (`repeats: allow`).
     let h = Harness::new(
-        PLAN_AGENT,
+        "name: test\nmode: plan\nrepeats: allow\n",
         vec![TestTool::returning("a", json!("A"))],
         script(vec![
             (

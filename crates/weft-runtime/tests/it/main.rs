@@ -19,6 +19,7 @@ mod model_calls;
 mod outage;
 mod prop;
 mod quotas;
+mod repeats;
 mod retrieval;
 mod scenarios;
 mod snapshots;

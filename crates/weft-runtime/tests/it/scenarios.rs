@@ -910,7 +910,8 @@ async fn react_stops_at_max_iterations() {
     always.repeat = Some(20);
     let h = Harness::new(
         "name: test\nmode: react\nlimits: { max_iterations: 3 }\n",
-        vec![TestTool::returning("ping", json!("pong"))],
+        // `ping` is idempotent: calls repeated with the same arguments run (see `repeats`).
+        vec![TestTool::returning("ping", json!("pong")).idempotent()],
         script(vec![(Purpose::React, vec![always])]),
         &json!({}),
     );

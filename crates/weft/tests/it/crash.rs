@@ -1,7 +1,10 @@
 //! Crash recovery: a multi-step plan-mode agent (scripted model, command tools that append to a
 //! file) is killed with SIGKILL at random points and resumed, again and again. Nothing completed
 //! may be lost or repeated, no non-idempotent tool may run twice, and every run must end
-//! completed, with any call whose outcome is unknown recorded as such.
+//! completed, with any call whose outcome is unknown recorded as such. (The two calls of the
+//! non-idempotent tool differ in their arguments: the same call again would be a repeat, refused.)
+//! And a ReAct agent whose model repeats a call of a tool that is not idempotent, killed between
+//! the two calls and resumed: the repeat is still refused.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
@@ -51,10 +54,10 @@ fn write_agent(dir: &Path) {
   - json:
       plan:
         - { _id: s1, _tool: appendSafe, _outputPath: "†state.s1" }
-        - { _id: s2, _tool: appendOnce, _dependsOn: [s1], _outputPath: "†state.s2" }
+        - { _id: s2, _tool: appendOnce, entry: s2, _dependsOn: [s1], _outputPath: "†state.s2" }
         - { _id: s3, _tool: appendSafe, _dependsOn: [s2], _parallel: true, _outputPath: "†state.s3" }
         - { _id: s4, _tool: appendSafe, _dependsOn: [s2], _parallel: true, _outputPath: "†state.s4" }
-        - { _id: s5, _tool: appendOnce, _dependsOn: [s3, s4], _outputPath: "†state.s5" }
+        - { _id: s5, _tool: appendOnce, entry: s5, _dependsOn: [s3, s4], _outputPath: "†state.s5" }
         - { _id: s6, _tool: appendSafe, _dependsOn: [s5], _outputPath: "†state.s6" }
 review:
   - { json: { decision: CONTINUE, reason: "go on" }, repeat: 30 }
@@ -261,4 +264,82 @@ fn sigkill_at_random_points_never_loses_or_repeats_work() {
     }
     eprintln!("{RUNS} runs, {kills} SIGKILLs, {unknown_outcomes} unknown-outcome decisions");
     assert!(kills >= RUNS, "too few kills to mean anything: {kills}");
+}
+
+/// A ReAct agent calls `refund` (not idempotent; each real run appends a line to
+/// `refunds.txt`), then, after a slow think, the same call again. `weft run` is SIGKILLed in
+/// that think and `weft resume` goes on: the repeat is refused from the log alone.
+#[test]
+fn a_repeat_after_sigkill_and_resume_is_still_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let count = dir.join("refunds.txt");
+    std::fs::write(
+        dir.join("agent.yaml"),
+        format!(
+            r#"name: refunder
+mode: react
+model: scripted:script.yaml
+tools:
+  - name: refund
+    description: Refund an order (not idempotent).
+    command: ["sh", "-c", "cat > /dev/null; echo run >> \"$COUNT\"; echo '{{\"refunded\": true}}'"]
+    env: {{ COUNT: "{}" }}
+"#,
+            count.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("script.yaml"),
+        "- tool_calls: [ { name: refund, arguments: { order: o1 } } ]\n- { delay_ms: 3000, tool_calls: [ { name: refund, arguments: { order: o1 } } ] }\n- text: Refunded once.\n",
+    )
+    .unwrap();
+    let db = dir.join("weft.db");
+    let runs = || {
+        std::fs::read_to_string(&count)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let mut child = spawn(&["run", "agent.yaml", "go", "--id", "r1"], &db, dir);
+    let start = Instant::now();
+    while runs() == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the first refund did not run"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "weft run ended early");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Killed while the model thinks before repeating the call.
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "weft run ended before the kill"
+    );
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let exit = run_or_kill(spawn(&["resume", "r1"], &db, dir), None);
+    assert_eq!(exit, Some(0));
+    let show = session_status(&db, dir, "r1").expect("the session exists");
+    assert_eq!(show["status"], "completed", "{show}");
+    assert_eq!(runs(), 1, "the refund ran again after the resume");
+    let out = weft()
+        .args(["sessions", "events", "r1", "--db"])
+        .arg(&db)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let events: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let refused: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_call_blocked" && e["repeats"].is_string())
+        .collect();
+    assert_eq!(refused.len(), 1, "{events:?}");
+    assert_eq!(refused[0]["tool"], "refund");
 }

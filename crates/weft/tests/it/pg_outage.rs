@@ -226,7 +226,8 @@ tools:
     .unwrap();
     std::fs::write(
         d.join("twostep.script.yaml"),
-        "- tool_calls: [ { name: step, arguments: {} } ]\n- tool_calls: [ { name: step, arguments: {} } ]\n- text: Both steps done.\n",
+        // Two different steps: the same call again would be a repeat, refused (`repeats`).
+        "- tool_calls: [ { name: step, arguments: { n: 1 } } ]\n- tool_calls: [ { name: step, arguments: { n: 2 } } ]\n- text: Both steps done.\n",
     )
     .unwrap();
 }

@@ -81,7 +81,8 @@ tools:
     .unwrap();
     std::fs::write(
         d.join("slowpoke.script.yaml"),
-        "- tool_calls: [ { name: step, arguments: {} } ]\n- tool_calls: [ { name: step, arguments: {} } ]\n- tool_calls: [ { name: step, arguments: {} } ]\n- text: \"All three done.\"\n",
+        // Three different steps: the same call again would be a repeat, refused (`repeats`).
+        "- tool_calls: [ { name: step, arguments: { n: 1 } } ]\n- tool_calls: [ { name: step, arguments: { n: 2 } } ]\n- tool_calls: [ { name: step, arguments: { n: 3 } } ]\n- text: \"All three done.\"\n",
     )
     .unwrap();
     std::fs::write(
