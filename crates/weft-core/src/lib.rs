@@ -25,6 +25,7 @@ pub mod prompts;
 pub mod quota;
 pub mod recovery;
 pub mod redaction;
+pub mod sandbox;
 pub mod snapshot;
 pub mod state;
 pub mod tool;
