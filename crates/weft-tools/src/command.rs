@@ -142,6 +142,7 @@ impl CommandTool {
                     &self.base_dir,
                     &self.cwd,
                     resolved,
+                    script_of(&self.program, &self.args, &self.cwd).as_deref(),
                     &workspace,
                     true,
                 )
@@ -313,6 +314,32 @@ impl Tool for CommandTool {
 const INTERPRETERS: &[&str] = &[
     "python", "python3", "node", "bash", "sh", "zsh", "ruby", "perl", "deno", "bun",
 ];
+
+/// The script a known interpreter runs (its first non-option argument, relative to `cwd`),
+/// if there is one.
+pub(crate) fn script_of(program: &str, args: &[String], cwd: &Path) -> Option<PathBuf> {
+    let stem = Path::new(program)
+        .file_name()?
+        .to_string_lossy()
+        .into_owned();
+    let known = INTERPRETERS.contains(&stem.as_str())
+        || INTERPRETERS.iter().any(|i| {
+            stem.strip_prefix(i)
+                .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        });
+    if !known {
+        return None;
+    }
+    if args
+        .iter()
+        .take_while(|a| a.starts_with('-'))
+        .any(|a| matches!(a.as_str(), "-c" | "-m" | "-e" | "--eval" | "-p" | "--print"))
+    {
+        return None;
+    }
+    let script = args.iter().find(|a| !a.starts_with('-'))?;
+    std::path::absolute(cwd.join(script)).ok()
+}
 
 /// Refuses, when the agent loads, a command whose program is not found (a path, relative to the
 /// command's working directory, or a name looked up on `PATH`) or whose script (the first

@@ -360,6 +360,12 @@ impl McpServer {
                         &self.base_dir,
                         &cwd,
                         resolved,
+                        crate::command::script_of(
+                            program,
+                            &[first_args, self.decl.args.as_slice()].concat(),
+                            &cwd,
+                        )
+                        .as_deref(),
                         &workspace,
                         false,
                     )

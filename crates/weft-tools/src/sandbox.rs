@@ -128,6 +128,20 @@ const SYSTEM_READ: &[&str] = &[
     "/sys/devices/system/cpu",
 ];
 
+/// Where language runtimes and their version managers install themselves under `$HOME`
+/// (read-only): a `python3` on `PATH` is often a pyenv shim, a `node` nvm's. `$HOME` itself is
+/// not readable.
+const HOME_RUNTIMES: &[&str] = &[
+    ".pyenv",
+    ".nvm",
+    ".asdf",
+    ".local/share/mise",
+    ".volta",
+    ".rbenv",
+    ".rustup",
+    ".cargo/bin",
+];
+
 /// Devices a tool may read and write.
 const DEVICES: &[&str] = &[
     "/dev/null",
@@ -140,13 +154,15 @@ const DEVICES: &[&str] = &[
 
 impl Policy {
     /// The policy of a tool declared with `decl` in an agent file in `base_dir`, running
-    /// `program` (its absolute path) in `cwd` with `workspace` as its own directory; `None` for
+    /// `program` (its absolute path; `script` the file an interpreter runs) in `cwd` with
+    /// `workspace` as its own directory; `None` for
     /// `sandbox: none`. `command` tools get a CPU limit, long-lived MCP servers do not.
     pub fn for_tool(
         decl: Option<&SandboxDecl>,
         base_dir: &Path,
         cwd: &Path,
         program: Option<&Path>,
+        script: Option<&Path>,
         workspace: &Path,
         command: bool,
     ) -> Option<Self> {
@@ -159,14 +175,29 @@ impl Policy {
         let mut read: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
         read.push(base.clone());
         read.push(absolute(cwd));
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        if let Some(h) = &home {
+            read.extend(HOME_RUNTIMES.iter().map(|r| h.join(r)));
+        }
         if let Some(p) = program {
             read.push(p.to_path_buf());
+            // A program installed in a prefix (`VENV/bin/tool`, `PREFIX/bin/node`): the prefix,
+            // where its libraries are; never `$HOME` or `/` themselves.
+            if let Some(prefix) = p
+                .parent()
+                .filter(|d| d.file_name().is_some_and(|n| n == "bin"))
+                .and_then(Path::parent)
+                .filter(|d| d.parent().is_some() && Some(*d) != home.as_deref())
+            {
+                read.push(prefix.to_path_buf());
+            }
             // A link (`/usr/bin/python3` -> `python3.12`, a virtual environment's python): the
             // file it leads to.
             if let Ok(real) = std::fs::canonicalize(p) {
                 read.push(real);
             }
         }
+        read.extend(script.map(Path::to_path_buf));
         read.extend(rules.read.iter().map(|r| base.join(r)));
         let mut write: Vec<PathBuf> = DEVICES.iter().map(PathBuf::from).collect();
         write.push(workspace.to_path_buf());
@@ -497,12 +528,22 @@ mod tests {
                 Path::new("/a"),
                 Path::new("/a"),
                 None,
+                None,
                 ws,
                 true
             ),
             None
         );
-        let p = Policy::for_tool(None, Path::new("/a"), Path::new("/a"), None, ws, false).unwrap();
+        let p = Policy::for_tool(
+            None,
+            Path::new("/a"),
+            Path::new("/a"),
+            None,
+            None,
+            ws,
+            false,
+        )
+        .unwrap();
         assert!(p.ports.is_empty() && p.cpu_s.is_none());
         assert!(
             !p.read
