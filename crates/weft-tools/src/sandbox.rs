@@ -361,7 +361,8 @@ pub(crate) struct Ended<'a> {
 }
 
 /// The sandbox rule a failed process broke, if its end shows one: the launcher's own setup
-/// failure, a limit's signal, or an error message on stderr (EACCES/EPERM from Landlock, the
+/// failure, a limit's signal (or a shell's `128 + signal` exit code and its words for it), or an
+/// error message on stderr (EACCES/EPERM from Landlock, the
 /// address family refused by the seccomp filter, ENOMEM, EAGAIN on fork, EMFILE, EFBIG).
 pub(crate) fn classify(tool: &str, ended: &Ended<'_>) -> Option<ToolError> {
     let err = ended.stderr;
@@ -387,17 +388,24 @@ pub(crate) fn classify(tool: &str, ended: &Ended<'_>) -> Option<ToolError> {
                 "{line}; set WEFT_SANDBOX=off to run tools without a sandbox, or `sandbox: none` on this tool"
             ),
         )
-    } else if ended.signal == Some(SIGXCPU) {
+    } else if ended.signal == Some(SIGXCPU)
+        || ended.code == Some(128 + SIGXCPU)
+        || has(&["CPU time limit exceeded"])
+    {
         (
             "cpu",
             "used up its CPU time; to allow more add `sandbox: {limits: {cpu_s: SECONDS}}` to the tool".into(),
         )
-    } else if ended.signal == Some(SIGXFSZ) || has(&["File too large"]) {
+    } else if ended.signal == Some(SIGXFSZ)
+        || ended.code == Some(128 + SIGXFSZ)
+        || has(&["File too large", "File size limit exceeded"])
+    {
         (
             "file_size",
             "wrote a file past its size limit; to allow more add `sandbox: {limits: {file_size_mb: MIB}}` to the tool".into(),
         )
     } else if ended.signal == Some(SIGKILL)
+        || ended.code == Some(128 + SIGKILL)
         || has(&[
             "MemoryError",
             "Cannot allocate memory",
