@@ -268,6 +268,10 @@ pub fn set_launcher(program: PathBuf, lead: Vec<OsString>) {
 /// The launcher: the one set, else `weft-sandbox` beside the running executable or one
 /// directory up.
 fn launcher() -> Option<(PathBuf, Vec<OsString>)> {
+    // Off Linux there is no sandbox (and no launcher to set the parent-death signal).
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
     if let Some(l) = LAUNCHER.get() {
         return Some(l.clone());
     }
@@ -348,6 +352,76 @@ pub(crate) fn command(
     lead.push("--".into());
     lead.push(resolved.into_os_string());
     Ok((launcher.into_os_string(), lead, on))
+}
+
+/// What each command tool and stdio MCP server of `spec` may do, for `weft check`: the tool's
+/// name, a line saying it, and whether it runs without a sandbox (`sandbox: none`).
+pub fn summaries(spec: &weft_core::agent::AgentSpec) -> Vec<(String, String, bool)> {
+    use weft_core::agent::ToolDecl;
+    let Ok(decls) = spec.tool_decls() else {
+        return Vec::new();
+    };
+    decls
+        .iter()
+        .filter_map(|d| match d {
+            ToolDecl::Command(c) => Some((c.name.clone(), c.sandbox.clone(), true)),
+            ToolDecl::Other { kind: "mcp", raw } => crate::mcp::McpServerDecl::parse(raw)
+                .ok()
+                .filter(|m| m.command.is_some())
+                .map(|m| (format!("mcp server {}", m.name), m.sandbox, false)),
+            _ => None,
+        })
+        .map(|(name, decl, command)| {
+            let none = decl == Some(SandboxDecl::Off);
+            (name, summary(decl.as_ref(), command), none)
+        })
+        .collect()
+}
+
+/// One line: what a tool with this `sandbox:` may do.
+fn summary(decl: Option<&SandboxDecl>, command: bool) -> String {
+    let rules = match decl {
+        Some(SandboxDecl::Off) => {
+            return "no sandbox (`sandbox: none`): it may do whatever weft's user may".into();
+        }
+        Some(SandboxDecl::Rules(r)) => r.clone(),
+        None => Default::default(),
+    };
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", v.join(", "))
+        }
+    };
+    let l = &rules.limits;
+    let network = if rules.network.is_empty() {
+        "none".to_owned()
+    } else {
+        format!(
+            "TCP ports {} (any host)",
+            rules
+                .network
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    let cpu = if command {
+        format!("cpu {} s, ", l.cpu_s.unwrap_or(CPU_S))
+    } else {
+        String::new()
+    };
+    format!(
+        "reads the system, the agent's directory{}; writes its workspace{}; network: {network}; limits: {cpu}memory {} MiB, {} processes, files up to {} MiB, {} open files",
+        list(&rules.read),
+        list(&rules.write),
+        l.memory_mb.unwrap_or(MEMORY_MB),
+        l.processes.unwrap_or(PROCESSES),
+        l.file_size_mb.unwrap_or(FILE_SIZE_MB),
+        l.open_files.unwrap_or(OPEN_FILES),
+    )
 }
 
 /// How a process ended, for [`classify`].
