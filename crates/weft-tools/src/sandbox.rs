@@ -15,7 +15,7 @@
 //! `sandbox`, rule `setup`) unless `WEFT_SANDBOX=off`.
 //!
 //! A tool that oversteps its sandbox fails with kind `sandbox`, its `detail.rule` inferred from
-//! how it ended ([`classify`]).
+//! how it ended (`classify`).
 
 #[cfg(target_os = "linux")]
 pub mod launch;

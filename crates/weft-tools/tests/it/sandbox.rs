@@ -2,6 +2,7 @@
 //! widened as named), each stopped by the rule it breaks, and the cases the sandbox must let
 //! through. The tests run as root too: the sandbox, not file permissions, stops them.
 #![cfg(target_os = "linux")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::support as common;
 
