@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import urllib.parse
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections import Counter
@@ -69,6 +70,12 @@ def react_without_policies(run_id: str, service_url: str) -> dict:
                     ],
                     "prefix": "",
                     "timeout": "60s",
+                    # The relay's sandbox: it reads its script and Python, and reaches the
+                    # driver's service on its port (no other network).
+                    "sandbox": {
+                        "read": [str(HERE), sys.prefix, sys.base_prefix],
+                        "network": [urllib.parse.urlsplit(service_url).port],
+                    },
                 }
             }
         ],

@@ -138,6 +138,10 @@ pub struct CommandToolDecl {
     /// is not retried.
     #[serde(default)]
     pub retry_exit_codes: Vec<i32>,
+    /// What the command's process may do beyond the default sandbox, or `none` (see
+    /// docs/security.md).
+    #[serde(default)]
+    pub sandbox: Option<crate::sandbox::SandboxDecl>,
 }
 
 /// A built-in tool, optionally renamed or re-described.
@@ -390,6 +394,27 @@ fn tool_decl_problems(raw: &mut Value, i: usize) -> Result<(), Vec<Problem>> {
         let e = parse_tool_decl(raw).err().unwrap_or_default();
         out.push(Problem::new(diagnose::show_path(&at), format!("{e}{hint}")));
         return Err(out);
+    }
+    // `sandbox:` (of a command or a stdio MCP server) is read by hand, each problem at its field.
+    let sandbox_at: Option<&[&str]> = match &*raw {
+        Value::Object(m) if m.contains_key("command") => Some(&["sandbox"]),
+        Value::Object(m) if m.get("mcp").is_some_and(Value::is_object) => Some(&["mcp", "sandbox"]),
+        _ => None,
+    };
+    if let Some(keys) = sandbox_at {
+        let mut at_sandbox = at.to_vec();
+        at_sandbox.extend(keys.iter().map(|k| Seg::Key((*k).into())));
+        let value = keys.iter().try_fold(&*raw, |v, k| v.get(*k));
+        if let Some(v) = value.filter(|v| !v.is_null())
+            && let Err(problems) = crate::sandbox::SandboxDecl::from_value(v)
+        {
+            for (sub, m) in problems {
+                let mut full = at_sandbox.clone();
+                full.extend(sub);
+                out.push(Problem::new(diagnose::show_path(&full), m));
+            }
+            return Err(out);
+        }
     }
     let schema = match &*raw {
         Value::Object(m) if m.contains_key("command") => schema::of::<CommandToolDecl>(),

@@ -26,6 +26,7 @@ pub mod quota;
 pub mod recovery;
 pub mod redaction;
 pub mod repeats;
+pub mod sandbox;
 pub mod snapshot;
 pub mod state;
 pub mod tool;

@@ -33,6 +33,10 @@ pub struct CommandTool {
     secrets: Option<Secrets>,
     /// Exit codes after which a call is tried again (the tool is idempotent).
     retry_exit_codes: Vec<i32>,
+    /// The tool's `sandbox:` (none: the default sandbox).
+    sandbox: Option<weft_core::sandbox::SandboxDecl>,
+    /// The agent file's directory.
+    base_dir: PathBuf,
 }
 
 impl CommandTool {
@@ -79,6 +83,8 @@ impl CommandTool {
             timeout,
             secrets: None,
             retry_exit_codes: decl.retry_exit_codes,
+            sandbox: decl.sandbox,
+            base_dir: base_dir.to_path_buf(),
         })
     }
 
@@ -115,15 +121,33 @@ impl CommandTool {
 
     async fn run(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
         let env = self.rendered_env()?;
-        // Under `setpriv --pdeathsig KILL` where it can be: the tool dies with weft, even
-        // killed with SIGKILL (see `owned.rs`). The signal comes when the spawning thread
+        // Through the sandbox launcher (`sandbox.rs`), which also makes the tool die with weft,
+        // even killed with SIGKILL (see `owned.rs`). The signal comes when the spawning thread
         // exits: the spawn below happens on the thread polling this call, a runtime worker (or
         // `block_on`'s thread), which lives as long as the runtime; never a blocking thread.
-        let (program, lead) = crate::owned::launcher(
+        let workspace = crate::sandbox::workspace(&ctx.session_id).map_err(|e| {
+            ToolError::new(
+                "sandbox",
+                format!("could not create the tool's workspace directory: {e}"),
+            )
+            .with_detail(json!({"rule": "setup"}))
+        })?;
+        let (program, lead, sandboxed) = crate::sandbox::command(
             &self.program,
             &self.cwd,
             crate::owned::child_path(&env).as_deref(),
-        );
+            |resolved| {
+                crate::sandbox::Policy::for_tool(
+                    self.sandbox.as_ref(),
+                    &self.base_dir,
+                    &self.cwd,
+                    resolved,
+                    script_of(&self.program, &self.args, &self.cwd).as_deref(),
+                    &workspace,
+                    true,
+                )
+            },
+        )?;
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(lead)
             .args(&self.args)
@@ -143,7 +167,11 @@ impl CommandTool {
                 cmd.env(k, v);
             }
         }
-        cmd.envs(&env)
+        if sandboxed {
+            cmd.env("TMPDIR", &workspace);
+        }
+        cmd.env("WEFT_WORKSPACE", &workspace)
+            .envs(&env)
             .env("WEFT_SESSION_ID", &ctx.session_id)
             .env("WEFT_CALL_ID", &ctx.call_id)
             .env("WEFT_IDEMPOTENCY_KEY", &ctx.idempotency_key)
@@ -213,6 +241,22 @@ impl CommandTool {
         let stderr_text = tail(&err);
         let status = status
             .map_err(|e| ToolError::new("io", format!("waiting for `{}`: {e}", self.program)))?;
+        if !status.success() && sandboxed {
+            #[cfg(unix)]
+            let signal = std::os::unix::process::ExitStatusExt::signal(&status);
+            #[cfg(not(unix))]
+            let signal = None;
+            if let Some(e) = crate::sandbox::classify(
+                &self.info.name,
+                &crate::sandbox::Ended {
+                    code: status.code(),
+                    signal,
+                    stderr: &stderr_text,
+                },
+            ) {
+                return Err(e);
+            }
+        }
         if !status.success() {
             return Err(ToolError::new(
                 "exit_status",
@@ -270,6 +314,32 @@ impl Tool for CommandTool {
 const INTERPRETERS: &[&str] = &[
     "python", "python3", "node", "bash", "sh", "zsh", "ruby", "perl", "deno", "bun",
 ];
+
+/// The script a known interpreter runs (its first non-option argument, relative to `cwd`),
+/// if there is one.
+pub(crate) fn script_of(program: &str, args: &[String], cwd: &Path) -> Option<PathBuf> {
+    let stem = Path::new(program)
+        .file_name()?
+        .to_string_lossy()
+        .into_owned();
+    let known = INTERPRETERS.contains(&stem.as_str())
+        || INTERPRETERS.iter().any(|i| {
+            stem.strip_prefix(i)
+                .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        });
+    if !known {
+        return None;
+    }
+    if args
+        .iter()
+        .take_while(|a| a.starts_with('-'))
+        .any(|a| matches!(a.as_str(), "-c" | "-m" | "-e" | "--eval" | "-p" | "--print"))
+    {
+        return None;
+    }
+    let script = args.iter().find(|a| !a.starts_with('-'))?;
+    std::path::absolute(cwd.join(script)).ok()
+}
 
 /// Refuses, when the agent loads, a command whose program is not found (a path, relative to the
 /// command's working directory, or a name looked up on `PATH`) or whose script (the first
@@ -367,6 +437,7 @@ mod tests {
             env: BTreeMap::new(),
             cwd: None,
             retry_exit_codes: Vec::new(),
+            sandbox: None,
         };
         CommandTool::from_decl(decl, Path::new(".")).expect("valid declaration")
     }
@@ -439,6 +510,7 @@ mod tests {
             env: BTreeMap::new(),
             cwd: None,
             retry_exit_codes: Vec::new(),
+            sandbox: None,
         };
         let t = CommandTool::from_decl(decl, Path::new("")).expect("valid declaration");
         assert_eq!(
@@ -468,6 +540,7 @@ mod tests {
             env,
             cwd: None,
             retry_exit_codes: Vec::new(),
+            sandbox: None,
         };
         let secrets =
             Secrets::from_values(BTreeMap::from([("tok".to_owned(), "abcd-1234".to_owned())]))
@@ -501,6 +574,7 @@ mod tests {
             env: BTreeMap::new(),
             cwd: None,
             retry_exit_codes: Vec::new(),
+            sandbox: None,
         }
     }
 

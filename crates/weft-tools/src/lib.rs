@@ -51,6 +51,7 @@ mod mcp;
 mod owned;
 mod process_tool;
 mod render;
+pub mod sandbox;
 mod secrets;
 mod workspace;
 
@@ -575,7 +576,9 @@ impl Registry {
                     // A command's exit code is its answer unless the tool declared it passing.
                     "exit_status" => idempotent && error.retryable,
                     "invalid_arguments" | "unknown_tool" | "refused" | "ask_user"
-                    | "agent_tool" | "process_tool" | "secret" | "template" | "tool_error" => false,
+                    | "agent_tool" | "process_tool" | "secret" | "template" | "tool_error"
+                    // The same sandbox stops the same call again.
+                    | "sandbox" => false,
                     _ => idempotent,
                 };
                 ToolOutcome::Error {

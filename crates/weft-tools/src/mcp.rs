@@ -86,6 +86,10 @@ pub struct McpServerDecl {
     /// The category the server's tools are listed under.
     #[serde(default)]
     pub category: Option<String>,
+    /// What a stdio server's process may do beyond the default sandbox, or `none` (see
+    /// docs/security.md).
+    #[serde(default)]
+    pub sandbox: Option<weft_core::sandbox::SandboxDecl>,
 }
 
 impl McpServerDecl {
@@ -228,6 +232,8 @@ pub(crate) struct McpServer {
     stderr: Arc<std::sync::Mutex<String>>,
     /// The first line of a stdio server's stdout that was not JSON-RPC.
     garbage: Arc<std::sync::Mutex<Option<String>>>,
+    /// Whether the server's process was started in a sandbox.
+    sandboxed: AtomicBool,
 }
 
 fn mcp_error(server: &str, m: impl std::fmt::Display) -> ToolError {
@@ -278,6 +284,7 @@ impl McpServer {
             tools: std::sync::RwLock::new(BTreeMap::new()),
             stderr: Arc::new(std::sync::Mutex::new(String::new())),
             garbage: Arc::new(std::sync::Mutex::new(None)),
+            sandboxed: AtomicBool::new(false),
         })
     }
 
@@ -330,15 +337,41 @@ impl McpServer {
             for (k, v) in &self.decl.env {
                 env.push((k.clone(), vars.render(&label, &format!("env.{k}"), v)?));
             }
-            // Under `setpriv --pdeathsig KILL` where it can be: the server dies with weft, even
-            // killed with SIGKILL (see `owned.rs`). The signal comes when the spawning thread
-            // exits: the spawn below happens on the thread polling this connection, a runtime
-            // worker (or `block_on`'s thread), which lives as long as the runtime.
-            let (exe, lead) = crate::owned::launcher(
+            // Through the sandbox launcher (`sandbox.rs`), which also makes the server die
+            // with weft, even killed with SIGKILL (see `owned.rs`). The signal comes when the
+            // spawning thread exits: the spawn below happens on the thread polling this
+            // connection, a runtime worker (or `block_on`'s thread), which lives as long as the
+            // runtime.
+            let workspace =
+                crate::sandbox::workspace(&format!("mcp-{}", self.name())).map_err(|e| {
+                    ToolError::new(
+                        "sandbox",
+                        format!("{label}: could not create its workspace directory: {e}"),
+                    )
+                    .with_detail(json!({"rule": "setup"}))
+                })?;
+            let (exe, lead, sandboxed) = crate::sandbox::command(
                 program,
                 &cwd,
                 crate::owned::child_path(env.iter().map(|(k, v)| (k, v))).as_deref(),
-            );
+                |resolved| {
+                    crate::sandbox::Policy::for_tool(
+                        self.decl.sandbox.as_ref(),
+                        &self.base_dir,
+                        &cwd,
+                        resolved,
+                        crate::command::script_of(
+                            program,
+                            &[first_args, self.decl.args.as_slice()].concat(),
+                            &cwd,
+                        )
+                        .as_deref(),
+                        &workspace,
+                        false,
+                    )
+                },
+            )?;
+            self.sandboxed.store(sandboxed, Ordering::Relaxed);
             let mut cmd = tokio::process::Command::new(exe);
             cmd.args(lead)
                 .args(first_args)
@@ -351,7 +384,10 @@ impl McpServer {
                     cmd.env(k, v);
                 }
             }
-            cmd.envs(env);
+            if sandboxed {
+                cmd.env("TMPDIR", &workspace);
+            }
+            cmd.env("WEFT_WORKSPACE", &workspace).envs(env);
             cmd.stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
@@ -461,6 +497,19 @@ impl McpServer {
 
     fn start_error(&self, m: String) -> ToolError {
         let tail = self.stderr_tail();
+        if self.sandboxed.load(Ordering::Relaxed)
+            && let Some(mut e) = crate::sandbox::classify(
+                &format!("mcp server `{}`", self.name()),
+                &crate::sandbox::Ended {
+                    code: None,
+                    signal: None,
+                    stderr: &tail,
+                },
+            )
+        {
+            e.message = format!("{m}: {}", e.message);
+            return e;
+        }
         let last = tail.lines().rev().find(|l| !l.trim().is_empty());
         let mut e = mcp_error(
             self.name(),

@@ -4,14 +4,14 @@
 //! and finish whatever side effects they were making after another process has taken the
 //! session over. On Linux the kernel can send a process a signal when its parent dies
 //! (`PR_SET_PDEATHSIG`), but setting it takes code run in the child between `fork` and `exec`,
-//! which is `unsafe` in Rust and forbidden in this workspace. util-linux's `setpriv` does it for
-//! us: a tool's program is run as `setpriv --pdeathsig KILL -- PROGRAM ARGS...`, which sets the
-//! signal and then `exec`s PROGRAM in the same process (same pid, same process group, the exit
-//! status PROGRAM's own).
+//! which is `unsafe` in Rust and forbidden in this workspace. weft's sandbox launcher
+//! (`sandbox.rs`) does it: every tool program is started through it, sandboxed or not, and it
+//! sets the signal and then `exec`s the program in the same process (same pid, same process
+//! group, the exit status the program's own).
 //!
-//! - Only PROGRAM's own process gets the signal; processes it starts itself (a shell script's
-//!   commands) are in its process group, which weft kills when a call is dropped while weft
-//!   lives, but they are not killed by the kernel when weft dies.
+//! - Only the program's own process gets the signal; processes it starts itself (a shell
+//!   script's commands) are in its process group, which weft kills when a call is dropped
+//!   while weft lives, but they are not killed by the kernel when weft dies.
 //! - The signal is sent when the *thread* that spawned the process exits, not the process. Tool
 //!   processes are spawned by `tokio::process::Command::spawn`, synchronously on the thread that
 //!   polls the call's future: a worker thread of the tokio runtime (a task), or the thread in
@@ -19,39 +19,12 @@
 //!   runtime. weft runs no tool call in `spawn_blocking` or `block_in_place`, whose threads come
 //!   and go: a process spawned there would be killed when its thread is retired. Whoever embeds
 //!   the tools must keep to that too.
-//! - PROGRAM is looked up here first (a path, or a name on the `PATH` the process gets), and
-//!   handed to `setpriv` as an absolute path; a program that is not found, or not executable,
-//!   is spawned as it is, so that the error is weft's own and names it (not `setpriv`'s).
-//! - Without a `setpriv` that knows `--pdeathsig` (util-linux 2.33 and later), or off Linux,
-//!   programs are spawned as they are, and their processes outlive a killed weft (said once,
-//!   at debug level).
+//! - The program is looked up here first (a path, or a name on the `PATH` the process gets),
+//!   and handed to the launcher as an absolute path; a program that is not found, or not
+//!   executable, is spawned as it is, so that the error is weft's own and names it.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
-
-/// What to spawn for `program`, run in `cwd` with `path` as its `PATH`: the program to start
-/// and the arguments that go before the tool's own. `setpriv --pdeathsig KILL -- /abs/PROGRAM`
-/// where that works, else `program` with none.
-pub(crate) fn launcher(
-    program: &str,
-    cwd: &Path,
-    path: Option<&OsStr>,
-) -> (OsString, Vec<OsString>) {
-    if let Some(setpriv) = setpriv()
-        && let Some(resolved) = resolve(program, cwd, path)
-    {
-        return (
-            setpriv.as_os_str().to_owned(),
-            vec![
-                "--pdeathsig".into(),
-                "KILL".into(),
-                "--".into(),
-                resolved.into_os_string(),
-            ],
-        );
-    }
-    (program.into(), Vec::new())
-}
 
 /// The `PATH` a process gets: the one its own environment sets, else weft's.
 pub(crate) fn child_path<'a>(
@@ -63,56 +36,9 @@ pub(crate) fn child_path<'a>(
         .or_else(|| std::env::var_os("PATH"))
 }
 
-/// The `setpriv` that can set a parent-death signal, found once per process.
-fn setpriv() -> Option<&'static Path> {
-    static FOUND: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    FOUND.get_or_init(find_setpriv).as_deref()
-}
-
-#[cfg(target_os = "linux")]
-fn find_setpriv() -> Option<PathBuf> {
-    let Some(found) = resolve(
-        "setpriv",
-        Path::new("/"),
-        std::env::var_os("PATH").as_deref(),
-    )
-    .or_else(|| {
-        ["/usr/bin/setpriv", "/bin/setpriv"]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|p| executable(p))
-    }) else {
-        tracing::debug!(
-            "setpriv (util-linux) is not installed: tool processes are not killed when weft is"
-        );
-        return None;
-    };
-    // `--pdeathsig` came with util-linux 2.33; an older setpriv does not know it.
-    let knows = std::process::Command::new(&found)
-        .arg("--help")
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--pdeathsig"));
-    if !knows {
-        tracing::debug!(
-            setpriv = %found.display(),
-            "this setpriv has no --pdeathsig (util-linux 2.33 or later has): tool processes are not killed when weft is"
-        );
-        return None;
-    }
-    Some(found)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn find_setpriv() -> Option<PathBuf> {
-    tracing::debug!("not on Linux: tool processes are not killed when weft is");
-    None
-}
-
 /// `program` as an absolute path to an executable file: a path (relative to `cwd`) when it
 /// has a `/`, else the first match on `path`.
-fn resolve(program: &str, cwd: &Path, path: Option<&OsStr>) -> Option<PathBuf> {
+pub(crate) fn resolve(program: &str, cwd: &Path, path: Option<&OsStr>) -> Option<PathBuf> {
     let found = if program.contains('/') {
         Some(cwd.join(program)).filter(|p| executable(p))
     } else if program.is_empty() {
@@ -127,7 +53,7 @@ fn resolve(program: &str, cwd: &Path, path: Option<&OsStr>) -> Option<PathBuf> {
 }
 
 /// A file (or a link to one) that someone may execute.
-fn executable(p: &Path) -> bool {
+pub(crate) fn executable(p: &Path) -> bool {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -168,28 +94,5 @@ mod tests {
         );
         assert_eq!(resolve("tool", dir.path(), None), None);
         assert_eq!(resolve("no-such-tool", Path::new("/"), Some(&path)), None);
-    }
-
-    #[test]
-    fn a_missing_program_is_spawned_as_it_is() {
-        let (program, lead) = launcher("no-such-program-anywhere", Path::new("."), None);
-        assert_eq!(
-            (program.to_str(), lead.len()),
-            (Some("no-such-program-anywhere"), 0)
-        );
-    }
-
-    #[test]
-    fn a_found_program_runs_under_setpriv_when_there_is_one() {
-        let path = std::env::var_os("PATH");
-        let (program, lead) = launcher("sh", Path::new("."), path.as_deref());
-        match setpriv() {
-            Some(s) => {
-                assert_eq!(Path::new(&program), s);
-                assert_eq!(&lead[..3], ["--pdeathsig", "KILL", "--"]);
-                assert!(Path::new(&lead[3]).is_absolute(), "{lead:?}");
-            }
-            None => assert_eq!((program.to_str(), lead.len()), (Some("sh"), 0)),
-        }
     }
 }

@@ -353,6 +353,22 @@ where
 }
 
 fn main() -> ExitCode {
+    // A tool's process, started through `weft __sandbox POLICY -- PROGRAM ...`: sets up its
+    // sandbox and becomes PROGRAM. First, while the process has one thread (a user namespace
+    // cannot be entered by a process with more).
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == "__sandbox") {
+        #[cfg(target_os = "linux")]
+        return weft_tools::sandbox::launch::main(args);
+        #[cfg(not(target_os = "linux"))]
+        {
+            eprintln!("weft-sandbox: setup: unsupported: the sandbox needs Linux");
+            return ExitCode::from(125);
+        }
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        weft_tools::sandbox::set_launcher(exe, vec!["__sandbox".into()]);
+    }
     let cli = match parse_from(std::env::args_os()) {
         Ok(c) => c,
         Err(e) => e.exit(),

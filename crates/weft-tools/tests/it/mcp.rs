@@ -142,8 +142,10 @@ async fn needs_mcp_filesystem_server_writes_reads_and_refuses_outside() {
     let allowed = allowed.canonicalize().unwrap();
     let reg = load(
         &format!(
-            "name: a\ntools:\n  - mcp: {{name: fs, command: [\"{node}\", \"{fs}\"], args: [\"{}\"], allow: [write_file, read_text_file, list_directory]}}\n",
-            allowed.display()
+            // The server's modules are read where they are installed; it writes in `allowed`.
+            "name: a\ntools:\n  - mcp: {{name: fs, command: [\"{node}\", \"{fs}\"], args: [\"{}\"], allow: [write_file, read_text_file, list_directory], sandbox: {{read: [\"{}\"], write: [allowed]}}}}\n",
+            allowed.display(),
+            std::path::Path::new(&fs).ancestors().find(|a| a.ends_with("node_modules")).unwrap().display()
         ),
         dir.path(),
     )

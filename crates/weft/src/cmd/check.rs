@@ -80,6 +80,16 @@ pub async fn run(a: CheckArgs) -> Result<u8> {
         )?;
         return Ok(if problems.is_empty() { 0 } else { EXIT_USAGE });
     }
+    // What each tool's sandbox lets it do, on stderr (stdout stays the verdict).
+    if let Some(spec) = &agent.spec {
+        for (tool, what, none) in weft_tools::sandbox::summaries(spec) {
+            if none {
+                eprintln!("warning: `{tool}` runs without a sandbox (`sandbox: none`)");
+            } else {
+                eprintln!("sandbox: `{tool}` {what}");
+            }
+        }
+    }
     if problems.is_empty() {
         match &a.plan {
             Some(p) => writeln!(

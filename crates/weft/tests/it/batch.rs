@@ -42,6 +42,7 @@ tools:
   - name: post
     description: Posts the task to the ledger (not idempotent), slowly.
     command: ["sh", "-c", "cat > /dev/null; sleep 0.2; echo \"$WEFT_SESSION_ID\" >> ledger.txt; echo '{\"posted\": true}'"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();
@@ -149,6 +150,7 @@ tools:
   - name: charge
     description: Charges the record (not idempotent).
     command: ["sh", "-c", "a=$(cat); printf '%s\n' \"$a\" >> charges.txt; echo '{\"charged\": true}'"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();

@@ -31,6 +31,7 @@ tools:
   - name: tick
     description: Count one tick.
     command: ["sh", "-c", "cat > /dev/null; echo tick >> ticks.txt; if [ -f hold ] && [ $(wc -l < ticks.txt) -ge 3 ]; then while [ -f hold ]; do sleep 0.01; done; fi; echo '{{\"ok\": true}}'"]
+    sandbox: {{ write: [.] }}
     idempotent: true
 "#
     );

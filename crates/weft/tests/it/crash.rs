@@ -37,6 +37,7 @@ fn write_agent(dir: &Path) {
     description: Append a line to the log.
     command: ["sh", "-c", "cat > /dev/null; printf '%s\\n' \"$WEFT_STEP_ID\" >> \"$LOG\"; sleep 0.03; echo '{{\"ok\": true}}'"]
     env: {{ LOG: "{log}" }}
+    sandbox: {{ write: [.] }}
     idempotent: {idempotent}
     parallel: {parallel}
 "#,

@@ -21,6 +21,7 @@ tools:
   - name: tick
     description: Logs a tick (not idempotent).
     command: ["sh", "-c", "cat > /dev/null; echo \"tick $WEFT_SESSION_ID\" >> ticks.log; echo '{\"ticked\": true}'"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();

@@ -840,6 +840,7 @@ tools:
     description: Waits for its turn.
     idempotent: true
     command: ["sh", "-c", "cat > /dev/null; echo x >> calls.log; if [ $(wc -l < calls.log) -gt 2 ]; then while [ ! -e go ]; do sleep 0.1; done; fi; echo '{\"ok\": true}'"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();

@@ -35,6 +35,7 @@ tools:
   - name: charge
     description: Charges a card (not idempotent), slowly.
     command: ["sh", "-c", "cat > /dev/null; echo run >> charges.log; touch started; sleep 30; echo '{}'"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();
@@ -110,6 +111,7 @@ tools:
     description: Looks an order up (idempotent), slowly the first time.
     idempotent: true
     command: ["sh", "-c", "cat > /dev/null; echo run >> lookups.log; if [ ! -f started ]; then touch started; sleep 30; fi; echo '{\"status\": \"shipped\"}'"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();
@@ -178,6 +180,7 @@ tools:
     description: Waits a long time (idempotent).
     idempotent: true
     command: ["sh", "-c", "cat > /dev/null; touch started; sleep 30; echo '{}'"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();

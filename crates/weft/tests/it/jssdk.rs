@@ -35,6 +35,7 @@ tools:
   - name: transfer
     description: Moves money to savings (logs the transfer).
     command: ["sh", "-c", "cat > /dev/null; echo \"$WEFT_CALL_ID\" >> transfer.log; echo '{\"moved\": 10}'"]
+    sandbox: { write: [.] }
     input_schema: { type: object, properties: { amount: { type: number } }, required: [amount] }
     requires_approval: true
 "#,

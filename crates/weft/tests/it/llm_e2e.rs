@@ -39,6 +39,7 @@ tools:
   - name: log_word
     description: Write one word to the log.
     command: ["python3", "log_word.py"]
+    sandbox: {{ write: [.] }}
     input_schema: {{ type: object, properties: {{ word: {{ type: string }} }}, required: [word] }}
 "#
     );

@@ -44,6 +44,7 @@ tools:
     description: Waits for the file `release` (idempotent).
     idempotent: true
     command: ["sh", "-c", "cat > /dev/null; touch started; while [ ! -e release ]; do sleep 0.05; done; echo '{\"waited\": true}'"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();
@@ -273,6 +274,7 @@ tools:
   - name: spawn
     description: Starts a helper and waits for it.
     command: ["sh", "-c", "cat > /dev/null; sleep 300 & echo $! > helper.pid; wait"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();
@@ -342,6 +344,7 @@ tools:
   - name: charge
     description: Charges the customer (not idempotent).
     command: [python3, -c, "import os, time; open('started', 'w').write(str(os.getpid())); time.sleep(5); open('charged', 'a').write('charged\\n'); print('{}')"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();

@@ -197,6 +197,7 @@ tools:
   - name: tally
     description: Counts one, slowly (not idempotent; logs its start and end).
     command: ["sh", "-c", "cat > /dev/null; echo \"start $WEFT_IDEMPOTENCY_KEY\" >> tally.log; sleep {secs}; echo \"end $WEFT_IDEMPOTENCY_KEY\" >> tally.log; echo '{{\"counted\": 1}}'"]
+    sandbox: {{ write: [.] }}
 "#
         ),
     )
@@ -221,6 +222,7 @@ tools:
   - name: step
     description: One slow step (not idempotent; logs its call).
     command: ["sh", "-c", "cat > /dev/null; echo \"start $WEFT_CALL_ID\" >> steps.log; sleep 1; echo \"end $WEFT_CALL_ID\" >> steps.log; echo \"{\\\"done\\\": \\\"$WEFT_CALL_ID\\\"}\""]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();

@@ -1042,7 +1042,7 @@ fn a_non_zero_exit_is_tried_again_only_when_the_tool_declares_its_code() {
     let d = dir.path();
     let tool = |name: &str, code: i32, extra: &str| {
         format!(
-            "  - name: {name}\n    description: Counts its attempts, then exits {code}.\n    command: [\"sh\", \"-c\", \"cat > /dev/null; echo x >> {name}.txt; exit {code}\"]\n    idempotent: true\n{extra}"
+            "  - name: {name}\n    description: Counts its attempts, then exits {code}.\n    command: [\"sh\", \"-c\", \"cat > /dev/null; echo x >> {name}.txt; exit {code}\"]\n    sandbox: {{ write: [.] }}\n    idempotent: true\n{extra}"
         )
     };
     let agent = d.join("agent.yaml");

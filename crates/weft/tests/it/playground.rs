@@ -1668,6 +1668,7 @@ fn slow_agent_of(dir: &Path, sleep: &str) {
          model: scripted:slow200.script.json\nlimits: { max_parallel: 20 }\ntools:\n  \
          - name: slow\n    description: Wait a moment.\n    \
          command: [\"sh\", \"slow.sh\"]\n    \
+         sandbox: { write: [.] }\n    \
          input_schema: { type: object, properties: { n: { type: integer } }, required: [n] }\n    \
          idempotent: true\n    parallel: true\n",
     )

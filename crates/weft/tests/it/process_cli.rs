@@ -118,6 +118,8 @@ fn nested(dir: &Path, ledger: &Path, slow: bool) {
             "name": name,
             "command": ["sh", "-c", format!("cat > /dev/null; printf '%s\\n' \"{name} $WEFT_STEP_ID\" >> \"$LEDGER\"; {sleep}echo '\"{name} done\"'")],
             "env": {"LEDGER": ledger.display().to_string()},
+            // It appends to the ledger, which its sandbox lets it write.
+            "sandbox": {"write": [ledger.parent().unwrap().display().to_string()]},
             "idempotent": idempotent,
         })
     };

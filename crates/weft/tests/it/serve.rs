@@ -34,6 +34,7 @@ tools:
   - name: shout
     description: Shouts (logs the call).
     command: ["sh", "-c", "cat > /dev/null; echo shout >> tool.log; sleep 0.2; echo '{\"shouted\": \"LOUD\"}'"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();
@@ -51,6 +52,7 @@ tools:
   - name: hang
     description: Never ends.
     command: ["sh", "-c", "cat > /dev/null; touch stuck.started; sleep 60; echo '{}'"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();
@@ -76,6 +78,7 @@ tools:
   - name: step
     description: One slow step (not idempotent; logs its call).
     command: ["sh", "-c", "cat > /dev/null; sleep 1; echo \"$WEFT_CALL_ID\" >> slow.log; echo '{\"done\": true}'"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();
@@ -112,6 +115,7 @@ tools:
   - name: hang
     description: Never ends.
     command: ["sh", "-c", "cat > /dev/null; touch hold.started; sleep 60; echo '{}'"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();
@@ -637,6 +641,7 @@ tools:
   - name: linger
     description: Takes its time.
     command: ["sh", "-c", "cat > /dev/null; touch lineup.started; sleep 2; echo '{}'"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();
@@ -713,6 +718,7 @@ tools:
   - name: tally
     description: Counts one (not idempotent; logs its start and end).
     command: ["sh", "-c", "cat > /dev/null; echo \"start $WEFT_IDEMPOTENCY_KEY $(date +%s%N)\" >> tally.log; sleep 0.5; echo \"end $WEFT_IDEMPOTENCY_KEY $(date +%s%N)\" >> tally.log; echo '{\"counted\": 1}'"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();

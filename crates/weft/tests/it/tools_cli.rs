@@ -56,9 +56,14 @@ mode: react
 model: scripted:script.yaml
 tools:
   - mcp: {{ name: time, command: ["{time}"] }}
-  - mcp: {{ name: fs, command: ["{node}", "{fs}", "{files}"], allow: [write_file, read_text_file] }}
+  - mcp: {{ name: fs, command: ["{node}", "{fs}", "{files}"], allow: [write_file, read_text_file], sandbox: {{ read: ["{modules}"], write: ["{files}"] }} }}
 "#,
-        files = files.display()
+        files = files.display(),
+        modules = std::path::Path::new(&fs)
+            .ancestors()
+            .find(|a| a.ends_with("node_modules"))
+            .unwrap()
+            .display()
     );
     std::fs::write(d.join("agent.yaml"), agent).unwrap();
     let script = format!(

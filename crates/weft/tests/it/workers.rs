@@ -55,6 +55,7 @@ tools:
   - name: post
     description: Posts an entry to the ledger (not idempotent).
     command: ["sh", "-c", "cat > /dev/null; sleep {secs}; echo \"$WEFT_SESSION_ID $WEFT_STEP_ID\" >> ledger.txt; echo '{{\"ok\": true}}'"]
+    sandbox: {{ write: [.] }}
     input_schema: {{ type: object, properties: {{ entry: {{ type: string }} }}, required: [entry] }}
 "#
         ),
@@ -762,6 +763,7 @@ tools:
     description: Waits (idempotent).
     idempotent: true
     command: ["sh", "-c", "cat > /dev/null; touch started; sleep 30; echo '{}'"]
+    sandbox: { write: [.] }
 "#,
     )
     .unwrap();
