@@ -286,6 +286,7 @@ tools:
     description: Refund an order (not idempotent).
     command: ["sh", "-c", "cat > /dev/null; echo run >> \"$COUNT\"; echo '{{\"refunded\": true}}'"]
     env: {{ COUNT: "{}" }}
+    sandbox: {{ write: [.] }}
 "#,
             count.display()
         ),

@@ -593,6 +593,7 @@ tools:
     description: Shouts.
     idempotent: true
     command: ["sh", "-c", "cat > /dev/null; {wait}echo '{{\"shouted\": \"LOUD\"}}'"]
+    sandbox: {{ write: [.] }}
 "#
         ),
     )
