@@ -39,6 +39,7 @@ fn config(mode: Mode) -> AgentConfig {
         recall_memories: false,
         budget: None,
         model_costs: weft_core::budget::ModelCosts::default(),
+        repeats: weft_core::repeats::Rules::default(),
     }
 }
 
