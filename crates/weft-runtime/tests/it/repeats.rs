@@ -25,6 +25,11 @@ fn refund(order: &str) -> (&'static str, Value) {
     ("refund", json!({"order": order}))
 }
 
+/// The session completed (else: why it did not).
+fn completed(st: &weft_core::State) {
+    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
+}
+
 /// The refusals of repeats in session `id`: (the call refused, the call it repeats).
 async fn refusals(h: &Harness, id: &str) -> Vec<(Option<String>, String)> {
     h.events(id)
@@ -72,12 +77,7 @@ async fn react_refund_three_times_runs_once_and_the_run_ends() {
         &json!({}),
     );
     let s = h.run("Refund order o1.", json!({})).await;
-    assert_eq!(
-        s.state.status,
-        SessionStatus::Completed,
-        "{:?}",
-        s.state.turn.error()
-    );
+    completed(&s.state);
     assert_eq!(s.state.turn.answer(), Some("Refunded once."));
     assert_eq!(h.calls.count("refund"), 1);
     let first = first_call(&h, &s.id, "refund").await;
@@ -113,12 +113,7 @@ async fn an_idempotent_tool_is_not_affected() {
         &json!({}),
     );
     let s = h.run("Look twice.", json!({})).await;
-    assert_eq!(
-        s.state.status,
-        SessionStatus::Completed,
-        "{:?}",
-        s.state.turn.error()
-    );
+    completed(&s.state);
     assert_eq!(h.calls.count("lookup"), 2);
     assert!(refusals(&h, &s.id).await.is_empty());
 }
@@ -140,12 +135,7 @@ async fn different_arguments_run_and_key_order_does_not_make_a_difference() {
         &json!({}),
     );
     let s = h.run("Refund o1 and o2.", json!({})).await;
-    assert_eq!(
-        s.state.status,
-        SessionStatus::Completed,
-        "{:?}",
-        s.state.turn.error()
-    );
+    completed(&s.state);
     let orders: Vec<Value> = h
         .calls
         .of("refund")
@@ -172,12 +162,7 @@ async fn allow_lets_a_tool_repeat_and_a_new_run_starts_afresh() {
         &json!({}),
     );
     let s = h.run("Refund o1 twice.", json!({})).await;
-    assert_eq!(
-        s.state.status,
-        SessionStatus::Completed,
-        "{:?}",
-        s.state.turn.error()
-    );
+    completed(&s.state);
     assert_eq!(h.calls.count("refund"), 2);
     assert!(refusals(&h, &s.id).await.is_empty());
 
@@ -201,12 +186,7 @@ async fn allow_lets_a_tool_repeat_and_a_new_run_starts_afresh() {
         .run_task(&h.agent, &mut s, "Refund o1 again, please.", json!({}))
         .await
         .unwrap();
-    assert_eq!(
-        s.state.status,
-        SessionStatus::Completed,
-        "{:?}",
-        s.state.turn.error()
-    );
+    completed(&s.state);
     assert_eq!(h.calls.count("refund"), 2);
     assert!(refusals(&h, &s.id).await.is_empty());
 }
@@ -227,12 +207,7 @@ async fn a_workflow_step_refuses_a_repeat() {
         &json!({}),
     );
     let s = h.run("Refund o1.", json!({})).await;
-    assert_eq!(
-        s.state.status,
-        SessionStatus::Completed,
-        "{:?}",
-        s.state.turn.error()
-    );
+    completed(&s.state);
     assert_eq!(h.calls.count("refund"), 1);
     assert_eq!(refusals(&h, &s.id).await.len(), 1);
     let reqs = h.requests.of(Purpose::Workflow);
@@ -276,12 +251,7 @@ fn plan_harness(yaml: &str) -> Harness {
 async fn a_plan_step_that_repeats_a_call_gets_its_result() {
     let h = plan_harness("name: test\nmode: plan\n");
     let s = h.run("Refund o1.", json!({})).await;
-    assert_eq!(
-        s.state.status,
-        SessionStatus::Completed,
-        "{:?}",
-        s.state.turn.error()
-    );
+    completed(&s.state);
     assert_eq!(h.calls.count("refund"), 1);
     let run = s.state.plan.as_ref().unwrap();
     assert_eq!(run.step("again").unwrap().1.status, StepStatus::Completed);
@@ -317,12 +287,7 @@ async fn ask_waits_durably_and_an_approval_runs_the_repeat() {
     let mut s = second.runtime.load_session(&s.id).await.unwrap();
     assert_eq!(s.state.turn.waiting().unwrap().kind, "tool_approval");
     second.reply(&mut s, "approve").await;
-    assert_eq!(
-        s.state.status,
-        SessionStatus::Completed,
-        "{:?}",
-        s.state.turn.error()
-    );
+    completed(&s.state);
     assert_eq!(second.calls.count("refund"), 1);
     assert!(refusals(&second, &s.id).await.is_empty());
 }
@@ -345,12 +310,7 @@ async fn ask_denied_is_a_refusal_with_the_earlier_result() {
     let mut s = h.run("Refund o1.", json!({})).await;
     assert_eq!(s.state.status, SessionStatus::WaitingForUser);
     h.reply(&mut s, "deny").await;
-    assert_eq!(
-        s.state.status,
-        SessionStatus::Completed,
-        "{:?}",
-        s.state.turn.error()
-    );
+    completed(&s.state);
     assert_eq!(h.calls.count("refund"), 1);
     assert_eq!(refusals(&h, &s.id).await.len(), 1);
 }
@@ -377,12 +337,7 @@ async fn a_run_continued_from_its_log_still_refuses() {
     let second = Harness::with_store(first.store.clone(), REACT, tools(), replies(), &json!({}));
     let mut s = second.runtime.load_session(&id).await.unwrap();
     second.reply(&mut s, "No, refund it again.").await;
-    assert_eq!(
-        s.state.status,
-        SessionStatus::Completed,
-        "{:?}",
-        s.state.turn.error()
-    );
+    completed(&s.state);
     assert_eq!(second.calls.count("refund"), 0);
     assert_eq!(refusals(&second, &id).await.len(), 1);
 }
