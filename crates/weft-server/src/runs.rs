@@ -352,7 +352,7 @@ pub(crate) async fn start_with_id(
         }
         None
     } else {
-        Some((take(app, &run).await?, work))
+        Some((take(app, &run).await.map_err(not_taken)?, work))
     };
     let (accept, accepted) = tokio::sync::oneshot::channel();
     let task = execute(
@@ -389,36 +389,95 @@ pub(crate) async fn start_with_id(
 }
 
 /// Takes the run's thread ([`weft_host::run::take`]) and makes the run the thread's active one
-/// here. A thread another process drives is refused (409); a store that could not be asked is
-/// an outage the client can try again after (503).
+/// here.
 async fn take(
     app: &Shared,
     run: &Arc<Run>,
-) -> Result<weft_host::ownership::Held<weft_store::AnyStore>, ApiError> {
+) -> Result<weft_host::ownership::Held<weft_store::AnyStore>, HostError> {
     let taken = weft_host::run::take(&app.host, app.store.clone(), &run.thread_id, || {
         app.runs.active_on(&run.thread_id)
     })
-    .await
-    .map_err(|e| {
-        let outage =
-            weft_host::store_error_in(&e).is_some_and(weft_store::StoreError::is_infrastructure);
-        let text = crate::message(&e.into());
-        if outage {
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("the run could not be started: {text}; try again"),
-            )
-            .retry_after(2)
-        } else {
-            ApiError::new(StatusCode::CONFLICT, text)
-        }
-    })?;
+    .await?;
     if let Some(after) = taken.after {
         run.begins_after(after);
         run.status.send_replace((RunStatus::Pending, after));
     }
     app.runs.activate(run);
     Ok(taken.held)
+}
+
+/// Whether the thread could not be taken for a moment only: another process drives it, or the
+/// store could not be asked.
+fn busy_or_away(e: &HostError) -> bool {
+    matches!(e, HostError::Leased(_))
+        || weft_host::store_error_in(e).is_some_and(weft_store::StoreError::is_infrastructure)
+}
+
+/// Why a run's thread could not be taken, as the request that started it is answered: a store
+/// that could not be asked is an outage the client can try again after (503); anything else
+/// (another process drives the thread) is a conflict (409).
+fn not_taken(e: HostError) -> ApiError {
+    let outage =
+        weft_host::store_error_in(&e).is_some_and(weft_store::StoreError::is_infrastructure);
+    let text = crate::message_of(&e);
+    if outage {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the run could not be started: {text}; try again"),
+        )
+        .retry_after(2)
+    } else {
+        ApiError::new(StatusCode::CONFLICT, text)
+    }
+}
+
+/// Waits until queued run `run` may take its thread (the run before it ended, whichever process
+/// drove it) and takes it: the lease, or `None` when another process began the run meanwhile
+/// (it is followed from then on), or why it ends before it began (it was cancelled).
+async fn wait_for_thread(
+    app: &Shared,
+    run: &Arc<Run>,
+) -> Result<Option<weft_host::ownership::Held<weft_store::AnyStore>>, HostError> {
+    use crate::queue::Standing;
+    let cancelled = || {
+        run.cancelled
+            .store(true, std::sync::atomic::Ordering::Release);
+        HostError::Refused("the run was cancelled before it began".into())
+    };
+    let waker = app.runs.waker(&run.thread_id);
+    loop {
+        if run.cancelled.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(cancelled());
+        }
+        if !app.runs.active_on(&run.thread_id) && crate::remote::free(app, &run.thread_id).await {
+            match crate::queue::standing(app, run, false).await {
+                Standing::Queued => {}
+                Standing::Began => return Ok(None),
+                // Cancelled by another process: it ends as one cancelled here.
+                Standing::Cancelled => return Err(cancelled()),
+            }
+            match take(app, run).await {
+                // Another process took the thread first, or the store is away for a moment:
+                // wait for the thread again.
+                Err(e) if busy_or_away(&e) => {}
+                Err(e) => return Err(e),
+                // Another process that took the run over (this one froze past its claim) may
+                // have begun it meanwhile.
+                Ok(held) => match crate::queue::standing(app, run, true).await {
+                    Standing::Queued => return Ok(Some(held)),
+                    standing => {
+                        app.runs.let_go(run);
+                        held.release().await;
+                        return match standing {
+                            Standing::Began => Ok(None),
+                            _ => Err(cancelled()),
+                        };
+                    }
+                },
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(200), waker.notified()).await;
+    }
 }
 
 /// Drives the run and records how it ended. `start`: the thread's lease and what the run does,
@@ -440,72 +499,20 @@ async fn execute(
     accept: tokio::sync::oneshot::Sender<Result<(), String>>,
 ) {
     let mut accept = Some(accept);
-    let waker = app.runs.waker(&run.thread_id);
     let (held, work) = match start {
         Some((h, work)) => (Ok(h), Ok(work)),
         // Enqueued: wait for the run before it to end, then decide from the thread as it is.
         None => {
-            let held = loop {
-                if run.cancelled.load(std::sync::atomic::Ordering::Acquire) {
-                    break Err(ApiError::new(
-                        StatusCode::CONFLICT,
-                        "the run was cancelled before it began".into(),
-                    ));
-                }
-                if !app.runs.active_on(&run.thread_id)
-                    && crate::remote::free(&app, &run.thread_id).await
-                {
-                    use crate::queue::Standing;
-                    match crate::queue::standing(&app, &run, false).await {
-                        Standing::Queued => {}
-                        Standing::Began => return crate::queue::follow(&app, &run),
-                        Standing::Cancelled => {
-                            // Cancelled by another process: it ends as one cancelled here.
-                            run.cancelled
-                                .store(true, std::sync::atomic::Ordering::Release);
-                            break Err(ApiError::new(
-                                StatusCode::CONFLICT,
-                                "the run was cancelled before it began".into(),
-                            ));
-                        }
-                    }
-                    match take(&app, &run).await {
-                        // Another process took the thread first, or the store is away for a
-                        // moment: wait for the thread again.
-                        Err(e)
-                            if e.0 == StatusCode::CONFLICT
-                                || e.0 == StatusCode::SERVICE_UNAVAILABLE => {}
-                        Err(e) => break Err(e),
-                        // Another process that took the run over (this one froze past its
-                        // claim) may have begun it meanwhile.
-                        Ok(held) => match crate::queue::standing(&app, &run, true).await {
-                            Standing::Queued => break Ok(held),
-                            Standing::Began => {
-                                app.runs.let_go(&run);
-                                held.release().await;
-                                return crate::queue::follow(&app, &run);
-                            }
-                            Standing::Cancelled => {
-                                app.runs.let_go(&run);
-                                held.release().await;
-                                run.cancelled
-                                    .store(true, std::sync::atomic::Ordering::Release);
-                                break Err(ApiError::new(
-                                    StatusCode::CONFLICT,
-                                    "the run was cancelled before it began".into(),
-                                ));
-                            }
-                        },
-                    }
-                }
-                let _ = tokio::time::timeout(Duration::from_millis(200), waker.notified()).await;
+            let held = match wait_for_thread(&app, &run).await {
+                Ok(Some(held)) => Ok(held),
+                Ok(None) => return crate::queue::follow(&app, &run),
+                Err(e) => Err(e),
             };
             let work = match weft_runtime::load_state(app.store.as_ref(), &run.thread_id).await {
                 Ok(loaded) => {
                     let st = loaded.state;
                     run.begins_after(st.seq);
                     weft_host::run::decide(&run.thread_id, &st, task, resume)
-                        .map_err(ApiError::from)
                 }
                 Err(e) => Err(e.into()),
             };
@@ -515,7 +522,7 @@ async fn execute(
     let outcome = match (held, work) {
         (Ok(held), Err(e)) => {
             held.release().await;
-            Outcome::Failed(HostError::Refused(e.1))
+            Outcome::Failed(e)
         }
         (Ok(held), Ok(work)) => {
             run.status
@@ -569,7 +576,7 @@ async fn execute(
             held.release().await;
             Outcome::from(out)
         }
-        (Err(e), _) => Outcome::Failed(HostError::Refused(e.1)),
+        (Err(e), _) => Outcome::Failed(e),
     };
     if let Some(accept) = accept.take() {
         let _ = accept.send(match &outcome {
