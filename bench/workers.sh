@@ -12,13 +12,14 @@
 #
 # Per session, each table gives the workers' CPU (utime+stime of the worker processes and of the
 # children they reaped, from /proc, read when the last session ended) and PostgreSQL's: the CPU of
-# the backends serving the bench database (from /proc, by their pids in pg_stat_activity, read at
-# the same moment; they all start after the workers do), and, when the server's postmaster is a
-# process on this machine, the whole cluster's (the postmaster, its live children and the ones it
-# reaped, before/after: WAL writer, checkpointer and other users of the server included; on a
-# shared server that is noise), and the commits made in the bench database (pg_stat_database
-# xact_commit, after the workers have exited, less the poller's own). The durability is
-# PostgreSQL's `synchronous_commit`, printed with the tables.
+# the backends serving the bench database (from /proc, by their pids in pg_stat_activity, looked
+# at every half second and when the last session ended; they all start after the workers do, and
+# one that ends between two looks loses up to half a second), and, when the server's postmaster is
+# a process on this machine, the whole cluster's (the postmaster, its live children and the ones
+# it reaped, before/after: WAL writer, checkpointer and other users of the server included; on a
+# shared server that is noise); and the commits made and connections opened in the bench database
+# (pg_stat_database xact_commit and sessions, after the workers have exited, less the poller's
+# own). The durability is PostgreSQL's `synchronous_commit`, printed with the tables.
 #
 # --profile starts a PostgreSQL cluster of the script's own (initdb in a temp dir, a free port,
 # shared_preload_libraries=pg_stat_statements; as root its programs run as the OS user postgres)
@@ -156,12 +157,13 @@ cluster_ticks() {
     [[ -n "$postmaster" ]] || { echo 0; return; }
     echo $(($(ticks all "$postmaster") + $(ticks own $(pgrep -P "$postmaster"))))
 }
-commits() {
-    psql "$admin" -XAtq -c "SELECT xact_commit FROM pg_stat_database WHERE datname = '$db_name'"
+# The bench database's commits and connections so far (pg_stat_database).
+db_stats() {
+    psql "$admin" -XAtq -F ' ' -c "SELECT xact_commit, sessions FROM pg_stat_database WHERE datname = '$db_name'"
 }
 
 # One run with $1 workers of tool $2: prints "wall_s worker_ticks backend_ticks cluster_ticks
-# commits"; with --profile leaves the statements in $work/statements.$2.$1.
+# commits connections"; with --profile leaves the statements in $work/statements.$2.$1.
 one_run() {
     local workers="$1" tool="$2" agent
     agent="$([[ "$tool" == command ]] && echo ledger.yaml || echo echo.yaml)"
@@ -170,15 +172,30 @@ one_run() {
     [[ "$profile" == 0 ]] || psql "$db_url" -Xq -c "CREATE EXTENSION pg_stat_statements" >/dev/null
     rm -f "$work/ledger.txt"
     (cd "$work" && seq 1 "$sessions" | xargs -P 4 -I{} "$weft" --db "$db_url" submit "$agent" "post {}" >/dev/null 2>&1)
-    # One connection polls; its own statements and commits are left out of the figures.
-    local poll_in poll_out poller
+    # One connection polls; its own statements, commits and connection are left out of the
+    # figures. Every tenth poll it also lists the backends serving the workers, whose CPU is read
+    # then (a backend that ends between two looks loses its last half second).
+    # The submitting processes' backends have ended (and so reported their commits) first.
+    local stats_before poll_in poll_out poller
+    for _ in $(seq 1 50); do
+        [[ "$(psql "$admin" -XAtq -c "SELECT numbackends FROM pg_stat_database WHERE datname = '$db_name'")" == 0 ]] && break
+        sleep 0.1
+    done
+    sleep 0.2
+    stats_before="$(db_stats)"
     coproc POLL { psql "$db_url" -XAtq 2>&1; }
     poll_in="${POLL[1]}" poll_out="${POLL[0]}" poller="$POLL_PID"
     ask() { echo "$1" >&"$poll_in"; read -r reply <&"$poll_out"; echo "$reply"; }
-    local reply polls=0 backend_pid commits_before cluster_before
-    backend_pid="$(ask "SELECT pg_backend_pid() /* bench-poll */;")"
+    local reply polls=0 looks=0 cluster_before
+    local -A backend_ticks_of=()
+    look() {
+        local p
+        for p in $(ask "SELECT string_agg(pid::text, ' ') /* bench-poll */ FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid();"); do
+            backend_ticks_of[$p]="$(ticks own "$p")"
+        done
+        looks=$((looks + 1))
+    }
     [[ "$profile" == 0 ]] || ask "SELECT 1 FROM pg_stat_statements_reset() /* bench-poll */;" >/dev/null
-    commits_before="$(commits)"
     cluster_before="$(cluster_ticks)"
     local pids=() start end open i
     start="$(now)"
@@ -192,28 +209,28 @@ one_run() {
         polls=$((polls + 1))
         [[ "$open" =~ ^[0-9]+$ ]] || { echo "polling failed: $open" >&2; exit 1; }
         [[ "$open" == 0 ]] && break
+        ((polls % 10)) || look
         sleep 0.05
     done
     end="$(now)"
-    local worker_ticks backends backend_ticks cluster_after
+    local worker_ticks backend_ticks=0 cluster_after t
     worker_ticks="$(ticks all "${pids[@]}")"
-    backends="$(ask "SELECT string_agg(pid::text, ' ') /* bench-poll */ FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid();")"
-    # shellcheck disable=SC2086
-    backend_ticks="$(ticks own $backends)"
+    look
     cluster_after="$(cluster_ticks)"
+    for t in "${backend_ticks_of[@]}"; do backend_ticks=$((backend_ticks + t)); done
     if [[ "$profile" == 1 ]]; then
         psql "$db_url" -Xq -c "\\copy (SELECT toplevel, calls, rows, round(total_exec_time::numeric, 1), regexp_replace(query, '\\s+', ' ', 'g') /* bench-poll */ FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%bench-poll%' ORDER BY calls DESC) TO '$work/statements.$tool.$workers' WITH (FORMAT csv)" >/dev/null
     fi
     kill -TERM "${pids[@]}" 2>/dev/null || true
     wait "${pids[@]}" 2>/dev/null || true
-    # The poller ran $polls + 2 statements (+1 with --profile, and the copy of the statements
-    # another), each its own transaction.
+    # The poller ran $polls + $looks statements (+1 with --profile, and the copy of the
+    # statements another, on a connection of its own), each its own transaction.
     exec {poll_in}>&-
     wait "$poller" 2>/dev/null || true
     sleep 0.2
-    local commits_after made
-    commits_after="$(commits)"
-    made=$((commits_after - commits_before - polls - 2 - 2 * profile))
+    local made
+    made="$(db_stats | awk -v b="$stats_before" -v own=$((polls + looks + 2 * profile)) -v conns=$((1 + profile)) \
+        '{ split(b, x, " "); print $1 - x[1] - own, $2 - x[2] - conns }')"
     if [[ "$tool" == command ]]; then
         local lines
         lines="$(wc -l < "$work/ledger.txt")"
@@ -235,8 +252,8 @@ echo "PostgreSQL $version at $(python3 -c 'import sys, urllib.parse; u = urllib.
 for tool in $tools; do
     printf '\nweft worker, %s tool: %s sessions of a 3-step plan, --concurrency %s per worker, median of %s runs (by wall time)\n' \
         "$tool" "$sessions" "$concurrency" "$runs"
-    printf '| workers | wall s | sessions/s | runs (s) | worker CPU ms/session | PG backends CPU ms/session | PG cluster CPU ms/session | commits/session |\n'
-    printf '|---:|---:|---:|---|---:|---:|---:|---:|\n'
+    printf '| workers | wall s | sessions/s | runs (s) | worker CPU ms/session | PG backends CPU ms/session | PG cluster CPU ms/session | commits/session | connections opened |\n'
+    printf '|---:|---:|---:|---|---:|---:|---:|---:|---:|\n'
     for w in $counts; do
         results=()
         for _ in $(seq 1 "$runs"); do
@@ -247,7 +264,7 @@ for tool in $tools; do
             END {
                 split(line[int((NR + 1) / 2)], m, " ")
                 ms = 1000 / hz / n
-                printf "| %s | %s | %.0f | %s | %.2f | %.2f | %.2f | %.1f |\n", w, m[1], n / m[1], times, m[2] * ms, m[3] * ms, m[4] * ms, m[5] / n
+                printf "| %s | %s | %.0f | %s | %.2f | %.2f | %.2f | %.1f | %s |\n", w, m[1], n / m[1], times, m[2] * ms, m[3] * ms, m[4] * ms, m[5] / n, m[6]
             }'
         if [[ "$profile" == 1 ]]; then
             python3 - "$work/statements.$tool.$w" "$sessions" "$tool" "$w" <<'PY'
