@@ -195,7 +195,8 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
                 Ok(m) => m,
                 Err(e) => return error("agent_tool", e.to_string()),
             };
-            let metadata = json!({"weft_agent_file": path.display().to_string(), "parent_session": parent_session});
+            let mut metadata = json!({"parent_session": parent_session});
+            crate::record_agent_file(&mut metadata, &path);
             let agent = match Agent::new(
                 &spec,
                 tools.clone(),
