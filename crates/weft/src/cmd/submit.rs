@@ -1,8 +1,6 @@
 //! `weft submit`: queue a run (or an answer to a session that waits) for `weft worker`. The
-//! session is written at once, under its lease as any run's first events are (set up by
-//! `weft_host::hosted::Hosted`, which drives nothing here), then left running and held by no
-//! process, and the workers are woken; the session id is printed. `weft sessions show ID` and
-//! `weft sessions events --follow ID` watch it.
+//! session is written at once, running and held by no process, and the workers are woken; the
+//! session id is printed. `weft sessions show ID` and `weft sessions events --follow ID` watch it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,12 +8,10 @@ use std::sync::Arc;
 use anyhow::{Result, anyhow};
 use clap::Args;
 use weft_core::SessionStatus;
-use weft_host::Host;
-use weft_host::drive::Watchers;
-use weft_host::hosted::{Begin, Hosted, Setup};
-use weft_host::telemetry::Provider;
-use weft_runtime::SessionInfo;
+use weft_runtime::{Runtime, SessionInfo};
 use weft_store::Store;
+
+use weft_host::Host;
 
 use crate::cmd::run::{self as run_cmd, RunArgs};
 
@@ -101,28 +97,15 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> 
         Ok(Some(weft_core::Event::BudgetSet { budget: b }))
     };
     host.durability.for_asked(store.as_ref(), [durability]);
-    // The session is written under its lease, as any other write (a new one's id is chosen
-    // first). Submitting queues work and calls no model (the worker that runs it holds it to
-    // its user's quota and exports its telemetry): no quota here, and this command's
-    // telemetry is off.
-    let id = args
-        .session
-        .clone()
-        .or_else(|| args.id.clone())
-        .unwrap_or_else(weft_runtime::new_session_id);
-    let held = weft_host::ownership::take(host, store.clone(), &id, false).await?;
-    let setup = Setup {
-        provider: Provider::Recorded,
-        new: args.session.is_none(),
-        tools: tools.clone(),
-        limits,
-        redact,
-    };
-    let hosted = Hosted::start(host, store.clone(), &held, setup, None, Watchers::default()).await;
-    let rt = hosted.runtime();
-    let queued = async {
-        match &args.session {
-            Some(id) => {
+    // Submitting queues work and calls no model (the worker that runs it holds it to its
+    // user's quota and exports its telemetry): no quota or telemetry here.
+    let builder = Runtime::builder(store.clone(), tools.clone(), limits, None, None).redact(redact);
+    let id = match &args.session {
+        Some(id) => {
+            // The answer is written under the session's lease, as any other write.
+            let held = weft_host::ownership::take(host, store.clone(), id, false).await?;
+            let rt = held.bind(builder).build();
+            let queued = async {
                 let mut session = rt.load_session(id).await?;
                 if session.state.agent != agent.name {
                     return Err(anyhow!(
@@ -141,37 +124,34 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> 
                     session.commit(vec![set]).await?;
                 }
                 rt.queue_reply(&agent, &mut session, &args.task).await?;
+                Ok(())
             }
-            None => {
-                let info = SessionInfo {
-                    id: Some(id.clone()),
-                    user_id: args.user.clone(),
-                    reference_id: args.reference.clone(),
-                    metadata,
-                    parent_id: None,
-                };
-                let extra = given(None)?.into_iter().collect();
-                let begin = Begin::New {
-                    info,
-                    task: args.task.clone(),
-                    input,
-                };
-                match hosted.begin(&agent, begin, extra).await {
-                    Ok(_) => {}
-                    Err(weft_runtime::RuntimeError::Store(weft_store::StoreError::Exists(id))) => {
-                        return Err(run_cmd::taken(store.as_ref(), &id, Some(&args.agent)).await);
-                    }
-                    Err(e) => return Err(e.into()),
+            .await;
+            held.release().await;
+            queued?;
+            id.clone()
+        }
+        None => {
+            let info = SessionInfo {
+                id: args.id.clone(),
+                user_id: args.user.clone(),
+                reference_id: args.reference.clone(),
+                metadata,
+                parent_id: None,
+            };
+            let extra = given(None)?.into_iter().collect();
+            let rt = builder.build();
+            match rt.queue_agent(&agent, info, &args.task, input, extra).await {
+                Ok(session) => session.id.clone(),
+                Err(weft_runtime::RuntimeError::Store(weft_store::StoreError::Exists(id))) => {
+                    tools.shutdown().await;
+                    return Err(run_cmd::taken(store.as_ref(), &id, Some(&args.agent)).await);
                 }
+                Err(e) => return Err(e.into()),
             }
         }
-        Ok(())
-    }
-    .await;
-    hosted.end().await;
-    held.release().await;
+    };
     tools.shutdown().await;
-    queued?;
     // Workers poll anyway; a failed wake-up only delays the start.
     if let Err(e) = store.wake().await {
         tracing::warn!("cannot wake the workers: {e}");
