@@ -305,6 +305,34 @@ pub struct SessionInfo {
     pub parent_id: Option<String>,
 }
 
+/// The key of a session's metadata that records its agent file.
+const AGENT_FILE: &str = "weft_agent_file";
+
+/// Records in a session's `metadata` the agent file it runs (`weft_agent_file`), made absolute
+/// so that it is found from any directory: [`agent_file_of`] reads it back (to continue the
+/// session, answer it, follow its telemetry, replay it). Null metadata becomes an object;
+/// metadata that is neither cannot hold it and is left as it is.
+pub fn record_agent_file(metadata: &mut Value, path: &Path) {
+    if metadata.is_null() {
+        *metadata = Value::Object(serde_json::Map::new());
+    }
+    if let Value::Object(m) = metadata {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        m.insert(
+            AGENT_FILE.to_owned(),
+            Value::String(path.display().to_string()),
+        );
+    }
+}
+
+/// The agent file a session records ([`record_agent_file`]), if any.
+pub fn agent_file_of(metadata: &Value) -> Option<std::path::PathBuf> {
+    metadata
+        .get(AGENT_FILE)
+        .and_then(Value::as_str)
+        .map(std::path::PathBuf::from)
+}
+
 fn delta_sink(observers: &[Observer]) -> Option<DeltaSink> {
     if observers.is_empty() {
         return None;
