@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::Value;
-use weft_core::agent::AgentSpec;
-use weft_core::agent_loop::{self, AgentConfig, AgentNext, Skill, WorkflowConfig};
+use weft_core::agent::{AgentSpec, Skill};
+use weft_core::agent_loop::{self, AgentConfig, AgentNext, WorkflowConfig};
 use weft_core::engine::Invocation;
 use weft_core::model::Timing;
 use weft_core::{EVENT_VERSION, Envelope, Event, RunStatus, SessionStatus, State};
@@ -479,7 +479,7 @@ impl<S: Store> Runtime<S> {
                 && session.state.calls.open.is_empty()
                 && !inflight.busy()
             {
-                let budget = weft_core::budget::in_force(&session.state, &agent.config).cloned();
+                let budget = agent_loop::budget::in_force(&session.state, &agent.config).cloned();
                 let id = session.id.clone();
                 if let Some(events) = self
                     .wall_time_reached(budget.as_ref(), &id, &session.state, &mut wall)
@@ -518,11 +518,11 @@ impl<S: Store> Runtime<S> {
                             drop(request);
                             if session.state.calls.open.is_empty() && !inflight.busy() {
                                 let budget =
-                                    weft_core::budget::in_force(&session.state, &agent.config)
+                                    agent_loop::budget::in_force(&session.state, &agent.config)
                                         .cloned()
                                         .unwrap_or_default();
                                 let events =
-                                    weft_core::budget::reached(&session.state, &budget, &r);
+                                    agent_loop::budget::reached(&session.state, &budget, &r);
                                 session.commit(events).await?;
                             } else {
                                 inflight.settle(session, &agent.config.limits).await?;
