@@ -171,6 +171,126 @@ impl State {
         }
     }
 
+    /// The session's id (empty before `session_started` is applied).
+    #[must_use]
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// The name of the agent that runs the session.
+    #[must_use]
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// The last event applied (its position in the log, from 1; 0 before any).
+    #[must_use]
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Whether the session runs, waits for a person or has ended.
+    #[must_use]
+    pub fn status(&self) -> SessionStatus {
+        self.status
+    }
+
+    /// The values the session was given (the latest task's, when it gave some); `null` if none.
+    #[must_use]
+    pub fn input(&self) -> &Value {
+        &self.input
+    }
+
+    /// The State object that `†state.*` paths address.
+    #[must_use]
+    pub fn data(&self) -> &Value {
+        &self.data
+    }
+
+    /// The agent's mode; `None` for a bare plan run.
+    #[must_use]
+    pub fn mode(&self) -> Option<Mode> {
+        self.mode
+    }
+
+    /// Where the agent loop stands.
+    #[must_use]
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The phase to return to when the person answers.
+    #[must_use]
+    pub fn resume_phase(&self) -> Phase {
+        self.resume_phase
+    }
+
+    /// The current turn.
+    #[must_use]
+    pub fn turn(&self) -> &Turn {
+        &self.turn
+    }
+
+    /// The plan being executed in this turn; `None` before one is accepted.
+    #[must_use]
+    pub fn plan(&self) -> Option<&PlanRun> {
+        self.plan.as_ref()
+    }
+
+    /// The plan run's waves.
+    #[must_use]
+    pub fn waves(&self) -> &Waves {
+        &self.waves
+    }
+
+    /// Tool calls in flight.
+    #[must_use]
+    pub fn calls(&self) -> &Calls {
+        &self.calls
+    }
+
+    /// Where a workflow session stands (workflow mode).
+    #[must_use]
+    pub fn workflow(&self) -> &WorkflowRun {
+        &self.workflow
+    }
+
+    /// The conversation across turns (from its window on, in a state loaded from a snapshot).
+    #[must_use]
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// The summary that stands for the conversation's older messages in requests.
+    #[must_use]
+    pub fn compaction(&self) -> Option<&Compaction> {
+        self.compaction.as_ref()
+    }
+
+    /// Earlier turns' tasks and answers, oldest first.
+    #[must_use]
+    pub fn memory(&self) -> &[(String, Option<String>)] {
+        &self.memory
+    }
+
+    /// Model calls and what they used.
+    #[must_use]
+    pub fn usage(&self) -> &ModelUse {
+        &self.usage
+    }
+
+    /// What the current run and the session spent, and the budget recorded for them.
+    #[must_use]
+    pub fn spending(&self) -> &Spending {
+        &self.spending
+    }
+
+    /// Forgets the conversation's messages before `start`, as a state loaded from a snapshot's
+    /// window holds it (see [`History::window`]): a fold, made so, equals such a load.
+    pub fn forget_history_before(&mut self, start: usize) {
+        self.history.forget_before(start);
+    }
+
     /// Whether a call serving `step` is a workflow step's call of its agent (a workflow's calls
     /// name a step only then; the model's own calls name none).
     fn delegates(&self, step: Option<&str>) -> bool {
