@@ -569,7 +569,7 @@ impl RunBody {
     ) -> Result<Option<weft_core::budget::Budget>, ApiError> {
         run_budget(
             self.config.as_ref(),
-            st.spending.budget.as_ref().or(agent.spec.budget.as_ref()),
+            st.spending().budget.as_ref().or(agent.spec.budget.as_ref()),
             Some(&weft_core::ToolCatalog::tool_names(agent.tools.as_ref())),
         )
     }
@@ -695,10 +695,11 @@ pub(crate) async fn start_with_id(
         }
     }
     let (rec, st) = threads::load(app, user, tid).await?;
-    if st.seq > 0 && st.agent != agent.spec.name {
+    if st.seq() > 0 && st.agent() != agent.spec.name {
         return Err(ApiError::bad(format!(
             "thread {tid} belongs to assistant `{}`, not `{}`",
-            st.agent, agent.spec.name
+            st.agent(),
+            agent.spec.name
         )));
     }
     if app.runs.active_for(&user.0) >= app.max_runs_per_user {
@@ -722,7 +723,7 @@ pub(crate) async fn start_with_id(
         .multitask_strategy
         .clone()
         .unwrap_or_else(|| "reject".into());
-    let busy = app.runs.active_on(tid) || (st.seq > 0 && st.status == SessionStatus::Running);
+    let busy = app.runs.active_on(tid) || (st.seq() > 0 && st.status() == SessionStatus::Running);
     // An enqueued run waits for the run before it, whichever process drives that one.
     if busy && strategy != "enqueue" {
         return Err(ApiError::new(
@@ -741,11 +742,11 @@ pub(crate) async fn start_with_id(
         assistant_id: agent.spec.name.clone(),
         user: user.0.clone(),
         created_at: weft_runtime::now_ms(),
-        start_seq: st.seq.into(),
+        start_seq: st.seq().into(),
         metadata: body.metadata.clone().unwrap_or_else(|| json!({})),
         multitask_strategy: strategy,
         traceparent: body.traceparent.clone(),
-        status: tokio::sync::watch::channel((RunStatus::Pending, st.seq)).0,
+        status: tokio::sync::watch::channel((RunStatus::Pending, st.seq())).0,
         cancelled: false.into(),
         place: Mutex::new(if busy { Place::Queued } else { Place::Here }),
         followed: false.into(),
@@ -921,7 +922,7 @@ async fn execute(
                 Ok(loaded) => {
                     let st = loaded.state;
                     run.start_seq
-                        .store(st.seq, std::sync::atomic::Ordering::Release);
+                        .store(st.seq(), std::sync::atomic::Ordering::Release);
                     weft_host::run::decide(&run.thread_id, &st, task, resume)
                         .map_err(ApiError::from)
                 }
@@ -1118,10 +1119,10 @@ async fn final_values(
     run.finished().await;
     let (_, st) = threads::load(app, user, &run.thread_id).await?;
     let mut v = threads::values(&st);
-    if st.status == SessionStatus::Failed {
+    if st.status() == SessionStatus::Failed {
         v.error = Some(RunError {
             error: "RunError".into(),
-            message: st.turn.error().map(str::to_owned),
+            message: st.turn().error().map(str::to_owned),
         });
     }
     Ok(Json(v))
@@ -1348,7 +1349,7 @@ pub(crate) fn all_from_log(rec: &SessionRecord, log: &[weft_core::Envelope]) -> 
 /// A run's status as the session's state says it. A cancelled run is `interrupted`, as
 /// LangGraph's server reports a run cancelled by request; a failed one is `error`.
 pub(crate) fn ended_as(st: &weft_core::State) -> RunStatus {
-    match st.status {
+    match st.status() {
         SessionStatus::Completed => RunStatus::Success,
         SessionStatus::Failed if weft_core::recovery::was_cancelled(st) => RunStatus::Interrupted,
         SessionStatus::Failed => RunStatus::Error,
@@ -1372,7 +1373,7 @@ fn logged(rec: &SessionRecord, m: Marker<'_>, st: &weft_core::State) -> Run {
     Run {
         run_id: m.run_id.clone(),
         thread_id: rec.id.clone(),
-        assistant_id: st.agent.clone(),
+        assistant_id: st.agent().to_owned(),
         user: rec.user_id.clone().unwrap_or_default(),
         created_at: m.ts,
         start_seq: m.after.into(),
@@ -1382,7 +1383,7 @@ fn logged(rec: &SessionRecord, m: Marker<'_>, st: &weft_core::State) -> Run {
         },
         multitask_strategy: "reject".into(),
         traceparent: None,
-        status: tokio::sync::watch::channel((status, st.seq)).0,
+        status: tokio::sync::watch::channel((status, st.seq())).0,
         cancelled: false.into(),
         place: Mutex::new(Place::Elsewhere),
         followed: false.into(),
@@ -1436,7 +1437,7 @@ pub(crate) async fn start_queued(app: &Shared, q: &weft_store::QueuedRun) -> Res
     let resume = body.resume();
     let budget = body.budget(&st, &agent)?;
     let run = crate::queue::held_here(app, from_queue(q, false));
-    run.begins_after(st.seq);
+    run.begins_after(st.seq());
     let (accept, _) = tokio::sync::oneshot::channel();
     let task = execute(
         app.clone(),
@@ -1544,20 +1545,20 @@ async fn adopt(app: Shared, held: weft_host::ownership::Held<weft_store::AnyStor
         let st = weft_runtime::load_state(app.store.as_ref(), &tid)
             .await?
             .state;
-        let Some(agent) = app.agents.get(&st.agent).cloned() else {
+        let Some(agent) = app.agents.get(st.agent()).cloned() else {
             return Ok(());
         };
         let run = match from_log(&rec, &log, None) {
             Some(r) => app.runs.insert(Arc::new(r)),
             None => return Ok(()),
         };
-        run.status.send_replace((RunStatus::Running, st.seq));
+        run.status.send_replace((RunStatus::Running, st.seq()));
         // Driven here from now on, though it may have been followed through the store.
         run.driven_here();
         if let Ok(mut a) = app.runs.active.lock() {
             a.insert(tid.clone(), run.run_id.clone());
         }
-        app.runs.text_after(&tid, st.seq);
+        app.runs.text_after(&tid, st.seq());
         // Its spans continue the run's trace (under the `traceparent` its marker recorded).
         tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
         let outcome = weft_host::run::continue_run(
