@@ -60,53 +60,54 @@ pub struct Compaction {
     pub summary: String,
 }
 
-/// The state of a session: what every decision is made from.
+/// The state of a session: what every decision is made from. Other crates read it through its
+/// accessors (named after its fields) and change it only by applying events ([`State::apply`]).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct State {
     /// The session's id (empty before `session_started` is applied).
-    pub session_id: String,
+    pub(crate) session_id: String,
     /// The name of the agent that runs the session.
-    pub agent: String,
+    pub(crate) agent: String,
     /// The last event applied.
-    pub seq: u64,
+    pub(crate) seq: u64,
     /// Whether the session runs, waits for a person or has ended.
-    pub status: SessionStatus,
+    pub(crate) status: SessionStatus,
     /// The values the session was given: the session's start's, replaced by those of a later
     /// task that gives some; `null` when none were given.
-    pub input: Value,
+    pub(crate) input: Value,
     /// The State object that `†state.*` paths address.
-    pub data: Value,
+    pub(crate) data: Value,
     /// The agent's mode; `None` for a bare plan run.
-    pub mode: Option<Mode>,
+    pub(crate) mode: Option<Mode>,
     /// Where the agent loop stands.
-    pub phase: Phase,
+    pub(crate) phase: Phase,
     /// The phase to return to when the person answers.
-    pub resume_phase: Phase,
+    pub(crate) resume_phase: Phase,
     /// The current turn.
-    pub turn: Turn,
+    pub(crate) turn: Turn,
     /// The plan being executed in this turn.
-    pub plan: Option<PlanRun>,
+    pub(crate) plan: Option<PlanRun>,
     /// The plan run's waves.
-    pub waves: Waves,
+    pub(crate) waves: Waves,
     /// Tool calls in flight.
-    pub calls: Calls,
+    pub(crate) calls: Calls,
     /// Where a workflow session stands (workflow mode).
-    pub workflow: WorkflowRun,
+    pub(crate) workflow: WorkflowRun,
     /// The conversation (ReAct) across turns, shared with the requests built from it. Not in
     /// the serialised form: a snapshot keeps it in parts of its own ([`crate::snapshot`]), and a
     /// state loaded from one holds it from its window on ([`History::window`]).
     #[serde(skip)]
-    pub history: History,
+    pub(crate) history: History,
     /// The summary that stands for the conversation's older messages in requests.
-    pub compaction: Option<Compaction>,
+    pub(crate) compaction: Option<Compaction>,
     /// Earlier turns' tasks and answers (the memory a later turn sees). In plan mode the
     /// conversation holds them too, as a user message and an assistant message each.
-    pub memory: Vec<(String, Option<String>)>,
+    pub(crate) memory: Vec<(String, Option<String>)>,
     /// Model calls and what they used.
-    pub usage: ModelUse,
+    pub(crate) usage: ModelUse,
     /// What the current run and the session spent, and the budget recorded for them.
-    pub spending: Spending,
+    pub(crate) spending: Spending,
 }
 
 pub use crate::repeats::call_signature;
