@@ -9,6 +9,8 @@
 //! - [`run`]: a run (one turn of a session) from its marker to how it ended: deciding what a
 //!   request means, taking the lease, driving, holding a pause as a wait, and telling an end
 //!   from a lost hold;
+//! - [`markers`]: a session's runs as its log tells them (each begins with its marker), for
+//!   whichever process reads the log;
 //! - [`drive`]: continuing a session no process drives (queued, or left by a process that
 //!   stopped) with its agent file;
 //! - [`worker`]: the workers' loop, claiming such sessions and driving many at once;
@@ -26,6 +28,7 @@
 pub mod drive;
 pub mod hosted;
 pub mod load;
+pub mod markers;
 pub mod ownership;
 pub mod run;
 pub mod sessions;

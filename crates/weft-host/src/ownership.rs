@@ -155,6 +155,67 @@ async fn held_by_gone<S: Store>(store: &S, id: &str) -> bool {
     matches!(store.lease(id).await, Ok(Some(l)) if owner_gone(&l.owner))
 }
 
+/// The running sessions of `agents` whose lease is held by a process of this host that no
+/// longer exists (one killed with SIGKILL), each taken over at once by a [`driver`] of its own
+/// rather than after its lease runs out. A session with no events yet is left alone. What could
+/// not be read or taken is logged and passed over: another look (a claim once the lease ran
+/// out) finds it.
+pub async fn take_over_dead<S: Store>(
+    host: &Host,
+    store: Arc<S>,
+    agents: &[String],
+) -> Vec<Held<S>> {
+    let filter = weft_store::ListFilter {
+        user_id: None,
+        status: Some(weft_core::SessionStatus::Running),
+        limit: None,
+    };
+    let running = match store.list(&filter).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!("cannot list the running sessions: {e}");
+            return Vec::new();
+        }
+    };
+    let now = host.clock.now_ms();
+    let mut taken = Vec::new();
+    for rec in running {
+        if rec.last_seq == 0 || !agents.contains(&rec.agent) {
+            continue;
+        }
+        let dead = matches!(
+            store.lease(&rec.id).await,
+            Ok(Some(l)) if l.expires_at > now && owner_gone(&l.owner)
+        );
+        if !dead {
+            continue;
+        }
+        match take_as(host, store.clone(), &rec.id, false, &driver()).await {
+            Ok(held) => taken.push(held),
+            Err(e) => tracing::info!(session = %rec.id, "not taken over: {e}"),
+        }
+    }
+    taken
+}
+
+/// Claims at most `n` sessions of `agents` that no process drives (queued, or their lease ran
+/// out), each held by a [`driver`] of its own, so that a claim never takes a lease a run of this
+/// process holds.
+pub async fn claim_orphans<S: Store>(
+    host: &Host,
+    store: Arc<S>,
+    agents: &[String],
+    n: usize,
+) -> Result<Vec<Held<S>>> {
+    let leases = store
+        .claim(&driver(), agents, host.clock.now_ms(), ttl_ms(), n)
+        .await?;
+    Ok(leases
+        .into_iter()
+        .map(|lease| hold(host, store.clone(), lease))
+        .collect())
+}
+
 /// Keeps a lease this process has just taken: renews it and listens for requests until it is
 /// released or dropped. Triggering the host's shutdown stops the run it drives (see
 /// [`Held::until_asked`]); a renewal runs until the host's clock reads now plus [`ttl`].

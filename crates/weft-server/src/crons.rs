@@ -777,7 +777,7 @@ async fn start_tick(app: &Shared, c: &CronRecord, tick: i64, again: bool) -> Cro
                 Ok(())
             } else {
                 // The thread goes once the run ended, unless `keep`.
-                runs::start_threadless_on(app, &user, body, &tid, Some(run_id.clone()))
+                crate::threadless::start_threadless_on(app, &user, body, &tid, Some(run_id.clone()))
                     .await
                     .map(drop)
             };

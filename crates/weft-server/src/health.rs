@@ -265,7 +265,7 @@ mod tests {
             store: Arc::new(AnyStore::Ram(RamStore::new())),
             host: weft_host::Host::default(),
             agents: HashMap::new(),
-            runs: runs::Runs::default(),
+            runs: crate::registry::Runs::default(),
             max_runs_per_user: 10,
             metrics: Arc::default(),
             summaries: crate::sessions::Summaries::default(),

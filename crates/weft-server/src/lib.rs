@@ -42,9 +42,11 @@ mod messages;
 mod metrics;
 mod model_calls;
 mod openapi;
+mod orphans;
 mod playground;
 mod queue;
 mod quota;
+mod registry;
 mod remote;
 mod runs;
 mod sessions;
@@ -52,6 +54,7 @@ mod state_update;
 mod store;
 mod stream;
 mod tail;
+mod threadless;
 mod threads;
 mod view;
 
@@ -134,7 +137,7 @@ pub(crate) struct App {
     /// The shutdown handle, durability policy and hints of the process.
     pub host: Host,
     pub agents: HashMap<String, Arc<AgentFile>>,
-    pub runs: runs::Runs,
+    pub runs: registry::Runs,
     pub max_runs_per_user: usize,
     pub metrics: Arc<metrics::Metrics>,
     pub summaries: sessions::Summaries,
@@ -316,7 +319,7 @@ impl Server {
             store,
             host,
             agents,
-            runs: runs::Runs::default(),
+            runs: registry::Runs::default(),
             max_runs_per_user,
             metrics,
             summaries: sessions::Summaries::default(),
@@ -347,7 +350,7 @@ impl Server {
             listener,
         } = self;
         // Threads whose server stopped mid-run are continued here.
-        tokio::spawn(runs::adopt_orphans(app.clone()));
+        tokio::spawn(orphans::adopt_all(app.clone()));
         // The crons' ticks.
         tokio::spawn(crons::schedule(app.clone()));
         // Whether the store answers, for `/ok` and for refusing new runs while it does not.
@@ -438,6 +441,7 @@ fn api() -> Vec<openapi::Route> {
     [
         threads::routes(),
         runs::routes(),
+        threadless::routes(),
         crons::routes(),
         agui::routes(),
         store::routes(),

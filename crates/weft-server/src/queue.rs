@@ -19,7 +19,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use weft_store::{QueuedRun, RunQueue, SessionLog};
 
-use super::runs::{self, Run, RunBody};
+use super::registry::{self, Run, RunStatus};
+use super::runs::{self, RunBody};
 use super::{ApiError, Shared};
 
 /// The claimer this process writes on its queued runs.
@@ -78,7 +79,7 @@ pub(crate) enum Standing {
 /// Where queued `run` stands (`sure`: its marker is looked for even while its record is there,
 /// as after taking the thread). A store that cannot be read leaves it queued.
 pub(crate) async fn standing(app: &Shared, run: &Run, sure: bool) -> Standing {
-    if run.place() != runs::Place::Queued {
+    if run.place() != registry::Place::Queued {
         return Standing::Queued;
     }
     let queued = !matches!(app.store.queued_run(&run.run_id).await, Ok(None));
@@ -86,7 +87,7 @@ pub(crate) async fn standing(app: &Shared, run: &Run, sure: bool) -> Standing {
         return Standing::Queued;
     }
     match app.store.load(&run.thread_id).await {
-        Ok((rec, log)) if runs::from_log(&rec, &log, Some(&run.run_id)).is_some() => {
+        Ok((rec, log)) if registry::from_log(&rec, &log, Some(&run.run_id)).is_some() => {
             Standing::Began
         }
         _ if queued => Standing::Queued,
@@ -106,8 +107,7 @@ pub(crate) async fn cancel(app: &Shared, run: &Run) -> Result<(), ApiError> {
     app.store.unqueue_run(&run.run_id).await?;
     if run.followed_from_store() {
         let (_, last) = *run.status.borrow();
-        run.status
-            .send_replace((runs::RunStatus::Interrupted, last));
+        run.status.send_replace((RunStatus::Interrupted, last));
     }
     Ok(())
 }
@@ -120,7 +120,7 @@ pub(crate) async fn pending(app: &Shared, tid: &str, rid: &str) -> Result<Option
         .queued_run(rid)
         .await?
         .filter(|q| q.thread_id == tid)
-        .map(|q| runs::from_queue(&q, true)))
+        .map(|q| Run::from_queue(&q, true)))
 }
 
 /// The runs queued on thread `tid`, as runs to list.
@@ -130,7 +130,7 @@ pub(crate) async fn of_thread(app: &Shared, tid: &str) -> Result<Vec<Run>, ApiEr
         .queued_runs_of(tid)
         .await?
         .iter()
-        .map(|q| runs::from_queue(q, true))
+        .map(|q| Run::from_queue(q, true))
         .collect())
 }
 
@@ -182,7 +182,7 @@ impl Tending {
 /// begin (its thread or assistant is gone) is deleted.
 async fn take_up(app: &Shared, q: QueuedRun) {
     let began = match app.store.load(&q.thread_id).await {
-        Ok((rec, log)) => runs::from_log(&rec, &log, Some(&q.run_id)).is_some(),
+        Ok((rec, log)) => registry::from_log(&rec, &log, Some(&q.run_id)).is_some(),
         Err(weft_store::StoreError::NotFound(_)) => true,
         Err(e) => {
             tracing::warn!(run = %q.run_id, "cannot read the queued run's thread: {e}");

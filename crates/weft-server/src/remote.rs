@@ -14,7 +14,7 @@ use weft_core::SessionStatus;
 use weft_store::{Leases, RunQueue, SessionLog, StoreError};
 
 use super::auth::User;
-use super::runs::{Run, RunStatus, from_log};
+use super::registry::{Run, RunStatus, from_log};
 use super::{ApiError, Shared};
 
 /// How often a followed run's thread is looked at (as often as a stream reads the log).

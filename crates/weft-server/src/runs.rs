@@ -1,12 +1,15 @@
 //! Runs: one turn of a thread's session (a new task, an answer to a wait, or the continuation of
 //! a session whose process stopped), driven in this process under the session's lease, as `weft
-//! run` drives it. A run's record lives in memory; its events live in the session's log, which is
-//! what `wait`, `join` and the streams read, so a client sees the same thing whichever it uses.
-//! A run another process drives (a replica on the same store, a worker) is found by its marker
-//! in the log and followed through the store (`remote.rs`).
+//! run` drives it, through [`weft_host::run`]: this module turns the requests of a thread's runs
+//! into calls of it and its outcome into the run's status. A run's record lives in memory
+//! (`registry.rs`); its events live in the session's log, which is what `wait`, `join` and the
+//! streams read, so a client sees the same thing whichever it uses. A run another process drives
+//! (a replica on the same store, a worker) is found by its marker in the log and followed
+//! through the store (`remote.rs`); runs on threads made for them are in `threadless.rs`, and
+//! threads no process drives are taken up in `orphans.rs`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
@@ -15,18 +18,18 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use weft_core::SessionStatus;
 
 use weft_store::{Leases, RunQueue, SessionLog, SessionRecord};
 
 use super::auth::User;
 use super::openapi::{self, Route};
+use super::registry::{Run, RunInfo, RunStatus, Temporary, ended_as, from_log};
 use super::{ApiError, Shared, stream, threads};
 use weft_host::HostError;
 use weft_host::drive::AgentFile;
 use weft_host::run::{Outcome, Work};
-use weft_host::sessions::fmt_time;
 
 /// The routes of runs.
 pub(crate) fn routes() -> Vec<Route> {
@@ -68,34 +71,6 @@ pub(crate) fn routes() -> Vec<Route> {
         )
         .media("text/event-stream", "the run's events"),
         openapi::post(
-            "/runs",
-            "Start a run in the background on a thread made for it (a threadless run; `on_completion`: `delete`, the default, or `keep`)",
-            create_threadless,
-        )
-        .body::<RunBody>()
-        .json::<RunInfo>("the run (pending)"),
-        openapi::post(
-            "/runs/wait",
-            "A threadless run: start it on a thread made for it and answer with the thread's values when it ends or waits",
-            wait_threadless,
-        )
-        .body::<RunBody>()
-        .json::<threads::Values>("the thread's values"),
-        openapi::post(
-            "/runs/stream",
-            "A threadless run: start it on a thread made for it and stream it (as /threads/{tid}/runs/stream)",
-            stream_threadless,
-        )
-        .body::<RunBody>()
-        .media("text/event-stream", "the run's events; Location: where to reconnect"),
-        openapi::post(
-            "/runs/batch",
-            "Start several runs in the background (`runs.create_batch`): each on its `thread_id`, or on a thread made for it",
-            create_batch,
-        )
-        .body::<Vec<RunBody>>()
-        .json::<Vec<RunInfo>>("the runs, in the order asked"),
-        openapi::post(
             "/runs/cancel",
             "Cancel runs (`runs.cancel_many`): by `run_ids` (of `thread_id`), every run of `thread_id`, or every run of the user with `status` (pending, running, all); action `interrupt` only",
             cancel_many,
@@ -111,21 +86,6 @@ pub(crate) fn routes() -> Vec<Route> {
     ]
 }
 
-/// A run as LangGraph clients read it.
-#[derive(Serialize, JsonSchema)]
-pub(crate) struct RunInfo {
-    run_id: String,
-    thread_id: String,
-    assistant_id: String,
-    created_at: String,
-    updated_at: String,
-    status: RunStatus,
-    #[schemars(schema_with = "openapi::any")]
-    metadata: Value,
-    multitask_strategy: String,
-    kwargs: Map<String, Value>,
-}
-
 /// Why a run failed, in the values `runs/wait` and `join` answer with.
 #[derive(Clone, Serialize, JsonSchema)]
 pub(crate) struct RunError {
@@ -139,378 +99,6 @@ pub(crate) struct RunError {
 struct Unreadable {
     #[serde(rename = "__error__")]
     error: RunError,
-}
-
-/// A run's status, as LangGraph names them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum RunStatus {
-    Pending,
-    Running,
-    Success,
-    Error,
-    Interrupted,
-}
-
-impl RunStatus {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Running => "running",
-            Self::Success => "success",
-            Self::Error => "error",
-            Self::Interrupted => "interrupted",
-        }
-    }
-    pub(crate) fn is_final(self) -> bool {
-        !matches!(self, Self::Pending | Self::Running)
-    }
-}
-
-/// A run: who started it, on which thread, from which event on, and how it stands.
-pub(crate) struct Run {
-    pub run_id: String,
-    pub thread_id: String,
-    pub assistant_id: String,
-    pub user: String,
-    pub created_at: i64,
-    /// The session's last event before the run: the run's events come after it (set again
-    /// when a queued run starts).
-    start_seq: std::sync::atomic::AtomicU64,
-    pub metadata: Value,
-    pub multitask_strategy: String,
-    /// The trace context the request that created the run carried (`traceparent`): the run's
-    /// spans are its children. Stored with the run's marker.
-    pub traceparent: Option<String>,
-    /// The status, and the session's last event when the run ended.
-    pub status: tokio::sync::watch::Sender<(RunStatus, u64)>,
-    /// A queued run was cancelled before it began.
-    pub cancelled: std::sync::atomic::AtomicBool,
-    /// Where the run stands in this process: queued, driven here, followed through the store,
-    /// or handed over ([`Place`]).
-    place: Mutex<Place>,
-    /// A task follows its status through the store.
-    pub followed: std::sync::atomic::AtomicBool,
-}
-
-/// Where a run stands in this process; it moves as the run does, each move one method of
-/// [`Run`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Place {
-    /// Queued behind another run, and stored so (`crate::queue`) until it begins or ends.
-    Queued,
-    /// Driven by this process (or about to be).
-    Here,
-    /// Found in the thread's log rather than started here, or begun by another process:
-    /// another process (a replica, a worker, a server before a restart) may drive it, and its
-    /// status is followed through the store ([`crate::remote`]).
-    Elsewhere,
-    /// Stopped at a safe point because this server stops: the next process goes on with it.
-    /// The API then says `pending` (as LangGraph's server says of a run it will pick up again),
-    /// so that a client whose stream closed asks again rather than taking the run as ended.
-    HandedOver,
-}
-
-impl Run {
-    pub(crate) fn start_seq(&self) -> u64 {
-        self.start_seq.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Where the run stands in this process.
-    pub(crate) fn place(&self) -> Place {
-        self.place.lock().map_or(Place::Here, |p| *p)
-    }
-
-    fn move_to(&self, place: Place) {
-        if let Ok(mut p) = self.place.lock() {
-            *p = place;
-        }
-    }
-
-    /// Found in the thread's log (or the queue) rather than driven here: followed through the
-    /// store.
-    pub(crate) fn followed_from_store(&self) -> bool {
-        self.place() == Place::Elsewhere
-    }
-
-    /// Followed through the store from now on: a queued run another process began, or a run
-    /// this process could not go on with.
-    pub(crate) fn began_elsewhere(&self) {
-        self.move_to(Place::Elsewhere);
-    }
-
-    /// Driven by this process from now on: a run it took over.
-    pub(crate) fn driven_here(&self) {
-        self.move_to(Place::Here);
-    }
-
-    /// Queued here (and stored so) from now on.
-    pub(crate) fn queue(&self) {
-        self.move_to(Place::Queued);
-    }
-
-    /// No longer queued (it began here, or ended before it began): whether it was, so that its
-    /// stored record is deleted once.
-    pub(crate) fn dequeue(&self) -> bool {
-        self.place.lock().is_ok_and(|mut p| {
-            *p == Place::Queued && {
-                *p = Place::Here;
-                true
-            }
-        })
-    }
-
-    /// Stopped at a safe point because this server stops ([`Place::HandedOver`]).
-    pub(crate) fn hand_over(&self) {
-        self.move_to(Place::HandedOver);
-    }
-
-    /// The run begins after the thread's event `seq` (a queued run, once it starts).
-    pub(crate) fn begins_after(&self, seq: u64) {
-        self.start_seq
-            .store(seq, std::sync::atomic::Ordering::Release);
-    }
-
-    pub(crate) fn json(&self) -> RunInfo {
-        let (status, _) = *self.status.borrow();
-        let status = if self.place() == Place::HandedOver {
-            RunStatus::Pending
-        } else {
-            status
-        };
-        RunInfo {
-            run_id: self.run_id.clone(),
-            thread_id: self.thread_id.clone(),
-            assistant_id: self.assistant_id.clone(),
-            created_at: fmt_time(self.created_at),
-            updated_at: fmt_time(weft_runtime::now_ms()),
-            status,
-            metadata: self.metadata.clone(),
-            multitask_strategy: self.multitask_strategy.clone(),
-            kwargs: Map::new(),
-        }
-    }
-
-    /// Waits until the run has ended; its final status and last event.
-    pub(crate) async fn finished(&self) -> (RunStatus, u64) {
-        let mut rx = self.status.subscribe();
-        match rx.wait_for(|(s, _)| s.is_final()).await {
-            Ok(v) => *v,
-            Err(_) => *self.status.borrow(),
-        }
-    }
-}
-
-/// A piece of the model's text, and where it stands: it was generated after the session's event
-/// `after`, at byte `offset` of the text generated since that event. A stream gives each piece
-/// that position as its id, so a reconnection goes on from the next byte.
-#[derive(Clone, Debug)]
-pub(crate) struct Piece {
-    pub after: u64,
-    pub offset: usize,
-    pub text: String,
-}
-
-/// A thread's pieces of text as they come, and the text generated since its last stored event.
-struct TextFeed {
-    tx: tokio::sync::broadcast::Sender<Piece>,
-    after: u64,
-    so_far: String,
-}
-
-impl Default for TextFeed {
-    fn default() -> Self {
-        Self {
-            tx: tokio::sync::broadcast::channel(1024).0,
-            after: 0,
-            so_far: String::new(),
-        }
-    }
-}
-
-/// The runs of this process, and which thread each drives.
-#[derive(Default)]
-pub(crate) struct Runs {
-    runs: Mutex<HashMap<String, Arc<Run>>>,
-    /// Thread → the run driving it.
-    active: Mutex<HashMap<String, String>>,
-    /// Thread → woken after every event stored for it, and when its run ends.
-    wakers: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
-    /// Thread → the text the model is generating, piece by piece (never stored: live only).
-    texts: Mutex<HashMap<String, TextFeed>>,
-    /// Thread → the events its runs stored lately through this process (see `tail`).
-    pub(crate) tails: crate::tail::Tails,
-    tasks: tokio::sync::Mutex<tokio::task::JoinSet<()>>,
-}
-
-impl Runs {
-    /// The run this process drives on `thread`, if any.
-    pub(crate) fn active_run(&self, thread: &str) -> Option<String> {
-        self.active.lock().ok()?.get(thread).cloned()
-    }
-
-    pub(crate) fn active_on(&self, thread: &str) -> bool {
-        self.active
-            .lock()
-            .map(|a| a.contains_key(thread))
-            .unwrap_or(false)
-    }
-
-    fn active_for(&self, user: &str) -> usize {
-        let runs = self.runs.lock();
-        let active = self.active.lock();
-        match (runs, active) {
-            (Ok(r), Ok(a)) => a
-                .values()
-                .filter(|id| r.get(*id).is_some_and(|run| run.user == user))
-                .count(),
-            _ => 0,
-        }
-    }
-
-    /// Keeps `run`, or the one with its id kept already.
-    pub(crate) fn insert(&self, run: Arc<Run>) -> Arc<Run> {
-        match self.runs.lock() {
-            Ok(mut runs) => runs.entry(run.run_id.clone()).or_insert(run).clone(),
-            Err(_) => run,
-        }
-    }
-
-    /// Runs being driven, and runs waiting for their thread.
-    pub(crate) fn counts(&self) -> (i64, i64) {
-        let active = self.active.lock().map(|a| a.len()).unwrap_or(0);
-        let pending = self
-            .runs
-            .lock()
-            .map(|r| {
-                r.values()
-                    .filter(|run| run.status.borrow().0 == RunStatus::Pending)
-                    .count()
-            })
-            .unwrap_or(0);
-        (
-            i64::try_from(active).unwrap_or(i64::MAX),
-            i64::try_from(pending).unwrap_or(i64::MAX),
-        )
-    }
-
-    pub(crate) fn get(&self, thread: &str, run: &str) -> Option<Arc<Run>> {
-        self.runs
-            .lock()
-            .ok()?
-            .get(run)
-            .filter(|r| r.thread_id == thread)
-            .cloned()
-    }
-
-    /// The pieces of text a model generates on `thread`, as they come, and the text generated
-    /// since the thread's last stored event as one piece (empty when there is none), taken
-    /// together so that no piece falls between them.
-    pub(crate) fn texts(&self, thread: &str) -> (tokio::sync::broadcast::Receiver<Piece>, Piece) {
-        match self.texts.lock() {
-            Ok(mut t) => {
-                let feed = t.entry(thread.to_owned()).or_default();
-                let so_far = Piece {
-                    after: feed.after,
-                    offset: 0,
-                    text: feed.so_far.clone(),
-                };
-                (feed.tx.subscribe(), so_far)
-            }
-            Err(_) => (
-                tokio::sync::broadcast::channel(1).1,
-                Piece {
-                    after: 0,
-                    offset: 0,
-                    text: String::new(),
-                },
-            ),
-        }
-    }
-
-    /// Notes an event of `thread`: a piece of text is sent to its streams; a stored event
-    /// (`seq` > 0) begins the text after it.
-    fn text_observed(&self, thread: &str, e: &weft_core::Envelope) {
-        let Ok(mut t) = self.texts.lock() else {
-            return;
-        };
-        let feed = t.entry(thread.to_owned()).or_default();
-        match &e.event {
-            weft_core::Event::TextDelta { text } => {
-                let piece = Piece {
-                    after: feed.after,
-                    offset: feed.so_far.len(),
-                    text: text.clone(),
-                };
-                feed.so_far.push_str(text);
-                let _ = feed.tx.send(piece);
-            }
-            _ if e.seq > 0 => {
-                feed.after = feed.after.max(e.seq);
-                feed.so_far.clear();
-            }
-            _ => {}
-        }
-    }
-
-    /// The text `thread`'s model generates next comes after event `seq` (a run begins there).
-    fn text_after(&self, thread: &str, seq: u64) {
-        if let Ok(mut t) = self.texts.lock() {
-            let feed = t.entry(thread.to_owned()).or_default();
-            if feed.after != seq {
-                feed.after = seq;
-                feed.so_far.clear();
-            }
-        }
-    }
-
-    /// `run` does not drive its thread (any more).
-    pub(crate) fn let_go(&self, run: &Run) {
-        if let Ok(mut a) = self.active.lock()
-            && a.get(&run.thread_id) == Some(&run.run_id)
-        {
-            a.remove(&run.thread_id);
-        }
-    }
-
-    /// Forgets run `id` (it was never answered).
-    pub(crate) fn forget(&self, id: &str) {
-        if let Ok(mut runs) = self.runs.lock() {
-            runs.remove(id);
-        }
-    }
-
-    /// Forgets what this process keeps of a deleted thread: its runs, its waker, its text.
-    pub(crate) fn forget_thread(&self, thread: &str) {
-        if let Ok(mut runs) = self.runs.lock() {
-            runs.retain(|_, r| r.thread_id != thread);
-        }
-        if let Ok(mut w) = self.wakers.lock() {
-            w.remove(thread);
-        }
-        if let Ok(mut t) = self.texts.lock() {
-            t.remove(thread);
-        }
-        self.tails.forget(thread);
-    }
-
-    pub(crate) fn waker(&self, thread: &str) -> Arc<tokio::sync::Notify> {
-        match self.wakers.lock() {
-            Ok(mut w) => w.entry(thread.to_owned()).or_default().clone(),
-            Err(_) => Arc::new(tokio::sync::Notify::new()),
-        }
-    }
-
-    /// Waits for the runs still going, at most `grace` plus a little (they stop at their next
-    /// safe point once `interrupt::begin` was called).
-    pub(crate) async fn wait_all(&self, grace: Duration) {
-        let mut tasks = self.tasks.lock().await;
-        let _ = tokio::time::timeout(grace + Duration::from_secs(2), async {
-            while tasks.join_next().await.is_some() {}
-        })
-        .await;
-        tasks.abort_all();
-    }
 }
 
 #[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
@@ -663,7 +251,12 @@ pub(crate) fn message_text(m: &Value) -> Result<String, ApiError> {
 }
 
 /// Checks the request, takes the thread's lease and starts the run in the background.
-async fn start(app: &Shared, user: &User, tid: &str, body: RunBody) -> Result<Arc<Run>, ApiError> {
+pub(crate) async fn start(
+    app: &Shared,
+    user: &User,
+    tid: &str,
+    body: RunBody,
+) -> Result<Arc<Run>, ApiError> {
     start_with_id(app, user, tid, body, None).await
 }
 
@@ -677,7 +270,7 @@ pub(crate) async fn start_with_id(
 ) -> Result<Arc<Run>, ApiError> {
     crate::health::refuse_while_down(app)?;
     if let Some(id) = &run_id
-        && app.runs.runs.lock().is_ok_and(|r| r.contains_key(id))
+        && app.runs.contains(id)
     {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -736,24 +329,16 @@ pub(crate) async fn start_with_id(
     if let Some(b) = &budget {
         weft_runtime::budget::warn_unpriced(agent.model.as_ref(), Some(b));
     }
-    let run = Arc::new(Run {
-        run_id: run_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
-        thread_id: tid.to_owned(),
-        assistant_id: agent.spec.name.clone(),
-        user: user.0.clone(),
-        created_at: weft_runtime::now_ms(),
-        start_seq: st.seq().into(),
-        metadata: body.metadata.clone().unwrap_or_else(|| json!({})),
-        multitask_strategy: strategy,
-        traceparent: body.traceparent.clone(),
-        status: tokio::sync::watch::channel((RunStatus::Pending, st.seq())).0,
-        cancelled: false.into(),
-        place: Mutex::new(if busy { Place::Queued } else { Place::Here }),
-        followed: false.into(),
-    });
-    if let Ok(mut runs) = app.runs.runs.lock() {
-        runs.insert(run.run_id.clone(), run.clone());
-    }
+    let run = Arc::new(Run::new(
+        run_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+        (tid, &agent.spec.name, &user.0),
+        st.seq(),
+        body.metadata.clone().unwrap_or_else(|| json!({})),
+        strategy,
+        body.traceparent.clone(),
+        busy,
+    ));
+    app.runs.insert(run.clone());
     // Taken before answering, so that a thread another process drives is refused at once
     // (unless the run is enqueued: then it waits for the thread).
     let queued = busy;
@@ -768,7 +353,7 @@ pub(crate) async fn start_with_id(
         }
         None
     } else {
-        Some((take(app, &run).await?, work))
+        Some((take(app, &run).await.map_err(not_taken)?, work))
     };
     let (accept, accepted) = tokio::sync::oneshot::channel();
     let task = execute(
@@ -781,7 +366,7 @@ pub(crate) async fn start_with_id(
         input,
         accept,
     );
-    app.runs.tasks.lock().await.spawn(task);
+    app.runs.spawn(task).await;
     // A run is answered only once it is durable (its marker and first events are stored, or,
     // queued, its request), so a client never holds the id of a run that a crash can lose.
     if !queued {
@@ -805,38 +390,95 @@ pub(crate) async fn start_with_id(
 }
 
 /// Takes the run's thread ([`weft_host::run::take`]) and makes the run the thread's active one
-/// here. A thread another process drives is refused (409); a store that could not be asked is
-/// an outage the client can try again after (503).
+/// here.
 async fn take(
     app: &Shared,
     run: &Arc<Run>,
-) -> Result<weft_host::ownership::Held<weft_store::AnyStore>, ApiError> {
+) -> Result<weft_host::ownership::Held<weft_store::AnyStore>, HostError> {
     let taken = weft_host::run::take(&app.host, app.store.clone(), &run.thread_id, || {
         app.runs.active_on(&run.thread_id)
     })
-    .await
-    .map_err(|e| {
-        let outage =
-            weft_host::store_error_in(&e).is_some_and(weft_store::StoreError::is_infrastructure);
-        let text = crate::message(&e.into());
-        if outage {
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("the run could not be started: {text}; try again"),
-            )
-            .retry_after(2)
-        } else {
-            ApiError::new(StatusCode::CONFLICT, text)
-        }
-    })?;
+    .await?;
     if let Some(after) = taken.after {
         run.begins_after(after);
         run.status.send_replace((RunStatus::Pending, after));
     }
-    if let Ok(mut a) = app.runs.active.lock() {
-        a.insert(run.thread_id.clone(), run.run_id.clone());
-    }
+    app.runs.activate(run);
     Ok(taken.held)
+}
+
+/// Whether the thread could not be taken for a moment only: another process drives it, or the
+/// store could not be asked.
+fn busy_or_away(e: &HostError) -> bool {
+    matches!(e, HostError::Leased(_))
+        || weft_host::store_error_in(e).is_some_and(weft_store::StoreError::is_infrastructure)
+}
+
+/// Why a run's thread could not be taken, as the request that started it is answered: a store
+/// that could not be asked is an outage the client can try again after (503); anything else
+/// (another process drives the thread) is a conflict (409).
+fn not_taken(e: HostError) -> ApiError {
+    let outage =
+        weft_host::store_error_in(&e).is_some_and(weft_store::StoreError::is_infrastructure);
+    let text = crate::message_of(&e);
+    if outage {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the run could not be started: {text}; try again"),
+        )
+        .retry_after(2)
+    } else {
+        ApiError::new(StatusCode::CONFLICT, text)
+    }
+}
+
+/// Waits until queued run `run` may take its thread (the run before it ended, whichever process
+/// drove it) and takes it: the lease, or `None` when another process began the run meanwhile
+/// (it is followed from then on), or why it ends before it began (it was cancelled).
+async fn wait_for_thread(
+    app: &Shared,
+    run: &Arc<Run>,
+) -> Result<Option<weft_host::ownership::Held<weft_store::AnyStore>>, HostError> {
+    use crate::queue::Standing;
+    let cancelled = || {
+        run.cancelled
+            .store(true, std::sync::atomic::Ordering::Release);
+        HostError::Refused("the run was cancelled before it began".into())
+    };
+    let waker = app.runs.waker(&run.thread_id);
+    loop {
+        if run.cancelled.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(cancelled());
+        }
+        if !app.runs.active_on(&run.thread_id) && crate::remote::free(app, &run.thread_id).await {
+            match crate::queue::standing(app, run, false).await {
+                Standing::Queued => {}
+                Standing::Began => return Ok(None),
+                // Cancelled by another process: it ends as one cancelled here.
+                Standing::Cancelled => return Err(cancelled()),
+            }
+            match take(app, run).await {
+                // Another process took the thread first, or the store is away for a moment:
+                // wait for the thread again.
+                Err(e) if busy_or_away(&e) => {}
+                Err(e) => return Err(e),
+                // Another process that took the run over (this one froze past its claim) may
+                // have begun it meanwhile.
+                Ok(held) => match crate::queue::standing(app, run, true).await {
+                    Standing::Queued => return Ok(Some(held)),
+                    standing => {
+                        app.runs.let_go(run);
+                        held.release().await;
+                        return match standing {
+                            Standing::Began => Ok(None),
+                            _ => Err(cancelled()),
+                        };
+                    }
+                },
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(200), waker.notified()).await;
+    }
 }
 
 /// Drives the run and records how it ended. `start`: the thread's lease and what the run does,
@@ -858,73 +500,20 @@ async fn execute(
     accept: tokio::sync::oneshot::Sender<Result<(), String>>,
 ) {
     let mut accept = Some(accept);
-    let waker = app.runs.waker(&run.thread_id);
     let (held, work) = match start {
         Some((h, work)) => (Ok(h), Ok(work)),
         // Enqueued: wait for the run before it to end, then decide from the thread as it is.
         None => {
-            let held = loop {
-                if run.cancelled.load(std::sync::atomic::Ordering::Acquire) {
-                    break Err(ApiError::new(
-                        StatusCode::CONFLICT,
-                        "the run was cancelled before it began".into(),
-                    ));
-                }
-                if !app.runs.active_on(&run.thread_id)
-                    && crate::remote::free(&app, &run.thread_id).await
-                {
-                    use crate::queue::Standing;
-                    match crate::queue::standing(&app, &run, false).await {
-                        Standing::Queued => {}
-                        Standing::Began => return crate::queue::follow(&app, &run),
-                        Standing::Cancelled => {
-                            // Cancelled by another process: it ends as one cancelled here.
-                            run.cancelled
-                                .store(true, std::sync::atomic::Ordering::Release);
-                            break Err(ApiError::new(
-                                StatusCode::CONFLICT,
-                                "the run was cancelled before it began".into(),
-                            ));
-                        }
-                    }
-                    match take(&app, &run).await {
-                        // Another process took the thread first, or the store is away for a
-                        // moment: wait for the thread again.
-                        Err(e)
-                            if e.0 == StatusCode::CONFLICT
-                                || e.0 == StatusCode::SERVICE_UNAVAILABLE => {}
-                        Err(e) => break Err(e),
-                        // Another process that took the run over (this one froze past its
-                        // claim) may have begun it meanwhile.
-                        Ok(held) => match crate::queue::standing(&app, &run, true).await {
-                            Standing::Queued => break Ok(held),
-                            Standing::Began => {
-                                app.runs.let_go(&run);
-                                held.release().await;
-                                return crate::queue::follow(&app, &run);
-                            }
-                            Standing::Cancelled => {
-                                app.runs.let_go(&run);
-                                held.release().await;
-                                run.cancelled
-                                    .store(true, std::sync::atomic::Ordering::Release);
-                                break Err(ApiError::new(
-                                    StatusCode::CONFLICT,
-                                    "the run was cancelled before it began".into(),
-                                ));
-                            }
-                        },
-                    }
-                }
-                let _ = tokio::time::timeout(Duration::from_millis(200), waker.notified()).await;
+            let held = match wait_for_thread(&app, &run).await {
+                Ok(Some(held)) => Ok(held),
+                Ok(None) => return crate::queue::follow(&app, &run),
+                Err(e) => Err(e),
             };
             let work = match weft_runtime::load_state(app.store.as_ref(), &run.thread_id).await {
                 Ok(loaded) => {
                     let st = loaded.state;
-                    run.start_seq
-                        .store(st.seq(), std::sync::atomic::Ordering::Release);
+                    run.begins_after(st.seq());
                     weft_host::run::decide(&run.thread_id, &st, task, resume)
-                        .map_err(ApiError::from)
                 }
                 Err(e) => Err(e.into()),
             };
@@ -934,7 +523,7 @@ async fn execute(
     let outcome = match (held, work) {
         (Ok(held), Err(e)) => {
             held.release().await;
-            Outcome::Failed(HostError::Refused(e.1))
+            Outcome::Failed(e)
         }
         (Ok(held), Ok(work)) => {
             run.status
@@ -988,7 +577,7 @@ async fn execute(
             held.release().await;
             Outcome::from(out)
         }
-        (Err(e), _) => Outcome::Failed(HostError::Refused(e.1)),
+        (Err(e), _) => Outcome::Failed(e),
     };
     if let Some(accept) = accept.take() {
         let _ = accept.send(match &outcome {
@@ -1001,7 +590,7 @@ async fn execute(
 }
 
 /// Who sees the events of a thread this process drives ([`observer`], [`own_observer`]).
-fn watchers(app: &Shared, thread: &str) -> weft_host::drive::Watchers {
+pub(crate) fn watchers(app: &Shared, thread: &str) -> weft_host::drive::Watchers {
     weft_host::drive::Watchers {
         all: vec![observer(app, thread)],
         own: vec![own_observer(app, thread)],
@@ -1035,7 +624,7 @@ fn own_observer(app: &Shared, thread: &str) -> weft_runtime::Observer {
 /// Records how a run ended and wakes whoever waits for it. A run this process could not go on
 /// with ([`lost_hold`]) has not ended: from then on it is followed through the store, as a run
 /// of another process is, so that its streams, `runs.get` and joins say what the store says.
-async fn finish(app: &Shared, run: &Arc<Run>, outcome: Outcome) {
+pub(crate) async fn finish(app: &Shared, run: &Arc<Run>, outcome: Outcome) {
     let waker = app.runs.waker(&run.thread_id);
     if let Outcome::Lost(e) = &outcome {
         tracing::warn!(
@@ -1044,11 +633,7 @@ async fn finish(app: &Shared, run: &Arc<Run>, outcome: Outcome) {
             "this process cannot go on with the run; following it through the store, where it goes on: {}",
             crate::message_of(e)
         );
-        if let Ok(mut a) = app.runs.active.lock()
-            && a.get(&run.thread_id) == Some(&run.run_id)
-        {
-            a.remove(&run.thread_id);
-        }
+        app.runs.let_go(run);
         run.began_elsewhere();
         let (_, last) = *run.status.borrow();
         run.status.send_replace((RunStatus::Running, last));
@@ -1086,11 +671,7 @@ async fn finish(app: &Shared, run: &Arc<Run>, outcome: Outcome) {
             RunStatus::Error
         }
     };
-    if let Ok(mut a) = app.runs.active.lock()
-        && a.get(&run.thread_id) == Some(&run.run_id)
-    {
-        a.remove(&run.thread_id);
-    }
+    app.runs.let_go(run);
     run.status.send_replace((status, last));
     app.runs.tails.ended(&run.thread_id);
     let seconds = (weft_runtime::now_ms() - run.created_at).max(0) as f64 / 1000.0;
@@ -1146,7 +727,12 @@ pub(crate) async fn create_wait(
 /// until then (JSON allows leading whitespace) to keep the connection alive. If the server stops
 /// while the session still runs, the body breaks off, so that the client follows `Location` to
 /// the server that goes on with it.
-fn waiting(app: Shared, user: User, run: Arc<Run>, temporary: Option<Temporary>) -> Response {
+pub(crate) fn waiting(
+    app: Shared,
+    user: User,
+    run: Arc<Run>,
+    temporary: Option<Temporary>,
+) -> Response {
     let location = format!("/threads/{}/runs/{}", run.thread_id, run.run_id);
     let body = futures::stream::unfold(Some((app, user, run, 0u32)), |st| async move {
         let (app, user, run, mut ticks) = st?;
@@ -1225,7 +811,7 @@ pub(crate) async fn create_stream(
 /// (the SDK does so by itself), with the same stream modes; and `Content-Location`: the run,
 /// from which the JavaScript SDK learns the run's id (`onRunCreated`; `useStream`'s `onCreated`
 /// and its rejoin after a reload).
-fn streaming(
+pub(crate) fn streaming(
     app: Shared,
     run: Arc<Run>,
     modes: Vec<String>,
@@ -1280,151 +866,6 @@ pub(crate) async fn found(
     Ok(run)
 }
 
-/// Run `rid` (the last run when `None`) as the thread's log tells it: where it began, and how
-/// it stands (it ended when the session stopped running after its marker).
-pub(crate) fn from_log(
-    rec: &SessionRecord,
-    log: &[weft_core::Envelope],
-    rid: Option<&str>,
-) -> Option<Run> {
-    let at = log.iter().rposition(|e| {
-        matches!(&e.event, weft_core::Event::RunStarted { run_id, .. } if rid.is_none_or(|r| r == run_id))
-    })?;
-    let weft_core::Event::RunStarted {
-        run_id,
-        after,
-        traceparent,
-        metadata,
-    } = &log[at].event
-    else {
-        return None;
-    };
-    let next = log[at + 1..]
-        .iter()
-        .position(|e| matches!(e.event, weft_core::Event::RunStarted { .. }))
-        .map_or(log.len(), |k| at + 1 + k);
-    let st = weft_core::State::fold(log[..next].iter().map(|e| &e.event));
-    let marker = Marker {
-        run_id,
-        after: *after,
-        ts: log[at].ts,
-        metadata,
-    };
-    let mut run = logged(rec, marker, &st);
-    run.traceparent = traceparent.clone();
-    Some(run)
-}
-
-/// Every run of the thread, as its log tells them, oldest first (one fold of the log).
-pub(crate) fn all_from_log(rec: &SessionRecord, log: &[weft_core::Envelope]) -> Vec<Run> {
-    let mut out = Vec::new();
-    let mut st = weft_core::State::new();
-    let mut open: Option<Marker> = None;
-    for e in log {
-        if let weft_core::Event::RunStarted {
-            run_id,
-            after,
-            metadata,
-            ..
-        } = &e.event
-        {
-            if let Some(m) = open.take() {
-                out.push(logged(rec, m, &st));
-            }
-            open = Some(Marker {
-                run_id,
-                after: *after,
-                ts: e.ts,
-                metadata,
-            });
-        }
-        st.apply(&e.event);
-    }
-    if let Some(m) = open {
-        out.push(logged(rec, m, &st));
-    }
-    out
-}
-
-/// A run's status as the session's state says it. A cancelled run is `interrupted`, as
-/// LangGraph's server reports a run cancelled by request; a failed one is `error`.
-pub(crate) fn ended_as(st: &weft_core::State) -> RunStatus {
-    match st.status() {
-        SessionStatus::Completed => RunStatus::Success,
-        SessionStatus::Failed if weft_core::recovery::was_cancelled(st) => RunStatus::Interrupted,
-        SessionStatus::Failed => RunStatus::Error,
-        SessionStatus::WaitingForUser => RunStatus::Interrupted,
-        SessionStatus::Running => RunStatus::Running,
-    }
-}
-
-/// A run's marker in the log, and when it was written.
-struct Marker<'a> {
-    run_id: &'a String,
-    after: u64,
-    ts: i64,
-    metadata: &'a Value,
-}
-
-/// A run found in the log: its marker and the session's state when the next run began (or
-/// now).
-fn logged(rec: &SessionRecord, m: Marker<'_>, st: &weft_core::State) -> Run {
-    let status = ended_as(st);
-    Run {
-        run_id: m.run_id.clone(),
-        thread_id: rec.id.clone(),
-        assistant_id: st.agent().to_owned(),
-        user: rec.user_id.clone().unwrap_or_default(),
-        created_at: m.ts,
-        start_seq: m.after.into(),
-        metadata: match m.metadata {
-            Value::Null => json!({}),
-            v => v.clone(),
-        },
-        multitask_strategy: "reject".into(),
-        traceparent: None,
-        status: tokio::sync::watch::channel((status, st.seq())).0,
-        cancelled: false.into(),
-        place: Mutex::new(Place::Elsewhere),
-        followed: false.into(),
-    }
-}
-
-/// Queued run `q` as a run of this server (`from_log`: followed through the store, as a run
-/// another process holds): pending, beginning after the thread's events as they are when it
-/// starts.
-pub(crate) fn from_queue(q: &weft_store::QueuedRun, from_log: bool) -> Run {
-    let body = q.body.as_object();
-    let field = |k: &str| body.and_then(|b| b.get(k));
-    Run {
-        run_id: q.run_id.clone(),
-        thread_id: q.thread_id.clone(),
-        assistant_id: field("assistant_id")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
-        user: q.user_id.clone(),
-        created_at: q.created_at,
-        start_seq: 0.into(),
-        metadata: field("metadata")
-            .filter(|m| !m.is_null())
-            .cloned()
-            .unwrap_or_else(|| json!({})),
-        multitask_strategy: "enqueue".into(),
-        traceparent: field("traceparent")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        status: tokio::sync::watch::channel((RunStatus::Pending, 0)).0,
-        cancelled: false.into(),
-        place: Mutex::new(if from_log {
-            Place::Elsewhere
-        } else {
-            Place::Here
-        }),
-        followed: false.into(),
-    }
-}
-
 /// Starts queued run `q` here from its stored request (its server stopped before it began): it
 /// waits for its thread as it did there.
 pub(crate) async fn start_queued(app: &Shared, q: &weft_store::QueuedRun) -> Result<(), ApiError> {
@@ -1436,7 +877,7 @@ pub(crate) async fn start_queued(app: &Shared, q: &weft_store::QueuedRun) -> Res
     let (task, input) = task_and_input(body.input.as_ref())?;
     let resume = body.resume();
     let budget = body.budget(&st, &agent)?;
-    let run = crate::queue::held_here(app, from_queue(q, false));
+    let run = crate::queue::held_here(app, Run::from_queue(q, false));
     run.begins_after(st.seq());
     let (accept, _) = tokio::sync::oneshot::channel();
     let task = execute(
@@ -1449,135 +890,8 @@ pub(crate) async fn start_queued(app: &Shared, q: &weft_store::QueuedRun) -> Res
         input,
         accept,
     );
-    app.runs.tasks.lock().await.spawn(task);
+    app.runs.spawn(task).await;
     Ok(())
-}
-
-/// Drives the sessions of this server's threads that no process drives (their server stopped
-/// or died mid-run): claims them as a worker would, and finishes their runs, which clients find
-/// by id and stream on from their last event id. A claim never takes a lease that runs, this
-/// process's included: each claim is an owner of its own ([`weft_host::ownership::driver`]), and a
-/// thread that never had a run has no events and is not claimed.
-pub(crate) async fn adopt_orphans(app: Shared) {
-    let mut agents: Vec<String> = app.agents.keys().cloned().collect();
-    // A thread created empty (`POST /threads`) has no agent name on its record.
-    agents.push(String::new());
-    take_over_the_dead(&app, &agents).await;
-    let mut queue = crate::queue::Tending::default();
-    loop {
-        if app.host.shutdown.is_requested() {
-            return;
-        }
-        queue.tend(&app).await;
-        let now = weft_runtime::now_ms();
-        match app
-            .store
-            .claim(
-                &weft_host::ownership::driver(),
-                &agents,
-                now,
-                weft_host::ownership::ttl_ms(),
-                8,
-            )
-            .await
-        {
-            Ok(leases) => {
-                for lease in leases {
-                    let held = weft_host::ownership::hold(&app.host, app.store.clone(), lease);
-                    app.runs.tasks.lock().await.spawn(adopt(app.clone(), held));
-                }
-            }
-            Err(e) => tracing::warn!("cannot claim orphaned threads: {e}"),
-        }
-        app.store.wait_for_work(Duration::from_secs(1)).await;
-    }
-}
-
-/// At start: the running threads whose lease a process of this host holds that no longer exists
-/// (a server killed with SIGKILL) are taken over at once, as `weft resume` would, rather than
-/// after their lease runs out.
-async fn take_over_the_dead(app: &Shared, agents: &[String]) {
-    let filter = weft_store::ListFilter {
-        user_id: None,
-        status: Some(SessionStatus::Running),
-        limit: None,
-    };
-    let running = match app.store.list(&filter).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!("cannot list the running threads: {e}");
-            return;
-        }
-    };
-    let now = weft_runtime::now_ms();
-    for rec in running {
-        if rec.last_seq == 0 || !agents.contains(&rec.agent) {
-            continue;
-        }
-        let dead = matches!(
-            app.store.lease(&rec.id).await,
-            Ok(Some(l)) if l.expires_at > now && weft_host::ownership::owner_gone(&l.owner)
-        );
-        if !dead {
-            continue;
-        }
-        let owner = weft_host::ownership::driver();
-        match weft_host::ownership::take_as(&app.host, app.store.clone(), &rec.id, false, &owner)
-            .await
-        {
-            Ok(held) => {
-                app.runs.tasks.lock().await.spawn(adopt(app.clone(), held));
-            }
-            Err(e) => {
-                tracing::info!(thread = %rec.id, "not taken over: {}", crate::message(&e.into()))
-            }
-        }
-    }
-}
-
-async fn adopt(app: Shared, held: weft_host::ownership::Held<weft_store::AnyStore>) {
-    let tid = held.fence().0;
-    let result: anyhow::Result<()> = async {
-        let (rec, log) = app.store.load(&tid).await?;
-        if rec.status != SessionStatus::Running {
-            return Ok(());
-        }
-        let st = weft_runtime::load_state(app.store.as_ref(), &tid)
-            .await?
-            .state;
-        let Some(agent) = app.agents.get(st.agent()).cloned() else {
-            return Ok(());
-        };
-        let run = match from_log(&rec, &log, None) {
-            Some(r) => app.runs.insert(Arc::new(r)),
-            None => return Ok(()),
-        };
-        run.status.send_replace((RunStatus::Running, st.seq()));
-        // Driven here from now on, though it may have been followed through the store.
-        run.driven_here();
-        if let Ok(mut a) = app.runs.active.lock() {
-            a.insert(tid.clone(), run.run_id.clone());
-        }
-        app.runs.text_after(&tid, st.seq());
-        // Its spans continue the run's trace (under the `traceparent` its marker recorded).
-        tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
-        let outcome = weft_host::run::continue_run(
-            &app.host,
-            app.store.clone(),
-            &held,
-            (&rec, &agent),
-            || watchers(&app, &tid),
-        )
-        .await;
-        let outcome = Outcome::from(outcome);
-        finish(&app, &run, outcome).await;
-        Ok(())
-    }
-    .await;
-    if let Err(e) = result {
-        tracing::warn!(thread = %tid, "cannot continue the thread: {}", crate::message(&e));
-    }
-    held.release().await;
 }
 
 pub(crate) async fn get(
@@ -1611,19 +925,17 @@ pub(crate) async fn list(
     let (rec, log) = threads::load_log(&app, &user, &tid).await?;
     let mut here: HashMap<String, Arc<Run>> = app
         .runs
-        .runs
-        .lock()
-        .map(|r| {
-            r.values()
-                // A run found in the log is listed as the log tells it now.
-                .filter(|r| r.thread_id == tid && r.user == user.0 && !r.followed_from_store())
-                .map(|r| (r.run_id.clone(), r.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut runs: Vec<Arc<Run>> = all_from_log(&rec, &log)
+        // A run found in the log is listed as the log tells it now.
+        .matching(|r| r.thread_id == tid && r.user == user.0 && !r.followed_from_store())
         .into_iter()
-        .map(|r| here.remove(&r.run_id).unwrap_or_else(|| Arc::new(r)))
+        .map(|r| (r.run_id.clone(), r))
+        .collect();
+    let mut runs: Vec<Arc<Run>> = weft_host::markers::all(&log)
+        .into_iter()
+        .map(|l| {
+            here.remove(&l.run_id)
+                .unwrap_or_else(|| Arc::new(Run::logged(&rec, l)))
+        })
         .collect();
     runs.extend(here.into_values());
     for q in crate::queue::of_thread(&app, &tid).await? {
@@ -1719,7 +1031,7 @@ async fn stop(app: &Shared, run: &Arc<Run>) -> Result<(), ApiError> {
 
 /// Makes thread `tid` for `user` (`exists_ok`: a thread of that id is left as it is; whose it
 /// is is checked when it is loaded).
-async fn create_thread(
+pub(crate) async fn create_thread(
     app: &Shared,
     user: &User,
     tid: &str,
@@ -1737,156 +1049,6 @@ async fn create_thread(
         Err(weft_store::StoreError::Exists(_)) if exists_ok => Ok(()),
         Err(e) => Err(e.into()),
     }
-}
-
-/// The thread made for a threadless run, deleted once the run has ended and whoever holds
-/// this (the request's answer, its stream) has let it go, unless `keep`. A run that waits for
-/// a person, or stopped with its server, keeps its thread (it can still be answered or
-/// continued).
-pub(crate) struct Temporary {
-    app: Shared,
-    run: Arc<Run>,
-}
-
-impl Drop for Temporary {
-    fn drop(&mut self) {
-        let (app, run) = (self.app.clone(), self.run.clone());
-        tokio::spawn(async move {
-            run.finished().await;
-            if app.host.shutdown.is_requested() {
-                return;
-            }
-            let tid = &run.thread_id;
-            let ended = matches!(
-                app.store.get(tid).await,
-                Ok(r) if r.status.is_terminal()
-            );
-            if ended && !app.runs.active_on(tid) {
-                if let Err(e) = app.store.delete(tid).await {
-                    tracing::warn!(thread = %tid, "cannot delete a threadless run's thread: {e}");
-                }
-                app.runs.forget_thread(tid);
-            }
-        });
-    }
-}
-
-/// Starts a threadless run: on a thread made for it, deleted when the run ends unless
-/// `on_completion` is `keep` (then `None`).
-async fn start_threadless(
-    app: &Shared,
-    user: &User,
-    body: RunBody,
-) -> Result<(Arc<Run>, Option<Temporary>), ApiError> {
-    let tid = uuid::Uuid::now_v7().to_string();
-    start_threadless_on(app, user, body, &tid, None).await
-}
-
-/// [`start_threadless`] on thread `tid`, made for the run unless it exists already (a cron's
-/// tick taken up again after its server died names the same thread), as run `run_id` if given.
-pub(crate) async fn start_threadless_on(
-    app: &Shared,
-    user: &User,
-    body: RunBody,
-    tid: &str,
-    run_id: Option<String>,
-) -> Result<(Arc<Run>, Option<Temporary>), ApiError> {
-    crate::health::refuse_while_down(app)?;
-    let keep = match body.on_completion.as_deref() {
-        None | Some("delete") => false,
-        Some("keep") => true,
-        Some(other) => {
-            return Err(ApiError::bad(format!(
-                "on_completion `{other}`: use `delete` or `keep`"
-            )));
-        }
-    };
-    app.assistant(&body.assistant_id)?;
-    create_thread(app, user, tid, run_id.is_some()).await?;
-    let run = match start_with_id(app, user, tid, body, run_id).await {
-        Ok(run) => run,
-        Err(e) => {
-            // Nothing ran on it: the thread goes with the refusal.
-            let _ = app.store.delete(tid).await;
-            return Err(e);
-        }
-    };
-    let temporary = (!keep).then(|| Temporary {
-        app: app.clone(),
-        run: run.clone(),
-    });
-    Ok((run, temporary))
-}
-
-pub(crate) async fn create_threadless(
-    State(app): State<Shared>,
-    Extension(user): Extension<User>,
-    headers: HeaderMap,
-    Json(mut body): Json<RunBody>,
-) -> Result<Json<RunInfo>, ApiError> {
-    body.traceparent = traceparent(&headers);
-    let (run, temporary) = start_threadless(&app, &user, body).await?;
-    drop(temporary);
-    Ok(Json(run.json()))
-}
-
-pub(crate) async fn wait_threadless(
-    State(app): State<Shared>,
-    Extension(user): Extension<User>,
-    headers: HeaderMap,
-    Json(mut body): Json<RunBody>,
-) -> Result<Response, ApiError> {
-    body.traceparent = traceparent(&headers);
-    let (run, temporary) = start_threadless(&app, &user, body).await?;
-    Ok(waiting(app, user, run, temporary))
-}
-
-pub(crate) async fn stream_threadless(
-    State(app): State<Shared>,
-    Extension(user): Extension<User>,
-    headers: HeaderMap,
-    Json(mut body): Json<RunBody>,
-) -> Result<Response, ApiError> {
-    body.traceparent = traceparent(&headers);
-    let modes = stream::modes(body.stream_mode.as_ref())?;
-    let (run, temporary) = start_threadless(&app, &user, body).await?;
-    Ok(streaming(app, run, modes, temporary))
-}
-
-/// `runs.create_batch`: each run started in the background in the order given, on its
-/// `thread_id` or on a thread made for it. The assistants are checked first; a run refused
-/// after that stops the batch with its error (the runs before it go on).
-pub(crate) async fn create_batch(
-    State(app): State<Shared>,
-    Extension(user): Extension<User>,
-    headers: HeaderMap,
-    Json(mut bodies): Json<Vec<RunBody>>,
-) -> Result<Json<Vec<RunInfo>>, ApiError> {
-    let parent = traceparent(&headers);
-    for b in &mut bodies {
-        b.traceparent.clone_from(&parent);
-    }
-    for (i, b) in bodies.iter().enumerate() {
-        if !app.agents.contains_key(&b.assistant_id) {
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!(
-                    "[{i}].assistant_id: assistant `{}` not found",
-                    b.assistant_id
-                ),
-            ));
-        }
-    }
-    let mut out = Vec::with_capacity(bodies.len());
-    for (i, mut b) in bodies.into_iter().enumerate() {
-        let started = match b.thread_id.take() {
-            Some(tid) => start(&app, &user, &tid, b).await,
-            None => start_threadless(&app, &user, b).await.map(|(run, _)| run),
-        };
-        let run = started.map_err(|e| ApiError::new(e.0, format!("[{i}]: {}", e.1)))?;
-        out.push(run.json());
-    }
-    Ok(Json(out))
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
@@ -1940,12 +1102,7 @@ pub(crate) async fn cancel_many(
     };
     // The user's runs this process holds, and those the store shows running elsewhere (another
     // replica, a worker, or no process yet).
-    let mut mine: Vec<Arc<Run>> = app
-        .runs
-        .runs
-        .lock()
-        .map(|r| r.values().filter(|r| r.user == user.0).cloned().collect())
-        .unwrap_or_default();
+    let mut mine: Vec<Arc<Run>> = app.runs.matching(|r| r.user == user.0);
     if body.thread_id.is_none() {
         for run in crate::remote::running(&app, &user).await? {
             if !mine.iter().any(|r| Arc::ptr_eq(r, &run)) {

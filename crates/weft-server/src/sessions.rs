@@ -279,7 +279,7 @@ pub(crate) async fn events(
         app: Shared,
         id: String,
         seq: u64,
-        texts: tokio::sync::broadcast::Receiver<super::runs::Piece>,
+        texts: tokio::sync::broadcast::Receiver<super::registry::Piece>,
         queue: std::collections::VecDeque<Sse>,
         ready: bool,
         done: bool,

@@ -36,7 +36,7 @@ use weft_core::{Envelope, Event, State};
 use weft_store::SessionLog;
 
 use super::checkpoints::{self, Lineage, Noted};
-use super::runs::{Piece, Run, RunStatus};
+use super::registry::{Piece, Run, RunStatus};
 use super::{ApiError, Shared};
 use super::{messages, threads};
 
@@ -462,7 +462,7 @@ pub(crate) fn sse(
     from: Position,
     format: Format,
     announce: bool,
-    temporary: Option<super::runs::Temporary>,
+    temporary: Option<super::registry::Temporary>,
 ) -> SseResponse<impl Stream<Item = Result<Sse, Infallible>>> {
     let cursor = Cursor::new(app, run, from, (format, announce), temporary);
     let stream = futures::stream::unfold(cursor, |mut c| async move {
@@ -475,7 +475,7 @@ pub(crate) fn sse(
 /// parts made and not sent yet, and the model's text as it comes.
 struct Cursor {
     /// Dropped with the stream.
-    _temporary: Option<super::runs::Temporary>,
+    _temporary: Option<super::registry::Temporary>,
     app: Shared,
     run: Arc<Run>,
     format: Format,
@@ -512,7 +512,7 @@ impl Cursor {
         run: Arc<Run>,
         from: Position,
         (format, announce): (Format, bool),
-        temporary: Option<super::runs::Temporary>,
+        temporary: Option<super::registry::Temporary>,
     ) -> Self {
         let mut first = std::collections::VecDeque::new();
         if announce {
@@ -802,7 +802,9 @@ impl Cursor {
                 .unwrap_or_else(|| "the run failed".into())
         });
         let status = match self.state.as_ref() {
-            Some(s) if s.status() != weft_core::SessionStatus::Running => crate::runs::ended_as(s),
+            Some(s) if s.status() != weft_core::SessionStatus::Running => {
+                crate::registry::ended_as(s)
+            }
             _ => status,
         };
         let last = self

@@ -419,3 +419,53 @@ fn a_secret_shorter_than_four_bytes_is_refused_at_load() {
         "{err}"
     );
 }
+
+/// `WEFT_SANDBOX=off` in weft's environment: a tool that writes outside the agent file's
+/// directory, which the default sandbox stops (the call fails with kind `sandbox`), writes there,
+/// and weft says once that tools run without a sandbox.
+#[test]
+#[cfg(target_os = "linux")]
+fn weft_sandbox_off_runs_tools_unsandboxed_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("agent");
+    std::fs::create_dir(&d).unwrap();
+    let outside = tmp.path().join("outside.txt");
+    std::fs::write(
+        d.join("agent.yaml"),
+        format!(
+            "name: writer\nmode: react\nmodel: scripted:script.yaml\nrepeats: allow\ntools:\n  - name: scribble\n    description: Writes beside the agent's directory.\n    command: [\"sh\", \"-c\", \"cat > /dev/null; echo x > '{}' && echo '{{}}'\"]\n",
+            outside.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("script.yaml"),
+        "- tool_calls: [ { name: scribble, arguments: {} } ]\n- text: Done.\n",
+    )
+    .unwrap();
+    let finished = |out: &Output| -> Value {
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        events(&err)
+            .into_iter()
+            .find(|e| e["type"] == "tool_call_finished")
+            .unwrap_or_else(|| panic!("no tool call finished: {err}"))
+    };
+
+    let sandboxed = weft(&d, &["run", "agent.yaml", "go", "--events"], &[]);
+    let call = finished(&sandboxed);
+    assert_eq!(call["outcome"]["error"]["kind"], "sandbox", "{call}");
+    assert!(!outside.exists());
+    assert!(!text(&sandboxed.stderr).contains("WEFT_SANDBOX=off:"));
+
+    let off = weft(
+        &d,
+        &["run", "agent.yaml", "go", "--events"],
+        &[("WEFT_SANDBOX", "off")],
+    );
+    let call = finished(&off);
+    assert_eq!(call["outcome"]["output"], serde_json::json!({}), "{call}");
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "x\n");
+    let said = text(&off.stderr).matches("WEFT_SANDBOX=off:").count();
+    assert_eq!(said, 1, "{}", text(&off.stderr));
+}
