@@ -87,7 +87,7 @@ fuzz_target!(|data: &[u8]| {
             Next::Done => {
                 assert!(open.is_empty(), "the run ended with calls open");
                 assert_eq!(started, finished, "every started call finished");
-                assert!(state.status.is_terminal(), "done but not terminal");
+                assert!(state.status().is_terminal(), "done but not terminal");
                 return;
             }
             Next::CallExecutor { step } => panic!("a plan run has no step executor ({step})"),

@@ -237,16 +237,16 @@ fn calls_then_answer(n: u32, delay_ms: u64) -> Vec<ScriptedReply> {
 }
 
 fn expect_answer(workload: &str, state: &State) -> Result<(), BenchError> {
-    if state.status == SessionStatus::Completed && state.turn.answer() == Some("done") {
+    if state.status() == SessionStatus::Completed && state.turn().answer() == Some("done") {
         Ok(())
     } else {
         Err(BenchError::Outcome {
             workload: workload.to_owned(),
             message: format!(
                 "the session ended {:?} with answer {:?} (error: {:?}) instead of completing with `done`",
-                state.status,
-                state.turn.answer(),
-                state.turn.error()
+                state.status(),
+                state.turn().answer(),
+                state.turn().error()
             ),
         })
     }
@@ -332,7 +332,7 @@ pub async fn react_with(n: u32, kind: StoreKind, tool: ToolKind) -> Result<Repor
         .with("total_ms", secs * 1e3)
         .with("us_per_iter", per * 1e6)
         .with("db_mb", db)
-        .with("events", state.seq as f64))
+        .with("events", state.seq() as f64))
 }
 
 /// `concurrent M K`: `m` sessions at once, each `k` echo calls, the model thinking 50 ms per
@@ -451,7 +451,7 @@ pub async fn growth(turns: u32) -> Result<Report, BenchError> {
         }
     }
     let secs = t.elapsed().as_secs_f64();
-    let events = session.as_ref().map_or(0, |s| s.state.seq);
+    let events = session.as_ref().map_or(0, |s| s.state.seq());
     let db = settled_size(&store, &path).await?;
     Ok(Report::new(format!("growth turns={turns} store=sqlite"))
         .with("db_mb", db)
@@ -501,16 +501,16 @@ async fn run_plan_on<S: Store>(store: Arc<S>, plan: Plan, n: u32) -> Result<f64,
     let secs = t.elapsed().as_secs_f64();
     let done = session
         .state
-        .plan
+        .plan()
         .as_ref()
         .map_or(0, |p| p.steps.iter().filter(|s| s.output.is_some()).count());
-    if session.state.status != SessionStatus::Completed || done != n as usize {
+    if session.state.status() != SessionStatus::Completed || done != n as usize {
         return Err(BenchError::Outcome {
             workload: "plan".into(),
             message: format!(
                 "the plan run ended {:?} with {done} of {n} steps done (error: {:?})",
-                session.state.status,
-                session.state.turn.error()
+                session.state.status(),
+                session.state.turn().error()
             ),
         });
     }
@@ -601,8 +601,8 @@ pub async fn resume(events: u64) -> Result<Report, BenchError> {
     // Events per iteration of a ReAct turn, measured rather than assumed.
     let (_, small) = react_run(Arc::new(RamStore::new()), 10).await?;
     let (_, big) = react_run(Arc::new(RamStore::new()), 20).await?;
-    let per_iter = (big.seq.saturating_sub(small.seq) / 10).max(1);
-    let fixed = small.seq.saturating_sub(per_iter * 10);
+    let per_iter = (big.seq().saturating_sub(small.seq()) / 10).max(1);
+    let fixed = small.seq().saturating_sub(per_iter * 10);
     let n = u32::try_from(events.saturating_sub(fixed).div_ceil(per_iter)).unwrap_or(u32::MAX);
 
     // Built at `normal` (how it was written does not change how it loads).
@@ -659,7 +659,7 @@ pub async fn resume(events: u64) -> Result<Report, BenchError> {
         let t = Instant::now();
         let l = weft_runtime::load_state(store.as_ref(), &id).await?;
         load_s = t.elapsed().as_secs_f64();
-        folded.history.forget_before(l.state.history.start());
+        folded.forget_history_before(l.state.history().start());
         if l.state != folded {
             return Err(mismatch("from the snapshot's window"));
         }
@@ -669,13 +669,13 @@ pub async fn resume(events: u64) -> Result<Report, BenchError> {
         (
             l.snapshot.unwrap_or(0),
             l.folded,
-            l.state.history.held().len(),
-            l.state.history.len(),
+            l.state.history().held().len(),
+            l.state.history().len(),
         )
     });
     let rt = runtime(store, tools, agent.config.limits.clone(), None);
     let mut session = rt.load_session(&id).await?;
-    let stored = session.state.seq;
+    let stored = session.state.seq();
     let t = Instant::now();
     rt.run_task(&agent, &mut session, "once more", Value::Null)
         .await?;

@@ -86,7 +86,7 @@ pub struct Observed {
 impl Observed {
     /// What session `st` (with its log `events`) did.
     pub fn of(st: &State, events: &[Envelope]) -> Self {
-        let status = match st.status {
+        let status = match st.status() {
             SessionStatus::Completed => Outcome::Completed,
             SessionStatus::WaitingForUser => Outcome::Waiting,
             SessionStatus::Failed => Outcome::CannotComplete,
@@ -111,20 +111,20 @@ impl Observed {
             (Some(a), Some(b)) => u64::try_from(b.ts.saturating_sub(a.ts)).unwrap_or(0),
             _ => 0,
         };
-        let t = &st.usage.tokens;
+        let t = &st.usage().tokens;
         Self {
-            session: st.session_id.clone(),
+            session: st.session_id().to_owned(),
             status,
-            answer: st.turn.answer().map(str::to_owned),
-            question: st.turn.waiting().map(|w| w.question.clone()),
-            error: st.turn.error().map(str::to_owned),
-            state: st.data.clone(),
+            answer: st.turn().answer().map(str::to_owned),
+            question: st.turn().waiting().map(|w| w.question.clone()),
+            error: st.turn().error().map(str::to_owned),
+            state: st.data().clone(),
             calls,
             used: Used {
                 input_tokens: t.input_tokens,
                 output_tokens: t.output_tokens,
                 cost_usd: t.cost_usd,
-                model_calls: st.usage.calls,
+                model_calls: st.usage().calls,
                 latency_ms,
             },
         }

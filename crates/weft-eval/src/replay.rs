@@ -433,7 +433,7 @@ pub async fn record<S: Store>(
         )));
     }
     let state = State::fold(events.iter().map(|e| &e.event));
-    let status = match state.status {
+    let status = match state.status() {
         SessionStatus::Completed => ExpectedStatus::Completed,
         SessionStatus::WaitingForUser => ExpectedStatus::Waiting,
         SessionStatus::Failed => ExpectedStatus::CannotComplete,

@@ -309,14 +309,14 @@ impl<S: Store> Runner<S> {
                 None => rt.run_agent(&agent, info, &case.task, input).await?,
                 Some(_) => {
                     let mut session = rt.load_session(id).await?;
-                    if session.state.status == SessionStatus::Running {
+                    if session.state.status() == SessionStatus::Running {
                         rt.resume_agent(&agent, &mut session).await?;
                     }
                     session
                 }
             };
             for reply in case.replies.iter().skip(replied) {
-                if session.state.status != SessionStatus::WaitingForUser {
+                if session.state.status() != SessionStatus::WaitingForUser {
                     break;
                 }
                 rt.reply(&agent, &mut session, reply).await?;
@@ -338,7 +338,7 @@ impl<S: Store> Runner<S> {
         let state = state?;
         // Stopped at a safe point (this process was interrupted): not scored, so that the same
         // command goes on with it.
-        if state.status == SessionStatus::Running {
+        if state.status() == SessionStatus::Running {
             return Err(EvalError::Invalid(format!(
                 "session {id} was stopped before it ended; run the same command again to finish it"
             )));

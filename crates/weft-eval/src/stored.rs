@@ -83,7 +83,7 @@ pub fn result_of(rec: &SessionRecord, state: &State, events: &[Envelope]) -> Opt
         error: None,
     };
     if r.scores.is_empty() {
-        r.error = Some(if state.status == SessionStatus::Running {
+        r.error = Some(if state.status() == SessionStatus::Running {
             "not scored yet: the session is still running".to_owned()
         } else {
             "not scored: its `weft eval` stopped before scoring it".to_owned()
@@ -203,10 +203,27 @@ mod tests {
         }
     }
 
+    /// A session that started and is `running`, or whose run ended (`done`).
+    fn session(done: bool) -> State {
+        let mut events = vec![Event::SessionStarted {
+            session_id: "s".into(),
+            agent: "a".into(),
+            input: serde_json::Value::Null,
+            mode: None,
+            parent_id: None,
+        }];
+        if done {
+            events.push(Event::RunFinished {
+                status: weft_core::RunStatus::Completed,
+                error: None,
+                answer: None,
+            });
+        }
+        State::fold(&events)
+    }
+
     fn done() -> State {
-        let mut st = State::new();
-        st.status = SessionStatus::Completed;
-        st
+        session(true)
     }
 
     #[test]
@@ -243,8 +260,8 @@ mod tests {
         let r = result_of(&rec, &done(), &[]).unwrap();
         assert!(!r.pass);
         assert!(r.error.unwrap().contains("stopped before scoring"));
-        let mut running = State::new();
-        running.status = SessionStatus::Running;
+        let running = session(false);
+        assert_eq!(running.status(), SessionStatus::Running);
         let r = result_of(&rec, &running, &[]).unwrap();
         assert!(r.error.unwrap().contains("still running"));
         let mut plain = rec.clone();

@@ -35,8 +35,8 @@ impl Before {
     /// What `st` has used.
     pub fn of(st: &State) -> Self {
         Self {
-            usage: st.usage.tokens.clone(),
-            tool_calls: st.calls.started,
+            usage: st.usage().tokens.clone(),
+            tool_calls: st.calls().started,
             rerun: 0,
         }
     }
@@ -52,7 +52,7 @@ impl Before {
 
     /// The tool calls made since: those started, and those run again.
     pub fn tool_calls_since(&self, st: &State) -> u64 {
-        st.calls
+        st.calls()
             .started
             .saturating_sub(self.tool_calls)
             .saturating_add(self.rerun)
@@ -265,7 +265,7 @@ async fn continue_session<S: Store + 'static>(
 ) -> Result<Ended> {
     let rt = hosted.runtime();
     let mut session = rt.load_session(&rec.id).await?;
-    if session.state.mode.is_some() && agent.spec.model.is_none() {
+    if session.state.mode().is_some() && agent.spec.model.is_none() {
         return Err(HostError::AgentFile(format!(
             "agent file {} has no `model`, which the agent session {} needs; set one (e.g. `model: openai:gpt-4o-mini`)",
             agent.path.display(),
@@ -274,7 +274,7 @@ async fn continue_session<S: Store + 'static>(
     }
     let before = Before::resuming(&session.state, &agent.tools, &agent.spec.limits);
     let work = async {
-        if session.state.mode.is_none() {
+        if session.state.mode().is_none() {
             rt.resume_plan(&mut session).await
         } else {
             match Agent::new(
@@ -282,7 +282,7 @@ async fn continue_session<S: Store + 'static>(
                 agent.tools.clone(),
                 agent.model.clone(),
                 &rec.metadata,
-                &session.state.input,
+                session.state.input(),
             ) {
                 Ok(a) => rt.resume_agent(&a, &mut session).await,
                 // Trying again would fail the same way: the session ends here, saying why.

@@ -47,7 +47,7 @@ impl Standing {
     /// How a run stands whose session is in state `st`.
     #[must_use]
     pub fn of(st: &State) -> Self {
-        match st.status {
+        match st.status() {
             SessionStatus::Completed => Self::Completed,
             SessionStatus::Failed if weft_core::recovery::was_cancelled(st) => Self::Cancelled,
             SessionStatus::Failed => Self::Failed,
@@ -108,9 +108,9 @@ fn logged(marker: &Envelope, st: &State) -> Option<Logged> {
         ts: marker.ts,
         metadata: metadata.clone(),
         traceparent: traceparent.clone(),
-        agent: st.agent.clone(),
+        agent: st.agent().to_owned(),
         status: Standing::of(st),
-        seq: st.seq,
+        seq: st.seq(),
     })
 }
 

@@ -400,14 +400,14 @@ async fn running_for<S: Store + ?Sized>(
     st: &weft_core::State,
 ) -> Result<std::collections::BTreeMap<String, u64>, StoreError> {
     let mut out = std::collections::BTreeMap::new();
-    if st.calls.open.is_empty() {
+    if st.calls().open.is_empty() {
         return Ok(out);
     }
     let (_, events) = store.load(id).await?;
     let now = weft_runtime::now_ms();
     for env in &events {
         if let weft_core::Event::ToolCallStarted { call_id, .. } = &env.event
-            && st.calls.open.contains_key(call_id)
+            && st.calls().open.contains_key(call_id)
         {
             out.insert(
                 call_id.clone(),

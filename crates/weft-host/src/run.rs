@@ -49,11 +49,11 @@ pub fn decide(
                 .into(),
         )
     };
-    if st.seq == 0 {
+    if st.seq() == 0 {
         return Ok(Work::Start(task.ok_or_else(needs_task)?));
     }
-    if st.status == SessionStatus::WaitingForUser || resume.is_some() {
-        if st.status != SessionStatus::WaitingForUser {
+    if st.status() == SessionStatus::WaitingForUser || resume.is_some() {
+        if st.status() != SessionStatus::WaitingForUser {
             return Err(HostError::Refused(format!(
                 "thread {id} is not waiting for an answer; send a new message instead of command.resume"
             )));
@@ -294,7 +294,7 @@ where
         }
         stored(Ok(())).await;
         rt.drive_agent(&built, &mut session).await?;
-        Ok::<_, HostError>(session.state.status)
+        Ok::<_, HostError>(session.state.status())
     };
     let out = match hosted.run(go).await {
         Ok(r) => r,
@@ -328,7 +328,7 @@ pub async fn continue_run<S: Store + 'static>(
     let outcome = crate::drive::drive(host, store.clone(), held, rec, agent, watchers())
         .await
         .map(|ended| match ended {
-            Ended::Done(state, _) => state.status,
+            Ended::Done(state, _) => state.status(),
             Ended::Stopped(_) => SessionStatus::Running,
         });
     hold_if_paused(host, store, held, outcome, watchers()).await
@@ -365,8 +365,8 @@ async fn record_pause<S: Store + 'static>(
     id: &str,
 ) -> Result<SessionStatus, HostError> {
     let mut session = rt.load_session(id).await?;
-    if session.state.status != SessionStatus::Running {
-        return Ok(session.state.status);
+    if session.state.status() != SessionStatus::Running {
+        return Ok(session.state.status());
     }
     session
         .commit(vec![Event::WaitingForUser {
@@ -384,7 +384,7 @@ async fn record_pause<S: Store + 'static>(
             },
         }])
         .await?;
-    Ok(session.state.status)
+    Ok(session.state.status())
 }
 
 /// How a run driven here came out, for what its front end tells its clients.
@@ -423,17 +423,51 @@ impl From<Result<SessionStatus, HostError>> for Outcome {
 mod tests {
     use super::*;
 
-    fn state(seq: u64, status: SessionStatus) -> State {
-        State {
-            seq,
+    /// A session whose first turn ended in `status` (a new session's state is `State::new()`).
+    fn state(status: SessionStatus) -> State {
+        let mut events = vec![
+            Event::SessionStarted {
+                session_id: "t".into(),
+                agent: "a".into(),
+                input: Value::Null,
+                mode: None,
+                parent_id: None,
+            },
+            Event::TurnStarted {
+                task: "hi".into(),
+                input: Value::Null,
+            },
+        ];
+        let ended = |status| Event::RunFinished {
             status,
-            ..State::default()
+            error: None,
+            answer: None,
+        };
+        match status {
+            SessionStatus::Running => {}
+            SessionStatus::WaitingForUser => events.push(Event::WaitingForUser {
+                request: InputRequest {
+                    kind: "question".into(),
+                    question: "Go on?".into(),
+                    step: None,
+                    tool: None,
+                    missing: Vec::new(),
+                    partial_call: Value::Null,
+                    plan: None,
+                    call_id: None,
+                },
+            }),
+            SessionStatus::Completed => events.push(ended(weft_core::RunStatus::Completed)),
+            SessionStatus::Failed => events.push(ended(weft_core::RunStatus::Failed)),
         }
+        let st = State::fold(&events);
+        assert_eq!(st.status(), status);
+        st
     }
 
     #[test]
     fn a_run_on_a_new_session_starts_it_and_needs_a_task() {
-        let st = state(0, SessionStatus::Running);
+        let st = State::new();
         assert_eq!(
             decide("t", &st, Some("hi".into()), None).unwrap(),
             Work::Start("hi".into())
@@ -444,7 +478,7 @@ mod tests {
 
     #[test]
     fn an_answer_goes_only_to_a_session_that_waits() {
-        let waits = state(4, SessionStatus::WaitingForUser);
+        let waits = state(SessionStatus::WaitingForUser);
         assert_eq!(
             decide("t", &waits, Some("yes".into()), None).unwrap(),
             Work::Answer("yes".into())
@@ -453,7 +487,7 @@ mod tests {
             decide("t", &waits, None, Some("ok".into())).unwrap(),
             Work::Answer("ok".into())
         );
-        let ended = state(4, SessionStatus::Completed);
+        let ended = state(SessionStatus::Completed);
         let e = decide("t", &ended, None, Some("ok".into()))
             .unwrap_err()
             .to_string();

@@ -71,7 +71,7 @@ pub async fn fork<S: Store>(
     let (mut log, mut state) = weft_core::recovery::fork_log(events, at, &new_id, id, now);
     if let Some(change) = budget {
         let base = state
-            .spending
+            .spending()
             .budget
             .clone()
             .or_else(|| agent_budget(&rec.metadata));
@@ -81,7 +81,7 @@ pub async fn fork<S: Store>(
         let event = weft_core::Event::BudgetSet { budget: given };
         state.apply(&event);
         log.push(weft_core::Envelope {
-            seq: state.seq,
+            seq: state.seq(),
             ts: now,
             v: weft_core::EVENT_VERSION,
             epoch: 0,
@@ -89,17 +89,17 @@ pub async fn fork<S: Store>(
         });
     }
     if let Some(run_id) = run
-        && state.status == SessionStatus::Running
+        && state.status() == SessionStatus::Running
     {
         let marker = weft_core::Event::RunStarted {
             run_id,
-            after: state.seq,
+            after: state.seq(),
             traceparent: None,
             metadata: serde_json::Value::Null,
         };
         state.apply(&marker);
         log.push(weft_core::Envelope {
-            seq: state.seq,
+            seq: state.seq(),
             ts: now,
             v: weft_core::EVENT_VERSION,
             epoch: 0,
@@ -107,7 +107,7 @@ pub async fn fork<S: Store>(
         });
     }
     let agent = if rec.agent.is_empty() {
-        state.agent.clone()
+        state.agent().to_owned()
     } else {
         rec.agent.clone()
     };
@@ -123,7 +123,7 @@ pub async fn fork<S: Store>(
                 parent_id: Some(id.to_owned()),
             },
             &log,
-            state.status,
+            state.status(),
             now,
         )
         .await?;

@@ -226,9 +226,12 @@ async fn one<S: Store>(
         )
         .await;
         Ok(match ended? {
-            Ended::Done(state, _) => match state.status {
+            Ended::Done(state, _) => match state.status() {
                 SessionStatus::Failed => (
-                    format!("failed: {}", state.turn.error().unwrap_or("unknown reason")),
+                    format!(
+                        "failed: {}",
+                        state.turn().error().unwrap_or("unknown reason")
+                    ),
                     Let::Ended,
                 ),
                 s => (s.as_str().to_owned(), Let::Ended),

@@ -84,7 +84,7 @@ pub async fn run(db: &Path) -> Result<(String, Vec<Value>), Box<dyn std::error::
             json!({}),
         )
         .await?;
-    let answer = session.state.turn.answer().unwrap_or_default().to_owned();
+    let answer = session.state.turn().answer().unwrap_or_default().to_owned();
 
     // Everything the run did is in the session's log, durable in the file.
     let (_record, events) = store.load(&session.id).await?;

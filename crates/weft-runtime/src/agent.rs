@@ -441,7 +441,7 @@ impl<S: Store> Runtime<S> {
         match self.drive_agent_inner(agent, session, rerun).await {
             Ok(()) => Ok(()),
             Err(e) => {
-                if !session.state.status.is_terminal()
+                if !session.state.status().is_terminal()
                     && !matches!(e, RuntimeError::Store(_) | RuntimeError::Stopped)
                 {
                     let _ = session
@@ -476,7 +476,7 @@ impl<S: Store> Runtime<S> {
             // A wall-time limit is checked here, before a call, as the core checks the others
             // (the core reads no clock); at a safe point: no call in flight.
             if matches!(next, AgentNext::CallModel { .. } | AgentNext::Start { .. })
-                && session.state.calls.open.is_empty()
+                && session.state.calls().open.is_empty()
                 && !inflight.busy()
             {
                 let budget = agent_loop::budget::in_force(&session.state, &agent.config).cloned();
@@ -516,7 +516,7 @@ impl<S: Store> Runtime<S> {
                         let max = weft_core::budget::call_max(&request, &agent.config.model_costs);
                         if let Some(r) = self.quota_reached(&max).await? {
                             drop(request);
-                            if session.state.calls.open.is_empty() && !inflight.busy() {
+                            if session.state.calls().open.is_empty() && !inflight.busy() {
                                 let budget =
                                     agent_loop::budget::in_force(&session.state, &agent.config)
                                         .cloned()
@@ -530,7 +530,7 @@ impl<S: Store> Runtime<S> {
                             continue;
                         }
                     }
-                    let before = session.state.spending.session.clone();
+                    let before = session.state.spending().session.clone();
                     // `call_model` takes the request and drops it: a request shares the
                     // conversation with the state, and the reply's append must find it unshared
                     // or it copies the whole conversation (see `weft_core::history`).
@@ -541,7 +541,7 @@ impl<S: Store> Runtime<S> {
                     if self.quota.is_some() {
                         let used = weft_core::quota::Used::between(
                             &before,
-                            &session.state.spending.session,
+                            &session.state.spending().session,
                         );
                         self.quota_spent(&used).await?;
                     }
@@ -649,11 +649,11 @@ impl<S: Store> Runtime<S> {
 
     fn check_waiting(&self, session: &Session<'_, S>) -> Result<(), RuntimeError> {
         // An answer to nothing would reopen a finished session (or one another process drives).
-        if session.state.status != SessionStatus::WaitingForUser {
+        if session.state.status() != SessionStatus::WaitingForUser {
             return Err(RuntimeError::Config(format!(
                 "session {} is not waiting for an answer (it is {}); give it a new task instead",
                 session.id,
-                session.state.status.as_str()
+                session.state.status().as_str()
             )));
         }
         Ok(())
@@ -706,17 +706,17 @@ mod tests {
             .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
             .await
             .unwrap();
-        assert_eq!(session.state.turn.answer(), Some("done"));
+        assert_eq!(session.state.turn().answer(), Some("done"));
         // The task, 8 calls with their results, and the answer.
-        assert_eq!(session.state.history.len(), 18);
-        assert!(!session.state.history.is_shared());
-        assert_eq!(session.state.history.copies(), 0);
+        assert_eq!(session.state.history().len(), 18);
+        assert!(!session.state.history().is_shared());
+        assert_eq!(session.state.history().copies(), 0);
         // A second turn in the same session: still no copy.
         rt.run_task(&agent, &mut session, "more", Value::Null)
             .await
             .unwrap();
-        assert_eq!(session.state.turn.answer(), Some("again"));
-        assert_eq!(session.state.history.len(), 22);
-        assert_eq!(session.state.history.copies(), 0);
+        assert_eq!(session.state.turn().answer(), Some("again"));
+        assert_eq!(session.state.history().len(), 22);
+        assert_eq!(session.state.history().copies(), 0);
     }
 }

@@ -93,7 +93,7 @@ impl<S: Store> Runtime<S> {
             return Ok(None);
         };
         let now = self.clock.now_ms();
-        let seq = state.spending.run_started_seq;
+        let seq = state.spending().run_started_seq;
         if wall.run.is_none_or(|(s, _)| s != seq) {
             let ts = if seq == 0 {
                 now

@@ -55,7 +55,7 @@ impl Calls {
     pub(crate) fn spawn(&mut self, tools: &Arc<Registry>, state: &State, call: Invocation) -> bool {
         let tools = Arc::clone(tools);
         let ctx = ToolContext {
-            session_id: state.session_id.clone(),
+            session_id: state.session_id().to_owned(),
             step: call.step.clone(),
             call_id: call.call_id.clone(),
             idempotency_key: call.idempotency_key.clone(),
@@ -66,7 +66,7 @@ impl Calls {
         let process = tools.process_tools().find(|d| d.name == call.tool).cloned();
         let runner = Arc::clone(&self.sub_agents);
         let depth = self.depth;
-        let parent = state.session_id.clone();
+        let parent = state.session_id().to_owned();
         let mut call_future = Box::pin(async move {
             if call.delay_ms > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(call.delay_ms)).await;

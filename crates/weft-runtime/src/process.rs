@@ -73,7 +73,7 @@ pub(crate) async fn run<S: Store>(
     let found = match store.get(&id).await {
         Ok(_) => match rt.load_session(&id).await {
             // A child whose creator died before its first events is started anew.
-            Ok(s) if s.state.seq == 0 => Ok(false),
+            Ok(s) if s.state.seq() == 0 => Ok(false),
             Ok(_) => Ok(true),
             Err(e) => Err(e),
         },
@@ -125,7 +125,7 @@ async fn continue_child<S: Store>(
     id: &str,
 ) -> Result<(SessionStatus, Value, Option<String>), RuntimeError> {
     let mut s = rt.load_session(id).await?;
-    if s.state.status == SessionStatus::Running {
+    if s.state.status() == SessionStatus::Running {
         rt.resume_plan(&mut s).await?;
     }
     Ok(outcome(&s.state))
@@ -134,7 +134,7 @@ async fn continue_child<S: Store>(
 /// How a child ended: its status, its State, and why it failed (each failed step's error).
 fn outcome(st: &weft_core::State) -> (SessionStatus, Value, Option<String>) {
     let mut why: Vec<String> = st
-        .plan
+        .plan()
         .iter()
         .flat_map(|run| run.plan.steps.iter().zip(&run.steps))
         .filter(|(_, r)| r.status == weft_core::StepStatus::Failed && !r.handled)
@@ -145,8 +145,8 @@ fn outcome(st: &weft_core::State) -> (SessionStatus, Value, Option<String>) {
         })
         .collect();
     if why.is_empty() {
-        why.extend(st.turn.error().map(str::to_owned));
+        why.extend(st.turn().error().map(str::to_owned));
     }
     let why = (!why.is_empty()).then(|| why.join("; "));
-    (st.status, st.data.clone(), why)
+    (st.status(), st.data().clone(), why)
 }

@@ -145,7 +145,7 @@ impl<'s, S: Store> Session<'s, S> {
         let events = self.redacted(events);
         let ts = self.clock.now_ms();
         for event in events {
-            let seq = self.state.seq + 1;
+            let seq = self.state.seq() + 1;
             self.state.apply(&event);
             self.pending.push(Envelope {
                 epoch: self.epoch,
@@ -167,7 +167,7 @@ impl<'s, S: Store> Session<'s, S> {
         let base = first.seq - 1;
         let ts = self.clock.now_ms();
         let pending = std::mem::take(&mut self.pending);
-        let status = self.state.status;
+        let status = self.state.status();
         if let Err(e) = self.append(base, &pending, status, ts).await {
             self.pending = pending;
             return Err(e);
@@ -207,7 +207,7 @@ impl<'s, S: Store> Session<'s, S> {
         new: NewSession,
         events: Vec<Event>,
     ) -> Result<(), RuntimeError> {
-        if self.state.seq != 0 || !self.pending.is_empty() {
+        if self.state.seq() != 0 || !self.pending.is_empty() {
             return Err(RuntimeError::Internal(format!(
                 "session {} is not new: it cannot be created again",
                 self.id
@@ -250,7 +250,7 @@ impl<'s, S: Store> Session<'s, S> {
 
     /// Numbers events to follow the state's last one.
     fn number(&self, events: Vec<Event>, ts: i64) -> Vec<Envelope> {
-        let base = self.state.seq;
+        let base = self.state.seq();
         events
             .into_iter()
             .enumerate()
@@ -288,7 +288,7 @@ impl<'s, S: Store> Session<'s, S> {
         }
         let events = self.redacted(events);
         let ts = self.clock.now_ms();
-        let base = self.state.seq;
+        let base = self.state.seq();
         let status = self.state.status_after(&events);
         let envelopes = self.number(events, ts);
         // A snapshot written here is of the state before the batch (it covers the log up to

@@ -62,13 +62,13 @@ impl Cursor {
         }
         let pushed = self.head_len.checked_div(self.head_bytes).unwrap_or(0);
         let gap = self.every.max(pushed);
-        if state.seq < self.at.saturating_add(gap) {
+        if state.seq() < self.at.saturating_add(gap) {
             return None;
         }
         match snapshot::encode(state, self.parts_end) {
             Ok(s) => Some(s),
             Err(e) => {
-                tracing::warn!(session = %state.session_id, "no snapshot written: {e}");
+                tracing::warn!(session = %state.session_id(), "no snapshot written: {e}");
                 None
             }
         }

@@ -224,9 +224,9 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
             {
                 Ok(session) => {
                     let st = &session.state;
-                    match st.status {
+                    match st.status() {
                         SessionStatus::Completed => ToolOutcome::Ok {
-                            output: json!({"answer": st.turn.answer(), "session_id": session.id}),
+                            output: json!({"answer": st.turn().answer(), "session_id": session.id}),
                         },
                         SessionStatus::WaitingForUser => error(
                             "agent_tool",
@@ -234,7 +234,7 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
                                 "the sub-agent `{}` (session {}) needs a person: {}",
                                 decl.name,
                                 session.id,
-                                st.turn
+                                st.turn()
                                     .waiting()
                                     .map(|w| w.question.as_str())
                                     .unwrap_or_default()
@@ -246,7 +246,7 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
                                 "the sub-agent `{}` (session {}) could not complete: {}",
                                 decl.name,
                                 session.id,
-                                st.turn.error().unwrap_or("unknown reason")
+                                st.turn().error().unwrap_or("unknown reason")
                             ),
                         ),
                     }

@@ -168,7 +168,7 @@ fn of(env: &Envelope, st: &SessionState, streamed: bool) -> Vec<AgUiEvent> {
         Event::StepCompleted { step: s, .. } => {
             out.push(finished(s.clone()));
             out.push(AgUiEvent::StateSnapshot {
-                snapshot: st.data.clone(),
+                snapshot: st.data().clone(),
             });
         }
         Event::StepFailed { step: s, .. } | Event::StepSkipped { step: s, .. } => {
@@ -254,7 +254,7 @@ fn of(env: &Envelope, st: &SessionState, streamed: bool) -> Vec<AgUiEvent> {
 }
 
 fn message_id(st: &SessionState) -> String {
-    format!("{}-answer-{}", st.session_id, st.memory.len())
+    format!("{}-answer-{}", st.session_id(), st.memory().len())
 }
 
 /// A piece of the agent's text (`first`: the message starts with it), as SSE parts.
@@ -292,7 +292,7 @@ pub(crate) fn finished(
             code: "run_failed".into(),
         })];
     }
-    let outcome = match st.and_then(|s| s.turn.waiting().map(|w| (s, w))) {
+    let outcome = match st.and_then(|s| s.turn().waiting().map(|w| (s, w))) {
         Some((s, w)) => Outcome::Interrupt {
             interrupts: vec![AgUiInterrupt {
                 id: super::threads::interrupt(s, w).id,
@@ -303,8 +303,8 @@ pub(crate) fn finished(
         None => Outcome::Success,
     };
     let result = st.map(|s| RunResult {
-        answer: s.turn.answer().map(str::to_owned),
-        data: s.data.clone(),
+        answer: s.turn().answer().map(str::to_owned),
+        data: s.data().clone(),
     });
     vec![event(&AgUiEvent::RunFinished {
         thread_id: thread_id.to_owned(),

@@ -46,7 +46,7 @@ pub(crate) fn is_checkpoint(e: &Event) -> bool {
 /// The call a `tool_call_finished` ends, as it is in flight in `st` (before the event).
 pub(crate) fn open_call(e: &Event, st: &State) -> Option<OpenCall> {
     match e {
-        Event::ToolCallFinished { call_id, .. } => st.calls.open.get(call_id).cloned(),
+        Event::ToolCallFinished { call_id, .. } => st.calls().open.get(call_id).cloned(),
         _ => None,
     }
 }
@@ -179,7 +179,7 @@ impl Lineage {
             }
             // A workflow step's model turn (the first one's began with the task).
             Event::WorkflowStepEntered { .. }
-                if self.agent.is_none() && st.status == SessionStatus::Running =>
+                if self.agent.is_none() && st.status() == SessionStatus::Running =>
             {
                 let t = self.task("agent", &env.seq.to_string());
                 self.agent = Some(t.clone());
@@ -239,7 +239,7 @@ impl Lineage {
             return out;
         }
         let next = self.next(env.seq, st);
-        if st.status == SessionStatus::Running
+        if st.status() == SessionStatus::Running
             && self.agent.is_none()
             && let Some(t) = next.iter().find(|t| t.name == "agent")
         {
@@ -269,7 +269,7 @@ impl Lineage {
     /// for a person: the turn goes on with the answer); a plan's steps that run, else the plan
     /// agent's model turn (planning, reviewing, answering).
     fn next(&self, seq: u64, st: &State) -> Vec<Task> {
-        if st.status == SessionStatus::Completed || st.status == SessionStatus::Failed {
+        if st.status() == SessionStatus::Completed || st.status() == SessionStatus::Failed {
             return Vec::new();
         }
         let agent = || {
@@ -279,15 +279,15 @@ impl Lineage {
                 .unwrap_or_else(|| self.task("agent", &seq.to_string()))
         };
         // A wait is the agent's (as the thread's state says), a plan step's included.
-        if st.status == SessionStatus::WaitingForUser {
+        if st.status() == SessionStatus::WaitingForUser {
             return vec![agent()];
         }
         if !self.steps.is_empty() {
             return self.steps.values().cloned().collect();
         }
         // A plan agent between its steps: the model plans, reviews or answers.
-        if st.phase != weft_core::state::Phase::React {
-            return if st.status == SessionStatus::Running {
+        if st.phase() != weft_core::state::Phase::React {
+            return if st.status() == SessionStatus::Running {
                 vec![agent()]
             } else {
                 Vec::new()
@@ -306,7 +306,7 @@ impl Lineage {
 fn unanswered(st: &State) -> Option<Vec<String>> {
     use weft_core::model::Message as M;
     let mut answered = Vec::new();
-    for m in st.history.held().iter().rev() {
+    for m in st.history().held().iter().rev() {
         match m {
             M::Tool { call_id, .. } => answered.push(call_id.as_str()),
             M::Assistant { tool_calls, .. } if tool_calls.is_empty() && answered.is_empty() => {
@@ -362,7 +362,7 @@ pub(crate) fn metadata(cp: &Checkpoint) -> Map<String, Value> {
 
 /// The interrupt the thread waits on, if it waits.
 pub(crate) fn waits(st: &State) -> Vec<threads::Interrupt> {
-    st.turn
+    st.turn()
         .waiting()
         .iter()
         .map(|w| threads::interrupt(st, w))

@@ -344,32 +344,32 @@ impl Folded<'_> {
         Side {
             id: self.rec.id.clone(),
             agent: super::view::agent_of(self.rec, st),
-            mode: st.mode,
+            mode: st.mode(),
             status: self.rec.status.as_str().to_owned(),
             task: st
-                .turn
+                .turn()
                 .task()
                 .map(str::to_owned)
-                .or_else(|| st.memory.first().map(|m| m.0.clone())),
-            input: st.input.clone(),
-            answer: st.turn.answer().map(str::to_owned),
-            error: st.turn.error().map(str::to_owned),
+                .or_else(|| st.memory().first().map(|m| m.0.clone())),
+            input: st.input().clone(),
+            answer: st.turn().answer().map(str::to_owned),
+            error: st.turn().error().map(str::to_owned),
             parent_id: self.rec.parent_id.clone(),
             created_at: weft_host::sessions::fmt_time(self.rec.created_at),
             totals: Totals {
-                input_tokens: st.usage.tokens.input_tokens,
-                output_tokens: st.usage.tokens.output_tokens,
-                cost_usd: st.usage.tokens.cost_usd,
+                input_tokens: st.usage().tokens.input_tokens,
+                output_tokens: st.usage().tokens.output_tokens,
+                cost_usd: st.usage().tokens.cost_usd,
                 duration_ms: self.duration_ms,
-                model_calls: st.usage.calls,
-                tool_calls: st.calls.started,
+                model_calls: st.usage().calls,
+                tool_calls: st.calls().started,
             },
         }
     }
 
     /// A plan's steps by id, in the plan's order.
     fn plan_steps(&self) -> Vec<(String, StepSide)> {
-        let Some(p) = &self.st.plan else {
+        let Some(p) = &self.st.plan() else {
             return Vec::new();
         };
         p.plan
@@ -497,7 +497,7 @@ pub(crate) fn sessions(
     note("model_calls", ta.model_calls == tb.model_calls);
     note("tool_calls", ta.tool_calls == tb.tool_calls);
     let input_paths = json_paths(&a.input, &b.input);
-    let aligned_by = match (fa.st.mode, fb.st.mode) {
+    let aligned_by = match (fa.st.mode(), fb.st.mode()) {
         (Some(Mode::Plan), Some(Mode::Plan)) => Alignment::Plan,
         (Some(Mode::Workflow), Some(Mode::Workflow)) => Alignment::Workflow,
         _ => Alignment::Calls,

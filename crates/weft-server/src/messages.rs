@@ -82,7 +82,7 @@ impl Message {
 
 /// The id of the message at position `n` of the thread's conversation.
 fn message_id(st: &SessionState, n: usize) -> String {
-    format!("{}-{n}", st.session_id)
+    format!("{}-{n}", st.session_id())
 }
 
 /// A message of weft's conversation as LangChain's, with its id: what weft says to the model
@@ -126,31 +126,31 @@ fn from_history(st: &SessionState, n: usize, m: &weft_core::model::Message) -> O
 /// agent's conversation is its turns: the task and the answer of each. A thread loaded from a
 /// compacted snapshot holds its conversation from the snapshot's window on.
 pub(crate) fn messages(st: &SessionState) -> Vec<Message> {
-    let h = &st.history;
+    let h = st.history();
     let mut out: Vec<Message> = h
         .iter()
         .enumerate()
         .filter_map(|(k, m)| from_history(st, h.start() + k, m))
         .collect();
     let end = h.len();
-    if st.mode == Some(weft_core::agent::Mode::Plan) || st.mode.is_none() {
+    if st.mode() == Some(weft_core::agent::Mode::Plan) || st.mode().is_none() {
         // A plan turn's task and answer join the conversation when the next turn begins, at
         // these positions.
-        if let Some(task) = st.turn.task() {
+        if let Some(task) = st.turn().task() {
             out.push(Message::new("human", task, message_id(st, end)));
         }
-        for (k, reply) in st.turn.user_inputs().iter().enumerate() {
-            let id = format!("{}-{end}-reply{k}", st.session_id);
+        for (k, reply) in st.turn().user_inputs().iter().enumerate() {
+            let id = format!("{}-{end}-reply{k}", st.session_id());
             out.push(Message::new("human", reply, id));
         }
-        if let Some(a) = &st.turn.answer() {
+        if let Some(a) = &st.turn().answer() {
             out.push(Message::new("ai", a, message_id(st, end + 1)));
         }
-    } else if let Some(a) = &st.turn.answer() {
+    } else if let Some(a) = &st.turn().answer() {
         // A workflow's answer may be its reply template rather than the model's last reply.
         // It was said if an `ai` message of the turn (after its task; messages added by
         // `threads.update_state` may follow it) says it.
-        let task = st.turn.task();
+        let task = st.turn().task();
         let said = out
             .iter()
             .rev()
@@ -166,9 +166,9 @@ pub(crate) fn messages(st: &SessionState) -> Vec<Message> {
 /// The id of the message the model's next reply becomes (`st`: the thread before the reply),
 /// which the pieces of its text streamed in `messages` mode carry.
 pub(crate) fn reply_id(st: &SessionState) -> String {
-    match st.mode {
-        Some(weft_core::agent::Mode::Plan) | None => message_id(st, st.history.len() + 1),
-        _ => message_id(st, st.history.len()),
+    match st.mode() {
+        Some(weft_core::agent::Mode::Plan) | None => message_id(st, st.history().len() + 1),
+        _ => message_id(st, st.history().len()),
     }
 }
 
@@ -185,8 +185,8 @@ pub(crate) fn answer_message(st: &SessionState, answer: &str) -> Message {
 /// The conversation's last message as [`messages`] shows it, if it is the result of call
 /// `call_id` (`st`: the thread after the call finished).
 pub(crate) fn result_message(st: &SessionState, call_id: &str) -> Option<Message> {
-    let n = st.history.len().checked_sub(1)?;
-    match st.history.get(n)? {
+    let n = st.history().len().checked_sub(1)?;
+    match st.history().get(n)? {
         m @ weft_core::model::Message::Tool { call_id: c, .. } if c == call_id => {
             from_history(st, n, m)
         }
@@ -203,8 +203,8 @@ pub(crate) fn calls_message(st: &SessionState) -> Option<Message> {
 /// The conversation's last message as [`messages`] shows it, if it is a reply of the model
 /// (`st`: the thread after the reply).
 pub(crate) fn last_reply(st: &SessionState) -> Option<Message> {
-    let n = st.history.len().checked_sub(1)?;
-    match st.history.get(n)? {
+    let n = st.history().len().checked_sub(1)?;
+    match st.history().get(n)? {
         m @ weft_core::model::Message::Assistant { .. } => from_history(st, n, m),
         _ => None,
     }

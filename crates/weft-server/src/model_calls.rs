@@ -121,8 +121,9 @@ pub(crate) async fn list(
     let (_, events) = log(&app, &user, &id).await?;
     let calls = model_calls::calls(&events);
     let totals = weft_core::State::fold(events.iter().map(|e| &e.event))
-        .usage
-        .tokens;
+        .usage()
+        .tokens
+        .clone();
     Ok(Json(ModelCalls { calls, totals }))
 }
 
@@ -171,7 +172,7 @@ pub(crate) async fn one(
             agent.tools.clone(),
             agent.model.clone(),
             &rec.metadata,
-            &before.input,
+            before.input(),
         )
         .map_err(|e| format!("agent `{name}`: {e}"))
         .and_then(|built| {

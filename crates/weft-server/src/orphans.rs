@@ -57,18 +57,18 @@ async fn adopt(app: Shared, held: Held<AnyStore>) {
         let st = weft_runtime::load_state(app.store.as_ref(), &tid)
             .await?
             .state;
-        let Some(agent) = app.agents.get(&st.agent).cloned() else {
+        let Some(agent) = app.agents.get(st.agent()).cloned() else {
             return Ok(());
         };
         let run = match from_log(&rec, &log, None) {
             Some(r) => app.runs.insert(Arc::new(r)),
             None => return Ok(()),
         };
-        run.status.send_replace((RunStatus::Running, st.seq));
+        run.status.send_replace((RunStatus::Running, st.seq()));
         // Driven here from now on, though it may have been followed through the store.
         run.driven_here();
         app.runs.activate(&run);
-        app.runs.text_after(&tid, st.seq);
+        app.runs.text_after(&tid, st.seq());
         // Its spans continue the run's trace (under the `traceparent` its marker recorded).
         tracing::info!(thread = %tid, run = %run.run_id, "continuing a run whose server stopped");
         let outcome = weft_host::run::continue_run(

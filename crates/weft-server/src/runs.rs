@@ -157,7 +157,7 @@ impl RunBody {
     ) -> Result<Option<weft_core::budget::Budget>, ApiError> {
         run_budget(
             self.config.as_ref(),
-            st.spending.budget.as_ref().or(agent.spec.budget.as_ref()),
+            st.spending().budget.as_ref().or(agent.spec.budget.as_ref()),
             Some(&weft_core::ToolCatalog::tool_names(agent.tools.as_ref())),
         )
     }
@@ -288,10 +288,11 @@ pub(crate) async fn start_with_id(
         }
     }
     let (rec, st) = threads::load(app, user, tid).await?;
-    if st.seq > 0 && st.agent != agent.spec.name {
+    if st.seq() > 0 && st.agent() != agent.spec.name {
         return Err(ApiError::bad(format!(
             "thread {tid} belongs to assistant `{}`, not `{}`",
-            st.agent, agent.spec.name
+            st.agent(),
+            agent.spec.name
         )));
     }
     if app.runs.active_for(&user.0) >= app.max_runs_per_user {
@@ -315,7 +316,7 @@ pub(crate) async fn start_with_id(
         .multitask_strategy
         .clone()
         .unwrap_or_else(|| "reject".into());
-    let busy = app.runs.active_on(tid) || (st.seq > 0 && st.status == SessionStatus::Running);
+    let busy = app.runs.active_on(tid) || (st.seq() > 0 && st.status() == SessionStatus::Running);
     // An enqueued run waits for the run before it, whichever process drives that one.
     if busy && strategy != "enqueue" {
         return Err(ApiError::new(
@@ -331,7 +332,7 @@ pub(crate) async fn start_with_id(
     let run = Arc::new(Run::new(
         run_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
         (tid, &agent.spec.name, &user.0),
-        st.seq,
+        st.seq(),
         body.metadata.clone().unwrap_or_else(|| json!({})),
         strategy,
         body.traceparent.clone(),
@@ -511,7 +512,7 @@ async fn execute(
             let work = match weft_runtime::load_state(app.store.as_ref(), &run.thread_id).await {
                 Ok(loaded) => {
                     let st = loaded.state;
-                    run.begins_after(st.seq);
+                    run.begins_after(st.seq());
                     weft_host::run::decide(&run.thread_id, &st, task, resume)
                 }
                 Err(e) => Err(e.into()),
@@ -699,10 +700,10 @@ async fn final_values(
     run.finished().await;
     let (_, st) = threads::load(app, user, &run.thread_id).await?;
     let mut v = threads::values(&st);
-    if st.status == SessionStatus::Failed {
+    if st.status() == SessionStatus::Failed {
         v.error = Some(RunError {
             error: "RunError".into(),
-            message: st.turn.error().map(str::to_owned),
+            message: st.turn().error().map(str::to_owned),
         });
     }
     Ok(Json(v))
@@ -877,7 +878,7 @@ pub(crate) async fn start_queued(app: &Shared, q: &weft_store::QueuedRun) -> Res
     let resume = body.resume();
     let budget = body.budget(&st, &agent)?;
     let run = crate::queue::held_here(app, Run::from_queue(q, false));
-    run.begins_after(st.seq);
+    run.begins_after(st.seq());
     let (accept, _) = tokio::sync::oneshot::channel();
     let task = execute(
         app.clone(),

@@ -465,8 +465,8 @@ pub(crate) async fn fork(
             session: id,
             at: body.at,
         },
-        status: state.status.as_str().to_owned(),
-        run_id: (state.status == SessionStatus::Running).then_some(run_id),
+        status: state.status().as_str().to_owned(),
+        run_id: (state.status() == SessionStatus::Running).then_some(run_id),
     }))
 }
 
@@ -644,7 +644,7 @@ pub(crate) async fn check_plan(
         agent.tools.clone(),
         agent.model.clone(),
         &rec.metadata,
-        &st.input,
+        st.input(),
     )
     .map_err(|e| ApiError::bad(format!("agent `{name}`: {e}")))?;
     let catalog: std::collections::BTreeMap<String, weft_core::ToolInfo> = built
@@ -659,7 +659,7 @@ pub(crate) async fn check_plan(
             &plan,
             &catalog,
             &ValidateOptions {
-                input: Some(&st.input),
+                input: Some(st.input()),
                 skills: &skills,
                 ..ValidateOptions::default()
             },

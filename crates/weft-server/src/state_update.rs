@@ -94,7 +94,7 @@ pub(crate) async fn update_state(
         let (_, st) = threads::load(&app, &user, &tid).await?;
         updatable(&tid, &st)?;
         if let Some(at) = &at
-            && *at != st.seq.to_string()
+            && *at != st.seq().to_string()
         {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
@@ -102,12 +102,12 @@ pub(crate) async fn update_state(
                     "checkpoint {at} is not thread {tid}'s latest ({}): an update adds to the \
                      thread as it is now. To change an earlier point, fork the thread there \
                      (POST /sessions/{tid}/fork with `at`) and update the fork",
-                    st.seq
+                    st.seq()
                 ),
             ));
         }
         let imported = imported_messages(&st, &body.values)?;
-        let seq = st.seq + 1;
+        let seq = st.seq() + 1;
         let event = Envelope {
             seq,
             ts: weft_runtime::now_ms(),
@@ -118,9 +118,9 @@ pub(crate) async fn update_state(
         app.store
             .append(
                 &tid,
-                st.seq,
+                st.seq(),
                 std::slice::from_ref(&event),
-                st.status,
+                st.status(),
                 event.ts,
             )
             .await?;
@@ -142,19 +142,19 @@ pub(crate) async fn update_state(
 /// Refuses a thread whose conversation cannot be added to now.
 fn updatable(tid: &str, st: &SessionState) -> Result<(), ApiError> {
     let conflict = |why: String| Err(ApiError::new(StatusCode::CONFLICT, why));
-    if st.seq == 0 {
+    if st.seq() == 0 {
         return conflict(format!(
             "thread {tid} has not run yet: its first run starts its conversation (runs.create \
              with input messages); update its state after that run"
         ));
     }
-    if st.mode == Some(weft_core::agent::Mode::Plan) {
+    if st.mode() == Some(weft_core::agent::Mode::Plan) {
         return conflict(format!(
             "thread {tid} is a plan agent's: its conversation is its turns (each task and its \
              answer), which only runs add; start a run with the message instead"
         ));
     }
-    match st.status {
+    match st.status() {
         SessionStatus::Running => conflict(format!(
             "thread {tid} is running (or waits for a process to continue it); cancel the run \
              (runs.cancel) or update its state once it ended"
@@ -247,7 +247,7 @@ impl Conversation {
             .collect();
         let mut calls = HashSet::new();
         let mut open = Vec::new();
-        for m in st.history.iter() {
+        for m in st.history().iter() {
             match m {
                 Message::Assistant { tool_calls, .. } => {
                     for c in tool_calls {

@@ -398,7 +398,7 @@ fn parts(
     if wants(&["checkpoints"])
         && let Some(cp) = &noted.checkpoint
     {
-        let data = checkpoints::checkpoint_json(&st.session_id, cp, st);
+        let data = checkpoints::checkpoint_json(st.session_id(), cp, st);
         send(CHECKPOINT, "checkpoints", &data);
     }
     if tasks {
@@ -662,7 +662,7 @@ impl Cursor {
                     let call = checkpoints::open_call(&e.event, &st);
                     st.apply(&e.event);
                     lineage.note(e, call.as_ref(), &st);
-                    self.progress.note(&e.event, &self.run.run_id, st.status);
+                    self.progress.note(&e.event, &self.run.run_id, st.status());
                 }
                 self.state = Some(st);
                 self.lineage = lineage;
@@ -725,7 +725,7 @@ impl Cursor {
             let Some(st) = self.state.as_mut() else {
                 break;
             };
-            if self.progress.ended(st.status) {
+            if self.progress.ended(st.status()) {
                 // The run ended; what follows belongs to a later run.
                 break;
             }
@@ -762,7 +762,8 @@ impl Cursor {
             let call = checkpoints::open_call(&env.event, st);
             st.apply(&env.event);
             let noted = self.lineage.note(env, call.as_ref(), st);
-            self.progress.note(&env.event, &self.run.run_id, st.status);
+            self.progress
+                .note(&env.event, &self.run.run_id, st.status());
             let answered = matches!(self.format, Format::LangGraph(_))
                 && matches!(&env.event, Event::RunFinished { answer: Some(a), .. } if self.reply.as_deref() == Some(a.as_str()));
             // A stream that sent text (the answer's, or a plan's replies) sends no answer at
@@ -793,15 +794,15 @@ impl Cursor {
         let failed = self
             .state
             .as_ref()
-            .is_some_and(|s| s.status == weft_core::SessionStatus::Failed);
+            .is_some_and(|s| s.status() == weft_core::SessionStatus::Failed);
         let error = (failed || (!self.ended_in_log() && status == RunStatus::Error)).then(|| {
             self.state
                 .as_ref()
-                .and_then(|s| s.turn.error().map(str::to_owned))
+                .and_then(|s| s.turn().error().map(str::to_owned))
                 .unwrap_or_else(|| "the run failed".into())
         });
         let status = match self.state.as_ref() {
-            Some(s) if s.status != weft_core::SessionStatus::Running => {
+            Some(s) if s.status() != weft_core::SessionStatus::Running => {
                 crate::registry::ended_as(s)
             }
             _ => status,
@@ -839,7 +840,7 @@ impl Cursor {
     fn ended_in_log(&self) -> bool {
         self.state
             .as_ref()
-            .is_some_and(|s| self.progress.ended(s.status))
+            .is_some_and(|s| self.progress.ended(s.status()))
     }
 
     /// Sends the pieces of text that come after the last event sent, without what the client

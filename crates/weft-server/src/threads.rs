@@ -380,11 +380,11 @@ pub(crate) fn status(app: &Shared, rec: &SessionRecord, st: &SessionState) -> Th
     if app.runs.active_on(&rec.id) {
         return ThreadStatus::Busy;
     }
-    match st.status {
+    match st.status() {
         SessionStatus::WaitingForUser => ThreadStatus::Interrupted,
         SessionStatus::Failed if weft_core::recovery::was_cancelled(st) => ThreadStatus::Idle,
         SessionStatus::Failed => ThreadStatus::Error,
-        SessionStatus::Running if st.seq > 0 => ThreadStatus::Busy,
+        SessionStatus::Running if st.seq() > 0 => ThreadStatus::Busy,
         _ => ThreadStatus::Idle,
     }
 }
@@ -430,9 +430,9 @@ pub(crate) struct Values {
 pub(crate) fn values(st: &SessionState) -> Values {
     Values {
         messages: messages(st),
-        data: st.data.clone(),
-        answer: st.turn.answer().map(str::to_owned),
-        interrupt: st.turn.waiting().map(|w| vec![interrupt(st, w)]),
+        data: st.data().clone(),
+        answer: st.turn().answer().map(str::to_owned),
+        interrupt: st.turn().waiting().map(|w| vec![interrupt(st, w)]),
         error: None,
     }
 }
@@ -464,7 +464,7 @@ pub(crate) fn interrupt(st: &SessionState, w: &weft_core::event::InputRequest) -
             tool: w.tool.clone(),
             missing: w.missing.clone(),
         },
-        id: format!("{}-wait-{}", st.session_id, st.seq),
+        id: format!("{}-wait-{}", st.session_id(), st.seq()),
     }
 }
 
@@ -496,9 +496,9 @@ pub(crate) fn thread_json(app: &Shared, rec: &SessionRecord, st: &SessionState) 
         updated_at: fmt_time(rec.updated_at),
         metadata: public_metadata(&rec.metadata),
         status: status(app, rec, st),
-        values: (st.seq != 0).then(|| values(st)),
+        values: (st.seq() != 0).then(|| values(st)),
         interrupts: ThreadInterrupts {
-            agent: st.turn.waiting().map(|w| vec![interrupt(st, w)]),
+            agent: st.turn().waiting().map(|w| vec![interrupt(st, w)]),
         },
         config: Map::new(),
     }
@@ -720,7 +720,7 @@ pub(crate) fn state_json(rec: &SessionRecord, st: &SessionState) -> ThreadState 
     } else {
         // The wait's task, as the thread's history names it (the wait is its last event).
         vec![Task {
-            id: checkpoints::task_id(&rec.id, &st.seq.to_string()),
+            id: checkpoints::task_id(&rec.id, &st.seq().to_string()),
             name: "agent".into(),
             interrupts: interrupts.clone(),
             error: None,
@@ -729,14 +729,14 @@ pub(crate) fn state_json(rec: &SessionRecord, st: &SessionState) -> ThreadState 
     };
     ThreadState {
         values: values(st),
-        next: if st.turn.waiting().is_some() {
+        next: if st.turn().waiting().is_some() {
             vec!["agent".into()]
         } else {
             Vec::new()
         },
         tasks,
         interrupts,
-        checkpoint: checkpoint(&rec.id, st.seq),
+        checkpoint: checkpoint(&rec.id, st.seq()),
         parent_checkpoint: None,
         metadata: public_metadata(&rec.metadata),
         created_at: fmt_time(rec.updated_at),
@@ -990,10 +990,10 @@ pub(crate) async fn copy_thread(
     Path(tid): Path<String>,
 ) -> Result<Json<Thread>, ApiError> {
     let (rec, st) = load(&app, &user, &tid).await?;
-    if busy(&app, &tid).await? || (st.seq > 0 && st.status == SessionStatus::Running) {
+    if busy(&app, &tid).await? || (st.seq() > 0 && st.status() == SessionStatus::Running) {
         return Err(busy_error(&tid, "copy it"));
     }
-    let new_id = if st.seq == 0 {
+    let new_id = if st.seq() == 0 {
         let new = NewSession {
             id: uuid::Uuid::now_v7().to_string(),
             user_id: Some(user.0.clone()),
@@ -1004,7 +1004,7 @@ pub(crate) async fn copy_thread(
         };
         app.store.create(new, weft_runtime::now_ms()).await?.id
     } else {
-        weft_host::sessions::fork(app.store.as_ref(), &tid, st.seq, None, None)
+        weft_host::sessions::fork(app.store.as_ref(), &tid, st.seq(), None, None)
             .await
             .map_err(|e| match e {
                 weft_host::HostError::Store(e) => e.into(),

@@ -48,22 +48,22 @@ pub(crate) struct Summary {
 /// A session in the list: who, what, how it stands, what it cost (from its current state).
 pub(crate) fn summary(rec: &SessionRecord, st: &State) -> Summary {
     let task = st
-        .turn
+        .turn()
         .task()
         .map(str::to_owned)
-        .or_else(|| st.memory.first().map(|m| m.0.clone()));
+        .or_else(|| st.memory().first().map(|m| m.0.clone()));
     Summary {
         id: rec.id.clone(),
         agent: agent_of(rec, st),
-        mode: st.mode,
+        mode: st.mode(),
         user: rec.user_id.clone(),
         status: rec.status.as_str().to_owned(),
-        waiting: st.turn.waiting().map(|w| w.kind.clone()),
+        waiting: st.turn().waiting().map(|w| w.kind.clone()),
         task,
-        turns: st.turn.number(),
-        usage: st.usage.tokens.clone(),
-        tool_calls: st.calls.started,
-        error: st.turn.error().map(str::to_owned),
+        turns: st.turn().number(),
+        usage: st.usage().tokens.clone(),
+        tool_calls: st.calls().started,
+        error: st.turn().error().map(str::to_owned),
         parent_id: rec.parent_id.clone(),
         created_at: fmt_time(rec.created_at),
         updated_at: fmt_time(rec.updated_at),
@@ -76,7 +76,7 @@ pub(crate) fn summary(rec: &SessionRecord, st: &State) -> Summary {
 /// first run) the log's.
 pub(crate) fn agent_of(rec: &SessionRecord, st: &State) -> String {
     if rec.agent.is_empty() {
-        st.agent.clone()
+        st.agent().to_owned()
     } else {
         rec.agent.clone()
     }
@@ -410,7 +410,7 @@ impl History {
                 self.last_plan = Some(plan.clone());
             }
             Event::PlanRevised { plan, reason } => {
-                let before = st.plan.as_ref().map(|p| (&p.plan, &p.steps));
+                let before = st.plan().map(|p| (&p.plan, &p.steps));
                 self.plans.push(PlanVersion {
                     seq,
                     at,
@@ -572,7 +572,7 @@ pub(crate) fn session(
     let agent = agent_of(rec, &st);
     SessionView {
         id: rec.id.clone(),
-        mode: st.mode,
+        mode: st.mode(),
         user: rec.user_id.clone(),
         parent_id: rec.parent_id.clone(),
         forked_from: rec.metadata.get("forked_from").cloned(),
@@ -582,36 +582,40 @@ pub(crate) fn session(
         last_seq: rec.last_seq,
         latest,
         event: at_event,
-        status: st.status.as_str().to_owned(),
+        status: st.status().as_str().to_owned(),
         busy: busy && latest,
-        phase: st.phase,
-        turn: st.turn.number(),
-        task: st.turn.task().map(str::to_owned),
-        input: st.input.clone(),
-        data: st.data.clone(),
-        answer: st.turn.answer().map(str::to_owned),
-        drafts: st.turn.drafts().to_vec(),
-        error: st.turn.error().map(str::to_owned),
-        waiting: st.turn.waiting().cloned(),
-        usage: st.usage.tokens.clone(),
-        model_calls: st.usage.calls,
-        tool_calls: st.calls.started,
+        phase: st.phase(),
+        turn: st.turn().number(),
+        task: st.turn().task().map(str::to_owned),
+        input: st.input().clone(),
+        data: st.data().clone(),
+        answer: st.turn().answer().map(str::to_owned),
+        drafts: st.turn().drafts().to_vec(),
+        error: st.turn().error().map(str::to_owned),
+        waiting: st.turn().waiting().cloned(),
+        usage: st.usage().tokens.clone(),
+        model_calls: st.usage().calls,
+        tool_calls: st.calls().started,
         spending: Spending {
-            budget: st.spending.budget.clone().or_else(|| agent_budget(&agent)),
-            run: st.spending.run.clone(),
-            session: st.spending.session.clone(),
+            budget: st
+                .spending()
+                .budget
+                .clone()
+                .or_else(|| agent_budget(&agent)),
+            run: st.spending().run.clone(),
+            session: st.spending().session.clone(),
         },
         agent,
         earlier_turns: st
-            .memory
+            .memory()
             .iter()
             .map(|(t, a)| EarlierTurn {
                 task: t.clone(),
                 answer: a.clone(),
             })
             .collect(),
-        conversation: st.history.iter().cloned().collect(),
-        memories: st.turn.recalled().to_vec(),
+        conversation: st.history().iter().cloned().collect(),
+        memories: st.turn().recalled().to_vec(),
         plan,
         calls: h.cards,
         reviews: h.reviews,
@@ -688,16 +692,16 @@ pub(crate) struct WaveMark {
 /// The plan as a graph: a node per step with its state and wave, an edge per dependency. While
 /// a plan waits for approval it is the proposed plan, every step pending.
 fn graph(st: &State, h: &History) -> Option<PlanGraph> {
-    let proposed = st.plan.is_none();
-    let (plan, runs): (&Plan, Vec<weft_core::state::StepRun>) = match (&st.plan, &st.turn.waiting())
-    {
-        (Some(p), _) => (&p.plan, p.steps.clone()),
-        (None, Some(w)) if w.plan.is_some() => match &w.plan {
-            Some(p) => (p, vec![Default::default(); p.steps.len()]),
-            None => return None,
-        },
-        _ => return None,
-    };
+    let proposed = st.plan().is_none();
+    let (plan, runs): (&Plan, Vec<weft_core::state::StepRun>) =
+        match (st.plan(), &st.turn().waiting()) {
+            (Some(p), _) => (&p.plan, p.steps.clone()),
+            (None, Some(w)) if w.plan.is_some() => match &w.plan {
+                Some(p) => (p, vec![Default::default(); p.steps.len()]),
+                None => return None,
+            },
+            _ => return None,
+        };
     let index = plan.index();
     let writers = WriteIndex::new(plan);
     // Edges, merged per pair of steps: `order` for `_dependsOn`, `data` with the paths read.
@@ -770,7 +774,7 @@ fn graph(st: &State, h: &History) -> Option<PlanGraph> {
                     .and_then(|v| v.as_str().map(str::to_owned))
                     .unwrap_or_default()
             };
-            let retrying = st.plan.as_ref().is_some_and(|p| p.retrying().contains(&i));
+            let retrying = st.plan().is_some_and(|p| p.retrying().contains(&i));
             Node {
                 id: s.id.clone(),
                 tool: s.tool.clone(),
@@ -827,9 +831,9 @@ fn graph(st: &State, h: &History) -> Option<PlanGraph> {
         nodes,
         edges,
         waves,
-        open_wave: st.waves.open,
-        finished: st.status != SessionStatus::Running
-            || st.phase != weft_core::state::Phase::Executing,
+        open_wave: st.waves().open,
+        finished: st.status() != SessionStatus::Running
+            || st.phase() != weft_core::state::Phase::Executing,
     })
 }
 

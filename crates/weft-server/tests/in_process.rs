@@ -265,8 +265,8 @@ async fn a_runs_config_budget_raises_a_budget_that_was_reached() {
             .take_while(|e| e.seq <= first_wait)
             .map(|e| &e.event),
     );
-    assert_eq!(folded.spending.session, original.spending.session);
-    assert!(folded.spending.session.cost_usd > 0.0);
+    assert_eq!(folded.spending().session, original.spending().session);
+    assert!(folded.spending().session.cost_usd > 0.0);
 
     host.shutdown.trigger();
     tokio::time::timeout(Duration::from_secs(20), serving)

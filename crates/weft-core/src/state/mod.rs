@@ -63,53 +63,54 @@ pub struct Compaction {
     pub summary: String,
 }
 
-/// The state of a session: what every decision is made from.
+/// The state of a session: what every decision is made from. Other crates read it through its
+/// accessors (named after its fields) and change it only by applying events ([`State::apply`]).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct State {
     /// The session's id (empty before `session_started` is applied).
-    pub session_id: String,
+    pub(crate) session_id: String,
     /// The name of the agent that runs the session.
-    pub agent: String,
+    pub(crate) agent: String,
     /// The last event applied.
-    pub seq: u64,
+    pub(crate) seq: u64,
     /// Whether the session runs, waits for a person or has ended.
-    pub status: SessionStatus,
+    pub(crate) status: SessionStatus,
     /// The values the session was given: the session's start's, replaced by those of a later
     /// task that gives some; `null` when none were given.
-    pub input: Value,
+    pub(crate) input: Value,
     /// The State object that `†state.*` paths address.
-    pub data: Value,
+    pub(crate) data: Value,
     /// The agent's mode; `None` for a bare plan run.
-    pub mode: Option<Mode>,
+    pub(crate) mode: Option<Mode>,
     /// Where the agent loop stands.
-    pub phase: Phase,
+    pub(crate) phase: Phase,
     /// The phase to return to when the person answers.
-    pub resume_phase: Phase,
+    pub(crate) resume_phase: Phase,
     /// The current turn.
-    pub turn: Turn,
+    pub(crate) turn: Turn,
     /// The plan being executed in this turn.
-    pub plan: Option<PlanRun>,
+    pub(crate) plan: Option<PlanRun>,
     /// The plan run's waves.
-    pub waves: Waves,
+    pub(crate) waves: Waves,
     /// Tool calls in flight.
-    pub calls: Calls,
+    pub(crate) calls: Calls,
     /// Where a workflow session stands (workflow mode).
-    pub workflow: WorkflowRun,
+    pub(crate) workflow: WorkflowRun,
     /// The conversation (ReAct) across turns, shared with the requests built from it. Not in
     /// the serialised form: a snapshot keeps it in parts of its own (see the `snapshot` module), and a
     /// state loaded from one holds it from its window on ([`History::window`]).
     #[serde(skip)]
-    pub history: History,
+    pub(crate) history: History,
     /// The summary that stands for the conversation's older messages in requests.
-    pub compaction: Option<Compaction>,
+    pub(crate) compaction: Option<Compaction>,
     /// Earlier turns' tasks and answers (the memory a later turn sees). In plan mode the
     /// conversation holds them too, as a user message and an assistant message each.
-    pub memory: Vec<(String, Option<String>)>,
+    pub(crate) memory: Vec<(String, Option<String>)>,
     /// Model calls and what they used.
-    pub usage: ModelUse,
+    pub(crate) usage: ModelUse,
     /// What the current run and the session spent, and the budget recorded for them.
-    pub spending: Spending,
+    pub(crate) spending: Spending,
 }
 
 pub use crate::repeats::call_signature;
@@ -164,6 +165,126 @@ impl State {
             data: Value::Object(Map::new()),
             ..Self::default()
         }
+    }
+
+    /// The session's id (empty before `session_started` is applied).
+    #[must_use]
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// The name of the agent that runs the session.
+    #[must_use]
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// The last event applied (its position in the log, from 1; 0 before any).
+    #[must_use]
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Whether the session runs, waits for a person or has ended.
+    #[must_use]
+    pub fn status(&self) -> SessionStatus {
+        self.status
+    }
+
+    /// The values the session was given (the latest task's, when it gave some); `null` if none.
+    #[must_use]
+    pub fn input(&self) -> &Value {
+        &self.input
+    }
+
+    /// The State object that `†state.*` paths address.
+    #[must_use]
+    pub fn data(&self) -> &Value {
+        &self.data
+    }
+
+    /// The agent's mode; `None` for a bare plan run.
+    #[must_use]
+    pub fn mode(&self) -> Option<Mode> {
+        self.mode
+    }
+
+    /// Where the agent loop stands.
+    #[must_use]
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The phase to return to when the person answers.
+    #[must_use]
+    pub fn resume_phase(&self) -> Phase {
+        self.resume_phase
+    }
+
+    /// The current turn.
+    #[must_use]
+    pub fn turn(&self) -> &Turn {
+        &self.turn
+    }
+
+    /// The plan being executed in this turn; `None` before one is accepted.
+    #[must_use]
+    pub fn plan(&self) -> Option<&PlanRun> {
+        self.plan.as_ref()
+    }
+
+    /// The plan run's waves.
+    #[must_use]
+    pub fn waves(&self) -> &Waves {
+        &self.waves
+    }
+
+    /// Tool calls in flight.
+    #[must_use]
+    pub fn calls(&self) -> &Calls {
+        &self.calls
+    }
+
+    /// Where a workflow session stands (workflow mode).
+    #[must_use]
+    pub fn workflow(&self) -> &WorkflowRun {
+        &self.workflow
+    }
+
+    /// The conversation across turns (from its window on, in a state loaded from a snapshot).
+    #[must_use]
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// The summary that stands for the conversation's older messages in requests.
+    #[must_use]
+    pub fn compaction(&self) -> Option<&Compaction> {
+        self.compaction.as_ref()
+    }
+
+    /// Earlier turns' tasks and answers, oldest first.
+    #[must_use]
+    pub fn memory(&self) -> &[(String, Option<String>)] {
+        &self.memory
+    }
+
+    /// Model calls and what they used.
+    #[must_use]
+    pub fn usage(&self) -> &ModelUse {
+        &self.usage
+    }
+
+    /// What the current run and the session spent, and the budget recorded for them.
+    #[must_use]
+    pub fn spending(&self) -> &Spending {
+        &self.spending
+    }
+
+    /// Forgets the conversation's messages before `start`, as a state loaded from a snapshot's
+    /// window holds it (see [`History::window`]): a fold, made so, equals such a load.
+    pub fn forget_history_before(&mut self, start: usize) {
+        self.history.forget_before(start);
     }
 
     /// Whether a call serving `step` is a workflow step's call of its agent (a workflow's calls

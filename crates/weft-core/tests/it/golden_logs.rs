@@ -74,7 +74,7 @@ fn items(i: &Items) -> Value {
 /// What a session's state says, named here: status, turn, plan steps, calls, waits, the
 /// workflow's position, the conversation, usage, the loop's counters.
 fn facts(s: &State) -> Value {
-    let plan = s.plan.as_ref().map(|p| {
+    let plan = s.plan().map(|p| {
         let steps: Vec<Value> = p
             .plan
             .steps
@@ -107,7 +107,7 @@ fn facts(s: &State) -> Value {
         json!({ "steps": steps })
     });
     let calls: BTreeMap<&String, Value> = s
-        .calls
+        .calls()
         .open
         .iter()
         .map(|(id, c)| {
@@ -122,49 +122,49 @@ fn facts(s: &State) -> Value {
         .collect();
     // The turn's and the workflow's fields as they serialize (their names are the fields'),
     // including those only the core reads.
-    let t = serde_json::to_value(&s.turn).unwrap();
-    let w = serde_json::to_value(&s.workflow).unwrap();
+    let t = serde_json::to_value(s.turn()).unwrap();
+    let w = serde_json::to_value(s.workflow()).unwrap();
     let mut facts = json!({
-        "session": s.session_id,
-        "agent": s.agent,
-        "seq": s.seq,
-        "status": s.status,
-        "input": s.input,
-        "data": s.data,
-        "error": s.turn.error(),
-        "answer": s.turn.answer(),
-        "mode": s.mode,
-        "phase": s.phase,
-        "resume_phase": s.resume_phase,
-        "turn": s.turn.number(),
-        "task": s.turn.task(),
-        "memory": s.memory,
+        "session": s.session_id(),
+        "agent": s.agent(),
+        "seq": s.seq(),
+        "status": s.status(),
+        "input": s.input(),
+        "data": s.data(),
+        "error": s.turn().error(),
+        "answer": s.turn().answer(),
+        "mode": s.mode(),
+        "phase": s.phase(),
+        "resume_phase": s.resume_phase(),
+        "turn": s.turn().number(),
+        "task": s.turn().task(),
+        "memory": s.memory(),
         "recall_due": t["recall_due"],
-        "recalled": s.turn.recalled(),
+        "recalled": s.turn().recalled(),
         "plan": plan,
-        "open_wave": s.waves.open,
-        "waves": s.waves.started,
-        "wave_steps": s.waves.steps,
+        "open_wave": s.waves().open,
+        "waves": s.waves().started,
+        "wave_steps": s.waves().steps,
         "calls": calls,
-        "tool_invocations": s.calls.started,
-        "waiting": s.turn.waiting(),
-        "user_inputs": s.turn.user_inputs(),
-        "approved_calls": s.calls.approved,
-        "conversation": s.history.iter().collect::<Vec<_>>(),
-        "conversation_start": s.history.start(),
-        "compaction": s.compaction.as_ref().map(|c| json!({"upto": c.upto, "summary": c.summary})),
-        "model_calls": s.usage.calls,
-        "purpose_calls": s.usage.by_purpose,
-        "usage": s.usage.tokens,
+        "tool_invocations": s.calls().started,
+        "waiting": s.turn().waiting(),
+        "user_inputs": s.turn().user_inputs(),
+        "approved_calls": s.calls().approved,
+        "conversation": s.history().iter().collect::<Vec<_>>(),
+        "conversation_start": s.history().start(),
+        "compaction": s.compaction().map(|c| json!({"upto": c.upto, "summary": c.summary})),
+        "model_calls": s.usage().calls,
+        "purpose_calls": s.usage().by_purpose,
+        "usage": s.usage().tokens,
         "last_problems": t["last_problems"],
-        "replans": s.turn.replans(),
+        "replans": s.turn().replans(),
         "replan_reason": t["replan_reason"],
         "iterations": t["iterations"],
         "rejections": t["rejections"],
         "model_failures": t["model_failures"],
         "feedback": t["feedback"],
         "reviews": t["reviews"],
-        "drafts": s.turn.drafts(),
+        "drafts": s.turn().drafts(),
         "response_feedback": t["response_feedback"],
         "workflow": {
             "step": w["step"], "entered": w["entered"], "transitions": w["transitions"],
@@ -175,7 +175,7 @@ fn facts(s: &State) -> Value {
     });
     // What a session given a budget spent, and the budget: only for such a session (a
     // `budget_set` event), so that the logs made before budgets keep their digests.
-    if let Some(budget) = &s.spending.budget {
+    if let Some(budget) = &s.spending().budget {
         let spent = |x: &weft_core::budget::Spent| {
             json!({
                 "input_tokens": x.input_tokens, "output_tokens": x.output_tokens,
@@ -185,9 +185,9 @@ fn facts(s: &State) -> Value {
         };
         facts["budget"] = json!({
             "budget": budget,
-            "run": spent(&s.spending.run),
-            "session": spent(&s.spending.session),
-            "run_started_seq": s.spending.run_started_seq,
+            "run": spent(&s.spending().run),
+            "session": spent(&s.spending().session),
+            "run_started_seq": s.spending().run_started_seq,
         });
     }
     facts

@@ -150,12 +150,12 @@ fn outcome(kind: u8, call: &Invocation) -> ToolOutcome {
 }
 
 fn step_run<'a>(state: &'a State, id: &str) -> Option<&'a weft_core::state::StepRun> {
-    state.plan.as_ref()?.step(id).map(|(_, r)| r)
+    state.plan()?.step(id).map(|(_, r)| r)
 }
 
 /// The step's fan-out policy, if it is a fan-out.
 fn policy_of(state: &State, id: &str) -> Option<ItemPolicy> {
-    let run = state.plan.as_ref()?;
+    let run = state.plan()?;
     let (i, _) = run.step(id)?;
     run.plan.steps[i].for_each.as_ref().map(|f| f.on_error)
 }
@@ -325,9 +325,9 @@ proptest! {
         let (state, log) = drive(plan, input, &limits, &script)?;
 
         // The run ended, and no step is left running or waiting.
-        prop_assert!(state.status.is_terminal(), "{:?}", state.status);
-        prop_assert!(state.calls.open.is_empty());
-        let run = state.plan.as_ref().unwrap();
+        prop_assert!(state.status().is_terminal(), "{:?}", state.status());
+        prop_assert!(state.calls().open.is_empty());
+        let run = state.plan().unwrap();
         for (s, r) in run.plan.steps.iter().zip(&run.steps) {
             prop_assert!(r.status.is_terminal(), "step {} is {:?} in an ended run", s.id, r.status);
         }
@@ -342,7 +342,7 @@ proptest! {
             .map(|(s, _)| s.id.as_str())
             .collect();
         let want = if unhandled.is_empty() { SessionStatus::Completed } else { SessionStatus::Failed };
-        prop_assert_eq!(state.status, want, "unhandled failures: {:?}", unhandled);
+        prop_assert_eq!(state.status(), want, "unhandled failures: {:?}", unhandled);
         let finished: Vec<&RunStatus> = log
             .iter()
             .filter_map(|e| match e {

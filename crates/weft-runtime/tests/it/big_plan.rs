@@ -81,7 +81,7 @@ async fn run_big(label: &str, plan: Value, max_parallel: usize) -> weft_core::St
     println!(
         "{label}: {} events, {} waves",
         log.len(),
-        state.waves.started
+        state.waves().started
     );
     assert_eq!(rec.status, SessionStatus::Completed);
     state
@@ -90,16 +90,16 @@ async fn run_big(label: &str, plan: Value, max_parallel: usize) -> weft_core::St
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_steps_in_a_chain() {
     let state = run_big("chain", chain(N), 4).await;
-    assert_eq!(state.status, SessionStatus::Completed);
-    let run = state.plan.as_ref().unwrap();
+    assert_eq!(state.status(), SessionStatus::Completed);
+    let run = state.plan().unwrap();
     assert!(run.steps.iter().all(|s| s.status == StepStatus::Completed));
     assert_eq!(run.steps.len(), N);
-    assert_eq!(state.waves.started as usize, N);
+    assert_eq!(state.waves().started as usize, N);
     assert_eq!(
-        state.data[format!("s{}", N - 1).as_str()]["prev"],
+        state.data()[format!("s{}", N - 1).as_str()]["prev"],
         json!(N - 2)
     );
-    assert_eq!(state.calls.started as usize, N);
+    assert_eq!(state.calls().started as usize, N);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,11 +107,11 @@ async fn ten_thousand_independent_parallel_steps() {
     for max_parallel in [4, 256] {
         let label = format!("wide (max_parallel {max_parallel})");
         let state = run_big(&label, wide(N), max_parallel).await;
-        assert_eq!(state.status, SessionStatus::Completed);
-        let run = state.plan.as_ref().unwrap();
+        assert_eq!(state.status(), SessionStatus::Completed);
+        let run = state.plan().unwrap();
         assert!(run.steps.iter().all(|s| s.status == StepStatus::Completed));
-        assert_eq!(state.waves.started as usize, N.div_ceil(max_parallel));
-        assert_eq!(state.data.as_object().unwrap().len(), N);
-        assert_eq!(state.data["w9999"], json!({"n": 9999}));
+        assert_eq!(state.waves().started as usize, N.div_ceil(max_parallel));
+        assert_eq!(state.data().as_object().unwrap().len(), N);
+        assert_eq!(state.data()["w9999"], json!({"n": 9999}));
     }
 }

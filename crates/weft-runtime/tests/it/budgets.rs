@@ -70,7 +70,7 @@ async fn a_wall_time_limit_stops_the_run_before_the_first_call_past_it() {
     assert_eq!(which, "run.wall_time_secs");
     assert_eq!((*limit, *spent, *call), (60.0, 60.0, 0.0));
     assert_eq!(kinds.last(), Some(&"run_finished"));
-    assert_eq!(session.state.status, weft_core::SessionStatus::Failed);
+    assert_eq!(session.state.status(), weft_core::SessionStatus::Failed);
 
     // A new task counts its own time; the session's budget, recorded, replaces the agent
     // file's: 100 s for the session now, 80 of them already gone (60 s and the 20 s below).

@@ -84,7 +84,7 @@ async fn run(idempotent: bool, wait_ms: u64) -> (Vec<(bool, bool)>, Vec<Event>) 
         .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
         .await
         .unwrap();
-    assert_eq!(session.state.status, SessionStatus::Completed);
+    assert_eq!(session.state.status(), SessionStatus::Completed);
     let (_, log) = store.load(&session.id).await.unwrap();
     let seen = seen.lock().unwrap().clone();
     (seen, log.into_iter().map(|e| e.event).collect())

@@ -45,7 +45,7 @@ async fn an_empty_session_is_taken_over_and_a_started_one_is_refused() {
         .run_agent(&agent, info.clone(), "go", Value::Null)
         .await
         .unwrap();
-    assert_eq!(s.state.status, SessionStatus::Completed);
+    assert_eq!(s.state.status(), SessionStatus::Completed);
     let (_, log) = store.load("s1").await.unwrap();
     assert!(
         matches!(&log[0].event, Event::SessionStarted { session_id, .. } if session_id == "s1")

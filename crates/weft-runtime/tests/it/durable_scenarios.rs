@@ -84,8 +84,8 @@ async fn refund_keeps_to_its_plan<S: Store>(store: Arc<S>) {
     let id = s.id.clone();
     drop(s);
     let st = reload(&store, &a, &id).await;
-    assert_eq!(st.status, SessionStatus::Completed);
-    assert_eq!(st.turn.answer(), Some("Refunded: refund_xyz789."));
+    assert_eq!(st.status(), SessionStatus::Completed);
+    assert_eq!(st.turn().answer(), Some("Refunded: refund_xyz789."));
     assert_eq!(
         (
             b_log.count("checkBillingHistory"),
@@ -95,7 +95,7 @@ async fn refund_keeps_to_its_plan<S: Store>(store: Arc<S>) {
         (1, 1, 0)
     );
     assert_eq!(r_log.of("issueRefund")[0].args["amount"], json!(50.0));
-    assert_eq!(st.data["refund"]["confirmationId"], "refund_xyz789");
+    assert_eq!(st.data()["refund"]["confirmationId"], "refund_xyz789");
 }
 
 /// A missing argument: the session waits, a new runtime (a new process) continues the same plan.
@@ -141,12 +141,12 @@ async fn missing_input_waits_and_resumes<S: Store>(store: Arc<S>) {
             .run_agent(&a, SessionInfo::default(), "refund", json!({}))
             .await
             .unwrap();
-        assert_eq!(s.state.status, SessionStatus::WaitingForUser);
+        assert_eq!(s.state.status(), SessionStatus::WaitingForUser);
         s.id.clone()
     };
     let st = reload(&store, &a, &id).await;
-    assert_eq!(st.status, SessionStatus::WaitingForUser);
-    let w = st.turn.waiting().cloned().unwrap();
+    assert_eq!(st.status(), SessionStatus::WaitingForUser);
+    let w = st.turn().waiting().cloned().unwrap();
     assert_eq!(
         (w.step.as_deref(), w.tool.as_deref(), w.missing.clone()),
         (
@@ -162,11 +162,11 @@ async fn missing_input_waits_and_resumes<S: Store>(store: Arc<S>) {
     rt.reply(&a, &mut s, "50").await.unwrap();
     drop(s);
     let st = reload(&store, &a, &id).await;
-    assert_eq!(st.status, SessionStatus::Completed);
-    assert_eq!(st.turn.answer(), Some("Refunded 50."));
+    assert_eq!(st.status(), SessionStatus::Completed);
+    assert_eq!(st.turn().answer(), Some("Refunded 50."));
     assert_eq!(log.count("issueRefund"), 1);
     assert_eq!(
-        st.plan.as_ref().unwrap().step("refund").unwrap().1.status,
+        st.plan().unwrap().step("refund").unwrap().1.status,
         StepStatus::Completed
     );
 }
@@ -216,7 +216,7 @@ async fn trip_is_replanned<S: Store>(store: Arc<S>) {
     let id = s.id.clone();
     drop(s);
     let st = reload(&store, &a, &id).await;
-    assert_eq!(st.status, SessionStatus::Completed);
+    assert_eq!(st.status(), SessionStatus::Completed);
     assert_eq!(
         (
             f_log.count("bookFlight"),
@@ -225,11 +225,11 @@ async fn trip_is_replanned<S: Store>(store: Arc<S>) {
         ),
         (1, 0, 1)
     );
-    let run = st.plan.as_ref().unwrap();
+    let run = st.plan().unwrap();
     let ids: Vec<&str> = run.plan.steps.iter().map(|s| s.id.as_str()).collect();
     assert_eq!(ids, vec!["flight", "petHotel"]);
-    assert_eq!(st.data["hotel"]["hotel"], "Paws Inn");
-    assert_eq!(st.turn.replans(), 1);
+    assert_eq!(st.data()["hotel"]["hotel"], "Paws Inn");
+    assert_eq!(st.turn().replans(), 1);
 }
 
 /// ReAct with two tool calls in one reply: they overlap, and both results precede the answer.
@@ -262,16 +262,16 @@ async fn react_runs_calls_concurrently<S: Store>(store: Arc<S>) {
     let id = s.id.clone();
     drop(s);
     let st = reload(&store, &a, &id).await;
-    assert_eq!(st.status, SessionStatus::Completed);
-    assert_eq!(st.turn.answer(), Some("Lisbon is sunnier."));
+    assert_eq!(st.status(), SessionStatus::Completed);
+    assert_eq!(st.turn().answer(), Some("Lisbon is sunnier."));
     let calls = log.all();
     assert_eq!(calls.len(), 2);
     assert!(
         calls[0].start < calls[1].end && calls[1].start < calls[0].end,
         "the two calls overlapped"
     );
-    assert_eq!(st.calls.started, 2);
-    assert!(st.usage.tokens.input_tokens > 0);
+    assert_eq!(st.calls().started, 2);
+    assert!(st.usage().tokens.input_tokens > 0);
 }
 
 /// A 200-turn ReAct conversation with a context budget: older turns are summarised (`compact`
@@ -322,10 +322,15 @@ async fn long_conversation_is_compacted<S: Store>(store: Arc<S>) {
     let id = s.id.clone();
     drop(s);
     let st = reload(&store, &a, &id).await;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
-    assert_eq!(st.turn.answer(), Some("All notes echoed."));
+    assert_eq!(
+        st.status(),
+        SessionStatus::Completed,
+        "{:?}",
+        st.turn().error()
+    );
+    assert_eq!(st.turn().answer(), Some("All notes echoed."));
     // Compaction changes what is sent, not what is kept.
-    assert_eq!(st.history.len(), 1 + 2 * TURNS + 1);
+    assert_eq!(st.history().len(), 1 + 2 * TURNS + 1);
     let compactions = requests.of(Purpose::Compact);
     assert!(compactions.len() >= 5, "{} compactions", compactions.len());
     let reacts = requests.of(Purpose::React);
@@ -346,7 +351,7 @@ async fn long_conversation_is_compacted<S: Store>(store: Arc<S>) {
         assert!(tokens <= BUDGET, "request {k} carries {tokens} tokens");
     }
     let last = common::request_text(reacts.last().unwrap());
-    let latest = st.compaction.as_ref().unwrap();
+    let latest = st.compaction().unwrap();
     assert!(latest.summary.starts_with("SUMMARY-"));
     assert!(
         last.contains(&latest.summary),

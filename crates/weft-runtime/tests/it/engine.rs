@@ -29,7 +29,7 @@ async fn two_parallel_steps_overlap_in_time() {
         json!({}),
     )
     .await;
-    assert_eq!(ran.state.status, SessionStatus::Completed);
+    assert_eq!(ran.state.status(), SessionStatus::Completed);
     let calls = log.calls();
     assert_eq!(calls.len(), 2);
     assert!(
@@ -48,7 +48,7 @@ async fn two_parallel_steps_overlap_in_time() {
     let first_done = pos("step_completed", "a").min(pos("step_completed", "b"));
     assert!(last_start < first_done);
     assert_eq!(ran.waves(), vec![vec!["a".to_owned(), "b".to_owned()]]);
-    assert_eq!(ran.state.data, json!({"a": {"n": 1}, "b": {"n": 2}}));
+    assert_eq!(*ran.state.data(), json!({"a": {"n": 1}, "b": {"n": 2}}));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -70,7 +70,7 @@ async fn a_non_parallel_step_runs_alone() {
         json!({}),
     )
     .await;
-    assert_eq!(ran.state.status, SessionStatus::Completed);
+    assert_eq!(ran.state.status(), SessionStatus::Completed);
     let calls = log.calls();
     assert_eq!(calls.len(), 4);
     let solo = log.calls_of("s").pop().unwrap();
@@ -137,7 +137,7 @@ async fn max_parallel_bounds_the_calls_in_flight() {
         json!({}),
     )
     .await;
-    assert_eq!(ran.state.status, SessionStatus::Completed);
+    assert_eq!(ran.state.status(), SessionStatus::Completed);
     assert_eq!(log.calls().len(), 5);
     assert_eq!(log.max_inflight(), 2, "at most 2 in flight, and 2 reached");
     let waves = ran.waves();
@@ -172,10 +172,10 @@ async fn a_flaky_idempotent_tool_completes_on_the_third_attempt() {
         json!({}),
     )
     .await;
-    assert_eq!(ran.state.status, SessionStatus::Completed);
+    assert_eq!(ran.state.status(), SessionStatus::Completed);
     assert_eq!(ran.status_of("f"), StepStatus::Completed);
     assert_eq!(ran.step("f").attempts, 3);
-    assert_eq!(ran.state.data, json!({"out": {"attempt": 3}}));
+    assert_eq!(*ran.state.data(), json!({"out": {"attempt": 3}}));
     let retrying = ran.kinds_for("step_retrying", "f");
     assert_eq!(retrying.len(), 2);
     let attempts: Vec<u32> = retrying
@@ -230,11 +230,11 @@ async fn a_failing_non_idempotent_tool_is_not_retried() {
     assert_eq!(step.status, StepStatus::Failed);
     assert!(!step.handled);
     assert_eq!(step.error.as_ref().map(|e| e.retryable), Some(false));
-    assert_eq!(ran.state.status, SessionStatus::Failed);
+    assert_eq!(ran.state.status(), SessionStatus::Failed);
     assert!(
-        ran.state.turn.error().unwrap().contains("c"),
+        ran.state.turn().error().unwrap().contains("c"),
         "{:?}",
-        ran.state.turn.error()
+        ran.state.turn().error()
     );
 }
 
@@ -260,7 +260,7 @@ async fn retries_stop_at_max_step_attempts() {
         assert_eq!(ran.kinds_for("step_retrying", "d").len(), max as usize - 1);
         assert_eq!(ran.status_of("d"), StepStatus::Failed);
         assert_eq!(ran.step("d").attempts, max);
-        assert_eq!(ran.state.status, SessionStatus::Failed);
+        assert_eq!(ran.state.status(), SessionStatus::Failed);
     }
 }
 
@@ -299,7 +299,7 @@ async fn a_false_condition_skips_the_step_and_its_readers() {
         json!({"sunny": false}),
     )
     .await;
-    assert_eq!(ran.state.status, SessionStatus::Completed);
+    assert_eq!(ran.state.status(), SessionStatus::Completed);
     assert_eq!(ran.status_of("park"), StepStatus::Skipped);
     assert!(
         ran.step("park")
@@ -318,7 +318,7 @@ async fn a_false_condition_skips_the_step_and_its_readers() {
     let ran_steps: Vec<String> = log.calls().into_iter().filter_map(|c| c.step).collect();
     assert_eq!(ran_steps, vec!["film".to_owned()]);
     assert_eq!(
-        ran.state.data,
+        *ran.state.data(),
         json!({"weather": {"sunny": false}, "film": {"where": "cinema"}})
     );
 }
@@ -338,7 +338,7 @@ async fn a_condition_that_cannot_be_evaluated_fails_the_step() {
     .await;
     assert_eq!(ran.status_of("c"), StepStatus::Failed);
     assert_eq!(ran.step("c").error.unwrap().kind, "condition");
-    assert_eq!(ran.state.status, SessionStatus::Failed);
+    assert_eq!(ran.state.status(), SessionStatus::Failed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -363,15 +363,15 @@ async fn a_failure_with_an_error_path_runs_the_error_branch() {
     )
     .await;
     assert_eq!(
-        ran.state.status,
+        ran.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        ran.state.turn.error()
+        ran.state.turn().error()
     );
     let pay = ran.step("pay");
     assert_eq!(pay.status, StepStatus::Failed);
     assert!(pay.handled);
-    assert_eq!(ran.state.data["err"]["kind"], json!("declined"));
+    assert_eq!(ran.state.data()["err"]["kind"], json!("declined"));
     assert_eq!(ran.status_of("confirm"), StepStatus::Skipped);
     assert!(
         ran.step("confirm")
@@ -380,7 +380,7 @@ async fn a_failure_with_an_error_path_runs_the_error_branch() {
             .contains("state.receipt")
     );
     assert_eq!(ran.status_of("report"), StepStatus::Completed);
-    assert_eq!(ran.state.data["report"], json!({"e": "card declined"}));
+    assert_eq!(ran.state.data()["report"], json!({"e": "card declined"}));
     // A handled failure does not block an explicit dependant.
     assert_eq!(ran.status_of("after"), StepStatus::Completed);
     let failed = ran.kinds_for("step_failed", "pay");
@@ -409,8 +409,8 @@ async fn an_unhandled_failure_blocks_its_dependants() {
         json!({}),
     )
     .await;
-    assert_eq!(ran.state.status, SessionStatus::Failed);
-    assert!(ran.state.turn.error().unwrap().contains("bad"));
+    assert_eq!(ran.state.status(), SessionStatus::Failed);
+    assert!(ran.state.turn().error().unwrap().contains("bad"));
     assert_eq!(ran.status_of("bad"), StepStatus::Failed);
     for s in ["reader", "explicit"] {
         assert_eq!(ran.status_of(s), StepStatus::Skipped, "{s}");
@@ -450,8 +450,8 @@ async fn reaching_max_waves_fails_the_run_with_a_clear_error() {
         json!({}),
     )
     .await;
-    assert_eq!(ran.state.status, SessionStatus::Failed);
-    let err = ran.state.turn.error().map(str::to_owned).unwrap();
+    assert_eq!(ran.state.status(), SessionStatus::Failed);
+    let err = ran.state.turn().error().map(str::to_owned).unwrap();
     assert!(err.contains("max_waves (2)"), "{err}");
     assert_eq!(ran.status_of("a"), StepStatus::Completed);
     assert_eq!(ran.status_of("b"), StepStatus::Completed);
@@ -499,7 +499,7 @@ async fn a_referenced_value_of_the_wrong_type_fails_before_the_tool_runs() {
     assert!(err.message.contains("typed"), "{}", err.message);
     assert!(ran.kinds_for("step_retrying", "use").is_empty());
     assert_eq!(ran.status_of("after"), StepStatus::Skipped);
-    assert_eq!(ran.state.status, SessionStatus::Failed);
+    assert_eq!(ran.state.status(), SessionStatus::Failed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -516,10 +516,10 @@ async fn step_outputs_and_input_flow_through_references() {
         json!({"user": {"name": "Ada"}}),
     )
     .await;
-    assert_eq!(ran.state.status, SessionStatus::Completed);
-    assert_eq!(ran.state.data["greeting"], json!("Hi Ada!"));
+    assert_eq!(ran.state.status(), SessionStatus::Completed);
+    assert_eq!(ran.state.data()["greeting"], json!("Hi Ada!"));
     assert_eq!(
-        ran.state.data["c"],
+        ran.state.data()["c"],
         json!({"all": {"g": "Hi Ada!", "list": ["Ada", 3]}})
     );
 }
@@ -571,15 +571,15 @@ async fn exhausted_retries_go_to_the_error_path() {
         json!({}),
     )
     .await;
-    assert_eq!(ran.state.status, SessionStatus::Completed);
+    assert_eq!(ran.state.status(), SessionStatus::Completed);
     assert_eq!(log.calls_of("d").len(), 3);
     assert_eq!(ran.kinds_for("step_retrying", "d").len(), 2);
     let d = ran.step("d");
     assert_eq!(d.status, StepStatus::Failed);
     assert!(d.handled);
     // The error of the last attempt is the one recorded.
-    assert_eq!(ran.state.data["err"]["message"], json!("try 3"));
-    assert_eq!(ran.state.data["fb"], json!({"why": "try 3"}));
+    assert_eq!(ran.state.data()["err"]["message"], json!("try 3"));
+    assert_eq!(ran.state.data()["fb"], json!({"why": "try 3"}));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -596,7 +596,7 @@ async fn a_condition_may_read_a_step_output() {
         json!({"count": 5}),
     )
     .await;
-    assert_eq!(ran.state.status, SessionStatus::Completed);
+    assert_eq!(ran.state.status(), SessionStatus::Completed);
     assert_eq!(ran.status_of("many"), StepStatus::Completed);
     assert_eq!(ran.status_of("few"), StepStatus::Skipped);
     // The condition waited for the step it reads.
@@ -629,7 +629,7 @@ async fn a_panicking_tool_fails_its_step_and_the_run_ends() {
         json!({}),
     )
     .await;
-    assert_eq!(ran.state.status, SessionStatus::Failed);
+    assert_eq!(ran.state.status(), SessionStatus::Failed);
     let c = ran.step("c");
     assert_eq!(c.status, StepStatus::Failed);
     let err = c.error.unwrap();
@@ -643,7 +643,7 @@ async fn a_panicking_tool_fails_its_step_and_the_run_ends() {
     assert!(ran.kinds_for("step_retrying", "c").is_empty());
     assert_eq!(ran.status_of("after"), StepStatus::Skipped);
     assert_eq!(ran.status_of("free"), StepStatus::Completed);
-    assert!(ran.state.calls.open.is_empty());
+    assert!(ran.state.calls().open.is_empty());
 }
 
 /// A crash after an idempotent call's start was stored: the resumed run re-runs the call with
@@ -725,7 +725,7 @@ async fn a_resumed_run_reruns_an_idempotent_call_with_its_recorded_key() {
     let rt = Runtime::builder(Arc::clone(&store), reg, limits(), None, None).build();
     let mut session = rt.load_session(&id).await.unwrap();
     rt.resume_plan(&mut session).await.unwrap();
-    assert_eq!(session.state.status, SessionStatus::Completed);
+    assert_eq!(session.state.status(), SessionStatus::Completed);
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert_eq!(seen[0], recorded, "the re-run keeps the recorded key");

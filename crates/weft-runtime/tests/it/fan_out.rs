@@ -46,17 +46,17 @@ async fn each_item_gets_a_call_within_the_window_and_results_keep_item_order() {
     )
     .await;
     assert_eq!(
-        ran.state.status,
+        ran.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        ran.state.turn.error()
+        ran.state.turn().error()
     );
     assert_eq!(log.calls_of("each").len(), 10);
     assert_eq!(log.max_inflight(), 3, "the window is _maxParallel");
     let totals: Vec<Value> = (0..10)
         .map(|i| json!({"order": format!("o{i}"), "total": i * 10}))
         .collect();
-    assert_eq!(ran.state.data["totals"], Value::Array(totals));
+    assert_eq!(ran.state.data()["totals"], Value::Array(totals));
     // One start of the step, one fan-out event, a call per item naming it, and the step's
     // dependant ran after it.
     assert_eq!(ran.kinds_for("step_started", "each").len(), 1);
@@ -115,7 +115,7 @@ async fn with_policy(policy: &str) -> (common::Ran, Arc<Log>) {
 async fn an_item_that_fails_follows_the_step_policy() {
     // fail: the step fails at the first failed item, and no later item starts.
     let (ran, log) = with_policy("fail").await;
-    assert_eq!(ran.state.status, SessionStatus::Failed);
+    assert_eq!(ran.state.status(), SessionStatus::Failed);
     let step = ran.step("each");
     assert_eq!(step.status, StepStatus::Failed);
     let e = step.error.unwrap();
@@ -132,14 +132,14 @@ async fn an_item_that_fails_follows_the_step_policy() {
 
     // skip: the failed items are left out.
     let (ran, log) = with_policy("skip").await;
-    assert_eq!(ran.state.status, SessionStatus::Completed);
-    assert_eq!(ran.state.data["checked"], json!([0, 2, 4]));
+    assert_eq!(ran.state.status(), SessionStatus::Completed);
+    assert_eq!(ran.state.data()["checked"], json!([0, 2, 4]));
     assert_eq!(log.calls_of("each").len(), 5);
 
     // collect: each failed item's place holds its error.
     let (ran, _) = with_policy("collect").await;
-    assert_eq!(ran.state.status, SessionStatus::Completed);
-    let checked = ran.state.data["checked"].as_array().unwrap().clone();
+    assert_eq!(ran.state.status(), SessionStatus::Completed);
+    let checked = ran.state.data()["checked"].as_array().unwrap().clone();
     assert_eq!(checked.len(), 5);
     assert_eq!(checked[0], json!(0));
     assert_eq!(checked[1]["error"]["kind"], json!("rejected"));
@@ -176,7 +176,12 @@ async fn a_failed_step_retries_no_item_and_fails_the_run() {
         json!({"orders": items(2)}),
     )
     .await;
-    assert_eq!(ran.state.status, SessionStatus::Failed, "{:?}", ran.events);
+    assert_eq!(
+        ran.state.status(),
+        SessionStatus::Failed,
+        "{:?}",
+        ran.events
+    );
     assert_eq!(ran.status_of("each"), StepStatus::Failed);
     let e = ran.step("each").error.unwrap();
     assert!(e.message.starts_with("item 0 of 2 failed"), "{e:?}");
@@ -192,7 +197,7 @@ async fn a_failed_step_retries_no_item_and_fails_the_run() {
         "a failed step scheduled a retry"
     );
     assert_eq!(log.calls_of("each").len(), 2, "item 1 ran once");
-    assert!(ran.state.calls.open.is_empty());
+    assert!(ran.state.calls().open.is_empty());
 }
 
 #[tokio::test]
@@ -224,8 +229,8 @@ async fn a_retryable_failure_retries_only_its_item_with_the_same_key() {
         json!({"orders": items(4)}),
     )
     .await;
-    assert_eq!(ran.state.status, SessionStatus::Completed);
-    assert_eq!(ran.state.data["out"], json!([0, 1, 2, 3]));
+    assert_eq!(ran.state.status(), SessionStatus::Completed);
+    assert_eq!(ran.state.data()["out"], json!([0, 1, 2, 3]));
     let calls = seen.lock().unwrap().clone();
     assert_eq!(calls.len(), 5);
     let item2: Vec<&(u64, u32, String)> = calls.iter().filter(|c| c.0 == 2).collect();
@@ -256,8 +261,8 @@ async fn an_empty_list_completes_at_once_and_a_non_list_fails_saying_so() {
         json!({"orders": []}),
     )
     .await;
-    assert_eq!(ran.state.status, SessionStatus::Completed);
-    assert_eq!(ran.state.data["out"], json!([]));
+    assert_eq!(ran.state.status(), SessionStatus::Completed);
+    assert_eq!(ran.state.data()["out"], json!([]));
     assert!(log.calls().is_empty());
     assert_eq!(ran.status_of("after"), StepStatus::Completed);
 
@@ -268,7 +273,7 @@ async fn an_empty_list_completes_at_once_and_a_non_list_fails_saying_so() {
         json!({"orders": {"not": "a list"}}),
     )
     .await;
-    assert_eq!(ran.state.status, SessionStatus::Failed);
+    assert_eq!(ran.state.status(), SessionStatus::Failed);
     let e = ran.step("each").error.unwrap();
     assert!(
         e.message
@@ -342,7 +347,7 @@ async fn a_run_cut_mid_fan_out_resumes_every_item_once() {
         ])
     };
     let full = run(reg(), limits(), plan.clone(), input.clone()).await;
-    assert_eq!(full.state.status, SessionStatus::Completed);
+    assert_eq!(full.state.status(), SessionStatus::Completed);
     // Cut right after the fourth item's start: items 0..=3 started, some of them finished.
     let starts: Vec<usize> = full
         .events
@@ -378,8 +383,8 @@ async fn a_run_cut_mid_fan_out_resumes_every_item_once() {
     let rt = Runtime::builder(store.clone(), Arc::new(reg()), limits(), None, None).build();
     let mut s = rt.load_session("cut").await.unwrap();
     rt.resume_plan(&mut s).await.unwrap();
-    assert_eq!(s.state.status, SessionStatus::Completed);
-    assert_eq!(s.state.data["out"], json!([0, 1, 2, 3, 4, 5]));
+    assert_eq!(s.state.status(), SessionStatus::Completed);
+    assert_eq!(s.state.data()["out"], json!([0, 1, 2, 3, 4, 5]));
     // The items in flight at the cut ran again (idempotent), the unstarted ones once, and the
     // finished ones not at all.
     let again = log.calls().len() - before;

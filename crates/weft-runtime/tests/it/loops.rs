@@ -36,9 +36,9 @@ async fn prose_and_rejected_plans_share_one_retry_bound() {
         &json!({}),
     );
     let s = h.run("Loop.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::Failed);
+    assert_eq!(s.state.status(), SessionStatus::Failed);
     assert_eq!(h.requests.of(Purpose::Plan).len(), 3);
-    let err = s.state.turn.error().unwrap_or_default().to_owned();
+    let err = s.state.turn().error().unwrap_or_default().to_owned();
     assert!(
         err.starts_with("CANNOT_COMPLETE: the planner gave no valid plan in 3 attempts"),
         "{err}"
@@ -69,9 +69,9 @@ async fn rejected_plans_then_prose_end_at_the_bound() {
         &json!({}),
     );
     let s = h.run("Do it.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::Failed);
+    assert_eq!(s.state.status(), SessionStatus::Failed);
     assert_eq!(h.requests.of(Purpose::Plan).len(), 2);
-    let err = s.state.turn.error().unwrap_or_default().to_owned();
+    let err = s.state.turn().error().unwrap_or_default().to_owned();
     assert!(err.contains("in 2 attempts"), "{err}");
     assert!(
         !h.events(&s.id)
@@ -119,10 +119,10 @@ async fn replanned_steps_without_ids_are_numbered_after_the_existing_ones() {
     );
     let s = h.run("Do it.", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(common::step_ids(&s.state), ["s1", "s2", "s3"]);
     for id in ["s1", "s2", "s3"] {
@@ -167,7 +167,7 @@ async fn cannot_complete_review_skips_the_pending_steps() {
         &json!({}),
     );
     let s = h.run("Do it.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::Failed);
+    assert_eq!(s.state.status(), SessionStatus::Failed);
     assert_eq!(
         common::step_status(&s.state, "first"),
         weft_core::StepStatus::Completed
@@ -176,7 +176,7 @@ async fn cannot_complete_review_skips_the_pending_steps() {
         common::step_status(&s.state, "second"),
         weft_core::StepStatus::Skipped
     );
-    let run = s.state.plan.as_ref().unwrap();
+    let run = s.state.plan().unwrap();
     let reason = run.step("second").unwrap().1.reason.clone().unwrap();
     assert!(reason.contains("the shop is closed"), "{reason}");
     assert_eq!(h.calls.count("b"), 0);
@@ -231,7 +231,7 @@ async fn react_turns_and_equal_calls_get_distinct_idempotency_keys() {
         &json!({}),
     );
     let mut s = h.run("Charge 10.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::Completed);
+    assert_eq!(s.state.status(), SessionStatus::Completed);
     h.runtime
         .run_task(&h.agent, &mut s, "Charge 10 again.", json!({}))
         .await
@@ -240,7 +240,7 @@ async fn react_turns_and_equal_calls_get_distinct_idempotency_keys() {
         .run_task(&h.agent, &mut s, "Charge 10 twice.", json!({}))
         .await
         .unwrap();
-    assert_eq!(s.state.status, SessionStatus::Completed);
+    assert_eq!(s.state.status(), SessionStatus::Completed);
     assert_eq!(h.calls.count("charge"), 4);
     let ks = keys(&h, &s.id).await;
     assert_eq!(ks.len(), 4);
@@ -289,20 +289,20 @@ async fn plan_turns_and_replans_get_distinct_idempotency_keys() {
     );
     let mut s = h.run("Do a.", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     h.runtime
         .run_task(&h.agent, &mut s, "Do a again.", json!({}))
         .await
         .unwrap();
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(h.calls.count("a"), 3);
     let ks = keys(&h, &s.id).await;
@@ -339,10 +339,10 @@ async fn react_runs_calls_of_a_non_parallel_tool_one_at_a_time() {
     );
     let s = h.run("Book rooms 1 and 2.", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     let books = h.calls.of("book");
     let looks = h.calls.of("look");
@@ -418,10 +418,10 @@ async fn a_failing_command_goes_back_to_the_model_bounded() {
         .run_agent(&agent, SessionInfo::default(), "Convert.", json!({}))
         .await
         .unwrap();
-    assert_eq!(s.state.status, SessionStatus::Completed);
+    assert_eq!(s.state.status(), SessionStatus::Completed);
     let to_model = s
         .state
-        .history
+        .history()
         .iter()
         .find_map(|m| match m {
             Message::Tool {
@@ -507,10 +507,10 @@ async fn repeated_and_empty_call_ids_each_get_their_own_result() {
     );
     let s = h.run("Look.", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(h.calls.count("look"), 5);
     let events = h.events(&s.id).await;
@@ -600,15 +600,15 @@ async fn a_repeated_call_id_does_not_inherit_an_approval() {
         &json!({}),
     );
     let mut s = h.run("Pay.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
+    assert_eq!(s.state.status(), SessionStatus::WaitingForUser);
     h.reply(&mut s, "approve").await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::WaitingForUser,
         "the second payment ran without an approval"
     );
     assert_eq!(h.calls.count("pay"), 1);
     h.reply(&mut s, "deny: too much").await;
-    assert_eq!(s.state.status, SessionStatus::Completed);
+    assert_eq!(s.state.status(), SessionStatus::Completed);
     assert_eq!(h.calls.count("pay"), 1);
 }

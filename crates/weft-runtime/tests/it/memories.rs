@@ -134,7 +134,7 @@ async fn a_users_memories_reach_only_their_prompts<S: Store>(store: Arc<S>) {
         .run_agent(&a, user("alice"), "what is my locker code", Value::Null)
         .await
         .unwrap();
-    assert_eq!(s.state.status, SessionStatus::Completed);
+    assert_eq!(s.state.status(), SessionStatus::Completed);
     let reacts = requests.of(Purpose::React);
     assert_eq!(reacts.len(), 1, "the memories needed no tool call");
     let system = system_text(&reacts[0]);
@@ -160,7 +160,7 @@ async fn a_users_memories_reach_only_their_prompts<S: Store>(store: Arc<S>) {
     let recalled = recalled_events(&store, &s.id).await;
     assert_eq!(recalled.len(), 1);
     assert_eq!(recalled[0].0, "what is my locker code");
-    assert_eq!(s.state.turn.recalled(), recalled[0].1);
+    assert_eq!(s.state.turn().recalled(), recalled[0].1);
     weft_core::snapshot::verify(&events.into_iter().map(|e| e.event).collect::<Vec<_>>()).unwrap();
 
     // Bob asks the same: Alice's memory is in neither his prompt nor his log.
@@ -312,7 +312,7 @@ async fn a_resumed_or_forked_turn_does_not_search_again<S: Store>(store: Arc<S>)
     let rt = runtime(&store, &a);
     let mut s = rt.load_session(&id).await.unwrap();
     rt.resume_agent(&a, &mut s).await.unwrap();
-    assert_eq!(s.state.status, SessionStatus::Completed);
+    assert_eq!(s.state.status(), SessionStatus::Completed);
     assert_eq!(
         recalled_events(&store, &id).await,
         first,
@@ -344,7 +344,7 @@ async fn a_resumed_or_forked_turn_does_not_search_again<S: Store>(store: Arc<S>)
                 parent_id: Some(id.clone()),
             },
             &log,
-            state.status,
+            state.status(),
             2,
         )
         .await
@@ -480,10 +480,10 @@ async fn a_long_plan_session_is_compacted<S: Store>(store: Arc<S>) {
             .await
             .unwrap();
         assert_eq!(
-            s.state.status,
+            s.state.status(),
             SessionStatus::Completed,
             "{:?}",
-            s.state.turn.error()
+            s.state.turn().error()
         );
     }
     let plans = requests.of(Purpose::Plan);
@@ -501,7 +501,7 @@ async fn a_long_plan_session_is_compacted<S: Store>(store: Arc<S>) {
     }
     let compactions = requests.of(Purpose::Compact);
     assert!(compactions.len() >= 2, "{} compactions", compactions.len());
-    let latest = s.state.compaction.clone().unwrap();
+    let latest = s.state.compaction().cloned().unwrap();
     assert!(latest.summary.starts_with("SUMMARY-"));
     let last = request_text(plans.last().unwrap());
     assert!(
@@ -519,7 +519,7 @@ async fn a_long_plan_session_is_compacted<S: Store>(store: Arc<S>) {
     // The second compaction summarised the first summary with the turns after it.
     assert!(request_text(&compactions[1]).contains("SUMMARY-0"));
     // The whole conversation is kept: two messages per earlier turn.
-    assert_eq!(s.state.history.len(), 2 * (TURNS - 1));
+    assert_eq!(s.state.history().len(), 2 * (TURNS - 1));
     // With its summary in place, every request still alternates roles.
     requests.assert_alternate();
 }

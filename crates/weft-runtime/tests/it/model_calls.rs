@@ -88,7 +88,7 @@ fn harness() -> Harness {
 async fn each_rebuilt_request_equals_the_one_the_model_received() {
     let h = harness();
     let s = h.run("Where is order o1?", json!({})).await;
-    assert_eq!(s.state.status, weft_core::SessionStatus::Completed);
+    assert_eq!(s.state.status(), weft_core::SessionStatus::Completed);
     let (_, envs) = h.store.load(&s.id).await.unwrap();
     let sent: Vec<Value> = h
         .requests
@@ -169,14 +169,14 @@ async fn calls_name_refusals_and_retries_and_add_up_to_the_session() {
         sum.add(&c.usage);
         assert!(c.started_ms <= envs.iter().find(|e| e.seq == c.seq).unwrap().ts);
     }
-    assert_eq!(sum.input_tokens, s.state.usage.tokens.input_tokens);
-    assert_eq!(sum.output_tokens, s.state.usage.tokens.output_tokens);
+    assert_eq!(sum.input_tokens, s.state.usage().tokens.input_tokens);
+    assert_eq!(sum.output_tokens, s.state.usage().tokens.output_tokens);
     assert_eq!(
         (sum.input_tokens, sum.output_tokens),
         (1080, 92),
         "the script's tokens"
     );
-    assert!((sum.cost_usd.unwrap() - s.state.usage.tokens.cost_usd.unwrap()).abs() < 1e-12);
+    assert!((sum.cost_usd.unwrap() - s.state.usage().tokens.cost_usd.unwrap()).abs() < 1e-12);
 }
 
 #[tokio::test]

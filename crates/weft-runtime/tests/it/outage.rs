@@ -64,7 +64,7 @@ async fn needs_postgres_a_call_that_finished_while_the_database_was_down_is_reco
         .await
         .expect("the run rides out an 8 s crash of its database");
     outage.await.unwrap();
-    assert_eq!(s.state.status, SessionStatus::Completed);
+    assert_eq!(s.state.status(), SessionStatus::Completed);
     assert_eq!(log.calls().len(), 2, "each call ran once");
     let (_, events) = store.load(&s.id).await.unwrap();
     let finished: Vec<&ToolOutcome> = events

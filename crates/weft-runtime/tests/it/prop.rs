@@ -113,7 +113,7 @@ proptest! {
         let lim = Limits { max_parallel, ..limits() };
         let ran = rt.block_on(common::run(reg, lim, to_plan(&steps), json!({})));
 
-        prop_assert_eq!(ran.state.status, SessionStatus::Completed);
+        prop_assert_eq!(ran.state.status(), SessionStatus::Completed);
         let calls = log.calls();
         prop_assert_eq!(calls.len(), steps.len());
         prop_assert!(log.max_inflight() <= max_parallel);
@@ -142,10 +142,10 @@ proptest! {
                 prop_assert!(dep_call.end < mine[0].start, "{} overlapped its dependency {}", id, dep);
             }
             // Each reader saw the value its dependency wrote.
-            let out = &ran.state.data[id.as_str()];
+            let out = &ran.state.data()[id.as_str()];
             prop_assert_eq!(&out["n"], &json!(i));
             for j in &s.reads {
-                let want = if s.read_field { json!(j) } else { ran.state.data[format!("s{j}").as_str()].clone() };
+                let want = if s.read_field { json!(j) } else { ran.state.data()[format!("s{j}").as_str()].clone() };
                 prop_assert_eq!(&out[format!("in{j}").as_str()], &want);
             }
         }

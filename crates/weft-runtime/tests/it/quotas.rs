@@ -98,10 +98,10 @@ async fn a_users_quota_holds_across_sessions_and_resets_with_the_day() {
         spent <= limit && spent + call > limit,
         "{spent} + {call} vs {limit}"
     );
-    assert_eq!(first.state.status, weft_core::SessionStatus::Failed);
+    assert_eq!(first.state.status(), weft_core::SessionStatus::Failed);
     // The store's counters are what the session spent, to the token.
     let counted = store.usage("ann", &period_keys(EVENING)).await.unwrap();
-    let s = &first.state.spending.session;
+    let s = &first.state.spending().session;
     assert_eq!(counted[0].input_tokens, s.input_tokens);
     assert_eq!(counted[0].output_tokens, s.output_tokens);
     assert_eq!(counted[0].model_calls, s.model_calls);
@@ -119,26 +119,28 @@ async fn a_users_quota_holds_across_sessions_and_resets_with_the_day() {
     assert!(spent2 >= spent, "{spent2} < {spent}");
     let day = &store.usage("ann", &period_keys(EVENING)).await.unwrap()[0];
     assert!(day.cost_usd <= 0.5, "{}", day.cost_usd);
-    assert!(second.state.spending.session.model_calls < first.state.spending.session.model_calls);
+    assert!(
+        second.state.spending().session.model_calls < first.state.spending().session.model_calls
+    );
 
     // An hour later it is another day: its counter starts from zero and the user may spend
     // again (the month's counter goes on from what was spent).
     clock.advance(3_600_000);
     assert_ne!(Period::Day.key(EVENING), Period::Day.key(clock.now_ms()));
     let third = rt.run_agent(&a, info(), "Loop.", json!({})).await.unwrap();
-    assert!(third.state.spending.session.model_calls > 0);
+    assert!(third.state.spending().session.model_calls > 0);
     let next = store
         .usage("ann", &period_keys(clock.now_ms()))
         .await
         .unwrap();
-    assert!((next[0].cost_usd - third.state.spending.session.cost_usd).abs() < 1e-9);
+    assert!((next[0].cost_usd - third.state.spending().session.cost_usd).abs() < 1e-9);
     assert!(next[1].cost_usd > next[0].cost_usd);
     let month: Used = next[1].clone();
     assert_eq!(
         month.model_calls,
-        first.state.spending.session.model_calls
-            + second.state.spending.session.model_calls
-            + third.state.spending.session.model_calls
+        first.state.spending().session.model_calls
+            + second.state.spending().session.model_calls
+            + third.state.spending().session.model_calls
     );
 }
 
@@ -165,7 +167,7 @@ async fn a_quota_reached_with_on_budget_ask_waits_for_a_person() {
         .run_agent(&a, SessionInfo::default(), "Loop.", json!({}))
         .await
         .unwrap();
-    assert_eq!(s.state.status, weft_core::SessionStatus::WaitingForUser);
+    assert_eq!(s.state.status(), weft_core::SessionStatus::WaitingForUser);
     let (_, events) = store.load(&s.id).await.unwrap();
     let Some(Event::WaitingForUser { request }) = events.last().map(|e| &e.event) else {
         panic!("the session waits");

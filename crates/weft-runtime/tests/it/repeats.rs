@@ -27,7 +27,12 @@ fn refund(order: &str) -> (&'static str, Value) {
 
 /// The session completed (else: why it did not).
 fn completed(st: &weft_core::State) {
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
+    assert_eq!(
+        st.status(),
+        SessionStatus::Completed,
+        "{:?}",
+        st.turn().error()
+    );
 }
 
 /// The refusals of repeats in session `id`: (the call refused, the call it repeats).
@@ -78,7 +83,7 @@ async fn react_refund_three_times_runs_once_and_the_run_ends() {
     );
     let s = h.run("Refund order o1.", json!({})).await;
     completed(&s.state);
-    assert_eq!(s.state.turn.answer(), Some("Refunded once."));
+    assert_eq!(s.state.turn().answer(), Some("Refunded once."));
     assert_eq!(h.calls.count("refund"), 1);
     let first = first_call(&h, &s.id, "refund").await;
     let refused = refusals(&h, &s.id).await;
@@ -253,10 +258,10 @@ async fn a_plan_step_that_repeats_a_call_gets_its_result() {
     let s = h.run("Refund o1.", json!({})).await;
     completed(&s.state);
     assert_eq!(h.calls.count("refund"), 1);
-    let run = s.state.plan.as_ref().unwrap();
+    let run = s.state.plan().unwrap();
     assert_eq!(run.step("again").unwrap().1.status, StepStatus::Completed);
-    assert_eq!(s.state.data["again"], s.state.data["first"]);
-    assert_eq!(s.state.data["again"]["confirmation"], json!("r-1"));
+    assert_eq!(s.state.data()["again"], s.state.data()["first"]);
+    assert_eq!(s.state.data()["again"]["confirmation"], json!("r-1"));
     let first = first_call(&h, &s.id, "refund").await;
     assert_eq!(refusals(&h, &s.id).await, vec![(None, first)]);
 }
@@ -276,8 +281,8 @@ async fn ask_waits_durably_and_an_approval_runs_the_repeat() {
     };
     let first = Harness::new(ASK, tools(), replies(), &json!({}));
     let s = first.run("Refund o1 twice.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
-    let req = s.state.turn.waiting().cloned().unwrap();
+    assert_eq!(s.state.status(), SessionStatus::WaitingForUser);
+    let req = s.state.turn().waiting().cloned().unwrap();
     assert_eq!(req.kind, "tool_approval");
     assert_eq!(req.tool.as_deref(), Some("refund"));
     assert!(req.question.contains("repeats call 1"), "{}", req.question);
@@ -285,7 +290,7 @@ async fn ask_waits_durably_and_an_approval_runs_the_repeat() {
     // A new process on the same store finds the wait and runs the call once approved.
     let second = Harness::with_store(first.store.clone(), ASK, tools(), replies(), &json!({}));
     let mut s = second.runtime.load_session(&s.id).await.unwrap();
-    assert_eq!(s.state.turn.waiting().unwrap().kind, "tool_approval");
+    assert_eq!(s.state.turn().waiting().unwrap().kind, "tool_approval");
     second.reply(&mut s, "approve").await;
     completed(&s.state);
     assert_eq!(second.calls.count("refund"), 1);
@@ -308,7 +313,7 @@ async fn ask_denied_is_a_refusal_with_the_earlier_result() {
         &json!({}),
     );
     let mut s = h.run("Refund o1.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
+    assert_eq!(s.state.status(), SessionStatus::WaitingForUser);
     h.reply(&mut s, "deny").await;
     completed(&s.state);
     assert_eq!(h.calls.count("refund"), 1);

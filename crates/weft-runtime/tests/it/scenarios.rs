@@ -98,9 +98,14 @@ async fn refund_keeps_to_its_plan() {
     );
     let s = h.run("I'd like a refund for my last order.", input).await;
     let st = &s.state;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
     assert_eq!(
-        st.turn.answer(),
+        st.status(),
+        SessionStatus::Completed,
+        "{:?}",
+        st.turn().error()
+    );
+    assert_eq!(
+        st.turn().answer(),
         Some("Your refund of 50.00 has been processed (refund_cust_123_5000).")
     );
     assert_eq!(h.calls.count("escalateToSupervisor"), 0);
@@ -111,7 +116,7 @@ async fn refund_keeps_to_its_plan() {
         json!({"customerId": "cust_123", "amount": 50.0})
     );
     assert_eq!(
-        st.data["refund"]["confirmationId"],
+        st.data()["refund"]["confirmationId"],
         json!("refund_cust_123_5000")
     );
     assert_eq!(step_status(st, "billing"), StepStatus::Completed);
@@ -149,7 +154,7 @@ async fn refund_keeps_to_its_plan() {
     // Every tool call the log records ran (started before it finished).
     let started = kinds.iter().filter(|k| **k == "tool_call_started").count();
     assert_eq!(started, 2);
-    assert_eq!(st.calls.started, 2);
+    assert_eq!(st.calls().started, 2);
 }
 
 // 2. The trip replanned for a dog.
@@ -209,7 +214,12 @@ async fn trip_replanned_for_a_dog_keeps_the_completed_step() {
         .run("Book my trip to Lisbon; I travel with my dog.", json!({}))
         .await;
     let st = &s.state;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
+    assert_eq!(
+        st.status(),
+        SessionStatus::Completed,
+        "{:?}",
+        st.turn().error()
+    );
     assert_eq!(h.calls.count("bookHotel"), 0);
     assert_eq!(h.calls.count("bookFlight"), 1);
     let pet = h.calls.of("findPetFriendlyHotel");
@@ -218,8 +228,8 @@ async fn trip_replanned_for_a_dog_keeps_the_completed_step() {
     assert_eq!(step_ids(st), vec!["flight", "petHotel"]);
     assert_eq!(step_status(st, "flight"), StepStatus::Completed);
     assert_eq!(step_status(st, "petHotel"), StepStatus::Completed);
-    assert_eq!(st.data["hotel"]["hotel"], json!("Pawsome Inn"));
-    assert_eq!(st.turn.replans(), 1);
+    assert_eq!(st.data()["hotel"]["hotel"], json!("Pawsome Inn"));
+    assert_eq!(st.turn().replans(), 1);
     let events = h.events(&s.id).await;
     let revised: Vec<&Event> = events
         .iter()
@@ -297,17 +307,22 @@ async fn declined_card_is_written_to_state_and_reported() {
     );
     let s = h.run("Buy the order.", json!({})).await;
     let st = &s.state;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
     assert_eq!(
-        st.turn.answer(),
+        st.status(),
+        SessionStatus::Completed,
+        "{:?}",
+        st.turn().error()
+    );
+    assert_eq!(
+        st.turn().answer(),
         Some("Your card was declined; the failure was reported.")
     );
-    assert_eq!(st.data["error"]["kind"], json!("card_declined"));
+    assert_eq!(st.data()["error"]["kind"], json!("card_declined"));
     assert_eq!(
-        st.data["error"]["message"],
+        st.data()["error"]["message"],
         json!("Your card was declined.")
     );
-    assert!(st.data.get("receipt").is_none());
+    assert!(st.data().get("receipt").is_none());
     assert_eq!(step_status(st, "pay"), StepStatus::Failed);
     assert_eq!(step_status(st, "confirm"), StepStatus::Skipped);
     assert_eq!(step_status(st, "report"), StepStatus::Completed);
@@ -401,10 +416,15 @@ async fn translation_is_wired_through_state_paths() {
         )
         .await;
     let st = &s.state;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
-    assert_eq!(st.data["translatedText"], json!("hello world"));
-    assert_eq!(st.data["detected"]["language"], json!("fr"));
-    assert_eq!(st.data["check"]["english"], json!(false));
+    assert_eq!(
+        st.status(),
+        SessionStatus::Completed,
+        "{:?}",
+        st.turn().error()
+    );
+    assert_eq!(st.data()["translatedText"], json!("hello world"));
+    assert_eq!(st.data()["detected"]["language"], json!("fr"));
+    assert_eq!(st.data()["check"]["english"], json!(false));
     let translate = h.calls.of("translateText");
     assert_eq!(translate.len(), 1);
     assert_eq!(
@@ -417,7 +437,7 @@ async fn translation_is_wired_through_state_paths() {
     assert_eq!(order, vec!["detectLanguage", "isEnglish", "translateText"]);
     assert!(all[0].end <= all[1].start && all[1].end <= all[2].start);
     // Without a response review the draft is the answer, and no reviewer was asked.
-    assert_eq!(st.turn.answer(), Some("It means: hello world"));
+    assert_eq!(st.turn().answer(), Some("It means: hello world"));
     assert!(h.requests.of(Purpose::ResponseReview).is_empty());
 }
 
@@ -460,9 +480,9 @@ fn use_refund_50() -> Value {
 }
 
 fn assert_waiting_for_amount(st: &weft_core::State) {
-    assert_eq!(st.status, SessionStatus::WaitingForUser);
+    assert_eq!(st.status(), SessionStatus::WaitingForUser);
     assert_eq!(step_status(st, "refund"), StepStatus::WaitingForUser);
-    let req = st.turn.waiting().expect("a request");
+    let req = st.turn().waiting().expect("a request");
     assert_eq!(req.kind, "missing_input");
     assert_eq!(req.step.as_deref(), Some("refund"));
     assert_eq!(req.tool.as_deref(), Some("issueRefund"));
@@ -498,8 +518,13 @@ async fn missing_argument_asks_the_user_and_resumes() {
 
     h.reply(&mut s, "50").await;
     let st = &s.state;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
-    assert_eq!(st.turn.answer(), Some("Refunded 50."));
+    assert_eq!(
+        st.status(),
+        SessionStatus::Completed,
+        "{:?}",
+        st.turn().error()
+    );
+    assert_eq!(st.turn().answer(), Some("Refunded 50."));
     let exec = h.requests.of(Purpose::Execute);
     assert_eq!(exec.len(), 2);
     assert!(request_text(&exec[1]).contains("50"));
@@ -551,10 +576,10 @@ async fn missing_argument_resumes_in_a_new_runtime() {
     assert_waiting_for_amount(&s.state);
     runtime.reply(&second.agent, &mut s, "50").await.unwrap();
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(first.calls.all().len(), 0);
     assert_eq!(second.calls.count("issueRefund"), 1);
@@ -565,8 +590,8 @@ async fn missing_argument_resumes_in_a_new_runtime() {
     assert!(request_text(&exec[0]).contains("50"));
     // The stored log and the live state agree.
     let reloaded = runtime.load_session(&id).await.unwrap();
-    assert_eq!(reloaded.state.status, SessionStatus::Completed);
-    assert_eq!(reloaded.state.turn.answer(), s.state.turn.answer());
+    assert_eq!(reloaded.state.status(), SessionStatus::Completed);
+    assert_eq!(reloaded.state.turn().answer(), s.state.turn().answer());
 }
 
 #[tokio::test]
@@ -604,10 +629,10 @@ async fn request_tool_input_with_every_argument_is_a_call() {
     );
     let s = h.run("Refund 20.", input).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(h.calls.count("issueRefund"), 1);
     assert!(!h.kinds(&s.id).await.contains(&"waiting_for_user"));
@@ -660,10 +685,10 @@ async fn repeated_tool_call_in_a_step_is_blocked() {
     );
     let s = h.run("Find Ada's number.", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(h.calls.count("lookup"), 1);
     let events = h.events(&s.id).await;
@@ -728,15 +753,20 @@ async fn replan_limit_fails_pending_steps_and_answers() {
     );
     let s = h.run("Do it.", json!({})).await;
     let st = &s.state;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
-    assert_eq!(st.turn.answer(), Some("Partly done."));
+    assert_eq!(
+        st.status(),
+        SessionStatus::Completed,
+        "{:?}",
+        st.turn().error()
+    );
+    assert_eq!(st.turn().answer(), Some("Partly done."));
     assert_eq!(h.requests.of(Purpose::Plan).len(), 2);
     assert_eq!(h.calls.count("b"), 0);
     assert_eq!(h.calls.count("d"), 0);
     assert_eq!(h.calls.count("c"), 1);
     assert_eq!(step_status(st, "s4"), StepStatus::Failed);
     let err = st
-        .plan
+        .plan()
         .as_ref()
         .unwrap()
         .step("s4")
@@ -790,13 +820,13 @@ async fn response_reviewer_refinement_gives_the_second_draft() {
     let h = refine_harness(PLAN_AGENT);
     let s = h.run("What is the capital of Portugal?", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(
-        s.state.turn.answer(),
+        s.state.turn().answer(),
         Some("The capital of Portugal is Lisbon.")
     );
     let respond = h.requests.of(Purpose::Respond);
@@ -825,12 +855,12 @@ async fn refinement_out_of_rounds_keeps_the_first_draft() {
     let h = refine_harness("name: test\nmode: plan\nlimits: { max_response_rounds: 1 }\n");
     let s = h.run("What is the capital of Portugal?", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
-    assert_eq!(s.state.turn.answer(), Some("Lisbon."));
+    assert_eq!(s.state.turn().answer(), Some("Lisbon."));
     assert_eq!(h.requests.of(Purpose::Respond).len(), 1);
     assert_eq!(h.requests.of(Purpose::ResponseReview).len(), 1);
 }
@@ -866,12 +896,12 @@ async fn react_runs_parallel_calls_at_once() {
         .run("Where is it sunnier, Lisbon or Oslo?", json!({}))
         .await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
-    assert_eq!(s.state.turn.answer(), Some("Lisbon is sunnier."));
+    assert_eq!(s.state.turn().answer(), Some("Lisbon is sunnier."));
     let calls = h.calls.of("getWeather");
     assert_eq!(calls.len(), 2);
     let (x, y) = (&calls[0], &calls[1]);
@@ -916,13 +946,13 @@ async fn react_stops_at_max_iterations() {
         &json!({}),
     );
     let s = h.run("Keep pinging.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::Failed);
-    let err = s.state.turn.error().unwrap_or_default().to_owned();
+    assert_eq!(s.state.status(), SessionStatus::Failed);
+    let err = s.state.turn().error().unwrap_or_default().to_owned();
     assert!(err.contains("max_iterations (3)"), "{err}");
     assert!(err.starts_with("CANNOT_COMPLETE"), "{err}");
     assert_eq!(h.requests.of(Purpose::React).len(), 3);
     assert_eq!(h.calls.count("ping"), 3);
-    assert!(s.state.turn.answer().is_none());
+    assert!(s.state.turn().answer().is_none());
 }
 
 // 10. Garbage from the model.
@@ -943,8 +973,8 @@ async fn planner_garbage_three_times_ends_as_cannot_complete() {
         &json!({}),
     );
     let s = h.run("Do it.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::Failed);
-    let err = s.state.turn.error().unwrap_or_default().to_owned();
+    assert_eq!(s.state.status(), SessionStatus::Failed);
+    let err = s.state.turn().error().unwrap_or_default().to_owned();
     assert!(err.starts_with("CANNOT_COMPLETE"), "{err}");
     assert!(err.contains("not JSON"), "{err}");
     let plans = h.requests.of(Purpose::Plan);
@@ -991,10 +1021,10 @@ async fn plan_rejected_then_valid(bad: Value, expect: &[&str]) {
     );
     let s = h.run("Check the billing of c1.", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(h.calls.count("checkBillingHistory"), 1);
     let events = h.events(&s.id).await;
@@ -1068,12 +1098,12 @@ async fn empty_react_reply_is_fed_back() {
     );
     let s = h.run("Say hello.", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
-    assert_eq!(s.state.turn.answer(), Some("Hello!"));
+    assert_eq!(s.state.turn().answer(), Some("Hello!"));
     let reqs = h.requests.of(Purpose::React);
     assert_eq!(reqs.len(), 2);
     assert!(request_text(&reqs[1]).contains("the reply was empty"));
@@ -1096,12 +1126,12 @@ async fn react_call_to_an_unknown_tool_is_blocked() {
     );
     let s = h.run("Launch a rocket.", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
-    assert_eq!(s.state.turn.answer(), Some("I cannot do that."));
+    assert_eq!(s.state.turn().answer(), Some("I cannot do that."));
     assert!(h.calls.all().is_empty());
     let events = h.events(&s.id).await;
     assert!(events.iter().any(|e| matches!(
@@ -1157,10 +1187,10 @@ async fn executor_reply_with_an_unknown_action_is_fed_back() {
     );
     let s = h.run("Think.", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(step_status(&s.state, "think"), StepStatus::Completed);
     let exec = h.requests.of(Purpose::Execute);
@@ -1197,10 +1227,10 @@ async fn review_reply_with_an_unknown_decision_is_fed_back() {
     );
     let s = h.run("Capital?", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     let reviews = h.requests.of(Purpose::Review);
     assert_eq!(reviews.len(), 2);
@@ -1242,18 +1272,18 @@ fn approval_harness() -> Harness {
 async fn approved_plan_runs() {
     let h = approval_harness();
     let mut s = h.run("Refund c1.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
-    let req = s.state.turn.waiting().cloned().unwrap();
+    assert_eq!(s.state.status(), SessionStatus::WaitingForUser);
+    let req = s.state.turn().waiting().cloned().unwrap();
     assert_eq!(req.kind, "plan_approval");
     let plan = req.plan.expect("the plan awaiting approval");
     assert_eq!(plan.steps[0].tool.as_deref(), Some("issueRefund"));
     assert!(h.calls.all().is_empty());
     h.reply(&mut s, "approve").await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     let refunds = h.calls.of("issueRefund");
     assert_eq!(refunds.len(), 1);
@@ -1265,15 +1295,15 @@ async fn rejected_plan_ends_the_run() {
     let h = approval_harness();
     let mut s = h.run("Refund c1.", json!({})).await;
     h.reply(&mut s, "reject").await;
-    assert_eq!(s.state.status, SessionStatus::Failed);
+    assert_eq!(s.state.status(), SessionStatus::Failed);
     assert!(
         s.state
-            .turn
+            .turn()
             .error()
             .unwrap_or_default()
             .contains("rejected"),
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert!(h.calls.all().is_empty());
 }
@@ -1284,18 +1314,18 @@ async fn edited_plan_is_validated_before_it_runs() {
     let mut s = h.run("Refund c1.", json!({})).await;
     let bad = json!([{"_id": "x", "_tool": "wireMoney", "to": "me"}]).to_string();
     h.reply(&mut s, &bad).await;
-    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
-    let q = s.state.turn.waiting().cloned().unwrap().question;
+    assert_eq!(s.state.status(), SessionStatus::WaitingForUser);
+    let q = s.state.turn().waiting().cloned().unwrap().question;
     assert!(q.contains("invalid") && q.contains("wireMoney"), "{q}");
     assert!(h.calls.all().is_empty());
     let good = json!([{"_id": "small", "_tool": "issueRefund", "customerId": "c1", "amount": 5}])
         .to_string();
     h.reply(&mut s, &good).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     let refunds = h.calls.of("issueRefund");
     assert_eq!(refunds.len(), 1);
@@ -1323,21 +1353,21 @@ fn tool_approval_harness() -> Harness {
 async fn approved_tool_call_runs() {
     let h = tool_approval_harness();
     let mut s = h.run("Send 5.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
-    let req = s.state.turn.waiting().cloned().unwrap();
+    assert_eq!(s.state.status(), SessionStatus::WaitingForUser);
+    let req = s.state.turn().waiting().cloned().unwrap();
     assert_eq!(req.kind, "tool_approval");
     assert_eq!(req.tool.as_deref(), Some("transferMoney"));
     assert_eq!(req.partial_call["arguments"], json!({"amount": 5}));
     assert!(h.calls.all().is_empty());
     h.reply(&mut s, "approve").await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(h.calls.count("transferMoney"), 1);
-    assert_eq!(s.state.turn.answer(), Some("Finished."));
+    assert_eq!(s.state.turn().answer(), Some("Finished."));
 }
 
 #[tokio::test]
@@ -1346,10 +1376,10 @@ async fn denied_tool_call_is_refused_to_the_model() {
     let mut s = h.run("Send 5.", json!({})).await;
     h.reply(&mut s, "deny: not today").await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(h.calls.count("transferMoney"), 0);
     let reqs = h.requests.of(Purpose::React);
@@ -1388,16 +1418,21 @@ async fn usage_and_tool_counts_are_summed() {
     );
     let s = h.run("Refund.", input).await;
     let st = &s.state;
-    assert_eq!(st.status, SessionStatus::Completed, "{:?}", st.turn.error());
-    assert_eq!(st.usage.tokens.input_tokens, 100 + 80 + 90 + 120 + 70);
-    assert_eq!(st.usage.tokens.output_tokens, 40 + 5 + 6 + 10 + 3);
-    assert_eq!(st.usage.calls, 5);
-    assert_eq!(st.calls.started, 2);
-    assert_eq!(st.calls.started as usize, h.calls.all().len());
+    assert_eq!(
+        st.status(),
+        SessionStatus::Completed,
+        "{:?}",
+        st.turn().error()
+    );
+    assert_eq!(st.usage().tokens.input_tokens, 100 + 80 + 90 + 120 + 70);
+    assert_eq!(st.usage().tokens.output_tokens, 40 + 5 + 6 + 10 + 3);
+    assert_eq!(st.usage().calls, 5);
+    assert_eq!(st.calls().started, 2);
+    assert_eq!(st.calls().started as usize, h.calls.all().len());
     // The fold of the stored log gives the same sums.
     let folded = weft_core::State::fold(h.events(&s.id).await.iter());
-    assert_eq!(folded.usage, st.usage);
-    assert_eq!(folded.calls.started, 2);
+    assert_eq!(folded.usage(), st.usage());
+    assert_eq!(folded.calls().started, 2);
 }
 
 #[tokio::test]
@@ -1440,10 +1475,10 @@ async fn observers_see_every_stored_event() {
     .build();
     let s = h.run("Refund.", input).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     let stored = h.events(&s.id).await.len() as u64;
     assert_eq!(*seen.lock().unwrap(), (1..=stored).collect::<Vec<u64>>());
@@ -1468,8 +1503,8 @@ async fn cyclic_plans_three_times_end_as_cannot_complete() {
         &json!({}),
     );
     let s = h.run("Loop.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::Failed);
-    let err = s.state.turn.error().unwrap_or_default().to_owned();
+    assert_eq!(s.state.status(), SessionStatus::Failed);
+    let err = s.state.turn().error().unwrap_or_default().to_owned();
     assert!(
         err.starts_with("CANNOT_COMPLETE: the planner gave no valid plan in 3 attempts"),
         "{err}"
@@ -1504,8 +1539,8 @@ async fn executor_garbage_three_times_ends_as_cannot_complete() {
         &json!({}),
     );
     let s = h.run("Think.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::Failed);
-    let err = s.state.turn.error().unwrap_or_default().to_owned();
+    assert_eq!(s.state.status(), SessionStatus::Failed);
+    let err = s.state.turn().error().unwrap_or_default().to_owned();
     assert!(err.starts_with("CANNOT_COMPLETE"), "{err}");
     assert!(err.contains("unknown action `WAVE`"), "{err}");
     assert_eq!(step_status(&s.state, "think"), StepStatus::Failed);
@@ -1530,8 +1565,8 @@ async fn review_garbage_three_times_ends_as_cannot_complete() {
         &json!({}),
     );
     let s = h.run("Capital?", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::Failed);
-    let err = s.state.turn.error().unwrap_or_default().to_owned();
+    assert_eq!(s.state.status(), SessionStatus::Failed);
+    let err = s.state.turn().error().unwrap_or_default().to_owned();
     assert!(err.starts_with("CANNOT_COMPLETE"), "{err}");
     assert!(err.contains("`decision`"), "{err}");
     assert_eq!(h.calls.count("fact"), 1);
@@ -1547,8 +1582,8 @@ async fn a_failing_model_ends_the_run_with_its_error() {
         &json!({}),
     );
     let s = h.run("Capital?", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::Failed);
-    let err = s.state.turn.error().unwrap_or_default().to_owned();
+    assert_eq!(s.state.status(), SessionStatus::Failed);
+    let err = s.state.turn().error().unwrap_or_default().to_owned();
     assert!(err.contains("the model call (review) failed"), "{err}");
     assert!(err.contains("no reply left"), "{err}");
     let kinds = h.kinds(&s.id).await;
@@ -1586,18 +1621,18 @@ fn plan_approval_tool_harness() -> Harness {
 async fn plan_step_with_an_approved_tool_runs_after_approval() {
     let h = plan_approval_tool_harness();
     let mut s = h.run("Pay 5.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
-    let req = s.state.turn.waiting().cloned().unwrap();
+    assert_eq!(s.state.status(), SessionStatus::WaitingForUser);
+    let req = s.state.turn().waiting().cloned().unwrap();
     assert_eq!(req.kind, "tool_approval");
     assert_eq!(req.step.as_deref(), Some("pay"));
     assert_eq!(step_status(&s.state, "pay"), StepStatus::WaitingForUser);
     assert!(h.calls.all().is_empty());
     h.reply(&mut s, "yes").await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(h.calls.count("transferMoney"), 1);
     assert_eq!(step_status(&s.state, "pay"), StepStatus::Completed);
@@ -1609,16 +1644,16 @@ async fn plan_step_with_a_denied_tool_fails_without_running() {
     let mut s = h.run("Pay 5.", json!({})).await;
     h.reply(&mut s, "no, too much").await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(h.calls.count("transferMoney"), 0);
     assert_eq!(step_status(&s.state, "pay"), StepStatus::Failed);
     let err = s
         .state
-        .plan
+        .plan()
         .as_ref()
         .unwrap()
         .step("pay")
@@ -1662,14 +1697,14 @@ async fn review_asks_the_user_and_reviews_again() {
         &json!({}),
     );
     let mut s = h.run("Pick my account.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
-    assert_eq!(s.state.turn.waiting().unwrap().question, "Which account?");
+    assert_eq!(s.state.status(), SessionStatus::WaitingForUser);
+    assert_eq!(s.state.turn().waiting().unwrap().question, "Which account?");
     h.reply(&mut s, "the savings one").await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     let reviews = h.requests.of(Purpose::Review);
     assert_eq!(reviews.len(), 2);
@@ -1713,10 +1748,10 @@ async fn parallel_plan_steps_run_in_one_wave() {
     );
     let s = h.run("What's on today?", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     let all = h.calls.all();
     assert_eq!(all.len(), 2);
@@ -1735,7 +1770,7 @@ async fn parallel_plan_steps_run_in_one_wave() {
     assert_eq!(waves, vec![&vec!["w".to_owned(), "e".to_owned()]]);
     assert_eq!(h.requests.of(Purpose::Review).len(), 1);
     assert_eq!(
-        s.state.data,
+        *s.state.data(),
         json!({"weather": "sunny", "events": "concert"})
     );
 }
@@ -1777,13 +1812,13 @@ async fn retryable_tool_failure_is_retried() {
     );
     let s = h.run("Try.", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(h.calls.count("flaky"), 2);
-    assert_eq!(s.state.data["f"], json!("ok"));
+    assert_eq!(s.state.data()["f"], json!("ok"));
     let kinds = h.kinds(&s.id).await;
     assert_eq!(
         only(
@@ -1832,12 +1867,12 @@ async fn replan_with_a_direct_response_answers() {
     );
     let s = h.run("Capital of Portugal?", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
-    assert_eq!(s.state.turn.answer(), Some("Lisbon is the capital."));
+    assert_eq!(s.state.turn().answer(), Some("Lisbon is the capital."));
     assert_eq!(h.calls.count("more"), 0);
     assert!(h.requests.of(Purpose::Respond).is_empty());
     assert_eq!(h.requests.of(Purpose::ResponseReview).len(), 1);
@@ -1871,23 +1906,23 @@ async fn second_turn_remembers_the_first() {
     );
     let mut s = h.run("Capital of Portugal?", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     h.runtime
         .run_task(&h.agent, &mut s, "How many people live there?", json!({}))
         .await
         .unwrap();
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(
-        s.state.turn.answer(),
+        s.state.turn().answer(),
         Some("About 550,000 people live in Lisbon.")
     );
     let plans = h.requests.of(Purpose::Plan);
@@ -1897,7 +1932,7 @@ async fn second_turn_remembers_the_first() {
         second.contains("Capital of Portugal?") && second.contains("Lisbon."),
         "{second}"
     );
-    assert_eq!(s.state.turn.number(), 2);
+    assert_eq!(s.state.turn().number(), 2);
 }
 
 #[tokio::test]
@@ -1916,7 +1951,7 @@ async fn react_second_turn_keeps_the_conversation() {
         .run_task(&h.agent, &mut s, "What is my name?", json!({}))
         .await
         .unwrap();
-    assert_eq!(s.state.turn.answer(), Some("Your name is Ada."));
+    assert_eq!(s.state.turn().answer(), Some("Your name is Ada."));
     let reqs = h.requests.of(Purpose::React);
     let second = request_text(&reqs[1]);
     assert!(
@@ -1931,7 +1966,7 @@ async fn reply_to_a_finished_session_is_refused() {
     let h = tool_approval_harness();
     let mut s = h.run("Send 5.", json!({})).await;
     h.reply(&mut s, "approve").await;
-    assert_eq!(s.state.status, SessionStatus::Completed);
+    assert_eq!(s.state.status(), SessionStatus::Completed);
     let before = h.events(&s.id).await.len();
     let err = h
         .runtime
@@ -1939,7 +1974,7 @@ async fn reply_to_a_finished_session_is_refused() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("not waiting"), "{err}");
-    assert_eq!(s.state.status, SessionStatus::Completed);
+    assert_eq!(s.state.status(), SessionStatus::Completed);
     assert_eq!(h.events(&s.id).await.len(), before);
     assert_eq!(h.calls.count("transferMoney"), 1);
 }
@@ -1970,10 +2005,10 @@ async fn allowed_tools_bound_react_calls() {
     );
     let s = h.run("Delete everything.", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(h.calls.count("deleteEverything"), 0);
     let reqs = h.requests.of(Purpose::React);
@@ -2016,10 +2051,10 @@ async fn allowed_tools_bound_plans_and_the_step_executor() {
     );
     let s = h.run("Delete everything.", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(h.calls.count("deleteEverything"), 0);
     let plan_req = request_text(&h.requests.of(Purpose::Plan)[0]);
@@ -2076,10 +2111,10 @@ async fn executor_corrects_a_call_rejected_by_the_schema() {
     );
     let s = h.run("Refund 20.", input).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     // The invalid call never reached the tool.
     let refunds = h.calls.of("issueRefund");
@@ -2130,14 +2165,14 @@ async fn executor_step_fails_after_its_attempts() {
         &json!({}),
     );
     let s = h.run("Find Ada's number.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::Failed);
+    assert_eq!(s.state.status(), SessionStatus::Failed);
     assert_eq!(h.calls.count("lookup"), 2);
     assert_eq!(step_status(&s.state, "find"), StepStatus::Failed);
     assert_eq!(
-        s.state.turn.error(),
+        s.state.turn().error(),
         Some("CANNOT_COMPLETE: The directory is down.")
     );
-    assert_eq!(s.state.turn.answer(), Some("The directory is down."));
+    assert_eq!(s.state.turn().answer(), Some("The directory is down."));
     let review = request_text(&h.requests.of(Purpose::Review)[0]);
     assert!(
         review.contains("FAILED") && review.contains("the directory is down"),
@@ -2169,19 +2204,19 @@ async fn response_reviewer_asks_the_user() {
         &json!({}),
     );
     let mut s = h.run("Capital of Portugal?", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
+    assert_eq!(s.state.status(), SessionStatus::WaitingForUser);
     assert_eq!(
-        s.state.turn.waiting().unwrap().question,
+        s.state.turn().waiting().unwrap().question,
         "In which language?"
     );
     h.reply(&mut s, "Portuguese").await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
-    assert_eq!(s.state.turn.answer(), Some("Lisboa."));
+    assert_eq!(s.state.turn().answer(), Some("Lisboa."));
     let respond = h.requests.of(Purpose::Respond);
     assert_eq!(respond.len(), 2);
     assert!(request_text(&respond[1]).contains("Portuguese"));
@@ -2209,12 +2244,12 @@ async fn response_reviewer_cannot_complete_fails_with_the_draft() {
         &json!({}),
     );
     let s = h.run("Capital of Atlantis?", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::Failed);
+    assert_eq!(s.state.status(), SessionStatus::Failed);
     assert_eq!(
-        s.state.turn.error(),
+        s.state.turn().error(),
         Some("CANNOT_COMPLETE: No evidence was found.")
     );
-    assert_eq!(s.state.turn.answer(), Some("I could not find it."));
+    assert_eq!(s.state.turn().answer(), Some("I could not find it."));
 }
 
 // A tool error in ReAct goes back to the model as an error result.
@@ -2246,10 +2281,10 @@ async fn react_tool_error_is_an_error_result() {
     );
     let s = h.run("Weather in Atlantis and Lisbon?", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     let reqs = h.requests.of(Purpose::React);
     let results: Vec<(String, bool)> = reqs[1]
@@ -2299,7 +2334,10 @@ async fn react_answer_streams_as_deltas() {
     }))
     .build();
     let s = h.run("Say the pangram.", json!({})).await;
-    assert_eq!(s.state.turn.answer(), Some(deltas.lock().unwrap().as_str()));
+    assert_eq!(
+        s.state.turn().answer(),
+        Some(deltas.lock().unwrap().as_str())
+    );
     // Deltas are live only: none is stored.
     assert!(!h.kinds(&s.id).await.contains(&"text_delta"));
 }
@@ -2327,13 +2365,13 @@ async fn plan_approval_survives_a_restart() {
         &json!({}),
     );
     let mut s = second.runtime.load_session(&id).await.unwrap();
-    assert_eq!(s.state.turn.waiting().unwrap().kind, "plan_approval");
+    assert_eq!(s.state.turn().waiting().unwrap().kind, "plan_approval");
     second.reply(&mut s, "approve").await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(second.calls.count("issueRefund"), 1);
     assert_eq!(first.calls.all().len(), 0);
@@ -2364,13 +2402,13 @@ async fn react_mixed_approval_calls_each_get_one_result() {
         &json!({}),
     );
     let mut s = h.run("Send 5 if I can afford it.", json!({})).await;
-    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
+    assert_eq!(s.state.status(), SessionStatus::WaitingForUser);
     h.reply(&mut s, "ok").await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     assert_eq!(h.calls.count("balance"), 1);
     assert_eq!(h.calls.count("transferMoney"), 1);
@@ -2444,10 +2482,10 @@ skills:\n\
     );
     let s = h.run("What is the refund policy?", input).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     let plan_req = &h.requests.of(Purpose::Plan)[0];
     let plan = request_text(plan_req);
@@ -2497,7 +2535,7 @@ skills:\n\
     assert!(seen(&execs[2]).is_empty(), "{}", execs[2]);
     assert!(seen(&execs[3]).is_empty(), "{}", execs[3]);
     assert!(execs[3].contains("has no `_skill`"), "{}", execs[3]);
-    let run = s.state.plan.as_ref().unwrap();
+    let run = s.state.plan().unwrap();
     assert_eq!(
         run.step("policy").unwrap().1.output,
         Some(json!({"instructions": "Ask a manager for refunds over 100."}))
@@ -2547,10 +2585,10 @@ skills:\n  - name: refund-policy\n    description: How refunds are decided.\n   
     );
     let s = h.run("Refund policy?", json!({})).await;
     assert_eq!(
-        s.state.status,
+        s.state.status(),
         SessionStatus::Completed,
         "{:?}",
-        s.state.turn.error()
+        s.state.turn().error()
     );
     let again = request_text(&h.requests.of(Purpose::Plan)[1]);
     assert!(

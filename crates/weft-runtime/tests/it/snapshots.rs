@@ -54,8 +54,8 @@ async fn run_poster<S: Store>(store: Arc<S>, head_bytes: u64) -> (String, u64) {
         .run_agent(&a, SessionInfo::default(), "post", Value::Null)
         .await
         .unwrap();
-    assert_eq!(s.state.turn.answer(), Some("posted"));
-    (s.id.clone(), s.state.seq)
+    assert_eq!(s.state.turn().answer(), Some("posted"));
+    (s.id.clone(), s.state.seq())
 }
 
 /// A ReAct session of 30 tool calls (a tool that is not idempotent: its starts are stored on
@@ -78,7 +78,7 @@ async fn loads_start_from_the_newest_snapshot<S: Store>(store: Arc<S>) {
         .iter()
         .map(|(_, text)| serde_json::from_str::<Vec<Value>>(text).unwrap().len())
         .sum();
-    assert!(in_parts <= loaded.state.history.len() && in_parts > 50);
+    assert!(in_parts <= loaded.state.history().len() && in_parts > 50);
 }
 
 /// A plan session waits for an argument with a snapshot after every event; a new process
@@ -127,7 +127,7 @@ async fn a_waiting_session_continues_from_its_snapshot<S: Store>(store: Arc<S>) 
         .run_agent(&a, SessionInfo::default(), "refund me", json!({}))
         .await
         .unwrap();
-    assert_eq!(s.state.status, SessionStatus::WaitingForUser);
+    assert_eq!(s.state.status(), SessionStatus::WaitingForUser);
     let id = s.id.clone();
     drop(s);
     let rt = crate::agents::runtime_of(&store, &a)
@@ -137,10 +137,10 @@ async fn a_waiting_session_continues_from_its_snapshot<S: Store>(store: Arc<S>) 
     let loaded = load_state(store.as_ref(), &id).await.unwrap();
     assert!(loaded.snapshot.is_some(), "{loaded:?}");
     let mut s = rt.load_session(&id).await.unwrap();
-    assert_eq!(s.state.turn.waiting().unwrap().missing, vec!["amount"]);
+    assert_eq!(s.state.turn().waiting().unwrap().missing, vec!["amount"]);
     rt.reply(&a, &mut s, "20").await.unwrap();
-    assert_eq!(s.state.status, SessionStatus::Completed);
-    assert_eq!(s.state.turn.answer(), Some("Refunded 20."));
+    assert_eq!(s.state.status(), SessionStatus::Completed);
+    assert_eq!(s.state.turn().answer(), Some("Refunded 20."));
     assert_eq!(log.count("issueRefund"), 1);
     assert_eq!(s.state, folded(store.as_ref(), &id).await);
 }
@@ -165,7 +165,7 @@ async fn unusable_snapshots_are_passed_over<S: Store>(store: Arc<S>) {
         .run_agent(&a, SessionInfo::default(), "go", Value::Null)
         .await
         .unwrap();
-    let (id, seq, status) = (s.id.clone(), s.state.seq, s.state.status);
+    let (id, seq, status) = (s.id.clone(), s.state.seq(), s.state.status());
     drop(s);
     let truth = folded(store.as_ref(), &id).await;
     let good = weft_core::snapshot::encode(&truth, 0).unwrap();
@@ -191,7 +191,7 @@ async fn unusable_snapshots_are_passed_over<S: Store>(store: Arc<S>) {
             Encoded {
                 part: Some(Part {
                     start: 0,
-                    text: serde_json::to_string(&truth.history.held()[..2]).unwrap(),
+                    text: serde_json::to_string(&truth.history().held()[..2]).unwrap(),
                 }),
                 ..good.clone()
             },
@@ -215,7 +215,7 @@ async fn unusable_snapshots_are_passed_over<S: Store>(store: Arc<S>) {
     rt.run_task(&a, &mut s, "once more", Value::Null)
         .await
         .unwrap();
-    assert_eq!(s.state.turn.answer(), Some("again"));
+    assert_eq!(s.state.turn().answer(), Some("again"));
     let loaded = load_state(store.as_ref(), &id).await.unwrap();
     assert!(loaded.snapshot.is_some(), "{:?}", loaded.passed_over);
     assert_eq!(loaded.state, folded(store.as_ref(), &id).await);
@@ -250,25 +250,25 @@ async fn a_compacted_session_loads_its_window<S: Store>(store: Arc<S>) {
         .run_agent(&a, SessionInfo::default(), "echo", Value::Null)
         .await
         .unwrap();
-    assert_eq!(s.state.turn.answer(), Some("echoed"));
+    assert_eq!(s.state.turn().answer(), Some("echoed"));
     let id = s.id.clone();
     drop(s);
     let truth = folded(store.as_ref(), &id).await;
     let upto = truth
-        .compaction
+        .compaction()
         .as_ref()
         .expect("the conversation was compacted")
         .upto;
     let loaded = load_state(store.as_ref(), &id).await.unwrap();
     assert!(loaded.snapshot.is_some(), "{:?}", loaded.passed_over);
-    let start = loaded.state.history.start();
+    let start = loaded.state.history().start();
     assert!(
         start > 0 && start <= upto,
         "window at {start}, compacted to {upto}"
     );
-    assert_eq!(loaded.state.history.len(), truth.history.len());
+    assert_eq!(loaded.state.history().len(), truth.history().len());
     let mut want = truth.clone();
-    want.history.forget_before(start);
+    want.forget_history_before(start);
     assert_eq!(loaded.state, want);
     // Only the parts from the one holding the window's first message were read.
     let all_parts = store.snapshot_parts(&id, 0).await.unwrap();
@@ -287,11 +287,11 @@ async fn a_compacted_session_loads_its_window<S: Store>(store: Arc<S>) {
     // The next turn runs from the window, compacts again, and ends where the log says.
     let mut s = rt.load_session(&id).await.unwrap();
     rt.run_task(&a, &mut s, "more", Value::Null).await.unwrap();
-    assert_eq!(s.state.turn.answer(), Some("again"));
+    assert_eq!(s.state.turn().answer(), Some("again"));
     let truth = folded(store.as_ref(), &id).await;
-    assert!(truth.compaction.as_ref().unwrap().upto > upto);
+    assert!(truth.compaction().unwrap().upto > upto);
     let mut want = truth.clone();
-    want.history.forget_before(start);
+    want.forget_history_before(start);
     assert_eq!(s.state, want);
     let (_, log) = store.load(&id).await.unwrap();
     let events: Vec<_> = log.into_iter().map(|e| e.event).collect();

@@ -129,7 +129,7 @@ async fn start<S: Store>(store: &Arc<S>, agent: &Agent, id: &str, task: &str) ->
         ..SessionInfo::default()
     };
     let s = rt.run_agent(agent, info, task, json!({})).await.unwrap();
-    s.state.status
+    s.state.status()
 }
 
 /// Answers a waiting session in a fresh runtime (as `weft answer` in a new process).
@@ -137,7 +137,7 @@ async fn answer<S: Store>(store: &Arc<S>, agent: &Agent, id: &str, text: &str) -
     let rt = runtime(store, agent);
     let mut s = rt.load_session(id).await.unwrap();
     rt.reply(agent, &mut s, text).await.unwrap();
-    s.state.status
+    s.state.status()
 }
 
 async fn answer_of<S: Store>(store: &Arc<S>, agent: &Agent, id: &str) -> Option<String> {
@@ -146,7 +146,7 @@ async fn answer_of<S: Store>(store: &Arc<S>, agent: &Agent, id: &str) -> Option<
         .await
         .unwrap()
         .state
-        .turn
+        .turn()
         .answer()
         .map(str::to_owned)
 }
@@ -185,7 +185,7 @@ async fn triage_routes<S: Store>(store: Arc<S>, tag: &str) {
         .unwrap()
         .state;
     assert_eq!(
-        state.data,
+        *state.data(),
         json!({"category": "refund", "orderId": "A-1001"})
     );
 
@@ -205,7 +205,7 @@ async fn triage_routes<S: Store>(store: Arc<S>, tag: &str) {
         .await
         .unwrap()
         .state
-        .turn
+        .turn()
         .waiting()
         .cloned()
         .unwrap();
@@ -239,8 +239,8 @@ async fn triage_routes<S: Store>(store: Arc<S>, tag: &str) {
         .await
         .unwrap()
         .state;
-    assert_eq!(state.data["orderId"], json!("A-2002"));
-    assert_eq!(state.data["awaiting"], Value::Null);
+    assert_eq!(state.data()["orderId"], json!("A-2002"));
+    assert_eq!(state.data()["awaiting"], Value::Null);
 
     // An injection: classify routes to escalate; there the model's refund is refused (not one
     // of the step's tools) and never runs; the escalation waits for approval.
@@ -314,7 +314,7 @@ async fn triage_routes<S: Store>(store: Arc<S>, tag: &str) {
         .await
         .unwrap()
         .state;
-    let fed_back = state.history.iter().any(|m| {
+    let fed_back = state.history().iter().any(|m| {
         matches!(m, weft_core::model::Message::User { content } if content.contains("could not be used") && content.contains("billing"))
     });
     assert!(fed_back);
@@ -335,7 +335,7 @@ async fn triage_routes<S: Store>(store: Arc<S>, tag: &str) {
         .await;
     // The garbage case's script has no reply left for a second task: the run fails loudly,
     // after entering classify by the default reentry rule.
-    assert!(err.is_ok() || s.state.status == SessionStatus::Failed);
+    assert!(err.is_ok() || s.state.status() == SessionStatus::Failed);
     let p = Log::of(&store, &id).await;
     let last_entry = p
         .events
@@ -433,7 +433,7 @@ async fn a_loop_between_steps_ends_at_max_transitions() {
     );
     let rt = runtime(&store, &agent);
     let s = rt.load_session("loop").await.unwrap();
-    let error = s.state.turn.error().unwrap();
+    let error = s.state.turn().error().unwrap();
     // The list shows exactly the transitions counted (one arrow each), then the one refused.
     assert!(
         error.ends_with(
@@ -606,8 +606,8 @@ async fn a_step_hands_its_work_to_a_react_agent_in_a_linked_session() {
     );
     let rt = runtime(&store, &agent);
     let s = rt.load_session("desk").await.unwrap();
-    assert_eq!(s.state.turn.answer(), Some("Lisbon"));
-    assert_eq!(s.state.data, json!({"capital": "Lisbon"}));
+    assert_eq!(s.state.turn().answer(), Some("Lisbon"));
+    assert_eq!(*s.state.data(), json!({"capital": "Lisbon"}));
     let p = Log::of(&store, "desk").await;
     assert_eq!(p.count("workflow_output_rejected"), 1);
     assert_eq!(p.tools_run(), ["workflow.research", "workflow.research"]);
@@ -688,8 +688,8 @@ async fn a_linked_sessions_model_calls_count_against_the_users_quota() {
         .run_agent(&agent, info, "What is the capital of Portugal?", json!({}))
         .await
         .unwrap();
-    assert_eq!(s.state.status, SessionStatus::Completed);
-    let mut calls = s.state.spending.session.model_calls;
+    assert_eq!(s.state.status(), SessionStatus::Completed);
+    let mut calls = s.state.spending().session.model_calls;
     let mut children = 0;
     let all = store
         .list(&weft_store::ListFilter::default())
@@ -700,8 +700,8 @@ async fn a_linked_sessions_model_calls_count_against_the_users_quota() {
             continue;
         }
         let child = rt.load_session(&id).await.unwrap();
-        assert!(child.state.spending.session.model_calls > 0, "{id}");
-        calls += child.state.spending.session.model_calls;
+        assert!(child.state.spending().session.model_calls > 0, "{id}");
+        calls += child.state.spending().session.model_calls;
         children += 1;
     }
     assert_eq!(children, 2, "the step ran twice, each in a linked session");
@@ -744,7 +744,7 @@ async fn an_own_observer_sees_its_session_and_not_the_sub_agents() {
         .run_agent(&agent, info, "What is the capital of Portugal?", json!({}))
         .await
         .unwrap();
-    assert_eq!(s.state.status, SessionStatus::Completed);
+    assert_eq!(s.state.status(), SessionStatus::Completed);
     let log: Vec<(u64, String)> = Log::of(&store, "desk")
         .await
         .events

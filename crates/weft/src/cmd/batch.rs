@@ -596,17 +596,17 @@ async fn one<S: Store>(
 }
 
 fn report(id: &str, line: u64, did: Did, st: &State, raw: Value) -> Outcome {
-    let entry = match st.status {
+    let entry = match st.status() {
         SessionStatus::Completed => Ok(json!({
-            "line": line, "session": id, "status": "completed", "answer": st.turn.answer(), "data": st.data,
+            "line": line, "session": id, "status": "completed", "answer": st.turn().answer(), "data": st.data(),
         })),
         SessionStatus::WaitingForUser => Ok(json!({
             "line": line, "session": id, "status": "waiting_for_user",
-            "question": st.turn.waiting().map(|w| w.question.clone()),
+            "question": st.turn().waiting().map(|w| w.question.clone()),
         })),
         SessionStatus::Failed => Err(json!({
             "line": line, "session": id,
-            "error": st.turn.error().map(str::to_owned).unwrap_or_else(|| "unknown reason".into()), "record": raw,
+            "error": st.turn().error().map(str::to_owned).unwrap_or_else(|| "unknown reason".into()), "record": raw,
         })),
         SessionStatus::Running => Err(json!({
             "line": line, "session": id, "error": "interrupted before it finished", "record": raw,

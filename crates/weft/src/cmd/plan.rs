@@ -269,9 +269,9 @@ pub async fn execute<S: weft_store::Store>(host: &Host, store: Arc<S>, p: Prepar
     writeln!(
         std::io::stdout(),
         "{}",
-        serde_json::to_string_pretty(&state.data)?
+        serde_json::to_string_pretty(state.data())?
     )?;
-    if state.status == SessionStatus::Completed {
+    if state.status() == SessionStatus::Completed {
         return Ok(0);
     }
     report_failure(state);
@@ -281,7 +281,7 @@ pub async fn execute<S: weft_store::Store>(host: &Host, store: Arc<S>, p: Prepar
 /// Says on stderr why a plan run did not complete: each failed step (not handled by an error
 /// path) with its error, and the run's own error.
 pub fn report_failure(state: &weft_core::State) {
-    if let Some(run) = &state.plan {
+    if let Some(run) = state.plan() {
         for (s, r) in run.plan.steps.iter().zip(&run.steps) {
             if let Some(e) = r
                 .error
@@ -295,7 +295,7 @@ pub fn report_failure(state: &weft_core::State) {
             }
         }
     }
-    if let Some(e) = &state.turn.error() {
+    if let Some(e) = &state.turn().error() {
         eprintln!("run failed: {e}");
     }
 }

@@ -305,19 +305,19 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
             Some(id) => {
                 let mut session = rt.load_session(id).await?;
                 before = Some(Before::of(&session.state));
-                if session.state.agent != agent.name {
+                if session.state.agent() != agent.name {
                     return Err(anyhow!(
                         "session {id} belongs to agent `{}`, not `{}`",
-                        session.state.agent,
+                        session.state.agent(),
                         agent.name
                     ));
                 }
-                if let Some(b) = given(session.state.spending.budget.as_ref())?
-                    && session.state.status != SessionStatus::Running
+                if let Some(b) = given(session.state.spending().budget.as_ref())?
+                    && session.state.status() != SessionStatus::Running
                 {
                     rt.set_budget(agent.model.as_ref(), &mut session, b).await?;
                 }
-                match session.state.status {
+                match session.state.status() {
                     SessionStatus::WaitingForUser => {
                         rt.reply(&agent, &mut session, &args.task).await?
                     }
@@ -404,12 +404,12 @@ fn usage_text(input: u64, output: u64, cost: Option<f64>, tool_calls: u64) -> St
 /// The usage line. A new session's run is the whole session; a run that continues a session
 /// (a follow-up task, an answer, a resume) shows its own share and the session's total.
 pub fn usage_line(st: &weft_core::State, id: &str, before: Option<&Before>) -> String {
-    let total = &st.usage.tokens;
+    let total = &st.usage().tokens;
     let whole = usage_text(
         total.input_tokens,
         total.output_tokens,
         total.cost_usd,
-        st.calls.started,
+        st.calls().started,
     );
     match before {
         None => format!("usage: {whole} · session {id}"),
@@ -440,16 +440,16 @@ pub fn report(
 ) -> Result<u8> {
     let mut err = std::io::stderr().lock();
     let summary = usage_line(st, id, before);
-    match st.status {
+    match st.status() {
         SessionStatus::Completed => {
-            let answer = st.turn.answer().unwrap_or_default().to_owned();
+            let answer = st.turn().answer().unwrap_or_default().to_owned();
             writeln!(std::io::stdout(), "{answer}")?;
             writeln!(err, "{summary}")?;
             Ok(0)
         }
         SessionStatus::WaitingForUser => {
             let q = st
-                .turn
+                .turn()
                 .waiting()
                 .map(|w| w.question.clone())
                 .unwrap_or_default();
@@ -460,7 +460,7 @@ pub fn report(
                 "waiting for your answer (session {id}); continue with:"
             )?;
             let at_budget = st
-                .turn
+                .turn()
                 .waiting()
                 .is_some_and(|w| w.kind == weft_core::budget::WAIT_KIND);
             if at_budget {
@@ -480,13 +480,13 @@ pub fn report(
             Ok(EXIT_WAITING)
         }
         SessionStatus::Failed | SessionStatus::Running => {
-            if let Some(a) = &st.turn.answer() {
+            if let Some(a) = &st.turn().answer() {
                 writeln!(std::io::stdout(), "{a}")?;
             }
             writeln!(
                 err,
                 "could not complete: {}",
-                st.turn.error().unwrap_or("unknown reason")
+                st.turn().error().unwrap_or("unknown reason")
             )?;
             writeln!(err, "{summary}")?;
             Ok(EXIT_FAILED)

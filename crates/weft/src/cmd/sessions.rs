@@ -175,7 +175,7 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, cmd: SessionsCommand) -> 
             let agent = agent_file_of(&rec.metadata)
                 .map(|p| crate::store::shell_word(&p.display().to_string()))
                 .unwrap_or_else(|| "AGENT".into());
-            let next = match state.status {
+            let next = match state.status() {
                 SessionStatus::Running => format!("weft resume{db} {new_id}"),
                 SessionStatus::WaitingForUser => format!("weft answer{db} {new_id} \"<answer>\""),
                 SessionStatus::Completed | SessionStatus::Failed => {
@@ -185,7 +185,7 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, cmd: SessionsCommand) -> 
             writeln!(
                 std::io::stderr(),
                 "forked {id} at event {at} into {new_id} ({}); continue it with `{next}`",
-                state.status.as_str()
+                state.status().as_str()
             )?;
             Ok(0)
         }
@@ -263,7 +263,7 @@ async fn list<S: Store>(
         let task = weft_runtime::load_state(store, &r.id)
             .await?
             .state
-            .turn
+            .turn()
             .task()
             .map(str::to_owned);
         tasks.push(task);
@@ -342,20 +342,20 @@ async fn show<S: Store>(
         "created_at": fmt_time(rec.created_at),
         "updated_at": fmt_time(rec.updated_at),
         "events": rec.last_seq,
-        "task": state.turn.task(),
-        "plan": state.plan.as_ref().map(|p| p.view()),
-        "workflow": (state.mode == Some(weft_core::agent::Mode::Workflow)).then(|| json!({
-            "step": state.workflow.step(),
-            "path": state.workflow.path(),
-            "outputs": state.workflow.outputs(),
+        "task": state.turn().task(),
+        "plan": state.plan().map(|p| p.view()),
+        "workflow": (state.mode() == Some(weft_core::agent::Mode::Workflow)).then(|| json!({
+            "step": state.workflow().step(),
+            "path": state.workflow().path(),
+            "outputs": state.workflow().outputs(),
         })),
-        "state": state.data,
-        "answer": state.turn.answer(),
-        "waiting": state.turn.waiting(),
-        "error": state.turn.error(),
-        "usage": state.usage.tokens,
-        "model_calls": state.usage.calls,
-        "tool_calls": state.calls.started,
+        "state": state.data(),
+        "answer": state.turn().answer(),
+        "waiting": state.turn().waiting(),
+        "error": state.turn().error(),
+        "usage": state.usage().tokens,
+        "model_calls": state.usage().calls,
+        "tool_calls": state.calls().started,
     });
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&view)?)?;
@@ -386,10 +386,10 @@ async fn show<S: Store>(
         fmt_time(rec.updated_at),
         rec.last_seq
     )?;
-    if let Some(t) = state.turn.task() {
+    if let Some(t) = state.turn().task() {
         writeln!(out, "task     {t}")?;
     }
-    if let Some(run) = &state.plan {
+    if let Some(run) = state.plan() {
         writeln!(out, "plan")?;
         for (s, r) in run.plan.steps.iter().zip(&run.steps) {
             let what = s
@@ -410,29 +410,37 @@ async fn show<S: Store>(
             writeln!(out, "  {:<16} {:<12} {what}{extra}", s.id, status)?;
         }
     }
-    if state.mode == Some(weft_core::agent::Mode::Workflow) && !state.workflow.path().is_empty() {
+    if state.mode() == Some(weft_core::agent::Mode::Workflow) && !state.workflow().path().is_empty()
+    {
         // The steps since the last message came in (where the session stands now).
-        let now = match state.workflow.step() {
+        let now = match state.workflow().step() {
             Some(s) => format!("  (in `{s}`)"),
             None => String::new(),
         };
-        writeln!(out, "steps    {}{now}", state.workflow.path().join(" -> "))?;
+        writeln!(
+            out,
+            "steps    {}{now}",
+            state.workflow().path().join(" -> ")
+        )?;
     }
-    if let Some(w) = &state.turn.waiting() {
+    if let Some(w) = &state.turn().waiting() {
         writeln!(out, "waiting  {}", w.question)?;
     }
-    if let Some(a) = &state.turn.answer() {
+    if let Some(a) = &state.turn().answer() {
         writeln!(out, "answer   {a}")?;
     }
-    if let Some(e) = &state.turn.error() {
+    if let Some(e) = &state.turn().error() {
         writeln!(out, "error    {e}")?;
     }
-    let u = &state.usage.tokens;
+    let u = &state.usage().tokens;
     let cost = u.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
     writeln!(
         out,
         "usage    {} input + {} output tokens{cost}, {} model call(s), {} tool call(s)",
-        u.input_tokens, u.output_tokens, state.usage.calls, state.calls.started
+        u.input_tokens,
+        u.output_tokens,
+        state.usage().calls,
+        state.calls().started
     )?;
     Ok(0)
 }
@@ -493,7 +501,7 @@ pub async fn resume<S: Store>(host: &Host, store: Arc<S>, args: ResumeArgs) -> R
             // unknown) in this run: their cards name their tool and arguments.
             let open = weft_runtime::load_state(store.as_ref(), &args.id)
                 .await
-                .map(|l| l.state.calls.open)
+                .map(|l| l.state.calls().open.clone())
                 .unwrap_or_default();
             crate::view::resuming(&agent.spec.limits, &open)
         };
@@ -508,13 +516,13 @@ pub async fn resume<S: Store>(host: &Host, store: Arc<S>, args: ResumeArgs) -> R
             weft_host::drive::Ended::Stopped(code) => return Ok(code),
         };
         agent.tools.shutdown().await;
-        if state.mode.is_none() {
+        if state.mode().is_none() {
             writeln!(
                 std::io::stdout(),
                 "{}",
-                serde_json::to_string_pretty(&state.data)?
+                serde_json::to_string_pretty(state.data())?
             )?;
-            if state.status == SessionStatus::Completed {
+            if state.status() == SessionStatus::Completed {
                 return Ok(0);
             }
             crate::cmd::plan::report_failure(&state);

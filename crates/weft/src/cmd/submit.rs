@@ -107,20 +107,20 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> 
             let rt = held.bind(builder).build();
             let queued = async {
                 let mut session = rt.load_session(id).await?;
-                if session.state.agent != agent.name {
+                if session.state.agent() != agent.name {
                     return Err(anyhow!(
                         "session {id} belongs to agent `{}`, not `{}`",
-                        session.state.agent,
+                        session.state.agent(),
                         agent.name
                     ));
                 }
-                if session.state.status != SessionStatus::WaitingForUser {
+                if session.state.status() != SessionStatus::WaitingForUser {
                     return Err(anyhow!(
                         "session {id} is {}, not waiting for an answer",
-                        session.state.status.as_str()
+                        session.state.status().as_str()
                     ));
                 }
-                if let Some(set) = given(session.state.spending.budget.as_ref())? {
+                if let Some(set) = given(session.state.spending().budget.as_ref())? {
                     session.commit(vec![set]).await?;
                 }
                 rt.queue_reply(&agent, &mut session, &args.task).await?;

@@ -407,19 +407,19 @@ impl Harness {
         let events = self.events(&s.id).await;
         let folded = State::fold(events.iter());
         let live = &s.state;
-        assert_eq!(folded.seq, live.seq);
-        assert_eq!(folded.status, live.status);
-        assert_eq!(folded.phase, live.phase);
-        assert_eq!(folded.turn.answer(), live.turn.answer());
-        assert_eq!(folded.turn.error(), live.turn.error());
-        assert_eq!(folded.data, live.data);
-        assert_eq!(folded.usage, live.usage);
-        assert_eq!(folded.history, live.history);
-        assert_eq!(folded.turn.waiting(), live.turn.waiting());
-        assert_eq!(folded.calls.started, live.calls.started);
+        assert_eq!(folded.seq(), live.seq());
+        assert_eq!(folded.status(), live.status());
+        assert_eq!(folded.phase(), live.phase());
+        assert_eq!(folded.turn().answer(), live.turn().answer());
+        assert_eq!(folded.turn().error(), live.turn().error());
+        assert_eq!(folded.data(), live.data());
+        assert_eq!(folded.usage(), live.usage());
+        assert_eq!(folded.history(), live.history());
+        assert_eq!(folded.turn().waiting(), live.turn().waiting());
+        assert_eq!(folded.calls().started, live.calls().started);
         assert_eq!(
-            folded.plan.as_ref().map(|p| p.view()),
-            live.plan.as_ref().map(|p| p.view())
+            folded.plan().map(|p| p.view()),
+            live.plan().map(|p| p.view())
         );
         weft_core::snapshot::verify(&events).unwrap();
         self.assert_rebuilds(&s.id).await;
@@ -473,7 +473,7 @@ pub fn only(kinds: &[&'static str], keep: &[&str]) -> Vec<&'static str> {
 
 /// A step's status in the state's plan.
 pub fn step_status(state: &State, id: &str) -> weft_core::StepStatus {
-    let run = state.plan.as_ref().expect("a plan");
+    let run = state.plan().expect("a plan");
     run.step(id)
         .unwrap_or_else(|| panic!("no step `{id}` in {:?}", run.view()))
         .1
@@ -483,7 +483,7 @@ pub fn step_status(state: &State, id: &str) -> weft_core::StepStatus {
 /// The ids of the steps of the state's plan, in order.
 pub fn step_ids(state: &State) -> Vec<String> {
     state
-        .plan
+        .plan()
         .as_ref()
         .map(|p| p.plan.steps.iter().map(|s| s.id.clone()).collect())
         .unwrap_or_default()
@@ -561,12 +561,12 @@ pub async fn react_tool_results<S: Store>(
         .unwrap()
         .state;
     assert_eq!(
-        st.status,
+        st.status(),
         weft_core::SessionStatus::Completed,
         "{:?}",
-        st.turn.error()
+        st.turn().error()
     );
-    st.history
+    st.history()
         .iter()
         .filter_map(|m| match m {
             Message::Tool {

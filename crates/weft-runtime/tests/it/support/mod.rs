@@ -182,12 +182,12 @@ pub struct Ran {
 
 impl Ran {
     pub fn status_of(&self, step: &str) -> weft_core::StepStatus {
-        let run = self.state.plan.as_ref().unwrap();
+        let run = self.state.plan().unwrap();
         run.step(step).unwrap().1.status
     }
 
     pub fn step(&self, step: &str) -> weft_core::state::StepRun {
-        let run = self.state.plan.as_ref().unwrap();
+        let run = self.state.plan().unwrap();
         run.step(step).unwrap().1.clone()
     }
 
