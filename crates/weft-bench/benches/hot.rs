@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use serde_json::Value;
-use weft_bench::workloads::{echo_plan, echo_tools, react_agent, temp_sqlite};
+use weft_bench::workloads::{echo_plan, echo_tools, react_agent, runtime, temp_sqlite};
 use weft_core::graph::{ValidateOptions, validate};
 use weft_core::{Envelope, Limits, SessionStatus, State};
 use weft_model::ScriptedReply;
-use weft_runtime::{Runtime, SessionInfo};
+use weft_runtime::SessionInfo;
 use weft_store::{NewSession, RamStore, SessionLog};
 
 /// The log of a ReAct session of 20 echo calls.
@@ -23,9 +23,8 @@ fn react_log(rt: &tokio::runtime::Runtime) -> Vec<Envelope> {
         call.repeat = Some(20);
         let agent = react_agent(&tools, vec![call, ScriptedReply::text("done")], 30).unwrap();
         let store = Arc::new(RamStore::new());
-        let runtime =
-            Runtime::builder(Arc::clone(&store), tools, Limits::default(), None, None).build();
-        let s = runtime
+        let weft = runtime(Arc::clone(&store), tools, Limits::default(), None);
+        let s = weft
             .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
             .await
             .unwrap();

@@ -13,7 +13,7 @@ use weft_core::graph::{ValidateOptions, validate};
 use weft_core::{Limits, Plan, SessionStatus, State};
 use weft_host::telemetry::{Live, Telemetry};
 use weft_model::{ScriptedModel, ScriptedReply};
-use weft_runtime::{Agent, Runtime, SessionInfo};
+use weft_runtime::{Agent, Observer, Runtime, SessionInfo};
 use weft_store::{Durability, RamStore, SessionLog, SqliteStore, Store};
 use weft_tools::{Echo, Registry, Tool, ToolContext};
 
@@ -45,6 +45,19 @@ fn otlp_label() -> &'static str {
     if telemetry().on() { " otlp=on" } else { "" }
 }
 
+/// The runtime of a workload, the only one the benchmarks build: `store`, `tools` and
+/// `limits`, nothing counted against a user's quota and no lease (a workload measures the
+/// runtime, not hosting), and `telemetry` the observer of its session's live telemetry when the
+/// workload is followed ([`traced`]).
+pub fn runtime<S: Store>(
+    store: Arc<S>,
+    tools: Arc<Registry>,
+    limits: Limits,
+    telemetry: Option<Observer>,
+) -> Runtime<S> {
+    Runtime::builder(store, tools, limits, None, telemetry).build()
+}
+
 /// A runtime for the new session `id`, followed live by the telemetry when it is on (as a
 /// worker follows each session it drives).
 async fn traced<S: Store + 'static>(
@@ -60,14 +73,12 @@ async fn traced<S: Store + 'static>(
         None,
     )
     .await;
-    let rt = Runtime::builder(
+    let rt = runtime(
         store,
         tools,
         Limits::default(),
-        None,
         live.as_ref().map(Live::observer),
-    )
-    .build();
+    );
     (rt, live)
 }
 
@@ -411,7 +422,7 @@ pub async fn growth(turns: u32) -> Result<Report, BenchError> {
     let store = Arc::new(store);
     let tools = echo_tools()?;
     let agent = react_agent(&tools, turns_script(turns), 5)?;
-    let rt = Runtime::builder(Arc::clone(&store), tools, Limits::default(), None, None).build();
+    let rt = runtime(Arc::clone(&store), tools, Limits::default(), None);
     let t = Instant::now();
     let mut last_turn = 0.0;
     let mut session = None;
@@ -484,7 +495,7 @@ pub fn plan_limits(n: u32) -> Limits {
 }
 
 async fn run_plan_on<S: Store>(store: Arc<S>, plan: Plan, n: u32) -> Result<f64, BenchError> {
-    let rt = Runtime::builder(store, echo_tools()?, plan_limits(n), None, None).build();
+    let rt = runtime(store, echo_tools()?, plan_limits(n), None);
     let t = Instant::now();
     let session = rt.run_plan("bench", plan, json!({"text": "hello"})).await?;
     let secs = t.elapsed().as_secs_f64();
@@ -606,14 +617,12 @@ pub async fn resume(events: u64) -> Result<Report, BenchError> {
     script.extend(calls_then_answer(1, 0));
     let agent = compacting_agent(&tools, script, n + 5)?;
     let id = {
-        let rt = Runtime::builder(
+        let rt = runtime(
             Arc::new(store.clone()),
             Arc::clone(&tools),
             Limits::default(),
             None,
-            None,
-        )
-        .build();
+        );
         let s = rt
             .run_agent(&agent, SessionInfo::default(), "go", Value::Null)
             .await?;
@@ -664,7 +673,7 @@ pub async fn resume(events: u64) -> Result<Report, BenchError> {
             l.state.history.len(),
         )
     });
-    let rt = Runtime::builder(store, tools, agent.config.limits.clone(), None, None).build();
+    let rt = runtime(store, tools, agent.config.limits.clone(), None);
     let mut session = rt.load_session(&id).await?;
     let stored = session.state.seq;
     let t = Instant::now();

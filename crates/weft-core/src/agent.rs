@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::diagnose::{self, Problem, Seg};
-use crate::engine::Limits;
+use crate::limits::Limits;
 
 /// How an agent works.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
@@ -77,7 +77,7 @@ pub struct AgentSpec {
     pub recall_memories: Option<bool>,
     /// Skills: named instructions; the planner picks one per step (`_skill`), whose executor alone gets its instructions.
     #[serde(default)]
-    #[schemars(with = "Vec<crate::agent_loop::Skill>")]
+    #[schemars(with = "Vec<Skill>")]
     pub skills: Vec<Value>,
     /// The state machine of a workflow agent (`mode: workflow`): its steps, where a message
     /// enters, and how each step routes.
@@ -94,6 +94,19 @@ pub struct AgentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::repeats::schema")]
     pub repeats: Option<Value>,
+}
+
+/// A skill: named instructions. The planner picks one for a step (`_skill`); only that step's executor gets its instructions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Skill {
+    /// What a plan step's `_skill` names (unique in the agent).
+    pub name: String,
+    /// What the skill is for, as the planner sees it.
+    #[serde(default)]
+    pub description: String,
+    /// What the executor of a step that picked the skill follows.
+    #[serde(default)]
+    pub instructions: String,
 }
 
 /// A local command tool: JSON arguments on stdin, a JSON result on stdout.

@@ -1,38 +1,38 @@
 //! Budgets: what a run and a session may spend (tokens, cost, model calls, tool calls, wall
-//! time), and the check made before every model call and every tool call.
+//! time). The types here are data: the agent file's `budget:` ([`Budget`]), what a scope spent
+//! ([`Spent`]), what one call may cost at most ([`CallMax`]) and a limit a call would cross
+//! ([`Reached`]). The check made before every model call and every tool call is the agent loop's
+//! (`agent_loop::budget`).
 //!
 //! **Where a budget comes from.** The agent file's `budget:`; a run may replace it (`weft run
 //! --budget`, a run's `config.budget` in `weft serve`, a raised budget given with an answer),
 //! and the budget a run is given is recorded in the log (`budget_set`), so a resumed, taken-over
 //! or forked session keeps it. The last `budget_set` wins over the agent file's.
 //!
-//! **What was spent** is derived from the log and never reset ([`crate::state::Spending`]): a
-//! *run* is the current task (from its `turn_started`, across waits, answers, crashes and
-//! resumes), a *session* is every task of it. Model calls count their replies and their
-//! failures (with the tokens the failed attempts used), tool calls count their starts.
+//! **What was spent** is derived from the log and never reset (`state::Spending` folds it into
+//! two [`Spent`]): a *run* is the current task (from its `turn_started`, across waits, answers,
+//! crashes and resumes), a *session* is every task of it. Model calls count their replies and
+//! their failures (with the tokens the failed attempts used), tool calls count their starts.
 //!
-//! **The check** (`guard`, the one hook after compaction in [`crate::agent_loop::decide`]) is
-//! made before a call with what the call may cost at most ([`call_max`]: the request's estimated
-//! input tokens, its `max_tokens` (or the model's, else [`DEFAULT_OUTPUT_CEILING`]), and the
-//! model's prices, which the shell supplies in [`ModelCosts`]): a call that could take a measure
-//! past its limit is not made. So a limit is crossed at most by the error of the input estimate
-//! of the one call in flight. Reaching a limit records `budget_exceeded {which, limit, spent,
-//! call}` and then, at a safe point (no tool call in flight), either ends the run (`on_budget:
-//! stop`) or waits for a person (`on_budget: ask`, a wait of kind [`WAIT_KIND`]), who answers
-//! with a raised budget to go on, or `stop`.
+//! **The check** is made before a call with what the call may cost at most ([`call_max`]: the
+//! request's estimated input tokens, its `max_tokens` (or the model's, else
+//! [`DEFAULT_OUTPUT_CEILING`]), and the model's prices, which the shell supplies in
+//! [`ModelCosts`]): a call that could take a measure past its limit ([`first_crossed`]) is not
+//! made. So a limit is crossed at most by the error of the input estimate of the one call in
+//! flight. Reaching a limit records `budget_exceeded {which, limit, spent, call}` and then, at a
+//! safe point (no tool call in flight), either ends the run (`on_budget: stop`) or waits for a
+//! person (`on_budget: ask`, a wait of kind [`WAIT_KIND`]), who answers with a raised budget to
+//! go on, or `stop`.
 //!
 //! A per-user quota can hook in at the same two places: [`call_max`] says what a call may cost
-//! at most, and [`crate::state::Spending`] is the one place spending is counted.
+//! at most, and `state::Spending` is the one place spending is counted.
 
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::agent_loop::{AgentConfig, AgentNext};
-use crate::event::{Event, InputRequest};
-use crate::model::ModelRequest;
-use crate::state::{Spent, State};
+use crate::model::{ModelRequest, Usage};
 
 /// The kind of wait (`waiting_for_user.request.kind`) of a session that reached its budget
 /// with `on_budget: ask`.
@@ -41,6 +41,10 @@ pub const WAIT_KIND: &str = "budget";
 /// The most output tokens a model call is taken to produce when neither the request nor the
 /// model sets `max_tokens` (set `max_tokens` on the model for a tighter bound).
 pub const DEFAULT_OUTPUT_CEILING: u64 = 4096;
+
+/// The start of `which` of a quota reached (`user.day.cost_usd`, see the `quota` module): a
+/// budget's `which` starts with `run.` or `session.`.
+pub const QUOTA_PREFIX: &str = "user.";
 
 /// What a run and a session may spend, and what happens when a limit is reached.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -301,6 +305,41 @@ impl BudgetChange {
     }
 }
 
+/// What one scope (a run or a session) has spent, as budgets measure it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Spent {
+    /// Input tokens of model calls, failed calls' included.
+    pub input_tokens: u64,
+    /// Output tokens of model calls, failed calls' included.
+    pub output_tokens: u64,
+    /// US dollars of model calls with known prices.
+    pub cost_usd: f64,
+    /// Model calls: replies and failures.
+    pub model_calls: u64,
+    /// Tool calls started.
+    pub tool_calls: u64,
+    /// Tool calls started, by tool.
+    pub per_tool: BTreeMap<String, u64>,
+}
+
+impl Spent {
+    /// Adds a model call (a reply or a failure) that used `usage`.
+    pub(crate) fn model_call(&mut self, usage: &Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(usage.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(usage.output_tokens);
+        self.cost_usd += usage.cost_usd.unwrap_or(0.0);
+        self.model_calls = self.model_calls.saturating_add(1);
+    }
+
+    /// Adds the start of a call of `tool`.
+    pub(crate) fn tool_call(&mut self, tool: &str) {
+        self.tool_calls = self.tool_calls.saturating_add(1);
+        let n = self.per_tool.entry(tool.to_owned()).or_default();
+        *n = n.saturating_add(1);
+    }
+}
+
 /// A model's prices and output bound, as the shell knows them (from the model's settings).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ModelCosts {
@@ -328,7 +367,7 @@ pub struct CallMax {
 /// What `request` may cost at most with a model of `costs`: the one estimate every budget check
 /// (and a quota) uses.
 pub fn call_max(request: &ModelRequest, costs: &ModelCosts) -> CallMax {
-    let input_tokens = crate::agent_loop::request_tokens(request);
+    let input_tokens = crate::history::request_tokens(request);
     let output_tokens = request
         .max_tokens
         .or(costs.max_output_tokens)
@@ -361,19 +400,9 @@ pub struct Reached {
 }
 
 impl Reached {
-    /// The event that records it.
-    pub fn event(&self) -> Event {
-        Event::BudgetExceeded {
-            which: self.which.clone(),
-            limit: self.limit,
-            spent: self.spent,
-            call: self.call,
-        }
-    }
-
     /// Whether it is a limit of the user's quota (`user.day.cost_usd`), not of a budget.
     pub fn is_quota(&self) -> bool {
-        self.which.starts_with(crate::quota::WHICH_PREFIX)
+        self.which.starts_with(QUOTA_PREFIX)
     }
 
     /// One sentence for a person: the limit, what was spent, what the next call may take.
@@ -409,13 +438,9 @@ pub fn whole_if_whole<S: serde::Serializer>(n: &f64, s: S) -> Result<S::Ok, S::E
     }
 }
 
-/// The budget in force: the last one recorded in the session, else the agent file's.
-pub fn in_force<'a>(state: &'a State, cfg: &'a AgentConfig) -> Option<&'a Budget> {
-    state.spending.budget.as_ref().or(cfg.budget.as_ref())
-}
-
-/// The first limit of `limits` (scope `scope`) that spending `spent` plus `add` would cross.
-fn first_crossed(
+/// The first limit of `limits` (scope `scope`: `run`, `session`) that spending `spent` plus
+/// `add` would cross.
+pub fn first_crossed(
     scope: &str,
     limits: &BudgetLimits,
     spent: &Spent,
@@ -477,13 +502,6 @@ fn first_crossed(
     None
 }
 
-/// The first limit of `budget` that adding `add` to what the run and the session spent would
-/// cross; `None` when it fits.
-pub fn check(state: &State, budget: &Budget, add: &Spent) -> Option<Reached> {
-    first_crossed("run", &budget.run, &state.spending.run, add)
-        .or_else(|| first_crossed("session", &budget.session, &state.spending.session, add))
-}
-
 /// What a model call may add, as spending.
 pub fn model_call_spend(max: &CallMax) -> Spent {
     Spent {
@@ -524,88 +542,6 @@ pub fn wall_time_reached(budget: &Budget, run_ms: u64, session_ms: u64) -> Optio
         }
     }
     None
-}
-
-/// The events that record `reached` and stop the run at this (safe) point: the run ends
-/// (`on_budget: stop`) or the session waits for a person (`ask`).
-pub fn reached(state: &State, budget: &Budget, reached: &Reached) -> Vec<Event> {
-    let mut events = vec![reached.event()];
-    match budget.on_budget {
-        OnBudget::Stop => events.extend(crate::agent_loop::end_run_failed(
-            state,
-            reached.describe(),
-        )),
-        OnBudget::Ask => events.push(Event::WaitingForUser {
-            request: InputRequest {
-                kind: WAIT_KIND.into(),
-                question: if reached.is_quota() {
-                    format!(
-                        "The {}. The user's quota counts every session of theirs and starts again with the next {}; answer to try again then, or answer `stop`.",
-                        reached.describe(),
-                        reached.which.split('.').nth(1).unwrap_or("period")
-                    )
-                } else {
-                    format!(
-                        "The {}. Raise the budget to go on (`weft answer {} --budget {}=N continue`, or the run's `config.budget` over HTTP), or answer `stop`.",
-                        reached.describe(),
-                        if state.session_id.is_empty() {
-                            "ID"
-                        } else {
-                            &state.session_id
-                        },
-                        reached.which
-                    )
-                },
-                step: None,
-                tool: None,
-                missing: Vec::new(),
-                partial_call: serde_json::Value::Null,
-                plan: None,
-                call_id: None,
-            },
-        }),
-    }
-    events
-}
-
-/// The budget check of [`crate::agent_loop::decide`]: `next` as it is when its call fits the
-/// budget in force; otherwise the events that record the limit and stop the run, once no tool
-/// call is in flight (until then, [`AgentNext::Wait`]).
-pub(crate) fn guard(state: &State, cfg: &AgentConfig, next: AgentNext) -> AgentNext {
-    let Some(budget) = in_force(state, cfg) else {
-        return next;
-    };
-    let over = match &next {
-        AgentNext::CallModel { request, .. } => check(
-            state,
-            budget,
-            &model_call_spend(&call_max(request, &cfg.model_costs)),
-        ),
-        AgentNext::Start { calls, .. } => check(
-            state,
-            budget,
-            &tool_calls_spend(calls.iter().map(|c| c.tool.as_str())),
-        ),
-        _ => None,
-    };
-    match over {
-        None => next,
-        Some(_) if !state.calls.open.is_empty() => AgentNext::Wait,
-        Some(r) => AgentNext::Record(reached(state, budget, &r)),
-    }
-}
-
-/// What a person's answer to a budget wait means: `stop` ends the run; any other answer goes
-/// on (and the budget is checked again before the next call, so an answer without a raised
-/// budget is asked again).
-pub(crate) fn answered(state: &State, text: &str) -> Vec<Event> {
-    if text.trim().eq_ignore_ascii_case("stop") {
-        return crate::agent_loop::end_run_failed(
-            state,
-            "stopped at its budget by a person".to_owned(),
-        );
-    }
-    Vec::new()
 }
 
 #[cfg(test)]
@@ -658,163 +594,6 @@ mod tests {
             .with_overrides("tool_calls.search=1,session.tool_calls.echo=2")
             .unwrap();
         assert!(known.unknown_tools(&tools).is_empty());
-    }
-
-    #[test]
-    fn a_call_that_could_cross_a_limit_is_refused_before_it_is_made() {
-        let mut state = State::new();
-        state.spending.run.cost_usd = 0.9;
-        let budget = Budget {
-            run: BudgetLimits {
-                cost_usd: Some(1.0),
-                ..BudgetLimits::default()
-            },
-            ..Budget::default()
-        };
-        let small = Spent {
-            cost_usd: 0.05,
-            model_calls: 1,
-            ..Spent::default()
-        };
-        assert_eq!(check(&state, &budget, &small), None);
-        let big = Spent {
-            cost_usd: 0.2,
-            ..small
-        };
-        let r = check(&state, &budget, &big).unwrap();
-        assert_eq!(r.which, "run.cost_usd");
-        assert!(
-            r.describe().contains("run.cost_usd is 1, 0.9 spent"),
-            "{}",
-            r.describe()
-        );
-    }
-
-    /// A ReAct agent offered `echo`, with `budget`, in a session whose first task started.
-    fn react(budget: Budget) -> (State, AgentConfig) {
-        use crate::agent::Mode;
-        let echo: crate::tool::ToolInfo =
-            serde_json::from_value(serde_json::json!({"name": "echo"})).unwrap();
-        let cfg = AgentConfig {
-            mode: Mode::React,
-            limits: crate::engine::Limits::default(),
-            instructions: String::new(),
-            tools: vec![echo],
-            skills: Vec::new(),
-            approve_plans: false,
-            review_responses: false,
-            recall_memories: false,
-            workflow: None,
-            budget: Some(budget),
-            model_costs: ModelCosts {
-                input_per_mtok: Some(1.0),
-                output_per_mtok: Some(1.0),
-                max_output_tokens: Some(10),
-            },
-            repeats: crate::repeats::Rules::default(),
-        };
-        let state = State::fold(&[
-            Event::SessionStarted {
-                session_id: "s".into(),
-                agent: "a".into(),
-                input: serde_json::Value::Null,
-                mode: Some(Mode::React),
-                parent_id: None,
-            },
-            Event::TurnStarted {
-                task: "go".into(),
-                input: serde_json::Value::Null,
-            },
-        ]);
-        (state, cfg)
-    }
-
-    fn echo_reply() -> crate::model::ModelReply {
-        crate::model::ModelReply {
-            tool_calls: vec![crate::model::ToolCall {
-                id: "c1".into(),
-                name: "echo".into(),
-                arguments: serde_json::json!({"text": "x"}),
-                provider_id: None,
-            }],
-            ..crate::model::ModelReply::default()
-        }
-    }
-
-    #[test]
-    fn decide_stops_before_the_tool_call_past_the_limit_and_a_raise_goes_on() {
-        use crate::agent_loop::{decide, model_replied, user_replied};
-        let budget = Budget {
-            run: BudgetLimits {
-                tool_calls: Some(0),
-                ..BudgetLimits::default()
-            },
-            on_budget: OnBudget::Ask,
-            ..Budget::default()
-        };
-        let (mut state, cfg) = react(budget);
-        let AgentNext::CallModel { request, .. } = decide(&state, &cfg) else {
-            panic!("the model call fits: no limit on it");
-        };
-        for e in model_replied(&state, &cfg, request.purpose, None, echo_reply()) {
-            state.apply(&e);
-        }
-        let AgentNext::Record(events) = decide(&state, &cfg) else {
-            panic!("the tool call is refused");
-        };
-        assert_eq!(events[0].kind(), "budget_exceeded");
-        assert_eq!(events[1].kind(), "waiting_for_user");
-        for e in &events {
-            state.apply(e);
-        }
-        assert_eq!(decide(&state, &cfg), AgentNext::Done);
-        // A raised budget recorded with the answer: the same call starts now.
-        state.apply(&Event::BudgetSet {
-            budget: Budget {
-                run: BudgetLimits {
-                    tool_calls: Some(1),
-                    ..BudgetLimits::default()
-                },
-                ..Budget::default()
-            },
-        });
-        for e in user_replied(&state, &cfg, "go on") {
-            state.apply(&e);
-        }
-        let AgentNext::Start { calls, .. } = decide(&state, &cfg) else {
-            panic!("the raised budget lets the call start");
-        };
-        assert_eq!(calls.len(), 1);
-        assert_eq!(calls[0].tool, "echo");
-    }
-
-    #[test]
-    fn a_limit_reached_while_a_call_runs_waits_for_it() {
-        let budget = Budget {
-            run: BudgetLimits {
-                model_calls: Some(0),
-                ..BudgetLimits::default()
-            },
-            ..Budget::default()
-        };
-        let (mut state, cfg) = react(budget);
-        state.apply(&Event::ToolCallStarted {
-            call_id: "c0".into(),
-            step: None,
-            item: None,
-            tool: "echo".into(),
-            args: serde_json::json!({}),
-            attempt: 1,
-            idempotency_key: "k".into(),
-        });
-        let request = crate::prompts::react(&state, &cfg);
-        let next = AgentNext::CallModel {
-            request,
-            step: None,
-        };
-        assert_eq!(guard(&state, &cfg, next), AgentNext::Wait);
-        assert_eq!(state.spending.run.tool_calls, 1);
-        assert_eq!(state.spending.run.per_tool.get("echo"), Some(&1));
     }
 
     #[test]

@@ -419,7 +419,7 @@ impl<'de> Visitor<'de> for Found {
 }
 
 /// Checks `value` against `schema` (a JSON Schema with every subschema inlined, as
-/// [`crate::agent::schema::of`] makes) and takes out of it what is wrong, so that the rest can
+/// the agent file's `agent::schema::of` makes) and takes out of it what is wrong, so that the rest can
 /// be read and checked further: keys the schema does not know (each with the known key it is
 /// closest to) and values of the wrong type. `at` is the path of `value` in the file.
 pub fn against_schema(value: &mut Value, schema: &Value, at: &[Seg], out: &mut Vec<Problem>) {

@@ -14,80 +14,15 @@
 //! 4. With no call in flight, `decide` closes the wave (`wave_finished`; in an agent, the review
 //!    follows) and looks for the next one.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::event::{Event, RunStatus, ToolError, ToolOutcome};
+use crate::limits::Limits;
 use crate::path;
 use crate::plan::{Plan, PlanStep, RefRoot, Reference};
 use crate::state::{PlanRun, State, StepRun, StepStatus, call_key};
 use crate::tool::ToolCatalog;
-
-/// Bounds on a run. Every loop in weft is bounded by one of these.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct Limits {
-    /// Attempts per step, the first included.
-    pub max_step_attempts: u32,
-    /// Steps running at once in one wave.
-    pub max_parallel: usize,
-    /// Waves per run.
-    pub max_waves: u32,
-    /// Replans per run (plan mode).
-    pub max_replans: u32,
-    /// Response resolution rounds (plan mode).
-    pub max_response_rounds: u32,
-    /// Model turns per run (ReAct mode).
-    pub max_iterations: u32,
-    /// Unusable replies (or failed model calls) in a row before the run gives up.
-    pub max_model_retries: u32,
-    /// Backoff before the second attempt; doubles for each further attempt.
-    pub retry_backoff_ms: u64,
-    /// Upper bound of one backoff.
-    pub retry_backoff_max_ms: u64,
-    /// The most tokens (estimated) a conversation request may carry before its older turns are
-    /// summarised by the model (`compact` calls). Unset: never compacted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_context_tokens: Option<u32>,
-    /// Transitions between workflow steps from one message of the user to the end of its turn
-    /// (workflow mode).
-    pub max_transitions: u32,
-    /// The most tokens (estimated as for `max_context_tokens`) of long-term memories a turn's
-    /// requests carry, when the agent recalls memories (`recall_memories`). 0: none.
-    pub memory_tokens: u32,
-    /// The most memories a turn's requests carry (at most 20).
-    pub memory_items: u32,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_step_attempts: 3,
-            max_parallel: 4,
-            max_waves: 100,
-            max_replans: 3,
-            max_response_rounds: 2,
-            max_iterations: 25,
-            max_model_retries: 3,
-            retry_backoff_ms: 200,
-            retry_backoff_max_ms: 10_000,
-            max_context_tokens: None,
-            max_transitions: 50,
-            memory_tokens: 400,
-            memory_items: 5,
-        }
-    }
-}
-
-impl Limits {
-    /// The delay before attempt `next_attempt` (2, 3, ...).
-    pub fn backoff_ms(&self, next_attempt: u32) -> u64 {
-        let exp = next_attempt.saturating_sub(2).min(20);
-        self.retry_backoff_ms
-            .saturating_mul(1u64 << exp)
-            .min(self.retry_backoff_max_ms)
-    }
-}
 
 /// A tool call the shell must perform.
 #[derive(Clone, Debug, PartialEq)]
@@ -807,7 +742,7 @@ impl PlanRun {
 
 /// A short account of a result for people: the text, or compact JSON, cut at 200 characters.
 pub fn summarize(v: &Value) -> String {
-    let text = crate::state::value_text(v);
+    let text = crate::model::value_text(v);
     if text.chars().count() <= 200 {
         return text;
     }

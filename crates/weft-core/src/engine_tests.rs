@@ -5,10 +5,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::engine::{
-    Limits, Next, decide, dry_run, normalize, select_wave, tool_finished, tools_finished,
-};
+use crate::engine::{Next, decide, dry_run, normalize, select_wave, tool_finished, tools_finished};
 use crate::event::{Event, RunStatus, SessionStatus, ToolError, ToolOutcome};
+use crate::limits::Limits;
 use crate::plan::Plan;
 use crate::state::{State, StepStatus};
 use crate::tool::ToolInfo;

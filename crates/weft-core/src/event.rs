@@ -510,7 +510,7 @@ pub enum Event {
         args: Value,
         /// The attempt's number, from 1.
         attempt: u32,
-        /// The logical call's key, `SESSION:N:DIGEST` ([`crate::state::call_key`]): reused by
+        /// The logical call's key, `SESSION:N:DIGEST` (made by `state::call_key`): reused by
         /// the call's retries and by a re-run after a crash.
         idempotency_key: String,
     },

@@ -14,8 +14,9 @@
 
 use serde_json::{Value, json};
 
-use crate::engine::{Invocation, Limits, Next, call_started, resolve_ref, resolve_value};
+use crate::engine::{Invocation, Next, call_started, resolve_ref, resolve_value};
 use crate::event::{Event, ToolError, ToolOutcome};
+use crate::limits::Limits;
 use crate::plan::{ForEach, ItemPolicy, PlanStep};
 use crate::state::{Items, PlanRun, State, StepStatus, call_key};
 

@@ -13,7 +13,7 @@
 //! **Repaired as it grows.** A model must see every tool call paired with a result. A call left
 //! without one (the run was interrupted, or a new task was given while the call waited for a
 //! person) is shown with an `interrupted` error result, placed right after the results its
-//! assistant message did get ([`crate::prompts::repair_history`] is the definition). Once a
+//! assistant message did get ([`repair_history`] is the definition). Once a
 //! message other than a tool result follows an assistant message, the results that message got
 //! are final: the missing ones are recorded then, as insertions at that position. So the repair
 //! costs work in proportion to one reply, once, and a conversation that needed a repair does not
@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use crate::model::{Message, ToolCall};
+use crate::model::{Message, ModelRequest, ToolCall};
 
 /// The result shown to a model for a tool call that never got one.
 pub fn interrupted_result(call: &ToolCall) -> Message {
@@ -44,6 +44,43 @@ pub fn interrupted_result(call: &ToolCall) -> Message {
         content: json!({"error": "interrupted", "message": "the call did not complete (the run was interrupted)"}).to_string(),
         is_error: true,
     }
+}
+
+/// Pairs every assistant tool call with a tool result: a missing result becomes an
+/// `interrupted` error result placed right after the assistant message's other results.
+///
+/// This is the definition of the repair, as a copy of the whole conversation. Requests do not
+/// use it: [`History`] keeps the same repair up to date as messages are
+/// appended (its tests check that the two agree).
+pub fn repair_history(history: &[Message]) -> Vec<Message> {
+    let mut out = Vec::with_capacity(history.len());
+    let mut i = 0;
+    while i < history.len() {
+        let m = &history[i];
+        out.push(m.clone());
+        i += 1;
+        if let Message::Assistant { tool_calls, .. } = m
+            && !tool_calls.is_empty()
+        {
+            let first_result = i;
+            while i < history.len() && matches!(history[i], Message::Tool { .. }) {
+                out.push(history[i].clone());
+                i += 1;
+            }
+            let results = &history[first_result..i];
+            let answered = |id: &str| {
+                results
+                    .iter()
+                    .any(|r| matches!(r, Message::Tool { call_id, .. } if call_id == id))
+            };
+            for c in tool_calls {
+                if !answered(&c.id) {
+                    out.push(interrupted_result(c));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The conversation and its repairs: what a request shares.
@@ -92,6 +129,21 @@ pub fn estimate_tokens(m: &Message) -> u64 {
         } => call_id.len() + name.len() + content.len(),
     };
     (bytes as u64).div_ceil(4) + 4
+}
+
+/// The estimated input tokens of a request: its messages (see [`estimate_tokens`]) and the
+/// tools it offers, as compaction and budgets count them.
+pub fn request_tokens(request: &ModelRequest) -> u64 {
+    let messages: u64 = request.messages.iter().map(estimate_tokens).sum();
+    let tools: u64 = request
+        .tools
+        .iter()
+        .map(|t| {
+            let bytes = t.name.len() + t.description.len() + t.parameters.to_string().len();
+            (bytes as u64).div_ceil(4)
+        })
+        .sum();
+    messages + tools
 }
 
 /// Whether `results` holds a tool result for the call `id`.
@@ -452,7 +504,6 @@ mod tests {
 
     use super::*;
     use crate::model::Messages;
-    use crate::prompts::repair_history;
 
     fn call(id: &str) -> ToolCall {
         ToolCall {
@@ -595,5 +646,46 @@ mod tests {
                 prop_assert_eq!(h.needs_repair(), want.len() != h.len() + 2);
             }
         }
+    }
+
+    #[test]
+    fn repair_adds_interrupted_results_for_calls_without_one() {
+        let history = vec![
+            Message::User {
+                content: "go".into(),
+            },
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![
+                    ToolCall {
+                        id: "a".into(),
+                        name: "t".into(),
+                        arguments: json!({}),
+                        provider_id: None,
+                    },
+                    ToolCall {
+                        id: "b".into(),
+                        name: "t".into(),
+                        arguments: json!({}),
+                        provider_id: None,
+                    },
+                ],
+            },
+            Message::Tool {
+                call_id: "a".into(),
+                name: "t".into(),
+                content: "1".into(),
+                is_error: false,
+            },
+            Message::User {
+                content: "next".into(),
+            },
+        ];
+        let fixed = repair_history(&history);
+        assert_eq!(fixed.len(), 5);
+        assert!(
+            matches!(&fixed[3], Message::Tool { call_id, is_error: true, .. } if call_id == "b")
+        );
+        assert!(matches!(&fixed[4], Message::User { .. }));
     }
 }

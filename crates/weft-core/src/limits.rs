@@ -1,5 +1,6 @@
-//! Limits on what weft accepts, so that everything it accepts it can also store and read back,
-//! and the work spent on one input stays bounded.
+//! Limits: the bounds on a run (the agent file's `limits:`, [`Limits`]), and the limits on what
+//! weft accepts, so that everything it accepts it can also store and read back, and the work
+//! spent on one input stays bounded.
 //!
 //! Stored events are read back with `serde_json`, which refuses JSON nested deeper than
 //! [`READ_DEPTH`] levels. A value weft accepts (a tool's output, an input, a plan argument) ends
@@ -7,6 +8,8 @@
 //! [`MAX_PATH_SEGMENTS`] segments, so values are held to [`MAX_VALUE_DEPTH`] levels, well below
 //! what the reader takes.
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The deepest JSON the event reader takes (`serde_json`'s fixed recursion limit).
@@ -139,6 +142,72 @@ pub fn text_depth(text: &str) -> usize {
         }
     }
     max
+}
+
+/// Bounds on a run. Every loop in weft is bounded by one of these.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Attempts per step, the first included.
+    pub max_step_attempts: u32,
+    /// Steps running at once in one wave.
+    pub max_parallel: usize,
+    /// Waves per run.
+    pub max_waves: u32,
+    /// Replans per run (plan mode).
+    pub max_replans: u32,
+    /// Response resolution rounds (plan mode).
+    pub max_response_rounds: u32,
+    /// Model turns per run (ReAct mode).
+    pub max_iterations: u32,
+    /// Unusable replies (or failed model calls) in a row before the run gives up.
+    pub max_model_retries: u32,
+    /// Backoff before the second attempt; doubles for each further attempt.
+    pub retry_backoff_ms: u64,
+    /// Upper bound of one backoff.
+    pub retry_backoff_max_ms: u64,
+    /// The most tokens (estimated) a conversation request may carry before its older turns are
+    /// summarised by the model (`compact` calls). Unset: never compacted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_context_tokens: Option<u32>,
+    /// Transitions between workflow steps from one message of the user to the end of its turn
+    /// (workflow mode).
+    pub max_transitions: u32,
+    /// The most tokens (estimated as for `max_context_tokens`) of long-term memories a turn's
+    /// requests carry, when the agent recalls memories (`recall_memories`). 0: none.
+    pub memory_tokens: u32,
+    /// The most memories a turn's requests carry (at most 20).
+    pub memory_items: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_step_attempts: 3,
+            max_parallel: 4,
+            max_waves: 100,
+            max_replans: 3,
+            max_response_rounds: 2,
+            max_iterations: 25,
+            max_model_retries: 3,
+            retry_backoff_ms: 200,
+            retry_backoff_max_ms: 10_000,
+            max_context_tokens: None,
+            max_transitions: 50,
+            memory_tokens: 400,
+            memory_items: 5,
+        }
+    }
+}
+
+impl Limits {
+    /// The delay before attempt `next_attempt` (2, 3, ...).
+    pub fn backoff_ms(&self, next_attempt: u32) -> u64 {
+        let exp = next_attempt.saturating_sub(2).min(20);
+        self.retry_backoff_ms
+            .saturating_mul(1u64 << exp)
+            .min(self.retry_backoff_max_ms)
+    }
 }
 
 #[cfg(test)]

@@ -56,7 +56,7 @@ impl Purpose {
 pub struct ToolCall {
     /// The call's id: its identity in weft and the id its result goes back to the model under.
     /// The provider's own id, unless that was empty or repeated an id of the same reply or of
-    /// the conversation (see [`crate::agent_loop::model_replied`]).
+    /// the conversation (see `agent_loop::model_replied`).
     pub id: String,
     /// The name of the tool the model asks for.
     pub name: String,
@@ -439,4 +439,12 @@ pub struct Timing {
     /// did not stream (it came whole, or there was none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttft_ms: Option<u64>,
+}
+
+/// A value as text for a model: strings as they are, everything else as JSON.
+pub fn value_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::agent::{AgentSpec, Mode};
-use crate::engine::Limits;
+use crate::limits::Limits;
 use crate::plan::Plan;
 
 /// A process file (YAML or JSON).

@@ -4,7 +4,6 @@ use serde_json::{Map, Value, json};
 
 use crate::agent_loop::{AgentConfig, WorkflowConfig};
 use crate::event::RecalledMemory;
-use crate::history::interrupted_result;
 use crate::model::{Message, Messages, ModelRequest, Purpose, ToolDef};
 use crate::state::{PlanRun, State, StepStatus};
 use crate::tool::ToolInfo;
@@ -818,47 +817,9 @@ pub fn workflow_step(
     req
 }
 
-/// Pairs every assistant tool call with a tool result: a missing result becomes an
-/// `interrupted` error result placed right after the assistant message's other results.
-///
-/// This is the definition of the repair, as a copy of the whole conversation. Requests do not
-/// use it: [`crate::history::History`] keeps the same repair up to date as messages are
-/// appended (its tests check that the two agree).
-pub fn repair_history(history: &[Message]) -> Vec<Message> {
-    let mut out = Vec::with_capacity(history.len());
-    let mut i = 0;
-    while i < history.len() {
-        let m = &history[i];
-        out.push(m.clone());
-        i += 1;
-        if let Message::Assistant { tool_calls, .. } = m
-            && !tool_calls.is_empty()
-        {
-            let first_result = i;
-            while i < history.len() && matches!(history[i], Message::Tool { .. }) {
-                out.push(history[i].clone());
-                i += 1;
-            }
-            let results = &history[first_result..i];
-            let answered = |id: &str| {
-                results
-                    .iter()
-                    .any(|r| matches!(r, Message::Tool { call_id, .. } if call_id == id))
-            };
-            for c in tool_calls {
-                if !answered(&c.id) {
-                    out.push(interrupted_result(c));
-                }
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ToolCall;
 
     /// A command tool of the tests: `name`, what it does, its input schema.
     fn tool_info(name: &str, description: &str, input_schema: Value) -> ToolInfo {
@@ -1108,46 +1069,5 @@ mod tests {
                 "{bad}"
             );
         }
-    }
-
-    #[test]
-    fn repair_adds_interrupted_results_for_calls_without_one() {
-        let history = vec![
-            Message::User {
-                content: "go".into(),
-            },
-            Message::Assistant {
-                content: String::new(),
-                tool_calls: vec![
-                    ToolCall {
-                        id: "a".into(),
-                        name: "t".into(),
-                        arguments: json!({}),
-                        provider_id: None,
-                    },
-                    ToolCall {
-                        id: "b".into(),
-                        name: "t".into(),
-                        arguments: json!({}),
-                        provider_id: None,
-                    },
-                ],
-            },
-            Message::Tool {
-                call_id: "a".into(),
-                name: "t".into(),
-                content: "1".into(),
-                is_error: false,
-            },
-            Message::User {
-                content: "next".into(),
-            },
-        ];
-        let fixed = repair_history(&history);
-        assert_eq!(fixed.len(), 5);
-        assert!(
-            matches!(&fixed[3], Message::Tool { call_id, is_error: true, .. } if call_id == "b")
-        );
-        assert!(matches!(&fixed[4], Message::User { .. }));
     }
 }

@@ -16,13 +16,8 @@ use chrono::{DateTime, Datelike, NaiveDate, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{CallMax, Reached};
+use crate::budget::{CallMax, QUOTA_PREFIX, Reached, Spent};
 use crate::diagnose::Problem;
-use crate::state::Spent;
-
-/// The start of `which` of a quota reached (`user.day.cost_usd`): a budget's `which` starts with
-/// `run.` or `session.`.
-pub const WHICH_PREFIX: &str = "user.";
 
 /// A quota file: the default quota and the quotas of named users.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -300,7 +295,7 @@ pub fn check(quota: &Quota, period: Period, used: &Used, add: &Used) -> Option<R
         };
         if crossed {
             return Some(Reached {
-                which: format!("{WHICH_PREFIX}{}.{name}", period.name()),
+                which: format!("{QUOTA_PREFIX}{}.{name}", period.name()),
                 limit,
                 spent,
                 call,

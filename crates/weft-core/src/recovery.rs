@@ -7,8 +7,9 @@
 //! finished with an `unknown_outcome` error, which goes to the step's failure handling (and in
 //! an agent, to the review or the model, which may ask the person).
 
-use crate::engine::{self, Invocation, Limits};
+use crate::engine::{self, Invocation};
 use crate::event::{EVENT_VERSION, Envelope, Event, RunStatus, ToolError, ToolOutcome};
+use crate::limits::Limits;
 use crate::state::State;
 use crate::tool::ToolCatalog;
 

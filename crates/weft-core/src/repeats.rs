@@ -8,8 +8,8 @@
 //! not happen (a timeout, a crash recorded as an unknown outcome), so running it again is as
 //! unsafe as after a success. A call still in flight, a call that was refused, and a call of an
 //! item of a fan-out step are not counted. A run is one task (`turn_started` begins the next),
-//! and what it ran is folded from its events ([`Ledger`], kept in the turn), so a run resumed
-//! after a crash sees the same earlier calls.
+//! and what it ran is folded from its events (`state::Ledger`, kept in the turn), so a run
+//! resumed after a crash sees the same earlier calls.
 //!
 //! **What happens to a repeat** is the tool's [`Policy`] in the agent file's `repeats:`
 //! ([`Rules`]): `refuse` (the default) does not run it and gives the model (or the step) the
@@ -26,9 +26,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::event::{Event, ToolOutcome};
-use crate::state::{OpenCall, State, value_text};
-use crate::tool::ToolInfo;
+use crate::model::value_text;
 
 /// What happens to a repeated call of a tool that is not idempotent.
 #[derive(
@@ -155,55 +153,6 @@ impl Rules {
     }
 }
 
-/// A call of the run that ran: what a repeat of it is given.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Ran {
-    /// The call's signature ([`call_signature`]).
-    pub signature: String,
-    /// The call's id.
-    pub call_id: String,
-    /// How it ended.
-    pub outcome: ToolOutcome,
-}
-
-/// The calls the current run ran, in the order they finished (call N is the N-th).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Ledger {
-    /// The calls, in order.
-    pub ran: Vec<Ran>,
-}
-
-impl Ledger {
-    /// Whether the run ran no call yet.
-    pub fn is_empty(&self) -> bool {
-        self.ran.is_empty()
-    }
-
-    /// Call `call_id`, started as `call`, finished with `outcome`. A fan-out item's call is not
-    /// kept (its step runs the same tool over items by design).
-    pub(crate) fn finished(&mut self, call_id: &str, call: &OpenCall, outcome: &ToolOutcome) {
-        if call.item.is_some() {
-            return;
-        }
-        self.ran.push(Ran {
-            signature: call_signature(&call.tool, &call.args),
-            call_id: call_id.to_owned(),
-            outcome: outcome.clone(),
-        });
-    }
-
-    /// The first earlier call with this signature, and its number (from 1).
-    fn earlier(&self, signature: &str) -> Option<(usize, &Ran)> {
-        self.ran
-            .iter()
-            .enumerate()
-            .find(|(_, r)| r.signature == signature)
-            .map(|(i, r)| (i + 1, r))
-    }
-}
-
 /// A call's signature: its name and canonical arguments (object keys sorted).
 pub fn call_signature(tool: &str, args: &Value) -> String {
     fn canon(v: &Value) -> Value {
@@ -223,82 +172,6 @@ pub fn call_signature(tool: &str, args: &Value) -> String {
 /// Whether a step that made the calls with `signatures` makes the same call again.
 pub fn in_step(signatures: &[String], tool: &str, args: &Value) -> bool {
     signatures.contains(&call_signature(tool, args))
-}
-
-/// A repeat: the earlier call it repeats and what to do.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Repeat<'s> {
-    /// The earlier call's number in the run, from 1.
-    pub n: usize,
-    /// The earlier call.
-    pub earlier: &'s Ran,
-    /// What the agent file says to do (never `allow`).
-    pub policy: Policy,
-}
-
-/// Whether a call of `tool` with `args` in the current run is a repeat to refuse or ask about:
-/// `None` for an idempotent tool, a first call, or a tool whose policy is `allow`.
-pub fn check<'s>(
-    state: &'s State,
-    rules: &Rules,
-    tool: &ToolInfo,
-    args: &Value,
-) -> Option<Repeat<'s>> {
-    if tool.idempotent {
-        return None;
-    }
-    let policy = rules.policy(&tool.name);
-    if policy == Policy::Allow {
-        return None;
-    }
-    let (n, earlier) = state
-        .turn
-        .repeats
-        .earlier(&call_signature(&tool.name, args))?;
-    Some(Repeat { n, earlier, policy })
-}
-
-impl Repeat<'_> {
-    /// What the model (or the step) is told in place of the call's result.
-    pub fn note(&self, tool: &str) -> String {
-        let result = match &self.earlier.outcome {
-            ToolOutcome::Ok { output } => value_text(output),
-            ToolOutcome::Error { error } => {
-                format!("error: {}", error.bounded().to_value())
-            }
-        };
-        format!(
-            "not run again: this call repeats call {} of this run (`{tool}` with the same arguments, id {}), and `{tool}` is not idempotent. The earlier call's result: {result}",
-            self.n, self.earlier.call_id
-        )
-    }
-
-    /// The event that records the refusal of call `call_id` (the model's id; `None` for a plan
-    /// step's call).
-    pub fn refused(
-        &self,
-        step: Option<String>,
-        call_id: Option<String>,
-        tool: &str,
-        args: &Value,
-    ) -> Event {
-        Event::ToolCallBlocked {
-            step,
-            call_id,
-            tool: tool.to_owned(),
-            args: args.clone(),
-            reason: self.note(tool),
-            repeats: Some(self.earlier.call_id.clone()),
-        }
-    }
-
-    /// The question a person is asked under `ask`.
-    pub fn question(&self, tool: &str, args: &Value) -> String {
-        format!(
-            "The call {tool} {args} repeats call {} of this run (id {}), which already ran, and `{tool}` is not idempotent. Run it again? Reply `approve` or `deny` (with a reason).",
-            self.n, self.earlier.call_id
-        )
-    }
 }
 
 #[cfg(test)]

@@ -261,7 +261,7 @@ impl<S: Store> Runner<S> {
             .and_then(|r| r.metadata.clone())
             .filter(Value::is_object)
             .unwrap_or_else(|| json!({}));
-        metadata["weft_agent_file"] = json!(load::absolute(&self.agent.path));
+        weft_host::sessions::record_agent_file(&mut metadata, &self.agent.path);
         metadata[stored::RUN_KEY] = json!(self.run_id);
         metadata[stored::CASE_KEY] = json!(case.id);
         metadata[stored::DATASET_KEY] = json!(self.dataset_path);

@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use weft_core::budget::{Budget, CallMax};
 use weft_core::event::InputRequest;
 use weft_core::{Event, SessionStatus, State};
@@ -244,12 +244,7 @@ where
     } = start;
     let id = held.fence().0;
     let mut metadata = rec.metadata.clone();
-    if let Value::Object(m) = &mut metadata {
-        m.insert(
-            "weft_agent_file".into(),
-            json!(crate::load::absolute(&agent.path)),
-        );
-    }
+    crate::sessions::record_agent_file(&mut metadata, &agent.path);
     let built = Agent::new(
         &agent.spec,
         agent.tools.clone(),

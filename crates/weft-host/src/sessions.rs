@@ -1,4 +1,6 @@
-//! Sessions as a whole: a fork of one, and the time format of listings.
+//! Sessions as a whole: a fork of one, the agent file a session records (written with
+//! [`record_agent_file`] by every front end that starts one, and by sub-agents; read with
+//! [`agent_file_of`]), and the time format of listings.
 //!
 //! A fork ([`fork`]) is shared by `weft sessions fork`, `POST /sessions/{id}/fork` and
 //! `POST /threads/{id}/copy` (a fork at the last event). Its first event names its parent, and
@@ -10,6 +12,10 @@ use weft_runtime::now_ms;
 use weft_store::{NewSession, Store};
 
 use crate::HostError;
+
+/// The agent file of a session's metadata: one writer and one reader (in `weft_runtime`, whose
+/// sub-agents record theirs too).
+pub use weft_runtime::{agent_file_of, record_agent_file};
 
 /// A time as RFC 3339 in UTC (`2026-11-23T22:05:40Z`), in tables and JSON alike.
 pub fn fmt_time(ms: i64) -> String {
@@ -133,12 +139,4 @@ fn agent_budget(metadata: &Value) -> Option<weft_core::budget::Budget> {
     weft_core::agent::AgentSpec::parse(&path.display().to_string(), &text)
         .ok()?
         .budget
-}
-
-/// The agent file a session records (`weft_agent_file` in its metadata), if any.
-pub fn agent_file_of(metadata: &serde_json::Value) -> Option<std::path::PathBuf> {
-    metadata
-        .get("weft_agent_file")
-        .and_then(serde_json::Value::as_str)
-        .map(std::path::PathBuf::from)
 }

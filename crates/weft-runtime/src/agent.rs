@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::Value;
-use weft_core::agent::AgentSpec;
-use weft_core::agent_loop::{self, AgentConfig, AgentNext, Skill, WorkflowConfig};
+use weft_core::agent::{AgentSpec, Skill};
+use weft_core::agent_loop::{self, AgentConfig, AgentNext, WorkflowConfig};
 use weft_core::engine::Invocation;
 use weft_core::model::Timing;
 use weft_core::{EVENT_VERSION, Envelope, Event, RunStatus, SessionStatus, State};
@@ -305,6 +305,34 @@ pub struct SessionInfo {
     pub parent_id: Option<String>,
 }
 
+/// The key of a session's metadata that records its agent file.
+const AGENT_FILE: &str = "weft_agent_file";
+
+/// Records in a session's `metadata` the agent file it runs (`weft_agent_file`), made absolute
+/// so that it is found from any directory: [`agent_file_of`] reads it back (to continue the
+/// session, answer it, follow its telemetry, replay it). Null metadata becomes an object;
+/// metadata that is neither cannot hold it and is left as it is.
+pub fn record_agent_file(metadata: &mut Value, path: &Path) {
+    if metadata.is_null() {
+        *metadata = Value::Object(serde_json::Map::new());
+    }
+    if let Value::Object(m) = metadata {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        m.insert(
+            AGENT_FILE.to_owned(),
+            Value::String(path.display().to_string()),
+        );
+    }
+}
+
+/// The agent file a session records ([`record_agent_file`]), if any.
+pub fn agent_file_of(metadata: &Value) -> Option<std::path::PathBuf> {
+    metadata
+        .get(AGENT_FILE)
+        .and_then(Value::as_str)
+        .map(std::path::PathBuf::from)
+}
+
 fn delta_sink(observers: &[Observer]) -> Option<DeltaSink> {
     if observers.is_empty() {
         return None;
@@ -451,7 +479,7 @@ impl<S: Store> Runtime<S> {
                 && session.state.calls.open.is_empty()
                 && !inflight.busy()
             {
-                let budget = weft_core::budget::in_force(&session.state, &agent.config).cloned();
+                let budget = agent_loop::budget::in_force(&session.state, &agent.config).cloned();
                 let id = session.id.clone();
                 if let Some(events) = self
                     .wall_time_reached(budget.as_ref(), &id, &session.state, &mut wall)
@@ -490,11 +518,11 @@ impl<S: Store> Runtime<S> {
                             drop(request);
                             if session.state.calls.open.is_empty() && !inflight.busy() {
                                 let budget =
-                                    weft_core::budget::in_force(&session.state, &agent.config)
+                                    agent_loop::budget::in_force(&session.state, &agent.config)
                                         .cloned()
                                         .unwrap_or_default();
                                 let events =
-                                    weft_core::budget::reached(&session.state, &budget, &r);
+                                    agent_loop::budget::reached(&session.state, &budget, &r);
                                 session.commit(events).await?;
                             } else {
                                 inflight.settle(session, &agent.config.limits).await?;

@@ -1,10 +1,11 @@
-//! The shell's part of budgets (the decisions are `weft_core::budget`'s): the model's prices and
+//! The shell's part of budgets (the decisions are `weft_core::agent_loop::budget`'s): the model's prices and
 //! output bound for the core's estimate, the one warning about a model without prices, giving a
 //! session a budget, and the wall-time check (the core reads no clock).
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
+use weft_core::agent_loop::budget::reached;
 use weft_core::budget::{self, Budget, ModelCosts};
 use weft_core::{Event, State};
 use weft_model::DynModel;
@@ -114,6 +115,6 @@ impl<S: Store> Runtime<S> {
         let run_ms = wall.run.map_or(0, |(_, t)| since(t));
         let session_ms = wall.session.map_or(0, since);
         Ok(budget::wall_time_reached(budget, run_ms, session_ms)
-            .map(|r| budget::reached(state, budget, &r)))
+            .map(|r| reached(state, budget, &r)))
     }
 }

@@ -27,7 +27,7 @@ use weft_core::{Event, Limits, Plan, PlanProblem, State};
 use weft_store::{NewSession, Store, StoreError};
 use weft_tools::Registry;
 
-pub use agent::{Agent, SessionInfo};
+pub use agent::{Agent, SessionInfo, agent_file_of, record_agent_file};
 pub use builder::RuntimeBuilder;
 use calls::Calls;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock, system_clock};

@@ -16,7 +16,7 @@ use weft_core::{SessionStatus, ToolError, ToolOutcome};
 use weft_store::{Store, StoreError};
 use weft_tools::{ProcessDecl, Registry};
 
-use crate::{MAX_DEPTH, Redact, Runtime, RuntimeError, SessionInfo, StoreSubAgents};
+use crate::{MAX_DEPTH, Runtime, RuntimeError, SessionInfo, StoreSubAgents};
 
 fn error(message: impl Into<String>) -> ToolOutcome {
     ToolOutcome::Error {
@@ -29,12 +29,10 @@ pub fn child_id(key: &str) -> String {
     format!("{key}/process")
 }
 
-/// Runs (or continues) the process a call names, in `store`, under `parent`.
-#[allow(clippy::too_many_arguments)]
+/// Runs (or continues) the process a call names as a child of session `parent`, in a runtime
+/// of `children` ([`StoreSubAgents::child_runtime`]).
 pub(crate) async fn run<S: Store>(
-    store: Arc<S>,
-    redact: Option<Redact>,
-    quota: Option<crate::quota::UserQuota>,
+    children: StoreSubAgents<S>,
     decl: ProcessDecl,
     args: Value,
     parent: String,
@@ -64,35 +62,13 @@ pub(crate) async fn run<S: Store>(
         Ok(t) => Arc::new(t),
         Err(e) => return error(format!("process file {}: {e}", decl.path.display())),
     };
-    // The child's events hide the caller's secrets and its own.
-    let redact: Option<Redact> = match (redact, spec.secrets.is_empty()) {
-        (parent, true) => parent,
-        (parent, false) => {
-            let own = tools.redactor();
-            Some(Arc::new(move |s: &mut String| {
-                own.redact_in_place(s);
-                if let Some(p) = &parent {
-                    p(s);
-                }
-            }))
-        }
-    };
-    let rt = Runtime::builder(
-        store.clone(),
+    let rt = children.child_runtime(
         tools.clone(),
         spec.limits.clone(),
-        quota.clone(),
-        None,
-    )
-    .redact(redact.clone())
-    .sub_agents(Arc::new(StoreSubAgents {
-        store: store.clone(),
-        observers: Vec::new(),
-        redact,
-        quota,
-    }))
-    .depth(depth + 1)
-    .build();
+        !spec.secrets.is_empty(),
+        depth,
+    );
+    let store = rt.store();
     let id = child_id(&key);
     let found = match store.get(&id).await {
         Ok(_) => match rt.load_session(&id).await {

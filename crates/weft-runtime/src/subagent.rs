@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use weft_core::agent::AgentSpec;
-use weft_core::{SessionStatus, ToolError, ToolOutcome};
+use weft_core::{Limits, SessionStatus, ToolError, ToolOutcome};
 use weft_store::Store;
 use weft_tools::{AgentToolDecl, ProcessDecl, Registry};
 
@@ -55,6 +55,72 @@ pub struct StoreSubAgents<S: Store> {
     pub quota: Option<UserQuota>,
 }
 
+impl<S: Store> Clone for StoreSubAgents<S> {
+    fn clone(&self) -> Self {
+        Self {
+            store: Arc::clone(&self.store),
+            observers: self.observers.clone(),
+            redact: self.redact.clone(),
+            quota: self.quota.clone(),
+        }
+    }
+}
+
+impl<S: Store> StoreSubAgents<S> {
+    /// The same children, whose events go to no observer (a process's: see [`crate::process`]).
+    pub(crate) fn unobserved(&self) -> Self {
+        Self {
+            observers: Vec::new(),
+            ..self.clone()
+        }
+    }
+
+    /// The runtime of a child session (a sub-agent, a process) called from a session at
+    /// nesting `depth`: it stores in the parent's store, is held to the parent's quota, hands
+    /// its events to these observers, hides the parent's secrets and, when its own file
+    /// declares some (`secrets`), its tools' own, and runs its own children the same way, one
+    /// level deeper. Every child is built here, so none can forget what its parent has.
+    pub fn child_runtime(
+        &self,
+        tools: Arc<Registry>,
+        limits: Limits,
+        secrets: bool,
+        depth: u32,
+    ) -> Runtime<S> {
+        // The child's events hide the parent's secrets and its own.
+        let redact: Option<Redact> = match (self.redact.clone(), secrets) {
+            (parent, false) => parent,
+            (parent, true) => {
+                let own = tools.redactor();
+                Some(Arc::new(move |s: &mut String| {
+                    own.redact_in_place(s);
+                    if let Some(p) = &parent {
+                        p(s);
+                    }
+                }))
+            }
+        };
+        let mut built = Runtime::builder(
+            Arc::clone(&self.store),
+            tools,
+            limits,
+            self.quota.clone(),
+            None,
+        );
+        for o in &self.observers {
+            built = built.observe(o.clone());
+        }
+        built
+            .redact(redact.clone())
+            .sub_agents(Arc::new(Self {
+                redact,
+                ..self.clone()
+            }))
+            .depth(depth + 1)
+            .build()
+    }
+}
+
 /// How deep sub-agents may nest (a guard against an agent that calls itself).
 pub const MAX_DEPTH: u32 = 4;
 
@@ -74,9 +140,7 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
         depth: u32,
     ) -> BoxFuture<ToolOutcome> {
         Box::pin(crate::process::run(
-            Arc::clone(&self.store),
-            self.redact.clone(),
-            self.quota.clone(),
+            self.unobserved(),
             decl,
             args,
             parent_session,
@@ -92,10 +156,7 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
         parent_session: String,
         depth: u32,
     ) -> BoxFuture<ToolOutcome> {
-        let store = Arc::clone(&self.store);
-        let observers = self.observers.clone();
-        let redact = self.redact.clone();
-        let quota = self.quota.clone();
+        let parent = self.clone();
         Box::pin(async move {
             if depth >= MAX_DEPTH {
                 return error(
@@ -134,7 +195,8 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
                 Ok(m) => m,
                 Err(e) => return error("agent_tool", e.to_string()),
             };
-            let metadata = json!({"weft_agent_file": path.display().to_string(), "parent_session": parent_session});
+            let mut metadata = json!({"parent_session": parent_session});
+            crate::record_agent_file(&mut metadata, &path);
             let agent = match Agent::new(
                 &spec,
                 tools.clone(),
@@ -145,39 +207,12 @@ impl<S: Store> SubAgents for StoreSubAgents<S> {
                 Ok(a) => a,
                 Err(e) => return error("agent_tool", e.to_string()),
             };
-            // The child's events hide the parent's secrets and its own.
-            let redact: Option<Redact> = match (redact, spec.secrets.is_empty()) {
-                (parent, true) => parent,
-                (parent, false) => {
-                    let own = tools.redactor();
-                    Some(Arc::new(move |s: &mut String| {
-                        own.redact_in_place(s);
-                        if let Some(p) = &parent {
-                            p(s);
-                        }
-                    }))
-                }
-            };
-            let mut built = Runtime::builder(
-                store.clone(),
+            let rt = parent.child_runtime(
                 tools.clone(),
                 spec.limits.clone(),
-                quota.clone(),
-                None,
+                !spec.secrets.is_empty(),
+                depth,
             );
-            for o in &observers {
-                built = built.observe(o.clone());
-            }
-            let rt = built
-                .redact(redact.clone())
-                .sub_agents(Arc::new(StoreSubAgents {
-                    store,
-                    observers,
-                    redact,
-                    quota,
-                }))
-                .depth(depth + 1)
-                .build();
             let info = SessionInfo {
                 parent_id: Some(parent_session),
                 metadata,

@@ -10,6 +10,7 @@
 //! | plan step started / completed, failed or skipped | `STEP_STARTED` / `STEP_FINISHED` (the step's id) |
 //! | tool call started | `TOOL_CALL_START`, `TOOL_CALL_ARGS` (the arguments as JSON), `TOOL_CALL_END` |
 //! | tool call finished | `TOOL_CALL_RESULT` (the outcome as JSON) |
+//! | tool call refused by weft (a repeat, a denial, a tool not allowed) | the four `TOOL_CALL_*` events, the result `{"status": "blocked", "reason", "repeats"}` |
 //! | a step's output stored | `STATE_SNAPSHOT` (the plan's State object) |
 //! | the model's text as it comes (the whole answer on a replay) | `TEXT_MESSAGE_START`, `TEXT_MESSAGE_CONTENT` per piece, `TEXT_MESSAGE_END` |
 //! | the run ended | `RUN_FINISHED` (outcome `success`, or `interrupt` with the wait) or `RUN_ERROR` |
@@ -146,27 +147,32 @@ pub(crate) fn run_started(thread_id: &str, run_id: &str) -> Sse {
     })
 }
 
-/// The AG-UI events one stored event makes, after it was applied to `st`.
+/// The AG-UI events one stored event makes, after it was applied to `st`, as SSE parts.
 pub(crate) fn parts(env: &Envelope, st: &SessionState, streamed: bool, out: &mut VecDeque<Sse>) {
-    let started = |name: String| event(&AgUiEvent::StepStarted { step_name: name });
-    let finished = |name: String| event(&AgUiEvent::StepFinished { step_name: name });
-    let end = || {
-        event(&AgUiEvent::TextMessageEnd {
-            message_id: message_id(st),
-        })
+    out.extend(of(env, st, streamed).iter().map(event));
+}
+
+/// The AG-UI events one stored event makes, after it was applied to `st` (`streamed`: the
+/// answer's text was sent piece by piece already).
+fn of(env: &Envelope, st: &SessionState, streamed: bool) -> Vec<AgUiEvent> {
+    let mut out = Vec::new();
+    let started = |name: String| AgUiEvent::StepStarted { step_name: name };
+    let finished = |name: String| AgUiEvent::StepFinished { step_name: name };
+    let end = || AgUiEvent::TextMessageEnd {
+        message_id: message_id(st),
     };
     match &env.event {
-        Event::WaveStarted { wave, .. } => out.push_back(started(format!("wave {wave}"))),
-        Event::WaveFinished { wave } => out.push_back(finished(format!("wave {wave}"))),
-        Event::StepStarted { step: s, .. } => out.push_back(started(s.clone())),
+        Event::WaveStarted { wave, .. } => out.push(started(format!("wave {wave}"))),
+        Event::WaveFinished { wave } => out.push(finished(format!("wave {wave}"))),
+        Event::StepStarted { step: s, .. } => out.push(started(s.clone())),
         Event::StepCompleted { step: s, .. } => {
-            out.push_back(finished(s.clone()));
-            out.push_back(event(&AgUiEvent::StateSnapshot {
+            out.push(finished(s.clone()));
+            out.push(AgUiEvent::StateSnapshot {
                 snapshot: st.data.clone(),
-            }));
+            });
         }
         Event::StepFailed { step: s, .. } | Event::StepSkipped { step: s, .. } => {
-            out.push_back(finished(s.clone()));
+            out.push(finished(s.clone()));
         }
         Event::ToolCallStarted {
             call_id,
@@ -174,60 +180,102 @@ pub(crate) fn parts(env: &Envelope, st: &SessionState, streamed: bool, out: &mut
             args,
             ..
         } => {
-            out.push_back(event(&AgUiEvent::ToolCallStart {
+            out.push(AgUiEvent::ToolCallStart {
                 tool_call_id: call_id.clone(),
                 tool_call_name: tool.clone(),
-            }));
-            out.push_back(event(&AgUiEvent::ToolCallArgs {
+            });
+            out.push(AgUiEvent::ToolCallArgs {
                 tool_call_id: call_id.clone(),
                 delta: args.to_string(),
-            }));
-            out.push_back(event(&AgUiEvent::ToolCallEnd {
+            });
+            out.push(AgUiEvent::ToolCallEnd {
                 tool_call_id: call_id.clone(),
-            }));
+            });
+        }
+        // A call weft refused (a repeat, a tool the agent may not use, a person's denial): shown
+        // as a call whose result says so, under the model's id for it (a plan step's: the
+        // step's), with the earlier call it repeats.
+        Event::ToolCallBlocked {
+            step,
+            call_id,
+            tool,
+            args,
+            reason,
+            repeats,
+        } => {
+            let id = call_id.clone().unwrap_or_else(|| {
+                format!("{}-blocked-{}", step.as_deref().unwrap_or(tool), env.seq)
+            });
+            out.push(AgUiEvent::ToolCallStart {
+                tool_call_id: id.clone(),
+                tool_call_name: tool.clone(),
+            });
+            out.push(AgUiEvent::ToolCallArgs {
+                tool_call_id: id.clone(),
+                delta: args.to_string(),
+            });
+            out.push(AgUiEvent::ToolCallEnd {
+                tool_call_id: id.clone(),
+            });
+            let mut content = serde_json::json!({"status": "blocked", "reason": reason});
+            if let Some(earlier) = repeats {
+                content["repeats"] = Value::String(earlier.clone());
+            }
+            out.push(AgUiEvent::ToolCallResult {
+                message_id: format!("{id}-result"),
+                tool_call_id: id,
+                content: content.to_string(),
+                role: "tool".into(),
+            });
         }
         Event::ToolCallFinished {
             call_id, outcome, ..
         } => {
-            out.push_back(event(&AgUiEvent::ToolCallResult {
+            out.push(AgUiEvent::ToolCallResult {
                 message_id: format!("{call_id}-result"),
                 tool_call_id: call_id.clone(),
                 content: serde_json::to_string(outcome).unwrap_or_default(),
                 role: "tool".into(),
-            }));
+            });
         }
         // The text came piece by piece already: the message ends here.
         Event::RunFinished {
             answer: Some(_), ..
-        } if streamed => out.push_back(end()),
+        } if streamed => out.push(end()),
         Event::RunFinished {
             answer: Some(a), ..
         } => {
-            out.extend(text(st, a, true));
-            out.push_back(end());
+            out.extend(text_events(st, a, true));
+            out.push(end());
         }
         _ => {}
     }
+    out
 }
 
 fn message_id(st: &SessionState) -> String {
     format!("{}-answer-{}", st.session_id, st.memory.len())
 }
 
-/// A piece of the agent's text (`first`: the message starts with it).
+/// A piece of the agent's text (`first`: the message starts with it), as SSE parts.
 pub(crate) fn text(st: &SessionState, piece: &str, first: bool) -> Vec<Sse> {
+    text_events(st, piece, first).iter().map(event).collect()
+}
+
+/// A piece of the agent's text (`first`: the message starts with it).
+fn text_events(st: &SessionState, piece: &str, first: bool) -> Vec<AgUiEvent> {
     let id = message_id(st);
     let mut out = Vec::new();
     if first {
-        out.push(event(&AgUiEvent::TextMessageStart {
+        out.push(AgUiEvent::TextMessageStart {
             message_id: id.clone(),
             role: "assistant".into(),
-        }));
+        });
     }
-    out.push(event(&AgUiEvent::TextMessageContent {
+    out.push(AgUiEvent::TextMessageContent {
         message_id: id,
         delta: piece.to_owned(),
-    }));
+    });
     out
 }
 
@@ -343,4 +391,50 @@ pub(crate) async fn run(
         run_id: input.run_id,
     };
     Ok(stream::sse(app, run, stream::Position::after(after), format, true, None).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_refused_repeat_is_a_call_whose_result_says_blocked() {
+        let env = Envelope {
+            seq: 7,
+            ts: 0,
+            v: weft_core::EVENT_VERSION,
+            epoch: 0,
+            event: Event::ToolCallBlocked {
+                step: None,
+                call_id: Some("call_2".into()),
+                tool: "shout".into(),
+                args: serde_json::json!({"text": "hi"}),
+                reason: "a repeat of call_1".into(),
+                repeats: Some("call_1".into()),
+            },
+        };
+        let evs: Vec<Value> = of(&env, &SessionState::new(), false)
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap())
+            .collect();
+        let types: Vec<&str> = evs.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            types,
+            [
+                "TOOL_CALL_START",
+                "TOOL_CALL_ARGS",
+                "TOOL_CALL_END",
+                "TOOL_CALL_RESULT"
+            ]
+        );
+        assert!(evs.iter().all(|e| e["toolCallId"] == "call_2"), "{evs:?}");
+        assert_eq!(evs[0]["toolCallName"], "shout");
+        let content: Value = serde_json::from_str(evs[3]["content"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            content,
+            serde_json::json!({"status": "blocked", "reason": "a repeat of call_1", "repeats": "call_1"})
+        );
+    }
 }

@@ -559,7 +559,7 @@ pub(crate) struct AgentInfo {
     mode: weft_core::agent::Mode,
     description: Option<String>,
     approve_plans: bool,
-    limits: weft_core::engine::Limits,
+    limits: weft_core::limits::Limits,
     tools: Vec<weft_core::ToolInfo>,
 }
 

@@ -302,7 +302,7 @@ fn update(env: &Envelope, st: &State, call: Option<&OpenCall>) -> Option<Value> 
             let message = messages::result_message(st, call_id).unwrap_or_else(|| {
                 let (content, error) = match outcome {
                     weft_core::ToolOutcome::Ok { output } => {
-                        (weft_core::state::value_text(output), false)
+                        (weft_core::model::value_text(output), false)
                     }
                     weft_core::ToolOutcome::Error { error } => {
                         (error.bounded().to_value().to_string(), true)

@@ -536,8 +536,8 @@ pub(crate) struct SessionView {
 #[derive(Serialize, JsonSchema)]
 pub(crate) struct Spending {
     budget: Option<weft_core::budget::Budget>,
-    run: weft_core::state::Spent,
-    session: weft_core::state::Spent,
+    run: weft_core::budget::Spent,
+    session: weft_core::budget::Spent,
 }
 
 /// An earlier turn of the session: its task and answer.

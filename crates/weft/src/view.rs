@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
-use weft_core::engine::Limits;
 use weft_core::event::{StepEntry, TransitionRule};
+use weft_core::limits::Limits;
 use weft_core::state::OpenCall;
 use weft_core::{Envelope, Event, ToolOutcome};
 use weft_runtime::Observer;

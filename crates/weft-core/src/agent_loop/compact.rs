@@ -20,7 +20,7 @@
 use super::reply::rejected;
 use super::{AgentConfig, AgentNext};
 use crate::event::Event;
-use crate::history::estimate_tokens;
+use crate::history::request_tokens;
 use crate::model::{Message, ModelReply, ModelRequest, Purpose};
 use crate::state::State;
 
@@ -38,20 +38,6 @@ fn carries_conversation(purpose: Purpose) -> bool {
         purpose,
         Purpose::React | Purpose::Workflow | Purpose::Plan | Purpose::Respond
     )
-}
-
-/// The estimated tokens of a request: its messages and the tools it offers.
-pub(super) fn request_tokens(request: &ModelRequest) -> u64 {
-    let messages: u64 = request.messages.iter().map(estimate_tokens).sum();
-    let tools: u64 = request
-        .tools
-        .iter()
-        .map(|t| {
-            let bytes = t.name.len() + t.description.len() + t.parameters.to_string().len();
-            (bytes as u64).div_ceil(4)
-        })
-        .sum();
-    messages + tools
 }
 
 /// Where the next compaction cuts the conversation: the messages `from..cut` are summarised.
@@ -196,8 +182,8 @@ pub(super) fn replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> V
 mod tests {
     use super::*;
     use crate::agent::Mode;
-    use crate::engine::Limits;
     use crate::event::ToolOutcome;
+    use crate::limits::Limits;
     use crate::model::{ToolCall, Usage};
     use crate::tool::ToolInfo;
     use serde_json::{Value, json};

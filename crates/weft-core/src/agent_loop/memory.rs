@@ -132,7 +132,7 @@ fn cut(text: &str, max: usize) -> String {
 mod tests {
     use super::*;
     use crate::agent::Mode;
-    use crate::engine::Limits;
+    use crate::limits::Limits;
 
     fn cfg(tokens: u32, items: u32) -> AgentConfig {
         AgentConfig {

@@ -5,18 +5,20 @@
 //! `react` and `workflow` (a state machine of steps). What every mode shares is here and in the
 //! modules beside it: the checks every decision starts with (a finished or waiting session, the
 //! bounds on failed model calls and unusable replies), reading model replies (`reply`), waits for
-//! a person (`wait`), the model's own tool calls (`tool_calls`), the long-term memories a turn
-//! starts with (`memory`) and ending a run (`end`). Every model call of every mode is returned
-//! by [`decide`], here.
+//! a person (`wait`), the model's own tool calls (`tool_calls`), the checks made before a call
+//! ([`budget`], `repeats`), the long-term memories a turn starts with (`memory`) and ending a
+//! run (`end`). Every model call of every mode is returned by [`decide`], here.
 //!
 //! Garbage from a model (not JSON, unknown tools, cyclic plans, wrong arguments, empty replies)
 //! is fed back within bounds and then ends the run as CANNOT_COMPLETE with the reason.
 
+pub mod budget;
 mod compact;
 mod end;
 mod memory;
 mod plan;
 mod react;
+mod repeats;
 mod reply;
 mod tool_calls;
 mod wait;
@@ -24,12 +26,12 @@ mod workflow;
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::agent::Mode;
-use crate::engine::{Invocation, Limits};
+use crate::agent::{Mode, Skill};
+use crate::engine::Invocation;
 use crate::event::{Event, InputRequest, RunStatus};
+use crate::limits::Limits;
 use crate::model::{ModelReply, ModelRequest, Purpose, Usage};
 use crate::state::{Phase, State};
 use crate::tool::ToolInfo;
@@ -41,19 +43,6 @@ use react::React;
 pub use reply::extract_json;
 pub use workflow::WorkflowConfig;
 use workflow::WorkflowLoop;
-
-/// A skill: named instructions. The planner picks one for a step (`_skill`); only that step's executor gets its instructions.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Skill {
-    /// What a plan step's `_skill` names (unique in the agent).
-    pub name: String,
-    /// What the skill is for, as the planner sees it.
-    #[serde(default)]
-    pub description: String,
-    /// What the executor of a step that picked the skill follows.
-    #[serde(default)]
-    pub instructions: String,
-}
 
 /// What the agent loop needs to know of the agent (built by the shell from the agent file and
 /// the tool registry).
@@ -240,17 +229,11 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
         _ => next,
     };
     // Then every model call and every tool call is checked against the budget in force.
-    crate::budget::guard(state, cfg, next)
-}
-
-/// The estimated input tokens of a request (its messages and the tools it offers), as
-/// compaction and budgets count them.
-pub(crate) fn request_tokens(request: &ModelRequest) -> u64 {
-    compact::request_tokens(request)
+    budget::guard(state, cfg, next)
 }
 
 /// The events that end a run as failed with `error` (pending plan steps skipped).
-pub(crate) fn end_run_failed(state: &State, error: String) -> Vec<Event> {
+fn end_run_failed(state: &State, error: String) -> Vec<Event> {
     end_run(state, RunStatus::Failed, Some(error), None)
 }
 
@@ -320,7 +303,7 @@ pub fn user_replied(state: &State, cfg: &AgentConfig, text: &str) -> Vec<Event> 
         return events;
     };
     if req.kind == crate::budget::WAIT_KIND {
-        events.extend(crate::budget::answered(state, text));
+        events.extend(budget::answered(state, text));
         return events;
     }
     events.extend(match cfg.mode {

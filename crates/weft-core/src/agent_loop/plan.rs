@@ -184,7 +184,7 @@ fn repeated(state: &State, cfg: &AgentConfig, calls: &[Invocation]) -> Option<Ve
         let Some(info) = cfg.tool(&c.tool) else {
             continue;
         };
-        let Some(rep) = repeats::check(state, &cfg.repeats, info, &c.args) else {
+        let Some(rep) = super::repeats::check(state, &cfg.repeats, info, &c.args) else {
             continue;
         };
         match (rep.policy, approval(state, &c.call_id)) {

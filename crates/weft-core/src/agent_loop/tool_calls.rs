@@ -13,7 +13,7 @@ use super::{ASK_USER, AgentNext};
 use crate::engine::Invocation;
 use crate::event::Event;
 use crate::model::{Message, ToolCall};
-use crate::repeats::{self, Policy, Rules};
+use crate::repeats::{Policy, Rules};
 use crate::state::{State, call_key};
 use crate::tool::ToolInfo;
 
@@ -93,7 +93,7 @@ pub(crate) fn start(
             });
             break;
         }
-        if let Some(rep) = repeats::check(state, rules, info, &c.arguments) {
+        if let Some(rep) = super::repeats::check(state, rules, info, &c.arguments) {
             match (rep.policy, approval(state, &c.id)) {
                 (Policy::Ask, None) => {
                     let mut request = approval_request(&c.name, &c.arguments, None, &c.id);

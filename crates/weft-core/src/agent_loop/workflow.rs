@@ -15,10 +15,11 @@ use super::reply::{extract_json, rejected};
 use super::{AgentConfig, AgentNext, ModeLoop, tool_calls};
 use crate::engine::Invocation;
 use crate::event::{Event, InputRequest, RunStatus, StepEntry, ToolOutcome, TransitionRule};
+use crate::model::value_text;
 use crate::model::{ModelReply, Purpose};
 use crate::path;
 use crate::prompts;
-use crate::state::{State, call_key, value_text};
+use crate::state::{State, call_key};
 use crate::tool::ToolInfo;
 use crate::workflow::{self, END, StepSpec, WAIT, WorkflowSpec};
 

@@ -10,7 +10,7 @@
 //!
 //! **Serialised for snapshots, with a version.** `State` is serialisable (serde, JSON) so that a
 //! store can keep a snapshot of it and a load can fold only the events after the snapshot (see
-//! [`crate::snapshot`]). The conversation ([`State::history`]) is left out of that form: a
+//! the `snapshot` module). The conversation ([`State::history`]) is left out of that form: a
 //! snapshot keeps it in parts of its own, each written once. A snapshot is used only when its
 //! version is [`SNAPSHOT_VERSION`]; any other is ignored and the session is folded from its log,
 //! which stays the truth.
@@ -24,9 +24,11 @@
 //! in `weft-core/tests/fixtures/logs` must fold to their recorded digests.
 
 mod calls;
+mod ledger;
 mod plan_run;
 mod turn;
 mod usage;
+mod workflow_run;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -37,14 +39,15 @@ use crate::event::{
     TransitionRule,
 };
 use crate::history::History;
-use crate::model::{Message, Purpose};
+use crate::model::{Message, Purpose, value_text};
 use crate::path;
-use crate::workflow::WorkflowRun;
 
 pub use calls::{Calls, OpenCall};
+pub use ledger::{Ledger, Ran};
 pub use plan_run::{Items, PlanRun, StepRun, StepStatus, Waves};
 pub use turn::Turn;
-pub use usage::{ModelUse, Spending, Spent};
+pub use usage::{ModelUse, Spending};
+pub use workflow_run::WorkflowRun;
 
 /// The version of State's serialised form (and of what `apply` makes of events) that snapshots
 /// are written and read at. Bump it with every change of State's shape (see the module's
@@ -94,7 +97,7 @@ pub struct State {
     /// Where a workflow session stands (workflow mode).
     pub workflow: WorkflowRun,
     /// The conversation (ReAct) across turns, shared with the requests built from it. Not in
-    /// the serialised form: a snapshot keeps it in parts of its own ([`crate::snapshot`]), and a
+    /// the serialised form: a snapshot keeps it in parts of its own (see the `snapshot` module), and a
     /// state loaded from one holds it from its window on ([`History::window`]).
     #[serde(skip)]
     pub history: History,
@@ -129,14 +132,6 @@ pub fn call_key(session_id: &str, nth: u64, tool: &str, args: &Value) -> String 
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     format!("{session_id}:{nth}:{h:016x}")
-}
-
-/// A value as text for a model: strings as they are, everything else as JSON.
-pub fn value_text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
 }
 
 /// Where the agent loop stands.

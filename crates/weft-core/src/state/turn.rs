@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::Ledger;
 use crate::event::{Event, InputRequest, RecalledMemory, ResponseVerdict, ReviewDecision};
 use crate::model::Purpose;
 use crate::plan::PlanProblem;
@@ -55,8 +56,8 @@ pub struct Turn {
     pub(crate) response_feedback: Option<String>,
     /// The calls this turn's run ran, which a repeat of a call is refused or asked about by
     /// (see [`crate::repeats`]).
-    #[serde(default, skip_serializing_if = "crate::repeats::Ledger::is_empty")]
-    pub(crate) repeats: crate::repeats::Ledger,
+    #[serde(default, skip_serializing_if = "Ledger::is_empty")]
+    pub(crate) repeats: Ledger,
 }
 
 impl Turn {

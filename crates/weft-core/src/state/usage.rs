@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::budget::Spent;
 use crate::event::Event;
 use crate::model::{Purpose, Usage};
 
@@ -31,39 +32,6 @@ impl ModelUse {
             Event::ModelFailed { usage, .. } => self.tokens.add(usage),
             _ => {}
         }
-    }
-}
-
-/// What one scope (a run or a session) has spent, as budgets measure it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Spent {
-    /// Input tokens of model calls, failed calls' included.
-    pub input_tokens: u64,
-    /// Output tokens of model calls, failed calls' included.
-    pub output_tokens: u64,
-    /// US dollars of model calls with known prices.
-    pub cost_usd: f64,
-    /// Model calls: replies and failures.
-    pub model_calls: u64,
-    /// Tool calls started.
-    pub tool_calls: u64,
-    /// Tool calls started, by tool.
-    pub per_tool: BTreeMap<String, u64>,
-}
-
-impl Spent {
-    fn model_call(&mut self, usage: &Usage) {
-        self.input_tokens = self.input_tokens.saturating_add(usage.input_tokens);
-        self.output_tokens = self.output_tokens.saturating_add(usage.output_tokens);
-        self.cost_usd += usage.cost_usd.unwrap_or(0.0);
-        self.model_calls = self.model_calls.saturating_add(1);
-    }
-
-    fn tool_call(&mut self, tool: &str) {
-        self.tool_calls = self.tool_calls.saturating_add(1);
-        let n = self.per_tool.entry(tool.to_owned()).or_default();
-        *n = n.saturating_add(1);
     }
 }
 

@@ -176,7 +176,7 @@ fn facts(s: &State) -> Value {
     // What a session given a budget spent, and the budget: only for such a session (a
     // `budget_set` event), so that the logs made before budgets keep their digests.
     if let Some(budget) = &s.spending.budget {
-        let spent = |x: &weft_core::state::Spent| {
+        let spent = |x: &weft_core::budget::Spent| {
             json!({
                 "input_tokens": x.input_tokens, "output_tokens": x.output_tokens,
                 "cost_usd": x.cost_usd, "model_calls": x.model_calls,

@@ -15,7 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use serde_json::{Map, Value, json};
-use weft_core::engine::{Invocation, Limits, Next, decide, tools_finished};
+use weft_core::engine::{Invocation, Next, decide, tools_finished};
+use weft_core::limits::Limits;
 use weft_core::plan::ItemPolicy;
 use weft_core::{Event, Plan, RunStatus, SessionStatus, State, StepStatus, ToolError, ToolOutcome};
 

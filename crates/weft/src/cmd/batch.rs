@@ -36,7 +36,7 @@ use weft_store::{ListFilter, Store, StoreError};
 
 use weft_host::drive::{AgentFile, Ended};
 use weft_host::hosted::{Hosted, Setup};
-use weft_host::{Host, load, ownership};
+use weft_host::{Host, ownership};
 
 /// The longest record line read (bytes).
 const MAX_RECORD: usize = 1 << 20;
@@ -688,11 +688,11 @@ async fn run_record<S: Store>(
                 Ended::Stopped(_) => Ok(load_state(store.as_ref(), id).await?),
             };
         }
-        let metadata = json!({
-            "weft_agent_file": load::absolute(&agent.path),
+        let mut metadata = json!({
             "weft_batch": batch,
             "weft_batch_record": record.raw,
         });
+        weft_host::sessions::record_agent_file(&mut metadata, &agent.path);
         let built = Agent::new(
             &agent.spec,
             agent.tools.clone(),

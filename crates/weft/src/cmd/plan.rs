@@ -220,7 +220,6 @@ pub async fn execute<S: weft_store::Store>(host: &Host, store: Arc<S>, p: Prepar
         a.id.clone()
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     let held = weft_host::ownership::take(host, store.clone(), &id, false).await?;
-    let agent_file = load::absolute(&a.plan.agent);
     let setup = Setup {
         provider: weft_host::telemetry::Provider::of(&agent.spec),
         new: true,
@@ -236,10 +235,12 @@ pub async fn execute<S: weft_store::Store>(host: &Host, store: Arc<S>, p: Prepar
     let rt = hosted.runtime();
     let problems = rt.check_plan(&plan, Some(&input));
     let ran = if problems.is_empty() {
+        let mut metadata = serde_json::json!({});
+        weft_host::sessions::record_agent_file(&mut metadata, &a.plan.agent);
         let info = weft_runtime::SessionInfo {
             id: Some(id.clone()),
             user_id: a.user.clone(),
-            metadata: serde_json::json!({"weft_agent_file": agent_file}),
+            metadata,
             ..weft_runtime::SessionInfo::default()
         };
         match hosted

@@ -178,14 +178,11 @@ pub async fn prepare(mut args: RunArgs) -> Result<Prepared> {
             serde_json::from_str(m).map_err(|e| anyhow!("--metadata is not valid JSON: {e}"))?
         }
     };
-    let Value::Object(meta) = &mut metadata else {
+    if !metadata.is_object() {
         return Err(anyhow!("--metadata must be a JSON object"));
-    };
+    }
     // Recorded so that `weft resume ID` knows the agent.
-    meta.insert(
-        "weft_agent_file".into(),
-        Value::String(load::absolute(&args.agent)),
-    );
+    weft_host::sessions::record_agent_file(&mut metadata, &args.agent);
     let in_file =
         |e: weft_runtime::RuntimeError| anyhow!("agent file {}: {e}", args.agent.display());
     let model =

@@ -105,6 +105,25 @@ tools:
         "- tool_calls: [ { name: nap, arguments: {} } ]\n- text: Once.\n- tool_calls: [ { name: nap, arguments: {} } ]\n- text: Twice.\n",
     )
     .unwrap();
+    // The same call twice in one turn: the second is a repeat, refused with the first's result.
+    std::fs::write(
+        d.join("repeater.yaml"),
+        r#"name: repeater
+mode: react
+model: scripted:repeater.script.yaml
+tools:
+  - name: post
+    description: Posts a note (not idempotent; logs its call).
+    command: ["sh", "-c", "cat > /dev/null; echo post >> post.log; echo '{\"posted\": true}'"]
+    sandbox: { write: [.] }
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("repeater.script.yaml"),
+        "- tool_calls: [ { name: post, arguments: { note: hi } } ]\n- tool_calls: [ { name: post, arguments: { note: hi } } ]\n- text: Posted once.\n",
+    )
+    .unwrap();
     // As `stuck`, for the scenarios that run beside the one that looks for `stuck`'s process.
     std::fs::write(
         d.join("hold.yaml"),
@@ -557,6 +576,7 @@ fn needs_sdk_the_ag_ui_client_drives_weft_serve() {
     for check in [
         "ag-ui: a tool call and the answer",
         "ag-ui: an interrupt resumed",
+        "ag-ui: a repeated call is shown blocked",
         "ag-ui: a key is needed",
     ] {
         assert!(

@@ -78,6 +78,20 @@ async def main():
         assert evs[-1].type == EventType.RUN_FINISHED and evs[-1].outcome.type == "success", evs[-1]
         ok("ag-ui: an interrupt resumed")
 
+        # A call refused as a repeat: a call like any other, whose result says it was blocked
+        # and names the call it repeats (whose result stands for it).
+        thread = str(uuid.uuid4())
+        evs = await run(h, "repeater", new_input(thread, "post hi"))
+        starts = [e for e in evs if e.type == EventType.TOOL_CALL_START]
+        results = [e for e in evs if e.type == EventType.TOOL_CALL_RESULT]
+        assert [s.tool_call_name for s in starts] == ["post", "post"], evs
+        assert [r.tool_call_id for r in results] == [s.tool_call_id for s in starts], evs
+        first, second = (json.loads(r.content) for r in results)
+        assert first["output"] == {"posted": True}, first
+        assert second["status"] == "blocked" and second["repeats"] == starts[0].tool_call_id, second
+        assert evs[-1].type == EventType.RUN_FINISHED and evs[-1].outcome.type == "success", evs[-1]
+        ok("ag-ui: a repeated call is shown blocked")
+
     async with httpx.AsyncClient(base_url=URL, timeout=10) as h:
         r = await h.post("/ag-ui/echoer", json=new_input(str(uuid.uuid4()), "x").model_dump(
             mode="json", by_alias=True, exclude_none=True))
