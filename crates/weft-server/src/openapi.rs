@@ -7,7 +7,7 @@
 //!
 //! Every JSON answer is a type deriving `Serialize` and `JsonSchema`; a test checks the main
 //! routes' real answers against the schemas declared here
-//! (`crates/weft/tests/it/playground.rs`). `weft serve --openapi` prints the document;
+//! (`crates/weft-server/tests/it/playground.rs`). `weft serve --openapi` prints the document;
 //! `scripts/playground-types` turns it into the playground's `playground/js/api-types.d.ts` and,
 //! with `--check` (a step of `.ci/run`), fails on a stale file and runs `tsc --noEmit` over the
 //! page's scripts, which name the response types they read with JSDoc (`@typedef
