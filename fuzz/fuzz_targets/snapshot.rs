@@ -101,7 +101,11 @@ fuzz_target!(|data: &[u8]| {
         let Ok((mut state, len)) = h.with_parts(&parts) else {
             continue;
         };
-        assert_eq!(state.history().len() as u64, len, "the conversation's length");
+        assert_eq!(
+            state.history().len() as u64,
+            len,
+            "the conversation's length"
+        );
         let _ = prompts::conversation(&state, Vec::new()).to_vec();
         let _ = encode(&state, len);
         for e in rest() {
