@@ -48,7 +48,7 @@ fn otlp_label() -> &'static str {
 /// The runtime of a workload, the only one the benchmarks build: `store`, `tools` and
 /// `limits`, nothing counted against a user's quota and no lease (a workload measures the
 /// runtime, not hosting), and `telemetry` the observer of its session's live telemetry when the
-/// workload is followed ([`traced`]).
+/// workload is followed (`traced`).
 pub fn runtime<S: Store>(
     store: Arc<S>,
     tools: Arc<Registry>,
