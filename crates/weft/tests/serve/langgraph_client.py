@@ -42,7 +42,7 @@ async def main():
     # Assistants: one per agent file, found by name.
     found = await alice.assistants.search()
     names = sorted(a["assistant_id"] for a in found)
-    assert names == ["ask", "echoer", "hold", "recaller", "rememberer", "slowpoke", "stuck", "twice"], names
+    assert names == ["ask", "echoer", "hold", "recaller", "rememberer", "repeater", "slowpoke", "stuck", "twice"], names
     assert (await alice.assistants.get("echoer"))["graph_id"] == "echoer"
     ok("assistants")
 
@@ -258,7 +258,7 @@ async def main():
     ok("threads.search by metadata")
 
     # Counts: assistants (by graph id) and the user's threads (by metadata, status, values).
-    assert await alice.assistants.count() == 8
+    assert await alice.assistants.count() == 9
     assert await alice.assistants.count(graph_id="echoer") == 1
     assert await alice.assistants.count(graph_id="nope") == 0
     mine = len(await alice.threads.search(limit=1000))
