@@ -180,17 +180,7 @@ fn of(env: &Envelope, st: &SessionState, streamed: bool) -> Vec<AgUiEvent> {
             args,
             ..
         } => {
-            out.push(AgUiEvent::ToolCallStart {
-                tool_call_id: call_id.clone(),
-                tool_call_name: tool.clone(),
-            });
-            out.push(AgUiEvent::ToolCallArgs {
-                tool_call_id: call_id.clone(),
-                delta: args.to_string(),
-            });
-            out.push(AgUiEvent::ToolCallEnd {
-                tool_call_id: call_id.clone(),
-            });
+            out.extend(call(call_id, tool, args));
         }
         // A call weft refused (a repeat, a tool the agent may not use, a person's denial): shown
         // as a call whose result says so, under the model's id for it (a plan step's: the
@@ -206,17 +196,7 @@ fn of(env: &Envelope, st: &SessionState, streamed: bool) -> Vec<AgUiEvent> {
             let id = call_id.clone().unwrap_or_else(|| {
                 format!("{}-blocked-{}", step.as_deref().unwrap_or(tool), env.seq)
             });
-            out.push(AgUiEvent::ToolCallStart {
-                tool_call_id: id.clone(),
-                tool_call_name: tool.clone(),
-            });
-            out.push(AgUiEvent::ToolCallArgs {
-                tool_call_id: id.clone(),
-                delta: args.to_string(),
-            });
-            out.push(AgUiEvent::ToolCallEnd {
-                tool_call_id: id.clone(),
-            });
+            out.extend(call(&id, tool, args));
             let mut content = serde_json::json!({"status": "blocked", "reason": reason});
             if let Some(earlier) = repeats {
                 content["repeats"] = Value::String(earlier.clone());
@@ -251,6 +231,23 @@ fn of(env: &Envelope, st: &SessionState, streamed: bool) -> Vec<AgUiEvent> {
         _ => {}
     }
     out
+}
+
+/// A tool call as AG-UI announces it: its start, its arguments (as JSON text) and its end.
+fn call(id: &str, tool: &str, args: &Value) -> [AgUiEvent; 3] {
+    [
+        AgUiEvent::ToolCallStart {
+            tool_call_id: id.to_owned(),
+            tool_call_name: tool.to_owned(),
+        },
+        AgUiEvent::ToolCallArgs {
+            tool_call_id: id.to_owned(),
+            delta: args.to_string(),
+        },
+        AgUiEvent::ToolCallEnd {
+            tool_call_id: id.to_owned(),
+        },
+    ]
 }
 
 fn message_id(st: &SessionState) -> String {
