@@ -272,6 +272,7 @@ pub(crate) const LOCAL_KEYS: &[&str] = &[
     "temperature",
     "seed",
     "max_tokens",
+    "tool_choice",
 ];
 
 /// The schema of an agent file's `model`: `provider:name`, `scripted:PATH`, `local:PATH`, or a
@@ -340,7 +341,8 @@ pub fn model_schema() -> Value {
                     "context_size": {"type": "integer", "minimum": 1, "maximum": 4096, "description": "the most tokens of prompt and reply together"},
                     "temperature": {"type": "number", "minimum": 0, "maximum": 2, "description": "0 (the default) picks the likeliest token"},
                     "seed": {"type": "integer", "minimum": 0, "description": "the sampler's seed"},
-                    "max_tokens": {"type": "integer", "minimum": 1, "maximum": 4096}
+                    "max_tokens": {"type": "integer", "minimum": 1, "maximum": 4096},
+                    "tool_choice": {"enum": ["auto", "required", "none"], "description": "required: call tools until one has answered in this turn; none: never call"}
                 }
             }
         ]

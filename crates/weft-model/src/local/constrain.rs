@@ -2,13 +2,15 @@
 //! reply read back: with a reply schema, JSON of that schema; with tools, either text or tool
 //! calls `<tool_call>[{"name": an offered tool, "arguments": its input schema}, ...]</tool_call>`
 //! (the form small instruction-tuned models such as SmolLM2 were trained to call tools in); with
-//! both, the schema's JSON or calls. The sampler only picks tokens the grammar allows, so the
-//! reply always parses.
+//! both, the schema's JSON or calls. `tool_choice` narrows that: `required`, calls alone until a
+//! tool has answered in this turn; `none`, no calls. The sampler only picks tokens the grammar
+//! allows, so the reply always parses.
 
 use llguidance::api::TopLevelGrammar;
 use serde_json::{Value, json};
 
-use crate::{ModelRequest, ToolCall, ToolDef};
+use crate::config::ToolChoice;
+use crate::{Message, ModelRequest, ToolCall, ToolDef};
 
 /// What a request's reply must be.
 pub(super) struct Constraint {
@@ -16,31 +18,64 @@ pub(super) struct Constraint {
     pub(super) grammar: TopLevelGrammar,
 }
 
+/// What the reply may do with the offered tools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Calls {
+    /// No tools, or `tool_choice: none`: the reply calls nothing.
+    Never,
+    /// The reply may call tools or answer.
+    May,
+    /// `tool_choice: required` and no tool has answered since the person last spoke: the reply
+    /// is calls alone.
+    Must,
+}
+
+fn calls(req: &ModelRequest, choice: ToolChoice) -> Calls {
+    if req.tools.is_empty() || choice == ToolChoice::None {
+        return Calls::Never;
+    }
+    // `required` holds until a tool has answered in this turn; after that the model may answer
+    // (else it could only ever call tools, and a turn would end only at its iteration limit).
+    let answered = req.messages.iter().fold(false, |answered, m| match m {
+        Message::User { .. } => false,
+        Message::Tool { .. } => true,
+        _ => answered,
+    });
+    if choice == ToolChoice::Required && !answered {
+        Calls::Must
+    } else {
+        Calls::May
+    }
+}
+
 /// The constraint of a request's reply; `None` when it may be any text.
-pub(super) fn constraint(req: &ModelRequest) -> Option<Constraint> {
+pub(super) fn constraint(req: &ModelRequest, choice: ToolChoice) -> Option<Constraint> {
     // The grammar enforces every keyword, so it takes the exact form where the request has one.
     let schema = req.exact_schema.as_ref().or(req.response_schema.as_ref());
-    match (schema, req.tools.is_empty()) {
-        (None, true) => None,
-        (Some(schema), true) => Some(Constraint {
-            grammar: TopLevelGrammar::from_json_schema(for_grammar(schema)),
+    let json_of = |s: &Value| TopLevelGrammar::from_json_schema(for_grammar(s));
+    let lark = |start: String| {
+        let calls = for_grammar(&tool_calls_schema(&req.tools));
+        Some(Constraint {
+            grammar: TopLevelGrammar::from_lark(format!(
+                "{start}\ncall: \"{OPEN}\" %json {calls} \"{CLOSE}\"\nTEXT: /[^<]+/\n"
+            )),
+        })
+    };
+    match (calls(req, choice), schema) {
+        (Calls::Never, None) => None,
+        (Calls::Never, Some(s)) => Some(Constraint {
+            grammar: json_of(s),
         }),
-        (schema, false) => {
-            let calls = for_grammar(&tool_calls_schema(&req.tools));
-            // Without a schema, text may come before the calls (a model often says what it is
-            // about to do; a `<` in text starts them). With one, the reply is the schema's JSON
-            // or the calls alone: text before the calls would be dropped anyway, and a small
-            // model that starts with text can ramble past its budget without reaching either.
-            let (answer, call) = match schema {
-                Some(s) => (format!("%json {}", for_grammar(s)), "call"),
-                None => ("TEXT".to_owned(), "TEXT? call"),
-            };
-            Some(Constraint {
-                grammar: TopLevelGrammar::from_lark(format!(
-                    "start: answer | {call}\nanswer: {answer}\ncall: \"{OPEN}\" %json {calls} \"{CLOSE}\"\nTEXT: /[^<]+/\n"
-                )),
-            })
-        }
+        (Calls::Must, _) => lark("start: call".to_owned()),
+        // Without a schema, text may come before the calls (a model often says what it is
+        // about to do; a `<` in text starts them). With one, the reply is the schema's JSON or
+        // the calls alone: text before the calls would be dropped anyway, and a small model that
+        // starts with text can ramble past its budget without reaching either.
+        (Calls::May, Some(s)) => lark(format!(
+            "start: answer | call\nanswer: %json {}",
+            for_grammar(s)
+        )),
+        (Calls::May, None) => lark("start: answer | TEXT? call\nanswer: TEXT".to_owned()),
     }
 }
 
@@ -113,9 +148,13 @@ fn tool_calls_schema(tools: &[ToolDef]) -> Value {
 
 /// The reply's text and tool calls: a reply that is calls of offered tools becomes those calls;
 /// anything else is text.
-pub(super) fn read_reply(req: &ModelRequest, text: String) -> (String, Vec<ToolCall>) {
+pub(super) fn read_reply(
+    req: &ModelRequest,
+    choice: ToolChoice,
+    text: String,
+) -> (String, Vec<ToolCall>) {
     // Text before the calls is kept as the reply's text.
-    if req.tools.is_empty() {
+    if calls(req, choice) == Calls::Never {
         return (text, Vec::new());
     }
     let Some((before, list)) = text
@@ -211,6 +250,7 @@ mod tests {
         let r = req(vec![tool("weather")]);
         let (text, calls) = read_reply(
             &r,
+            ToolChoice::Auto,
             r#"<tool_call>[{"name": "weather", "arguments": {"city": "Oslo"}}]</tool_call>"#.into(),
         );
         assert_eq!(text, "");
@@ -220,28 +260,30 @@ mod tests {
         assert_eq!(calls[0].id, "call_3_0");
         let (text, calls) = read_reply(
             &r,
+            ToolChoice::Auto,
             r#"<tool_call>[{"name": "other", "arguments": {}}]</tool_call>"#.into(),
         );
         assert!(calls.is_empty());
         assert!(text.contains("other"));
-        let (text, calls) = read_reply(&r, "It is sunny.".into());
+        let (text, calls) = read_reply(&r, ToolChoice::Auto, "It is sunny.".into());
         assert_eq!((text.as_str(), calls.len()), ("It is sunny.", 0));
     }
 
     #[test]
     fn the_grammar_follows_the_request() {
-        assert!(constraint(&req(vec![])).is_none());
+        assert!(constraint(&req(vec![]), ToolChoice::Auto).is_none());
         let mut r = req(vec![]);
         r.response_schema = Some(json!({"type": "object"}));
-        assert!(constraint(&r).is_some());
-        let c = constraint(&req(vec![tool("a"), tool("b")]));
+        assert!(constraint(&r, ToolChoice::Auto).is_some());
+        let c = constraint(&req(vec![tool("a"), tool("b")]), ToolChoice::Auto);
         let g = c.map(|c| serde_json::to_string(&c.grammar).unwrap_or_default());
         let g = g.unwrap_or_default();
         assert!(g.contains("anyOf") && g.contains("TEXT? call"), "{g}");
         // With a reply schema too, the reply is the schema's JSON or the calls, no text first.
         let mut both = req(vec![tool("a")]);
         both.response_schema = Some(json!({"type": "object"}));
-        let g = constraint(&both).map(|c| serde_json::to_string(&c.grammar).unwrap_or_default());
+        let g = constraint(&both, ToolChoice::Auto)
+            .map(|c| serde_json::to_string(&c.grammar).unwrap_or_default());
         let g = g.unwrap_or_default();
         assert!(
             g.contains("start: answer | call") && !g.contains("TEXT? call"),
@@ -253,7 +295,11 @@ mod tests {
             arguments: json!({"city": "Oslo"}),
             provider_id: None,
         }];
-        let (_, back) = read_reply(&req(vec![tool("weather")]), calls_text(&calls));
+        let (_, back) = read_reply(
+            &req(vec![tool("weather")]),
+            ToolChoice::Auto,
+            calls_text(&calls),
+        );
         assert_eq!(
             back[0].arguments, calls[0].arguments,
             "calls read back as written"
@@ -281,5 +327,41 @@ mod tests {
                 .is_none()
         );
         assert_eq!(s["x-guidance"]["coerce_one_of"], json!(true));
+    }
+
+    #[test]
+    fn tool_choice_required_calls_until_a_tool_has_answered_and_none_never_calls() {
+        let grammar = |r: &ModelRequest, choice| {
+            constraint(r, choice)
+                .map(|c| serde_json::to_string(&c.grammar).unwrap_or_default())
+                .unwrap_or_default()
+        };
+        let mut r = req(vec![tool("weather")]);
+        r.messages.push(Message::User {
+            content: "Weather in Oslo?".into(),
+        });
+        assert!(grammar(&r, ToolChoice::Required).contains("start: call\\n"));
+        // After the tool's result the model may answer.
+        r.messages.push(Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![],
+        });
+        r.messages.push(Message::Tool {
+            call_id: "c".into(),
+            name: "weather".into(),
+            content: "sunny".into(),
+            is_error: false,
+        });
+        assert!(grammar(&r, ToolChoice::Required).contains("TEXT? call"));
+        // A new question from the person: a call again.
+        r.messages.push(Message::User {
+            content: "And in Bergen?".into(),
+        });
+        assert!(grammar(&r, ToolChoice::Required).contains("start: call\\n"));
+        // `none`: plain text, and calls written as text stay text.
+        assert!(constraint(&r, ToolChoice::None).is_none());
+        let written = r#"<tool_call>[{"name": "weather", "arguments": {}}]</tool_call>"#;
+        let (text, calls) = read_reply(&r, ToolChoice::None, written.into());
+        assert_eq!((text.as_str(), calls.len()), (written, 0));
     }
 }

@@ -27,6 +27,7 @@ use llguidance::{Matcher, ParserFactory};
 use serde_json::{Map, Value, json};
 
 use crate::config::LOCAL_KEYS as KEYS;
+use crate::config::ToolChoice;
 use crate::{DeltaSink, Message, Model, ModelError, ModelReply, ModelRequest, Usage};
 use vocab::Vocab;
 
@@ -57,6 +58,10 @@ pub struct LocalConfig {
     pub seed: u64,
     /// The reply's length when the request sets none.
     pub max_tokens: u32,
+    /// What the reply may do with offered tools: `auto` (the default) lets the model call or
+    /// answer; `required`, the reply calls tools until a tool has answered since the person last
+    /// spoke (then it may answer); `none`, it never calls.
+    pub tool_choice: ToolChoice,
 }
 
 impl LocalConfig {
@@ -73,6 +78,7 @@ impl LocalConfig {
             temperature: 0.0,
             seed: 0,
             max_tokens: DEFAULT_MAX_TOKENS,
+            tool_choice: ToolChoice::Auto,
         };
         let Some(m) = map else { return Ok(cfg) };
         if m.contains_key("threads") {
@@ -115,6 +121,19 @@ impl LocalConfig {
                     "the `model` mapping: `seed` must be a whole number, found {v}"
                 ))
             })?;
+        }
+        if let Some(v) = m.get("tool_choice") {
+            cfg.tool_choice = match v.as_str() {
+                Some("auto") => ToolChoice::Auto,
+                Some("required") => ToolChoice::Required,
+                Some("none") => ToolChoice::None,
+                _ => {
+                    return Err(ModelError::Config(format!(
+                        "the `model` mapping: `tool_choice` of the local provider must be `auto`, \
+                         `required` or `none`, found {v}"
+                    )));
+                }
+            };
         }
         if let Some(v) = m.get("temperature") {
             cfg.temperature = v
@@ -764,7 +783,7 @@ impl Model for LocalModel {
             seed: self.cfg.seed.wrapping_add(u64::from(req.call_index)),
             context,
         };
-        let constraint = constrain::constraint(req);
+        let constraint = constrain::constraint(req, self.cfg.tool_choice);
         let cancelled = Arc::new(AtomicBool::new(false));
         let _guard = CancelOnDrop(cancelled.clone());
         let worker = engine.clone();
@@ -785,7 +804,8 @@ impl Model for LocalModel {
             cache_read_tokens: generated.reused as u64,
             ..Usage::default()
         };
-        let (content, tool_calls) = constrain::read_reply(req, generated.text);
+        let (content, tool_calls) =
+            constrain::read_reply(req, self.cfg.tool_choice, generated.text);
         let finish = if !tool_calls.is_empty() {
             "tool_calls"
         } else {
@@ -854,14 +874,23 @@ mod tests {
             e.contains("`temperature` must be a number from 0 to 2"),
             "{e}"
         );
+        // `omit` is a wire choice of OpenAI-compatible servers; a local model has no wire.
+        let e = err(json!({"tool_choice": "omit"}));
+        assert!(
+            e.contains("`tool_choice`") && e.contains("`auto`, `required` or `none`"),
+            "{e}"
+        );
         let cfg = LocalConfig::from_spec(
             "m.gguf",
-            Some(&map(json!({"context_size": 2048, "seed": 7}))),
+            Some(&map(
+                json!({"context_size": 2048, "seed": 7, "tool_choice": "required"}),
+            )),
             Path::new("/agents"),
         )
         .unwrap();
         assert_eq!(cfg.file, Path::new("/agents/m.gguf"));
         assert_eq!((cfg.context_size, cfg.seed), (2048, 7));
+        assert_eq!(cfg.tool_choice, ToolChoice::Required);
     }
 
     #[test]

@@ -177,7 +177,6 @@ async fn needs_local_model_planner_replies_parse_and_validate_every_time() {
 #[tokio::test]
 async fn needs_local_model_a_react_request_with_two_tools_yields_a_valid_call() {
     let file = gguf();
-    let m = model(json!({"provider": "local", "file": file, "max_tokens": 100}));
     let tools = vec![
         ToolDef {
             name: "get_weather".into(),
@@ -196,20 +195,40 @@ async fn needs_local_model_a_react_request_with_two_tools_yields_a_valid_call() 
         "What is the weather in Oslo right now? Use the get_weather tool.",
     );
     req.tools = tools.clone();
+    // Whatever the reply calls is an offered tool with arguments valid against its schema.
+    let valid = |calls: &[weft_model::ToolCall]| {
+        for call in calls {
+            let offered = tools.iter().find(|t| t.name == call.name);
+            let offered = offered.unwrap_or_else(|| panic!("{} is not offered", call.name));
+            let validator = jsonschema::validator_for(&offered.parameters).unwrap();
+            assert!(
+                validator.is_valid(&call.arguments),
+                "{} does not validate against {}",
+                call.arguments,
+                offered.parameters
+            );
+            eprintln!("call: {} {}", call.name, call.arguments);
+        }
+    };
+    // `auto`: SmolLM2-135M may answer this in text (its first token is `<` with about 2% of the
+    // probability, in candle and in llama.cpp alike, on the same file and prompt); any call it
+    // makes is well-formed.
+    let m = model(json!({"provider": "local", "file": file, "max_tokens": 100}));
+    let reply = m.complete_boxed(&req, None).await.unwrap();
+    valid(&reply.tool_calls);
+    eprintln!(
+        "auto: {} calls, text {:?}",
+        reply.tool_calls.len(),
+        reply.content
+    );
+    // `required`: the reply is calls.
+    let m = model(
+        json!({"provider": "local", "file": file, "max_tokens": 100, "tool_choice": "required"}),
+    );
     let reply = m.complete_boxed(&req, None).await.unwrap();
     assert_eq!(reply.tool_calls.len(), 1, "one call: {reply:?}");
-    let call = &reply.tool_calls[0];
-    let offered = tools.iter().find(|t| t.name == call.name);
-    let offered = offered.unwrap_or_else(|| panic!("{} is not offered", call.name));
-    let validator = jsonschema::validator_for(&offered.parameters).unwrap();
-    assert!(
-        validator.is_valid(&call.arguments),
-        "{} does not validate against {}",
-        call.arguments,
-        offered.parameters
-    );
+    valid(&reply.tool_calls);
     assert_eq!(reply.finish_reason.as_deref(), Some("tool_calls"));
-    eprintln!("call: {} {}", call.name, call.arguments);
 }
 
 #[tokio::test]

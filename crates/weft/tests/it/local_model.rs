@@ -28,7 +28,7 @@ fn agent(dir: &Path, mode: &str, extra: &str) {
     let agent = format!(
         r#"name: tiny-local
 mode: {mode}
-model: {{ provider: local, file: "{file}", max_tokens: 100 }}
+model: {{ provider: local, file: "{file}", max_tokens: 100, tool_choice: required }}
 instructions: You are an assistant. Use the tools to answer.
 limits: {{ max_iterations: 2, max_model_retries: 1 }}
 tools:
