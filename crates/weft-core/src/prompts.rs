@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::agent_loop::{AgentConfig, WorkflowConfig};
+use crate::agent_loop::{ASK_USER, AgentConfig, WorkflowConfig};
 use crate::event::RecalledMemory;
 use crate::model::{Message, Messages, ModelRequest, Purpose, ToolDef};
 use crate::state::{PlanRun, State, StepStatus};
@@ -523,7 +523,8 @@ fn non_blank() -> Value {
 }
 
 /// The `arguments` of a call of `tool` as exactly as the tool's input schema says them: an
-/// object, closed unless the input schema says what other keys may hold. Leaving out `missing`
+/// object, closed unless the input schema says what other keys may hold, and for the question
+/// tool a question that is not blank. Leaving out `missing`
 /// gives the partial arguments of a `REQUEST_TOOL_INPUT` that lacks that required argument: no
 /// key is required and `missing` may not be there.
 fn exact_arguments(tool: &ToolInfo, missing: Option<&str>) -> Value {
@@ -532,6 +533,12 @@ fn exact_arguments(tool: &ToolInfo, missing: Option<&str>) -> Value {
         _ => Map::new(),
     };
     schema.insert("type".into(), json!("object"));
+    if tool.name == ASK_USER
+        && let Some(Value::Object(p)) = schema.get_mut("properties")
+        && p.contains_key("question")
+    {
+        p.insert("question".into(), non_blank());
+    }
     if let Some(k) = missing {
         schema.remove("required");
         if let Some(Value::Object(p)) = schema.get_mut("properties") {
@@ -550,7 +557,8 @@ fn exact_arguments(tool: &ToolInfo, missing: Option<&str>) -> Value {
 /// that enforces every keyword (a local model's grammar). Every reply it allows is one the
 /// engine accepts for this step (`executor_replied` in `agent_loop::plan`, which refuses what
 /// this schema leaves out; a change to one is a change to the other): `USE_TOOL` names one of
-/// `tools` (those of the step) with arguments valid against its input schema;
+/// `tools` (those of the step) with arguments valid against its input schema (and a question
+/// that is not blank for the question tool);
 /// `REQUEST_TOOL_INPUT` names one of them that has required arguments, leaves out at least one
 /// of those and asks a question that is not blank; `DIRECT_RESPONSE` has a response and
 /// `DESIGN_INSTRUCTIONS` instructions, neither blank, and `DESIGN_INSTRUCTIONS` is there only

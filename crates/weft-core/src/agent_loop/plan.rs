@@ -465,6 +465,7 @@ fn executor_replied(
             let question = args
                 .get("question")
                 .and_then(Value::as_str)
+                .filter(|q| !q.trim().is_empty())
                 .unwrap_or("The agent has a question.")
                 .to_owned();
             return vec![

@@ -202,6 +202,7 @@ fn executor_candidates() -> Vec<Value> {
         json!({"action": "USE_TOOL", "tool": "now", "arguments": {}}),
         json!({"action": "USE_TOOL", "tool": "now"}),
         json!({"action": "USE_TOOL", "tool": "ask_user", "arguments": {"question": "Which city?"}}),
+        json!({"action": "USE_TOOL", "tool": "ask_user", "arguments": {"question": " "}}),
         json!({"action": "USE_TOOL", "tool": "notes", "arguments": {"text": "x", "tags": ["a"]}}),
         json!({"action": "USE_TOOL", "tool": "notes", "arguments": {"text": "x", "color": "red"}}),
         json!({"action": "USE_TOOL", "tool": "weather", "arguments": {"city": "Oslo"}}),
@@ -471,6 +472,8 @@ fn the_refused_replies_of_the_issue_are_outside_the_exact_schemas() {
     assert_eq!(refusal(&cfg, &events), None);
     let call = json!({"action": "USE_TOOL", "tool": "search", "arguments": {"query": "rust"}});
     assert!(allowed(&exec, &call));
+    let blank = json!({"action": "USE_TOOL", "tool": "ask_user", "arguments": {"question": ""}});
+    assert!(!allowed(&exec, &blank));
     let ask = json!({"action": "REQUEST_TOOL_INPUT", "tool": "convert", "arguments": {"amount": 3},
         "missing": ["from"], "question": "From which currency?"});
     assert!(allowed(&exec, &ask));
