@@ -298,9 +298,10 @@ pub struct ModelRequest {
     pub response_schema: Option<Value>,
     /// The same reply format as `response_schema`, stated more exactly for a decoder in the
     /// process that enforces every keyword (the planner's ids by position, references to what
-    /// exists only: `prompts::exact_planner_schema`). It is larger, so it never goes to a server
-    /// or into a prompt, and it is not stored with the request: it is built again from the
-    /// state. `None` when `response_schema` is already exact.
+    /// exists only: `prompts::exact_planner_schema`; the step executor's tools and skill, the
+    /// reviews' questions: `prompts::exact_executor_schema` and the like). It is larger, so it
+    /// never goes to a server or into a prompt, and it is not stored with the request: it is
+    /// built again from the state. `None` when `response_schema` is already exact.
     #[serde(skip)]
     pub exact_schema: Option<Value>,
     /// The most tokens the reply may have; `None` leaves it to the provider's settings.

@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::agent_loop::{AgentConfig, WorkflowConfig};
+use crate::agent_loop::{ASK_USER, AgentConfig, WorkflowConfig};
 use crate::event::RecalledMemory;
 use crate::model::{Message, Messages, ModelRequest, Purpose, ToolDef};
 use crate::state::{PlanRun, State, StepStatus};
@@ -513,6 +513,103 @@ pub fn executor_schema() -> Value {
     })
 }
 
+/// A string the engine takes as said: at least one character that is not white space (the
+/// engine refuses a blank question, see `agent_loop::plan`).
+const NON_BLANK: &str = "^[\\s\\S]*\\S[\\s\\S]*$";
+
+/// The schema of a string that is not blank.
+fn non_blank() -> Value {
+    json!({"type": "string", "minLength": 1, "pattern": NON_BLANK})
+}
+
+/// The `arguments` of a call of `tool` as exactly as the tool's input schema says them: an
+/// object, closed unless the input schema says what other keys may hold, and for the question
+/// tool a question that is not blank. Leaving out `missing`
+/// gives the partial arguments of a `REQUEST_TOOL_INPUT` that lacks that required argument: no
+/// key is required and `missing` may not be there.
+fn exact_arguments(tool: &ToolInfo, missing: Option<&str>) -> Value {
+    let mut schema = match &tool.input_schema {
+        Value::Object(m) => m.clone(),
+        _ => Map::new(),
+    };
+    schema.insert("type".into(), json!("object"));
+    if tool.name == ASK_USER
+        && let Some(Value::Object(p)) = schema.get_mut("properties")
+        && p.contains_key("question")
+    {
+        p.insert("question".into(), non_blank());
+    }
+    if let Some(k) = missing {
+        schema.remove("required");
+        if let Some(Value::Object(p)) = schema.get_mut("properties") {
+            p.remove(k);
+        }
+        schema.insert("additionalProperties".into(), Value::Bool(false));
+    } else {
+        schema
+            .entry("additionalProperties")
+            .or_insert(Value::Bool(false));
+    }
+    Value::Object(schema)
+}
+
+/// The step executor's reply as exactly as a schema can say it, for a decoder in the process
+/// that enforces every keyword (a local model's grammar). Every reply it allows is one the
+/// engine accepts for this step (`executor_replied` in `agent_loop::plan`, which refuses what
+/// this schema leaves out; a change to one is a change to the other): `USE_TOOL` names one of
+/// `tools` (those of the step) with arguments valid against its input schema (and a question
+/// that is not blank for the question tool);
+/// `REQUEST_TOOL_INPUT` names one of them that has required arguments, leaves out at least one
+/// of those and asks a question that is not blank; `DIRECT_RESPONSE` has a response and
+/// `DESIGN_INSTRUCTIONS` instructions, neither blank, and `DESIGN_INSTRUCTIONS` is there only
+/// when the step has a skill. Every object is closed. It does not know the calls the step has
+/// made, so a repeated call is still refused by the engine.
+pub fn exact_executor_schema(tools: &[&ToolInfo], skill: bool) -> Value {
+    let reply = |props: Value| {
+        let required: Vec<&String> = props
+            .as_object()
+            .map(|m| m.keys().collect())
+            .unwrap_or_default();
+        json!({"type": "object", "properties": props, "required": required, "additionalProperties": false})
+    };
+    let mut forms = Vec::new();
+    for t in tools {
+        forms.push(reply(json!({
+            "action": {"const": "USE_TOOL"},
+            "tool": {"const": t.name},
+            "arguments": exact_arguments(t, None)
+        })));
+    }
+    for t in tools {
+        let required: Vec<&str> = t
+            .input_schema
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        for k in &required {
+            forms.push(reply(json!({
+                "action": {"const": "REQUEST_TOOL_INPUT"},
+                "tool": {"const": t.name},
+                "arguments": exact_arguments(t, Some(k)),
+                "missing": {"type": "array", "items": {"enum": required}, "minItems": 1},
+                "question": non_blank()
+            })));
+        }
+    }
+    forms.push(reply(json!({
+        "action": {"const": "DIRECT_RESPONSE"},
+        "response": non_blank()
+    })));
+    if skill {
+        forms.push(reply(json!({
+            "action": {"const": "DESIGN_INSTRUCTIONS"},
+            "instructions": non_blank()
+        })));
+    }
+    json!({"anyOf": forms})
+}
+
 /// The tools the executor of a step sees in full: those of the step's category (all allowed
 /// tools when the step names none or no tool has that category).
 pub fn step_tools<'a>(cfg: &'a AgentConfig, category: Option<&str>) -> Vec<&'a ToolInfo> {
@@ -590,6 +687,15 @@ pub fn executor(state: &State, cfg: &AgentConfig, step_id: &str) -> ModelRequest
         vec![system(cfg, EXECUTOR_ROLE), Message::User { content: body }].into(),
     );
     req.response_schema = Some(executor_schema());
+    if let Some(run) = &state.plan
+        && let Some((i, _)) = run.step(step_id)
+    {
+        let step = &run.plan.steps[i];
+        req.exact_schema = Some(exact_executor_schema(
+            &step_tools(cfg, step.category.as_deref()),
+            step.skill.is_some(),
+        ));
+    }
     req
 }
 
@@ -614,6 +720,37 @@ pub fn review_schema() -> Value {
     })
 }
 
+/// The review's reply as exactly as a schema can say it, for a decoder in the process that
+/// enforces every keyword (a local model's grammar). Every reply it allows is one the engine
+/// accepts (`review_replied` in `agent_loop::plan`; a change to one is a change to the other):
+/// one of the five decisions, spelled as listed, with a reason that is not blank, and for
+/// `ASK_USER` a question that is not blank either (the engine refuses to ask the person an
+/// empty question). The object is closed.
+pub fn exact_review_schema() -> Value {
+    let mut forms: Vec<Value> = ["CONTINUE", "REPLAN", "FINAL_RESPONSE", "CANNOT_COMPLETE"]
+        .iter()
+        .map(|d| {
+            json!({
+                "type": "object",
+                "properties": {"decision": {"const": d}, "reason": non_blank()},
+                "required": ["decision", "reason"],
+                "additionalProperties": false
+            })
+        })
+        .collect();
+    forms.push(json!({
+        "type": "object",
+        "properties": {
+            "decision": {"const": "ASK_USER"},
+            "reason": non_blank(),
+            "question": non_blank()
+        },
+        "required": ["decision", "reason", "question"],
+        "additionalProperties": false
+    }));
+    json!({"anyOf": forms})
+}
+
 /// The review's request after a wave: the task, the plan with its results, the State, the
 /// replans used of those allowed, the person's answers and the feedback on a refused reply.
 pub fn review(state: &State, cfg: &AgentConfig) -> ModelRequest {
@@ -634,6 +771,7 @@ pub fn review(state: &State, cfg: &AgentConfig) -> ModelRequest {
         vec![system(cfg, REVIEW_ROLE), Message::User { content: body }].into(),
     );
     req.response_schema = Some(review_schema());
+    req.exact_schema = Some(exact_review_schema());
     req
 }
 
@@ -685,6 +823,30 @@ pub fn response_review_schema() -> Value {
     })
 }
 
+/// The response reviewer's reply as exactly as a schema can say it, for a decoder in the
+/// process that enforces every keyword (a local model's grammar). Every reply it allows is one
+/// the engine accepts (`response_review_replied` in `agent_loop::plan`; a change to one is a
+/// change to the other): one of the four verdicts, spelled as listed; `ACCEPT` may have
+/// feedback, the others must have feedback that is not blank (for `ASK_USER` it is the question
+/// the person is asked). The object is closed.
+pub fn exact_response_review_schema() -> Value {
+    let mut forms = vec![json!({
+        "type": "object",
+        "properties": {"verdict": {"const": "ACCEPT"}, "feedback": {"type": "string"}},
+        "required": ["verdict"],
+        "additionalProperties": false
+    })];
+    for v in ["REFINE", "ASK_USER", "CANNOT_COMPLETE"] {
+        forms.push(json!({
+            "type": "object",
+            "properties": {"verdict": {"const": v}, "feedback": non_blank()},
+            "required": ["verdict", "feedback"],
+            "additionalProperties": false
+        }));
+    }
+    json!({"anyOf": forms})
+}
+
 /// The response reviewer's request: the task, the plan with its results, the last draft and
 /// the feedback on a refused reply.
 pub fn response_review(state: &State, cfg: &AgentConfig) -> ModelRequest {
@@ -712,6 +874,7 @@ pub fn response_review(state: &State, cfg: &AgentConfig) -> ModelRequest {
         .into(),
     );
     req.response_schema = Some(response_review_schema());
+    req.exact_schema = Some(exact_response_review_schema());
     req
 }
 

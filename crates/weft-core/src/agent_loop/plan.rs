@@ -379,6 +379,8 @@ fn required_args(info: &ToolInfo) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The step executor's reply as events. What it refuses, `prompts::exact_executor_schema`
+/// (the grammar of a local model) does not allow: a change to one is a change to the other.
 fn executor_replied(
     state: &State,
     cfg: &AgentConfig,
@@ -463,6 +465,7 @@ fn executor_replied(
             let question = args
                 .get("question")
                 .and_then(Value::as_str)
+                .filter(|q| !q.trim().is_empty())
                 .unwrap_or("The agent has a question.")
                 .to_owned();
             return vec![
@@ -526,6 +529,7 @@ fn executor_replied(
                 return use_tool(tool, args);
             }
             let question = str_field(&value, &["question"])
+                .filter(|q| !q.trim().is_empty())
                 .map(str::to_owned)
                 .unwrap_or_else(|| format!("Please provide {} for {tool}.", missing.join(", ")));
             vec![
@@ -610,6 +614,8 @@ fn pending_step_failures(state: &State, reason: &str) -> Vec<Event> {
         .collect()
 }
 
+/// The review's reply as events. What it refuses, `prompts::exact_review_schema` (the grammar
+/// of a local model) does not allow: a change to one is a change to the other.
 fn review_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<Event> {
     let value = match extract_json(&reply.content) {
         Ok(v) => v,
@@ -648,9 +654,18 @@ fn review_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<E
             v
         }
         ReviewDecision::AskUser => {
-            let question = str_field(&value, &["question"])
+            // The person is never asked an empty question.
+            let Some(question) = str_field(&value, &["question"])
+                .filter(|q| !q.trim().is_empty())
+                .or(Some(reason.as_str()).filter(|r| !r.trim().is_empty()))
                 .map(str::to_owned)
-                .unwrap_or_else(|| reason.clone());
+            else {
+                return vec![rejected(
+                    Purpose::Review,
+                    None,
+                    "ASK_USER needs a `question` for the person",
+                )];
+            };
             vec![
                 Event::ReviewDecided { decision, reason },
                 Event::WaitingForUser {
@@ -733,6 +748,9 @@ fn respond_replied(_state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec
     v
 }
 
+/// The response review's reply as events. What it refuses,
+/// `prompts::exact_response_review_schema` (the grammar of a local model) does not allow: a
+/// change to one is a change to the other.
 fn response_review_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply) -> Vec<Event> {
     let value = match extract_json(&reply.content) {
         Ok(v) => v,
@@ -755,6 +773,14 @@ fn response_review_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply)
             )];
         }
     };
+    if verdict == ResponseVerdict::AskUser && feedback.trim().is_empty() {
+        // The person is never asked an empty question.
+        return vec![rejected(
+            Purpose::ResponseReview,
+            None,
+            "ASK_USER needs the question for the person in `feedback`",
+        )];
+    }
     let reviewed = Event::ResponseReviewed {
         verdict,
         feedback: feedback.clone(),
