@@ -2,16 +2,18 @@
 //!
 //! `model: local:PATH.gguf`, or `{provider: local, file, context_size, temperature, seed,
 //! max_tokens}`. The file is read with candle's GGUF reader and run as candle's quantized
-//! Llama (SmolLM2, Llama, and other `llama` architecture files); its tokenizer is built from
-//! the file's own vocabulary and its prompt from the file's chat template. When a request has a
-//! reply schema or offers tools, llguidance masks the tokens the grammar does not allow at
-//! each step (see [`constrain`]), so the reply always parses.
+//! Llama (SmolLM2, Llama, and other `llama` architecture files) or as Gemma 3 (`gemma3` files,
+//! by weft's own [`gemma3`], built on candle's tensors and quantized matrix products); its
+//! tokenizer is built from the file's own vocabulary and its prompt from the file's chat
+//! template. When a request has a reply schema or offers tools, llguidance masks the tokens the
+//! grammar does not allow at each step (see [`constrain`]), so the reply always parses.
 //!
 //! A file is loaded once per process, on its first call, and shared by every model that names
 //! it; one reply is generated at a time. The number of CPU threads is candle's, set by
 //! `CANDLE_NUM_THREADS` (or `RAYON_NUM_THREADS`) for the whole process.
 
 mod constrain;
+mod gemma3;
 mod vocab;
 
 use std::collections::HashMap;
@@ -22,7 +24,7 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
-use candle_transformers::models::quantized_llama::ModelWeights;
+use candle_transformers::models::quantized_llama;
 use llguidance::{Matcher, ParserFactory};
 use serde_json::{Map, Value, json};
 
@@ -41,6 +43,12 @@ const DEFAULT_CONTEXT: usize = 4096;
 
 /// The reply's length when neither the request nor the mapping sets one.
 const DEFAULT_MAX_TOKENS: u32 = 512;
+
+/// Gemma's chat template (Gemma 3's, text only), for `gemma3` files that carry none: the system
+/// message opens the first user turn, the assistant's role is `model`. Gemma's own template
+/// also refuses turns that do not alternate; this one does not (a turn's tool results are user
+/// turns in a row).
+const GEMMA: &str = "{{ bos_token }}{% if messages[0].role == 'system' %}{% set first = messages[0].content ~ '\n\n' %}{% set rest = messages[1:] %}{% else %}{% set first = '' %}{% set rest = messages %}{% endif %}{% for message in rest %}<start_of_turn>{{ 'model' if message.role == 'assistant' else message.role }}\n{{ first if loop.first else '' }}{{ message.content | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
 
 /// ChatML, for files that carry no chat template.
 const CHATML: &str = "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
@@ -205,6 +213,32 @@ impl LocalModel {
 static LOADED: LazyLock<Mutex<HashMap<PathBuf, Weak<Engine>>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
+/// A model's weights, by architecture (`general.architecture`). A clone is cheap: tensors are
+/// shared, and the KV caches grow by new tensors, not in place.
+#[derive(Clone)]
+enum ModelWeights {
+    Llama(quantized_llama::ModelWeights),
+    Gemma3(gemma3::ModelWeights),
+}
+
+impl ModelWeights {
+    /// The next-token scores after reading `input` (shape 1 × tokens) from position `at`.
+    fn forward(&mut self, input: &Tensor, at: usize) -> candle_core::Result<Tensor> {
+        match self {
+            ModelWeights::Llama(w) => w.forward(input, at),
+            ModelWeights::Gemma3(w) => w.forward(input, at),
+        }
+    }
+
+    /// Forgets what was read.
+    fn clear_kv_cache(&mut self) {
+        match self {
+            ModelWeights::Llama(w) => w.clear_kv_cache(),
+            ModelWeights::Gemma3(w) => w.clear_kv_cache(),
+        }
+    }
+}
+
 /// A loaded file: its weights (one generation at a time), vocabulary and chat template.
 struct Engine {
     file: PathBuf,
@@ -216,7 +250,7 @@ struct Engine {
     vocab: Vocab,
     factory: ParserFactory,
     template: String,
-    /// The context the model was trained with (`llama.context_length`).
+    /// The context the model was trained with (`llama.context_length`, `gemma3.context_length`).
     trained_context: usize,
 }
 
@@ -280,26 +314,41 @@ impl Engine {
             .and_then(|v| v.to_string().ok())
             .cloned()
             .unwrap_or_default();
-        if arch != "llama" {
+        if arch != "llama" && arch != "gemma3" {
             return Err(bad_file(
                 file,
                 format!(
-                    "its architecture is `{arch}` (general.architecture); weft runs `llama` files (SmolLM2, Llama)"
+                    "its architecture is `{arch}` (general.architecture); weft runs `llama` files (SmolLM2, Llama) and `gemma3` files (Gemma 3)"
                 ),
             ));
         }
         let vocab = vocab::from_gguf(&content).map_err(|e| bad_file(file, e))?;
-        let template = content
-            .metadata
-            .get("tokenizer.chat_template")
-            .and_then(|v| v.to_string().ok())
-            .cloned()
-            .unwrap_or_else(|| CHATML.to_owned());
+        let template = chat_template(&content, &arch);
         let trained_context = content
             .metadata
-            .get("llama.context_length")
+            .get(&format!("{arch}.context_length"))
             .and_then(|v| v.to_u32().ok())
             .map_or(MAX_CONTEXT, |n| n as usize);
+        fn weights<R: std::io::Read + std::io::Seek>(
+            arch: &str,
+            content: Content,
+            reader: &mut R,
+        ) -> candle_core::Result<ModelWeights> {
+            Ok(if arch == "gemma3" {
+                ModelWeights::Gemma3(gemma3::ModelWeights::from_gguf(
+                    content,
+                    reader,
+                    &Device::Cpu,
+                    MAX_CONTEXT,
+                )?)
+            } else {
+                ModelWeights::Llama(quantized_llama::ModelWeights::from_gguf(
+                    content,
+                    reader,
+                    &Device::Cpu,
+                )?)
+            })
+        }
         let weights = if content
             .tensor_infos
             .values()
@@ -311,9 +360,9 @@ impl Engine {
                 })?);
             let content = Content::read(&mut converted)
                 .map_err(|e| bad_file(file, format!("cannot load the weights: {}", said(&e))))?;
-            ModelWeights::from_gguf(content, &mut converted, &Device::Cpu)
+            weights(&arch, content, &mut converted)
         } else {
-            ModelWeights::from_gguf(content, &mut reader, &Device::Cpu)
+            weights(&arch, content, &mut reader)
         }
         .map_err(|e| bad_file(file, format!("cannot load the weights: {}", said(&e))))?;
         let mut factory = ParserFactory::new_simple(&vocab.env)
@@ -333,6 +382,15 @@ impl Engine {
     /// The prompt: the request's messages through the chat template, with the tools (when
     /// offered) described in the system message.
     fn prompt(&self, req: &ModelRequest) -> Result<String, ModelError> {
+        Self::render(&self.template, &self.vocab, &self.file, req)
+    }
+
+    fn render(
+        template: &str,
+        vocab: &Vocab,
+        file: &Path,
+        req: &ModelRequest,
+    ) -> Result<String, ModelError> {
         let mut messages: Vec<Value> = Vec::new();
         let mut system = String::new();
         for m in req.messages.iter() {
@@ -401,13 +459,13 @@ impl Engine {
         let ctx = json!({
             "messages": messages,
             "add_generation_prompt": true,
-            "bos_token": self.vocab.bos,
-            "eos_token": self.vocab.eos,
+            "bos_token": vocab.bos,
+            "eos_token": vocab.eos,
         });
-        env.render_str(&self.template, ctx).map_err(|e| {
+        env.render_str(template, ctx).map_err(|e| {
             ModelError::Config(format!(
                 "local model {}: its chat template (tokenizer.chat_template) failed: {e}",
-                self.file.display()
+                file.display()
             ))
         })
     }
@@ -570,6 +628,37 @@ impl Engine {
             weights: weights.clone(),
         });
     }
+}
+
+/// The file's chat template, else its architecture's usual one.
+fn chat_template(content: &Content, arch: &str) -> String {
+    content
+        .metadata
+        .get("tokenizer.chat_template")
+        .and_then(|v| v.to_string().ok())
+        .cloned()
+        .unwrap_or_else(|| if arch == "gemma3" { GEMMA } else { CHATML }.to_owned())
+}
+
+/// The tokens of the prompt a request makes for the model of `file`: its chat template, then
+/// its tokenizer, as a call reads it (only the file's header is read, not its weights). For the
+/// tests that compare them with llama.cpp's.
+#[doc(hidden)]
+pub fn prompt_tokens(file: &Path, req: &ModelRequest) -> Result<Vec<u32>, ModelError> {
+    let f = std::fs::File::open(file).map_err(|e| bad_file(file, format!("cannot open: {e}")))?;
+    let content = Content::read(&mut std::io::BufReader::new(f))
+        .map_err(|e| bad_file(file, format!("cannot read the GGUF header: {}", said(&e))))?;
+    let arch = content
+        .metadata
+        .get("general.architecture")
+        .and_then(|v| v.to_string().ok())
+        .cloned()
+        .unwrap_or_default();
+    let vocab = vocab::from_gguf(&content).map_err(|e| bad_file(file, e))?;
+    let text = Engine::render(&chat_template(&content, &arch), &vocab, file, req)?;
+    vocab
+        .encode(&text)
+        .map_err(|e| ModelError::Config(format!("local model {}: {e}", file.display())))
 }
 
 /// Quantized types candle multiplies without SIMD on x86 (a plain loop per block, several
@@ -895,13 +984,43 @@ mod tests {
 
     #[test]
     fn needs_local_model_a_prompt_that_goes_on_from_a_read_one_is_read_from_where_it_ended() {
-        let engine = Engine::load(&model_file()).unwrap();
-        let encode = |text: &str| engine.vocab.encode(text).unwrap();
         let first = "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n";
         let second = format!(
             "{first}Blue.<|im_end|>\n<|im_start|>user\nAnd a fruit?<|im_end|>\n<|im_start|>assistant\n"
         );
-        let (a, b) = (encode(first), encode(&second));
+        reads_on_from_where_it_ended(
+            &model_file(),
+            first,
+            &second,
+            "<|im_start|>user\nHi.<|im_end|>\n",
+        );
+    }
+
+    /// Gemma 3, on a first prompt longer than its sliding window (512 tokens), so that the
+    /// windowed layers' masks are used when it is read whole, read on and read token by token.
+    #[test]
+    fn needs_local_model_gemma_a_prompt_that_goes_on_from_a_read_one_is_read_from_where_it_ended() {
+        let file: PathBuf = weft_testkit::service_var("WEFT_TEST_LOCAL_GEMMA_GGUF").into();
+        // A list whose next word is not in doubt, so that rounding cannot change the likeliest
+        // token.
+        // Lines: a newline is a token of its own, so the first prompt's tokens begin the second's.
+        let long: String = (1..=70)
+            .map(|i| format!("Item {i} is a colour.\n"))
+            .collect();
+        let first = format!("<bos><start_of_turn>user\n{long}");
+        let second = format!("{first}Item 71 is a");
+        reads_on_from_where_it_ended(
+            &file,
+            &first,
+            &second,
+            "<bos><start_of_turn>user\nHi.<end_of_turn>\n",
+        );
+    }
+
+    fn reads_on_from_where_it_ended(file: &Path, first: &str, second: &str, other: &str) {
+        let engine = Engine::load(file).unwrap();
+        let encode = |text: &str| engine.vocab.encode(text).unwrap();
+        let (a, b) = (encode(first), encode(second));
         assert!(
             b.starts_with(&a),
             "the second prompt's tokens begin with the first's"
@@ -954,6 +1073,18 @@ mod tests {
             .iter()
             .zip(&stepped)
             .fold(0f32, |m, (e, g)| m.max((e - g).abs()));
+        let top2 = |s: &[f32]| {
+            let mut v: Vec<(usize, f32)> = s.iter().copied().enumerate().collect();
+            v.sort_by(|x, y| y.1.total_cmp(&x.1));
+            v.truncate(3);
+            v
+        };
+        eprintln!(
+            "the likeliest tokens: read whole {:?}, read on {:?}, read one at a time {:?}",
+            top2(&expected),
+            top2(&got),
+            top2(&stepped)
+        );
         assert_eq!(top(&got), top(&expected));
         assert!(
             off <= 1.5 * rounding,
@@ -974,7 +1105,7 @@ mod tests {
                 .reused
         };
         assert_eq!(run(&b), a.len());
-        assert_eq!(run(&encode("<|im_start|>user\nHi.<|im_end|>\n")), 0);
+        assert_eq!(run(&encode(other)), 0);
         eprintln!(
             "{} of {} tokens reused; scores within {off} of {range} (one at a time: {rounding})",
             a.len(),

@@ -1,8 +1,10 @@
-//! A GGUF file's own tokenizer: the byte-level BPE its metadata describes
-//! (`tokenizer.ggml.model: gpt2`, `tokens`, `merges`, `token_type`), built as a `tokenizers`
-//! tokenizer for the prompt and as a `toktrie` token trie for llguidance, from the same
-//! vocabulary.
+//! A GGUF file's own tokenizer, built for the prompt and as a `toktrie` token trie for
+//! llguidance from the same vocabulary: the byte-level BPE of `tokenizer.ggml.model: gpt2`
+//! (`tokens`, `merges`, `token_type`; SmolLM2, Llama 3, Qwen) as a `tokenizers` tokenizer, or
+//! the SentencePiece BPE of `tokenizer.ggml.model: llama` (`tokens`, `scores`, `token_type`;
+//! Gemma, Llama 2) as [`Spm`], llama.cpp's algorithm.
 
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use candle_core::quantized::gguf_file::{Content, Value};
@@ -15,6 +17,12 @@ use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 
 /// `tokenizer.ggml.token_type` of a control token (`<|im_start|>`, `<|im_end|>`, ...).
 const CONTROL: i32 = 3;
+/// `tokenizer.ggml.token_type` of an unknown-text token (`<unk>`).
+const UNKNOWN: i32 = 2;
+/// `tokenizer.ggml.token_type` of a token added to the vocabulary whole (Gemma's `\n\n`).
+const USER_DEFINED: i32 = 4;
+/// `tokenizer.ggml.token_type` of a byte token (`<0x0A>`).
+const BYTE: i32 = 6;
 
 /// Pre-tokenizers (`tokenizer.ggml.pre`) that split digits one by one before the byte-level
 /// split, as their models were trained.
@@ -23,10 +31,30 @@ const SPLIT_DIGITS: &[&str] = &["smollm", "starcoder", "refact", "codeshell", "c
 /// Tokens that end a turn, besides the file's end-of-sequence token, by chat format.
 const END_OF_TURN: &[&str] = &["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>"];
 
+/// Turns text into tokens.
+pub(super) enum Encoder {
+    /// Byte-level BPE (`gpt2`).
+    Bpe(Tokenizer),
+    /// SentencePiece BPE (`llama`).
+    Spm(Spm),
+}
+
+impl Encoder {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        match self {
+            Encoder::Bpe(t) => t
+                .encode(text, false)
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| e.to_string()),
+            Encoder::Spm(s) => Ok(s.encode(text)),
+        }
+    }
+}
+
 /// The vocabulary of a GGUF file.
 pub(super) struct Vocab {
     /// Encodes the prompt (control tokens are matched as single tokens).
-    pub(super) tokenizer: Tokenizer,
+    pub(super) encoder: Arc<Encoder>,
     /// The token trie llguidance masks with, as a tokenizer environment.
     pub(super) env: TokEnv,
     /// Tokens that end the reply: the end-of-sequence token and the end-of-turn token.
@@ -44,9 +72,8 @@ impl Vocab {
 
     /// The prompt's tokens.
     pub(super) fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
-        self.tokenizer
-            .encode(text, false)
-            .map(|e| e.get_ids().to_vec())
+        self.encoder
+            .encode(text)
             .map_err(|e| format!("cannot tokenize the prompt: {e}"))
     }
 }
@@ -103,14 +130,14 @@ pub(super) fn from_gguf(content: &Content) -> Result<Vocab, String> {
         .and_then(|v| v.to_string().ok())
         .map(String::as_str)
         .unwrap_or("");
-    if model != "gpt2" {
+    if model != "gpt2" && model != "llama" {
         return Err(format!(
             "its tokenizer is `{model}` (tokenizer.ggml.model); weft reads byte-level BPE \
-             tokenizers (`gpt2`), as SmolLM2, Llama 3 and Qwen files have"
+             tokenizers (`gpt2`), as SmolLM2, Llama 3 and Qwen files have, and SentencePiece \
+             BPE tokenizers (`llama`), as Gemma files have"
         ));
     }
     let tokens = strings(content, "tokenizer.ggml.tokens")?;
-    let merges = strings(content, "tokenizer.ggml.merges")?;
     let types: Vec<i32> = match content.metadata.get("tokenizer.ggml.token_type") {
         Some(Value::Array(a)) => a.iter().map(|v| v.to_i32().unwrap_or(1)).collect(),
         _ => vec![1; tokens.len()],
@@ -120,6 +147,56 @@ pub(super) fn from_gguf(content: &Content) -> Result<Vocab, String> {
         .filter(|&t| t < n)
         .ok_or_else(|| "the metadata has no valid `tokenizer.ggml.eos_token_id`".to_owned())?;
     let bos = token_id(content, "tokenizer.ggml.bos_token_id").filter(|&t| t < n);
+    let (encoder, words) = if model == "llama" {
+        spm(content, &tokens, &types)?
+    } else {
+        bpe(content, &tokens, &types)?
+    };
+    let mut stops = vec![eos];
+    for name in END_OF_TURN {
+        if let Some(i) = tokens.iter().position(|t| t == name)
+            && !stops.contains(&(i as u32))
+        {
+            stops.push(i as u32);
+        }
+    }
+    let mut info = TokRxInfo::new(n, eos);
+    info.tok_bos = bos;
+    info.tok_end_of_turn = stops.get(1).copied();
+    let trie = TokTrie::from(&info, &words).with_eos_tokens(&stops);
+    let name = |id: Option<u32>| {
+        id.and_then(|i| tokens.get(i as usize))
+            .map(|s| (*s).to_owned())
+            .unwrap_or_default()
+    };
+    let encoder = Arc::new(encoder);
+    let env: TokEnv = Arc::new(TrieEnv {
+        trie,
+        encoder: encoder.clone(),
+    });
+    Ok(Vocab {
+        encoder,
+        env,
+        stops,
+        bos: name(bos),
+        eos: name(Some(eos)),
+    })
+}
+
+/// The marker-prefixed name llguidance's trie gives a control token.
+fn special_word(name: &str) -> Vec<u8> {
+    let mut w = vec![TokTrie::SPECIAL_TOKEN_MARKER];
+    w.extend_from_slice(name.as_bytes());
+    w
+}
+
+/// The byte-level BPE tokenizer and each token's bytes.
+fn bpe(
+    content: &Content,
+    tokens: &[&str],
+    types: &[i32],
+) -> Result<(Encoder, Vec<Vec<u8>>), String> {
+    let merges = strings(content, "tokenizer.ggml.merges")?;
 
     let vocab: tokenizers::models::bpe::Vocab = tokens
         .iter()
@@ -157,7 +234,7 @@ pub(super) fn from_gguf(content: &Content) -> Result<Vocab, String> {
     tokenizer.with_decoder(Some(ByteLevel::default()));
     let special: Vec<AddedToken> = tokens
         .iter()
-        .zip(&types)
+        .zip(types)
         .filter(|(_, t)| **t == CONTROL)
         .map(|(s, _)| AddedToken::from((*s).to_owned(), true))
         .collect();
@@ -172,9 +249,7 @@ pub(super) fn from_gguf(content: &Content) -> Result<Vocab, String> {
         .zip(types.iter().chain(std::iter::repeat(&1)))
         .map(|(s, t)| {
             if *t == CONTROL {
-                let mut w = vec![TokTrie::SPECIAL_TOKEN_MARKER];
-                w.extend_from_slice(s.as_bytes());
-                w
+                special_word(s)
             } else {
                 // A character outside the byte alphabet is kept as its UTF-8 bytes.
                 let mut w = Vec::with_capacity(s.len());
@@ -188,41 +263,297 @@ pub(super) fn from_gguf(content: &Content) -> Result<Vocab, String> {
             }
         })
         .collect();
-    let mut stops = vec![eos];
-    for name in END_OF_TURN {
-        if let Some(i) = tokens.iter().position(|t| t == name)
-            && !stops.contains(&(i as u32))
-        {
-            stops.push(i as u32);
+    Ok((Encoder::Bpe(tokenizer), words))
+}
+
+/// SentencePiece's stand-in for a space in token texts.
+const SPACE: char = '\u{2581}';
+
+/// The SentencePiece BPE tokenizer and each token's bytes.
+fn spm(
+    content: &Content,
+    tokens: &[&str],
+    types: &[i32],
+) -> Result<(Encoder, Vec<Vec<u8>>), String> {
+    let scores: Vec<f32> = match content.metadata.get("tokenizer.ggml.scores") {
+        Some(Value::Array(a)) => a.iter().map(|v| v.to_f32().unwrap_or(0.0)).collect(),
+        _ => return Err("the metadata has no `tokenizer.ggml.scores`".to_owned()),
+    };
+    if scores.len() != tokens.len() {
+        return Err(format!(
+            "the metadata has {} scores for {} tokens",
+            scores.len(),
+            tokens.len()
+        ));
+    }
+    let kind = |i: usize| types.get(i).copied().unwrap_or(1);
+    let mut ids = HashMap::with_capacity(tokens.len());
+    for (i, t) in tokens.iter().enumerate() {
+        ids.insert((*t).to_owned(), i as u32);
+    }
+    let mut byte_tokens = [None; 256];
+    for (b, slot) in byte_tokens.iter_mut().enumerate() {
+        *slot = ids.get(&format!("<0x{b:02X}>")).copied();
+    }
+    // Matched whole before the rest is split, longest first (llama.cpp's order).
+    let mut whole: Vec<(String, u32)> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(i, t)| matches!(kind(*i), CONTROL | USER_DEFINED | UNKNOWN) && !t.is_empty())
+        .map(|(i, t)| ((*t).to_owned(), i as u32))
+        .collect();
+    whole.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+    let space_prefix = match content.metadata.get("tokenizer.ggml.add_space_prefix") {
+        Some(v) => v.to_bool().unwrap_or(true),
+        None => true,
+    };
+    let words = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| match kind(i) {
+            CONTROL => special_word(t),
+            USER_DEFINED => t.as_bytes().to_vec(),
+            BYTE => parse_byte(t).map_or_else(|| t.as_bytes().to_vec(), |b| vec![b]),
+            _ => t.replace(SPACE, " ").into_bytes(),
+        })
+        .collect();
+    let unknown = token_id(content, "tokenizer.ggml.unknown_token_id");
+    Ok((
+        Encoder::Spm(Spm {
+            ids,
+            scores,
+            whole,
+            byte_tokens,
+            unknown,
+            space_prefix,
+        }),
+        words,
+    ))
+}
+
+/// The byte of a byte token's text (`<0x0A>`).
+fn parse_byte(t: &str) -> Option<u8> {
+    let hex = t.strip_prefix("<0x")?.strip_suffix('>')?;
+    u8::from_str_radix(hex, 16).ok()
+}
+
+/// A SentencePiece BPE tokenizer, as llama.cpp's `llm_tokenizer_spm`: the text is split at
+/// control and added tokens (matched whole, longest first); in each piece, spaces become `▁`,
+/// and starting from its characters, the adjacent pair whose joined text is the token of the
+/// highest score is joined, again and again (the leftmost on a tie); what is left that is no
+/// token is written as byte tokens.
+pub(super) struct Spm {
+    ids: HashMap<String, u32>,
+    scores: Vec<f32>,
+    whole: Vec<(String, u32)>,
+    byte_tokens: [Option<u32>; 256],
+    unknown: Option<u32>,
+    /// Whether a piece that starts the text or follows a whole-matched token gets a space first
+    /// (`tokenizer.ggml.add_space_prefix`, true unless the file says otherwise).
+    space_prefix: bool,
+}
+
+/// A piece of the text being tokenized: text still to split, or a token matched whole.
+enum Fragment<'a> {
+    Text(&'a str),
+    Token(u32),
+}
+
+/// A candidate join of two adjacent symbols.
+struct Bigram {
+    score: f32,
+    left: usize,
+    right: usize,
+    size: usize,
+}
+
+impl PartialEq for Bigram {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+impl Eq for Bigram {}
+impl PartialOrd for Bigram {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Bigram {
+    /// The greatest is the highest score, then the leftmost.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.score
+            .total_cmp(&other.score)
+            .then(other.left.cmp(&self.left))
+    }
+}
+
+/// A symbol of a piece: `start..start + len` of its text (`len` 0 once joined to its left).
+struct Symbol {
+    start: usize,
+    len: usize,
+    prev: Option<usize>,
+    next: Option<usize>,
+}
+
+impl Spm {
+    pub(super) fn encode(&self, text: &str) -> Vec<u32> {
+        let mut fragments = vec![Fragment::Text(text)];
+        for (name, id) in &self.whole {
+            if !text.contains(name.as_str()) {
+                continue;
+            }
+            let mut next = Vec::with_capacity(fragments.len());
+            for f in fragments {
+                match f {
+                    Fragment::Text(mut rest) => {
+                        while let Some(at) = rest.find(name.as_str()) {
+                            if at > 0 {
+                                next.push(Fragment::Text(&rest[..at]));
+                            }
+                            next.push(Fragment::Token(*id));
+                            rest = &rest[at + name.len()..];
+                        }
+                        if !rest.is_empty() {
+                            next.push(Fragment::Text(rest));
+                        }
+                    }
+                    token => next.push(token),
+                }
+            }
+            fragments = next;
+        }
+        let mut out = Vec::new();
+        let mut after_token = true;
+        for f in fragments {
+            match f {
+                Fragment::Token(id) => {
+                    out.push(id);
+                    after_token = true;
+                }
+                Fragment::Text(t) => {
+                    let mut piece = String::with_capacity(t.len() + 3);
+                    if self.space_prefix && after_token {
+                        piece.push(SPACE);
+                    }
+                    piece.extend(t.chars().map(|c| if c == ' ' { SPACE } else { c }));
+                    self.encode_piece(&piece, &mut out);
+                    after_token = false;
+                }
+            }
+        }
+        out
+    }
+
+    fn encode_piece(&self, text: &str, out: &mut Vec<u32>) {
+        let mut symbols: Vec<Symbol> = Vec::with_capacity(text.len());
+        for (i, (start, c)) in text.char_indices().enumerate() {
+            let len = c.len_utf8();
+            symbols.push(Symbol {
+                start,
+                len,
+                prev: i.checked_sub(1),
+                next: (start + len < text.len()).then_some(i + 1),
+            });
+        }
+        let mut queue = BinaryHeap::new();
+        // Which two symbols a joined text was made of, to split a symbol that is no token.
+        let mut made_of: HashMap<&str, (usize, usize)> = HashMap::new();
+        for i in 1..symbols.len() {
+            self.try_join(
+                text,
+                &symbols,
+                &mut queue,
+                &mut made_of,
+                Some(i - 1),
+                Some(i),
+            );
+        }
+        while let Some(b) = queue.pop() {
+            let (l, r) = (&symbols[b.left], &symbols[b.right]);
+            if l.len == 0 || r.len == 0 || l.len + r.len != b.size {
+                continue;
+            }
+            let right_next = r.next;
+            symbols[b.left].len = b.size;
+            symbols[b.right].len = 0;
+            symbols[b.left].next = right_next;
+            if let Some(n) = right_next {
+                symbols[n].prev = Some(b.left);
+            }
+            let prev = symbols[b.left].prev;
+            self.try_join(text, &symbols, &mut queue, &mut made_of, prev, Some(b.left));
+            self.try_join(
+                text,
+                &symbols,
+                &mut queue,
+                &mut made_of,
+                Some(b.left),
+                right_next,
+            );
+        }
+        let mut at = (!symbols.is_empty()).then_some(0);
+        while let Some(i) = at {
+            self.resegment(text, &symbols, &made_of, i, out);
+            at = symbols[i].next;
         }
     }
-    let mut info = TokRxInfo::new(n, eos);
-    info.tok_bos = bos;
-    info.tok_end_of_turn = stops.get(1).copied();
-    let trie = TokTrie::from(&info, &words).with_eos_tokens(&stops);
-    let name = |id: Option<u32>| {
-        id.and_then(|i| tokens.get(i as usize))
-            .map(|s| (*s).to_owned())
-            .unwrap_or_default()
-    };
-    let env: TokEnv = Arc::new(TrieEnv {
-        trie,
-        tokenizer: tokenizer.clone(),
-    });
-    Ok(Vocab {
-        tokenizer,
-        env,
-        stops,
-        bos: name(bos),
-        eos: name(Some(eos)),
-    })
+
+    /// Queues the join of two adjacent symbols when their text is a token.
+    fn try_join<'t>(
+        &self,
+        text: &'t str,
+        symbols: &[Symbol],
+        queue: &mut BinaryHeap<Bigram>,
+        made_of: &mut HashMap<&'t str, (usize, usize)>,
+        left: Option<usize>,
+        right: Option<usize>,
+    ) {
+        let (Some(left), Some(right)) = (left, right) else {
+            return;
+        };
+        let start = symbols[left].start;
+        let size = symbols[left].len + symbols[right].len;
+        let joined = &text[start..start + size];
+        if let Some(id) = self.ids.get(joined) {
+            queue.push(Bigram {
+                score: self.scores.get(*id as usize).copied().unwrap_or(0.0),
+                left,
+                right,
+                size,
+            });
+            made_of.insert(joined, (left, right));
+        }
+    }
+
+    fn resegment(
+        &self,
+        text: &str,
+        symbols: &[Symbol],
+        made_of: &HashMap<&str, (usize, usize)>,
+        i: usize,
+        out: &mut Vec<u32>,
+    ) {
+        let s = &text[symbols[i].start..symbols[i].start + symbols[i].len];
+        if let Some(id) = self.ids.get(s) {
+            out.push(*id);
+        } else if let Some((l, r)) = made_of.get(s) {
+            self.resegment(text, symbols, made_of, *l, out);
+            self.resegment(text, symbols, made_of, *r, out);
+        } else {
+            for b in s.bytes() {
+                if let Some(id) = self.byte_tokens[b as usize].or(self.unknown) {
+                    out.push(id);
+                }
+            }
+        }
+    }
 }
 
 /// The token trie with the tokenizer that encodes text for it (llguidance tokenizes the
 /// grammar's fixed strings through it).
 struct TrieEnv {
     trie: TokTrie,
-    tokenizer: Tokenizer,
+    encoder: Arc<Encoder>,
 }
 
 impl TokenizerEnv for TrieEnv {
@@ -232,8 +563,8 @@ impl TokenizerEnv for TrieEnv {
 
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
         match std::str::from_utf8(s) {
-            Ok(text) => match self.tokenizer.encode(text, false) {
-                Ok(e) => e.get_ids().to_vec(),
+            Ok(text) => match self.encoder.encode(text) {
+                Ok(ids) => ids,
                 Err(_) => self.trie.greedy_tokenize(s),
             },
             // Bytes that are not text (a piece of a character) are matched greedily in the trie.
@@ -253,5 +584,47 @@ mod tests {
         assert_eq!(m.get(&'Ġ'), Some(&b' '));
         assert_eq!(m.get(&'Ċ'), Some(&b'\n'));
         assert_eq!(m.get(&'a'), Some(&b'a'));
+    }
+
+    /// A small SentencePiece vocabulary: the highest-scored join goes first,
+    /// added tokens are matched whole (longest first), and text with no token becomes bytes.
+    #[test]
+    fn spm_joins_the_best_scored_pair_first_and_falls_back_to_bytes() {
+        let vocab: &[(&str, f32)] = &[
+            ("<s>", 0.0),
+            ("<turn>", 0.0),
+            ("\n", 0.0),
+            ("\n\n", 0.0),
+            ("\u{2581}", -1.0),
+            ("a", -1.0),
+            ("b", -1.0),
+            ("c", -1.0),
+            ("ab", -5.0),
+            ("bc", -2.0),
+            ("\u{2581}a", -3.0),
+            ("<0xC3>", 0.0),
+            ("<0xA9>", 0.0),
+        ];
+        let ids: HashMap<String, u32> = vocab
+            .iter()
+            .enumerate()
+            .map(|(i, (t, _))| ((*t).to_owned(), i as u32))
+            .collect();
+        let mut byte_tokens = [None; 256];
+        byte_tokens[0xC3] = Some(11);
+        byte_tokens[0xA9] = Some(12);
+        let spm = Spm {
+            ids,
+            scores: vocab.iter().map(|(_, s)| *s).collect(),
+            whole: vec![("<turn>".into(), 1), ("\n\n".into(), 3), ("\n".into(), 2)],
+            byte_tokens,
+            unknown: None,
+            space_prefix: false,
+        };
+        // `bc` (-2) before `ab` (-5); then `▁a` (-3).
+        assert_eq!(spm.encode("abc a"), vec![5, 9, 10]);
+        // Added tokens whole, the longest first; `é` has no token: its two bytes.
+        assert_eq!(spm.encode("<turn>a\n\n\n\u{e9}"), vec![1, 5, 3, 2, 11, 12]);
+        assert_eq!(parse_byte("<0x0A>"), Some(b'\n'));
     }
 }
