@@ -1767,6 +1767,148 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/runs/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Cancel runs (`runs.cancel_many`): by `run_ids` (of `thread_id`), every run of `thread_id`, or every run of the user with `status` (pending, running, all); action `interrupt` only */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /**
+                         * @description The thread whose runs are cancelled (all of them, or those of `run_ids`).
+                         * @default null
+                         */
+                        thread_id?: string | null;
+                        /** @default null */
+                        run_ids?: string[] | null;
+                        /**
+                         * @description Every run of the user with this status: `pending`, `running` or `all`.
+                         * @default null
+                         */
+                        status?: string | null;
+                    };
+                };
+            };
+            responses: {
+                /** @description once they stopped */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/threads/{tid}/runs/{rid}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Cancel a run: its calls in flight are stopped and recorded, the session ends as failed, the run as interrupted (as LangGraph's) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    tid: string;
+                    rid: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description once it stopped */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description no valid API key */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description not found, or another user's */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+                /** @description an error: 409, 413, 422, 429, 503... */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Detail"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/runs": {
         parameters: {
             query?: never;
@@ -2155,148 +2297,6 @@ export interface paths {
                     content: {
                         "application/json": components["schemas"]["RunInfo"][];
                     };
-                };
-                /** @description no valid API key */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Detail"];
-                    };
-                };
-                /** @description not found, or another user's */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Detail"];
-                    };
-                };
-                /** @description an error: 409, 413, 422, 429, 503... */
-                default: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Detail"];
-                    };
-                };
-            };
-        };
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/runs/cancel": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /** Cancel runs (`runs.cancel_many`): by `run_ids` (of `thread_id`), every run of `thread_id`, or every run of the user with `status` (pending, running, all); action `interrupt` only */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description The thread whose runs are cancelled (all of them, or those of `run_ids`).
-                         * @default null
-                         */
-                        thread_id?: string | null;
-                        /** @default null */
-                        run_ids?: string[] | null;
-                        /**
-                         * @description Every run of the user with this status: `pending`, `running` or `all`.
-                         * @default null
-                         */
-                        status?: string | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description once they stopped */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description no valid API key */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Detail"];
-                    };
-                };
-                /** @description not found, or another user's */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Detail"];
-                    };
-                };
-                /** @description an error: 409, 413, 422, 429, 503... */
-                default: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["Detail"];
-                    };
-                };
-            };
-        };
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/threads/{tid}/runs/{rid}/cancel": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /** Cancel a run: its calls in flight are stopped and recorded, the session ends as failed, the run as interrupted (as LangGraph's) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    tid: string;
-                    rid: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description once it stopped */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
                 };
                 /** @description no valid API key */
                 401: {
