@@ -303,17 +303,7 @@ impl Engine {
     }
 
     fn load(file: &Path) -> Result<Engine, ModelError> {
-        let f =
-            std::fs::File::open(file).map_err(|e| bad_file(file, format!("cannot open: {e}")))?;
-        let mut reader = std::io::BufReader::new(f);
-        let content = Content::read(&mut reader)
-            .map_err(|e| bad_file(file, format!("cannot read the GGUF header: {}", said(&e))))?;
-        let arch = content
-            .metadata
-            .get("general.architecture")
-            .and_then(|v| v.to_string().ok())
-            .cloned()
-            .unwrap_or_default();
+        let (mut reader, content, arch) = read_header(file)?;
         if arch != "llama" && arch != "gemma3" {
             return Err(bad_file(
                 file,
@@ -640,13 +630,14 @@ fn chat_template(content: &Content, arch: &str) -> String {
         .unwrap_or_else(|| if arch == "gemma3" { GEMMA } else { CHATML }.to_owned())
 }
 
-/// The tokens of the prompt a request makes for the model of `file`: its chat template, then
-/// its tokenizer, as a call reads it (only the file's header is read, not its weights). For the
-/// tests that compare them with llama.cpp's.
-#[doc(hidden)]
-pub fn prompt_tokens(file: &Path, req: &ModelRequest) -> Result<Vec<u32>, ModelError> {
+/// `file` opened, its GGUF header read and its architecture (`general.architecture`, empty
+/// when missing); the reader stands after the header.
+fn read_header(
+    file: &Path,
+) -> Result<(std::io::BufReader<std::fs::File>, Content, String), ModelError> {
     let f = std::fs::File::open(file).map_err(|e| bad_file(file, format!("cannot open: {e}")))?;
-    let content = Content::read(&mut std::io::BufReader::new(f))
+    let mut reader = std::io::BufReader::new(f);
+    let content = Content::read(&mut reader)
         .map_err(|e| bad_file(file, format!("cannot read the GGUF header: {}", said(&e))))?;
     let arch = content
         .metadata
@@ -654,6 +645,15 @@ pub fn prompt_tokens(file: &Path, req: &ModelRequest) -> Result<Vec<u32>, ModelE
         .and_then(|v| v.to_string().ok())
         .cloned()
         .unwrap_or_default();
+    Ok((reader, content, arch))
+}
+
+/// The tokens of the prompt a request makes for the model of `file`: its chat template, then
+/// its tokenizer, as a call reads it (only the file's header is read, not its weights). For the
+/// tests that compare them with llama.cpp's.
+#[doc(hidden)]
+pub fn prompt_tokens(file: &Path, req: &ModelRequest) -> Result<Vec<u32>, ModelError> {
+    let (_, content, arch) = read_header(file)?;
     let vocab = vocab::from_gguf(&content).map_err(|e| bad_file(file, e))?;
     let text = Engine::render(&chat_template(&content, &arch), &vocab, file, req)?;
     vocab
