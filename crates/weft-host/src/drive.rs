@@ -86,7 +86,13 @@ impl AgentFile {
     }
 
     async fn load_with(path: &Path, needs_model: bool) -> Result<Self> {
-        let loaded = load::agent(path).await?;
+        Self::of(path, load::agent(path).await?, needs_model)
+    }
+
+    /// An agent file read already (`path` as errors name it): its model built. Without
+    /// `needs_model`, a file without a `model` gets one that refuses every call (plan
+    /// sessions need none).
+    pub fn of(path: &Path, loaded: load::LoadedAgent, needs_model: bool) -> Result<Self> {
         let redact = loaded.redactor();
         let model = if loaded.spec.model.is_none() && !needs_model {
             Arc::new(NoModel) as SharedModel

@@ -11,6 +11,8 @@
 //!   from a lost hold;
 //! - [`markers`]: a session's runs as its log tells them (each begins with its marker), for
 //!   whichever process reads the log;
+//! - [`task`]: a task given to an agent (a new session, another task, an answer) or a plan run,
+//!   by a front end that drives it in its own process;
 //! - [`drive`]: continuing a session no process drives (queued, or left by a process that
 //!   stopped) with its agent file;
 //! - [`worker`]: the workers' loop, claiming such sessions and driving many at once;
@@ -33,6 +35,7 @@ pub mod ownership;
 pub mod run;
 pub mod sessions;
 mod shutdown;
+pub mod task;
 pub mod telemetry;
 pub mod worker;
 
@@ -65,6 +68,18 @@ pub fn store_error_in<'a>(
                 _ => None,
             })
     })
+}
+
+/// A word a POSIX shell reads back as itself (for the commands that hints suggest).
+pub fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:@%+=,".contains(c));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }
 
 /// What went wrong while hosting a session.

@@ -50,24 +50,14 @@ pub async fn agent_with_secrets(path: &Path, secrets: &[String]) -> Result<Loade
             .ok_or_else(|| HostError::Invalid(format!("--secret {s}: write NAME=VALUE")))?;
         overrides.insert(k.to_owned(), v.to_owned());
     }
-    let checked = check_agent(path, overrides).await;
-    let (Some(spec), Some(tools), true) = (
-        checked.spec.clone(),
-        checked.tools.clone(),
-        checked.problems.is_empty(),
-    ) else {
-        if let Some(t) = &checked.tools {
-            t.shutdown().await;
-        }
-        return Err(checked.error());
-    };
+    let loaded = check_agent(path, overrides).await.loaded().await?;
     tracing::info!(
         file = %path.display(),
-        agent = %spec.name,
-        tools = tools.infos().count(),
+        agent = %loaded.spec.name,
+        tools = loaded.tools.infos().count(),
         "agent loaded"
     );
-    Ok(LoadedAgent { spec, tools })
+    Ok(loaded)
 }
 
 /// What reading an agent file and building its tools found: every problem, each with its line
@@ -123,6 +113,23 @@ impl CheckedAgent {
         ps.iter().map(|p| p.in_file(&self.file)).collect()
     }
 
+    /// The agent, when no problem was found; else the error that lists them (its MCP servers
+    /// are stopped).
+    pub async fn loaded(self) -> Result<LoadedAgent> {
+        match (&self.spec, &self.tools, self.problems.is_empty()) {
+            (Some(spec), Some(tools), true) => Ok(LoadedAgent {
+                spec: spec.clone(),
+                tools: tools.clone(),
+            }),
+            _ => {
+                if let Some(t) = &self.tools {
+                    t.shutdown().await;
+                }
+                Err(self.error())
+            }
+        }
+    }
+
     /// The error that lists every problem.
     pub fn error(&self) -> HostError {
         HostError::AgentFile(match self.lines().as_slice() {
@@ -142,28 +149,69 @@ impl CheckedAgent {
 /// own, then the whole set's (MCP servers, `allowed_tools`, workflow steps' agents).
 pub async fn check_agent(path: &Path, overrides: BTreeMap<String, String>) -> CheckedAgent {
     let file = path.display().to_string();
+    match std::fs::File::open(path).and_then(weft_core::limits::read_text) {
+        Ok(text) => {
+            let source = Source {
+                file,
+                text,
+                base: base_dir(path),
+            };
+            check_source(source, overrides, |_| Ok(())).await
+        }
+        Err(e) => CheckedAgent {
+            problems: vec![Problem::new(
+                "",
+                format!("cannot read agent file {file}: {e}"),
+            )],
+            file,
+            text: String::new(),
+            spec: None,
+            tools: None,
+        },
+    }
+}
+
+/// An agent file's text, read from a file or given by an application.
+pub struct Source<'a> {
+    /// How errors name it: the file's path, or what the application calls it.
+    pub file: String,
+    /// Its text (YAML or JSON).
+    pub text: String,
+    /// The directory its relative paths are taken from.
+    pub base: &'a Path,
+}
+
+/// Reads an agent file's text and builds its tools, with `extra` tools that an application
+/// gives in code (registered before the checks that name tools: `allowed_tools`, budgets,
+/// `repeats`, workflow steps). Every problem is an error naming the file.
+pub async fn agent_from_source(
+    source: Source<'_>,
+    extra: impl FnOnce(&mut Registry) -> Result<(), weft_tools::ToolsError>,
+) -> Result<LoadedAgent> {
+    check_source(source, BTreeMap::new(), extra)
+        .await
+        .loaded()
+        .await
+}
+
+/// [`check_agent`] of a text, with `extra` tools given in code (see [`agent_from_source`]).
+pub async fn check_source(
+    source: Source<'_>,
+    overrides: BTreeMap<String, String>,
+    extra: impl FnOnce(&mut Registry) -> Result<(), weft_tools::ToolsError>,
+) -> CheckedAgent {
     let mut c = CheckedAgent {
-        file: file.clone(),
-        text: String::new(),
+        file: source.file,
+        text: source.text,
         spec: None,
         tools: None,
         problems: Vec::new(),
     };
-    match std::fs::File::open(path).and_then(weft_core::limits::read_text) {
-        Ok(t) => c.text = t,
-        Err(e) => {
-            c.problems.push(Problem::new(
-                "",
-                format!("cannot read agent file {file}: {e}"),
-            ));
-            return c;
-        }
-    }
     let (spec, problems) = AgentSpec::check(&c.text);
     c.problems = problems;
     let Some(spec) = spec else { return c };
     c.spec = Some(spec.clone());
-    let base = base_dir(path);
+    let base = source.base;
     let mut tools = Vec::new();
     for (i, t) in spec.tools.iter().enumerate() {
         // A declaration the file's own check refused is left out (and named already).
@@ -195,7 +243,17 @@ pub async fn check_agent(path: &Path, overrides: BTreeMap<String, String>) -> Ch
         allowed_tools: None,
         ..spec.clone()
     };
-    match Registry::from_agent_async(&all, base, overrides).await {
+    let built = match Registry::from_agent_async(&all, base, overrides).await {
+        Ok(mut reg) => match extra(&mut reg) {
+            Ok(()) => Ok(reg),
+            Err(e) => {
+                reg.shutdown().await;
+                Err(e)
+            }
+        },
+        Err(e) => Err(e),
+    };
+    match built {
         Ok(reg) => {
             let reg = match &spec.allowed_tools {
                 Some(allowed) => {

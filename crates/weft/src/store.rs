@@ -72,14 +72,4 @@ pub fn db_flag() -> String {
     }
 }
 
-/// A word a POSIX shell reads back as itself.
-pub fn shell_word(s: &str) -> String {
-    let plain = !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:@%+=,".contains(c));
-    if plain {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
+pub use weft_host::shell_word;

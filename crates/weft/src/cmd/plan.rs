@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use weft_core::engine::dry_run;
 use weft_core::{Plan, SessionStatus};
 
-use weft_host::hosted::{Hosted, Setup};
+use weft_host::hosted::Setup;
 use weft_host::{Host, load};
 
 use crate::{EXIT_FAILED, EXIT_USAGE};
@@ -216,10 +216,10 @@ pub async fn execute<S: weft_store::Store>(host: &Host, store: Arc<S>, p: Prepar
     } else {
         crate::view::observer(&limits)
     };
-    let id =
-        a.id.clone()
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    let held = weft_host::ownership::take(host, store.clone(), &id, false).await?;
+    let watchers = weft_host::drive::Watchers {
+        all: vec![observer, host.shutdown.observer()],
+        own: Vec::new(),
+    };
     let setup = Setup {
         provider: weft_host::telemetry::Provider::of(&agent.spec),
         new: true,
@@ -227,43 +227,18 @@ pub async fn execute<S: weft_store::Store>(host: &Host, store: Arc<S>, p: Prepar
         limits,
         redact,
     };
-    let watchers = weft_host::drive::Watchers {
-        all: vec![observer, host.shutdown.observer()],
-        own: Vec::new(),
+    let run = weft_host::task::PlanRun {
+        plan,
+        input,
+        id: a.id.clone(),
+        user: a.user.clone(),
+        agent: agent.spec.name.clone(),
+        file: Some(a.plan.agent.clone()),
     };
-    let hosted = Hosted::start(host, store, &held, setup, a.user.as_deref(), watchers).await;
-    let rt = hosted.runtime();
-    let problems = rt.check_plan(&plan, Some(&input));
-    let ran = if problems.is_empty() {
-        let mut metadata = serde_json::json!({});
-        weft_host::sessions::record_agent_file(&mut metadata, &a.plan.agent);
-        let info = weft_runtime::SessionInfo {
-            id: Some(id.clone()),
-            user_id: a.user.clone(),
-            metadata,
-            ..weft_runtime::SessionInfo::default()
-        };
-        match hosted
-            .run(rt.run_plan_in(&agent.spec.name, plan, input, info))
-            .await
-        {
-            Ok(Ok(done)) => Ok(Ok(done.state)),
-            Ok(Err(weft_runtime::RuntimeError::Store(weft_store::StoreError::Exists(_)))) => {
-                Err(crate::cmd::run::taken(rt.store().as_ref(), &id, None).await)
-            }
-            Ok(Err(e)) => Err(e.into()),
-            Err(asked) => hosted.stopped(asked).await.map(Err).map_err(Into::into),
-        }
-    } else {
-        Ok(Err(report(&a.plan.plan, &problems)))
-    };
-    hosted.end().await;
-    held.release().await;
-    // The session's state, or the exit code of a run that ended before it (refused, or
-    // stopped).
-    let state = match ran? {
-        Ok(state) => state,
-        Err(code) => return Ok(code),
+    let state = match weft_host::task::plan(host, store, setup, watchers, run).await? {
+        weft_host::task::PlanRan::Done(state) => state,
+        weft_host::task::PlanRan::Refused(problems) => return Ok(report(&a.plan.plan, &problems)),
+        weft_host::task::PlanRan::Stopped(code) => return Ok(code),
     };
     let state = &state;
     writeln!(

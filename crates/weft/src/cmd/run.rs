@@ -8,11 +8,11 @@ use anyhow::{Result, anyhow};
 use clap::Args;
 use serde_json::Value;
 use weft_core::{Envelope, SessionStatus};
-use weft_runtime::{Agent, Observer, SessionInfo};
+use weft_runtime::{Agent, Observer};
 use weft_store::Store;
 
 use weft_host::drive::Before;
-use weft_host::{Host, load};
+use weft_host::{Host, load, task};
 
 use crate::EXIT_FAILED;
 
@@ -219,38 +219,7 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
         budget,
         provider,
     } = p;
-    // `--budget` over the budget in force: the agent file's for a new session, the session's
-    // (the last one it was given) for one it continues.
-    let given =
-        |base: Option<&weft_core::budget::Budget>| -> Result<Option<weft_core::budget::Budget>> {
-            match &args.budget {
-                None => Ok(None),
-                Some(text) => Ok(Some(
-                    base.or(budget.as_ref())
-                        .cloned()
-                        .unwrap_or_default()
-                        .with_overrides(text)
-                        .map_err(|e| anyhow!("--budget: {e}"))?,
-                )),
-            }
-        };
     host.durability.for_asked(store.as_ref(), [durability]);
-    // This process owns the session while it drives it (a new one's id is chosen first).
-    let id = match &args.session {
-        Some(id) => id.clone(),
-        None => args
-            .id
-            .clone()
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
-    };
-    let held = weft_host::ownership::take(host, store.clone(), &id, false).await?;
-    let setup = weft_host::hosted::Setup {
-        provider,
-        new: args.session.is_none(),
-        tools: tools.clone(),
-        limits: limits.clone(),
-        redact,
-    };
     let watchers = weft_host::drive::Watchers {
         all: vec![
             if args.events {
@@ -262,138 +231,34 @@ pub async fn execute<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Resul
         ],
         own: Vec::new(),
     };
-    let hosted =
-        weft_host::hosted::Hosted::start(host, store, &held, setup, args.user.as_deref(), watchers)
-            .await;
-    let rt = hosted.runtime();
-    if let Some(id) = &args.session {
-        host.shutdown.note_session(id);
-    }
-    let run = async {
-        let mut before = None;
-        let session = match &args.session {
-            None => {
-                let info = SessionInfo {
-                    id: Some(id.clone()),
-                    user_id: args.user.clone(),
-                    reference_id: args.reference.clone(),
-                    metadata,
-                    parent_id: None,
-                };
-                let extra = match given(None)? {
-                    Some(b) => {
-                        weft_runtime::budget::warn_unpriced(agent.model.as_ref(), Some(&b));
-                        vec![weft_core::Event::BudgetSet { budget: b }]
-                    }
-                    None => Vec::new(),
-                };
-                let begin = weft_host::hosted::Begin::New {
-                    info,
-                    task: args.task.clone(),
-                    input,
-                };
-                let mut session = match hosted.begin(&agent, begin, extra).await {
-                    Ok(s) => s,
-                    Err(weft_runtime::RuntimeError::Store(weft_store::StoreError::Exists(_))) => {
-                        return Err(taken(rt.store().as_ref(), &id, Some(&args.agent)).await);
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                rt.drive_agent(&agent, &mut session).await?;
-                session
-            }
-            Some(id) => {
-                let mut session = rt.load_session(id).await?;
-                before = Some(Before::of(&session.state));
-                if session.state.agent() != agent.name {
-                    return Err(anyhow!(
-                        "session {id} belongs to agent `{}`, not `{}`",
-                        session.state.agent(),
-                        agent.name
-                    ));
-                }
-                if let Some(b) = given(session.state.spending().budget.as_ref())?
-                    && session.state.status() != SessionStatus::Running
-                {
-                    rt.set_budget(agent.model.as_ref(), &mut session, b).await?;
-                }
-                match session.state.status() {
-                    SessionStatus::WaitingForUser => {
-                        rt.reply(&agent, &mut session, &args.task).await?
-                    }
-                    SessionStatus::Running => {
-                        return Err(anyhow!(
-                            "session {id} was running when its process stopped; continue it with `weft resume{} {id}`",
-                            crate::store::db_flag()
-                        ));
-                    }
-                    SessionStatus::Completed | SessionStatus::Failed => {
-                        rt.run_task(&agent, &mut session, &args.task, input).await?;
-                    }
-                }
-                session
-            }
-        };
-        Ok::<_, anyhow::Error>((session, before))
+    let given = task::Given {
+        agent: &agent,
+        setup: weft_host::hosted::Setup {
+            provider,
+            new: args.session.is_none(),
+            tools: tools.clone(),
+            limits,
+            redact,
+        },
+        budget: budget.as_ref(),
+        file: Some(&args.agent),
     };
-    // Another process may ask this one to cancel or pause the session while it runs.
-    let ran = hosted.run(run).await;
-    let ran = match ran {
-        Ok(Ok((session, before))) => Ok((session.state, session.id, before)),
-        Ok(Err(e)) => Err(Ok(e)),
-        Err(asked) => Err(Err(hosted.stopped(asked).await)),
+    let request = task::Task {
+        session: args.session.clone(),
+        id: args.id.clone(),
+        task: args.task.clone(),
+        input,
+        user: args.user.clone(),
+        reference: args.reference.clone(),
+        metadata,
+        budget: args.budget.clone(),
     };
-    hosted.end().await;
+    let ran = task::run(host, store, given, watchers, request).await;
     tools.shutdown().await;
-    match ran {
-        Ok((state, id, before)) => {
-            let code = report(&state, &id, &args.agent, before.as_ref());
-            held.release().await;
-            code
-        }
-        // Refused (a session that exists, of another agent, ...): the session is let go at
-        // once, not held by this process's lease until it runs out. After a store error the
-        // lease is left to run out (the store may not answer).
-        Err(Ok(e)) => {
-            if weft_host::store_error_in(e.as_ref()).is_none() {
-                held.release().await;
-            }
-            Err(e)
-        }
-        Err(Err(code)) => {
-            held.release().await;
-            Ok(code?)
-        }
+    match ran? {
+        task::Ran::Done { state, id, before } => report(&state, &id, &args.agent, before.as_ref()),
+        task::Ran::Stopped(code) => Ok(code),
     }
-}
-
-/// The error for a new session whose id (`--id`) is taken, with how to go on with the session
-/// there: `weft resume` when it stopped while running (its process died, or gave up on the
-/// store), `weft answer` when it waits, a new task with `--session` when it has ended (an agent's
-/// session: `agent` is its file; a plan's has none to give).
-pub async fn taken<S: Store>(
-    store: &S,
-    id: &str,
-    agent: Option<&std::path::Path>,
-) -> anyhow::Error {
-    let db = crate::store::db_flag();
-    let how = match (store.get(id).await.map(|r| r.status), agent) {
-        (Ok(SessionStatus::Running), _) => {
-            format!("it stopped before it finished; continue it with `weft resume{db} {id}`")
-        }
-        (Ok(SessionStatus::WaitingForUser), _) => {
-            format!("it waits for an answer; give it with `weft answer{db} {id} \"<answer>\"`")
-        }
-        (Ok(SessionStatus::Completed | SessionStatus::Failed), Some(agent)) => format!(
-            "it has ended; give it another task with `weft run{db} {} --session {id} \"<task>\"`, or give the new session another --id",
-            crate::store::shell_word(&agent.display().to_string())
-        ),
-        (Ok(SessionStatus::Completed | SessionStatus::Failed), None) => {
-            "it has ended; give the new session another --id (or none, for a new one)".to_owned()
-        }
-        (Err(_), _) => "give the new session another --id".to_owned(),
-    };
-    anyhow!("session {id} already exists: {how}")
 }
 
 fn usage_text(input: u64, output: u64, cost: Option<f64>, tool_calls: u64) -> String {

@@ -145,7 +145,14 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> 
                 Ok(session) => session.id.clone(),
                 Err(weft_runtime::RuntimeError::Store(weft_store::StoreError::Exists(id))) => {
                     tools.shutdown().await;
-                    return Err(run_cmd::taken(store.as_ref(), &id, Some(&args.agent)).await);
+                    return Err(weft_host::task::taken(
+                        host,
+                        store.as_ref(),
+                        &id,
+                        Some(&args.agent),
+                    )
+                    .await
+                    .into());
                 }
                 Err(e) => return Err(e.into()),
             }
