@@ -30,24 +30,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-PEER="$ROOT/../shared/bench/langgraph_bench.py"
-if [ ! -f "$PEER" ]; then
-  PEER="${LANGGRAPH_BENCH:-}"
-fi
-if [ -z "$PEER" ] || [ ! -f "$PEER" ]; then
-  echo "compare.sh: the LangGraph script is not at $ROOT/../shared/bench/langgraph_bench.py; set LANGGRAPH_BENCH to its path" >&2
-  exit 2
-fi
-export LANGGRAPH_BENCH="$PEER"
-
-VENV="$ROOT/bench/.venv"
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import langgraph.prebuilt, langgraph.checkpoint.sqlite, aiosqlite' 2>/dev/null; then
-  echo "== creating $VENV with LangGraph" >&2
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --upgrade pip
-  "$VENV/bin/pip" install --quiet langgraph langgraph-checkpoint-sqlite aiosqlite
-fi
-PY="$VENV/bin/python"
+. "$ROOT/bench/peer-env.sh" compare.sh
 
 echo "== building weft-bench (release)" >&2
 (cd "$ROOT" && cargo build --quiet --release -p weft-bench)
