@@ -21,9 +21,8 @@ commit); `tool` and `batch` also take `memory` (the `memory:` store, nothing wri
   after the run (database plus write-ahead log, after a checkpoint, as bench/langgraph_peer.py
   measures its own).
 - `react_idem N D`: `react` with the tool declared idempotent (`@weft.tool(idempotent=True)`):
-  weft then stores a call's start and its result in one commit, where a tool that is not
-  idempotent (the default, and `react`'s) has its start stored, and synced at `full`, before
-  it runs, and its result in a second commit.
+  safe to run again after a crash. Whether weft then writes fewer commits for it is what this
+  workload shows (BENCHMARKS.md: the syncs counted were the same).
 
 Every run is in a fresh temporary directory with a fresh database; a run that did not complete,
 or made another number of tool calls than asked, fails the benchmark (it is never reported).
