@@ -1,7 +1,7 @@
 """A wait answered later: a refund waits for a person's approval, durably.
 
-    python examples/python/approval.py ask              # waits; prints the session id
-    python examples/python/approval.py answer SESSION   # later, from any process: approve
+    python examples/python/approval.py ask refund-17      # waits (the session's id: refund-17)
+    python examples/python/approval.py answer refund-17   # later, from any process: approve
 
 Between the two the process can end, the machine restart: the wait is in the store.
 """
@@ -29,7 +29,7 @@ agent = weft.Agent(
 )
 
 if sys.argv[1] == "ask":
-    result = agent.run("Refund order o-17, 25 euros.")
+    result = agent.run("Refund order o-17, 25 euros.", id=sys.argv[2] if len(sys.argv) > 2 else None)
     print(f"{result.status}: {result.question}")
     print(f"answer with: python {sys.argv[0]} answer {result.session_id}")
 else:

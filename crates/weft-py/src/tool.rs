@@ -2,8 +2,10 @@
 //! JSON (name, description, input schema from the type hints, `idempotent`, approval) and a
 //! callable `invoke(args_json, context_json) -> str` that runs the function (an async one on an
 //! event loop) and answers `{"ok": RESULT}` or `{"error": {kind, message, detail}}`. The call
-//! runs on a thread of its own, so a function that blocks holds up neither weft nor an event
-//! loop; the GIL is taken only while Python runs.
+//! runs in a task of its own, whose thread is handed over to Python for the call
+//! ([`tokio::task::block_in_place`]: weft's other work moves to another thread, and no further
+//! thread switch stands between weft and the function), so a function that blocks holds up
+//! neither weft nor an event loop; the GIL is taken only while Python runs.
 
 use pyo3::prelude::*;
 use serde_json::{Value, json};
@@ -13,7 +15,7 @@ use weft_tools::{Registry, Tool, ToolContext, ToolsError};
 /// A Python function registered as a tool.
 pub(crate) struct PyTool {
     info: ToolInfo,
-    invoke: Py<PyAny>,
+    invoke: std::sync::Arc<Py<PyAny>>,
 }
 
 /// A tool as the Python side gives it: its description (JSON) and its `invoke`.
@@ -29,7 +31,10 @@ pub(crate) fn register(reg: &mut Registry, given: Vec<Given>) -> Result<(), Tool
             ))
         })?;
         info.source = "python".into();
-        reg.register(PyTool { info, invoke })?;
+        reg.register(PyTool {
+            info,
+            invoke: std::sync::Arc::new(invoke),
+        })?;
     }
     Ok(())
 }
@@ -40,7 +45,6 @@ impl Tool for PyTool {
     }
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
-        let invoke = Python::attach(|py| self.invoke.clone_ref(py));
         let context = json!({
             "session_id": ctx.session_id,
             "step": ctx.step,
@@ -50,10 +54,14 @@ impl Tool for PyTool {
         })
         .to_string();
         let args = args.to_string();
-        let name = self.info.name.clone();
-        let answered = tokio::task::spawn_blocking(move || {
+        let name = &self.info.name;
+        // Not on weft's first poll of the call, which runs calls that finish at once in the
+        // session's own task: the call goes to a task of its own first, so that the calls of
+        // a wave run at once and a function that blocks does not hold the session up.
+        tokio::task::yield_now().await;
+        let answered = tokio::task::block_in_place(|| {
             Python::attach(|py| {
-                invoke
+                self.invoke
                     .call1(py, (args, context))
                     .and_then(|r| r.extract::<String>(py))
                     .map_err(|e| {
@@ -63,9 +71,7 @@ impl Tool for PyTool {
                         )
                     })
             })
-        })
-        .await
-        .map_err(|e| ToolError::new("interrupted", format!("the tool's thread ended: {e}")))??;
+        })?;
         answer(&self.info.name, &answered)
     }
 }

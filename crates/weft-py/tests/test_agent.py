@@ -199,3 +199,33 @@ def test_a_plan_runs_python_tools_in_waves_with_no_model():
     assert len(started) == 2, [e.type for e in events]
     with pytest.raises(weft.WeftError, match=r"the plan has 1 problem\(s\):\n  - .*nope"):
         weft.plan.run({"steps": [{"_id": "x", "_tool": "nope"}]}, tools=[price])
+
+
+def test_parallel_calls_of_a_blocking_tool_overlap(script):
+    spans = []
+
+    @weft.tool(idempotent=True)
+    def wait(name: str) -> str:
+        """Waits on I/O (the GIL released)."""
+        import time
+        start = time.monotonic()
+        time.sleep(0.3)
+        spans.append((start, time.monotonic()))
+        return name
+
+    model = script([calls(("wait", {"name": "a"}), ("wait", {"name": "b"}), ("wait", {"name": "c"})),
+                    {"text": "ok"}])
+    agent = weft.Agent("p", model=model, mode="react", instructions="x", tools=[wait])
+    assert agent.run("go").completed
+    spans.sort()
+    # Each call began before the one before it ended: they ran at once, not one after another.
+    assert all(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])), spans
+
+
+def test_a_code_agent_takes_tool_declarations_beside_python_tools(script):
+    model = script([calls(("echo", {"text": "hi"}), ("get_weather", {"city": "Oslo"})), {"text": "ok"}])
+    agent = weft.Agent("mixed", model=model, mode="react", instructions="x",
+                       tools=[{"builtin": "echo"}, get_weather])
+    assert agent.tool_names == ["echo", "get_weather"]
+    r = agent.run("go")
+    assert r.completed and r.tool_calls == 2

@@ -34,10 +34,10 @@ def test_plan():
 
 
 def test_approval_answered_later():
-    asked = example("approval.py", "ask").stdout.splitlines()
+    asked = example("approval.py", "ask", "refund-17").stdout.splitlines()
     assert asked[0].startswith("waiting: Allow the call refund")
-    session = asked[1].split()[-1]
-    assert example("approval.py", "answer", session).stdout == "completed: Order o-17 is refunded: 25 euros.\n"
+    assert asked[1].endswith("answer refund-17")
+    assert example("approval.py", "answer", "refund-17").stdout == "completed: Order o-17 is refunded: 25 euros.\n"
 
 
 def test_crash_and_resume():

@@ -131,8 +131,10 @@ class Agent:
     SQLite file, default `.weft/weft.db`, or a `postgres://` URL) and survive a crash.
 
     Build it in code, `Agent(name=..., model=..., instructions=..., tools=[...], mode=...,
-    **fields)` (any other field of an agent file, as a keyword), or read it from an agent file
-    with `Agent.from_file(path, tools=[...])`; Python tools join the file's own."""
+    **fields)` (any other field of an agent file, as a keyword; `tools` may also hold an agent
+    file's tool declarations as dicts, e.g. `{"builtin": "http_get"}` or `{"mcp": {...}}`), or
+    read it from an agent file with `Agent.from_file(path, tools=[...])`; Python tools join
+    the file's own."""
 
     def __init__(
         self,
@@ -140,12 +142,18 @@ class Agent:
         *,
         model: Optional[Union[str, Dict[str, Any]]] = None,
         instructions: Optional[str] = None,
-        tools: Sequence[Tool] = (),
+        tools: Sequence[Union[Tool, Dict[str, Any]]] = (),
         mode: Optional[str] = None,
         db: Optional[str] = None,
         **fields: Any,
     ) -> None:
         spec: Dict[str, Any] = {"name": name}
+        # Declarations of an agent file's tools (`{"builtin": "http_get"}`, `{"mcp": {...}}`,
+        # a command, ...) go to the spec; Python tools are registered beside them.
+        declared = [t for t in tools if isinstance(t, dict)]
+        if declared:
+            spec["tools"] = declared
+        tools = [t for t in tools if not isinstance(t, dict)]
         if model is not None:
             spec["model"] = model
         if instructions is not None:

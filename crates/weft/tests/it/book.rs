@@ -6,7 +6,9 @@
 //! ` ```text ` blocks are synopses with placeholders and are not run.
 //!
 //! The README's set-up commands are the one exception: `cargo install --path crates/weft` is the
-//! build these tests already made, and `scripts/test` is the run this test is part of.
+//! build these tests already made, and `scripts/test` is the run this test is part of. So is the
+//! Python page's `pip install ./crates/weft-py`: the build `scripts/setup-python` made, whose
+//! interpreter (`WEFT_TEST_PYTHON`) is the page's `python`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::os::unix::process::CommandExt;
@@ -96,7 +98,7 @@ fn expectation(command: &str) -> Expect {
 /// The set-up commands of the README that this test stands in for (see the module's doc).
 fn setup_command(command: &str) -> Option<&str> {
     let c = command.trim();
-    if c == "scripts/test" {
+    if c == "scripts/test" || c == "pip install ./crates/weft-py" {
         return Some("");
     }
     c.strip_prefix("cargo install --path crates/weft --locked && ")
@@ -109,11 +111,16 @@ fn run_page(page: &str) {
     let dir = tempfile::tempdir().unwrap();
     crate::support::copy_dir(&repo().join("examples"), &dir.path().join("examples"));
     let weft = PathBuf::from(env!("CARGO_BIN_EXE_weft"));
-    let path = format!(
+    let mut path = format!(
         "{}:{}",
         weft.parent().unwrap().display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    // The Python page runs the interpreter the package is installed in as `python`.
+    if page == "docs/python.md" {
+        let python = PathBuf::from(crate::support::service_var("WEFT_TEST_PYTHON"));
+        path = format!("{}:{path}", python.parent().unwrap().display());
+    }
     let mut ran = 0;
     for (info, first_line, body) in fenced(&text) {
         if info == "yaml" || info == "json" {
@@ -275,4 +282,5 @@ pages! {
     telemetry => "docs/telemetry.md",
     evals => "docs/evals.md",
     command_line => "docs/command-line.md",
+    needs_python_page => "docs/python.md",
 }
