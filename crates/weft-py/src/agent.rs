@@ -113,7 +113,10 @@ impl NativeAgent {
         let (file, text) = source(&path, text).map_err(error)?;
         let db = db.unwrap_or_else(|| process::DEFAULT_DB.to_owned());
         let base = PathBuf::from(base);
-        let loaded = block_on(py, async {
+        let store = db.clone();
+        let loaded = block_on(py, async move {
+            // The store is opened with the agent: a wrong `db` is said at once.
+            process::store(&store).await?;
             weft_host::load::agent_from_source(
                 weft_host::load::Source {
                     file,
@@ -123,6 +126,7 @@ impl NativeAgent {
                 |reg| tool::register(reg, tools),
             )
             .await
+            .map_err(|e| e.to_string())
         })?
         .map_err(error)?;
         let file = AgentFile::of(std::path::Path::new(&path), loaded, false).map_err(error)?;

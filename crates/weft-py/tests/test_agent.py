@@ -154,6 +154,9 @@ def test_errors_are_the_cli_messages(script, in_tmp):
         f.write("name: bad\nmode: react\nmodel: scripted:x.json\nlimits: {max_iterations: -1}\n")
     with pytest.raises(weft.WeftError, match=r"^agent file bad.yaml:4:"):
         weft.Agent.from_file("bad.yaml")
+    # A store that cannot be opened is said when the agent is made.
+    with pytest.raises(weft.WeftError, match=r"^cannot open the session store `nope://x`: "):
+        weft.Agent("s", model=model, db="nope://x")
     with pytest.raises(TypeError, match="decorate the function with @weft.tool"):
         weft.Agent("t", model=model, tools=[lambda: 1])
 
