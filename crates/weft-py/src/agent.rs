@@ -14,7 +14,7 @@ use weft_host::task;
 use weft_runtime::{Agent, Observer};
 use weft_store::SessionLog;
 
-use crate::{block_on, error, process, tool};
+use crate::{block_on, block_on_run, error, process, tool};
 
 /// An agent and the store its sessions are kept in.
 #[pyclass(frozen, module = "weft._weft")]
@@ -90,9 +90,10 @@ fn outcome(st: &State, id: &str, before: Option<&Before>) -> String {
     .to_string()
 }
 
-/// The outcome of a run another process (or this one's shutdown) stopped.
-fn stopped(id: &str, code: u8) -> String {
-    json!({"status": "stopped", "session_id": id, "exit_code": code}).to_string()
+/// The outcome of a run another process stopped, or Ctrl-C (`interrupted`).
+fn stopped(id: &str, code: u8, interrupted: bool) -> String {
+    json!({"status": "stopped", "session_id": id, "exit_code": code, "interrupted": interrupted})
+        .to_string()
 }
 
 #[pymethods]
@@ -192,9 +193,15 @@ impl NativeAgent {
         let db = self.db.clone();
         let from_file = self.from_file;
         let watchers = watchers(on_event);
+        // Chosen here, so that a run stopped by Ctrl-C can say which session to resume.
+        let id = session
+            .clone()
+            .or(id)
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let shutdown = host.shutdown.clone();
         let request = task::Task {
+            id: session.is_none().then(|| id.clone()),
             session,
-            id,
             task,
             input,
             user,
@@ -202,7 +209,7 @@ impl NativeAgent {
             metadata,
             budget,
         };
-        let ran = block_on(py, async move {
+        let (ran, interrupted) = block_on_run(py, &shutdown, async move {
             let store = process::store(&db).await?;
             host.durability.for_agents(store.as_ref(), [&file.spec]);
             let given = task::Given {
@@ -214,11 +221,10 @@ impl NativeAgent {
             task::run(&host, store, given, watchers, request)
                 .await
                 .map_err(|e| e.to_string())
-        })?
-        .map_err(error)?;
-        Ok(match ran {
+        })?;
+        Ok(match ran.map_err(error)? {
             task::Ran::Done { state, id, before } => outcome(&state, &id, before.as_ref()),
-            task::Ran::Stopped(code) => stopped("", code),
+            task::Ran::Stopped(code) => stopped(&id, code, interrupted),
         })
     }
 
@@ -238,7 +244,8 @@ impl NativeAgent {
         let host = process::host_for(&self.db);
         let db = self.db.clone();
         let watchers = watchers(on_event);
-        block_on(py, async move {
+        let shutdown = host.shutdown.clone();
+        let (ended, interrupted) = block_on_run(py, &shutdown, async move {
             let store = process::store(&db).await?;
             let rec = store.get(&session).await.map_err(|e| e.to_string())?;
             match rec.status {
@@ -267,12 +274,15 @@ impl NativeAgent {
             }
             Ok(match ended.map_err(|e| e.to_string())? {
                 weft_host::drive::Ended::Done(state, before) => {
-                    outcome(&state, &session, Some(&before))
+                    Ok(outcome(&state, &session, Some(&before)))
                 }
-                weft_host::drive::Ended::Stopped(code) => stopped(&session, code),
+                weft_host::drive::Ended::Stopped(code) => Err((session, code)),
             })
-        })?
-        .map_err(error)
+        })?;
+        match ended.map_err(error)? {
+            Ok(done) => Ok(done),
+            Err((session, code)) => Ok(stopped(&session, code, interrupted)),
+        }
     }
 
     /// Stops the agent's MCP servers.
@@ -307,7 +317,10 @@ pub(crate) fn run_plan(
     let db = db.unwrap_or_else(|| process::DEFAULT_DB.to_owned());
     let host = process::host_for(&db);
     let watchers = watchers(on_event);
-    block_on(py, async move {
+    let shutdown = host.shutdown.clone();
+    let id = id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let session = id.clone();
+    let (ran, interrupted) = block_on_run(py, &shutdown, async move {
         let (text, label, base) = match &agent {
             Some(path) => {
                 let (label, text) = source(path, None)?;
@@ -344,7 +357,7 @@ pub(crate) fn run_plan(
         let run = task::PlanRun {
             plan,
             input,
-            id,
+            id: Some(id),
             user,
             agent: loaded.spec.name.clone(),
             file: agent.map(PathBuf::from),
@@ -352,12 +365,15 @@ pub(crate) fn run_plan(
         let ran = task::plan(&host, store, setup, watchers, run).await;
         tools.shutdown().await;
         Ok::<_, String>(match ran.map_err(|e| e.to_string())? {
-            task::PlanRan::Done(state) => outcome(&state, state.session_id(), None),
+            task::PlanRan::Done(state) => Ok(outcome(&state, state.session_id(), None)),
             task::PlanRan::Refused(problems) => {
-                json!({"status": "refused", "problems": problems}).to_string()
+                Ok(json!({"status": "refused", "problems": problems}).to_string())
             }
-            task::PlanRan::Stopped(code) => stopped("", code),
+            task::PlanRan::Stopped(code) => Err(code),
         })
-    })?
-    .map_err(error)
+    })?;
+    match ran.map_err(error)? {
+        Ok(done) => Ok(done),
+        Err(code) => Ok(stopped(&session, code, interrupted)),
+    }
 }

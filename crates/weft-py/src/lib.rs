@@ -39,6 +39,42 @@ where
     Ok(py.detach(|| rt.block_on(work)))
 }
 
+/// [`block_on`] for a run driven under `shutdown`: Ctrl-C (SIGINT, seen by Python on its main
+/// thread) stops the run at its next safe point, as `weft run` does, and the run's outcome
+/// comes back with `true`; Python's `KeyboardInterrupt` is not raised here (the caller says
+/// which session stopped).
+fn block_on_run<F>(
+    py: Python<'_>,
+    shutdown: &weft_host::Shutdown,
+    work: F,
+) -> PyResult<(F::Output, bool)>
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
+    let rt = process::runtime().map_err(error)?;
+    let mut interrupted = false;
+    let out = py.detach(|| {
+        rt.block_on(async {
+            let mut work = std::pin::pin!(work);
+            let mut look = tokio::time::interval(std::time::Duration::from_millis(100));
+            loop {
+                tokio::select! {
+                    out = &mut work => break out,
+                    _ = look.tick() => {
+                        // Signals are Python's to see, on its main thread (elsewhere: none).
+                        if Python::attach(|py| py.check_signals()).is_err() {
+                            interrupted = true;
+                            shutdown.trigger();
+                        }
+                    }
+                }
+            }
+        })
+    });
+    Ok((out, interrupted))
+}
+
 /// Starts a tool's process in weft's sandbox: the launcher `weft` runs as `weft __sandbox`,
 /// run here as `python -c "..." POLICY -- PROGRAM ARGS...` (the arguments after `-c`). Returns
 /// only when the launch failed, with its exit code.

@@ -39,9 +39,11 @@ pub(crate) fn host() -> Host {
     .clone()
 }
 
-/// The host, with the hints of its errors naming `db` as the `weft` command would.
+/// The host of one run, with the hints of its errors naming `db` as the `weft` command would,
+/// and a shutdown handle of its own (Ctrl-C stops this run, not the process's later ones).
 pub(crate) fn host_for(db: &str) -> Host {
     Host {
+        shutdown: weft_host::Shutdown::new(),
         db_flag: if db == DEFAULT_DB {
             String::new()
         } else {

@@ -121,3 +121,51 @@ def test_a_thousand_tool_calls_from_a_hundred_sessions_at_once(in_tmp):
     assert len({r.session_id for r in results}) == 100
     assert sum(r.tool_calls for r in results) == 1000
     assert len(counted) == 1000
+
+
+def test_ctrl_c_stops_a_run_at_a_safe_point_and_resume_goes_on_without_repeating():
+    write_script("s.json", [calls(("slow", {"n": i})) for i in range(3)] + [{"text": "done"}])
+    program = '''
+import sys, time, weft
+
+@weft.tool
+def slow(n: int) -> int:
+    """Takes a while (not idempotent)."""
+    with open("slow.log", "a") as f:
+        f.write(f"{n}\\n")
+    time.sleep(1.0)
+    return n
+
+agent = weft.Agent("slowpoke", model="scripted:s.json", mode="react", instructions="x", tools=[slow])
+if sys.argv[1] == "run":
+    try:
+        agent.run("go")
+    except weft.Interrupted as e:
+        print("interrupted", e.session_id, flush=True)
+        sys.exit(130)
+else:
+    r = agent.resume(sys.argv[2])
+    print(r.status, r.answer, r.tool_calls)
+'''
+    with open("slow.py", "w") as f:
+        f.write(program)
+    p = subprocess.Popen([sys.executable, "slow.py", "run"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not os.path.exists("slow.log"):
+        assert p.poll() is None, p.communicate()
+        assert time.time() < deadline, "the first call never started"
+        time.sleep(0.02)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, (out, err)
+    word, session = out.split()
+    assert word == "interrupted"
+    # The call in flight had its grace to finish; the run stopped before the next one.
+    assert open("slow.log").read() == "0\n"
+    resumed = subprocess.run([sys.executable, "slow.py", "resume", session],
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.split() == ["completed", "done", "2"], resumed.stdout
+    # Each call ran once: the one in flight at Ctrl-C was recorded, not run again.
+    assert open("slow.log").read() == "0\n1\n2\n"

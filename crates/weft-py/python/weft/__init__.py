@@ -17,10 +17,13 @@ the process and `agent.resume(session_id)` goes on where it stopped, from a new 
 """
 
 from . import plan
-from ._agent import Agent, Event, Result, Stream, WeftError
+from ._agent import Agent, Event, Interrupted, Result, Stream, WeftError
 from ._tools import Context, Tool, ToolError, tool
 
-__all__ = ["Agent", "Context", "Event", "Result", "Stream", "Tool", "ToolError", "WeftError", "plan", "tool"]
+__all__ = [
+    "Agent", "Context", "Event", "Interrupted", "Result", "Stream", "Tool", "ToolError",
+    "WeftError", "plan", "tool",
+]
 
 
 def _finish() -> None:

@@ -13,11 +13,20 @@ from typing import Any, AsyncIterator, Callable, Dict, Iterator, Mapping, Option
 from . import _weft
 from ._tools import Tool
 
-__all__ = ["Agent", "Result", "Event", "Stream", "WeftError"]
+__all__ = ["Agent", "Result", "Event", "Stream", "WeftError", "Interrupted"]
 
 WeftError = _weft.WeftError
 
 Budget = Union[str, Mapping[str, Any], None]
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a run at its next safe point, as `weft run` stops: what was done is
+    stored, and `agent.resume(e.session_id)` (from this process or another) goes on."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"interrupted; continue with agent.resume({session_id!r})")
+        self.session_id = session_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +56,8 @@ class Result:
     @classmethod
     def _read(cls, text: str) -> "Result":
         raw = json.loads(text)
+        if raw.get("interrupted"):
+            raise Interrupted(raw["session_id"])
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in known and v is not None})
 
