@@ -126,7 +126,11 @@ def test_a_thousand_tool_calls_from_a_hundred_sessions_at_once(in_tmp):
 def test_ctrl_c_stops_a_run_at_a_safe_point_and_resume_goes_on_without_repeating():
     write_script("s.json", [calls(("slow", {"n": i})) for i in range(3)] + [{"text": "done"}])
     program = '''
-import sys, time, weft
+import signal, sys, time, weft
+
+# A process started in the background inherits SIGINT ignored (as CI's may be); this one is a
+# program in a terminal, where Ctrl-C raises KeyboardInterrupt.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 @weft.tool
 def slow(n: int) -> int:
