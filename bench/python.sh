@@ -54,19 +54,6 @@ cd "$ROOT/bench"
 
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
-# What one sync costs on this disk now (at full, both sides wait for syncs).
-fsync_cost() {
-  "$PY" - "$ROOT/target" <<'PYEOF'
-import os, sys, tempfile, time
-with tempfile.NamedTemporaryFile(dir=sys.argv[1]) as f:
-    ts = []
-    for _ in range(200):
-        f.write(b"x" * 4096); f.flush()
-        t = time.perf_counter(); os.fdatasync(f.fileno()); ts.append(time.perf_counter() - t)
-ts.sort()
-print(f"fdatasync of 4 KiB: median {ts[100]*1e6:.0f} us, p90 {ts[180]*1e6:.0f} us")
-PYEOF
-}
 echo "== uptime before: $(uptime); $(fsync_cost)" >&2
 
 run() {

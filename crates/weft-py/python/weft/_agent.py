@@ -115,26 +115,24 @@ class Stream:
         self._thread = threading.Thread(target=work, name="weft-run", daemon=True)
         self._thread.start()
 
+    def _take(self, item: Any) -> Optional[Event]:
+        """The event `item` holds; `None` at the end, where an error that refused the run is
+        raised."""
+        if item is not _END:
+            return Event._read(item)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return None
+
     def __iter__(self) -> Iterator[Event]:
-        while True:
-            item = self._q.get()
-            if item is _END:
-                self._thread.join()
-                if self._error is not None:
-                    raise self._error
-                return
-            yield Event._read(item)
+        while (event := self._take(self._q.get())) is not None:
+            yield event
 
     async def __aiter__(self) -> AsyncIterator[Event]:
         loop = asyncio.get_running_loop()
-        while True:
-            item = await loop.run_in_executor(None, self._q.get)
-            if item is _END:
-                self._thread.join()
-                if self._error is not None:
-                    raise self._error
-                return
-            yield Event._read(item)
+        while (event := self._take(await loop.run_in_executor(None, self._q.get))) is not None:
+            yield event
 
 
 class Agent:
