@@ -45,6 +45,13 @@ pub struct WorkerConfig {
     pub exit_when_idle: Option<Duration>,
 }
 
+/// With more sessions waiting than a worker has free slots, it claims once a
+/// `1/CLAIM_BATCH_PART` of its slots are free, or [`CLAIM_GATHER`] after the first one freed.
+const CLAIM_BATCH_PART: usize = 4;
+
+/// The longest a free slot waits for others before the worker claims for it alone.
+const CLAIM_GATHER: Duration = Duration::from_millis(5);
+
 /// The leases of the sessions being driven, to release them when the worker stops them.
 type Driving = Arc<Mutex<HashMap<String, Lease>>>;
 
@@ -97,7 +104,7 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, a: WorkerConfig) -> Resul
         Some(_) => done += 1,
         None => {}
     };
-    let stopped = loop {
+    let stopped = 'work: loop {
         let free = a.concurrency.saturating_sub(tasks.len());
         let mut claimed = 0;
         if free > 0 {
@@ -132,10 +139,21 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, a: WorkerConfig) -> Resul
             break false;
         }
         if claimed > 0 && claimed == free {
-            // There may be more: claim again once a slot frees, without waiting for a poll.
+            // There may be more: claim again once a slot frees, without waiting for a poll. A
+            // claim costs the store about as much for several sessions as for one, so the
+            // worker waits a moment (at most `CLAIM_GATHER`) for more slots to free first.
             tokio::select! {
                 left = tasks.join_next() => count(left),
                 () = &mut stop => break true,
+            }
+            let want = (a.concurrency / CLAIM_BATCH_PART).max(1);
+            let until = tokio::time::Instant::now() + CLAIM_GATHER;
+            while a.concurrency.saturating_sub(tasks.len()) < want {
+                tokio::select! {
+                    left = tasks.join_next() => count(left),
+                    () = tokio::time::sleep_until(until) => break,
+                    () = &mut stop => break 'work true,
+                }
             }
             continue;
         }

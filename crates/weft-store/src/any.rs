@@ -5,8 +5,8 @@ use weft_core::{Envelope, SessionStatus};
 
 use crate::knowledge::{Hit, Kind, Knowledge, Listed, NewEntry, Shelf};
 use crate::{
-    Durability, Lease, Leases, ListFilter, NewSession, Owner, PgStore, RamStore, SessionLog,
-    SessionRecord, Settings, Snapshot, SqliteStore, StoreError,
+    Durability, Lease, Leases, ListFilter, NewLog, NewSession, Owner, PgStore, RamStore,
+    SessionLog, SessionRecord, Settings, Snapshot, SqliteStore, StoreError,
 };
 
 /// A SQLite, PostgreSQL or in-RAM store, chosen at run time.
@@ -160,6 +160,11 @@ impl SessionLog for AnyStore {
             status: SessionStatus,
             now: i64,
         ) -> Result<SessionRecord, StoreError>;
+        async fn create_many(
+            &self,
+            batch: &[NewLog],
+            now: i64,
+        ) -> Result<Vec<Option<StoreError>>, StoreError>;
         async fn append(
             &self,
             id: &str,

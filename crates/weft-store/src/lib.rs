@@ -44,6 +44,7 @@ pub(crate) mod cron;
 pub mod fuzzing;
 pub mod knowledge;
 mod lease;
+mod pg_appends;
 mod postgres;
 pub(crate) mod queue;
 mod ram;
@@ -110,6 +111,17 @@ pub struct NewSession {
     pub metadata: Value,
     /// The session this one was forked from or runs under (a sub-agent's parent).
     pub parent_id: Option<String>,
+}
+
+/// A session to create with the start of its log (see [`SessionLog::create_many`]).
+#[derive(Clone, Debug)]
+pub struct NewLog {
+    /// The session.
+    pub session: NewSession,
+    /// The first events of its log, numbered from 1.
+    pub events: Vec<Envelope>,
+    /// Its status after them.
+    pub status: SessionStatus,
 }
 
 /// A stored session's metadata.
@@ -820,6 +832,35 @@ pub trait SessionLog: Send + Sync + 'static {
                 rec.status = status;
             }
             Ok(rec)
+        }
+    }
+    /// Creates many sessions, each as [`SessionLog::create_with`] creates one, and says for
+    /// each, in order, whether it was refused: `None` created, `Some` refused (its id is taken,
+    /// [`StoreError::Exists`], or a live lease holds it, [`StoreError::Leased`]). A refusal
+    /// does not stop the others. `Err` is a failure of the store: the PostgreSQL store, which
+    /// writes the whole batch in one transaction, then wrote none of it; the others create one
+    /// session after another and may have created those before the failure (given again, they
+    /// are refused as taken).
+    fn create_many(
+        &self,
+        batch: &[NewLog],
+        now: i64,
+    ) -> impl Future<Output = Result<Vec<Option<StoreError>>, StoreError>> + Send {
+        async move {
+            let mut answers = Vec::with_capacity(batch.len());
+            for n in batch {
+                match self
+                    .create_with(n.session.clone(), &n.events, n.status, now)
+                    .await
+                {
+                    Ok(_) => answers.push(None),
+                    Err(e @ (StoreError::Exists(_) | StoreError::Leased { .. })) => {
+                        answers.push(Some(e));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(answers)
         }
     }
     /// Appends a batch atomically. `expected_seq` is the last sequence number the writer has

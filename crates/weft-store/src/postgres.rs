@@ -7,6 +7,12 @@
 //! never leave them half-written). The pool's connections start with the durability the store
 //! was connected with; an append made after [`SessionLog::set_durability`] chose another sets it for
 //! its own transaction (`SET LOCAL`).
+//!
+//! Appends without a snapshot, at the durability the connections started with, are written
+//! together with the other sessions' appends of the moment, one statement and one commit for
+//! them all ([`crate::pg_appends`]); an append the batch did not write is written alone by
+//! [`PgStore::append_in_one`] (one statement), and an append with a snapshot or at another
+//! durability in a transaction of its own.
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -19,9 +25,10 @@ use sqlx::{Connection, Executor};
 use weft_core::snapshot::Encoded;
 use weft_core::{Envelope, SessionStatus};
 
+use crate::pg_appends::{Appender, Outcome, Pending};
 use crate::row;
 use crate::{
-    Durability, Lease, Leases, NewSession, Owner, POSTGRES_SCHEMA_VERSION, SessionLog,
+    Durability, Lease, Leases, NewLog, NewSession, Owner, POSTGRES_SCHEMA_VERSION, SessionLog,
     SessionRecord, Settings, StoreError, check_batch, lease,
 };
 
@@ -131,6 +138,8 @@ pub struct PgStore {
     commit: Commit,
     /// Whether appends are written at `full` now (see [`SessionLog::set_durability`]).
     full: Arc<AtomicBool>,
+    /// Appends written together (see [`crate::pg_appends`]).
+    appends: Appender,
 }
 
 /// What `synchronous_commit` each durability means on one server.
@@ -230,6 +239,7 @@ impl PgStore {
         let pool = pool(&opts, POOL_SIZE);
         migrate(&pool, &target).await?;
         Ok(Self {
+            appends: Appender::start(pool.clone()),
             pool,
             leases,
             target,
@@ -316,6 +326,37 @@ impl PgStore {
         let expected = row::to_i64("sequence number", expected_seq)?;
         let last = row::to_i64("sequence number", expected_seq + events.len() as u64)?;
         let ctx = || format!("cannot append to session {id}");
+        if snapshot.is_none() && self.durability() == self.commit.start {
+            let epoch = crate::epoch_of(events);
+            let pending = Pending {
+                id: id.to_owned(),
+                expected,
+                last,
+                epoch: row::to_i64("epoch", epoch)?,
+                status: status.as_str(),
+                now,
+                rows: columns,
+            };
+            return match self.appends.append(pending).await {
+                Outcome::Written => Ok(()),
+                // Refused in the batch: written alone, it says why (or is written now).
+                Outcome::Alone(rows) => {
+                    let append = OneAppend {
+                        id,
+                        expected,
+                        last,
+                        epoch,
+                        status,
+                        now,
+                    };
+                    self.append_in_one(append, &rows).await
+                }
+                Outcome::Lost(why) => Err(StoreError::Unavailable {
+                    target: self.target.clone(),
+                    source: why.into(),
+                }),
+            };
+        }
         let mut tx = self.pool.begin().await.map_err(|e| self.err(&ctx(), e))?;
         self.commit_at(&mut tx).await?;
         self.fence(id, crate::epoch_of(events), now, &mut tx)
@@ -372,6 +413,70 @@ impl PgStore {
         }
         tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
         Ok(())
+    }
+
+    /// An append that its batch did not write (see [`crate::pg_appends`]), alone: one
+    /// statement, so one round trip and PostgreSQL's own transaction around it. It does what the
+    /// transaction of [`PgStore::write`] does, in the same order: the lease row is read `FOR
+    /// SHARE` (the fence), the session's row is moved on only if the fence passes and the log
+    /// ends where the writer expects, and the events are inserted only if it was. On a refusal
+    /// the lease row read comes back and the reason is worked out here.
+    async fn append_in_one(&self, a: OneAppend<'_>, columns: &Columns) -> Result<(), StoreError> {
+        let ctx = || format!("cannot append to session {}", a.id);
+        let epoch = row::to_i64("epoch", a.epoch)?;
+        let answer: OneAnswer = sqlx::query_as(APPEND_IN_ONE)
+            .bind(a.id)
+            .bind(a.last)
+            .bind(a.status.as_str())
+            .bind(a.now)
+            .bind(a.expected)
+            .bind(crate::UPDATED_AT_GRAIN_MS)
+            .bind(epoch)
+            .bind(&columns.seqs)
+            .bind(&columns.tss)
+            .bind(&columns.vs)
+            .bind(&columns.kinds)
+            .bind(&columns.payloads)
+            .bind(&columns.epochs)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| {
+                if is_unique_violation(&e) {
+                    StoreError::Conflict {
+                        session: a.id.to_owned(),
+                        expected: a.expected.unsigned_abs(),
+                        actual: a.last.unsigned_abs(),
+                    }
+                } else {
+                    self.err(&ctx(), e)
+                }
+            })?;
+        let (updated, owner, host, pid, lease_epoch, expires_at, request) = answer;
+        if updated > 0 {
+            return Ok(());
+        }
+        let lease = match (owner, host, pid, lease_epoch, expires_at) {
+            (Some(owner), Some(host), Some(pid), Some(e), Some(x)) => {
+                Some(lease::from_row(a.id, (owner, host, pid, e, x, request))?)
+            }
+            _ => None,
+        };
+        lease::fence(a.id, a.epoch, lease.as_ref(), a.now)?;
+        let actual: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = $1")
+            .bind(a.id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.err(&ctx(), e))?;
+        Err(match actual {
+            None => StoreError::NotFound(a.id.to_owned()),
+            Some(n) => StoreError::Conflict {
+                session: a.id.to_owned(),
+                expected: a.expected.unsigned_abs(),
+                actual: u64::try_from(n).map_err(|_| {
+                    StoreError::Corrupt(format!("session {}: its last event is numbered {n}", a.id))
+                })?,
+            },
+        })
     }
 
     pub(crate) fn err(&self, context: &str, e: sqlx::Error) -> StoreError {
@@ -454,6 +559,97 @@ impl SessionLog for PgStore {
         let mut rec = row::record(s, now, events.len() as u64);
         rec.status = status;
         Ok(rec)
+    }
+
+    async fn create_many(
+        &self,
+        batch: &[NewLog],
+        now: i64,
+    ) -> Result<Vec<Option<StoreError>>, StoreError> {
+        let ctx = || format!("cannot create a batch of {} sessions", batch.len());
+        let mut answers: Vec<Option<StoreError>> = Vec::with_capacity(batch.len());
+        let mut seen = std::collections::HashSet::new();
+        for n in batch {
+            check_batch(&n.session.id, 0, &n.events)?;
+            answers.push(
+                (!seen.insert(n.session.id.as_str()))
+                    .then(|| StoreError::Exists(n.session.id.clone())),
+            );
+        }
+        let ids: Vec<&str> = batch.iter().map(|n| n.session.id.as_str()).collect();
+        let mut tx = self.pool.begin().await.map_err(|e| self.err(&ctx(), e))?;
+        self.commit_at(&mut tx).await?;
+        // The fence of each, as `create_with` checks it: the lease rows stay locked until the
+        // commit.
+        let leases: Vec<SessionLease> = sqlx::query_as(
+            "SELECT session, owner, host, pid, epoch, expires_at, request FROM leases \
+                 WHERE session = ANY($1) FOR SHARE",
+        )
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        let mut held = BTreeMap::new();
+        for (session, owner, host, pid, epoch, expires_at, request) in leases {
+            let l = lease::from_row(&session, (owner, host, pid, epoch, expires_at, request))?;
+            held.insert(session, l);
+        }
+        let mut rows = SessionColumns::default();
+        for (n, answer) in batch.iter().zip(answers.iter_mut()) {
+            if answer.is_some() {
+                continue;
+            }
+            let id = &n.session.id;
+            if let Err(e) = lease::fence(id, crate::epoch_of(&n.events), held.get(id), now) {
+                *answer = Some(e);
+                continue;
+            }
+            rows.push(n)?;
+        }
+        let created: Vec<String> = sqlx::query_scalar(
+            "INSERT INTO sessions (id, user_id, agent, reference_id, metadata, parent_id, status, \
+             created_at, updated_at, last_seq) \
+             SELECT u.id, u.user_id, u.agent, u.reference_id, u.metadata::json, u.parent_id, \
+             u.status, $9, $9, u.last_seq \
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
+             $7::text[], $8::int8[]) AS u(id, user_id, agent, reference_id, metadata, parent_id, \
+             status, last_seq) \
+             ON CONFLICT (id) DO NOTHING RETURNING id",
+        )
+        .bind(&rows.ids)
+        .bind(&rows.users)
+        .bind(&rows.agents)
+        .bind(&rows.references)
+        .bind(&rows.metadata)
+        .bind(&rows.parents)
+        .bind(&rows.statuses)
+        .bind(&rows.lasts)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| self.err(&ctx(), e))?;
+        let created: std::collections::HashSet<String> = created.into_iter().collect();
+        let mut events = Columns::default();
+        let mut owners: Vec<&str> = Vec::new();
+        for (n, answer) in batch.iter().zip(answers.iter_mut()) {
+            if answer.is_some() {
+                continue;
+            }
+            if !created.contains(&n.session.id) {
+                *answer = Some(StoreError::Exists(n.session.id.clone()));
+                continue;
+            }
+            events.extend(&n.session.id, &n.events)?;
+            owners.extend(std::iter::repeat_n(n.session.id.as_str(), n.events.len()));
+        }
+        if !owners.is_empty() {
+            events
+                .insert_of(&owners, &mut tx)
+                .await
+                .map_err(|e| self.err(&ctx(), e))?;
+        }
+        tx.commit().await.map_err(|e| self.err(&ctx(), e))?;
+        Ok(answers)
     }
 
     async fn append(
@@ -676,30 +872,104 @@ fn insert_session<'q>(
     .bind(last_seq)
 }
 
+/// Sessions' rows as the columns `UNNEST` takes (see [`PgStore::create_many`]).
+#[derive(Default)]
+struct SessionColumns {
+    ids: Vec<String>,
+    users: Vec<Option<String>>,
+    agents: Vec<String>,
+    references: Vec<Option<String>>,
+    metadata: Vec<String>,
+    parents: Vec<Option<String>>,
+    statuses: Vec<&'static str>,
+    lasts: Vec<i64>,
+}
+
+impl SessionColumns {
+    fn push(&mut self, n: &NewLog) -> Result<(), StoreError> {
+        let s = &n.session;
+        self.metadata.push(row::encode_metadata(s)?);
+        self.lasts
+            .push(row::to_i64("sequence number", n.events.len() as u64)?);
+        self.ids.push(s.id.clone());
+        self.users.push(s.user_id.clone());
+        self.agents.push(s.agent.clone());
+        self.references.push(s.reference_id.clone());
+        self.parents.push(s.parent_id.clone());
+        self.statuses.push(n.status.as_str());
+        Ok(())
+    }
+}
+
 /// A batch's rows as the columns `UNNEST` takes.
 #[derive(Default)]
-struct Columns {
-    seqs: Vec<i64>,
-    tss: Vec<i64>,
-    vs: Vec<i32>,
-    kinds: Vec<&'static str>,
-    payloads: Vec<String>,
-    epochs: Vec<i64>,
+pub(crate) struct Columns {
+    pub(crate) seqs: Vec<i64>,
+    pub(crate) tss: Vec<i64>,
+    pub(crate) vs: Vec<i32>,
+    pub(crate) kinds: Vec<&'static str>,
+    pub(crate) payloads: Vec<String>,
+    pub(crate) epochs: Vec<i64>,
 }
 
 impl Columns {
     fn of(id: &str, events: &[Envelope]) -> Result<Self, StoreError> {
         let mut c = Self::default();
+        c.extend(id, events)?;
+        Ok(c)
+    }
+
+    /// How many rows.
+    pub(crate) fn len(&self) -> usize {
+        self.seqs.len()
+    }
+
+    /// Adds another batch's rows after these.
+    pub(crate) fn append(&mut self, other: &Columns) {
+        self.seqs.extend_from_slice(&other.seqs);
+        self.tss.extend_from_slice(&other.tss);
+        self.vs.extend_from_slice(&other.vs);
+        self.kinds.extend_from_slice(&other.kinds);
+        self.payloads.extend_from_slice(&other.payloads);
+        self.epochs.extend_from_slice(&other.epochs);
+    }
+
+    /// Adds the rows of session `id`'s `events`.
+    fn extend(&mut self, id: &str, events: &[Envelope]) -> Result<(), StoreError> {
         for e in events {
             let r = row::encode(id, e)?;
-            c.seqs.push(r.seq);
-            c.tss.push(r.ts);
-            c.vs.push(r.v);
-            c.kinds.push(r.kind);
-            c.payloads.push(r.payload);
-            c.epochs.push(r.epoch);
+            self.seqs.push(r.seq);
+            self.tss.push(r.ts);
+            self.vs.push(r.v);
+            self.kinds.push(r.kind);
+            self.payloads.push(r.payload);
+            self.epochs.push(r.epoch);
         }
-        Ok(c)
+        Ok(())
+    }
+
+    /// Inserts the rows as events of the sessions `sessions` names, row by row, in one
+    /// statement.
+    async fn insert_of(
+        &self,
+        sessions: &[&str],
+        conn: &mut PgConnection,
+    ) -> Result<sqlx::postgres::PgQueryResult, sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO events (session_id, seq, ts, v, type, payload, epoch) \
+             SELECT u.session_id, u.seq, u.ts, u.v, u.type, u.payload::json, u.epoch \
+             FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::int4[], $5::text[], $6::text[], \
+             $7::int8[]) AS u(session_id, seq, ts, v, type, payload, epoch)",
+        )
+        .bind(sessions)
+        .bind(&self.seqs)
+        .bind(&self.tss)
+        .bind(&self.vs)
+        .bind(&self.kinds)
+        .bind(&self.payloads)
+        .bind(&self.epochs)
+        .execute(conn)
+        .await
     }
 
     /// Inserts the rows as events of session `id`, in one statement.
@@ -725,6 +995,58 @@ impl Columns {
         .await
     }
 }
+
+/// What an append in one statement writes (see [`PgStore::append_in_one`]).
+struct OneAppend<'a> {
+    id: &'a str,
+    /// The last sequence number the writer has seen.
+    expected: i64,
+    /// The sequence number of the batch's last event.
+    last: i64,
+    epoch: u64,
+    status: SessionStatus,
+    now: i64,
+}
+
+/// A lease row with its session: the session, then the columns of [`lease::Row`].
+type SessionLease = (String, String, String, i64, i64, i64, Option<String>);
+
+/// What [`APPEND_IN_ONE`] returns: the session rows moved on, then the lease row's columns.
+type OneAnswer = (
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+);
+
+/// An append in one statement (see [`PgStore::append_in_one`]). Parameters: session, last
+/// sequence number after the append, status, now, expected last sequence number, the
+/// `updated_at` grain, the batch's epoch, then the event columns as in [`Columns::insert`].
+/// The fence is [`lease::fence`]'s rule: at epoch 0 no lease may be live, at any other epoch the
+/// lease must be of that epoch. It returns the number of session rows moved on (0 or 1) and the
+/// lease row it read (all null without one).
+const APPEND_IN_ONE: &str = "\
+WITH l AS (
+    SELECT owner, host, pid, epoch, expires_at, request FROM leases WHERE session = $1 FOR SHARE
+), u AS (
+    UPDATE sessions SET last_seq = $2, status = $3,
+        updated_at = CASE WHEN status <> $3 OR updated_at <= $4 - $6 THEN $4 ELSE updated_at END
+    WHERE id = $1 AND last_seq = $5
+      AND CASE WHEN $7 = 0 THEN NOT EXISTS (SELECT 1 FROM l WHERE l.expires_at > $4)
+               ELSE EXISTS (SELECT 1 FROM l WHERE l.epoch = $7) END
+    RETURNING 1
+), i AS (
+    INSERT INTO events (session_id, seq, ts, v, type, payload, epoch)
+    SELECT $1, e.seq, e.ts, e.v, e.type, e.payload::json, e.epoch
+    FROM UNNEST($8::int8[], $9::int8[], $10::int4[], $11::text[], $12::text[], $13::int8[])
+        AS e(seq, ts, v, type, payload, epoch)
+    WHERE EXISTS (SELECT 1 FROM u)
+)
+SELECT (SELECT count(*) FROM u), l.owner, l.host, l.pid, l.epoch, l.expires_at, l.request
+FROM (SELECT 1) AS one LEFT JOIN l ON true";
 
 fn parse(url: &str) -> Result<PgConnectOptions, StoreError> {
     PgConnectOptions::from_str(url).map_err(|e| StoreError::BadSpec {

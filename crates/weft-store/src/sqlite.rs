@@ -324,6 +324,45 @@ impl SqliteStore {
         self.writer.submit(Work::Exec(Exec { what, run, reply }));
         answer.await.map_err(|_| closed)?
     }
+
+    /// Hands the creation of session `s` with the start of its log to the writer (so that it
+    /// does not wait for the write lock), in one transaction with the first events.
+    fn submit_create(
+        &self,
+        s: &NewSession,
+        events: &[Envelope],
+        status: SessionStatus,
+        now: i64,
+    ) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
+        check_batch(&s.id, 0, events)?;
+        let rows = events
+            .iter()
+            .map(|e| row::encode(&s.id, e))
+            .collect::<Result<Vec<_>, _>>()?;
+        let metadata = row::encode_metadata(s)?;
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            create: Some((s.clone(), metadata)),
+            id: s.id.clone(),
+            expected_seq: 0,
+            epoch: crate::epoch_of(events),
+            rows,
+            status,
+            now,
+            snapshot: None,
+            reply,
+        };
+        self.writer.submit(Work::Append(job));
+        Ok(answer)
+    }
+
+    /// The error for a creation the writer dropped unanswered (the store was closed).
+    fn closed(&self, id: &str) -> StoreError {
+        StoreError::Closed {
+            context: format!("cannot create session {id}"),
+            place: self.path.display().to_string(),
+        }
+    }
 }
 
 impl SessionLog for SqliteStore {
@@ -365,36 +404,35 @@ impl SessionLog for SqliteStore {
         status: SessionStatus,
         now: i64,
     ) -> Result<SessionRecord, StoreError> {
-        // Through the writer, so that creating sessions does not wait for its write lock, and
-        // in one transaction with the first events.
-        check_batch(&s.id, 0, events)?;
-        let rows = events
-            .iter()
-            .map(|e| row::encode(&s.id, e))
-            .collect::<Result<Vec<_>, _>>()?;
-        let metadata = row::encode_metadata(&s)?;
-        let (reply, answer) = oneshot::channel();
-        let id = s.id.clone();
-        let job = Job {
-            create: Some((s.clone(), metadata)),
-            id: id.clone(),
-            expected_seq: 0,
-            epoch: crate::epoch_of(events),
-            rows,
-            status,
-            now,
-            snapshot: None,
-            reply,
-        };
-        let closed = || StoreError::Closed {
-            context: format!("cannot create session {id}"),
-            place: self.path.display().to_string(),
-        };
-        self.writer.submit(Work::Append(job));
-        answer.await.map_err(|_| closed())??;
+        let answer = self.submit_create(&s, events, status, now)?;
+        answer.await.map_err(|_| self.closed(&s.id))??;
         let mut rec = row::record(s, now, events.len() as u64);
         rec.status = status;
         Ok(rec)
+    }
+
+    async fn create_many(
+        &self,
+        batch: &[crate::NewLog],
+        now: i64,
+    ) -> Result<Vec<Option<StoreError>>, StoreError> {
+        // Every creation is handed to the writer before any answer is awaited, so they share
+        // its transactions and syncs.
+        let mut waiting = Vec::with_capacity(batch.len());
+        for n in batch {
+            waiting.push(self.submit_create(&n.session, &n.events, n.status, now)?);
+        }
+        let mut answers = Vec::with_capacity(batch.len());
+        for (n, answer) in batch.iter().zip(waiting) {
+            match answer.await.map_err(|_| self.closed(&n.session.id))? {
+                Ok(()) => answers.push(None),
+                Err(e @ (StoreError::Exists(_) | StoreError::Leased { .. })) => {
+                    answers.push(Some(e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(answers)
     }
 
     async fn append(

@@ -484,6 +484,161 @@ async fn create_with_starts_the_log<S: Store>(st: &Arc<S>) {
     assert_eq!(st.get("cw").await.unwrap().last_seq, 4);
 }
 
+/// `create_many` creates each session as `create_with` would and refuses, one by one, an id that
+/// is taken (in the store or earlier in the batch) or held by a live lease.
+async fn create_many_refuses_one_by_one<S: Store>(st: &Arc<S>) {
+    st.create_with(
+        new_session("m-old", None),
+        &small_batch(1, 1),
+        SessionStatus::Running,
+        10,
+    )
+    .await
+    .unwrap();
+    let owner = weft_store::Owner {
+        id: "o".into(),
+        host: "h".into(),
+        pid: 7,
+    };
+    st.acquire("m-held", &owner, 20, 60_000, false)
+        .await
+        .unwrap();
+    let log = |id: &str, n: u64, status| weft_store::NewLog {
+        session: new_session(id, Some("u")),
+        events: small_batch(1, n),
+        status,
+    };
+    let batch = vec![
+        log("m1", 3, SessionStatus::Running),
+        log("m-old", 1, SessionStatus::Running),
+        log("m2", 2, SessionStatus::WaitingForUser),
+        log("m1", 1, SessionStatus::Running),
+        log("m-held", 1, SessionStatus::Running),
+        log("m3", 0, SessionStatus::Running),
+    ];
+    let answers = st.create_many(&batch, 40).await.unwrap();
+    let kinds: Vec<&str> = answers
+        .iter()
+        .map(|a| match a {
+            None => "created",
+            Some(StoreError::Exists(_)) => "exists",
+            Some(StoreError::Leased { .. }) => "leased",
+            Some(_) => "other",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "created", "exists", "created", "exists", "leased", "created"
+        ],
+        "{answers:?}"
+    );
+    let (m1, log1) = st.load("m1").await.unwrap();
+    assert_eq!(
+        (m1.last_seq, m1.status, m1.created_at, m1.user_id.as_deref()),
+        (3, SessionStatus::Running, 40, Some("u"))
+    );
+    assert_eq!(log1, small_batch(1, 3));
+    let (m2, log2) = st.load("m2").await.unwrap();
+    assert_eq!(
+        (m2.status, log2),
+        (SessionStatus::WaitingForUser, small_batch(1, 2))
+    );
+    assert_eq!(st.load("m3").await.unwrap().1, Vec::new());
+    assert_eq!(st.load("m-old").await.unwrap().1, small_batch(1, 1));
+    // Refused, it has no events (the memory store, which creates and then appends as
+    // `create_with` does, leaves the session without them, as after a crash between the two).
+    match st.load("m-held").await {
+        Err(StoreError::NotFound(_)) => {}
+        Ok((rec, log)) => assert!(log.is_empty() && rec.last_seq == 0, "{rec:?} {log:?}"),
+        Err(e) => panic!("{e}"),
+    }
+    // Created sessions are written as any other: they take appends.
+    st.append("m1", 3, &small_batch(4, 1), SessionStatus::Completed, 50)
+        .await
+        .unwrap();
+}
+
+/// Appends of many sessions at the same moment (which the PostgreSQL store writes together) are
+/// each written or refused on their own: an append whose lease was taken over is refused as
+/// lost, one that expects another end of the log as a conflict, and the others are written.
+async fn simultaneous_appends_stand_alone<S: Store>(st: &Arc<S>) {
+    let owner = |id: &str| weft_store::Owner {
+        id: id.into(),
+        host: "h".into(),
+        pid: 7,
+    };
+    let ids: Vec<String> = (0..24).map(|k| format!("sim{k}")).collect();
+    for id in &ids {
+        st.create_with(
+            new_session(id, None),
+            &small_batch(1, 1),
+            SessionStatus::Running,
+            10,
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            st.acquire(id, &owner("a"), 20, 60_000, false)
+                .await
+                .unwrap()
+                .epoch,
+            1
+        );
+    }
+    // sim5 is taken over by another process.
+    st.acquire("sim5", &owner("b"), 30, 60_000, true)
+        .await
+        .unwrap();
+    let at_epoch = |from: u64, n: u64| -> Vec<Envelope> {
+        small_batch(from, n)
+            .into_iter()
+            .map(|mut e| {
+                e.epoch = 1;
+                e
+            })
+            .collect()
+    };
+    let appends = ids.iter().enumerate().map(|(k, id)| {
+        // sim7's writer thinks its log ends at event 2.
+        let (expected, events) = if k == 7 {
+            (2, at_epoch(3, 2))
+        } else {
+            (1, at_epoch(2, 3))
+        };
+        let st = st.clone();
+        async move {
+            st.append(id, expected, &events, SessionStatus::Running, 40)
+                .await
+        }
+    });
+    let answers = futures::future::join_all(appends).await;
+    for (k, (id, answer)) in ids.iter().zip(&answers).enumerate() {
+        let log = st.load(id).await.unwrap().1;
+        match k {
+            5 => {
+                assert!(
+                    matches!(answer, Err(StoreError::LeaseLost(_))),
+                    "{id}: {answer:?}"
+                );
+                assert_eq!(log.len(), 1, "{id}");
+            }
+            7 => {
+                assert!(
+                    matches!(answer, Err(StoreError::Conflict { actual: 1, .. })),
+                    "{id}: {answer:?}"
+                );
+                assert_eq!(log.len(), 1, "{id}");
+            }
+            _ => {
+                assert!(answer.is_ok(), "{id}: {answer:?}");
+                assert_eq!(log.len(), 4, "{id}");
+                assert_eq!(log[1..], at_epoch(2, 3)[..], "{id}");
+            }
+        }
+    }
+}
+
 /// Text with a NUL character (tools and models do return them) is kept as it is, in events,
 /// in metadata and in snapshots, by `append` and by `create_with`.
 async fn nul_characters_round_trip<S: Store>(st: &Arc<S>) {
@@ -1161,6 +1316,8 @@ suite!(
     append_updates_status_and_time,
     updated_at_moves_by_the_second,
     create_with_starts_the_log,
+    create_many_refuses_one_by_one,
+    simultaneous_appends_stand_alone,
     nul_characters_round_trip,
     snapshots_go_with_their_batch,
     memories_are_searched_per_user,
