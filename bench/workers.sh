@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Throughput of `weft worker` on PostgreSQL with 1, 2 and 4 worker processes on the same work:
 # N sessions of a three-step plan (three tool calls, five scripted model replies), queued with
-# `weft submit` before the workers start. A run's time is from the workers' start to the moment
+# `weft submit --from` before the workers start. A run's time is from the workers' start to the moment
 # every session has ended (polled every 50 ms over one connection); sessions per second = N / time.
 #
 # Two variants of the tool (--tool, default both, one table each):
@@ -171,7 +171,9 @@ one_run() {
     psql "$admin" -Xq -c "CREATE DATABASE $db_name" >/dev/null
     [[ "$profile" == 0 ]] || psql "$db_url" -Xq -c "CREATE EXTENSION pg_stat_statements" >/dev/null
     rm -f "$work/ledger.txt"
-    (cd "$work" && seq 1 "$sessions" | xargs -P 4 -I{} "$weft" --db "$db_url" submit "$agent" "post {}" >/dev/null 2>&1)
+    (cd "$work" && seq 1 "$sessions" | sed 's/.*/{"task": "post &"}/' |
+        "$weft" --db "$db_url" submit "$agent" --from - >/dev/null 2>"$work/submit.log") ||
+        { cat "$work/submit.log" >&2; exit 1; }
     # One connection polls; its own statements, commits and connection are left out of the
     # figures. Every tenth poll it also lists the backends serving the workers, whose CPU is read
     # then (a backend that ends between two looks loses its last half second).

@@ -12,7 +12,7 @@ use weft_core::engine::Invocation;
 use weft_core::model::Timing;
 use weft_core::{EVENT_VERSION, Envelope, Event, RunStatus, SessionStatus, State};
 use weft_model::{DeltaSink, ModelRequest, Purpose, SharedModel};
-use weft_store::Store;
+use weft_store::{Store, StoreError};
 use weft_tools::Registry;
 
 use crate::calls::Calls;
@@ -303,6 +303,19 @@ pub struct SessionInfo {
     pub metadata: Value,
     /// The session this one runs under (a sub-agent's parent); None for a top-level session.
     pub parent_id: Option<String>,
+}
+
+/// A run to queue with [`Runtime::queue_agents`]: what [`Runtime::queue_agent`] takes.
+#[derive(Clone, Debug)]
+pub struct NewRun {
+    /// The new session.
+    pub info: SessionInfo,
+    /// The task.
+    pub task: String,
+    /// The run's input.
+    pub input: Value,
+    /// Events recorded after the task's (e.g. a budget).
+    pub extra: Vec<Event>,
 }
 
 /// The key of a session's metadata that records its agent file.
@@ -633,6 +646,33 @@ impl<S: Store> Runtime<S> {
         first.extend(extra);
         self.start_session(&agent.name, Some(agent.config.mode), info, input, first)
             .await
+    }
+
+    /// Queues many new sessions of `agent` for workers, each as [`Runtime::queue_agent`] queues
+    /// one, written together (one transaction on PostgreSQL; see
+    /// [`weft_store::SessionLog::create_many`]). For each run, in order, its session's id or
+    /// why the store refused it (its id is taken). Nothing is published: no one watches a
+    /// session before it exists.
+    pub async fn queue_agents(
+        &self,
+        agent: &Agent,
+        runs: Vec<NewRun>,
+    ) -> Result<Vec<Result<String, StoreError>>, RuntimeError> {
+        let starts = runs
+            .into_iter()
+            .map(|r| {
+                let mut first = agent_loop::start_turn(&r.task, r.input.clone());
+                first.extend(r.extra);
+                crate::Start {
+                    agent: agent.name.clone(),
+                    mode: Some(agent.config.mode),
+                    info: r.info,
+                    input: r.input,
+                    first,
+                }
+            })
+            .collect();
+        self.start_sessions(starts).await
     }
 
     /// Records a person's answer to a session that waits, and leaves it for a worker to drive.

@@ -27,7 +27,7 @@ use weft_core::{Event, Limits, Plan, PlanProblem, State};
 use weft_store::{NewSession, Store, StoreError};
 use weft_tools::Registry;
 
-pub use agent::{Agent, SessionInfo, agent_file_of, record_agent_file};
+pub use agent::{Agent, NewRun, SessionInfo, agent_file_of, record_agent_file};
 pub use builder::RuntimeBuilder;
 use calls::Calls;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock, system_clock};
@@ -36,6 +36,15 @@ pub use process::child_id as process_session_id;
 pub use session::{Observer, Redact, Session};
 pub use snapshots::{Hold, Loaded, load_state, load_state_holding};
 pub use subagent::{MAX_DEPTH, StoreSubAgents, SubAgents};
+
+/// A session for [`Runtime::start_sessions`] to create: what `start_session` takes.
+pub(crate) struct Start {
+    agent: String,
+    mode: Option<Mode>,
+    info: SessionInfo,
+    input: Value,
+    first: Vec<Event>,
+}
 
 /// Runtime failures (a failed step is not one: it is an outcome recorded in the session).
 #[derive(Debug, thiserror::Error)]
@@ -324,6 +333,72 @@ impl<S: Store> Runtime<S> {
         let mut session = self.session(id, State::new());
         session.create(new, events).await?;
         Ok(session)
+    }
+
+    /// Creates many sessions, each as [`Runtime::start_session`] creates one, in one write of
+    /// the store's ([`weft_store::SessionLog::create_many`]: one transaction on PostgreSQL). Their
+    /// events are neither applied nor published here: these sessions are for workers, which
+    /// load them. For each, in order, its id or the store's refusal.
+    pub(crate) async fn start_sessions(
+        &self,
+        starts: Vec<Start>,
+    ) -> Result<Vec<Result<String, StoreError>>, RuntimeError> {
+        let ts = self.clock.now_ms();
+        let mut batch = Vec::with_capacity(starts.len());
+        for st in starts {
+            let id = st.info.id.unwrap_or_else(new_session_id);
+            let mut events = vec![session_started(
+                &id,
+                &st.agent,
+                st.mode,
+                st.input,
+                st.info.parent_id.clone(),
+            )];
+            events.extend(st.first);
+            let (events, status) = self.session(id.clone(), State::new()).creation(events, ts);
+            batch.push(weft_store::NewLog {
+                session: NewSession {
+                    id,
+                    agent: st.agent,
+                    user_id: st.info.user_id,
+                    reference_id: st.info.reference_id,
+                    metadata: st.info.metadata,
+                    parent_id: st.info.parent_id,
+                },
+                events,
+                status,
+            });
+        }
+        let mut patience = crate::patience::Patience::new();
+        let what = format!("creating {} sessions", batch.len());
+        let answers = loop {
+            match self.store.create_many(&batch, ts).await {
+                Ok(answers) => break answers,
+                Err(e) => {
+                    if !patience.again(&e, &what).await {
+                        return Err(e.into());
+                    }
+                }
+            }
+        };
+        let mut ids = Vec::with_capacity(batch.len());
+        for (n, refused) in batch.into_iter().zip(answers) {
+            ids.push(match refused {
+                None => Ok(n.session.id),
+                // Asked again after a try whose answer was lost: that try may have created it.
+                Some(StoreError::Exists(id))
+                    if patience.tried()
+                        && self
+                            .session(id.clone(), State::new())
+                            .written_already(0, &n.events)
+                            .await? =>
+                {
+                    Ok(id)
+                }
+                Some(e) => Err(e),
+            });
+        }
+        Ok(ids)
     }
 
     /// Drives a plan session until the engine says it is done.

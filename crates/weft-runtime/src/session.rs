@@ -121,7 +121,11 @@ impl<'s, S: Store> Session<'s, S> {
     /// Whether the log holds `events` right after event `base` as this session wrote them (at
     /// its epoch, with their time): an earlier try of this append was committed. No other
     /// writer writes at this session's epoch, so those events can only be these.
-    async fn written_already(&self, base: u64, events: &[Envelope]) -> Result<bool, RuntimeError> {
+    pub(crate) async fn written_already(
+        &self,
+        base: u64,
+        events: &[Envelope],
+    ) -> Result<bool, RuntimeError> {
         let what = format!("reading session {} back", self.id);
         let stored =
             crate::patience::patiently(&what, || self.store.events_after(&self.id, base)).await?;
@@ -213,10 +217,8 @@ impl<'s, S: Store> Session<'s, S> {
                 self.id
             )));
         }
-        let events = self.redacted(events);
         let ts = self.clock.now_ms();
-        let status = self.state.status_after(&events);
-        let envelopes = self.number(events, ts);
+        let (envelopes, status) = self.creation(events, ts);
         let mut patience = crate::patience::Patience::new();
         let what = format!("creating session {}", self.id);
         loop {
@@ -246,6 +248,18 @@ impl<'s, S: Store> Session<'s, S> {
         }
         self.apply_and_publish(&envelopes);
         Ok(())
+    }
+
+    /// The start of a new session's log as it is stored: `events` redacted and numbered from 1
+    /// at time `ts`, and the session's status after them.
+    pub(crate) fn creation(
+        &self,
+        events: Vec<Event>,
+        ts: i64,
+    ) -> (Vec<Envelope>, weft_core::SessionStatus) {
+        let events = self.redacted(events);
+        let status = self.state.status_after(&events);
+        (self.number(events, ts), status)
     }
 
     /// Numbers events to follow the state's last one.

@@ -114,7 +114,7 @@ enum Command {
 enum Prepared {
     Run(run_cmd::Prepared),
     Plan(plan_cmd::Prepared),
-    Submit(run_cmd::Prepared),
+    Submit(submit_cmd::Prepared),
     Eval(Box<eval_cmd::Prepared>),
     Serve(Box<serve::Prepared>),
     Worker(worker::Prepared),
@@ -495,7 +495,8 @@ fn main() -> ExitCode {
                 // A new run's agent file is read already: its durability is the store's from
                 // the start (its schema and lease writes included).
                 let agent = match &command {
-                    Err(Prepared::Run(p) | Prepared::Submit(p)) => p.durability,
+                    Err(Prepared::Run(p)) => p.durability,
+                    Err(Prepared::Submit(p)) => p.run.durability,
                     Err(Prepared::Plan(p)) => p.durability(),
                     Err(Prepared::Eval(p)) => p.agent.spec.durability,
                     Err(Prepared::Serve(_) | Prepared::Worker(_)) | Ok(_) => None,

@@ -12,5 +12,6 @@ pub mod schema;
 pub mod serve;
 pub mod sessions;
 pub mod submit;
+pub mod submit_from;
 pub mod tools;
 pub mod worker;

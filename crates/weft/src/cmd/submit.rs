@@ -14,13 +14,20 @@ use weft_store::Store;
 use weft_host::Host;
 
 use crate::cmd::run::{self as run_cmd, RunArgs};
+use crate::cmd::submit_from;
 
 #[derive(Debug, Args)]
 pub struct SubmitArgs {
     /// The agent file (YAML or JSON); the workers must have an agent of the same name.
     pub agent: PathBuf,
     /// The task (`-`: read it from stdin); with --session, the answer to the session's question.
-    pub task: String,
+    #[arg(required_unless_present = "from")]
+    pub task: Option<String>,
+    /// Queue many runs: one JSON object per line of FILE (`-`: stdin), e.g.
+    /// `{"task": "...", "input": {...}, "user": "...", "id": "..."}`; the ids are printed in the
+    /// order of the lines.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["task", "session", "input", "reference", "metadata", "id"])]
+    pub from: Option<PathBuf>,
     /// Answer this session, which waits for a person; a worker continues it.
     #[arg(long)]
     pub session: Option<String>,
@@ -49,7 +56,7 @@ impl SubmitArgs {
     fn as_run(&self) -> RunArgs {
         RunArgs {
             agent: self.agent.clone(),
-            task: self.task.clone(),
+            task: self.task.clone().unwrap_or_default(),
             session: self.session.clone(),
             input: self.input.clone(),
             events: false,
@@ -63,12 +70,45 @@ impl SubmitArgs {
     }
 }
 
-/// Checks the agent file and the task (exit 2 on a mistake, before the store is opened).
-pub async fn prepare(a: &SubmitArgs) -> Result<run_cmd::Prepared> {
-    run_cmd::prepare(a.as_run()).await
+/// A submission checked before the store is opened.
+pub struct Prepared {
+    /// The agent file and, without `--from`, the one run.
+    pub run: run_cmd::Prepared,
+    /// With `--from`: the file and its runs.
+    from: Option<(PathBuf, Vec<submit_from::Queued>)>,
 }
 
-pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> Result<u8> {
+/// Checks the agent file and the task, or every line of `--from` (exit 2 on a mistake, before
+/// the store is opened).
+pub async fn prepare(a: &SubmitArgs) -> Result<Prepared> {
+    let run = run_cmd::prepare(a.as_run()).await?;
+    let from = match &a.from {
+        Some(path) => {
+            let runs = submit_from::read(path, &run, a.user.as_deref(), a.budget.as_deref()).await;
+            match runs {
+                Ok(runs) => Some((path.clone(), runs)),
+                Err(e) => {
+                    run.tools.shutdown().await;
+                    return Err(e);
+                }
+            }
+        }
+        None => None,
+    };
+    Ok(Prepared { run, from })
+}
+
+pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: Prepared) -> Result<u8> {
+    host.durability
+        .for_asked(store.as_ref(), [p.run.durability]);
+    match p.from {
+        Some((path, runs)) => submit_from::run(store, p.run, &path, runs).await,
+        None => one(host, store, p.run).await,
+    }
+}
+
+/// Queues one run.
+async fn one<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> Result<u8> {
     let run_cmd::Prepared {
         args,
         limits,
@@ -77,7 +117,7 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> 
         agent,
         input,
         metadata,
-        durability,
+        durability: _,
         budget,
         // Submitting exports nothing (the worker that runs it does).
         provider: _,
@@ -96,7 +136,6 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> 
         weft_runtime::budget::warn_unpriced(agent.model.as_ref(), Some(&b));
         Ok(Some(weft_core::Event::BudgetSet { budget: b }))
     };
-    host.durability.for_asked(store.as_ref(), [durability]);
     // Submitting queues work and calls no model (the worker that runs it holds it to its
     // user's quota and exports its telemetry): no quota or telemetry here.
     let builder = Runtime::builder(store.clone(), tools.clone(), limits, None, None).redact(redact);

@@ -102,6 +102,122 @@ fn submit_many(dir: &Path, db: &str, agent: &str, n: usize) -> Vec<String> {
     ids
 }
 
+/// `weft submit --from`: every line of a file queued in one process, ids printed in the order of
+/// the lines, a taken id refused alone (exit 1), a bad line refused before anything is written
+/// (exit 2, naming the line); then two workers run every queued session once.
+fn submit_from_a_file(d: &Path, db: &str) {
+    ledger_agent(d, "ledger");
+    let mut lines = String::new();
+    for k in 0..30 {
+        let line = match k {
+            0 => serde_json::json!({"task": "post 0", "id": "given-0", "user": "ann"}),
+            1 => serde_json::json!({"task": "post 1", "budget": "run.tool_calls=3"}),
+            2 => serde_json::json!({"task": "post 2", "id": "taken"}),
+            k => serde_json::json!({"task": format!("post {k}"), "input": {"k": k}}),
+        };
+        lines.push_str(&line.to_string());
+        lines.push('\n');
+        if k == 10 {
+            lines.push('\n');
+        }
+    }
+    // A bad line: nothing is written.
+    std::fs::write(
+        d.join("bad.jsonl"),
+        format!("{lines}{{\"task\": \"x\", \"inptu\": {{}}}}\n"),
+    )
+    .unwrap();
+    let out = weft(d, db)
+        .args(["submit", "ledger.yaml", "--from", "bad.jsonl"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("bad.jsonl line 32") && err.contains("inptu"),
+        "{err}"
+    );
+    // An id given twice in the file: refused before anything is written.
+    std::fs::write(
+        d.join("twice.jsonl"),
+        "{\"task\": \"a\", \"id\": \"x\"}\n{\"task\": \"b\", \"id\": \"x\"}\n",
+    )
+    .unwrap();
+    let out = weft(d, db)
+        .args(["submit", "ledger.yaml", "--from", "twice.jsonl"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("twice.jsonl line 2: `id` x"), "{err}");
+    let shown = weft(d, db)
+        .args(["sessions", "show", "x"])
+        .output()
+        .unwrap();
+    assert!(!shown.status.success(), "{}", text(&shown.stdout));
+    // The same runs without the bad line; line 3's id is taken by a session queued before.
+    let out = weft(d, db)
+        .args(["submit", "ledger.yaml", "post taken", "--id", "taken"])
+        .output()
+        .unwrap();
+    assert_eq!(ok(out).trim(), "taken");
+    std::fs::write(d.join("runs.jsonl"), &lines).unwrap();
+    let out = weft(d, db)
+        .args(["submit", "ledger.yaml", "--from", "runs.jsonl"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("runs.jsonl line 3: not queued") && err.contains("taken"),
+        "{err}"
+    );
+    let ids: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(ids.len(), 29, "{ids:?}");
+    assert_eq!(ids[0], "given-0");
+    let mut a = worker(d, db, 8, &["--exit-when-idle", "1"], &d.join("a.log"));
+    let mut b = worker(d, db, 8, &["--exit-when-idle", "1"], &d.join("b.log"));
+    assert!(a.wait().unwrap().success());
+    assert!(b.wait().unwrap().success());
+    let listed = json_lines(&ok(weft(d, db)
+        .args(["sessions", "list", "--json", "--limit", "100"])
+        .output()
+        .unwrap()));
+    let by_id: HashMap<String, &serde_json::Value> = listed
+        .iter()
+        .map(|s| (s["id"].as_str().unwrap().to_owned(), s))
+        .collect();
+    for id in ids.iter().chain([&"taken".to_owned()]) {
+        assert_eq!(by_id[id]["status"], "completed", "{id}");
+    }
+    assert_eq!(by_id["given-0"]["user_id"], "ann");
+    let posts = ledger(d);
+    assert_eq!(posts.len(), 90, "{posts:?}");
+    assert!(posts.values().all(|n| *n == 1), "{posts:?}");
+    // Each session has its own line's task and input.
+    let events = ok(weft(d, db)
+        .args(["sessions", "events", &ids[5]])
+        .output()
+        .unwrap());
+    assert!(
+        events.contains("post 6") && events.contains("\"k\":6"),
+        "{events}"
+    );
+}
+
+#[test]
+fn sqlite_submit_from_a_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    submit_from_a_file(tmp.path(), "w.db");
+}
+
+#[test]
+fn needs_postgres_submit_from_a_file() {
+    let db = Database::new("from_file");
+    let tmp = tempfile::tempdir().unwrap();
+    submit_from_a_file(tmp.path(), &db.url);
+}
+
 fn worker(dir: &Path, db: &str, n: usize, extra: &[&str], log: &Path) -> Child {
     let log = std::fs::File::create(log).unwrap();
     weft(dir, db)
@@ -473,7 +589,13 @@ fn freeze_inside(url: &str, w: &Child, app: &str, table: &str, query: &str) -> I
             state = p.line(&format!(
                 "SELECT coalesce(string_agg(state, ','), '') {caught};"
             ));
-            if state.split(',').any(|s| s == "idle in transaction") {
+            // Inside a transaction of several statements, the frozen worker's connection is
+            // left idle in it, holding its locks; a statement that is its own transaction (an
+            // append) has been committed by the server and left the connection idle.
+            if state
+                .split(',')
+                .any(|s| s == "idle in transaction" || s == "idle")
+            {
                 return stopped;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -485,14 +607,15 @@ fn freeze_inside(url: &str, w: &Child, app: &str, table: &str, query: &str) -> I
     panic!("could not catch the worker inside `{query}`: {tried:?}");
 }
 
-/// A worker frozen with SIGSTOP for four times the lease while one of its connections is idle
-/// in a transaction (a paused VM, a stall, a partition): once inside an append (after `UPDATE
-/// sessions`, in `INSERT INTO events`, holding the session's row and its lease row), once right
-/// after the append's `FOR SHARE` read of the lease. PostgreSQL ends the frozen transaction
-/// (`idle_in_transaction_session_timeout`), another worker takes each of the frozen worker's
-/// sessions over within twice the lease, and after SIGCONT the frozen worker's writes are
-/// refused: no call runs twice (the ledger) and no event is written at an epoch older than one
-/// before it. The takeover times are printed.
+/// A worker frozen with SIGSTOP for four times the lease in the middle of an append (a paused
+/// VM, a stall, a partition): once with the append's statement sent and waiting for the events
+/// table, once waiting for the lease rows it reads `FOR SHARE` (the fence). An append that is a
+/// transaction of several statements is left idle in it, holding its locks, and PostgreSQL ends
+/// it (`idle_in_transaction_session_timeout`); an append that is one statement is committed by
+/// the server while its client is frozen. Either way another worker takes each of the frozen
+/// worker's sessions over within twice the lease, and after SIGCONT the frozen worker's writes
+/// are refused: no call runs twice (the ledger) and no event is written at an epoch older than
+/// one before it. The takeover times are printed.
 #[test]
 fn needs_postgres_a_frozen_owner_is_taken_over() {
     let db = Database::new("frozen");
@@ -509,11 +632,11 @@ fn needs_postgres_a_frozen_owner_is_taken_over() {
     let lease_ms = 2000_u128;
     let mut refused = 0;
     let cases = [
-        ("inside an append", "events", "INSERT INTO events%"),
+        ("inside an append", "events", "%INSERT INTO events%"),
         (
             "inside the lease's FOR SHARE read",
             "leases",
-            "%FROM leases WHERE session = % FOR SHARE",
+            "%FROM leases WHERE session = % FOR SHARE%",
         ),
     ];
     for (k, (case, table, query)) in cases.into_iter().enumerate() {
