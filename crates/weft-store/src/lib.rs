@@ -76,7 +76,7 @@ pub use sqlite::SqliteStore;
 pub const SQLITE_SCHEMA_VERSION: i64 = 11;
 
 /// The version of the PostgreSQL schema this build writes and reads.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 11;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 12;
 
 /// How far behind an append's time a session's `updated_at` may stay when the append does not
 /// change the session's status, in milliseconds.

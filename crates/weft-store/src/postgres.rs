@@ -60,6 +60,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         11,
         include_str!("../migrations/postgres/0011_export_marks.sql"),
     ),
+    (
+        12,
+        include_str!("../migrations/postgres/0012_events_deleted_with_sessions.sql"),
+    ),
 ];
 
 /// How long to wait for the server to answer before giving up.
