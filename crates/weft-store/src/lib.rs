@@ -409,7 +409,7 @@ impl StoreError {
 }
 
 /// Whether a driver's error says the connection or the server failed rather than the request.
-fn transient_sqlx(e: &sqlx::Error) -> bool {
+pub(crate) fn transient_sqlx(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)

@@ -12,10 +12,12 @@
 //!
 //! An append the batch did not write comes back to its caller, who writes it alone (and so
 //! learns why: the fence, a conflict, a session that is not there). So does every append of a
-//! batch whose statement PostgreSQL refused as a whole (a deadlock between two processes' batches
-//! in a takeover, a unique key), which was rolled back. A batch whose answer was lost with its
-//! connection may have been committed: each of its appends is told the store is unavailable,
-//! which the runtime's patience answers by trying again and finding its events written.
+//! batch whose statement PostgreSQL refused as a whole for a reason of its own (a unique key),
+//! which was rolled back. A batch whose answer was lost with its connection, or that failed with
+//! the connection or the server (a terminated backend, a deadlock between two processes'
+//! batches in a takeover), may have been committed: each of its appends is told the store is
+//! unavailable, which the runtime's patience answers by trying again and, if it was, finding its
+//! events written.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -168,18 +170,33 @@ async fn write(pool: &PgPool, batch: Vec<Waiting>) {
                 let _ = reply.send(outcome);
             }
         }
-        // Refused by the server (and rolled back), or never sent.
-        Err(sqlx::Error::Database(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) => {
+        // Never sent, or refused by the server (and rolled back) for a reason of the batch's
+        // own (a unique key, a value): each is written alone, and says why.
+        Err(e) if uncommitted(&e) => {
             for (p, reply) in batch {
                 let _ = reply.send(Outcome::Alone(p.rows));
             }
         }
+        // The connection or the server failed (an answer lost, a backend terminated, even
+        // after its commit; a deadlock): the batch may have been committed, so each writer is
+        // told the store is unavailable and asks again.
         Err(e) => {
             let why = e.to_string();
             for (_, reply) in batch {
                 let _ = reply.send(Outcome::Lost(why.clone()));
             }
         }
+    }
+}
+
+/// Whether a batch that failed with `e` was certainly not committed, for a reason of its own:
+/// it was never sent (no connection), or the server refused it for what it holds, not because
+/// the connection or the server failed.
+fn uncommitted(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+        sqlx::Error::Database(_) => !crate::transient_sqlx(e),
+        _ => false,
     }
 }
 
