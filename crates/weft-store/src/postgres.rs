@@ -982,21 +982,7 @@ impl Columns {
         id: &str,
         conn: &mut PgConnection,
     ) -> Result<sqlx::postgres::PgQueryResult, sqlx::Error> {
-        sqlx::query(
-            "INSERT INTO events (session_id, seq, ts, v, type, payload, epoch) \
-             SELECT $1, u.seq, u.ts, u.v, u.type, u.payload::json, u.epoch \
-             FROM UNNEST($2::int8[], $3::int8[], $4::int4[], $5::text[], $6::text[], $7::int8[]) \
-             AS u(seq, ts, v, type, payload, epoch)",
-        )
-        .bind(id)
-        .bind(&self.seqs)
-        .bind(&self.tss)
-        .bind(&self.vs)
-        .bind(&self.kinds)
-        .bind(&self.payloads)
-        .bind(&self.epochs)
-        .execute(conn)
-        .await
+        self.insert_of(&vec![id; self.len()], conn).await
     }
 }
 

@@ -121,34 +121,31 @@ fn submit_from_a_file(d: &Path, db: &str) {
             lines.push('\n');
         }
     }
+    // Writes `body` to file `name` and queues its lines: (exit status, stdout, stderr).
+    let from_file = |name: &str, body: &str| {
+        std::fs::write(d.join(name), body).unwrap();
+        let out = weft(d, db)
+            .args(["submit", "ledger.yaml", "--from", name])
+            .output()
+            .unwrap();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
     // A bad line: nothing is written.
-    std::fs::write(
-        d.join("bad.jsonl"),
-        format!("{lines}{{\"task\": \"x\", \"inptu\": {{}}}}\n"),
-    )
-    .unwrap();
-    let out = weft(d, db)
-        .args(["submit", "ledger.yaml", "--from", "bad.jsonl"])
-        .output()
-        .unwrap();
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let (code, _, err) = from_file(
+        "bad.jsonl",
+        &format!("{lines}{{\"task\": \"x\", \"inptu\": {{}}}}\n"),
+    );
+    assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("bad.jsonl line 32") && err.contains("inptu"),
         "{err}"
     );
     // An id given twice in the file: refused before anything is written.
-    std::fs::write(
-        d.join("twice.jsonl"),
+    let (code, _, err) = from_file(
+        "twice.jsonl",
         "{\"task\": \"a\", \"id\": \"x\"}\n{\"task\": \"b\", \"id\": \"x\"}\n",
-    )
-    .unwrap();
-    let out = weft(d, db)
-        .args(["submit", "ledger.yaml", "--from", "twice.jsonl"])
-        .output()
-        .unwrap();
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    );
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("twice.jsonl line 2: `id` x"), "{err}");
     let shown = weft(d, db)
         .args(["sessions", "show", "x"])
@@ -161,18 +158,13 @@ fn submit_from_a_file(d: &Path, db: &str) {
         .output()
         .unwrap();
     assert_eq!(ok(out).trim(), "taken");
-    std::fs::write(d.join("runs.jsonl"), &lines).unwrap();
-    let out = weft(d, db)
-        .args(["submit", "ledger.yaml", "--from", "runs.jsonl"])
-        .output()
-        .unwrap();
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, stdout, err) = from_file("runs.jsonl", &lines);
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("runs.jsonl line 3: not queued") && err.contains("taken"),
         "{err}"
     );
-    let ids: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
+    let ids: Vec<String> = stdout.lines().map(str::to_owned).collect();
     assert_eq!(ids.len(), 29, "{ids:?}");
     assert_eq!(ids[0], "given-0");
     let mut a = worker(d, db, 8, &["--exit-when-idle", "1"], &d.join("a.log"));
