@@ -16,10 +16,11 @@ use std::sync::Arc;
 use anyhow::{Result, anyhow};
 use serde::Deserialize;
 use serde_json::Value;
-use weft_runtime::{NewRun, Runtime, SessionInfo};
+use weft_runtime::{NewRun, SessionInfo};
 use weft_store::Store;
 
 use crate::cmd::run as run_cmd;
+use crate::cmd::submit;
 
 /// How many sessions one write of the store creates.
 pub const BATCH: usize = 1000;
@@ -159,16 +160,20 @@ pub async fn run<S: Store>(
         agent,
         ..
     } = p;
-    let rt = Runtime::builder(store.clone(), tools.clone(), limits, None, None)
-        .redact(redact)
-        .build();
+    let rt = submit::queueing(store.clone(), tools.clone(), limits, redact).build();
     let total = runs.len();
     let mut queued = 0_usize;
     let mut refused = 0_usize;
     let mut runs = runs.into_iter().peekable();
+    // The lines of the batch being written (when the store fails, it may have been committed).
+    let mut writing = (0, 0);
     let written = async {
         while runs.peek().is_some() {
             let batch: Vec<Queued> = runs.by_ref().take(BATCH).collect();
+            writing = (
+                batch.first().map_or(0, |q| q.line),
+                batch.last().map_or(0, |q| q.line),
+            );
             let lines: Vec<usize> = batch.iter().map(|q| q.line).collect();
             let answers = rt
                 .queue_agents(&agent, batch.into_iter().map(|q| q.run).collect())
@@ -195,8 +200,11 @@ pub async fn run<S: Store>(
     .await;
     tools.shutdown().await;
     if let Err(e) = written {
+        let (first, last) = writing;
         return Err(anyhow!(
-            "{e} ({queued} of {total} runs were queued; their ids are printed above)"
+            "{e} ({queued} of {total} runs are queued, their ids printed above; the runs of lines \
+             {first} to {last} may have been queued too, as the store failed while writing them: \
+             `weft sessions list` shows what it holds)"
         ));
     }
     eprintln!(

@@ -171,14 +171,7 @@ fn submit_from_a_file(d: &Path, db: &str) {
     let mut b = worker(d, db, 8, &["--exit-when-idle", "1"], &d.join("b.log"));
     assert!(a.wait().unwrap().success());
     assert!(b.wait().unwrap().success());
-    let listed = json_lines(&ok(weft(d, db)
-        .args(["sessions", "list", "--json", "--limit", "100"])
-        .output()
-        .unwrap()));
-    let by_id: HashMap<String, &serde_json::Value> = listed
-        .iter()
-        .map(|s| (s["id"].as_str().unwrap().to_owned(), s))
-        .collect();
+    let by_id = sessions_by_id(d, db);
     for id in ids.iter().chain([&"taken".to_owned()]) {
         assert_eq!(by_id[id]["status"], "completed", "{id}");
     }
@@ -240,6 +233,17 @@ fn json_lines(s: &str) -> Vec<serde_json::Value> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// The sessions in store `db`, by id (`weft sessions list --json`).
+fn sessions_by_id(dir: &Path, db: &str) -> HashMap<String, serde_json::Value> {
+    json_lines(&ok(weft(dir, db)
+        .args(["sessions", "list", "--json", "--limit", "100"])
+        .output()
+        .unwrap()))
+    .into_iter()
+    .map(|s| (s["id"].as_str().unwrap().to_owned(), s))
+    .collect()
 }
 
 /// A tiny pseudo-random sequence (xorshift), seeded from the clock and printed, so that a
@@ -805,21 +809,9 @@ fn sqlite_workers_share_one_file_and_drain_on_sigterm() {
     let mut b = worker(d, db, 4, &["--exit-when-idle", "1"], &d.join("b.log"));
     assert!(a.wait().unwrap().success());
     assert!(b.wait().unwrap().success());
-    let listed = json_lines(&ok(weft(d, db)
-        .args(["sessions", "list", "--json", "--limit", "100"])
-        .output()
-        .unwrap()));
-    let status: HashMap<String, String> = listed
-        .iter()
-        .map(|s| {
-            (
-                s["id"].as_str().unwrap().to_owned(),
-                s["status"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let by_id = sessions_by_id(d, db);
     for id in &ids {
-        assert_eq!(status[id], "completed", "{id}");
+        assert_eq!(by_id[id]["status"], "completed", "{id}");
     }
     let posts = ledger(d);
     assert_eq!(posts.len(), 60);
