@@ -167,8 +167,22 @@ fn submit_from_a_file(d: &Path, db: &str) {
     let ids: Vec<String> = stdout.lines().map(str::to_owned).collect();
     assert_eq!(ids.len(), 29, "{ids:?}");
     assert_eq!(ids[0], "given-0");
-    let mut a = worker(d, db, 8, &["--exit-when-idle", "1"], &d.join("a.log"));
-    let mut b = worker(d, db, 8, &["--exit-when-idle", "1"], &d.join("b.log"));
+    let mut a = worker(
+        d,
+        db,
+        8,
+        Lease::Steady,
+        &["--exit-when-idle", "1"],
+        &d.join("a.log"),
+    );
+    let mut b = worker(
+        d,
+        db,
+        8,
+        Lease::Steady,
+        &["--exit-when-idle", "1"],
+        &d.join("b.log"),
+    );
     assert!(a.wait().unwrap().success());
     assert!(b.wait().unwrap().success());
     let by_id = sessions_by_id(d, db);
@@ -203,13 +217,33 @@ fn needs_postgres_submit_from_a_file() {
     submit_from_a_file(tmp.path(), &db.url);
 }
 
-fn worker(dir: &Path, db: &str, n: usize, extra: &[&str], log: &Path) -> Child {
+/// How long a worker's leases run without renewal.
+#[derive(Clone, Copy)]
+enum Lease {
+    /// Two seconds: a killed or frozen worker's sessions are taken over quickly (the chaos tests).
+    Short,
+    /// Thirty seconds: no takeover on a loaded machine, where a renewal can come later than a
+    /// short lease allows (a taken-over call that was running is rightly `unknown_outcome`, and
+    /// the test would count its post as missing).
+    Steady,
+}
+
+impl Lease {
+    fn secs(self) -> &'static str {
+        match self {
+            Lease::Short => "2",
+            Lease::Steady => "30",
+        }
+    }
+}
+
+fn worker(dir: &Path, db: &str, n: usize, lease: Lease, extra: &[&str], log: &Path) -> Child {
     let log = std::fs::File::create(log).unwrap();
     weft(dir, db)
         .args(["worker", "--agents", ".", "--poll-secs", "0.2"])
         .args(["--concurrency", &n.to_string()])
         .args(extra)
-        .env("WEFT_LEASE_SECS", "2")
+        .env("WEFT_LEASE_SECS", lease.secs())
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -299,7 +333,7 @@ fn needs_postgres_workers_survive_sigkill_and_dropped_connections() {
     let mut restarts = [0_usize; 4];
     let log_of = |w: usize, k: usize| d.join(format!("worker{w}.{k}.log"));
     let mut workers: Vec<Child> = (0..4)
-        .map(|w| worker(d, &db.url, 8, &[], &log_of(w, 0)))
+        .map(|w| worker(d, &db.url, 8, Lease::Short, &[], &log_of(w, 0)))
         .collect();
     let mut rng = Rng::new();
     let (mut kills, mut terminated) = (0, 0);
@@ -327,7 +361,7 @@ fn needs_postgres_workers_survive_sigkill_and_dropped_connections() {
             kill(&mut workers[w], "-KILL");
             kills += 1;
             restarts[w] += 1;
-            workers[w] = worker(d, &db.url, 8, &[], &log_of(w, restarts[w]));
+            workers[w] = worker(d, &db.url, 8, Lease::Short, &[], &log_of(w, restarts[w]));
             if rng.below(2) == 0 {
                 let gone = psql(
                     &db.url,
@@ -664,7 +698,14 @@ fn needs_postgres_a_frozen_owner_is_taken_over() {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        let mut b = worker(d, &db.url, 16, &[], &d.join(format!("other{k}.log")));
+        let mut b = worker(
+            d,
+            &db.url,
+            16,
+            Lease::Short,
+            &[],
+            &d.join(format!("other{k}.log")),
+        );
         let frozen_at = freeze_inside(&db.url, &a, &app, table, query);
         let held: Vec<(String, i64)> = watch
             .line(&held_sql)
@@ -805,8 +846,22 @@ fn sqlite_workers_share_one_file_and_drain_on_sigterm() {
     let db = "w.db";
     ledger_agent(d, "ledger");
     let ids = submit_many(d, db, "ledger", 20);
-    let mut a = worker(d, db, 4, &["--exit-when-idle", "1"], &d.join("a.log"));
-    let mut b = worker(d, db, 4, &["--exit-when-idle", "1"], &d.join("b.log"));
+    let mut a = worker(
+        d,
+        db,
+        4,
+        Lease::Steady,
+        &["--exit-when-idle", "1"],
+        &d.join("a.log"),
+    );
+    let mut b = worker(
+        d,
+        db,
+        4,
+        Lease::Steady,
+        &["--exit-when-idle", "1"],
+        &d.join("b.log"),
+    );
     assert!(a.wait().unwrap().success());
     assert!(b.wait().unwrap().success());
     let by_id = sessions_by_id(d, db);
@@ -835,7 +890,14 @@ fn sqlite_workers_share_one_file_and_drain_on_sigterm() {
         .unwrap())
     .trim()
     .to_owned();
-    let mut w = worker(d, db, 2, &["--exit-when-idle", "1"], &d.join("c.log"));
+    let mut w = worker(
+        d,
+        db,
+        2,
+        Lease::Steady,
+        &["--exit-when-idle", "1"],
+        &d.join("c.log"),
+    );
     assert!(w.wait().unwrap().success());
     let shown = ok(weft(d, db)
         .args(["sessions", "show", &id])
@@ -847,7 +909,14 @@ fn sqlite_workers_share_one_file_and_drain_on_sigterm() {
         .output()
         .unwrap();
     assert_eq!(ok(out).trim(), id);
-    let mut w = worker(d, db, 2, &["--exit-when-idle", "1"], &d.join("d.log"));
+    let mut w = worker(
+        d,
+        db,
+        2,
+        Lease::Steady,
+        &["--exit-when-idle", "1"],
+        &d.join("d.log"),
+    );
     assert!(w.wait().unwrap().success());
     let shown = ok(weft(d, db)
         .args(["sessions", "show", &id])
