@@ -175,36 +175,23 @@ mod needs_strace {
 
     use super::*;
 
-    /// The fsync and fdatasync calls the PostgreSQL backends serving a store make while it
-    /// appends `n` batches one after the other.
-    async fn backend_syncs(url: &str, d: Durability, n: u64) -> u64 {
-        let strace = crate::support::service_var("WEFT_TEST_STRACE");
-        let schema = unique(&format!("syncs_{d}"));
-        let app = schema.clone();
-        let sep = if url.contains('?') { '&' } else { '?' };
-        let st = PgStore::connect_durable(
-            &format!("{url}{sep}application_name={app}"),
-            Some(&schema),
-            d,
-        )
-        .await
-        .unwrap();
-        // One connection, opened now, serves every append below (they come one at a time).
-        appends(&st, "warm", 1).await;
-        use sqlx::Connection;
-        let mut admin = sqlx::PgConnection::connect(url).await.unwrap();
-        let pids: Vec<i32> =
-            sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name = $1")
-                .bind(&app)
-                .fetch_all(&mut admin)
-                .await
-                .unwrap();
-        assert!(!pids.is_empty(), "no backend serves the store");
+    /// The pids of the backends whose connections carry `app` as their application name.
+    async fn backends(admin: &mut sqlx::PgConnection, app: &str) -> Vec<i32> {
+        sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name = $1")
+            .bind(app)
+            .fetch_all(admin)
+            .await
+            .unwrap()
+    }
+
+    /// The fsync and fdatasync calls the backends `pids` make while `st` appends `n` batches one
+    /// after the other to session `id`.
+    async fn traced_syncs(strace: &str, pids: &[i32], st: &PgStore, id: &str, n: u64) -> u64 {
         let out = tempfile::NamedTempFile::new().unwrap();
-        let mut cmd = Command::new(&strace);
+        let mut cmd = Command::new(strace);
         cmd.args(["-c", "-e", "trace=fsync,fdatasync", "-o"])
             .arg(out.path());
-        for p in &pids {
+        for p in pids {
             cmd.args(["-p", &p.to_string()]);
         }
         let mut tracer = cmd
@@ -225,21 +212,54 @@ mod needs_strace {
                 attached += 1;
             }
         }
-        appends(&st, "measured", n).await;
+        appends(st, id, n).await;
         let stopped = Command::new("kill")
             .args(["-INT", &tracer.id().to_string()])
             .status()
             .unwrap();
         assert!(stopped.success());
         tracer.wait().unwrap();
-        let summary = std::fs::read_to_string(out.path()).unwrap();
-        st.close().await;
-        drop_schema(url, &schema).await;
-        summary
+        std::fs::read_to_string(out.path())
+            .unwrap()
             .lines()
             .filter(|l| l.ends_with("fsync") || l.ends_with("fdatasync"))
             .filter_map(|l| l.split_whitespace().nth(3)?.parse::<u64>().ok())
             .sum()
+    }
+
+    /// The fsync and fdatasync calls the PostgreSQL backends serving a store make while it
+    /// appends `n` batches one after the other. A measure during which the pool opened a
+    /// connection (a backend strace did not follow) is taken again, up to three times.
+    async fn backend_syncs(url: &str, d: Durability, n: u64) -> u64 {
+        let strace = crate::support::service_var("WEFT_TEST_STRACE");
+        let schema = unique(&format!("syncs_{d}"));
+        let app = schema.clone();
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let st = PgStore::connect_durable(
+            &format!("{url}{sep}application_name={app}"),
+            Some(&schema),
+            d,
+        )
+        .await
+        .unwrap();
+        // The connections opened now serve the appends below (they come one at a time).
+        appends(&st, "warm", 1).await;
+        use sqlx::Connection;
+        let mut admin = sqlx::PgConnection::connect(url).await.unwrap();
+        let mut syncs = 0;
+        for attempt in 0..3 {
+            let pids = backends(&mut admin, &app).await;
+            assert!(!pids.is_empty(), "no backend serves the store");
+            syncs = traced_syncs(&strace, &pids, &st, &format!("measured-{attempt}"), n).await;
+            let after = backends(&mut admin, &app).await;
+            if after.iter().all(|p| pids.contains(p)) {
+                break;
+            }
+            eprintln!("a backend opened while tracing ({pids:?} then {after:?}): measuring again");
+        }
+        st.close().await;
+        drop_schema(url, &schema).await;
+        syncs
     }
 
     /// `full` (`synchronous_commit=on`): the backend flushes its log for the commits (on a quiet
