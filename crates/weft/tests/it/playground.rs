@@ -520,11 +520,12 @@ fn wide_session(dir: &Path) {
 }
 
 /// An agent `slow200` whose plan is 200 steps in 10 waves of 20, each a shell command that sleeps
-/// half a second and logs its call; 20 run at once. The command is `sh`, not `tools.py`: twenty
+/// a second (long enough that a loaded machine's page sees each wave running) and logs its call;
+/// 20 run at once. The command is `sh`, not `tools.py`: twenty
 /// Python interpreters starting at each wave took the page's two cores for about half a second,
 /// which the browser measured as its own long tasks.
 fn slow_agent(dir: &Path) {
-    slow_agent_of(dir, "0.5");
+    slow_agent_of(dir, "1");
 }
 
 /// [`slow_agent`], its steps sleeping `sleep` seconds.
