@@ -325,15 +325,14 @@ impl SqliteStore {
         answer.await.map_err(|_| closed)?
     }
 
-    /// Hands the creation of session `s` with the start of its log to the writer (so that it
-    /// does not wait for the write lock), in one transaction with the first events.
-    fn submit_create(
-        &self,
+    /// A session's creation with its first events, ready for the writer, and where its answer
+    /// arrives.
+    fn create_job(
         s: &NewSession,
         events: &[Envelope],
         status: SessionStatus,
         now: i64,
-    ) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
+    ) -> Result<(Work, oneshot::Receiver<Result<(), StoreError>>), StoreError> {
         check_batch(&s.id, 0, events)?;
         let rows = events
             .iter()
@@ -352,8 +351,7 @@ impl SqliteStore {
             snapshot: None,
             reply,
         };
-        self.writer.submit(Work::Append(job));
-        Ok(answer)
+        Ok((Work::Append(job), answer))
     }
 
     /// The error for a creation the writer dropped unanswered (the store was closed).
@@ -404,7 +402,8 @@ impl SessionLog for SqliteStore {
         status: SessionStatus,
         now: i64,
     ) -> Result<SessionRecord, StoreError> {
-        let answer = self.submit_create(&s, events, status, now)?;
+        let (job, answer) = Self::create_job(&s, events, status, now)?;
+        self.writer.submit(job);
         answer.await.map_err(|_| self.closed(&s.id))??;
         let mut rec = row::record(s, now, events.len() as u64);
         rec.status = status;
@@ -416,12 +415,17 @@ impl SessionLog for SqliteStore {
         batch: &[crate::NewLog],
         now: i64,
     ) -> Result<Vec<Option<StoreError>>, StoreError> {
-        // Every creation is handed to the writer before any answer is awaited, so they share
-        // its transactions and syncs.
+        // Every creation is made ready first (a bad one refuses the batch before anything is
+        // written), then handed to the writer at once, so they share its transactions and
+        // syncs: queued one by one, each would find the writer free and be committed alone.
+        let mut jobs = Vec::with_capacity(batch.len());
         let mut waiting = Vec::with_capacity(batch.len());
         for n in batch {
-            waiting.push(self.submit_create(&n.session, &n.events, n.status, now)?);
+            let (job, answer) = Self::create_job(&n.session, &n.events, n.status, now)?;
+            jobs.push(job);
+            waiting.push(answer);
         }
+        self.writer.submit_many(jobs);
         let mut answers = Vec::with_capacity(batch.len());
         for (n, answer) in batch.iter().zip(waiting) {
             match answer.await.map_err(|_| self.closed(&n.session.id))? {

@@ -318,11 +318,18 @@ impl Writer {
     /// Queues a job and writes the queue if the connection is free. The job's answer arrives on
     /// its `reply` (already, when this call wrote it).
     pub(crate) fn submit(self: &Arc<Self>, job: Work) {
+        self.submit_many(std::iter::once(job));
+    }
+
+    /// Queues several jobs together and writes the queue if the connection is free: they share
+    /// its transactions (at most [`MAX_GROUP`] jobs each), where queued one by one each would
+    /// find the connection free and be committed alone.
+    pub(crate) fn submit_many(self: &Arc<Self>, jobs: impl IntoIterator<Item = Work>) {
         if self.closed.load(Ordering::Acquire) {
-            // Dropping the job drops its reply: the caller hears that the store is closed.
+            // Dropping the jobs drops their replies: the callers hear that the store is closed.
             return;
         }
-        lock(&self.queue).push(job);
+        lock(&self.queue).extend(jobs);
         self.pump();
     }
 

@@ -3,7 +3,8 @@
 //! PostgreSQL; a change of durability while a store is open reaches the next append; at `full`
 //! a PostgreSQL backend syncs its log for the commits of an append and at `normal` it does not
 //! (counted by tracing the backend's system calls: `needs_strace::needs_postgres_*`); and the
-//! SQLite store's group commit puts the appends of many sessions into one commit.
+//! SQLite store's group commit puts the appends of many sessions into one commit, and the
+//! creations of one `create_many` too.
 
 use crate::support as common;
 
@@ -113,6 +114,38 @@ async fn sqlite_group_commit_shares_a_commit_among_sessions() {
     for s in 0..sessions {
         assert_eq!(store.get(&format!("s{s}")).await.unwrap().last_seq, each);
     }
+}
+
+/// `create_many` hands its creations to the writer together: a thousand sessions, each with
+/// its first events, take one commit (one sync of the log at `full`), not one each; and a batch
+/// with a taken id is answered creation by creation as before.
+#[tokio::test]
+async fn sqlite_create_many_is_one_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open_with(dir.path().join("c.db"), Durability::Full)
+        .await
+        .unwrap();
+    store.create(session("taken"), 1).await.unwrap();
+    let mut logs: Vec<weft_store::NewLog> = (0..1000)
+        .map(|k| weft_store::NewLog {
+            session: session(&format!("c{k}")),
+            events: batch(1, 2),
+            status: SessionStatus::Running,
+        })
+        .collect();
+    logs[500].session.id = "taken".into();
+    let before = store.write_stats();
+    let answers = store.create_many(&logs, 2).await.unwrap();
+    let after = store.write_stats();
+    assert_eq!(answers.iter().filter(|a| a.is_none()).count(), 999);
+    assert!(
+        matches!(answers[500], Some(weft_store::StoreError::Exists(_))),
+        "{:?}",
+        answers[500]
+    );
+    let commits = after.commits - before.commits;
+    assert!(commits <= 2, "{commits} commits for 1,000 creations");
+    assert_eq!(store.get("c999").await.unwrap().last_seq, 2);
 }
 
 fn unique(test: &str) -> String {
