@@ -2,7 +2,8 @@
 //! to record and which calls to run again.
 //!
 //! A tool call recorded as started but not finished either completed or not before the process
-//! died; nobody knows which. A call of an idempotent tool is run again with the same
+//! died, or before it lost the session (frozen past its lease, then fenced out); the new owner
+//! cannot know which. A call of an idempotent tool is run again with the same
 //! idempotency key. A call of any other tool is never silently repeated: it is recorded as
 //! finished with an `unknown_outcome` error, which goes to the step's failure handling (and in
 //! an agent, to the review or the model, which may ask the person).
@@ -42,7 +43,7 @@ pub fn recover(state: &State, tools: &dyn ToolCatalog, limits: &Limits) -> Recov
             let error = ToolError::new(
                 "unknown_outcome",
                 format!(
-                    "the process stopped while `{}` was running; it may or may not have taken effect, and it is not idempotent, so it was not run again",
+                    "the process that was running `{}` stopped, or lost the session to another process, before its result was recorded; the call may or may not have taken effect, and it is not idempotent, so it was not run again",
                     c.tool
                 ),
             )
