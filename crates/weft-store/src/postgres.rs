@@ -782,11 +782,17 @@ impl Leases for PgStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1")
-            .execute(self.lease_pool())
-            .await
-            .map_err(|e| self.err("cannot reach the store", e))?;
-        Ok(())
+        // A connection lent unchecked (see `CHECK_AFTER_REST`) may be one the server dropped
+        // since: it is closed on its failure, and the next one is tried, so that a server that
+        // is up is said to be up.
+        let mut dead = 0;
+        loop {
+            match sqlx::query("SELECT 1").execute(self.lease_pool()).await {
+                Ok(_) => return Ok(()),
+                Err(e) if dropped(&e) && dead < LEASE_POOL_SIZE => dead += 1,
+                Err(e) => return Err(self.err("cannot reach the store", e)),
+            }
+        }
     }
 
     async fn wait_for_work(&self, max: Duration) {
@@ -1120,12 +1126,42 @@ const POOL_SIZE: u32 = 8;
 /// How many connections the store's lease writes have to themselves (see [`PgStore::leases`]).
 const LEASE_POOL_SIZE: u32 = 2;
 
+/// A connection that rested in the pool for longer than this is checked (a round trip) before
+/// it is lent. One that rested less was checked when it came back (sqlx pings each connection
+/// as it is returned), so checking it again would cost every statement a second round trip for
+/// a connection the server would have had to drop in that moment; a statement on such a one
+/// fails as a dropped connection, which the callers treat as an outage that may pass (and
+/// [`crate::Leases::ping`] tries again at once).
+const CHECK_AFTER_REST: Duration = Duration::from_secs(1);
+
 /// A pool of `size` connections, connecting lazily with `opts`.
 fn pool(opts: &PgConnectOptions, size: u32) -> PgPool {
     PgPoolOptions::new()
         .max_connections(size)
         .acquire_timeout(CONNECT_TIMEOUT)
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for < CHECK_AFTER_REST {
+                    return Ok(true);
+                }
+                // A failed check closes the connection; the pool lends or opens another.
+                Ok(conn.ping().await.is_ok())
+            })
+        })
         .connect_lazy_with(opts.clone())
+}
+
+/// Whether `e` says that the connection was lost (the server ended it, restarted, or the
+/// network dropped it): another connection of the pool may work.
+fn dropped(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02")),
+        _ => false,
+    }
 }
 
 /// Creates `schema` when it is missing (under the migration lock: two processes creating one

@@ -380,6 +380,40 @@ async fn needs_postgres_claims_go_by_lease_rows_and_never_wait() {
     assert_eq!(ids, ["x1"]);
 }
 
+/// A connection is lent without a check when it rested in the pool for less than a second; one
+/// the server ended in that moment fails its statement. The health check (`ping`) then tries
+/// the next connection, so a server that is up is said to be up: here every backend of the
+/// store is ended right after the pings that opened its lease connections (one or both).
+#[tokio::test]
+async fn needs_postgres_a_ping_after_dropped_connections_finds_the_server() {
+    let url = common::service_var("WEFT_TEST_POSTGRES_URL");
+    let schema = format!("ping_{}", std::process::id());
+    let app = schema.clone();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let store = PgStore::connect_in_schema(&format!("{url}{sep}application_name={app}"), &schema)
+        .await
+        .unwrap();
+    let mut admin = raw_connection(&url, &schema).await;
+    for round in 0..3 {
+        // Two pings at once, which may hold both lease connections.
+        let (a, b) = tokio::join!(store.ping(), store.ping());
+        a.unwrap();
+        b.unwrap();
+        let ended: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+        )
+        .bind(&app)
+        .fetch_all(&mut admin)
+        .await
+        .unwrap();
+        assert!(!ended.is_empty(), "round {round}: no backend of the store");
+        store
+            .ping()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the server is up, but ping says: {e}"));
+    }
+}
+
 /// The PostgreSQL store's connections bound statements, lock waits and idle transactions by
 /// the lease time: half a lease for a lock wait and an idle transaction, a whole lease for a
 /// statement.
