@@ -336,9 +336,10 @@ impl<S: Store> Runtime<S> {
     }
 
     /// Creates many sessions, each as [`Runtime::start_session`] creates one, in one write of
-    /// the store's ([`weft_store::SessionLog::create_many`]: one transaction on PostgreSQL). Their
-    /// events are neither applied nor published here: these sessions are for workers, which
-    /// load them. For each, in order, its id or the store's refusal.
+    /// the store's ([`weft_store::SessionLog::create_many`]: one transaction on PostgreSQL, and
+    /// on SQLite up to 1,024 creations to a commit). Their events are neither applied nor
+    /// published here: these sessions are for workers, which load them. For each, in order, its
+    /// id or the store's refusal.
     pub(crate) async fn start_sessions(
         &self,
         starts: Vec<Start>,

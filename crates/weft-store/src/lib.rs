@@ -838,9 +838,9 @@ pub trait SessionLog: Send + Sync + 'static {
     /// each, in order, whether it was refused: `None` created, `Some` refused (its id is taken,
     /// [`StoreError::Exists`], or a live lease holds it, [`StoreError::Leased`]). A refusal
     /// does not stop the others. `Err` is a failure of the store: the PostgreSQL store, which
-    /// writes the whole batch in one transaction, then wrote none of it; the others create one
-    /// session after another and may have created those before the failure (given again, they
-    /// are refused as taken).
+    /// writes the whole batch in one transaction, then wrote none of it; the SQLite store, which
+    /// hands the batch to its writer at once (up to 1,024 creations to a commit), and the
+    /// memory store may have created some (given again, they are refused as taken).
     fn create_many(
         &self,
         batch: &[NewLog],
