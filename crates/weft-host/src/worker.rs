@@ -199,7 +199,14 @@ pub async fn run<S: Store>(host: &Host, store: Arc<S>, a: WorkerConfig) -> Resul
         eprintln!("worker: stopped after {done} session(s); {released} released for other workers");
         return Ok(EXIT_INTERRUPTED);
     }
-    eprintln!("worker: no work for a while; stopped after {done} session(s)");
+    // Sessions it let go unfinished (taken over by another process, or left after a store
+    // error) went back to the queue: saying only how many ended would hide them.
+    let left = if released > 0 {
+        format!("; {released} let go unfinished for other workers")
+    } else {
+        String::new()
+    };
+    eprintln!("worker: no work for a while; stopped after {done} session(s){left}");
     Ok(0)
 }
 

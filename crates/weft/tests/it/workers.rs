@@ -836,6 +836,82 @@ fn needs_postgres_a_frozen_owner_is_taken_over() {
     eprintln!("frozen: {refused} write(s) of the frozen workers refused after SIGCONT");
 }
 
+/// On SQLite, a worker frozen (SIGSTOP) past its lease while its sessions' calls run loses them
+/// to another worker, which records each call in flight as `unknown_outcome` (the tool is not
+/// idempotent) and ends the sessions; no call runs twice. Woken, the frozen worker writes
+/// nothing more and says, as it stops, that it let those sessions go unfinished.
+#[test]
+fn sqlite_a_frozen_worker_loses_its_sessions_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let db = "w.db";
+    // Each call marks that it began, then takes two seconds before it posts.
+    ledger_agent_pausing(d, "ledger", "0; touch began; sleep 2");
+    let ids = submit_many(d, db, "ledger", 4);
+    let mut a = worker(
+        d,
+        db,
+        4,
+        Lease::Short,
+        &["--exit-when-idle", "1"],
+        &d.join("a.log"),
+    );
+    let began = Instant::now();
+    while !d.join("began").exists() {
+        assert!(began.elapsed() < Duration::from_secs(60), "no call began");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(&a, "-STOP");
+    // It waits, idle, for up to six seconds for the leases to run out (two seconds here).
+    let mut b = worker(
+        d,
+        db,
+        4,
+        Lease::Short,
+        &["--exit-when-idle", "6"],
+        &d.join("b.log"),
+    );
+    // The frozen worker's leases (2 s) run out and the other takes the sessions over.
+    std::thread::sleep(Duration::from_secs(5));
+    signal(&a, "-CONT");
+    assert!(a.wait().unwrap().success());
+    assert!(b.wait().unwrap().success());
+    let a_log = std::fs::read_to_string(d.join("a.log")).unwrap();
+    let b_log = std::fs::read_to_string(d.join("b.log")).unwrap();
+    let by_id = sessions_by_id(d, db);
+    for id in &ids {
+        assert_eq!(by_id[id]["status"], "completed", "{id}\n{a_log}\n{b_log}");
+    }
+    let taken = a_log.matches("its lease was taken over)").count();
+    assert!(
+        taken > 0,
+        "the frozen worker lost no session:\n{a_log}\n{b_log}"
+    );
+    assert!(
+        a_log.contains(&format!(
+            "stopped after 0 session(s); {taken} let go unfinished for other workers"
+        )),
+        "{a_log}"
+    );
+    let posts = ledger(d);
+    assert!(
+        posts.values().all(|n| *n == 1),
+        "calls that ran twice: {posts:?}"
+    );
+    let unknown: usize = ids
+        .iter()
+        .map(|id| {
+            ok(weft(d, db)
+                .args(["sessions", "events", id])
+                .output()
+                .unwrap())
+            .matches("\"kind\":\"unknown_outcome\"")
+            .count()
+        })
+        .sum();
+    assert!(unknown > 0, "no call was recorded as unknown_outcome");
+}
+
 /// Two workers on one SQLite file share the sessions safely; a session answered with `weft
 /// submit --session` is continued by a worker; SIGTERM drains a worker: the session it drives
 /// is released and another worker finishes it without waiting for the lease to run out.
