@@ -167,24 +167,7 @@ fn submit_from_a_file(d: &Path, db: &str) {
     let ids: Vec<String> = stdout.lines().map(str::to_owned).collect();
     assert_eq!(ids.len(), 29, "{ids:?}");
     assert_eq!(ids[0], "given-0");
-    let mut a = worker(
-        d,
-        db,
-        8,
-        Lease::Steady,
-        &["--exit-when-idle", "1"],
-        &d.join("a.log"),
-    );
-    let mut b = worker(
-        d,
-        db,
-        8,
-        Lease::Steady,
-        &["--exit-when-idle", "1"],
-        &d.join("b.log"),
-    );
-    assert!(a.wait().unwrap().success());
-    assert!(b.wait().unwrap().success());
+    two_steady_workers(d, db, 8);
     let by_id = sessions_by_id(d, db);
     for id in ids.iter().chain([&"taken".to_owned()]) {
         assert_eq!(by_id[id]["status"], "completed", "{id}");
@@ -248,6 +231,21 @@ fn worker(dir: &Path, db: &str, n: usize, lease: Lease, extra: &[&str], log: &Pa
         .stderr(log)
         .spawn()
         .unwrap()
+}
+
+/// Runs two workers, each driving up to `n` sessions at once with [`Lease::Steady`] (logs `a.log`
+/// and `b.log`), until they find no more work for a second; checks that both exited cleanly.
+fn two_steady_workers(d: &Path, db: &str, n: usize) {
+    let started: Vec<Child> = ["a", "b"]
+        .iter()
+        .map(|w| {
+            let log = d.join(format!("{w}.log"));
+            worker(d, db, n, Lease::Steady, &["--exit-when-idle", "1"], &log)
+        })
+        .collect();
+    for mut w in started {
+        assert!(w.wait().unwrap().success());
+    }
 }
 
 /// The ledger's lines, counted.
@@ -922,24 +920,7 @@ fn sqlite_workers_share_one_file_and_drain_on_sigterm() {
     let db = "w.db";
     ledger_agent(d, "ledger");
     let ids = submit_many(d, db, "ledger", 20);
-    let mut a = worker(
-        d,
-        db,
-        4,
-        Lease::Steady,
-        &["--exit-when-idle", "1"],
-        &d.join("a.log"),
-    );
-    let mut b = worker(
-        d,
-        db,
-        4,
-        Lease::Steady,
-        &["--exit-when-idle", "1"],
-        &d.join("b.log"),
-    );
-    assert!(a.wait().unwrap().success());
-    assert!(b.wait().unwrap().success());
+    two_steady_workers(d, db, 4);
     let by_id = sessions_by_id(d, db);
     for id in &ids {
         assert_eq!(by_id[id]["status"], "completed", "{id}");
