@@ -421,15 +421,28 @@ pub(crate) fn transient_sqlx(e: &sqlx::Error) -> bool {
     }
 }
 
-/// PostgreSQL's codes for a failed connection (class 08), an operator's or a crash's shutdown
-/// (57P01–57P03), a statement cancelled by its time bound (57014), too many connections
-/// (53300) and a serialization failure or deadlock (40001, 40P01): each can pass by itself.
+/// Whether `e` says that the connection was lost (the server ended it, restarted, or the
+/// network dropped it): another connection may work at once.
+pub(crate) fn connection_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| lost_sqlstate(&c)),
+        _ => false,
+    }
+}
+
+/// PostgreSQL's codes for a connection that is gone: a failed connection (class 08), an
+/// operator's or a crash's shutdown of its backend (57P01, 57P02).
+fn lost_sqlstate(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02")
+}
+
+/// PostgreSQL's codes for a lost connection ([`lost_sqlstate`]), a server that cannot take
+/// connections yet (57P03), a statement cancelled by its time bound (57014), too many
+/// connections (53300) and a serialization failure or deadlock (40001, 40P01): each can pass
+/// by itself.
 fn transient_sqlstate(code: &str) -> bool {
-    code.starts_with("08")
-        || matches!(
-            code,
-            "57P01" | "57P02" | "57P03" | "57014" | "53300" | "40001" | "40P01"
-        )
+    lost_sqlstate(code) || matches!(code, "57P03" | "57014" | "53300" | "40001" | "40P01")
 }
 
 impl StoreError {

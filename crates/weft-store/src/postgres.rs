@@ -789,7 +789,7 @@ impl Leases for PgStore {
         loop {
             match sqlx::query("SELECT 1").execute(self.lease_pool()).await {
                 Ok(_) => return Ok(()),
-                Err(e) if dropped(&e) && dead < LEASE_POOL_SIZE => dead += 1,
+                Err(e) if crate::connection_lost(&e) && dead < LEASE_POOL_SIZE => dead += 1,
                 Err(e) => return Err(self.err("cannot reach the store", e)),
             }
         }
@@ -1150,18 +1150,6 @@ fn pool(opts: &PgConnectOptions, size: u32) -> PgPool {
             })
         })
         .connect_lazy_with(opts.clone())
-}
-
-/// Whether `e` says that the connection was lost (the server ended it, restarted, or the
-/// network dropped it): another connection of the pool may work.
-fn dropped(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Io(_) => true,
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|c| c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02")),
-        _ => false,
-    }
 }
 
 /// Creates `schema` when it is missing (under the migration lock: two processes creating one
