@@ -45,17 +45,17 @@ fn otlp_label() -> &'static str {
     if telemetry().on() { " otlp=on" } else { "" }
 }
 
-/// The runtime of a workload, the only one the benchmarks build: `store`, `tools` and
-/// `limits`, nothing counted against a user's quota and no lease (a workload measures the
-/// runtime, not hosting), and `telemetry` the observer of its session's live telemetry when the
-/// workload is followed (`traced`).
+/// The runtime of a workload, the only one the benchmarks build
+/// ([`weft_host::hosted::unleased`]): `store`, `tools` and `limits`, nothing counted against a
+/// user's quota and no lease (a workload measures the runtime, not hosting), and `telemetry` the
+/// observer of its session's live telemetry when the workload is followed (`traced`).
 pub fn runtime<S: Store>(
     store: Arc<S>,
     tools: Arc<Registry>,
     limits: Limits,
     telemetry: Option<Observer>,
 ) -> Runtime<S> {
-    Runtime::builder(store, tools, limits, None, telemetry).build()
+    weft_host::hosted::unleased(store, (tools, limits, None), telemetry).build()
 }
 
 /// A runtime for the new session `id`, followed live by the telemetry when it is on (as a

@@ -9,12 +9,18 @@
 //! ([`crate::telemetry::Live`]), and the work runs in its log span ([`Hosted::run`]) until it
 //! ends or another process (or this one's shutdown) asks it to stop. The caller gives the lease
 //! back once [`Hosted::end`] has sent the telemetry on its way.
+//!
+//! Work that is not hosted (queueing a session for the workers, the benchmarks) gets its
+//! runtime from [`unleased`]; both are configured by one function here, so that the runtime of
+//! every front end is built in one place.
 
 use std::sync::Arc;
 
 use serde_json::Value;
 use weft_core::{Event, Limits};
-use weft_runtime::{Agent, Redact, Runtime, RuntimeError, Session, SessionInfo};
+use weft_runtime::{
+    Agent, Observer, Redact, Runtime, RuntimeBuilder, RuntimeError, Session, SessionInfo,
+};
 use weft_store::Store;
 
 use crate::drive::{AgentFile, Watchers};
@@ -61,6 +67,30 @@ impl AgentFile {
             redact: self.redact.clone(),
         }
     }
+}
+
+/// The runtime of work that holds no lease and calls no model on anyone's quota: queueing a
+/// session for the workers (`weft submit`: the worker that runs it holds it to its user's quota
+/// and exports its telemetry; an answer queued under the session's lease binds it with
+/// [`Held::bind`]) and the benchmarks, which measure the runtime rather than hosting.
+/// `telemetry` follows the session's events live when given.
+pub fn unleased<S: Store>(
+    store: Arc<S>,
+    (tools, limits, redact): (Arc<weft_tools::Registry>, Limits, Option<Redact>),
+    telemetry: Option<Observer>,
+) -> RuntimeBuilder<S> {
+    configure(store, (tools, limits, redact), None, telemetry)
+}
+
+/// The one configuration of a front end's runtime: its store, tools, limits and redaction,
+/// whose quota its model calls count against, and its live telemetry.
+fn configure<S: Store>(
+    store: Arc<S>,
+    (tools, limits, redact): (Arc<weft_tools::Registry>, Limits, Option<Redact>),
+    quota: Option<weft_runtime::quota::UserQuota>,
+    telemetry: Option<Observer>,
+) -> RuntimeBuilder<S> {
+    Runtime::builder(store, tools, limits, quota, telemetry).redact(redact)
 }
 
 /// How a run of an agent begins.
@@ -131,15 +161,12 @@ impl<'h, S: Store + 'static> Hosted<'h, S> {
             redact.clone(),
         )
         .await;
-        let mut built = held
-            .bind(Runtime::builder(
-                store,
-                tools,
-                limits,
-                host.counted_as(user),
-                live.as_ref().map(Live::observer),
-            ))
-            .redact(redact);
+        let mut built = held.bind(configure(
+            store,
+            (tools, limits, redact),
+            host.counted_as(user),
+            live.as_ref().map(Live::observer),
+        ));
         for o in watchers.all {
             built = built.observe(o);
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{Result, anyhow};
 use clap::Args;
 use weft_core::SessionStatus;
-use weft_runtime::{Runtime, SessionInfo};
+use weft_runtime::SessionInfo;
 use weft_store::Store;
 
 use weft_host::Host;
@@ -136,7 +136,7 @@ async fn one<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> Resu
         weft_runtime::budget::warn_unpriced(agent.model.as_ref(), Some(&b));
         Ok(Some(weft_core::Event::BudgetSet { budget: b }))
     };
-    let builder = queueing(store.clone(), tools.clone(), limits, redact);
+    let builder = weft_host::hosted::unleased(store.clone(), (tools.clone(), limits, redact), None);
     let id = match &args.session {
         Some(id) => {
             // The answer is written under the session's lease, as any other write.
@@ -208,15 +208,4 @@ async fn one<S: Store>(host: &Host, store: Arc<S>, p: run_cmd::Prepared) -> Resu
         crate::store::db_flag()
     );
     Ok(0)
-}
-
-/// The runtime that queues work: submitting calls no model (the worker that runs the session
-/// holds it to its user's quota and exports its telemetry), so no quota or telemetry here.
-pub fn queueing<S: Store>(
-    store: Arc<S>,
-    tools: Arc<weft_tools::Registry>,
-    limits: weft_core::Limits,
-    redact: Option<weft_runtime::Redact>,
-) -> weft_runtime::RuntimeBuilder<S> {
-    Runtime::builder(store, tools, limits, None, None).redact(redact)
 }

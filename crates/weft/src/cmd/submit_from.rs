@@ -20,7 +20,6 @@ use weft_runtime::{NewRun, SessionInfo};
 use weft_store::Store;
 
 use crate::cmd::run as run_cmd;
-use crate::cmd::submit;
 
 /// How many sessions one write of the store creates.
 pub const BATCH: usize = 1000;
@@ -160,7 +159,8 @@ pub async fn run<S: Store>(
         agent,
         ..
     } = p;
-    let rt = submit::queueing(store.clone(), tools.clone(), limits, redact).build();
+    let rt =
+        weft_host::hosted::unleased(store.clone(), (tools.clone(), limits, redact), None).build();
     let total = runs.len();
     let mut queued = 0_usize;
     let mut refused = 0_usize;
