@@ -106,6 +106,14 @@ pub enum HostError {
     /// Asked a process to stop a session and it did not in time.
     #[error("{0}")]
     Timeout(String),
+    /// A run its user's quota does not admit; the message names what was spent and the limit.
+    #[error("{why}")]
+    OverQuota {
+        /// What was reached.
+        why: String,
+        /// When a run may be admitted again, in seconds from now.
+        retry_after_secs: u64,
+    },
 }
 
 /// What the code that hosts sessions needs of its process, passed down instead of kept in

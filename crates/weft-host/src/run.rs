@@ -1,12 +1,12 @@
 //! A run: one turn of a session (its first task, a new task once it ended, or the answer to its
 //! wait) driven under the session's lease, from the write that stores its marker to how it
-//! ended. What a server does with runs goes through here: which work a request means
-//! ([`decide`]), what its first model call may cost a quota ([`first_call_max`]), taking the
-//! session's lease ([`take`]), driving a new run ([`drive`]) or one whose process stopped
-//! ([`continue_run`]), holding a paused session as a wait ([`hold_if_paused`]), and telling a
-//! run that ended from one this process could not go on with ([`Outcome`]). The front end keeps
-//! only its own records of runs (ids, streams, HTTP); each step here is the same whichever
-//! front end asks.
+//! ended. What a server does with a run goes through here, in three calls: admitting it (which
+//! work the request means and whether its user's quota allows it, [`admit`]), taking the
+//! session's lease ([`take`]), and driving it to its end, a paused session held as a wait and
+//! the lease given back ([`drive`]); a run whose process stopped is continued with
+//! [`continue_run`]. [`Outcome`] tells a run that ended from one this process could not go on
+//! with. The front end keeps only its own records of runs (ids, streams, HTTP); each step here is
+//! the same whichever front end asks.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -67,11 +67,99 @@ pub fn decide(
     Ok(Work::Turn(task.ok_or_else(needs_task)?))
 }
 
+/// A run as a front end was asked for it: by `user`, of `agent`, on session `rec` (in state
+/// `st`), with a new message (`task`) or an answer (`resume`) and the run's `input`.
+pub struct Ask<'a> {
+    /// Whose run it is.
+    pub user: &'a str,
+    /// Its agent file.
+    pub agent: &'a AgentFile,
+    /// The session's record and state when the run was asked for.
+    pub session: (&'a SessionRecord, &'a State),
+    /// A new message.
+    pub task: Option<String>,
+    /// An answer to the session's wait.
+    pub resume: Option<String>,
+    /// The run's input.
+    pub input: &'a Value,
+}
+
+/// A run its user's quota admits.
+#[derive(Debug)]
+pub struct Admitted {
+    /// What it does to its session as the session stands now ([`decide`]), or why it cannot: a
+    /// run that waits for the one before it decides again once its turn comes, so the front end
+    /// reports this only for a run that begins at once.
+    pub work: Result<Work, HostError>,
+}
+
+/// Admits the run `ask` describes: decides what it does ([`Admitted::work`]) and holds it to
+/// its user's quota, which refuses it ([`HostError::OverQuota`]) when the user has as many
+/// runs going on other sessions (on every process of `store`) as the quota's `runs_at_once`,
+/// when a limit of the quota is reached for the day or the month, or when what is left of one
+/// cannot cover the run's first model call at its most ([`first_call_max`]: the check before
+/// that call would refuse it, so the run would fail at once).
+pub async fn admit<S: Store + ?Sized>(
+    host: &Host,
+    store: &S,
+    ask: Ask<'_>,
+) -> Result<Admitted, HostError> {
+    let (rec, st) = ask.session;
+    let work = decide(&rec.id, st, ask.task, ask.resume);
+    let Some(q) = host.quota_of(Some(ask.user)) else {
+        return Ok(Admitted { work });
+    };
+    if let Some(most) = q.quota.runs_at_once {
+        let going = runs_going(store, ask.user, Some(&rec.id)).await?;
+        if going >= most {
+            return Err(HostError::OverQuota {
+                why: format!(
+                    "quota reached: user {} has {going} runs going and runs_at_once is {most}; wait for one to end",
+                    ask.user
+                ),
+                retry_after_secs: 1,
+            });
+        }
+    }
+    let first = work
+        .as_ref()
+        .ok()
+        .and_then(|w| first_call_max(host, ask.user, ask.agent, ask.session, w, ask.input));
+    let now = host.clock.now_ms();
+    if let Some(r) = weft_runtime::quota::admission(store, &q, now, first.as_ref()).await? {
+        return Err(HostError::OverQuota {
+            why: r.describe(ask.user, now),
+            retry_after_secs: r.retry_after_secs(now),
+        });
+    }
+    Ok(Admitted { work })
+}
+
+/// `user`'s sessions running now, on every process of `store`: running, with a first event (a
+/// session made empty, or made for the run being admitted, has none), other than `but`.
+pub async fn runs_going<S: Store + ?Sized>(
+    store: &S,
+    user: &str,
+    but: Option<&str>,
+) -> Result<u64, StoreError> {
+    let running = store
+        .list(&weft_store::ListFilter {
+            user_id: Some(user.to_owned()),
+            status: Some(SessionStatus::Running),
+            limit: None,
+        })
+        .await?;
+    Ok(running
+        .iter()
+        .filter(|r| r.last_seq > 0 && Some(r.id.as_str()) != but)
+        .count() as u64)
+}
+
 /// What the first model call of a run of `agent` doing `work` on session `rec` (in state `st`)
 /// may cost at most, for the check of `user`'s quota before the run is accepted
 /// ([`weft_runtime::quota::first_call_max`]); `None` when the user has no quota (nothing is
 /// estimated then) or the run begins with no model call.
-pub fn first_call_max(
+fn first_call_max(
     host: &Host,
     user: &str,
     agent: &AgentFile,
@@ -214,14 +302,35 @@ pub struct Start<'a> {
     pub marker: Marker,
 }
 
-/// Drives a new run on the session whose lease `held` is: stores its marker with its first
-/// events, then tells `stored` (with why, if they could not be stored), then goes on until the
-/// session ends or waits, or another process (or this one's shutdown) asks it to stop. An
-/// agent that cannot be built fails the run before anything is stored (`stored` is not told).
-/// A session made empty has no agent name on its record; its first run names it, so that
-/// workers (which claim their agents' sessions) can take the run over as well as servers. The
-/// caller releases the lease.
+/// Drives a new run on the session whose lease `held` is, to its end: stores its marker with its
+/// first events, then tells `stored` (with why, if they could not be stored), then goes on until
+/// the session ends or waits, or another process (or this one's shutdown) asks it to stop; a run
+/// paused at a safe point is held as a wait ([`hold_if_paused`]); then the lease is given back.
+/// An agent that cannot be built fails the run before anything is stored (`stored` is not
+/// told). A session made empty has no agent name on its record; its first run names it, so that
+/// workers (which claim their agents' sessions) can take the run over as well as servers.
+/// `watchers` gives who sees the events (asked once for the run, once for a wait).
 pub async fn drive<S, F, Fut>(
+    host: &Host,
+    store: Arc<S>,
+    held: Held<S>,
+    start: Start<'_>,
+    watchers: impl Fn() -> Watchers,
+    stored: F,
+) -> Outcome
+where
+    S: Store + 'static,
+    F: FnOnce(Result<(), String>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let out = drive_run(host, store.clone(), &held, start, watchers(), stored).await;
+    let out = hold_if_paused(host, store, &held, out, watchers()).await;
+    held.release().await;
+    Outcome::from(out)
+}
+
+/// [`drive`] up to the run's end, the lease still held.
+async fn drive_run<S, F, Fut>(
     host: &Host,
     store: Arc<S>,
     held: &Held<S>,
@@ -341,7 +450,7 @@ pub const PAUSED: &str = "paused";
 /// /sessions/{id}/pause`), unless this process is stopping. A paused session waits for a person
 /// (a wait of kind [`PAUSED`], recorded while the run's lease is still held): no server or
 /// worker claims it, and an answer (`continue`) continues it where it stopped.
-pub async fn hold_if_paused<S: Store + 'static>(
+async fn hold_if_paused<S: Store + 'static>(
     host: &Host,
     store: Arc<S>,
     held: &Held<S>,

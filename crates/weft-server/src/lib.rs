@@ -202,6 +202,10 @@ impl From<weft_host::HostError> for ApiError {
                 Self::bad(why)
             }
             HostError::Leased(why) => Self::new(StatusCode::CONFLICT, why),
+            HostError::OverQuota {
+                why,
+                retry_after_secs,
+            } => Self::new(StatusCode::TOO_MANY_REQUESTS, why).retry_after(retry_after_secs),
             HostError::Store(e) => e.into(),
             other => Self::new(StatusCode::INTERNAL_SERVER_ERROR, message(&other.into())),
         }

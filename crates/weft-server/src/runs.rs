@@ -306,12 +306,23 @@ pub(crate) async fn start_with_id(
     }
     let (task, input) = task_and_input(body.input.as_ref())?;
     let resume = body.resume();
-    let work = weft_host::run::decide(tid, &st, task.clone(), resume.clone());
-    // The user's quota, with what the run's first model call may take.
-    let first = work.as_ref().ok().and_then(|w| {
-        weft_host::run::first_call_max(&app.host, &user.0, &agent, (&rec, &st), w, &input)
-    });
-    crate::quota::admit(app, &user.0, tid, first.as_ref()).await?;
+    let ask = weft_host::run::Ask {
+        user: &user.0,
+        agent: &agent,
+        session: (&rec, &st),
+        task: task.clone(),
+        resume: resume.clone(),
+        input: &input,
+    };
+    let work = match weft_host::run::admit(&app.host, app.store.as_ref(), ask).await {
+        Ok(admitted) => admitted.work,
+        Err(e) => {
+            if matches!(e, HostError::OverQuota { .. }) {
+                app.metrics.quota_refused();
+            }
+            return Err(e.into());
+        }
+    };
     let strategy = body
         .multitask_strategy
         .clone()
@@ -557,25 +568,15 @@ async fn execute(
                     }
                 }
             };
-            let out = weft_host::run::drive(
+            weft_host::run::drive(
                 &app.host,
                 app.store.clone(),
-                &held,
+                held,
                 start,
-                watchers(&app, &run.thread_id),
+                || watchers(&app, &run.thread_id),
                 stored,
             )
-            .await;
-            let out = weft_host::run::hold_if_paused(
-                &app.host,
-                app.store.clone(),
-                &held,
-                out,
-                watchers(&app, &run.thread_id),
-            )
-            .await;
-            held.release().await;
-            Outcome::from(out)
+            .await
         }
         (Err(e), _) => Outcome::Failed(e),
     };
