@@ -106,6 +106,9 @@ pub enum HostError {
     /// Asked a process to stop a session and it did not in time.
     #[error("{0}")]
     Timeout(String),
+    /// A run was asked for on a session another run is going on, and may not wait its turn.
+    #[error("{0}")]
+    Busy(String),
     /// A run its user's quota does not admit; the message names what was spent and the limit.
     #[error("{why}")]
     OverQuota {

@@ -1,10 +1,11 @@
 //! A run: one turn of a session (its first task, a new task once it ended, or the answer to its
 //! wait) driven under the session's lease, from the write that stores its marker to how it
-//! ended. What a server does with a run goes through here, in three calls: admitting it (which
-//! work the request means and whether its user's quota allows it, [`admit`]), taking the
-//! session's lease ([`take`]), and driving it to its end, a paused session held as a wait and
-//! the lease given back ([`drive`]); a run whose process stopped is continued with
-//! [`continue_run`]. [`Outcome`] tells a run that ended from one this process could not go on
+//! ended. What a server does with a run goes through here, in two calls: opening it ([`open`]:
+//! which work the request means, whether its user's quota allows it, whether it begins now or
+//! waits its turn, and the session's lease), then driving it to its end, a paused session held
+//! as a wait and the lease given back ([`drive`]). A run that waited its turn takes the lease
+//! with [`take`] and decides again ([`decide`]) once the run before it ended; a run whose
+//! process stopped is continued with [`continue_run`]. [`Outcome`] tells a run that ended from one this process could not go on
 //! with. The front end keeps only its own records of runs (ids, streams, HTTP); each step here is
 //! the same whichever front end asks.
 
@@ -82,32 +83,70 @@ pub struct Ask<'a> {
     pub resume: Option<String>,
     /// The run's input.
     pub input: &'a Value,
+    /// When another run is going on the session: wait for it to end (LangGraph's
+    /// `multitask_strategy` `enqueue`) rather than be refused.
+    pub wait_turn: bool,
 }
 
-/// A run its user's quota admits.
-#[derive(Debug)]
-pub struct Admitted {
-    /// What it does to its session as the session stands now ([`decide`]), or why it cannot: a
-    /// run that waits for the one before it decides again once its turn comes, so the front end
-    /// reports this only for a run that begins at once.
-    pub work: Result<Work, HostError>,
+/// How a run [`open`] admitted begins.
+pub enum Opened<S: Store> {
+    /// Now: the session's lease, taken, and what the run does.
+    Now {
+        /// The lease, and the last event written meanwhile when it was taken after a wait.
+        taken: Taken<S>,
+        /// What the run does.
+        work: Work,
+    },
+    /// Once the run going on the session ended; it takes the lease ([`take`]) and decides what
+    /// it does ([`decide`]) then.
+    Queued,
 }
 
-/// Admits the run `ask` describes: decides what it does ([`Admitted::work`]) and holds it to
-/// its user's quota, which refuses it ([`HostError::OverQuota`]) when the user has as many
-/// runs going on other sessions (on every process of `store`) as the quota's `runs_at_once`,
-/// when a limit of the quota is reached for the day or the month, or when what is left of one
-/// cannot cover the run's first model call at its most ([`first_call_max`]: the check before
-/// that call would refuse it, so the run would fail at once).
-pub async fn admit<S: Store + ?Sized>(
+/// Opens the run `ask` describes. It is held to its user's quota, which refuses it
+/// ([`HostError::OverQuota`]) when the user has as many runs going on other sessions (on every
+/// process of `store`) as the quota's `runs_at_once`, when a limit of the quota is reached for
+/// the day or the month, or when what is left of one cannot cover the run's first model call at
+/// its most (the check before that call would refuse it, so the run would fail at once). A
+/// session another run is going on (`runs_here` says whether one runs in this process; the
+/// session's status whether one runs anywhere) refuses it ([`HostError::Busy`]) unless it waits
+/// its turn ([`Opened::Queued`]). What the request means must be a run the session can take
+/// ([`decide`], else [`HostError::Refused`]). Then the session's lease is taken ([`take`]).
+pub async fn open<S: Store>(
+    host: &Host,
+    store: Arc<S>,
+    ask: Ask<'_>,
+    runs_here: impl Fn() -> bool,
+) -> Result<Opened<S>, HostError> {
+    let (rec, st) = ask.session;
+    let wait_turn = ask.wait_turn;
+    let work = admit(host, store.as_ref(), ask).await?;
+    let busy = runs_here() || (st.seq() > 0 && st.status() == SessionStatus::Running);
+    if busy {
+        return if wait_turn {
+            work.map(|_| Opened::Queued)
+        } else {
+            Err(HostError::Busy(format!(
+                "thread {} is busy with a run",
+                rec.id
+            )))
+        };
+    }
+    let work = work?;
+    let taken = take(host, store, &rec.id, runs_here).await?;
+    Ok(Opened::Now { taken, work })
+}
+
+/// Holds the run `ask` describes to its user's quota (see [`open`]); what it does, as
+/// [`decide`] says.
+async fn admit<S: Store + ?Sized>(
     host: &Host,
     store: &S,
     ask: Ask<'_>,
-) -> Result<Admitted, HostError> {
+) -> Result<Result<Work, HostError>, HostError> {
     let (rec, st) = ask.session;
     let work = decide(&rec.id, st, ask.task, ask.resume);
     let Some(q) = host.quota_of(Some(ask.user)) else {
-        return Ok(Admitted { work });
+        return Ok(work);
     };
     if let Some(most) = q.quota.runs_at_once {
         let going = runs_going(store, ask.user, Some(&rec.id)).await?;
@@ -132,7 +171,7 @@ pub async fn admit<S: Store + ?Sized>(
             retry_after_secs: r.retry_after_secs(now),
         });
     }
-    Ok(Admitted { work })
+    Ok(work)
 }
 
 /// `user`'s sessions running now, on every process of `store`: running, with a first event (a

@@ -201,7 +201,7 @@ impl From<weft_host::HostError> for ApiError {
             HostError::Refused(why) | HostError::Invalid(why) | HostError::AgentFile(why) => {
                 Self::bad(why)
             }
-            HostError::Leased(why) => Self::new(StatusCode::CONFLICT, why),
+            HostError::Leased(why) | HostError::Busy(why) => Self::new(StatusCode::CONFLICT, why),
             HostError::OverQuota {
                 why,
                 retry_after_secs,

@@ -306,6 +306,11 @@ pub(crate) async fn start_with_id(
     }
     let (task, input) = task_and_input(body.input.as_ref())?;
     let resume = body.resume();
+    let budget = body.budget(&st, &agent)?;
+    let strategy = body
+        .multitask_strategy
+        .clone()
+        .unwrap_or_else(|| "reject".into());
     let ask = weft_host::run::Ask {
         user: &user.0,
         agent: &agent,
@@ -313,33 +318,35 @@ pub(crate) async fn start_with_id(
         task: task.clone(),
         resume: resume.clone(),
         input: &input,
+        // An enqueued run waits for the run before it, whichever process drives that one.
+        wait_turn: strategy == "enqueue",
     };
-    let work = match weft_host::run::admit(&app.host, app.store.as_ref(), ask).await {
-        Ok(admitted) => admitted.work,
-        Err(e) => {
-            if matches!(e, HostError::OverQuota { .. }) {
-                app.metrics.quota_refused();
-            }
+    // Taken before answering, so that a thread another process drives is refused at once
+    // (unless the run is enqueued: then it waits for the thread).
+    let opened = weft_host::run::open(&app.host, app.store.clone(), ask, || {
+        app.runs.active_on(tid)
+    })
+    .await;
+    let opened = match opened {
+        Ok(o) => o,
+        Err(e @ HostError::OverQuota { .. }) => {
+            app.metrics.quota_refused();
             return Err(e.into());
         }
+        Err(HostError::Busy(why)) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("{why} (multitask_strategy `{strategy}`)"),
+            ));
+        }
+        // Another process drives the thread, or the store could not be asked.
+        Err(e) if busy_or_away(&e) => return Err(not_taken(e)),
+        Err(e) => return Err(e.into()),
     };
-    let strategy = body
-        .multitask_strategy
-        .clone()
-        .unwrap_or_else(|| "reject".into());
-    let busy = app.runs.active_on(tid) || (st.seq() > 0 && st.status() == SessionStatus::Running);
-    // An enqueued run waits for the run before it, whichever process drives that one.
-    if busy && strategy != "enqueue" {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            format!("thread {tid} is busy with a run (multitask_strategy `{strategy}`)"),
-        ));
-    }
-    let work = work?;
-    let budget = body.budget(&st, &agent)?;
     if let Some(b) = &budget {
         weft_runtime::budget::warn_unpriced(agent.model.as_ref(), Some(b));
     }
+    let queued = matches!(opened, weft_host::run::Opened::Queued);
     let run = Arc::new(Run::new(
         run_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
         (tid, &agent.spec.name, &user.0),
@@ -347,24 +354,22 @@ pub(crate) async fn start_with_id(
         body.metadata.clone().unwrap_or_else(|| json!({})),
         strategy,
         body.traceparent.clone(),
-        busy,
+        queued,
     ));
     app.runs.insert(run.clone());
-    // Taken before answering, so that a thread another process drives is refused at once
-    // (unless the run is enqueued: then it waits for the thread).
-    let queued = busy;
-    let start = if queued {
-        // Stored before it is answered: a queued run outlives this process.
-        if let Err(e) = crate::queue::keep(app, &run, &body).await {
-            app.runs.forget(&run.run_id);
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("the run could not be queued: {}", crate::message(&e.into())),
-            ));
+    let start = match opened {
+        weft_host::run::Opened::Now { taken, work } => Some((began(app, &run, taken), work)),
+        weft_host::run::Opened::Queued => {
+            // Stored before it is answered: a queued run outlives this process.
+            if let Err(e) = crate::queue::keep(app, &run, &body).await {
+                app.runs.forget(&run.run_id);
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("the run could not be queued: {}", crate::message(&e.into())),
+                ));
+            }
+            None
         }
-        None
-    } else {
-        Some((take(app, &run).await.map_err(not_taken)?, work))
     };
     let (accept, accepted) = tokio::sync::oneshot::channel();
     let task = execute(
@@ -401,7 +406,7 @@ pub(crate) async fn start_with_id(
 }
 
 /// Takes the run's thread ([`weft_host::run::take`]) and makes the run the thread's active one
-/// here.
+/// here ([`began`]).
 async fn take(
     app: &Shared,
     run: &Arc<Run>,
@@ -410,12 +415,22 @@ async fn take(
         app.runs.active_on(&run.thread_id)
     })
     .await?;
+    Ok(began(app, run, taken))
+}
+
+/// Makes `run`, whose thread was taken, the thread's active one here: after what was written
+/// while the lease was waited for.
+fn began(
+    app: &Shared,
+    run: &Arc<Run>,
+    taken: weft_host::run::Taken<weft_store::AnyStore>,
+) -> weft_host::ownership::Held<weft_store::AnyStore> {
     if let Some(after) = taken.after {
         run.begins_after(after);
         run.status.send_replace((RunStatus::Pending, after));
     }
     app.runs.activate(run);
-    Ok(taken.held)
+    taken.held
 }
 
 /// Whether the thread could not be taken for a moment only: another process drives it, or the

@@ -276,6 +276,79 @@ async fn a_runs_config_budget_raises_a_budget_that_was_reached() {
         .unwrap();
 }
 
+/// A run refused because another process drives its thread (409) leaves no run behind: the
+/// thread's runs list none (a run was made before the thread was taken, and stayed `pending`
+/// after the refusal), and once the other process lets the thread go, the same request runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_refused_for_a_thread_driven_elsewhere_leaves_no_run_behind() {
+    use weft_store::Leases;
+    let Serving {
+        _dir,
+        host,
+        store,
+        addr,
+        serving,
+    } = serve("weather-chat.yaml").await;
+    let http = http();
+    let thread = post(&http, addr, "/threads", json!({})).await;
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let elsewhere = weft_store::Owner {
+        id: "another-process".into(),
+        host: "another-machine".into(),
+        pid: 1,
+    };
+    let now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    let lease = store
+        .acquire(&tid, &elsewhere, now, 60_000, false)
+        .await
+        .unwrap();
+    let ask = json!({
+        "assistant_id": "weather-chat",
+        "input": {"messages": [{"role": "user", "content": "Where is it sunnier, Lisbon or Oslo?"}]},
+    });
+    let (status, text) = send(&http, addr, &format!("/threads/{tid}/runs"), ask.clone()).await;
+    assert_eq!(status, 409, "{text}");
+    assert!(
+        text.contains("another-machine"),
+        "the holder is named: {text}"
+    );
+    let listed = |http: reqwest::Client, tid: String| async move {
+        let r = http
+            .get(format!("http://{addr}/threads/{tid}/runs"))
+            .header("x-api-key", KEY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        r.json::<Vec<Value>>().await.unwrap()
+    };
+    let runs = listed(http.clone(), tid.clone()).await;
+    assert!(runs.is_empty(), "a refused run is not listed: {runs:?}");
+
+    store.release(&lease).await.unwrap();
+    let done = post(&http, addr, &format!("/threads/{tid}/runs/wait"), ask).await;
+    assert!(
+        done.to_string().contains("Lisbon is sunny"),
+        "the thread let go runs the request: {done}"
+    );
+    let runs = listed(http.clone(), tid.clone()).await;
+    let statuses: Vec<&str> = runs.iter().filter_map(|r| r["status"].as_str()).collect();
+    assert_eq!(statuses, vec!["success"], "{runs:?}");
+
+    host.shutdown.trigger();
+    tokio::time::timeout(Duration::from_secs(20), serving)
+        .await
+        .expect("the server stops")
+        .unwrap()
+        .unwrap();
+}
+
 /// A request refused for its key before its body was read: the answer says `connection: close`,
 /// since the server closes a connection whose body it did not read. Without it a client sent its
 /// next request on that connection and got "Server disconnected without sending a response"
