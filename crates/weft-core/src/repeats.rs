@@ -153,20 +153,51 @@ impl Rules {
     }
 }
 
-/// A call's signature: its name and canonical arguments (object keys sorted).
+/// A call's signature: its name and canonical arguments (compact JSON, object keys sorted).
+/// Signatures are stored (in snapshots, and in the digest of each call's key), so the text must
+/// never change. It is written directly, without a sorted copy of the arguments: every tool call
+/// makes three.
 pub fn call_signature(tool: &str, args: &Value) -> String {
-    fn canon(v: &Value) -> Value {
-        match v {
-            Value::Object(m) => {
-                let sorted: BTreeMap<&String, Value> =
-                    m.iter().map(|(k, v)| (k, canon(v))).collect();
-                serde_json::to_value(sorted).unwrap_or(Value::Null)
+    let mut out = Vec::with_capacity(tool.len() + 64);
+    out.extend_from_slice(tool.as_bytes());
+    out.push(b':');
+    write_canonical(&mut out, args);
+    // Only whole UTF-8 strings and JSON's ASCII were written.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// Writes `v` as compact JSON with each object's keys in sorted order.
+fn write_canonical(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::Object(m) => {
+            let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                // Writing to a Vec does not fail.
+                serde_json::to_writer(&mut *out, k).ok();
+                out.push(b':');
+                write_canonical(out, v);
             }
-            Value::Array(a) => Value::Array(a.iter().map(canon).collect()),
-            other => other.clone(),
+            out.push(b'}');
+        }
+        Value::Array(a) => {
+            out.push(b'[');
+            for (i, v) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(out, v);
+            }
+            out.push(b']');
+        }
+        scalar => {
+            serde_json::to_writer(&mut *out, scalar).ok();
         }
     }
-    format!("{tool}:{}", canon(args))
 }
 
 /// Whether a step that made the calls with `signatures` makes the same call again.
@@ -178,6 +209,46 @@ pub fn in_step(signatures: &[String], tool: &str, args: &Value) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The signature as it was first written (a sorted copy of the arguments, then printed):
+    /// the text stored in snapshots and digested in call keys, which must not change.
+    fn signature_as_first_written(tool: &str, args: &Value) -> String {
+        fn canon(v: &Value) -> Value {
+            match v {
+                Value::Object(m) => {
+                    let sorted: BTreeMap<&String, Value> =
+                        m.iter().map(|(k, v)| (k, canon(v))).collect();
+                    serde_json::to_value(sorted).unwrap_or(Value::Null)
+                }
+                Value::Array(a) => Value::Array(a.iter().map(canon).collect()),
+                other => other.clone(),
+            }
+        }
+        format!("{tool}:{}", canon(args))
+    }
+
+    #[test]
+    fn signatures_are_the_text_they_always_were() {
+        let cases = [
+            json!(null),
+            json!({}),
+            json!([]),
+            json!({"text": "hello"}),
+            json!({"z": 1, "a": [3, {"y": null, "b": true}], "m": {"k2": -1.5e-7, "k1": 12345678901234567890u64}}),
+            json!({"quote\"d": "line\nbreak\ttab \u{1} é 漢字 🦀", "": "", "A": "upper before lower"}),
+            json!([{"b": 2, "a": 1}, [], {}, "x", 0, -0.0, 1e300]),
+            json!({"nested": {"deeper": {"deepest": {"c": 3, "b": 2, "a": 1}}}}),
+            json!("just a string"),
+            json!(42),
+        ];
+        for args in &cases {
+            assert_eq!(
+                call_signature("tool", args),
+                signature_as_first_written("tool", args),
+                "{args}"
+            );
+        }
+    }
 
     #[test]
     fn signatures_ignore_key_order() {
