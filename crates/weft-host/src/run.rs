@@ -5,9 +5,9 @@
 //! waits its turn, and the session's lease), then driving it to its end, a paused session held
 //! as a wait and the lease given back ([`drive`]). A run that waited its turn takes the lease
 //! with [`take`] and decides again ([`decide`]) once the run before it ended; a run whose
-//! process stopped is continued with [`continue_run`]. [`Outcome`] tells a run that ended from one this process could not go on
-//! with. The front end keeps only its own records of runs (ids, streams, HTTP); each step here is
-//! the same whichever front end asks.
+//! process stopped is continued with [`continue_run`]. [`Outcome`] tells a run that ended from
+//! one this process could not go on with. The front end keeps only its own records of runs (ids,
+//! streams, HTTP); each step here is the same whichever front end asks.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -68,8 +68,8 @@ pub fn decide(
     Ok(Work::Turn(task.ok_or_else(needs_task)?))
 }
 
-/// A run as a front end was asked for it: by `user`, of `agent`, on session `rec` (in state
-/// `st`), with a new message (`task`) or an answer (`resume`) and the run's `input`.
+/// A run as a front end was asked for it: by `user`, of `agent`, on `session` (its record and
+/// its state), with a new message (`task`) or an answer (`resume`) and the run's `input`.
 pub struct Ask<'a> {
     /// Whose run it is.
     pub user: &'a str,
