@@ -344,7 +344,7 @@ pub struct Start<'a> {
 /// Drives a new run on the session whose lease `held` is, to its end: stores its marker with its
 /// first events, then tells `stored` (with why, if they could not be stored), then goes on until
 /// the session ends or waits, or another process (or this one's shutdown) asks it to stop; a run
-/// paused at a safe point is held as a wait ([`hold_if_paused`]); then the lease is given back.
+/// paused at a safe point is held as a wait (of kind [`PAUSED`]); then the lease is given back.
 /// An agent that cannot be built fails the run before anything is stored (`stored` is not
 /// told). A session made empty has no agent name on its record; its first run names it, so that
 /// workers (which claim their agents' sessions) can take the run over as well as servers.
@@ -464,7 +464,7 @@ where
 }
 
 /// Continues the run of session `rec` whose process stopped, as [`crate::drive::drive`] does,
-/// and holds it as a wait if it was paused ([`hold_if_paused`]). `watchers` gives who sees its
+/// and holds it as a wait if it was paused (of kind [`PAUSED`]). `watchers` gives who sees its
 /// events (asked once for the run, once for the wait).
 pub async fn continue_run<S: Store + 'static>(
     host: &Host,
