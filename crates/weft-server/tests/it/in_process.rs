@@ -92,6 +92,16 @@ async fn serve(example: &str) -> Serving {
     }
 }
 
+/// Stops the server through `host`'s `Shutdown` and waits (20 s at most) for it to end well.
+async fn stop(host: &Host, serving: tokio::task::JoinHandle<Result<(), weft_server::ServerError>>) {
+    host.shutdown.trigger();
+    tokio::time::timeout(Duration::from_secs(20), serving)
+        .await
+        .expect("the server stops")
+        .unwrap()
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_through_http_then_a_shutdown_stops_the_server() {
     let Serving {
@@ -268,12 +278,7 @@ async fn a_runs_config_budget_raises_a_budget_that_was_reached() {
     assert_eq!(folded.spending().session, original.spending().session);
     assert!(folded.spending().session.cost_usd > 0.0);
 
-    host.shutdown.trigger();
-    tokio::time::timeout(Duration::from_secs(20), serving)
-        .await
-        .expect("the server stops")
-        .unwrap()
-        .unwrap();
+    stop(&host, serving).await;
 }
 
 /// A run refused because another process drives its thread (409) leaves no run behind: the
@@ -341,12 +346,7 @@ async fn a_run_refused_for_a_thread_driven_elsewhere_leaves_no_run_behind() {
     let statuses: Vec<&str> = runs.iter().filter_map(|r| r["status"].as_str()).collect();
     assert_eq!(statuses, vec!["success"], "{runs:?}");
 
-    host.shutdown.trigger();
-    tokio::time::timeout(Duration::from_secs(20), serving)
-        .await
-        .expect("the server stops")
-        .unwrap()
-        .unwrap();
+    stop(&host, serving).await;
 }
 
 /// A request refused for its key before its body was read: the answer says `connection: close`,
