@@ -163,6 +163,7 @@ pub fn tools_for(tool: ToolKind) -> Result<Arc<Registry>, BenchError> {
                     parallel: false,
                     requires_approval: false,
                     source: "bench".into(),
+                    output_schema: None,
                 },
                 entries: Mutex::new(Vec::new()),
             })?;

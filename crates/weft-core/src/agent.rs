@@ -126,6 +126,11 @@ pub struct CommandToolDecl {
     /// JSON Schema of the arguments (default: any object).
     #[serde(default = "any_object")]
     pub input_schema: Value,
+    /// JSON Schema of what the command prints (read as JSON): a call whose output does not
+    /// match it fails, and a planner in the process offers a reference into the output only
+    /// where it fits the parameter it fills.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
     /// Safe to run twice with the same arguments: re-run after a crash, retried on failure.
     #[serde(default)]
     pub idempotent: bool,

@@ -26,6 +26,7 @@ fn catalog() -> BTreeMap<String, ToolInfo> {
         parallel,
         requires_approval: false,
         source: "test".into(),
+        output_schema: None,
     };
     BTreeMap::from([
         ("par".to_owned(), info("par", true)),

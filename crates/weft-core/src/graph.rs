@@ -497,6 +497,7 @@ mod tests {
                 parallel: true,
                 requires_approval: false,
                 source: "test".into(),
+                output_schema: None,
             },
         )
     }

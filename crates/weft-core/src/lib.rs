@@ -5,7 +5,7 @@
 //! **Layers.** A module uses only modules of its own layer or of a layer below it:
 //! 1. data, with its parsing and checks: the agent file ([`agent`]) and what it holds
 //!    ([`budget`], [`repeats`], [`sandbox`], [`workflow`], [`limits`], [`durability`]), plans
-//!    ([`plan`], [`path`], [`condition`], [`graph`], [`tool`]), model messages and the
+//!    ([`plan`], [`path`], [`condition`], [`graph`], [`tool`], [`fits`]), model messages and the
 //!    conversation ([`model`], [`history`]), [`diagnose`], [`quota`], [`process`];
 //! 2. the events of a session's log ([`event`], and [`redaction`], which rewrites them);
 //! 3. their fold, the state ([`state`]);
@@ -26,6 +26,7 @@ pub mod durability;
 pub mod engine;
 pub mod event;
 pub mod fan_out;
+pub mod fits;
 pub mod graph;
 pub mod history;
 pub mod limits;

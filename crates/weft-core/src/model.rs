@@ -303,13 +303,77 @@ pub struct ModelRequest {
     /// never goes to a server or into a prompt, and it is not stored with the request: it is
     /// built again from the state. `None` when `response_schema` is already exact.
     #[serde(skip)]
-    pub exact_schema: Option<Value>,
+    pub exact_schema: Option<Exact>,
     /// The most tokens the reply may have; `None` leaves it to the provider's settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
     /// Sampling temperature; `None` leaves it to the provider's settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
+}
+
+/// A reply's exact schema ([`ModelRequest::exact_schema`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Exact {
+    /// The schema, as it is before the reply is written.
+    pub schema: Value,
+    /// How a decoder that can build its grammar again mid-reply narrows the schema as the
+    /// items of a list in the reply are written; `None` when the schema says all there is.
+    pub staged: Option<Staged>,
+}
+
+impl From<Value> for Exact {
+    fn from(schema: Value) -> Self {
+        Self {
+            schema,
+            staged: None,
+        }
+    }
+}
+
+/// The exact schema of a reply whose list (the value of key `list` in the reply's object) is
+/// typed item by item by the items before: given the items written so far, the schema again
+/// (the plan's steps, each reference typed by the steps it reads:
+/// `prompts::planner_stages`). Every stage allows what the stage before allowed up to the last
+/// item written, so a decoder can read its reply so far again under the new one.
+#[derive(Clone)]
+pub struct Staged {
+    /// The key of the list, in the reply's top-level object.
+    pub list: &'static str,
+    schema: Arc<StageFn>,
+}
+
+/// The schema given the items written so far.
+type StageFn = dyn Fn(&[Value]) -> Value + Send + Sync;
+
+impl Staged {
+    /// Stages of the list at `list`, the schema given the items written by `schema`.
+    pub fn new(
+        list: &'static str,
+        schema: impl Fn(&[Value]) -> Value + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            list,
+            schema: Arc::new(schema),
+        }
+    }
+
+    /// The schema once `written` are the list's items so far.
+    pub fn schema(&self, written: &[Value]) -> Value {
+        (self.schema)(written)
+    }
+}
+
+impl std::fmt::Debug for Staged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Staged({})", self.list)
+    }
+}
+
+impl PartialEq for Staged {
+    fn eq(&self, other: &Self) -> bool {
+        self.list == other.list && Arc::ptr_eq(&self.schema, &other.schema)
+    }
 }
 
 /// Token usage of one call (or a sum of calls).

@@ -1,10 +1,13 @@
 //! Prompt building: pure functions from the state to a model request.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value, json};
 
 use crate::agent_loop::{ASK_USER, AgentConfig, WorkflowConfig};
 use crate::event::RecalledMemory;
-use crate::model::{Message, Messages, ModelRequest, Purpose, ToolDef};
+use crate::fits::{self, Source};
+use crate::model::{Exact, Message, Messages, ModelRequest, Purpose, Staged, ToolDef};
 use crate::state::{PlanRun, State, StepStatus};
 use crate::tool::ToolInfo;
 
@@ -167,22 +170,40 @@ const PLANNER_SCHEMA_TOOLS_IN_FULL: usize = 16;
 const REFERENCE_PATTERN: &str = "^†(input([.][A-Za-z0-9_-]+)*|item([.][A-Za-z0-9_-]+)*|state([.][A-Za-z0-9_-]+)+|steps([.][A-Za-z0-9_-]+)+)$";
 
 /// How the steps of one of the planner's schemas name themselves and what they may read.
-struct StepForm {
+struct StepForm<'a> {
     /// The schema of `_id`.
     id: Value,
     /// The schema of `_dependsOn`; `None` when the step may not have it.
     depends_on: Option<Value>,
-    /// The pattern of an argument that is a reference; `None` when none may be.
-    reference: Option<String>,
+    /// What an argument that is a reference may read.
+    reference: Refs<'a>,
     /// The exact form: a string argument (with no pattern, format or fixed values of its own)
     /// may not start with `†`, which would make it a reference, and a step has no keys beyond
     /// those listed.
     exact: bool,
 }
 
+/// What an argument of a planned step may read by reference.
+enum Refs<'a> {
+    /// Any reference of the forms `plan::Reference::parse` reads ([`REFERENCE_PATTERN`]).
+    Any,
+    /// Only what is there for the step, and only where it fits the parameter.
+    Typed(&'a Sources<'a>),
+}
+
+impl Refs<'_> {
+    /// The pattern of a reference that may fill `param`; `None` when none may.
+    fn pattern_for(&self, param: &Value) -> Option<String> {
+        match self {
+            Refs::Any => Some(REFERENCE_PATTERN.to_owned()),
+            Refs::Typed(sources) => sources.pattern_for(param),
+        }
+    }
+}
+
 /// The step schemas of `form`: one per tool (`_tool` that tool, with its arguments), or one
 /// for all tools when there are many, and a `_description` step.
-fn step_schemas(tools: &[ToolInfo], skills: &[&str], form: &StepForm) -> Vec<Value> {
+fn step_schemas(tools: &[ToolInfo], skills: &[&str], form: &StepForm<'_>) -> Vec<Value> {
     let common = |props: &mut Map<String, Value>| {
         // Only fields whose every form the plan validator accepts: constrained decoding (a
         // grammar built from this schema) then cannot produce an invalid id, and leaves out
@@ -209,7 +230,7 @@ fn step_schemas(tools: &[ToolInfo], skills: &[&str], form: &StepForm) -> Vec<Val
         } else {
             v.clone()
         };
-        match &form.reference {
+        match form.reference.pattern_for(v) {
             Some(p) => json!({"anyOf": [value, {"type": "string", "pattern": p}]}),
             None => value,
         }
@@ -300,7 +321,7 @@ pub fn planner_schema(tools: &[ToolInfo], skills: &[&str]) -> Value {
         // An argument may also be a reference (`†steps.s1`) filled when it runs: one of the
         // forms `plan::Reference::parse` reads, with path segments of letters, digits, `_` and
         // `-` (a model's `†50.0` is no reference).
-        reference: Some(REFERENCE_PATTERN.to_owned()),
+        reference: Refs::Any,
         exact: false,
     };
     let steps = step_schemas(tools, skills, &form);
@@ -318,10 +339,18 @@ pub struct PlanScope {
     pub input: bool,
     /// Keys of the run's input (`†input.<key>`).
     pub input_keys: Vec<String>,
+    /// The run's input, when it is known (then a reference into it is offered only where it
+    /// fits the parameter); `Null` leaves `input` and `input_keys` to say what it has.
+    pub input_value: Value,
     /// Keys the State has now (`†state.<key>`).
     pub state_keys: Vec<String>,
+    /// The State as it is, when it is known (as `input_value`); `Null` leaves `state_keys` to
+    /// say what it has.
+    pub state_value: Value,
     /// Ids of the plan's steps that reached an outcome (a new step may read them).
     pub done_steps: Vec<String>,
+    /// The outputs of the steps among `done_steps` that completed.
+    pub done_outputs: BTreeMap<String, Value>,
     /// Ids of every step of the plan so far (a new step may not take them).
     pub taken_ids: Vec<String>,
 }
@@ -338,8 +367,12 @@ impl PlanScope {
             }
             _ => scope.input = true,
         }
+        if scope.input {
+            scope.input_value = state.input.clone();
+        }
         if let Value::Object(m) = &state.data {
             scope.state_keys = m.keys().cloned().collect();
+            scope.state_value = state.data.clone();
         }
         if let Some(run) = &state.plan {
             for (s, r) in run.plan.steps.iter().zip(&run.steps) {
@@ -347,59 +380,69 @@ impl PlanScope {
                 if r.status.is_terminal() {
                     scope.done_steps.push(s.id.clone());
                 }
+                if let (StepStatus::Completed, Some(out)) = (r.status, &r.output) {
+                    scope.done_outputs.insert(s.id.clone(), out.clone());
+                }
             }
         }
         scope
     }
 }
 
-/// A name a reference may hold as one path segment (the reference pattern has no escapes).
-fn plain_segment(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+/// What the references of a step at one position of an exact plan may read, and what is
+/// known of each ([`fits::Source`]).
+struct Sources<'a> {
+    /// The run's input, if there is one.
+    input: Option<Source<'a>>,
+    /// Keys of the run's input, when its value is not known.
+    input_keys: Vec<&'a str>,
+    /// The State's keys.
+    state: Vec<(&'a str, Source<'a>)>,
+    /// The steps before this one (and a replan's finished ones), by id.
+    steps: Vec<(&'a str, Source<'a>)>,
 }
 
-/// The pattern of a reference an argument of a step may hold, given the steps before it;
-/// `None` when it may hold none.
-fn exact_reference(scope: &PlanScope, earlier: &[String]) -> Option<String> {
-    const REST: &str = "([.][A-Za-z0-9_-]+)*";
-    let alternatives = |names: Vec<&str>| names.join("|");
-    let mut forms = Vec::new();
-    let keys: Vec<&str> = scope
-        .input_keys
-        .iter()
-        .map(String::as_str)
-        .filter(|k| plain_segment(k))
-        .collect();
-    if scope.input {
-        if keys.is_empty() {
-            forms.push("input".to_owned());
-        } else {
-            forms.push(format!("input([.]({}){REST})?", alternatives(keys)));
+impl Sources<'_> {
+    /// The pattern of a reference that may fill `param`; `None` when none may.
+    fn pattern_for(&self, param: &Value) -> Option<String> {
+        let mut forms = Vec::new();
+        match self.input {
+            Some(Source::Unknown) if !self.input_keys.is_empty() => {
+                forms.push(format!("input([.]({}){REST})?", self.input_keys.join("|")));
+            }
+            Some(Source::Unknown) => forms.push("input".to_owned()),
+            Some(source) => offer(&mut forms, "input", source, param),
+            None => {}
         }
+        for (key, source) in &self.state {
+            match source {
+                // Only the key itself: the plan validator takes a State path that is there now
+                // (or that a step of the plan writes, which the schema offers no way to say).
+                Source::Unknown => forms.push(format!("state[.]{key}")),
+                _ => offer(&mut forms, &format!("state[.]{key}"), *source, param),
+            }
+        }
+        for (id, source) in &self.steps {
+            offer(&mut forms, &format!("steps[.]{id}"), *source, param);
+        }
+        (!forms.is_empty()).then(|| format!("^†({})$", forms.join("|")))
     }
-    let state_keys: Vec<&str> = scope
-        .state_keys
-        .iter()
-        .map(String::as_str)
-        .filter(|k| plain_segment(k))
-        .collect();
-    if !state_keys.is_empty() {
-        // Only the keys themselves: the plan validator takes a State path that is there now
-        // (or that a step of the plan writes, which the schema offers no way to say).
-        forms.push(format!("state[.]({})", alternatives(state_keys)));
+}
+
+/// Any path below a reference's root, as a pattern.
+const REST: &str = "([.][A-Za-z0-9_-]+)*";
+
+/// Adds to `forms` the references under `root` that may fill `param`: `root` and each path
+/// below it that fits, or any path when `source` is not known.
+fn offer(forms: &mut Vec<String>, root: &str, source: Source<'_>, param: &Value) {
+    match fits::fitting_paths(source, param) {
+        None => forms.push(format!("{root}{REST}")),
+        Some(paths) => forms.extend(
+            paths
+                .iter()
+                .map(|p| p.iter().fold(root.to_owned(), |f, seg| f + "[.]" + seg)),
+        ),
     }
-    let ids: Vec<&str> = earlier
-        .iter()
-        .map(String::as_str)
-        .filter(|id| plain_segment(id))
-        .collect();
-    if !ids.is_empty() {
-        forms.push(format!("steps[.]({}){REST}", alternatives(ids)));
-    }
-    (!forms.is_empty()).then(|| format!("^†({})$", forms.join("|")))
 }
 
 /// The planner's reply as exactly as a schema can say it, for a decoder in the process that
@@ -413,29 +456,88 @@ fn exact_reference(scope: &PlanScope, earlier: &[String]) -> Option<String> {
 /// string argument that is not a reference may not start with `†`. A plan has at most
 /// [`EXACT_PLAN_STEPS`] steps. Larger than [`planner_schema`] (each position is spelled out),
 /// so it never goes to a server or into a prompt.
-pub fn exact_planner_schema(tools: &[ToolInfo], skills: &[&str], scope: &PlanScope) -> Value {
-    let mut earlier: Vec<String> = scope.done_steps.clone();
-    let mut positions = Vec::new();
-    let mut n = 0;
-    while positions.len() < EXACT_PLAN_STEPS {
-        n += 1;
-        let id = format!("s{n}");
-        if scope.taken_ids.contains(&id) {
-            continue;
-        }
-        let ids: Vec<&str> = earlier
+///
+/// A reference is offered only where what it reads fits the parameter ([`fits`]): the input's
+/// and the State's values and a replan's finished outputs are known; a step's output is known
+/// by its tool's `output_schema` once the step is `written` (the steps of the plan written so
+/// far, in order: a decoder that builds the grammar again as each step is written,
+/// [`planner_stages`], makes every position typed by the steps before it).
+pub fn exact_planner_schema(
+    tools: &[ToolInfo],
+    skills: &[&str],
+    scope: &PlanScope,
+    written: &[Value],
+) -> Value {
+    let no_keys: Vec<&str> = Vec::new();
+    let input = scope.input.then_some(match &scope.input_value {
+        Value::Null => Source::Unknown,
+        v => Source::Value(v),
+    });
+    let input_keys = match input {
+        Some(Source::Unknown) => scope
+            .input_keys
             .iter()
             .map(String::as_str)
-            .filter(|i| plain_segment(i))
-            .collect();
+            .filter(|k| fits::plain_segment(k))
+            .collect(),
+        _ => no_keys,
+    };
+    let state = scope
+        .state_keys
+        .iter()
+        .map(String::as_str)
+        .filter(|k| fits::plain_segment(k))
+        .map(|k| {
+            let known = scope
+                .state_value
+                .get(k)
+                .map_or(Source::Unknown, Source::Value);
+            (k, known)
+        })
+        .collect();
+    let mut sources = Sources {
+        input,
+        input_keys,
+        state,
+        steps: scope
+            .done_steps
+            .iter()
+            .map(String::as_str)
+            .filter(|i| fits::plain_segment(i))
+            .map(|i| {
+                let known = scope
+                    .done_outputs
+                    .get(i)
+                    .map_or(Source::Unknown, Source::Value);
+                (i, known)
+            })
+            .collect(),
+    };
+    let ids: Vec<String> = (1..)
+        .map(|n| format!("s{n}"))
+        .filter(|id| !scope.taken_ids.contains(id))
+        .take(EXACT_PLAN_STEPS)
+        .collect();
+    let mut positions = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let earlier: Vec<&str> = sources.steps.iter().map(|(i, _)| *i).collect();
         let form = StepForm {
             id: json!({"const": id}),
-            depends_on: (!ids.is_empty()).then(|| json!({"type": "array", "items": {"enum": ids}})),
-            reference: exact_reference(scope, &earlier),
+            depends_on: (!earlier.is_empty())
+                .then(|| json!({"type": "array", "items": {"enum": earlier}})),
+            reference: Refs::Typed(&sources),
             exact: true,
         };
         positions.push(json!({"anyOf": step_schemas(tools, skills, &form)}));
-        earlier.push(id);
+        // What the step at this position gives, as far as it is known.
+        let output = written
+            .get(i)
+            .and_then(|s| s.get("_tool"))
+            .and_then(Value::as_str)
+            .and_then(|t| tools.iter().find(|info| info.name == t))
+            .and_then(|info| info.output_schema.as_ref())
+            .map_or(Source::Unknown, Source::Schema);
+        sources.steps.push((id, output));
     }
     plan_or_answer(json!({
         "type": "array",
@@ -443,6 +545,17 @@ pub fn exact_planner_schema(tools: &[ToolInfo], skills: &[&str], scope: &PlanSco
         "prefixItems": positions,
         "items": false
     }))
+}
+
+/// [`exact_planner_schema`] as a decoder builds it again while the plan is written: given the
+/// steps written so far, the schema that types the next one by them.
+pub fn planner_stages(tools: &[ToolInfo], skills: &[&str], scope: PlanScope) -> Staged {
+    let tools = tools.to_vec();
+    let skills: Vec<String> = skills.iter().map(|s| (*s).to_owned()).collect();
+    Staged::new("plan", move |written| {
+        let skills: Vec<&str> = skills.iter().map(String::as_str).collect();
+        exact_planner_schema(&tools, &skills, &scope, written)
+    })
 }
 
 /// The planner's request: the session's earlier turns (as a conversation, compacted when
@@ -478,11 +591,11 @@ pub fn planner(state: &State, cfg: &AgentConfig) -> ModelRequest {
     let mut req = request(state, Purpose::Plan, messages);
     let skills = cfg.skill_names();
     req.response_schema = Some(planner_schema(&cfg.tools, &skills));
-    req.exact_schema = Some(exact_planner_schema(
-        &cfg.tools,
-        &skills,
-        &PlanScope::of(state),
-    ));
+    let scope = PlanScope::of(state);
+    req.exact_schema = Some(Exact {
+        schema: exact_planner_schema(&cfg.tools, &skills, &scope, &[]),
+        staged: Some(planner_stages(&cfg.tools, &skills, scope)),
+    });
     req
 }
 
@@ -691,10 +804,13 @@ pub fn executor(state: &State, cfg: &AgentConfig, step_id: &str) -> ModelRequest
         && let Some((i, _)) = run.step(step_id)
     {
         let step = &run.plan.steps[i];
-        req.exact_schema = Some(exact_executor_schema(
-            &step_tools(cfg, step.category.as_deref()),
-            step.skill.is_some(),
-        ));
+        req.exact_schema = Some(
+            exact_executor_schema(
+                &step_tools(cfg, step.category.as_deref()),
+                step.skill.is_some(),
+            )
+            .into(),
+        );
     }
     req
 }
@@ -771,7 +887,7 @@ pub fn review(state: &State, cfg: &AgentConfig) -> ModelRequest {
         vec![system(cfg, REVIEW_ROLE), Message::User { content: body }].into(),
     );
     req.response_schema = Some(review_schema());
-    req.exact_schema = Some(exact_review_schema());
+    req.exact_schema = Some(exact_review_schema().into());
     req
 }
 
@@ -874,7 +990,7 @@ pub fn response_review(state: &State, cfg: &AgentConfig) -> ModelRequest {
         .into(),
     );
     req.response_schema = Some(response_review_schema());
-    req.exact_schema = Some(exact_response_review_schema());
+    req.exact_schema = Some(exact_response_review_schema().into());
     req
 }
 
@@ -995,6 +1111,7 @@ mod tests {
             parallel: false,
             requires_approval: false,
             source: "command".into(),
+            output_schema: None,
         }
     }
 
@@ -1129,7 +1246,7 @@ mod tests {
             input_keys: vec!["amount".into(), "customer".into()],
             ..PlanScope::default()
         };
-        let exact = exact_planner_schema(std::slice::from_ref(&tool), &[], &scope);
+        let exact = exact_planner_schema(std::slice::from_ref(&tool), &[], &scope, &[]);
         let exact = jsonschema::validator_for(&exact).unwrap();
         let compact =
             jsonschema::validator_for(&planner_schema(std::slice::from_ref(&tool), &[])).unwrap();
@@ -1190,7 +1307,8 @@ mod tests {
         assert!(exact.is_valid(&json!({"plan": long[..EXACT_PLAN_STEPS]})));
         assert!(!exact.is_valid(&json!({"plan": long})));
         // No input: an argument may not be a reference to it.
-        let none = exact_planner_schema(std::slice::from_ref(&tool), &[], &PlanScope::default());
+        let none =
+            exact_planner_schema(std::slice::from_ref(&tool), &[], &PlanScope::default(), &[]);
         let none = jsonschema::validator_for(&none).unwrap();
         assert!(!none.is_valid(&json!({"plan": [step("s1", json!("†input"))]})));
         assert!(!none.is_valid(&json!({"plan": [step("s1", json!("†input.amount"))]})));
@@ -1211,7 +1329,7 @@ mod tests {
         };
         let data = json!({"total": 12});
         let done = ["s1".to_owned()];
-        let exact = exact_planner_schema(std::slice::from_ref(&tool), &[], &scope);
+        let exact = exact_planner_schema(std::slice::from_ref(&tool), &[], &scope, &[]);
         let exact = jsonschema::validator_for(&exact).unwrap();
         let good = json!({"plan": [
             {"_id": "s3", "_tool": "refund", "amount": "†steps.s1"},

@@ -19,6 +19,11 @@ pub struct ToolInfo {
     /// JSON Schema of the arguments (`{}` accepts anything).
     #[serde(default = "empty_object")]
     pub input_schema: Value,
+    /// JSON Schema of what the tool gives back, when it declares one (a call whose output
+    /// does not match it fails); a planner in the process then offers a reference into the
+    /// output only where it fits the parameter it fills ([`crate::fits`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
     /// Safe to run twice with the same arguments (re-run after a crash).
     #[serde(default)]
     pub idempotent: bool,

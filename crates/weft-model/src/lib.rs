@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 pub use weft_core::model::{
-    Message, Messages, ModelReply, ModelRequest, Purpose, ToolCall, ToolDef, Usage,
+    Exact, Message, Messages, ModelReply, ModelRequest, Purpose, Staged, ToolCall, ToolDef, Usage,
 };
 
 pub use anthropic::{AnthropicModel, DEFAULT_MAX_TOKENS};
@@ -282,6 +282,16 @@ pub fn script_of(spec: &Value, base_dir: &Path) -> Option<Result<ScriptedModel, 
         _ => return None,
     };
     Some(ScriptedModel::from_file(&base_dir.join(path)))
+}
+
+/// The provider an agent file's `model` names (`openai`, `local`, ...); `None` when it names
+/// none.
+pub fn provider_of(spec: &Value) -> Option<&str> {
+    match spec {
+        Value::String(s) => s.split_once(':').map(|(p, _)| p),
+        Value::Object(m) => m.get("provider").and_then(Value::as_str),
+        _ => None,
+    }
 }
 
 /// [`from_spec`] with the environment given as a lookup function.

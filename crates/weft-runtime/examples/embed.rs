@@ -38,6 +38,7 @@ impl Convert {
                 parallel: true,
                 requires_approval: false,
                 source: "rust".into(),
+                output_schema: None,
             },
         }
     }

@@ -82,6 +82,7 @@ impl AgentToolDecl {
             parallel: true,
             requires_approval: self.requires_approval,
             source: "agent".into(),
+            output_schema: None,
         }
     }
 }

@@ -28,6 +28,7 @@ impl Default for Echo {
                 parallel: true,
                 requires_approval: false,
                 source: "builtin".into(),
+                output_schema: None,
             },
         }
     }
@@ -67,6 +68,7 @@ impl Default for Template {
                 parallel: true,
                 requires_approval: false,
                 source: "builtin".into(),
+                output_schema: None,
             },
         }
     }
@@ -150,6 +152,7 @@ impl Default for TodoWrite {
                 parallel: false,
                 requires_approval: false,
                 source: "builtin".into(),
+                output_schema: None,
             },
         }
     }
@@ -215,6 +218,7 @@ impl Default for AskUser {
                 parallel: false,
                 requires_approval: false,
                 source: "builtin".into(),
+                output_schema: None,
             },
         }
     }

@@ -75,6 +75,7 @@ impl CommandTool {
                 parallel: decl.parallel,
                 requires_approval: decl.requires_approval,
                 source: "command".into(),
+                output_schema: decl.output_schema,
             },
             program: program.clone(),
             args: args.to_vec(),
@@ -438,6 +439,7 @@ mod tests {
             cwd: None,
             retry_exit_codes: Vec::new(),
             sandbox: None,
+            output_schema: None,
         };
         CommandTool::from_decl(decl, Path::new(".")).expect("valid declaration")
     }
@@ -511,6 +513,7 @@ mod tests {
             cwd: None,
             retry_exit_codes: Vec::new(),
             sandbox: None,
+            output_schema: None,
         };
         let t = CommandTool::from_decl(decl, Path::new("")).expect("valid declaration");
         assert_eq!(
@@ -541,6 +544,7 @@ mod tests {
             cwd: None,
             retry_exit_codes: Vec::new(),
             sandbox: None,
+            output_schema: None,
         };
         let secrets =
             Secrets::from_values(BTreeMap::from([("tok".to_owned(), "abcd-1234".to_owned())]))
@@ -575,6 +579,7 @@ mod tests {
             cwd: None,
             retry_exit_codes: Vec::new(),
             sandbox: None,
+            output_schema: None,
         }
     }
 

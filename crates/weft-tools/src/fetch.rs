@@ -67,6 +67,7 @@ impl HttpGet {
                 parallel: true,
                 requires_approval: false,
                 source: "builtin".into(),
+                output_schema: None,
             },
             max_bytes: config.max_bytes.unwrap_or(1024 * 1024),
             config,

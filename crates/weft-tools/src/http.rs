@@ -28,6 +28,11 @@ pub(crate) struct HttpToolDecl {
     category: Option<String>,
     #[serde(default = "any_object")]
     input_schema: Value,
+    /// JSON Schema of the response's body (read as JSON): a call whose body does not match
+    /// it fails, and a planner in the process offers a reference into it only where it fits
+    /// the parameter it fills.
+    #[serde(default)]
+    output_schema: Option<Value>,
     #[serde(default)]
     idempotent: bool,
     #[serde(default)]
@@ -126,6 +131,7 @@ impl HttpTool {
                 parallel: decl.parallel,
                 requires_approval: decl.requires_approval,
                 source: "http".into(),
+                output_schema: decl.output_schema,
             },
             method,
             url: decl.http.url,

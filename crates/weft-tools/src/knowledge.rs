@@ -140,6 +140,7 @@ impl KnowledgeTool {
                 parallel: true,
                 requires_approval: false,
                 source: "builtin".into(),
+                output_schema: None,
             },
             op,
             slot,

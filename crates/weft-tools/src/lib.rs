@@ -127,9 +127,12 @@ pub enum ToolsError {
     /// Two tools have the same name.
     #[error("tool `{0}` is declared twice; tool names must be unique")]
     Duplicate(String),
-    /// A tool's `input_schema` does not compile as a JSON Schema.
-    #[error("tool `{name}`: input_schema is not a valid JSON Schema: {message}")]
+    /// A tool's `input_schema` (or `output_schema`, as `field` says) does not compile as a
+    /// JSON Schema.
+    #[error("tool `{name}`: {field} is not a valid JSON Schema: {message}")]
     BadSchema {
+        /// `input_schema` or `output_schema`.
+        field: &'static str,
         /// The tool's name.
         name: String,
         /// The schema compiler's error.
@@ -149,6 +152,8 @@ pub enum ToolsError {
 struct Entry {
     tool: Arc<dyn DynTool>,
     validator: Option<jsonschema::Validator>,
+    /// The check of the tool's declared `output_schema`.
+    output: Option<jsonschema::Validator>,
 }
 
 /// The tools an agent has, by name. Validates every call's arguments before it runs, refuses
@@ -178,6 +183,16 @@ impl std::fmt::Debug for Registry {
                 &self.mcp.iter().map(|s| &s.decl.name).collect::<Vec<_>>(),
             )
             .finish()
+    }
+}
+
+/// A schema check's error, with where in the value it is.
+fn at_path(e: &jsonschema::ValidationError<'_>) -> String {
+    let at = e.instance_path().to_string();
+    if at.is_empty() {
+        e.to_string()
+    } else {
+        format!("{at}: {e}")
     }
 }
 
@@ -211,16 +226,30 @@ impl Registry {
         } else {
             Some(
                 jsonschema::validator_for(schema).map_err(|e| ToolsError::BadSchema {
+                    field: "input_schema",
                     name: info.name.clone(),
                     message: e.to_string(),
                 })?,
             )
+        };
+        let output = match &info.output_schema {
+            Some(schema) => {
+                Some(
+                    jsonschema::validator_for(schema).map_err(|e| ToolsError::BadSchema {
+                        field: "output_schema",
+                        name: info.name.clone(),
+                        message: e.to_string(),
+                    })?,
+                )
+            }
+            None => None,
         };
         self.entries.insert(
             info.name.clone(),
             Arc::new(Entry {
                 tool: Arc::new(tool),
                 validator,
+                output,
             }),
         );
         self.infos.insert(info.name.clone(), self.shown(info));
@@ -235,6 +264,9 @@ impl Registry {
         let r = self.redactor();
         r.redact_in_place(&mut info.description);
         redact_schema(&r, &mut info.input_schema);
+        if let Some(schema) = &mut info.output_schema {
+            redact_schema(&r, schema);
+        }
         info
     }
 
@@ -510,17 +542,7 @@ impl Registry {
             ));
         };
         if let Some(v) = &entry.validator {
-            let errors: Vec<String> = v
-                .iter_errors(args)
-                .map(|e| {
-                    let at = e.instance_path().to_string();
-                    if at.is_empty() {
-                        e.to_string()
-                    } else {
-                        format!("{at}: {e}")
-                    }
-                })
-                .collect();
+            let errors: Vec<String> = v.iter_errors(args).map(|e| at_path(&e)).collect();
             if !errors.is_empty() {
                 return Err(ToolError::new(
                     "invalid_arguments",
@@ -559,6 +581,21 @@ impl Registry {
                     return ToolOutcome::Error {
                         error: ToolError::new("invalid_output", message),
                     };
+                }
+                if let Some(v) = &entry.output {
+                    let errors: Vec<String> = v.iter_errors(&output).map(|e| at_path(&e)).collect();
+                    if !errors.is_empty() {
+                        let mut error = ToolError::new(
+                            "invalid_output",
+                            format!(
+                                "the output of `{name}` does not match its output_schema: {}",
+                                errors.join("; ")
+                            ),
+                        )
+                        .with_detail(output);
+                        redactor.redact_error(&mut error);
+                        return ToolOutcome::Error { error };
+                    }
                 }
                 redactor.redact_value(&mut output);
                 ToolOutcome::Ok { output }

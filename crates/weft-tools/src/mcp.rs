@@ -213,7 +213,6 @@ fn checked_stdout(
 #[derive(Clone)]
 struct RemoteTool {
     tool: rmcp::model::Tool,
-    output: Option<Arc<jsonschema::Validator>>,
 }
 
 /// A connection (or the means to make one) to one MCP server.
@@ -574,18 +573,7 @@ impl McpServer {
             .map_err(|e| mcp_error(self.name(), format!("tools/list failed: {e}")))?;
         let mut map = BTreeMap::new();
         for tool in listed {
-            let output = match &tool.output_schema {
-                Some(schema) => Some(Arc::new(
-                    jsonschema::validator_for(&Value::Object((**schema).clone())).map_err(|e| {
-                        mcp_error(
-                            self.name(),
-                            format!("tool `{}` has an invalid outputSchema: {e}", tool.name),
-                        )
-                    })?,
-                )),
-                None => None,
-            };
-            map.insert(tool.name.to_string(), RemoteTool { tool, output });
+            map.insert(tool.name.to_string(), RemoteTool { tool });
         }
         if let Ok(mut t) = self.tools.write() {
             *t = map;
@@ -674,6 +662,11 @@ impl McpServer {
             parallel: read_only,
             requires_approval: self.decl.requires_approval,
             source: format!("mcp:{}", self.decl.name),
+            // Checked on every call's output by the registry, as every tool's is.
+            output_schema: tool
+                .output_schema
+                .as_ref()
+                .map(|s| Value::Object((**s).clone())),
         }
     }
 
@@ -748,7 +741,12 @@ impl McpServer {
             Ok(Ok(r)) => r,
         };
         let result = serde_json::to_value(&result).unwrap_or(Value::Null);
-        convert_result(self.name(), remote, &result, remote_tool.output.as_deref())
+        convert_result(
+            self.name(),
+            remote,
+            &result,
+            remote_tool.tool.output_schema.is_some(),
+        )
     }
 }
 
@@ -907,7 +905,7 @@ fn convert_result(
     server: &str,
     remote: &str,
     result: &Value,
-    output_schema: Option<&jsonschema::Validator>,
+    declares_output: bool,
 ) -> Result<Value, ToolError> {
     let content = result
         .get("content")
@@ -931,30 +929,15 @@ fn convert_result(
             "content": content,
         })));
     }
-    if let Some(validator) = output_schema {
-        let Some(structured) = result.get("structuredContent") else {
-            return Err(ToolError::new(
-                "invalid_output",
-                format!(
-                    "mcp server `{server}`: `{remote}` declares an outputSchema but returned no structuredContent"
-                ),
-            ));
-        };
-        let errors: Vec<String> = validator
-            .iter_errors(structured)
-            .map(|e| e.to_string())
-            .collect();
-        if !errors.is_empty() {
-            return Err(ToolError::new(
-                "invalid_output",
-                format!(
-                    "mcp server `{server}`: `{remote}` returned structuredContent that does not match its outputSchema: {}",
-                    errors.join("; ")
-                ),
-            )
-            .with_detail(json!({"structuredContent": structured})));
-        }
-        return Ok(structured.clone());
+    // A tool with an outputSchema gives its output as structuredContent (which the registry
+    // checks against the schema, as it checks every tool's declared output).
+    if declares_output && result.get("structuredContent").is_none() {
+        return Err(ToolError::new(
+            "invalid_output",
+            format!(
+                "mcp server `{server}`: `{remote}` declares an outputSchema but returned no structuredContent"
+            ),
+        ));
     }
     if let Some(structured) = result.get("structuredContent") {
         return Ok(structured.clone());
@@ -995,23 +978,21 @@ mod tests {
     fn results_become_outputs_or_errors() {
         let r = json!({"content": [{"type": "text", "text": "{\"a\": 1}"}]});
         assert_eq!(
-            convert_result("s", "t", &r, None).ok(),
+            convert_result("s", "t", &r, false).ok(),
             Some(json!({"a": 1}))
         );
         let r = json!({"content": [{"type": "text", "text": "no such file"}], "isError": true});
-        let e = convert_result("s", "t", &r, None).err();
+        let e = convert_result("s", "t", &r, false).err();
         assert_eq!(
             e.map(|e| (e.kind, e.message)),
             Some(("tool_error".to_owned(), "no such file".to_owned()))
         );
-        let v = jsonschema::validator_for(&json!({"type": "object", "required": ["n"]}))
-            .expect("schema");
-        let r = json!({"content": [], "structuredContent": {"m": 1}});
-        let e = convert_result("s", "t", &r, Some(&v)).err();
+        let r = json!({"content": [{"type": "text", "text": "{\"n\": 1}"}]});
+        let e = convert_result("s", "t", &r, true).err();
         assert_eq!(e.map(|e| e.kind), Some("invalid_output".to_owned()));
         let r = json!({"content": [], "structuredContent": {"n": 1}});
         assert_eq!(
-            convert_result("s", "t", &r, Some(&v)).ok(),
+            convert_result("s", "t", &r, true).ok(),
             Some(json!({"n": 1}))
         );
     }

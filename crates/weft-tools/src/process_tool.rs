@@ -134,6 +134,7 @@ impl ProcessDecl {
             parallel: true,
             requires_approval: self.requires_approval,
             source: "process".into(),
+            output_schema: None,
         }
     }
 

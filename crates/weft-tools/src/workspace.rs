@@ -161,6 +161,7 @@ fn info(name: &str, description: &str, schema: Value, idempotent: bool) -> ToolI
         parallel: idempotent,
         requires_approval: false,
         source: "builtin".into(),
+        output_schema: None,
     }
 }
 

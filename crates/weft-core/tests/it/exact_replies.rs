@@ -152,7 +152,7 @@ fn exact(req: &ModelRequest) -> jsonschema::Validator {
         .exact_schema
         .as_ref()
         .expect("the request has an exact schema");
-    jsonschema::validator_for(schema).expect("the exact schema compiles")
+    jsonschema::validator_for(&schema.schema).expect("the exact schema compiles")
 }
 
 /// Whether the exact schema of `req` allows `v`.

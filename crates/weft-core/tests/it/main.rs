@@ -9,3 +9,4 @@
 mod exact_replies;
 mod golden_logs;
 mod plan_prop;
+mod typed_references;

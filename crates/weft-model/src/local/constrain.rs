@@ -10,12 +10,15 @@ use llguidance::api::TopLevelGrammar;
 use serde_json::{Value, json};
 
 use crate::config::ToolChoice;
-use crate::{Message, ModelRequest, ToolCall, ToolDef};
+use crate::{Message, ModelRequest, Staged, ToolCall, ToolDef};
 
 /// What a request's reply must be.
 pub(super) struct Constraint {
     /// The grammar the reply follows.
     pub(super) grammar: TopLevelGrammar,
+    /// How the grammar is built again as the items of a list in the reply are written (a
+    /// plan's steps, each typed by the steps before it); `None` when it stays as it is.
+    pub(super) stages: Option<Stages>,
 }
 
 /// What the reply may do with the offered tools.
@@ -51,21 +54,35 @@ fn calls(req: &ModelRequest, choice: ToolChoice) -> Calls {
 /// The constraint of a request's reply; `None` when it may be any text.
 pub(super) fn constraint(req: &ModelRequest, choice: ToolChoice) -> Option<Constraint> {
     // The grammar enforces every keyword, so it takes the exact form where the request has one.
-    let schema = req.exact_schema.as_ref().or(req.response_schema.as_ref());
+    let exact = req.exact_schema.as_ref();
+    let schema = exact.map(|e| &e.schema).or(req.response_schema.as_ref());
+    let calls = calls(req, choice);
+    let grammar = grammar(calls, schema, &req.tools)?;
+    let stages = exact
+        .and_then(|e| e.staged.clone())
+        .filter(|_| calls != Calls::Must)
+        .map(|staged| Stages {
+            staged,
+            calls,
+            tools: req.tools.clone(),
+            written: 0,
+        });
+    Some(Constraint { grammar, stages })
+}
+
+/// The grammar of a reply that may make `calls` of `tools`, and is otherwise `schema`'s JSON
+/// (any text without one).
+fn grammar(calls: Calls, schema: Option<&Value>, tools: &[ToolDef]) -> Option<TopLevelGrammar> {
     let json_of = |s: &Value| TopLevelGrammar::from_json_schema(for_grammar(s));
     let lark = |start: String| {
-        let calls = for_grammar(&tool_calls_schema(&req.tools));
-        Some(Constraint {
-            grammar: TopLevelGrammar::from_lark(format!(
-                "{start}\ncall: \"{OPEN}\" %json {calls} \"{CLOSE}\"\nTEXT: /[^<]+/\n"
-            )),
-        })
+        let calls = for_grammar(&tool_calls_schema(tools));
+        Some(TopLevelGrammar::from_lark(format!(
+            "{start}\ncall: \"{OPEN}\" %json {calls} \"{CLOSE}\"\nTEXT: /[^<]+/\n"
+        )))
     };
-    match (calls(req, choice), schema) {
+    match (calls, schema) {
         (Calls::Never, None) => None,
-        (Calls::Never, Some(s)) => Some(Constraint {
-            grammar: json_of(s),
-        }),
+        (Calls::Never, Some(s)) => Some(json_of(s)),
         (Calls::Must, _) => lark("start: call".to_owned()),
         // Without a schema, text may come before the calls (a model often says what it is
         // about to do; a `<` in text starts them). With one, the reply is the schema's JSON or
@@ -77,6 +94,88 @@ pub(super) fn constraint(req: &ModelRequest, choice: ToolChoice) -> Option<Const
         )),
         (Calls::May, None) => lark("start: answer | TEXT? call\nanswer: TEXT".to_owned()),
     }
+}
+
+/// The grammar of a reply with a staged schema ([`crate::Staged`]), built again each time more
+/// items of its list are written.
+pub(super) struct Stages {
+    staged: Staged,
+    calls: Calls,
+    tools: Vec<ToolDef>,
+    /// How many items the grammar in use knows.
+    written: usize,
+}
+
+impl Stages {
+    /// The grammar once the reply so far is `out`, when more of the list's items are written
+    /// whole than the grammar in use knows; `None` otherwise.
+    pub(super) fn next(&mut self, out: &[u8]) -> Option<TopLevelGrammar> {
+        let items = items_written(out, self.staged.list);
+        if items.len() <= self.written {
+            return None;
+        }
+        self.written = items.len();
+        grammar(self.calls, Some(&self.staged.schema(&items)), &self.tools)
+    }
+}
+
+/// The items written whole so far of the list at `key` in the reply's top-level object (`out`
+/// is the reply's start); items that are not objects or lists are not counted.
+pub(super) fn items_written(out: &[u8], key: &str) -> Vec<Value> {
+    let text = String::from_utf8_lossy(out);
+    let mut items = Vec::new();
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    // The last string closed at depth 1, its start, and the key whose value comes next.
+    let (mut last, mut start, mut key_now) = (None::<(usize, usize)>, 0, None::<(usize, usize)>);
+    let (mut in_list, mut item_from) = (false, None);
+    for (i, c) in text.char_indices() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => {
+                    in_string = false;
+                    if depth == 1 {
+                        last = Some((start, i));
+                    }
+                }
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                start = i + 1;
+            }
+            ':' if depth == 1 => key_now = last,
+            ',' if depth == 1 => key_now = None,
+            '{' | '[' => {
+                if c == '[' && depth == 1 && key_now.is_some_and(|(a, b)| &text[a..b] == key) {
+                    in_list = true;
+                }
+                depth += 1;
+                if in_list && depth == 3 && item_from.is_none() {
+                    item_from = Some(i);
+                }
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                if in_list
+                    && depth == 2
+                    && let Some(from) = item_from.take()
+                    && let Ok(v) = serde_json::from_str(&text[from..=i])
+                {
+                    items.push(v);
+                }
+                if in_list && depth == 1 {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    items
 }
 
 /// The schema as the grammar is built from it: compact JSON (no free whitespace, which a small
@@ -363,5 +462,24 @@ mod tests {
         let written = r#"<tool_call>[{"name": "weather", "arguments": {}}]</tool_call>"#;
         let (text, calls) = read_reply(&r, ToolChoice::None, written.into());
         assert_eq!((text.as_str(), calls.len()), (written, 0));
+    }
+
+    #[test]
+    fn the_items_of_a_list_are_counted_once_written_whole() {
+        let items = |t: &str| items_written(t.as_bytes(), "plan");
+        assert!(items(r#"{"plan":[{"_id":"s1","x":"†steps"#).is_empty());
+        assert_eq!(
+            items(r#"{"plan":[{"_id":"s1","x":{"y":"]}"}}"#),
+            [json!({"_id": "s1", "x": {"y": "]}"}})]
+        );
+        assert_eq!(
+            items(r#"{"plan": [{"a":"\"}"} , {"b":[1,{"c":2}]},{"#).len(),
+            2,
+            "strings with escapes and nested lists do not end an item"
+        );
+        // Only the list at the key, in the top-level object.
+        assert!(items(r#"{"other":[{"a":1}],"x":{"plan":[{"b":2}]}}"#).is_empty());
+        assert!(items(r#"{"direct_response":"{\"plan\":[{}]}"}"#).is_empty());
+        assert_eq!(items(r#"{"plan":[{"a":1}]} {"plan":[{"b":2}]}"#).len(), 1);
     }
 }

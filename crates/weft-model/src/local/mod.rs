@@ -475,17 +475,18 @@ impl Engine {
             body: String::new(),
             usage: Usage::default(),
         };
-        let mut matcher = match constraint {
-            Some(c) => Some(Matcher::new(Ok(self
-                .factory
-                .create_parser(c.grammar)
-                .map_err(|e| {
-                    ModelError::Config(format!(
-                        "local model: the reply's schema or tools cannot be turned into a grammar: {e}"
-                    ))
-                })?))),
-            None => None,
+        let parser = |grammar| {
+            self.factory.create_parser(grammar).map_err(|e| {
+                ModelError::Config(format!(
+                    "local model: the reply's schema or tools cannot be turned into a grammar: {e}"
+                ))
+            })
         };
+        let (mut matcher, mut stages) = match constraint {
+            Some(c) => (Some(Matcher::new(Ok(parser(c.grammar)?))), c.stages),
+            None => (None, None),
+        };
+        let mut generated: Vec<u32> = Vec::new();
         // One generation at a time. It works on a copy of the weights: a generation that
         // panicked leaves the lock poisoned but the weights as they were.
         let base = self
@@ -553,6 +554,22 @@ impl Engine {
                     .map_err(|e| fail("constraining the reply", &e))?;
             }
             out.extend_from_slice(&self.vocab.bytes(tok));
+            generated.push(tok);
+            // More of a staged list is written: the grammar is built again, typed by it, and
+            // reads the reply so far again (every stage allows what the one before allowed up
+            // to there). One that cannot read it leaves the grammar in use as it was.
+            if let Some(grammar) = stages.as_mut().and_then(|s| s.next(&out)) {
+                let mut again = Matcher::new(Ok(parser(grammar)?));
+                match again.consume_tokens(&generated) {
+                    Ok(()) => matcher = Some(again),
+                    Err(e) => {
+                        tracing::warn!(
+                            "local model: the reply's next grammar refused the reply so far ({e}); going on with the one in use"
+                        );
+                        stages = None;
+                    }
+                }
+            }
             // Stream the part that is whole characters.
             let whole = match std::str::from_utf8(&out[sent..]) {
                 Ok(_) => out.len(),

@@ -112,6 +112,7 @@ async fn needs_local_model_planner_replies_parse_and_validate_every_time() {
         &tools,
         &[],
         &weft_core::prompts::PlanScope::default(),
+        &[],
     );
     let exact_validator = jsonschema::validator_for(&exact).unwrap();
     let catalog: std::collections::BTreeMap<String, weft_core::tool::ToolInfo> =
@@ -137,7 +138,7 @@ async fn needs_local_model_planner_replies_parse_and_validate_every_time() {
         );
         req.call_index = i as u32;
         req.response_schema = Some(schema.clone());
-        req.exact_schema = Some(exact.clone());
+        req.exact_schema = Some(exact.clone().into());
         let started = std::time::Instant::now();
         let reply = m.complete_boxed(&req, None).await.unwrap();
         let value: Value = serde_json::from_str(&reply.content)
@@ -180,6 +181,139 @@ async fn needs_local_model_planner_replies_parse_and_validate_every_time() {
         );
     }
     eprintln!("{plans} of {} replies were plans", tasks.len());
+}
+
+/// A tool with an `output_schema`.
+fn typed_tool(name: &str, description: &str, input: Value, output: Value) -> ToolInfo {
+    serde_json::from_value(json!({"name": name, "description": description,
+        "input_schema": input, "output_schema": output}))
+    .unwrap()
+}
+
+/// The plans of a tiny model, decoded under the planner's stages (each step's references typed
+/// by the steps before it), at several temperatures and seeds: each is a plan the engine takes,
+/// and every reference into a step's output reads a path its tool's `output_schema` promises
+/// and that fits the parameter (the issue's `reserve_copy {"member_id": "†steps.s1"}`, a whole
+/// object put into an integer, cannot be written).
+#[tokio::test]
+async fn needs_local_model_typed_plans_put_only_fitting_references_into_arguments() {
+    use weft_core::fits::{Source, fitting_paths};
+    use weft_core::plan::{RefRoot, Reference};
+    use weft_core::prompts::{PlanScope, exact_planner_schema, planner_schema, planner_stages};
+    let file = gguf();
+    let m = model(json!({"provider": "local", "file": file, "max_tokens": 160}));
+    let string =
+        |k: &str| json!({"type": "object", "properties": {k: {"type": "string"}}, "required": [k]});
+    let tools = vec![
+        typed_tool(
+            "find_member",
+            "Finds a library member by name.",
+            string("name"),
+            json!({"type": "object", "properties": {"member": {"type": "object",
+                "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}, "required": ["id", "name"]}},
+                "required": ["member"]}),
+        ),
+        typed_tool(
+            "find_book",
+            "Finds a book by its title.",
+            string("title"),
+            json!({"type": "object", "properties": {"book_id": {"type": "integer"}, "title": {"type": "string"}},
+                "required": ["book_id", "title"]}),
+        ),
+        tool(
+            "reserve_copy",
+            "Reserves a copy of a book for a member.",
+            json!({"type": "object", "properties": {"member_id": {"type": "integer"}, "book_id": {"type": "integer"}},
+                "required": ["member_id", "book_id"]}),
+        ),
+    ];
+    let catalog: std::collections::BTreeMap<String, ToolInfo> =
+        tools.iter().map(|t| (t.name.clone(), t.clone())).collect();
+    let scope = PlanScope::default();
+    let tasks = [
+        "Reserve a copy of Dune for Ann.",
+        "Find member Bob and the book Emma, then reserve Emma for Bob.",
+        "Ann wants to borrow The Hobbit: reserve it for her.",
+    ];
+    let (mut plans, mut references) = (0, 0);
+    for (i, (task, temperature)) in tasks
+        .iter()
+        .flat_map(|t| [(t, 0.0), (t, 0.7), (t, 1.0)])
+        .enumerate()
+    {
+        let mut req = request(
+            Purpose::Plan,
+            weft_core::prompts::PLANNER_ROLE,
+            &format!("Tools: find_member, find_book, reserve_copy\nTask: {task}"),
+        );
+        req.call_index = i as u32;
+        req.temperature = Some(temperature);
+        req.response_schema = Some(planner_schema(&tools, &[]));
+        req.exact_schema = Some(weft_core::model::Exact {
+            schema: exact_planner_schema(&tools, &[], &scope, &[]),
+            staged: Some(planner_stages(&tools, &[], scope.clone())),
+        });
+        let reply = m.complete_boxed(&req, None).await.unwrap();
+        eprintln!("{task:?} at {temperature}: {}", reply.content);
+        let value: Value = serde_json::from_str(&reply.content)
+            .unwrap_or_else(|e| panic!("task {task:?}: not JSON ({e}): {}", reply.content));
+        let Some(steps) = value.get("plan").and_then(Value::as_array) else {
+            continue;
+        };
+        plans += 1;
+        let plan = weft_core::plan::Plan::from_value(&value["plan"])
+            .unwrap_or_else(|e| panic!("task {task:?}: {} is no plan: {e:?}", reply.content));
+        let problems = weft_core::graph::validate(
+            &plan,
+            &catalog,
+            &weft_core::graph::ValidateOptions::default(),
+        );
+        assert!(
+            problems.is_empty(),
+            "the engine refuses {}: {problems:?}",
+            reply.content
+        );
+        let tool_of = |id: &str| {
+            steps
+                .iter()
+                .find(|s| s["_id"] == id)
+                .and_then(|s| s["_tool"].as_str())
+                .map(|t| &catalog[t])
+        };
+        for step in steps {
+            let Some(info) = step["_tool"].as_str().map(|t| &catalog[t]) else {
+                continue;
+            };
+            for (k, v) in step.as_object().unwrap() {
+                let Some(text) = v.as_str().and_then(|s| s.strip_prefix('†')) else {
+                    continue;
+                };
+                let r = Reference::parse(text).unwrap();
+                let RefRoot::Step(id) = &r.root else {
+                    panic!("{v} in {step}: the run has no input and no State");
+                };
+                // A step of a tool with no `output_schema` promises nothing (none is asked for).
+                let Some(out) = tool_of(id).and_then(|t| t.output_schema.as_ref()) else {
+                    continue;
+                };
+                let param = &info.input_schema["properties"][k];
+                let fitting = fitting_paths(Source::Schema(out), param).unwrap();
+                assert!(
+                    fitting.contains(&r.path),
+                    "{v} in {step} does not fit `{k}` ({param}): what fits is {fitting:?}"
+                );
+                references += 1;
+            }
+        }
+    }
+    eprintln!(
+        "{plans} plans of {} replies, {references} references, each fitting",
+        tasks.len() * 3
+    );
+    assert!(
+        references > 0,
+        "no plan read a step's output: the test showed nothing"
+    );
 }
 
 #[tokio::test]
@@ -405,6 +539,7 @@ async fn needs_local_model_gemma_planner_replies_parse_and_validate() {
         &tools,
         &[],
         &weft_core::prompts::PlanScope::default(),
+        &[],
     );
     let exact_validator = jsonschema::validator_for(&exact).unwrap();
     let catalog: std::collections::BTreeMap<String, weft_core::tool::ToolInfo> =
@@ -422,7 +557,7 @@ async fn needs_local_model_gemma_planner_replies_parse_and_validate() {
         );
         req.call_index = i as u32;
         req.response_schema = Some(schema.clone());
-        req.exact_schema = Some(exact.clone());
+        req.exact_schema = Some(exact.clone().into());
         let started = std::time::Instant::now();
         let reply = m.complete_boxed(&req, None).await.unwrap();
         let value: Value = serde_json::from_str(&reply.content)

@@ -64,6 +64,7 @@ async fn run(idempotent: bool, wait_ms: u64) -> (Vec<(bool, bool)>, Vec<Event>) 
             parallel: true,
             requires_approval: false,
             source: "test".into(),
+            output_schema: None,
         },
         store: Arc::clone(&store),
         wait_ms,

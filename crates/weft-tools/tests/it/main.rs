@@ -6,6 +6,7 @@
 mod builtins;
 mod http;
 mod mcp;
+mod outputs;
 mod sandbox;
 mod secrets;
 mod support;

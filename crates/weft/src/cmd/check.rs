@@ -82,6 +82,11 @@ pub async fn run(a: CheckArgs) -> Result<u8> {
     }
     // What each tool's sandbox lets it do, on stderr (stdout stays the verdict).
     if let Some(spec) = &agent.spec {
+        for tool in untyped_outputs(spec, agent.tools.as_ref()) {
+            eprintln!(
+                "warning: `{tool}` declares no output_schema: a plan's reference to its output may fill any argument, and whether it fits is only known when the step runs (docs/local-model.md, \"Typed references\")"
+            );
+        }
         for (tool, what, none) in weft_tools::sandbox::summaries(spec) {
             if none {
                 eprintln!("warning: `{tool}` runs without a sandbox (`sandbox: none`)");
@@ -154,6 +159,25 @@ async fn agent_problems(path: &Path, metadata: &Value, input: &Value) -> load::C
         c.push(&e.to_string());
     }
     c
+}
+
+/// The tools whose output a plan written by the model in the process can read without knowing
+/// its type: in a plan-mode agent with a `local` model, those that declare no `output_schema`.
+fn untyped_outputs(spec: &AgentSpec, tools: Option<&weft_tools::Registry>) -> Vec<String> {
+    let local = spec.model.as_ref().and_then(weft_model::provider_of) == Some("local");
+    let (true, weft_core::agent::Mode::Plan, Some(tools)) = (local, spec.mode, tools) else {
+        return Vec::new();
+    };
+    use weft_core::ToolCatalog;
+    tools
+        .tool_names()
+        .into_iter()
+        .filter(|t| {
+            tools
+                .tool_info(t)
+                .is_some_and(|i| i.output_schema.is_none())
+        })
+        .collect()
 }
 
 /// An agent-level error's text without the `agent `NAME`: ` it starts with.

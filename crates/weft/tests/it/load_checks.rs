@@ -400,3 +400,34 @@ fn check_names_a_script_with_no_reply_for_the_agents_mode() {
     let out = weft(dir.path(), &["check", "agent.yaml"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+/// A plan-mode agent with a model in the process: `weft check` warns about each tool whose
+/// output has no declared schema (a plan's reference to it is not typed), and only those.
+#[test]
+fn check_warns_about_tools_whose_output_a_local_planner_cannot_type() {
+    let yaml = r#"name: library
+mode: plan
+model: local:smollm2.gguf
+tools:
+  - name: find_book
+    command: [python3, -c, "print('{}')"]
+    output_schema: {type: object, properties: {book_id: {type: integer}}, required: [book_id]}
+  - name: reserve_copy
+    command: [python3, -c, "print('{}')"]
+"#;
+    let dir = agent_dir(yaml);
+    let out = weft(dir.path(), &["check", "agent.yaml"]);
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("warning: `reserve_copy` declares no output_schema"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("`find_book` declares no output_schema"),
+        "{err}"
+    );
+    // The same agent with a model behind a server: the grammar is not there to type anything.
+    let dir = agent_dir(&yaml.replace("local:smollm2.gguf", "scripted:script.yaml"));
+    let err = text(&weft(dir.path(), &["check", "agent.yaml"]).stderr);
+    assert!(!err.contains("declares no output_schema"), "{err}");
+}

@@ -333,3 +333,101 @@ fn needs_local_model_serve_fails_a_run_on_a_cut_file_and_runs_once_it_is_whole()
     );
     eprintln!("failed: {failed}\nthen: {answer}");
 }
+
+/// The library's tools, each declaring what it gives (an `output_schema`): `reserve_copy`
+/// takes integers, which `find_member` and `find_book` give inside objects; each logs its
+/// arguments to `tool.log`.
+const LIBRARY: &str = r#"import json, sys
+tool, args = sys.argv[1], json.load(sys.stdin)
+with open("tool.log", "a") as f:
+    f.write(json.dumps({"tool": tool, "args": args}) + "\n")
+if tool == "find_member":
+    print(json.dumps({"member": {"id": 41, "name": str(args.get("name"))}}))
+elif tool == "find_book":
+    print(json.dumps({"book_id": 7, "title": str(args.get("title"))}))
+else:
+    print(json.dumps({"reserved": True}))
+"#;
+
+/// A plan-mode agent on the model in the process whose steps read each other's outputs
+/// (`member_id: †steps.s1.member.id`), run with three seeds at temperature 0.7: no plan is refused and no call's
+/// arguments are (the issue's `"member_id": "†steps.s1"`, a whole object in an integer, was a
+/// plan that failed as it ran), and at least one `reserve_copy` ran with a member's id read
+/// from a step before it.
+#[test]
+fn needs_local_model_typed_plans_run_without_an_argument_refused() {
+    let file = common::service_var("WEFT_TEST_LOCAL_GGUF");
+    let mut read_by_reference = 0;
+    for seed in [1, 2, 3] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        std::fs::write(dir.join("library.py"), LIBRARY).unwrap();
+        let tool = |name: &str, description: &str, input: &str, output: &str| {
+            format!(
+                "  - name: {name}\n    description: {description}\n    command: [python3, library.py, {name}]\n    sandbox: {{ write: [.] }}\n    input_schema: {input}\n{output}"
+            )
+        };
+        let agent = format!(
+            "name: library\nmode: plan\nmodel: {{ provider: local, file: \"{file}\", max_tokens: 160, temperature: 0.7, seed: {seed} }}\nlimits: {{ max_iterations: 2, max_model_retries: 1 }}\ntools:\n{}{}{}",
+            tool(
+                "find_member",
+                "Finds a library member by name.",
+                "{ type: object, properties: { name: { type: string } }, required: [name] }",
+                "    output_schema: { type: object, properties: { member: { type: object, properties: { id: { type: integer }, name: { type: string } }, required: [id, name] } }, required: [member] }\n",
+            ),
+            tool(
+                "find_book",
+                "Finds a book by its title.",
+                "{ type: object, properties: { title: { type: string } }, required: [title] }",
+                "    output_schema: { type: object, properties: { book_id: { type: integer }, title: { type: string } }, required: [book_id, title] }\n",
+            ),
+            tool(
+                "reserve_copy",
+                "Reserves a copy of a book for a member.",
+                "{ type: object, properties: { member_id: { type: integer }, book_id: { type: integer } }, required: [member_id, book_id] }",
+                "    output_schema: { type: object, properties: { reserved: { type: boolean } }, required: [reserved] }\n",
+            ),
+        );
+        std::fs::write(dir.join("agent.yaml"), agent).unwrap();
+        let out = run(
+            dir,
+            "Find member Bob and the book Emma, then reserve Emma for Bob.",
+        );
+        // `--events` writes them on stderr.
+        let events: Vec<Value> = String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let seen = |t: &'static str| events.iter().filter(move |e| e["type"] == t);
+        assert_eq!(
+            seen("plan_rejected").count(),
+            0,
+            "seed {seed}: a plan was refused: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for failed in seen("tool_call_finished").chain(seen("step_failed")) {
+            assert!(
+                !failed.to_string().contains("invalid_arguments"),
+                "seed {seed}: {failed}"
+            );
+        }
+        let log = std::fs::read_to_string(dir.join("tool.log")).unwrap_or_default();
+        let plans: Vec<&Value> = seen("plan_accepted").map(|e| &e["plan"]).collect();
+        assert!(
+            !plans.is_empty(),
+            "seed {seed}: no plan ran: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!("seed {seed}: plans {plans:?}\ntool log:\n{log}");
+        for line in log.lines() {
+            let call: Value = serde_json::from_str(line).unwrap();
+            if call["tool"] == "reserve_copy" && call["args"]["member_id"] == 41 {
+                read_by_reference += 1;
+            }
+        }
+    }
+    assert!(
+        read_by_reference > 0,
+        "no reserve_copy ran with a member id read from a step before it: the test showed nothing"
+    );
+}

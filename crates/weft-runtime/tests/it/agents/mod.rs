@@ -77,6 +77,7 @@ impl TestTool {
                 parallel: false,
                 requires_approval: false,
                 source: "test".into(),
+                output_schema: None,
             },
             behavior: Arc::new(f),
             delay_ms: 0,

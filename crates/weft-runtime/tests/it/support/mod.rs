@@ -84,6 +84,7 @@ impl Recorder {
                 parallel: false,
                 requires_approval: false,
                 source: "test".into(),
+                output_schema: None,
             },
             sleep: Duration::ZERO,
             log: Arc::clone(log),
