@@ -117,13 +117,31 @@ def append_log(a):
     return {"written": a["line"]}
 
 
+MEMBERS = {"ann": 41, "bob": 42, "cho": 43}
+BOOKS = {"dune": 7, "emma": 8, "the hobbit": 9}
+
+
+def find_member(a):
+    name = a["name"]
+    return {"member": {"id": MEMBERS.get(name.lower(), 40), "name": name}}
+
+
+def find_book(a):
+    title = a["title"]
+    return {"book_id": BOOKS.get(title.lower(), 6), "title": title, "copies": 2}
+
+
+def reserve_copy(a):
+    return {"reservation": f"r-{a['member_id']}-{a['book_id']}", "due_in_days": 14}
+
+
 OPS = {
     "billing": billing_history, "refund": issue_refund, "escalate": escalate,
     "weather": weather, "park": find_park, "movie": find_movie, "present": present,
     "pay": process_payment, "confirm": confirm_order, "report": report_failure,
     "detect": detect_language, "is_english": is_english, "translate": translate,
     "append": append_log, "kb": search_kb, "refund_order": refund_order,
-    "order": lookup_order,
+    "order": lookup_order, "member": find_member, "book": find_book, "reserve": reserve_copy,
 }
 
 if __name__ == "__main__":

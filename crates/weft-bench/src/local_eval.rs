@@ -282,6 +282,10 @@ pub struct Score {
     pub accepted: bool,
     /// Planner: the reply is a `direct_response`, no plan (the engine ends the run with it).
     pub direct: bool,
+    /// Accepted, and every argument it reads by reference from what is typed (the run's input,
+    /// the State, a step of a tool with an `output_schema`) fits its parameter
+    /// (`weft_core::fits`): the plan's calls would not be refused for their arguments.
+    pub arguments_fit: bool,
     /// Accepted, and the task's check holds.
     pub sensible: bool,
     /// What is wrong, when something is (the engine's words where the engine refused it).
@@ -340,8 +344,12 @@ fn score_plan(case: &Case, text: &str, s: &mut Score) {
         match e {
             Event::PlanAccepted { plan } => {
                 s.accepted = true;
+                let misfits = misfits(case, plan);
+                s.arguments_fit = misfits.is_empty();
                 s.sensible = plan_holds(&case.check, plan);
-                if !s.sensible {
+                if !s.arguments_fit {
+                    s.problem = Some(format!("arguments that do not fit: {}", misfits.join("; ")));
+                } else if !s.sensible {
                     s.problem = Some(format!(
                         "not sensible: the plan calls {} (the check wants {})",
                         tools_called(plan),
@@ -371,6 +379,53 @@ fn score_plan(case: &Case, text: &str, s: &mut Score) {
             _ => {}
         }
     }
+}
+
+/// The arguments of `plan` that read by reference something typed (the run's input, the
+/// State, a step of a tool with an `output_schema`) that does not fit their parameter.
+fn misfits(case: &Case, plan: &Plan) -> Vec<String> {
+    use weft_core::fits::{Source, fitting_paths};
+    use weft_core::plan::{REF_MARK, RefRoot, Reference};
+    let info = |name: &str| case.config.tools.iter().find(|t| t.name == name);
+    let any = Value::Object(Map::new());
+    let mut out = Vec::new();
+    for step in &plan.steps {
+        let Some(tool) = step.tool.as_deref().and_then(info) else {
+            continue;
+        };
+        for (k, v) in &step.args {
+            let Some(r) = v
+                .as_str()
+                .and_then(|t| t.strip_prefix(REF_MARK))
+                .and_then(|t| Reference::parse(t).ok())
+            else {
+                continue;
+            };
+            let source = match &r.root {
+                RefRoot::Input => Source::Value(case.state.input()),
+                RefRoot::State => Source::Value(case.state.data()),
+                RefRoot::Step(id) => {
+                    let output = plan
+                        .steps
+                        .iter()
+                        .find(|s| &s.id == id)
+                        .and_then(|s| s.tool.as_deref())
+                        .and_then(info)
+                        .and_then(|t| t.output_schema.as_ref());
+                    match output {
+                        Some(schema) => Source::Schema(schema),
+                        None => continue,
+                    }
+                }
+                RefRoot::Item => continue,
+            };
+            let param = tool.input_schema["properties"].get(k).unwrap_or(&any);
+            if !fitting_paths(source, param).is_some_and(|p| p.contains(&r.path)) {
+                out.push(format!("{}.{k} = {v}", step.id));
+            }
+        }
+    }
+    out
 }
 
 fn tools_called(plan: &Plan) -> String {
@@ -693,6 +748,8 @@ pub struct Summary {
     pub parsed: usize,
     pub schema_valid: usize,
     pub accepted: usize,
+    /// Planner replies accepted whose references into typed sources fit their parameters.
+    pub arguments_fit: usize,
     pub direct: usize,
     pub sensible: usize,
     pub median_s: f64,
@@ -730,6 +787,7 @@ pub fn summarize(records: &[CallRecord]) -> Vec<Summary> {
                 parsed: count(&|s| s.parsed),
                 schema_valid: count(&|s| s.schema_valid),
                 accepted: count(&|s| s.accepted),
+                arguments_fit: count(&|s| s.arguments_fit),
                 direct: count(&|s| s.direct),
                 sensible: count(&|s| s.sensible),
                 median_s: median(&secs),
@@ -756,8 +814,8 @@ fn median(sorted: &[f64]) -> f64 {
 /// The summaries as a Markdown table.
 pub fn table(summaries: &[Summary]) -> String {
     let mut out = String::from(
-        "| replies | backend | calls | parse | schema | accepted by the engine | direct response | sensible | median s/call | mean s/call | mean output tokens |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| replies | backend | calls | parse | schema | accepted by the engine | arguments fit | direct response | sensible | median s/call | mean s/call | mean output tokens |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for s in summaries {
         let pct = |k: usize| {
@@ -773,12 +831,17 @@ pub fn table(summaries: &[Summary]) -> String {
             s.calls.to_string()
         };
         out.push_str(&format!(
-            "| {} | {} | {calls} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.0} |\n",
+            "| {} | {} | {calls} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.0} |\n",
             s.kind.as_str(),
             s.backend.label(),
             pct(s.parsed),
             pct(s.schema_valid),
             pct(s.accepted),
+            if s.kind == Kind::Planner {
+                pct(s.arguments_fit)
+            } else {
+                "-".to_owned()
+            },
             if s.kind == Kind::Planner {
                 pct(s.direct)
             } else {

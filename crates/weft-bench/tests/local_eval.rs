@@ -73,10 +73,27 @@ async fn a_valid_sensible_plan_scores_on_every_count() {
             parsed: true,
             schema_valid: true,
             accepted: true,
+            arguments_fit: true,
             direct: false,
             sensible: true,
             problem: None
         }
+    );
+}
+
+#[tokio::test]
+async fn a_reference_that_does_not_fit_its_parameter_is_counted_apart() {
+    let cases = cases().await;
+    // The engine takes it (the input has the key); the run would refuse `amount`, a number
+    // given the customer's id, a string.
+    let s = local_eval::score(
+        &cases[0],
+        r#"{"plan": [{"_id": "s1", "_tool": "issueRefund", "customerId": "†input.customerId", "amount": "†input.customerId"}]}"#,
+    );
+    assert!(s.accepted && !s.arguments_fit, "{s:?}");
+    assert_eq!(
+        s.problem.as_deref(),
+        Some("arguments that do not fit: s1.amount = \"†input.customerId\"")
     );
 }
 
@@ -219,11 +236,18 @@ async fn summaries_count_what_the_scores_say() {
     assert_eq!(s.len(), 1);
     let s = &s[0];
     assert_eq!(
-        (s.calls, s.parsed, s.schema_valid, s.accepted, s.sensible),
-        (3, 2, 2, 2, 1)
+        (
+            s.calls,
+            s.parsed,
+            s.schema_valid,
+            s.accepted,
+            s.arguments_fit,
+            s.sensible
+        ),
+        (3, 2, 2, 2, 2, 1)
     );
     assert_eq!(s.median_s, 2.0);
     assert_eq!(s.mean_output_tokens, 20.0);
     let table = local_eval::table(std::slice::from_ref(s));
-    assert!(table.contains("| planner | server, schema in the prompt | 3 | 2 (67%) | 2 (67%) | 2 (67%) | 0 (0%) | 1 (33%) | 2.00 |"), "{table}");
+    assert!(table.contains("| planner | server, schema in the prompt | 3 | 2 (67%) | 2 (67%) | 2 (67%) | 2 (67%) | 0 (0%) | 1 (33%) | 2.00 |"), "{table}");
 }

@@ -1077,3 +1077,25 @@ fn a_non_zero_exit_is_tried_again_only_when_the_tool_declares_its_code() {
     assert_eq!(attempts("answers"), 1);
     assert_eq!(attempts("passing"), 3);
 }
+
+/// The library example: each step's output matches its tool's `output_schema`, and the last
+/// step reads two typed fields of the steps before it (`†steps.s1.member.id`,
+/// `†steps.s2.book_id`) into integer parameters.
+#[test]
+fn the_library_plan_reads_typed_outputs_into_integer_arguments() {
+    let out = weft(&[
+        "plan",
+        "run",
+        example("reserve.json").to_str().unwrap(),
+        "--agent",
+        root().join("examples/library.yaml").to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    out.assert_no_panic();
+    assert!(
+        out.stderr
+            .contains(r#"reserve_copy {"member_id":41,"book_id":7}"#),
+        "{}",
+        out.stderr
+    );
+}
