@@ -24,6 +24,10 @@ pub const MAX_OFFERED_DEPTH: usize = 4;
 /// The most paths offered from one source: a wide value offers its first ones.
 pub const MAX_OFFERED_PATHS: usize = 64;
 
+/// The most places looked at in one source (a wide input is not walked whole for every
+/// parameter of every step).
+pub const MAX_LOOKED_AT: usize = 512;
+
 /// What is known of what a reference reads.
 #[derive(Clone, Copy, Debug)]
 pub enum Source<'a> {
@@ -51,58 +55,88 @@ pub fn fitting_paths(source: Source<'_>, param: &Value) -> Option<Vec<Vec<String
         Source::Unknown => return None,
         Source::Value(v) => {
             let validator = jsonschema::validator_for(param).ok();
+            let mut looked = 0;
             walk_value(v, &mut Vec::new(), &mut |path, v| {
+                looked += 1;
                 if validator.as_ref().is_some_and(|val| val.is_valid(v)) {
                     out.push(path.to_vec());
                 }
+                looked < MAX_LOOKED_AT && out.len() < MAX_OFFERED_PATHS
             });
         }
-        Source::Schema(s) => walk_schema(s, &mut Vec::new(), &mut |path, s| {
-            if schema_fits(s, param) {
-                out.push(path.to_vec());
-            }
-        }),
+        Source::Schema(s) => {
+            let mut looked = 0;
+            walk_schema(s, &mut Vec::new(), &mut |path, s| {
+                looked += 1;
+                if schema_fits(s, param) {
+                    out.push(path.to_vec());
+                }
+                looked < MAX_LOOKED_AT && out.len() < MAX_OFFERED_PATHS
+            });
+        }
     }
-    out.truncate(MAX_OFFERED_PATHS);
     Some(out)
 }
 
-fn walk_value(v: &Value, path: &mut Vec<String>, seen: &mut dyn FnMut(&[String], &Value)) {
-    seen(path, v);
+/// Calls `seen` with `v` and each value below it (depth first), until it returns `false`;
+/// returns whether to go on.
+fn walk_value(
+    v: &Value,
+    path: &mut Vec<String>,
+    seen: &mut dyn FnMut(&[String], &Value) -> bool,
+) -> bool {
+    if !seen(path, v) {
+        return false;
+    }
     if path.len() >= MAX_OFFERED_DEPTH {
-        return;
+        return true;
     }
     if let Value::Object(m) = v {
         for (k, child) in m.iter().filter(|(k, _)| plain_segment(k)) {
             path.push(k.clone());
-            walk_value(child, path, seen);
+            let on = walk_value(child, path, seen);
             path.pop();
+            if !on {
+                return false;
+            }
         }
     }
+    true
 }
 
-fn walk_schema(s: &Value, path: &mut Vec<String>, seen: &mut dyn FnMut(&[String], &Value)) {
-    seen(path, s);
+/// [`walk_value`] over a schema: `s` and the schemas of the `required` properties below it.
+fn walk_schema(
+    s: &Value,
+    path: &mut Vec<String>,
+    seen: &mut dyn FnMut(&[String], &Value) -> bool,
+) -> bool {
+    if !seen(path, s) {
+        return false;
+    }
     if path.len() >= MAX_OFFERED_DEPTH {
-        return;
+        return true;
     }
     let (Some(props), Some(required)) = (
         s.get("properties").and_then(Value::as_object),
         s.get("required").and_then(Value::as_array),
     ) else {
-        return;
+        return true;
     };
     // Only an object has properties to read: a schema that also allows other types may give one.
     if types(s).is_none_or(|t| t.iter().any(|t| *t != "object")) {
-        return;
+        return true;
     }
     for k in required.iter().filter_map(Value::as_str) {
         if let Some(child) = props.get(k).filter(|_| plain_segment(k)) {
             path.push(k.to_owned());
-            walk_schema(child, path, seen);
+            let on = walk_schema(child, path, seen);
             path.pop();
+            if !on {
+                return false;
+            }
         }
     }
+    true
 }
 
 /// The JSON types `schema` allows (`integer` apart from `number`); `None` when it does not say
@@ -268,5 +302,16 @@ mod tests {
             ["customer.id"]
         );
         assert!(fitting_paths(Source::Unknown, &int).is_none());
+    }
+
+    #[test]
+    fn a_wide_value_is_looked_at_only_so_far() {
+        let wide: serde_json::Map<String, Value> =
+            (0..10_000).map(|i| (format!("k{i}"), json!(i))).collect();
+        let wide = Value::Object(wide);
+        let paths = fitting_paths(Source::Value(&wide), &json!({"type": "integer"})).unwrap();
+        assert_eq!(paths.len(), MAX_OFFERED_PATHS);
+        let strings = fitting_paths(Source::Value(&wide), &json!({"type": "string"})).unwrap();
+        assert!(strings.is_empty());
     }
 }
