@@ -286,7 +286,7 @@ pub struct Score {
     /// the State, a step of a tool with an `output_schema`) fits its parameter
     /// (`weft_core::fits`): the plan's calls would not be refused for their arguments.
     pub arguments_fit: bool,
-    /// Accepted, and the task's check holds.
+    /// Accepted, the task's check holds, and (a plan) its arguments fit.
     pub sensible: bool,
     /// What is wrong, when something is (the engine's words where the engine refused it).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -346,7 +346,7 @@ fn score_plan(case: &Case, text: &str, s: &mut Score) {
                 s.accepted = true;
                 let misfits = misfits(case, plan);
                 s.arguments_fit = misfits.is_empty();
-                s.sensible = plan_holds(&case.check, plan);
+                s.sensible = s.arguments_fit && plan_holds(&case.check, plan);
                 if !s.arguments_fit {
                     s.problem = Some(format!("arguments that do not fit: {}", misfits.join("; ")));
                 } else if !s.sensible {
