@@ -5248,6 +5248,12 @@ export interface components {
              */
             input_schema: unknown;
             /**
+             * @description JSON Schema of what the tool gives back, when it declares one (a call whose output
+             *     does not match it fails); a planner in the process then offers a reference into the
+             *     output only where it fits the parameter it fills ([`crate::fits`]).
+             */
+            output_schema?: unknown;
+            /**
              * @description Safe to run twice with the same arguments (re-run after a crash).
              * @default false
              */
