@@ -89,6 +89,27 @@ fn tool(name: &str, description: &str, schema: Value) -> ToolInfo {
     .unwrap()
 }
 
+/// Asserts that the engine accepts `plan` (a reply's `plan` list) as it accepts a planner's:
+/// it parses as a plan and `graph::validate` finds no problem with `catalog`'s tools.
+fn assert_engine_accepts(
+    task: &str,
+    reply: &str,
+    plan: &Value,
+    catalog: &std::collections::BTreeMap<String, ToolInfo>,
+) {
+    let plan = weft_core::plan::Plan::from_value(plan)
+        .unwrap_or_else(|e| panic!("task {task:?}: {reply} is no plan: {e:?}"));
+    let problems = weft_core::graph::validate(
+        &plan,
+        catalog,
+        &weft_core::graph::ValidateOptions::default(),
+    );
+    assert!(
+        problems.is_empty(),
+        "task {task:?}: the engine refuses {reply}: {problems:?}"
+    );
+}
+
 #[tokio::test]
 async fn needs_local_model_planner_replies_parse_and_validate_every_time() {
     let file = gguf();
@@ -158,18 +179,7 @@ async fn needs_local_model_planner_replies_parse_and_validate_every_time() {
             reply.content
         );
         if value.get("plan").is_some() {
-            let plan = weft_core::plan::Plan::from_value(&value["plan"])
-                .unwrap_or_else(|e| panic!("task {task:?}: {} is no plan: {e:?}", reply.content));
-            let problems = weft_core::graph::validate(
-                &plan,
-                &catalog,
-                &weft_core::graph::ValidateOptions::default(),
-            );
-            assert!(
-                problems.is_empty(),
-                "task {task:?}: the engine refuses {}: {problems:?}",
-                reply.content
-            );
+            assert_engine_accepts(task, &reply.content, &value["plan"], &catalog);
             plans += 1;
         }
         eprintln!(
@@ -261,18 +271,7 @@ async fn needs_local_model_typed_plans_put_only_fitting_references_into_argument
             continue;
         };
         plans += 1;
-        let plan = weft_core::plan::Plan::from_value(&value["plan"])
-            .unwrap_or_else(|e| panic!("task {task:?}: {} is no plan: {e:?}", reply.content));
-        let problems = weft_core::graph::validate(
-            &plan,
-            &catalog,
-            &weft_core::graph::ValidateOptions::default(),
-        );
-        assert!(
-            problems.is_empty(),
-            "the engine refuses {}: {problems:?}",
-            reply.content
-        );
+        assert_engine_accepts(task, &reply.content, &value["plan"], &catalog);
         let tool_of = |id: &str| {
             steps
                 .iter()
@@ -577,18 +576,7 @@ async fn needs_local_model_gemma_planner_replies_parse_and_validate() {
             reply.content
         );
         if value.get("plan").is_some() {
-            let plan = weft_core::plan::Plan::from_value(&value["plan"])
-                .unwrap_or_else(|e| panic!("task {task:?}: {} is no plan: {e:?}", reply.content));
-            let problems = weft_core::graph::validate(
-                &plan,
-                &catalog,
-                &weft_core::graph::ValidateOptions::default(),
-            );
-            assert!(
-                problems.is_empty(),
-                "task {task:?}: the engine refuses {}: {problems:?}",
-                reply.content
-            );
+            assert_engine_accepts(task, &reply.content, &value["plan"], &catalog);
         }
         eprintln!(
             "{task:?} ({} ms, {} prompt + {} output tokens): {}",
