@@ -360,14 +360,12 @@ impl PlanRun {
                 tool,
                 args,
                 reason,
-                repeats,
                 ..
             } => {
                 if let Some(i) = self.at(step) {
-                    if repeats.is_some() {
-                        // The executor's call was refused as a repeat: it chooses again.
-                        self.steps[i].next_call = None;
-                    }
+                    // The executor's call was refused (a repeat, a person's denial, untrusted
+                    // data in a protected argument): it chooses again, the refusal in its log.
+                    self.steps[i].next_call = None;
                     self.steps[i].failures = self.steps[i].failures.saturating_add(1);
                     self.steps[i].log.push(
                         serde_json::json!({"blocked": {"tool": tool, "args": args, "reason": reason}}),
