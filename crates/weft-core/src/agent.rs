@@ -94,6 +94,13 @@ pub struct AgentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::repeats::schema")]
     pub repeats: Option<Value>,
+    /// Which tools' outputs are trusted (`trusted_tools`; every other tool's output is
+    /// untrusted), which arguments may not take untrusted data (`protect`: tool name to a list
+    /// of arguments, or `all`) and what a call that would put it there meets (`on_untrusted`:
+    /// `refuse`, the default, or `ask`). See [`crate::trust`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::trust::schema")]
+    pub trust: Option<Value>,
 }
 
 /// A skill: named instructions. The planner picks one for a step (`_skill`); only that step's executor gets its instructions.
@@ -359,6 +366,11 @@ impl AgentSpec {
         {
             out.extend(problems.iter().map(|m| Problem::from_message(m)));
         }
+        if let Some(t) = &self.trust
+            && let Err(problems) = crate::trust::Trust::parse(t)
+        {
+            out.extend(problems.iter().map(|m| Problem::from_message(m)));
+        }
     }
 
     /// The mode and what it needs agree: `mode: workflow` comes with a sound `workflow:`, and
@@ -581,6 +593,7 @@ mod tests {
             durability: None,
             budget: None,
             repeats: None,
+            trust: None,
         })
     }
 

@@ -269,6 +269,7 @@ pub(crate) fn call_started(inv: &Invocation) -> Event {
         args: inv.args.clone(),
         attempt: inv.attempt,
         idempotency_key: inv.idempotency_key.clone(),
+        untrusted_from: Vec::new(),
     }
 }
 

@@ -513,6 +513,11 @@ pub enum Event {
         /// The logical call's key, `SESSION:N:DIGEST` (made by `state::call_key`): reused by
         /// the call's retries and by a re-run after a crash.
         idempotency_key: String,
+        /// Where the untrusted data in the call's output comes from (call ids: this call's own
+        /// when the tool's output is untrusted, and those its arguments were read from); empty
+        /// when the output is trusted or the agent has no `trust:` (see [`crate::trust`]).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        untrusted_from: Vec<String>,
     },
     /// A tool call ended.
     ToolCallFinished {

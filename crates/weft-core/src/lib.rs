@@ -44,6 +44,7 @@ pub mod sandbox;
 pub mod snapshot;
 pub mod state;
 pub mod tool;
+pub mod trust;
 pub mod workflow;
 
 #[cfg(test)]

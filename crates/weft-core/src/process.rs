@@ -189,6 +189,7 @@ impl ProcessSpec {
             durability: None,
             budget: None,
             repeats: None,
+            trust: None,
         }
     }
 }

@@ -199,6 +199,7 @@ mod tests {
                     args: json!({}),
                     attempt: 1,
                     idempotency_key: "k".into(),
+                    untrusted_from: Vec::new(),
                 },
             ),
             env(

@@ -215,6 +215,7 @@ mod tests {
             args: json!({"text": "say echo", "echo": ["echo"]}),
             attempt: 1,
             idempotency_key: "s:1:echo".into(),
+            untrusted_from: Vec::new(),
         };
         redact(&mut e, "echo");
         assert_eq!(
@@ -227,6 +228,7 @@ mod tests {
                 args: json!({"text": "say [secret:x]", "[secret:x]": ["[secret:x]"]}),
                 attempt: 1,
                 idempotency_key: "s:1:echo".into(),
+                untrusted_from: Vec::new(),
             }
         );
         let mut e = Event::ToolCallFinished {

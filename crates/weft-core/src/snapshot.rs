@@ -394,6 +394,7 @@ mod tests {
                 attempt: 1,
                 idempotency_key: format!("s:{i}"),
                 item: None,
+                untrusted_from: Vec::new(),
             });
             events.push(Event::ToolCallFinished {
                 call_id: id,
@@ -442,6 +443,7 @@ mod tests {
             attempt: 1,
             idempotency_key: "s:x".into(),
             item: None,
+            untrusted_from: Vec::new(),
         });
         events.push(Event::ToolCallFinished {
             call_id: "x".into(),

@@ -287,6 +287,22 @@ pub async fn check_source(
                     c.problems.push(p.located(&c.text));
                 }
             }
+            // `trust:` names tools of the agent.
+            if let Some(Ok(trust)) = spec.trust.as_ref().map(weft_core::trust::Trust::parse) {
+                let names = weft_core::ToolCatalog::tool_names(&reg);
+                for (at, tool) in trust.named_tools() {
+                    if !names.iter().any(|n| n == tool) {
+                        let p = Problem::new(
+                            at,
+                            format!(
+                                "the agent has no tool `{tool}`; its tools are: {}",
+                                names.join(", ")
+                            ),
+                        );
+                        c.problems.push(p.located(&c.text));
+                    }
+                }
+            }
             c.tools = Some(reg);
         }
         Err(e) => c.push(&e.to_string()),

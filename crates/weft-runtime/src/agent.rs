@@ -75,6 +75,7 @@ impl Agent {
         }
         let workflow = Self::workflow(spec, &tools, metadata, input)?;
         let repeats = Self::repeats(spec, &tools)?;
+        let trust = Self::trust(spec, &tools)?;
         let offered: Vec<weft_core::ToolInfo> = tools
             .infos()
             .filter(|t| {
@@ -107,6 +108,7 @@ impl Agent {
                 budget: spec.budget.clone(),
                 model_costs,
                 repeats,
+                trust,
             },
             model,
             tools,
@@ -133,6 +135,28 @@ impl Agent {
             }
         }
         Ok(rules)
+    }
+
+    /// The agent file's `trust:`, each tool it names one of the agent's.
+    fn trust(
+        spec: &AgentSpec,
+        tools: &Registry,
+    ) -> Result<Option<weft_core::trust::Trust>, RuntimeError> {
+        let config = |m: String| RuntimeError::Config(format!("agent `{}`: {m}", spec.name));
+        let Some(v) = &spec.trust else {
+            return Ok(None);
+        };
+        let trust = weft_core::trust::Trust::parse(v).map_err(|p| config(p.join("; ")))?;
+        for (at, name) in trust.named_tools() {
+            if !tools.infos().any(|t| t.name == name) {
+                let known: Vec<&str> = tools.infos().map(|t| t.name.as_str()).collect();
+                return Err(config(format!(
+                    "{at}: the agent has no tool `{name}`; its tools are: {}",
+                    known.join(", ")
+                )));
+            }
+        }
+        Ok(Some(trust))
     }
 
     /// The agent's instructions rendered for a session's metadata and input; a variable that is

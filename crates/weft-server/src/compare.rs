@@ -817,6 +817,7 @@ mod tests {
                     attempt: 1,
                     idempotency_key: format!("s:{seq}"),
                     item: None,
+                    untrusted_from: Vec::new(),
                 },
             ),
             env(
@@ -898,6 +899,7 @@ mod tests {
                     args: json!({"to": to}),
                     attempt,
                     idempotency_key: format!("s:each:{item}:{attempt}"),
+                    untrusted_from: Vec::new(),
                 },
             ));
         }

@@ -953,6 +953,7 @@ mod tests {
                     attempt: 1,
                     idempotency_key: "s:1:0".into(),
                     item: None,
+                    untrusted_from: Vec::new(),
                 },
             ),
             env(

@@ -44,6 +44,7 @@ fn batch(i: u64, from: u64) -> Vec<Envelope> {
                 args: json!({"q": "x"}),
                 attempt: 1,
                 idempotency_key: format!("s:turn-{i}:1"),
+                untrusted_from: Vec::new(),
             },
         ),
         env(

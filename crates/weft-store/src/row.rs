@@ -321,6 +321,7 @@ mod tests {
                 args: json!({"type": "not the tag", "n": 1.5, "z": null}),
                 attempt: 2,
                 idempotency_key: "k".into(),
+                untrusted_from: Vec::new(),
             },
         ];
         for (k, event) in events.into_iter().enumerate() {

@@ -716,6 +716,7 @@ impl Deriver {
                 args,
                 attempt,
                 idempotency_key,
+                untrusted_from,
             } => {
                 self.ensure_turn(env);
                 let parent = self.call_parent(step.as_deref(), item.is_some());
@@ -732,6 +733,9 @@ impl Deriver {
                 }
                 if let Some(i) = item {
                     a.push(("weft.item", Attr::from(*i as u64)));
+                }
+                if !untrusted_from.is_empty() {
+                    a.push(("weft.untrusted_from", untrusted_from.join(",").into()));
                 }
                 if let Some(w) = &self.wave
                     && step.is_some()

@@ -171,6 +171,7 @@ mod tests {
                 max_output_tokens: Some(10),
             },
             repeats: crate::repeats::Rules::default(),
+            trust: None,
         };
         let state = State::fold(&[
             Event::SessionStarted {
@@ -265,6 +266,7 @@ mod tests {
             args: serde_json::json!({}),
             attempt: 1,
             idempotency_key: "k".into(),
+            untrusted_from: Vec::new(),
         });
         let request = crate::prompts::react(&state, &cfg);
         let next = AgentNext::CallModel {

@@ -152,6 +152,7 @@ mod tests {
             budget: None,
             model_costs: crate::budget::ModelCosts::default(),
             repeats: crate::repeats::Rules::default(),
+            trust: None,
         }
     }
 

@@ -15,6 +15,7 @@
 pub mod budget;
 mod compact;
 mod end;
+mod flows;
 mod memory;
 mod plan;
 mod react;
@@ -74,6 +75,9 @@ pub struct AgentConfig {
     pub model_costs: crate::budget::ModelCosts,
     /// What a repeat of a call of the run that is not idempotent meets (`repeats:`).
     pub repeats: crate::repeats::Rules,
+    /// Which tools' outputs are trusted and which arguments may not take untrusted data
+    /// (`trust:`); `None` when the agent file has none: no labels are recorded then.
+    pub trust: Option<crate::trust::Trust>,
 }
 
 impl AgentConfig {
@@ -221,6 +225,8 @@ pub fn decide(state: &State, cfg: &AgentConfig) -> AgentNext {
         Mode::Plan => PlanLoop::decide(state, cfg),
         Mode::Workflow => WorkflowLoop::decide(state, cfg),
     };
+    // Every tool call's label, and the protected arguments it would fill (`trust:`).
+    let next = flows::guard(state, cfg, next);
     // The one hook before every model call: a conversation over its budget is compacted first.
     let next = match &next {
         AgentNext::CallModel { request, .. } => {
@@ -367,6 +373,7 @@ mod tests {
             budget: None,
             model_costs: crate::budget::ModelCosts::default(),
             repeats: crate::repeats::Rules::default(),
+            trust: None,
         }
     }
 

@@ -157,6 +157,7 @@ pub(crate) fn start(
             args: inv.args.clone(),
             attempt: 1,
             idempotency_key: inv.idempotency_key.clone(),
+            untrusted_from: Vec::new(),
         });
         calls.push(inv);
     }

@@ -255,6 +255,7 @@ fn delegate(state: &State, wf: &WorkflowConfig, name: &str, step: &StepSpec) -> 
         args: inv.args.clone(),
         attempt: 1,
         idempotency_key: inv.idempotency_key.clone(),
+        untrusted_from: Vec::new(),
     };
     AgentNext::Start {
         events: vec![started],

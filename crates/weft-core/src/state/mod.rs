@@ -26,6 +26,7 @@
 mod calls;
 mod ledger;
 mod plan_run;
+mod provenance;
 mod turn;
 mod usage;
 mod workflow_run;
@@ -45,6 +46,7 @@ use crate::path;
 pub use calls::{Calls, OpenCall};
 pub use ledger::{Ledger, Ran};
 pub use plan_run::{Items, PlanRun, StepRun, StepStatus, Waves};
+pub use provenance::{Provenance, Sources};
 pub use turn::Turn;
 pub use usage::{ModelUse, Spending};
 pub use workflow_run::WorkflowRun;
@@ -52,7 +54,7 @@ pub use workflow_run::WorkflowRun;
 /// The version of State's serialised form (and of what `apply` makes of events) that snapshots
 /// are written and read at. Bump it with every change of State's shape (see the module's
 /// documentation); a snapshot of another version is ignored and the log is folded.
-pub const SNAPSHOT_VERSION: u32 = 6;
+pub const SNAPSHOT_VERSION: u32 = 7;
 /// A conversation's compacted part: requests carry `summary` in place of the messages before
 /// `upto` (an index into [`State::history`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +113,9 @@ pub struct State {
     pub(crate) usage: ModelUse,
     /// What the current run and the session spent, and the budget recorded for them.
     pub(crate) spending: Spending,
+    /// Where the session's untrusted data came from (see [`crate::trust`]).
+    #[serde(default, skip_serializing_if = "Provenance::is_empty")]
+    pub(crate) provenance: Provenance,
 }
 
 pub use crate::repeats::call_signature;
@@ -201,6 +206,12 @@ impl State {
     #[must_use]
     pub fn data(&self) -> &Value {
         &self.data
+    }
+
+    /// Where the session's untrusted data came from (see [`crate::trust`]).
+    #[must_use]
+    pub fn provenance(&self) -> &Provenance {
+        &self.provenance
     }
 
     /// The agent's mode; `None` for a bare plan run.
@@ -344,7 +355,19 @@ impl State {
                 self.status = SessionStatus::Running;
                 self.mode = *mode;
             }
-            Event::TurnStarted { task, input } => self.turn_started(task, input),
+            Event::TurnStarted { task, input } => {
+                self.provenance.turn_started(self.mode == Some(Mode::Plan));
+                self.turn_started(task, input);
+            }
+            Event::ToolCallBlocked {
+                step,
+                repeats: Some(earlier),
+                ..
+            } => {
+                // The earlier call's result stands for this one's.
+                self.output_read(earlier, step.as_deref());
+                self.apply_rest(event);
+            }
             Event::WaitingForUser { request } => self.waiting_for_user(request),
             Event::UserReplied { text } => self.user_replied(text),
             Event::ToolCallStarted {
@@ -355,7 +378,9 @@ impl State {
                 args,
                 attempt,
                 idempotency_key,
+                untrusted_from,
             } => {
+                self.provenance.started(call_id, tool, untrusted_from);
                 let call = OpenCall {
                     step: step.clone(),
                     item: *item,
@@ -375,7 +400,10 @@ impl State {
             }
             Event::ToolCallFinished {
                 call_id, outcome, ..
-            } => self.tool_call_finished(call_id, outcome),
+            } => {
+                self.output_read(call_id, None);
+                self.tool_call_finished(call_id, outcome);
+            }
             Event::TextDelta { .. } => {
                 // Never stored: it does not count as a position in the log.
                 self.seq = self.seq.saturating_sub(1);
@@ -384,15 +412,22 @@ impl State {
             | Event::WorkflowOutputAccepted { .. }
             | Event::WorkflowOutputRejected { .. }
             | Event::WorkflowTransition { .. } => self.apply_workflow(event),
-            _ => {
-                self.turn.apply(event);
-                self.usage.apply(event);
-                if let Some(p) = &mut self.plan {
-                    p.apply(event, &mut self.data);
-                }
-                self.apply_loop(event);
+            Event::PlanAccepted { .. } | Event::PlanRevised { .. } => {
+                self.provenance.plan_written();
+                self.apply_rest(event);
             }
+            _ => self.apply_rest(event),
         }
+    }
+
+    /// An event that the turn, the usage, the plan's steps and the loop take their shares of.
+    fn apply_rest(&mut self, event: &Event) {
+        self.turn.apply(event);
+        self.usage.apply(event);
+        if let Some(p) = &mut self.plan {
+            p.apply(event, &mut self.data);
+        }
+        self.apply_loop(event);
     }
 
     /// A new turn: the last one's task and answer go to the memory (and, in plan mode, to the
@@ -488,6 +523,23 @@ impl State {
             });
         }
         self.phase = self.resume_phase;
+    }
+
+    /// The output of call `call_id` reached a model or a step: its label goes where it went.
+    /// `step` is the plan step it served (`None`: the call's own, as started).
+    fn output_read(&mut self, call_id: &str, step: Option<&str>) {
+        let step = step
+            .or_else(|| self.calls.open.get(call_id).and_then(|c| c.step.as_deref()))
+            .filter(|_| self.plan.is_some())
+            .map(str::to_owned);
+        let to_state = step.as_deref().is_some_and(|s| {
+            self.plan
+                .as_ref()
+                .and_then(|p| p.step(s).map(|(i, _)| p.plan.steps[i].output.is_some()))
+                .unwrap_or(false)
+        });
+        self.provenance
+            .output_read(call_id, step.as_deref(), to_state);
     }
 
     fn tool_call_finished(&mut self, call_id: &str, outcome: &ToolOutcome) {

@@ -90,6 +90,7 @@ fn config(setup: &Setup, review_responses: bool) -> AgentConfig {
         budget: None,
         model_costs: Default::default(),
         repeats: Default::default(),
+        trust: None,
     }
 }
 

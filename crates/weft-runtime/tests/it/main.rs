@@ -13,6 +13,7 @@ mod durable_scenarios;
 mod embed;
 mod engine;
 mod fan_out;
+mod flows;
 mod loops;
 mod memories;
 mod model_calls;

@@ -83,6 +83,7 @@ fn every_kind(from: u64) -> Vec<Envelope> {
             args: json!({"q": "rust", "seq": 99, "type": "shadowed?"}),
             attempt: 1,
             idempotency_key: "x:s1:1".into(),
+            untrusted_from: Vec::new(),
         },
         Event::ToolCallFinished {
             call_id: "c1".into(),

@@ -55,6 +55,7 @@ fn iteration(i: u64, from: u64) -> Vec<Envelope> {
                 args: json!({"q": format!("durable agents part {i}")}),
                 attempt: 1,
                 idempotency_key: format!("sess-size:turn-{i}:1"),
+                untrusted_from: Vec::new(),
             },
         ),
         env(

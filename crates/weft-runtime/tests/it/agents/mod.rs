@@ -418,6 +418,7 @@ impl Harness {
         assert_eq!(folded.history(), live.history());
         assert_eq!(folded.turn().waiting(), live.turn().waiting());
         assert_eq!(folded.calls().started, live.calls().started);
+        assert_eq!(folded.provenance(), live.provenance());
         assert_eq!(
             folded.plan().map(|p| p.view()),
             live.plan().map(|p| p.view())
