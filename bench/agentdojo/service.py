@@ -33,6 +33,7 @@ class Run:
             case.injection_ground_truth(),
             case.injection_task.GOAL if case.injection_task is not None else None,
             case.user_task.GROUND_TRUTH_OUTPUT,
+            case.user_task.PROMPT,
         )
 
 
@@ -105,7 +106,7 @@ class Service:
                 raise ValueError("`messages` must be a list")
             with run.lock:
                 run.model_requests += 1
-                reply = run.script.next_reply(messages)
+                reply = run.script.reply(messages)
             return 200, compromised_model.completion(str(body["model"]), reply)
         parts = path.strip("/").split("/")
         if len(parts) == 4 and parts[0] == "runs" and parts[2] == "tools":
