@@ -22,6 +22,7 @@ use serde_json::Value;
 
 use crate::model::value_text;
 use crate::repeats::Policy;
+use crate::tool::ToolInfo;
 
 /// The arguments of one tool that may not take untrusted data.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -185,18 +186,48 @@ impl Trust {
         self.protect.get(tool)
     }
 
-    /// Every tool name `trust:` mentions, with the field that mentions it.
-    pub fn named_tools(&self) -> Vec<(String, &str)> {
-        let mut out: Vec<(String, &str)> = self
-            .trusted_tools
-            .iter()
-            .map(|t| ("trust.trusted_tools".to_owned(), t.as_str()))
-            .collect();
-        out.extend(
-            self.protect
-                .keys()
-                .map(|t| (format!("trust.protect.{t}"), t.as_str())),
-        );
+    /// What `trust:` names that the agent's `tools` lack: a tool, or an argument its input
+    /// schema does not list (a misspelt argument would protect nothing). Each as (field, what
+    /// is wrong).
+    pub fn problems(&self, tools: &[&ToolInfo]) -> Vec<(String, String)> {
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        let unknown = |at: String, tool: &str| {
+            (
+                at,
+                format!(
+                    "the agent has no tool `{tool}`; its tools are: {}",
+                    names.join(", ")
+                ),
+            )
+        };
+        let mut out = Vec::new();
+        for t in &self.trusted_tools {
+            if !names.contains(&t.as_str()) {
+                out.push(unknown("trust.trusted_tools".to_owned(), t));
+            }
+        }
+        for (tool, protected) in &self.protect {
+            let at = format!("trust.protect.{tool}");
+            let Some(info) = tools.iter().find(|t| &t.name == tool) else {
+                out.push(unknown(at, tool));
+                continue;
+            };
+            let (Protected::Args(args), Some(Value::Object(props))) =
+                (protected, info.input_schema.get("properties"))
+            else {
+                continue;
+            };
+            for a in args.iter().filter(|a| !props.contains_key(*a)) {
+                let known: Vec<&str> = props.keys().map(String::as_str).collect();
+                out.push((
+                    at.clone(),
+                    format!(
+                        "`{tool}` has no argument `{a}`; its arguments are: {}",
+                        known.join(", ")
+                    ),
+                ));
+            }
+        }
         out
     }
 }
@@ -249,5 +280,31 @@ mod tests {
             "{e:?}"
         );
         assert!(Trust::parse(&json!("on")).unwrap_err()[0].starts_with("trust: must be"));
+    }
+
+    #[test]
+    fn problems_name_unknown_tools_and_misspelt_arguments() {
+        let send: ToolInfo = serde_json::from_value(json!({"name": "send_money",
+            "input_schema": {"type": "object", "properties": {"recipient": {}, "amount": {}}}}))
+        .unwrap();
+        let t = Trust::parse(&json!({
+            "trusted_tools": ["get_balanse"],
+            "protect": {"send_money": ["recipent", "amount"], "wire": "all"}
+        }))
+        .unwrap();
+        let p = t.problems(&[&send]);
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert_eq!(p[0].0, "trust.trusted_tools");
+        assert!(
+            p[0].1
+                .contains("no tool `get_balanse`; its tools are: send_money")
+        );
+        assert_eq!(p[1].0, "trust.protect.send_money");
+        assert!(
+            p[1].1
+                .contains("no argument `recipent`; its arguments are: recipient, amount"),
+            "{p:?}"
+        );
+        assert_eq!(p[2].0, "trust.protect.wire");
     }
 }

@@ -289,18 +289,9 @@ pub async fn check_source(
             }
             // `trust:` names tools of the agent.
             if let Some(Ok(trust)) = spec.trust.as_ref().map(weft_core::trust::Trust::parse) {
-                let names = weft_core::ToolCatalog::tool_names(&reg);
-                for (at, tool) in trust.named_tools() {
-                    if !names.iter().any(|n| n == tool) {
-                        let p = Problem::new(
-                            at,
-                            format!(
-                                "the agent has no tool `{tool}`; its tools are: {}",
-                                names.join(", ")
-                            ),
-                        );
-                        c.problems.push(p.located(&c.text));
-                    }
+                let infos: Vec<&weft_core::ToolInfo> = reg.infos().collect();
+                for (at, why) in trust.problems(&infos) {
+                    c.problems.push(Problem::new(at, why).located(&c.text));
                 }
             }
             c.tools = Some(reg);

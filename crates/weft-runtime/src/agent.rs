@@ -147,14 +147,9 @@ impl Agent {
             return Ok(None);
         };
         let trust = weft_core::trust::Trust::parse(v).map_err(|p| config(p.join("; ")))?;
-        for (at, name) in trust.named_tools() {
-            if !tools.infos().any(|t| t.name == name) {
-                let known: Vec<&str> = tools.infos().map(|t| t.name.as_str()).collect();
-                return Err(config(format!(
-                    "{at}: the agent has no tool `{name}`; its tools are: {}",
-                    known.join(", ")
-                )));
-            }
+        let infos: Vec<&weft_core::ToolInfo> = tools.infos().collect();
+        if let Some((at, why)) = trust.problems(&infos).into_iter().next() {
+            return Err(config(format!("{at}: {why}")));
         }
         Ok(Some(trust))
     }

@@ -431,3 +431,35 @@ tools:
     let err = text(&weft(dir.path(), &["check", "agent.yaml"]).stderr);
     assert!(!err.contains("declares no output_schema"), "{err}");
 }
+
+#[test]
+fn trust_naming_a_missing_tool_or_a_misspelt_argument_is_refused_with_its_field() {
+    let yaml = format!(
+        r#"{HEAD}trust:
+  trusted_tools: [get_balanse]
+  protect:
+    send_money: [recipent]
+tools:
+  - name: send_money
+    command: [python3, -c, "print('{{}}')"]
+    input_schema: {{type: object, properties: {{recipient: {{type: string}}, amount: {{type: number}}}}}}
+"#
+    );
+    refused(
+        &yaml,
+        &[
+            "trust.trusted_tools",
+            "no tool `get_balanse`",
+            "trust.protect.send_money",
+            "no argument `recipent`; its arguments are: recipient, amount",
+        ],
+    );
+    let dir = agent_dir(&yaml);
+    let out = weft(dir.path(), &["check", "agent.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("no argument `recipent`"),
+        "{}",
+        text(&out.stderr)
+    );
+}
