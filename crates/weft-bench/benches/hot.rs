@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Micro-benchmarks of weft's hot paths: folding an event into the state, validating a plan,
-//! encoding an event, and appending a batch to SQLite.
+//! encoding an event, appending a batch to SQLite, and deciding a plan's wave with and without
+//! `trust:` (the labels' cost).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -123,5 +124,91 @@ fn hot(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, hot);
+/// The state of a plan-mode session about to start its second wave (100 steps that read step
+/// `s0`'s untrusted output), and the agent, with `trust:` or without.
+fn plan_wave(
+    rt: &tokio::runtime::Runtime,
+    trust: bool,
+) -> (State, weft_core::agent_loop::AgentConfig) {
+    use std::collections::HashMap;
+    use weft_core::agent::AgentSpec;
+    use weft_model::{Purpose, ScriptedModel};
+    let mut steps = vec![serde_json::json!({"_id": "s0", "_tool": "echo", "text": "†input.text"})];
+    steps.extend((1..=100).map(
+        |i| serde_json::json!({"_id": format!("s{i}"), "_tool": "echo", "text": "†steps.s0.text"}),
+    ));
+    let mut review = ScriptedReply::json(serde_json::json!({"decision": "CONTINUE"}));
+    review.repeat = Some(10);
+    let replies = HashMap::from([
+        (
+            Purpose::Plan,
+            vec![ScriptedReply::json(serde_json::json!({"plan": steps}))],
+        ),
+        (Purpose::Review, vec![review]),
+        (Purpose::Respond, vec![ScriptedReply::text("done")]),
+    ]);
+    // `text` is read from an untrusted output and not protected: the guard labels every
+    // argument and finds nothing to refuse, as in a run that goes through.
+    let yaml = format!(
+        "name: bench\nmode: plan\nreview_responses: false\nlimits: {{ max_parallel: 100 }}\n{}",
+        if trust {
+            "trust: { protect: { echo: [other] } }\n"
+        } else {
+            ""
+        }
+    );
+    let spec = AgentSpec::parse("bench.yaml", &yaml).unwrap();
+    let tools = echo_tools().unwrap();
+    let model = Arc::new(ScriptedModel::keyed("bench", replies));
+    let agent =
+        weft_runtime::Agent::new(&spec, Arc::clone(&tools), model, &Value::Null, &Value::Null)
+            .unwrap();
+    let log = rt.block_on(async {
+        let store = Arc::new(RamStore::new());
+        let weft = runtime(Arc::clone(&store), tools, Limits::default(), None);
+        let s = weft
+            .run_agent(
+                &agent,
+                SessionInfo::default(),
+                "go",
+                serde_json::json!({"text": "hi"}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(s.state.status(), SessionStatus::Completed);
+        store.load(&s.id).await.unwrap().1
+    });
+    let second = log
+        .iter()
+        .filter(|e| matches!(e.event, weft_core::Event::WaveStarted { .. }))
+        .nth(1)
+        .unwrap()
+        .seq;
+    let mut state = State::new();
+    for e in log.iter().take_while(|e| e.seq < second) {
+        state.apply(&e.event);
+    }
+    (state, agent.config)
+}
+
+fn labels(c: &mut Criterion) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for (name, trust) in [
+        ("decide_plan_wave_100_steps_without_trust", false),
+        ("decide_plan_wave_100_steps_with_trust", true),
+    ] {
+        let (state, cfg) = plan_wave(&rt, trust);
+        let weft_core::agent_loop::AgentNext::Start { calls, .. } =
+            weft_core::agent_loop::decide(&state, &cfg)
+        else {
+            panic!("the second wave starts");
+        };
+        assert_eq!(calls.len(), 100);
+        c.bench_function(name, |b| {
+            b.iter(|| weft_core::agent_loop::decide(black_box(&state), &cfg));
+        });
+    }
+}
+
+criterion_group!(benches, hot, labels);
 criterion_main!(benches);
