@@ -183,7 +183,9 @@ class PlanMode:
     @staticmethod
     def report(body: str, label: str) -> list[dict[str, Any]]:
         """The plan report a request carries after `label` (one JSON line)."""
-        for line in body.splitlines():
+        # `split`, not `splitlines`: a tool's text may hold U+2028 and the like, which the JSON
+        # line keeps as they are.
+        for line in body.split("\n"):
             if line.startswith(label):
                 try:
                     v = json.loads(line[len(label):])
