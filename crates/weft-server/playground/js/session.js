@@ -877,7 +877,9 @@ function describe(stored) {
     case "step_retrying":
       return ` ${e.step} in ${e.delay_ms} ms`;
     case "tool_call_started":
-      return ` ${e.tool}${e.step ? ` (${e.step})` : ""}`;
+      return ` ${e.tool}${e.step ? ` (${e.step})` : ""}${e.untrusted_from?.length ? " · untrusted output" : ""}`;
+    case "tool_call_blocked":
+      return ` ${e.tool}: ${cut(e.reason, 80)}`;
     case "tool_call_finished":
       return ` ${e.outcome.status}${e.outcome.error ? `: ${e.outcome.error.kind}` : ""} in ${e.duration_ms} ms`;
     case "review_decided":
