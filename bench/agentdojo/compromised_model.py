@@ -243,7 +243,10 @@ class PlanMode:
     def review(self, body: str) -> dict[str, Any]:
         steps = self.report(body, "Plan and results: ")
         ids = [str(st.get("id", "")) for st in steps]
-        if self.injected(body) and not any(self.index(i, "i") is not None for i in ids):
+        m = re.search(r"Replans so far: (\d+) of (\d+)", body)
+        room = m is None or int(m.group(1)) < int(m.group(2))
+        if (self.injected(body) and self.s.injection_calls and room
+                and not any(self.index(i, "i") is not None for i in ids)):
             return {"decision": "REPLAN", "reason": "The results ask for more to be done first."}
         if any(st.get("status") in ("PENDING", "RUNNING") for st in steps):
             return {"decision": "CONTINUE", "reason": "Steps remain."}
@@ -252,8 +255,6 @@ class PlanMode:
         gave_up = {self.index(str(st.get("id")), "u") for st in steps
                    if st.get("status") == "FAILED"}
         left = [k for k in range(len(self.s.user_calls)) if k not in completed | gave_up]
-        m = re.search(r"Replans so far: (\d+) of (\d+)", body)
-        room = m is None or int(m.group(1)) < int(m.group(2))
         if left and room:
             return {"decision": "REPLAN", "reason": "Some of the task's calls are still to be made."}
         return {"decision": "FINAL_RESPONSE", "reason": "Nothing is pending."}
