@@ -36,8 +36,13 @@ pub(super) fn guard(state: &State, cfg: &AgentConfig, next: AgentNext) -> AgentN
         return next;
     };
     let mut stopped = Vec::new();
+    let mut labels: std::collections::HashMap<&str, Vec<String>> = std::collections::HashMap::new();
     for c in &calls {
         let args = arg_sources(state, c);
+        let label = output_label(trust, c, &args);
+        if !label.is_empty() {
+            labels.insert(c.call_id.as_str(), label.to_vec());
+        }
         let Some(breach) = breach(trust, c, &args) else {
             continue;
         };
@@ -65,9 +70,9 @@ pub(super) fn guard(state: &State, cfg: &AgentConfig, next: AgentNext) -> AgentN
             untrusted_from,
             ..
         } = e
-            && let Some(c) = calls.iter().find(|c| &c.call_id == call_id)
+            && let Some(label) = labels.remove(call_id.as_str())
         {
-            *untrusted_from = output_label(state, trust, c).to_vec();
+            *untrusted_from = label;
         }
     }
     AgentNext::Start { events, calls }
@@ -154,8 +159,8 @@ fn literal_step(state: &State, step: &str) -> bool {
 }
 
 /// The label of call `c`'s output: its arguments' and, unless its tool is trusted, its own.
-fn output_label(state: &State, trust: &Trust, c: &Invocation) -> Sources {
-    let mut label = arg_sources(state, c).all();
+fn output_label(trust: &Trust, c: &Invocation, args: &ArgSources) -> Sources {
+    let mut label = args.all();
     if !trust.trusts(&c.tool) {
         label.add(&c.call_id);
     }

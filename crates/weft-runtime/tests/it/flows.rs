@@ -211,6 +211,10 @@ async fn ask_waits_durably_and_labels_survive_a_new_process() {
     second.reply(&mut s, "approve").await;
     assert_eq!(s.state.status(), SessionStatus::Completed);
     assert_eq!(second.calls.count("send_money"), 1);
+    // The approved call ran with the inbox's data: its output carries that label and its own.
+    let l = labels(&second, &s.id).await;
+    let (_, _, sent) = l.iter().find(|(t, _, _)| t == "send_money").unwrap();
+    assert_eq!(sent.len(), 2, "{l:?}");
 }
 
 fn plan_harness(yaml_tail: &str, plans: Vec<Value>, reviews: Vec<Value>) -> Harness {
