@@ -58,7 +58,15 @@ pub(super) fn guard(state: &State, cfg: &AgentConfig, next: AgentNext) -> AgentN
                 return AgentNext::Record(vec![Event::WaitingForUser { request }]);
             }
             (Policy::Ask, Some(answer)) if is_yes(answer) => {}
-            _ => stopped.extend(refused(state, c, &breach)),
+            _ => {
+                // A fan-out's items share their step: it fails once.
+                let fails_step = c.step.as_deref().is_some_and(|s| {
+                    !stopped
+                        .iter()
+                        .any(|e| matches!(e, Event::StepFailed { step, .. } if step == s))
+                });
+                stopped.extend(refused(state, c, &breach, fails_step));
+            }
         }
     }
     if !stopped.is_empty() {
@@ -122,8 +130,9 @@ fn breach(trust: &Trust, c: &Invocation, args: &ArgSources) -> Option<Breach> {
 }
 
 /// What a refused call records: its refusal (the model, or the step's executor, reads the
-/// reason), and for a plan step's literal call or a fan-out's item, the step's failure.
-fn refused(state: &State, c: &Invocation, breach: &Breach) -> Vec<Event> {
+/// reason), and for a plan step's literal call or a fan-out's item, the step's failure (unless
+/// `fails_step` is false: an earlier item's refusal failed it).
+fn refused(state: &State, c: &Invocation, breach: &Breach, fails_step: bool) -> Vec<Event> {
     let reason = format!(
         "untrusted data may not reach {} of `{}` (the agent file's `trust.protect`); the call was not made",
         breach.what(state),
@@ -139,6 +148,7 @@ fn refused(state: &State, c: &Invocation, breach: &Breach) -> Vec<Event> {
         repeats: None,
     }];
     if let Some(step) = &c.step
+        && fails_step
         && literal_step(state, step)
     {
         v.push(Event::StepFailed {
