@@ -46,7 +46,7 @@ use crate::path;
 pub use calls::{Calls, OpenCall};
 pub use ledger::{Ledger, Ran};
 pub use plan_run::{Items, PlanRun, StepRun, StepStatus, Waves};
-pub use provenance::{Provenance, Sources};
+pub use provenance::{MAX_SOURCES, Provenance, Sources};
 pub use turn::Turn;
 pub use usage::{ModelUse, Spending};
 pub use workflow_run::WorkflowRun;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 /// At most this many sources are kept in one label; a label that reached it stays untrusted
 /// (only the list of where from is cut).
-pub(crate) const MAX_SOURCES: usize = 32;
+pub const MAX_SOURCES: usize = 32;
 
 /// The calls (by id) that untrusted data came from; empty when the data is trusted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
