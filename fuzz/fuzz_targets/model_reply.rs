@@ -40,6 +40,7 @@ fn config(mode: Mode) -> AgentConfig {
         budget: None,
         model_costs: weft_core::budget::ModelCosts::default(),
         repeats: weft_core::repeats::Rules::default(),
+        trust: None,
     }
 }
 

@@ -38,6 +38,7 @@ fn rest() -> Vec<Event> {
             attempt: 1,
             idempotency_key: "s:1:0".into(),
             item: Some(0),
+            untrusted_from: vec![],
         },
         Event::ToolCallFinished {
             call_id: "f1".into(),
