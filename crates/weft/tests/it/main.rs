@@ -37,5 +37,6 @@ mod support;
 mod telemetry;
 mod tools_cli;
 mod unsynced_writes;
+mod untrusted;
 mod workers;
 mod workflow_cli;
