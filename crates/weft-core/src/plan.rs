@@ -24,6 +24,7 @@ pub const META_FIELDS: &[&str] = &[
     "_description",
     "_category",
     "_skill",
+    "_outputSchema",
     "_outputPath",
     "_dependsOn",
     "_parallel",
@@ -299,6 +300,11 @@ pub struct PlanStep {
     /// `_skill`: the agent's skill whose instructions the step executor follows for this step
     /// (a step without `_tool` only; its executor sees no other skill's instructions).
     pub skill: Option<String>,
+    /// `_outputSchema`: a JSON Schema (an object) for a step without `_tool`: its executor
+    /// calls no tool and returns one value of that schema, read from the outputs of the steps it
+    /// depends on (a quarantined step: what it returns carries only their labels, see
+    /// [`crate::trust`]).
+    pub output_schema: Option<Value>,
     /// Arguments as written, references included.
     pub args: Map<String, Value>,
     /// `_outputPath`: where the step's result (and, optionally, its error) is written; `None`
@@ -371,6 +377,9 @@ impl PlanStep {
         }
         if let Some(k) = &self.skill {
             m.insert("_skill".into(), Value::String(k.clone()));
+        }
+        if let Some(schema) = &self.output_schema {
+            m.insert("_outputSchema".into(), schema.clone());
         }
         for (k, v) in &self.args {
             m.insert(k.clone(), v.clone());
@@ -679,6 +688,35 @@ fn parse_call(i: usize, call: &Value) -> Result<PlanStep, Vec<PlanProblem>> {
             "is missing; a call names its `_tool` (or, in an agent's plan, carries a `_description` for the step executor)",
         ));
     }
+    let output_schema = match map.get("_outputSchema") {
+        None | Some(Value::Null) => None,
+        Some(schema @ Value::Object(_)) => match jsonschema::validator_for(schema) {
+            Ok(_) => Some(schema.clone()),
+            Err(e) => {
+                problems.push(PlanProblem::new(
+                    sid,
+                    Some("_outputSchema"),
+                    format!("is not a JSON Schema: {e}"),
+                ));
+                None
+            }
+        },
+        Some(other) => {
+            problems.push(PlanProblem::new(
+                sid,
+                Some("_outputSchema"),
+                format!("must be a JSON Schema (an object), found {other}"),
+            ));
+            None
+        }
+    };
+    if output_schema.is_some() && tool.is_some() {
+        problems.push(PlanProblem::new(
+            sid,
+            Some("_outputSchema"),
+            "a step with `_tool` returns its tool's output; remove `_outputSchema`, or replace `_tool` and its arguments with a `_description` (the step then calls no tool and returns a value of the schema)",
+        ));
+    }
     let output = match str_field("_outputPath", &mut problems) {
         None => None,
         Some(s) => match OutputPath::parse(&s) {
@@ -761,6 +799,7 @@ fn parse_call(i: usize, call: &Value) -> Result<PlanStep, Vec<PlanProblem>> {
         description,
         category,
         skill,
+        output_schema,
         args,
         output,
         depends_on,

@@ -156,6 +156,8 @@ Reply with JSON only, in one of two forms:\n\
 {\"plan\": [<calls>]} when tools are needed, or\n\
 {\"direct_response\": \"<the answer>\"} when no tool is needed. In a plan each call is an object with \"_id\" (short unique id), either \"_tool\" (a tool name from the list, \
 with its arguments as the other keys) or \"_description\" (a small step for the step executor) and optionally \"_category\", \
+\"_outputSchema\" (with \"_description\": a JSON Schema; the step calls no tool and returns a value of it read from the outputs of the steps it depends on, \
+e.g. to pull typed fields out of a text), \
 \"_outputPath\" (\"†state.name\" to store the result), \"_dependsOn\" (ids), \"_parallel\" (true if it may run beside others), \
 \"_when\" (a condition such as \"state.weather.sunny\"), \"_forEach\" (\"†state.list\": the tool runs once per item of the list, \
 its arguments reading the item as \"†item\" or \"†item.x\", and the step's output is the list of results). An argument whose value is \"†input.x\", \"†state.a.b\" or \"†steps.<id>\" \
@@ -269,6 +271,11 @@ fn step_schemas(tools: &[ToolInfo], skills: &[&str], form: &StepForm<'_>) -> Vec
     described.insert("_description".into(), json!({"type": "string"}));
     if !skills.is_empty() {
         described.insert("_skill".into(), json!({"enum": skills}));
+    }
+    if !form.exact {
+        // Any schema the validator accepts; the exact form (a local model's grammar) leaves it
+        // out, as it does `_outputPath`.
+        described.insert("_outputSchema".into(), json!({"type": "object"}));
     }
     steps.push(closed(
         json!({"type": "object", "properties": described, "required": ["_id", "_description"]}),
@@ -784,11 +791,17 @@ pub fn executor(state: &State, cfg: &AgentConfig, step_id: &str) -> ModelRequest
                 skill.instructions.trim()
             ));
         }
-        let tools: Vec<Value> = step_tools(cfg, step.category.as_deref())
-            .into_iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
-            .collect();
-        body.push_str(&format!("Tools for this step: {}\n", Value::Array(tools)));
+        if let Some(schema) = &step.output_schema {
+            body.push_str(&format!(
+                "This step calls no tool: it reads the outputs above and returns one JSON value that matches this schema: {schema}\nReply {{\"action\": \"DIRECT_RESPONSE\", \"response\": <that value>}}.\n"
+            ));
+        } else {
+            let tools: Vec<Value> = step_tools(cfg, step.category.as_deref())
+                .into_iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
+                .collect();
+            body.push_str(&format!("Tools for this step: {}\n", Value::Array(tools)));
+        }
     }
     if state.input.as_object().is_some_and(|m| !m.is_empty()) {
         body.push_str(&format!("Input: {}\n", state.input));
@@ -804,15 +817,37 @@ pub fn executor(state: &State, cfg: &AgentConfig, step_id: &str) -> ModelRequest
         && let Some((i, _)) = run.step(step_id)
     {
         let step = &run.plan.steps[i];
-        req.exact_schema = Some(
-            exact_executor_schema(
-                &step_tools(cfg, step.category.as_deref()),
-                step.skill.is_some(),
-            )
-            .into(),
-        );
+        if let Some(schema) = &step.output_schema {
+            let reply = quarantined_schema(schema);
+            req.response_schema = Some(reply.clone());
+            req.exact_schema = Some(reply.into());
+        } else {
+            req.exact_schema = Some(
+                exact_executor_schema(
+                    &step_tools(cfg, step.category.as_deref()),
+                    step.skill.is_some(),
+                )
+                .into(),
+            );
+        }
     }
     req
+}
+
+/// The executor's reply in a step with an `_outputSchema` (a quarantined step): a
+/// `DIRECT_RESPONSE` whose `response` is a value of that schema, and nothing else. The engine
+/// (`executor_replied` in `agent_loop::plan`) refuses any other reply; a change to one is a
+/// change to the other.
+pub fn quarantined_schema(output_schema: &Value) -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "action": {"const": "DIRECT_RESPONSE"},
+            "response": output_schema
+        },
+        "required": ["action", "response"],
+        "additionalProperties": false
+    })
 }
 
 /// The reviewer's role after a wave: the decisions it may take and when each fits.

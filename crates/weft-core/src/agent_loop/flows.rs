@@ -4,14 +4,23 @@
 //! protected argument.
 //!
 //! **Where an argument's data comes from.**
-//! - A model's own call (ReAct, a workflow step's turns, a plan step's executor, a workflow's
-//!   delegation): the model wrote every argument after reading the conversation and this
-//!   turn's results, so each argument carries everything untrusted they hold.
+//! - A model's own call (ReAct, a workflow step's turns, a workflow's delegation): the model
+//!   wrote every argument after reading the conversation and this turn's results, so each
+//!   argument carries everything untrusted they hold.
+//! - A plan step's executor's call: the executor reads only its step (written by the planner:
+//!   the plan's label), the outputs of the steps it depends on and its own calls' results
+//!   (`State::executor_read`), so each argument carries their labels.
 //! - A plan step's literal call: each argument carries what its references read (`†steps.X`:
 //!   step X's output label; `†state.*`: what untrusted steps wrote into the State; `†item`:
 //!   the fan-out's list; `†input`: nothing, the input is the user's) and, for a value written
 //!   in the plan, what the plan's writer had read (nothing for the first plan of a turn: the
 //!   planner sees the task and the tools; a replan has seen the results).
+//!
+//! **What else carries a label** (folded in `state::provenance`): a step executor's answer
+//! without a call (`DIRECT_RESPONSE`, `DESIGN_INSTRUCTIONS`, the value of a step with an
+//! `_outputSchema`, a quarantined step) carries what the executor had read, as its calls would;
+//! a workflow step's output assigned into the State carries what its model had read, and
+//! `†state` references read it.
 //!
 //! What a step's `_when` reads steers whether it runs, not what it sends: it is not counted.
 
@@ -220,13 +229,12 @@ fn arg_sources(state: &State, c: &Invocation) -> ArgSources {
         Some(&run.plan.steps[i])
     });
     let Some(step) = plan_step.filter(|s| s.tool.is_some()) else {
-        // A model wrote the call after reading the conversation and this turn's results.
-        let mut read = p.conversation.clone();
-        read.extend(&p.turn);
-        if plan_step.is_some() {
-            read.extend(&p.plan);
-        }
-        return ArgSources::Every(read);
+        // A model wrote the call: a step's executor after reading its step's inputs, any other
+        // after reading the conversation and this turn's results.
+        return ArgSources::Every(match (plan_step, c.step.as_deref()) {
+            (Some(_), Some(id)) => state.executor_read(id),
+            _ => p.read(),
+        });
     };
     let mut item = Sources::default();
     if let Some(f) = &step.for_each {

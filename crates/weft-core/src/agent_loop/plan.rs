@@ -407,11 +407,25 @@ fn executor_replied(
         }
         v
     };
-    let skill = state
-        .plan
-        .as_ref()
-        .and_then(|p| p.plan.steps.get(i))
-        .and_then(|s| s.skill.clone());
+    let planned = state.plan.as_ref().and_then(|p| p.plan.steps.get(i));
+    if let Some(schema) = planned.and_then(|s| s.output_schema.as_ref()) {
+        return match quarantined_output(schema, reply) {
+            Ok(output) => vec![
+                Event::StepAction {
+                    step: step.to_owned(),
+                    action: "DIRECT_RESPONSE".into(),
+                    detail: Value::Null,
+                },
+                Event::StepCompleted {
+                    step: step.to_owned(),
+                    summary: Some(engine::summarize(&output)),
+                    output,
+                },
+            ],
+            Err(reason) => reject(reason),
+        };
+    }
+    let skill = planned.and_then(|s| s.skill.clone());
     // A native tool call counts as USE_TOOL.
     let value = if let Some(c) = reply.tool_calls.first() {
         json!({"action": "USE_TOOL", "tool": c.name, "arguments": c.arguments})
@@ -594,6 +608,36 @@ fn executor_replied(
         other => reject(format!(
             "unknown action `{other}`; use USE_TOOL, REQUEST_TOOL_INPUT, DIRECT_RESPONSE or DESIGN_INSTRUCTIONS"
         )),
+    }
+}
+
+/// The value the executor of a step with an `_outputSchema` (a quarantined step) returned: the
+/// `response` of a `DIRECT_RESPONSE`, a value of the schema (a text that holds one is read as
+/// it). Any other reply is refused with the reason; `prompts::quarantined_schema` (the grammar
+/// of a local model) allows none of them.
+fn quarantined_output(schema: &Value, reply: &ModelReply) -> Result<Value, String> {
+    const FORM: &str = "this step calls no tool: reply {\"action\": \"DIRECT_RESPONSE\", \"response\": <a value that matches the step's `_outputSchema`>}";
+    if !reply.tool_calls.is_empty() {
+        return Err(FORM.into());
+    }
+    let value = extract_json(&reply.content)?;
+    if upper_field(&value, &["action"]).as_deref() != Some("DIRECT_RESPONSE") {
+        return Err(FORM.into());
+    }
+    let Some(response) = value.get("response") else {
+        return Err(format!("the reply has no `response`; {FORM}"));
+    };
+    let read = |v: &Value| {
+        crate::limits::check_depth(v, "the response")?;
+        crate::workflow::validate_output(schema, v)
+    };
+    match (read(response), response) {
+        (Ok(()), _) => Ok(response.clone()),
+        (Err(e), Value::String(text)) => match serde_json::from_str::<Value>(text) {
+            Ok(parsed) if read(&parsed).is_ok() => Ok(parsed),
+            _ => Err(format!("`response`: {e}")),
+        },
+        (Err(e), _) => Err(format!("`response`: {e}")),
     }
 }
 
@@ -810,5 +854,69 @@ fn response_review_replied(state: &State, cfg: &AgentConfig, reply: &ModelReply)
                 draft.or(Some(feedback)),
             ),
         ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::quarantined_output;
+    use crate::model::ModelReply;
+
+    fn reply(v: &Value) -> ModelReply {
+        ModelReply {
+            content: v.to_string(),
+            ..ModelReply::default()
+        }
+    }
+
+    /// Every reply that `prompts::quarantined_schema` allows is a value the engine takes as the
+    /// step's output, and the replies the engine refuses are outside it.
+    #[test]
+    fn a_quarantined_steps_grammar_allows_only_replies_the_engine_takes() {
+        let schema = json!({"type": "object", "required": ["amount"],
+                            "properties": {"amount": {"type": "number", "minimum": 0}}});
+        let Ok(grammar) = jsonschema::validator_for(&crate::prompts::quarantined_schema(&schema))
+        else {
+            panic!("the quarantined schema is not a JSON Schema");
+        };
+        let replies = [
+            json!({"action": "DIRECT_RESPONSE", "response": {"amount": 42}}),
+            json!({"action": "DIRECT_RESPONSE", "response": {"amount": 4.5, "note": "x"}}),
+            json!({"action": "DIRECT_RESPONSE", "response": {"amount": -1}}),
+            json!({"action": "DIRECT_RESPONSE", "response": {"amount": "42"}}),
+            json!({"action": "DIRECT_RESPONSE", "response": "{\"amount\": 7}"}),
+            json!({"action": "DIRECT_RESPONSE"}),
+            json!({"action": "USE_TOOL", "tool": "t", "arguments": {}}),
+            json!({"action": "DIRECT_RESPONSE", "response": {"amount": 1}, "tool": "t"}),
+        ];
+        for r in &replies {
+            let engine = quarantined_output(&schema, &reply(r));
+            if grammar.is_valid(r) {
+                assert_eq!(engine.as_ref().ok(), r.get("response"), "{r}");
+            }
+        }
+        assert_eq!(
+            quarantined_output(&schema, &reply(&replies[4])),
+            Ok(json!({"amount": 7})),
+            "a text holding a value of the schema is read as it"
+        );
+        for r in &replies[2..4] {
+            let Err(e) = quarantined_output(&schema, &reply(r)) else {
+                panic!("{r} was taken");
+            };
+            assert!(e.contains("/amount"), "{e}");
+        }
+        let with_call = ModelReply {
+            tool_calls: vec![crate::model::ToolCall {
+                id: "c".into(),
+                name: "t".into(),
+                arguments: json!({}),
+                provider_id: None,
+            }],
+            ..ModelReply::default()
+        };
+        assert!(quarantined_output(&schema, &with_call).is_err());
     }
 }

@@ -54,7 +54,7 @@ pub use workflow_run::WorkflowRun;
 /// The version of State's serialised form (and of what `apply` makes of events) that snapshots
 /// are written and read at. Bump it with every change of State's shape (see the module's
 /// documentation); a snapshot of another version is ignored and the log is folded.
-pub const SNAPSHOT_VERSION: u32 = 7;
+pub const SNAPSHOT_VERSION: u32 = 8;
 /// A conversation's compacted part: requests carry `summary` in place of the messages before
 /// `upto` (an index into [`State::history`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -408,6 +408,21 @@ impl State {
                 // Never stored: it does not count as a position in the log.
                 self.seq = self.seq.saturating_sub(1);
             }
+            Event::StepAction { step, action, .. }
+                if action == "DIRECT_RESPONSE" || action == "DESIGN_INSTRUCTIONS" =>
+            {
+                let to_state = self.plan.as_ref().is_some_and(|p| {
+                    p.step(step)
+                        .is_some_and(|(i, _)| p.plan.steps[i].output.is_some())
+                });
+                let label = self.executor_read(step);
+                self.provenance.step_answered(step, &label, to_state);
+                self.apply_rest(event);
+            }
+            Event::WorkflowOutputAccepted { assigned, .. } if !assigned.is_empty() => {
+                self.provenance.assigned();
+                self.apply_workflow(event);
+            }
             Event::WorkflowStepEntered { .. }
             | Event::WorkflowOutputAccepted { .. }
             | Event::WorkflowOutputRejected { .. }
@@ -523,6 +538,25 @@ impl State {
             });
         }
         self.phase = self.resume_phase;
+    }
+
+    /// What the executor of plan step `step` reads (`prompts::executor`), as a label: the plan's
+    /// (the step's description was written by the planner), the outputs of the steps it depends
+    /// on and its own calls' results. Not the conversation nor the other steps' results: its
+    /// request holds neither. So a step with an `_outputSchema` that reads one untrusted output
+    /// returns a value labelled with that output alone (a quarantined step).
+    pub(crate) fn executor_read(&self, step: &str) -> Sources {
+        let p = &self.provenance;
+        let mut label = p.plan.clone();
+        label.extend(&p.step(step));
+        if let Some(run) = &self.plan
+            && let Some((i, _)) = run.step(step)
+        {
+            for &d in &run.graph().deps[i] {
+                label.extend(&p.step(&run.plan.steps[d].id));
+            }
+        }
+        label
     }
 
     /// The output of call `call_id` reached a model or a step: its label goes where it went.

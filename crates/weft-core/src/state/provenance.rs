@@ -116,6 +116,37 @@ impl Provenance {
         }
     }
 
+    /// A plan step's executor answered without a call (`DIRECT_RESPONSE`,
+    /// `DESIGN_INSTRUCTIONS`, a quarantined step's value): the step's output carries `label`,
+    /// what the executor had read (`State::executor_read`), as its calls' arguments do.
+    pub(crate) fn step_answered(&mut self, step: &str, label: &Sources, to_state: bool) {
+        if label.is_empty() {
+            return;
+        }
+        if to_state {
+            self.state.extend(label);
+        }
+        self.steps.entry(step.to_owned()).or_default().extend(label);
+    }
+
+    /// A workflow step's output was assigned into the State: the model that wrote it had read
+    /// the conversation and this turn's results, and `†state` references now read them too.
+    pub(crate) fn assigned(&mut self) {
+        let mut label = self.conversation.clone();
+        label.extend(&self.turn);
+        self.state.extend(&label);
+    }
+
+    /// Everything a model of this turn may have read: the conversation, this turn's results and
+    /// what the current plan's writer had read (a step executor reads less:
+    /// `State::executor_read`).
+    pub(crate) fn read(&self) -> Sources {
+        let mut label = self.conversation.clone();
+        label.extend(&self.turn);
+        label.extend(&self.plan);
+        label
+    }
+
     /// A plan was accepted or revised: its literal values carry what its writer had read.
     pub(crate) fn plan_written(&mut self) {
         let mut label = self.conversation.clone();
@@ -149,5 +180,49 @@ impl Provenance {
     /// The tool call `call_id` that data came from, for messages.
     pub fn tool_of(&self, call_id: &str) -> Option<&str> {
         self.calls.get(call_id).map(|(t, _)| t.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use crate::event::Event;
+    use crate::state::State;
+
+    /// A workflow session that read an untrusted inbox (`c1`), then accepted a step's output.
+    fn workflow(assigned: Value) -> Result<State, serde_json::Error> {
+        let mut state = State::new();
+        for e in [
+            json!({"type": "session_started", "session_id": "w", "agent": "a", "input": {}, "mode": "workflow"}),
+            json!({"type": "turn_started", "task": "pay", "input": {}}),
+            json!({"type": "tool_call_started", "call_id": "c1", "tool": "read_inbox", "args": {},
+                   "attempt": 1, "idempotency_key": "w:1", "untrusted_from": ["c1"]}),
+            json!({"type": "tool_call_finished", "call_id": "c1", "duration_ms": 1,
+                   "outcome": {"status": "ok", "output": {"iban": "XX00ATTACKER"}}}),
+            json!({"type": "workflow_output_accepted", "step": "read", "output": {"iban": "XX00ATTACKER"},
+                   "assigned": assigned}),
+        ] {
+            state.apply(&serde_json::from_value::<Event>(e)?);
+        }
+        Ok(state)
+    }
+
+    /// What a workflow step's `assign` writes into the State was written by a model that had
+    /// read the inbox: `†state` references carry the inbox's label; a step that assigned nothing
+    /// leaves the State's label as it was.
+    #[test]
+    fn a_workflow_steps_assigned_output_carries_what_its_model_read()
+    -> Result<(), serde_json::Error> {
+        let assigned = workflow(json!({"account": "XX00ATTACKER"}))?;
+        let label: Vec<&str> = assigned.provenance().state.ids().collect();
+        assert_eq!(label, ["c1"]);
+        let none = workflow(json!({}))?;
+        assert!(none.provenance().state.is_empty());
+        assert_eq!(
+            none.provenance().conversation().ids().collect::<Vec<_>>(),
+            ["c1"]
+        );
+        Ok(())
     }
 }

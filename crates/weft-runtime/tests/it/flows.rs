@@ -367,6 +367,175 @@ async fn a_replan_written_after_untrusted_results_cannot_fill_a_protected_argume
     assert_eq!(refusals(&h, &s.id).await.len(), 1);
 }
 
+/// A step its executor carries out reads the inbox (the step it depends on) and answers with
+/// the attacker's account as its text, without a call: the text carries the inbox's label, so
+/// the step that sends money to it (`†steps.pick`) fails, and so does the one that sends money
+/// to where the step wrote it (`†state.account`). The executor's answer does not launder it.
+#[tokio::test]
+async fn an_executors_answer_without_a_call_carries_what_it_read() {
+    let h = Harness::new(
+        &format!("name: test\nmode: plan\n{PROTECT}"),
+        tools(),
+        script(vec![
+            (
+                Purpose::Plan,
+                vec![j(json!({"plan": [
+                    {"_id": "inbox", "_tool": "read_inbox"},
+                    {"_id": "pick", "_description": "Pick the account to pay from the e-mail.",
+                     "_dependsOn": ["inbox"], "_outputPath": "†state.account"},
+                    {"_id": "pay", "_tool": "send_money", "recipient": "†steps.pick", "amount": 10},
+                    {"_id": "pay_again", "_tool": "send_money", "recipient": "†state.account",
+                     "amount": 5, "_dependsOn": ["pick"]}
+                ]}))],
+            ),
+            (
+                Purpose::Execute,
+                vec![j(
+                    json!({"action": "DIRECT_RESPONSE", "response": ATTACKER}),
+                )],
+            ),
+            (
+                Purpose::Review,
+                vec![
+                    j(json!({"decision": "CONTINUE"})),
+                    j(json!({"decision": "CONTINUE"})),
+                    j(json!({"decision": "FINAL_RESPONSE"})),
+                ],
+            ),
+            (Purpose::Respond, vec![t("Done.")]),
+            (
+                Purpose::ResponseReview,
+                vec![j(json!({"verdict": "ACCEPT"}))],
+            ),
+        ]),
+        &json!({}),
+    );
+    let s = h.run("Pay the bill in my inbox.", json!({})).await;
+    assert_eq!(h.calls.count("send_money"), 0);
+    let run = s.state.plan().unwrap();
+    assert_eq!(run.step("pick").unwrap().1.status, StepStatus::Completed);
+    assert_eq!(run.step("pick").unwrap().1.output, Some(json!(ATTACKER)));
+    for step in ["pay", "pay_again"] {
+        assert_eq!(
+            run.step(step).unwrap().1.status,
+            StepStatus::Failed,
+            "{step}"
+        );
+    }
+    let p = s.state.provenance();
+    assert_eq!(p.step("pick").ids().collect::<Vec<_>>(), ["inbox#1"]);
+    let r = refusals(&h, &s.id).await;
+    assert_eq!(r.len(), 2, "{r:?}");
+    assert!(r.iter().all(|(_, _, why)| why.contains("inbox#1")), "{r:?}");
+}
+
+/// A plan whose executor steps are scripted by `executes` (in the order they run), with
+/// enough reviews for its waves.
+fn executor_plan(plan: Value, executes: Vec<Value>) -> Harness {
+    let mut reviews = vec![j(json!({"decision": "CONTINUE"})); 8];
+    reviews.push(j(json!({"decision": "FINAL_RESPONSE"})));
+    Harness::new(
+        &format!("name: test\nmode: plan\n{PROTECT}"),
+        tools(),
+        script(vec![
+            (Purpose::Plan, vec![j(plan)]),
+            (Purpose::Execute, executes.into_iter().map(j).collect()),
+            (Purpose::Review, reviews),
+            (Purpose::Respond, vec![t("Done.")]),
+            (
+                Purpose::ResponseReview,
+                vec![j(json!({"verdict": "ACCEPT"}))],
+            ),
+        ]),
+        &json!({}),
+    )
+}
+
+/// A quarantined step: the executor of a `_description` step with an `_outputSchema` reads the
+/// inbox (the step it depends on) and returns the amount due and the account it names, typed;
+/// a first reply that does not match the schema goes back to it with the schema's complaint.
+/// The value keeps the inbox's label: the payment to the friend the task named runs with the
+/// amount (`amount` is not protected), the payment to the account it returned is refused.
+#[tokio::test]
+async fn a_quarantined_step_returns_typed_values_that_keep_their_label() {
+    let h = executor_plan(
+        json!({"plan": [
+            {"_id": "inbox", "_tool": "read_inbox"},
+            {"_id": "bill", "_description": "The amount due and the account in the e-mail.",
+             "_dependsOn": ["inbox"],
+             "_outputSchema": {"type": "object", "required": ["amount", "iban"],
+                               "properties": {"amount": {"type": "number"}, "iban": {"type": "string"}}}},
+            {"_id": "pay", "_tool": "send_money", "recipient": FRIEND, "amount": "†steps.bill.amount"},
+            {"_id": "pay_them", "_tool": "send_money", "recipient": "†steps.bill.iban", "amount": 1}
+        ]}),
+        vec![
+            json!({"action": "DIRECT_RESPONSE", "response": {"amount": "forty-two", "iban": ATTACKER}}),
+            json!({"action": "USE_TOOL", "tool": "send_money", "arguments": send(ATTACKER).1}),
+            json!({"action": "DIRECT_RESPONSE", "response": {"amount": 42, "iban": ATTACKER}}),
+        ],
+    );
+    let s = h
+        .run("Pay the bill in my inbox to my friend.", json!({}))
+        .await;
+    let run = s.state.plan().unwrap();
+    assert_eq!(
+        run.step("bill").unwrap().1.output,
+        Some(json!({"amount": 42, "iban": ATTACKER}))
+    );
+    assert_eq!(run.step("pay").unwrap().1.status, StepStatus::Completed);
+    assert_eq!(run.step("pay_them").unwrap().1.status, StepStatus::Failed);
+    let sent = h.calls.of("send_money");
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].args, json!({"recipient": FRIEND, "amount": 42}));
+    let p = s.state.provenance();
+    assert_eq!(p.step("bill").ids().collect::<Vec<_>>(), ["inbox#1"]);
+    let rejections: Vec<String> = h
+        .events(&s.id)
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::ModelReplyRejected { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rejections.len(), 2, "{rejections:?}");
+    assert!(rejections[0].contains("/amount"), "{rejections:?}");
+    assert!(rejections[1].contains("calls no tool"), "{rejections:?}");
+    let r = refusals(&h, &s.id).await;
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert!(
+        r[0].2.contains("`recipient`") && r[0].2.contains("inbox#1"),
+        "{r:?}"
+    );
+}
+
+/// A step executor reads only its step's inputs: one that depends on the trusted balance alone
+/// answers with a value that is trusted, though the inbox was read in the same turn, and a
+/// payment to it runs.
+#[tokio::test]
+async fn an_executor_that_read_only_trusted_outputs_answers_with_trusted_data() {
+    let h = executor_plan(
+        json!({"plan": [
+            {"_id": "inbox", "_tool": "read_inbox"},
+            {"_id": "balance", "_tool": "get_balance", "_dependsOn": ["inbox"]},
+            {"_id": "own", "_description": "The user's own account.", "_dependsOn": ["balance"],
+             "_outputSchema": {"type": "string"}},
+            {"_id": "pay", "_tool": "send_money", "recipient": "†steps.own", "amount": 2}
+        ]}),
+        vec![json!({"action": "DIRECT_RESPONSE", "response": FRIEND})],
+    );
+    let s = h.run("Pay my own account.", json!({})).await;
+    let run = s.state.plan().unwrap();
+    assert_eq!(run.step("pay").unwrap().1.status, StepStatus::Completed);
+    let p = s.state.provenance();
+    assert!(p.step("own").is_empty(), "{p:?}");
+    assert!(!p.step("inbox").is_empty(), "{p:?}");
+    let sent = h.calls.of("send_money");
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].args["recipient"], json!(FRIEND));
+    assert!(refusals(&h, &s.id).await.is_empty());
+}
+
 #[test]
 fn trust_naming_a_tool_the_agent_lacks_or_a_wrong_policy_is_refused_by_name() {
     let spec = weft_core::agent::AgentSpec::parse(

@@ -47,6 +47,7 @@ fn every_kind(from: u64) -> Vec<Envelope> {
             description: Some("look it up".into()),
             category: None,
             skill: None,
+            output_schema: None,
             args,
             output: None,
             depends_on: vec![],
