@@ -220,11 +220,17 @@ class PlanMode:
                 steps.append({"_id": f"u{k}{suffix}",
                               "_description": f"Make the call {name} that the task needs."})
         # Each list's calls in their order; the injection's and the user's apart, since neither
-        # reads what the other gives (a plan is a data-flow graph).
+        # reads what the other gives (a plan is a data-flow graph). A step for the executor
+        # depends on every earlier step of its list: its call's values (the ground truth's) may
+        # come from any of their outputs, and an executor reads only the outputs of the steps it
+        # depends on (weft labels its call with those).
         for prefix in ("i", "u"):
             mine = [st for st in steps if st["_id"].startswith(prefix)]
-            for a, b in zip(mine, mine[1:]):
-                b["_dependsOn"] = [a["_id"]]
+            for k, b in enumerate(mine[1:], start=1):
+                if "_description" in b:
+                    b["_dependsOn"] = [a["_id"] for a in mine[:k]]
+                else:
+                    b["_dependsOn"] = [mine[k - 1]["_id"]]
         return steps
 
     def execute(self, body: str) -> dict[str, Any]:
