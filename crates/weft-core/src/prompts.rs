@@ -156,7 +156,7 @@ Reply with JSON only, in one of two forms:\n\
 {\"plan\": [<calls>]} when tools are needed, or\n\
 {\"direct_response\": \"<the answer>\"} when no tool is needed. In a plan each call is an object with \"_id\" (short unique id), either \"_tool\" (a tool name from the list, \
 with its arguments as the other keys) or \"_description\" (a small step for the step executor) and optionally \"_category\", \
-\"_outputSchema\" (with \"_description\": a JSON Schema; the step calls no tool and returns a value of it read from the outputs of the steps it depends on, \
+\"_outputSchema\" (with \"_description\": the schema of the one value the step returns; it calls no tool and reads only the outputs of the steps it depends on, \
 e.g. to pull typed fields out of a text), \
 \"_outputPath\" (\"†state.name\" to store the result), \"_dependsOn\" (ids), \"_parallel\" (true if it may run beside others), \
 \"_when\" (a condition such as \"state.weather.sunny\"), \"_forEach\" (\"†state.list\": the tool runs once per item of the list, \

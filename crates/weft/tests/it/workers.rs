@@ -859,8 +859,9 @@ fn sqlite_a_frozen_worker_loses_its_sessions_and_says_so() {
         assert!(began.elapsed() < Duration::from_secs(60), "no call began");
         std::thread::sleep(Duration::from_millis(20));
     }
-    signal(&a, "-STOP");
-    // It waits, idle, for up to six seconds for the leases to run out (two seconds here).
+    // The other worker starts before the freeze (so a slow start on a loaded machine does not
+    // outlast it) and waits, idle, for up to six seconds for the leases to run out (two seconds
+    // here).
     let mut b = worker(
         d,
         db,
@@ -869,6 +870,11 @@ fn sqlite_a_frozen_worker_loses_its_sessions_and_says_so() {
         &["--exit-when-idle", "6"],
         &d.join("b.log"),
     );
+    // Frozen while it writes, the worker would hold the file's write lock and no one could take
+    // its sessions over until it thawed (docs/workers.md); its calls take two seconds, so a
+    // moment later it only waits for them.
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&a, "-STOP");
     // The frozen worker's leases (2 s) run out and the other takes the sessions over.
     std::thread::sleep(Duration::from_secs(5));
     signal(&a, "-CONT");
