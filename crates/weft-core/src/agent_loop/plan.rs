@@ -410,18 +410,7 @@ fn executor_replied(
     let planned = state.plan.as_ref().and_then(|p| p.plan.steps.get(i));
     if let Some(schema) = planned.and_then(|s| s.output_schema.as_ref()) {
         return match quarantined_output(schema, reply) {
-            Ok(output) => vec![
-                Event::StepAction {
-                    step: step.to_owned(),
-                    action: "DIRECT_RESPONSE".into(),
-                    detail: Value::Null,
-                },
-                Event::StepCompleted {
-                    step: step.to_owned(),
-                    summary: Some(engine::summarize(&output)),
-                    output,
-                },
-            ],
+            Ok(output) => direct_response(step, output),
             Err(reason) => reject(reason),
         };
     }
@@ -570,18 +559,7 @@ fn executor_replied(
             let Some(text) = str_field(&value, &["response", "text", "result"]) else {
                 return reject("DIRECT_RESPONSE needs a `response` string".into());
             };
-            vec![
-                Event::StepAction {
-                    step: step.to_owned(),
-                    action: "DIRECT_RESPONSE".into(),
-                    detail: Value::Null,
-                },
-                Event::StepCompleted {
-                    step: step.to_owned(),
-                    output: Value::String(text.to_owned()),
-                    summary: Some(engine::summarize(&Value::String(text.to_owned()))),
-                },
-            ]
+            direct_response(step, Value::String(text.to_owned()))
         }
         "DESIGN_INSTRUCTIONS" => {
             // Local instructions drawn from the step's selected skill, for the steps that
@@ -609,6 +587,22 @@ fn executor_replied(
             "unknown action `{other}`; use USE_TOOL, REQUEST_TOOL_INPUT, DIRECT_RESPONSE or DESIGN_INSTRUCTIONS"
         )),
     }
+}
+
+/// The executor answered step `step` without a call: `output` is the step's.
+fn direct_response(step: &str, output: Value) -> Vec<Event> {
+    vec![
+        Event::StepAction {
+            step: step.to_owned(),
+            action: "DIRECT_RESPONSE".into(),
+            detail: Value::Null,
+        },
+        Event::StepCompleted {
+            step: step.to_owned(),
+            summary: Some(engine::summarize(&output)),
+            output,
+        },
+    ]
 }
 
 /// The value the executor of a step with an `_outputSchema` (a quarantined step) returned: the

@@ -7,7 +7,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::serve::{
-    ALICE, SeamStep, drive_seam, free_port, logs, now_ms, serve_command, stop, tally_agent,
+    ALICE, SeamStep, drive_seam, free_port, logs, now_ms, output_within, serve_command, stop,
+    tally_agent,
 };
 use crate::support as common;
 
@@ -559,7 +560,7 @@ async def main():
 
 asyncio.run(main())
 "#;
-        let mut client = Command::new(&python)
+        let client = Command::new(&python)
             .args(["-c", script])
             .args(ports.map(|p| format!("http://127.0.0.1:{p}")))
             .arg(ALICE)
@@ -571,15 +572,7 @@ asyncio.run(main())
             .spawn()
             .unwrap();
         // Bounded by time: the client's own waits add up to well under this.
-        let out = {
-            let began = Instant::now();
-            while client.try_wait().unwrap().is_none() && began.elapsed() < Duration::from_secs(150)
-            {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = client.kill();
-            client.wait_with_output().unwrap()
-        };
+        let out = output_within(client, Duration::from_secs(150));
         let _ = Command::new("kill")
             .args(["-CONT", &a.id().to_string()])
             .status();

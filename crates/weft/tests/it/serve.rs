@@ -250,6 +250,16 @@ pub(crate) fn sdk_script(script: &str, d: &Path, port: u16, args: &[&str]) -> Ou
         .unwrap()
 }
 
+/// The output of a client process once it ended, or once `limit` passed (it is then killed).
+pub(crate) fn output_within(mut client: Child, limit: Duration) -> Output {
+    let began = Instant::now();
+    while client.try_wait().unwrap().is_none() && began.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = client.kill();
+    client.wait_with_output().unwrap()
+}
+
 /// What a client script (`what`) printed, once it succeeded; else the test fails with what it
 /// printed and the last lines of the servers' `logs` in `d`.
 pub(crate) fn succeeded(what: &str, out: &Output, d: &Path, logs_of: &[&str]) -> String {
@@ -1088,7 +1098,7 @@ async def main():
     print(f"ok: moved to a worker, epochs {epochs}", flush=True)
 asyncio.run(main())
 "#;
-    let mut client = Command::new(&python)
+    let client = Command::new(&python)
         .args(["-c", script])
         .args(ports.map(|p| format!("http://127.0.0.1:{p}")))
         .arg(ALICE)
@@ -1101,14 +1111,7 @@ asyncio.run(main())
     a.kill().unwrap();
     a.wait().unwrap();
     std::fs::write(d.join("killed"), "").unwrap();
-    let out = {
-        let began = Instant::now();
-        while client.try_wait().unwrap().is_none() && began.elapsed() < Duration::from_secs(90) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = client.kill();
-        client.wait_with_output().unwrap()
-    };
+    let out = output_within(client, Duration::from_secs(90));
     stop(&mut b);
     stop(&mut w);
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::serve::{ALICE, free_port, logs, replica, stop};
+use crate::serve::{ALICE, free_port, logs, output_within, replica, stop};
 
 /// Writes the `payer` agent (`payer.yaml`, `payer.script.yaml`) into `d`: `read_inbox`
 /// (untrusted: no tool is trusted) returns an e-mail asking for all the money to go to
@@ -214,7 +214,7 @@ async def main():
     print(f"ok: continued by B, epochs {epochs}", flush=True)
 asyncio.run(main())
 "#;
-    let mut client = Command::new(&python)
+    let client = Command::new(&python)
         .args(["-c", script])
         .args(ports.map(|p| format!("http://127.0.0.1:{p}")))
         .arg(ALICE)
@@ -228,14 +228,7 @@ asyncio.run(main())
     a.kill().unwrap(); // SIGKILL, while the model thinks before obeying the inbox
     a.wait().unwrap();
     std::fs::write(d.join("killed"), "").unwrap();
-    let out = {
-        let began = Instant::now();
-        while client.try_wait().unwrap().is_none() && began.elapsed() < Duration::from_secs(90) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = client.kill();
-        client.wait_with_output().unwrap()
-    };
+    let out = output_within(client, Duration::from_secs(90));
     stop(&mut b);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
