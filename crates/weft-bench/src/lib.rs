@@ -2,6 +2,8 @@
 //! (`react N`, `concurrent M K`, `growth T`) plus weft's own (`plan N`, `resume E`), and each
 //! returns its figures so the binary can repeat it and print medians.
 
+#[cfg(feature = "local-model")]
+pub mod bfcl;
 pub mod local_eval;
 pub mod pg_capacity;
 pub mod retrieval;

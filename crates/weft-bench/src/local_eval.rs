@@ -524,6 +524,8 @@ impl Backend {
 #[derive(Clone, Debug)]
 pub struct Generated {
     pub text: String,
+    /// The reply's tool calls, as the provider read them (the server's: none, its text only).
+    pub tool_calls: Vec<weft_core::model::ToolCall>,
     pub input_tokens: u64,
     pub output_tokens: u64,
 }
@@ -533,6 +535,7 @@ pub struct Local {
     file: PathBuf,
     temperature: f64,
     max_tokens: u32,
+    tool_choice: &'static str,
     models: Vec<(u64, SharedModel)>,
 }
 
@@ -542,7 +545,16 @@ impl Local {
             file,
             temperature,
             max_tokens,
+            tool_choice: "auto",
             models: Vec::new(),
+        }
+    }
+
+    /// The same, with the provider's `tool_choice` (`auto`, `required`, `none`).
+    pub fn with_tool_choice(self, tool_choice: &'static str) -> Self {
+        Self {
+            tool_choice,
+            ..self
         }
     }
 
@@ -557,6 +569,7 @@ impl Local {
                     "temperature": self.temperature,
                     "seed": seed,
                     "max_tokens": self.max_tokens,
+                    "tool_choice": self.tool_choice,
                 });
                 let m = weft_model::from_spec(&spec, Path::new(".")).map_err(|e| e.to_string())?;
                 self.models.push((seed, m.clone()));
@@ -569,6 +582,7 @@ impl Local {
             .map_err(|e| e.to_string())?;
         Ok(Generated {
             text: reply.content,
+            tool_calls: reply.tool_calls,
             input_tokens: reply.usage.input_tokens,
             output_tokens: reply.usage.output_tokens,
         })
@@ -656,6 +670,7 @@ impl Server {
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned(),
+            tool_calls: Vec::new(),
             input_tokens: n("/usage/prompt_tokens"),
             output_tokens: n("/usage/completion_tokens"),
         })

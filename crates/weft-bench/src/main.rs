@@ -86,6 +86,12 @@ enum Workload {
     /// OpenAI-compatible server in each form of structured output. Prints a Markdown table;
     /// `--out` writes every call as JSON.
     LocalEval(LocalEvalArgs),
+    /// BFCL's questions (`bench/bfcl/prepare.py`) asked of a GGUF model as a ReAct agent's
+    /// first model call: in the process with the tools' grammar, and through llama.cpp's
+    /// server with the same prompt and no grammar. Writes every call as a JSON line for
+    /// `bench/bfcl/score.py`; prints the well-formed calls per backend (needs
+    /// `--features local-model`).
+    Bfcl(BfclArgs),
     /// What one PostgreSQL carries of weft's own statements through the real store: appends,
     /// lease renewals and claims per second with C callers, then W simulated workers' claim
     /// and renewal traffic; with PostgreSQL's CPU (from /proc) and what its backends wait on
@@ -225,6 +231,28 @@ struct LocalEvalArgs {
     out: Option<std::path::PathBuf>,
 }
 
+#[derive(clap::Args, Debug)]
+struct BfclArgs {
+    /// The questions (JSON lines, from `bench/bfcl/prepare.py`).
+    #[arg(long)]
+    questions: std::path::PathBuf,
+    /// The backends, comma-separated: local, local_required (in the process), server.
+    #[arg(long, default_value = "local,server", value_delimiter = ',')]
+    backends: Vec<String>,
+    /// The GGUF file (the in-process model's, and the one the server was started with).
+    #[arg(long)]
+    gguf: std::path::PathBuf,
+    /// llama.cpp's server's base URL (e.g. `http://127.0.0.1:8089/v1`), for `server`.
+    #[arg(long)]
+    server_url: Option<String>,
+    /// The most output tokens of a reply.
+    #[arg(long, default_value_t = 160)]
+    max_tokens: u32,
+    /// Where to append every call as a JSON line.
+    #[arg(long)]
+    out: std::path::PathBuf,
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let durability = cli.durability;
@@ -242,6 +270,9 @@ fn main() -> Result<()> {
         .context("cannot start the async runtime")?;
     if let Workload::LocalEval(args) = cli.workload {
         return rt.block_on(local_eval(args));
+    }
+    if let Workload::Bfcl(args) = cli.workload {
+        return rt.block_on(bfcl(args));
     }
     if let Workload::ServeFloor { addr, answer } = cli.workload {
         return rt.block_on(serve_floor(&addr, answer));
@@ -287,6 +318,65 @@ async fn run(cli: Cli) -> Result<()> {
             c.exported, c.dropped, c.failed
         );
     }
+    Ok(())
+}
+
+#[cfg(not(feature = "local-model"))]
+async fn bfcl(_: BfclArgs) -> Result<()> {
+    anyhow::bail!(
+        "bfcl: this weft-bench was built without the in-process model; build it with \
+         `cargo build --release -p weft-bench --features local-model`"
+    )
+}
+
+#[cfg(feature = "local-model")]
+async fn bfcl(a: BfclArgs) -> Result<()> {
+    use std::io::Write;
+    use weft_bench::bfcl::{self, Backend};
+    let mut backends = Vec::new();
+    for b in &a.backends {
+        backends.push(Backend::parse(b.trim()).with_context(|| {
+            format!("--backends: unknown backend `{b}`; give local, local_required and/or server")
+        })?);
+    }
+    let server = if backends.contains(&Backend::Server) {
+        let url = a.server_url.as_deref().context(
+            "bfcl: the `server` backend needs --server-url URL (llama.cpp's server started with the same --gguf file)",
+        )?;
+        Some(bfcl::Server::new(url, 0.0, a.max_tokens)?)
+    } else {
+        None
+    };
+    let cases = bfcl::load(&a.questions)?;
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&a.out)
+        .with_context(|| format!("cannot open --out {}", a.out.display()))?;
+    let mut records = Vec::new();
+    for backend in backends {
+        let mut local = bfcl::local(a.gguf.clone(), backend, a.max_tokens);
+        let total = cases.len();
+        for (i, case) in cases.iter().enumerate() {
+            let r = bfcl::call(backend, local.as_mut(), server.as_ref(), &a.gguf, case).await;
+            eprintln!(
+                "[{} {}/{total}] {}: {:.2} s, {} calls{}",
+                backend.as_str(),
+                i + 1,
+                r.id,
+                r.ms / 1000.0,
+                r.calls.len(),
+                r.problem
+                    .as_deref()
+                    .map(|p| format!(" ({p})"))
+                    .unwrap_or_default()
+            );
+            writeln!(out, "{}", serde_json::to_string(&r)?)
+                .with_context(|| format!("cannot write --out {}", a.out.display()))?;
+            records.push(r);
+        }
+    }
+    print!("{}", bfcl::table(&records));
     Ok(())
 }
 
@@ -607,7 +697,8 @@ async fn one(runs: u32, w: Workload, kind: StoreKind, tool: workloads::ToolKind)
             | Workload::ServeLoad(_)
             | Workload::ServeFloor { .. }
             | Workload::PgCapacity(_)
-            | Workload::LocalEval(_) => Vec::new(),
+            | Workload::LocalEval(_)
+            | Workload::Bfcl(_) => Vec::new(),
         };
         all.push(reports);
     }

@@ -46,7 +46,7 @@ pub use config::{
 };
 pub use embeddings::Embedder;
 #[cfg(feature = "local-model")]
-pub use local::{LocalConfig, LocalModel, prompt_tokens};
+pub use local::{LocalConfig, LocalModel, prompt_text, prompt_tokens, read_tool_calls};
 pub use openai::{OpenAiModel, SchemaWire};
 pub use scripted::{ScriptedModel, ScriptedReply};
 

@@ -678,6 +678,35 @@ pub fn prompt_tokens(file: &Path, req: &ModelRequest) -> Result<Vec<u32>, ModelE
         .map_err(|e| ModelError::Config(format!("local model {}: {e}", file.display())))
 }
 
+/// The prompt's text a request makes for the model of `file` (its chat template, the tools
+/// described in the system message), and, when the file says that a tokenizer adds its first
+/// token (`tokenizer.ggml.add_bos_token`), that token's text, which the template may begin
+/// with and another engine then adds itself. For the benchmarks that send the same prompt to
+/// llama.cpp (only the file's header is read).
+#[doc(hidden)]
+pub fn prompt_text(
+    file: &Path,
+    req: &ModelRequest,
+) -> Result<(String, Option<String>), ModelError> {
+    let (_, content, arch) = read_header(file)?;
+    let vocab = vocab::from_gguf(&content).map_err(|e| bad_file(file, e))?;
+    let text = Engine::render(&chat_template(&content, &arch), &vocab, file, req)?;
+    let adds_bos = content
+        .metadata
+        .get("tokenizer.ggml.add_bos_token")
+        .and_then(|v| v.to_bool().ok())
+        .unwrap_or(false);
+    Ok((text, adds_bos.then(|| vocab.bos.clone())))
+}
+
+/// A reply's text read as a call of `req` reads it with `tool_choice: auto`: its tool calls, if
+/// it is calls of offered tools, and the text besides. For the benchmarks that read another
+/// engine's reply to the same prompt.
+#[doc(hidden)]
+pub fn read_tool_calls(req: &ModelRequest, text: String) -> (String, Vec<crate::ToolCall>) {
+    constrain::read_reply(req, ToolChoice::Auto, text)
+}
+
 /// Quantized types candle multiplies without SIMD on x86 (a plain loop per block, several
 /// times slower than the types it has kernels for): their tensors are converted to `Q8_0`
 /// when the file is loaded (as precise, for a little more memory).

@@ -587,3 +587,39 @@ async fn needs_local_model_gemma_planner_replies_parse_and_validate() {
         );
     }
 }
+
+/// What the benchmarks that send weft's prompt to llama.cpp read: the prompt's text, the first
+/// token's text where the file says a tokenizer adds it (Gemma's `<bos>`, which its template
+/// writes too; not SmolLM2's, whose template starts with `<|im_start|>`, its BOS, and whose
+/// file says none is added), and a reply's calls read as a call reads them.
+#[test]
+fn needs_local_model_gemma_the_prompt_text_and_a_replys_calls_are_read_as_a_call_reads_them() {
+    let mut req = request(Purpose::React, "Be brief.", "Weather in Oslo?");
+    req.tools = vec![ToolDef {
+        name: "get_weather".into(),
+        description: "The weather in a city.".into(),
+        parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+    }];
+    let (text, bos) = weft_model::prompt_text(&gemma(), &req).unwrap();
+    assert_eq!(bos.as_deref(), Some("<bos>"));
+    assert!(text.starts_with("<bos>"), "{text}");
+    assert!(
+        text.contains("get_weather") && text.contains("Weather in Oslo?"),
+        "{text}"
+    );
+    let (text, bos) = weft_model::prompt_text(&gguf(), &req).unwrap();
+    assert_eq!(bos, None);
+    assert!(text.starts_with("<|im_start|>system"), "{text}");
+
+    let reply = r#"Let me look. <tool_call>[{"name": "get_weather", "arguments": {"city": "Oslo"}}]</tool_call>"#;
+    let (said, calls) = weft_model::read_tool_calls(&req, reply.into());
+    assert_eq!(said, "Let me look.");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].name, "get_weather");
+    assert_eq!(calls[0].arguments, json!({"city": "Oslo"}));
+    // A call of a tool that is not offered is no call: the reply stays text.
+    let other = r#"<tool_call>[{"name": "send_mail", "arguments": {}}]</tool_call>"#;
+    let (said, calls) = weft_model::read_tool_calls(&req, other.into());
+    assert!(calls.is_empty());
+    assert_eq!(said, other);
+}
