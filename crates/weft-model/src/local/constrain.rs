@@ -19,7 +19,15 @@ pub(super) struct Constraint {
     /// How the grammar is built again as the items of a list in the reply are written (a
     /// plan's steps, each typed by the steps before it); `None` when it stays as it is.
     pub(super) stages: Option<Stages>,
+    /// What a reply cut short near the end of its budget is closed with: the characters that
+    /// end JSON values (`]`, `}`) and, where the reply may call tools, those of the calls'
+    /// closing tag, so that calls cut short still end as calls.
+    pub(super) closers: &'static [u8],
 }
+
+/// The characters that close a reply of JSON, and one that may hold calls.
+const JSON_CLOSERS: &[u8] = b"]}";
+const CALL_CLOSERS: &[u8] = b"]}</tool_call>";
 
 /// What the reply may do with the offered tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,7 +75,16 @@ pub(super) fn constraint(req: &ModelRequest, choice: ToolChoice) -> Option<Const
             tools: req.tools.clone(),
             written: 0,
         });
-    Some(Constraint { grammar, stages })
+    let closers = if calls == Calls::Never {
+        JSON_CLOSERS
+    } else {
+        CALL_CLOSERS
+    };
+    Some(Constraint {
+        grammar,
+        stages,
+        closers,
+    })
 }
 
 /// The grammar of a reply that may make `calls` of `tools`, and is otherwise `schema`'s JSON
@@ -246,7 +263,8 @@ fn tool_calls_schema(tools: &[ToolDef]) -> Value {
 }
 
 /// The reply's text and tool calls: a reply that is calls of offered tools becomes those calls;
-/// anything else is text.
+/// anything else is text. A list of calls cut short (the reply's budget ran out before its end)
+/// gives the calls written whole before the cut; the one being written is dropped.
 pub(super) fn read_reply(
     req: &ModelRequest,
     choice: ToolChoice,
@@ -256,14 +274,15 @@ pub(super) fn read_reply(
     if calls(req, choice) == Calls::Never {
         return (text, Vec::new());
     }
-    let Some((before, list)) = text
-        .split_once(OPEN)
-        .and_then(|(b, t)| Some((b, t.trim_end().strip_suffix(CLOSE)?)))
-    else {
+    let Some((before, after)) = text.split_once(OPEN) else {
         return (text, Vec::new());
     };
-    let Ok(Value::Array(items)) = serde_json::from_str::<Value>(list) else {
-        return (text, Vec::new());
+    let items = match after.trim_end().strip_suffix(CLOSE) {
+        Some(list) => match serde_json::from_str::<Value>(list) {
+            Ok(Value::Array(items)) => items,
+            _ => return (text, Vec::new()),
+        },
+        None => whole_items(after),
     };
     let mut calls = Vec::new();
     for (i, item) in items.into_iter().enumerate() {
@@ -288,6 +307,27 @@ pub(super) fn read_reply(
         return (text, calls);
     }
     (before.trim().to_owned(), calls)
+}
+
+/// The items of a JSON list (`text` starts at its `[`, and may be cut anywhere) written whole.
+fn whole_items(text: &str) -> Vec<Value> {
+    let Some(mut rest) = text.trim_start().strip_prefix('[') else {
+        return Vec::new();
+    };
+    let mut items = Vec::new();
+    loop {
+        rest = rest.trim_start();
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+        match values.next() {
+            Some(Ok(v)) => items.push(v),
+            _ => return items,
+        }
+        rest = rest[values.byte_offset()..].trim_start();
+        match rest.strip_prefix(',') {
+            Some(r) => rest = r,
+            None => return items,
+        }
+    }
 }
 
 /// How an assistant turn's tool calls are written back into the conversation (the form the
@@ -366,6 +406,36 @@ mod tests {
         assert!(text.contains("other"));
         let (text, calls) = read_reply(&r, ToolChoice::Auto, "It is sunny.".into());
         assert_eq!((text.as_str(), calls.len()), ("It is sunny.", 0));
+    }
+
+    #[test]
+    fn calls_cut_short_keep_those_written_whole() {
+        let r = req(vec![tool("weather")]);
+        let whole = r#"{"name": "weather", "arguments": {"city": "Oslo"}}"#;
+        for cut in [
+            format!("<tool_call>[{whole}, {whole}]</"),
+            format!("<tool_call>[{whole}, {whole}, {{\"name\": \"wea"),
+            format!("<tool_call>[{whole},{whole},"),
+            format!(
+                "<tool_call>[{whole}, {whole}, {{\"name\": \"weather\", \"arguments\": {{\"city\": 12"
+            ),
+        ] {
+            let (text, calls) = read_reply(&r, ToolChoice::Auto, cut.clone());
+            assert_eq!(calls.len(), 2, "{cut}");
+            assert_eq!(text, "");
+            assert!(calls.iter().all(|c| c.arguments == json!({"city": "Oslo"})));
+        }
+        // Nothing whole: text. A whole item that is no call of an offered tool: text.
+        for text in [
+            r#"<tool_call>[{"name": "weather", "argu"#.to_owned(),
+            r#"<tool_call>[{"name": "<tool name>", "arguments": {<its arguments>}}]</tool_call>"#
+                .to_owned(),
+            format!(r#"<tool_call>[{whole}, {{"name": "other", "arguments": {{}}}}, "#),
+        ] {
+            let (said, calls) = read_reply(&r, ToolChoice::Auto, text.clone());
+            assert!(calls.is_empty(), "{text}");
+            assert_eq!(said, text);
+        }
     }
 
     #[test]

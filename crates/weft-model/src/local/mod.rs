@@ -482,9 +482,13 @@ impl Engine {
                 ))
             })
         };
-        let (mut matcher, mut stages) = match constraint {
-            Some(c) => (Some(Matcher::new(Ok(parser(c.grammar)?))), c.stages),
-            None => (None, None),
+        let (mut matcher, mut stages, closers) = match constraint {
+            Some(c) => (
+                Some(Matcher::new(Ok(parser(c.grammar)?))),
+                c.stages,
+                c.closers,
+            ),
+            None => (None, None, &[][..]),
         };
         let mut generated: Vec<u32> = Vec::new();
         // One generation at a time. It works on a copy of the weights: a generation that
@@ -528,12 +532,13 @@ impl Engine {
             }
             penalize_repeats(&mut scores, &recent);
             // Near the end of the budget, a constrained reply is closed: of the tokens allowed,
-            // the end of the reply, else the likeliest that only closes strings, lists and
-            // objects, so that the reply parses rather than stopping mid-way.
+            // the end of the reply, else the likeliest that only closes strings, lists, objects
+            // and (a reply that may call tools) the calls' tag, so that the reply parses rather
+            // than stopping mid-way.
             let closing = matcher.is_some()
                 && limits.max_tokens - tokens <= (limits.max_tokens / 8).max(CLOSING_RESERVE);
             let tok = match closing
-                .then(|| self.closing_token(&scores, in_string(&out)))
+                .then(|| self.closing_token(&scores, in_string(&out), closers))
                 .flatten()
             {
                 Some(t) => t,
@@ -777,9 +782,9 @@ const CLOSING_RESERVE: u32 = 24;
 
 impl Engine {
     /// Of the tokens still allowed (a finite score), an end of the reply, else the likeliest
-    /// that is made only of `]` and `}` (inside a string: `"` and then those); `None` when none
+    /// that is made only of `closers` (inside a string: `"` and then those); `None` when none
     /// is allowed.
-    fn closing_token(&self, scores: &[f32], in_string: bool) -> Option<u32> {
+    fn closing_token(&self, scores: &[f32], in_string: bool, closers: &[u8]) -> Option<u32> {
         if let Some(stop) = self
             .vocab
             .stops
@@ -802,7 +807,7 @@ impl Engine {
                 } else {
                     &bytes[..]
                 };
-                !bytes.is_empty() && rest.iter().all(|b| matches!(b, b']' | b'}'))
+                !bytes.is_empty() && rest.iter().all(|b| closers.contains(b))
             })
             .max_by(|a, b| a.1.total_cmp(b.1))
             .map(|(i, _)| i as u32)

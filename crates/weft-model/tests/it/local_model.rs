@@ -623,3 +623,44 @@ fn needs_local_model_gemma_the_prompt_text_and_a_replys_calls_are_read_as_a_call
     assert!(calls.is_empty());
     assert_eq!(said, other);
 }
+
+/// A reply that calls tools and runs out of its budget still gives calls: near the end, of the
+/// tokens the grammar allows, those that close the arguments, the list and the calls' tag are
+/// taken, and the calls written whole before a cut are read. The question is BFCL's
+/// `simple_python_3`, asked as a ReAct agent asks it (bench/bfcl.sh): Gemma 3 270M (the
+/// pretrained model) writes the same call again and again, and its reply was cut inside the
+/// calls' tag (`...]</`) and read as text, no call at all.
+#[tokio::test]
+async fn needs_local_model_gemma_calls_cut_by_the_budget_still_end_as_calls() {
+    let tool = ToolDef {
+        name: "algebra_quadratic_roots".into(),
+        description: "Find the roots of a quadratic equation ax^2 + bx + c = 0.".into(),
+        parameters: json!({"type": "object", "properties": {
+            "a": {"type": "integer", "description": "Coefficient of x^2."},
+            "b": {"type": "integer", "description": "Coefficient of x."},
+            "c": {"type": "integer", "description": "Constant term."}},
+            "required": ["a", "b", "c"]}),
+    };
+    let mut req = request(
+        Purpose::React,
+        weft_core::prompts::REACT_ROLE,
+        "Find the roots of a quadratic equation with coefficients a=1, b=-3, c=2.",
+    );
+    req.tools = vec![tool];
+    let m = model(
+        json!({"provider": "local", "file": gemma(), "max_tokens": 160, "tool_choice": "required"}),
+    );
+    let reply = m.complete_boxed(&req, None).await.unwrap();
+    assert!(reply.usage.output_tokens <= 160, "{reply:?}");
+    assert!(
+        !reply.tool_calls.is_empty(),
+        "no calls read from {:?}",
+        reply.content
+    );
+    for call in &reply.tool_calls {
+        assert_eq!(call.name, "algebra_quadratic_roots");
+        for k in ["a", "b", "c"] {
+            assert!(call.arguments[k].is_i64(), "{}", call.arguments);
+        }
+    }
+}
