@@ -25,7 +25,7 @@ use weft_core::model::{ModelRequest, ToolCall};
 use weft_core::{Event, Limits, State, ToolInfo};
 
 use crate::BenchError;
-use crate::local_eval::{Generated, Local, first_model_call};
+use crate::local_eval::{Generated, Local, cut, first_model_call};
 
 /// One question as `prepare.py` writes it.
 #[derive(Clone, Debug, Deserialize)]
@@ -334,17 +334,6 @@ fn malformed(req: &ModelRequest, calls: &[ToolCall]) -> Option<String> {
         }
     }
     None
-}
-
-fn cut(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
 }
 
 /// The in-process model of `file` for `backend`, at temperature 0.

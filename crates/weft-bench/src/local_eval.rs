@@ -677,7 +677,8 @@ impl Server {
     }
 }
 
-fn cut(s: &str, max: usize) -> String {
+/// `s`'s first `max` bytes (fewer, to end on a character), marked `...` when cut.
+pub(crate) fn cut(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
     }
